@@ -1,0 +1,91 @@
+"""``gpuclinic doctor``: diagnose live, from saved evidence, or on a simulated node."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from gpuclinic.collect import CollectOptions, collect_live
+from gpuclinic.diagnose import Report, diagnose
+from gpuclinic.errors import GpuclinicError, InputError
+from gpuclinic.facts.snapshot import Snapshot
+
+
+def emit(report: Report, fmt: str) -> None:
+    """Print a report in the chosen format (shared by doctor, explain and net)."""
+    from gpuclinic.render import render_json, render_markdown, render_terminal
+
+    if fmt == "json":
+        click.echo(render_json(report))
+    elif fmt == "markdown":
+        click.echo(render_markdown(report))
+    else:
+        render_terminal(report)
+
+
+def output_format(as_json: bool, as_markdown: bool) -> str:
+    if as_json and as_markdown:
+        raise InputError("choose one of --json and --markdown", exit_code=3)
+    return "json" if as_json else "markdown" if as_markdown else "terminal"
+
+
+@click.command("doctor")
+@click.option("--from", "from_paths", multiple=True, type=click.Path(), metavar="PATH",
+              help="Diagnose saved evidence instead of this machine: nvidia-smi -q (text/XML), nvidia-smi table, "
+                   "kernel logs, nvidia-bug-report.log(.gz), capture bundles. Repeatable; detected by content.")
+@click.argument("more_paths", nargs=-1, type=click.Path(), metavar="[PATH]...")
+@click.option("--scenario", metavar="NAME", help="Run on a simulated node (see --list-scenarios).")
+@click.option("--list-scenarios", is_flag=True, help="List simulated scenarios and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON report.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print a Markdown report for a ticket.")
+@click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="Flag fewer than N GPUs as gpu.missing.")
+@click.option("--kernel-log", "kernel_logs", multiple=True, type=click.Path(), metavar="FILE",
+              help="Also scan this kernel log file (repeatable).")
+@click.option("--quick", is_flag=True, help="Skip timed measurements (host sampling window).")
+@click.option("--deep", is_flag=True, help="Allow slow checks, e.g. importing frameworks to read their CUDA build.")
+@click.option("--net", "network", is_flag=True, help="Also probe the network path to GitHub, Hugging Face and PyPI.")
+def doctor(
+    from_paths: tuple[str, ...], more_paths: tuple[str, ...], scenario: str | None, list_scenarios: bool,
+    as_json: bool, as_markdown: bool, expect_gpus: int | None, kernel_logs: tuple[str, ...],
+    quick: bool, deep: bool, network: bool,
+) -> int:
+    """Diagnose this server: which of GPU faults, heat, PCIe/power, software, network or host is hurting it.
+
+    Exit codes: 0 healthy, 1 warning, 2 drain, 3 could not run.
+    """
+    fmt = output_format(as_json, as_markdown)
+    if list_scenarios:
+        from gpuclinic.sources.scenarios import list_scenarios as _list
+
+        for name, desc in _list():
+            click.echo(f"{name:28} {desc}")
+        return 0
+    paths = list(from_paths) + list(more_paths)
+    if paths and not from_paths:
+        raise InputError("unexpected argument(s): " + " ".join(paths) + " (did you mean --from PATH?)")
+    if scenario and paths:
+        raise InputError("use either --scenario or --from, not both")
+    snap: Snapshot
+    if scenario:
+        from gpuclinic.sources.scenarios import load_scenario
+
+        snap = load_scenario(scenario)
+    elif paths:
+        from gpuclinic.sources.evidence import load_evidence
+
+        snap = load_evidence(paths)
+    else:
+        snap = collect_live(CollectOptions(
+            quick=quick, deep=deep, network=network, kernel_logs=list(kernel_logs), expect_gpus=expect_gpus,
+        ))
+    if expect_gpus is not None:
+        snap.expect_gpus = expect_gpus
+    report = diagnose(snap)
+    try:
+        emit(report, fmt)
+    except BrokenPipeError:
+        sys.stderr.close()
+    if report.verdict is None:
+        raise GpuclinicError("could not run")
+    return report.exit_code

@@ -1,0 +1,106 @@
+"""Generic dataclass <-> JSON conversion so snapshots round-trip through captures and ``--from``.
+
+Type hints drive decoding, so fact classes stay plain dataclasses and unknown keys written by a
+newer gpuclinic are ignored rather than fatal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from typing import Any, TypeVar, Union
+
+T = TypeVar("T")
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert dataclasses, enums, tuples and dicts into JSON-ready values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, float) and obj != obj:  # NaN is not JSON
+        return None
+    return obj
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    h = _HINTS.get(cls)
+    if h is None:
+        h = typing.get_type_hints(cls)
+        _HINTS[cls] = h
+    return h
+
+
+def from_jsonable(tp: Any, value: Any) -> Any:
+    """Decode ``value`` as type ``tp`` (best effort: wrong shapes become None/defaults, never raise)."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin is Union or (hasattr(types, "UnionType") and isinstance(tp, types.UnionType)):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        for a in args:
+            try:
+                out = from_jsonable(a, value)
+            except (TypeError, ValueError):
+                continue
+            if out is not None:
+                return out
+        return None
+    if origin in (list, tuple, set, frozenset):
+        targs = typing.get_args(tp)
+        arg = targs[0] if targs else Any
+        if not isinstance(value, list):
+            return [] if origin is list else origin()
+        items = [from_jsonable(arg, v) for v in value]
+        return items if origin is list else origin(items)
+    if origin is dict:
+        dargs = typing.get_args(tp)
+        vt = dargs[1] if len(dargs) == 2 else Any
+        if not isinstance(value, dict):
+            return {}
+        return {k: from_jsonable(vt, v) for k, v in value.items()}
+    if tp is Any:
+        return value
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise TypeError(f"expected object for {tp.__name__}")
+        hints = _hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in value and f.init:
+                kwargs[f.name] = from_jsonable(hints[f.name], value[f.name])
+                if kwargs[f.name] is None and _has_default(f):
+                    del kwargs[f.name]
+        return tp(**kwargs)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError("not a number")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError("not an int")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise TypeError("not a bool")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise TypeError("not a string")
+        return value
+    return value
+
+
+def _has_default(f: dataclasses.Field[Any]) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING

@@ -1,0 +1,127 @@
+"""Terminal renderer (rich).  Plain text when NO_COLOR is set or stdout is not a terminal."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpuclinic.diagnose import Report
+from gpuclinic.model import FAMILY_ORDER, Severity, Verdict
+
+_SEV_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
+_VERDICT_STYLE = {Verdict.DRAIN: "bold white on red", Verdict.WARNING: "bold black on yellow", Verdict.HEALTHY: "bold white on green"}
+
+
+def make_console(file: TextIO | None = None) -> Console:
+    """A console that honours NO_COLOR and degrades to plain text when not a TTY."""
+    f = file or sys.stdout
+    no_color = bool(os.environ.get("NO_COLOR"))
+    is_tty = hasattr(f, "isatty") and f.isatty()
+    return Console(
+        file=f,
+        no_color=no_color or not is_tty,
+        highlight=False,
+        emoji=False,
+        soft_wrap=not is_tty,
+        force_terminal=is_tty and not no_color,
+        width=None if is_tty else 120,
+    )
+
+
+def _fmt(v: float | None, unit: str, nd: int = 0) -> str:
+    return "-" if v is None else f"{v:.{nd}f}{unit}"
+
+
+def gpu_rows(report: Report) -> list[list[str]]:
+    """One row per GPU: index, name, bus, temp, power, util, memory, pcie, verdict."""
+    verdicts = {(gv.ref.index, gv.ref.pci_bus_id): gv for gv in report.gpu_verdicts}
+    rows: list[list[str]] = []
+    for g in report.snapshot.gpus:
+        gv = verdicts.get((g.index, g.pci_bus_id))
+        temp = _fmt(g.temperature_c, "°C")
+        if g.memory_temperature_c is not None:
+            temp += f" (HBM {g.memory_temperature_c:.0f}°C)"
+        power = _fmt(g.power_draw_w, "W")
+        if g.power_limit_w is not None:
+            power += f"/{g.power_limit_w:.0f}W"
+        mem = "-"
+        if g.memory_used_bytes is not None and g.memory_total_bytes:
+            mem = f"{g.memory_used_bytes / 2**30:.1f}/{g.memory_total_bytes / 2**30:.0f} GiB"
+        pcie = "-"
+        if g.pcie_gen is not None or g.pcie_width is not None:
+            pcie = f"Gen{g.pcie_gen or '?'} x{g.pcie_width or '?'}"
+            if g.pcie_gen_max is not None or g.pcie_width_max is not None:
+                pcie += f" (max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})"
+        verdict = gv.verdict.value if gv else "-"
+        if g.lost:
+            verdict = "drain (lost)"
+        rows.append([
+            str(g.index), g.name or "-", g.pci_bus_id or "-", temp, power,
+            _fmt(g.utilization_gpu_pct, "%"), mem, pcie, verdict,
+        ])
+    for gv in report.gpu_verdicts:
+        if gv.ref.index is None:
+            rows.append(["?", gv.name or "(not in NVML)", gv.ref.pci_bus_id or "-", "-", "-", "-", "-", "-", gv.verdict.value])
+    return rows
+
+
+def render_terminal(report: Report, console: Console | None = None) -> None:
+    con = console or make_console()
+    snap = report.snapshot
+    head = Text()
+    head.append(f"gpuclinic {report.command}", style="bold")
+    head.append(f"  {snap.hostname or ''}  ")
+    head.append(f" {report.verdict.value.upper()} ", style=_VERDICT_STYLE[report.verdict])
+    con.print(head)
+    meta = []
+    if snap.origin != "live":
+        meta.append(f"from {snap.origin}: {', '.join(snap.inputs) or '-'}")
+    if snap.driver_version:
+        meta.append(f"driver {snap.driver_version}")
+    if snap.cuda_driver_version:
+        meta.append(f"CUDA {snap.cuda_driver_version}")
+    n = len(snap.gpus)
+    meta.append(f"{n} GPU{'s' if n != 1 else ''} seen")
+    con.print(" · ".join(meta), style="dim")
+
+    rows = gpu_rows(report)
+    if rows:
+        t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        for col in ("GPU", "Name", "Bus", "Temp", "Power", "Util", "Memory", "PCIe", "Verdict"):
+            t.add_column(col)
+        for r in rows:
+            style = {"drain": "red", "warning": "yellow"}.get(r[-1].split()[0], "")
+            t.add_row(*r, style=style)
+        con.print(t)
+    con.print()
+    if not report.findings:
+        con.print("No problems found.", style="green")
+    for fam in FAMILY_ORDER:
+        fs = [f for f in report.findings if f.family == fam]
+        if not fs:
+            continue
+        con.print(Text(fam.label, style="bold underline"))
+        for f in fs:
+            line = Text("  ")
+            line.append(f"{f.severity.label.upper():8}", style=_SEV_STYLE[f.severity])
+            line.append(f" {f.code}", style="bold")
+            if f.gpu:
+                line.append(f" [{f.gpu.label()}]")
+            line.append(f"  {f.title}")
+            con.print(line)
+            for ev in f.evidence[:8]:
+                con.print(Text(f"      │ {ev}", style="dim"))
+            if len(f.evidence) > 8:
+                con.print(Text(f"      │ … {len(f.evidence) - 8} more (see --json)", style="dim"))
+            if f.remedy:
+                con.print(Text(f"      → {f.remedy}"))
+        con.print()
+    if report.skipped:
+        con.print(Text("Could not check", style="bold"))
+        for s in report.skipped:
+            con.print(Text(f"  - {s.what}: {s.why}", style="dim"))

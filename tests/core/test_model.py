@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import json
+
+from gpuclinic.diagnose import build_report
+from gpuclinic.facts.gpu import GpuFacts, NvLinkFacts
+from gpuclinic.facts.kernel import KernelEvent
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.model import Family, Finding, GpuRef, Severity, Verdict
+from gpuclinic.render import render_json, render_markdown
+
+
+def test_normalize_bus_id_variants() -> None:
+    assert normalize_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
+    assert normalize_bus_id("PCI:0000:2b:00") == "0000:2b:00.0"
+    assert normalize_bus_id("0000:c6:00") == "0000:c6:00.0"
+    assert normalize_bus_id("3b:00.0") == "0000:3b:00.0"
+    assert normalize_bus_id("0008:01:00") == "0008:01:00.0"
+
+
+def test_snapshot_roundtrip() -> None:
+    snap = Snapshot(hostname="h", driver_version="550.54.15")
+    snap.gpus.append(GpuFacts(index=0, name="NVIDIA H100 80GB HBM3", pci_bus_id="0000:1b:00.0",
+                              temperature_c=61.0, clock_event_reasons=["sw_power_cap"],
+                              nvlinks=[NvLinkFacts(link=0, active=True, replay_errors=3)],
+                              violation_ns={"power": 12}))
+    snap.kernel_events.append(KernelEvent(kind="xid", line="NVRM: Xid ...", xid=79, pci_bus_id="0000:1b:00.0"))
+    snap.skip("the kernel log", "permission denied")
+    d = json.loads(snap.to_json())
+    assert d["schema"] == "gpuclinic.snapshot/1"
+    back = Snapshot.from_dict(d)
+    assert back == snap
+
+
+def test_snapshot_from_dict_tolerates_bad_shapes() -> None:
+    back = Snapshot.from_dict({"gpus": [{"index": 0, "temperature_c": "hot", "unknown_field": 1}], "hostname": 5})
+    assert back.gpus[0].temperature_c is None
+    assert back.hostname is None
+
+
+def test_verdicts_and_ranking() -> None:
+    snap = Snapshot(gpus=[GpuFacts(index=0, pci_bus_id="0000:01:00.0"), GpuFacts(index=1, pci_bus_id="0000:02:00.0")])
+    fs = [
+        Finding("thermal.throttle", Severity.WARNING, Family.HEAT, "hot", gpu=GpuRef(index=1)),
+        Finding("xid.79", Severity.CRITICAL, Family.GPU_FAULT, "fell off", gpu=GpuRef(pci_bus_id="PCI:0000:01:00")),
+        Finding("driver.persistence_off", Severity.INFO, Family.SOFTWARE, "info"),
+    ]
+    rep = build_report(snap, fs, [])
+    assert rep.verdict is Verdict.DRAIN and rep.exit_code == 2
+    assert [f.code for f in rep.findings] == ["xid.79", "thermal.throttle", "driver.persistence_off"]
+    # the log-only bus id got attached to GPU 0
+    assert rep.findings[0].gpu == GpuRef(index=0, pci_bus_id="0000:01:00.0", uuid=None)
+    assert [gv.verdict for gv in rep.gpu_verdicts] == [Verdict.DRAIN, Verdict.WARNING]
+    d = json.loads(render_json(rep))
+    assert d["verdict"] == "drain" and d["gpus"][0]["findings"] == ["xid.79"]
+    assert d["findings"][0]["gpu"]["index"] == 0
+    md = render_markdown(rep)
+    assert "`xid.79`" in md and "DRAIN" in md
+
+
+def test_info_only_is_healthy() -> None:
+    rep = build_report(Snapshot(), [Finding("x.y", Severity.INFO, Family.HOST, "fyi")], [])
+    assert rep.verdict is Verdict.HEALTHY and rep.exit_code == 0
+
+
+def test_finding_dict_roundtrip() -> None:
+    f = Finding("pcie.aer_corrected", Severity.WARNING, Family.PCIE_POWER, "t", ["e"], "r", GpuRef(0, "0000:01:00.0"), {"n": 2})
+    assert Finding.from_dict(f.to_dict()) == f
