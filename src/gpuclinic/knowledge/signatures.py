@@ -1,0 +1,369 @@
+"""Error signatures: recognise CUDA/NCCL/NVML/driver/framework errors in any text and say what to do.
+
+The signatures are data (``knowledge/data/error_signatures.json``, one public source per entry).
+:func:`match` is used by ``gpuclinic explain`` and by the ``run`` supervisor to classify why a job
+died, so it must be fast on multi-megabyte logs: every entry has lower-case "needles" checked with
+``in`` on the lower-cased text before its precompiled regexes run at all.
+"""
+
+from __future__ import annotations
+
+import bisect
+import importlib
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from gpuclinic.knowledge import load_data
+
+CATEGORIES = (
+    "cuda_oom", "nccl_timeout", "nccl", "cuda_runtime", "driver", "nvml", "hardware", "container", "python",
+    "host_oom",
+)
+_SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+MAX_LINE = 400  # matched_line is cut to this many characters
+
+
+@dataclass
+class SignatureMatch:
+    """One recognised error in the text, with what it means and how to fix it."""
+
+    id: str
+    category: str
+    title: str
+    cause: str
+    fix: str
+    source: str
+    matched_line: str
+    severity: str = "warning"  # info | warning | critical
+    code: str | None = None  # e.g. "cudaErrorNoKernelImageForDevice (209)"
+    line_no: int = 0  # 1-based line of the first occurrence
+    count: int = 1  # how many lines matched (e.g. one watchdog line per rank)
+    hints: list[str] = field(default_factory=list)  # derived from numbers in the text
+    data: dict[str, Any] = field(default_factory=dict)  # parsed values (sizes, ranks, versions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "category": self.category, "severity": self.severity, "title": self.title,
+            "code": self.code, "cause": self.cause, "fix": self.fix, "source": self.source,
+            "matched_line": self.matched_line, "line_no": self.line_no, "count": self.count,
+            "hints": list(self.hints), "data": dict(self.data),
+        }
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    category: str
+    severity: str
+    title: str
+    code: str | None
+    patterns: tuple[re.Pattern[str], ...]
+    needles: tuple[str, ...]
+    cause: str
+    fix: str
+    source: str
+    supersedes: tuple[str, ...]
+    extract: str | None
+
+
+@cache
+def signatures() -> tuple[Signature, ...]:
+    """Load and compile the signature table once per process."""
+    raw = load_data("error_signatures.json")["signatures"]
+    out = []
+    for e in raw:
+        out.append(Signature(
+            id=e["id"], category=e["category"], severity=e.get("severity", "warning"), title=e["title"],
+            code=e.get("code"), patterns=tuple(re.compile(p) for p in e["patterns"]),
+            needles=tuple(n.lower() for n in e["needles"]), cause=e["cause"], fix=e["fix"], source=e["source"],
+            supersedes=tuple(e.get("supersedes", ())), extract=e.get("extract"),
+        ))
+    return tuple(out)
+
+
+def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
+    """Every signature found in ``text``, worst first, then in order of first appearance.
+
+    Generic entries are dropped when a more specific one that supersedes them matched too
+    (an NCCL watchdog timeout hides the generic "NCCL error" entry).
+    """
+    if not text:
+        return []
+    lower = text.lower()
+    newlines: list[int] | None = None
+    found: list[tuple[int, SignatureMatch]] = []
+    for sig in signatures():
+        if not any(n in lower for n in sig.needles):
+            continue
+        first: re.Match[str] | None = None
+        starts: list[int] = []
+        for rx in sig.patterns:
+            for m in rx.finditer(text):
+                if first is None or m.start() < first.start():
+                    first = m
+                starts.append(m.start())
+                if len(starts) >= max_count:
+                    break
+        if first is None:
+            continue
+        if newlines is None:
+            newlines = _newlines(text)
+        lines = {bisect.bisect_left(newlines, p) for p in starts}
+        line = _line_at(text, first.start())
+        sm = SignatureMatch(
+            id=sig.id, category=sig.category, title=sig.title, cause=sig.cause, fix=sig.fix, source=sig.source,
+            matched_line=line[:MAX_LINE], severity=sig.severity, code=sig.code,
+            line_no=bisect.bisect_left(newlines, first.start()) + 1, count=max(1, len(lines)),
+        )
+        if sig.extract:
+            _EXTRACTORS[sig.extract](text, first, sm)
+        found.append((first.start(), sm))
+    hidden: set[str] = set()
+    by_id = {s.id: s for s in signatures()}
+    present = {sm.id for _, sm in found}
+    for sid in present:
+        hidden.update(x for x in by_id[sid].supersedes if x != sid)
+    result = [(pos, sm) for pos, sm in found if sm.id not in hidden]
+    result.sort(key=lambda t: (-_SEVERITY_RANK.get(t[1].severity, 1), t[0]))
+    return [sm for _, sm in result]
+
+
+def primary(text: str) -> SignatureMatch | None:
+    """The single most important match (what the run supervisor records as the cause)."""
+    ms = match(text)
+    return ms[0] if ms else None
+
+
+def _newlines(text: str) -> list[int]:
+    out: list[int] = []
+    i = text.find("\n")
+    while i >= 0:
+        out.append(i)
+        i = text.find("\n", i + 1)
+    return out
+
+
+def _line_at(text: str, pos: int) -> str:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    if end < 0:
+        end = len(text)
+    return text[start:end].strip()
+
+
+# ---------------------------------------------------------------- extractors (numbers -> hints)
+
+_SIZE = r"([\d.]+)\s*(bytes|[KMGT]i?B)"
+_UNITS = {"bytes": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2, "gb": 1000**3, "gib": 1024**3,
+          "tb": 1000**4, "tib": 1024**4}
+
+
+def parse_size(num: str, unit: str) -> int | None:
+    """``("2.00", "GiB")`` -> bytes; None when the number is unreadable."""
+    try:
+        return int(float(num) * _UNITS[unit.lower()])
+    except (ValueError, KeyError):
+        return None
+
+
+def human(n: int | float) -> str:
+    v = float(n)
+    for u in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or u == "TiB":
+            return f"{v:.2f} {u}" if u != "B" else f"{int(v)} B"
+        v /= 1024
+    return f"{v:.2f} TiB"
+
+
+_OOM_NEW = {
+    "tried": re.compile(r"Tried to allocate " + _SIZE),
+    "total": re.compile(r"total capaci?ty of " + _SIZE),
+    "free": re.compile(r"of which " + _SIZE + r" is free"),
+    "allocated": re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch"),
+    "reserved_unallocated": re.compile(r"and " + _SIZE + r" is reserved by PyTorch but unallocated"),
+    "this_process": re.compile(r"this process has " + _SIZE + r" memory in use"),
+}
+_OOM_OLD = {
+    "total": re.compile(r"\(GPU \d+; " + _SIZE + r" total capacity"),
+    "allocated": re.compile(_SIZE + r" already allocated"),
+    "free": re.compile(r"; " + _SIZE + r" free"),
+    "reserved": re.compile(_SIZE + r" reserved in total by PyTorch"),
+}
+_OOM_GPU = re.compile(r"(?:\(GPU |GPU )(\d+)")
+_OOM_OTHER = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
+
+
+def _extract_oom(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+    """Turn the numbers of a PyTorch OOM message into a diagnosis (fragmentation, other processes)."""
+    seg = text[m.start(): m.start() + 1500]
+    # the message may be wrapped over lines; stop at the next OOM message
+    nxt = seg.find("CUDA out of memory", 20)
+    if nxt > 0:
+        seg = seg[:nxt]
+    vals: dict[str, int] = {}
+    for table in (_OOM_NEW, _OOM_OLD):
+        for key, rx in table.items():
+            if key in vals:
+                continue
+            mm = rx.search(seg)
+            if mm:
+                size = parse_size(mm.group(1), mm.group(2))
+                if size is not None:
+                    vals[key] = size
+    g = _OOM_GPU.search(seg)
+    if g:
+        sm.data["gpu_index"] = int(g.group(1))
+    if "reserved_unallocated" not in vals and "reserved" in vals and "allocated" in vals:
+        vals["reserved_unallocated"] = max(0, vals["reserved"] - vals["allocated"])
+    sm.data.update({f"{k}_bytes": v for k, v in vals.items()})
+    others = [(int(p), parse_size(n, u) or 0) for p, n, u in _OOM_OTHER.findall(seg)]
+    if others:
+        sm.data["other_processes"] = [{"pid": p, "bytes": b} for p, b in others]
+    tried, total = vals.get("tried"), vals.get("total")
+    free, ru = vals.get("free"), vals.get("reserved_unallocated")
+    if tried and total and tried > total:
+        sm.hints.append(
+            f"a single allocation of {human(tried)} is larger than the whole GPU ({human(total)}): "
+            "the batch/sequence/image size must shrink (or shard the model across GPUs); no setting will fit it"
+        )
+        sm.data["diagnosis"] = "allocation_exceeds_gpu"
+        return
+    if ru is not None and tried and (ru >= tried or (free is not None and free + ru >= tried and total and ru >= 0.05 * total)):
+        sm.hints.append(
+            f"{human(ru)} is reserved by PyTorch but unallocated (the request was {human(tried)}): the cache is "
+            "fragmented; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before starting the job"
+        )
+        sm.data["diagnosis"] = "fragmentation"
+    elif ru is not None and total and ru >= 0.1 * total:
+        sm.hints.append(
+            f"{human(ru)} is reserved by PyTorch but unallocated; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+            "returns it, but the request would still not fit: the job needs less memory"
+        )
+    if others:
+        tot = sum(b for _, b in others)
+        sm.hints.append(
+            f"{len(others)} other process(es) hold {human(tot)} on this GPU "
+            f"(pids {', '.join(str(p) for p, _ in others[:5])}): stop them or use another GPU"
+        )
+        sm.data.setdefault("diagnosis", "other_processes")
+    if free is not None and tried and free >= tried and "diagnosis" not in sm.data:
+        sm.hints.append(
+            f"{human(free)} was free but {human(tried)} could not be allocated: a per-process memory fraction, "
+            "MIG slice, or driver-level fragmentation limits this process"
+        )
+        sm.data["diagnosis"] = "free_but_failed"
+    if "diagnosis" not in sm.data and tried:
+        used = vals.get("allocated")
+        sm.hints.append(
+            f"the model and activations use the memory ({human(used) if used else 'most of it'} allocated by PyTorch): "
+            "reduce batch size or sequence length, enable activation checkpointing or mixed precision"
+        )
+        sm.data["diagnosis"] = "model_too_large"
+
+
+_WD = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\((.*?)\) ran for (\d+) milliseconds")
+_WD_FIELDS = re.compile(r"([\w()]+)=([^,]+)")
+
+
+def _extract_nccl_timeout(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+    ranks: set[int] = set()
+    first_fields: dict[str, str] = {}
+    for i, mm in enumerate(_WD.finditer(text)):
+        ranks.add(int(mm.group(1)))
+        if i == 0:
+            first_fields = dict(_WD_FIELDS.findall(mm.group(2)))
+            sm.data["ran_for_ms"] = int(mm.group(3))
+        if i > 5000:
+            break
+    if ranks:
+        sm.data["ranks_reporting"] = sorted(ranks)
+    for key in ("SeqNum", "OpType", "Timeout(ms)"):
+        if key in first_fields:
+            sm.data[key.lower().replace("(ms)", "_ms")] = first_fields[key].strip()
+    if first_fields:
+        op, to = first_fields.get("OpType", "?"), first_fields.get("Timeout(ms)", "?")
+        sm.hints.append(f"{op} (SeqNum {first_fields.get('SeqNum', '?')}) exceeded the {to} ms timeout")
+    if len(ranks) > 1:
+        mx = max(ranks)
+        missing = sorted(set(range(mx + 1)) - ranks)
+        if missing and len(missing) <= 8:
+            sm.hints.append(
+                f"ranks {', '.join(map(str, missing))} did not report the timeout in this log: look at those first "
+                "(straggler, crash, or a hung GPU)"
+            )
+            sm.data["ranks_silent"] = missing
+
+
+def _extract_torch_driver(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+    try:
+        v = int(m.group(1))
+    except (IndexError, ValueError, TypeError):
+        return
+    major, minor = v // 1000, (v % 1000) // 10
+    sm.data["driver_cuda"] = f"{major}.{minor}"
+    sm.hints.append(f"the driver supports CUDA up to {major}.{minor}; torch was built for a newer CUDA")
+
+
+def _extract_nvml_mismatch(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+    mm = re.search(r"NVML library version: ([\d.]+)", text)
+    if mm:
+        sm.data["nvml_library_version"] = mm.group(1)
+        sm.hints.append(f"user-space NVML is {mm.group(1)}; compare with `cat /proc/driver/nvidia/version`")
+    _extract_api_mismatch(text, m, sm)
+
+
+_API = re.compile(r"API mismatch: the client has the version ([\d.]+), but\s*(?:NVRM: )?this kernel module has the version ([\d.]+)")
+
+
+def _extract_api_mismatch(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+    mm = _API.search(text)
+    if mm:
+        sm.data["client_version"], sm.data["kernel_module_version"] = mm.group(1), mm.group(2)
+        sm.hints.append(f"user-space driver {mm.group(1)} but kernel module {mm.group(2)}: reboot to load the new module")
+
+
+def _extract_assert(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+    mm = re.search(r"Assertion `([^`]*)` failed", text)
+    if mm:
+        sm.data["assertion"] = mm.group(1)
+        if "n_classes" in mm.group(1) or "n_class" in mm.group(1):
+            sm.hints.append("a target label is outside [0, num_classes): check labels.min()/labels.max() against the model's output size")
+        elif "index" in mm.group(1).lower() or "srcIndex" in mm.group(1):
+            sm.hints.append("an index is out of range (embedding/gather): check token ids against the vocabulary size")
+
+
+def _extract_bus_id(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+    try:
+        sm.data["pci_bus_id"] = m.group(1)
+    except IndexError:
+        pass
+
+
+def _extract_xid(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+    try:
+        sm.data["pci_bus_id"], sm.data["xid"] = m.group(1), int(m.group(2))
+    except (IndexError, ValueError):
+        return
+    try:
+        _xid = importlib.import_module("gpuclinic.knowledge.xid")  # owned by the kernel-log area
+        info = _xid.lookup(sm.data["xid"])
+    except Exception:
+        info = None
+    if info is not None:
+        name = getattr(info, "name", None) or getattr(info, "title", None)
+        if name:
+            sm.hints.append(f"XID {sm.data['xid']}: {name}")
+
+
+_EXTRACTORS = {
+    "oom": _extract_oom,
+    "nccl_timeout": _extract_nccl_timeout,
+    "torch_driver": _extract_torch_driver,
+    "nvml_mismatch": _extract_nvml_mismatch,
+    "api_mismatch": _extract_api_mismatch,
+    "assert": _extract_assert,
+    "bus_id": _extract_bus_id,
+    "xid": _extract_xid,
+}
