@@ -1,0 +1,195 @@
+"""Reader for ``nvidia-bug-report.log`` and ``nvidia-bug-report.log.gz``.
+
+A bug report is a concatenation of sections separated by lines of underscores; each starts with
+a title such as ``*** /proc/driver/nvidia/version``, ``*** /var/log/kern.log``, ``/usr/bin/nvidia-smi
+--query`` or ``*** /usr/bin/lspci -nnDvvvxxxx``.  Reports reach hundreds of MB, so the file is
+streamed: kernel-log sections flow line by line into the kernel-log parser and only the small
+sections we parse as a whole (nvidia-smi, lspci, driver version) are held, each with a size cap.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from gpuclinic.facts.gpu import PciDevice
+from gpuclinic.facts.kernel import KernelEvent
+from gpuclinic.sources import lspci, smi_table, smi_text, smi_xml
+from gpuclinic.sources.smi_common import SmiDump
+
+MARKER = "nvidia-bug-report.sh"
+MAX_SECTION_LINES = 200_000  # nvidia-smi/lspci sections are far smaller; more is not what we think it is
+MAX_LINE = 64 * 1024
+_KERNEL_TITLE_RE = re.compile(r"kern\.log|/var/log/messages|/var/log/syslog|dmesg|journalctl", re.I)
+_NVRM_VERSION_RE = re.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(?P<ver>\d+\.\d+(?:\.\d+)?)")
+_UNAME_RE = re.compile(r"^uname -a:\s*\S+\s+(?P<host>\S+)")
+
+
+def looks_like(sample: str) -> bool:
+    return MARKER in sample[:8192] or "Start of NVIDIA bug report log file" in sample[:8192]
+
+
+@dataclass
+class BugReport:
+    path: str
+    sections: list[str] = field(default_factory=list)
+    smi: list[SmiDump] = field(default_factory=list)
+    kernel_events: list[KernelEvent] = field(default_factory=list)
+    kernel_sections: list[str] = field(default_factory=list)
+    pci_devices: list[PciDevice] = field(default_factory=list)
+    driver_version: str | None = None
+    hostname: str | None = None
+    date: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class _Lines:
+    """Line iterator with one line of push-back, reading text without loading the file."""
+
+    def __init__(self, fh: IO[str]) -> None:
+        self._fh = fh
+        self._back: str | None = None
+        self.eof = False
+
+    def next(self) -> str | None:
+        if self._back is not None:
+            s, self._back = self._back, None
+            return s
+        line = self._fh.readline(MAX_LINE)
+        if not line:
+            self.eof = True
+            return None
+        if len(line) >= MAX_LINE and not line.endswith("\n"):
+            # a giant line: skip the rest of it without holding it
+            while True:
+                more = self._fh.readline(MAX_LINE)
+                if not more or more.endswith("\n"):
+                    break
+            return ""
+        return line.rstrip("\r\n")
+
+    def push(self, line: str) -> None:
+        self._back = line
+
+    def section(self) -> Iterator[str]:
+        """Lines up to (not including) the next separator."""
+        while True:
+            line = self.next()
+            if line is None:
+                return
+            if _is_sep(line):
+                self.push(line)
+                return
+            yield line
+
+
+def _is_sep(line: str) -> bool:
+    s = line.strip()
+    return len(s) >= 20 and set(s) == {"_"}
+
+
+def kernel_log_module() -> Any:
+    """The kernel-log parser module (owned by the kernel-log area), or None in a build without it."""
+    try:
+        return importlib.import_module("gpuclinic.sources.kernel_log")
+    except ImportError:
+        return None
+
+
+def open_text(path: str) -> IO[str]:
+    """Open a plain or gzip-compressed file as text (undecodable bytes replaced)."""
+    raw = open(path, "rb")  # returned to the caller inside the wrapper, who closes it
+    head = raw.read(2)
+    raw.seek(0)
+    if head == b"\x1f\x8b":
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8", errors="replace")
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+
+
+def parse_path(path: str) -> BugReport:
+    """Stream a bug report from disk (.log or .log.gz)."""
+    with open_text(path) as fh:
+        return parse_stream(fh, path)
+
+
+def parse_stream(fh: IO[str], origin: str) -> BugReport:
+    rep = BugReport(path=origin)
+    rd = _Lines(fh)
+    _kl = kernel_log_module()
+    first = True
+    while not rd.eof:
+        # skip separators and blank lines to the section title
+        title: str | None = None
+        while True:
+            line = rd.next()
+            if line is None:
+                break
+            if _is_sep(line) or not line.strip():
+                continue
+            title = line.strip()
+            break
+        if title is None:
+            break
+        rep.sections.append(title[:200])
+        if first:
+            first = False
+            _header(rep, title, rd)
+            continue
+        if _KERNEL_TITLE_RE.search(title) and not title.lower().startswith("*** ls:"):
+            if _kl is None:
+                for _ in rd.section():
+                    pass
+                rep.notes.append("kernel-log parser not available; kernel sections not scanned")
+                continue
+            rep.kernel_sections.append(title)
+            rep.kernel_events.extend(_kl.parse_lines(rd.section(), origin=f"{origin} [{title[:80]}]"))
+            continue
+        if "nvidia-smi" in title.lower() or "lspci" in title.lower() or "/proc/driver/nvidia/version" in title:
+            body: list[str] = []
+            for ln in rd.section():
+                if len(body) < MAX_SECTION_LINES:
+                    body.append(ln)
+            _small_section(rep, title, body)
+            continue
+        for _ in rd.section():  # a section we do not read: stream past it
+            pass
+    return rep
+
+
+def _header(rep: BugReport, title: str, rd: _Lines) -> None:
+    lines = [title, *rd.section()]
+    for ln in lines[:50]:
+        m = _UNAME_RE.match(ln.strip())
+        if m:
+            rep.hostname = m.group("host")
+        if ln.startswith("Date:"):
+            rep.date = ln.split(":", 1)[1].strip()
+
+
+def _small_section(rep: BugReport, title: str, body: list[str]) -> None:
+    text = "\n".join(body)
+    low = title.lower()
+    if "/proc/driver/nvidia/version" in title:
+        m = _NVRM_VERSION_RE.search(text)
+        if m:
+            rep.driver_version = m.group("ver")
+        return
+    if "lspci" in low:
+        rep.pci_devices.extend(lspci.parse(body))
+        return
+    if smi_xml.looks_like(text):
+        try:
+            rep.smi.append(smi_xml.parse(text, f"{rep.path} [{title[:60]}]"))
+        except Exception as e:  # a broken embedded XML must not lose the rest of the report
+            rep.notes.append(f"{title[:60]}: {e}")
+        return
+    if smi_text.MARKER in text:
+        rep.smi.append(smi_text.parse(body))
+        return
+    if smi_table.looks_like(text):
+        rep.smi.append(smi_table.parse(body))

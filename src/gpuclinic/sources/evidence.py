@@ -1,0 +1,458 @@
+"""Saved evidence -> snapshot, for ``doctor --from`` and ``explain``.
+
+Every input is recognised by its *content*, never its name: ``nvidia-smi -q`` text or XML, the plain
+``nvidia-smi`` table (and its error statements), kernel logs, ``nvidia-bug-report.log(.gz)``, lspci
+output, a gpuclinic capture bundle (tar.gz) or snapshot/report JSON.  Several inputs merge into one
+snapshot (GPUs matched by UUID, then PCI bus id), so a customer's ``nvidia-smi -q`` and ``dmesg``
+together give one diagnosis.  An input we cannot use is a one-line :class:`InputError`, unless other
+inputs were usable: then it is recorded in ``snap.skipped`` and the rest is diagnosed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import io
+import json
+import os
+import tarfile
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gpuclinic.errors import InputError
+from gpuclinic.facts.gpu import GpuFacts, PciDevice
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.facts.software import SoftwareFacts
+from gpuclinic.sources import bugreport, lspci, smi_table, smi_text, smi_xml
+from gpuclinic.sources.smi_common import SmiDump
+
+SAMPLE_BYTES = 256 * 1024
+MAX_DUMP_BYTES = 64 * 1024 * 1024  # nvidia-smi outputs are KBs; a 64 MB "dump" is something else
+MAX_JSON_BYTES = 256 * 1024 * 1024
+MAX_BUNDLE_MEMBER = 256 * 1024 * 1024
+MAX_FILES = 10_000
+EXPECTED = ("nvidia-smi -q (text or XML), an nvidia-smi table, a kernel log, nvidia-bug-report.log(.gz), "
+            "lspci -vvv output or a gpuclinic capture")
+NVML_FAILURE_MARKERS = ("failed to initialize nvml", "couldn't communicate with the nvidia driver",
+                        "no devices were found", "version mismatch", "unable to find nvidia driver",
+                        "nvidia driver is not loaded")
+
+
+class _Unrecognised(Exception):
+    """An input that is readable but is none of the formats we know."""
+
+
+def _kernel_log() -> Any:
+    return bugreport.kernel_log_module()
+
+
+def new_snapshot() -> Snapshot:
+    return Snapshot(origin="evidence", software=SoftwareFacts())
+
+
+# ---------------------------------------------------------------------------------------------- detection
+
+def detect(sample: str) -> str | None:
+    """The kind of evidence ``sample`` (the start of a text) is, or None.
+
+    Kinds: ``bugreport``, ``smi_xml``, ``smi_text``, ``smi_table``, ``kernel_log``, ``lspci``, ``json``.
+    """
+    head = sample.lstrip("\ufeff \t\r\n")
+    if bugreport.looks_like(sample):
+        return "bugreport"
+    if head.startswith("{"):
+        return "json"
+    if smi_xml.looks_like(sample):
+        return "smi_xml"
+    if smi_text.looks_like(sample):
+        return "smi_text"
+    if smi_table.looks_like(sample):
+        return "smi_table"
+    kl = _kernel_log()
+    if kl is not None:
+        try:
+            if kl.looks_like_kernel_log(sample):
+                return "kernel_log"
+        except Exception:  # a helper's bug must not hide the other formats
+            pass
+    elif "NVRM:" in sample or "nvidia-nvswitch" in sample or "pcieport" in sample:
+        return "kernel_log"
+    if lspci.looks_like(sample):
+        return "lspci"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- merging
+
+def merge_gpu(snap: Snapshot, g: GpuFacts) -> GpuFacts:
+    """Merge ``g`` into the snapshot's GPU with the same UUID or bus id, or add it."""
+    match: GpuFacts | None = None
+    if g.uuid:
+        match = next((x for x in snap.gpus if x.uuid and x.uuid.lower() == g.uuid.lower()), None)
+    if match is None and g.pci_bus_id:
+        match = snap.gpu_by_bus_id(g.pci_bus_id)
+    if match is None:
+        if any(x.index == g.index for x in snap.gpus):
+            g.index = max(x.index for x in snap.gpus) + 1
+        snap.gpus.append(g)
+        snap.gpus.sort(key=lambda x: x.index)
+        return g
+    for f in dataclasses.fields(GpuFacts):
+        if f.name == "index":
+            continue
+        old, new = getattr(match, f.name), getattr(g, f.name)
+        if f.name == "lost":
+            match.lost = old or new
+        elif f.name == "unreadable":
+            for k, v in new.items():
+                old.setdefault(k, v)
+        elif f.name == "violation_ns":
+            for k, v in new.items():
+                old.setdefault(k, v)
+        elif old in (None, [], {}) and new not in (None, [], {}):
+            setattr(match, f.name, new)
+    return match
+
+
+def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
+    """Add what one nvidia-smi output says to the snapshot."""
+    sw = snap.software or SoftwareFacts()
+    snap.software = sw
+    if dump.driver_version:
+        snap.driver_version = snap.driver_version or dump.driver_version
+        sw.driver_version = sw.driver_version or dump.driver_version
+    if dump.cuda_version:
+        snap.cuda_driver_version = snap.cuda_driver_version or dump.cuda_version
+    if dump.timestamp and not snap.taken_at:
+        snap.taken_at = dump.timestamp
+    for e in dump.errors:
+        if e not in sw.nvidia_smi_errors:
+            sw.nvidia_smi_errors.append(e)
+    for g in dump.gpus:
+        merge_gpu(snap, g)
+    nvml_failed = any(m in e.lower() for e in dump.errors for m in NVML_FAILURE_MARKERS)
+    if dump.gpus:
+        snap.nvml_available = True
+    elif nvml_failed and snap.nvml_available is not True:
+        snap.nvml_available = False
+        snap.skip("GPUs through NVML", f"nvidia-smi in {origin}: {dump.errors[0]}")
+    if dump.attached_gpus is not None and dump.attached_gpus > len(dump.gpus):
+        snap.notes.append(f"{origin}: nvidia-smi reported {dump.attached_gpus} attached GPUs but listed {len(dump.gpus)}")
+
+
+def _merge_pci(snap: Snapshot, devs: Iterable[PciDevice]) -> None:
+    for d in devs:
+        if not any(normalize_bus_id(x.bus_id) == d.bus_id for x in snap.pci_devices):
+            snap.pci_devices.append(d)
+        snap.pci_read = True
+
+
+def _merge_snapshot(snap: Snapshot, other: Snapshot, origin: str) -> None:
+    """Fold a captured snapshot (from a bundle or JSON) into the evidence snapshot."""
+    for name in ("taken_at", "hostname", "driver_version", "nvml_version", "cuda_driver_version", "expect_gpus"):
+        if getattr(snap, name) is None and getattr(other, name) is not None:
+            setattr(snap, name, getattr(other, name))
+    if other.nvml_available is not None and snap.nvml_available is not True:
+        snap.nvml_available = other.nvml_available
+    for g in other.gpus:
+        merge_gpu(snap, g)
+    _merge_pci(snap, other.pci_devices)
+    snap.pci_read = snap.pci_read or other.pci_read
+    snap.kernel_events.extend(other.kernel_events)
+    snap.kernel_log_read = snap.kernel_log_read or other.kernel_log_read
+    snap.kernel_log_sources.extend(s for s in other.kernel_log_sources if s not in snap.kernel_log_sources)
+    for part in ("software", "container", "host", "network"):
+        if getattr(other, part) is not None:
+            mine = getattr(snap, part)
+            if mine is None or (part == "software" and mine == SoftwareFacts()):
+                setattr(snap, part, getattr(other, part))
+            elif part == "software":
+                for e in other.software.nvidia_smi_errors if other.software else []:
+                    if e not in mine.nvidia_smi_errors:
+                        mine.nvidia_smi_errors.append(e)
+    for s in other.skipped:
+        snap.skip(s.what, s.why)
+    snap.notes.append(f"{origin}: captured snapshot ({other.origin}, taken {other.taken_at or 'at an unknown time'})")
+
+
+# ---------------------------------------------------------------------------------------------- text
+
+def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
+    if kind == "smi_xml":
+        apply_dump(snap, smi_xml.parse(text, origin), origin)
+    elif kind == "smi_text":
+        apply_dump(snap, smi_text.parse(text), origin)
+    elif kind == "smi_table":
+        apply_dump(snap, smi_table.parse(text), origin)
+    elif kind == "lspci":
+        devs = lspci.parse(text.splitlines())
+        if not devs:
+            raise _Unrecognised("lspci output lists no NVIDIA device")
+        _merge_pci(snap, devs)
+    elif kind == "kernel_log":
+        kl = _kernel_log()
+        if kl is None:
+            raise _Unrecognised("looks like a kernel log, but this build has no kernel-log parser")
+        snap.kernel_events.extend(kl.parse_lines(text.splitlines(), origin=origin))
+        snap.kernel_log_read = True
+        if origin not in snap.kernel_log_sources:
+            snap.kernel_log_sources.append(origin)
+    elif kind == "bugreport":
+        _apply_bugreport(snap, bugreport.parse_stream(io.StringIO(text), origin))
+    elif kind == "json":
+        _apply_json(snap, text, origin)
+    else:  # pragma: no cover - detect() returns only the kinds above
+        raise _Unrecognised(kind)
+
+
+def _apply_json(snap: Snapshot, text: str, origin: str) -> None:
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise _Unrecognised(f"not valid JSON ({e.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise _Unrecognised("JSON is not a gpuclinic snapshot or report")
+    schema = str(data.get("schema", ""))
+    if schema.startswith("gpuclinic.report") and isinstance(data.get("facts"), dict):
+        data = data["facts"]
+        schema = str(data.get("schema", ""))
+    if not schema.startswith("gpuclinic.snapshot"):
+        raise _Unrecognised("JSON is not a gpuclinic snapshot or report (no gpuclinic schema)")
+    try:
+        other = Snapshot.from_dict(data)
+    except (TypeError, ValueError, KeyError) as e:
+        raise _Unrecognised(f"gpuclinic snapshot JSON could not be read ({e})") from None
+    _merge_snapshot(snap, other, origin)
+
+
+def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
+    for d in rep.smi:
+        apply_dump(snap, d, rep.path)
+    if rep.driver_version:
+        snap.driver_version = snap.driver_version or rep.driver_version
+        if snap.software is not None:
+            snap.software.driver_version = snap.software.driver_version or rep.driver_version
+    if rep.hostname and not snap.hostname:
+        snap.hostname = rep.hostname
+    _merge_pci(snap, rep.pci_devices)
+    snap.kernel_events.extend(rep.kernel_events)
+    if rep.kernel_sections:
+        snap.kernel_log_read = True
+        for s in rep.kernel_sections:
+            src = f"{rep.path} [{s[:80]}]"
+            if src not in snap.kernel_log_sources:
+                snap.kernel_log_sources.append(src)
+    for n in rep.notes:
+        snap.notes.append(f"{rep.path}: {n}")
+    if not (rep.smi or rep.kernel_sections or rep.pci_devices or rep.driver_version):
+        snap.notes.append(f"{rep.path}: bug report had no nvidia-smi, kernel-log, lspci or driver-version section")
+
+
+def snapshot_from_text(text: str, origin: str = "<stdin>") -> Snapshot:
+    """Build a snapshot from pasted text (``explain``, stdin).  Raises :class:`InputError` if unrecognised."""
+    snap = new_snapshot()
+    add_text(snap, text, origin)
+    snap.inputs.append(origin)
+    return snap
+
+
+def add_text(snap: Snapshot, text: str, origin: str) -> str:
+    """Add one text input to ``snap``; returns the detected kind."""
+    kind = detect(text[:SAMPLE_BYTES])
+    if kind is None:
+        raise InputError(f"{origin}: not recognised; expected {EXPECTED}")
+    try:
+        _apply_text(snap, kind, text, origin)
+    except _Unrecognised as e:
+        raise InputError(f"{origin}: {e}") from None
+    return kind
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """Files named, with directories expanded to the files below them (sorted, hidden ones skipped)."""
+    out: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for f in sorted(files):
+                    if not f.startswith("."):
+                        out.append(os.path.join(root, f))
+                        if len(out) > MAX_FILES:
+                            raise InputError(f"{p}: more than {MAX_FILES} files; point --from at the evidence files")
+        else:
+            out.append(p)
+    return out
+
+
+def _read_head(path: str) -> tuple[bytes, bool]:
+    """First bytes of the (decompressed) file and whether it is gzip-compressed."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+        fh.seek(0)
+        if magic == b"\x1f\x8b":
+            try:
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    return gz.read(SAMPLE_BYTES), True
+            except (OSError, EOFError) as e:
+                raise _Unrecognised(f"gzip data is corrupt ({e})") from None
+        return fh.read(SAMPLE_BYTES), False
+
+
+def _decode(b: bytes) -> str:
+    return b.decode("utf-8", errors="replace")
+
+
+def _looks_binary(b: bytes) -> bool:
+    if not b:
+        return False
+    if b"\x00" in b[:8192]:
+        return True
+    text = _decode(b[:8192])
+    bad = text.count("\ufffd")
+    return bad > max(8, len(text) // 20)
+
+
+def add_file(snap: Snapshot, path: str) -> str:
+    """Add one file to ``snap``; returns its kind.  Raises ``_Unrecognised``/``OSError``."""
+    head, gz = _read_head(path)
+    if _is_tar(path, head, gz):
+        _apply_bundle(snap, path)
+        return "capture"
+    if not head.strip():
+        raise _Unrecognised("file is empty")
+    if _looks_binary(head):
+        raise _Unrecognised("binary data")
+    sample = _decode(head)
+    kind = detect(sample)
+    if kind is None:
+        raise _Unrecognised("not recognised")
+    if kind == "bugreport":
+        _apply_bugreport(snap, bugreport.parse_path(path))
+        return kind
+    if kind == "kernel_log":
+        kl = _kernel_log()
+        if kl is None:
+            raise _Unrecognised("looks like a kernel log, but this build has no kernel-log parser")
+        snap.kernel_events.extend(kl.scan_path(path))
+        snap.kernel_log_read = True
+        if path not in snap.kernel_log_sources:
+            snap.kernel_log_sources.append(path)
+        return kind
+    limit = MAX_JSON_BYTES if kind == "json" else MAX_DUMP_BYTES
+    with bugreport.open_text(path) as fh:
+        text = fh.read(limit + 1)
+    if len(text) > limit:
+        raise _Unrecognised(f"starts like {kind.replace('_', ' ')} but is larger than {limit // (1024 * 1024)} MB")
+    _apply_text(snap, kind, text, path)
+    return kind
+
+
+def _is_tar(path: str, head: bytes, gz: bool) -> bool:
+    # ustar magic at offset 257 of the (decompressed) first block
+    return len(head) >= 262 and head[257:262] == b"ustar"
+
+
+def _apply_bundle(snap: Snapshot, path: str) -> None:
+    """Read a ``gpuclinic capture`` bundle without extracting it to disk."""
+    try:
+        tf = tarfile.open(path, mode="r:*")
+    except (tarfile.TarError, OSError) as e:
+        raise _Unrecognised(f"tar archive could not be read ({e})") from None
+    with tf:
+        members = {}
+        try:
+            for m in tf:
+                if m.isfile() and 0 <= m.size <= MAX_BUNDLE_MEMBER:
+                    members[m.name.lstrip("./")] = m
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise _Unrecognised(f"tar archive is truncated or corrupt ({e})") from None
+
+        def read(name: str) -> str | None:
+            m = members.get(name)
+            if m is None:
+                return None
+            fh = tf.extractfile(m)
+            if fh is None:
+                return None
+            try:
+                return _decode(fh.read())
+            except (tarfile.TarError, OSError, EOFError) as e:
+                raise _Unrecognised(f"tar member {name} is corrupt ({e})") from None
+
+        snap_json = read("snapshot.json")
+        if snap_json is not None:
+            _apply_json(snap, snap_json, f"{path}:snapshot.json")
+            manifest = read("manifest.json")
+            if manifest:
+                try:
+                    man = json.loads(manifest)
+                    for f in man.get("failed", []) if isinstance(man, dict) else []:
+                        if isinstance(f, dict) and f.get("what"):
+                            snap.notes.append(f"capture could not collect {f.get('what')}: {f.get('why')}")
+                except ValueError:
+                    snap.notes.append(f"{path}: manifest.json is not valid JSON")
+            return
+        used = 0
+        for name in sorted(members):
+            if not name.startswith("raw/"):
+                continue
+            text = read(name)
+            if not text:
+                continue
+            kind = detect(text[:SAMPLE_BYTES])
+            if kind is None:
+                continue
+            try:
+                _apply_text(snap, kind, text, f"{path}:{name}")
+                used += 1
+            except (_Unrecognised, InputError) as e:
+                snap.skip(f"{path}:{name}", str(e))
+        if not used:
+            raise _Unrecognised("tar archive is not a gpuclinic capture (no snapshot.json or readable raw/ outputs)")
+
+
+def load_evidence(paths: Sequence[str]) -> Snapshot:
+    """Build one snapshot from saved evidence files and directories (``doctor --from``)."""
+    if not paths:
+        raise InputError("no evidence given")
+    files = expand_paths(paths)
+    if not files:
+        raise InputError(f"{', '.join(paths)}: no files found")
+    snap = new_snapshot()
+    failures: list[str] = []
+    for path in files:
+        try:
+            kind = add_file(snap, path)
+        except FileNotFoundError:
+            failures.append(f"{path}: no such file")
+            continue
+        except IsADirectoryError:
+            continue
+        except PermissionError:
+            failures.append(f"{path}: permission denied")
+            continue
+        except _Unrecognised as e:
+            failures.append(f"{path}: {e}; expected {EXPECTED}")
+            continue
+        except InputError as e:
+            failures.append(str(e))
+            continue
+        except OSError as e:
+            failures.append(f"{path}: could not read ({e.strerror or e})")
+            continue
+        snap.inputs.append(path)
+        snap.notes.append(f"input {path}: {kind}")
+    if not snap.inputs:
+        raise InputError(failures[0] if len(failures) == 1 else f"{failures[0]} (and {len(failures) - 1} more unusable input(s))")
+    for f in failures:
+        what, _, why = f.partition(": ")
+        snap.skip(f"evidence {what}", why or f)
+    if snap.nvml_available is None and not snap.gpus:
+        snap.skip("GPUs through NVML", "the evidence has no nvidia-smi output or capture")
+    if not snap.kernel_log_read:
+        snap.skip("the kernel log", "the evidence has no kernel log")
+    snap.origin = "evidence"
+    return snap

@@ -1,0 +1,83 @@
+"""Parser for ``lspci -vvv`` (optionally ``-nn``/``-D``) output: NVIDIA devices and their PCIe link.
+
+Bug reports and captures carry lspci output; its ``LnkCap``/``LnkSta`` lines give the link's
+maximum and trained speed and width even when NVML is gone, e.g.
+``LnkSta: Speed 8GT/s (downgraded), Width x8 (downgraded)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from gpuclinic.facts.gpu import PciDevice
+from gpuclinic.facts.snapshot import normalize_bus_id
+
+_DEV_RE = re.compile(
+    r"^(?P<bus>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<cls>[^:\[]+?)\s*(?:\[(?P<clsid>[0-9a-fA-F]{4})\])?:\s*(?P<desc>.*)$"
+)
+_IDS_RE = re.compile(r"\[(?P<ven>[0-9a-fA-F]{4}):(?P<dev>[0-9a-fA-F]{4})\]")
+_LNK_RE = re.compile(r"(?P<kind>LnkCap|LnkSta):.*?Speed\s+(?P<speed>[\d.]+)GT/s[^,]*,\s*Width\s+x(?P<width>\d+)")
+_CLASS_NAMES = {
+    "vga compatible controller": "0x030000",
+    "3d controller": "0x030200",
+    "display controller": "0x038000",
+    "bridge": "0x068000",
+}
+
+
+def looks_like(sample: str) -> bool:
+    return bool(re.search(r"^\S+ (VGA compatible controller|3D controller|PCI bridge|Bridge).*:", sample, re.M)) and (
+        "LnkSta:" in sample or "Kernel driver in use" in sample or "Capabilities:" in sample
+    )
+
+
+def parse(lines: Iterable[str]) -> list[PciDevice]:
+    """NVIDIA devices (vendor 10de, or "NVIDIA" in the description) with link facts."""
+    out: list[PciDevice] = []
+    cur: PciDevice | None = None
+    for raw in lines:
+        if len(raw) > 4096:
+            continue
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            cur = None
+            m = _DEV_RE.match(line)
+            if not m:
+                continue
+            desc = m.group("desc")
+            ids = _IDS_RE.search(desc)
+            nvidia = (ids is not None and ids.group("ven").lower() == "10de") or "nvidia" in desc.lower()
+            if not nvidia:
+                continue
+            cls = m.group("cls").strip().lower()
+            class_code = ("0x" + m.group("clsid").lower() + "00") if m.group("clsid") else _CLASS_NAMES.get(cls)
+            if class_code is None and "bridge" in cls:
+                class_code = "0x068000"
+            cur = PciDevice(
+                bus_id=normalize_bus_id(m.group("bus")),
+                device_id=("0x" + ids.group("dev").lower()) if ids else None,
+                class_code=class_code,
+            )
+            out.append(cur)
+            continue
+        if cur is None:
+            continue
+        s = line.strip()
+        lk = _LNK_RE.search(s)
+        if lk:
+            speed, width = float(lk.group("speed")), int(lk.group("width"))
+            if lk.group("kind") == "LnkCap" and cur.max_link_speed_gts is None:
+                cur.max_link_speed_gts, cur.max_link_width = speed, width
+            elif lk.group("kind") == "LnkSta" and cur.current_link_speed_gts is None:
+                cur.current_link_speed_gts, cur.current_link_width = speed, width
+        elif s.startswith("Kernel driver in use:"):
+            cur.driver = s.split(":", 1)[1].strip() or None
+        elif s.startswith("NUMA node:"):
+            try:
+                cur.numa_node = int(s.split(":", 1)[1].strip())
+            except ValueError:
+                pass
+    return out

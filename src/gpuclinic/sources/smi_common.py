@@ -1,0 +1,283 @@
+"""Value parsing shared by the nvidia-smi text, XML and table parsers.
+
+nvidia-smi prints the same facts in many spellings across driver eras ("N/A", "[N/A]",
+"[Not Supported]", "ERR!", "[GPU requires reset]", "16x", "250.00 W", "1202176 us"); this module
+turns one spelling into one typed value, and says *why* when a value is absent, so checks can tell
+"not supported on this GPU" from "the GPU could not answer".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.snapshot import normalize_bus_id
+
+# Clock event (throttle) reason names -> NVML bit (nvml.h nvmlClocksEventReason*).
+CLOCK_REASON_BITS: dict[str, int] = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+
+# Values meaning "no value, and that is normal" (feature absent or not applicable).
+_ABSENT = {"n/a", "[n/a]", "none", "not available", "", "-"}
+# Values meaning "the GPU or driver could not answer": worth recording in GpuFacts.unreadable.
+_ERROR_MARKERS = (
+    "not supported", "unknown error", "requires reset", "err!", "gpu is lost", "insufficient permissions",
+    "deprecated", "error", "unknown",
+)
+
+_NUM_RE = re.compile(r"[-+]?\d+(?:\.\d+)?")
+
+
+def clean(value: str | None) -> str | None:
+    """Strip whitespace and surrounding brackets noise; None for absent values."""
+    if value is None:
+        return None
+    v = value.strip()
+    if v.lower() in _ABSENT:
+        return None
+    return v
+
+
+def error_reason(value: str | None) -> str | None:
+    """The error text when ``value`` is an error marker like "[Unknown Error]" or "ERR!", else None."""
+    if value is None:
+        return None
+    v = value.strip()
+    low = v.lower()
+    if low in _ABSENT:
+        return None
+    if _NUM_RE.match(v):
+        return None
+    if any(m in low for m in _ERROR_MARKERS):
+        return v.strip("[] ")
+    return None
+
+
+def num(value: str | None) -> float | None:
+    """First number in ``value`` ("66.92 W" -> 66.92, "16x" -> 16), None when absent or an error."""
+    v = clean(value)
+    if v is None or error_reason(v):
+        return None
+    m = _NUM_RE.search(v)
+    if not m:
+        return None
+    try:
+        return float(m.group(0))
+    except ValueError:  # pragma: no cover - the regex only matches numbers
+        return None
+
+
+def integer(value: str | None) -> int | None:
+    """Integer value; hex ("0x1F") is accepted; negative or fractional text gives None."""
+    v = clean(value)
+    if v is None or error_reason(v):
+        return None
+    if v.lower().startswith("0x"):
+        try:
+            return int(v.split()[0], 16)
+        except ValueError:
+            return None
+    f = num(v)
+    if f is None or f != int(f):
+        return None
+    return int(f)
+
+
+def mib_bytes(value: str | None) -> int | None:
+    """'40960 MiB' -> bytes (MiB default; KiB/GiB/B honoured)."""
+    f = num(value)
+    if f is None or value is None:
+        return None
+    unit = value.strip().lower()
+    if unit.endswith("gib") or unit.endswith("gb"):
+        mul = 1024**3
+    elif unit.endswith("kib") or unit.endswith("kb"):
+        mul = 1024
+    elif unit.endswith(" b") or unit.endswith("bytes"):
+        mul = 1
+    else:
+        mul = 1024**2
+    return int(f * mul)
+
+
+def yes_no(value: str | None) -> bool | None:
+    """Yes/No, Enabled/Disabled, Active/Not Active, On/Off -> bool."""
+    v = clean(value)
+    if v is None:
+        return None
+    low = v.lower().strip("[]")
+    if low in ("yes", "enabled", "active", "on", "true", "1"):
+        return True
+    if low in ("no", "disabled", "not active", "off", "false", "0", "inactive"):
+        return False
+    return None
+
+
+def note_unreadable(gpu: GpuFacts, field_name: str, value: str | None) -> None:
+    """Record why ``field_name`` has no value when nvidia-smi printed an error instead of one."""
+    why = error_reason(value)
+    if why:
+        gpu.unreadable.setdefault(field_name, why)
+        low = why.lower()
+        if "requires reset" in low and not gpu.recovery_action:
+            gpu.recovery_action = "reset"
+        if "gpu is lost" in low and not gpu.lost:
+            gpu.lost = True
+            gpu.lost_reason = why
+
+
+def set_reasons(gpu: GpuFacts, active: dict[str, bool]) -> None:
+    """Fill the decoded clock-event reasons and the NVML-compatible bitmask."""
+    if not active:
+        return
+    mask = 0
+    names: list[str] = []
+    for name, on in active.items():
+        if on:
+            mask |= CLOCK_REASON_BITS.get(name, 0)
+            names.append(name)
+    gpu.clock_event_reasons = names
+    gpu.clock_event_reasons_mask = mask
+
+
+def reason_name(label: str) -> str | None:
+    """Map an nvidia-smi reason label (text or XML tag) to its NVML-style name."""
+    k = re.sub(r"[^a-z]+", "_", label.lower()).strip("_")
+    for prefix in ("clocks_event_reason_", "clocks_throttle_reason_", "clocks_event_reasons_counters_",
+                   "clocks_throttle_reasons_counters_"):
+        if k.startswith(prefix):
+            k = k[len(prefix):]
+    aliases = {
+        "idle": "gpu_idle",
+        "gpu_idle": "gpu_idle",
+        "applications_clocks_setting": "applications_clocks_setting",
+        "application_clocks_setting": "applications_clocks_setting",
+        "sw_power_cap": "sw_power_cap",
+        "sw_power_capping": "sw_power_cap",
+        "hw_slowdown": "hw_slowdown",
+        "hw_thermal_slowdown": "hw_thermal_slowdown",
+        "hw_power_brake_slowdown": "hw_power_brake_slowdown",
+        "hw_power_braking": "hw_power_brake_slowdown",
+        "sw_therm_slowdown": "sw_thermal_slowdown",
+        "hw_therm_slowdown": "hw_thermal_slowdown",
+        "sw_thermal_slowdown_counter": "sw_thermal_slowdown",
+        "hw_power_brake": "hw_power_brake_slowdown",
+        "sync_boost": "sync_boost",
+        "sw_thermal_slowdown": "sw_thermal_slowdown",
+        "display_clock_setting": "display_clock_setting",
+        "display_clocks_setting": "display_clock_setting",
+        "unknown": "unknown",
+    }
+    return aliases.get(k)
+
+
+def microseconds_ns(value: str | None) -> int | None:
+    """'1202176 us' -> nanoseconds."""
+    f = num(value)
+    if f is None or value is None:
+        return None
+    low = value.lower()
+    if low.strip().endswith("ms"):
+        return int(f * 1_000_000)
+    if low.strip().endswith("ns"):
+        return int(f)
+    if low.strip().endswith(" s"):
+        return int(f * 1_000_000_000)
+    return int(f * 1000)
+
+
+def width(value: str | None) -> int | None:
+    """'16x' / 'x16' -> 16."""
+    return integer(value.replace("x", "").replace("X", "") if value else value)
+
+
+def apply_tlimit(gpu: GpuFacts, tlimit: float | None, shutdown_margin: float | None,
+                 slowdown_margin: float | None, max_gpu_margin: float | None) -> None:
+    """Blackwell-era drivers (575+) print temperature *margins* to T.Limit instead of absolute thresholds.
+
+    ``GPU T.Limit Temp`` is how far the GPU is below its T.Limit; thresholds are margins relative to
+    T.Limit (0 = at it, -5 = five degrees past it).  With the current temperature we recover absolute
+    thresholds so the thermal checks compare like with like.
+    """
+    if gpu.temperature_c is None or tlimit is None:
+        return
+    limit = gpu.temperature_c + tlimit
+    if slowdown_margin is not None and gpu.slowdown_temp_c is None:
+        gpu.slowdown_temp_c = limit - slowdown_margin
+    if shutdown_margin is not None and gpu.shutdown_temp_c is None:
+        gpu.shutdown_temp_c = limit - shutdown_margin
+    if max_gpu_margin is not None and gpu.max_operating_temp_c is None:
+        gpu.max_operating_temp_c = limit - max_gpu_margin
+
+
+@dataclass
+class SmiDump:
+    """What one nvidia-smi output said: versions, GPUs and error statements it printed."""
+
+    kind: str  # smi_text | smi_xml | smi_table
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    timestamp: str | None = None
+    attached_gpus: int | None = None
+    gpus: list[GpuFacts] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # verbatim nvidia-smi error statements
+
+
+# nvidia-smi's own error statements, as printed in the wild (one line each).
+_HANDLE_RE = re.compile(
+    r"Unable to determine the device handle for (?:GPU\s*)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    r"\s*:?\s*(?P<why>.*)$"
+)
+_ERROR_LINE_RES = (
+    re.compile(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.*", re.I),
+    re.compile(r"Failed to initialize NVML:.*", re.I),
+    re.compile(r"No devices were found", re.I),
+    re.compile(r"Unable to determine the device handle for .*", re.I),
+    re.compile(r"NVML library version mismatch.*|Driver/library version mismatch.*", re.I),
+    re.compile(r"GPU access blocked by the operating system.*", re.I),
+    re.compile(r"Unable to find NVIDIA driver.*|NVIDIA driver is not loaded.*", re.I),
+    re.compile(r"Insufficient Permissions.*", re.I),
+    re.compile(r"nvidia-smi: (?:command )?not found|command not found: nvidia-smi", re.I),
+)
+
+
+def scan_error_lines(lines: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """nvidia-smi error statements in ``lines`` and the (bus id, why) of each GPU it could not open."""
+    errors: list[str] = []
+    lost: list[tuple[str, str]] = []
+    for raw in lines:
+        line = raw.strip()
+        if not line or len(line) > 500:
+            continue
+        for rx in _ERROR_LINE_RES:
+            m = rx.search(line)
+            if m:
+                text = m.group(0).strip()
+                if text not in errors:
+                    errors.append(text)
+                break
+        h = _HANDLE_RE.search(line)
+        if h:
+            lost.append((normalize_bus_id(h.group("bus")), h.group("why").strip() or "Unknown Error"))
+    return errors, lost
+
+
+def mark_lost(gpus: list[GpuFacts], lost: list[tuple[str, str]]) -> None:
+    """Add or mark GPUs nvidia-smi could not open as lost ("Unable to determine the device handle")."""
+    for bus, why in lost:
+        found = next((g for g in gpus if g.pci_bus_id == bus), None)
+        if found is None:
+            found = GpuFacts(index=len(gpus), pci_bus_id=bus)
+            gpus.append(found)
+        found.lost = True
+        found.lost_reason = f"nvidia-smi: Unable to determine the device handle: {why}"

@@ -1,0 +1,178 @@
+"""Parser for the plain ``nvidia-smi`` table (both the pre-525 and the wider 525+ layouts).
+
+Besides the per-GPU rows it understands what people paste when things are broken: ``ERR!`` cells
+(the GPU stopped answering: marked lost or unreadable), "No devices were found", "Unable to determine
+the device handle for GPU ...: Unknown Error / GPU is lost", "NVIDIA-SMI has failed because it
+couldn't communicate with the NVIDIA driver" and "Failed to initialize NVML: Driver/library version
+mismatch".  Those statements are kept verbatim in ``SmiDump.errors`` for the software checks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from gpuclinic.facts.gpu import GpuFacts, GpuProcess
+from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.sources import smi_common as c
+
+MAX_LINE = 4096
+_HEADER_RE = re.compile(
+    r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+Driver Version:\s*(?P<drv>[\d.]+|N/A)(?:\s+CUDA Version:\s*(?P<cuda>[\d.]+|N/A))?"
+)
+_BUS_RE = re.compile(r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*(?P<disp>\S+)?")
+_ROW1_RE = re.compile(r"^\s*(?P<idx>\d+)\s+(?P<name>.*?)\s*(?P<pm>\bOn\b|\bOff\b|ERR!|N/A|TCC|WDDM|MCDM)?\s*$")
+_ROW2_RE = re.compile(
+    r"^\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?:(?P<pwr>\S+)\s*/\s*(?P<cap>\S+))?\s*$"
+)
+_MEM_RE = re.compile(r"(?P<used>\S+)\s*/\s*(?P<total>\S+)")
+_PROC_RE = re.compile(
+    r"^\s*(?P<gpu>\d+)\s+(?:(?P<gi>\S+)\s+(?P<ci>\S+)\s+)?(?P<pid>\d+)\s+(?P<type>C\+G|M\+C|C|G|M)\s+"
+    r"(?P<name>.*?)\s+(?P<mem>\d+MiB|N/A)\s*$"
+)
+_MIG_RE = re.compile(r"^\s*(?P<gpu>\d+)\s+(?P<gi>\d+)\s+(?P<ci>\d+)\s+(?P<dev>\d+)\s*$")
+
+
+def looks_like(sample: str) -> bool:
+    """True for a plain nvidia-smi table or an nvidia-smi error statement."""
+    if _HEADER_RE.search(sample):
+        return True
+    errors, _ = c.scan_error_lines(sample.splitlines()[:200])
+    return bool(errors)
+
+
+def _cells(line: str) -> list[str]:
+    s = line.strip()
+    if not (s.startswith("|") and s.endswith("|")):
+        return []
+    return [p for p in s[1:-1].split("|")]
+
+
+def _is_err(v: str | None) -> bool:
+    return bool(v) and "ERR!" in (v or "")
+
+
+def parse(text: str | Iterable[str]) -> c.SmiDump:
+    lines = text.splitlines() if isinstance(text, str) else [ln.rstrip("\r\n") for ln in text]
+    lines = [ln for ln in lines if len(ln) <= MAX_LINE]
+    dump = c.SmiDump(kind="smi_table")
+    section = "gpus"
+    cur: GpuFacts | None = None
+    row_in_block = 0
+    has_mig_col = False
+    for line in lines:
+        h = _HEADER_RE.search(line)
+        if h:
+            dump.driver_version = h.group("drv") if h.group("drv") != "N/A" else None
+            cuda = h.group("cuda")
+            dump.cuda_version = cuda if cuda and cuda != "N/A" else None
+            section = "gpus"
+            continue
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith("+") or set(s) <= set("|-=+"):
+            row_in_block = 0
+            cur = None if s.startswith("+") else cur
+            continue
+        if "MIG devices:" in s:
+            section = "mig"
+            continue
+        if "Processes:" in s:
+            section = "procs"
+            continue
+        cells = _cells(line)
+        if not cells:
+            continue
+        if section == "gpus":
+            if "MIG M." in line:
+                has_mig_col = True
+            if len(cells) < 3:
+                continue
+            bus = _BUS_RE.search(cells[1])
+            r1 = _ROW1_RE.match(cells[0])
+            if bus and r1:
+                cur = GpuFacts(index=int(r1.group("idx")), pci_bus_id=normalize_bus_id(bus.group("bus")))
+                name = r1.group("name").strip()
+                cur.name = name if name and not _is_err(name) else None
+                pm = r1.group("pm")
+                if pm in ("On", "Off"):
+                    cur.persistence_mode = pm == "On"
+                ecc = cells[2].strip()
+                cur.ecc_volatile_uncorrected = c.integer(ecc)
+                if ecc == "Off":
+                    cur.ecc_mode_current = False
+                elif cur.ecc_volatile_uncorrected is not None:
+                    cur.ecc_mode_current = True
+                c.note_unreadable(cur, "ecc_volatile_uncorrected", ecc)
+                if _is_err(name) or _is_err(pm):
+                    cur.lost, cur.lost_reason = True, "nvidia-smi printed ERR! for the GPU's identity"
+                dump.gpus.append(cur)
+                row_in_block = 1
+                continue
+            if cur is not None and row_in_block == 1:
+                _row2(cur, cells)
+                row_in_block = 2
+                continue
+            if cur is not None and row_in_block == 2 and has_mig_col:
+                mig = cells[2].strip()
+                cur.mig_mode_current = c.yes_no(mig)
+                row_in_block = 3
+                continue
+        elif section == "mig":
+            if len(cells) >= 2:
+                m = _MIG_RE.match(cells[0])
+                if m:
+                    g = next((x for x in dump.gpus if x.index == int(m.group("gpu"))), None)
+                    if g is not None:
+                        g.mig_mode_current = True
+        elif section == "procs" and len(cells) == 1:
+            m = _PROC_RE.match(cells[0])
+            if m:
+                g = next((x for x in dump.gpus if x.index == int(m.group("gpu"))), None)
+                if g is not None:
+                    t = m.group("type")
+                    g.processes.append(GpuProcess(
+                        pid=int(m.group("pid")), name=m.group("name").strip() or None,
+                        used_memory_bytes=c.mib_bytes(m.group("mem")), kind="graphics" if t == "G" else "compute",
+                    ))
+    errors, lost = c.scan_error_lines(lines)
+    dump.errors = errors
+    c.mark_lost(dump.gpus, lost)
+    return dump
+
+
+def _row2(g: GpuFacts, cells: list[str]) -> None:
+    m = _ROW2_RE.match(cells[0])
+    errs = 0
+    if m:
+        fan, temp, perf, pwr, cap = (m.group(k) for k in ("fan", "temp", "perf", "pwr", "cap"))
+        g.fan_percent = c.num(fan)
+        g.temperature_c = c.num(temp)
+        g.performance_state = perf if perf and perf.startswith("P") else None
+        g.power_draw_w = c.num(pwr)
+        g.power_limit_w = c.num(cap)
+        for name, v in (("fan_percent", fan), ("temperature_c", temp), ("performance_state", perf),
+                        ("power_draw_w", pwr), ("power_limit_w", cap)):
+            if _is_err(v):
+                g.unreadable[name] = "ERR!"
+                errs += 1
+    mem = _MEM_RE.search(cells[1])
+    if mem:
+        g.memory_used_bytes = c.mib_bytes(mem.group("used"))
+        g.memory_total_bytes = c.mib_bytes(mem.group("total"))
+        if _is_err(mem.group("used")):
+            g.unreadable["memory_used_bytes"] = "ERR!"
+            errs += 1
+    if len(cells) > 2:
+        parts = cells[2].split()
+        if parts:
+            g.utilization_gpu_pct = c.num(parts[0])
+            if _is_err(parts[0]):
+                g.unreadable["utilization_gpu_pct"] = "ERR!"
+                errs += 1
+        if len(parts) > 1 and not _is_err(parts[-1]):
+            g.compute_mode = parts[-1]
+    if errs >= 3 or ("temperature_c" in g.unreadable and "utilization_gpu_pct" in g.unreadable):
+        g.lost = True
+        g.lost_reason = "nvidia-smi printed ERR! for most of the GPU's readings (GPU not responding)"

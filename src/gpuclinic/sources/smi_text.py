@@ -1,0 +1,344 @@
+"""Parser for ``nvidia-smi -q`` text output, every driver era (3xx .. 58x).
+
+The format is an indentation tree of ``Key : value`` lines.  Keys were renamed over the years
+("Clocks Throttle Reasons" -> "Clocks Event Reasons", "Power Readings" -> "GPU Power Readings",
+"Power Draw" -> "Average/Instantaneous Power Draw", "Power Limit" -> "Current Power Limit", ECC
+"Single/Double Bit" -> "SRAM/DRAM (Un)correctable"), so lookups take every known spelling.
+The parser is relative to the indentation of each ``GPU <bus id>`` line, which keeps it working on
+dumps pasted with a prefix (bug reports, issue comments) and never raises on arbitrary text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from gpuclinic.facts.gpu import GpuFacts, GpuProcess
+from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.sources import smi_common as c
+
+MARKER = "==============NVSMI LOG=============="
+MAX_LINE = 4096  # longer lines are not nvidia-smi output; skip them instead of regex-scanning megabytes
+
+_KV_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[^:\n]*?[^:\s])[ \t]*:(?:[ \t]+(?P<value>.*?))?[ \t]*$")
+_KEY_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[A-Za-z][^:\n]*?)[ \t]*$")
+_GPU_RE = re.compile(r"^(?P<indent>[ \t]*)GPU (?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7])[ \t]*$")
+
+
+@dataclass
+class Node:
+    key: str
+    value: str | None = None
+    children: list[Node] = field(default_factory=list)
+
+    def get(self, *names: str) -> Node | None:
+        """First child whose key matches one of ``names`` (case/space-insensitive), in ``names`` order."""
+        for n in names:
+            k = _norm(n)
+            for ch in self.children:
+                if _norm(ch.key) == k:
+                    return ch
+        return None
+
+    def val(self, *path: str | tuple[str, ...]) -> str | None:
+        """Value at a path; each step may be a tuple of alternative spellings."""
+        node: Node | None = self
+        for step in path:
+            if node is None:
+                return None
+            node = node.get(*(step if isinstance(step, tuple) else (step,)))
+        return node.value if node is not None else None
+
+    def walk(self) -> Iterator[Node]:
+        for ch in self.children:
+            yield ch
+            yield from ch.walk()
+
+
+def _norm(k: str) -> str:
+    return " ".join(k.lower().split())
+
+
+def _indent(s: str) -> int:
+    return len(s.expandtabs(4))
+
+
+def looks_like(sample: str) -> bool:
+    """True for ``nvidia-smi -q`` text (the NVSMI LOG banner, or a GPU block with typical keys)."""
+    if MARKER in sample:
+        return True
+    return bool(_GPU_RE.search(sample) if "\n" not in sample else re.search(
+        r"^[ \t]*GPU [0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7][ \t]*\r?\n[ \t]+(Product Name|Accounting Mode|Performance State|Clocks|FB Memory Usage|Temperature|Remapped Rows|ECC)",
+        sample, re.M))
+
+
+def parse(text: str | Iterable[str]) -> c.SmiDump:
+    """Parse one ``nvidia-smi -q`` output (text or lines).  Unknown lines are ignored."""
+    lines = text.splitlines() if isinstance(text, str) else [ln.rstrip("\r\n") for ln in text]
+    dump = c.SmiDump(kind="smi_text")
+    roots: list[tuple[str, Node]] = []  # (bus id, tree)
+    stack: list[tuple[int, Node]] = []
+    gpu_indent = -1
+    for raw in lines:
+        if len(raw) > MAX_LINE or not raw.strip():
+            continue
+        line = raw.rstrip()
+        g = _GPU_RE.match(line)
+        if g:
+            root = Node("GPU", g.group("bus"))
+            roots.append((normalize_bus_id(g.group("bus")), root))
+            gpu_indent = _indent(g.group("indent"))
+            stack = [(gpu_indent, root)]
+            continue
+        m = _KV_RE.match(line)
+        if m:
+            ind, key, value = _indent(m.group("indent")), m.group("key").strip(), m.group("value")
+        else:
+            k = _KEY_RE.match(line)
+            if not k:
+                continue
+            ind, key, value = _indent(k.group("indent")), k.group("key").strip(), None
+        if stack and ind > gpu_indent:
+            while len(stack) > 1 and stack[-1][0] >= ind:
+                stack.pop()
+            node = Node(key, value)
+            stack[-1][1].children.append(node)
+            stack.append((ind, node))
+            continue
+        # top-level (header) lines, outside any GPU block
+        stack = []
+        gpu_indent = -1
+        nk = _norm(key)
+        if nk == "driver version" and value:
+            dump.driver_version = c.clean(value)
+        elif nk in ("cuda version", "cuda driver version") and value:
+            dump.cuda_version = c.clean(value) if value.strip().lower() != "not found" else None
+        elif nk == "timestamp" and value:
+            dump.timestamp = value.strip()
+        elif nk == "attached gpus" and value:
+            dump.attached_gpus = c.integer(value)
+    for i, (bus, root) in enumerate(roots):
+        dump.gpus.append(_gpu_from_tree(i, bus, root))
+    errors, lost = c.scan_error_lines(lines if len(lines) < 200_000 else lines[:200_000])
+    dump.errors = errors
+    c.mark_lost(dump.gpus, lost)
+    return dump
+
+
+def _gpu_from_tree(index: int, bus: str, t: Node) -> GpuFacts:
+    g = GpuFacts(index=index, pci_bus_id=bus)
+    g.name = c.clean(t.val("Product Name"))
+    g.architecture = c.clean(t.val("Product Architecture"))
+    g.serial = c.clean(t.val("Serial Number"))
+    g.uuid = c.clean(t.val("GPU UUID"))
+    g.vbios = c.clean(t.val("VBIOS Version"))
+    g.persistence_mode = c.yes_no(t.val("Persistence Mode"))
+    g.compute_mode = c.clean(t.val("Compute Mode"))
+    g.mig_mode_current = c.yes_no(t.val("MIG Mode", "Current"))
+    g.mig_mode_pending = c.yes_no(t.val("MIG Mode", "Pending"))
+    g.performance_state = c.clean(t.val("Performance State"))
+    g.fan_percent = c.num(t.val("Fan Speed"))
+    c.note_unreadable(g, "fan_percent", t.val("Fan Speed"))
+
+    pci = t.get("PCI")
+    if pci is not None:
+        bid = c.clean(pci.val("Bus Id"))
+        if bid:
+            g.pci_bus_id = normalize_bus_id(bid)
+        g.pci_device_id = c.clean(pci.val("Device Id"))
+        gen = pci.get("GPU Link Info")
+        gen_node = gen.get("PCIe Generation") if gen else None
+        if gen_node is not None:
+            cur = gen_node.val(("Current", "Device Current"))
+            g.pcie_gen = c.integer(cur)
+            c.note_unreadable(g, "pcie_gen", cur)
+            g.pcie_gen_max = c.integer(gen_node.val("Max"))
+            g.pcie_gen_gpu_max = c.integer(gen_node.val(("Device Max", "GPU Max")))
+            host_max = c.integer(gen_node.val("Host Max"))
+            if g.pcie_gen_max is None and g.pcie_gen_gpu_max is not None:
+                g.pcie_gen_max = min(g.pcie_gen_gpu_max, host_max) if host_max else g.pcie_gen_gpu_max
+            if g.pcie_gen_gpu_max is None:
+                g.pcie_gen_gpu_max = g.pcie_gen_max
+        lw = gen.get("Link Width") if gen else None
+        if lw is not None:
+            g.pcie_width = c.width(lw.val(("Current", "Device Current")))
+            c.note_unreadable(g, "pcie_width", lw.val(("Current", "Device Current")))
+            g.pcie_width_max = c.width(lw.val(("Max", "Device Max")))
+        rep = pci.val(("Replays Since Reset", "Replays since reset", "Replay Counter"))
+        g.pcie_replay_count = c.integer(rep)
+        c.note_unreadable(g, "pcie_replay_count", rep)
+        g.pcie_tx_kbps = c.num(pci.val("Tx Throughput"))
+        g.pcie_rx_kbps = c.num(pci.val("Rx Throughput"))
+
+    reasons = t.get("Clocks Event Reasons", "Clocks Throttle Reasons", "Clocks Throttle Reason")
+    if reasons is not None:
+        active: dict[str, bool] = {}
+        for n in reasons.walk():
+            name = c.reason_name(n.key)
+            on = c.yes_no(n.value)
+            if name and on is not None:
+                active[name] = on
+        c.set_reasons(g, active)
+    counters = t.get("Clocks Event Reasons Counters", "Clocks Throttle Reasons Counters")
+    if counters is not None:
+        for n in counters.walk():
+            name = c.reason_name(n.key)
+            ns = c.microseconds_ns(n.value)
+            if name and ns is not None:
+                g.violation_ns[name] = ns
+
+    fb = t.get("FB Memory Usage")
+    if fb is not None:
+        g.memory_total_bytes = c.mib_bytes(fb.val("Total"))
+        g.memory_used_bytes = c.mib_bytes(fb.val("Used"))
+    util = t.get("Utilization")
+    if util is not None:
+        g.utilization_gpu_pct = c.num(util.val("Gpu"))
+        c.note_unreadable(g, "utilization_gpu_pct", util.val("Gpu"))
+        g.utilization_memory_pct = c.num(util.val("Memory"))
+
+    g.ecc_mode_current = c.yes_no(t.val("ECC Mode", "Current"))
+    g.ecc_mode_pending = c.yes_no(t.val("ECC Mode", "Pending"))
+    ecc = t.get("ECC Errors")
+    if ecc is not None:
+        for scope in ("Volatile", "Aggregate"):
+            node = ecc.get(scope)
+            if node is None:
+                continue
+            corr, unc = _ecc_counts(node)
+            if scope == "Volatile":
+                g.ecc_volatile_corrected, g.ecc_volatile_uncorrected = corr, unc
+            else:
+                g.ecc_aggregate_corrected, g.ecc_aggregate_uncorrected = corr, unc
+            for n in node.children:
+                c.note_unreadable(g, f"ecc_{scope.lower()}", n.value)
+
+    rp = t.get("Retired Pages", "Page Retirement")
+    if rp is not None:
+        g.retired_pages_sbe = c.integer(rp.val(("Single Bit ECC", "Single Bit", "Multiple Single Bit Retirement")))
+        g.retired_pages_dbe = c.integer(rp.val(("Double Bit ECC", "Double Bit", "Double Bit Retirement")))
+        for n in rp.children:
+            if _norm(n.key).startswith("pending"):
+                v = c.yes_no(n.value)
+                if v is not None:
+                    g.retired_pages_pending = bool(g.retired_pages_pending) or v
+
+    rr = t.get("Remapped Rows")
+    if rr is not None:
+        g.remapped_rows_correctable = c.integer(rr.val(("Correctable Error", "Correctable Errors", "Correctable")))
+        g.remapped_rows_uncorrectable = c.integer(rr.val(("Uncorrectable Error", "Uncorrectable Errors", "Uncorrectable")))
+        g.remapped_rows_pending = c.yes_no(rr.val("Pending"))
+        g.remapped_rows_failure = c.yes_no(rr.val(("Remapping Failure Occurred", "Remapping Failure")))
+        c.note_unreadable(g, "remapped_rows", rr.value)
+
+    temp = t.get("Temperature")
+    if temp is not None:
+        cur = temp.val("GPU Current Temp")
+        g.temperature_c = c.num(cur)
+        c.note_unreadable(g, "temperature_c", cur)
+        g.shutdown_temp_c = c.num(temp.val("GPU Shutdown Temp"))
+        g.slowdown_temp_c = c.num(temp.val("GPU Slowdown Temp"))
+        g.max_operating_temp_c = c.num(temp.val("GPU Max Operating Temp"))
+        g.memory_temperature_c = c.num(temp.val("Memory Current Temp"))
+        g.memory_max_operating_temp_c = c.num(temp.val("Memory Max Operating Temp"))
+        c.apply_tlimit(g, c.num(temp.val("GPU T.Limit Temp")), c.num(temp.val("GPU Shutdown T.Limit Temp")),
+                       c.num(temp.val("GPU Slowdown T.Limit Temp")), c.num(temp.val("GPU Max Operating T.Limit Temp")))
+
+    pw = t.get("GPU Power Readings", "Power Readings")
+    if pw is not None:
+        draw = pw.val(("Instantaneous Power Draw", "Power Draw", "Average Power Draw"))
+        if c.num(draw) is None:
+            draw = pw.val(("Power Draw", "Average Power Draw")) or draw
+        g.power_draw_w = c.num(draw)
+        c.note_unreadable(g, "power_draw_w", draw)
+        g.power_limit_w = c.num(pw.val(("Current Power Limit", "Power Limit")))
+        g.power_default_limit_w = c.num(pw.val("Default Power Limit"))
+        g.power_enforced_limit_w = c.num(pw.val("Enforced Power Limit"))
+        g.power_max_limit_w = c.num(pw.val("Max Power Limit"))
+
+    clocks = t.get("Clocks")
+    if clocks is not None:
+        g.sm_clock_mhz = c.num(clocks.val(("SM", "Graphics")))
+        g.mem_clock_mhz = c.num(clocks.val("Memory"))
+    mx = t.get("Max Clocks")
+    if mx is not None:
+        g.sm_clock_max_mhz = c.num(mx.val(("SM", "Graphics")))
+        g.mem_clock_max_mhz = c.num(mx.val("Memory"))
+
+    rs = t.get("GPU Reset Status")
+    if rs is not None:
+        if c.yes_no(rs.val("Drain and Reset Recommended")):
+            g.recovery_action = "drain_and_reset"
+        elif c.yes_no(rs.val("Reset Required")):
+            g.recovery_action = "reset"
+    ra = c.clean(t.val("GPU Recovery Action"))
+    if ra and ra.lower() != "none":
+        g.recovery_action = "_".join(ra.lower().split())
+
+    procs = t.get("Processes")
+    if procs is not None:
+        g.processes = _processes(procs)
+
+    for n in t.children:  # whole-GPU failures printed in place of a section value
+        why = c.error_reason(n.value)
+        if why and ("gpu is lost" in why.lower()):
+            g.lost, g.lost_reason = True, f"nvidia-smi: {why}"
+    return g
+
+
+def _ecc_counts(node: Node) -> tuple[int | None, int | None]:
+    """(corrected, uncorrected) for one ECC scope in any era's layout."""
+    sb = node.get("Single Bit")
+    db = node.get("Double Bit")
+    if sb is not None or db is not None:
+        return (_total(sb), _total(db))
+    corr: int | None = None
+    unc: int | None = None
+    for n in node.children:
+        k = _norm(n.key)
+        if "threshold" in k or n.children and n.value is None:
+            continue
+        v = c.integer(n.value)
+        if v is None:
+            continue
+        if "uncorrectable" in k:
+            unc = (unc or 0) + v
+        elif "correctable" in k:
+            corr = (corr or 0) + v
+    return corr, unc
+
+
+def _total(node: Node | None) -> int | None:
+    if node is None:
+        return None
+    tot = c.integer(node.val("Total"))
+    if tot is not None:
+        return tot
+    vals = [c.integer(ch.value) for ch in node.children]
+    nums = [v for v in vals if v is not None]
+    return sum(nums) if nums else None
+
+
+def _processes(node: Node) -> list[GpuProcess]:
+    out: list[GpuProcess] = []
+    cur: dict[str, str | None] = {}
+
+    def flush() -> None:
+        pid = c.integer(cur.get("process id"))
+        if pid is not None:
+            kind = (cur.get("type") or "C").strip().upper()
+            out.append(GpuProcess(
+                pid=pid, name=c.clean(cur.get("name")),
+                used_memory_bytes=c.mib_bytes(cur.get("used gpu memory")),
+                kind="graphics" if kind == "G" else "compute",
+            ))
+
+    for n in node.walk():
+        k = _norm(n.key)
+        if k in ("process id", "gpu instance id") and "process id" in cur:
+            flush()
+            cur = {}
+        cur[k] = n.value
+    flush()
+    return out

@@ -1,0 +1,268 @@
+"""Parser for ``nvidia-smi -q -x`` XML (DTD versions v1 .. v13).
+
+Safety: the XML may come from anyone (a customer's ticket), so documents declaring entities are
+refused (no billion-laughs, no external entities), the DOCTYPE line is dropped before parsing
+(xml.etree never fetches it), and input is capped at :data:`MAX_BYTES`.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from gpuclinic.errors import InputError
+from gpuclinic.facts.gpu import GpuFacts, GpuProcess
+from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.sources import smi_common as c
+
+MAX_BYTES = 64 * 1024 * 1024
+ROOT = "nvidia_smi_log"
+_DOCTYPE_RE = re.compile(r"<!DOCTYPE[^>\[]*(\[.*?\])?\s*>", re.S | re.I)
+
+
+def looks_like(sample: str) -> bool:
+    return "<nvidia_smi_log" in sample[:65536]
+
+
+def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
+    """Parse one XML dump.  Raises :class:`InputError` for unsafe, oversized or malformed XML."""
+    if len(text) > MAX_BYTES:
+        raise InputError(f"{origin}: nvidia-smi XML larger than {MAX_BYTES // (1024 * 1024)} MB; refusing to parse")
+    if re.search(r"<!ENTITY", text, re.I):
+        raise InputError(f"{origin}: XML declares entities; refusing to parse (expected plain nvidia-smi -q -x output)")
+    start = text.find("<nvidia_smi_log")
+    if start < 0:
+        raise InputError(f"{origin}: no <nvidia_smi_log> element (expected nvidia-smi -q -x output)")
+    head = _DOCTYPE_RE.sub("", text[:start])
+    body = text[start:]
+    end = body.rfind("</nvidia_smi_log>")
+    if end >= 0:
+        body = body[: end + len("</nvidia_smi_log>")]
+    del head  # the XML declaration/DOCTYPE carry nothing we need
+    try:
+        parser = ET.XMLParser()
+        parser.feed(body)
+        root = parser.close()
+    except ET.ParseError as e:
+        raise InputError(f"{origin}: malformed nvidia-smi XML ({e})") from None
+    if root.tag != ROOT:
+        raise InputError(f"{origin}: root element is <{root.tag}>, expected <{ROOT}>")
+    dump = c.SmiDump(kind="smi_xml")
+    dump.timestamp = _t(root, "timestamp")
+    dump.driver_version = c.clean(_t(root, "driver_version"))
+    cv = c.clean(_t(root, "cuda_version"))
+    dump.cuda_version = cv if cv and cv.lower() != "not found" else None
+    dump.attached_gpus = c.integer(_t(root, "attached_gpus"))
+    for i, el in enumerate(root.findall("gpu")):
+        dump.gpus.append(_gpu(i, el))
+    return dump
+
+
+def _t(el: ET.Element | None, path: str) -> str | None:
+    if el is None:
+        return None
+    found = el.find(path)
+    if found is None:
+        return None
+    if len(found):  # a container element: no scalar value
+        return None
+    return (found.text or "").strip()
+
+
+def _first(el: ET.Element | None, *paths: str) -> str | None:
+    for p in paths:
+        v = _t(el, p)
+        if v is not None and c.clean(v) is not None:
+            return v
+    for p in paths:
+        v = _t(el, p)
+        if v is not None:
+            return v
+    return None
+
+
+def _gpu(index: int, el: ET.Element) -> GpuFacts:
+    bus = el.get("id")
+    g = GpuFacts(index=index, pci_bus_id=normalize_bus_id(bus) if bus else None)
+    g.name = c.clean(_t(el, "product_name"))
+    g.architecture = c.clean(_t(el, "product_architecture"))
+    g.serial = c.clean(_t(el, "serial"))
+    g.uuid = c.clean(_t(el, "uuid"))
+    g.vbios = c.clean(_t(el, "vbios_version"))
+    g.persistence_mode = c.yes_no(_t(el, "persistence_mode"))
+    g.compute_mode = c.clean(_t(el, "compute_mode"))
+    g.mig_mode_current = c.yes_no(_t(el, "mig_mode/current_mig"))
+    g.mig_mode_pending = c.yes_no(_t(el, "mig_mode/pending_mig"))
+    g.performance_state = c.clean(_t(el, "performance_state"))
+    g.fan_percent = c.num(_t(el, "fan_speed"))
+    c.note_unreadable(g, "fan_percent", _t(el, "fan_speed"))
+
+    pci = el.find("pci")
+    if pci is not None:
+        bid = c.clean(_t(pci, "pci_bus_id"))
+        if bid:
+            g.pci_bus_id = normalize_bus_id(bid)
+        dev = c.clean(_t(pci, "pci_device_id"))
+        if dev:
+            g.pci_device_id = dev if dev.lower().startswith("0x") else "0x" + dev
+        link = pci.find("pci_gpu_link_info")
+        if link is not None:
+            cur = _first(link, "pcie_gen/current_link_gen", "pcie_gen/device_current_link_gen")
+            g.pcie_gen = c.integer(cur)
+            c.note_unreadable(g, "pcie_gen", cur)
+            g.pcie_gen_max = c.integer(_t(link, "pcie_gen/max_link_gen"))
+            g.pcie_gen_gpu_max = c.integer(_first(link, "pcie_gen/max_device_link_gen", "pcie_gen/device_max_link_gen"))
+            host = c.integer(_t(link, "pcie_gen/max_host_link_gen"))
+            if g.pcie_gen_max is None and g.pcie_gen_gpu_max is not None:
+                g.pcie_gen_max = min(g.pcie_gen_gpu_max, host) if host else g.pcie_gen_gpu_max
+            if g.pcie_gen_gpu_max is None:
+                g.pcie_gen_gpu_max = g.pcie_gen_max
+            g.pcie_width = c.width(_t(link, "link_widths/current_link_width"))
+            c.note_unreadable(g, "pcie_width", _t(link, "link_widths/current_link_width"))
+            g.pcie_width_max = c.width(_t(link, "link_widths/max_link_width"))
+        g.pcie_replay_count = c.integer(_t(pci, "replay_counter"))
+        c.note_unreadable(g, "pcie_replay_count", _t(pci, "replay_counter"))
+        g.pcie_tx_kbps = c.num(_t(pci, "tx_util"))
+        g.pcie_rx_kbps = c.num(_t(pci, "rx_util"))
+
+    reasons = el.find("clocks_event_reasons")
+    if reasons is None:
+        reasons = el.find("clocks_throttle_reasons")
+    if reasons is not None:
+        active: dict[str, bool] = {}
+        for ch in reasons.iter():
+            if ch is reasons:
+                continue
+            name = c.reason_name(ch.tag)
+            on = c.yes_no(ch.text)
+            if name and on is not None:
+                active[name] = on
+        c.set_reasons(g, active)
+    counters = el.find("clocks_event_reasons_counters")
+    if counters is None:
+        counters = el.find("clocks_throttle_reasons_counters")
+    if counters is not None:
+        for ch in counters:
+            name = c.reason_name(ch.tag)
+            ns = c.microseconds_ns(ch.text)
+            if name and ns is not None:
+                g.violation_ns[name] = ns
+
+    g.memory_total_bytes = c.mib_bytes(_t(el, "fb_memory_usage/total"))
+    g.memory_used_bytes = c.mib_bytes(_t(el, "fb_memory_usage/used"))
+    g.utilization_gpu_pct = c.num(_t(el, "utilization/gpu_util"))
+    c.note_unreadable(g, "utilization_gpu_pct", _t(el, "utilization/gpu_util"))
+    g.utilization_memory_pct = c.num(_t(el, "utilization/memory_util"))
+
+    g.ecc_mode_current = c.yes_no(_t(el, "ecc_mode/current_ecc"))
+    g.ecc_mode_pending = c.yes_no(_t(el, "ecc_mode/pending_ecc"))
+    for scope in ("volatile", "aggregate"):
+        node = el.find(f"ecc_errors/{scope}")
+        if node is None:
+            continue
+        corr, unc = _ecc(node)
+        if scope == "volatile":
+            g.ecc_volatile_corrected, g.ecc_volatile_uncorrected = corr, unc
+        else:
+            g.ecc_aggregate_corrected, g.ecc_aggregate_uncorrected = corr, unc
+
+    rp = el.find("retired_pages")
+    if rp is not None:
+        g.retired_pages_sbe = c.integer(_t(rp, "multiple_single_bit_retirement/retired_count"))
+        g.retired_pages_dbe = c.integer(_t(rp, "double_bit_retirement/retired_count"))
+        pend = [c.yes_no(_t(rp, p)) for p in ("pending_blacklist", "pending_retirement")]
+        known = [p for p in pend if p is not None]
+        if known:
+            g.retired_pages_pending = any(known)
+
+    rr = el.find("remapped_rows")
+    if rr is not None:
+        if len(rr):
+            g.remapped_rows_correctable = c.integer(_t(rr, "remapped_row_corr"))
+            g.remapped_rows_uncorrectable = c.integer(_t(rr, "remapped_row_unc"))
+            g.remapped_rows_pending = c.yes_no(_t(rr, "remapped_row_pending"))
+            g.remapped_rows_failure = c.yes_no(_t(rr, "remapped_row_failure"))
+        else:
+            c.note_unreadable(g, "remapped_rows", rr.text)
+
+    temp = el.find("temperature")
+    if temp is not None:
+        g.temperature_c = c.num(_t(temp, "gpu_temp"))
+        c.note_unreadable(g, "temperature_c", _t(temp, "gpu_temp"))
+        g.shutdown_temp_c = c.num(_t(temp, "gpu_temp_max_threshold"))
+        g.slowdown_temp_c = c.num(_t(temp, "gpu_temp_slow_threshold"))
+        g.max_operating_temp_c = c.num(_t(temp, "gpu_temp_max_gpu_threshold"))
+        g.memory_temperature_c = c.num(_t(temp, "memory_temp"))
+        g.memory_max_operating_temp_c = c.num(_t(temp, "gpu_temp_max_mem_threshold"))
+        c.apply_tlimit(g, c.num(_t(temp, "gpu_temp_tlimit")), c.num(_t(temp, "gpu_temp_max_tlimit_threshold")),
+                       c.num(_t(temp, "gpu_temp_slow_tlimit_threshold")),
+                       c.num(_t(temp, "gpu_temp_max_gpu_tlimit_threshold")))
+
+    pw = el.find("gpu_power_readings")
+    if pw is None:
+        pw = el.find("power_readings")
+    if pw is not None:
+        draw = _first(pw, "instant_power_draw", "power_draw", "average_power_draw")
+        g.power_draw_w = c.num(draw)
+        c.note_unreadable(g, "power_draw_w", draw)
+        g.power_limit_w = c.num(_first(pw, "current_power_limit", "power_limit"))
+        g.power_default_limit_w = c.num(_t(pw, "default_power_limit"))
+        g.power_enforced_limit_w = c.num(_t(pw, "enforced_power_limit"))
+        g.power_max_limit_w = c.num(_t(pw, "max_power_limit"))
+
+    g.sm_clock_mhz = c.num(_first(el, "clocks/sm_clock", "clocks/graphics_clock"))
+    g.mem_clock_mhz = c.num(_t(el, "clocks/mem_clock"))
+    g.sm_clock_max_mhz = c.num(_first(el, "max_clocks/sm_clock", "max_clocks/graphics_clock"))
+    g.mem_clock_max_mhz = c.num(_t(el, "max_clocks/mem_clock"))
+
+    if c.yes_no(_t(el, "gpu_reset_status/drain_and_reset_recommended")):
+        g.recovery_action = "drain_and_reset"
+    elif c.yes_no(_t(el, "gpu_reset_status/reset_required")):
+        g.recovery_action = "reset"
+    ra = c.clean(_t(el, "gpu_recovery_action"))
+    if ra and ra.lower() != "none":
+        g.recovery_action = "_".join(ra.lower().split())
+
+    procs = el.find("processes")
+    if procs is not None:
+        for p in procs.findall("process_info"):
+            pid = c.integer(_t(p, "pid"))
+            if pid is None:
+                continue
+            kind = (_t(p, "type") or "C").strip().upper()
+            g.processes.append(GpuProcess(
+                pid=pid, name=c.clean(_t(p, "process_name")), used_memory_bytes=c.mib_bytes(_t(p, "used_memory")),
+                kind="graphics" if kind == "G" else "compute",
+            ))
+    return g
+
+
+def _ecc(node: ET.Element) -> tuple[int | None, int | None]:
+    sb = node.find("single_bit")
+    db = node.find("double_bit")
+    if sb is not None or db is not None:
+        return _total(sb), _total(db)
+    corr: int | None = None
+    unc: int | None = None
+    for ch in node:
+        if len(ch) or "threshold" in ch.tag:
+            continue
+        v = c.integer(ch.text)
+        if v is None:
+            continue
+        if "uncorrectable" in ch.tag:
+            unc = (unc or 0) + v
+        elif "correctable" in ch.tag:
+            corr = (corr or 0) + v
+    return corr, unc
+
+
+def _total(el: ET.Element | None) -> int | None:
+    if el is None:
+        return None
+    tot = c.integer(_t(el, "total"))
+    if tot is not None:
+        return tot
+    nums = [c.integer(ch.text) for ch in el]
+    vals = [v for v in nums if v is not None]
+    return sum(vals) if vals else None

@@ -1,0 +1,124 @@
+"""load_evidence / snapshot_from_text: detection by content, merging, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.errors import InputError
+from gpuclinic.sources.evidence import load_evidence, snapshot_from_text
+
+FX = Path(__file__).resolve().parents[1] / "fixtures" / "evidence"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))
+
+
+def test_detected_by_content_not_name(tmp_path: Path) -> None:
+    # misleading names: content decides
+    a = tmp_path / "notes.log"
+    shutil.copy(FX / "tesla-p100-510.xml", a)
+    b = tmp_path / "dump.xml"
+    shutil.copy(FX / "table-a40-550.txt", b)
+    snap = load_evidence([str(a), str(b)])
+    assert snap.origin == "evidence" and snap.nvml_available is True
+    assert {g.name for g in snap.gpus} == {"Tesla P100-PCIE-16GB", "NVIDIA A40"}
+    assert snap.inputs == [str(a), str(b)]
+    assert snap.driver_version == "510.47.03"
+
+
+def test_merge_by_bus_id_keeps_table_index_and_adds_q_details(tmp_path: Path) -> None:
+    table = tmp_path / "t.txt"
+    table.write_text((FX / "table-a40-550.txt").read_text())
+    q = tmp_path / "q.txt"
+    q.write_text(
+        "==============NVSMI LOG==============\n\nDriver Version : 550.127.05\n\n"
+        "GPU 00000000:53:00.0\n    Product Name : NVIDIA A40\n    GPU UUID : GPU-aaaa\n"
+        "    Remapped Rows\n        Correctable Error : 0\n        Uncorrectable Error : 2\n"
+        "        Pending : Yes\n        Remapping Failure Occurred : No\n"
+    )
+    snap = load_evidence([str(table), str(q)])
+    assert len(snap.gpus) == 4
+    g = snap.gpu_by_bus_id("0000:53:00.0")
+    assert g is not None and g.index == 2 and g.uuid == "GPU-aaaa" and g.remapped_rows_uncorrectable == 2
+    assert g.temperature_c == 27
+
+
+def test_directory_expands_and_unusable_file_is_skipped(tmp_path: Path) -> None:
+    shutil.copy(FX / "tesla-p100-510.xml", tmp_path / "a.xml")
+    (tmp_path / "junk.bin").write_bytes(bytes(range(256)) * 10)
+    snap = load_evidence([str(tmp_path)])
+    assert len(snap.gpus) == 1
+    assert any("junk.bin" in s.what and "binary" in s.why for s in snap.skipped)
+
+
+def test_only_unusable_input_is_one_line_input_error(tmp_path: Path) -> None:
+    p = tmp_path / "readme.txt"
+    p.write_text("hello world\nthis is not a GPU dump\n")
+    with pytest.raises(InputError) as e:
+        load_evidence([str(p)])
+    msg = str(e.value)
+    assert str(p) in msg and "expected" in msg and "\n" not in msg
+
+
+def test_missing_file_is_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        load_evidence([str(tmp_path / "nope.txt")])
+
+
+def test_snapshot_from_text_handle_error_records_smi_errors() -> None:
+    snap = snapshot_from_text("Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  Reboot")
+    assert snap.software is not None
+    assert snap.software.nvidia_smi_errors[0].startswith("Unable to determine the device handle")
+    assert snap.gpus[0].lost and snap.gpus[0].pci_bus_id == "0000:02:00.0"
+
+
+@pytest.mark.parametrize("text", [
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+    "NVIDIA driver is installed and running.",
+    "Failed to initialize NVML: Driver/library version mismatch",
+    "No devices were found",
+])
+def test_nvml_failure_statements(text: str) -> None:
+    snap = snapshot_from_text(text)
+    assert snap.nvml_available is False
+    assert snap.software is not None and snap.software.nvidia_smi_errors == [text]
+    assert any("NVML" in s.what for s in snap.skipped)
+
+
+def test_unrecognised_text_raises() -> None:
+    with pytest.raises(InputError, match="not recognised"):
+        snapshot_from_text("just some words", "<paste>")
+
+
+def test_snapshot_json_round_trip(tmp_path: Path) -> None:
+    snap = load_evidence([str(FX / "a100-sxm4-80gb-510-remap-pending.txt")])
+    p = tmp_path / "snap.json"
+    p.write_text(snap.to_json())
+    again = load_evidence([str(p)])
+    assert again.gpus[0].remapped_rows_pending is True and again.gpus[0].ecc_volatile_corrected == 177
+
+
+def test_cli_doctor_from_unrecognised_is_one_line_exit_3(tmp_path: Path) -> None:
+    p = tmp_path / "x.txt"
+    p.write_bytes(b"\x00\x01\x02garbage" * 100)
+    r = run_cli("doctor", "--from", str(p))
+    assert r.returncode == 3
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert str(p) in r.stderr
+
+
+def test_cli_doctor_from_fixture_json() -> None:
+    r = run_cli("doctor", "--json", "--from", str(FX / "tesla-p100-510.xml"))
+    assert r.returncode in (0, 1, 2), r.stderr
+    d = json.loads(r.stdout)
+    assert d["facts"]["origin"] == "evidence"
+    assert d["facts"]["gpus"][0]["name"] == "Tesla P100-PCIE-16GB"

@@ -1,0 +1,102 @@
+"""nvidia-smi text, XML and table parsers against real recorded dumps (see fixtures/evidence/SOURCES.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.errors import InputError
+from gpuclinic.sources import smi_table, smi_text, smi_xml
+
+FX = Path(__file__).resolve().parents[1] / "fixtures" / "evidence"
+
+
+def read(name: str) -> str:
+    return (FX / name).read_text()
+
+
+def test_xml_tesla_p100_v11_old_ecc_layout() -> None:
+    d = smi_xml.parse(read("tesla-p100-510.xml"))
+    assert (d.driver_version, d.cuda_version, d.attached_gpus) == ("510.47.03", "11.6", 1)
+    (g,) = d.gpus
+    assert g.name == "Tesla P100-PCIE-16GB" and g.architecture == "Pascal"
+    assert g.uuid == "GPU-d3da8716-eaab-75db-efc1-60e88e1cd55e" and g.serial == "0324217145110"
+    assert g.pci_bus_id == "0000:00:04.0" and g.pci_device_id == "0x15F810DE" and g.vbios == "86.00.52.00.02"
+    assert (g.temperature_c, g.slowdown_temp_c, g.shutdown_temp_c, g.max_operating_temp_c) == (38, 82, 85, None)
+    assert (g.power_draw_w, g.power_limit_w, g.power_default_limit_w, g.power_enforced_limit_w) == (26.16, 250, 250, 250)
+    assert (g.sm_clock_mhz, g.sm_clock_max_mhz, g.mem_clock_mhz, g.mem_clock_max_mhz) == (405, 1328, 715, 715)
+    assert g.clock_event_reasons == ["gpu_idle"] and g.clock_event_reasons_mask == 0x1
+    assert (g.ecc_volatile_corrected, g.ecc_volatile_uncorrected) == (0, 0)
+    assert (g.ecc_aggregate_corrected, g.ecc_aggregate_uncorrected) == (3, 0)
+    assert (g.retired_pages_sbe, g.retired_pages_dbe, g.retired_pages_pending) == (0, 0, False)
+    assert g.remapped_rows_pending is None  # Pascal has no row remapper
+    assert (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max, g.pcie_replay_count) == (3, 3, 16, 16, 0)
+    assert g.memory_total_bytes == 16384 * 1024**2 and g.memory_used_bytes == 0
+    assert g.utilization_gpu_pct == 0 and g.persistence_mode is False and g.ecc_mode_current is True
+    assert g.lost is False and g.unreadable == {}
+
+
+def test_xml_a100_mig_enabled() -> None:
+    (g,) = smi_xml.parse(read("a100-sxm4-40gb-mig-510.xml")).gpus
+    assert g.name == "NVIDIA A100-SXM4-40GB" and g.mig_mode_current is True and g.mig_mode_pending is True
+    assert (g.memory_temperature_c, g.memory_max_operating_temp_c, g.max_operating_temp_c) == (44, 95, 85)
+    assert g.utilization_gpu_pct is None  # N/A under MIG
+    assert g.ecc_volatile_corrected is None and g.ecc_aggregate_uncorrected == 0
+    assert g.remapped_rows_pending is None and g.clock_event_reasons == [] and g.clock_event_reasons_mask == 0
+
+
+def test_xml_blackwell_tlimit_margins_become_absolute_thresholds() -> None:
+    d = smi_xml.parse(read("rtx-pro-6000-blackwell-580.xml"))
+    (g,) = d.gpus
+    assert g.temperature_c == 37 and g.fan_percent == 40
+    # T.Limit margin 56 C from 37 C: T.Limit is 93 C; slowdown at margin 0, shutdown at margin -5
+    assert (g.slowdown_temp_c, g.shutdown_temp_c) == (93, 98)
+    assert g.power_draw_w == 66.84  # instant draw when average is N/A
+
+
+@pytest.mark.parametrize("doc", [
+    '<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><nvidia_smi_log>&a;</nvidia_smi_log>',
+    '<!DOCTYPE nvidia_smi_log [<!ENTITY xxe SYSTEM "file:///etc/passwd">]><nvidia_smi_log><gpu id="0:1:0">&xxe;</gpu></nvidia_smi_log>',
+    "<nvidia_smi_log><gpu>",
+    "<other/>",
+])
+def test_xml_unsafe_or_broken_is_input_error(doc: str) -> None:
+    with pytest.raises(InputError) as e:
+        smi_xml.parse(doc, "x.xml")
+    assert "x.xml" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_text_a100_remapped_rows_pending() -> None:
+    d = smi_text.parse(read("a100-sxm4-80gb-510-remap-pending.txt"))
+    assert (d.driver_version, d.cuda_version, d.attached_gpus) == ("510.73.08", "11.6", 8)
+    (g,) = d.gpus
+    assert g.name == "NVIDIA A100-SXM4-80GB" and g.pci_bus_id == "0000:10:1c.0"
+    assert (g.ecc_volatile_corrected, g.ecc_volatile_uncorrected, g.ecc_aggregate_corrected) == (177, 0, 177)
+    assert (g.remapped_rows_correctable, g.remapped_rows_uncorrectable) == (1, 0)
+    assert g.remapped_rows_pending is True and g.remapped_rows_failure is False
+    assert g.retired_pages_sbe is None and g.retired_pages_pending is None
+
+
+def test_table_a40_550_layout() -> None:
+    d = smi_table.parse(read("table-a40-550.txt"))
+    assert (d.driver_version, d.cuda_version) == ("550.127.05", "12.4")
+    assert [g.index for g in d.gpus] == [0, 1, 2, 3]
+    g = d.gpus[2]
+    assert (g.name, g.pci_bus_id, g.persistence_mode) == ("NVIDIA A40", "0000:53:00.0", True)
+    assert (g.fan_percent, g.temperature_c, g.performance_state, g.power_draw_w, g.power_limit_w) == (0, 27, "P8", 15, 300)
+    assert (g.memory_used_bytes, g.memory_total_bytes) == (1024**2, 46068 * 1024**2)
+    assert (g.utilization_gpu_pct, g.compute_mode, g.ecc_volatile_uncorrected) == (0, "Default", 0)
+    assert d.gpus[3].temperature_c == 29  # last block is cut off in the source: still parsed
+
+
+@pytest.mark.parametrize(("name", "bus", "why"), [
+    ("table-handle-gpu-lost.txt", "0000:02:00.0", "GPU is lost"),
+    ("table-handle-unknown-error-525.txt", "0000:65:00.0", "Unknown Error"),
+])
+def test_table_unable_to_determine_handle_marks_gpu_lost(name: str, bus: str, why: str) -> None:
+    d = smi_table.parse(read(name))
+    assert smi_table.looks_like(read(name))
+    (g,) = d.gpus
+    assert g.pci_bus_id == bus and g.lost is True and why in (g.lost_reason or "")
+    assert d.errors and d.errors[0].startswith("Unable to determine the device handle")
