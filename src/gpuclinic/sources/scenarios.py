@@ -1,0 +1,130 @@
+"""Simulated nodes: ``gpuclinic doctor --scenario NAME`` runs the real checks on a known fault.
+
+The scenarios are data (``knowledge/data/scenarios.json``): one healthy 8x H100 SXM base and, per
+scenario, field overrides for some GPUs, PCI devices, NVLinks and kernel-log events.  Each
+scenario also states the finding codes and verdict it must produce; the tests hold it to that.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from gpuclinic.errors import InputError
+from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.knowledge import load_data
+
+_FILE = "scenarios.json"
+
+
+def _data() -> dict[str, Any]:
+    d = load_data(_FILE)
+    assert isinstance(d, dict)
+    return d
+
+
+def list_scenarios() -> list[tuple[str, str]]:
+    """(name, one-line description) for every scenario, in file order."""
+    return [(name, str(sc.get("description", ""))) for name, sc in _data()["scenarios"].items()]
+
+
+def expected(name: str) -> dict[str, Any]:
+    """What the scenario must produce: ``{"verdict": ..., "codes": [...]}``."""
+    return dict(_scenario(name).get("expect", {}))
+
+
+def _scenario(name: str) -> dict[str, Any]:
+    scs = _data()["scenarios"]
+    if name not in scs:
+        raise InputError(f"unknown scenario {name!r}; valid: {', '.join(scs)}")
+    sc = scs[name]
+    assert isinstance(sc, dict)
+    return sc
+
+
+def _base_gpus(base: dict[str, Any]) -> list[dict[str, Any]]:
+    gpus: list[dict[str, Any]] = []
+    bus_ids: list[str] = base["bus_ids"]
+    switches: list[str] = base["nvswitch_ids"]
+    proc = base["process"]
+    for i, bus in enumerate(bus_ids):
+        g: dict[str, Any] = copy.deepcopy(base["gpu"])
+        g["index"] = i
+        g["pci_bus_id"] = bus
+        g["uuid"] = f"GPU-5b0c{i:04x}-7c2e-3f1a-9d4e-8a61c2b0{i:04x}"
+        g["serial"] = f"165232200{i:04d}"
+        for k, vals in base["vary"].items():
+            g[k] = vals[i % len(vals)]
+        g["nvlinks"] = [
+            {"link": link, "active": True, "version": base["nvlink_version"],
+             "remote_pci_bus_id": switches[link % len(switches)], "replay_errors": 0, "recovery_errors": 0,
+             "crc_flit_errors": 0, "crc_data_errors": 0, "ecc_errors": 0}
+            for link in range(base["nvlinks_per_gpu"])
+        ]
+        g["processes"] = [{"pid": proc["first_pid"] + i, "name": proc["name"],
+                           "used_memory_bytes": proc["used_memory_bytes"], "kind": "compute"}]
+        gpus.append(g)
+    return gpus
+
+
+_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+
+
+def _pci_devices(base: dict[str, Any], gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    devs: list[dict[str, Any]] = []
+    half = len(base["bus_ids"]) // 2
+    for i, (bus, bridge) in enumerate(zip(base["bus_ids"], base["bridge_ids"], strict=True)):
+        g = gpus[i]
+        devs.append({
+            "bus_id": bus, "vendor_id": "0x10de", "device_id": "0x2330", "class_code": "0x030200",
+            "driver": "nvidia", "numa_node": 0 if i < half else 1,
+            "current_link_speed_gts": _GTS.get(g.get("pcie_gen") or 0), "max_link_speed_gts": 32.0,
+            "current_link_width": g.get("pcie_width"), "max_link_width": 16, "parent_bus_id": bridge,
+            "aer_corrected": {"TOTAL_ERR_COR": 0}, "aer_nonfatal": {"TOTAL_ERR_NONFATAL": 0},
+            "aer_fatal": {"TOTAL_ERR_FATAL": 0},
+        })
+    for sw in base["nvswitch_ids"]:
+        devs.append({"bus_id": sw, "vendor_id": "0x10de", "device_id": "0x22a3", "class_code": "0x068000",
+                     "driver": "nvidia-nvswitch", "numa_node": 0})
+    return devs
+
+
+def build_snapshot_dict(name: str) -> dict[str, Any]:
+    """The scenario as a snapshot dict (what ``Snapshot.from_dict`` reads)."""
+    sc = _scenario(name)
+    base = _data()["base"]
+    gpus = _base_gpus(base)
+    for g in gpus:
+        g.update(copy.deepcopy(sc.get("all_gpus", {})))
+    for idx, over in sc.get("gpus", {}).items():
+        g = gpus[int(idx)]
+        over = copy.deepcopy(over)
+        if "replace" in over:
+            # A GPU NVML could not read: identity only, plus the fields the scenario keeps.
+            keep = set(over.pop("keep", [])) | {"index", "pci_bus_id", "uuid", "serial"}
+            gpus[int(idx)] = g = {k: v for k, v in g.items() if k in keep}
+            g.update(over.pop("replace"))
+        g.update(over)
+    for idx, links in sc.get("nvlinks", {}).items():
+        for link, over in links.items():
+            gpus[int(idx)]["nvlinks"][int(link)].update(over)
+    pci = _pci_devices(base, gpus)
+    for bus, over in sc.get("pci", {}).items():
+        for d in pci:
+            if d["bus_id"] == bus:
+                d.update(over)
+    snap: dict[str, Any] = copy.deepcopy(base["snapshot"])
+    snap.update({
+        "gpus": gpus,
+        "pci_devices": pci,
+        "kernel_events": [dict(e, origin=f"scenario:{name}") for e in copy.deepcopy(sc.get("kernel_events", []))],
+        "inputs": [f"scenario:{name}"],
+        "notes": [f"simulated node: {sc.get('description', name)}"],
+    })
+    snap.update(copy.deepcopy(sc.get("snapshot", {})))
+    return snap
+
+
+def load_scenario(name: str) -> Snapshot:
+    """A fresh :class:`Snapshot` for scenario ``name``; unknown names raise :class:`InputError`."""
+    return Snapshot.from_dict(build_snapshot_dict(name))
