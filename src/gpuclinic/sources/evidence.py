@@ -384,7 +384,27 @@ def _apply_bundle(snap: Snapshot, path: str) -> None:
 
         snap_json = read("snapshot.json")
         if snap_json is not None:
+            had_gpus, had_log, had_pci = bool(snap.gpus), snap.kernel_log_read, snap.pci_read
             _apply_json(snap, snap_json, f"{path}:snapshot.json")
+            # The raw outputs fill what the live read could not (no NVML bindings, no log access).
+            wanted = {"smi_text", "smi_xml", "smi_table"} if not snap.gpus or snap.gpus and not had_gpus and \
+                all(g.name is None for g in snap.gpus) else set()
+            if not snap.kernel_log_read and not had_log:
+                wanted.add("kernel_log")
+            if not snap.pci_read and not had_pci:
+                wanted.add("lspci")
+            for name in sorted(members):
+                if not wanted or not name.startswith("raw/"):
+                    continue
+                text = read(name)
+                kind = detect(text[:SAMPLE_BYTES]) if text else None
+                if kind in wanted and text is not None:
+                    try:
+                        _apply_text(snap, kind, text, f"{path}:{name}")
+                    except (_Unrecognised, InputError) as e:
+                        snap.skip(f"{path}:{name}", str(e))
+                    if kind.startswith("smi_") and snap.gpus:
+                        wanted -= {"smi_text", "smi_xml", "smi_table"}
             manifest = read("manifest.json")
             if manifest:
                 try:
@@ -450,9 +470,10 @@ def load_evidence(paths: Sequence[str]) -> Snapshot:
     for f in failures:
         what, _, why = f.partition(": ")
         snap.skip(f"evidence {what}", why or f)
-    if snap.nvml_available is None and not snap.gpus:
+    skipped = {s.what for s in snap.skipped}
+    if snap.nvml_available is None and not snap.gpus and "GPUs through NVML" not in skipped:
         snap.skip("GPUs through NVML", "the evidence has no nvidia-smi output or capture")
-    if not snap.kernel_log_read:
+    if not snap.kernel_log_read and "the kernel log" not in skipped:
         snap.skip("the kernel log", "the evidence has no kernel log")
     snap.origin = "evidence"
     return snap
