@@ -1,0 +1,353 @@
+"""Network checks: name the bottleneck on the path to GitHub, Hugging Face and PyPI, and the fix.
+
+They run only on snapshots that carry network probes (``doctor --net``, ``gpuclinic net``, or a
+capture that had them); without probes they stay silent rather than printing "could not check".
+When the machine is offline only ``network.offline`` speaks: every other finding would be noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpuclinic.checks import check
+from gpuclinic.facts.network import EndpointProbe, NetworkFacts
+from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.knowledge.endpoints import services, switch_lines
+from gpuclinic.model import Family, Finding, Severity
+
+NET = Family.NETWORK
+DNS_SLOW_MS = 300.0
+DNS_VERY_SLOW_MS = 1000.0
+HIGH_LATENCY_MS = 200.0
+JITTER_MS = 50.0
+PER_CONN_RATIO = 2.0  # N connections at least this much faster than one: per-connection cap
+LINK_RATIO = 1.5  # below this the link (not the connection) is the limit
+SLOW_LINK_BPS = 12.5e6  # 100 Mbit/s
+FAST_SINGLE_BPS = 50e6
+MIRROR_GAIN = 1.5
+
+
+def fmt_rate(bps: float | None) -> str:
+    if bps is None:
+        return "-"
+    if bps >= 1e9:
+        return f"{bps / 1e9:.2f} GB/s"
+    if bps >= 1e6:
+        return f"{bps / 1e6:.1f} MB/s"
+    return f"{bps / 1e3:.0f} kB/s"
+
+
+def fmt_ms(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms:.0f} ms"
+
+
+def _facts(snap: Snapshot) -> NetworkFacts | None:
+    nf = snap.network
+    if nf is None or not nf.probes:
+        return None
+    return nf
+
+
+def _live(nf: NetworkFacts) -> Iterator[EndpointProbe]:
+    """Probes that count: origins and what the user configured (mirrors are only candidates)."""
+    for p in nf.probes:
+        if p.endpoint.kind in ("origin", "configured") and not p.deadline_hit:
+            yield p
+
+
+def _label(p: EndpointProbe) -> str:
+    return p.host or p.endpoint.url
+
+
+def _title(service: str) -> str:
+    return str(services().get(service, {}).get("title", service))
+
+
+@check("network.offline", codes=["network.offline"], what="network reachability")
+def offline(snap: Snapshot) -> Iterator[Finding]:
+    nf = _facts(snap)
+    if nf is None or not nf.offline:
+        return
+    ev = [f"{_label(p)}: {p.error() or 'no answer'}" for p in nf.probes[:6]]
+    if nf.default_route is False:
+        ev.insert(0, "no default route in /proc/net/route or /proc/net/ipv6_route")
+    if nf.proxy and nf.proxy.env:
+        ev.append("proxy settings: " + ", ".join(f"{k}={v}" for k, v in nf.proxy.env.items()))
+    yield Finding(
+        code="network.offline", severity=Severity.WARNING, family=NET,
+        title=f"No route to the internet: {nf.offline_reason or 'nothing answers'}",
+        evidence=ev,
+        remedy=("Check `ip route` shows a default route and /etc/resolv.conf names a DNS server that answers "
+                "(`getent hosts huggingface.co`). If only a proxy leads out, export HTTPS_PROXY=http://HOST:PORT. "
+                "For an air-gapped node, copy models in and set HF_HUB_OFFLINE=1."),
+        data={"reason": nf.offline_reason, "default_route": nf.default_route},
+    )
+
+
+@check("network.dns", codes=["network.dns_failed", "network.dns_slow"], what="DNS resolution")
+def dns(snap: Snapshot) -> Iterator[Finding]:
+    nf = _facts(snap)
+    if nf is None or nf.offline:
+        return
+    probes = list(_live(nf))
+    failed = [p for p in probes if p.dns_error]
+    if failed:
+        yield Finding(
+            code="network.dns_failed", severity=Severity.WARNING, family=NET,
+            title=f"DNS does not resolve {len(failed)} host(s) the download tools need: "
+                  + ", ".join(_label(p) for p in failed[:4]),
+            evidence=[f"{_label(p)}: {p.dns_error}" for p in failed],
+            remedy=("Check the resolver: `getent hosts HOST`, /etc/resolv.conf; a split-horizon or filtering DNS "
+                    "may block these names. If a mirror resolves, switch to it (see network.mirror_faster)."),
+            data={"hosts": [_label(p) for p in failed]},
+        )
+    times = sorted(p.dns_ms for p in probes if p.dns_ms is not None)
+    if times:
+        med = times[len(times) // 2]
+        if med >= DNS_SLOW_MS:
+            yield Finding(
+                code="network.dns_slow",
+                severity=Severity.WARNING if med >= DNS_VERY_SLOW_MS else Severity.INFO, family=NET,
+                title=f"DNS lookups are slow: median {med:.0f} ms over {len(times)} hosts",
+                evidence=[f"{_label(p)}: {fmt_ms(p.dns_ms)}" for p in probes if p.dns_ms is not None][:8],
+                remedy=("Every new host a download redirects to costs one lookup. Use a nearer resolver "
+                        "(nameserver in /etc/resolv.conf) or enable a local cache (systemd-resolved, nscd)."),
+                data={"median_ms": med},
+            )
+
+
+@check("network.reachability", codes=["network.endpoint_unreachable", "network.tls_failed",
+                                      "network.configured_mirror_down"], what="endpoint reachability")
+def reachability(snap: Snapshot) -> Iterator[Finding]:
+    nf = _facts(snap)
+    if nf is None or nf.offline:
+        return
+    probes = [p for p in _live(nf) if not p.dns_error]
+    tls = [p for p in probes if p.tls_error]
+    if tls:
+        verify = [p for p in tls if "certificate verify failed" in (p.tls_error or "")]
+        yield Finding(
+            code="network.tls_failed", severity=Severity.WARNING, family=NET,
+            title=(f"TLS certificate checks fail for {len(tls)} host(s): something intercepts HTTPS or the clock is wrong"
+                   if verify else f"TLS handshake fails for {len(tls)} host(s)"),
+            evidence=[f"{_label(p)}: {p.tls_error}" for p in tls],
+            remedy=("Check the clock (`date -u`). Behind a TLS-inspecting proxy, point tools at its CA bundle: "
+                    "export SSL_CERT_FILE=/path/ca.pem REQUESTS_CA_BUNDLE=/path/ca.pem; "
+                    "pip config set global.cert /path/ca.pem; git config --global http.sslCAInfo /path/ca.pem."),
+            data={"hosts": [_label(p) for p in tls]},
+        )
+    down = [p for p in probes if not p.tls_error and not p.reachable]
+    conf = [p for p in down if p.endpoint.kind == "configured"]
+    for p in conf:
+        yield Finding(
+            code="network.configured_mirror_down", severity=Severity.WARNING, family=NET,
+            title=f"{p.endpoint.name} points at a host that does not answer",
+            evidence=[f"{_label(p)}: {p.error() or 'no answer'}"],
+            remedy=_configured_undo(p.endpoint.id, p.endpoint.mirror_url or p.endpoint.url),
+            data={"endpoint": p.endpoint.id},
+        )
+    origins = [p for p in down if p.endpoint.kind == "origin"]
+    by_service: dict[str, list[EndpointProbe]] = {}
+    for p in origins:
+        by_service.setdefault(p.endpoint.service, []).append(p)
+    for svc, ps in by_service.items():
+        mirror = _best_mirror(nf, svc)
+        remedy = (f"Allow these hosts through the firewall/proxy: {', '.join(_label(p) for p in ps)}."
+                  if mirror is None else
+                  f"{mirror.endpoint.name} answers: see network.mirror_faster for the lines that switch to it.")
+        yield Finding(
+            code="network.endpoint_unreachable", severity=Severity.WARNING, family=NET,
+            title=f"{_title(svc)}: {len(ps)} host(s) unreachable (" + ", ".join(_label(p) for p in ps[:4]) + ")",
+            evidence=[f"{_label(p)} ({p.endpoint.name}): {p.error() or 'no answer'}" for p in ps],
+            remedy=remedy,
+            data={"service": svc, "hosts": [_label(p) for p in ps]},
+        )
+
+
+def _configured_undo(eid: str, url: str) -> str:
+    if eid == "configured:HF_ENDPOINT":
+        return "unset HF_ENDPOINT (or set it to a mirror that answers; `gpuclinic net` lists them)"
+    if eid == "configured:pip":
+        return "pip config unset global.index-url   (and unset PIP_INDEX_URL) — or set a mirror that answers"
+    return f"git config --global --unset-all url.\"{url}\".insteadOf"
+
+
+@check("network.latency", codes=["network.high_latency", "network.lossy"], what="latency and loss")
+def latency(snap: Snapshot) -> Iterator[Finding]:
+    nf = _facts(snap)
+    if nf is None or nf.offline:
+        return
+    probes = [p for p in _live(nf) if p.connect_ms]
+    high = [p for p in probes if (p.connect_median_ms() or 0) >= HIGH_LATENCY_MS]
+    if high:
+        yield Finding(
+            code="network.high_latency", severity=Severity.WARNING, family=NET,
+            title=f"High round-trip time to {len(high)} host(s): up to {max(p.connect_median_ms() or 0 for p in high):.0f} ms",
+            evidence=[f"{_label(p)}: TCP connect median {fmt_ms(p.connect_median_ms())} over {len(p.connect_ms)} samples"
+                      + (f", TTFB {fmt_ms(p.ttfb_ms)}" if p.ttfb_ms is not None else "") for p in high],
+            remedy=("Each git/pip/Hub request pays this round trip, and one TCP stream's speed falls as RTT rises. "
+                    "Use a nearer mirror (network.mirror_faster) and parallel transfers (`gpuclinic get`)."),
+            data={"hosts": {_label(p): p.connect_median_ms() for p in high}},
+        )
+    lossy: list[str] = []
+    for p in [p for p in _live(nf) if p.connect_attempts]:
+        fr = p.failure_rate() or 0.0
+        jit = p.connect_jitter_ms() or 0.0
+        med = p.connect_median_ms() or 0.0
+        if 0 < fr < 1:
+            lossy.append(f"{_label(p)}: {p.connect_failures}/{p.connect_attempts} connects failed ({p.connect_error})")
+        elif p.connect_ms and jit >= JITTER_MS and jit >= 0.5 * med:
+            lossy.append(f"{_label(p)}: connect {fmt_ms(med)} ± {jit:.0f} ms jitter")
+    if lossy:
+        yield Finding(
+            code="network.lossy", severity=Severity.WARNING, family=NET,
+            title="Unstable path: some connections fail or vary widely in time",
+            evidence=lossy,
+            remedy=("Expect resets mid-download: use a resuming downloader that retries per chunk "
+                    "(`gpuclinic get`, aria2c -c) rather than one long stream; check `mtr HOST` for the lossy hop."),
+            data={"count": len(lossy)},
+        )
+
+
+@check("network.throughput", codes=["network.per_connection_cap", "network.slow_link"], what="throughput")
+def throughput(snap: Snapshot) -> Iterator[Finding]:
+    nf = _facts(snap)
+    if nf is None or nf.offline:
+        return
+    capped: list[tuple[EndpointProbe, float, float, float]] = []
+    slow: list[tuple[EndpointProbe, float, float]] = []
+    for p in _live(nf):
+        s = p.single.bytes_per_s if p.single else None
+        m = p.parallel.bytes_per_s if p.parallel else None
+        if not s:
+            continue
+        if m and m / s >= PER_CONN_RATIO:
+            capped.append((p, s, m, m / s))
+        elif max(s, m or 0) < SLOW_LINK_BPS and (m is None or m / s < LINK_RATIO):
+            slow.append((p, s, m or s))
+    if capped:
+        worst_single = min(c[1] for c in capped)
+        n = capped[0][0].parallel.connections if capped[0][0].parallel else nf.parallel_connections
+        yield Finding(
+            code="network.per_connection_cap",
+            severity=Severity.WARNING if worst_single < FAST_SINGLE_BPS else Severity.INFO, family=NET,
+            title=(f"Each TCP connection is capped (~{fmt_rate(worst_single)} per connection): "
+                   f"{n} connections were {max(c[3] for c in capped):.1f}x faster than one"),
+            evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, {p.parallel.connections if p.parallel else n} connections "
+                      f"{fmt_rate(m)} ({r:.1f}x)" for p, s, m, r in capped],
+            remedy=("Download over several connections: `gpuclinic get URL` / `gpuclinic get hf ORG/NAME`, or "
+                    "`aria2c -x16 -s16 URL`. huggingface_hub < 1.0: HF_HUB_ENABLE_HF_TRANSFER=1 with hf_transfer "
+                    "installed; >= 1.0 uses Xet: HF_XET_HIGH_PERFORMANCE=1. git: `gpuclinic get git URL` "
+                    "(blobless clone, fewer bytes)."),
+            data={"hosts": {_label(p): {"single_bps": s, "parallel_bps": m, "ratio": r} for p, s, m, r in capped}},
+        )
+    if slow:
+        yield Finding(
+            code="network.slow_link", severity=Severity.WARNING, family=NET,
+            title=f"The link itself is slow (~{fmt_rate(max(x[2] for x in slow))}); more connections do not help",
+            evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, several {fmt_rate(m)}" for p, s, m in slow],
+            remedy=("The bottleneck is shared by all connections (the server's uplink or a shaper). Only a nearer "
+                    "or faster source helps (network.mirror_faster), or pre-staging models on shared storage."),
+            data={"hosts": {_label(p): {"single_bps": s, "parallel_bps": m} for p, s, m in slow}},
+        )
+
+
+def _score(p: EndpointProbe) -> tuple[float, float]:
+    """Higher is better: measured rate first, then lower connect time."""
+    return (p.best_rate() or 0.0, -(p.connect_median_ms() or 1e9))
+
+
+def _best_mirror(nf: NetworkFacts, service: str, drop_in: bool = True) -> EndpointProbe | None:
+    cands = [p for p in nf.probes
+             if p.endpoint.kind == "mirror" and p.endpoint.service == service and p.endpoint.drop_in == drop_in
+             and p.reachable and (p.http_status or 0) < 500 and not p.deadline_hit]
+    return max(cands, key=_score) if cands else None
+
+
+def _in_use(nf: NetworkFacts, p: EndpointProbe) -> bool:
+    ps = nf.proxy
+    if ps is None or not p.endpoint.mirror_url:
+        return False
+    url = p.endpoint.mirror_url.rstrip("/")
+    used = [ps.hf_endpoint, ps.pip_index_url, *ps.git_insteadof.values()]
+    return any(u and u.rstrip("/") == url for u in used)
+
+
+@check("network.mirrors", codes=["network.mirror_faster"], what="mirror choice")
+def mirrors(snap: Snapshot) -> Iterator[Finding]:
+    nf = _facts(snap)
+    if nf is None or nf.offline:
+        return
+    for svc in ("huggingface", "github", "pypi"):
+        origins = [p for p in nf.probes if p.endpoint.kind == "origin" and p.endpoint.service == svc and not p.deadline_hit]
+        if not origins:
+            continue
+        best = _best_mirror(nf, svc)
+        if best is None or _in_use(nf, best):
+            continue
+        primary = [p for p in origins if p.endpoint.role in ("web", "index")] or origins
+        origin_down = not any(p.reachable for p in primary)
+        origin_rate = max((p.best_rate() or 0.0 for p in origins), default=0.0)
+        mirror_rate = best.best_rate()
+        faster = bool(mirror_rate and origin_rate and mirror_rate >= MIRROR_GAIN * origin_rate)
+        if not (origin_down or faster):
+            continue
+        lines = switch_lines(best.endpoint)
+        why = (f"{_title(svc)} does not answer here ({primary[0].error() or 'no answer'}) but {best.endpoint.name} does"
+               if origin_down else
+               f"{best.endpoint.name} is {mirror_rate / origin_rate:.1f}x faster than {_title(svc)}"  # type: ignore[operator]
+               f" ({fmt_rate(mirror_rate)} vs {fmt_rate(origin_rate)})")
+        ev = [f"{_label(p)}: connect {fmt_ms(p.connect_median_ms())}, best {fmt_rate(p.best_rate())}"
+              + (f" ({p.error()})" if p.error() else "") for p in origins[:4]]
+        ev.append(f"{_label(best)} (mirror): connect {fmt_ms(best.connect_median_ms())}, best {fmt_rate(mirror_rate)}")
+        remedy = ["Persistent:", *[f"  {x}" for x in lines["switch"]], "One command only:",
+                  *[f"  {x}" for x in lines["one_off"]]]
+        if lines["undo"]:
+            remedy += ["Undo:", *[f"  {x}" for x in lines["undo"]]]
+        if best.endpoint.third_party:
+            remedy.append("This is a third-party service: use it for public content only; never send tokens through it.")
+        alt = _best_mirror(nf, svc, drop_in=False)
+        if alt is not None:
+            alt_lines = switch_lines(alt.endpoint)
+            remedy.append(f"Alternative ({alt.endpoint.name}, not a drop-in): " + "; ".join(alt_lines["switch"] + alt_lines["one_off"]))
+        yield Finding(
+            code="network.mirror_faster",
+            severity=Severity.WARNING if origin_down or (mirror_rate and origin_rate and mirror_rate >= 3 * origin_rate)
+            else Severity.INFO,
+            family=NET,
+            title=f"Switch {_title(svc)} to {best.endpoint.name}: {why}",
+            evidence=ev,
+            remedy="\n".join(remedy),
+            data={"service": svc, "mirror": best.endpoint.id, "mirror_url": best.endpoint.mirror_url,
+                  "origin_bps": origin_rate or None, "mirror_bps": mirror_rate, "lines": lines},
+        )
+
+
+@check("network.proxy", codes=["network.proxy_misconfigured"], what="proxy settings")
+def proxy(snap: Snapshot) -> Iterator[Finding]:
+    nf = _facts(snap)
+    if nf is None:
+        return
+    ev: list[str] = []
+    ps = nf.proxy
+    if ps is not None:
+        ev.extend(ps.problems)
+    via = [p for p in nf.probes if p.via_proxy and "SOCKS" not in (p.via_proxy or "") and not p.deadline_hit]
+    failing = [p for p in via if not p.reachable]
+    if via and len(failing) == len(via):
+        errs = sorted({p.error() or "no answer" for p in failing})
+        ev.insert(0, f"every endpoint fails through proxy {via[0].via_proxy}: " + "; ".join(errs)[:300])
+    elif failing and any((p.http_error or "").startswith("proxy") for p in failing):
+        ev.extend(f"{_label(p)} via {p.via_proxy}: {p.error()}" for p in failing
+                  if (p.http_error or "").startswith("proxy"))
+    if not ev:
+        return
+    yield Finding(
+        code="network.proxy_misconfigured", severity=Severity.WARNING, family=NET,
+        title="Proxy settings are broken or inconsistent",
+        evidence=ev,
+        remedy=("Fix or unset the proxy variables (export HTTPS_PROXY=http://HOST:PORT; unset https_proxy HTTPS_PROXY); "
+                "set lower- and upper-case variants to the same value; add internal hosts to NO_PROXY. "
+                "git keeps its own: git config --global --get http.proxy."),
+        data={"problems": ev},
+    )
