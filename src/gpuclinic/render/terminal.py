@@ -37,6 +37,16 @@ def _fmt(v: float | None, unit: str, nd: int = 0) -> str:
     return "-" if v is None else f"{v:.{nd}f}{unit}"
 
 
+def short_name(name: str | None) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100 80GB HBM3': the vendor prefix only costs width."""
+    if not name:
+        return "-"
+    for prefix in ("NVIDIA ", "Tesla "):
+        if name.startswith(prefix) and len(name) > len(prefix) + 2:
+            name = name[len(prefix):]
+    return name if len(name) <= 24 else name[:23] + "…"
+
+
 def gpu_rows(report: Report) -> list[list[str]]:
     """One row per GPU: index, name, bus, temp, power, util, memory, pcie, verdict."""
     verdicts = {(gv.ref.index, gv.ref.pci_bus_id): gv for gv in report.gpu_verdicts}
@@ -45,7 +55,7 @@ def gpu_rows(report: Report) -> list[list[str]]:
         gv = verdicts.get((g.index, g.pci_bus_id))
         temp = _fmt(g.temperature_c, "°C")
         if g.memory_temperature_c is not None:
-            temp += f" (HBM {g.memory_temperature_c:.0f}°C)"
+            temp += f" HBM {g.memory_temperature_c:.0f}°C"
         power = _fmt(g.power_draw_w, "W")
         if g.power_limit_w is not None:
             power += f"/{g.power_limit_w:.0f}W"
@@ -55,13 +65,16 @@ def gpu_rows(report: Report) -> list[list[str]]:
         pcie = "-"
         if g.pcie_gen is not None or g.pcie_width is not None:
             pcie = f"Gen{g.pcie_gen or '?'} x{g.pcie_width or '?'}"
-            if g.pcie_gen_max is not None or g.pcie_width_max is not None:
-                pcie += f" (max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})"
+            below = (g.pcie_gen_max is not None and g.pcie_gen is not None and g.pcie_gen < g.pcie_gen_max) or (
+                g.pcie_width_max is not None and g.pcie_width is not None and g.pcie_width < g.pcie_width_max
+            )
+            if below:
+                pcie += f" of Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'}"
         verdict = gv.verdict.value if gv else "-"
         if g.lost:
             verdict = "drain (lost)"
         rows.append([
-            str(g.index), g.name or "-", g.pci_bus_id or "-", temp, power,
+            str(g.index), short_name(g.name), g.pci_bus_id or "-", temp, power,
             _fmt(g.utilization_gpu_pct, "%"), mem, pcie, verdict,
         ])
     for gv in report.gpu_verdicts:
@@ -93,7 +106,7 @@ def render_terminal(report: Report, console: Console | None = None) -> None:
     if rows:
         t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
         for col in ("GPU", "Name", "Bus", "Temp", "Power", "Util", "Memory", "PCIe", "Verdict"):
-            t.add_column(col)
+            t.add_column(col, no_wrap=True, overflow="ellipsis")
         for r in rows:
             style = {"drain": "red", "warning": "yellow"}.get(r[-1].split()[0], "")
             t.add_row(*r, style=style)
