@@ -1,0 +1,101 @@
+"""Helpers shared by the NVML/PCI hardware checks (not a check module: the name starts with _)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from functools import cache
+
+from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.knowledge import load_data
+from gpuclinic.model import Finding, GpuRef
+
+THRESHOLDS_FILE = "gpu_thresholds.json"
+THRESHOLDS_SOURCE = "knowledge/data/gpu_thresholds.json"
+
+
+@cache
+def threshold(name: str) -> float:
+    """A threshold value from ``gpu_thresholds.json`` (each entry carries its source)."""
+    v = load_data(THRESHOLDS_FILE)[name]["value"]
+    return float(v)
+
+
+def ref(g: GpuFacts) -> GpuRef:
+    return GpuRef(index=g.index, pci_bus_id=g.pci_bus_id, uuid=g.uuid)
+
+
+def readable(snap: Snapshot) -> list[GpuFacts]:
+    """GPUs NVML could read (lost/unresponsive ones have no live numbers)."""
+    return [g for g in snap.gpus if not g.lost]
+
+
+def busy(g: GpuFacts) -> bool:
+    util = g.utilization_gpu_pct
+    if util is not None and util >= threshold("busy_util_pct"):
+        return True
+    return g.busy
+
+
+def load_line(g: GpuFacts) -> str:
+    """The evidence line that says how busy the GPU is (why idle explanations do or don't apply)."""
+    parts = []
+    if g.utilization_gpu_pct is not None:
+        parts.append(f"utilization.gpu = {g.utilization_gpu_pct:.0f}%")
+    if g.performance_state:
+        parts.append(f"pstate = {g.performance_state}")
+    if g.processes:
+        parts.append(f"{len(g.processes)} process(es) on the GPU")
+    return ", ".join(parts) or "load unknown"
+
+
+def median(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def kernel_lines(snap: Snapshot, bus_id: str | None, kinds: Iterable[str], limit: int = 3,
+                 xids: Iterable[int] | None = None) -> list[str]:
+    """Kernel-log lines about this GPU, as evidence (the log line itself); ``xids`` filters Xid events."""
+    if not bus_id:
+        return []
+    key = normalize_bus_id(bus_id)
+    want = set(kinds)
+    only = set(xids) if xids is not None else None
+    out = []
+    for e in snap.kernel_events:
+        if e.kind == "xid" and only is not None and e.xid not in only:
+            continue
+        if e.kind in want and e.pci_bus_id and normalize_bus_id(e.pci_bus_id) == key:
+            out.append(f"kernel: {e.line.strip()}")
+            if len(out) >= limit:
+                break
+    return out
+
+
+def fmt_w(v: float | None) -> str:
+    return "?" if v is None else f"{v:.0f} W"
+
+
+def fmt_c(v: float | None) -> str:
+    return "?" if v is None else f"{v:.0f} °C"
+
+
+def fmt_mhz(v: float | None) -> str:
+    return "?" if v is None else f"{v:.0f} MHz"
+
+
+def personalize(findings: list[Finding]) -> list[Finding]:
+    """Put the GPU's own index and bus id into remedy commands (``-i <index>``, ``-s <bus>``)."""
+    for f in findings:
+        if f.gpu is not None:
+            if f.gpu.index is not None:
+                f.remedy = f.remedy.replace("<index>", str(f.gpu.index))
+            if f.gpu.pci_bus_id:
+                f.remedy = f.remedy.replace("<bus>", f.gpu.pci_bus_id)
+    return findings
+
+
+def fmt_pct(v: float | None) -> str:
+    return "?" if v is None else f"{v:.0f}%"

@@ -1,0 +1,152 @@
+"""GPU presence: lost (fallen off the bus), invisible to NVML, fewer than expected, hung, or asking
+for a recovery action."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpuclinic.checks import CheckSkipped, check
+from gpuclinic.checks._hw import kernel_lines, personalize, ref
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.model import Family, Finding, GpuRef, Severity
+
+_LOST_REMEDY = (
+    "Drain the node (stop scheduling work on it). Save the evidence first: `sudo nvidia-bug-report.sh` and "
+    "`sudo dmesg -T | grep -E 'NVRM|Xid|AER'`. Then reboot the node: a GPU that fell off the bus rarely comes "
+    "back with `nvidia-smi -r`. If it happens again after the reboot, have the GPU reseated and its power "
+    "cables/riser and cooling checked, and open an RMA with your provider."
+)
+
+
+@check("gpu.presence", codes=["gpu.missing"], what="GPU presence (NVML vs PCI bus)")
+def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
+    if snap.nvml_available is None and not snap.gpus and not snap.pci_read:
+        raise CheckSkipped("no GPU readings (NVML) and no PCI bus listing in the input")
+    out: list[Finding] = []
+    for g in snap.gpus:
+        if g.lost and not (g.lost_reason or "").startswith("unresponsive"):
+            ev = [f"NVML: {g.lost_reason or 'GPU is lost'}"]
+            pd = next((d for d in snap.pci_devices if g.pci_bus_id and d.bus_id == normalize_bus_id(g.pci_bus_id)), None)
+            if pd is not None:
+                ev.append(f"PCI: {pd.bus_id} still listed in sysfs (driver {pd.driver or 'none'})")
+            ev += kernel_lines(snap, g.pci_bus_id, ("xid", "fallen_off_bus"))
+            out.append(Finding(
+                code="gpu.missing", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) is lost: NVML cannot reach it (fallen off the bus)",
+                evidence=ev, remedy=_LOST_REMEDY, gpu=ref(g), data={"reason": "lost"}, source="nvml",
+            ))
+    nvml_buses = {normalize_bus_id(g.pci_bus_id) for g in snap.gpus if g.pci_bus_id}
+    in_container = bool(snap.container and snap.container.in_container)
+    if snap.nvml_available and snap.pci_read:
+        for d in snap.pci_devices:
+            if not d.is_gpu or d.bus_id in nvml_buses:
+                continue
+            out.append(_pci_only(d.bus_id, d.driver, d.device_id, in_container))
+    if snap.expect_gpus is not None:
+        usable = [g for g in snap.gpus if not g.lost and not g.unreadable.get("nvml")]
+        if len(usable) < snap.expect_gpus:
+            ev = [f"usable GPUs (NVML) = {len(usable)}, expected (--expect-gpus) = {snap.expect_gpus}"]
+            lost = [g for g in snap.gpus if g.lost]
+            if lost:
+                ev.append("lost/unresponsive: " + ", ".join(f"GPU {g.index} {g.pci_bus_id or ''}".strip() for g in lost))
+            if snap.pci_read:
+                ev.append(f"NVIDIA GPUs on the PCI bus = {sum(1 for d in snap.pci_devices if d.is_gpu)}")
+            out.append(Finding(
+                code="gpu.missing", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                title=f"Only {len(usable)} of {snap.expect_gpus} expected GPUs are usable",
+                evidence=ev,
+                remedy=("Drain the node. Compare `nvidia-smi -L` with `lspci -d 10de:` to see which GPU is gone; check "
+                        "`dmesg -T | grep -E 'NVRM|Xid'` for Xid 79/RmInitAdapter failures. Reboot; if the GPU is still "
+                        "missing, have it reseated and its power checked, then RMA."),
+                data={"usable": len(usable), "expected": snap.expect_gpus}, source="nvml",
+            ))
+    return personalize(out)
+
+
+def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container: bool) -> Finding:
+    ev = [f"PCI: {bus} NVIDIA GPU (device {device_id or '?'}) bound to driver {driver or 'none'}",
+          "NVML: no GPU with this bus id"]
+    gref = GpuRef(pci_bus_id=bus)
+    if in_container:
+        return Finding(
+            code="gpu.missing", severity=Severity.INFO, family=Family.GPU_FAULT,
+            title=f"GPU {bus} is on the host's PCI bus but not visible in this container",
+            evidence=ev, gpu=gref, data={"reason": "not_in_container"}, source="pci",
+            remedy="Expected when the container was given only some GPUs (--gpus / NVIDIA_VISIBLE_DEVICES); "
+                   "run gpuclinic on the host to check every GPU.",
+        )
+    if driver == "vfio-pci":
+        return Finding(
+            code="gpu.missing", severity=Severity.INFO, family=Family.GPU_FAULT,
+            title=f"GPU {bus} is bound to vfio-pci (passed through to a VM), not to the nvidia driver",
+            evidence=ev, gpu=gref, data={"reason": "vfio"}, source="pci",
+            remedy="Nothing to do if it is assigned to a VM on purpose; otherwise unbind it from vfio-pci.",
+        )
+    if driver == "nvidia":
+        return Finding(
+            code="gpu.missing", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+            title=f"GPU {bus} is on the PCI bus and bound to nvidia, but NVML cannot see it",
+            evidence=ev, gpu=gref, data={"reason": "pci_only"}, source="pci",
+            remedy=("The driver failed to initialise this GPU or lost it. Check `dmesg -T | grep -E 'NVRM|Xid'` for "
+                    "RmInitAdapter failed / Xid 79 lines. Drain and reboot; if it stays invisible, reseat the GPU, "
+                    "check its power cables, then RMA."),
+        )
+    return Finding(
+        code="gpu.missing", severity=Severity.WARNING, family=Family.GPU_FAULT,
+        title=f"GPU {bus} is on the PCI bus but bound to {driver or 'no driver'}, so NVML cannot use it",
+        evidence=ev, gpu=gref, data={"reason": "other_driver", "driver": driver}, source="pci",
+        remedy=("Bind it to the nvidia driver: if nouveau holds it, blacklist nouveau and rebuild the initramfs; if no "
+                "driver is bound, check `dmesg | grep -i nvidia` for probe errors (e.g. 'NVRM: probe routine failed')."),
+    )
+
+
+@check("gpu.unresponsive", codes=["gpu.unresponsive"], what="GPU responsiveness")
+def gpu_unresponsive(snap: Snapshot) -> Iterable[Finding]:
+    out = []
+    for g in snap.gpus:
+        if g.lost and (g.lost_reason or "").startswith("unresponsive"):
+            ev = [f"NVML: {g.lost_reason}"] + kernel_lines(snap, g.pci_bus_id, ("xid", "gsp"))
+            out.append(Finding(
+                code="gpu.unresponsive", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) does not answer NVML: driver or GPU firmware hung",
+                evidence=ev, gpu=ref(g), source="nvml",
+                remedy=("Drain the node. Look for GSP timeouts (Xid 119/120) with `dmesg -T | grep -E 'NVRM|Xid'` and for "
+                        "processes stuck in D state (`ps -eo pid,stat,cmd | awk '$2 ~ /D/'`). After stopping all GPU "
+                        "processes try `sudo nvidia-smi -r -i <index>`; if that hangs or fails, reboot. If it recurs, "
+                        "update the driver and report the Xid to your provider."),
+            ))
+    return personalize(out)
+
+
+_ACTION_TEXT = {
+    "gpu_reset": ("the GPU needs a reset", Severity.CRITICAL,
+                  "Drain, stop all processes on the GPU, then `sudo nvidia-smi -r -i <index>` (or reboot)."),
+    "node_reboot": ("the node needs a reboot", Severity.CRITICAL, "Drain the node and reboot it."),
+    "drain_p2p": ("peer-to-peer traffic must be drained", Severity.WARNING,
+                  "Let running jobs finish without new P2P/NVLink work, then reset the GPU or reboot."),
+    "drain_and_reset": ("the GPU must be drained and reset", Severity.CRITICAL,
+                        "Drain, then `sudo nvidia-smi -r -i <index>` once idle (or reboot)."),
+    "recover_imex_domain": ("the IMEX domain must be recovered", Severity.CRITICAL,
+                            "Restart the IMEX daemon/domain per your NVLink-domain runbook, then re-check."),
+    "bus_reset": ("the GPU needs a PCIe bus reset", Severity.CRITICAL, "Drain and reboot the node."),
+    "system_reboot": ("the system needs a reboot", Severity.CRITICAL, "Drain the node and reboot it."),
+}
+
+
+@check("gpu.recovery_action", codes=["gpu.recovery_action"], what="GPU recovery action (NVML)")
+def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
+    out = []
+    for g in snap.gpus:
+        act = g.recovery_action
+        if not act or act == "none":
+            continue
+        text, sev, remedy = _ACTION_TEXT.get(act, (f"the driver asks for recovery action {act}", Severity.CRITICAL,
+                                                   "Drain the node and follow NVIDIA's recovery guidance."))
+        out.append(Finding(
+            code="gpu.recovery_action", severity=sev, family=Family.GPU_FAULT,
+            title=f"GPU {g.index}: the driver reports {text}",
+            evidence=[f"NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = {act}"],
+            remedy=remedy + " (DCGM treats DRAIN_P2P as warn and GPU_RESET/NODE_REBOOT/DRAIN_AND_RESET as fail.)",
+            gpu=ref(g), data={"action": act}, source="nvml",
+        ))
+    return personalize(out)

@@ -1,0 +1,146 @@
+"""PCIe link health: generation/width below what GPU and slot support, and link replays.
+
+Idle GPUs lower their link *speed* to save power (the generation follows the P-state), so a low
+generation at idle is informational; a narrower link is not explained by idle power saving: it
+usually means the link trained at reduced width (seating, riser, cable, slot), so it is flagged
+even at idle.  Under load both are real losses of host<->GPU bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from gpuclinic.checks import check
+from gpuclinic.checks._hw import THRESHOLDS_SOURCE, busy, load_line, personalize, ref, threshold
+from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.model import Family, Finding, Severity
+
+GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+# DCGM replay budget: errors per minute per lane at BER 1e-12 (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp)
+REPLAY_PER_LANE_PER_MIN = {1: 0.15, 2: 0.30, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
+
+_SEATING = ("Confirm under load: `nvidia-smi -q -d PCIE -i <index>` (Link Width/Generation Current vs Max) and "
+            "`sudo lspci -vvv -s <bus> | grep -E 'LnkCap|LnkSta'` (look for '(downgraded)'); check "
+            "`dmesg -T | grep -iE 'AER|limited by'`. A link that trains narrow or slow under load points at the "
+            "GPU's seating, the riser/retimer or cable, or the slot: ask the provider to reseat/inspect it. Also "
+            "check BIOS PCIe settings (slot forced to a lower Gen, bifurcation).")
+
+
+def _bw(gen: int | None, width: int | None) -> float | None:
+    if gen is None or width is None or gen not in GEN_GTS:
+        return None
+    return GEN_GTS[gen] * width
+
+
+@check("pcie.link_degraded", codes=["pcie.link_degraded"], what="PCIe link generation and width")
+def link_degraded(snap: Snapshot) -> Iterable[Finding]:
+    out = []
+    idle: list[Finding] = []
+    for g in snap.gpus:
+        if g.lost:
+            continue
+        f = _link(g)
+        if f and f.data.get("reason") == "idle_gen":
+            idle.append(f)
+        elif f:
+            out.append(f)
+    if len(idle) > 1:  # one line for a whole idle node, not one per GPU
+        gens = sorted({f.data["gen"] for f in idle})
+        out.append(Finding(
+            code="pcie.link_degraded", severity=Severity.INFO, family=Family.PCIE_POWER,
+            title=f"{len(idle)} idle GPUs have their PCIe links at Gen{'/'.join(map(str, gens))} (power saving)",
+            evidence=_grouped(idle) + ["idle GPUs lower the link generation to save power; this is expected at idle"],
+            remedy=idle[0].remedy, source=idle[0].source,
+            data={"reason": "idle_gen", "gpus": [f.gpu.index for f in idle if f.gpu]},
+        ))
+    else:
+        out.extend(idle)
+    return personalize(out)
+
+
+def _grouped(findings: list[Finding]) -> list[str]:
+    """``GPU 0, 1, 2: <link line>`` for GPUs sharing the same link state."""
+    groups: dict[str, list[str]] = {}
+    for f in findings:
+        groups.setdefault(f.evidence[0], []).append(str(f.gpu.index if f.gpu else "?"))
+    return [f"GPU {', '.join(ids)}: {line}" for line, ids in groups.items()]
+
+
+def _link(g: GpuFacts) -> Finding | None:
+    gen, gmax, w, wmax = g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max
+    gen_low = gen is not None and gmax is not None and gen < gmax
+    width_low = w is not None and wmax is not None and w < wmax
+    is_busy = busy(g)
+    link = f"pcie.link.gen.current = {gen if gen is not None else '?'} (max {gmax if gmax is not None else '?'}), " \
+           f"pcie.link.width.current = x{w if w is not None else '?'} (max x{wmax if wmax is not None else '?'})"
+    ev = [link, load_line(g)]
+    src = "nvml" if "nvml" not in g.unreadable else "pci"
+    if not gen_low and not width_low:
+        gpu_max = g.pcie_gen_gpu_max
+        if gpu_max is not None and gmax is not None and gpu_max > gmax:
+            return Finding(
+                code="pcie.link_degraded", severity=Severity.INFO, family=Family.PCIE_POWER,
+                title=f"GPU {g.index} supports PCIe Gen{gpu_max} but the slot/platform only Gen{gmax}",
+                evidence=[link, f"GPU max generation = {gpu_max}"], gpu=ref(g), source=src,
+                data={"reason": "platform_limited", "gen_max": gmax, "gpu_gen_max": gpu_max},
+                remedy="Expected in an older-generation slot or riser; use a Gen" f"{gpu_max} slot if host<->GPU transfers matter.",
+            )
+        return None
+    cur_bw, max_bw = _bw(gen, w), _bw(gmax, wmax)
+    frac = (cur_bw / max_bw) if cur_bw and max_bw else None
+    if frac is not None:
+        ev.append(f"link bandwidth ≈ {frac:.0%} of what GPU and slot support")
+    what = " and ".join(x for x in (
+        f"Gen{gen} instead of Gen{gmax}" if gen_low else "", f"x{w} instead of x{wmax}" if width_low else "") if x)
+    data = {"gen": gen, "gen_max": gmax, "width": w, "width_max": wmax, "busy": is_busy, "bandwidth_fraction": frac}
+    if is_busy:
+        sev = Severity.CRITICAL if frac is not None and frac <= threshold("pcie_bandwidth_critical_fraction") else Severity.WARNING
+        if sev == Severity.CRITICAL:
+            ev.append(f"critical at <= {threshold('pcie_bandwidth_critical_fraction'):.0%} ({THRESHOLDS_SOURCE})")
+        return Finding(
+            code="pcie.link_degraded", severity=sev, family=Family.PCIE_POWER,
+            title=f"GPU {g.index} PCIe link runs at {what} while busy",
+            evidence=ev, remedy=_SEATING, gpu=ref(g), source=src, data=data,
+        )
+    if width_low:
+        ev.append("idle power saving lowers link speed, not width: a narrow link at idle usually trained narrow")
+        return Finding(
+            code="pcie.link_degraded", severity=Severity.WARNING, family=Family.PCIE_POWER,
+            title=f"GPU {g.index} PCIe link is {what} (at idle; width loss is not explained by power saving)",
+            evidence=ev, remedy=_SEATING, gpu=ref(g), source=src, data=data,
+        )
+    ev.append("idle GPUs lower the link generation to save power; this is expected at idle")
+    return Finding(
+        code="pcie.link_degraded", severity=Severity.INFO, family=Family.PCIE_POWER,
+        title=f"GPU {g.index} PCIe link at {what} while idle (power saving)",
+        evidence=ev, gpu=ref(g), source=src, data={**data, "reason": "idle_gen"},
+        remedy="Nothing to do at idle. Re-run `gpuclinic doctor` while a job runs; it is a problem only if the link "
+               "stays below max under load.",
+    )
+
+
+@check("pcie.replay", codes=["pcie.replay"], what="PCIe replay counters")
+def replay(snap: Snapshot) -> Iterable[Finding]:
+    out = []
+    warn = threshold("pcie_replay_warn")
+    for g in snap.gpus:
+        n = g.pcie_replay_count
+        if g.lost or n is None or n < warn:
+            continue
+        ev = [f"pcie.replay_counter = {n} since the driver loaded (warn at {warn:.0f}; {THRESHOLDS_SOURCE})"]
+        gen, w = g.pcie_gen_max or g.pcie_gen, g.pcie_width_max or g.pcie_width
+        if gen in REPLAY_PER_LANE_PER_MIN and w:
+            budget = math.ceil(REPLAY_PER_LANE_PER_MIN[gen] * w)
+            ev.append(f"DCGM budget for a Gen{gen} x{w} link: {budget} replays per minute (BER 1e-12)")
+        out.append(Finding(
+            code="pcie.replay", severity=Severity.WARNING, family=Family.PCIE_POWER,
+            title=f"GPU {g.index} PCIe link is retransmitting ({n} replays)",
+            evidence=ev, gpu=ref(g), source="nvml", data={"replays": n},
+            remedy=("Replays are link-level retries after bit errors: the link works but is marginal. Check whether the "
+                    "count grows (`nvidia-smi -q -d PCIE` twice, a minute apart, or `gpuclinic watch`) and look for AER "
+                    "lines (`dmesg -T | grep -i AER`). A growing count means reseating the GPU or replacing the "
+                    "riser/retimer/cable; it can precede Xid 79 (fallen off the bus)."),
+        ))
+    return personalize(out)

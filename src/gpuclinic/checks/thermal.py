@@ -1,0 +1,127 @@
+"""Heat: temperature against the GPU's own thresholds, and thermal clock slowdowns.
+
+The GPU reports where it starts slowing down (SLOWDOWN), where it may drop below base clock
+(GPU_MAX), where HBM starts software slowdown (MEM_MAX) and where it shuts down; those beat any
+fixed number, which is only the fallback for GPUs that report none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpuclinic.checks import check
+from gpuclinic.checks._hw import fmt_c, fmt_mhz, load_line, personalize, readable, ref, threshold
+from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.model import Family, Finding, Severity
+
+_COOLING = ("Check cooling now: `nvidia-smi -q -d TEMPERATURE,PERFORMANCE` for the readings; inlet air temperature "
+            "and fan/BMC status (`ipmitool sdr type Fan`, `ipmitool sdr type Temperature`); blocked or failed fans, "
+            "missing blanking panels, a hot aisle. If one GPU runs much hotter than its neighbours under the same load, "
+            "its heatsink contact or thermal interface is suspect: ask the provider to inspect it.")
+
+
+@check("thermal.slowdown", codes=["thermal.slowdown"], what="GPU and HBM temperatures")
+def thermal_slowdown(snap: Snapshot) -> Iterable[Finding]:
+    out = []
+    for g in readable(snap):
+        f = _gpu_temp(g)
+        if f:
+            out.append(f)
+        f = _hbm_temp(g)
+        if f:
+            out.append(f)
+    return personalize(out)
+
+
+def _gpu_temp(g: GpuFacts) -> Finding | None:
+    t = g.temperature_c
+    if t is None:
+        return None
+    margin = threshold("temp_slowdown_margin_c")
+    thresholds = (f"thresholds: slowdown {fmt_c(g.slowdown_temp_c)}, max operating {fmt_c(g.max_operating_temp_c)}, "
+                  f"shutdown {fmt_c(g.shutdown_temp_c)} (the GPU's own, from NVML)")
+    sev: Severity | None = None
+    why = ""
+    if g.slowdown_temp_c is not None and t >= g.slowdown_temp_c:
+        sev, why = Severity.CRITICAL, "at or above its hardware slowdown temperature"
+        if g.shutdown_temp_c is not None:
+            why += f", {g.shutdown_temp_c - t:.0f} °C below shutdown"
+    elif g.slowdown_temp_c is None and g.shutdown_temp_c is not None and t >= g.shutdown_temp_c - margin:
+        sev, why = Severity.CRITICAL, f"within {margin:.0f} °C of its shutdown temperature"
+    elif g.max_operating_temp_c is not None and t >= g.max_operating_temp_c:
+        sev, why = Severity.WARNING, "above its max operating temperature (clocks may drop below base)"
+    elif g.slowdown_temp_c is not None and t >= g.slowdown_temp_c - margin:
+        sev, why = Severity.WARNING, f"within {margin:.0f} °C of its slowdown temperature"
+    elif g.slowdown_temp_c is None and g.max_operating_temp_c is None:
+        crit, warn = threshold("temp_fallback_critical_c"), threshold("temp_fallback_warn_c")
+        thresholds = f"GPU reports no thresholds; generic limits warn {warn:.0f} °C, critical {crit:.0f} °C"
+        if t >= crit:
+            sev, why = Severity.CRITICAL, "above the generic critical temperature"
+        elif t >= warn:
+            sev, why = Severity.WARNING, "above the generic warning temperature"
+    if sev is None:
+        return None
+    return Finding(
+        code="thermal.slowdown", severity=sev, family=Family.HEAT,
+        title=f"GPU {g.index} at {t:.0f} °C is {why}",
+        evidence=[f"temperature.gpu = {t:.0f} °C", thresholds, f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of "
+                  f"{fmt_mhz(g.sm_clock_max_mhz)}", load_line(g)],
+        remedy=_COOLING, gpu=ref(g), source="nvml",
+        data={"sensor": "gpu", "temperature_c": t, "slowdown_c": g.slowdown_temp_c, "shutdown_c": g.shutdown_temp_c},
+    )
+
+
+def _hbm_temp(g: GpuFacts) -> Finding | None:
+    t = g.memory_temperature_c
+    if t is None:
+        return None
+    mx = g.memory_max_operating_temp_c
+    if mx is not None:
+        margin = threshold("hbm_temp_margin_c")
+        crit, warn = mx, mx - margin
+        src = f"memory max operating {mx:.0f} °C (the GPU's own; software slowdown starts there)"
+    else:
+        crit, warn = threshold("hbm_fallback_critical_c"), threshold("hbm_fallback_warn_c")
+        src = f"GPU reports no HBM limit; generic warn {warn:.0f} °C, critical {crit:.0f} °C"
+    if t < warn:
+        return None
+    sev = Severity.CRITICAL if t >= crit else Severity.WARNING
+    return Finding(
+        code="thermal.slowdown", severity=sev, family=Family.HEAT,
+        title=f"GPU {g.index} HBM memory at {t:.0f} °C is " + ("at/over its limit" if sev == Severity.CRITICAL
+                                                               else "close to its limit"),
+        evidence=[f"temperature.memory = {t:.0f} °C", src, load_line(g)],
+        remedy=_COOLING, gpu=ref(g), source="nvml",
+        data={"sensor": "hbm", "temperature_c": t, "limit_c": crit},
+    )
+
+
+_THERMAL_REASONS = {"hw_thermal_slowdown": "HW thermal slowdown", "sw_thermal_slowdown": "SW thermal slowdown"}
+
+
+@check("thermal.throttle", codes=["thermal.throttle"], what="thermal clock slowdown")
+def thermal_throttle(snap: Snapshot) -> Iterable[Finding]:
+    out = []
+    for g in readable(snap):
+        active = [r for r in g.clock_event_reasons if r in _THERMAL_REASONS]
+        viol_ns = g.violation_ns.get("thermal") or 0
+        if not active:
+            continue
+        sev = Severity.CRITICAL if "hw_thermal_slowdown" in active else Severity.WARNING
+        ev = [f"clocks_event_reasons.active = {', '.join(g.clock_event_reasons)}"
+              + (f" (0x{g.clock_event_reasons_mask:x})" if g.clock_event_reasons_mask is not None else ""),
+              f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of max {fmt_mhz(g.sm_clock_max_mhz)}",
+              f"temperature.gpu = {fmt_c(g.temperature_c)} (slowdown {fmt_c(g.slowdown_temp_c)}), "
+              f"temperature.memory = {fmt_c(g.memory_temperature_c)} (max {fmt_c(g.memory_max_operating_temp_c)})"]
+        if viol_ns:
+            ev.append(f"thermal violation time = {viol_ns / 1e9:.1f} s since the driver loaded")
+        ev.append(load_line(g))
+        hw = "hardware" if sev == Severity.CRITICAL else "software"
+        out.append(Finding(
+            code="thermal.throttle", severity=sev, family=Family.HEAT,
+            title=f"GPU {g.index} is cutting its clocks because it is too hot ({hw} thermal slowdown)",
+            evidence=ev, remedy=_COOLING + " Watch it with `nvidia-smi -q -d PERFORMANCE` (Clocks Event Reasons).",
+            gpu=ref(g), source="nvml", data={"reasons": active, "thermal_violation_ns": viol_ns},
+        ))
+    return personalize(out)
