@@ -1,0 +1,286 @@
+"""``gpuclinic watch`` (the agent), ``gpuclinic history`` and ``gpuclinic events`` (reading its store)."""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuclinic.errors import GpuclinicError, InputError
+
+
+def _parse_since(value: str | None, now: float) -> float | None:
+    """``2h``/``30m``/``7d`` before now, or an ISO 8601 time (naive = UTC)."""
+    if value is None:
+        return None
+    from gpuclinic.watch.config import parse_duration
+
+    v = value.strip()
+    if v and v[0].isdigit() and v[-1] in "smhdw" and "T" not in v and "-" not in v:
+        return now - parse_duration(v, what="--since")
+    try:
+        dt = _dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"bad --since {value!r}: use a duration (90s, 2h, 7d) or an ISO time "
+                         "(2026-01-31T12:00:00Z)") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=_dt.timezone.utc)
+    return dt.timestamp()
+
+
+def _open_store_for_reading(db: str | None) -> Any:
+    from gpuclinic.store import default_db_path
+    from gpuclinic.watch.store import StoreError, WatchStore
+
+    path = Path(db) if db else default_db_path()
+    if not path.exists():
+        raise InputError(f"no watch store at {path} (start `gpuclinic watch` first, or pass --db PATH)")
+    try:
+        return WatchStore(path)
+    except StoreError as e:
+        raise GpuclinicError(str(e)) from None
+
+
+def _iso(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@click.command("watch")
+@click.option("--scenario", metavar="NAME", help="Drive the agent from a simulated timeline (see --list-scenarios).")
+@click.option("--list-scenarios", is_flag=True, help="List simulated scenarios and exit.")
+@click.option("--time-scale", type=click.FloatRange(min=0.001), default=1.0, show_default=True,
+              help="With --scenario: run simulated time this many times faster (tests, demos).")
+@click.option("--interval", type=click.FloatRange(min=0.05), metavar="SECONDS",
+              help="Sampling interval (default 1 s, or [agent] interval in --config).")
+@click.option("--db", metavar="PATH", help="SQLite store (default $XDG_STATE_HOME/gpuclinic/gpuclinic.db).")
+@click.option("--no-store", is_flag=True, help="Keep nothing on disk (metrics, alerts and dashboard still work).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="TOML config: thresholds, retention, notification channels.")
+@click.option("--listen", metavar="HOST:PORT", default="127.0.0.1:9847", show_default=True,
+              help="Dashboard, JSON API and /metrics. A non-loopback address requires a token.")
+@click.option("--no-http", is_flag=True, help="Do not serve the dashboard or /metrics.")
+@click.option("--token", envvar="GPUCLINIC_WATCH_TOKEN", metavar="TOKEN",
+              help="Token required by the HTTP server (env GPUCLINIC_WATCH_TOKEN); generated when needed.")
+@click.option("--kernel-log", "kernel_logs", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Follow this kernel log file instead of the live kernel log (repeatable; survives rotation).")
+@click.option("--no-kernel-log", is_flag=True, help="Do not follow the kernel log.")
+@click.option("--doctor-interval", metavar="DURATION", help="Full doctor checks this often (default 5m; 0 = off).")
+@click.option("--webhook", "webhooks", multiple=True, metavar="URL",
+              help="Also send alerts as JSON to this URL (repeatable; more channels via --config).")
+@click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="Alert when fewer than N GPUs are visible.")
+@click.option("--duration", metavar="DURATION", help="Stop after this long (agent time), e.g. 90s.")
+@click.option("--quiet", is_flag=True, help="Print only errors.")
+def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interval: float | None, db: str | None,
+          no_store: bool, config_path: str | None, listen: str, no_http: bool, token: str | None,
+          kernel_logs: tuple[str, ...], no_kernel_log: bool, doctor_interval: str | None, webhooks: tuple[str, ...],
+          expect_gpus: int | None, duration: str | None, quiet: bool) -> int:
+    """Always-on agent: sample GPUs every second, follow the kernel log, run the doctor every few minutes,
+    store history, send alerts, export Prometheus metrics and serve a live dashboard.
+
+    Stop with Ctrl-C (or SIGTERM).
+    """
+    from gpuclinic.watch.config import ChannelConfig, load_config, parse_duration
+
+    if list_scenarios:
+        from gpuclinic.watch.simulate import list_watch_scenarios
+
+        for name, desc in list_watch_scenarios():
+            click.echo(f"{name:18} {desc}")
+        return 0
+    cfg = load_config(config_path)
+    backend: Any
+    clock: Any
+    from gpuclinic.watch.backend import NvmlBackend, RealClock, ScaledClock
+
+    if scenario:
+        from gpuclinic.watch.config import _fill
+        from gpuclinic.watch.simulate import ScenarioBackend, load_watch_scenario
+
+        sc = load_watch_scenario(scenario)
+        if sc.rules:
+            # the scenario's own thresholds (short demo timings) apply unless the config file set them
+            file_rules = {}
+            if config_path:
+                from gpuclinic.watch.config import tomllib
+
+                file_rules = tomllib.loads(Path(config_path).read_text(encoding="utf-8")).get("rules", {})
+            _fill(cfg.rules, {k: v for k, v in sc.rules.items() if k not in file_rules}, "scenario.rules")
+        clock = ScaledClock(time_scale)
+        backend = ScenarioBackend(sc, clock)
+    else:
+        if time_scale != 1.0:
+            raise InputError("--time-scale only applies with --scenario")
+        clock = RealClock()
+        backend = NvmlBackend()
+    if interval is not None:
+        cfg.agent.interval_s = interval
+    if doctor_interval is not None:
+        cfg.agent.doctor_interval_s = parse_duration(doctor_interval, what="--doctor-interval")
+    if expect_gpus is not None:
+        cfg.agent.expect_gpus = expect_gpus
+    for url in webhooks:
+        cfg.notify.channels.append(ChannelConfig(type="webhook", url=url))
+    run_for = parse_duration(duration, what="--duration") if duration else None
+    log = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
+
+    store = None
+    if not no_store:
+        from gpuclinic.store import default_db_path
+        from gpuclinic.watch.store import StoreError, WatchStore
+
+        path = Path(db) if db else default_db_path()
+        try:
+            store = WatchStore(path, raw_retention_s=cfg.store.raw_retention_s,
+                               rollup_retention_s=cfg.store.rollup_retention_s,
+                               max_buffered=cfg.store.max_buffered_samples)
+        except StoreError as e:
+            raise GpuclinicError(str(e)) from None
+        except OSError as e:
+            raise GpuclinicError(f"cannot create store {path}: {e.strerror or e}") from None
+    notifier = None
+    if cfg.notify.channels:
+        from gpuclinic.watch.notify import Notifier
+
+        spool = cfg.notify.spool_dir
+        if spool is None:
+            base = Path(db).parent if db else Path(os.environ.get("XDG_STATE_HOME") or
+                                                    Path.home() / ".local" / "state") / "gpuclinic"
+            spool = str(base / "alert-spool")
+        notifier = Notifier(cfg.notify, spool_dir=spool, log=log)
+
+    from gpuclinic.watch.agent import Agent
+
+    follow_live = not no_kernel_log and not kernel_logs and not scenario
+    agent = Agent(cfg, backend, clock=clock, store=store, notifier=notifier,
+                  kernel_logs=[] if no_kernel_log else list(kernel_logs), follow_live_kernel=follow_live, log=log)
+    agent.start()
+    server = None
+    if not no_http:
+        from gpuclinic.watch.server import serve
+
+        server, generated = serve(agent, listen, token=token or cfg.server.token,
+                                  metrics_require_token=cfg.server.metrics_require_token)
+        if generated:
+            click.echo(f"gpuclinic watch: access token (shown once): {generated}", err=True)
+        click.echo(f"gpuclinic watch: dashboard {server.url}/  metrics {server.url}/metrics  "
+                   f"({agent.info.name}, every {cfg.agent.interval_s:g}s)", err=True)
+    if not quiet:
+        click.echo(f"gpuclinic watch: store {store.path if store else '(none)'}", err=True)
+
+    def _stop(signum: int, frame: Any) -> None:
+        agent.stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    try:
+        agent.run(duration_s=run_for)
+    finally:
+        if server is not None:
+            server.stop()
+        if notifier is not None:
+            notifier.flush(timeout=3)
+            notifier.close()
+        if store is not None:
+            store.close()
+    return 0
+
+
+@click.command("history")
+@click.argument("metric", required=False)
+@click.option("--gpu", type=click.IntRange(min=0), metavar="I", help="Only this GPU index.")
+@click.option("--since", default="1h", show_default=True, metavar="2h|ISO", help="Start: a duration ago or an ISO time.")
+@click.option("--until", metavar="ISO|DURATION", help="End (default now).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--db", metavar="PATH", help="The watch store (default: the agent's).")
+@click.option("--list", "list_metrics", is_flag=True, help="List metric names and exit.")
+def history(metric: str | None, gpu: int | None, since: str, until: str | None, fmt: str, db: str | None,
+            list_metrics: bool) -> int:
+    """Print or export one metric's history from the watch store (raw samples, then 1-minute rollups)."""
+    from gpuclinic.watch.store import METRIC_BY_NAME, METRICS
+
+    if list_metrics or metric is None:
+        for m in METRICS:
+            click.echo(f"{m.name:24} {m.unit:9} {m.help}")
+        return 0 if list_metrics else 2
+    if metric not in METRIC_BY_NAME:
+        raise InputError(f"unknown metric {metric!r}; one of: {', '.join(m.name for m in METRICS)}")
+    m = METRIC_BY_NAME[metric]
+    now = time.time()
+    lo = _parse_since(since, now)
+    hi = _parse_since(until, now) if until else None
+    st = _open_store_for_reading(db)
+    try:
+        rows = st.query(m.name, gpu=gpu, since=lo, until=hi)
+    finally:
+        st.close()
+    out = sys.stdout
+    if fmt == "json":
+        json.dump({"metric": m.name, "unit": m.unit, "since": lo, "until": hi,
+                   "points": [{"time": _iso(t), "ts": t, "gpu": g, "value": v} for t, g, v in rows]}, out)
+        out.write("\n")
+    elif fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(["time", "gpu", f"{m.name}_{m.unit}"])
+        for t, g, v in rows:
+            w.writerow([_iso(t), g, "" if v is None else v])
+    else:
+        if not rows:
+            click.echo(f"no {m.name} samples since {_iso(lo)}")
+            return 0
+        click.echo(f"{'time (UTC)':22} {'gpu':>3}  {m.name} ({m.unit})")
+        for t, g, v in rows:
+            click.echo(f"{_iso(t):22} {g:>3}  {'-' if v is None else _fmt_val(v)}")
+    return 0
+
+
+def _fmt_val(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:.2f}"
+
+
+@click.command("events")
+@click.option("--since", default="24h", show_default=True, metavar="2h|ISO",
+              help="Events open now or opened/resolved since then.")
+@click.option("--open", "open_only", is_flag=True, help="Only events still open.")
+@click.option("--json", "as_json", is_flag=True, help="JSON list.")
+@click.option("--db", metavar="PATH", help="The watch store (default: the agent's).")
+def events(since: str, open_only: bool, as_json: bool, db: str | None) -> int:
+    """List events recorded by the watch agent, with their evidence and what to do."""
+    lo = _parse_since(since, time.time())
+    st = _open_store_for_reading(db)
+    try:
+        evs = st.events(since=lo, open_only=open_only)
+    finally:
+        st.close()
+    if as_json:
+        click.echo(json.dumps([{**e.to_dict(), "opened_at": _iso(e.opened), "resolved_at": _iso(e.resolved)}
+                               for e in evs], indent=1))
+        return 0
+    if not evs:
+        click.echo(f"no events since {_iso(lo)}")
+        return 0
+    for e in evs:
+        state = "OPEN" if e.resolved is None else f"resolved {_iso(e.resolved)} after {_dur(e.resolved - e.opened)}"
+        gpu = f" GPU {e.gpu}" if e.gpu is not None else ""
+        click.echo(f"{_iso(e.opened)}  {e.severity.label.upper():8} {e.code}{gpu}  [{state}]")
+        click.echo(f"  {e.title}" + (f"  (x{e.count})" if e.count > 1 else ""))
+        for line in e.evidence:
+            click.echo(f"    - {line}")
+        if e.remedy:
+            click.echo(f"  what to do: {e.remedy}")
+    return 0
+
+
+def _dur(s: float) -> str:
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"

@@ -1,0 +1,436 @@
+"""The watch agent: sample, evaluate rules, follow the kernel log, run the doctor, store, alert.
+
+Threads and why:
+
+* the main loop samples every ``interval`` through :class:`TimedSampler` (its own worker thread, so a
+  hung NVML call is detected and reported rather than waited on), evaluates rules and flushes the store;
+* a kernel-log thread handles XID/AER/GSP lines the moment they are written (not on the next tick);
+* a doctor thread runs the full doctor checks every ``doctor_interval`` (they are slow);
+* notifications go out from the notifier's own thread, so a slow webhook never delays sampling.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import socket
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.kernel import KernelEvent
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.model import Severity, Verdict
+from gpuclinic.watch import reasons as R
+from gpuclinic.watch.backend import (
+    BackendInfo,
+    Clock,
+    KernelLineSource,
+    RealClock,
+    SamplerBackend,
+    TimedSampler,
+)
+from gpuclinic.watch.config import WatchConfig
+from gpuclinic.watch.events import Condition, Event, EventBook
+from gpuclinic.watch.kernel import LineParser, condition_for, follow_events
+from gpuclinic.watch.notify import Alert, Notifier
+from gpuclinic.watch.rules import RuleEngine, gpu_key
+from gpuclinic.watch.store import StoreError, WatchStore
+
+SERIES_FIELDS = ("ts", "temp", "slowdown", "power", "power_limit", "sm_clock", "sm_clock_max", "util", "mem_used",
+                 "mem_total", "reasons", "mem_temp")
+
+
+@dataclass
+class StatusSnapshot:
+    """A consistent copy of what /metrics and the dashboard show."""
+
+    gpus: list[GpuFacts]
+    driver_version: str | None
+    backend: str
+    xids: dict[tuple[str, str, int], tuple[int, float]]
+    open_events: list[Event]
+    gpu_count: int
+    gpus_expected: int
+    last_ok: float | None
+    sample_age: float
+    sample_duration: float
+    stalled: bool
+    samples_total: int
+    sample_errors_total: int
+    store_error: str | None
+    store_errors_total: int
+    store_buffered: int
+    notify_sent: int
+    notify_failed: int
+    notify_spooled: int
+    verdict: Verdict
+    now: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict_code(self) -> int:
+        return self.verdict.exit_code
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Agent:
+    def __init__(
+        self,
+        cfg: WatchConfig,
+        backend: SamplerBackend,
+        *,
+        clock: Clock | None = None,
+        store: WatchStore | None = None,
+        notifier: Notifier | None = None,
+        kernel_logs: list[str] | None = None,
+        follow_live_kernel: bool = False,
+        log: Callable[[str], None] | None = None,
+        history_points: int = 900,
+        doctor: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        self.clock: Clock = clock or RealClock()
+        self.backend = backend
+        self.store = store
+        self.notifier = notifier
+        self.kernel_logs = list(kernel_logs or [])
+        self.follow_live_kernel = follow_live_kernel
+        self.log = log or _stderr
+        self.host = socket.gethostname()
+        self.doctor_enabled = doctor and cfg.agent.doctor_interval_s > 0
+        self.rules = RuleEngine(cfg.rules, expect_gpus=cfg.agent.expect_gpus)
+        self.book = EventBook(resolve_after_s=cfg.rules.resolve_after_s, disabled=cfg.rules.disabled)
+        self.book.subscribe(self._on_event)
+        self.info = BackendInfo(name="?")
+        self.stop = threading.Event()
+        self._lock = threading.RLock()
+        self._latest: list[GpuFacts] = []
+        self._series: dict[int, deque[tuple[Any, ...]]] = {}
+        self._history_points = history_points
+        self.xids: dict[tuple[str, str, int], tuple[int, float]] = {}
+        self._kernel_seen: deque[KernelEvent] = deque(maxlen=500)
+        self._parser = LineParser(origin="scenario")
+        self.last_ok: float | None = None
+        self.last_duration = 0.0
+        self.stalled = False
+        self.samples_total = 0
+        self.sample_errors_total = 0
+        self._err_streak = 0
+        self._last_error: str | None = None
+        self._last_flush = 0.0
+        self._last_maint = 0.0
+        self._store_error_logged: str | None = None
+        self._threads: list[threading.Thread] = []
+        self.sampler: TimedSampler | None = None
+        self.doctor_verdict: Verdict | None = None
+        self.started_at = self.clock.now()
+        self.kernel_note: str | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the backend and start the helper threads (not the main loop)."""
+        self.info = self.backend.open()
+        self.started_at = self.clock.now()
+        self.sampler = TimedSampler(self.backend, self.cfg.agent.sample_timeout_s, self.clock)
+        if self.store is not None:
+            try:
+                self.book.restore(self.store.events(open_only=True))
+            except Exception as e:  # a damaged events table must not stop monitoring
+                self.log(f"watch: could not restore open events: {e}")
+        if self.kernel_logs or self.follow_live_kernel:
+            self._spawn("gpuclinic-kernel", self._kernel_loop)
+        if self.doctor_enabled:
+            self._spawn("gpuclinic-doctor", self._doctor_loop)
+
+    def _spawn(self, name: str, fn: Callable[[], None]) -> None:
+        t = threading.Thread(target=fn, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def run(self, duration_s: float | None = None) -> None:
+        """Run the sampling loop until :attr:`stop` is set (or ``duration_s`` of agent time passed)."""
+        if self.sampler is None:
+            self.start()
+        interval = self.cfg.agent.interval_s
+        t_end = None if duration_s is None else self.clock.now() + duration_s
+        nxt = self.clock.now()
+        while not self.stop.is_set():
+            self.tick()
+            nxt += interval
+            now = self.clock.now()
+            if t_end is not None and now >= t_end:
+                break
+            if nxt < now - interval:  # fell behind (e.g. a stall): do not burst to catch up
+                nxt = now
+            if self.clock.sleep(nxt - now, self.stop):
+                break
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self._flush(force=True)
+        if self.sampler is not None:
+            self.sampler.close()
+        for t in self._threads:
+            t.join(timeout=1.0)
+        if self.notifier is not None:
+            self.notifier.flush(timeout=3.0)
+
+    # -- one tick -------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        assert self.sampler is not None
+        res = self.sampler.sample()
+        now = self.clock.now()
+        if isinstance(self.backend, KernelLineSource):
+            lines = self.backend.poll_kernel_lines()
+            if lines:
+                for kev in self._parser.feed(lines):
+                    self.handle_kernel_event(kev)
+        sampler_conds: list[Condition] = []
+        if res.gpus is not None:
+            self.stalled = False
+            self._err_streak = 0
+            self.last_ok = now
+            self.last_duration = res.duration_s
+            self.samples_total += 1
+            self._record(now, res.gpus)
+            conds, points = self.rules.evaluate(now, res.gpus)
+            for p in points:
+                self.book.raise_condition(p, now)
+            self.book.reconcile("rules", conds, now)
+        else:
+            self.sample_errors_total += 1
+            self._err_streak += 1
+            self.stalled = res.stalled
+            if res.error != self._last_error:
+                self.log(f"watch: sampling failed: {res.error}")
+            if not res.stalled and self._err_streak >= self.cfg.rules.sample_error_count:
+                sampler_conds.append(Condition(
+                    key="sampler:watch.sample_errors", code="watch.sample_errors", severity=Severity.WARNING,
+                    title=f"GPU sampling keeps failing ({self._err_streak} times in a row)",
+                    evidence=[res.error or "unknown error"],
+                    remedy="NVML returns errors: run `gpuclinic doctor` (driver/library mismatch, lost GPU); "
+                           "a driver reload or reboot usually clears it."))
+        self._last_error = res.error
+        age = now - (self.last_ok if self.last_ok is not None else self.started_at)
+        if age >= self.cfg.rules.stale_after_s and res.gpus is None:
+            sampler_conds.append(Condition(
+                key="sampler:watch.sampler_stalled", code="watch.sampler_stalled", severity=Severity.CRITICAL,
+                title=f"GPU sampler stalled: no fresh sample for {age:.0f} s",
+                evidence=[res.error or "no sample", f"last good sample {_ago(self.last_ok, now)}"],
+                remedy="NVML calls are hanging - the driver is wedged or a GPU is failing. Check `dmesg` for XIDs, "
+                       "run `gpuclinic doctor`; a reboot is usually needed. Metrics are stale until this clears."))
+        self.book.reconcile("sampler", sampler_conds, now)
+        self.book.expire(now)
+        self._flush()
+        if self.store is not None and now - self._last_maint >= self.cfg.agent.rollup_interval_s:
+            self._last_maint = now
+            try:
+                self.store.maintain(now)
+            except StoreError as e:
+                self._store_failed(str(e), now)
+
+    def _record(self, now: float, gpus: list[GpuFacts]) -> None:
+        with self._lock:
+            self._latest = gpus
+            for g in gpus:
+                if g.lost:
+                    continue
+                mask = g.clock_event_reasons_mask
+                if mask is None and g.clock_event_reasons:
+                    mask = R.mask_of(g.clock_event_reasons)
+                row = (round(now, 3), g.temperature_c, g.slowdown_temp_c, g.power_draw_w,
+                       g.power_enforced_limit_w if g.power_enforced_limit_w is not None else g.power_limit_w,
+                       g.sm_clock_mhz, g.sm_clock_max_mhz, g.utilization_gpu_pct, g.memory_used_bytes,
+                       g.memory_total_bytes, mask, g.memory_temperature_c)
+                self._series.setdefault(g.index, deque(maxlen=self._history_points)).append(row)
+        if self.store is not None:
+            self.store.add_samples(now, gpus)
+
+    def _flush(self, force: bool = False) -> None:
+        if self.store is None:
+            return
+        now = self.clock.now()
+        if not force and now - self._last_flush < self.cfg.store.flush_interval_s * getattr(self.clock, "scale", 1.0):
+            return
+        self._last_flush = now
+        try:
+            self.store.flush()
+        except StoreError as e:
+            self._store_failed(str(e), now)
+            return
+        if self._store_error_logged is not None:
+            self.log("watch: store writable again; buffered samples written")
+            self._store_error_logged = None
+        self.book.reconcile("store", [], now)
+
+    def _store_failed(self, err: str, now: float) -> None:
+        assert self.store is not None
+        if err != self._store_error_logged:
+            self.log(f"watch: store write failed: {err}; keeping {self.store.buffered} sample rows in memory and "
+                     "still alerting")
+            self._store_error_logged = err
+        self.book.reconcile("store", [Condition(
+            key="store:watch.store_failed", code="watch.store_failed", severity=Severity.CRITICAL,
+            title=f"watch store cannot write: {err}",
+            evidence=[f"store {self.store.path}: {err}", f"{self.store.buffered} sample rows held in memory",
+                      "alerts and /metrics keep working; history has a gap until the store is writable"],
+            remedy="Free disk space (or fix permissions) on the store's filesystem; the agent writes the held "
+                   "samples as soon as it can. Move the store with --db PATH if the disk is small.")], now)
+
+    # -- events ---------------------------------------------------------------------------------------
+    def _on_event(self, ev: Event, what: str) -> None:
+        if self.store is not None:
+            self.store.put_event(ev)
+        gpu = f" GPU {ev.gpu}" if ev.gpu is not None else ""
+        if what == "resolved":
+            self.log(f"watch: RESOLVED {ev.code}{gpu}: {ev.title} (after {ev.data.get('duration_s', 0):.0f} s)")
+        else:
+            self.log(f"watch: {what.upper()} {ev.severity.label} {ev.code}{gpu}: {ev.title}")
+        if self.notifier is not None:
+            status = "resolved" if what == "resolved" else "firing"
+            alert = Alert(key=ev.key, code=ev.code, severity=ev.severity.label, title=ev.title, status=status,
+                          host=self.host, gpu=ev.gpu, uuid=ev.uuid, evidence=list(ev.evidence), remedy=ev.remedy,
+                          opened=ev.opened, resolved=ev.resolved, data=dict(ev.data))
+            if what == "updated":
+                alert.key = f"{ev.key}#{ev.severity.label}"  # re-alert on escalation only; dedup drops repeats
+            self.notifier.send(alert)
+
+    def _bus_map(self) -> dict[str, tuple[int, str | None]]:
+        with self._lock:
+            latest = list(self._latest)
+        out = {normalize_bus_id(g.pci_bus_id): (g.index, g.uuid) for g in latest if g.pci_bus_id}
+        for kn in self.rules.known.values():
+            if kn.pci_bus_id:
+                out.setdefault(normalize_bus_id(kn.pci_bus_id), (kn.index, kn.uuid))
+        return out
+
+    def handle_kernel_event(self, kev: KernelEvent) -> None:
+        now = self.clock.now()
+        self._kernel_seen.append(kev)
+        bus_map = self._bus_map()
+        if kev.kind == "xid" and kev.xid is not None:
+            bus = normalize_bus_id(kev.pci_bus_id) if kev.pci_bus_id else ""
+            uuid = bus_map.get(bus, (None, None))[1] or ""
+            k = (uuid, bus, kev.xid)
+            with self._lock:
+                n, _ = self.xids.get(k, (0, 0.0))
+                self.xids[k] = (n + 1, now)
+        cond = condition_for(kev, bus_map, self.cfg.rules.counter_hold_s)
+        if cond is not None:
+            self.book.raise_condition(cond, now)
+            self._flush(force=True)
+
+    def _kernel_loop(self) -> None:
+        try:
+            for kev in follow_events(self.kernel_logs or None, self.stop):
+                if self.stop.is_set():
+                    return
+                if kev is not None:
+                    self.handle_kernel_event(kev)
+        except Exception as e:  # following failed (permissions, journalctl missing): say so, keep sampling
+            self.kernel_note = f"kernel log not followed: {type(e).__name__}: {e}"
+            self.log(f"watch: {self.kernel_note}")
+
+    # -- doctor ---------------------------------------------------------------------------------------
+    def doctor_snapshot(self) -> Snapshot:
+        if self.info.name.startswith("scenario:"):
+            with self._lock:
+                gpus = list(self._latest)
+            return Snapshot(origin="scenario", hostname=self.host, driver_version=self.info.driver_version,
+                            cuda_driver_version=self.info.cuda_driver_version, nvml_available=True, gpus=gpus,
+                            kernel_events=list(self._kernel_seen), kernel_log_read=True,
+                            taken_at=_dt.datetime.fromtimestamp(self.clock.now(), _dt.timezone.utc).isoformat())
+        from gpuclinic.collect import CollectOptions, collect_live
+
+        return collect_live(CollectOptions(quick=True, kernel_logs=list(self.kernel_logs),
+                                           expect_gpus=self.cfg.agent.expect_gpus,
+                                           nvml_timeout_s=self.cfg.agent.sample_timeout_s * 3))
+
+    def run_doctor(self) -> None:
+        from gpuclinic.diagnose import diagnose
+
+        report = diagnose(self.doctor_snapshot())
+        now = self.clock.now()
+        self.doctor_verdict = report.verdict
+        others = {(ev.code, ev.gpu) for ev in self.book.open_events() if not ev.key.startswith("doctor:")}
+        conds = []
+        for f in report.findings:
+            if f.severity == Severity.INFO:
+                continue
+            idx = f.gpu.index if f.gpu else None
+            if (f.code, idx) in others:
+                continue  # already open from a faster source (kernel log, rules)
+            ident = (f.gpu.uuid or f.gpu.pci_bus_id or str(f.gpu.index)) if f.gpu else "node"
+            conds.append(Condition(key=f"doctor:{f.code}:{ident}", code=f.code, severity=f.severity, title=f.title,
+                                   gpu=idx, uuid=f.gpu.uuid if f.gpu else None, evidence=list(f.evidence),
+                                   remedy=f.remedy, data={"family": f.family.value, "source": "doctor"}))
+        self.book.reconcile("doctor", conds, now)
+
+    def _doctor_loop(self) -> None:
+        # first run after a couple of samples so the scenario/NVML state exists
+        if self.clock.sleep(min(5.0, self.cfg.agent.doctor_interval_s), self.stop):
+            return
+        while not self.stop.is_set():
+            try:
+                self.run_doctor()
+            except Exception as e:  # the doctor failing must not stop monitoring
+                self.log(f"watch: doctor checks failed: {type(e).__name__}: {e}")
+            if self.clock.sleep(self.cfg.agent.doctor_interval_s, self.stop):
+                return
+
+    # -- views ----------------------------------------------------------------------------------------
+    def verdict(self) -> Verdict:
+        worst = max((ev.severity for ev in self.book.open_events()), default=None)
+        return Verdict.from_severity(worst)
+
+    def status_snapshot(self) -> StatusSnapshot:
+        now = self.clock.now()
+        with self._lock:
+            gpus = list(self._latest)
+            xids = dict(self.xids)
+        st = self.store
+        n = self.notifier
+        return StatusSnapshot(
+            gpus=gpus, driver_version=self.info.driver_version, backend=self.info.name, xids=xids,
+            open_events=self.book.open_events(), gpu_count=len(gpus),
+            gpus_expected=max(self.cfg.agent.expect_gpus or 0, len(self.rules.known)),
+            last_ok=self.last_ok, sample_age=round(now - (self.last_ok or self.started_at), 3),
+            sample_duration=self.last_duration, stalled=self.stalled, samples_total=self.samples_total,
+            sample_errors_total=self.sample_errors_total, store_error=st.error if st else None,
+            store_errors_total=st.errors_total if st else 0, store_buffered=st.buffered if st else 0,
+            notify_sent=n.sent_total if n else 0, notify_failed=n.failed_total if n else 0,
+            notify_spooled=n.spooled if n else 0, verdict=self.verdict(), now=now,
+            notes=[x for x in (self.kernel_note,) if x],
+        )
+
+    def series(self, gpu: int | None = None, since: float | None = None) -> dict[int, list[tuple[Any, ...]]]:
+        with self._lock:
+            out = {}
+            for idx, dq in sorted(self._series.items()):
+                if gpu is not None and idx != gpu:
+                    continue
+                rows = list(dq)
+                if since is not None:
+                    rows = [r for r in rows if r[0] > since]
+                out[idx] = rows
+            return out
+
+    def gpu_key(self, g: GpuFacts) -> str:
+        return gpu_key(g)
+
+
+def _ago(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "never"
+    return f"{now - ts:.0f} s ago"
+
+
+__all__ = ["SERIES_FIELDS", "Agent", "StatusSnapshot"]

@@ -1,0 +1,171 @@
+"""Events: a problem that opened at one time and (maybe) resolved at another.
+
+Rules and doctor runs describe what is wrong *now* as :class:`Condition` objects; :class:`EventBook`
+turns the stream of conditions into events with opened/resolved times, so alerts fire once per onset
+and a "resolved" notice follows when the condition has been gone for a hold-down time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuclinic.model import Severity
+
+
+@dataclass
+class Condition:
+    """Something true at one evaluation: the would-be event, keyed for de-duplication."""
+
+    key: str  # stable identity, e.g. "rules:thermal.slowdown:gpu0:hw_thermal_slowdown"
+    code: str  # finding code when one exists (xid.79, thermal.slowdown), else watch.*
+    severity: Severity
+    title: str
+    gpu: int | None = None
+    uuid: str | None = None
+    evidence: list[str] = field(default_factory=list)
+    remedy: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    hold_s: float | None = None  # keep open this long after last seen (point events such as an XID)
+
+
+@dataclass
+class Event:
+    key: str
+    code: str
+    severity: Severity
+    title: str
+    opened: float
+    gpu: int | None = None
+    uuid: str | None = None
+    evidence: list[str] = field(default_factory=list)
+    remedy: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    resolved: float | None = None
+    last_seen: float = 0.0
+    count: int = 1
+    id: int | None = None  # row id in the store
+    hold_s: float | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.resolved is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "key": self.key, "code": self.code, "severity": self.severity.label,
+            "title": self.title, "gpu": self.gpu, "uuid": self.uuid, "evidence": list(self.evidence),
+            "remedy": self.remedy, "data": self.data, "opened": self.opened, "resolved": self.resolved,
+            "last_seen": self.last_seen, "count": self.count,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Event:
+        return cls(
+            key=d["key"], code=d["code"], severity=Severity[str(d["severity"]).upper()], title=d.get("title", ""),
+            opened=float(d["opened"]), gpu=d.get("gpu"), uuid=d.get("uuid"), evidence=list(d.get("evidence") or []),
+            remedy=d.get("remedy") or "", data=dict(d.get("data") or {}), resolved=d.get("resolved"),
+            last_seen=float(d.get("last_seen") or d["opened"]), count=int(d.get("count") or 1), id=d.get("id"),
+        )
+
+
+Listener = Callable[[Event, str], None]  # (event, "opened" | "updated" | "resolved")
+
+
+def _matches(code: str, disabled: list[str]) -> bool:
+    return any(code == d or (d.endswith(".") and code.startswith(d)) or code.startswith(d + ".") for d in disabled)
+
+
+class EventBook:
+    """Open/update/resolve events from conditions; thread-safe; calls listeners outside no lock."""
+
+    def __init__(self, *, resolve_after_s: float = 5.0, disabled: list[str] | None = None) -> None:
+        self.resolve_after_s = resolve_after_s
+        self.disabled = list(disabled or [])
+        self._open: dict[str, Event] = {}
+        self._lock = threading.RLock()
+        self._listeners: list[Listener] = []
+        self.recent_resolved: list[Event] = []  # bounded, newest last, for the dashboard
+
+    def subscribe(self, fn: Listener) -> None:
+        self._listeners.append(fn)
+
+    def open_events(self) -> list[Event]:
+        with self._lock:
+            return sorted(self._open.values(), key=lambda e: (-int(e.severity), e.opened))
+
+    def restore(self, events: list[Event]) -> None:
+        """Adopt events still open in the store after a restart (so they can resolve, not re-alert)."""
+        with self._lock:
+            for ev in events:
+                if ev.open:
+                    self._open[ev.key] = ev
+
+    def _emit(self, ev: Event, what: str) -> None:
+        for fn in self._listeners:
+            fn(ev, what)
+
+    def raise_condition(self, c: Condition, now: float) -> Event | None:
+        """A point observation (kernel event, counter rise): open, or refresh an open event."""
+        if _matches(c.code, self.disabled):
+            return None
+        with self._lock:
+            ev = self._open.get(c.key)
+            if ev is None:
+                ev = Event(key=c.key, code=c.code, severity=c.severity, title=c.title, opened=now, gpu=c.gpu,
+                           uuid=c.uuid, evidence=list(c.evidence), remedy=c.remedy, data=dict(c.data),
+                           last_seen=now, hold_s=c.hold_s)
+                self._open[c.key] = ev
+                what = "opened"
+            else:
+                ev.last_seen = now
+                ev.data.update(c.data)
+                escalated = c.severity > ev.severity
+                if escalated:
+                    ev.severity, ev.title, ev.evidence, ev.remedy = c.severity, c.title, list(c.evidence), c.remedy
+                if c.hold_s is not None:  # a repeated point event (same XID again): count it
+                    ev.count += 1
+                    ev.evidence = list(c.evidence)
+                    ev.hold_s = c.hold_s
+                elif not escalated:
+                    return ev  # steady condition: nothing new to store or tell anyone
+                what = "updated"
+        self._emit(ev, what)
+        return ev
+
+    def reconcile(self, source: str, conditions: list[Condition], now: float) -> None:
+        """Conditions of ``source`` true now; open events of that source not among them may resolve."""
+        present = set()
+        for c in conditions:
+            present.add(c.key)
+            self.raise_condition(c, now)
+        prefix = source + ":"
+        with self._lock:
+            gone = [ev for k, ev in self._open.items()
+                    if k.startswith(prefix) and k not in present and ev.hold_s is None
+                    and now - ev.last_seen >= self.resolve_after_s]
+        for ev in gone:
+            self.resolve(ev.key, now)
+
+    def expire(self, now: float) -> None:
+        """Resolve point events whose hold time ran out."""
+        with self._lock:
+            gone = [ev for ev in self._open.values() if ev.hold_s is not None and now - ev.last_seen >= ev.hold_s]
+        for ev in gone:
+            self.resolve(ev.key, now)
+
+    def resolve(self, key: str, now: float, note: str | None = None) -> Event | None:
+        with self._lock:
+            ev = self._open.pop(key, None)
+            if ev is None:
+                return None
+            ev.resolved = now
+            ev.data["duration_s"] = round(now - ev.opened, 3)
+            if note:
+                ev.evidence.append(note)
+            self.recent_resolved.append(ev)
+            del self.recent_resolved[:-200]
+        self._emit(ev, "resolved")
+        return ev

@@ -1,0 +1,92 @@
+"""watch/history/events from the command line: formats, bad input as one line, no store created by readers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.cli import main
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as ex:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(ex.value.code or 0), out, err
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("w") / "w.db"
+    r = subprocess.run([sys.executable, "-m", "gpuclinic", "watch", "--scenario", "demo", "--time-scale", "60",
+                        "--db", str(db), "--no-http", "--duration", "70s", "--quiet"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return db
+
+
+def test_history_formats(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(["history", "temperature", "--gpu", "0", "--since", "2h", "--format", "csv", "--db",
+                       str(demo_db)], capsys)
+    assert rc == 0
+    rows = list(csv.reader(io.StringIO(out)))
+    assert rows[0] == ["time", "gpu", "temperature_celsius"]
+    assert len(rows) > 60 and {r[1] for r in rows[1:]} == {"0"}
+    assert max(float(r[2]) for r in rows[1:]) > 86
+    rc, out, _ = _run(["history", "power", "--format", "json", "--db", str(demo_db), "--since", "2h"], capsys)
+    d = json.loads(out)
+    assert d["unit"] == "watts" and {p["gpu"] for p in d["points"]} == {0, 1, 2, 3}
+    # GPU 2 is lost at t=30: its samples stop there while the others go on
+    last = {g: max(p["ts"] for p in d["points"] if p["gpu"] == g) for g in (0, 2)}
+    assert 35 <= last[0] - last[2] <= 45
+    rc, out, _ = _run(["history", "utilization", "--gpu", "3", "--db", str(demo_db), "--since", "2h"], capsys)
+    assert rc == 0 and out.splitlines()[0].startswith("time (UTC)")
+
+
+def test_events_text_and_json(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(["events", "--db", str(demo_db)], capsys)
+    assert rc == 0 and "xid.79 GPU 2" in out and "what to do:" in out and "fallen off the bus" in out
+    rc, out, _ = _run(["events", "--json", "--db", str(demo_db)], capsys)
+    evs = json.loads(out)
+    assert {"xid.79", "watch.stall", "watch.idle", "thermal.slowdown"} <= {e["code"] for e in evs}
+    assert all(e["remedy"] for e in evs)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["history", "temprature", "--db", "{db}"], "unknown metric 'temprature'"),
+    (["history", "temperature", "--since", "yesterday", "--db", "{db}"], "bad --since"),
+    (["events", "--db", "{missing}"], "no watch store at"),
+    (["watch", "--scenario", "nope", "--no-http"], "unknown watch scenario 'nope'"),
+    (["watch", "--scenario", "demo", "--listen", "127.0.0.1:99999"], "port must be"),
+    (["watch", "--config", "{missing}"], "config file not found"),
+])
+def test_bad_input_is_one_line(args: list[str], msg: str, demo_db: Path, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    args = [a.format(db=demo_db, missing=tmp_path / "nope" / "x.db") for a in args]
+    rc, out, err = _run(args, capsys)
+    assert rc != 0 and msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "nope").exists()
+
+
+def test_config_errors_are_specific(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[rules]\ntemp_margn_c = 3\n")
+    rc, _, err = _run(["watch", "--scenario", "demo", "--no-http", "--config", str(cfg)], capsys)
+    assert rc != 0 and "unknown setting rules.temp_margn_c" in err
+    cfg.write_text("[[notify.channel]]\ntype = 'dingtalk'\n")
+    rc, _, err = _run(["watch", "--scenario", "demo", "--no-http", "--config", str(cfg)], capsys)
+    assert rc != 0 and "needs a url" in err
+    cfg.write_text("[store]\nraw_retention = '2 fortnights'\n")
+    rc, _, err = _run(["watch", "--scenario", "demo", "--no-http", "--config", str(cfg)], capsys)
+    assert rc != 0 and "bad store.raw_retention" in err
+
+
+def test_list_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(["watch", "--list-scenarios"], capsys)
+    assert rc == 0 and {"demo", "steady8", "straggler", "power-brake"} <= {ln.split()[0] for ln in out.splitlines()}
