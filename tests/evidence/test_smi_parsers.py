@@ -26,7 +26,7 @@ def test_xml_tesla_p100_v11_old_ecc_layout() -> None:
     assert (g.temperature_c, g.slowdown_temp_c, g.shutdown_temp_c, g.max_operating_temp_c) == (38, 82, 85, None)
     assert (g.power_draw_w, g.power_limit_w, g.power_default_limit_w, g.power_enforced_limit_w) == (26.16, 250, 250, 250)
     assert (g.sm_clock_mhz, g.sm_clock_max_mhz, g.mem_clock_mhz, g.mem_clock_max_mhz) == (405, 1328, 715, 715)
-    assert g.clock_event_reasons == ["gpu_idle"] and g.clock_event_reasons_mask == 0x1
+    assert g.clock_event_reasons == ["idle"] and g.clock_event_reasons_mask == 0x1
     assert (g.ecc_volatile_corrected, g.ecc_volatile_uncorrected) == (0, 0)
     assert (g.ecc_aggregate_corrected, g.ecc_aggregate_uncorrected) == (3, 0)
     assert (g.retired_pages_sbe, g.retired_pages_dbe, g.retired_pages_pending) == (0, 0, False)
@@ -100,3 +100,59 @@ def test_table_unable_to_determine_handle_marks_gpu_lost(name: str, bus: str, wh
     (g,) = d.gpus
     assert g.pci_bus_id == bus and g.lost is True and why in (g.lost_reason or "")
     assert d.errors and d.errors[0].startswith("Unable to determine the device handle")
+
+
+def test_text_580_clock_event_counters_and_cuda_not_found() -> None:
+    d = smi_text.parse(read("rtx-pro-6000-580-memory-performance.txt"))
+    assert (d.driver_version, d.cuda_version, d.attached_gpus) == ("580.105.06", None, 4)
+    (g,) = d.gpus
+    assert g.pci_bus_id == "0000:42:00.0" and g.performance_state == "P8"
+    assert g.clock_event_reasons == [] and g.clock_event_reasons_mask == 0
+    assert g.violation_ns == {"power": 1_202_176_000, "sync_boost": 0, "thermal": 0,
+                              "hw_thermal_slowdown": 0, "hw_power_brake_slowdown": 0}
+
+
+@pytest.mark.parametrize(("name", "driver", "cuda", "gpu_name", "bus", "uuid", "serial", "vbios"), [
+    ("tesla-k80-390.txt", "390.77", None, "Tesla K80", "0000:00:1e.0",
+     "GPU-78b84756-65f8-ec6b-851d-3878b541caf4", "0325016129384", "80.21.1F.00.02"),
+    ("geforce-rtx2060-525.txt", "525.78.01", "12.0", "NVIDIA GeForce RTX 2060", "0000:00:10.0",
+     "GPU-d0b2b12b-a223-ad5a-6661-e65ffde8f84b", None, "90.04.63.40.55"),
+])
+def test_text_identity_old_and_consumer(name: str, driver: str, cuda: str | None, gpu_name: str, bus: str,
+                                        uuid: str, serial: str | None, vbios: str) -> None:
+    d = smi_text.parse(read(name))
+    assert (d.driver_version, d.cuda_version) == (driver, cuda)
+    (g,) = d.gpus
+    assert (g.name, g.pci_bus_id, g.uuid, g.serial, g.vbios) == (gpu_name, bus, uuid, serial, vbios)
+    assert g.persistence_mode is False
+
+
+def test_text_section_paste_without_gpu_line_is_one_gpu() -> None:
+    text = read("tesla-p100-era-ecc-temps-excerpt.txt")
+    assert smi_text.looks_like(text)
+    (g,) = smi_text.parse(text).gpus
+    assert g.pci_bus_id is None
+    assert (g.temperature_c, g.shutdown_temp_c, g.slowdown_temp_c, g.max_operating_temp_c) == (24, 85, 82, None)
+    assert (g.power_draw_w, g.power_limit_w, g.power_default_limit_w, g.power_enforced_limit_w) == (25.33, 250, 250, 250)
+    assert (g.retired_pages_sbe, g.retired_pages_dbe, g.retired_pages_pending) == (0, 0, False)
+
+
+def test_table_err_cells_mark_gpu_lost() -> None:
+    text = read("table-err-gsp-timeout-a100.txt")
+    assert smi_table.looks_like(text)  # no header line: recognised by its GPU rows
+    d = smi_table.parse(text)
+    ok, bad = d.gpus
+    assert (ok.index, ok.pci_bus_id, ok.lost, ok.temperature_c, ok.power_draw_w, ok.mig_mode_current) == (
+        4, "0000:8c:00.0", False, 34, 60, False)
+    assert (bad.index, bad.pci_bus_id, bad.lost, bad.name) == (5, "0000:91:00.0", True, None)
+    assert bad.temperature_c is None and bad.unreadable["temperature_c"] == "ERR!"
+    assert bad.memory_total_bytes == 81920 * 1024**2
+
+
+def test_table_450_layout_busy_gpu() -> None:
+    d = smi_table.parse(read("table-v100s-450-busy.txt"))
+    assert (d.driver_version, d.cuda_version) == ("450.51.05", "11.0")
+    (g,) = d.gpus
+    assert (g.name, g.persistence_mode, g.temperature_c, g.power_draw_w, g.power_limit_w) == (
+        "Tesla V100S-PCI...", False, 50, 219, 250)
+    assert (g.utilization_gpu_pct, g.memory_used_bytes) == (100, 4617 * 1024**2) and g.busy

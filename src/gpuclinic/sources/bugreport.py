@@ -25,9 +25,14 @@ from gpuclinic.sources.smi_common import SmiDump
 MARKER = "nvidia-bug-report.sh"
 MAX_SECTION_LINES = 200_000  # nvidia-smi/lspci sections are far smaller; more is not what we think it is
 MAX_LINE = 64 * 1024
-_KERNEL_TITLE_RE = re.compile(r"kern\.log|/var/log/messages|/var/log/syslog|dmesg|journalctl", re.I)
+# Kernel-log sections.  journalctl sections count only when they select kernel messages: bug reports
+# also carry `journalctl -b -0 _COMM=Xorg` and similar, which are not the kernel log.
+_KERNEL_TITLE_RE = re.compile(
+    r"kern\.log|/var/log/messages|/var/log/syslog|\bdmesg\b|journalctl\b.*(?:\s-k\b|--dmesg|_TRANSPORT=kernel)",
+    re.I,
+)
 _NVRM_VERSION_RE = re.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(?P<ver>\d+\.\d+(?:\.\d+)?)")
-_UNAME_RE = re.compile(r"^uname -a:\s*\S+\s+(?P<host>\S+)")
+_UNAME_RE = re.compile(r"^uname(?: -a)?:\s*\S+\s+(?P<host>\S+)")
 
 
 def looks_like(sample: str) -> bool:

@@ -140,6 +140,25 @@ def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
         snap.notes.append(f"{origin}: nvidia-smi reported {dump.attached_gpus} attached GPUs but listed {len(dump.gpus)}")
 
 
+_GTS_TO_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+
+
+def link_facts_from_pci(snap: Snapshot) -> None:
+    """Fill a GPU's PCIe generation/width from lspci's LnkSta/LnkCap when nvidia-smi did not give them."""
+    for d in snap.pci_devices:
+        g = snap.gpu_by_bus_id(d.bus_id)
+        if g is None:
+            continue
+        if g.pcie_gen is None and d.current_link_speed_gts is not None:
+            g.pcie_gen = _GTS_TO_GEN.get(d.current_link_speed_gts)
+        if g.pcie_gen_max is None and d.max_link_speed_gts is not None:
+            g.pcie_gen_max = _GTS_TO_GEN.get(d.max_link_speed_gts)
+        if g.pcie_width is None:
+            g.pcie_width = d.current_link_width
+        if g.pcie_width_max is None:
+            g.pcie_width_max = d.max_link_width
+
+
 def _merge_pci(snap: Snapshot, devs: Iterable[PciDevice]) -> None:
     for d in devs:
         if not any(normalize_bus_id(x.bus_id) == d.bus_id for x in snap.pci_devices):
@@ -470,6 +489,7 @@ def load_evidence(paths: Sequence[str]) -> Snapshot:
     for f in failures:
         what, _, why = f.partition(": ")
         snap.skip(f"evidence {what}", why or f)
+    link_facts_from_pci(snap)
     skipped = {s.what for s in snap.skipped}
     if snap.nvml_available is None and not snap.gpus and "GPUs through NVML" not in skipped:
         snap.skip("GPUs through NVML", "the evidence has no nvidia-smi output or capture")

@@ -14,17 +14,27 @@ from dataclasses import dataclass, field
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
 
-# Clock event (throttle) reason names -> NVML bit (nvml.h nvmlClocksEventReason*).
+# Clock event (throttle) reason names -> NVML bit (nvml.h nvmlClocksEventReason*); the names are the
+# ones gpuclinic.sources.nvml decodes the live bitmask to, so checks see one vocabulary.
 CLOCK_REASON_BITS: dict[str, int] = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
+    "idle": 0x1,
+    "applications_clocks": 0x2,
     "sw_power_cap": 0x4,
     "hw_slowdown": 0x8,
     "sync_boost": 0x10,
     "sw_thermal_slowdown": 0x20,
     "hw_thermal_slowdown": 0x40,
     "hw_power_brake_slowdown": 0x80,
-    "display_clock_setting": 0x100,
+    "display_clocks": 0x100,
+}
+# "Clocks Event Reasons Counters" labels -> GpuFacts.violation_ns keys (NVML perf-policy names where
+# one exists: power, thermal, sync_boost; the HW ones keep their reason names).
+COUNTER_NAMES: dict[str, str] = {
+    "sw_power_cap": "power",
+    "sw_thermal_slowdown": "thermal",
+    "sync_boost": "sync_boost",
+    "hw_thermal_slowdown": "hw_thermal_slowdown",
+    "hw_power_brake_slowdown": "hw_power_brake_slowdown",
 }
 
 # Values meaning "no value, and that is normal" (feature absent or not applicable).
@@ -130,7 +140,7 @@ def note_unreadable(gpu: GpuFacts, field_name: str, value: str | None) -> None:
         gpu.unreadable.setdefault(field_name, why)
         low = why.lower()
         if "requires reset" in low and not gpu.recovery_action:
-            gpu.recovery_action = "reset"
+            gpu.recovery_action = "gpu_reset"
         if "gpu is lost" in low and not gpu.lost:
             gpu.lost = True
             gpu.lost_reason = why
@@ -158,10 +168,10 @@ def reason_name(label: str) -> str | None:
         if k.startswith(prefix):
             k = k[len(prefix):]
     aliases = {
-        "idle": "gpu_idle",
-        "gpu_idle": "gpu_idle",
-        "applications_clocks_setting": "applications_clocks_setting",
-        "application_clocks_setting": "applications_clocks_setting",
+        "idle": "idle",
+        "gpu_idle": "idle",
+        "applications_clocks_setting": "applications_clocks",
+        "application_clocks_setting": "applications_clocks",
         "sw_power_cap": "sw_power_cap",
         "sw_power_capping": "sw_power_cap",
         "hw_slowdown": "hw_slowdown",
@@ -174,8 +184,8 @@ def reason_name(label: str) -> str | None:
         "hw_power_brake": "hw_power_brake_slowdown",
         "sync_boost": "sync_boost",
         "sw_thermal_slowdown": "sw_thermal_slowdown",
-        "display_clock_setting": "display_clock_setting",
-        "display_clocks_setting": "display_clock_setting",
+        "display_clock_setting": "display_clocks",
+        "display_clocks_setting": "display_clocks",
         "unknown": "unknown",
     }
     return aliases.get(k)

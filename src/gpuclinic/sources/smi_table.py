@@ -30,12 +30,15 @@ _PROC_RE = re.compile(
     r"^\s*(?P<gpu>\d+)\s+(?:(?P<gi>\S+)\s+(?P<ci>\S+)\s+)?(?P<pid>\d+)\s+(?P<type>C\+G|M\+C|C|G|M)\s+"
     r"(?P<name>.*?)\s+(?P<mem>\d+MiB|N/A)\s*$"
 )
+_GPU_ROW_RE = re.compile(
+    r"^\|\s+\d+\s+[^|]*\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s+\S+\s+\|[^|]*\|\s*$", re.M
+)
 _MIG_RE = re.compile(r"^\s*(?P<gpu>\d+)\s+(?P<gi>\d+)\s+(?P<ci>\d+)\s+(?P<dev>\d+)\s*$")
 
 
 def looks_like(sample: str) -> bool:
     """True for a plain nvidia-smi table or an nvidia-smi error statement."""
-    if _HEADER_RE.search(sample):
+    if _HEADER_RE.search(sample) or _GPU_ROW_RE.search(sample):
         return True
     errors, _ = c.scan_error_lines(sample.splitlines()[:200])
     return bool(errors)
@@ -114,7 +117,7 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
                 _row2(cur, cells)
                 row_in_block = 2
                 continue
-            if cur is not None and row_in_block == 2 and has_mig_col:
+            if cur is not None and row_in_block == 2 and (has_mig_col or cells[2].strip()):
                 mig = cells[2].strip()
                 cur.mig_mode_current = c.yes_no(mig)
                 row_in_block = 3

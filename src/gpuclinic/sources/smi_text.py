@@ -64,13 +64,26 @@ def _indent(s: str) -> int:
     return len(s.expandtabs(4))
 
 
+# Keys that only nvidia-smi -q prints; two of them make a paste without a "GPU <bus id>" line recognisable.
+_SIGNATURE_RE = re.compile(
+    r"^[ \t]+(GPU Current Temp|GPU Shutdown Temp|GPU Slowdown Temp|Pending Page Blacklist|Remapping Failure Occurred|"
+    r"Correctable Error|Uncorrectable Error|Enforced Power Limit|Default Power Limit|Replays Since Reset|"
+    r"HW Power Brake Slowdown|HW Thermal Slowdown|SW Power Cap|SRAM Correctable|DRAM Correctable|DRAM Uncorrectable|"
+    r"Single Bit ECC|Double Bit ECC|Product Name|GPU UUID|VBIOS Version|Performance State|Power Draw|Bus Id)[ \t]*:",
+    re.M,
+)
+
+
 def looks_like(sample: str) -> bool:
-    """True for ``nvidia-smi -q`` text (the NVSMI LOG banner, or a GPU block with typical keys)."""
+    """True for ``nvidia-smi -q`` text: the NVSMI LOG banner, a GPU block, or a paste of its sections."""
     if MARKER in sample:
         return True
-    return bool(_GPU_RE.search(sample) if "\n" not in sample else re.search(
-        r"^[ \t]*GPU [0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7][ \t]*\r?\n[ \t]+(Product Name|Accounting Mode|Performance State|Clocks|FB Memory Usage|Temperature|Remapped Rows|ECC)",
-        sample, re.M))
+    if re.search(
+        r"^[ \t]*GPU [0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7][ \t]*\r?\n[ \t]+[A-Z][A-Za-z .]+[ \t]*(:|\r?\n)",
+        sample, re.M,
+    ):
+        return True
+    return len({m.group(1) for m in _SIGNATURE_RE.finditer(sample[:65536])}) >= 2
 
 
 def parse(text: str | Iterable[str]) -> c.SmiDump:
@@ -80,6 +93,13 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
     roots: list[tuple[str, Node]] = []  # (bus id, tree)
     stack: list[tuple[int, Node]] = []
     gpu_indent = -1
+    orphan: Node | None = None
+    if not any(_GPU_RE.match(ln) for ln in lines if len(ln) <= MAX_LINE) and looks_like("\n".join(lines[:2000])):
+        # a paste of sections without the "GPU <bus id>" line (e.g. `nvidia-smi -q | grep -A9 Temperature`):
+        # read it as one GPU whose bus id is unknown
+        orphan = Node("GPU", None)
+        roots.append(("", orphan))
+        stack = [(-1, orphan)]
     for raw in lines:
         if len(raw) > MAX_LINE or not raw.strip():
             continue
@@ -99,7 +119,9 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
             if not k:
                 continue
             ind, key, value = _indent(k.group("indent")), k.group("key").strip(), None
-        if stack and ind > gpu_indent:
+        if orphan is not None and ind == 0 and _norm(key) in _HEADER_KEYS:
+            pass  # header line inside a section paste: handled below, tree untouched
+        elif stack and ind > gpu_indent:
             while len(stack) > 1 and stack[-1][0] >= ind:
                 stack.pop()
             node = Node(key, value)
@@ -107,8 +129,9 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
             stack.append((ind, node))
             continue
         # top-level (header) lines, outside any GPU block
-        stack = []
-        gpu_indent = -1
+        if orphan is None:
+            stack = []
+            gpu_indent = -1
         nk = _norm(key)
         if nk == "driver version" and value:
             dump.driver_version = c.clean(value)
@@ -119,14 +142,19 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
         elif nk == "attached gpus" and value:
             dump.attached_gpus = c.integer(value)
     for i, (bus, root) in enumerate(roots):
-        dump.gpus.append(_gpu_from_tree(i, bus, root))
+        if root is orphan and not root.children:
+            continue
+        dump.gpus.append(_gpu_from_tree(i, bus or None, root))
     errors, lost = c.scan_error_lines(lines if len(lines) < 200_000 else lines[:200_000])
     dump.errors = errors
     c.mark_lost(dump.gpus, lost)
     return dump
 
 
-def _gpu_from_tree(index: int, bus: str, t: Node) -> GpuFacts:
+_HEADER_KEYS = {"driver version", "cuda version", "cuda driver version", "timestamp", "attached gpus"}
+
+
+def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
     g = GpuFacts(index=index, pci_bus_id=bus)
     g.name = c.clean(t.val("Product Name"))
     g.architecture = c.clean(t.val("Product Architecture"))
@@ -183,7 +211,7 @@ def _gpu_from_tree(index: int, bus: str, t: Node) -> GpuFacts:
     counters = t.get("Clocks Event Reasons Counters", "Clocks Throttle Reasons Counters")
     if counters is not None:
         for n in counters.walk():
-            name = c.reason_name(n.key)
+            name = c.COUNTER_NAMES.get(c.reason_name(n.key) or "")
             ns = c.microseconds_ns(n.value)
             if name and ns is not None:
                 g.violation_ns[name] = ns
@@ -271,7 +299,7 @@ def _gpu_from_tree(index: int, bus: str, t: Node) -> GpuFacts:
         if c.yes_no(rs.val("Drain and Reset Recommended")):
             g.recovery_action = "drain_and_reset"
         elif c.yes_no(rs.val("Reset Required")):
-            g.recovery_action = "reset"
+            g.recovery_action = "gpu_reset"
     ra = c.clean(t.val("GPU Recovery Action"))
     if ra and ra.lower() != "none":
         g.recovery_action = "_".join(ra.lower().split())

@@ -143,7 +143,7 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:
         counters = el.find("clocks_throttle_reasons_counters")
     if counters is not None:
         for ch in counters:
-            name = c.reason_name(ch.tag)
+            name = c.COUNTER_NAMES.get(c.reason_name(ch.tag) or "")
             ns = c.microseconds_ns(ch.text)
             if name and ns is not None:
                 g.violation_ns[name] = ns
@@ -218,7 +218,7 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:
     if c.yes_no(_t(el, "gpu_reset_status/drain_and_reset_recommended")):
         g.recovery_action = "drain_and_reset"
     elif c.yes_no(_t(el, "gpu_reset_status/reset_required")):
-        g.recovery_action = "reset"
+        g.recovery_action = "gpu_reset"
     ra = c.clean(_t(el, "gpu_recovery_action"))
     if ra and ra.lower() != "none":
         g.recovery_action = "_".join(ra.lower().split())

@@ -1,0 +1,64 @@
+"""nvidia-bug-report.log(.gz): sections, streaming into the kernel-log parser, lspci link facts."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.facts.kernel import KernelEvent
+from gpuclinic.sources import bugreport
+from gpuclinic.sources.evidence import load_evidence
+
+FX = Path(__file__).resolve().parents[1] / "fixtures" / "evidence"
+
+
+@pytest.mark.parametrize("name", ["nvidia-bug-report-excerpt.log", "nvidia-bug-report-excerpt.log.gz"])
+def test_sections_and_facts(name: str) -> None:
+    rep = bugreport.parse_path(str(FX / name))
+    assert rep.hostname == "nomade007" and rep.date == "Thu Oct 27 08:50:11 PM -03 2022"
+    assert rep.driver_version == "565.57.01"  # open kernel module "for x86_64" format
+    assert "*** /var/log/kern.log" in rep.sections and "journalctl -b -0 _COMM=Xorg" in rep.sections
+    (dump,) = rep.smi
+    assert dump.gpus[0].remapped_rows_pending is True
+    (dev,) = rep.pci_devices
+    assert (dev.bus_id, dev.device_id, dev.class_code, dev.driver, dev.numa_node) == (
+        "0000:da:00.0", "0x20b0", "0x030200", "nvidia", 5)
+    assert (dev.current_link_speed_gts, dev.current_link_width, dev.max_link_speed_gts, dev.max_link_width) == (
+        2.5, 8, 16.0, 16)
+    assert dev.is_gpu
+
+
+def test_kernel_sections_stream_through_kernel_log_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only kernel-log sections reach parse_lines (not `journalctl _COMM=Xorg`), lazily, with an origin."""
+    seen: list[tuple[str | None, list[str]]] = []
+
+    def parse_lines(lines: Iterable[str], origin: str | None = None) -> Iterator[KernelEvent]:
+        got = []
+        for ln in lines:
+            got.append(ln)
+            if "Xid" in ln:
+                yield KernelEvent(kind="xid", line=ln, xid=79, pci_bus_id="0000:02:00.0", origin=origin)
+        seen.append((origin, got))
+
+    fake = types.ModuleType("gpuclinic.sources.kernel_log")
+    fake.parse_lines = parse_lines  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gpuclinic.sources.kernel_log", fake)
+    rep = bugreport.parse_path(str(FX / "nvidia-bug-report-excerpt.log.gz"))
+    assert len(seen) == 1 and "kern.log" in (seen[0][0] or "")
+    assert len([ln for ln in seen[0][1] if ln.strip()]) == 13 and not any("No entries" in ln for ln in seen[0][1])
+    assert [e.xid for e in rep.kernel_events] == [79]
+    snap = load_evidence([str(FX / "nvidia-bug-report-excerpt.log.gz")])
+    assert snap.kernel_log_read is True and snap.kernel_events[0].xid == 79
+    assert any("kern.log" in s for s in snap.kernel_log_sources)
+
+
+def test_load_evidence_bugreport_fills_snapshot() -> None:
+    snap = load_evidence([str(FX / "nvidia-bug-report-excerpt.log")])
+    assert snap.driver_version == "510.73.08"  # nvidia-smi's own line wins; /proc version kept in software
+    assert snap.hostname == "nomade007" and snap.pci_read is True
+    assert snap.gpus[0].name == "NVIDIA A100-SXM4-80GB" and snap.gpus[0].remapped_rows_pending is True
+    assert snap.pci_devices[0].current_link_width == 8
