@@ -26,7 +26,7 @@ def test_sections_and_facts(name: str) -> None:
     assert dump.gpus[0].remapped_rows_pending is True
     (dev,) = rep.pci_devices
     assert (dev.bus_id, dev.device_id, dev.class_code, dev.driver, dev.numa_node) == (
-        "0000:da:00.0", "0x20b0", "0x030200", "nvidia", 5)
+        "0000:10:1c.0", "0x20b0", "0x030200", "nvidia", 5)
     assert (dev.current_link_speed_gts, dev.current_link_width, dev.max_link_speed_gts, dev.max_link_width) == (
         2.5, 8, 16.0, 16)
     assert dev.is_gpu
