@@ -1,0 +1,139 @@
+"""``gpuclinic get``: fast, resumable, verified downloads.
+
+Forms: ``gpuclinic get URL``, ``gpuclinic get hf ORG/NAME`` (or ``get hf://ORG/NAME``) and
+``gpuclinic get git URL`` (network area).  ``get`` is a click group whose resolver routes a first
+argument that looks like a URL to the ``url`` subcommand, so the short form needs no keyword.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import click
+
+from gpuclinic.errors import InputError
+
+_URL_RE = re.compile(r"^(https?|hf)://", re.I)
+
+
+class GetGroup(click.Group):
+    """A group whose first argument may be a URL (``get URL``) or ``hf://org/name`` instead of a subcommand."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in self.commands and _URL_RE.match(args[0]):
+            name = "hf" if args[0].lower().startswith("hf://") else "url"
+            cmd = self.commands[name]
+            return name, cmd, args
+        return super().resolve_command(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "URL [OPTIONS] | hf ORG/NAME [OPTIONS] | git URL [DIR]")
+
+
+@click.group("get", cls=GetGroup, invoke_without_command=False)
+def get() -> None:
+    """Fast, resumable, verified downloads: a URL, a Hugging Face repo, or a git repo.
+
+    \b
+    gpuclinic get https://host/file.bin [-o PATH] [--sha256 HEX] [--mirror URL]
+    gpuclinic get hf ORG/NAME [--revision R] [--include GLOB] [--exclude GLOB]
+    gpuclinic get git URL [DIR]
+    """
+
+
+def _engine_options(connections: int | None, stall_timeout: float) -> object:
+    from gpuclinic.transfer.engine import EngineOptions
+
+    if connections is not None and not 1 <= connections <= 256:
+        raise InputError("--connections must be between 1 and 256", exit_code=2)
+    return EngineOptions(connections=connections, stall_timeout=stall_timeout)
+
+
+def _dest_for(url: str, output: str | None) -> Path:
+    name = Path(unquote(urlsplit(url).path)).name
+    if not name or name in (".", "..") or "\\" in name or "\x00" in name:
+        name = "download"
+    if output is None:
+        return Path.cwd() / name
+    out = Path(output)
+    if out.is_dir() or output.endswith(("/", "\\")):
+        return out / name
+    return out
+
+
+@get.command("url")
+@click.argument("url")
+@click.option("-o", "--output", metavar="PATH", help="File (or existing directory) to write; default: the URL's file name.")
+@click.option("--sha256", "sha256", metavar="HEX", help="Expected sha256; the file is verified before it is renamed into place.")
+@click.option("--connections", type=int, metavar="N", help="Fixed number of connections (default: adaptive, 16 growing to 64).")
+@click.option("--mirror", "mirrors", multiple=True, metavar="URL", help="Another URL with the same bytes (failover). Repeatable.")
+@click.option("--stall-timeout", type=float, default=20.0, show_default=True, metavar="S", help="Reconnect after S seconds without a byte.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON result line per file.")
+def url_cmd(
+    url: str, output: str | None, sha256: str | None, connections: int | None, mirrors: tuple[str, ...],
+    stall_timeout: float, quiet: bool, as_json: bool,
+) -> None:
+    """Download one HTTP(S) file with parallel ranged connections, resume and verification."""
+    from gpuclinic.transfer.engine import Engine, FileSpec
+    from gpuclinic.transfer.progress import ProgressDisplay
+    from gpuclinic.transfer.redact import safe_url
+
+    for u in (url, *mirrors):
+        p = urlsplit(u)
+        if p.scheme not in ("http", "https") or not p.hostname:
+            raise InputError(f"not an http(s) URL: {safe_url(u)}", exit_code=2)
+    if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
+        raise InputError("--sha256 must be 64 hex digits", exit_code=2)
+    dest = _dest_for(url, output).absolute()
+    if not dest.parent.is_dir():
+        raise InputError(f"directory does not exist: {dest.parent}", exit_code=2)
+    spec = FileSpec(dest=dest, sources=[url, *mirrors], sha256=sha256.lower() if sha256 else None, label=dest.name)
+    engine = Engine(_engine_options(connections, stall_timeout))  # type: ignore[arg-type]
+    with ProgressDisplay(engine, quiet=quiet or as_json):
+        results = engine.run([spec])
+    r = results[0]
+    if as_json:
+        click.echo(json.dumps(r.to_dict(), sort_keys=True))
+    if r.status == "failed":
+        from gpuclinic.transfer.engine import DownloadError
+
+        kept = dest.with_name(dest.name + ".gpuclinic-part").exists()
+        raise DownloadError(f"{r.error}" + ("; partial download kept, rerun the same command to resume" if kept else ""))
+    if not as_json and not quiet:
+        click.echo(str(dest))
+
+
+@get.command("hf")
+@click.argument("repo")
+@click.option("--revision", default=None, metavar="R", help="Branch, tag or commit (default: main).")
+@click.option("--include", "include", multiple=True, metavar="GLOB", help="Only files matching GLOB (repeatable).")
+@click.option("--exclude", "exclude", multiple=True, metavar="GLOB", help="Skip files matching GLOB (repeatable).")
+@click.option("--repo-type", type=click.Choice(["model", "dataset"]), default="model", show_default=True)
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="Hub cache directory (default: HF_HUB_CACHE or HF_HOME/hub).")
+@click.option("--connections", type=int, metavar="N", help="Fixed number of connections (default: adaptive).")
+@click.option("--stall-timeout", type=float, default=20.0, show_default=True, metavar="S", help="Reconnect after S seconds without a byte.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON result line per file and a summary line.")
+def hf_cmd(
+    repo: str, revision: str | None, include: tuple[str, ...], exclude: tuple[str, ...], repo_type: str,
+    cache_dir: str | None, connections: int | None, stall_timeout: float, quiet: bool, as_json: bool,
+) -> None:
+    """Download a Hugging Face repo into the standard Hub cache (offline-loadable by transformers)."""
+    from gpuclinic.transfer.hf import download_repo
+
+    opts = _engine_options(connections, stall_timeout)
+    summary = download_repo(
+        repo, revision=revision, include=list(include), exclude=list(exclude), repo_type=repo_type,
+        cache_dir=cache_dir, options=opts, quiet=quiet or as_json,
+    )
+    if as_json:
+        for line in summary.json_lines():
+            click.echo(line)
+    elif not quiet:
+        click.echo(str(summary.snapshot_dir))
