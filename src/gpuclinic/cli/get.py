@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 import click
 
 from gpuclinic.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuclinic.transfer.engine import EngineOptions
 
 _URL_RE = re.compile(r"^(https?|hf)://", re.I)
 
@@ -46,7 +50,7 @@ def get() -> None:
     """
 
 
-def _engine_options(connections: int | None, stall_timeout: float) -> object:
+def _engine_options(connections: int | None, stall_timeout: float) -> EngineOptions:
     from gpuclinic.transfer.engine import EngineOptions
 
     if connections is not None and not 1 <= connections <= 256:
@@ -94,7 +98,7 @@ def url_cmd(
     if not dest.parent.is_dir():
         raise InputError(f"directory does not exist: {dest.parent}", exit_code=2)
     spec = FileSpec(dest=dest, sources=[url, *mirrors], sha256=sha256.lower() if sha256 else None, label=dest.name)
-    engine = Engine(_engine_options(connections, stall_timeout))  # type: ignore[arg-type]
+    engine = Engine(_engine_options(connections, stall_timeout))
     with ProgressDisplay(engine, quiet=quiet or as_json):
         results = engine.run([spec])
     r = results[0]

@@ -97,17 +97,18 @@ class EngineOptions:
     stall_timeout: float = 20.0  # no byte for this long => reconnect
     connect_timeout: float = 15.0
     max_retries: int = 12  # consecutive failures without progress before a source is given up
-    save_fraction: float = 0.005
+    save_fraction: float = 0.0025
     save_interval: float = 0.5
     min_free_reserve: int = 64 * MiB
     user_agent: str = f"gpuclinic/{__version__}"
 
 
 class _Retryable(Exception):
-    def __init__(self, msg: str, retry_after: float | None = None, backoff: bool = False) -> None:
+    def __init__(self, msg: str, retry_after: float | None = None, backoff: bool = False, connect: bool = False) -> None:
         super().__init__(msg)
         self.retry_after = retry_after
         self.backoff = backoff
+        self.connect = connect
 
 
 class _SourceFatal(Exception):
@@ -273,20 +274,25 @@ class Engine:
             self.workers.append(t)
         try:
             with self.cv:
-                while not all(j.state in ("done", "failed") for j in self.jobs):
+                while not self.stop.is_set() and not all(j.state in ("done", "failed") for j in self.jobs):
                     self.cv.wait(0.2)
         except BaseException:
-            self.stop.set()
-            self._save_all(force=True)
+            self._shutdown()
             raise
-        finally:
-            self.stop.set()
-            with self.cv:
-                self.cv.notify_all()
-        self._save_all(force=True)
+        self._shutdown()
         with contextlib.suppress(Exception):
             self.client.close()
         return [self._result(j) for j in self.jobs]
+
+    def _shutdown(self) -> None:
+        """Stop workers (they stop at their next chunk), then record exactly what is on disk."""
+        self.stop.set()
+        with self.cv:
+            self.cv.notify_all()
+        deadline = time.monotonic() + 2.0
+        for t in self.workers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._save_all(force=True)
 
     def progress(self) -> list[tuple[str, int, int | None, str]]:
         """(label, bytes done, size, state) per file, for progress displays."""
@@ -362,10 +368,8 @@ class Engine:
         for j in self.jobs:
             if j.state == "new":
                 j.state = "opening"
-                end = -1
-                if j.size is not None:
-                    end = min(j.size, max(j.piece, self._seg_pieces(j.size, j.piece) * j.piece))
-                return _Segment(j, 0, end)
+                start, end = self._opening_range(j)
+                return _Segment(j, start, end)
         # 2) an unassigned run of pieces in an open file
         for j in self.jobs:
             if j.state != "open" or not j.ranges_ok:
@@ -378,7 +382,7 @@ class Engine:
             assert j.size is not None
             seg_pieces = self._seg_pieces(j.size, j.piece)
             b = a
-            while b < n and j.assigned[b] == 0 and b - a < seg_pieces:
+            while b < n and j.assigned[b] == 0 and b - a < seg_pieces and (b == a or b not in j.partial):
                 j.assigned[b] = 1
                 b += 1
             start = a * j.piece + j.partial.pop(a, 0)
@@ -412,6 +416,38 @@ class Engine:
                     return seg
         return None
 
+    def _opening_range(self, j: _Job) -> tuple[int, int]:
+        """The first request of a file: its first missing bytes according to a saved state, else 0.
+
+        Asking for bytes we already have would waste them after a kill -9, so peek at the state.
+        """
+        size = j.size
+        try:
+            st = json.loads(j.state_path.read_text()) if j.part.exists() else None
+        except (OSError, ValueError):
+            st = None
+        if isinstance(st, dict) and st.get("version") == STATE_VERSION and isinstance(st.get("size"), int):
+            try:
+                psize, piece = int(st["size"]), int(st["piece"])
+                bits = base64.b64decode(st["done"])
+                partial = {int(k): int(v) for k, v in st.get("partial", {}).items()}
+                n = max(1, -(-psize // piece))
+                done = [bool(bits[i // 8] >> (i % 8) & 1) for i in range(n)]
+                a = done.index(False)
+            except (KeyError, ValueError, TypeError, IndexError):
+                a = -1
+            if a >= 0 and (size is None or size == psize):
+                if st.get("etag") and j.sources:
+                    j.sources[0].etag = str(st["etag"])
+                b = a + 1
+                seg_pieces = self._seg_pieces(psize, piece)
+                while b < n and not done[b] and b not in partial and b - a < seg_pieces:
+                    b += 1
+                return a * piece + partial.get(a, 0), min(psize, b * piece)
+        if size is None:
+            return 0, -1
+        return 0, min(size, max(j.piece, self._seg_pieces(size, j.piece) * j.piece))
+
     def _seg_pieces(self, size: int, piece: int) -> int:
         """Pieces per chunk request: about three requests per connection, 1..32 MiB."""
         return max(1, min(32 * MiB, size // (max(1, self.target) * 3)) // piece)
@@ -430,10 +466,24 @@ class Engine:
                 self._fail(seg.job, f"{type(e).__name__}: {e}")
             finally:
                 with self.cv:
-                    seg.active = False
-                    if seg in seg.job.segments:
-                        seg.job.segments.remove(seg)
+                    self._retire(seg)
                     self.cv.notify_all()
+
+    def _retire(self, seg: _Segment) -> None:
+        """A segment ends: keep what it wrote (as a partial piece) and free pieces it did not reach."""
+        job = seg.job
+        seg.active = False
+        if seg in job.segments:
+            job.segments.remove(seg)
+        if job.state != "open" or seg.end == -1 or seg.pos >= seg.end or not job.done:
+            return
+        i = seg.pos // job.piece
+        if i < job.npieces and not job.done[i] and seg.valid_from <= i * job.piece < seg.pos:
+            job.partial[i] = seg.pos - i * job.piece
+        last = -(-seg.end // job.piece)
+        for k in range(i, min(last, job.npieces)):
+            if not job.done[k]:
+                job.assigned[k] = 0
 
     def _run_segment(self, seg: _Segment) -> None:
         job = seg.job
@@ -461,6 +511,10 @@ class Engine:
                 src.last_error = str(e)
                 if e.retry_after is not None or e.backoff:
                     self._back_off()
+                if job.state == "opening" and seg.pos == 0 and e.connect and attempt >= 4:
+                    src.bad = True  # nothing ever answered: do not spend a minute on a dead host
+                    attempt = 0
+                    continue
                 if attempt >= self.opts.max_retries:
                     src.failing_until = time.monotonic() + 30
                     if len([s for s in job.sources if not s.bad]) > 1:
@@ -521,8 +575,12 @@ class Engine:
                     if cl is not None and cl.isdigit() and int(cl) != seg.end - seg.pos:
                         raise _SourceFatal(f"server sent {cl} bytes for a {seg.end - seg.pos}-byte range")
                 self._stream(seg, idx, r)
+        except httpx.ConnectTimeout as e:
+            raise _Retryable(f"timed out ({type(e).__name__})", connect=True) from None
         except httpx.TimeoutException as e:
             raise _Retryable(f"timed out ({type(e).__name__})") from None
+        except httpx.ConnectError as e:
+            raise _Retryable(f"cannot connect: {redact(str(e)) or 'connection refused'}", connect=True) from None
         except (httpx.TransportError, httpx.StreamError, ConnectionError) as e:
             raise _Retryable(f"{type(e).__name__}: {redact(str(e)) or 'connection error'}") from None
 
@@ -605,10 +663,18 @@ class Engine:
         else:
             if seg.end == -1:
                 seg.end = min(size, self._seg_pieces(size, job.piece) * job.piece)
-            b = -(-seg.end // job.piece)
-            keep = seg.pos == 0 and not any(job.done[:b]) and not any(i in job.partial for i in range(b))
+            a = seg.pos // job.piece
+            b = min(n, -(-seg.end // job.piece))
+            keep = (
+                seg.pos == a * job.piece + job.partial.get(a, 0)
+                and a < b
+                and not any(job.done[a:b])
+                and not any(i in job.partial for i in range(a + 1, b))
+            )
             if keep and size > 0:
-                job.assigned[:b] = b"\x01" * b
+                job.assigned[a:b] = b"\x01" * (b - a)
+                job.partial.pop(a, None)
+                seg.valid_from = a * job.piece
                 job.segments.append(seg)
             else:
                 seg.end = seg.pos  # we asked for bytes we already have: drop this response, re-plan
@@ -881,7 +947,7 @@ class Engine:
             for j in self.jobs:
                 if j.state != "open" or not j.dirty or j.size is None:
                     continue
-                step = max(256 * 1024, int(j.size * self.opts.save_fraction))
+                step = max(64 * 1024, int(j.size * self.opts.save_fraction))
                 if j.bytes_done - j.saved_bytes >= step or now - j.last_save >= self.opts.save_interval:
                     self._save(j)
             self.stop.wait(0.005)

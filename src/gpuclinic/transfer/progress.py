@@ -81,7 +81,7 @@ class ProgressDisplay:
         if self._progress is None:
             # not a terminal: one plain line every 5 s (and at the end) so logs stay readable
             now = time.monotonic()
-            if self.quiet or (not final and now - self._last_line < 5.0):
+            if self.quiet or done == 0 or (not final and now - self._last_line < 5.0):
                 return
             self._last_line = now
             pct = f"{100 * done / total:.0f}%" if known and total else "?"

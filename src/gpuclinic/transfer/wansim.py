@@ -47,6 +47,7 @@ class Knobs:
     drop_mode: str = "rst"  # "rst" (SO_LINGER 0: ECONNRESET) or "fin" (clean close, short body)
     stall_per_mib: float = 0.0  # probability per MiB of a stall
     stall_seconds: float = 30.0
+    stall_at_bytes: list[int] = field(default_factory=list)  # stall once the server total passes each value
     fail_next: list[int] = field(default_factory=list)  # statuses returned to the next data requests
     max_active: int | None = None  # more concurrent data responses than this => 429
     retry_after: float = 1.0  # Retry-After seconds sent with 429/503
@@ -236,7 +237,7 @@ class WanSim:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         writer.transport.set_write_buffer_limits(high=_BLOCK)
-        conn = {"next": 0.0}
+        conn: dict[str, Any] = {"next": 0.0, "reader": reader}
         try:
             if self.knobs.connect_latency:
                 await asyncio.sleep(self.knobs.connect_latency)
@@ -282,7 +283,7 @@ class WanSim:
         content_length: int | None = None,
         account: str | None = None,
         offset: int = 0,
-        conn: dict[str, float] | None = None,
+        conn: dict[str, Any] | None = None,
     ) -> None:
         reason = _REASONS.get(status, "OK")
         self.stats.statuses[status] += 1
@@ -297,18 +298,21 @@ class WanSim:
         await self._stream_body(writer, memoryview(body), account or "", offset, conn or {"next": 0.0})
 
     async def _stream_body(
-        self, writer: asyncio.StreamWriter, body: memoryview, account: str, offset: int, conn: dict[str, float]
+        self, writer: asyncio.StreamWriter, body: memoryview, account: str, offset: int, conn: dict[str, Any]
     ) -> None:
         k = self.knobs
         loop = asyncio.get_running_loop()
         rate = k.rate_per_conn
-        block = _BLOCK if not rate else max(4096, min(_BLOCK, int(rate / 64)))
+        block = _BLOCK if not rate else max(4096, min(_BLOCK, int(rate / 128)))
         conn["next"] = max(conn["next"], loop.time())
         self.stats.active += 1
         self.stats.max_active = max(self.stats.max_active, self.stats.active)
         try:
             pos = 0
+            reader = conn.get("reader")
             while pos < len(body):
+                if reader is not None and reader.at_eof():
+                    raise _Drop()  # the client hung up: a real server stops sending too
                 n = min(block, len(body) - pos)
                 now = loop.time()
                 wake = now
@@ -332,7 +336,11 @@ class WanSim:
                 if k.drop_at_bytes and self.stats.total_body + n > k.drop_at_bytes[0]:
                     k.drop_at_bytes.pop(0)
                     self._drop(writer)
-                if k.stall_per_mib and self._rng.random() < k.stall_per_mib * p:
+                stall = bool(k.stall_per_mib) and self._rng.random() < k.stall_per_mib * p
+                if k.stall_at_bytes and self.stats.total_body + n > k.stall_at_bytes[0]:
+                    k.stall_at_bytes.pop(0)
+                    stall = True
+                if stall:
                     self.stats.stalls += 1
                     await asyncio.sleep(k.stall_seconds)
                 writer.write(chunk)
@@ -371,7 +379,7 @@ class WanSim:
         headers: dict[str, str],
         body: bytes,
         writer: asyncio.StreamWriter,
-        conn: dict[str, float],
+        conn: dict[str, Any],
         *,
         cdn: bool,
     ) -> None:
@@ -436,7 +444,7 @@ class WanSim:
         method: str,
         headers: dict[str, str],
         writer: asyncio.StreamWriter,
-        conn: dict[str, float],
+        conn: dict[str, Any],
         data: bytes,
         etag: str,
         account: str,
@@ -551,7 +559,7 @@ class WanSim:
             return
         await self._hub_error(writer, 404, "NotFound", "Not Found")
 
-    async def _resolve(self, method: str, path: str, headers: dict[str, str], writer: asyncio.StreamWriter, conn: dict[str, float]) -> None:
+    async def _resolve(self, method: str, path: str, headers: dict[str, str], writer: asyncio.StreamWriter, conn: dict[str, Any]) -> None:
         head = method == "HEAD"
         rest = path.lstrip("/")
         repo_type = "model"
@@ -588,7 +596,7 @@ class WanSim:
         etag = git_blob_sha1(data)
         await self._serve_bytes(method, headers, writer, conn, data, etag, f"{rid}/{fpath}", common)
 
-    async def _cdn(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], writer: asyncio.StreamWriter, conn: dict[str, float]) -> None:
+    async def _cdn(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], writer: asyncio.StreamWriter, conn: dict[str, Any]) -> None:
         sha = path.removeprefix("/cdn/")
         data = self._blobs.get(sha)
         if data is None:

@@ -1,0 +1,215 @@
+"""`gpuclinic get URL` against the simulator: speed-ups, failures, resume, verification, errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.transfer.engine import Engine, EngineOptions, FileSpec
+from gpuclinic.transfer.wansim import Knobs, WanSim
+
+from .conftest import MiB, blob
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _leftovers(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if ".gpuclinic-" in p.name)
+
+
+def test_parallel_ranged_download_verified(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    data, sha = blob(8 * MiB)
+    with WanSim(Knobs(rate_per_conn=8 * MiB, latency=0.01)) as s:
+        url = s.add_file("model.bin", data)
+        t = time.monotonic()
+        r = run_cli("get", url, "-o", str(tmp_path), "--sha256", sha, "--json")
+        dt = time.monotonic() - t
+        assert r.code == 0, r.err
+        res = json.loads(r.out.strip().splitlines()[-1])
+        assert res["status"] == "ok" and res["sha256"] == sha and res["size"] == len(data)
+        assert _sha(tmp_path / "model.bin") == sha
+        assert s.stats.max_active >= 4  # really parallel
+        assert dt < 0.9  # one stream would need 1.0 s
+    assert _leftovers(tmp_path) == []
+
+
+def test_rst_drops_complete_with_right_sha(tmp_path: Path) -> None:
+    # ~once per 50 MiB in the field; scaled up for a 24 MiB file so that several resets happen
+    data, sha = blob(24 * MiB, 2)
+    with WanSim(Knobs(rate_per_conn=16 * MiB, drop_per_mib=0.15, drop_mode="rst", seed=3)) as s:
+        url = s.add_file("f.bin", data)
+        dest = tmp_path / "f.bin"
+        res = Engine(EngineOptions(connections=8)).run([FileSpec(dest, [url], sha256=sha)])[0]
+        assert res.status == "ok", res.error
+        assert s.stats.drops >= 1
+        # retries resume where they stopped: little is fetched twice
+        assert s.served("f.bin") <= len(data) * 1.25
+    assert _sha(dest) == sha
+
+
+def test_fin_drops_and_stall_recovered(tmp_path: Path) -> None:
+    data, sha = blob(6 * MiB, 3)
+    knobs = Knobs(rate_per_conn=16 * MiB, drop_mode="fin", drop_at_bytes=[MiB], stall_at_bytes=[3 * MiB], stall_seconds=30)
+    with WanSim(knobs) as s:
+        url = s.add_file("f.bin", data)
+        dest = tmp_path / "f.bin"
+        t = time.monotonic()
+        res = Engine(EngineOptions(connections=4, stall_timeout=0.7)).run([FileSpec(dest, [url], sha256=sha)])[0]
+        assert res.status == "ok", res.error
+        assert time.monotonic() - t < 10
+        assert s.stats.drops == 1 and s.stats.stalls == 1
+    assert _sha(dest) == sha
+
+
+def test_429_retry_after_honoured(tmp_path: Path) -> None:
+    data, sha = blob(2 * MiB, 4)
+    with WanSim(Knobs(fail_next=[429, 503], retry_after=1)) as s:
+        url = s.add_file("f.bin", data)
+        t = time.monotonic()
+        res = Engine(EngineOptions(connections=1)).run([FileSpec(tmp_path / "f", [url], sha256=sha)])[0]
+        dt = time.monotonic() - t
+        assert res.status == "ok", res.error
+        assert s.stats.statuses[429] == 1 and s.stats.statuses[503] == 1
+        assert dt >= 2.0  # two waits of Retry-After: 1
+    assert _sha(tmp_path / "f") == sha
+
+
+def test_many_429_shrinks_connections(tmp_path: Path) -> None:
+    data, sha = blob(8 * MiB, 5)
+    with WanSim(Knobs(rate_per_conn=8 * MiB, max_active=4, retry_after=0.2)) as s:
+        url = s.add_file("f.bin", data)
+        eng = Engine(EngineOptions(initial_connections=16))
+        res = eng.run([FileSpec(tmp_path / "f", [url], sha256=sha)])[0]
+        assert res.status == "ok", res.error
+        assert s.stats.statuses[429] >= 1
+        assert eng.target < 16
+
+
+def test_corrupt_mirror_detected_and_completed_from_other_source(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    data, sha = blob(4 * MiB, 6)
+    with WanSim(Knobs(corrupt=True)) as bad, WanSim(Knobs()) as good:
+        u_bad = bad.add_file("f.bin", data)
+        u_good = good.add_file("f.bin", data)
+        dest = tmp_path / "f.bin"
+        r = run_cli("get", u_bad, "--mirror", u_good, "-o", str(dest), "--sha256", sha, "--json")
+        assert r.code == 0, r.err
+        assert _sha(dest) == sha
+        assert bad.served("f.bin") >= len(data) and good.served("f.bin") >= len(data)
+    assert _leftovers(tmp_path) == []
+
+
+def test_corrupt_without_mirror_fails_and_leaves_nothing(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    data, sha = blob(2 * MiB, 7)
+    with WanSim(Knobs(corrupt=True)) as bad:
+        url = bad.add_file("f.bin", data)
+        r = run_cli("get", url, "-o", str(tmp_path / "f.bin"), "--sha256", sha, "-q")
+    assert r.code != 0
+    assert "sha256 mismatch" in r.err and len(r.err.strip().splitlines()) == 1
+    assert not (tmp_path / "f.bin").exists()
+    assert _leftovers(tmp_path) == []
+
+
+def test_expired_signed_redirect_is_re_resolved(tmp_path: Path) -> None:
+    data, sha = blob(4 * MiB, 8)
+    with WanSim(Knobs(rate_per_conn=1 * MiB, cdn_ttl=1)) as s:
+        s.add_repo("o/r", {"w.bin": data})
+        commit = s.repos[("model", "o/r")].commit
+        url = f"{s.base_url}/o/r/resolve/{commit}/w.bin"
+        res = Engine(EngineOptions(connections=2)).run([FileSpec(tmp_path / "w", [url], sha256=sha, size=len(data))])[0]
+        assert res.status == "ok", res.error
+        assert s.stats.statuses[403] >= 1 and s.stats.statuses[302] >= 2
+    assert _sha(tmp_path / "w") == sha
+
+
+def test_resume_from_state_file_refetches_little(tmp_path: Path) -> None:
+    data, sha = blob(32 * MiB, 9)
+    dest = tmp_path / "f.bin"
+    with WanSim(Knobs(rate_per_conn=4 * MiB)) as s:
+        url = s.add_file("f.bin", data)
+        eng = Engine(EngineOptions(connections=4))
+        import threading
+
+        th = threading.Thread(target=lambda: eng.run([FileSpec(dest, [url], sha256=sha)]), daemon=True)
+        th.start()
+        while s.served("f.bin") < 12 * MiB:
+            time.sleep(0.01)
+        eng.stop.set()  # like Ctrl-C: state saved on the way out
+        th.join(10)
+        state = json.loads((tmp_path / "f.bin.gpuclinic-state").read_text())
+        assert state["size"] == len(data) and state["piece"] == MiB
+        first = s.served("f.bin")
+        res = Engine(EngineOptions(connections=4)).run([FileSpec(dest, [url], sha256=sha)])[0]
+        assert res.status == "ok" and res.reused > 0
+        assert s.served("f.bin") / len(data) <= 1.02, (first, s.served("f.bin"))
+    assert _sha(dest) == sha
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_kill9_at_half_then_rerun_fetches_at_most_2_percent_extra(tmp_path: Path) -> None:
+    data, sha = blob(32 * MiB, 10)
+    dest = tmp_path / "f.bin"
+    with WanSim(Knobs(rate_per_conn=4 * MiB, latency=0.005)) as s:
+        url = s.add_file("f.bin", data)
+        cmd = [sys.executable, "-m", "gpuclinic", "get", url, "-o", str(dest), "--sha256", sha, "-q", "--connections", "4"]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while s.served("f.bin") < len(data) // 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+        assert not dest.exists() and (tmp_path / "f.bin.gpuclinic-part").exists()
+        half = s.served("f.bin")
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        ratio = s.served("f.bin") / len(data)
+        assert 0.4 < half / len(data) < 0.7
+        assert ratio <= 1.02, ratio
+    assert _sha(dest) == sha
+    assert _leftovers(tmp_path) == []
+
+
+def test_404_and_bad_urls_one_line_no_partial(tmp_path: Path, run_cli, sim: WanSim) -> None:  # type: ignore[no-untyped-def]
+    dest = tmp_path / "x.bin"
+    r = run_cli("get", sim.base_url + "/files/nope.bin", "-o", str(dest))
+    assert r.code != 0 and "404" in r.err and len(r.err.strip().splitlines()) == 1
+    assert "Traceback" not in r.err
+    assert list(tmp_path.iterdir()) == []
+    r = run_cli("get", "ftp://example.invalid/x", "-o", str(dest))
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1
+    r = run_cli("get", "url", "notaurl")
+    assert r.code != 0 and "not an http(s) URL" in r.err
+    r = run_cli("get", "https://127.0.0.1:1/x.bin", "-o", str(dest), "-q")  # nothing listens on port 1
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_disk_space_checked_before_start(tmp_path: Path, run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    data, sha = blob(3 * MiB, 11)
+    with WanSim(Knobs(rate_per_conn=2 * MiB)) as sim:
+        url = sim.add_file("f.bin", data)
+        monkeypatch.setenv("GPUCLINIC_FAKE_FREE_BYTES", str(10 * MiB))
+        r = run_cli("get", url, "-o", str(tmp_path / "f.bin"))
+        assert r.code != 0 and "not enough disk space" in r.err
+        assert list(tmp_path.iterdir()) == []
+        assert sim.served("f.bin") < len(data) // 2  # stopped right after the first response headers
+
+
+def test_redact_helpers() -> None:
+    from gpuclinic.transfer.redact import add_secret, redact, safe_url
+
+    add_secret("s3cr3t-value")
+    assert "s3cr3t" not in redact("token=s3cr3t-value in text")
+    assert "hf_abc" not in redact("Authorization: Bearer hf_abcdefghijklmnopqrstuvwxyz")
+    u = safe_url("https://user:pw@cdn.example/x?Expires=1&Signature=abc&X-Amz-Credential=k")
+    assert "pw" not in u and "abc" not in u and "Expires=1" in u
