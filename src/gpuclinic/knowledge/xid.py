@@ -1,0 +1,135 @@
+"""The NVIDIA Xid catalog (codes 1-173) as data: what an Xid means and what a person should do.
+
+Loaded from ``knowledge/data/xid_catalog.json`` (built by ``tools/build_xid_catalog.py`` from NVIDIA's
+Xid catalog, the legacy Xid table and NVSentinel's mapping; each entry names its sources).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from gpuclinic.knowledge import load_data
+from gpuclinic.model import Family, Severity
+
+# Application-caused Xids: one occurrence is the program's fault; repeats on one GPU suggest hardware.
+APPLICATION_XIDS = frozenset({13, 31, 43})
+# Xids that report the consequence of another Xid rather than a cause of their own.
+SYMPATHETIC_XIDS = frozenset({45, 154})
+
+
+@dataclass(frozen=True)
+class XidInfo:
+    """One catalog entry, with the severity and family gpuclinic reports it under."""
+
+    xid: int
+    name: str
+    description: str
+    category: str
+    action: str
+    severity: Severity
+    family: Family
+    immediate_action: str | None = None  # NVIDIA resolution bucket, e.g. RESET_GPU
+    investigatory_action: str | None = None
+    immediate_step: str | None = None  # the bucket in words a person follows
+    investigatory_step: str | None = None
+    catalog_description: str | None = None
+    legacy_name: str | None = None
+    potential_causes: tuple[str, ...] = ()
+    nvsentinel_fatal: bool | None = None
+    severity_reason: str | None = None
+    notes: str | None = None
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_application(self) -> bool:
+        return self.xid in APPLICATION_XIDS or self.category == "application"
+
+    @property
+    def is_unused(self) -> bool:
+        return self.category == "unused"
+
+    def steps(self) -> list[str]:
+        """The catalog's immediate then investigatory action as sentences, without repeats."""
+        out: list[str] = []
+        for s in (self.immediate_step, self.investigatory_step):
+            if s and s not in out:
+                out.append(s)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "xid": self.xid,
+            "name": self.name,
+            "description": self.description,
+            "category": self.category,
+            "action": self.action,
+            "nvidia_immediate_action": self.immediate_action,
+            "nvidia_investigatory_action": self.investigatory_action,
+            "severity": self.severity.label,
+            "family": self.family.value,
+            "notes": self.notes,
+            "source": self.source,
+        }
+
+
+@cache
+def _catalog() -> dict[int, XidInfo]:
+    data = load_data("xid_catalog.json")
+    imm_steps: dict[str, str] = data["immediate_steps"]
+    inv_steps: dict[str, str] = data["investigatory_steps"]
+    out: dict[int, XidInfo] = {}
+    for e in data["xids"]:
+        imm = e.get("nvidia_immediate_action")
+        inv = e.get("nvidia_investigatory_action")
+        out[int(e["xid"])] = XidInfo(
+            xid=int(e["xid"]),
+            name=e["name"],
+            description=e["description"],
+            category=e["category"],
+            action=e["action"],
+            severity=Severity[e["severity"].upper()],
+            family=Family(e["family"]),
+            immediate_action=imm,
+            investigatory_action=inv,
+            immediate_step=imm_steps.get(imm) if imm else None,
+            investigatory_step=inv_steps.get(inv) if inv else None,
+            catalog_description=e.get("nvidia_catalog_description"),
+            legacy_name=e.get("legacy_name"),
+            potential_causes=tuple(e.get("legacy_potential_causes") or ()),
+            nvsentinel_fatal=e.get("nvsentinel_fatal"),
+            severity_reason=e.get("severity_reason"),
+            notes=e.get("notes"),
+            source=e["source"],
+            extra={k: e[k] for k in ("dcgm_health", "nvsentinel_action") if k in e},
+        )
+    return out
+
+
+def lookup(n: int) -> XidInfo | None:
+    """The catalog entry for Xid ``n``, or None for a code the catalog does not know."""
+    return _catalog().get(int(n))
+
+
+def all_xids() -> list[XidInfo]:
+    return [v for _, v in sorted(_catalog().items())]
+
+
+def family_for_category(category: str) -> Family:
+    """Report family of a catalog category (``pcie_bus`` -> PCIe & power, most -> GPU fault)."""
+    fam = load_data("xid_catalog.json")["category_family"].get(category)
+    return Family(fam) if fam else Family.GPU_FAULT
+
+
+def unknown(n: int) -> XidInfo:
+    """A stand-in for an Xid newer than the catalog: treated as a GPU fault worth a look."""
+    return XidInfo(
+        xid=n, name=f"XID_{n}", description=f"Xid {n} is not in gpuclinic's catalog (newer than NVIDIA's list "
+        "it was built from).", category="unknown", action="unknown", severity=Severity.WARNING,
+        family=Family.GPU_FAULT,
+        immediate_step="Look the code up in NVIDIA's current Xid catalog "
+                       "(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).",
+        source="gpuclinic (not catalogued)",
+    )
