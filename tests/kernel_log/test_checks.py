@@ -129,7 +129,8 @@ def test_gsp_error_alone_and_with_xid() -> None:
         "RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
         "[ 14.1] NVRM: GPU4 GSP RPC buffer contains function 103 (GSP_RM_ALLOC) and data 0x0000000000002081."])
     fs = findings(with_xid)
-    assert by_code(fs, "gsp.error") == []
+    g = by_code(fs, "gsp.error")[0]
+    assert g.severity == Severity.CRITICAL and g.data["xids"] == [119] and g.data["count"] == 2
     x = by_code(fs, "xid.119")[0]
     assert x.severity == Severity.CRITICAL and any("GSP RPC buffer" in e for e in x.evidence)
 

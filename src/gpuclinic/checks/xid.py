@@ -378,21 +378,19 @@ def init_failed(snap: Snapshot) -> list[Finding]:
 
 @check("kernel.gsp", codes=["gsp.error"], what="GSP firmware errors (kernel log)")
 def gsp_error(snap: Snapshot) -> list[Finding]:
-    gsp = [e for e in snap.kernel_events if e.kind == "gsp"]
+    gsp = [e for e in snap.kernel_events if e.kind == "gsp" or (e.kind == "xid" and e.xid in (119, 120))]
     if not gsp:
         return []
     uuids = _uuid_map(snap)
-    with_xid = {e.pci_bus_id for e in snap.kernel_events if e.kind == "xid" and e.xid in (119, 120)}
     prev = _previous_boot_flags(gsp, snap)
     by_bus: dict[str | None, list[KernelEvent]] = {}
     for e in gsp:
-        if e.pci_bus_id is not None and e.pci_bus_id in with_xid:
-            continue  # reported with its Xid 119/120 finding
         by_bus.setdefault(e.pci_bus_id, []).append(e)
     out: list[Finding] = []
     for bus, group in by_bus.items():
-        kinds = Counter(str(e.detail.get("gsp")) for e in group)
-        serious = {"rpc_timeout", "crash", "heartbeat", "init", "xid_report"} & set(kinds)
+        kinds = Counter("rpc_timeout" if e.xid == 119 else "error" if e.xid == 120 else str(e.detail.get("gsp"))
+                        for e in group)
+        serious = {"rpc_timeout", "error", "crash", "heartbeat", "init", "xid_report"} & set(kinds)
         if not serious:
             continue  # RPC history dumps alone are context, not a fault
         sev = Severity.CRITICAL
@@ -409,6 +407,9 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
         what = ("stopped answering the driver (RPC timeout)" if "rpc_timeout" in kinds else
                 "crashed" if "crash" in kinds else "missed its heartbeat" if "heartbeat" in kinds else
                 "failed to start" if "init" in kinds else "reported an error")
+        xids = sorted({int(x) for e in group if (x := e.xid) is not None})
+        if xids:
+            data["xids"] = xids
         title = f"{label}: the GPU System Processor (GSP firmware) {what}"
         remedy = _steps(
             "Stop the jobs on this GPU and reset it (`nvidia-smi -r -i <index>`), or reboot the server.",
