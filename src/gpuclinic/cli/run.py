@@ -1,0 +1,222 @@
+"""``gpuclinic run -- CMD ...`` (supervise a training job) and ``gpuclinic report interruptions``."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from gpuclinic.errors import GpuclinicError, InputError
+
+_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+
+
+def parse_duration(text: str, default_unit: str = "m") -> float:
+    """``90s``, ``30m``, ``2h``, ``1.5`` (default unit) -> seconds."""
+    m = _DUR.match(text)
+    if not m:
+        raise InputError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h)")
+    unit = (m.group(2) or default_unit).lower()
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+
+
+def _say(msg: str) -> None:
+    click.echo(f"gpuclinic: {msg}", err=True)
+
+
+def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: list[str]) -> None:
+    """Doctor before the job: refuse on a drain verdict for the job's GPUs, warn on warnings."""
+    from gpuclinic.diagnose import diagnose
+    from gpuclinic.model import Severity, Verdict
+    from gpuclinic.supervise.gpus import parse_visible, resolve
+
+    if scenario:
+        from gpuclinic.sources.scenarios import load_scenario
+
+        snap = load_scenario(scenario)
+    else:
+        from gpuclinic.collect import CollectOptions, collect_live
+
+        snap = collect_live(CollectOptions(quick=quick, kernel_logs=list(kernel_logs)))
+    report = diagnose(snap)
+    tokens = parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    job = resolve(tokens, snap.gpus) if tokens is not None else []
+    job_keys = {k for g in job for k in (g.uuid, g.pci_bus_id) if k}
+
+    def on_job(f: object) -> bool:
+        gpu = getattr(f, "gpu", None)
+        if gpu is None or not job_keys:
+            return True
+        return bool({gpu.uuid, gpu.pci_bus_id} & job_keys)
+
+    crit = [f for f in report.findings if f.severity == Severity.CRITICAL]
+    warn = [f for f in report.findings if f.severity == Severity.WARNING]
+    blocking = [f for f in crit if on_job(f)]
+    for f in warn + [f for f in crit if not on_job(f)]:
+        where = f"{f.gpu.label()}: " if f.gpu else ""
+        _say(f"pre-flight warning: {where}{f.title} [{f.code}]")
+    if report.verdict == Verdict.DRAIN and blocking:
+        for f in blocking:
+            where = f"{f.gpu.label()}: " if f.gpu else ""
+            _say(f"pre-flight: {where}{f.title} [{f.code}]" + (f" -> {f.remedy}" if f.remedy else ""))
+        if not force:
+            raise GpuclinicError("pre-flight doctor says drain: not starting the job (fix it, or use --force)",
+                                 exit_code=2)
+        _say("pre-flight says drain; starting anyway (--force)")
+    elif report.verdict is None:
+        _say("pre-flight could not run; starting the job")
+
+
+@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Restart at most this many times.")
+@click.option("--backoff", "backoff", default="10s", show_default=True, metavar="DURATION",
+              help="First restart delay; doubles each restart.")
+@click.option("--backoff-max", default="10m", show_default=True, metavar="DURATION", help="Cap for the delay.")
+@click.option("--retry-on", default="gpu_hardware,nccl_network,hang,killed", show_default=True, metavar="CLASSES",
+              help="Interruption classes that are restarted (comma list of gpu_hardware, nccl_network, cuda_oom, "
+                   "application_error, killed, hang, unknown).")
+@click.option("--exclude-bad-gpu", is_flag=True, help="After a GPU fault, restart without that GPU (by UUID).")
+@click.option("--min-gpus", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --exclude-bad-gpu: give up rather than run on fewer GPUs.")
+@click.option("--checkpoint-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Resume from the newest complete checkpoint here (GPUCLINIC_RESUME_FROM / {resume}).")
+@click.option("--hang-timeout", metavar="DURATION",
+              help="Treat the job as hung after this long without output and GPU activity, or with a stale "
+                   "heartbeat (a number is minutes). Off by default.")
+@click.option("--heartbeat", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Heartbeat file the job touches (exported as GPUCLINIC_HEARTBEAT; default: one per run).")
+@click.option("--stop-timeout", default="30s", show_default=True, metavar="DURATION",
+              help="After SIGINT/SIGTERM, wait this long before killing the job's process group.")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also write the job's output here (default: under the state dir).")
+@click.option("--kernel-log", "kernel_logs", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Kernel log file(s) to watch for XIDs and OOM kills (default: /dev/kmsg or journalctl).")
+@click.option("--sample-interval", default="5s", show_default=True, metavar="DURATION", help="GPU sampling period.")
+@click.option("--skip-preflight", is_flag=True, help="Do not run the doctor before starting.")
+@click.option("--force", is_flag=True, help="Start even when the pre-flight doctor says drain.")
+@click.option("--quick", is_flag=True, help="Pre-flight without timed measurements.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="watch TOML config: send interruptions through its notifiers.")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), metavar="FILE", help="Ledger database (default: the shared store).")
+@click.option("--scenario", metavar="NAME", help="Simulated node for pre-flight and GPU watching (testing).")
+@click.option("--gpu-facts", type=click.Path(dir_okay=False), metavar="FILE", hidden=True,
+              help="Simulated GPUs from a JSON file re-read every sample (testing).")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(
+    max_restarts: int, backoff: str, backoff_max: str, retry_on: str, exclude_bad_gpu: bool, min_gpus: int,
+    checkpoint_dir: str | None, hang_timeout: str | None, heartbeat: str | None, stop_timeout: str,
+    log_path: str | None, kernel_logs: tuple[str, ...], sample_interval: str, skip_preflight: bool, force: bool,
+    quick: bool, config_path: str | None, db_path: str | None, scenario: str | None, gpu_facts: str | None,
+    cmd: tuple[str, ...],
+) -> int:
+    """Run a training job and keep it alive through GPU faults: gpuclinic run [OPTIONS] -- CMD [ARGS]...
+
+    Pre-flight doctor, output pass-through and log, GPU/kernel/hang watching, classified interruptions,
+    restarts with back-off from the newest checkpoint, and a ledger for `gpuclinic report interruptions`.
+    Exits with the job's exit code (128+N when a signal ended it).
+    """
+    from gpuclinic.supervise.classify import CLASSES
+    from gpuclinic.supervise.gpus import open_source
+    from gpuclinic.supervise.runner import RunOptions, Supervisor
+
+    argv = list(cmd)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise InputError("no command given: gpuclinic run [OPTIONS] -- CMD [ARGS]...")
+    classes = [c.strip() for c in retry_on.split(",") if c.strip()]
+    bad = [c for c in classes if c not in CLASSES or c == "planned"]
+    if bad:
+        raise InputError(f"--retry-on: unknown class {bad[0]!r} (choose from {', '.join(c for c in CLASSES if c != 'planned')})")
+    for p in kernel_logs:
+        if not Path(p).exists():
+            raise InputError(f"--kernel-log: no such file: {p}")
+    notifier = None
+    if config_path:
+        if not Path(config_path).is_file():
+            raise InputError(f"--config: no such file: {config_path}")
+        from gpuclinic.supervise.notify import load_notifier
+
+        notifier = load_notifier(config_path)
+    opts = RunOptions(
+        cmd=argv,
+        max_restarts=max_restarts,
+        backoff_s=parse_duration(backoff, "s"),
+        backoff_max_s=parse_duration(backoff_max, "s"),
+        retry_on=frozenset(classes),
+        exclude_bad_gpu=exclude_bad_gpu,
+        min_gpus=min_gpus,
+        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
+        hang_timeout_s=parse_duration(hang_timeout, "m") if hang_timeout else None,
+        heartbeat=Path(heartbeat) if heartbeat else None,
+        stop_timeout_s=parse_duration(stop_timeout, "s"),
+        log_path=Path(log_path) if log_path else None,
+        kernel_logs=list(kernel_logs),
+        sample_interval_s=max(0.05, parse_duration(sample_interval, "s")),
+        db_path=Path(db_path) if db_path else None,
+    )
+    if not skip_preflight:
+        _preflight(quick=quick, force=force, scenario=scenario, kernel_logs=list(kernel_logs))
+    source = open_source(gpu_facts=gpu_facts, scenario=scenario)
+    sup = Supervisor(opts, source=source, notifier=notifier, say=_say)
+    return sup.run()
+
+
+def parse_since(text: str | None, now: float) -> float | None:
+    """``7d``/``12h``/``30m`` ago, or an ISO date/time."""
+    if not text:
+        return None
+    if _DUR.match(text):
+        return now - parse_duration(text, "d")
+    try:
+        dt = _dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as e:
+        raise InputError(f"--since: not a duration or ISO date: {text!r}") from e
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=_dt.timezone.utc)
+    return dt.timestamp()
+
+
+@click.group("report")
+def report() -> None:
+    """Reports over the run ledger."""
+
+
+@report.command("interruptions")
+@click.option("--since", metavar="WHEN", help="Only runs started since: 7d, 12h, 30m ago, or an ISO date.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown table for a ticket or wiki.")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), metavar="FILE", help="Ledger database (default: the shared store).")
+def interruptions(since: str | None, as_json: bool, as_markdown: bool, db_path: str | None) -> int:
+    """Llama-3-style table: interruptions by root cause, planned vs unexpected, MTBI and goodput."""
+    import sqlite3
+
+    from gpuclinic.store import connect
+    from gpuclinic.supervise import ledger
+
+    if as_json and as_markdown:
+        raise InputError("choose one of --json and --markdown")
+    now = time.time()
+    since_ts = parse_since(since, now)
+    if db_path and not Path(db_path).is_file():
+        raise InputError(f"--db: no such file: {db_path}")
+    try:
+        conn = connect(db_path)
+        try:
+            rep = ledger.interruption_report(conn, since=since_ts, now=now)
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        raise GpuclinicError(f"cannot read the run ledger: {e}") from e
+    out = ledger.render_json(rep) if as_json else ledger.render_markdown(rep) if as_markdown else ledger.render_text(rep)
+    try:
+        click.echo(out, nl=not out.endswith("\n"))
+    except BrokenPipeError:
+        sys.stderr.close()
+    return 0

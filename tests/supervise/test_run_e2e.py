@@ -1,0 +1,225 @@
+"""End to end: real `gpuclinic run` processes supervising a real fake trainer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from supervise_helpers import RunResult, assert_all_gone, child_env, gpu_facts_file, run_cmd
+
+
+def test_sigkill_is_retried_and_resumes_from_newest_complete_checkpoint(
+        gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    r = gpuclinic_run(["--checkpoint-dir", str(ckpt), "--max-restarts", "2"],
+                      ["--fail", "sigkill", "--steps", "3"])
+    assert r.rc == 0, r.err
+    # first attempt from scratch, second from the newest complete checkpoint written by the first
+    assert "attempt=1 resume=None start=0" in r.out
+    assert f"attempt=2 resume={ckpt / 'step-0003.ckpt'} start=3" in r.out
+    assert "training complete" in r.out
+    rows = r.interruptions()
+    assert [x["class"] for x in rows] == ["killed"]
+    assert rows[0]["action"] == "restart" and rows[0]["signal"] == signal.SIGKILL
+    assert rows[0]["checkpoint"] == str(ckpt / "step-0003.ckpt")
+    run = r.runs()[0]
+    assert run["status"] == "completed" and run["attempts"] == 2 and run["exit_code"] == 0
+
+
+def test_resume_placeholder_ignores_partial_files(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "step-0001.ckpt").write_text("1")
+    time.sleep(0.02)
+    # newer, but unfinished writes: must never be resumed from
+    (ckpt / ".step-0009.ckpt.tmp-abc").write_text("9")
+    (ckpt / "step-0008.ckpt.partial").write_text("8")
+    r = gpuclinic_run(["--checkpoint-dir", str(ckpt)], ["--resume", "{resume}", "--fail", "none", "--steps", "1"])
+    assert r.rc == 0, r.err
+    assert f"attempt=1 resume={ckpt / 'step-0001.ckpt'} start=1" in r.out
+
+
+def test_exception_is_application_error_and_not_retried(gpuclinic_run: Callable[..., RunResult]) -> None:
+    r = gpuclinic_run(["--max-restarts", "3"], ["--fail", "exception"])
+    assert r.rc == 1
+    rows = r.interruptions()
+    assert len(rows) == 1 and rows[0]["class"] == "application_error" and rows[0]["action"] == "give_up"
+    assert "ValueError: loss is NaN" in rows[0]["summary"]
+    assert "attempt=2" not in r.out
+    assert r.runs()[0]["status"] == "gave_up"
+
+
+def test_cuda_oom_is_classified_and_not_retried(gpuclinic_run: Callable[..., RunResult]) -> None:
+    r = gpuclinic_run([], ["--fail", "cuda_oom"])
+    assert r.rc == 1
+    rows = r.interruptions()
+    assert [x["class"] for x in rows] == ["cuda_oom"] and rows[0]["action"] == "give_up"
+
+
+def test_nccl_timeout_is_network_and_retried(gpuclinic_run: Callable[..., RunResult]) -> None:
+    r = gpuclinic_run(["--max-restarts", "1"], ["--fail", "nccl"])
+    assert r.rc == 0, r.err
+    rows = r.interruptions()
+    assert [x["class"] for x in rows] == ["nccl_network"]
+    assert rows[0]["signal"] == signal.SIGABRT
+    assert "Watchdog caught collective operation timeout" in json.loads(rows[0]["evidence"])[0]
+    # output passed through untouched
+    assert "ProcessGroupNCCL.cpp:607" in r.err
+
+
+def test_max_restarts_is_respected(gpuclinic_run: Callable[..., RunResult]) -> None:
+    r = gpuclinic_run(["--max-restarts", "1"], ["--fail", "sigkill", "--fail-attempts", "5"])
+    assert r.rc == 128 + signal.SIGKILL
+    rows = r.interruptions()
+    assert [x["action"] for x in rows] == ["restart", "give_up"]
+
+
+def test_xid_in_followed_kernel_log_excludes_the_bad_gpu(gpuclinic_run: Callable[..., RunResult],
+                                                         tmp_path: Path) -> None:
+    klog = tmp_path / "kern.log"
+    klog.write_text("[    1.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n"
+                    "[    2.000000] NVRM: Xid (PCI:0000:86:00): 79, pid=1, name=old, GPU has fallen off the bus.\n")
+    facts = gpu_facts_file(tmp_path / "gpus.json")
+    r = gpuclinic_run(
+        ["--kernel-log", str(klog), "--gpu-facts", str(facts), "--exclude-bad-gpu", "--max-restarts", "2"],
+        ["--fail", "xid", "--kernel-log", str(klog), "--bus", "0000:3b:00"],
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+    )
+    assert r.rc == 0, r.err
+    rows = r.interruptions()
+    assert [x["class"] for x in rows] == ["gpu_hardware"]
+    gpu = json.loads(rows[0]["gpu"])
+    assert gpu["uuid"] == "GPU-0c5a4f3e-1111-2222-3333-444455556666"
+    assert rows[0]["action"] == "restart without GPU-0c5a4f3e-1111-2222-3333-444455556666"
+    # the old XID (before the run) on the other GPU is not blamed; the retry runs on the healthy GPU only
+    assert "cvd=0,1 ngpus=2" in r.out
+    assert "attempt=2 resume=None start=0 cvd=GPU-9d7e2b10-aaaa-bbbb-cccc-ddddeeeeffff ngpus=1" in r.out
+
+
+def test_xid_with_min_gpus_gives_up(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+    klog = tmp_path / "kern.log"
+    klog.write_text("")
+    facts = gpu_facts_file(tmp_path / "gpus.json")
+    r = gpuclinic_run(
+        ["--kernel-log", str(klog), "--gpu-facts", str(facts), "--exclude-bad-gpu", "--min-gpus", "2"],
+        ["--fail", "xid", "--kernel-log", str(klog), "--bus", "0000:86:00"],
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+    )
+    assert r.rc == 1
+    rows = r.interruptions()
+    assert rows[0]["class"] == "gpu_hardware" and rows[0]["action"] == "give_up"
+    assert "fewer than --min-gpus 2" in r.err
+
+
+def test_gpu_lost_seen_by_sampling(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+    facts = gpu_facts_file(tmp_path / "gpus.json")
+    r = gpuclinic_run(["--gpu-facts", str(facts), "--max-restarts", "0"],
+                      ["--fail", "gpu_lost", "--gpu-facts", str(facts), "--lose-index", "1"])
+    rows = r.interruptions()
+    assert [x["class"] for x in rows] == ["gpu_hardware"], r.err
+    assert json.loads(rows[0]["gpu"])["uuid"] == "GPU-9d7e2b10-aaaa-bbbb-cccc-ddddeeeeffff"
+    assert rows[0]["action"] == "give_up"
+
+
+def test_oom_killer_in_kernel_log(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+    klog = tmp_path / "kern.log"
+    klog.write_text("")
+    r = gpuclinic_run(["--kernel-log", str(klog), "--max-restarts", "0"],
+                      ["--fail", "oom_killer", "--kernel-log", str(klog)])
+    rows = r.interruptions()
+    assert rows[0]["class"] == "killed"
+    assert "OOM killer killed pid" in rows[0]["summary"]
+
+
+def test_hang_by_stale_heartbeat_is_killed_and_retried(gpuclinic_run: Callable[..., RunResult],
+                                                       tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids.json"
+    r = gpuclinic_run(["--hang-timeout", "1s", "--max-restarts", "1", "--stop-timeout", "0.5s"],
+                      ["--fail", "hang", "--pidfile", str(pidfile)])
+    assert r.rc == 0, r.err
+    rows = r.interruptions()
+    assert [x["class"] for x in rows] == ["hang"]
+    assert "heartbeat" in rows[0]["summary"]
+    assert "training complete" in r.out
+    assert_all_gone(pidfile)
+
+
+def test_hang_by_silence_without_heartbeat(gpuclinic_run: Callable[..., RunResult]) -> None:
+    r = gpuclinic_run(["--hang-timeout", "1s", "--max-restarts", "0", "--stop-timeout", "0.5s"],
+                      ["--fail", "hang", "--no-beat"])
+    # the fake trainer turns SIGTERM into a checkpoint request and keeps sleeping: SIGKILL after 0.5s
+    assert r.rc == 128 + signal.SIGKILL
+    rows = r.interruptions()
+    assert rows[0]["class"] == "hang" and "no output" in rows[0]["summary"]
+
+
+def _start(tmp_path: Path, run_args: list[str], trainer_args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(run_cmd(tmp_path, ["--log", str(tmp_path / "job.log"), *run_args], trainer_args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+
+
+def _wait_for(path: Path, text: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+def test_sigterm_is_forwarded_and_job_stops_gracefully(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids.json"
+    p = _start(tmp_path, ["--checkpoint-dir", str(tmp_path / "ckpt")],
+               ["--fail", "wait_for_stop", "--pidfile", str(pidfile)])
+    _wait_for(tmp_path / "job.log", "training until stopped")
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=20)
+    assert p.returncode == 0, err
+    assert "got SIGTERM: saved step 4, exiting gracefully" in out
+    assert (tmp_path / "ckpt" / "step-0004.ckpt").read_text() == "4"
+    r = RunResult(p.returncode, out, err, tmp_path / "ledger.db", tmp_path / "ckpt")
+    rows = r.interruptions()
+    assert [(x["class"], x["planned"], x["action"]) for x in rows] == [("planned", 1, "stop")]
+    assert r.runs()[0]["status"] == "stopped"
+    assert_all_gone(pidfile)
+
+
+def test_stop_timeout_kills_a_job_that_ignores_sigterm(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids.json"
+    p = _start(tmp_path, ["--stop-timeout", "0.5s"], ["--fail", "ignore_term", "--pidfile", str(pidfile)])
+    _wait_for(tmp_path / "job.log", "ignoring SIGTERM")
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=20)
+    assert time.monotonic() - t0 < 8
+    assert p.returncode == 128 + signal.SIGKILL
+    assert "did not stop within 0.5s" in err
+    assert_all_gone(pidfile)
+
+
+def test_log_file_gets_raw_output(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+    log = tmp_path / "out.log"
+    r = gpuclinic_run(["--log", str(log)], ["--fail", "none", "--steps", "2"])
+    assert r.rc == 0
+    text = log.read_text()
+    assert "step 1\nstep 2\n" in text and "training complete" in text
+    assert r.interruptions() == []
+
+
+def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
+    for args, msg in ((["--retry-on", "gpu_hardware,bogus"], "unknown class 'bogus'"),
+                      (["--hang-timeout", "soon"], "not a duration"),
+                      (["--kernel-log", str(tmp_path / "nope.log")], "no such file")):
+        r = subprocess.run(run_cmd(tmp_path, args, []), capture_output=True, text=True, env=child_env(), timeout=30)
+        assert r.returncode != 0
+        assert msg in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(run_cmd(tmp_path, [], [])[:-5] + ["--", "/nonexistent/binary"], capture_output=True,
+                       text=True, env=child_env(), timeout=30)
+    assert r.returncode == 127 and "cannot start /nonexistent/binary" in r.stderr
+    assert os.path.exists(tmp_path / "ledger.db")
