@@ -223,3 +223,58 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
                        text=True, env=child_env(), timeout=30)
     assert r.returncode == 127 and "cannot start /nonexistent/binary" in r.stderr
     assert os.path.exists(tmp_path / "ledger.db")
+
+
+def test_xid_on_its_gpu_through_the_scenario_backend(gpuclinic_run: Callable[..., RunResult]) -> None:
+    # simulated 8-GPU node where GPU 4 falls off the bus (XID 79) while the job runs
+    r = gpuclinic_run(["--scenario", "fallen-off-bus", "--exclude-bad-gpu", "--max-restarts", "1"],
+                      ["--fail", "exit3"])
+    assert r.rc == 0, r.err
+    rows = r.interruptions()
+    assert [x["class"] for x in rows] == ["gpu_hardware"]
+    assert json.loads(rows[0]["gpu"])["index"] == 4
+    assert "NVRM: Xid (PCI:0000:9a:00): 79" in rows[0]["evidence"]
+    second = next(line for line in r.out.splitlines() if line.startswith("attempt=2"))
+    assert "ngpus=7" in second and "GPU-5b0c0004" not in second and "GPU-5b0c0003" in second
+
+
+def test_preflight_on_the_scenario_backend(tmp_path: Path) -> None:
+    base = run_cmd(tmp_path, ["--scenario", "fallen-off-bus"], ["--fail", "none", "--steps", "1"])
+    base.remove("--skip-preflight")
+    r = subprocess.run(base, capture_output=True, text=True, env=child_env(), timeout=40)
+    assert r.returncode == 2 and "pre-flight doctor says drain" in r.stderr and "attempt=1" not in r.stdout
+    # GPU 4 is not one of this job's GPUs: warn and run
+    r = subprocess.run(base, capture_output=True, text=True, env=child_env({"CUDA_VISIBLE_DEVICES": "0,1"}),
+                       timeout=40)
+    assert r.returncode == 0, r.stderr
+    assert "pre-flight warning: GPU 4" in r.stderr and "training complete" in r.stdout
+
+
+def test_interruptions_go_through_watch_notifiers(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    got: list[dict[str, object]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        cfg = tmp_path / "watch.toml"
+        cfg.write_text(f"[[notify.channel]]\ntype = 'webhook'\nurl = 'http://127.0.0.1:{srv.server_port}/hook'\n")
+        r = gpuclinic_run(["--config", str(cfg), "--max-restarts", "0"], ["--fail", "sigkill"])
+    finally:
+        srv.shutdown()
+    assert r.rc == 128 + signal.SIGKILL
+    assert len(got) == 1, r.err
+    alert = got[0]
+    assert alert["code"] == "run.interruption.killed" and alert["severity"] == "critical"
+    assert "give_up" in str(alert["title"]) and alert["source"] == "gpuclinic run"

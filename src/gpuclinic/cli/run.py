@@ -143,7 +143,7 @@ def run(
             raise InputError(f"--config: no such file: {config_path}")
         from gpuclinic.supervise.notify import load_notifier
 
-        notifier = load_notifier(config_path)
+        notifier = load_notifier(config_path, log=_say)
     opts = RunOptions(
         cmd=argv,
         max_restarts=max_restarts,

@@ -270,7 +270,9 @@ def classify(ev: AttemptEvidence) -> Classification:
         return Classification("killed", f"host out of memory: the OOM killer killed {who}", lines + notes, signal=sig)
 
     matches = match_output(ev.output_tail)
-    specific = [m for m in matches if not m.generic]
+    # "a process was killed" texts say how, not why: the signal branch below handles them
+    killed_text = [m for m in matches if m.cls == "killed"]
+    specific = [m for m in matches if not m.generic and m.cls != "killed"]
     if specific:
         first = specific[0]
         lines = [f"output: {m.line}" for m in specific[:5]]
@@ -282,7 +284,7 @@ def classify(ev: AttemptEvidence) -> Classification:
         if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             return Classification("planned", f"stopped from outside: {sig_note}", [sig_note, *notes], signal=sig)
         if sig == signal.SIGKILL:
-            lines = [sig_note]
+            lines = [sig_note] + [f"output: {m.line}" for m in killed_text[:3]]
             summary = f"killed: {sig_note}"
             if ev.mem_peak_pct is not None and ev.mem_peak_pct >= 90:
                 lines.append(f"host memory peaked at {ev.mem_peak_pct:.0f}% during the run (likely the OOM killer)")
@@ -291,6 +293,9 @@ def classify(ev: AttemptEvidence) -> Classification:
         exc = _last_exception_line(ev.output_tail)
         lines = [sig_note] + ([f"output: {exc}"] if exc else [])
         return Classification("application_error", f"crashed: {sig_note}", lines + notes, signal=sig)
+
+    if killed_text:
+        return Classification("killed", killed_text[0].title, [f"output: {m.line}" for m in killed_text[:3]] + notes)
 
     exc = _last_exception_line(ev.output_tail)
     if exc or any(m.cls == "application_error" for m in matches):

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.serial import from_jsonable
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.model import GpuRef
@@ -192,10 +193,16 @@ class ScenarioSource:
     def __post_init__(self) -> None:
         from gpuclinic.sources.scenarios import load_scenario
 
-        self._gpus = list(load_scenario(self.scenario).gpus)
+        snap = load_scenario(self.scenario)
+        self._gpus = list(snap.gpus)
+        self._events = list(snap.kernel_events)
 
     def identities(self) -> list[GpuFacts]:
         return self._gpus
+
+    def kernel_events(self) -> list[KernelEvent]:
+        """The scenario's kernel lines, delivered as if logged while the job ran (a simulated fault)."""
+        return list(self._events)
 
     def sample(self) -> list[GpuFacts]:
         return self._gpus

@@ -1,65 +1,65 @@
 """Send interruptions through the watch agent's notifiers (same TOML config as ``gpuclinic watch``).
 
-A thin adapter over :mod:`gpuclinic.watch.notify`, so ``run`` never grows its own webhook code and
-secrets handling stays in one place.
+A thin adapter over :class:`gpuclinic.watch.notify.Notifier`, so ``run`` never grows its own
+webhook code: de-duplication, retries, the on-disk spool and secret redaction stay in one place.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import inspect
+import socket
 from collections.abc import Callable
 from typing import Any
 
-from gpuclinic.errors import GpuclinicError
+from gpuclinic.supervise.classify import class_info
 
-Notifier = Callable[[dict[str, Any]], None]
+_REMEDY = {
+    "gpu_hardware": "Check the GPU with `gpuclinic doctor`; a GPU that fell off the bus needs a node reboot. "
+                    "`gpuclinic run --exclude-bad-gpu` keeps training on the others.",
+    "nccl_network": "Check the interconnect (NVLink/InfiniBand/Ethernet) and NCCL settings; "
+                    "`gpuclinic doctor` shows NVLink and PCIe faults.",
+    "cuda_oom": "Lower the batch size or sequence length, or enable activation checkpointing.",
+    "killed": "Host memory or an operator killed the job: check `dmesg` for the OOM killer.",
+    "hang": "The job stopped making progress: check NCCL and the data loader; a py-spy dump helps.",
+    "application_error": "Fix the error in the job's output (see the evidence).",
+}
 
 
-def load_notifier(config_path: str) -> Notifier | None:
-    """A callable sending an alert dict through every configured notifier; None if none configured."""
-    try:
-        wn = importlib.import_module("gpuclinic.watch.notify")
-    except ImportError as e:
-        raise GpuclinicError(f"--config: notifiers are not available in this build ({e})") from e
-    notifiers = _load(wn, config_path)
-    if not notifiers:
+class RunNotifier:
+    """Callable taking the supervisor's alert dict; :meth:`close` waits briefly for delivery."""
+
+    def __init__(self, notifier: Any, alert_cls: Any) -> None:
+        self._n = notifier
+        self._alert = alert_cls
+
+    def __call__(self, alert: dict[str, Any]) -> None:
+        cls = str(alert.get("class", "unknown"))
+        gpu = alert.get("gpu") or {}
+        self._n.send(self._alert(
+            key=f"run/{alert.get('run_id')}/attempt/{alert.get('attempt')}",
+            code=f"run.interruption.{cls}",
+            severity=str(alert.get("severity", "critical")),
+            title=f"training interrupted ({class_info(cls)['title']}): {alert.get('action', '')}",
+            host=str(alert.get("host") or socket.gethostname()),
+            gpu=gpu.get("index"),
+            uuid=gpu.get("uuid"),
+            evidence=[str(alert.get("summary", ""))] + [str(e) for e in alert.get("evidence", [])][:7],
+            remedy=_REMEDY.get(cls, ""),
+            opened=float(alert.get("at") or 0.0),
+            data={k: alert.get(k) for k in ("class", "action", "attempt", "command", "lost_s", "run_id")},
+            source="gpuclinic run",
+        ))
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._n.flush(timeout)
+        self._n.close()
+
+
+def load_notifier(config_path: str, log: Callable[[str], None] | None = None) -> RunNotifier | None:
+    """Notifier for the channels in a watch config; None when it configures none."""
+    from gpuclinic.watch.config import load_config
+    from gpuclinic.watch.notify import Alert, Notifier
+
+    cfg = load_config(config_path)
+    if not cfg.notify.channels:
         return None
-    alert_cls = getattr(wn, "Alert", None)
-
-    def send(alert: dict[str, Any]) -> None:
-        obj: Any = alert
-        if alert_cls is not None:
-            obj = _make_alert(alert_cls, alert)
-        for n in notifiers:
-            n.send(obj)
-
-    return send
-
-
-def _load(wn: Any, path: str) -> list[Any]:
-    for name in ("load_notifiers", "notifiers_from_file", "from_config_file"):
-        fn = getattr(wn, name, None)
-        if callable(fn):
-            return list(fn(path) or [])
-    load_config = getattr(wn, "load_config", None)
-    build = getattr(wn, "build_notifiers", None) or getattr(wn, "notifiers_from_config", None)
-    if callable(load_config) and callable(build):
-        return list(build(load_config(path)) or [])
-    raise GpuclinicError("--config: this build's watch notifiers have no loader gpuclinic run understands")
-
-
-def _make_alert(cls: Any, alert: dict[str, Any]) -> Any:
-    """Build the watch agent's Alert from our dict, passing only the fields it accepts."""
-    if dataclasses.is_dataclass(cls):
-        names = {f.name for f in dataclasses.fields(cls)}
-    else:
-        try:
-            names = set(inspect.signature(cls).parameters)
-        except (TypeError, ValueError):
-            names = set(alert)
-    mapped = dict(alert)
-    mapped.setdefault("message", alert.get("summary", ""))
-    mapped.setdefault("code", f"run.interruption.{alert.get('title', '').rsplit(': ', 1)[-1]}")
-    return cls(**{k: v for k, v in mapped.items() if k in names})
+    return RunNotifier(Notifier(cfg.notify, log=log), Alert)

@@ -376,8 +376,8 @@ class Supervisor:
                         self.say(f"  evidence: {line}")
                     self.say(f"decision: {action}" + (f" ({why})" if why else ""))
                     self._notify({
-                        "kind": "interruption", "severity": "info" if cls.planned else "critical",
-                        "title": f"training interrupted: {cls.cls}", "summary": cls.summary,
+                        "kind": "interruption", "class": cls.cls, "run_id": self.run_id,
+                        "severity": "info" if cls.planned else "critical", "summary": cls.summary,
                         "evidence": cls.evidence[:10], "gpu": cls.gpu.to_dict() if cls.gpu else None,
                         "action": action, "attempt": attempt, "host": socket.gethostname(),
                         "command": " ".join(o.cmd), "lost_s": lost, "at": res.ended_at,
@@ -396,6 +396,12 @@ class Supervisor:
         finally:
             restore_signals(prev)
             watcher.stop()
+            close = getattr(self.notifier, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception as e:
+                    self.say(f"warning: notifier: {type(e).__name__}: {e}")
             if follower is not None:
                 follower.stop()
             end = time.time()
@@ -506,6 +512,9 @@ class Supervisor:
         if follower is not None:
             seen = {e.line for e in kevents}
             kevents += [e for e in follower.since(started) if e.line not in seen]
+        simulated = getattr(self.source, "kernel_events", None)  # scenario backend: its fault happens now
+        if callable(simulated):
+            kevents += simulated()
         oom1 = cgroup_oom_kills()
         ev = AttemptEvidence(
             returncode=rc,
