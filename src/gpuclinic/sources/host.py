@@ -212,8 +212,6 @@ def collect(snap: Snapshot, opts: CollectOptions) -> None:
         utils += _sample_gpu_util()
     h.gpu_util_pct = round(sum(utils) / len(utils), 1) if utils else None
     h.gpu_numa = gpu_numa_nodes(snap)
-    if window <= 0:
-        snap.skip("host CPU steal, I/O wait and swap rates", "not measured with --quick")
     snap.host = h
 
 

@@ -97,7 +97,7 @@ def nouveau_blacklisted(root: str | os.PathLike[str]) -> bool:
 def _has_nvidia_ko(moddir: Path, budget: list[int]) -> bool:
     """Look for nvidia.ko(.xz/.zst/.gz) under a /lib/modules/<kernel> tree, walking at most ``budget`` dirs."""
     try:
-        for dirpath, dirnames, filenames in os.walk(moddir):
+        for _dirpath, dirnames, filenames in os.walk(moddir):
             budget[0] -= 1
             if budget[0] <= 0:
                 return False

@@ -1,0 +1,202 @@
+"""Host bottlenecks that masquerade as a slow GPU (thresholds are conservative: a warning means act)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpuclinic.checks import CheckSkipped, check
+from gpuclinic.facts.host import HostFacts
+from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.model import Family, Finding, Severity
+
+STEAL_WARN = 5.0  # % of CPU time taken by the hypervisor
+IOWAIT_WARN = 20.0
+SWAP_WARN = 100.0  # pages/s in+out
+LOAD_FACTOR = 2.0  # load1 / usable CPUs
+MEM_LOW_FRACTION = 0.05
+MEM_LOW_BYTES = 2 << 30
+NOFILE_MIN = 4096
+PSI = {  # resource.kind -> avg10 threshold (% of time stalled)
+    "cpu.some": 40.0,
+    "memory.some": 20.0,
+    "memory.full": 5.0,
+    "io.some": 40.0,
+    "io.full": 10.0,
+}
+STARVED_GPU_UTIL = 50.0
+STARVED_CPU_BUSY = 85.0
+SRC_PSI = "https://docs.kernel.org/accounting/psi.html"
+
+
+def _h(snap: Snapshot) -> HostFacts:
+    if snap.host is None:
+        raise CheckSkipped("no host facts")
+    return snap.host
+
+
+def _measured(h: HostFacts) -> None:
+    if not h.window_s or not h.cpu_pct:
+        raise CheckSkipped("not measured (use without --quick)")
+
+
+def _ncpu(h: HostFacts) -> int | None:
+    return len(h.cpus_allowed) or h.cpu_count
+
+
+@check("host.cpu", codes=["host.cpu_steal", "host.iowait", "host.load"], what="host CPU (steal, I/O wait, load)")
+def cpu(snap: Snapshot) -> Iterator[Finding]:
+    h = _h(snap)
+    n = _ncpu(h)
+    if h.load and n:
+        if h.load[0] > LOAD_FACTOR * n:
+            yield Finding(
+                code="host.load", severity=Severity.WARNING, family=Family.HOST,
+                title=f"Load average {h.load[0]:.1f} on {n} usable CPU(s)",
+                evidence=[f"load 1/5/15 min: {' / '.join(f'{x:.1f}' for x in h.load)}", f"usable CPUs: {n}"],
+                remedy="More runnable tasks than CPUs: data loading and the training loop wait for CPU. Reduce "
+                       "DataLoader workers to about the CPUs per GPU, stop competing jobs (`top`), or get more cores.",
+                data={"load": h.load, "cpus": n},
+            )
+    _measured(h)
+    steal = h.cpu_pct.get("steal", 0.0)
+    if steal >= STEAL_WARN:
+        yield Finding(
+            code="host.cpu_steal", severity=Severity.WARNING, family=Family.HOST,
+            title=f"CPU steal {steal:.0f}%: the hypervisor gives this VM's CPU time to other tenants",
+            evidence=[f"steal {steal:.1f}% over {h.window_s:g}s (/proc/stat)"],
+            remedy="A noisy neighbour or an overcommitted host: the GPU waits for CPU work. Ask the provider for a "
+                   "dedicated-CPU instance or move to another host.",
+            data={"steal_pct": steal},
+        )
+    iow = h.cpu_pct.get("iowait", 0.0)
+    if iow >= IOWAIT_WARN:
+        yield Finding(
+            code="host.iowait", severity=Severity.WARNING, family=Family.HOST,
+            title=f"I/O wait {iow:.0f}%: CPUs idle waiting for storage",
+            evidence=[f"iowait {iow:.1f}% over {h.window_s:g}s"],
+            remedy="Data or checkpoints come from slow storage (network disk, throttled volume): copy the dataset to "
+                   "local NVMe, increase DataLoader prefetch, or checkpoint less often/asynchronously. `iostat -x 1` names the disk.",
+            data={"iowait_pct": iow},
+        )
+
+
+@check("host.psi", codes=["host.psi_cpu", "host.psi_memory", "host.psi_io"], what="pressure stall information")
+def psi(snap: Snapshot) -> Iterator[Finding]:
+    h = _h(snap)
+    if not h.psi:
+        raise CheckSkipped("/proc/pressure not available (kernel without PSI)")
+    for key, limit in PSI.items():
+        v = h.psi.get(f"{key}.avg10")
+        if v is None or v < limit:
+            continue
+        res = key.split(".")[0]
+        yield Finding(
+            code=f"host.psi_{res}", severity=Severity.WARNING, family=Family.HOST,
+            title=f"{res.upper()} pressure: tasks stalled {v:.0f}% of the last 10 s ({key.split('.')[1]})",
+            evidence=[f"/proc/pressure/{res}: {key.split('.')[1]} avg10={v:.2f} avg60={h.psi.get(f'{key}.avg60', 0):.2f}"],
+            remedy={"cpu": "Too little CPU for the work: fewer workers/processes or more cores.",
+                    "memory": "Memory reclaim stalls tasks: free host RAM (smaller in-memory datasets, fewer workers) or add RAM.",
+                    "io": "Storage is the bottleneck: faster local disk, caching, fewer concurrent readers."}[res],
+            data={"psi": key, "avg10": v}, source=SRC_PSI,
+        )
+
+
+@check("host.memory", codes=["host.swapping", "host.memory_low"], what="host memory and swap")
+def memory(snap: Snapshot) -> Iterator[Finding]:
+    h = _h(snap)
+    tot, avail = h.mem_total_bytes, h.mem_available_bytes
+    if tot and avail is not None and (avail < MEM_LOW_FRACTION * tot or avail < min(MEM_LOW_BYTES, 0.25 * tot)):
+        yield Finding(
+            code="host.memory_low", severity=Severity.WARNING, family=Family.HOST,
+            title=f"Only {avail / (1 << 30):.1f} GiB of {tot / (1 << 30):.0f} GiB host memory available",
+            evidence=[f"MemAvailable {avail} of MemTotal {tot} bytes"],
+            remedy="The OOM killer is next (jobs die with SIGKILL / exit 137): reduce DataLoader workers and "
+                   "pinned-memory buffers, memory-map datasets, or stop other processes.",
+            data={"available": avail, "total": tot},
+        )
+    if h.swap_in_per_s is None or h.swap_out_per_s is None:
+        return
+    rate = h.swap_in_per_s + h.swap_out_per_s
+    if rate >= SWAP_WARN:
+        yield Finding(
+            code="host.swapping", severity=Severity.WARNING, family=Family.HOST,
+            title=f"Host is swapping ({rate:.0f} pages/s)",
+            evidence=[f"pswpin {h.swap_in_per_s:.0f}/s, pswpout {h.swap_out_per_s:.0f}/s over {h.window_s:g}s (/proc/vmstat)"],
+            remedy="Host RAM is exhausted: everything slows down by orders of magnitude. Reduce memory use (workers, "
+                   "in-memory datasets) or add RAM.",
+            data={"pages_per_s": rate},
+        )
+
+
+@check("host.nofile", codes=["host.nofile_low"], what="open-files limit")
+def nofile(snap: Snapshot) -> Iterator[Finding]:
+    h = _h(snap)
+    if h.nofile_soft is None:
+        raise CheckSkipped("limits not readable")
+    if h.nofile_soft >= NOFILE_MIN:
+        return
+    yield Finding(
+        code="host.nofile_low", severity=Severity.WARNING, family=Family.HOST,
+        title=f"Open-files limit is {h.nofile_soft}",
+        evidence=[f"soft limit {h.nofile_soft}, hard limit {h.nofile_hard if h.nofile_hard is not None else 'unlimited'}"],
+        remedy=(f"DataLoader workers, NCCL and datasets open many files ('Too many open files', 'received 0 items of "
+                f"ancdata'): `ulimit -n {h.nofile_hard or 1048576}` in the job's shell, LimitNOFILE= for systemd units, "
+                "`--ulimit nofile=1048576:1048576` for Docker."),
+        data={"soft": h.nofile_soft, "hard": h.nofile_hard}, source="https://github.com/pytorch/pytorch/issues/973",
+    )
+
+
+@check("host.numa", codes=["host.numa_mismatch"], what="GPU NUMA locality")
+def numa(snap: Snapshot) -> Iterator[Finding]:
+    h = _h(snap)
+    if not h.gpu_numa or len(h.numa_cpus) < 2 or not h.cpus_allowed:
+        raise CheckSkipped("single NUMA node or GPU NUMA unknown")
+    allowed = set(h.cpus_allowed)
+    bad: list[str] = []
+    for bus, node in sorted(h.gpu_numa.items()):
+        local = set(h.numa_cpus.get(str(node), []))
+        if local and not (allowed & local):
+            bad.append(f"GPU {bus} is on NUMA node {node} (CPUs {_ranges(sorted(local))})")
+    if not bad:
+        return
+    yield Finding(
+        code="host.numa_mismatch", severity=Severity.WARNING, family=Family.HOST,
+        title="This process runs only on CPUs far from its GPU(s)",
+        evidence=[*bad, f"process CPU affinity: {_ranges(sorted(allowed))}"],
+        remedy="Every host<->GPU copy crosses the socket interconnect: pin each rank to its GPU's node "
+               "(`numactl --cpunodebind=N --membind=N`, torchrun with `--numa-binding`, or fix the cpuset).",
+        data={"gpu_numa": h.gpu_numa, "cpus_allowed": sorted(allowed)},
+    )
+
+
+@check("host.dataloader", codes=["host.dataloader_starved"], what="data-loader starvation")
+def dataloader(snap: Snapshot) -> Iterator[Finding]:
+    h = _h(snap)
+    _measured(h)
+    if h.gpu_util_pct is None or not snap.gpus:
+        raise CheckSkipped("GPU utilisation not sampled")
+    busy = h.cpu_pct.get("user", 0.0) + h.cpu_pct.get("system", 0.0)
+    has_work = any(g.processes for g in snap.gpus)
+    if h.gpu_util_pct >= STARVED_GPU_UTIL or busy < STARVED_CPU_BUSY or not has_work:
+        return
+    yield Finding(
+        code="host.dataloader_starved", severity=Severity.WARNING, family=Family.HOST,
+        title=f"GPUs {h.gpu_util_pct:.0f}% busy while host CPUs are {busy:.0f}% busy: the input pipeline starves the GPUs",
+        evidence=[f"mean GPU utilisation {h.gpu_util_pct:.0f}% with GPU processes running",
+                  f"CPU user+system {busy:.0f}% over {h.window_s:g}s"],
+        remedy="Move preprocessing off the hot path: more DataLoader workers if cores allow, `pin_memory=True`, "
+               "pre-tokenised/pre-decoded data, GPU decoding (DALI/nvJPEG), or a bigger instance CPU-wise.",
+        data={"gpu_util_pct": h.gpu_util_pct, "cpu_busy_pct": busy},
+    )
+
+
+def _ranges(xs: list[int]) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(out)

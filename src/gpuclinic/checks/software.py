@@ -1,0 +1,471 @@
+"""Driver, kernel module, CUDA and framework checks.
+
+Every remedy names the versions involved and the command to run, computed from the compatibility
+tables (``knowledge/compat.py``) rather than written per case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpuclinic.checks import CheckSkipped, check
+from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.facts.software import Framework, SoftwareFacts
+from gpuclinic.knowledge import compat, load_data
+from gpuclinic.model import Family, Finding, GpuRef, Severity
+
+SRC_MVC = "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html"
+SRC_FM = "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html"
+
+
+def _sw(snap: Snapshot) -> SoftwareFacts:
+    if snap.software is None:
+        raise CheckSkipped("no software facts")
+    return snap.software
+
+
+def _live_sw(snap: Snapshot) -> SoftwareFacts:
+    sw = _sw(snap)
+    if sw.kernel_module_loaded is None and sw.proc_driver_version is None and sw.running_kernel is None:
+        raise CheckSkipped("no kernel-module facts (not read on this machine)")
+    return sw
+
+
+def _in_container(snap: Snapshot) -> bool:
+    return bool(snap.container and snap.container.in_container)
+
+
+def _nvidia_gpus_on_pci(snap: Snapshot) -> list[str]:
+    return [d.bus_id for d in snap.pci_devices if d.is_gpu and (d.vendor_id or "").lower() == "0x10de"]
+
+
+def _nvml_why(snap: Snapshot) -> str | None:
+    for s in snap.skipped:
+        if "NVML" in s.what or "nvml" in s.what.lower():
+            return s.why
+    return None
+
+
+def _driver(snap: Snapshot) -> str | None:
+    sw = snap.software
+    return snap.driver_version or (sw.proc_driver_version if sw else None) or (sw.driver_version if sw else None)
+
+
+def _gpu_cc(g: GpuFacts) -> str | None:
+    return g.compute_capability or compat.compute_capability_for(g.name)
+
+
+def _ref(g: GpuFacts) -> GpuRef:
+    return GpuRef(index=g.index, pci_bus_id=g.pci_bus_id, uuid=g.uuid)
+
+
+# ------------------------------------------------------------------ driver presence
+
+
+@check("driver.presence", codes=["driver.not_loaded", "gpu.none_detected"], what="whether the NVIDIA driver is loaded")
+def driver_presence(snap: Snapshot) -> Iterator[Finding]:
+    if snap.gpus:
+        return
+    sw = _sw(snap)
+    if snap.origin != "live" and sw.kernel_module_loaded is None and sw.proc_driver_version is None:
+        raise CheckSkipped("evidence has no driver facts")
+    on_pci = _nvidia_gpus_on_pci(snap)
+    why = _nvml_why(snap)
+    loaded = sw.kernel_module_loaded or bool(sw.proc_driver_version)
+    ev: list[str] = []
+    if why:
+        ev.append(f"NVML: {why}")
+    if sw.running_kernel:
+        ev.append(f"running kernel {sw.running_kernel}")
+    if on_pci:
+        bound = {d.bus_id: d.driver for d in snap.pci_devices if d.bus_id in on_pci}
+        ev.append("NVIDIA GPUs on the PCI bus: " + ", ".join(f"{b} (driver: {bound[b] or 'none'})" for b in on_pci))
+        if loaded:
+            return  # module loaded but NVML failed: library_mismatch / nvml checks explain it
+        causes: list[str] = []
+        if sw.module_for_kernel is False:
+            built = ", ".join(sw.module_kernels) or "no kernel"
+            causes.append(f"no nvidia.ko for kernel {sw.running_kernel} (built for: {built}) - see driver.module_missing_for_kernel")
+        if sw.nouveau_loaded:
+            causes.append("nouveau owns the GPU - see driver.nouveau_conflict")
+        if sw.secure_boot and sw.module_for_kernel:
+            causes.append("Secure Boot is on: an unsigned (DKMS) module is refused - `mokutil --sb-state`, enroll the DKMS key")
+        if any(v == "vfio-pci" for v in bound.values()):
+            causes.append("GPUs are bound to vfio-pci (reserved for VM passthrough)")
+        remedy = "; ".join(causes) if causes else (
+            "load it: `sudo modprobe nvidia` and read `sudo dmesg | grep -i -e nvrm -e nvidia`; "
+            "if it is not installed, install the driver (Ubuntu: `sudo ubuntu-drivers install --gpgpu`)"
+        )
+        yield Finding(
+            code="driver.not_loaded", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+            title=f"NVIDIA driver is not loaded; {len(on_pci)} NVIDIA GPU(s) are on the PCI bus but unusable",
+            evidence=ev, remedy=remedy, data={"gpus_on_pci": on_pci}, source="/proc/modules, /sys/bus/pci",
+        )
+        return
+    if loaded:
+        return  # driver loaded, NVML missing/failed: nvml and library checks speak
+    if snap.pci_read:
+        ev.append("no NVIDIA GPU on the PCI bus")
+    else:
+        ev.append("the PCI bus could not be enumerated (no /sys/bus/pci)")
+    if _in_container(snap):
+        c = snap.container
+        assert c is not None
+        ev.append(f"inside a {c.runtime or 'container'}; /dev/nvidia* nodes: {', '.join(c.dev_nvidia) or 'none'}")
+        remedy = ("GPU checks were skipped. If this container should have GPUs, start it with `--gpus all` "
+                  "(Docker + NVIDIA Container Toolkit) or request `nvidia.com/gpu` in the pod's limits; "
+                  "run `gpuclinic doctor` on the host to check the driver.")
+    else:
+        remedy = ("GPU checks were skipped: this machine has no NVIDIA GPU and no NVIDIA driver. "
+                  "Software, network and host checks still ran.")
+    yield Finding(
+        code="gpu.none_detected", severity=Severity.INFO, family=Family.SOFTWARE,
+        title="No NVIDIA GPU or driver found: GPU checks skipped", evidence=ev, remedy=remedy,
+        data={"nvml": why, "pci_read": snap.pci_read},
+    )
+
+
+@check("driver.library_mismatch", codes=["driver.library_mismatch"], what="driver kernel module vs user-space libraries")
+def library_mismatch(snap: Snapshot) -> Iterator[Finding]:
+    sw = _sw(snap)
+    kmod = sw.proc_driver_version
+    errs = [e for e in sw.nvidia_smi_errors if "mismatch" in e.lower()]
+    why = _nvml_why(snap) or ""
+    if "mismatch" in why.lower():
+        errs.append(why)
+    libs = sw.user_lib_versions
+    if kmod is None and not errs:
+        raise CheckSkipped("kernel module version unknown")
+    mismatch = bool(kmod and libs and kmod not in libs)
+    if not (mismatch or errs):
+        return
+    ev = list(dict.fromkeys(errs))
+    if kmod:
+        ev.append(f"loaded kernel module: {kmod} (/proc/driver/nvidia/version)")
+    if libs:
+        ev.append(f"user-space libnvidia-ml: {', '.join(libs)}")
+    new = libs[-1] if libs else None
+    yield Finding(
+        code="driver.library_mismatch", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+        title=(f"Driver mismatch: kernel module {kmod} but user-space libraries {new}" if kmod and new
+               else "Driver kernel module and user-space libraries differ (NVML version mismatch)"),
+        evidence=ev,
+        remedy=("The driver packages were upgraded without reloading the module (often unattended-upgrades). "
+                "Reboot, or with no GPU process running: `sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia "
+                "&& sudo modprobe nvidia`. Prevent it: `sudo apt-mark hold 'nvidia-*' 'libnvidia-*'` or exclude them "
+                "in /etc/apt/apt.conf.d/50unattended-upgrades."),
+        data={"kernel_module": kmod, "user_space": libs}, source="https://github.com/lyulyul/shine-cluster/issues/30",
+    )
+
+
+@check("driver.module_missing_for_kernel", codes=["driver.module_missing_for_kernel"],
+       what="nvidia module built for the running kernel")
+def module_missing(snap: Snapshot) -> Iterator[Finding]:
+    sw = _live_sw(snap)
+    if sw.module_for_kernel is None:
+        raise CheckSkipped("/lib/modules not readable (e.g. in a container)")
+    if sw.module_for_kernel or sw.kernel_module_loaded:
+        return
+    if not sw.module_kernels and not sw.dkms_status and not sw.user_lib_versions:
+        return  # no driver installed at all: driver.presence speaks
+    ev = [f"running kernel: {sw.running_kernel}",
+          f"kernels with an nvidia module: {', '.join(sw.module_kernels) or 'none'}"]
+    ev += [f"dkms: {x}" for x in sw.dkms_status[:6]]
+    yield Finding(
+        code="driver.module_missing_for_kernel", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+        title=f"No nvidia kernel module for the running kernel {sw.running_kernel}",
+        evidence=ev,
+        remedy=(f"Build it for this kernel: `sudo apt install linux-headers-{sw.running_kernel}` (RHEL: "
+                f"`sudo dnf install kernel-devel-{sw.running_kernel}`) then `sudo dkms autoinstall` and "
+                "`sudo modprobe nvidia`; if the build fails the driver branch may not support this kernel - boot the "
+                "previous kernel or install a newer driver branch. Build log: /var/lib/dkms/nvidia/<version>/build/make.log."),
+        data={"running_kernel": sw.running_kernel, "module_kernels": sw.module_kernels},
+        source="https://github.com/junxnone/tio/issues/206",
+    )
+
+
+@check("driver.nouveau_conflict", codes=["driver.nouveau_conflict"], what="nouveau driver")
+def nouveau(snap: Snapshot) -> Iterator[Finding]:
+    sw = _live_sw(snap)
+    if sw.nouveau_loaded is None:
+        raise CheckSkipped("/proc/modules not readable")
+    blacklist_cmd = ("`printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee "
+                     "/etc/modprobe.d/blacklist-nouveau.conf && sudo update-initramfs -u` (RHEL: `sudo dracut -f`), "
+                     "then reboot")
+    if sw.nouveau_loaded:
+        yield Finding(
+            code="driver.nouveau_conflict", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+            title="The nouveau driver is loaded and blocks the NVIDIA driver",
+            evidence=["nouveau in /proc/modules",
+                      f"nouveau blacklisted: {'yes (initramfs not rebuilt?)' if sw.nouveau_blacklisted else 'no'}"],
+            remedy="Blacklist nouveau: " + blacklist_cmd + ".",
+            source="https://github.com/mattshma/bigdata/issues/133",
+        )
+    elif not sw.nouveau_blacklisted and not sw.kernel_module_loaded and _nvidia_gpus_on_pci(snap):
+        yield Finding(
+            code="driver.nouveau_conflict", severity=Severity.WARNING, family=Family.SOFTWARE,
+            title="nouveau is not blacklisted while the NVIDIA driver is not loaded",
+            evidence=["no 'blacklist nouveau' in /etc/modprobe.d or the kernel command line"],
+            remedy="Before installing/loading the NVIDIA driver, blacklist nouveau: " + blacklist_cmd + ".",
+            source="https://github.com/mattshma/bigdata/issues/133",
+        )
+
+
+# ------------------------------------------------------------------ CUDA vs driver, arch
+
+
+def _cuda_users(sw: SoftwareFacts) -> list[tuple[str, str, Framework | None]]:
+    """(label, CUDA version, framework) for every framework and toolkit that needs the driver."""
+    out: list[tuple[str, str, Framework | None]] = []
+    for f in sw.frameworks:
+        if not f.cuda:
+            continue
+        cuda = f.cuda.replace(".x", ".0") if f.cuda.endswith(".x") else f.cuda
+        out.append((f"{f.name} {f.version}", cuda, f))
+    for t in sw.cuda_toolkits:
+        if t.version and t.nvcc:
+            out.append((f"CUDA toolkit {t.version} ({t.path})", t.version, None))
+    return out
+
+
+def _fix_for(label: str, fw: Framework | None, driver: str, dc: compat.DriverCompat, cc: str | None) -> str:
+    need = dc.min_driver_full or dc.min_driver_family
+    upgrade = f"upgrade the driver to >= {need}"
+    if fw is not None and fw.name == "torch":
+        tb = compat.parse_torch_version(fw.version, fw.cuda)
+        sug = compat.suggest_torch_variant(tb.version, driver, cc) if tb else None
+        if sug:
+            return f"install the {sug.variant} build (`{sug.command}`) or {upgrade}"
+        return f"{upgrade}, or install an older torch built for CUDA <= {compat.driver_max_cuda(driver) or '?'}"
+    if fw is not None and fw.name.startswith("jax"):
+        return f"{upgrade} (jax[cuda12] wheels need >= 525.60.13), or use a CPU/older-CUDA jax"
+    if fw is not None and fw.name.startswith("cupy"):
+        return f"{upgrade}, or install the cupy package for the driver's CUDA (`pip install cupy-cuda11x`)"
+    if fw is None:
+        return f"{upgrade}; or build with an older CUDA toolkit (the toolkit only matters for code you compile)"
+    return f"{upgrade}, or install a {fw.name} build for CUDA <= {compat.driver_max_cuda(driver) or '?'}"
+
+
+@check("driver.too_old_for_cuda", codes=["driver.too_old_for_cuda"], what="driver version vs framework CUDA")
+def too_old(snap: Snapshot) -> Iterator[Finding]:
+    sw = _sw(snap)
+    driver = _driver(snap)
+    if not driver:
+        raise CheckSkipped("driver version unknown")
+    users = _cuda_users(sw)
+    if not users:
+        raise CheckSkipped("no CUDA framework or toolkit found")
+    cc = next((c for c in (_gpu_cc(g) for g in snap.gpus) if c), None)
+    for label, cuda, fw in users:
+        major_only = fw is not None and bool(fw.cuda and fw.cuda.endswith(".x"))
+        dc = compat.driver_supports_cuda(driver, cuda)
+        if dc.mode == "unknown":
+            continue
+        if major_only and dc.mode == "minor_version":
+            continue  # "cuda12" packages only promise the family floor
+        maxc = compat.driver_max_cuda(driver) or "?"
+        if not dc.ok:
+            sev = Severity.CRITICAL if fw is not None else Severity.WARNING
+            need = dc.min_driver_family or dc.min_driver_full
+            title = f"Driver {driver} is too old for {label} (CUDA {cuda})"
+            remedy = (f"driver {driver} supports CUDA <= {maxc}; {label} needs >= {need}"
+                      + (f" (>= {dc.min_driver_full} for full compatibility)" if dc.min_driver_full and dc.min_driver_full != need else "")
+                      + " — " + _fix_for(label, fw, driver, dc, cc))
+        elif dc.mode == "minor_version":
+            sev = Severity.INFO
+            title = f"{label} (CUDA {cuda}) runs on driver {driver} only through minor-version compatibility"
+            remedy = ("It works, with limits: " + "; ".join(dc.limits)
+                      + f". For full compatibility upgrade the driver to >= {dc.min_driver_full}.")
+        else:
+            continue
+        yield Finding(
+            code="driver.too_old_for_cuda", severity=sev, family=Family.SOFTWARE, title=title,
+            evidence=[dc.reason, f"driver {driver} supports CUDA <= {maxc} without compatibility packages"],
+            remedy=remedy,
+            data={"driver": driver, "cuda": cuda, "what": label, "mode": dc.mode,
+                  "min_driver_full": dc.min_driver_full, "min_driver_family": dc.min_driver_family},
+            source=compat.min_driver_source(cuda) or SRC_MVC,
+        )
+
+
+def _first_supporting_torch(cc: str, driver: str | None) -> tuple[str, str] | None:
+    """(torch minor, variant) of the oldest official wheel covering ``cc`` that the driver can run."""
+    table = load_data("torch_wheels.json")["arch_lists"]
+    best: tuple[tuple[int, ...], str, str] | None = None
+    for e in table:
+        al = compat.ArchList.parse(e["arch_list"])
+        if compat.can_run(al, cc).via != "sass":
+            continue
+        if driver and not compat.driver_supports_cuda(driver, e["variant"]).ok:
+            continue
+        for minor in e["torch"]:
+            v = compat.parse_version(minor) or (0,)
+            if best is None or v < best[0]:
+                best = (v, minor, e["variant"])
+    return (best[1], best[2]) if best else None
+
+
+@check("cuda.arch_not_supported", codes=["cuda.arch_not_supported", "cuda.toolkit_arch_unsupported"],
+       what="framework architectures vs GPU compute capability")
+def arch_support(snap: Snapshot) -> Iterator[Finding]:
+    sw = _sw(snap)
+    if not snap.gpus:
+        raise CheckSkipped("no GPUs read")
+    torch = sw.framework("torch")
+    driver = _driver(snap)
+    seen: set[tuple[str, str]] = set()
+    for g in snap.gpus:
+        cc = _gpu_cc(g)
+        if not cc:
+            continue
+        if torch is not None and torch.cuda:
+            al = compat.ArchList.parse(torch.arch_list) if torch.arch_list else None
+            if al is None:
+                continue
+            v = compat.can_run(al, cc)
+            mvc = bool(driver and compat.driver_supports_cuda(driver, torch.cuda).mode == "minor_version")
+            if v.ok and not (v.via == "ptx" and mvc):
+                if v.via == "ptx" and ("torch", cc) not in seen:
+                    seen.add(("torch", cc))
+                    yield Finding(
+                        code="cuda.arch_not_supported", severity=Severity.WARNING, family=Family.SOFTWARE, gpu=_ref(g),
+                        title=f"torch {torch.version} has no native code for {g.name or 'this GPU'} (sm_{cc.replace('.', '')}); it relies on PTX JIT",
+                        evidence=[v.detail, f"arch list ({torch.arch_list_source or 'metadata'}): {', '.join(torch.arch_list)}"],
+                        remedy="Kernels are JIT-compiled at first use (slow start, some libraries fail); install a build with native "
+                               "code for this GPU: " + _arch_fix(torch, cc, driver),
+                        data={"compute_capability": cc, "via": "ptx"},
+                    )
+                continue
+            tb = compat.parse_torch_version(torch.version, torch.cuda)
+            why = v.detail if not v.ok else (
+                f"{v.detail}, but driver {driver} runs CUDA {torch.cuda} only through minor-version compatibility, "
+                "which cannot JIT newer PTX")
+            yield Finding(
+                code="cuda.arch_not_supported", severity=Severity.CRITICAL, family=Family.SOFTWARE, gpu=_ref(g),
+                title=f"torch {torch.version} cannot run on {g.name or 'GPU'} (compute capability {cc}): \"no kernel image is available\"",
+                evidence=[why, f"arch list ({torch.arch_list_source or 'metadata'}): {', '.join(torch.arch_list)}"],
+                remedy=_arch_fix(torch, cc, driver),
+                data={"compute_capability": cc, "torch": torch.version, "variant": tb.variant if tb else None,
+                      "arch_list": torch.arch_list},
+                source="https://github.com/pytorch/pytorch/issues/167244",
+            )
+        dflt = next((t for t in sw.cuda_toolkits if t.is_default and t.nvcc and t.version), None)
+        if dflt is not None and dflt.version and ("nvcc", cc) not in seen:
+            rng = compat.cuda_arch_range(dflt.version)
+            gcc = compat.parse_cc(cc)
+            if rng and gcc and not (rng[0] <= gcc <= rng[1]):
+                seen.add(("nvcc", cc))
+                lo, hi = rng
+                yield Finding(
+                    code="cuda.toolkit_arch_unsupported", severity=Severity.WARNING, family=Family.SOFTWARE, gpu=_ref(g),
+                    title=f"nvcc {dflt.version} cannot compile for {g.name or 'this GPU'} (sm_{cc.replace('.', '')})",
+                    evidence=[f"CUDA {dflt.version} compiles SASS for compute capability {lo[0]}.{lo[1]}..{hi[0]}.{hi[1]}",
+                              f"default toolkit: {dflt.path}"],
+                    remedy=("Extensions you build here (flash-attn, apex, custom ops) will fail or lack this GPU: install a CUDA "
+                            "toolkit whose range covers it and point CUDA_HOME at it, and set "
+                            f"TORCH_CUDA_ARCH_LIST={cc} when building."),
+                    data={"toolkit": dflt.version, "compute_capability": cc},
+                    source="https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html",
+                )
+
+
+def _arch_fix(torch: Framework, cc: str, driver: str | None) -> str:
+    tb = compat.parse_torch_version(torch.version, torch.cuda)
+    sug = compat.suggest_torch_variant(tb.version, driver, cc) if tb else None
+    if sug and sug.via == "sass":
+        return f"install the {sug.variant} build of the same release: `{sug.command}`"
+    first = _first_supporting_torch(cc, driver)
+    if first:
+        minor, var = first
+        return (f"no {tb.variant if tb else ''} wheel of torch {tb.minor if tb else torch.version} covers sm_{cc.replace('.', '')}; "
+                f"use torch >= {minor} with {var}: `pip install 'torch>={minor}' --index-url https://download.pytorch.org/whl/{var}`"
+                + ("" if not driver else f" (needs driver >= {compat.min_driver(var)})"))
+    return (f"no official torch wheel in the table covers sm_{cc.replace('.', '')} with driver {driver}; upgrade the driver "
+            f"and use the newest torch, or build torch with TORCH_CUDA_ARCH_LIST={cc}")
+
+
+# ------------------------------------------------------------------ daemons, OS
+
+
+@check("driver.fabric_manager_missing", codes=["driver.fabric_manager_missing"], what="NVIDIA fabric manager")
+def fabric_manager(snap: Snapshot) -> Iterator[Finding]:
+    sw = _live_sw(snap)
+    if _in_container(snap):
+        raise CheckSkipped("inside a container: host services are not visible")
+    nvswitch = sw.nvswitch_count or 0
+    sxm = [g for g in snap.gpus if g.name and ("SXM" in g.name.upper() or "HBM3" in g.name.upper())]
+    if nvswitch == 0 and len(sxm) < 8:
+        return
+    if sw.fabricmanager_running is None:
+        raise CheckSkipped("process list not readable")
+    if sw.fabricmanager_running:
+        return
+    driver = _driver(snap) or "<driver version>"
+    branch = driver.split(".")[0]
+    ev = [f"{nvswitch} NVSwitch device(s) on the PCI bus" if nvswitch else f"{len(sxm)} SXM GPUs (NVSwitch baseboard likely)",
+          f"nv-fabricmanager {'installed but not running' if sw.fabricmanager_installed else 'not installed'}"]
+    remedy = ("Without the fabric manager CUDA fails with \"system not yet initialized\" (error 802). "
+              + ("`sudo systemctl enable --now nvidia-fabricmanager` and check `journalctl -u nvidia-fabricmanager` / "
+                 "/var/log/fabricmanager.log (its version must equal the driver's)" if sw.fabricmanager_installed else
+                 f"Install the fabric manager of exactly driver {driver} (Ubuntu: `sudo apt install nvidia-fabricmanager-{branch}="
+                 f"{driver}-1`), then `sudo systemctl enable --now nvidia-fabricmanager`")
+              + "; `nvidia-smi -q | grep -A2 Fabric` must show State: Completed.")
+    yield Finding(
+        code="driver.fabric_manager_missing", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+        title="NVSwitch system without a running NVIDIA fabric manager", evidence=ev, remedy=remedy,
+        data={"nvswitch_count": nvswitch, "installed": sw.fabricmanager_installed}, source=SRC_FM,
+    )
+
+
+@check("driver.persistence_off", codes=["driver.persistence_off"], what="GPU persistence")
+def persistence(snap: Snapshot) -> Iterator[Finding]:
+    sw = _live_sw(snap)
+    if not snap.gpus:
+        raise CheckSkipped("no GPUs read")
+    if _in_container(snap):
+        raise CheckSkipped("inside a container: host services are not visible")
+    off = [g for g in snap.gpus if g.persistence_mode is False]
+    if sw.persistenced_running or not off:
+        return
+    yield Finding(
+        code="driver.persistence_off", severity=Severity.INFO, family=Family.SOFTWARE,
+        title=f"Persistence is off on {len(off)} GPU(s) and nvidia-persistenced is not running",
+        evidence=[f"GPU {g.index}: persistence mode disabled" for g in off[:8]],
+        remedy=("Each new CUDA/NVML client re-initialises the GPU (seconds on big GPUs) and settings reset when idle; "
+                "run the daemon: `sudo systemctl enable --now nvidia-persistenced`."),
+        source="https://docs.nvidia.com/deploy/driver-persistence/index.html",
+    )
+
+
+@check("os.unsupported", codes=["os.unsupported"], what="operating system support")
+def os_support(snap: Snapshot) -> Iterator[Finding]:
+    sw = _live_sw(snap)
+    if _in_container(snap):
+        raise CheckSkipped("inside a container: the host OS runs the driver")
+    if not sw.os_id:
+        raise CheckSkipped("/etc/os-release not readable")
+    table = load_data("supported_os.json")["supported"]
+    entry = next((e for e in table if e["id"] == sw.os_id), None)
+    ver = sw.os_version or ""
+    if entry is None:
+        yield Finding(
+            code="os.unsupported", severity=Severity.INFO, family=Family.SOFTWARE,
+            title=f"{sw.os_pretty or sw.os_id} is not on NVIDIA's supported distribution list",
+            evidence=[f"ID={sw.os_id} VERSION_ID={ver}"],
+            remedy="Drivers may still work, but NVIDIA packages and support target the listed distributions "
+                   "(Ubuntu 22.04/24.04, RHEL/Rocky 8-10, Debian 12/13, ...).",
+            source=table[0]["source"],
+        )
+        return
+    ok = any(ver == v or ver.startswith(v + ".") for v in entry["versions"])
+    if ok:
+        return
+    yield Finding(
+        code="os.unsupported", severity=Severity.WARNING, family=Family.SOFTWARE,
+        title=f"{sw.os_pretty or sw.os_id + ' ' + ver} is not supported by current NVIDIA drivers/CUDA",
+        evidence=[f"ID={sw.os_id} VERSION_ID={ver}", f"supported {sw.os_id} versions: {', '.join(entry['versions'])}"],
+        remedy="Upgrade the OS to a supported release before upgrading the driver or CUDA (newer CUDA/driver "
+               "packages are not published for it).",
+        source=entry["source"],
+    )
