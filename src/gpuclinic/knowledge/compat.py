@@ -91,9 +91,21 @@ def min_driver_source(cuda: str) -> str | None:
 
 
 def family_min_driver(cuda_major: int) -> str | None:
-    """Minor-version-compatibility floor (Linux) for CUDA major ``cuda_major`` (11 -> 450.80.02)."""
+    """Minor-version-compatibility floor (Linux) for CUDA major ``cuda_major`` (11 -> 450.80.02, 12 -> 525.60.13).
+
+    The compatibility guide names a branch ("525"); the first released driver of that family that
+    shipped with the X.0 toolkit is the practical floor, so the higher of the two is returned.
+    """
     e = _driver_table()["minor_version_compat"].get(str(cuda_major))
-    return str(e["linux_min"]) if e else None
+    if not e:
+        return None
+    floor = str(e["linux_min"])
+    ga = _driver_table()["cuda_min_driver"].get(f"{cuda_major}.0")
+    if ga:
+        fv, gv = parse_version(floor), parse_version(str(ga["linux"]))
+        if fv is not None and gv is not None and gv > fv and gv[0] == fv[0]:
+            return str(ga["linux"])
+    return floor
 
 
 def driver_max_cuda(driver: str) -> str | None:

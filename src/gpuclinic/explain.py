@@ -1,0 +1,334 @@
+"""``gpuclinic explain``: an error message, traceback, log or nvidia-smi output -> cause and exact fix.
+
+Three layers, all optional:
+
+1. error signatures (``knowledge/signatures.py``) recognise CUDA/NCCL/NVML/driver/framework errors;
+2. the evidence parsers (kernel log, XID, nvidia-smi) turn the same text into facts that the doctor's
+   checks diagnose;
+3. when run on the affected machine, live facts (driver version, installed torch build, the GPUs'
+   compute capability, /dev/shm, limits) turn a generic fix into the exact command.
+
+The result is a normal :class:`Report` (command ``explain``), so the renderers and JSON schema are the
+doctor's.  Exit codes: 0 nothing found (or only information), 1 a warning-level cause, 2 a critical
+cause (e.g. a GPU hardware fault or a driver that cannot run the framework), 3 could not run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import sys
+from collections.abc import Callable
+from typing import BinaryIO
+
+from gpuclinic.checks import run_checks
+from gpuclinic.diagnose import Report, build_report
+from gpuclinic.errors import InputError
+from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.facts.software import SoftwareFacts
+from gpuclinic.knowledge import compat
+from gpuclinic.knowledge.signatures import SignatureMatch, match
+from gpuclinic.model import Family, Finding, GpuRef, Severity, Skipped
+
+MAX_INPUT = 64 * 1024 * 1024  # bytes read from a file or stdin (logs beyond this are cut, with a note)
+_FAMILY = {
+    "cuda_oom": Family.SOFTWARE, "nccl_timeout": Family.NETWORK, "nccl": Family.NETWORK,
+    "cuda_runtime": Family.SOFTWARE, "driver": Family.SOFTWARE, "nvml": Family.SOFTWARE,
+    "hardware": Family.GPU_FAULT, "container": Family.SOFTWARE, "python": Family.SOFTWARE, "host_oom": Family.HOST,
+}
+_SEV = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Severity.CRITICAL}
+
+
+def decode(data: bytes) -> str:
+    """Bytes of any kind -> text: gunzip if gzip, UTF-8 (UTF-16 with BOM) with replacement, NULs dropped."""
+    if data[:2] == b"\x1f\x8b":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+                data = gz.read(MAX_INPUT)
+        except (OSError, EOFError, gzip.BadGzipFile):
+            pass
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        text = data.decode("utf-16", "replace")
+    else:
+        text = data.decode("utf-8", "replace")
+    return text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, str, bool]:
+    """(text, origin, truncated) from a file or ``-``/None for stdin."""
+    if path in (None, "-"):
+        src = stdin if stdin is not None else sys.stdin.buffer
+        data = src.read(MAX_INPUT + 1)
+        origin = "<stdin>"
+    else:
+        assert path is not None
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_INPUT + 1)
+        except IsADirectoryError:
+            raise InputError(f"{path}: is a directory; give a file or - for stdin") from None
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except PermissionError:
+            raise InputError(f"{path}: permission denied (try sudo, or pipe it: sudo cat {path} | gpuclinic explain -)") from None
+        except OSError as e:
+            raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+        origin = path
+    truncated = len(data) > MAX_INPUT
+    return decode(data[:MAX_INPUT]), origin, truncated
+
+
+def live_facts() -> Snapshot | None:
+    """Facts about this machine that sharpen a fix (quick: no timed windows, no network)."""
+    try:
+        from gpuclinic.collect import CollectOptions, collect_live
+
+        return collect_live(CollectOptions(quick=True, sources=("nvml", "software", "container", "host")))
+    except Exception:
+        return None
+
+
+def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = None, *, truncated: bool = False) -> Report:
+    """Diagnose a pasted text; ``live`` (this machine's facts) makes the fixes concrete."""
+    snap, notes = _evidence(text, origin)
+    findings: list[Finding] = []
+    skipped: list[Skipped] = []
+    if snap.gpus or snap.kernel_events or (snap.software and snap.software.nvidia_smi_errors):
+        try:
+            fs, sk = run_checks(snap)
+            findings += [f for f in fs if f.code not in ("gpu.none_detected",)]
+            skipped += [s for s in sk if s.why not in _QUIET]
+        except Exception as e:  # the evidence checks are a bonus; signatures still answer
+            notes.append(f"evidence checks failed: {type(e).__name__}: {e}")
+    matches = match(text)
+    for sm in matches:
+        findings.append(_finding(sm, live))
+    if truncated:
+        notes.append(f"input cut at {MAX_INPUT // (1 << 20)} MiB")
+    snap.notes += notes
+    if live is not None:
+        snap.notes.append("fixes use this machine's facts: " + _live_summary(live))
+    if not findings:
+        lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+        findings.append(Finding(
+            code="explain.no_match", severity=Severity.INFO, family=Family.SOFTWARE,
+            title="No known error, GPU event or nvidia-smi problem found in the input",
+            evidence=[f"{origin}: {lines} line(s), {len(text)} characters scanned"],
+            remedy=("Paste the full traceback or log (the first error is usually above the last one), the kernel log "
+                    "(`sudo dmesg -T`), or `nvidia-smi -q`; or run `gpuclinic doctor` on the affected machine."),
+        ))
+    return build_report(snap, findings, skipped, command="explain")
+
+
+_QUIET = {"no GPUs read", "no software facts", "no host facts", "no container facts"}
+
+
+def _evidence(text: str, origin: str) -> tuple[Snapshot, list[str]]:
+    notes: list[str] = []
+    try:
+        from gpuclinic.sources.evidence import snapshot_from_text
+
+        snap = snapshot_from_text(text, origin)
+    except InputError:
+        snap = Snapshot(origin="evidence", software=SoftwareFacts())
+        snap.inputs.append(origin)
+    except ImportError:
+        snap = Snapshot(origin="evidence", software=SoftwareFacts())
+        snap.inputs.append(origin)
+        notes.append("evidence parsers not available in this build")
+    except Exception as e:  # a parser bug must not hide the signature answer
+        snap = Snapshot(origin="evidence", software=SoftwareFacts())
+        snap.inputs.append(origin)
+        notes.append(f"evidence parser failed: {type(e).__name__}: {e}")
+    return snap, notes
+
+
+def _live_summary(live: Snapshot) -> str:
+    parts = []
+    if live.driver_version:
+        parts.append(f"driver {live.driver_version}")
+    sw = live.software
+    t = sw.framework("torch") if sw else None
+    if t:
+        parts.append(f"torch {t.version}" + (f" (CUDA {t.cuda})" if t.cuda else " (CPU build)"))
+    for g in live.gpus[:2]:
+        parts.append(f"GPU {g.index} {g.name or '?'} cc {g.compute_capability or compat.compute_capability_for(g.name) or '?'}")
+    return ", ".join(parts) or "none available"
+
+
+def _finding(sm: SignatureMatch, live: Snapshot | None) -> Finding:
+    ev = [f"line {sm.line_no}: {sm.matched_line}"]
+    if sm.count > 1:
+        ev.append(f"seen on {sm.count} lines")
+    if sm.code:
+        ev.append(f"error: {sm.code}")
+    ev += sm.hints
+    remedy = sm.fix
+    data = sm.to_dict()
+    gpu = None
+    if "gpu_index" in sm.data:
+        gpu = GpuRef(index=int(sm.data["gpu_index"]))
+    elif "pci_bus_id" in sm.data:
+        gpu = GpuRef(pci_bus_id=str(sm.data["pci_bus_id"]))
+    if sm.hints and sm.category == "cuda_oom":
+        remedy = sm.hints[0][0].upper() + sm.hints[0][1:] + ". " + sm.fix
+    if live is not None:
+        concrete = _concrete_fix(sm, live)
+        if concrete:
+            fix, lev = concrete
+            remedy = fix + " (general advice: " + sm.fix + ")"
+            ev += lev
+            data["live"] = True
+    return Finding(
+        code=f"error.{sm.id}", severity=_SEV.get(sm.severity, Severity.WARNING), family=_FAMILY.get(sm.category, Family.SOFTWARE),
+        title=sm.title, evidence=ev, remedy=remedy, gpu=gpu, data=data, source=sm.source,
+    )
+
+
+# ------------------------------------------------------------------ live combination
+
+
+def _concrete_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
+    fn = _COMBINE.get(sm.id) or _COMBINE.get(sm.category)
+    if fn is None:
+        return None
+    try:
+        return fn(sm, live)
+    except Exception:  # a missing fact must never break explain
+        return None
+
+
+def _torch(live: Snapshot) -> tuple[str | None, compat.TorchBuild | None, str | None]:
+    sw = live.software
+    t = sw.framework("torch") if sw else None
+    if t is None:
+        return None, None, None
+    return t.version, compat.parse_torch_version(t.version, t.cuda), t.cuda
+
+
+def _driver_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
+    driver = live.driver_version or (live.software.proc_driver_version if live.software else None)
+    version, tb, cuda = _torch(live)
+    if not driver:
+        return None
+    ev = [f"this machine: driver {driver} (supports CUDA <= {compat.driver_max_cuda(driver) or '?'})"]
+    if not (version and tb and cuda):
+        return (f"driver {driver} supports CUDA <= {compat.driver_max_cuda(driver) or '?'}: install framework builds for that "
+                "CUDA or upgrade the driver", ev)
+    ev.append(f"this machine: torch {version} built for CUDA {cuda}")
+    dc = compat.driver_supports_cuda(driver, cuda)
+    cc = next((g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus), None)
+    need = dc.min_driver_full or dc.min_driver_family
+    sug = compat.suggest_torch_variant(tb.version, driver, cc)
+    alt = f"install the {sug.variant} build (`{sug.command}`) or " if sug and sug.variant != tb.variant else ""
+    if dc.ok and sm.id != "cuda.unsupported_ptx":
+        return (f"driver {driver} can run torch {version} (CUDA {cuda}, {dc.mode.replace('_', '-')} compatibility): the "
+                "failing binary is not this torch - check other CUDA libraries in the environment "
+                "(`pip list | grep -i -e nvidia -e cuda`, LD_LIBRARY_PATH) and containers' CUDA_VERSION", ev)
+    return (f"driver {driver} supports CUDA <= {compat.driver_max_cuda(driver) or '?'}; torch {version} needs >= {need}"
+            f" — {alt}upgrade the driver to >= {dc.min_driver_full or need}", ev)
+
+
+def _arch_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
+    version, tb, cuda = _torch(live)
+    sw = live.software
+    t = sw.framework("torch") if sw else None
+    if not (version and tb and t and live.gpus):
+        return None
+    driver = live.driver_version
+    al = compat.ArchList.parse(t.arch_list) if t.arch_list else compat.torch_arch_list(tb.version, tb.variant)
+    out_ev: list[str] = [f"this machine: torch {version}, arch list {', '.join(al.names()) if al else 'unknown'}"]
+    for g in live.gpus:
+        cc = g.compute_capability or compat.compute_capability_for(g.name)
+        if not cc or al is None:
+            continue
+        v = compat.can_run(al, cc)
+        out_ev.append(f"GPU {g.index} {g.name}: compute capability {cc} -> {v.detail}")
+        if not v.ok:
+            from gpuclinic.checks.software import _arch_fix as arch_fix
+
+            return arch_fix(t, cc, driver), out_ev
+    return ("torch itself supports these GPUs: the kernel without an image comes from a compiled extension "
+            "(flash-attn, xformers, bitsandbytes, a custom op) - rebuild it with "
+            f"TORCH_CUDA_ARCH_LIST={next((g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus), '?')}"
+            " or install a wheel built for this GPU", out_ev)
+
+
+def _oom_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
+    idx = sm.data.get("gpu_index")
+    g = next((x for x in live.gpus if x.index == idx), None) if idx is not None else None
+    if g is None or not g.processes:
+        return None
+    import os
+
+    mine = os.getpid()
+    others = [p for p in g.processes if p.pid != mine]
+    if not others:
+        return None
+    tot = sum(p.used_memory_bytes or 0 for p in others)
+    lst = ", ".join(f"{p.pid} ({p.name or '?'}, {(p.used_memory_bytes or 0) / (1 << 30):.1f} GiB)" for p in others[:5])
+    return (f"GPU {idx} is in use by {len(others)} process(es) holding {tot / (1 << 30):.1f} GiB now: {lst} - stop them "
+            f"or run on another GPU (CUDA_VISIBLE_DEVICES)", [f"this machine: GPU {idx} processes: {lst}"])
+
+
+def _shm_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
+    c = live.container
+    if c is None or c.shm_bytes is None:
+        return None
+    size = f"{c.shm_bytes / (1 << 20):.0f} MiB"
+    if c.shm_bytes >= 1 << 30 and sm.category == "container":
+        return None
+    where = "Kubernetes: mount an emptyDir with medium: Memory at /dev/shm" if c.kubernetes else \
+        "restart the container with `--ipc=host` or `--shm-size=16g`" if c.in_container else \
+        "`sudo mount -o remount,size=16G /dev/shm`"
+    return f"/dev/shm here is only {size}: {where}", [f"this machine: /dev/shm {size}"]
+
+
+def _nvml_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
+    sw = live.software
+    if sw is None or not sw.proc_driver_version:
+        return None
+    libs = ", ".join(sw.user_lib_versions) or "?"
+    if sw.user_lib_versions and sw.proc_driver_version not in sw.user_lib_versions:
+        return (f"kernel module {sw.proc_driver_version} is loaded but the libraries are {libs}: reboot (or reload the "
+                "nvidia modules) to load the new module", [f"this machine: module {sw.proc_driver_version}, libnvidia-ml {libs}"])
+    return None
+
+
+def _nofile_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
+    h = live.host
+    if h is None or h.nofile_soft is None:
+        return None
+    return (f"the open-files limit here is {h.nofile_soft} (hard {h.nofile_hard or 'unlimited'}): `ulimit -n "
+            f"{h.nofile_hard or 1048576}` before starting, or set_sharing_strategy('file_system')",
+            [f"this machine: ulimit -n = {h.nofile_soft}"])
+
+
+def _fm_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
+    sw = live.software
+    if sw is None or sw.fabricmanager_running is None:
+        return None
+    if sw.fabricmanager_running:
+        return ("nv-fabricmanager is running: check its version equals the driver's and /var/log/fabricmanager.log",
+                ["this machine: nv-fabricmanager running"])
+    return ("nv-fabricmanager is not running here: `sudo systemctl enable --now nvidia-fabricmanager` (install the package "
+            f"of driver version {live.driver_version or '?'} if missing)", ["this machine: nv-fabricmanager not running"])
+
+
+_COMBINE: dict[str, Callable[[SignatureMatch, Snapshot], tuple[str, list[str]] | None]] = {
+    "cuda.insufficient_driver": _driver_fix,
+    "torch.driver_too_old": _driver_fix,
+    "cuda.unsupported_ptx": _driver_fix,
+    "container_cli.require_cuda": _driver_fix,
+    "cuda.no_kernel_image": _arch_fix,
+    "torch.sm_not_compatible": _arch_fix,
+    "cuda.invalid_kernel_image": _arch_fix,
+    "cuda.oom": _oom_fix,
+    "torch.dataloader_bus_error": _shm_fix,
+    "nccl.shm": _shm_fix,
+    "nccl.system_error": _shm_fix,
+    "nvml.version_mismatch": _nvml_fix,
+    "nvrm.api_mismatch": _nvml_fix,
+    "python.too_many_open_files": _nofile_fix,
+    "cuda.system_not_ready": _fm_fix,
+}
