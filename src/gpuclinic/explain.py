@@ -100,8 +100,11 @@ def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = Non
             skipped += [s for s in sk if s.why not in _QUIET]
         except Exception as e:  # the evidence checks are a bonus; signatures still answer
             notes.append(f"evidence checks failed: {type(e).__name__}: {e}")
-    matches = match(text)
-    for sm in matches:
+    have = {f.code for f in findings}
+    for sm in match(text):
+        covered = _COVERED_BY.get(sm.id)
+        if covered and any(c == covered or (covered.endswith(".") and c.startswith(covered)) for c in have):
+            continue  # the evidence checks already diagnosed it, with the doctor's code
         findings.append(_finding(sm, live))
     if truncated:
         notes.append(f"input cut at {MAX_INPUT // (1 << 20)} MiB")
@@ -120,6 +123,13 @@ def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = Non
     return build_report(snap, findings, skipped, command="explain")
 
 
+# signature id -> doctor finding code (or prefix ending in ".") that says the same from parsed evidence
+_COVERED_BY = {
+    "nvml.version_mismatch": "driver.library_mismatch",
+    "nvrm.api_mismatch": "driver.library_mismatch",
+    "xid.generic": "xid.",
+    "xid.fallen_off_bus": "xid.",
+}
 _QUIET = {"no GPUs read", "no software facts", "no host facts", "no container facts"}
 
 
@@ -218,14 +228,15 @@ def _driver_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | N
     ev.append(f"this machine: torch {version} built for CUDA {cuda}")
     dc = compat.driver_supports_cuda(driver, cuda)
     cc = next((g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus), None)
-    need = dc.min_driver_full or dc.min_driver_family
+    need = dc.min_driver_family or dc.min_driver_full
+    full = f" (>= {dc.min_driver_full} for full compatibility)" if dc.min_driver_full and dc.min_driver_full != need else ""
     sug = compat.suggest_torch_variant(tb.version, driver, cc)
     alt = f"install the {sug.variant} build (`{sug.command}`) or " if sug and sug.variant != tb.variant else ""
     if dc.ok and sm.id != "cuda.unsupported_ptx":
         return (f"driver {driver} can run torch {version} (CUDA {cuda}, {dc.mode.replace('_', '-')} compatibility): the "
                 "failing binary is not this torch - check other CUDA libraries in the environment "
                 "(`pip list | grep -i -e nvidia -e cuda`, LD_LIBRARY_PATH) and containers' CUDA_VERSION", ev)
-    return (f"driver {driver} supports CUDA <= {compat.driver_max_cuda(driver) or '?'}; torch {version} needs >= {need}"
+    return (f"driver {driver} supports CUDA <= {compat.driver_max_cuda(driver) or '?'}; torch {version} needs >= {need}{full}"
             f" — {alt}upgrade the driver to >= {dc.min_driver_full or need}", ev)
 
 

@@ -360,9 +360,9 @@ def _fill_paddle(d: md.Distribution, fw: Framework) -> None:
     if m and m.group(1) != "False":
         fw.cudnn = m.group(1)
     if fw.cuda is None:
-        m = re.search(r"\.post(\d)(\d+)$", fw.version)
+        m = re.search(r"\.post(\d{3})$", fw.version)  # "2.6.1.post120" = CUDA 12.0, "post118" = 11.8
         if m:
-            fw.cuda = f"{m.group(1)}.{int(m.group(2)) // 10 if len(m.group(2)) > 1 else m.group(2)}"
+            fw.cuda = f"{m.group(1)[:-1]}.{m.group(1)[-1]}"
 
 
 def deep_torch(python: str = sys.executable, timeout_s: float = 90.0) -> dict[str, object] | None:
