@@ -47,7 +47,8 @@ def decode(data: bytes) -> str:
                 data = gz.read(MAX_INPUT)
         except (OSError, EOFError, gzip.BadGzipFile):
             pass
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+    sample = data[2:402]
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") and sample.count(b"\x00") * 3 >= len(sample):  # UTF-16 text (PowerShell)
         text = data.decode("utf-16", "replace")
     else:
         text = data.decode("utf-8", "replace")

@@ -135,7 +135,7 @@ def test_cli_stdin_markdown_and_bad_path(tmp_path: Path) -> None:
 
 def test_cli_random_bytes_no_traceback() -> None:
     rnd = bytes((i * 7919 + 13) % 256 for i in range(20000)) + b"\x1f\x8b\x08garbage"
-    for data in (rnd, b"", b"\x1f\x8b", b"\xff\xfe\x00", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n".encode()):
+    for data in (rnd, b"", b"\x1f\x8b", b"\xff\xfe\x00", b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"):
         r = cli("--offline", "--json", "-", stdin=data)
         assert r.returncode in (0, 1, 2), r.stderr
         assert b"Traceback" not in r.stderr
