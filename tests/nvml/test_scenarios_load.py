@@ -6,7 +6,7 @@ import pytest
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources.scenarios import expected, list_scenarios, load_scenario
+from gpuclinic.sources.scenarios import build_snapshot_dict, expected, list_scenarios, load_scenario
 
 REQUIRED = {"healthy-8xh100-load", "fallen-off-bus", "hbm-row-remap-pending", "uncorrectable-ecc", "overheating",
             "power-brake", "pcie-x8-under-load", "gsp-timeout", "nvlink-error", "straggler"}
@@ -31,6 +31,10 @@ def test_scenario_is_a_consistent_snapshot(name: str) -> None:
     for e in snap.kernel_events:
         assert e.line and e.kind and e.pci_bus_id in {g.pci_bus_id for g in snap.gpus}
     assert Snapshot.from_dict(snap.to_dict()) == snap
+    # the fast direct construction gives exactly what the generic decoder gives, types included
+    generic = Snapshot.from_dict(build_snapshot_dict(name))
+    assert generic == snap
+    assert [type(g.temperature_c) for g in generic.gpus] == [type(g.temperature_c) for g in snap.gpus]
     exp = expected(name)
     assert exp["verdict"] in {"healthy", "warning", "drain"} and isinstance(exp["codes"], list)
 

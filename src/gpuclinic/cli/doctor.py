@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from gpuclinic.collect import CollectOptions, collect_live
 from gpuclinic.diagnose import Report, diagnose
 from gpuclinic.errors import GpuclinicError, InputError
 from gpuclinic.facts.snapshot import Snapshot
@@ -76,6 +75,8 @@ def doctor(
 
         snap = load_evidence(paths)
     else:
+        from gpuclinic.collect import CollectOptions, collect_live
+
         snap = collect_live(CollectOptions(
             quick=quick, deep=deep, network=network, kernel_logs=list(kernel_logs), expect_gpus=expect_gpus,
         ))

@@ -8,13 +8,17 @@ scenario also states the finding codes and verdict it must produce; the tests ho
 from __future__ import annotations
 
 import copy
-from typing import Any
+import dataclasses
+from typing import Any, TypeVar
 
 from gpuclinic.errors import InputError
+from gpuclinic.facts.gpu import GpuFacts, GpuProcess, NvLinkFacts, PciDevice
+from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge import load_data
 
 _FILE = "scenarios.json"
+T = TypeVar("T")
 
 
 def _data() -> dict[str, Any]:
@@ -125,6 +129,33 @@ def build_snapshot_dict(name: str) -> dict[str, Any]:
     return snap
 
 
+def _make(cls: type[T], d: dict[str, Any]) -> T:
+    """Construct a fact dataclass from trusted scenario data (ints become floats where typed so).
+
+    Direct construction instead of the generic ``Snapshot.from_dict`` keeps ``doctor --scenario``
+    startup small; tests check both give the same snapshot.
+    """
+    floats = _FLOAT_FIELDS.get(cls)
+    if floats is None:
+        floats = _FLOAT_FIELDS[cls] = frozenset(
+            f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if isinstance(f.type, str) and f.type.startswith("float"))
+    kw = {k: (float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v) for k, v in d.items()}
+    return cls(**kw)
+
+
+_FLOAT_FIELDS: dict[type, frozenset[str]] = {}
+
+
 def load_scenario(name: str) -> Snapshot:
     """A fresh :class:`Snapshot` for scenario ``name``; unknown names raise :class:`InputError`."""
-    return Snapshot.from_dict(build_snapshot_dict(name))
+    d = build_snapshot_dict(name)
+    gpus = []
+    for g in d.pop("gpus"):
+        g = dict(g)
+        g["nvlinks"] = [NvLinkFacts(**x) for x in g.get("nvlinks", [])]
+        g["processes"] = [GpuProcess(**x) for x in g.get("processes", [])]
+        gpus.append(_make(GpuFacts, g))
+    pci = [_make(PciDevice, x) for x in d.pop("pci_devices")]
+    events = [_make(KernelEvent, x) for x in d.pop("kernel_events")]
+    return Snapshot(**d, gpus=gpus, pci_devices=pci, kernel_events=events)
