@@ -122,3 +122,40 @@ def test_cli_doctor_from_fixture_json() -> None:
     d = json.loads(r.stdout)
     assert d["facts"]["origin"] == "evidence"
     assert d["facts"]["gpus"][0]["name"] == "Tesla P100-PCIE-16GB"
+
+
+def _fake_kernel_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+    from collections.abc import Iterable, Iterator
+
+    from gpuclinic.facts.kernel import KernelEvent
+
+    def parse_lines(lines: Iterable[str], origin: str | None = None) -> Iterator[KernelEvent]:
+        for ln in lines:
+            if "NVRM: Xid" in ln:
+                yield KernelEvent(kind="xid", line=ln, xid=79, origin=origin)
+
+    fake = types.ModuleType("gpuclinic.sources.kernel_log")
+    fake.parse_lines = parse_lines  # type: ignore[attr-defined]
+    fake.looks_like_kernel_log = lambda s: "kernel:" in s  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gpuclinic.sources.kernel_log", fake)
+
+
+def test_mixed_paste_table_and_dmesg(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_kernel_log(monkeypatch)
+    text = (FX / "table-err-gsp-timeout-a100.txt").read_text() + (
+        "Sep 19 16:18:04 node kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, "
+        "GPU has fallen off the bus.\n")
+    snap = snapshot_from_text(text, "<paste>")
+    assert [g.index for g in snap.gpus] == [4, 5] and snap.gpus[1].lost
+    assert snap.kernel_log_read and [e.xid for e in snap.kernel_events] == [79]
+
+
+def test_syslog_quoting_smi_error_stays_a_kernel_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_kernel_log(monkeypatch)
+    text = ("Mar  1 10:00:00 node kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+            "Mar  1 10:00:05 node collector[99]: No devices were found\n")
+    snap = snapshot_from_text(text)
+    assert snap.kernel_log_read and snap.kernel_events[0].xid == 79
+    assert snap.software is not None and snap.software.nvidia_smi_errors == ["No devices were found"]

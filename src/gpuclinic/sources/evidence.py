@@ -24,7 +24,7 @@ from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.sources import bugreport, lspci, smi_table, smi_text, smi_xml
-from gpuclinic.sources.smi_common import SmiDump
+from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 SAMPLE_BYTES = 256 * 1024
 MAX_DUMP_BYTES = 64 * 1024 * 1024  # nvidia-smi outputs are KBs; a 64 MB "dump" is something else
@@ -66,20 +66,25 @@ def detect(sample: str) -> str | None:
         return "smi_xml"
     if smi_text.looks_like(sample):
         return "smi_text"
-    if smi_table.looks_like(sample):
+    if smi_table.has_table(sample):
         return "smi_table"
-    kl = _kernel_log()
-    if kl is not None:
-        try:
-            if kl.looks_like_kernel_log(sample):
-                return "kernel_log"
-        except Exception:  # a helper's bug must not hide the other formats
-            pass
-    elif "NVRM:" in sample or "nvidia-nvswitch" in sample or "pcieport" in sample:
+    if _is_kernel_log(sample):
         return "kernel_log"
+    if smi_table.has_errors(sample):  # after the kernel log: a syslog may quote "No devices were found"
+        return "smi_table"
     if lspci.looks_like(sample):
         return "lspci"
     return None
+
+
+def _is_kernel_log(sample: str) -> bool:
+    kl = _kernel_log()
+    if kl is None:
+        return "NVRM:" in sample or "nvidia-nvswitch" in sample or "pcieport" in sample
+    try:
+        return bool(kl.looks_like_kernel_log(sample))
+    except Exception:  # a helper's bug must not hide the other formats
+        return False
 
 
 # ---------------------------------------------------------------------------------------------- merging
@@ -220,8 +225,34 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         _apply_bugreport(snap, bugreport.parse_stream(io.StringIO(text), origin))
     elif kind == "json":
         _apply_json(snap, text, origin)
+        return
     else:  # pragma: no cover - detect() returns only the kinds above
         raise _Unrecognised(kind)
+    if kind in ("smi_text", "smi_table", "kernel_log", "lspci"):
+        _apply_secondary(snap, kind, text, origin)
+
+
+def _apply_secondary(snap: Snapshot, kind: str, text: str, origin: str) -> None:
+    """People paste mixtures (an nvidia-smi table followed by dmesg lines): read every part we know."""
+    lines = text.splitlines()
+    kl = _kernel_log()
+    if kind != "kernel_log" and kl is not None and ("NVRM" in text or "pcieport" in text or "nvswitch" in text):
+        events = list(kl.parse_lines(lines, origin=origin))
+        if events:
+            snap.kernel_events.extend(events)
+            snap.kernel_log_read = True
+            if origin not in snap.kernel_log_sources:
+                snap.kernel_log_sources.append(origin)
+    if kind != "smi_table" and smi_table.has_table(text):
+        apply_dump(snap, smi_table.parse(lines), origin)
+    if kind not in ("smi_text", "smi_xml") and smi_text.MARKER in text:
+        apply_dump(snap, smi_text.parse(lines), origin)
+    if kind == "kernel_log":
+        errors, lost = scan_error_lines(lines)
+        if errors:
+            dump = SmiDump(kind="smi_table", errors=errors)
+            mark_lost(dump.gpus, lost)
+            apply_dump(snap, dump, origin)
 
 
 def _apply_json(snap: Snapshot, text: str, origin: str) -> None:

@@ -36,12 +36,20 @@ _GPU_ROW_RE = re.compile(
 _MIG_RE = re.compile(r"^\s*(?P<gpu>\d+)\s+(?P<gi>\d+)\s+(?P<ci>\d+)\s+(?P<dev>\d+)\s*$")
 
 
-def looks_like(sample: str) -> bool:
-    """True for a plain nvidia-smi table or an nvidia-smi error statement."""
-    if _HEADER_RE.search(sample) or _GPU_ROW_RE.search(sample):
-        return True
+def has_table(sample: str) -> bool:
+    """True when ``sample`` holds an nvidia-smi table (its header line or a GPU row)."""
+    return bool(_HEADER_RE.search(sample) or _GPU_ROW_RE.search(sample))
+
+
+def has_errors(sample: str) -> bool:
+    """True when ``sample`` holds one of nvidia-smi's failure statements."""
     errors, _ = c.scan_error_lines(sample.splitlines()[:200])
     return bool(errors)
+
+
+def looks_like(sample: str) -> bool:
+    """True for a plain nvidia-smi table or an nvidia-smi error statement."""
+    return has_table(sample) or has_errors(sample)
 
 
 def _cells(line: str) -> list[str]:
