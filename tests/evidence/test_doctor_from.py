@@ -29,7 +29,10 @@ def codes(*names: str) -> tuple[str, list[tuple[str, int | None]]]:
     (["a100-sxm4-40gb-mig-510.xml"], "healthy", []),
     (["table-v100s-450-busy.txt"], "healthy", []),
     (["table-a40-550.txt"], "healthy", []),
-    (["nvidia-bug-report-excerpt.log.gz"], "warning", [("memory.row_remap_pending", 0), ("pcie.link_degraded", 0)]),
+    # its kern.log section holds a real Xid 79 + fatal AER (gpu-burn#1) for another bus id: drain
+    (["nvidia-bug-report-excerpt.log.gz"], "drain", [
+        ("gpu.fallen_off_bus", None), ("memory.row_remap_pending", 0), ("pcie.aer_uncorrected", None),
+        ("pcie.link_degraded", 0), ("xid.79", None)]),
 ])
 def test_verdicts(names: list[str], verdict: str, expected: list[tuple[str, int | None]]) -> None:
     got_verdict, got = codes(*names)
