@@ -13,7 +13,7 @@ from gpuclinic.facts.software import ContainerFacts
 from gpuclinic.model import Finding, Severity
 from gpuclinic.sources.scenarios import load_scenario
 
-MY_CHECKS = ["gpu.presence", "gpu.unresponsive", "gpu.recovery_action", "memory.ecc_uncorrectable",
+MY_CHECKS = ["gpu.presence", "gpu.unresponsive", "gpu.recovery_action", "gpu.inforom", "memory.ecc_uncorrectable",
              "memory.ecc_correctable_rate", "memory.row_remap", "memory.retired_pages", "thermal.slowdown",
              "thermal.throttle", "power.brake", "power.cap", "power.insufficient", "pcie.link_degraded", "pcie.replay",
              "nvlink.error", "perf.straggler"]
@@ -342,3 +342,12 @@ def test_presence_skipped_without_any_gpu_facts() -> None:
 def test_recovery_action(action: str, sev: Severity | None) -> None:
     fs = findings(node(setter(recovery_action=action)), "gpu.recovery_action")
     assert [f.severity for f in fs] == ([] if sev is None else [sev])
+
+
+def test_reset_required_and_inforom_from_nvml_errors() -> None:
+    snap = node(lambda g: g.unreadable.update(remapped_rows="GPU requires a reset", serial="corrupted InfoROM",
+                                              ecc_aggregate_corrected="corrupted InfoROM"))
+    f = one(snap, "gpu.recovery_action")
+    assert f.severity == Severity.CRITICAL and f.data["action"] == "reset_required" and "-i 3" in f.remedy
+    f = one(snap, "gpu.inforom")
+    assert f.severity == Severity.WARNING and f.evidence == ["NVML_ERROR_CORRUPTED_INFOROM on: ecc_aggregate_corrected, serial"]

@@ -338,3 +338,17 @@ def test_bytes_from_old_bindings_are_decoded(install_fake: Make) -> None:
     with NvmlReader() as r:
         gpus, versions = r.read_all()
     assert versions.driver == "470.223.02" and gpus[0].name == "Tesla T4" and gpus[0].uuid == "GPU-1"
+
+
+@pytest.mark.parametrize(("code", "lost"), [(pynvml.NVML_ERROR_UNKNOWN, True), (pynvml.NVML_ERROR_NO_PERMISSION, False),
+                                            (pynvml.NVML_ERROR_INSUFFICIENT_POWER, True)])
+def test_handle_failure(install_fake: Make, code: int, lost: bool) -> None:
+    """"Unable to determine the device handle for GPU ...: Unknown Error" means the GPU is gone."""
+    fake = install_fake(2)
+    fake.gpu(0).set("nvmlDeviceGetHandleByIndex", err(code))
+    with NvmlReader() as r:
+        gpus, _ = r.read_all()
+    assert gpus[0].lost is lost and "handle" in gpus[0].unreadable
+    assert gpus[0].name is None and gpus[1].name is not None
+    if lost:
+        assert "cannot get a handle" in (gpus[0].lost_reason or "")

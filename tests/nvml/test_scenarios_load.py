@@ -29,7 +29,7 @@ def test_scenario_is_a_consistent_snapshot(name: str) -> None:
             assert g.power_limit_w and g.slowdown_temp_c == 89.0 and g.memory_total_bytes == 85_520_809_984
             assert len(g.nvlinks) == 18
     for e in snap.kernel_events:
-        assert e.line and e.kind and e.pci_bus_id in {g.pci_bus_id for g in snap.gpus}
+        assert e.line and e.kind and (e.pci_bus_id is None or e.pci_bus_id in {g.pci_bus_id for g in snap.gpus})
     assert Snapshot.from_dict(snap.to_dict()) == snap
     # the fast direct construction gives exactly what the generic decoder gives, types included
     generic = Snapshot.from_dict(build_snapshot_dict(name))
@@ -49,3 +49,16 @@ def test_unknown_scenario_lists_valid_names() -> None:
     with pytest.raises(InputError) as ei:
         load_scenario("no-such")
     assert "no-such" in str(ei.value) and "healthy-8xh100-load" in str(ei.value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_scenario_kernel_events_are_what_the_parser_reads_from_their_lines(name: str) -> None:
+    """Scenario events are stored pre-parsed (importing the parser would triple doctor's startup);
+    this keeps them identical to what the kernel-log parser makes of the same lines."""
+    parse_lines = pytest.importorskip("gpuclinic.sources.kernel_log").parse_lines
+    for e in load_scenario(name).kernel_events:
+        got = list(parse_lines([e.line]))
+        assert len(got) == 1, (e.line, got)
+        g = got[0]
+        assert (g.kind, g.xid, g.pci_bus_id, g.pid, g.process, g.time) == (
+            e.kind, e.xid, e.pci_bus_id, e.pid, e.process, e.time), e.line

@@ -15,7 +15,7 @@ from gpuclinic.sources.scenarios import expected, list_scenarios, load_scenario
 
 NAMES = [n for n, _ in list_scenarios()]
 # codes produced by this area's checks: anything else in `expect` belongs to other areas' checks
-MINE = ("gpu.missing", "gpu.unresponsive", "gpu.recovery_action", "memory.", "thermal.", "power.", "pcie.link_degraded",
+MINE = ("gpu.missing", "gpu.unresponsive", "gpu.recovery_action", "gpu.inforom", "memory.", "thermal.", "power.", "pcie.link_degraded",
         "pcie.replay", "nvlink.error", "perf.straggler")
 
 

@@ -137,6 +137,15 @@ _ACTION_TEXT = {
 def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
     out = []
     for g in snap.gpus:
+        reset = sorted(k for k, v in g.unreadable.items() if "requires a reset" in v)
+        if reset:
+            out.append(Finding(
+                code="gpu.recovery_action", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                title=f"GPU {g.index}: NVML answers 'GPU requires reset'",
+                evidence=[f"NVML_ERROR_RESET_REQUIRED on: {', '.join(reset)}"], gpu=ref(g), source="nvml",
+                data={"action": "reset_required"},
+                remedy=_ACTION_TEXT["gpu_reset"][2] + " If the reset fails, reboot the node.",
+            ))
         act = g.recovery_action
         if not act or act == "none":
             continue
@@ -149,4 +158,21 @@ def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
             remedy=remedy + " (DCGM treats DRAIN_P2P as warn and GPU_RESET/NODE_REBOOT/DRAIN_AND_RESET as fail.)",
             gpu=ref(g), data={"action": act}, source="nvml",
         ))
+    return personalize(out)
+
+
+@check("gpu.inforom", codes=["gpu.inforom"], what="GPU InfoROM")
+def gpu_inforom(snap: Snapshot) -> Iterable[Finding]:
+    out = []
+    for g in snap.gpus:
+        bad = sorted(k for k, v in g.unreadable.items() if "corrupted InfoROM" in v)
+        if bad:
+            out.append(Finding(
+                code="gpu.inforom", severity=Severity.WARNING, family=Family.GPU_FAULT,
+                title=f"GPU {g.index} InfoROM is corrupted: ECC and error history cannot be trusted",
+                evidence=[f"NVML_ERROR_CORRUPTED_INFOROM on: {', '.join(bad)}"], gpu=ref(g), source="nvml",
+                remedy=("Check `nvidia-smi -q | grep -A4 -i inforom` and dmesg for Xid 93. An InfoROM that stays corrupt "
+                        "after a reboot needs an InfoROM/VBIOS reflash by the vendor or an RMA; ask the provider. "
+                        "(DCGM treats an invalid InfoROM as a warning.)"),
+            ))
     return personalize(out)

@@ -605,7 +605,13 @@ class _GpuRead:
             else:
                 self.g.unreadable[fld] = _FIELD_REASONS.get(code, f"NVML error {code}: {_text(e)}")
             if required:
-                self.g.unreadable.setdefault(fld, _FIELD_REASONS.get(code or 0, f"{fname} failed: {_text(e)}"))
+                why = _FIELD_REASONS.get(code or 0, f"{fname} failed: {_text(e)}")
+                self.g.unreadable.setdefault(fld, why)
+                if code != E_NO_PERMISSION:
+                    # nvidia-smi's "Unable to determine the device handle for GPU ...: Unknown Error": the
+                    # classic face of a GPU that fell off the bus. No permission is a container/cgroup matter.
+                    self.g.lost = True
+                    self.g.lost_reason = f"NVML cannot get a handle for this GPU ({why})"
                 raise _StopGpu() from None
             return None
 
