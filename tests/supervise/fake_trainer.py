@@ -39,6 +39,7 @@ def main() -> int:
     p.add_argument("--pidfile")
     p.add_argument("--resume", dest="resume_arg")
     p.add_argument("--no-beat", action="store_true")
+    p.add_argument("--then-hang", action="store_true", help="after the fault, hang like a rank stuck in NCCL")
     a = p.parse_args()
 
     resume = a.resume_arg or train.resume_from()
@@ -83,6 +84,9 @@ def main() -> int:
         with open(a.kernel_log, "a") as f:
             f.write(f"[ 8123.456789] NVRM: Xid (PCI:{a.bus}): 79, pid='<unknown>', name=<unknown>, "
                     "GPU has fallen off the bus.\n")
+        if a.then_hang:
+            out("waiting in a collective for the lost GPU")
+            time.sleep(600)
         sys.stderr.write("RuntimeError: CUDA error: unspecified launch failure\n")
         return 1
     if mode == "gpu_lost":
@@ -94,6 +98,9 @@ def main() -> int:
         tmp = a.gpu_facts + ".tmp"
         Path(tmp).write_text(json.dumps(facts))
         os.replace(tmp, a.gpu_facts)
+        if a.then_hang:
+            out("waiting in a collective for the lost GPU")
+            time.sleep(600)
         time.sleep(1.0)  # let the supervisor sample it
         sys.stderr.write("RuntimeError: CUDA error: unspecified launch failure\n")
         return 1

@@ -77,6 +77,10 @@ def test_report_matches_hand_computed_figures(db: Path) -> None:
                                                        "killed": 3960, "planned": 240, "hang": 2640,
                                                        "application_error": 1980, "cuda_oom": 1260}
     assert by["planned"]["planned"] and not by["hang"]["planned"]
+    recent = rep["recent"]
+    assert len(recent) == 10 and [r["class"] for r in recent[:3]] == ["cuda_oom", "cuda_oom", "application_error"]
+    assert recent[0]["attempt"] == 10 and recent[0]["action"] == "give_up" and recent[0]["lost_s"] == 600
+    assert recent[1]["lost_s"] == 660  # 600 s of progress + the 60 s restart
     assert by["gpu_hardware"]["category"] == "GPU" and by["nccl_network"]["category"] == "Network"
 
 
@@ -103,6 +107,7 @@ def test_cli_markdown_json_and_text(db: Path) -> None:
     assert md.exit_code == 0, md.output
     assert "| GPU hardware fault (XID, ECC, fell off the bus) | GPU | no | 20 | 40.0% | 44.4% | 3.63h |" in md.output
     assert "goodput (useful / wall time): 83.5%" in md.output
+    assert "## Most recent" in md.output and "| 5/10 | cuda_oom | - | give_up | 10.0m |" in md.output
     js = runner.invoke(cli, ["report", "interruptions", "--db", str(db), "--json"])
     data = json.loads(js.output)
     assert data["schema"] == "gpuclinic.interruptions/1" and data["interruptions"] == 50

@@ -278,3 +278,32 @@ def test_interruptions_go_through_watch_notifiers(gpuclinic_run: Callable[..., R
     alert = got[0]
     assert alert["code"] == "run.interruption.killed" and alert["severity"] == "critical"
     assert "give_up" in str(alert["title"]) and alert["source"] == "gpuclinic run"
+
+
+def test_fatal_fault_seen_live_stops_a_job_stuck_on_the_lost_gpu(gpuclinic_run: Callable[..., RunResult],
+                                                                  tmp_path: Path) -> None:
+    # the job would wait out an NCCL timeout (10-30 min); gpuclinic stops it after the grace period
+    facts = gpu_facts_file(tmp_path / "gpus.json")
+    t0 = time.monotonic()
+    r = gpuclinic_run(["--gpu-facts", str(facts), "--gpu-fault-grace", "0.3s", "--stop-timeout", "0.5s",
+                       "--exclude-bad-gpu", "--max-restarts", "1"],
+                      ["--fail", "gpu_lost", "--then-hang", "--gpu-facts", str(facts), "--lose-index", "0"],
+                      env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert r.rc == 0, r.err
+    assert time.monotonic() - t0 < 20
+    assert "fatal GPU fault on the job's GPU" in r.err
+    rows = r.interruptions()
+    assert [(x["class"], x["action"]) for x in rows] == [
+        ("gpu_hardware", "restart without GPU-0c5a4f3e-1111-2222-3333-444455556666")]
+    assert "attempt=2 resume=None start=0 cvd=GPU-9d7e2b10-aaaa-bbbb-cccc-ddddeeeeffff ngpus=1" in r.out
+
+
+def test_fatal_xid_followed_live_from_kernel_log(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+    klog = tmp_path / "kern.log"
+    klog.write_text("")
+    r = gpuclinic_run(["--kernel-log", str(klog), "--gpu-fault-grace", "0s", "--stop-timeout", "0.5s",
+                       "--max-restarts", "0"],
+                      ["--fail", "xid", "--then-hang", "--kernel-log", str(klog)])
+    assert "fatal GPU fault on the job's GPU" in r.err, r.err
+    rows = r.interruptions()
+    assert rows[0]["class"] == "gpu_hardware" and "Xid (PCI:0000:3b:00): 79" in rows[0]["evidence"]

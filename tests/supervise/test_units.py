@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,36 @@ def test_preflight_drain_on_a_gpu_the_job_does_not_use_only_warns(monkeypatch: p
     r = CliRunner().invoke(cli, ["run", "--db", str(tmp_path / "l.db"), "--", "touch", str(marker)])
     assert r.exit_code == 0 and marker.exists()
     assert "pre-flight warning: GPU 2: GPU has fallen off the bus" in r.output
+
+
+def test_fallback_tailer_follows_appends_and_rotation(tmp_path: Path) -> None:
+    import threading
+
+    from gpuclinic.supervise.kernel import _tail_files
+
+    log = tmp_path / "kern.log"
+    log.write_text("[1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, old line before following\n")
+    stop = threading.Event()
+    got: list[tuple[int | None, str | None]] = []
+
+    def run() -> None:
+        for ev in _tail_files([str(log)], stop, poll_s=0.02):
+            got.append((ev.xid, ev.pci_bus_id))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    time.sleep(0.1)
+    with open(log, "a") as f:
+        f.write("[2.0] NVRM: Xid (PCI:0000:86:00): 48, pid=2, name=y, half a ")
+        f.flush()
+        time.sleep(0.1)
+        f.write("line, completed later\n")
+    time.sleep(0.1)
+    log.rename(tmp_path / "kern.log.1")
+    log.write_text("[3.0] NVRM: Xid (PCI:0000:af:00): 95, pid=3, name=z, after rotation\n")
+    deadline = time.monotonic() + 3
+    while len(got) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    t.join(2)
+    assert got == [(48, "0000:86:00.0"), (95, "0000:af:00.0")]

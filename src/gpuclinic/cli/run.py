@@ -89,6 +89,9 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
 @click.option("--hang-timeout", metavar="DURATION",
               help="Treat the job as hung after this long without output and GPU activity, or with a stale "
                    "heartbeat (a number is minutes). Off by default.")
+@click.option("--gpu-fault-grace", default="60s", show_default=True, metavar="DURATION",
+              help="When one of the job's GPUs fails fatally (fell off the bus, XID 48/79/95...) and the job is "
+                   "still running this long after, stop it instead of waiting for an NCCL timeout ('off' to disable).")
 @click.option("--heartbeat", type=click.Path(dir_okay=False), metavar="FILE",
               help="Heartbeat file the job touches (exported as GPUCLINIC_HEARTBEAT; default: one per run).")
 @click.option("--stop-timeout", default="30s", show_default=True, metavar="DURATION",
@@ -110,7 +113,7 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
     max_restarts: int, backoff: str, backoff_max: str, retry_on: str, exclude_bad_gpu: bool, min_gpus: int,
-    checkpoint_dir: str | None, hang_timeout: str | None, heartbeat: str | None, stop_timeout: str,
+    checkpoint_dir: str | None, hang_timeout: str | None, gpu_fault_grace: str, heartbeat: str | None, stop_timeout: str,
     log_path: str | None, kernel_logs: tuple[str, ...], sample_interval: str, skip_preflight: bool, force: bool,
     quick: bool, config_path: str | None, db_path: str | None, scenario: str | None, gpu_facts: str | None,
     cmd: tuple[str, ...],
@@ -154,6 +157,8 @@ def run(
         min_gpus=min_gpus,
         checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
         hang_timeout_s=parse_duration(hang_timeout, "m") if hang_timeout else None,
+        gpu_fault_grace_s=None if gpu_fault_grace.strip().lower() in ("off", "none", "never")
+        else parse_duration(gpu_fault_grace, "s"),
         heartbeat=Path(heartbeat) if heartbeat else None,
         stop_timeout_s=parse_duration(stop_timeout, "s"),
         log_path=Path(log_path) if log_path else None,
@@ -192,8 +197,10 @@ def report() -> None:
 @click.option("--since", metavar="WHEN", help="Only runs started since: 7d, 12h, 30m ago, or an ISO date.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown table for a ticket or wiki.")
+@click.option("--recent", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Also list this many most recent interruptions.")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), metavar="FILE", help="Ledger database (default: the shared store).")
-def interruptions(since: str | None, as_json: bool, as_markdown: bool, db_path: str | None) -> int:
+def interruptions(since: str | None, as_json: bool, as_markdown: bool, recent: int, db_path: str | None) -> int:
     """Llama-3-style table: interruptions by root cause, planned vs unexpected, MTBI and goodput."""
     import sqlite3
 
@@ -209,7 +216,7 @@ def interruptions(since: str | None, as_json: bool, as_markdown: bool, db_path: 
     try:
         conn = connect(db_path)
         try:
-            rep = ledger.interruption_report(conn, since=since_ts, now=now)
+            rep = ledger.interruption_report(conn, since=since_ts, now=now, recent=recent)
         finally:
             conn.close()
     except sqlite3.Error as e:

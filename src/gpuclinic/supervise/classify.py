@@ -125,12 +125,23 @@ def _last_exception_line(text: str) -> str | None:
     return None
 
 
+@cache
+def _fatal_xids() -> frozenset[int]:
+    return frozenset(int(x) for x in knowledge()["fatal_xids"]["xids"])
+
+
+def is_fatal_event(k: KernelEvent) -> bool:
+    """A kernel event after which a job on that GPU cannot continue (it will crash or hang in NCCL)."""
+    return k.kind == "fallen_off_bus" or (k.kind == "xid" and k.xid is not None and k.xid in _fatal_xids())
+
+
 @dataclass
 class GpuFault:
     """A hardware fault seen by sampling a GPU (NVML or simulation) during the run."""
 
     gpu: GpuRef
     what: str
+    fatal: bool = False  # the GPU is gone: the job cannot continue on it
 
 
 @dataclass
@@ -175,26 +186,26 @@ def signal_name(sig: int) -> str:
         return f"signal {sig}"
 
 
-def _job_gpu_for(ev: KernelEvent, ev_job: AttemptEvidence) -> tuple[bool, GpuRef | None]:
-    """Does this kernel event concern the job's GPUs?  Returns (concerns, gpu)."""
+def event_on_job(ev: KernelEvent, job_gpus: list[GpuRef], job_pids: set[int]) -> tuple[bool, GpuRef | None]:
+    """Does this kernel event concern the job's GPUs (by bus id, or by the job's pid)?  -> (concerns, gpu)."""
     bus = normalize_bus_id(ev.pci_bus_id) if ev.pci_bus_id else None
-    if ev.pid is not None and ev.pid in ev_job.job_pids:
-        return True, _ref_for_bus(bus, ev_job)
-    if not ev_job.job_gpus or not any(g.pci_bus_id for g in ev_job.job_gpus):
+    if ev.pid is not None and ev.pid in job_pids:
+        return True, _ref_for_bus(bus, job_gpus)
+    if not job_gpus or not any(g.pci_bus_id for g in job_gpus):
         return True, GpuRef(pci_bus_id=bus) if bus else None  # GPUs unknown: any GPU on this host counts
     if bus is None:
         return True, None
-    ref = _ref_for_bus(bus, ev_job)
+    ref = _ref_for_bus(bus, job_gpus)
     return (ref is not None), ref
 
 
-def _ref_for_bus(bus: str | None, ev_job: AttemptEvidence) -> GpuRef | None:
+def _ref_for_bus(bus: str | None, job_gpus: list[GpuRef]) -> GpuRef | None:
     if bus is None:
         return None
-    for g in ev_job.job_gpus:
+    for g in job_gpus:
         if g.pci_bus_id and normalize_bus_id(g.pci_bus_id) == bus:
             return g
-    return GpuRef(pci_bus_id=bus) if not ev_job.job_gpus else None
+    return GpuRef(pci_bus_id=bus) if not job_gpus else None
 
 
 def _signal_of(ev: AttemptEvidence) -> tuple[int | None, str | None]:
@@ -242,7 +253,7 @@ def classify(ev: AttemptEvidence) -> Classification:
         if k.kind == "xid" and k.xid is not None and k.xid in _app_xids():
             notes.append(f"application-attributed Xid {k.xid}: {k.line.strip()[:300]}")
             continue
-        concerns, gpu = _job_gpu_for(k, ev)
+        concerns, gpu = event_on_job(k, ev.job_gpus, ev.job_pids)
         if concerns:
             hw.append((k.line.strip()[:400], gpu))
     for f in ev.gpu_faults:

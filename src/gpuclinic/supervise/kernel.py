@@ -22,8 +22,9 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import normalize_bus_id
@@ -226,11 +227,14 @@ class LiveKernelFollower:
         self.why_not: str | None = None
 
     def start(self) -> LiveKernelFollower:
+        follow: Any
         try:
             from gpuclinic.sources.kernel_log import follow
         except ImportError:
-            self.why_not = "live kernel-log following not available in this build"
-            return self
+            if not self.paths:
+                self.why_not = "live kernel-log following not available in this build"
+                return self
+            follow = _tail_files  # narrow stand-in: tail the given files only
         self.available = True
 
         def loop() -> None:
@@ -256,3 +260,34 @@ class LiveKernelFollower:
         if self._thread is not None:
             with contextlib.suppress(RuntimeError):
                 self._thread.join(timeout=0.5)
+
+
+def _tail_files(paths: Sequence[str] | None, stop: threading.Event, poll_s: float = 0.25) -> Iterator[KernelEvent]:
+    """Yield GPU events from lines appended to ``paths`` (from their current end), surviving rotation."""
+    marks: dict[str, tuple[int | None, int]] = {}
+    for p in paths or ():
+        try:
+            st = os.stat(p)
+            marks[p] = (st.st_ino, st.st_size)
+        except OSError:
+            marks[p] = (None, 0)
+    partial: dict[str, bytes] = {}
+    while not stop.is_set():
+        for p, (ino, off) in list(marks.items()):
+            try:
+                st = os.stat(p)
+                if st.st_ino != ino or st.st_size < off:
+                    ino, off = st.st_ino, 0
+                    partial[p] = b""
+                with open(p, "rb") as f:
+                    f.seek(off)
+                    data = f.read(4 * 1024 * 1024)
+            except OSError:
+                continue
+            marks[p] = (ino, off + len(data))
+            buf = partial.get(p, b"") + data
+            *complete, rest = buf.split(b"\n")
+            partial[p] = rest
+            if complete:
+                yield from parse_gpu_events([c.decode("utf-8", "replace") for c in complete], origin=p)
+        stop.wait(poll_s)

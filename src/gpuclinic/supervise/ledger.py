@@ -7,6 +7,7 @@ Goodput = (wall time - time lost) / wall time, the figure Meta reports for Llama
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import sqlite3
 import time
@@ -120,7 +121,7 @@ class CauseRow:
 
 
 def interruption_report(conn: sqlite3.Connection, *, since: float | None = None,
-                        now: float | None = None) -> dict[str, Any]:
+                        now: float | None = None, recent: int = 10) -> dict[str, Any]:
     """Counts and shares by root cause, planned vs unexpected, MTBI and goodput over runs since ``since``."""
     ensure_schema(conn)
     now = time.time() if now is None else now
@@ -131,11 +132,19 @@ def interruption_report(conn: sqlite3.Connection, *, since: float | None = None,
     ids = [r[0] for r in runs]
     wall = sum(max(0.0, (r[2] if r[2] is not None else now) - r[1]) for r in runs)
     rows: list[tuple[str, float, float]] = []
+    last: list[dict[str, Any]] = []
     if ids:
         q = ",".join("?" * len(ids))
         rows = conn.execute(
             f"SELECT class, lost_s, restart_s FROM interruptions WHERE run_id IN ({q}) ORDER BY at", ids
         ).fetchall()
+        for r in conn.execute(
+            f"SELECT run_id, attempt, at, class, planned, summary, gpu, action, lost_s, restart_s FROM interruptions"
+            f" WHERE run_id IN ({q}) ORDER BY at DESC, id DESC LIMIT ?", [*ids, max(0, recent)]
+        ):
+            gpu = json.loads(r[6]) if r[6] else None
+            last.append({"run_id": r[0], "attempt": r[1], "at": r[2], "class": r[3], "planned": bool(r[4]),
+                         "summary": r[5], "gpu": gpu, "action": r[7], "lost_s": round(float(r[8]) + float(r[9] or 0), 3)})
     counts: Counter[str] = Counter(r[0] for r in rows)
     lost_by: dict[str, float] = {}
     for c, lost, restart in rows:
@@ -168,6 +177,7 @@ def interruption_report(conn: sqlite3.Connection, *, since: float | None = None,
         "mtbi_s": round(wall / total, 3) if total else None,
         "mtbi_unexpected_s": round(wall / unexpected, 3) if unexpected else None,
         "causes": [c.__dict__ for c in causes],
+        "recent": last,
     }
 
 
@@ -200,6 +210,16 @@ def _summary_lines(rep: dict[str, Any]) -> list[str]:
     ]
 
 
+def _when(ts: float) -> str:
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _gpu_label(g: dict[str, Any] | None) -> str:
+    if not g:
+        return "-"
+    return str(g.get("uuid") or (f"GPU {g['index']}" if g.get("index") is not None else g.get("pci_bus_id") or "-"))
+
+
 def render_markdown(rep: dict[str, Any]) -> str:
     out = ["# Training interruptions", ""]
     out += [f"- {line}" for line in _summary_lines(rep)]
@@ -210,6 +230,13 @@ def render_markdown(rep: dict[str, Any]) -> str:
                    f"{c['share_pct']:.1f}% | {_pct(c['share_unexpected_pct'])} | {fmt_duration(c['lost_s'])} |")
     if not rep["causes"]:
         out.append("| (none) | | | 0 | | | |")
+    if rep.get("recent"):
+        out += ["", "## Most recent", "", "| When | Run/attempt | Cause | GPU | Action | Time lost | What |",
+                "|---|---|---|---|---|---:|---|"]
+        for r in rep["recent"]:
+            what = str(r["summary"] or "").replace("|", "\\|")[:160]
+            out.append(f"| {_when(r['at'])} | {r['run_id']}/{r['attempt']} | {r['class']} | {_gpu_label(r['gpu'])} | "
+                       f"{r['action']} | {fmt_duration(r['lost_s'])} | {what} |")
     return "\n".join(out) + "\n"
 
 
@@ -227,6 +254,12 @@ def render_text(rep: dict[str, Any]) -> str:
     out.append(row(headers))
     out.append(row(tuple("-" * w for w in widths)))
     out += [row(r) for r in body] or ["(no interruptions recorded)"]
+    if rep.get("recent"):
+        out += ["", "Most recent:"]
+        for r in rep["recent"]:
+            out.append(f"  {_when(r['at'])}  run {r['run_id']}/{r['attempt']}  {r['class']:<17} "
+                       f"{_gpu_label(r['gpu'])}  {r['action']}  lost {fmt_duration(r['lost_s'])}  "
+                       f"{str(r['summary'] or '')[:120]}")
     return "\n".join(out) + "\n"
 
 

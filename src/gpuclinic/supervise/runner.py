@@ -30,6 +30,8 @@ from gpuclinic.supervise.classify import (
     Classification,
     GpuFault,
     classify,
+    event_on_job,
+    is_fatal_event,
     signal_name,
 )
 from gpuclinic.supervise.gpus import GpuSource, JobGpu, NoGpus, exclude, parse_visible, resolve, visible_value
@@ -60,6 +62,7 @@ class RunOptions:
     min_gpus: int = 1
     checkpoint_dir: Path | None = None
     hang_timeout_s: float | None = None
+    gpu_fault_grace_s: float | None = 60.0  # stop a job still running this long after a fatal fault on its GPU
     heartbeat: Path | None = None
     stop_timeout_s: float = 30.0
     log_path: Path | None = None
@@ -181,7 +184,7 @@ class GpuWatcher:
         with self._lock:
             for j in missing:
                 if self._baseline and j.uuid and j.uuid in self._baseline:
-                    new.append(GpuFault(j.ref(), "GPU disappeared from NVML during the run"))
+                    new.append(GpuFault(j.ref(), "GPU disappeared from NVML during the run", fatal=True))
             for g in mine:
                 ref = GpuRef(index=g.index, pci_bus_id=normalize_bus_id(g.pci_bus_id) if g.pci_bus_id else None,
                              uuid=g.uuid)
@@ -189,7 +192,7 @@ class GpuWatcher:
                 if (g.utilization_gpu_pct or 0) >= 1:
                     self.last_activity = time.monotonic()
                 if g.lost and not base.lost:
-                    new.append(GpuFault(ref, f"GPU is lost ({g.lost_reason or 'fell off the bus'})"))
+                    new.append(GpuFault(ref, f"GPU is lost ({g.lost_reason or 'fell off the bus'})", fatal=True))
                 if (g.ecc_volatile_uncorrected or 0) > (base.ecc_volatile_uncorrected or 0):
                     new.append(GpuFault(ref, f"uncorrectable ECC errors {base.ecc_volatile_uncorrected or 0} -> "
                                              f"{g.ecc_volatile_uncorrected} during the run"))
@@ -467,7 +470,10 @@ class Supervisor:
         proc.stdout.close()
         proc.stderr.close()
         hang_reason: str | None = None
+        fault: str | None = None
+        fault_deadline: float | None = None
         last_scan = 0.0
+        last_fault_check = 0.0
         while True:
             try:
                 proc.wait(timeout=o.poll_s)
@@ -487,7 +493,20 @@ class Supervisor:
                     with contextlib.suppress(psutil.Error):
                         p.kill()
                 self._kill_deadline = None
-            if hang_reason is None and o.hang_timeout_s and self._stop_signal is None:
+            if (fault is None and o.gpu_fault_grace_s is not None and self._stop_signal is None
+                    and now - last_fault_check >= 0.2):
+                last_fault_check = now
+                fault = self._live_fatal_fault(follower, watcher, started, job_gpus, tracker.pids | {proc.pid})
+                if fault:
+                    fault_deadline = now + o.gpu_fault_grace_s
+                    self.say(f"fatal GPU fault on the job's GPU: {fault}; stopping the job "
+                             f"{'now' if o.gpu_fault_grace_s <= 0 else f'in {o.gpu_fault_grace_s:g}s'} unless it exits")
+            if fault_deadline is not None and now >= fault_deadline:
+                fault_deadline = None
+                if self._kill_deadline is None:
+                    killpg(proc.pid, signal.SIGTERM)
+                    self._kill_deadline = now + o.stop_timeout_s
+            if hang_reason is None and o.hang_timeout_s and self._stop_signal is None and fault is None:
                 hang_reason = self._hang_check(t0, started, heartbeat, watcher)
                 if hang_reason:
                     self.say(f"hang detected: {hang_reason}; stopping the job")
@@ -531,6 +550,19 @@ class Supervisor:
             kernel_note=window.why_not,
         )
         return AttemptResult(ev, started, ended, rc)
+
+    def _live_fatal_fault(self, follower: LiveKernelFollower | None, watcher: GpuWatcher, started: float,
+                          job_gpus: list[JobGpu], pids: set[int]) -> str | None:
+        """A fault seen while the job runs after which it cannot continue on that GPU."""
+        for f in list(watcher.faults):
+            if f.fatal:
+                return f"{f.gpu.label()}: {f.what}"
+        if follower is not None and follower.available:
+            refs = [g.ref() for g in job_gpus]
+            for k in follower.since(started):
+                if is_fatal_event(k) and event_on_job(k, refs, pids)[0]:
+                    return k.line.strip()[:300]
+        return None
 
     def _hang_check(self, t0: float, started_wall: float, heartbeat: Path, watcher: GpuWatcher) -> str | None:
         limit = self.opts.hang_timeout_s
