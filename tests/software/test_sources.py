@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from gpuclinic.sources import container as csrc
@@ -199,3 +200,14 @@ def test_parse_cpulist() -> None:
     assert hsrc.parse_cpulist("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
     assert hsrc.parse_cpulist("") == []
     assert hsrc.parse_cpulist("x,2") == [2]
+
+
+def test_active_virtualenv_is_read(tmp_path: Path) -> None:
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    dist(site, "torch", "2.7.1+cu128", files={"torch/version.py": "cuda = '12.8'\n"})
+    paths, _python = ssrc.active_env_paths({"VIRTUAL_ENV": str(tmp_path / "venv")})
+    assert paths is not None and paths[0] == str(site)
+    sw = ssrc.read_software(tmp_path / "root", env={"VIRTUAL_ENV": str(tmp_path / "venv")})
+    t = sw.framework("torch")
+    assert t is not None and t.cuda == "12.8" and "sm_120" in t.arch_list
+    assert ssrc.active_env_paths({}) == (None, sys.executable)

@@ -365,6 +365,29 @@ def _fill_paddle(d: md.Distribution, fw: Framework) -> None:
             fw.cuda = f"{m.group(1)[:-1]}.{m.group(1)[-1]}"
 
 
+def active_env_paths(env: Mapping[str, str]) -> tuple[list[str] | None, str]:
+    """sys.path-like search path and python of the user's active environment.
+
+    gpuclinic may be installed with pipx or in its own venv while the user's torch lives in the
+    activated virtualenv/conda env: read that env's site-packages too (first), and use its python
+    for ``--deep``.  Returns (None, sys.executable) when the active env is our own.
+    """
+    paths: list[str] = []
+    python = sys.executable
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        prefix = env.get(var)
+        if not prefix or os.path.realpath(prefix) == os.path.realpath(sys.prefix):
+            continue
+        for sp in sorted(Path(prefix).glob("lib/python3*/site-packages")) + sorted(Path(prefix).glob("Lib/site-packages")):
+            paths.append(str(sp))
+        cand = Path(prefix) / "bin" / "python"
+        if cand.exists() and python == sys.executable:
+            python = str(cand)
+    if not paths:
+        return None, sys.executable
+    return paths + [p for p in sys.path if p], python
+
+
 def deep_torch(python: str = sys.executable, timeout_s: float = 90.0) -> dict[str, object] | None:
     """Ask torch itself (in a child process, so a crash or hang cannot take us down)."""
     code = ("import json,torch;c=torch.cuda;print(json.dumps({'version':torch.__version__,'cuda':torch.version.cuda,"
@@ -440,14 +463,19 @@ def read_software(
     sw.os_id, sw.os_version, sw.os_pretty = rel.get("ID"), rel.get("VERSION_ID"), rel.get("PRETTY_NAME")
     sw.arch = platform.machine() or None
     sw.python = platform.python_version()
+    python = sys.executable
+    if python_paths is None:
+        python_paths, python = active_env_paths(env)
+        if python_paths is not None:
+            sw.extra["python_env"] = python
     try:
         sw.frameworks = frameworks(python_paths)
     except Exception as e:  # broken metadata must not hide the rest
         sw.extra["frameworks_error"] = f"{type(e).__name__}: {e}"
-    if deep and python_paths is None:
+    if deep and Path(root).resolve() == Path("/"):
         t = sw.framework("torch")
         if t is not None:
-            info = deep_torch()
+            info = deep_torch(python)
             arch = info.get("arch_list") if info else None
             if isinstance(arch, list) and arch:
                 t.arch_list = [str(x) for x in arch]
