@@ -29,7 +29,7 @@ def codes(*names: str) -> tuple[str, list[tuple[str, int | None]]]:
     (["a100-sxm4-40gb-mig-510.xml"], "healthy", []),
     (["table-v100s-450-busy.txt"], "healthy", []),
     (["table-a40-550.txt"], "healthy", []),
-    # its kern.log section holds a real Xid 79 + fatal AER (gpu-burn#1) for another bus id: drain
+    # the report's kern.log has AER + Xid 79 for a GPU at 02:00 that nvidia-smi no longer lists
     (["nvidia-bug-report-excerpt.log.gz"], "drain", [
         ("gpu.fallen_off_bus", None), ("memory.row_remap_pending", 0), ("pcie.aer_uncorrected", None),
         ("pcie.link_degraded", 0), ("xid.79", None)]),
