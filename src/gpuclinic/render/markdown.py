@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuclinic.diagnose import Report
 from gpuclinic.model import FAMILY_ORDER
-from gpuclinic.render.terminal import gpu_rows
+from gpuclinic.render.terminal import gpu_rows, grouped_skipped
 
 
 def _esc(s: str) -> str:
@@ -52,12 +52,15 @@ def render_markdown(report: Report) -> str:
                 out.append("```")
                 out.append("")
             if f.remedy:
-                out.append(f"**What to do:** {f.remedy}")
+                steps = [p.strip() for p in f.remedy.strip().splitlines() if p.strip()]
+                out.append(f"**What to do:** {steps[0]}")
+                if len(steps) > 1:
+                    out.append("")
+                    out.extend(steps[1:])
                 out.append("")
     if report.skipped:
         out.append("## Could not check")
         out.append("")
-        for s in report.skipped:
-            out.append(f"- {s.what}: {s.why}")
+        out.extend(f"- {line}" for line in grouped_skipped(report))
         out.append("")
     return "\n".join(out)

@@ -128,7 +128,7 @@ def render_plain(report: Report, file: TextIO | None = None) -> None:
         lines.append("")
     if report.skipped:
         lines.append("Could not check")
-        lines.extend(f"  - {s.what}: {s.why}" for s in report.skipped)
+        lines.extend(f"  - {line}" for line in grouped_skipped(report))
     f.write("\n".join(lines) + "\n")
     f.flush()
 
@@ -147,6 +147,32 @@ def _meta(report: Report) -> list[str]:
     return meta
 
 
+def remedy_lines(remedy: str) -> list[str]:
+    """The remedy as display lines: first after '→', continuation lines indented under it."""
+    parts = [p.rstrip() for p in remedy.strip().splitlines() if p.strip()]
+    if not parts:
+        return []
+    return [f"      → {parts[0]}"] + [f"        {p}" for p in parts[1:]]
+
+
+def grouped_skipped(report: Report) -> list[str]:
+    """'Could not check' lines, with checks that share one reason folded into one line.
+
+    Evidence from another machine lacks whole areas (no host facts, say); listing every check of
+    that area with the same reason buries the lines that matter.
+    """
+    by_why: dict[str, list[str]] = {}
+    for s in report.skipped:
+        by_why.setdefault(s.why, []).append(s.what)
+    out = []
+    for why, whats in by_why.items():
+        if len(whats) >= 3:
+            out.append(f"{why}: {', '.join(whats)}")
+        else:
+            out.extend(f"{w}: {why}" for w in whats)
+    return out
+
+
 def _finding_head(f: Finding) -> str:
     return f"  {f.severity.label.upper():8} {f.code}" + (f" [{f.gpu.label()}]" if f.gpu else "") + f"  {f.title}"
 
@@ -155,8 +181,7 @@ def _finding_body(f: Finding) -> list[str]:
     out = [f"      │ {ev}" for ev in f.evidence[:8]]
     if len(f.evidence) > 8:
         out.append(f"      │ … {len(f.evidence) - 8} more (see --json)")
-    if f.remedy:
-        out.append(f"      → {f.remedy}")
+    out.extend(remedy_lines(f.remedy))
     return out
 
 
@@ -214,10 +239,10 @@ def render_terminal(report: Report, console: Console | None = None) -> None:
                 con.print(Text(f"      │ {ev}", style="dim"))
             if len(f.evidence) > 8:
                 con.print(Text(f"      │ … {len(f.evidence) - 8} more (see --json)", style="dim"))
-            if f.remedy:
-                con.print(Text(f"      → {f.remedy}"))
+            for rl in remedy_lines(f.remedy):
+                con.print(Text(rl))
         con.print()
     if report.skipped:
         con.print(Text("Could not check", style="bold"))
-        for s in report.skipped:
-            con.print(Text(f"  - {s.what}: {s.why}", style="dim"))
+        for skipline in grouped_skipped(report):
+            con.print(Text(f"  - {skipline}", style="dim"))
