@@ -65,6 +65,9 @@ _MONTHS = {m: i for i, m in enumerate(
 _LEVELS = r"(?:emerg|alert|crit|err|warn|warning|notice|info|debug)"
 _FACILITIES = r"(?:kern|user|daemon|syslog|auth|authpriv|mail|lpr|news|uucp|cron|ftp|local\d)"
 
+# Talos/remote syslog: "192.168.11.119: kern: warning: [2026-04-22T21:27:51.291660856Z]: NVRM: ..."
+_RE_TALOS = re.compile(
+    rf"^(\S+): {_FACILITIES}: {_LEVELS}: \[(\d{{4}})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?\]:\s?")
 _RE_KMSG = re.compile(r"^(\d{1,3}),(\d+),(\d+),[^;]*;")  # /dev/kmsg: prio,seq,usec,flags;msg
 _RE_PRIO = re.compile(r"^<\d{1,3}>")
 _RE_FACLEV = re.compile(rf"^{_FACILITIES}\s*:\s*{_LEVELS}\s*:\s?")
@@ -121,6 +124,12 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
     """Strip the timestamp/host/level prefixes of any known format; return (message, prefix facts)."""
     p = _Prefix()
     s = line.lstrip("\x00 \t\ufeff")
+    m = _RE_TALOS.match(s)
+    if m:
+        g = m.groups()
+        p.host = g[0]
+        p.time = _iso(int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), int(g[6]), g[7], _tz(g[8]))
+        s = s[m.end():]
     for _ in range(8):
         m = _RE_KMSG.match(s)
         if m:
@@ -271,7 +280,11 @@ _RE_AER_FW_LAYER = re.compile(rf"{_DEV}(?:AER: )?aer_layer=(?P<type>[^,]+), aer_
 _RE_HW_SEV = re.compile(r"\[Hardware Error\]:\s+(?:event severity|Error \d+, type): (?P<sev>\w+)")
 _RE_AER_RECOVERY = re.compile(rf"{_DEV}(?:AER: )?[Dd]evice recovery (?P<res>successful|failed)")
 
-_CORRECTABLE_BITS = {"RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr", "HeaderOF"}
+_CORRECTABLE_BITS = {
+    "RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr", "HeaderOF",
+    # names printed by older kernels
+    "Receiver Error", "Bad TLP", "Bad DLLP", "RELAY_NUM Rollover", "Replay Timer Timeout", "Advisory Non-Fatal",
+}
 
 
 def _norm_sev(sev: str, fatal: str | None) -> str:
@@ -327,6 +340,7 @@ class KernelLogParser:
         self._recv: KernelEvent | None = None  # "error message received from X": waits for its details
         self._multi: _Multi | None = None
         self._hw_sev: str | None = None  # APEI "[Hardware Error]: event severity: corrected"
+        self._last_reporter: tuple[str, int] | None = None  # (root port, lines it stays valid)
         self._last_xid_bus: str | None = None
         self._last_xid_countdown = 0
         self.nvidia_devices: set[str] = set()
@@ -366,8 +380,8 @@ class KernelLogParser:
             kw["detail"]["boot"] = self.boot
         ev = KernelEvent(kind=kind, line=line.strip()[:MAX_LINE_CHARS], time=p.time, uptime_s=p.uptime,
                          message=msg.strip()[:MAX_LINE_CHARS], origin=self.origin, lineno=lineno, **kw)
-        if p.time is None and p.time_text:
-            ev.detail["time_text"] = p.time_text
+        if p.time_text:
+            ev.detail["time_text"] = p.time_text  # syslog stamp without a year (any year in time is a guess)
         if p.host:
             ev.detail["host"] = p.host
         return ev
@@ -393,6 +407,8 @@ class KernelLogParser:
         line = raw.rstrip("\r\n")
         if self._last_xid_countdown > 0:
             self._last_xid_countdown -= 1
+        if self._last_reporter is not None:
+            self._last_reporter = (self._last_reporter[0], self._last_reporter[1] - 1)
 
         # Multi-line NVRM messages: continuation lines start with "NVRM: " and match nothing else.
         if self._multi is not None:
@@ -559,12 +575,13 @@ class KernelLogParser:
         if "GSP" in msg or "gsp" in msg or "heartbeat" in msg:
             m = _RE_GSP.search(msg)
             if m:
-                what = m.group("what")
-                low = what.lower()
-                kind = ("heartbeat" if "heartbeat" in low else "crash" if ("crash" in low or "halt" in low or
-                        "exception" in low) else "init" if ("init" in low or "bootstrap" in low or "firmware" in low)
-                        else "xid_report" if "logxid" in low or "gsp timeout" in low or "gsp error" in low
-                        else "rpc")
+                low = msg.lower()
+                kind = ("heartbeat" if "heartbeat" in low else
+                        "crash" if ("crash" in low or "halt" in low or "exception" in low) else
+                        "reset_required" if "needs to be reset" in low or "reset required" in low else
+                        "rpc_timeout" if ("gsp timeout" in low or ("timeout" in low and "rpc" in low)) else
+                        "init" if ("init" in low or "bootstrap" in low or "gsp firmware" in low) else
+                        "xid_report" if ("logxid" in low or "gsp error" in low) else "rpc")
                 d = {"gsp": kind}
                 mg = _RE_GPU_N.search(msg)
                 if mg:
@@ -652,13 +669,22 @@ class KernelLogParser:
         m = _RE_AER_RECV.search(msg)
         if m:
             self._flush_aer(out)
-            self._flush_recv(out)
             sev = _norm_sev(m.group("sev"), m.group("fatal"))
             src = m.group("src")
             src_bus = normalize_bus_id(src) if ":" in src else None
+            prev = self._recv
+            if (prev is not None and prev.detail.get("reporter") == normalize_bus_id(m.group("dev"))
+                    and (prev.pci_bus_id, prev.detail.get("source_id")) == (src_bus, None if src_bus else src)):
+                # "Multiple ... received" right after the single report of the same source: one record
+                self._recv = None
+                multiple = bool(m.group("multi")) or bool(prev.detail.get("multiple"))
+            else:
+                self._flush_recv(out)
+                multiple = bool(m.group("multi"))
+            self._last_reporter = (normalize_bus_id(m.group("dev")), 12)
             self._recv = self._ev("aer", line, msg, p, lineno, pci_bus_id=src_bus, detail={
                 "severity": sev, "reporter": normalize_bus_id(m.group("dev")), "device": src_bus,
-                "multiple": bool(m.group("multi")), "source_id": None if src_bus else src})
+                "multiple": multiple, "source_id": None if src_bus else src})
             return True
         m = _RE_AER_BUS.search(msg)
         if m:
@@ -679,6 +705,8 @@ class KernelLogParser:
                 if dev is None:
                     dev = recv.pci_bus_id
                     d["device"] = dev
+            elif self._last_reporter is not None and self._last_reporter[1] > 0:
+                d["reporter"] = self._last_reporter[0]  # same burst as the last "received" line
             else:
                 d["reporter"] = dev
             self._aer = _Aer(self._ev("aer", evline, evmsg, p, lineno, pci_bus_id=dev, detail=d), dev)
@@ -969,6 +997,13 @@ def _decode(b: bytes) -> str:
     return b.decode("utf-8", "replace").rstrip("\r")
 
 
+def _mtime(path: str) -> _dt.datetime | None:
+    try:
+        return _dt.datetime.fromtimestamp(os.stat(path).st_mtime)
+    except OSError:
+        return None
+
+
 def _year_hint(path: str) -> int | None:
     try:
         return _dt.datetime.fromtimestamp(os.stat(path).st_mtime).year
@@ -989,23 +1024,29 @@ def scan_path(path: str | os.PathLike[str]) -> list[KernelEvent]:
         for line in iter_candidate_lines(fh):
             out.extend(parser.feed(line))
     out.extend(parser.flush())
-    _fix_syslog_years(out)
+    _fix_syslog_years(out, _mtime(p))
     mark_previous_boots(out)
     return out
 
 
-def _fix_syslog_years(events: list[KernelEvent]) -> None:
-    """Syslog stamps carry no year; a log that crosses New Year gets the earlier year for old months."""
-    last_month = None
-    for ev in reversed(events):
-        if ev.time and "time_text" not in ev.detail and ev.detail.get("host") is None:
-            continue
-        if ev.time and len(ev.time) >= 7 and ev.detail.get("host") is not None:
-            mo = int(ev.time[5:7])
-            if last_month is not None and mo > last_month + 6:
+def _fix_syslog_years(events: list[KernelEvent], ref: _dt.datetime | None = None) -> None:
+    """Syslog stamps carry no year: none may lie after the file was last written (``ref``), and a log
+    that crosses New Year gets the earlier year for the old months."""
+    guessed = [ev for ev in events if ev.time and "time_text" in ev.detail]
+    if ref is not None:
+        limit = (ref + _dt.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%S")
+        for ev in guessed:
+            assert ev.time is not None
+            if ev.time[:19] > limit:
                 ev.time = f"{int(ev.time[:4]) - 1:04d}{ev.time[4:]}"
-                continue
-            last_month = mo
+    last_month = None
+    for ev in reversed(guessed):
+        assert ev.time is not None
+        mo = int(ev.time[5:7])
+        if last_month is not None and mo > last_month + 6:
+            ev.time = f"{int(ev.time[:4]) - 1:04d}{ev.time[4:]}"
+            continue
+        last_month = mo
 
 
 _RE_SNIFF = re.compile(
