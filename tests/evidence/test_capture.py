@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -103,8 +104,9 @@ def test_redaction_is_consistent_across_files(tmp_path: Path, which_all: None) -
     blob = "\n".join(files.values())
     assert SERIAL not in blob and UUID not in blob and "10.1.2.3" not in blob and "3c:fd:fe:aa:bb:cc" not in blob
     assert "fe80::1ff:fe23:4567:890a" not in blob
-    if len(HOST) >= 3 and HOST != "localhost":
-        assert HOST not in blob
+    if HOST != "localhost":
+        assert json.loads(files["snapshot.json"])["hostname"].startswith("host")
+        assert not re.search(rf"(?<![\w.-]){re.escape(HOST)}(?![\w-])", blob)
     snap_uuid = json.loads(files["snapshot.json"])["gpus"][0]["uuid"]
     assert snap_uuid.startswith("GPU-") and snap_uuid in files["raw/nvidia-smi-q.xml"]
     assert snap_uuid in files["raw/nvidia-smi-q.txt"]
@@ -123,6 +125,12 @@ def test_redactor_same_value_same_token() -> None:
     tok = a.split()[0]
     assert tok in b and "gpu-node-7" not in a + b and "10.0.0.5" not in a + b
     assert "19:32:16" in b and "0000:3b:00.0" in b
+
+
+def test_short_hostname_is_masked_as_a_word_only() -> None:
+    r = cap.Redactor(["vm"])
+    out = r.apply("vm kernel: kvm-clock ok on vm.")
+    assert out.startswith("host0001 kernel: kvm-clock") and out.endswith("on host0001.")
 
 
 def test_write_is_atomic_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -112,8 +112,9 @@ class Redactor:
         self.tokens: dict[tuple[str, str], str] = {}
         self.counts: dict[str, int] = {}
         self.serials: set[str] = set()
-        self.hostnames = sorted({h for h in (hostnames or []) if h and len(h) >= 3 and h != "localhost"},
-                                key=len, reverse=True)
+        # Hostnames are replaced as whole words only (never inside "kvm" for host "vm").
+        self.hostnames = sorted({h for h in (hostnames or []) if h and h.lower() not in ("localhost", "localhost.localdomain")
+                                 and not h.isdigit()}, key=len, reverse=True)
 
     def token(self, kind: str, value: str) -> str:
         key = (kind, value.lower())
@@ -250,15 +251,18 @@ def gather(opts: CollectOptions | None = None, runner: Runner | None = None,
 def render_files(bundle: Bundle, redact: bool, env: Mapping[str, str] | None = None) -> dict[str, bytes]:
     """The bundle's files, secrets always masked, identifiers masked when ``redact``."""
     secrets = secret_env_values(env)
-    snap_json = bundle.snapshot.to_json()
-    texts: dict[str, str] = {"snapshot.json": snap_json}
-    for r in bundle.raw:
-        texts[r.name] = r.text
+    snap_dict = bundle.snapshot.to_dict()
     redactor: Redactor | None = None
     if redact:
         hosts = [socket.gethostname(), socket.getfqdn(), bundle.snapshot.hostname or ""]
         hosts += [h.split(".")[0] for h in hosts if h]
         redactor = Redactor(hosts)
+        if snap_dict.get("hostname"):  # structured field: masked even if the text pass would miss it
+            snap_dict["hostname"] = redactor.token("host", str(snap_dict["hostname"]))
+    texts: dict[str, str] = {"snapshot.json": json.dumps(snap_dict, indent=1)}
+    for r in bundle.raw:
+        texts[r.name] = r.text
+    if redactor is not None:
         for name in sorted(texts):
             redactor.learn(texts[name])
         for g in bundle.snapshot.gpus:
