@@ -12,6 +12,7 @@ import shutil
 import socket
 import socketserver
 import ssl
+import struct
 import subprocess
 import threading
 import time
@@ -241,3 +242,103 @@ class ConnectProxy:
             pass
         finally:
             c.close()
+
+
+class FlakyTcpProxy:
+    """Forwards 127.0.0.1:port -> 127.0.0.1:target; connection i follows ``plan[i]`` (then "ok").
+
+    ``"ok"`` passes everything; an int N cuts both directions after N bytes came back from the
+    target (a transfer that breaks mid-stream, like a reset on a long-haul link).
+    """
+
+    def __init__(self, target_port: int, plan: list[str | int] | None = None) -> None:
+        self.target = target_port
+        self.plan = list(plan or [])
+        self.count = 0
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> FlakyTcpProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        self.sock.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                mode = self.plan[self.count] if self.count < len(self.plan) else "ok"
+                self.count += 1
+            threading.Thread(target=self._handle, args=(c, mode), daemon=True).start()
+
+    def _handle(self, c: socket.socket, mode: str | int) -> None:
+        try:
+            up = socket.create_connection(("127.0.0.1", self.target), timeout=10)
+        except OSError:
+            c.close()
+            return
+        limit = None if mode == "ok" else int(mode)
+        done = threading.Event()
+
+        def close_all() -> None:
+            """Reset both sides: linger 0 makes close() send RST; SHUT_RD wakes the other thread's recv."""
+            done.set()
+            for s in (c, up):
+                try:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    s.shutdown(socket.SHUT_RD)
+                except OSError:
+                    pass
+            for s in (c, up):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+        def down() -> None:  # target -> client, counted
+            sent = 0
+            try:
+                while not done.is_set():
+                    d = up.recv(65536)
+                    if not d:
+                        break
+                    if limit is not None and sent + len(d) >= limit:
+                        c.sendall(d[: max(0, limit - sent)])
+                        close_all()
+                        return
+                    c.sendall(d)
+                    sent += len(d)
+                c.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+        def upstream() -> None:
+            try:
+                while not done.is_set():
+                    d = c.recv(65536)
+                    if not d:
+                        break
+                    up.sendall(d)
+                up.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+        t = threading.Thread(target=down, daemon=True)
+        t.start()
+        upstream()
+        t.join(30)
+        if not done.is_set():
+            for s in (c, up):
+                try:
+                    s.close()
+                except OSError:
+                    pass
