@@ -220,3 +220,21 @@ def test_error_lines_and_classes() -> None:
     assert classify("fatal: repository 'https://github.com/a/b/' not found") == "permanent"
     assert classify("fatal: Authentication failed for 'https://github.com/a/b/'") == "permanent"
     assert classify("fatal: unable to access 'https://github.com/a/': Could not resolve host: github.com") == "unreachable"
+
+
+def test_cli_end_to_end_one_line_error_and_success(served: dict[str, int]) -> None:
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gpuclinic", "get", "git", *args], capture_output=True,
+                              text=True, timeout=120)
+
+    bad = run(f"git://127.0.0.1:{served['origin']}/missing.git", "nope", "--retries", "1")
+    assert bad.returncode == 3
+    assert bad.stderr.strip().splitlines()[-1].startswith("gpuclinic: error: git clone failed")
+    assert "Traceback" not in bad.stderr
+    dead = free_port()
+    ok = run(f"git://127.0.0.1:{dead}/repo.git", "cli", "--mirror", f"git://127.0.0.1:{served['mirror']}/")
+    assert ok.returncode == 0, ok.stderr
+    assert "via mirror" in ok.stderr and "insteadOf" in ok.stderr
+    assert (Path("cli") / "readme2.txt").read_text() == "commit 2\n"

@@ -141,3 +141,8 @@ def hf_cmd(
             click.echo(line)
     elif not quiet:
         click.echo(str(summary.snapshot_dir))
+
+
+from gpuclinic.cli.get_git import git_cmd  # noqa: E402  (get git: network area, cli/get_git.py)
+
+get.add_command(git_cmd)
