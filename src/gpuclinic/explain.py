@@ -96,9 +96,8 @@ def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = Non
     skipped: list[Skipped] = []
     if snap.gpus or snap.kernel_events or (snap.software and snap.software.nvidia_smi_errors):
         try:
-            fs, sk = run_checks(snap)
+            fs, _sk = run_checks(snap)  # checks that lack facts in a paste are not news: their skips are dropped
             findings += [f for f in fs if f.code not in ("gpu.none_detected",)]
-            skipped += [s for s in sk if s.why not in _QUIET]
         except Exception as e:  # the evidence checks are a bonus; signatures still answer
             notes.append(f"evidence checks failed: {type(e).__name__}: {e}")
     have = {f.code for f in findings}
@@ -131,7 +130,6 @@ _COVERED_BY = {
     "xid.generic": "xid.",
     "xid.fallen_off_bus": "xid.",
 }
-_QUIET = {"no GPUs read", "no software facts", "no host facts", "no container facts"}
 
 
 def _evidence(text: str, origin: str) -> tuple[Snapshot, list[str]]:

@@ -150,3 +150,21 @@ def test_mixed_real_texts_keep_their_matches(names: list[str], noise: str) -> No
         assert EXPECTED[n][0] in got or any(
             EXPECTED[n][0] in s.supersedes for s in signatures() if s.id in got
         )
+
+
+def test_sm_not_compatible_names_the_wheel_to_install() -> None:
+    m = primary((ERRORS / "sm120_not_compatible_xorbits_3603.txt").read_text())
+    assert m is not None and m.data["compute_capability"] == "12.0"
+    assert m.data["gpu_name"] == "NVIDIA GeForce RTX 5090"
+    assert any("--index-url https://download.pytorch.org/whl/cu128" in h and "570.26" in h for h in m.hints)
+
+
+def test_oom_killer_names_the_victim() -> None:
+    m = primary((ERRORS / "oom_killer_tranx_41.txt").read_text())
+    assert m is not None and m.category == "host_oom"
+    assert m.data["pid"] == 25315 and m.data["process"] == "python3"
+
+
+def test_802_through_torch_warning_is_fabric_manager() -> None:
+    m = primary((ERRORS / "system_not_ready_dstack_2348.txt").read_text())
+    assert m is not None and m.id == "cuda.system_not_ready" and "fabricmanager" in m.fix

@@ -289,23 +289,6 @@ def too_old(snap: Snapshot) -> Iterator[Finding]:
         )
 
 
-def _first_supporting_torch(cc: str, driver: str | None) -> tuple[str, str] | None:
-    """(torch minor, variant) of the oldest official wheel covering ``cc`` that the driver can run."""
-    table = load_data("torch_wheels.json")["arch_lists"]
-    best: tuple[tuple[int, ...], str, str] | None = None
-    for e in table:
-        al = compat.ArchList.parse(e["arch_list"])
-        if compat.can_run(al, cc).via != "sass":
-            continue
-        if driver and not compat.driver_supports_cuda(driver, e["variant"]).ok:
-            continue
-        for minor in e["torch"]:
-            v = compat.parse_version(minor) or (0,)
-            if best is None or v < best[0]:
-                best = (v, minor, e["variant"])
-    return (best[1], best[2]) if best else None
-
-
 @check("cuda.arch_not_supported", codes=["cuda.arch_not_supported", "cuda.toolkit_arch_unsupported"],
        what="framework architectures vs GPU compute capability")
 def arch_support(snap: Snapshot) -> Iterator[Finding]:
@@ -375,7 +358,7 @@ def _arch_fix(torch: Framework, cc: str, driver: str | None) -> str:
     sug = compat.suggest_torch_variant(tb.version, driver, cc) if tb else None
     if sug and sug.via == "sass":
         return f"install the {sug.variant} build of the same release: `{sug.command}`"
-    first = _first_supporting_torch(cc, driver)
+    first = compat.first_torch_for(cc, driver)
     if first:
         minor, var = first
         return (f"no {tb.variant if tb else ''} wheel of torch {tb.minor if tb else torch.version} covers sm_{cc.replace('.', '')}; "

@@ -416,3 +416,18 @@ def suggest_torch_variant(torch_version: str, driver: str | None, cc: str | None
         return None
     cands.sort(key=lambda t: t[0], reverse=True)
     return cands[0][1]
+
+
+def first_torch_for(cc: str, driver: str | None = None) -> tuple[str, str] | None:
+    """(torch minor, variant) of the oldest official wheel with native code for ``cc`` that ``driver`` can run."""
+    best: tuple[Version, str, str] | None = None
+    for e in _torch_table()["arch_lists"]:
+        if can_run(ArchList.parse(e["arch_list"]), cc).via != "sass":
+            continue
+        if driver and not driver_supports_cuda(driver, e["variant"]).ok:
+            continue
+        for minor in e["torch"]:
+            v = parse_version(minor) or (0,)
+            if best is None or v < best[0]:
+                best = (v, minor, e["variant"])
+    return (best[1], best[2]) if best else None

@@ -117,8 +117,12 @@ def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
             matched_line=line[:MAX_LINE], severity=sig.severity, code=sig.code,
             line_no=bisect.bisect_left(newlines, first.start()) + 1, count=max(1, len(lines)),
         )
-        if sig.extract:
-            _EXTRACTORS[sig.extract](text, first, sm)
+        ext = _EXTRACTORS.get(sig.extract or "")
+        if ext is not None:
+            try:
+                ext(text, first, sm)
+            except Exception:  # a hint is a bonus; the match stands without it
+                pass
         found.append((first.start(), sm))
     hidden: set[str] = set()
     by_id = {s.id: s for s in signatures()}
@@ -357,7 +361,51 @@ def _extract_xid(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
             sm.hints.append(f"XID {sm.data['xid']}: {name}")
 
 
+_SM = re.compile(r"(?:^|\n)\s*(?:[\w.]+Warning:\s*)?(.*?) with CUDA capability sm_(\d+) is not compatible")
+_SM_LIST = re.compile(r"supports CUDA capabilities ((?:(?:sm|compute)_\d+\s*)+)")
+
+
+def _extract_sm_compat(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+    from gpuclinic.knowledge import compat
+
+    mm = _SM.search(text, max(0, m.start() - 300))
+    if not mm:
+        return
+    name, digits = mm.group(1).strip(), mm.group(2)
+    cc = f"{digits[:-1]}.{digits[-1]}"
+    sm.data.update({"gpu_name": name, "compute_capability": cc})
+    lst = _SM_LIST.search(text, mm.end())
+    if lst:
+        arch = lst.group(1).split()
+        sm.data["arch_list"] = arch
+        verdict = compat.can_run(compat.ArchList.parse(arch), cc)
+        if verdict.via == "ptx":
+            sm.hints.append(f"{name} (sm_{digits}) is served only through PTX JIT: {verdict.detail}")
+    first = compat.first_torch_for(cc)
+    if first:
+        minor, var = first
+        sm.hints.append(
+            f"{name} is sm_{digits} (compute capability {cc}); official wheels support it from torch {minor} with "
+            f"{var}: `pip install 'torch>={minor}' --index-url https://download.pytorch.org/whl/{var}` "
+            f"(needs driver >= {compat.min_driver(var)})"
+        )
+
+
+_KILLED = re.compile(r"Killed process (\d+) \(([^)]*)\)[^\n]*?anon-rss:\s*([\d,]+)\s*kB")
+
+
+def _extract_oom_killer(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+    mm = _KILLED.search(text, max(0, m.start() - 10))
+    if not mm:
+        return
+    rss = int(mm.group(3).replace(",", "")) * 1024
+    sm.data.update({"pid": int(mm.group(1)), "process": mm.group(2), "anon_rss_bytes": rss})
+    sm.hints.append(f"the kernel killed pid {mm.group(1)} ({mm.group(2)}) holding {human(rss)} of RAM")
+
+
 _EXTRACTORS = {
+    "sm_compat": _extract_sm_compat,
+    "oom_killer": _extract_oom_killer,
     "oom": _extract_oom,
     "nccl_timeout": _extract_nccl_timeout,
     "torch_driver": _extract_torch_driver,
