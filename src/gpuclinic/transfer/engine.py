@@ -192,6 +192,7 @@ class _Job:
         self.started = time.monotonic()
         self.finished = 0.0
         self.hash_lock = threading.Lock()
+        self.file_lock = threading.Lock()  # orders state-file writes against rename/discard
         self.hashed_pieces = 0
         self.sha = hashlib.sha256()
         self.gsha: Any = None
@@ -780,10 +781,11 @@ class Engine:
         os.fsync(job.fd)
         os.close(job.fd)
         job.fd = None
-        os.replace(job.part, job.spec.dest)
-        _fsync_dir(job.spec.dest.parent)
-        with contextlib.suppress(FileNotFoundError):
-            job.state_path.unlink()
+        with job.file_lock:
+            os.replace(job.part, job.spec.dest)
+            _fsync_dir(job.spec.dest.parent)
+            with contextlib.suppress(FileNotFoundError):
+                job.state_path.unlink()
         self._release_lock(job)
         job.sha256_hex = digest
         with self.cv:
@@ -849,9 +851,10 @@ class Engine:
             with contextlib.suppress(OSError):
                 os.close(job.fd)
             job.fd = None
-        for p in (job.part, job.state_path):
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
+        with job.file_lock:
+            for p in (job.part, job.state_path):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
 
     # ------------------------------------------------------------------ resume state
     def _load_state(self, job: _Job) -> None:
@@ -926,15 +929,16 @@ class Engine:
             job.dirty = False
             job.saved_bytes = job.bytes_done
             job.last_save = time.monotonic()
-        if not job.part.exists():
-            return
-        tmp = job.state_path.with_name(job.state_path.name + f".{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(doc))
-            os.replace(tmp, job.state_path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        with job.file_lock:
+            if not job.part.exists():
+                return
+            tmp = job.state_path.with_name(job.state_path.name + f".{os.getpid()}.tmp")
+            try:
+                tmp.write_text(json.dumps(doc))
+                os.replace(tmp, job.state_path)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
 
     def _save_all(self, *, force: bool = False) -> None:
         for j in self.jobs:
