@@ -146,7 +146,7 @@ def test_resume_from_state_file_refetches_little(tmp_path: Path) -> None:
         eng.stop.set()  # like Ctrl-C: state saved on the way out
         th.join(10)
         state = json.loads((tmp_path / "f.bin.gpuclinic-state").read_text())
-        assert state["size"] == len(data) and state["piece"] == MiB
+        assert state["size"] == len(data) and state["piece"] == 256 * 1024
         first = s.served("f.bin")
         res = Engine(EngineOptions(connections=4)).run([FileSpec(dest, [url], sha256=sha)])[0]
         assert res.status == "ok" and res.reused > 0

@@ -93,7 +93,7 @@ class EngineOptions:
     connections: int | None = None  # fixed count; None = adaptive
     initial_connections: int = 16
     max_connections: int = 64
-    piece_size: int = MiB
+    piece_size: int = 256 * 1024  # resume/steal granularity; grows for huge files (<= 32768 pieces)
     stall_timeout: float = 20.0  # no byte for this long => reconnect
     connect_timeout: float = 15.0
     max_retries: int = 12  # consecutive failures without progress before a source is given up
@@ -369,6 +369,16 @@ class Engine:
         for j in self.jobs:
             if j.state == "new":
                 j.state = "opening"
+                if j.size is not None and j.size > 2 * j.piece:
+                    # size known (Hub metadata): no probe, every connection can start at once
+                    try:
+                        self._open(j, j.size, None, ranges=True, seg=None)
+                    except (GpuclinicError, _SourceFatal, OSError) as e:
+                        self._fail(j, f"{j.label}: {e}")
+                        continue
+                    if all(j.done):
+                        return _Segment(j, j.size, j.size)
+                    continue
                 start, end = self._opening_range(j)
                 return _Segment(j, start, end)
         # 2) an unassigned run of pieces in an open file
@@ -624,7 +634,7 @@ class Engine:
             elif job.size is not None and total >= 0 and total != job.size:
                 raise _SourceFatal(f"size {total} differs from {job.size}")
 
-    def _open(self, job: _Job, total: int | None, etag: str | None, *, ranges: bool, seg: _Segment) -> None:
+    def _open(self, job: _Job, total: int | None, etag: str | None, *, ranges: bool, seg: _Segment | None) -> None:
         """First response headers of a file arrived: size it, load resume state, plan pieces."""
         if job.size is not None and total is not None and total != job.size:
             raise _SourceFatal(f"server reports {total} bytes, expected {job.size}")
@@ -636,8 +646,9 @@ class Engine:
         self._take_lock(job)
         _check_free(job.spec.dest.parent, max(0, (job.size or 0)), self.opts.min_free_reserve, job.part)
         size = job.size or 0
-        if size > 8192 * MiB:
-            job.piece = -(-size // 8192 // MiB) * MiB
+        if size > 32768 * job.piece:
+            unit = 256 * 1024
+            job.piece = -(-size // 32768 // unit) * unit
         n = job.npieces
         job.done = bytearray(n)
         job.assigned = bytearray(n)
@@ -653,7 +664,11 @@ class Engine:
         job.saved_bytes = job.bytes_done
         if size == 0:
             job.done[0] = 1
-        if not ranges:
+        if seg is None:
+            for i in range(n):
+                if job.done[i]:
+                    job.assigned[i] = 1
+        elif not ranges:
             # one stream for the whole file, no resume possible
             job.done[:] = bytearray(n)
             job.assigned[:] = b"\x01" * n
@@ -685,7 +700,7 @@ class Engine:
         job.state = "open"
         self.cv.notify_all()
         self._emit("open", job)
-        if size == 0 or all(job.done):
+        if seg is not None and (size == 0 or all(job.done)):
             seg.end = seg.pos
 
     def _stream(self, seg: _Segment, idx: int, r: httpx.Response) -> None:
@@ -968,10 +983,10 @@ class Engine:
             now = time.monotonic()
             marks.append((now, self.total_bytes))
             marks = [m for m in marks if now - m[0] <= 3.0]
-            if now < self.freeze_until or now < plateau_until or now - last_change < 0.9:
+            if now < self.freeze_until or now < plateau_until or now - last_change < 0.6:
                 continue
-            win = [m for m in marks if m[0] >= last_change + 0.3]
-            if len(win) < 2 or win[-1][0] - win[0][0] < 0.4:
+            win = [m for m in marks if m[0] >= last_change + 0.25]
+            if len(win) < 2 or win[-1][0] - win[0][0] < 0.3:
                 continue
             rate = (win[-1][1] - win[0][1]) / (win[-1][0] - win[0][0])
             with self.cv:

@@ -66,6 +66,8 @@ class RepoSpec:
     lfs: set[str]
     gated: bool = False
     private: bool = False
+    sha256: dict[str, str] = field(default_factory=dict)  # path -> digest, computed once
+    gitsha: dict[str, str] = field(default_factory=dict)
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -86,6 +88,8 @@ class _Stats:
         self.drops = 0
         self.stalls = 0
         self.total_body = 0
+        self.first_byte = 0.0  # wall clock of the first and last body byte (link utilisation)
+        self.last_byte = 0.0
         self.auth_headers: list[str] = []
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,6 +102,8 @@ class _Stats:
             "drops": self.drops,
             "stalls": self.stalls,
             "total_body": self.total_body,
+            "first_byte": self.first_byte,
+            "last_byte": self.last_byte,
         }
 
 
@@ -155,8 +161,11 @@ class WanSim:
         lfs = {p for p, d in files.items() if len(d) >= lfs_min_size}
         spec = RepoSpec(repo_id, repo_type, dict(files), commit, refs or {"main": commit}, lfs, gated, private)
         self.repos[(repo_type, repo_id)] = spec
+        for p, d in files.items():
+            spec.sha256[p] = hashlib.sha256(d).hexdigest()
+            spec.gitsha[p] = git_blob_sha1(d)
         for p in lfs:
-            self._blobs[hashlib.sha256(files[p]).hexdigest()] = files[p]
+            self._blobs[spec.sha256[p]] = files[p]
         return spec
 
     @property
@@ -344,6 +353,9 @@ class WanSim:
                     self.stats.stalls += 1
                     await asyncio.sleep(k.stall_seconds)
                 writer.write(chunk)
+                self.stats.last_byte = time.time()
+                if not self.stats.first_byte:
+                    self.stats.first_byte = self.stats.last_byte
                 self.stats.bytes_served[account] += n
                 self.stats.total_body += n
                 pos += n
@@ -393,6 +405,10 @@ class WanSim:
             return
         if path == "/_sim/stats":
             await self._json(writer, 200, self.stats.to_dict())
+            return
+        if path == "/_sim/reset" and method == "POST":
+            self.stats = _Stats()
+            await self._json(writer, 200, {})
             return
         if path == "/_sim/knobs" and method == "POST":
             for key, val in json.loads(body or b"{}").items():
@@ -503,9 +519,9 @@ class WanSim:
 
     def _entry(self, spec: RepoSpec, p: str) -> dict[str, Any]:
         data = spec.files[p]
-        e: dict[str, Any] = {"rfilename": p, "size": len(data), "blobId": git_blob_sha1(data)}
+        e: dict[str, Any] = {"rfilename": p, "size": len(data), "blobId": spec.gitsha[p]}
         if p in spec.lfs:
-            e["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            e["lfs"] = {"sha256": spec.sha256[p], "size": len(data), "pointerSize": 134}
         return e
 
     async def _api(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
@@ -586,14 +602,14 @@ class WanSim:
             return
         common = {"X-Repo-Commit": commit, "X-Linked-Size": str(len(data))}
         if fpath in spec.lfs:
-            sha = hashlib.sha256(data).hexdigest()
+            sha = spec.sha256[fpath]
             expires = int(time.time() + self.knobs.cdn_ttl)
             sig = hmac.new(self._secret, f"{sha}:{expires}".encode(), "sha256").hexdigest()[:32]
             loc = f"{self.cdn_url}/cdn/{sha}?Expires={expires}&Signature={sig}"
             h = {**common, "X-Linked-Etag": f'"{sha}"', "ETag": f'"{sha}"', "Location": loc}
             await self._send(writer, 302, h, b"", head_only=True, content_length=0)
             return
-        etag = git_blob_sha1(data)
+        etag = spec.gitsha[fpath]
         await self._serve_bytes(method, headers, writer, conn, data, etag, f"{rid}/{fpath}", common)
 
     async def _cdn(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], writer: asyncio.StreamWriter, conn: dict[str, Any]) -> None:
