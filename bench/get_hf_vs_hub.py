@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _wan import GPUCLINIC, SimProcess, sha256, timed  # noqa: E402
+from _wan import GPUCLINIC, SimProcess, sha256, timed
 
 MiB = 1024 * 1024
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _wan import GPUCLINIC, SimProcess, sha256, timed  # noqa: E402
+from _wan import GPUCLINIC, SimProcess, sha256, timed
 
 CURL_SECONDS = 15.0
 MiB = 1024 * 1024
