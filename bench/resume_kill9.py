@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _wan import GPUCLINIC, SimProcess, sha256, timed  # noqa: E402
+from _wan import GPUCLINIC, SimProcess, sha256, timed
 
 MiB = 1024 * 1024
 
