@@ -194,7 +194,9 @@ def test_pid_namespace_and_mixed_models() -> None:
     snap = Snapshot(gpus=[g0, g1], container=c)
     fs, _ = run(snap)
     pn = next(f for f in fs if f.code == "container.pid_namespace")
-    assert pn.severity == Severity.WARNING and "20.00 GiB" in " ".join(pn.evidence)
+    assert pn.severity == Severity.INFO and "20.00 GiB" in " ".join(pn.evidence)
+    snap.container = ContainerFacts(in_container=False, hidden_gpu_pids=[999999])
+    assert "container.pid_namespace" not in codes(run(snap)[0])
     assert "container.cuda_device_order" in codes(fs) and "container.gpu_sharing" in codes(fs)
 
 

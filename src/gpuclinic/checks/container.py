@@ -157,8 +157,8 @@ def pid_namespace(snap: Snapshot) -> Iterator[Finding]:
     c = _c(snap)
     if not snap.gpus:
         raise CheckSkipped("no GPUs read")
-    if not c.hidden_gpu_pids:
-        return
+    if not c.hidden_gpu_pids or not c.in_container:
+        return  # on a host a pid missing from /proc only means the process just exited
     hidden = set(c.hidden_gpu_pids)
     used = 0
     per_gpu: dict[int, int] = {}
@@ -167,15 +167,15 @@ def pid_namespace(snap: Snapshot) -> Iterator[Finding]:
             if p.pid in hidden:
                 used += p.used_memory_bytes or 0
                 per_gpu[g.index] = per_gpu.get(g.index, 0) + 1
-    big = used >= 1 << 30
     yield Finding(
-        code="container.pid_namespace", severity=Severity.WARNING if big else Severity.INFO, family=Family.SOFTWARE,
-        title=f"{len(hidden)} GPU process(es) belong to other containers or the host",
-        evidence=[f"NVML lists pids {', '.join(map(str, sorted(hidden)[:10]))} which this PID namespace cannot see",
-                  *(f"GPU {i}: {k} foreign process(es)" for i, k in sorted(per_gpu.items())),
+        code="container.pid_namespace", severity=Severity.INFO, family=Family.SOFTWARE,
+        title=f"{len(hidden)} GPU process(es) are not visible in this container's PID namespace",
+        evidence=[f"NVML lists pids {', '.join(map(str, sorted(hidden)[:10]))} which are not in this container's /proc",
+                  *(f"GPU {i}: {k} such process(es)" for i, k in sorted(per_gpu.items())),
                   f"they hold {_gib(used)} of GPU memory" if used else "memory use unknown"],
-        remedy=("The GPU is shared (another container, time-slicing, or host processes): expect less memory and "
-                "throughput; ask for an exclusive GPU or check `nvidia-smi` on the host. You cannot kill these from here."),
+        remedy=("NVML reports host PIDs: nvidia-smi here cannot name or kill them, and if they are not this container's "
+                "own workers the GPU is shared with another container or the host (less memory and throughput). "
+                "Check `nvidia-smi` on the host; ask for an exclusive GPU if it is shared."),
         data={"pids": sorted(hidden), "bytes": used},
     )
 

@@ -176,7 +176,7 @@ def dataloader(snap: Snapshot) -> Iterator[Finding]:
     if h.gpu_util_pct is None or not snap.gpus:
         raise CheckSkipped("GPU utilisation not sampled")
     busy = h.cpu_pct.get("user", 0.0) + h.cpu_pct.get("system", 0.0)
-    has_work = any(g.processes for g in snap.gpus)
+    has_work = any(g.processes for g in snap.gpus) or h.gpu_util_pct > 0  # in containers NVML may list no processes
     if h.gpu_util_pct >= STARVED_GPU_UTIL or busy < STARVED_CPU_BUSY or not has_work:
         return
     yield Finding(
