@@ -89,9 +89,61 @@ def live_facts() -> Snapshot | None:
         return None
 
 
+def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
+    """Facts the paste itself carries: ``python -m torch.utils.collect_env`` output, an nvidia-smi header.
+
+    Issue reports usually include them; they describe the affected machine better than the machine
+    ``explain`` happens to run on.
+    """
+    import re
+
+    from gpuclinic.facts.gpu import GpuFacts
+    from gpuclinic.facts.software import Framework
+
+    driver = None
+    m = re.search(r"^Nvidia driver version:\s*(\d+\.\d+(?:\.\d+)?)\s*$", text, re.M) or \
+        re.search(r"Driver Version:\s*(\d+\.\d+(?:\.\d+)?)", text)
+    if m:
+        driver = m.group(1)
+    elif snap is not None and snap.driver_version:
+        driver = snap.driver_version
+    torch_v = cuda = None
+    m = re.search(r"^PyTorch version:\s*(\d+\.\d+\S*)\s*$", text, re.M) or \
+        re.search(r"^\[(?:pip3?|conda)\]\s+torch==(\d+\.\d+\S*)\s*$", text, re.M)
+    if m:
+        torch_v = m.group(1)
+        mc = re.search(r"^CUDA used to build PyTorch:\s*(\d+\.\d+)\s*$", text, re.M)
+        cuda = mc.group(1) if mc else None
+    gpus: list[GpuFacts] = list(snap.gpus) if snap is not None and snap.gpus else []
+    if not gpus:
+        block = re.search(r"^GPU models and configuration:(.*(?:\n\s*GPU \d+:.*)*)", text, re.M)
+        if block:
+            for gm in re.finditer(r"GPU (\d+):\s*([^\n(]+?)\s*(?:\(UUID[^)]*\))?\s*$", block.group(1), re.M):
+                name = gm.group(2).strip()
+                gpus.append(GpuFacts(index=int(gm.group(1)), name=name, compute_capability=compat.compute_capability_for(name)))
+    if not (driver or torch_v or gpus):
+        return None
+    out = Snapshot(origin="evidence", driver_version=driver, gpus=gpus, software=SoftwareFacts(proc_driver_version=driver))
+    if torch_v:
+        fw = Framework(name="torch", version=torch_v, cuda=cuda)
+        tb = compat.parse_torch_version(torch_v, cuda)
+        if tb is not None:
+            fw.cuda = fw.cuda or compat.cuda_version_of(tb.variant)
+            al = compat.torch_arch_list(tb.version, tb.variant) if tb.variant else None
+            if al is not None:
+                fw.arch_list, fw.arch_list_source = al.names(), "table"
+        assert out.software is not None
+        out.software.frameworks.append(fw)
+    return out
+
+
 def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = None, *, truncated: bool = False) -> Report:
-    """Diagnose a pasted text; ``live`` (this machine's facts) makes the fixes concrete."""
+    """Diagnose a pasted text; facts in the paste, else ``live`` (this machine's facts), make the fixes concrete."""
     snap, notes = _evidence(text, origin)
+    pasted = pasted_facts(text, snap)
+    if pasted is not None:
+        live = pasted
+        notes.append("fixes use the facts in the pasted text: " + _live_summary(pasted))
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     if snap.gpus or snap.kernel_events or (snap.software and snap.software.nvidia_smi_errors):
@@ -109,7 +161,7 @@ def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = Non
     if truncated:
         notes.append(f"input cut at {MAX_INPUT // (1 << 20)} MiB")
     snap.notes += notes
-    if live is not None:
+    if live is not None and pasted is None:
         snap.notes.append("fixes use this machine's facts: " + _live_summary(live))
     if not findings:
         lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
@@ -215,16 +267,29 @@ def _torch(live: Snapshot) -> tuple[str | None, compat.TorchBuild | None, str | 
     return t.version, compat.parse_torch_version(t.version, t.cuda), t.cuda
 
 
+def _who(live: Snapshot) -> str:
+    return "this machine" if live.origin == "live" else "the pasted report"
+
+
 def _driver_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
     driver = live.driver_version or (live.software.proc_driver_version if live.software else None)
     version, tb, cuda = _torch(live)
     if not driver:
-        return None
-    ev = [f"this machine: driver {driver} (supports CUDA <= {compat.driver_max_cuda(driver) or '?'})"]
+        if not (version and tb and cuda):
+            return None
+        fam = compat.family_min_driver((compat.parse_version(cuda) or (0,))[0])
+        old = compat.suggest_torch_variant(tb.version, "450.80.02")
+        alt = f"; on an older driver use the {old.variant} build (`{old.command}`)" if old and old.variant != tb.variant else ""
+        return (f"torch {version} (CUDA {cuda}) needs driver >= {fam} (>= {compat.min_driver(cuda)} for full "
+                f"compatibility): compare with `nvidia-smi`{alt}", [f"{_who(live)}: torch {version} built for CUDA {cuda}"])
+    ev = [f"{_who(live)}: driver {driver} (supports CUDA <= {compat.driver_max_cuda(driver) or '?'})"]
     if not (version and tb and cuda):
-        return (f"driver {driver} supports CUDA <= {compat.driver_max_cuda(driver) or '?'}: install framework builds for that "
-                "CUDA or upgrade the driver", ev)
-    ev.append(f"this machine: torch {version} built for CUDA {cuda}")
+        cc0 = next((g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus), None)
+        newest = compat.newest_torch_for_driver(driver, cc0)
+        pick = (f"; the newest PyTorch it can run is {newest[0]} with {newest[1]}: `pip install 'torch=={newest[0]}.*' "
+                f"--index-url https://download.pytorch.org/whl/{newest[1]}`") if newest else ""
+        return (f"driver {driver} supports CUDA <= {compat.driver_max_cuda(driver) or '?'}{pick}; or upgrade the driver", ev)
+    ev.append(f"{_who(live)}: torch {version} built for CUDA {cuda}")
     dc = compat.driver_supports_cuda(driver, cuda)
     cc = next((g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus), None)
     need = dc.min_driver_family or dc.min_driver_full
@@ -247,7 +312,7 @@ def _arch_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | Non
         return None
     driver = live.driver_version
     al = compat.ArchList.parse(t.arch_list) if t.arch_list else compat.torch_arch_list(tb.version, tb.variant)
-    out_ev: list[str] = [f"this machine: torch {version}, arch list {', '.join(al.names()) if al else 'unknown'}"]
+    out_ev: list[str] = [f"{_who(live)}: torch {version}, arch list {', '.join(al.names()) if al else 'unknown'}"]
     for g in live.gpus:
         cc = g.compute_capability or compat.compute_capability_for(g.name)
         if not cc or al is None:
@@ -278,7 +343,7 @@ def _oom_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None
     tot = sum(p.used_memory_bytes or 0 for p in others)
     lst = ", ".join(f"{p.pid} ({p.name or '?'}, {(p.used_memory_bytes or 0) / (1 << 30):.1f} GiB)" for p in others[:5])
     return (f"GPU {idx} is in use by {len(others)} process(es) holding {tot / (1 << 30):.1f} GiB now: {lst} - stop them "
-            f"or run on another GPU (CUDA_VISIBLE_DEVICES)", [f"this machine: GPU {idx} processes: {lst}"])
+            f"or run on another GPU (CUDA_VISIBLE_DEVICES)", [f"{_who(live)}: GPU {idx} processes: {lst}"])
 
 
 def _shm_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
@@ -291,7 +356,7 @@ def _shm_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None
     where = "Kubernetes: mount an emptyDir with medium: Memory at /dev/shm" if c.kubernetes else \
         "restart the container with `--ipc=host` or `--shm-size=16g`" if c.in_container else \
         "`sudo mount -o remount,size=16G /dev/shm`"
-    return f"/dev/shm here is only {size}: {where}", [f"this machine: /dev/shm {size}"]
+    return f"/dev/shm here is only {size}: {where}", [f"{_who(live)}: /dev/shm {size}"]
 
 
 def _nvml_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
@@ -301,7 +366,7 @@ def _nvml_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | Non
     libs = ", ".join(sw.user_lib_versions) or "?"
     if sw.user_lib_versions and sw.proc_driver_version not in sw.user_lib_versions:
         return (f"kernel module {sw.proc_driver_version} is loaded but the libraries are {libs}: reboot (or reload the "
-                "nvidia modules) to load the new module", [f"this machine: module {sw.proc_driver_version}, libnvidia-ml {libs}"])
+                "nvidia modules) to load the new module", [f"{_who(live)}: module {sw.proc_driver_version}, libnvidia-ml {libs}"])
     return None
 
 
@@ -311,7 +376,7 @@ def _nofile_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | N
         return None
     return (f"the open-files limit here is {h.nofile_soft} (hard {h.nofile_hard or 'unlimited'}): `ulimit -n "
             f"{h.nofile_hard or 1048576}` before starting, or set_sharing_strategy('file_system')",
-            [f"this machine: ulimit -n = {h.nofile_soft}"])
+            [f"{_who(live)}: ulimit -n = {h.nofile_soft}"])
 
 
 def _fm_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
@@ -320,9 +385,9 @@ def _fm_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
         return None
     if sw.fabricmanager_running:
         return ("nv-fabricmanager is running: check its version equals the driver's and /var/log/fabricmanager.log",
-                ["this machine: nv-fabricmanager running"])
+                [f"{_who(live)}: nv-fabricmanager running"])
     return ("nv-fabricmanager is not running here: `sudo systemctl enable --now nvidia-fabricmanager` (install the package "
-            f"of driver version {live.driver_version or '?'} if missing)", ["this machine: nv-fabricmanager not running"])
+            f"of driver version {live.driver_version or '?'} if missing)", [f"{_who(live)}: nv-fabricmanager not running"])
 
 
 _COMBINE: dict[str, Callable[[SignatureMatch, Snapshot], tuple[str, list[str]] | None]] = {

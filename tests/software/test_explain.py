@@ -157,3 +157,25 @@ def test_real_texts_with_noise_never_break(names: list[str], noise: bytes) -> No
     lv = live("470.82.01", "2.4.1+cu121", "12.1", [GpuFacts(index=0, name="NVIDIA A10G", compute_capability="8.6")])
     r = explain_text(decode(data), "<fuzz>", lv)
     assert r.findings and r.findings[0].code != "explain.no_match" and r.exit_code in (1, 2)
+
+
+PASTES = Path(__file__).resolve().parents[1] / "fixtures" / "software" / "pastes"
+
+
+def test_facts_in_the_paste_beat_this_machine() -> None:
+    text = (PASTES / "fooocus_1313_error_and_smi.txt").read_text()
+    here = live("580.65.06", "2.9.0+cu130", "13.0", [])
+    f = explain_text(text, "x", here).findings[0]
+    assert f.code == "error.torch.driver_too_old"
+    assert "driver 470.86 supports CUDA <= 11.4" in f.remedy
+    assert "`pip install 'torch==2.7.*' --index-url https://download.pytorch.org/whl/cu118`" in f.remedy
+    assert any(e.startswith("the pasted report: driver 470.86") for e in f.evidence)
+
+
+def test_collect_env_paste_with_an_error() -> None:
+    text = (PASTES / "collect_env_pytorch_134366.txt").read_text() + "\n" + (ERRORS / "no_kernel_image_comfyui_10326.txt").read_text()
+    r = explain_text(text, "x", None)
+    f = next(x for x in r.findings if x.code == "error.cuda.no_kernel_image")
+    # A100 (8.0) is covered by torch 2.4.1+cu121: the culprit is an extension
+    assert "compiled extension" in f.remedy and "TORCH_CUDA_ARCH_LIST=8.0" in f.remedy
+    assert any("NVIDIA A100-SXM4-40GB: compute capability 8.0" in e for e in f.evidence)

@@ -431,3 +431,26 @@ def first_torch_for(cc: str, driver: str | None = None) -> tuple[str, str] | Non
             if best is None or v < best[0]:
                 best = (v, minor, e["variant"])
     return (best[1], best[2]) if best else None
+
+
+def newest_torch_for_driver(driver: str, cc: str | None = None) -> tuple[str, str] | None:
+    """(torch minor, variant) of the newest official wheel the driver can run (and that covers ``cc``)."""
+    best: tuple[Version, int, str, str] | None = None
+    for minor, e in _torch_table()["variants"].items():
+        mv = parse_version(minor)
+        if mv is None:
+            continue
+        for var in e["variants"]:
+            dc = driver_supports_cuda(driver, var)
+            if not dc.ok:
+                continue
+            if cc:
+                al = torch_arch_list(f"{minor}.0", var)
+                if al is None or can_run(al, cc).via != "sass":
+                    continue
+            full = 1 if dc.mode == "full" else 0
+            cv = parse_version(cuda_version_of(var)) or (0,)
+            key = (mv, full * 1000 + (cv[0] * 10 + (cv[1] if len(cv) > 1 else 0)))
+            if best is None or key > (best[0], best[1]):
+                best = (mv, key[1], minor, var)
+    return (best[2], best[3]) if best else None
