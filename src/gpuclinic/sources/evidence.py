@@ -96,6 +96,11 @@ def merge_gpu(snap: Snapshot, g: GpuFacts) -> GpuFacts:
         match = next((x for x in snap.gpus if x.uuid and x.uuid.lower() == g.uuid.lower()), None)
     if match is None and g.pci_bus_id:
         match = snap.gpu_by_bus_id(g.pci_bus_id)
+    if match is None and len(snap.gpus) == 1:
+        # a section paste names no GPU: with exactly one GPU on each side they are the same card
+        only = snap.gpus[0]
+        if (not g.uuid and not g.pci_bus_id) or (not only.uuid and not only.pci_bus_id):
+            match = only
     if match is None:
         if any(x.index == g.index for x in snap.gpus):
             g.index = max(x.index for x in snap.gpus) + 1
