@@ -15,7 +15,7 @@ from gpuclinic.sources.scenarios import load_scenario
 
 MY_CHECKS = ["gpu.presence", "gpu.unresponsive", "gpu.recovery_action", "gpu.inforom", "memory.ecc_uncorrectable",
              "memory.ecc_correctable_rate", "memory.row_remap", "memory.retired_pages", "thermal.slowdown",
-             "thermal.throttle", "power.brake", "power.cap", "power.insufficient", "pcie.link_degraded", "pcie.replay",
+             "thermal.throttle", "power.brake", "power.cap", "power.insufficient", "pcie.link_degraded", "pcie.replay", "pcie.aer_counters",
              "nvlink.error", "perf.straggler"]
 
 
@@ -351,3 +351,42 @@ def test_reset_required_and_inforom_from_nvml_errors() -> None:
     assert f.severity == Severity.CRITICAL and f.data["action"] == "reset_required" and "-i 3" in f.remedy
     f = one(snap, "gpu.inforom")
     assert f.severity == Severity.WARNING and f.evidence == ["NVML_ERROR_CORRUPTED_INFOROM on: ecc_aggregate_corrected, serial"]
+
+
+# -- sysfs AER counters ----------------------------------------------------------------------------
+
+def _aer(bus: str, **kw: dict[str, int]) -> Snapshot:
+    snap = node()
+    d = next(x for x in snap.pci_devices if x.bus_id == bus)
+    for k, v in kw.items():
+        setattr(d, k, v)
+    return snap
+
+
+@pytest.mark.parametrize(("n", "fires"), [(99, False), (100, True)])
+def test_aer_corrected_counter(n: int, fires: bool) -> None:
+    fs = findings(_aer("0000:5d:00.0", aer_corrected={"RxErr": n, "BadTLP": 0, "TOTAL_ERR_COR": n}), "pcie.aer")
+    assert len(fs) == (1 if fires else 0)
+    if fs:
+        assert fs[0].code == "pcie.aer_corrected" and fs[0].severity == Severity.WARNING
+        assert fs[0].evidence[0] == f"sysfs 0000:5d:00.0/aer_dev_correctable: TOTAL_ERR_COR = {n} (RxErr {n})"
+
+
+def test_aer_uncorrected_on_bridge_is_attributed_to_the_gpu_below() -> None:
+    snap = _aer("0000:99:00.0", aer_fatal={"SDES": 1, "TOTAL_ERR_FATAL": 1})
+    f = one(snap, "pcie.aer")
+    assert (f.code, f.severity) == ("pcie.aer_uncorrected", Severity.CRITICAL)
+    assert f.gpu and f.gpu.pci_bus_id == "0000:9a:00.0" and "bridge/switch port above it" in f.title
+    assert "(SDES 1)" in f.evidence[0]
+    snap = _aer("0000:9a:00.0", aer_nonfatal={"CmpltTO": 2, "TOTAL_ERR_NONFATAL": 2})
+    assert one(snap, "pcie.aer").severity == Severity.WARNING
+
+
+def test_aer_counters_defer_to_kernel_log_lines() -> None:
+    from gpuclinic.facts.kernel import KernelEvent
+
+    snap = _aer("0000:99:00.0", aer_fatal={"SDES": 1, "TOTAL_ERR_FATAL": 1})
+    snap.kernel_events.append(KernelEvent(kind="aer", line="pcieport 0000:99:00.0: AER: ...", pci_bus_id="0000:99:00.0",
+                                          detail={"severity": "fatal", "device": "0000:99:00.0"}))
+    fs, _ = run_checks(snap, only=["pcie.aer_counters"])
+    assert fs == []

@@ -16,7 +16,7 @@ from gpuclinic.sources.scenarios import expected, list_scenarios, load_scenario
 NAMES = [n for n, _ in list_scenarios()]
 # codes produced by this area's checks: anything else in `expect` belongs to other areas' checks
 MINE = ("gpu.missing", "gpu.unresponsive", "gpu.recovery_action", "gpu.inforom", "memory.", "thermal.", "power.", "pcie.link_degraded",
-        "pcie.replay", "nvlink.error", "perf.straggler")
+        "pcie.replay", "pcie.aer_", "nvlink.error", "perf.straggler")
 
 
 def _registered(code: str) -> bool:

@@ -32,7 +32,7 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
             ev += kernel_lines(snap, g.pci_bus_id, ("xid", "fallen_off_bus"))
             out.append(Finding(
                 code="gpu.missing", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
-                title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) is lost: NVML cannot reach it (fallen off the bus)",
+                title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) is lost: NVML cannot reach it now (fallen off the bus)",
                 evidence=ev, remedy=_LOST_REMEDY, gpu=ref(g), data={"reason": "lost"}, source="nvml",
             ))
     nvml_buses = {normalize_bus_id(g.pci_bus_id) for g in snap.gpus if g.pci_bus_id}

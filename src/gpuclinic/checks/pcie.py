@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from gpuclinic.checks import check
 from gpuclinic.checks._hw import THRESHOLDS_SOURCE, busy, load_line, personalize, ref, threshold
 from gpuclinic.facts.gpu import GpuFacts
-from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 # DCGM replay budget: errors per minute per lane at BER 1e-12 (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp)
@@ -143,4 +143,74 @@ def replay(snap: Snapshot) -> Iterable[Finding]:
                     "lines (`dmesg -T | grep -i AER`). A growing count means reseating the GPU or replacing the "
                     "riser/retimer/cable; it can precede Xid 79 (fallen off the bus)."),
         ))
+    return personalize(out)
+
+
+def _aer_total(counters: dict[str, int], total_key: str) -> int:
+    if total_key in counters:
+        return counters[total_key]
+    return sum(v for k, v in counters.items() if not k.startswith("TOTAL_"))
+
+
+def _aer_detail(counters: dict[str, int]) -> str:
+    parts = [f"{k} {v}" for k, v in counters.items() if v and not k.startswith("TOTAL_")]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+@check("pcie.aer_counters", codes=["pcie.aer_corrected", "pcie.aer_uncorrected"], what="PCIe AER counters (sysfs)")
+def aer_counters(snap: Snapshot) -> Iterable[Finding]:
+    """AER counters in sysfs (since boot): readable in containers where the kernel log is not.
+
+    Devices the kernel log already reported AER lines for are left to the kernel-log check, so one
+    link's errors are not reported twice.
+    """
+    if not snap.pci_read:
+        return []
+    by_bus = {d.bus_id: d for d in snap.pci_devices}
+    logged: set[str] = set()
+    for e in snap.kernel_events:
+        if e.kind == "aer":
+            for x in (e.pci_bus_id, e.detail.get("device"), e.detail.get("reporter")):
+                if x:
+                    logged.add(normalize_bus_id(str(x)))
+    warn_cor = threshold("aer_corrected_warn")
+    out: list[Finding] = []
+    for gpu_dev in (d for d in snap.pci_devices if d.is_gpu):
+        parent = by_bus.get(gpu_dev.parent_bus_id) if gpu_dev.parent_bus_id else None
+        for dev, where in ((gpu_dev, ""), (parent, " (on the PCIe bridge/switch port above it)")):
+            if dev is None or dev.bus_id in logged:
+                continue
+            fatal = _aer_total(dev.aer_fatal, "TOTAL_ERR_FATAL")
+            nonfatal = _aer_total(dev.aer_nonfatal, "TOTAL_ERR_NONFATAL")
+            corr = _aer_total(dev.aer_corrected, "TOTAL_ERR_COR")
+            gref = GpuRef(pci_bus_id=gpu_dev.bus_id)
+            label = f"GPU {gpu_dev.bus_id}"
+            data = {"device": dev.bus_id, "gpu_bus_id": gpu_dev.bus_id, "where": "bridge_above_gpu" if where else "gpu",
+                    "fatal": fatal, "nonfatal": nonfatal, "corrected": corr}
+            if fatal or nonfatal:
+                ev = [f"sysfs {dev.bus_id}/aer_dev_fatal: TOTAL_ERR_FATAL = {fatal}{_aer_detail(dev.aer_fatal)}",
+                      f"sysfs {dev.bus_id}/aer_dev_nonfatal: TOTAL_ERR_NONFATAL = {nonfatal}{_aer_detail(dev.aer_nonfatal)}",
+                      "counters count since boot"]
+                out.append(Finding(
+                    code="pcie.aer_uncorrected", severity=Severity.CRITICAL if fatal else Severity.WARNING,
+                    family=Family.PCIE_POWER, gpu=gref, source="pci", data=data, evidence=ev,
+                    title=f"{label}: PCIe uncorrected ({'fatal' if fatal else 'non-fatal'}) errors counted{where}",
+                    remedy=("Uncorrected PCIe errors can corrupt transfers or drop the GPU off the bus"
+                            + (": drain the node. " if fatal else ". ")
+                            + "Read the details with `sudo dmesg -T | grep -i -A3 AER` and "
+                            f"`sudo lspci -vvv -s {dev.bus_id}`; reboot to retrain the link; reseat the GPU/riser/cable "
+                            "and update the system BIOS; if it recurs, ask the provider to inspect the slot."),
+                ))
+            if corr >= warn_cor:
+                out.append(Finding(
+                    code="pcie.aer_corrected", severity=Severity.WARNING, family=Family.PCIE_POWER, gpu=gref,
+                    source="pci", data=data,
+                    title=f"{label}: {corr} PCIe corrected errors counted since boot{where}",
+                    evidence=[f"sysfs {dev.bus_id}/aer_dev_correctable: TOTAL_ERR_COR = {corr}{_aer_detail(dev.aer_corrected)}",
+                              f"warn at {warn_cor:.0f} ({THRESHOLDS_SOURCE})"],
+                    remedy=("Each corrected error costs a link replay; many mean a marginal link. Check whether the count "
+                            f"grows (`cat /sys/bus/pci/devices/{dev.bus_id}/aer_dev_correctable` a minute apart) and "
+                            "compare with the replay counter in `nvidia-smi -q -d PCIE`; if it keeps growing, reseat the "
+                            "GPU/riser/cable or ask the provider to inspect the slot."),
+                ))
     return personalize(out)

@@ -591,7 +591,7 @@ class _GpuRead:
             code = _err_code(e)
             if code == E_GPU_IS_LOST:
                 self.g.lost = True
-                self.g.lost_reason = f"NVML: GPU is lost (during {fname}); it has fallen off the bus"
+                self.g.lost_reason = f"GPU is lost (NVML_ERROR_GPU_IS_LOST during {fname}); it has fallen off the bus"
                 raise _StopGpu() from None
             if code is None:
                 self.g.unreadable[fld] = f"{type(e).__name__}: {e}"
@@ -642,7 +642,7 @@ class _GpuRead:
                 ret = getattr(fv, "nvmlReturn", None)
                 if ret == E_GPU_IS_LOST:
                     self.g.lost = True
-                    self.g.lost_reason = "NVML: GPU is lost (field values); it has fallen off the bus"
+                    self.g.lost_reason = "GPU is lost (NVML_ERROR_GPU_IS_LOST in field values); it has fallen off the bus"
                     raise _StopGpu()
                 continue
             out[int(fv.fieldId)] = _field_value(fv)

@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess, NvLinkFacts, PciDevice
+from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.kernel import KernelEvent
+from gpuclinic.facts.software import ContainerFacts, SoftwareFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge import load_data
 
@@ -87,6 +89,14 @@ def _pci_devices(base: dict[str, Any], gpus: list[dict[str, Any]]) -> list[dict[
             "aer_corrected": {"TOTAL_ERR_COR": 0}, "aer_nonfatal": {"TOTAL_ERR_NONFATAL": 0},
             "aer_fatal": {"TOTAL_ERR_FATAL": 0},
         })
+    for i, bridge in enumerate(base["bridge_ids"]):  # PCIe switch downstream ports above each GPU
+        devs.append({
+            "bus_id": bridge, "vendor_id": "0x1000", "device_id": "0xc030", "class_code": "0x060400",
+            "driver": "pcieport", "numa_node": 0 if i < half else 1, "current_link_speed_gts": 32.0,
+            "max_link_speed_gts": 32.0, "current_link_width": 16, "max_link_width": 16,
+            "aer_corrected": {"TOTAL_ERR_COR": 0}, "aer_nonfatal": {"TOTAL_ERR_NONFATAL": 0},
+            "aer_fatal": {"TOTAL_ERR_FATAL": 0},
+        })
     for sw in base["nvswitch_ids"]:
         devs.append({"bus_id": sw, "vendor_id": "0x10de", "device_id": "0x22a3", "class_code": "0x068000",
                      "driver": "nvidia-nvswitch", "numa_node": 0})
@@ -125,6 +135,9 @@ def build_snapshot_dict(name: str) -> dict[str, Any]:
         "inputs": [f"scenario:{name}"],
         "notes": [f"simulated node: {sc.get('description', name)}"],
     })
+    for key, val in base.get("facts", {}).items():  # software/container/host of a healthy node
+        snap[key] = copy.deepcopy(val)
+        snap[key].update(copy.deepcopy(sc.get("facts", {}).get(key, {})))
     snap.update(copy.deepcopy(sc.get("snapshot", {})))
     return snap
 
@@ -158,4 +171,11 @@ def load_scenario(name: str) -> Snapshot:
         gpus.append(_make(GpuFacts, g))
     pci = [_make(PciDevice, x) for x in d.pop("pci_devices")]
     events = [_make(KernelEvent, x) for x in d.pop("kernel_events")]
-    return Snapshot(**d, gpus=gpus, pci_devices=pci, kernel_events=events)
+    facts = {}
+    if d.get("software") or d.get("host") or d.get("container"):
+        from gpuclinic.facts.serial import from_jsonable  # small nested facts: the generic decoder is fine
+
+        for key, cls in (("software", SoftwareFacts), ("container", ContainerFacts), ("host", HostFacts)):
+            if d.get(key) is not None:
+                facts[key] = from_jsonable(cls, d.pop(key))
+    return Snapshot(**d, **facts, gpus=gpus, pci_devices=pci, kernel_events=events)
