@@ -25,7 +25,7 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
     out: list[Finding] = []
     for g in snap.gpus:
         if g.lost and not (g.lost_reason or "").startswith("unresponsive"):
-            ev = [f"NVML: {g.lost_reason or 'GPU is lost'}"]
+            ev = [g.lost_reason or "GPU is lost"]
             pd = next((d for d in snap.pci_devices if g.pci_bus_id and d.bus_id == normalize_bus_id(g.pci_bus_id)), None)
             if pd is not None:
                 ev.append(f"PCI: {pd.bus_id} still listed in sysfs (driver {pd.driver or 'none'})")
@@ -105,7 +105,7 @@ def gpu_unresponsive(snap: Snapshot) -> Iterable[Finding]:
     out = []
     for g in snap.gpus:
         if g.lost and (g.lost_reason or "").startswith("unresponsive"):
-            ev = [f"NVML: {g.lost_reason}"] + kernel_lines(snap, g.pci_bus_id, ("xid", "gsp"))
+            ev = [g.lost_reason or "unresponsive"] + kernel_lines(snap, g.pci_bus_id, ("xid", "gsp"))
             out.append(Finding(
                 code="gpu.unresponsive", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
                 title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) does not answer NVML: driver or GPU firmware hung",

@@ -15,8 +15,8 @@ from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess, NvLinkFacts, PciDevice
 from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.kernel import KernelEvent
-from gpuclinic.facts.software import ContainerFacts, SoftwareFacts
 from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.facts.software import ContainerFacts, SoftwareFacts
 from gpuclinic.knowledge import load_data
 
 _FILE = "scenarios.json"
