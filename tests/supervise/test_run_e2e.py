@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -307,3 +308,31 @@ def test_fatal_xid_followed_live_from_kernel_log(gpuclinic_run: Callable[..., Ru
     assert "fatal GPU fault on the job's GPU" in r.err, r.err
     rows = r.interruptions()
     assert rows[0]["class"] == "gpu_hardware" and "Xid (PCI:0000:3b:00): 79" in rows[0]["evidence"]
+
+
+def test_silent_job_with_busy_gpus_is_not_a_hang(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+    facts = gpu_facts_file(tmp_path / "gpus.json")  # both GPUs at ~97% utilization
+    r = gpuclinic_run(["--gpu-facts", str(facts), "--hang-timeout", "1s"], ["--fail", "quiet", "--no-beat"])
+    assert r.rc == 0, r.err
+    assert r.interruptions() == [] and "training complete" in r.out
+
+
+def test_progress_bars_pass_through_byte_for_byte(tmp_path: Path) -> None:
+    code = ("import sys\nfor i in range(3):\n    sys.stderr.write(f'\\r{i * 50:3d}%|' + '#' * i + ' ' * (2 - i) + '|')\n"
+            "    sys.stderr.flush()\nsys.stdout.buffer.write(bytes([0xff, 0xfe]) + b'binary\\n')\n")
+    log = tmp_path / "out.log"
+    cmd = run_cmd(tmp_path, ["--log", str(log)], [])[:-5] + ["--", sys.executable, "-c", code]
+    r = subprocess.run(cmd, capture_output=True, env=child_env(), timeout=30)
+    assert r.returncode == 0, r.stderr
+    bar = b"\r  0%|  |\r 50%|# |\r100%|##|"
+    assert bar in r.stderr and r.stdout == b"\xff\xfebinary\n"
+    assert bar in log.read_bytes() and b"\xff\xfebinary\n" in log.read_bytes()
+
+
+def test_unwritable_ledger_does_not_stop_the_job(tmp_path: Path) -> None:
+    (tmp_path / "not-a-dir").write_text("x")  # even root cannot create a folder inside a file
+    cmd = run_cmd(tmp_path, [], ["--fail", "none", "--steps", "1"])
+    cmd[cmd.index("--db") + 1] = str(tmp_path / "not-a-dir" / "ledger.db")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=30)
+    assert r.returncode == 0 and "training complete" in r.stdout
+    assert "run ledger unavailable" in r.stderr and "Traceback" not in r.stderr

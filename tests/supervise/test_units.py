@@ -198,3 +198,15 @@ def test_fallback_tailer_follows_appends_and_rotation(tmp_path: Path) -> None:
     stop.set()
     t.join(2)
     assert got == [(48, "0000:86:00.0"), (95, "0000:af:00.0")]
+
+
+def test_redact_argv_hides_tokens() -> None:
+    from gpuclinic.supervise.runner import redact_argv
+
+    argv = ["python", "train.py", "--hf-token", "hf_abcdefghijklmnopqrstuvwxyz012345", "--api_key=sk-live123",
+            "--wandb-key", "x" * 40, "--lr", "3e-4", "--push", "https://user:ghp_abcdefghijklmnopqrstuvwx1234@github.com/r"]
+    out = redact_argv(argv)
+    assert out == ["python", "train.py", "--hf-token", "***", "--api_key=***", "--wandb-key", "***", "--lr", "3e-4",
+                   "--push", "https://user:***@github.com/r"]
+    assert redact_argv(["--tokenizer", "gpt2", "--keep", "3", "--hftoken=abc"]) == [
+        "--tokenizer", "gpt2", "--keep", "3", "--hftoken=***"]

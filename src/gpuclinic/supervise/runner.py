@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import socket
@@ -100,6 +101,37 @@ def substitute(cmd: list[str], *, resume: str | None, ngpus: int, attempt: int) 
                 continue
             a = a.replace("{resume}", resume)
         out.append(a.replace("{ngpus}", str(ngpus)).replace("{attempt}", str(attempt)))
+    return out
+
+
+_SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "pass", "auth", "credential", "credentials"}
+_SECRET_VAL = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+                         r"|AKIA[0-9A-Z]{16})\b")
+
+
+def _secret_option(name: str) -> bool:
+    """``--hf-token``, ``--api_key``, ``--wandb.key``, ``--hftoken`` yes; ``--tokenizer``, ``--keep`` no."""
+    parts = [p for p in re.split(r"[-_.]", name.lstrip("-").lower()) if p]
+    return any(p in _SECRET_WORDS or p.endswith(("token", "secret", "password")) for p in parts)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """The command as it may be shown, logged and stored: values of token/secret/password options and
+    well-known token formats (Hugging Face, GitHub, OpenAI, Slack, AWS) become ``***``."""
+    out: list[str] = []
+    hide_next = False
+    for a in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        name, eq, _ = a.partition("=")
+        if name.startswith("-") and _secret_option(name):
+            if eq:
+                out.append(f"{name}=***")
+                continue
+            hide_next = True
+        out.append(_SECRET_VAL.sub("***", a))
     return out
 
 
@@ -310,7 +342,8 @@ class Supervisor:
             self.say(f"warning: run ledger unavailable ({e}); the job runs without it")
         started = time.time()
         self.run_id = self._ledger_call(
-            "start_run", started_at=started, host=socket.gethostname(), command=list(o.cmd), cwd=o.cwd or os.getcwd(),
+            "start_run", started_at=started, host=socket.gethostname(), command=redact_argv(o.cmd),
+            cwd=o.cwd or os.getcwd(),
             gpus=[g.label() for g in job_gpus], log_path=str(log_path))
 
         follower = LiveKernelFollower(o.kernel_logs) if o.watch_kernel else None
@@ -348,7 +381,7 @@ class Supervisor:
                         env["CUDA_VISIBLE_DEVICES"] = visible_value(job_gpus)
                     with contextlib.suppress(OSError):
                         heartbeat.unlink()
-                    msg = f"attempt {attempt}: {shlex.join(argv)}"
+                    msg = f"attempt {attempt}: {shlex.join(redact_argv(argv))}"
                     if resume:
                         msg += f" (resuming from {resume})"
                     self.say(msg)
@@ -383,7 +416,7 @@ class Supervisor:
                         "severity": "info" if cls.planned else "critical", "summary": cls.summary,
                         "evidence": cls.evidence[:10], "gpu": cls.gpu.to_dict() if cls.gpu else None,
                         "action": action, "attempt": attempt, "host": socket.gethostname(),
-                        "command": " ".join(o.cmd), "lost_s": lost, "at": res.ended_at,
+                        "command": shlex.join(redact_argv(o.cmd)), "lost_s": lost, "at": res.ended_at,
                     })
                     if not action.startswith("restart"):
                         status = "stopped" if cls.planned else "gave_up"
