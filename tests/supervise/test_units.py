@@ -210,3 +210,25 @@ def test_redact_argv_hides_tokens() -> None:
                    "--push", "https://user:***@github.com/r"]
     assert redact_argv(["--tokenizer", "gpt2", "--keep", "3", "--hftoken=abc"]) == [
         "--tokenizer", "gpt2", "--keep", "3", "--hftoken=***"]
+
+
+def test_tracker_ignores_helpers_started_before_the_job() -> None:
+    import subprocess
+    import sys
+
+    from gpuclinic.supervise.procs import Tracker
+
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # like journalctl -f
+    try:
+        t = Tracker()
+        t.reset()
+        job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            t.scan()
+            assert job.pid in t.pids and helper.pid not in t.pids
+        finally:
+            job.kill()
+            job.wait()
+    finally:
+        helper.kill()
+        helper.wait()

@@ -155,7 +155,7 @@ def run(
         retry_on=frozenset(classes),
         exclude_bad_gpu=exclude_bad_gpu,
         min_gpus=min_gpus,
-        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
+        checkpoint_dir=Path(checkpoint_dir).absolute() if checkpoint_dir else None,
         hang_timeout_s=parse_duration(hang_timeout, "m") if hang_timeout else None,
         gpu_fault_grace_s=None if gpu_fault_grace.strip().lower() in ("off", "none", "never")
         else parse_duration(gpu_fault_grace, "s"),

@@ -67,19 +67,33 @@ def group_alive(pgid: int) -> bool:
 
 
 class Tracker:
-    """Remembers every descendant process seen (psutil objects, safe against pid reuse)."""
+    """Remembers every process of the job seen (psutil objects, safe against pid reuse).
+
+    The job's processes are our descendants (orphans come back to us as subreaper) except the
+    helpers we started ourselves before the job (e.g. ``journalctl -f`` following the kernel log),
+    which :meth:`reset` records so they are never counted or killed.
+    """
 
     def __init__(self) -> None:
         self.procs: dict[int, psutil.Process] = {}
         self.pids: set[int] = set()
         self._me = psutil.Process()
+        self._helpers: set[int] = set()
 
     def scan(self) -> None:
         try:
             kids = self._me.children(recursive=True)
         except psutil.Error:
             return
+        helper_tree = set(self._helpers)
+        for h in self._helpers:
+            try:
+                helper_tree.update(c.pid for c in psutil.Process(h).children(recursive=True))
+            except psutil.Error:
+                continue
         for p in kids:
+            if p.pid in helper_tree:
+                continue
             if p.pid not in self.procs:
                 self.procs[p.pid] = p
                 self.pids.add(p.pid)
@@ -95,8 +109,13 @@ class Tracker:
         return out
 
     def reset(self) -> None:
+        """Forget the previous attempt; our current children are helpers, not the job."""
         self.procs.clear()
         self.pids.clear()
+        try:
+            self._helpers = {p.pid for p in self._me.children(recursive=False)}
+        except psutil.Error:
+            self._helpers = set()
 
 
 def cleanup(pgid: int, tracker: Tracker, grace_s: float) -> list[int]:

@@ -369,7 +369,9 @@ class Supervisor:
                     env.setdefault("PYTHONUNBUFFERED", "1")
                     env[train.ENV_HEARTBEAT] = str(heartbeat)
                     env[train.ENV_ATTEMPT] = str(attempt)
-                    env["GPUCLINIC_NGPUS"] = str(len(job_gpus))
+                    env.pop("GPUCLINIC_NGPUS", None)
+                    if job_gpus:
+                        env["GPUCLINIC_NGPUS"] = str(len(job_gpus))
                     if self.run_id is not None:
                         env["GPUCLINIC_RUN_ID"] = str(self.run_id)
                     if o.checkpoint_dir:
