@@ -82,20 +82,35 @@ class _Lines:
         self._back = line
 
     def section(self) -> Iterator[str]:
-        """Lines up to (not including) the next separator."""
+        """Lines up to (not including) the next separator.  The hot loop of a big report: kept lean."""
+        if self._back is not None:
+            first, self._back = self._back, None
+            if _is_sep(first):
+                self.push(first)
+                return
+            yield first
+        readline = self._fh.readline
         while True:
-            line = self.next()
-            if line is None:
+            line = readline(MAX_LINE)
+            if not line:
+                self.eof = True
                 return
-            if _is_sep(line):
-                self.push(line)
+            if line[-1:] != "\n" and len(line) >= MAX_LINE:
+                while True:  # a giant line: skip the rest of it without holding it
+                    more = readline(MAX_LINE)
+                    if not more or more[-1:] == "\n":
+                        break
+                yield ""
+                continue
+            if line[:4] == "____" and _is_sep(line):
+                self.push(line.rstrip("\r\n"))
                 return
-            yield line
+            yield line.rstrip("\r\n")
 
 
 def _is_sep(line: str) -> bool:
     s = line.strip()
-    return len(s) >= 20 and set(s) == {"_"}
+    return len(s) >= 20 and s[0] == "_" and not s.strip("_")
 
 
 def kernel_log_module() -> Any:
