@@ -27,6 +27,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.fixture(name="free_port")
+def _free_port_fixture() -> Callable[[], int]:
+    return free_port
+
+
+@pytest.fixture(name="artifacts")
+def _artifacts_fixture() -> Path:
+    return artifacts_dir()
+
+
 def make_agent(scenario: str | dict[str, Any], *, scale: float = 50.0, db: Path | None = None,
                cfg: WatchConfig | None = None, rules: dict[str, Any] | None = None, **kw: Any) -> Agent:
     sc = load_watch_scenario(scenario) if isinstance(scenario, str) else scenario_from_dict(scenario)
