@@ -62,3 +62,75 @@ def agent_factory(tmp_path: Path) -> Iterator[Callable[..., Agent]]:
         ag.stop.set()
         if ag.store is not None:
             ag.store.close()
+
+
+class Receiver:
+    """A local webhook endpoint that records every POST (time, path+query, JSON body)."""
+
+    def __init__(self, port: int = 0) -> None:
+        import json
+        import threading
+        import time
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[tuple[float, str, Any]] = []
+        self.status = 200
+        self.reply: bytes = b'{"errcode": 0, "ok": true}'
+        self.got = threading.Event()
+        rec = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                return
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n)
+                try:
+                    obj: Any = json.loads(body)
+                except ValueError:
+                    obj = body.decode("utf-8", "replace")
+                rec.requests.append((time.time(), self.path, obj))
+                rec.got.set()
+                out = rec.reply if rec.status < 400 else (b"error for " + self.path.encode())
+                self.send_response(rec.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), H)
+        self.port = int(self.server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def bodies(self) -> list[Any]:
+        return [b for _, _, b in self.requests]
+
+    def wait_for(self, pred: Callable[[Any], bool], timeout: float = 5.0) -> tuple[float, str, Any] | None:
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for r in list(self.requests):
+                if pred(r[2]):
+                    return r
+            time.sleep(0.01)
+        return None
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def receiver_cls() -> type[Receiver]:
+    return Receiver

@@ -294,13 +294,13 @@ class Agent:
             self.log(f"watch: RESOLVED {ev.code}{gpu}: {ev.title} (after {ev.data.get('duration_s', 0):.0f} s)")
         else:
             self.log(f"watch: {what.upper()} {ev.severity.label} {ev.code}{gpu}: {ev.title}")
-        if self.notifier is not None:
+        if self.notifier is not None and what != "updated":  # repeats are counted, not re-sent
             status = "resolved" if what == "resolved" else "firing"
             alert = Alert(key=ev.key, code=ev.code, severity=ev.severity.label, title=ev.title, status=status,
                           host=self.host, gpu=ev.gpu, uuid=ev.uuid, evidence=list(ev.evidence), remedy=ev.remedy,
                           opened=ev.opened, resolved=ev.resolved, data=dict(ev.data))
-            if what == "updated":
-                alert.key = f"{ev.key}#{ev.severity.label}"  # re-alert on escalation only; dedup drops repeats
+            if what == "escalated":
+                alert.key = f"{ev.key}#{ev.severity.label}"  # a new message for the worse severity
             self.notifier.send(alert)
 
     def _bus_map(self) -> dict[str, tuple[int, str | None]]:

@@ -71,7 +71,7 @@ class Event:
         )
 
 
-Listener = Callable[[Event, str], None]  # (event, "opened" | "updated" | "resolved")
+Listener = Callable[[Event, str], None]  # (event, "opened" | "updated" | "escalated" | "resolved")
 
 
 def _matches(code: str, disabled: list[str]) -> bool:
@@ -131,7 +131,7 @@ class EventBook:
                     ev.hold_s = c.hold_s
                 elif not escalated:
                     return ev  # steady condition: nothing new to store or tell anyone
-                what = "updated"
+                what = "escalated" if escalated else "updated"
         self._emit(ev, what)
         return ev
 

@@ -1,0 +1,112 @@
+"""The dashboard in headless Chromium: what the page drew (it writes data-* attributes for every plot,
+timeline and event) matches the scenario; a screenshot is kept as a test artifact."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from html.parser import HTMLParser
+from pathlib import Path
+
+import httpx
+import pytest
+
+CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
+                             shutil.which("google-chrome")) if p), None)
+TOKEN = "dash-token-0123456789abcdef"
+
+
+class _Dom(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: list[tuple[str, dict[str, str]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.nodes.append((tag, {k: v or "" for k, v in attrs}))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def find(self, tag: str, **want: str) -> list[dict[str, str]]:
+        return [a for t, a in self.nodes if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in want.items())]
+
+
+def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+         f"--user-data-dir={tmp}", "--virtual-time-budget=6000", *args],
+        capture_output=True, text=True, timeout=90)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium)")
+@pytest.mark.timeout(150)
+def test_dashboard_renders_plots_timeline_and_events(tmp_path: Path, free_port: Callable[[], int],
+                                                    artifacts: Path) -> None:
+    port = free_port()
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "gpuclinic", "watch", "--scenario", "demo", "--time-scale", "10", "--no-store",
+         "--listen", f"127.0.0.1:{port}", "--token", TOKEN, "--quiet", "--doctor-interval", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        # wait for simulated t >= 45 s: XID 79 at 30 s, thermal slowdown from ~34 s
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                st = httpx.get(url + "/api/state", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=1,
+                               trust_env=False).json()
+                if st["status"]["samples"] >= 46:
+                    break
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.2)
+        r = _chromium(["--dump-dom", f"{url}/?token={TOKEN}"], tmp_path / "p1")
+        assert r.returncode == 0, r.stderr[-2000:]
+        dom = _Dom()
+        dom.feed(r.stdout)
+        (body,) = dom.find("body")
+        assert int(body["data-rendered"]) >= 1, r.stdout[:2000]
+        assert body.get("data-error", "") == ""
+        (verdict,) = dom.find("div", id="verdict")
+        assert verdict["data-verdict"] == "drain"
+        assert int(body["data-plots"]) == 4 * 6  # five plots + one throttle timeline per GPU
+
+        (temp0,) = dom.find("canvas", data_metric="temperature", data_gpu="0")
+        assert int(temp0["data-points"]) >= 30
+        assert float(temp0["data-ref"]) == 87.0 and temp0["data-ref-drawn"] == "1"  # slowdown line
+        assert float(temp0["data-max"]) >= 86
+        (power0,) = dom.find("canvas", data_metric="power", data_gpu="0")
+        assert float(power0["data-ref"]) == 700.0 and 400 < float(power0["data-last"]) < 700
+        (clock0,) = dom.find("canvas", data_metric="sm_clock", data_gpu="0")
+        assert float(clock0["data-min"]) < 1500 < float(clock0["data-max"])  # the throttling dip
+        (util3,) = dom.find("canvas", data_metric="utilization", data_gpu="3")
+        assert float(util3["data-max"]) == 0.0
+        (mem1,) = dom.find("canvas", data_metric="memory", data_gpu="1")
+        assert 63 < float(mem1["data-last"]) < 65 and 79 < float(mem1["data-ref"]) < 80  # GiB of 79.6 GiB
+        (tl0,) = dom.find("canvas", data_metric="throttle", data_gpu="0")
+        reasons = {x.split(":")[0]: int(x.split(":")[1]) for x in tl0["data-reasons"].split(",")}
+        assert reasons == {"hw_thermal_slowdown": 1, "sw_thermal_slowdown": 1}
+        (tl1,) = dom.find("canvas", data_metric="throttle", data_gpu="1")
+        assert tl1["data-reasons"] == ""
+        (gpu2,) = dom.find("div", data_gpu="2")
+        assert gpu2["data-lost"] == "1"
+
+        xid = [a for a in dom.find("li", data_code="xid.79") if a["data-gpu"] == "2"]
+        assert xid and xid[0]["data-severity"] == "critical" and xid[0]["data-state"] == "open"
+        assert dom.find("li", data_code="thermal.slowdown") and dom.find("li", data_code="gpu.lost")
+        text = " ".join(dom.text)
+        assert "GPU has fallen off the bus" in text and "Drain the node" in text  # evidence and remedy
+
+        shot = artifacts / "watch-dashboard.png"
+        r2 = _chromium([f"--screenshot={shot}", "--window-size=1400,2000", f"{url}/?token={TOKEN}"], tmp_path / "p2")
+        assert r2.returncode == 0, r2.stderr[-2000:]
+        assert shot.stat().st_size > 20_000
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
