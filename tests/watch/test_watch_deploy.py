@@ -70,3 +70,14 @@ def test_systemd_unit_and_daemonset_run_the_agent() -> None:
     assert "secretKeyRef" in ds and "metrics_require_token = false" in ds
     if shutil.which("systemd-analyze"):
         pass  # verifying needs the binary path to exist; the regexes above cover the contract
+
+
+def test_critical_xid_rule_matches_the_xid_catalog() -> None:
+    from gpuclinic.knowledge.xid import all_xids
+    from gpuclinic.model import Severity
+
+    text = (DEPLOY / "gpuclinic-rules.yml").read_text()
+    m = re.search(r'alert: GpuclinicXidCritical\n\s+expr: .*xid=~"([0-9|]+)"', text)
+    assert m is not None
+    assert {int(x) for x in m.group(1).split("|")} == {i.xid for i in all_xids() if i.severity == Severity.CRITICAL}
+    assert f'xid!~"{m.group(1)}"' in text  # the warning rule covers exactly the rest

@@ -122,7 +122,7 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
         if time_scale != 1.0:
             raise InputError("--time-scale only applies with --scenario")
         clock = RealClock()
-        backend = NvmlBackend()
+        backend = NvmlBackend(call_timeout_s=max(0.5, cfg.agent.sample_timeout_s * 0.6))
     if interval is not None:
         cfg.agent.interval_s = interval
     if doctor_interval is not None:

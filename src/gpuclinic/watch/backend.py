@@ -82,8 +82,9 @@ class KernelLineSource(Protocol):
 class NvmlBackend:
     """Live GPUs through :class:`gpuclinic.sources.nvml.NvmlReader` (its calls are time-boxed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, call_timeout_s: float = 2.0) -> None:
         self._reader: Any = None
+        self.call_timeout_s = call_timeout_s
 
     def open(self) -> BackendInfo:
         try:
@@ -91,7 +92,7 @@ class NvmlBackend:
         except ImportError as e:
             raise GpuclinicError(f"NVML sampling is not available in this build ({e}); try --scenario demo") from None
         try:
-            self._reader = NvmlReader()
+            self._reader = NvmlReader(call_timeout_s=self.call_timeout_s)
             self._reader.__enter__()
             gpus, versions = self._reader.read_all()
         except GpuclinicError:

@@ -152,7 +152,10 @@ def follow_events(paths: Sequence[str] | None, stop: threading.Event) -> Iterato
     except ImportError:
         fol = None
     if fol is not None:
-        yield from fol(list(paths) if paths else None, stop, from_end=True)
+        try:
+            yield from fol(list(paths) if paths else None, stop, from_end=True, poll_s=0.1)
+        except TypeError:  # an older follow() without poll_s
+            yield from fol(list(paths) if paths else None, stop, from_end=True)
         return
     if not paths:
         return  # live following needs the kernel-log source
@@ -171,11 +174,11 @@ def xid_details(xid: int) -> tuple[Severity, str, str]:
     except (ImportError, AttributeError):
         info = None
     if info is not None:
-        sev_raw = str(getattr(info, "severity", "") or "").lower()
-        sev = {"critical": Severity.CRITICAL, "warning": Severity.WARNING, "info": Severity.INFO}.get(
-            sev_raw, Severity.CRITICAL if xid in _CRITICAL_XIDS else Severity.WARNING)
-        title = str(getattr(info, "name", None) or getattr(info, "title", None) or getattr(info, "description", "") or "")
-        remedy = str(getattr(info, "remedy", None) or getattr(info, "action", None) or "")
+        sev = info.severity if isinstance(getattr(info, "severity", None), Severity) else (
+            Severity.CRITICAL if xid in _CRITICAL_XIDS else Severity.WARNING)
+        title = str(getattr(info, "catalog_description", None) or getattr(info, "name", None) or "")
+        steps = info.steps() if hasattr(info, "steps") else []
+        remedy = " ".join(str(x) for x in steps) or str(getattr(info, "description", "") or "")
         if title and remedy:
             return sev, title, remedy
     if xid == 79:
