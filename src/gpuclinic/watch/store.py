@@ -128,6 +128,7 @@ class WatchStore:
         self.errors_total = 0
         self.dropped = 0
         self.bytes_written_rows = 0
+        self._last_ms = 0
 
     # -- schema ---------------------------------------------------------------------------------------
     def _init_schema(self) -> None:
@@ -153,6 +154,9 @@ class WatchStore:
         """Buffer one tick; :meth:`flush` writes it.  Lost GPUs are not sampled (no values to store)."""
         ms = int(round(ts * 1000))
         with self._lock:
+            if ms <= self._last_ms < ms + 1000:  # two ticks in one millisecond: keep both rows
+                ms = self._last_ms + 1
+            self._last_ms = ms
             for g in gpus:
                 if g.lost:
                     continue
