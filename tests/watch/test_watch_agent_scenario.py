@@ -19,20 +19,20 @@ def _codes(agent: Agent) -> dict[str, list[tuple[int | None, float, float | None
 
 
 def test_demo_scenario_heat_xid_stall_idle(agent_factory: Callable[..., Agent], tmp_path: Path) -> None:
-    a = agent_factory("demo", scale=60, db=tmp_path / "w.db")
+    a = agent_factory("demo", scale=30, db=tmp_path / "w.db")
     a.run(duration_s=100)
     c = _codes(a)
     # XID 79 at t=30 on GPU 2 (bus 0000:3a:00.0), the GPU then reported lost
     (xid,) = c["xid.79"]
-    assert xid[0] == 2 and 29 <= xid[1] <= 33
+    assert xid[0] == 2 and 29 <= xid[1] <= 36
     assert c["gpu.lost"][0][0] == 2
     # heat: near-slowdown before the slowdown; slowdown opens after throttle_min_s and resolves after t=76
     near = c["thermal.near_slowdown"][0]
     slow = sorted(c["thermal.slowdown"], key=lambda x: x[1])[0]
     assert near[0] == 0 and slow[0] == 0 and near[1] < slow[1]
-    assert 33 <= slow[1] <= 38 and slow[2] is not None and 76 <= slow[2] <= 86
+    assert 33 <= slow[1] <= 42 and slow[2] is not None and 76 <= slow[2] <= 90
     # stall on GPU 1 and idle GPU 3 after their one-minute thresholds
-    assert c["watch.stall"][0][0] == 1 and 59 <= c["watch.stall"][0][1] <= 64
+    assert c["watch.stall"][0][0] == 1 and 59 <= c["watch.stall"][0][1] <= 68
     assert c["watch.idle"][0][0] == 3
     # healthy GPUs raise nothing
     assert all(g != 0 for g, *_ in c["watch.idle"]) and "watch.straggler" not in c
