@@ -160,3 +160,11 @@ def test_classifier_never_crashes_on_arbitrary_output(text: str) -> None:
 def test_kernel_parsers_never_crash(lines: list[str]) -> None:
     _fallback_parse(lines, None)
     find_oom_kills(lines)
+
+
+def test_remedy_from_signature_else_class_advice() -> None:
+    oom = classify(AttemptEvidence(returncode=1, output_tail=(FIX / "cuda_oom.txt").read_text()))
+    assert oom.cls == "cuda_oom" and "expandable_segments" in oom.remedy
+    killed = classify(AttemptEvidence(returncode=-9))
+    assert "OOM killer" in killed.remedy
+    assert classify(AttemptEvidence(returncode=0)).remedy == ""

@@ -120,3 +120,25 @@ def test_cli_markdown_json_and_text(db: Path) -> None:
 def test_empty_ledger_report(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["report", "interruptions"])
     assert res.exit_code == 0 and "no interruptions recorded" in res.output
+
+
+def test_old_ledger_gets_new_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    with closing(sqlite3.connect(db)) as c:  # the first schema, without interruptions.remedy
+        c.executescript("CREATE TABLE runs (id INTEGER PRIMARY KEY, started_at REAL NOT NULL, ended_at REAL, host TEXT,"
+                        " command TEXT, cwd TEXT, gpus TEXT, status TEXT NOT NULL DEFAULT 'running', exit_code INTEGER,"
+                        " attempts INTEGER NOT NULL DEFAULT 0, log_path TEXT);"
+                        "CREATE TABLE interruptions (id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, attempt INTEGER"
+                        " NOT NULL, attempt_started_at REAL NOT NULL, at REAL NOT NULL, class TEXT NOT NULL, planned"
+                        " INTEGER NOT NULL, summary TEXT, evidence TEXT, gpu TEXT, exit_code INTEGER, signal INTEGER,"
+                        " action TEXT, last_checkpoint_at REAL, checkpoint TEXT, lost_s REAL NOT NULL,"
+                        " restart_s REAL NOT NULL DEFAULT 0);")
+    led = Ledger(connect(db))
+    rid = led.start_run(started_at=T0, host="h", command=["x"], cwd="/", gpus=[], log_path="")
+    led.add_interruption(rid, attempt=1, attempt_started_at=T0, at=T0 + 10, cls="hang", summary="s", evidence=[],
+                         gpu=None, exit_code=None, signal=9, action="give_up", last_checkpoint_at=None,
+                         checkpoint=None, remedy="py-spy dump")
+    assert led.conn.execute("SELECT remedy, lost_s FROM interruptions").fetchone() == ("py-spy dump", 10.0)
+    led.conn.close()

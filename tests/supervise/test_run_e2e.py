@@ -336,3 +336,17 @@ def test_unwritable_ledger_does_not_stop_the_job(tmp_path: Path) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=30)
     assert r.returncode == 0 and "training complete" in r.stdout
     assert "run ledger unavailable" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_second_signal_kills_at_once(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids.json"
+    p = _start(tmp_path, ["--stop-timeout", "60s"], ["--fail", "ignore_term", "--pidfile", str(pidfile)])
+    _wait_for(tmp_path / "job.log", "ignoring SIGTERM")
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)  # impatient operator: a second stop means now
+    p.communicate(timeout=20)
+    assert time.monotonic() - t0 < 10
+    assert p.returncode == 128 + signal.SIGKILL
+    assert_all_gone(pidfile)

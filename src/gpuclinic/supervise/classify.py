@@ -68,6 +68,7 @@ class OutputMatch:
     offset: int  # position in the tail, for "earliest first"
     generic: bool = False
     source: str = ""
+    fix: str = ""
 
 
 def match_output(text: str) -> list[OutputMatch]:
@@ -103,7 +104,7 @@ def _signature_matches(text: str) -> list[OutputMatch]:
         found.append(OutputMatch(
             cls, str(getattr(r, "title", "") or getattr(r, "id", "")), line.strip(),
             pos if pos >= 0 else len(text), generic=cls == "application_error",
-            source=str(getattr(r, "source", "") or ""),
+            source=str(getattr(r, "source", "") or ""), fix=str(getattr(r, "fix", "") or ""),
         ))
     return found
 
@@ -169,6 +170,7 @@ class Classification:
     evidence: list[str] = field(default_factory=list)
     gpu: GpuRef | None = None
     signal: int | None = None
+    remedy: str = ""  # what to do: the matched signature's fix, else the class's advice
 
     @property
     def planned(self) -> bool:
@@ -233,7 +235,15 @@ def _signal_of(ev: AttemptEvidence) -> tuple[int | None, str | None]:
 
 
 def classify(ev: AttemptEvidence) -> Classification:
-    """The root cause of one attempt's end (``completed`` when it simply finished)."""
+    """The root cause of one attempt's end (``completed`` when it simply finished), with what to do."""
+    c = _classify(ev)
+    if c.interrupted and not c.remedy:
+        fixes = [m.fix for m in match_output(ev.output_tail) if m.fix and m.cls == c.cls]
+        c.remedy = fixes[0] if fixes else str(class_info(c.cls).get("remedy", ""))
+    return c
+
+
+def _classify(ev: AttemptEvidence) -> Classification:
     notes: list[str] = []
     if ev.kernel_note:
         notes.append(f"could not check the kernel log: {ev.kernel_note}")

@@ -50,15 +50,24 @@ CREATE TABLE IF NOT EXISTS interruptions (
   last_checkpoint_at REAL,
   checkpoint TEXT,
   lost_s REAL NOT NULL,
-  restart_s REAL NOT NULL DEFAULT 0
+  restart_s REAL NOT NULL DEFAULT 0,
+  remedy TEXT
 );
 CREATE INDEX IF NOT EXISTS interruptions_at ON interruptions(at);
 CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at);
 """
 
 
+# columns added after the first release: (table, column, SQL type)
+_ADDED_COLUMNS = (("interruptions", "remedy", "TEXT"),)
+
+
 def ensure_schema(conn: sqlite3.Connection) -> None:
     conn.executescript(_SCHEMA)
+    for table, col, typ in _ADDED_COLUMNS:
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if col not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {col} {typ}")
 
 
 class Ledger:
@@ -88,7 +97,7 @@ class Ledger:
     def add_interruption(self, run_id: int, *, attempt: int, attempt_started_at: float, at: float, cls: str,
                          summary: str, evidence: list[str], gpu: dict[str, Any] | None, exit_code: int | None,
                          signal: int | None, action: str, last_checkpoint_at: float | None,
-                         checkpoint: str | None) -> float:
+                         checkpoint: str | None, remedy: str = "") -> float:
         """Record one interruption; returns the progress lost (seconds)."""
         base = attempt_started_at
         if last_checkpoint_at is not None and last_checkpoint_at > base:
@@ -96,10 +105,11 @@ class Ledger:
         lost = max(0.0, at - base)
         self.conn.execute(
             "INSERT INTO interruptions(run_id, attempt, attempt_started_at, at, class, planned, summary, evidence,"
-            " gpu, exit_code, signal, action, last_checkpoint_at, checkpoint, lost_s) VALUES"
-            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " gpu, exit_code, signal, action, last_checkpoint_at, checkpoint, lost_s, remedy) VALUES"
+            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run_id, attempt, attempt_started_at, at, cls, int(is_planned(cls)), summary, json.dumps(evidence),
-             json.dumps(gpu) if gpu else None, exit_code, signal, action, last_checkpoint_at, checkpoint, lost),
+             json.dumps(gpu) if gpu else None, exit_code, signal, action, last_checkpoint_at, checkpoint, lost,
+             remedy or None),
         )
         return lost
 

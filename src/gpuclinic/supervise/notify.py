@@ -12,17 +12,6 @@ from typing import Any
 
 from gpuclinic.supervise.classify import class_info
 
-_REMEDY = {
-    "gpu_hardware": "Check the GPU with `gpuclinic doctor`; a GPU that fell off the bus needs a node reboot. "
-                    "`gpuclinic run --exclude-bad-gpu` keeps training on the others.",
-    "nccl_network": "Check the interconnect (NVLink/InfiniBand/Ethernet) and NCCL settings; "
-                    "`gpuclinic doctor` shows NVLink and PCIe faults.",
-    "cuda_oom": "Lower the batch size or sequence length, or enable activation checkpointing.",
-    "killed": "Host memory or an operator killed the job: check `dmesg` for the OOM killer.",
-    "hang": "The job stopped making progress: check NCCL and the data loader; a py-spy dump helps.",
-    "application_error": "Fix the error in the job's output (see the evidence).",
-}
-
 
 class RunNotifier:
     """Callable taking the supervisor's alert dict; :meth:`close` waits briefly for delivery."""
@@ -43,7 +32,7 @@ class RunNotifier:
             gpu=gpu.get("index"),
             uuid=gpu.get("uuid"),
             evidence=[str(alert.get("summary", ""))] + [str(e) for e in alert.get("evidence", [])][:7],
-            remedy=_REMEDY.get(cls, ""),
+            remedy=str(alert.get("remedy") or class_info(cls).get("remedy", "")),
             opened=float(alert.get("at") or 0.0),
             data={k: alert.get(k) for k in ("class", "action", "attempt", "command", "lost_s", "run_id")},
             source="gpuclinic run",

@@ -407,16 +407,20 @@ class Supervisor:
                         "add_interruption", self.run_id, attempt=attempt, attempt_started_at=res.started_at,
                         at=res.ended_at, cls=cls.cls, summary=cls.summary, evidence=cls.evidence,
                         gpu=cls.gpu.to_dict() if cls.gpu else None, exit_code=rc, signal=cls.signal,
-                        action=action, last_checkpoint_at=ckpt_at, checkpoint=str(ckpt) if ckpt else None)
+                        action=action, last_checkpoint_at=ckpt_at, checkpoint=str(ckpt) if ckpt else None,
+                        remedy=cls.remedy)
                     self.interruptions.append((cls, action))
                     self.say(f"interruption: {cls.cls} ({'planned' if cls.planned else 'unexpected'}): {cls.summary}")
                     for line in cls.evidence[:6]:
                         self.say(f"  evidence: {line}")
+                    if cls.remedy:
+                        self.say(f"  what to do: {cls.remedy}")
                     self.say(f"decision: {action}" + (f" ({why})" if why else ""))
                     self._notify({
                         "kind": "interruption", "class": cls.cls, "run_id": self.run_id,
                         "severity": "info" if cls.planned else "critical", "summary": cls.summary,
                         "evidence": cls.evidence[:10], "gpu": cls.gpu.to_dict() if cls.gpu else None,
+                        "remedy": cls.remedy,
                         "action": action, "attempt": attempt, "host": socket.gethostname(),
                         "command": shlex.join(redact_argv(o.cmd)), "lost_s": lost, "at": res.ended_at,
                     })
