@@ -159,3 +159,19 @@ def test_syslog_quoting_smi_error_stays_a_kernel_log(monkeypatch: pytest.MonkeyP
     snap = snapshot_from_text(text)
     assert snap.kernel_log_read and snap.kernel_events[0].xid == 79
     assert snap.software is not None and snap.software.nvidia_smi_errors == ["No devices were found"]
+
+
+@pytest.mark.parametrize(("text", "iso"), [
+    ("Wed Jun  7 19:32:16 2023", "2023-06-07T19:32:16"),
+    ("Thu Oct 27 08:50:11 PM -03 2022", "2022-10-27T20:50:11-03:00"),
+    ("mar 13 set 2011, 23.11.55, CEST", None),
+])
+def test_time_stamps_become_iso(text: str, iso: str | None) -> None:
+    from gpuclinic.sources.smi_common import iso_time
+
+    assert iso_time(text) == iso
+
+
+def test_taken_at_from_dump_timestamp() -> None:
+    snap = load_evidence([str(FX / "a100-sxm4-80gb-510-remap-pending.txt")])
+    assert snap.taken_at == "2023-06-07T19:32:16"

@@ -24,7 +24,7 @@ from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.sources import bugreport, lspci, smi_table, smi_text, smi_xml
-from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
+from gpuclinic.sources.smi_common import SmiDump, iso_time, mark_lost, scan_error_lines
 
 SAMPLE_BYTES = 256 * 1024
 MAX_DUMP_BYTES = 64 * 1024 * 1024  # nvidia-smi outputs are KBs; a 64 MB "dump" is something else
@@ -134,7 +134,9 @@ def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
     if dump.cuda_version:
         snap.cuda_driver_version = snap.cuda_driver_version or dump.cuda_version
     if dump.timestamp and not snap.taken_at:
-        snap.taken_at = dump.timestamp
+        snap.taken_at = iso_time(dump.timestamp)
+        if snap.taken_at is None:
+            snap.notes.append(f"{origin}: nvidia-smi time stamp not understood: {dump.timestamp[:60]}")
     for e in dump.errors:
         if e not in sw.nvidia_smi_errors:
             sw.nvidia_smi_errors.append(e)
@@ -289,6 +291,8 @@ def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
             snap.software.driver_version = snap.software.driver_version or rep.driver_version
     if rep.hostname and not snap.hostname:
         snap.hostname = rep.hostname
+    if rep.date and not snap.taken_at:
+        snap.taken_at = iso_time(rep.date)
     _merge_pci(snap, rep.pci_devices)
     snap.kernel_events.extend(rep.kernel_events)
     if rep.kernel_sections:

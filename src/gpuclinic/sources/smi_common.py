@@ -8,6 +8,7 @@ turns one spelling into one typed value, and says *why* when a value is absent, 
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from dataclasses import dataclass, field
 
@@ -291,3 +292,22 @@ def mark_lost(gpus: list[GpuFacts], lost: list[tuple[str, str]]) -> None:
             gpus.append(found)
         found.lost = True
         found.lost_reason = f"nvidia-smi: Unable to determine the device handle: {why}"
+
+
+_TIME_FORMATS = ("%a %b %d %H:%M:%S %Y", "%a %b %d %H:%M:%S %Z %Y", "%a %d %b %Y %I:%M:%S %p %Z", "%a %b %d %I:%M:%S %p %z %Y")
+
+
+def iso_time(text: str | None) -> str | None:
+    """nvidia-smi / bug-report time stamps ("Wed Jun  7 19:32:16 2023") as ISO 8601, or None.
+
+    nvidia-smi prints local time without a zone, so the result carries none either.
+    """
+    if not text:
+        return None
+    t = re.sub(r" ([+-]\d\d) ", r" \g<1>00 ", " ".join(text.split()))  # "-03" -> "-0300"
+    for fmt in _TIME_FORMATS:
+        try:
+            return _dt.datetime.strptime(t, fmt).isoformat()
+        except ValueError:
+            continue
+    return None
