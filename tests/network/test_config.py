@@ -175,3 +175,26 @@ def test_snapshot_round_trips_network_facts() -> None:
     back = Snapshot.from_dict(json.loads(Snapshot(network=nf).to_json()))
     assert back.network and back.network.probes[0].connect_median_ms() == 2.0
     assert back.network.probes[0].single and back.network.probes[0].single.bytes_per_s == 5.0
+
+
+def _codes(ps: ProxySettings) -> set[str]:
+    from gpuclinic.checks import run_checks
+
+    fs, _ = run_checks(Snapshot(network=NetworkFacts(proxy=ps)))
+    return {f.code for f in fs}
+
+
+def test_hf_settings_that_do_not_help_are_named() -> None:
+    assert "network.hf_transfer_ignored" in _codes(ProxySettings(hf_hub_enable_hf_transfer="1", hf_hub_version="1.18.0"))
+    assert "network.hf_transfer_ignored" not in _codes(ProxySettings(hf_hub_enable_hf_transfer="1",
+                                                                     hf_hub_version="0.36.2"))
+    assert "network.hf_transfer_ignored" not in _codes(ProxySettings(hf_hub_enable_hf_transfer="0", hf_hub_version="2.4.0"))
+    assert "network.xet_bypasses_mirror" in _codes(ProxySettings(hf_endpoint="https://hf-mirror.com"))
+    assert "network.xet_bypasses_mirror" not in _codes(ProxySettings(hf_endpoint="https://hf-mirror.com",
+                                                                     hf_hub_disable_xet="1"))
+    assert _codes(ProxySettings()) == set()
+
+
+def test_installed_hf_hub_version_is_read_only_for_the_real_environment() -> None:
+    ps = read_proxy_settings({}, git_runner=lambda argv: "", pip_files=[])
+    assert ps.hf_hub_version is None  # an explicit env means a test: nothing read from this interpreter

@@ -238,3 +238,14 @@ def test_cli_end_to_end_one_line_error_and_success(served: dict[str, int]) -> No
     assert ok.returncode == 0, ok.stderr
     assert "via mirror" in ok.stderr and "insteadOf" in ok.stderr
     assert (Path("cli") / "readme2.txt").read_text() == "commit 2\n"
+
+
+def test_credentials_in_urls_are_scrubbed_from_errors() -> None:
+    from gpuclinic.transfer.git import scrub
+
+    line = last_error_line("fatal: unable to access 'https://bob:ghp_SECRET@github.com/a/b/': Could not resolve host")
+    assert line and "ghp_SECRET" not in line and "https://***@github.com/a/b/" in line
+    assert scrub("https://x-access-token:t0k@github.com/o/r.git") == "https://***@github.com/o/r.git"
+    with pytest.raises(GitCloneError) as ei:
+        clone(f"http://user:hunter2@127.0.0.1:{free_port()}/r.git", "cred", quiet=True, retries=1, log=lambda m: None)
+    assert "hunter2" not in str(ei.value)

@@ -290,3 +290,40 @@ def test_github_mirror_lines_use_insteadof() -> None:
     assert switch_lines(pip)["switch"] == ["pip config set global.index-url https://pypi.tuna.tsinghua.edu.cn/simple"]
     ms = next(e for e in default_endpoints() if e.id == "modelscope")
     assert "HF_ENDPOINT" not in " ".join(switch_lines(ms)["one_off"])
+
+
+def test_ipv6_loopback_literal() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        s6 = socket.socket(socket.AF_INET6)
+        s6.bind(("::1", 0))
+        s6.close()
+    except OSError:
+        pytest.skip("::1 not available")
+    import http.server
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    class S6(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+    srv = S6(("::1", 0), H)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        port = srv.server_address[1]
+        nf = probe_endpoints([ep(f"http://[::1]:{port}", big=False)],
+                             cfg(resolver=default_resolver, throughput=False))
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    p = nf.probes[0]
+    assert p.addresses == ["::1"] and p.http_status == 204

@@ -38,7 +38,9 @@ def fmt_rate(bps: float | None) -> str:
 
 
 def fmt_ms(ms: float | None) -> str:
-    return "-" if ms is None else f"{ms:.0f} ms"
+    if ms is None:
+        return "-"
+    return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
 
 
 def _facts(snap: Snapshot) -> NetworkFacts | None:
@@ -60,6 +62,8 @@ def _label(p: EndpointProbe) -> str:
 
 
 def _title(service: str) -> str:
+    if service == "custom":
+        return "Custom endpoints"
     return str(services().get(service, {}).get("title", service))
 
 
@@ -351,3 +355,42 @@ def proxy(snap: Snapshot) -> Iterator[Finding]:
                 "git keeps its own: git config --global --get http.proxy."),
         data={"problems": ev},
     )
+
+
+def _major(version: str | None) -> int | None:
+    try:
+        return int((version or "").split(".")[0])
+    except ValueError:
+        return None
+
+
+@check("network.hf_config", codes=["network.hf_transfer_ignored", "network.xet_bypasses_mirror"],
+       what="Hugging Face download settings")
+def hf_config(snap: Snapshot) -> Iterator[Finding]:
+    """Settings that look like they help but do not (sources: research notes sections 1.5 and 1.6)."""
+    nf = snap.network
+    ps = nf.proxy if nf is not None else None
+    if ps is None:
+        return
+    major = _major(ps.hf_hub_version)
+    if ps.hf_hub_enable_hf_transfer and ps.hf_hub_enable_hf_transfer not in ("0", "false", "False") \
+            and major is not None and major >= 1:
+        yield Finding(
+            code="network.hf_transfer_ignored", severity=Severity.INFO, family=NET,
+            title=f"HF_HUB_ENABLE_HF_TRANSFER is set, but huggingface_hub {ps.hf_hub_version} ignores it",
+            evidence=[f"HF_HUB_ENABLE_HF_TRANSFER={ps.hf_hub_enable_hf_transfer}",
+                      f"huggingface_hub {ps.hf_hub_version} (hf_transfer support ended in 1.0)"],
+            remedy=("For Xet-backed repos: export HF_XET_HIGH_PERFORMANCE=1. Over plain HTTP (mirrors, "
+                    "HF_HUB_DISABLE_XET=1) huggingface_hub uses one connection per file: use `gpuclinic get hf ORG/NAME`."),
+            source="huggingface_hub constants.py (1.0+: 'hf_transfer is not used anymore'); "
+                   "https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables",
+        )
+    if ps.hf_endpoint and "huggingface.co" not in ps.hf_endpoint and ps.hf_hub_disable_xet not in ("1", "true", "True", "YES", "yes"):
+        yield Finding(
+            code="network.xet_bypasses_mirror", severity=Severity.INFO, family=NET,
+            title=f"HF_ENDPOINT={ps.hf_endpoint} is set, but Xet transfers can still go to huggingface.co's CAS hosts",
+            evidence=[f"HF_ENDPOINT={ps.hf_endpoint}", "HF_HUB_DISABLE_XET is not set"],
+            remedy="export HF_HUB_DISABLE_XET=1   (so large files come through the mirror over plain HTTP)",
+            source="https://github.com/padeoe/hf-mirror-site/issues/50 ; https://github.com/padeoe/hf-mirror-site/issues/64 ; "
+                   "https://github.com/huggingface/huggingface_hub/issues/4475",
+        )

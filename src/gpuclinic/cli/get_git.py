@@ -31,7 +31,7 @@ def git_cmd(url: str, directory: str | None, shallow: bool, treeless: bool, full
     """Clone URL into DIR: blobless by default (all history, file contents fetched on demand), retrying
     broken transfers and falling back to mirrors, without touching your git config.
     """
-    from gpuclinic.transfer.git import clone
+    from gpuclinic.transfer.git import clone, scrub
 
     if sum((shallow, treeless, full)) > 1:
         raise InputError("choose one of --shallow, --treeless and --full")
@@ -41,6 +41,7 @@ def git_cmd(url: str, directory: str | None, shallow: bool, treeless: bool, full
     t0 = time.monotonic()
     res = clone(url, directory, strategy=strategy, mirrors=mirrors, mirror_first=mirror_first, retries=retries,
                 branch=branch, quiet=quiet)
+    url = scrub(url)
     if not quiet:
         via = "" if res.source == "origin" else f" via mirror {res.source}"
         extra = ", checkout resumed" if res.resumed else ""
@@ -48,7 +49,7 @@ def git_cmd(url: str, directory: str | None, shallow: bool, treeless: bool, full
                    f"{len(res.attempts)} attempt(s){extra}", err=True)
         if res.config:
             key, _, prefix = res.config[0].partition("=")
-            base = key[len("url."):-len(".insteadOf")]
+            base = scrub(key[len("url."):-len(".insteadOf")])
             click.echo(f"gpuclinic: remote 'origin' is still {url}: later fetches"
                        + (" (and files fetched on demand in this partial clone)" if res.strategy != "full" else "")
                        + f" go there. To keep using the mirror in this clone only: "

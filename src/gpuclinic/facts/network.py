@@ -122,6 +122,7 @@ class ProxySettings:
     hf_hub_enable_hf_transfer: str | None = None
     hf_hub_disable_xet: str | None = None
     hf_xet_high_performance: str | None = None
+    hf_hub_version: str | None = None  # installed huggingface_hub, if any (its behaviour changed in 1.0)
     problems: list[str] = field(default_factory=list)  # unparsable values, disagreeing case variants
 
     def effective_proxy(self, scheme: str) -> str | None:

@@ -34,9 +34,10 @@ def _endpoint_from_dict(d: dict[str, Any], *, origin: str) -> Endpoint:
     service = _ALIASES.get(str(d.get("service") or "custom"), str(d.get("service") or "custom"))
     if service not in SERVICES:
         raise InputError(f"{origin}: unknown service {service!r} (one of {', '.join(SERVICES)})")
-    host = urlsplit(url).hostname or url
+    parts = urlsplit(url)
+    host = parts.hostname or url
     return Endpoint(
-        id=str(d.get("id") or host),
+        id=str(d.get("id") or (parts.netloc.rsplit("@", 1)[-1] if parts.port else host)),
         url=url,
         service=service,
         kind=str(d.get("kind") or ("mirror" if service != "custom" else "origin")),

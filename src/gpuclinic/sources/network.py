@@ -130,8 +130,11 @@ def read_proxy_settings(
     *,
     git_runner: Callable[[list[str]], str | None] | None = None,
     pip_files: Iterable[Path] | None = None,
+    hf_hub_version: str | None = None,
 ) -> ProxySettings:
     """Proxy and mirror settings from the environment, pip config, git config and HF variables."""
+    if env is None and hf_hub_version is None:
+        hf_hub_version = _installed_version("huggingface_hub")
     env = dict(os.environ if env is None else env)
     ps = ProxySettings()
     for name in _PROXY_VARS:
@@ -201,7 +204,17 @@ def read_proxy_settings(
     ps.hf_hub_enable_hf_transfer = env.get("HF_HUB_ENABLE_HF_TRANSFER")
     ps.hf_hub_disable_xet = env.get("HF_HUB_DISABLE_XET")
     ps.hf_xet_high_performance = env.get("HF_XET_HIGH_PERFORMANCE")
+    ps.hf_hub_version = hf_hub_version
     return ps
+
+
+def _installed_version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def bypasses_proxy(host: str, no_proxy: Iterable[str]) -> bool:
@@ -406,7 +419,7 @@ class ProbeConfig:
     max_bytes_per_conn: int = 16 * MIB
     parallel: int = 4
     fast_enough_bps: float = 50e6  # origin this fast: mirrors of it are not worth measuring
-    max_workers: int = 16
+    max_workers: int = 32
     resolver: Resolver = default_resolver
     connector: Connector = default_connector
     ssl_context: ssl.SSLContext | None = None

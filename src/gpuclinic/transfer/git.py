@@ -128,8 +128,13 @@ def classify(stderr_tail: str) -> str:
     return "transient"
 
 
+def scrub(text: str) -> str:
+    """Hide credentials embedded in URLs (https://user:token@host/...) in anything we print."""
+    return re.sub(r"(://)[^/@\s'\"]+@", r"\1***@", text)
+
+
 def last_error_line(text: str) -> str | None:
-    lines = [ln.strip() for ln in re.split(r"[\r\n]+", text) if ln.strip()]
+    lines = [scrub(ln.strip()) for ln in re.split(r"[\r\n]+", text) if ln.strip()]
     for prefix in ("fatal:", "error:"):
         hits = [ln for ln in lines if ln.lower().startswith(prefix)]
         if hits:
@@ -252,7 +257,7 @@ def clone(
     sources = [Source("origin")]
     for m in mirrors:
         base, prefix = insteadof_for(url, resolve_mirror(m))
-        sources.append(Source(base, [f"url.{base}.insteadOf={prefix}"]))
+        sources.append(Source(scrub(base), [f"url.{base}.insteadOf={prefix}"]))
     if mirror_first and len(sources) > 1:
         sources = sources[1:] + sources[:1]
     attempts: list[Attempt] = []
