@@ -327,3 +327,25 @@ def test_ipv6_loopback_literal() -> None:
         srv.server_close()
     p = nf.probes[0]
     assert p.addresses == ["::1"] and p.http_status == 204
+
+
+@pytest.mark.parametrize(("knobs", "code"), [
+    ({"rate_per_conn": 1.5e6, "latency": 0.03, "connect_latency": 0.02}, "network.per_connection_cap"),
+    ({"total_rate": 3e6, "latency": 0.03}, "network.slow_link"),
+])
+def test_diagnosis_on_the_wan_simulator(knobs: dict[str, Any], code: str) -> None:
+    """The project's WAN simulator (transfer area) with added latency: the same verdicts."""
+    wansim = pytest.importorskip("gpuclinic.transfer.wansim")
+    with wansim.WanSim(wansim.Knobs(**knobs)) as sim:
+        url = sim.add_file("big.bin", bytes(16 * 1024 * 1024))
+        base = sim.base_url
+        e = ep(base, big=False)
+        e.probe_path = "/files/big.bin"
+        e.throughput_path = url[len(base):]
+        nf = probe_endpoints([e], cfg())
+    p = nf.probes[0]
+    assert p.ttfb_ms is not None and p.ttfb_ms >= 25  # the simulated first-byte latency shows up
+    fs = findings(nf)
+    assert code in fs
+    other = {"network.per_connection_cap", "network.slow_link"} - {code}
+    assert not other & set(fs)
