@@ -101,21 +101,25 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
     from gpuclinic.facts.software import Framework
 
     driver = None
-    m = re.search(r"^Nvidia driver version:\s*(\d+\.\d+(?:\.\d+)?)\s*$", text, re.M) or \
-        re.search(r"Driver Version:\s*(\d+\.\d+(?:\.\d+)?)", text)
+    has_env = "Nvidia driver version:" in text or "PyTorch version:" in text or "GPU models and configuration:" in text
+    m: re.Match[str] | None = None
+    if has_env:
+        m = re.search(r"^Nvidia driver version:\s*(\d+\.\d+(?:\.\d+)?)\s*$", text, re.M)
+    m = m or re.search(r"Driver Version:\s*(\d+\.\d+(?:\.\d+)?)", text)
     if m:
         driver = m.group(1)
     elif snap is not None and snap.driver_version:
         driver = snap.driver_version
     torch_v = cuda = None
-    m = re.search(r"^PyTorch version:\s*(\d+\.\d+\S*)\s*$", text, re.M) or \
-        re.search(r"^\[(?:pip3?|conda)\]\s+torch==(\d+\.\d+\S*)\s*$", text, re.M)
+    m = re.search(r"^PyTorch version:\s*(\d+\.\d+\S*)\s*$", text, re.M) if has_env else None
+    if m is None and "torch==" in text:
+        m = re.search(r"^\[(?:pip3?|conda)\]\s+torch==(\d+\.\d+\S*)\s*$", text, re.M)
     if m:
         torch_v = m.group(1)
         mc = re.search(r"^CUDA used to build PyTorch:\s*(\d+\.\d+)\s*$", text, re.M)
         cuda = mc.group(1) if mc else None
     gpus: list[GpuFacts] = list(snap.gpus) if snap is not None and snap.gpus else []
-    if not gpus:
+    if not gpus and "GPU models and configuration:" in text:
         block = re.search(r"^GPU models and configuration:(.*(?:\n\s*GPU \d+:.*)*)", text, re.M)
         if block:
             for gm in re.finditer(r"GPU (\d+):\s*([^\n(]+?)\s*(?:\(UUID[^)]*\))?\s*$", block.group(1), re.M):
