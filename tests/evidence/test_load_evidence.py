@@ -175,3 +175,42 @@ def test_time_stamps_become_iso(text: str, iso: str | None) -> None:
 def test_taken_at_from_dump_timestamp() -> None:
     snap = load_evidence([str(FX / "a100-sxm4-80gb-510-remap-pending.txt")])
     assert snap.taken_at == "2023-06-07T19:32:16"
+
+
+def _kern_lines() -> str:
+    text = (FX / "nvidia-bug-report-excerpt.log").read_text()
+    start = text.index("*** /var/log/kern.log\n") + len("*** /var/log/kern.log\n")
+    return text[start:text.index("\n\n____", start)] + "\n"
+
+
+def test_same_log_given_twice_counts_once(tmp_path: Path) -> None:
+    a, b = tmp_path / "dmesg.txt", tmp_path / "copy-of-dmesg.txt"
+    a.write_text(_kern_lines())
+    b.write_text(_kern_lines())
+    once = load_evidence([str(a)])
+    twice = load_evidence([str(a), str(b)])
+    assert [e.xid for e in once.kernel_events if e.kind == "xid"] == [79]
+    assert [(e.kind, e.line) for e in twice.kernel_events] == [(e.kind, e.line) for e in once.kernel_events]
+
+
+def test_extracted_capture_directory_is_one_input(tmp_path: Path) -> None:
+    import tarfile
+
+    from gpuclinic.sources import capture as cap
+
+    snap = load_evidence([str(FX / "tesla-p100-510.xml")])
+    bundle = cap.Bundle(snapshot=snap, raw=[cap.RawOutput("raw/dmesg.txt", ["dmesg"], _kern_lines())])
+    tgz = tmp_path / "c.tar.gz"
+    cap.write_bundle(cap.render_files(bundle, redact=False), str(tgz))
+    out = tmp_path / "extracted"
+    with tarfile.open(tgz) as tf:
+        if hasattr(tarfile, "data_filter"):
+            tf.extractall(out, filter="data")
+        else:  # pragma: no cover - Python without extraction filters; our own bundle is trusted here
+            tf.extractall(out)
+    from_tar = load_evidence([str(tgz)])
+    from_dir = load_evidence([str(tmp_path / "extracted")])
+    assert from_dir.inputs == [str(out)]
+    assert [g.name for g in from_dir.gpus] == [g.name for g in from_tar.gpus] == ["Tesla P100-PCIE-16GB"]
+    assert [e.xid for e in from_dir.kernel_events if e.kind == "xid"] == [79]
+    assert not [s for s in from_dir.skipped if "manifest" in s.what]

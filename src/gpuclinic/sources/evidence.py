@@ -16,7 +16,7 @@ import io
 import json
 import os
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpuclinic.errors import InputError
@@ -335,6 +335,10 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
     for p in paths:
         if os.path.isdir(p):
             for root, dirs, files in os.walk(p):
+                if is_capture_dir(root):
+                    out.append(root)  # an extracted capture is one input
+                    dirs[:] = []
+                    continue
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for f in sorted(files):
                     if not f.startswith("."):
@@ -376,6 +380,9 @@ def _looks_binary(b: bytes) -> bool:
 
 def add_file(snap: Snapshot, path: str) -> str:
     """Add one file to ``snap``; returns its kind.  Raises ``_Unrecognised``/``OSError``."""
+    if os.path.isdir(path) and is_capture_dir(path):
+        _apply_bundle_dir(snap, path)
+        return "capture"
     head, gz = _read_head(path)
     if _is_tar(path, head, gz):
         _apply_bundle(snap, path)
@@ -441,56 +448,109 @@ def _apply_bundle(snap: Snapshot, path: str) -> None:
             except (tarfile.TarError, OSError, EOFError) as e:
                 raise _Unrecognised(f"tar member {name} is corrupt ({e})") from None
 
-        snap_json = read("snapshot.json")
-        if snap_json is not None:
-            had_gpus, had_log, had_pci = bool(snap.gpus), snap.kernel_log_read, snap.pci_read
-            _apply_json(snap, snap_json, f"{path}:snapshot.json")
-            # The raw outputs fill what the live read could not (no NVML bindings, no log access).
-            wanted = {"smi_text", "smi_xml", "smi_table"} if not snap.gpus or snap.gpus and not had_gpus and \
-                all(g.name is None for g in snap.gpus) else set()
-            if not snap.kernel_log_read and not had_log:
-                wanted.add("kernel_log")
-            if not snap.pci_read and not had_pci:
-                wanted.add("lspci")
-            for name in sorted(members):
-                if not wanted or not name.startswith("raw/"):
-                    continue
-                text = read(name)
-                kind = detect(text[:SAMPLE_BYTES]) if text else None
-                if kind in wanted and text is not None:
-                    try:
-                        _apply_text(snap, kind, text, f"{path}:{name}")
-                    except (_Unrecognised, InputError) as e:
-                        snap.skip(f"{path}:{name}", str(e))
-                    if kind.startswith("smi_") and snap.gpus:
-                        wanted -= {"smi_text", "smi_xml", "smi_table"}
-            manifest = read("manifest.json")
-            if manifest:
-                try:
-                    man = json.loads(manifest)
-                    for f in man.get("failed", []) if isinstance(man, dict) else []:
-                        if isinstance(f, dict) and f.get("what"):
-                            snap.notes.append(f"capture could not collect {f.get('what')}: {f.get('why')}")
-                except ValueError:
-                    snap.notes.append(f"{path}: manifest.json is not valid JSON")
-            return
-        used = 0
-        for name in sorted(members):
-            if not name.startswith("raw/"):
+        _apply_bundle_members(snap, path, sorted(members), read)
+
+
+def is_capture_dir(path: str) -> bool:
+    """True for an extracted capture bundle (snapshot.json + a gpuclinic.capture manifest.json)."""
+    man = os.path.join(path, "manifest.json")
+    if not (os.path.isfile(man) and os.path.isfile(os.path.join(path, "snapshot.json"))):
+        return False
+    try:
+        with open(man, encoding="utf-8", errors="replace") as fh:
+            return '"gpuclinic.capture/' in fh.read(4096)
+    except OSError:
+        return False
+
+
+def _apply_bundle_dir(snap: Snapshot, path: str) -> None:
+    """An extracted capture bundle: read like the tar.gz, so raw outputs do not double the snapshot."""
+    names: list[str] = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(dirs)
+        for f in sorted(files):
+            names.append(os.path.relpath(os.path.join(root, f), path).replace(os.sep, "/"))
+
+    def read(name: str) -> str | None:
+        full = os.path.join(path, name)
+        try:
+            if os.path.getsize(full) > MAX_BUNDLE_MEMBER:
+                return None
+            with open(full, "rb") as fh:
+                return _decode(fh.read())
+        except OSError:
+            return None
+
+    _apply_bundle_members(snap, path, names, read)
+
+
+def _apply_bundle_members(snap: Snapshot, path: str, names: list[str], read: Callable[[str], str | None]) -> None:
+    snap_json = read("snapshot.json")
+    if snap_json is not None:
+        had_gpus, had_log, had_pci = bool(snap.gpus), snap.kernel_log_read, snap.pci_read
+        _apply_json(snap, snap_json, f"{path}:snapshot.json")
+        # The raw outputs fill what the live read could not (no NVML bindings, no log access).
+        wanted = {"smi_text", "smi_xml", "smi_table"} if not snap.gpus or snap.gpus and not had_gpus and \
+            all(g.name is None for g in snap.gpus) else set()
+        if not snap.kernel_log_read and not had_log:
+            wanted.add("kernel_log")
+        if not snap.pci_read and not had_pci:
+            wanted.add("lspci")
+        for name in names:
+            if not wanted or not name.startswith("raw/"):
                 continue
             text = read(name)
-            if not text:
-                continue
-            kind = detect(text[:SAMPLE_BYTES])
-            if kind is None:
-                continue
+            kind = detect(text[:SAMPLE_BYTES]) if text else None
+            if kind in wanted and text is not None:
+                try:
+                    _apply_text(snap, kind, text, f"{path}:{name}")
+                except (_Unrecognised, InputError) as e:
+                    snap.skip(f"{path}:{name}", str(e))
+                if kind.startswith("smi_") and snap.gpus:
+                    wanted -= {"smi_text", "smi_xml", "smi_table"}
+        manifest = read("manifest.json")
+        if manifest:
             try:
-                _apply_text(snap, kind, text, f"{path}:{name}")
-                used += 1
-            except (_Unrecognised, InputError) as e:
-                snap.skip(f"{path}:{name}", str(e))
-        if not used:
-            raise _Unrecognised("tar archive is not a gpuclinic capture (no snapshot.json or readable raw/ outputs)")
+                man = json.loads(manifest)
+                for f in man.get("failed", []) if isinstance(man, dict) else []:
+                    if isinstance(f, dict) and f.get("what"):
+                        snap.notes.append(f"capture could not collect {f.get('what')}: {f.get('why')}")
+            except ValueError:
+                snap.notes.append(f"{path}: manifest.json is not valid JSON")
+        return
+    used = 0
+    for name in names:
+        if not name.startswith("raw/"):
+            continue
+        text = read(name)
+        if not text:
+            continue
+        kind = detect(text[:SAMPLE_BYTES])
+        if kind is None:
+            continue
+        try:
+            _apply_text(snap, kind, text, f"{path}:{name}")
+            used += 1
+        except (_Unrecognised, InputError) as e:
+            snap.skip(f"{path}:{name}", str(e))
+    if not used:
+        raise _Unrecognised("tar archive is not a gpuclinic capture (no snapshot.json or readable raw/ outputs)")
+
+
+def _dedupe_kernel_events(snap: Snapshot) -> None:
+    """The same stamped log line read twice (a dmesg file and the bug report holding it) counts once."""
+    seen: set[tuple[str, str, str | None]] = set()
+    out = []
+    for ev in snap.kernel_events:
+        if ev.time is None and ev.uptime_s is None:
+            out.append(ev)  # unstamped lines may legitimately repeat
+            continue
+        key = (ev.kind, ev.line.strip(), ev.pci_bus_id)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(ev)
+    snap.kernel_events = out
 
 
 def load_evidence(paths: Sequence[str]) -> Snapshot:
@@ -530,6 +590,7 @@ def load_evidence(paths: Sequence[str]) -> Snapshot:
         what, _, why = f.partition(": ")
         snap.skip(f"evidence {what}", why or f)
     link_facts_from_pci(snap)
+    _dedupe_kernel_events(snap)
     skipped = {s.what for s in snap.skipped}
     if snap.nvml_available is None and not snap.gpus and "GPUs through NVML" not in skipped:
         snap.skip("GPUs through NVML", "the evidence has no nvidia-smi output or capture")
