@@ -188,6 +188,12 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
         if m:
             s = s[m.end():]
             continue
+        if p.host is None and (p.uptime is not None or p.time is not None):
+            m = _RE_HOST.match(s)  # journalctl -o short-monotonic: "[  12.345678] host kernel: ..."
+            if m:
+                p.host = m.group(1)
+                s = s[m.end():]
+                continue
         break
     return s.rstrip("\r\n"), p
 
@@ -1257,9 +1263,14 @@ def _run_stream(argv: list[str], name: str, timeout_s: float = _CMD_TIMEOUT_S,
         else:
             res.why = f"{' '.join(argv)} failed: {first}"
         return res
-    if argv[0] == "journalctl" and not res.events and "No entries" in err:
-        res.why = "the journal holds no kernel messages for this boot"
-        return res
+    if argv[0] == "journalctl" and not res.events:
+        if "not seeing messages" in err or "insufficient permissions" in err or "No journal files" in err:
+            res.why = ("this user may not read the system journal (add it to the 'systemd-journal' or 'adm' "
+                       "group, or run as root)")
+            return res
+        if "No entries" in err:
+            res.why = "the journal holds no kernel messages for this boot"
+            return res
     res.ok = True
     return res
 
