@@ -213,3 +213,16 @@ def test_redact_helpers() -> None:
     assert "hf_abc" not in redact("Authorization: Bearer hf_abcdefghijklmnopqrstuvwxyz")
     u = safe_url("https://user:pw@cdn.example/x?Expires=1&Signature=abc&X-Amz-Credential=k")
     assert "pw" not in u and "abc" not in u and "Expires=1" in u
+
+
+def test_speculative_first_requests_do_not_refetch(tmp_path: Path) -> None:
+    # size unknown: the probe and speculative ranged requests go out together; ranges past the end
+    # get 416 and are dropped, and no byte is fetched twice
+    data, sha = blob(6 * MiB + 12345, 12)
+    with WanSim(Knobs(rate_per_conn=8 * MiB, latency=0.02)) as s:
+        url = s.add_file("f.bin", data)
+        res = Engine(EngineOptions(initial_connections=8)).run([FileSpec(tmp_path / "f", [url], sha256=sha)])[0]
+        assert res.status == "ok", res.error
+        assert s.stats.statuses[416] >= 1
+        assert s.served("f.bin") <= len(data) * 1.05
+    assert _sha(tmp_path / "f") == sha

@@ -119,6 +119,13 @@ class _ObjectChanged(Exception):
     pass
 
 
+class _Abandon(Exception):
+    """A speculative request that turned out useless (beyond the end, or no range support)."""
+
+
+SPECULATIVE_CHUNK = 4 * MiB
+
+
 def _origin(url: str) -> str:
     p = urlsplit(url)
     port = p.port or {"http": 80, "https": 443}.get(p.scheme, 0)
@@ -151,13 +158,15 @@ class _Source:
     failing_until: float = 0.0
     last_error: str = ""
     etag: str | None = None
+    fresh_failures: int = 0  # redirect targets that failed right after the origin handed them out
 
 
 class _Segment:
-    __slots__ = ("job", "pos", "end", "start", "requested_end", "active", "valid_from")
+    __slots__ = ("job", "pos", "end", "start", "requested_end", "active", "valid_from", "speculative")
 
-    def __init__(self, job: _Job, start: int, end: int, valid_from: int | None = None) -> None:
+    def __init__(self, job: _Job, start: int, end: int, valid_from: int | None = None, speculative: bool = False) -> None:
         self.job = job
+        self.speculative = speculative
         self.start = start
         self.valid_from = start if valid_from is None else valid_from  # bytes from here to pos are on disk
         self.pos = start
@@ -204,6 +213,8 @@ class _Job:
         self.dirty = False
         self.lock_path: Path | None = None
         self.sha256_hex: str | None = None
+        self.spec_next = 1  # next speculative chunk index while the size is still unknown
+        self.spec_ok = True
 
     # -- paths
     @property
@@ -380,7 +391,15 @@ class Engine:
                         return _Segment(j, j.size, j.size)
                     continue
                 start, end = self._opening_range(j)
+                j.spec_ok = j.spec_ok and start == 0 and end == -1
                 return _Segment(j, start, end)
+        # 1b) size unknown and the probe in flight: speculative ranged requests, so that every
+        #     connection is busy from the first round trip (aria2 and curl wait for the probe)
+        for j in self.jobs:
+            if j.state == "opening" and j.spec_ok and j.size is None and j.spec_next < min(8, self.target):
+                k = j.spec_next
+                j.spec_next += 1
+                return _Segment(j, k * SPECULATIVE_CHUNK, (k + 1) * SPECULATIVE_CHUNK, speculative=True)
         # 2) an unassigned run of pieces in an open file
         for j in self.jobs:
             if j.state != "open" or not j.ranges_ok:
@@ -484,8 +503,9 @@ class Engine:
         """A segment ends: keep what it wrote (as a partial piece) and free pieces it did not reach."""
         job = seg.job
         seg.active = False
-        if seg in job.segments:
-            job.segments.remove(seg)
+        if seg not in job.segments:
+            return  # never adopted (speculative or abandoned): owns no pieces
+        job.segments.remove(seg)
         if job.state != "open" or seg.end == -1 or seg.pos >= seg.end or not job.done:
             return
         i = seg.pos // job.piece
@@ -539,6 +559,8 @@ class Engine:
             except _SourceFatal as e:
                 src.bad = True
                 src.last_error = str(e)
+            except _Abandon:
+                return
             except _ObjectChanged:
                 self._reset_job(job, "the object changed on the server")
                 return
@@ -580,7 +602,7 @@ class Engine:
                 final = str(r.url)
                 if final != url and not src.resolved:
                     src.resolved = final
-                self._check_status(job, src, r, seg)
+                self._check_status(job, src, r, seg, url)
                 if r.status_code == 206 and seg.end != -1 and seg.end == seg.requested_end:
                     cl = r.headers.get("content-length")
                     if cl is not None and cl.isdigit() and int(cl) != seg.end - seg.pos:
@@ -595,17 +617,27 @@ class Engine:
         except (httpx.TransportError, httpx.StreamError, ConnectionError) as e:
             raise _Retryable(f"{type(e).__name__}: {redact(str(e)) or 'connection error'}") from None
 
-    def _check_status(self, job: _Job, src: _Source, r: httpx.Response, seg: _Segment) -> None:
+    def _check_status(self, job: _Job, src: _Source, r: httpx.Response, seg: _Segment, url: str) -> None:
         code = r.status_code
+        if seg.speculative and (code == 416 or code == 200):
+            raise _Abandon()
         if code in (429, 503):
             raise _Retryable(f"HTTP {code}", retry_after=_retry_after(r.headers.get("retry-after")), backoff=True)
-        if code in (401, 403, 404, 410) and src.resolved and str(r.url).startswith(src.resolved):
-            src.resolved = None  # expired signed redirect: resolve again from the origin
-            raise _Retryable(f"HTTP {code} from redirect target (re-resolving)", retry_after=0.0)
+        if code in (401, 403, 404, 410) and (url != src.url or r.history):
+            # an expired signed redirect target: resolve again from the origin (at once if the
+            # old target was cached, with backoff if the origin just handed out a dead one)
+            if src.resolved == url:
+                src.resolved = None
+            if url == src.url:
+                src.fresh_failures += 1
+                if src.fresh_failures >= 4:
+                    raise _SourceFatal(f"HTTP {code} from the redirect target {safe_url(str(r.url))}")
+            raise _Retryable(f"HTTP {code} from redirect target (re-resolving)", retry_after=0.0 if url != src.url else None)
         if code >= 500:
             raise _Retryable(f"HTTP {code}")
         if code not in (200, 206):
             raise _SourceFatal(f"HTTP {code} {r.reason_phrase}".strip())
+        src.fresh_failures = 0
         etag = r.headers.get("etag")
         if code == 206:
             cr = r.headers.get("content-range", "")
@@ -630,9 +662,33 @@ class Engine:
             raise _ObjectChanged()
         with self.cv:
             if job.state == "opening":
+                if seg.speculative and code != 206:
+                    raise _Abandon()
                 self._open(job, total if total >= 0 else None, etag, ranges=code == 206, seg=seg)
             elif job.size is not None and total >= 0 and total != job.size:
                 raise _SourceFatal(f"size {total} differs from {job.size}")
+            elif seg not in job.segments and job.state == "open":
+                self._adopt(job, seg)
+            if seg.speculative and job.state not in ("opening", "open"):
+                raise _Abandon()
+
+    def _adopt(self, job: _Job, seg: _Segment) -> None:
+        """A request sent before the size was known (probe or speculative) answered after the file
+        was opened by another one: keep it if its pieces are still free, else drop the response."""
+        assert job.size is not None
+        if seg.end == -1 or seg.end > job.size:
+            seg.end = job.size if seg.end > job.size else min(job.size, seg.pos + self._seg_pieces(job.size, job.piece) * job.piece)
+            if seg.requested_end == -1 or seg.requested_end > job.size:
+                seg.requested_end = job.size if seg.requested_end > job.size else seg.requested_end
+        a = seg.pos // job.piece
+        b = min(job.npieces, -(-seg.end // job.piece))
+        if seg.pos == a * job.piece and a < b and not any(job.assigned[a:b]) and not any(job.done[a:b]):
+            job.assigned[a:b] = b"\x01" * (b - a)
+            seg.valid_from = seg.pos
+            job.segments.append(seg)
+        else:
+            seg.end = seg.pos
+            raise _Abandon()
 
     def _open(self, job: _Job, total: int | None, etag: str | None, *, ranges: bool, seg: _Segment | None) -> None:
         """First response headers of a file arrived: size it, load resume state, plan pieces."""
@@ -679,6 +735,9 @@ class Engine:
         else:
             if seg.end == -1:
                 seg.end = min(size, self._seg_pieces(size, job.piece) * job.piece)
+            if seg.end > size:
+                seg.end = size
+                seg.requested_end = size  # the server's answer ends at the file end anyway
             a = seg.pos // job.piece
             b = min(n, -(-seg.end // job.piece))
             keep = (
