@@ -157,23 +157,32 @@ def test_resume_from_state_file_refetches_little(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_kill9_at_half_then_rerun_fetches_at_most_2_percent_extra(tmp_path: Path) -> None:
+    """kill -9 a real `gpuclinic get` at 50 %, rerun, count bytes served.
+
+    The server freezes all bodies at 50 % before the kill, so that bytes still sitting in loopback
+    socket buffers (which depend on how much CPU this shared CI box gives the client, not on the
+    engine) do not blur what is tested: the state file must record everything received, and the
+    rerun must fetch only the rest.  bench/resume_kill9.py measures the unfrozen case on 200 MiB.
+    """
     data, sha = blob(32 * MiB, 10)
     dest = tmp_path / "f.bin"
-    with WanSim(Knobs(rate_per_conn=4 * MiB, latency=0.005)) as s:
+    with WanSim(Knobs(rate_per_conn=4 * MiB, latency=0.005, pause_at_bytes=len(data) // 2)) as s:
         url = s.add_file("f.bin", data)
         cmd = [sys.executable, "-m", "gpuclinic", "get", url, "-o", str(dest), "--sha256", sha, "-q", "--connections", "4"]
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
-        while s.served("f.bin") < len(data) // 2 and time.monotonic() < deadline:
+        while not s.knobs.paused and time.monotonic() < deadline:
             time.sleep(0.005)
+        time.sleep(0.8)  # > save_interval: the client has read and recorded all it was sent
         os.kill(p.pid, signal.SIGKILL)
         p.wait(10)
         assert not dest.exists() and (tmp_path / "f.bin.gpuclinic-part").exists()
         half = s.served("f.bin")
+        s.knobs.paused = False
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         ratio = s.served("f.bin") / len(data)
-        assert 0.4 < half / len(data) < 0.7
+        assert 0.45 < half / len(data) < 0.6
         assert ratio <= 1.02, ratio
     assert _sha(dest) == sha
     assert _leftovers(tmp_path) == []

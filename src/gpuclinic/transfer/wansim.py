@@ -48,6 +48,8 @@ class Knobs:
     stall_per_mib: float = 0.0  # probability per MiB of a stall
     stall_seconds: float = 30.0
     stall_at_bytes: list[int] = field(default_factory=list)  # stall once the server total passes each value
+    pause_at_bytes: int | None = None  # freeze every body once the server total passes this...
+    paused: bool = False  # ...until this is set back to False
     fail_next: list[int] = field(default_factory=list)  # statuses returned to the next data requests
     max_active: int | None = None  # more concurrent data responses than this => 429
     retry_after: float = 1.0  # Retry-After seconds sent with 429/503
@@ -345,6 +347,11 @@ class WanSim:
                 if k.drop_at_bytes and self.stats.total_body + n > k.drop_at_bytes[0]:
                     k.drop_at_bytes.pop(0)
                     self._drop(writer)
+                if k.pause_at_bytes is not None and self.stats.total_body + n > k.pause_at_bytes:
+                    k.pause_at_bytes = None
+                    k.paused = True
+                while k.paused:
+                    await asyncio.sleep(0.01)
                 stall = bool(k.stall_per_mib) and self._rng.random() < k.stall_per_mib * p
                 if k.stall_at_bytes and self.stats.total_body + n > k.stall_at_bytes[0]:
                     k.stall_at_bytes.pop(0)
