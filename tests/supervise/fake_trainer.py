@@ -115,6 +115,14 @@ def main() -> int:
         train.atomic_save(ckpt / f"step-{step:04d}.ckpt", str(step).encode())
         out(f"got SIGTERM: saved step {step}, exiting gracefully")
         return 0
+    if mode == "checkpoint_on_usr1":
+        out("training until asked for a checkpoint")
+        while not train.checkpoint_requested():
+            time.sleep(0.02)
+        step += 1
+        train.atomic_save(ckpt / f"step-{step:04d}.ckpt", str(step).encode())
+        train.clear_checkpoint_request()
+        out(f"checkpoint on request: step {step}")
     if mode == "ignore_term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         out("ignoring SIGTERM")

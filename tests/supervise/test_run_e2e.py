@@ -350,3 +350,17 @@ def test_second_signal_kills_at_once(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 10
     assert p.returncode == 128 + signal.SIGKILL
     assert_all_gone(pidfile)
+
+
+def test_sighup_is_survived_and_sigusr1_reaches_the_job(tmp_path: Path) -> None:
+    p = _start(tmp_path, [], ["--fail", "checkpoint_on_usr1"])
+    _wait_for(tmp_path / "job.log", "training until asked for a checkpoint")
+    p.send_signal(signal.SIGHUP)  # the ssh session went away
+    _wait_for(tmp_path / "job.log", "terminal hung up")
+    p.send_signal(signal.SIGUSR1)  # "checkpoint now", passed on to the job
+    out, err = p.communicate(timeout=20)
+    assert p.returncode == 0, err
+    assert "checkpoint on request: step 4" in out and "training complete" in out
+    assert (tmp_path / "ckpt" / "step-0004.ckpt").read_text() == "4"
+    r = RunResult(p.returncode, out, err, tmp_path / "ledger.db", tmp_path / "ckpt")
+    assert r.interruptions() == [] and r.runs()[0]["status"] == "completed"

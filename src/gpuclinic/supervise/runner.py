@@ -270,10 +270,17 @@ class Supervisor:
         self._kill_deadline: float | None = None
         self._ledger_broken = False
         self.pump: OutputPump | None = None
+        self._hup = False
+        self._console_gone = False
 
     # ------------------------------------------------------------ helpers
     def say(self, msg: str) -> None:
-        self._say(msg)
+        """A gpuclinic line to stderr and the log; a vanished terminal only silences stderr."""
+        if not self._console_gone:
+            try:
+                self._say(msg)
+            except (OSError, ValueError):
+                self._console_gone = True
         if self.pump is not None:
             self.pump.note(f"gpuclinic: {msg}")
 
@@ -299,8 +306,19 @@ class Supervisor:
             self.say(f"warning: notification failed: {type(e).__name__}: {e}")
 
     def _on_signal(self, signum: int) -> None:
-        """SIGINT/SIGTERM to us: forward to the job's group; a second one kills it at once."""
+        """SIGINT/SIGTERM to us: forward to the job's group; a second one kills it at once.
+
+        SIGUSR1/SIGUSR2 are passed on (``gpuclinic.train`` turns SIGUSR1 into "checkpoint now").
+        SIGHUP (the ssh session ended) is ignored: supervision goes on and output goes on into the log.
+        """
         proc = self._proc
+        if signum in (signal.SIGUSR1, signal.SIGUSR2):
+            if proc is not None and proc.poll() is None:
+                killpg(proc.pid, signum)
+            return
+        if signum == signal.SIGHUP:
+            self._hup = True
+            return
         if self._stop_signal is None:
             self._stop_signal = signum
             if proc is not None and proc.poll() is None:
@@ -353,7 +371,8 @@ class Supervisor:
         tracker = Tracker()
         watcher = GpuWatcher(self.source, o.sample_interval_s,
                              lambda f: self.say(f"GPU fault during the run: {f.gpu.label()}: {f.what}"))
-        prev = on_signals(self._on_signal, (signal.SIGINT, signal.SIGTERM))
+        prev = on_signals(self._on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
+                                            signal.SIGHUP))
         status = "failed"
         try:
             with open(log_path, "ab") as log:
@@ -520,6 +539,9 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 pass
             now = time.monotonic()
+            if self._hup:
+                self._hup = False
+                self.say("terminal hung up (SIGHUP): still supervising; the job's output goes on into the log")
             if now - last_scan >= 0.5:
                 tracker.scan()
                 with contextlib.suppress(Exception):
