@@ -12,6 +12,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuclinic.collect import CollectOptions
 from gpuclinic.errors import InputError
@@ -171,3 +173,33 @@ def test_cli_capture_on_this_machine_then_doctor_from(tmp_path: Path) -> None:
                         capture_output=True, text=True, timeout=120)
     assert r2.returncode in (0, 1, 2), r2.stderr
     assert json.loads(r2.stdout)["facts"]["origin"] == "evidence"
+
+
+def test_secret_env_names() -> None:
+    env = {"HF_TOKEN": "hf_abcdefghij", "AWS_SECRET_ACCESS_KEY": "abcdefghijkl", "DB_PASSWORD": "pw123456",
+           "TOKENIZERS_PARALLELISM": "falseee", "PATH": "/usr/bin:/bin", "ALERT_URL": "https://x.example/webhook/abc123"}
+    got = cap.secret_env_values(env)
+    assert set(got.values()) == {"HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "ALERT_URL"}
+
+
+_SAFE = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_SAFE, _SAFE, st.uuids())
+def test_redaction_property_uuid_consistent_and_gone(a: str, b: str, u: object) -> None:
+    r = cap.Redactor([])
+    uid = str(u)
+    one = r.apply(f"{a} GPU-{uid} {b}")
+    two = r.apply(f"{b}\nuuid={uid.upper()}")
+    assert uid not in one.lower() and uid not in two.lower()
+    tok = r.token("uuid", uid)
+    assert f"GPU-{tok}" in one and tok in two
+
+
+@settings(max_examples=60, deadline=None)
+@given(_SAFE)
+def test_scrub_secrets_never_leaks_env_value(noise: str) -> None:
+    secret = "s3cr3t-" + "Z" * 20
+    out = cap.scrub_secrets(f"{noise}{secret}{noise}", {secret: "MY_TOKEN"})
+    assert secret not in out

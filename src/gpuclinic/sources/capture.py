@@ -48,6 +48,8 @@ _SECRET_NAME_RE = re.compile(
     r"(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|_KEY$|^KEY$|API_?KEY|ACCESS_KEY|PRIVATE_KEY|WEBHOOK|CREDENTIAL|AUTH$|_PASS$|COOKIE|SESSION)",
     re.I,
 )
+# Names that match the pattern above but hold settings, not secrets.
+_NOT_SECRET_NAME_RE = re.compile(r"^TOKENIZERS_|_PARALLELISM$|^KEYMAP$|^XKB_|_KEY_FILE$|_KEYBOARD|^SSH_AUTH_SOCK$", re.I)
 _SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")),
     ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})\b")),
@@ -69,7 +71,7 @@ def secret_env_values(env: Mapping[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
     out: dict[str, str] = {}
     for k, v in env.items():
-        if not v or len(v) < 6:
+        if not v or len(v) < 6 or _NOT_SECRET_NAME_RE.search(k):
             continue
         if _SECRET_NAME_RE.search(k) or re.search(r"https?://\S*webhook", v, re.I):
             out[v] = k
