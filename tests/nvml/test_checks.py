@@ -390,3 +390,10 @@ def test_aer_counters_defer_to_kernel_log_lines() -> None:
                                           detail={"severity": "fatal", "device": "0000:99:00.0"}))
     fs, _ = run_checks(snap, only=["pcie.aer_counters"])
     assert fs == []
+
+
+def test_median_helper() -> None:
+    from gpuclinic.checks._hw import median
+
+    assert median([]) is None and median([3.0]) == 3.0
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5 and median([5.0, 1.0, 3.0]) == 3.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable
 from functools import cache
 
@@ -51,8 +50,11 @@ def load_line(g: GpuFacts) -> str:
 
 
 def median(values: Iterable[float]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 
 
 def kernel_lines(snap: Snapshot, bus_id: str | None, kinds: Iterable[str], limit: int = 3,

@@ -7,7 +7,6 @@ saved snapshot as well as live.  Times are milliseconds, rates bytes per second;
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,12 +71,16 @@ class EndpointProbe:
 
     # Derived numbers; kept as methods so a snapshot stores only measurements.
     def connect_median_ms(self) -> float | None:
+        import statistics  # lazy: a measurable share of doctor's startup, needed only here
+
         return statistics.median(self.connect_ms) if self.connect_ms else None
 
     def connect_jitter_ms(self) -> float | None:
         """Spread of connect times: population stdev (0 for one sample)."""
         if len(self.connect_ms) < 2:
             return 0.0 if self.connect_ms else None
+        import statistics
+
         return statistics.pstdev(self.connect_ms)
 
     def failure_rate(self) -> float | None:
