@@ -156,3 +156,20 @@ def test_table_450_layout_busy_gpu() -> None:
     assert (g.name, g.persistence_mode, g.temperature_c, g.power_draw_w, g.power_limit_w) == (
         "Tesla V100S-PCI...", False, 50, 219, 250)
     assert (g.utilization_gpu_pct, g.memory_used_bytes) == (100, 4617 * 1024**2) and g.busy
+
+
+def test_xml_pasted_html_escaped_from_a_web_page() -> None:
+    # shape of the paste in https://github.com/1Panel-dev/1Panel/issues/11910 (escaped tags, &nbsp; indents)
+    doc = ("&lt;nvidia_smi_log&gt;\n&nbsp; &nbsp; &lt;gpu id=\"00000000:01:00.0\"&gt;\n"
+           "&nbsp; &nbsp; &nbsp; &nbsp; &lt;fan_speed&gt;30 %&lt;/fan_speed&gt;\n"
+           "&nbsp; &nbsp; &nbsp; &nbsp; &lt;performance_state&gt;P0&lt;/performance_state&gt;\n"
+           "&nbsp; &nbsp; &nbsp; &nbsp; &lt;gpu_power_readings&gt;\n"
+           "&nbsp; &nbsp; &nbsp; &nbsp; &nbsp; &nbsp; &lt;default_power_limit&gt;450.00 W&lt;/default_power_limit&gt;\n"
+           "&nbsp; &nbsp; &nbsp; &nbsp; &nbsp; &nbsp; &lt;max_power_limit&gt;450.00 W&lt;/max_power_limit&gt;\n"
+           "&nbsp; &nbsp; &nbsp; &nbsp; &lt;/gpu_power_readings&gt;\n&nbsp; &nbsp; &lt;/gpu&gt;\n&lt;/nvidia_smi_log&gt;\n")
+    assert smi_xml.looks_like(doc)
+    (g,) = smi_xml.parse(doc).gpus
+    assert (g.pci_bus_id, g.fan_percent, g.performance_state, g.power_default_limit_w, g.power_max_limit_w) == (
+        "0000:01:00.0", 30, "P0", 450, 450)
+    with pytest.raises(InputError):
+        smi_xml.parse('&lt;!DOCTYPE x [&lt;!ENTITY a "b"&gt;]&gt;&lt;nvidia_smi_log&gt;&amp;a;&lt;/nvidia_smi_log&gt;')

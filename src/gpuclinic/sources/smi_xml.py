@@ -7,6 +7,7 @@ refused (no billion-laughs, no external entities), the DOCTYPE line is dropped b
 
 from __future__ import annotations
 
+import html
 import re
 import xml.etree.ElementTree as ET
 
@@ -21,11 +22,20 @@ _DOCTYPE_RE = re.compile(r"<!DOCTYPE[^>\[]*(\[.*?\])?\s*>", re.S | re.I)
 
 
 def looks_like(sample: str) -> bool:
-    return "<nvidia_smi_log" in sample[:65536]
+    head = sample[:65536]
+    return "<nvidia_smi_log" in head or "&lt;nvidia_smi_log" in head
+
+
+def unescape_pasted(text: str) -> str:
+    """XML copied out of a web page arrives HTML-escaped ("&lt;gpu&gt;", "&nbsp;"): restore it."""
+    if "&lt;nvidia_smi_log" not in text[:65536]:
+        return text
+    return html.unescape(text).replace("\xa0", " ")
 
 
 def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
     """Parse one XML dump.  Raises :class:`InputError` for unsafe, oversized or malformed XML."""
+    text = unescape_pasted(text)
     if len(text) > MAX_BYTES:
         raise InputError(f"{origin}: nvidia-smi XML larger than {MAX_BYTES // (1024 * 1024)} MB; refusing to parse")
     if re.search(r"<!ENTITY", text, re.I):
