@@ -167,8 +167,13 @@ def test_gpu_burn_fatal_aer_then_xid79() -> None:
                        "pcie.aer_corrected": "info"}
     x = fs["xid.79"][0]
     assert x.gpu.uuid == "GPU-660d987e-5b28-3bf6-2a2d-1d5ecae7f6df"  # type: ignore[union-attr]
-    # the bridge above the GPU is known only with topology; without it the uncorrected error is node-level
-    assert fs["pcie.aer_uncorrected"][0].data["fatal"] is True
+    # "nvidia 0000:02:00.0: device has no AER-aware driver" names the GPU below the failing port
+    unc = fs["pcie.aer_uncorrected"][0]
+    assert unc.data["fatal"] is True and unc.data["where"] == "bridge_above_gpu"
+    assert unc.gpu.pci_bus_id == "0000:02:00.0"  # type: ignore[union-attr]
+    assert aer[1].detail["downstream"] == ["0000:02:00.0"]
+    assert fs["gpu.fallen_off_bus"][0].data["aer_events_on_path"] == 1
+    assert any("Uncorrected (Fatal)" in e for e in fs["gpu.fallen_off_bus"][0].evidence)
 
 
 def test_gsp_heartbeat_and_firmware_init() -> None:

@@ -244,11 +244,13 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
             notes.append("all of these were logged before the last reboot; watch whether it comes back")
 
         count = len(evs)
-        title = f"Xid {n} ({info.name}): {info.description.rstrip('.')}" + (f" — {count} times" if count > 1 else "")
+        short = info.description.split(". ")[0].split(": ", 1)[0].rstrip(".")
+        title = f"Xid {n} ({info.name}): {short}" + (f" — {count} times" if count > 1 else "")
         if notes:
             data["notes"] = notes
-        remedy = _steps(first_step, *info.steps(),
-                        None if not info.notes else f"Note from the catalog: {info.notes}")
+        if info.notes:
+            data["catalog_notes"] = info.notes
+        remedy = _steps(first_step, *info.steps())
         findings.append(Finding(
             code=f"xid.{n}", severity=sev, family=family, title=title,
             evidence=_evidence(evs, extra_evidence), remedy=remedy, gpu=gpu_ref(snap, bus, uuids),
@@ -275,8 +277,9 @@ def fallen_off_bus(snap: Snapshot) -> list[Finding]:
     out: list[Finding] = []
     for bus, group in by_bus.items():
         ref = gpu_ref(snap, bus, uuids)
-        related = [e for e in aer if bus and bus in (e.pci_bus_id, e.detail.get("device"), e.detail.get("reporter"))
-                   or (bus and _is_parent_of(snap, e.detail.get("device") or e.pci_bus_id, bus))]
+        related = [e for e in aer if bus and (bus in (e.pci_bus_id, e.detail.get("device"), e.detail.get("reporter"))
+                                              or bus in (e.detail.get("downstream") or [])
+                                              or _is_parent_of(snap, e.detail.get("device") or e.pci_bus_id, bus))]
         data = _base_data(group)
         data["xid79"] = any(e.kind == "xid" for e in group)
         data["aer_events_on_path"] = len(related)
@@ -508,6 +511,14 @@ def _aer_target(snap: Snapshot, e: KernelEvent) -> tuple[str | None, str]:
                 return dev, "gpu"
     if e.detail.get("nvidia"):
         return dev, "gpu"
+    # the kernel's recovery lines named the devices below the reporting port: a GPU among them
+    below = [str(b) for b in (e.detail.get("downstream") or [])]
+    for b in below:
+        if snap.gpu_by_bus_id(b) is not None:
+            return b, "bridge_above_gpu"
+    nv = [str(b) for b in (e.detail.get("downstream_nvidia") or [])]
+    if nv:
+        return nv[0], "bridge_above_gpu"
     return dev, "other"
 
 

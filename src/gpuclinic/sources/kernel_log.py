@@ -295,6 +295,10 @@ _RE_AER_BIT = re.compile(
 _RE_AER_FW_STATUS = re.compile(
     rf"{_DEV}(?:AER: )?aer_status: 0x(?P<status>[0-9a-fA-F]+), aer_mask: 0x(?P<mask>[0-9a-fA-F]+)")
 _RE_AER_FW_LAYER = re.compile(rf"{_DEV}(?:AER: )?aer_layer=(?P<type>[^,]+), aer_agent=(?P<agent>.+?)\s*$")
+# AER recovery naming the devices below the port that reported the error (the GPU, usually)
+_RE_AER_DOWNSTREAM = re.compile(
+    rf"{_DEV}(?:AER: )?(?:device has no AER-aware driver|can't recover \(no error_detected callback\)|"
+    r"(?:PCI )?error_detected\b|device recovery (?:successful|failed))")
 _RE_HW_SEV = re.compile(r"\[Hardware Error\]:\s+(?:event severity|Error \d+, type): (?P<sev>\w+)")
 _RE_AER_RECOVERY = re.compile(rf"{_DEV}(?:AER: )?[Dd]evice recovery (?P<res>successful|failed)")
 
@@ -359,6 +363,7 @@ class KernelLogParser:
         self._multi: _Multi | None = None
         self._hw_sev: str | None = None  # APEI "[Hardware Error]: event severity: corrected"
         self._last_reporter: tuple[str, int] | None = None  # (root port, lines it stays valid)
+        self._last_aer: KernelEvent | None = None  # the last AER error event, for recovery lines naming devices
         self._last_xid_bus: str | None = None
         self._last_xid_countdown = 0
         self.nvidia_devices: set[str] = set()
@@ -743,6 +748,17 @@ class KernelLogParser:
             self._hw_sev = None
             self._aer = _Aer(self._ev("aer", line, msg, p, lineno, pci_bus_id=dev, detail=d), dev)
             return True
+        m = _RE_AER_DOWNSTREAM.search(msg)
+        la = self._aer.event if self._aer is not None else self._last_aer
+        if m and la is not None and "recovery" not in msg:
+            dev = normalize_bus_id(m.group("dev"))
+            if dev not in (la.pci_bus_id, la.detail.get("reporter")):
+                below = la.detail.setdefault("downstream", [])
+                if dev not in below:
+                    below.append(dev)
+                if m.group("drv") == "nvidia":
+                    la.detail.setdefault("downstream_nvidia", []).append(dev)
+            return True
         m = _RE_AER_RECOVERY.search(msg)
         if m:
             self._flush_aer(out)
@@ -795,6 +811,7 @@ class KernelLogParser:
             self.nvidia_devices.add(a.device)
         d["nvidia"] = bool(d.get("vendor_device", "").startswith("10de:") or d.get("driver") == "nvidia"
                            or (a.device in self.nvidia_devices))
+        self._last_aer = a.event
         out.append(a.event)
 
     def _flush_recv(self, out: list[KernelEvent]) -> None:
