@@ -227,3 +227,17 @@ def test_quick_mode_skips_measured_checks() -> None:
     fs, sk = run(snap)
     assert not [c for c in codes(fs) if c.startswith("host.")]
     assert any("without --quick" in s.why for s in sk)
+
+
+def test_saved_smi_errors_are_diagnosed() -> None:
+    snap = Snapshot(origin="evidence", software=SoftwareFacts(nvidia_smi_errors=[
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+        "NVIDIA driver is installed and running."]))
+    f = next(f for f in run(snap)[0] if f.code == "driver.not_loaded")
+    assert f.severity == Severity.CRITICAL and "dkms" in f.remedy
+    snap2 = Snapshot(origin="evidence", software=SoftwareFacts(nvidia_smi_errors=["Failed to initialize NVML: Unknown Error"]))
+    assert "error.nvml.unknown_error" in codes(run(snap2)[0])
+    snap3 = Snapshot(origin="evidence", software=SoftwareFacts(nvidia_smi_errors=["No devices were found"]))
+    assert "gpu.none_detected" in codes(run(snap3)[0])
+    live_like = Snapshot(software=host_sw(nvidia_smi_errors=["No devices were found"]))
+    assert "gpu.none_detected" not in codes(run(live_like)[0])

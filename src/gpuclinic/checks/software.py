@@ -452,3 +452,58 @@ def os_support(snap: Snapshot) -> Iterator[Finding]:
                "packages are not published for it).",
         source=entry["source"],
     )
+
+
+# ------------------------------------------------------------------ saved nvidia-smi error statements
+
+_NO_DRIVER = ("couldn't communicate with the nvidia driver", "couldnt communicate with the nvidia driver",
+              "nvidia driver is not loaded", "unable to find nvidia driver")
+
+
+@check("driver.smi_errors", codes=["driver.not_loaded", "gpu.none_detected", "error.*"],
+       what="nvidia-smi error statements in the evidence")
+def smi_errors(snap: Snapshot) -> Iterator[Finding]:
+    """``doctor --from``: nvidia-smi printed an error instead of a table; say what it means."""
+    sw = _sw(snap)
+    if not sw.nvidia_smi_errors:
+        return
+    if sw.kernel_module_loaded is not None:
+        return  # live run: driver.presence and library_mismatch read the real state
+    from gpuclinic.knowledge.signatures import match
+
+    seen: set[str] = set()
+    for err in sw.nvidia_smi_errors:
+        low = err.lower()
+        if any(k in low for k in _NO_DRIVER) and not snap.gpus and "driver.not_loaded" not in seen:
+            seen.add("driver.not_loaded")
+            yield Finding(
+                code="driver.not_loaded", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+                title="nvidia-smi cannot talk to the NVIDIA driver: the kernel module is not loaded",
+                evidence=[err],
+                remedy=("Usual causes, in order: the module was not built for the running kernel after a kernel update "
+                        "(`dkms status`, `sudo apt install linux-headers-$(uname -r) && sudo dkms autoinstall`), Secure Boot "
+                        "refuses the unsigned module (`mokutil --sb-state`), nouveau owns the GPU (`lsmod | grep nouveau`). "
+                        "Then `sudo modprobe nvidia`; run `gpuclinic doctor` on the machine for the exact cause."),
+                source="https://github.com/junxnone/tio/issues/206",
+            )
+            continue
+        if "no devices were found" in low and not snap.gpus and "gpu.none_detected" not in seen:
+            seen.add("gpu.none_detected")
+            yield Finding(
+                code="gpu.none_detected", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+                title="The NVIDIA driver is loaded but found no GPU",
+                evidence=[err],
+                remedy=("The GPU is not usable by the driver: check `lspci -nn | grep -i nvidia` (is it on the bus?), "
+                        "`sudo dmesg | grep -i -e NVRM -e Xid` (RmInitAdapter failed, Xid 79), and whether the GPU is bound "
+                        "to vfio-pci or a MIG/vGPU setup; reboot or power-cycle if it fell off the bus."),
+            )
+            continue
+        for sm in match(err):
+            if sm.id in seen or sm.id in ("nvml.version_mismatch", "nvrm.api_mismatch", "smi.device_handle", "gpu.lost"):
+                continue  # covered by driver.library_mismatch and the GPU-presence checks
+            seen.add(sm.id)
+            yield Finding(
+                code=f"error.{sm.id}", severity={"info": Severity.INFO, "critical": Severity.CRITICAL}.get(sm.severity, Severity.WARNING),
+                family=Family.SOFTWARE, title=sm.title, evidence=[err, *sm.hints], remedy=sm.fix, source=sm.source,
+                data={"signature": sm.id, "category": sm.category},
+            )
