@@ -19,7 +19,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _wan import SimProcess
-
 from gpuclinic.checks import run_checks
 from gpuclinic.facts.network import Endpoint
 from gpuclinic.facts.snapshot import Snapshot
