@@ -166,8 +166,9 @@ def free_port() -> int:
 class ConnectProxy:
     """A tiny HTTP CONNECT proxy on 127.0.0.1 that counts tunnels (optionally refuses with 403)."""
 
-    def __init__(self, refuse: bool = False) -> None:
+    def __init__(self, refuse: bool = False, status: str = "403 Forbidden") -> None:
         self.refuse = refuse
+        self.status = status
         self.tunnels: list[str] = []
         self.auth: list[str | None] = []
         self.sock = socket.socket()
@@ -209,7 +210,7 @@ class ConnectProxy:
             self.auth.append(auth)
             method, target, _ = line.split(" ", 2)
             if method != "CONNECT" or self.refuse:
-                c.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                c.sendall(f"HTTP/1.1 {self.status}\r\nContent-Length: 0\r\n\r\n".encode())
                 return
             self.tunnels.append(target)
             host, port = target.rsplit(":", 1)

@@ -34,6 +34,7 @@ def test_net_json_reports_probes_and_findings() -> None:
     assert len(probes) == 2
     assert probes[0]["http_status"] == 200 and probes[0]["parallel"]["bytes_per_s"] > 0
     assert probes[1]["connect_failures"] == probes[1]["connect_attempts"] > 0
+    assert probes[1]["connect_failure_rate"] == 1.0 and probes[0]["connect_median"] is not None
     codes = {f["code"] for f in doc["findings"]}
     assert "network.endpoint_unreachable" in codes  # the custom endpoint refuses
     assert "network.per_connection_cap" not in codes  # the capped one is a mirror candidate, not in use

@@ -349,3 +349,12 @@ def test_diagnosis_on_the_wan_simulator(knobs: dict[str, Any], code: str) -> Non
     assert code in fs
     other = {"network.per_connection_cap", "network.slow_link"} - {code}
     assert not other & set(fs)
+
+
+def test_proxy_wanting_credentials_says_so(server_tls: ssl.SSLContext, client_tls: ssl.SSLContext) -> None:
+    with LoopbackFileServer(tls=server_tls) as s, ConnectProxy(refuse=True, status="407 Proxy Authentication Required") as px:
+        nf = probe_endpoints([ep(f"https://hub.test:{s.port}", big=False)],
+                             cfg(env={"HTTPS_PROXY": f"http://127.0.0.1:{px.port}"}, ssl_context=client_tls,
+                                 throughput=False))
+    f = findings(nf)["network.proxy_misconfigured"]
+    assert "HTTP 407" in f.evidence[0] and "user:password" in f.evidence[0]

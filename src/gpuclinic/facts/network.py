@@ -68,8 +68,17 @@ class EndpointProbe:
     parallel: ThroughputSample | None = None
     elapsed_s: float = 0.0
     deadline_hit: bool = False
+    # Summary of connect samples, stored for JSON readers (filled by ``summarize``)
+    connect_median: float | None = None
+    connect_jitter: float | None = None
+    connect_failure_rate: float | None = None
 
-    # Derived numbers; kept as methods so a snapshot stores only measurements.
+    def summarize(self) -> None:
+        self.connect_median = self.connect_median_ms()
+        self.connect_jitter = self.connect_jitter_ms()
+        self.connect_failure_rate = self.failure_rate()
+
+    # Derived numbers, computed from the samples.
     def connect_median_ms(self) -> float | None:
         import statistics  # lazy: a measurable share of doctor's startup, needed only here
 

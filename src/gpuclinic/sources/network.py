@@ -474,6 +474,10 @@ def _proxy_connect(sock: socket.socket, host: str, port: int, auth: str | None, 
         status, _h = parse_head(_Reader(sock).read_head())
     except OSError as e:
         raise ProbeError("proxy", f"proxy CONNECT failed: {describe_error(e, cfg.http_timeout_s)}") from e
+    if status == 407:
+        raise ProbeError("proxy", f"proxy requires authentication for CONNECT {host}:{port} (HTTP 407)"
+                         + (": the credentials given were rejected" if auth else
+                            ": put user:password in the proxy URL (http://USER:PASS@HOST:PORT)"))
     if status != 200:
         raise ProbeError("proxy", f"proxy refused CONNECT {host}:{port} with HTTP {status}")
 
@@ -663,6 +667,7 @@ def probe_latency(ep: Endpoint, cfg: ProbeConfig, dl: _Deadline) -> EndpointProb
         pr.http_error = f"{type(e).__name__}: {e}"
     finally:
         pr.elapsed_s = time.monotonic() - t_start
+        pr.summarize()
     return pr
 
 
