@@ -203,3 +203,18 @@ def test_scrub_secrets_never_leaks_env_value(noise: str) -> None:
     secret = "s3cr3t-" + "Z" * 20
     out = cap.scrub_secrets(f"{noise}{secret}{noise}", {secret: "MY_TOKEN"})
     assert secret not in out
+
+
+def test_hung_nvidia_smi_is_not_run_again(which_all: None) -> None:
+    calls: list[list[str]] = []
+
+    def hanging(argv: list[str], timeout: float) -> subprocess.CompletedProcess[bytes]:
+        calls.append(argv)
+        if argv[0].endswith("nvidia-smi"):
+            raise subprocess.TimeoutExpired(argv, timeout)
+        return fake_runner(argv, timeout)
+
+    b = cap.gather(runner=hanging, collect=fake_collect)
+    assert sum(1 for c in calls if c[0].endswith("nvidia-smi")) == 1
+    assert sum(1 for f in b.failed if "earlier nvidia-smi call timed out" in f["why"]) == 4
+    assert any(r.name == "raw/dmesg.txt" for r in b.raw)

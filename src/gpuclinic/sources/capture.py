@@ -182,6 +182,7 @@ class Bundle:
     raw: list[RawOutput] = field(default_factory=list)
     failed: list[dict[str, str]] = field(default_factory=list)
     commands: list[dict[str, Any]] = field(default_factory=list)
+    hung: set[str] = field(default_factory=set)  # tools that timed out once: not run again
 
 
 Runner = Callable[[list[str], float], "subprocess.CompletedProcess[bytes]"]
@@ -192,6 +193,10 @@ def _default_runner(argv: list[str], timeout: float) -> subprocess.CompletedProc
 
 
 def _run(bundle: Bundle, name: str, argv: list[str], runner: Runner, tail_lines: int | None = None) -> None:
+    if argv[0] in bundle.hung:
+        # a lost GPU can make every nvidia-smi call hang: one timeout is enough evidence
+        bundle.failed.append({"what": " ".join(argv), "why": f"skipped: an earlier {argv[0]} call timed out"})
+        return
     exe = shutil.which(argv[0])
     if exe is None:
         bundle.failed.append({"what": " ".join(argv), "why": f"{argv[0]} not found on PATH"})
@@ -201,6 +206,7 @@ def _run(bundle: Bundle, name: str, argv: list[str], runner: Runner, tail_lines:
         cp = runner([exe, *argv[1:]], CMD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         bundle.failed.append({"what": " ".join(argv), "why": f"timed out after {CMD_TIMEOUT_S:.0f}s"})
+        bundle.hung.add(argv[0])
         return
     except OSError as e:
         bundle.failed.append({"what": " ".join(argv), "why": f"could not run ({e.strerror or e})"})
@@ -238,6 +244,8 @@ def gather(opts: CollectOptions | None = None, runner: Runner | None = None,
     _run(bundle, "raw/nvidia-smi-q.txt", ["nvidia-smi", "-q"], runner)
     _run(bundle, "raw/nvidia-smi-q.xml", ["nvidia-smi", "-q", "-x"], runner)
     _run(bundle, "raw/nvidia-smi.txt", ["nvidia-smi"], runner)
+    _run(bundle, "raw/nvidia-smi-topo.txt", ["nvidia-smi", "topo", "-m"], runner)
+    _run(bundle, "raw/nvidia-smi-nvlink.txt", ["nvidia-smi", "nvlink", "-s"], runner)
     _read_file(bundle, "raw/proc-driver-nvidia-version.txt", "/proc/driver/nvidia/version")
     _run(bundle, "raw/dmesg.txt", ["dmesg"], runner, tail_lines=LOG_TAIL_LINES)
     _run(bundle, "raw/journalctl-k.txt", ["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso",
