@@ -41,6 +41,16 @@ def one(text: str, **kw: object) -> KernelEvent:
         (f"kern  :warn  : [Mon Mar  4 10:11:12 2024] {XID79}", "2024-03-04T10:11:12", None),
         (f"<3>[  543.200000] {XID79}", None, 543.2),
         (f"3,1234,543200000,-;{XID79}", None, 543.2),
+        (f"[  543.200000 <    0.000123>] {XID79}", None, 543.2),  # dmesg -d
+        (f"[  543.200000][ T1234] {XID79}", None, 543.2),  # CONFIG_PRINTK_CALLER
+        (f"[  +0.000123] {XID79}", None, None),  # dmesg --time-format delta
+        (f"[Mar 4 10:11] {XID79}", None, None),  # dmesg --time-format reltime
+        (f"[  543.200000] gpu-node-7 kernel: {XID79}", None, 543.2),  # journalctl -o short-monotonic
+        ("192.168.11.119: kern: warning: [2026-04-22T21:27:51.291660856Z]: " + XID79,
+         "2026-04-22T21:27:51.291660+00:00", None),  # Talos
+        ('{"__REALTIME_TIMESTAMP":"1709547072123456","_SOURCE_MONOTONIC_TIMESTAMP":"543200000",'
+         '"_TRANSPORT":"kernel","_HOSTNAME":"gpu-node-7","MESSAGE":"' + XID79 + '"}',
+         "2024-03-04T10:11:12.123456+00:00", 543.2),  # journalctl -o json
         (XID79, None, None),
     ],
 )

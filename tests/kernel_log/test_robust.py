@@ -62,6 +62,11 @@ def test_ten_megabyte_line(tmp_path: Path) -> None:
     assert [e.xid for e in scan_path(p)] == [79, 79]
 
 
+def test_hostile_json_record() -> None:
+    nested = '{"MESSAGE": ' + "[" * 3000 + "]" * 3000 + ', "x": "NVRM: Xid"}'
+    assert list(parse_lines([nested, '{"MESSAGE": 5, "NVRM": 1}', '{"MESSAGE": [999999999999, -1], "x": "NVRM"}'])) == []
+
+
 def test_ten_megabyte_line_without_newline(tmp_path: Path) -> None:
     p = tmp_path / "nonl.log"
     p.write_bytes(b"\x00\xff" * (5 << 20) + REAL[0].encode())

@@ -18,6 +18,7 @@ import datetime as _dt
 import errno
 import gzip
 import io
+import json
 import lzma
 import os
 import re
@@ -83,7 +84,10 @@ _RE_TALOS = re.compile(
 _RE_KMSG = re.compile(r"^(\d{1,3}),(\d+),(\d+),[^;]*;")  # /dev/kmsg: prio,seq,usec,flags;msg
 _RE_PRIO = re.compile(r"^<\d{1,3}>")
 _RE_FACLEV = re.compile(rf"^{_FACILITIES}\s*:\s*{_LEVELS}\s*:\s?")
-_RE_UPTIME = re.compile(r"^\[\s*(\d{1,10}\.\d{1,9})\]\s?")
+# "[ 1234.567890]", "dmesg -d" "[ 1234.567890 <    0.000123>]", and a CONFIG_PRINTK_CALLER "[ T1234]" after it
+_RE_UPTIME = re.compile(r"^\[\s*(\d{1,10}\.\d{1,9})(?:\s*<\s*[\d.]+>)?\]\s?(?:\[\s*[TC]\d+\]\s?)?")
+# "dmesg --time-format reltime/delta": "[Mar 4 10:11]", "[  +0.000123]" (relative: no usable time)
+_RE_RELTIME = re.compile(r"^\[(?:\s*\+\d+\.\d+|[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d|\s*\+\d+\.\d+ [a-z]+)\]\s?")
 _RE_CTIME = re.compile(
     r"^\[(?:[A-Z][a-z]{2},? )?([A-Z][a-z]{2})\s+(\d{1,2}) (\d{1,2}):(\d{2}):(\d{2})(?:[.,]\d+)? (\d{4})\]\s?")
 _RE_ISO = re.compile(
@@ -132,10 +136,45 @@ def _iso(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None = No
     return out + tz
 
 
+def _journal_json(s: str, p: _Prefix) -> str | None:
+    """``journalctl -o json`` record: its MESSAGE, with realtime/monotonic stamps and host."""
+    try:
+        rec = json.loads(s)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    msg = rec.get("MESSAGE")
+    if isinstance(msg, list):  # binary-safe form: a list of byte values
+        try:
+            msg = bytes(int(b) & 0xFF for b in msg).decode("utf-8", "replace")
+        except (TypeError, ValueError):
+            return None
+    if not isinstance(msg, str):
+        return None
+    try:
+        rt = int(rec.get("__REALTIME_TIMESTAMP") or 0)
+        if rt:
+            p.time = _dt.datetime.fromtimestamp(rt / 1e6, _dt.timezone.utc).isoformat()
+        mono = rec.get("_SOURCE_MONOTONIC_TIMESTAMP") or rec.get("__MONOTONIC_TIMESTAMP")
+        if mono:
+            p.uptime = int(mono) / 1e6
+    except (TypeError, ValueError, OverflowError, OSError):
+        pass
+    host = rec.get("_HOSTNAME")
+    if isinstance(host, str):
+        p.host = host
+    return msg
+
+
 def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
     """Strip the timestamp/host/level prefixes of any known format; return (message, prefix facts)."""
     p = _Prefix()
     s = line.lstrip("\x00 \t\ufeff")
+    if s.startswith("{") and '"MESSAGE"' in s:
+        msg = _journal_json(s.rstrip(), p)
+        if msg is not None:
+            return msg.rstrip("\r\n"), p
     m = _RE_TALOS.match(s)
     if m:
         g = m.groups()
@@ -155,6 +194,10 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
         m = _RE_UPTIME.match(s)
         if m:
             p.uptime = float(m.group(1))
+            s = s[m.end():]
+            continue
+        m = _RE_RELTIME.match(s)
+        if m:
             s = s[m.end():]
             continue
         if p.time is None and p.time_text is None:
@@ -1210,6 +1253,8 @@ def looks_like_kernel_log(text_sample: str) -> bool:
         return True
     if _RE_AER_BUS.search(sample) or _RE_AER_RECV.search(sample):
         return True
+    if '"_TRANSPORT":"kernel"' in sample or '"_TRANSPORT" : "kernel"' in sample:
+        return True  # journalctl -o json(-pretty) of kernel messages
     lines = [ln for ln in sample.splitlines()[:400] if ln.strip()]
     if not lines:
         return False
