@@ -241,3 +241,11 @@ def test_saved_smi_errors_are_diagnosed() -> None:
     assert "gpu.none_detected" in codes(run(snap3)[0])
     live_like = Snapshot(software=host_sw(nvidia_smi_errors=["No devices were found"]))
     assert "gpu.none_detected" not in codes(run(live_like)[0])
+
+
+def test_inventory_only_without_gpus() -> None:
+    sw = host_sw(os_pretty="Ubuntu 22.04.4 LTS", cuda_toolkits=[CudaToolkit("/usr/local/cuda-12.4", "12.4.131", True, True)],
+                 frameworks=[torch_fw("2.4.1+cu124", "12.4")])
+    f = next(f for f in run(Snapshot(software=sw))[0] if f.code == "software.inventory")
+    assert "torch 2.4.1+cu124 built for CUDA 12.4" in f.evidence
+    assert "software.inventory" not in codes(run(Snapshot(software=sw, gpus=[gpu(0, "NVIDIA L4", "8.9")]))[0])

@@ -507,3 +507,32 @@ def smi_errors(snap: Snapshot) -> Iterator[Finding]:
                 family=Family.SOFTWARE, title=sm.title, evidence=[err, *sm.hints], remedy=sm.fix, source=sm.source,
                 data={"signature": sm.id, "category": sm.category},
             )
+
+
+@check("software.inventory", codes=["software.inventory"], what="installed GPU software")
+def inventory(snap: Snapshot) -> Iterator[Finding]:
+    """On a machine without usable GPUs, list what GPU software is installed (it explains the next error)."""
+    sw = _live_sw(snap)
+    if snap.gpus:
+        return
+    ev: list[str] = []
+    if sw.os_pretty:
+        ev.append(f"OS: {sw.os_pretty}" + (f", kernel {sw.running_kernel}" if sw.running_kernel else ""))
+    if sw.proc_driver_version:
+        ev.append(f"NVIDIA kernel module {sw.proc_driver_version} ({sw.kernel_module_flavor})")
+    if sw.user_lib_versions:
+        ev.append(f"NVIDIA user-space libraries {', '.join(sw.user_lib_versions)}")
+    for t in sw.cuda_toolkits:
+        ev.append(f"CUDA toolkit {t.version or '?'} at {t.path}" + (" (nvcc)" if t.nvcc else "") + (" [default]" if t.is_default else ""))
+    for f in sw.frameworks:
+        ev.append(f"{f.name} {f.version}" + (f" built for CUDA {f.cuda}" if f.cuda else " (no CUDA build found)"))
+    if sw.python:
+        ev.append(f"Python {sw.python}" + (f" (env: {sw.extra['python_env']})" if sw.extra.get("python_env") else ""))
+    if not ev:
+        return
+    yield Finding(
+        code="software.inventory", severity=Severity.INFO, family=Family.SOFTWARE,
+        title="GPU software installed on this machine", evidence=ev,
+        remedy="For reference: with a GPU and driver present, doctor checks these against the driver and the GPUs.",
+        data={"frameworks": [f.name for f in sw.frameworks], "toolkits": [t.version for t in sw.cuda_toolkits]},
+    )
