@@ -173,3 +173,41 @@ def test_xml_pasted_html_escaped_from_a_web_page() -> None:
         "0000:01:00.0", 30, "P0", 450, 450)
     with pytest.raises(InputError):
         smi_xml.parse('&lt;!DOCTYPE x [&lt;!ENTITY a "b"&gt;]&gt;&lt;nvidia_smi_log&gt;&amp;a;&lt;/nvidia_smi_log&gt;')
+
+
+def test_text_a10_535_complete_dump() -> None:
+    d = smi_text.parse(read("a10-535-remap-pending-full.txt"))
+    assert (d.driver_version, d.cuda_version, d.attached_gpus) == ("535.129.03", "12.2", 1)
+    (g,) = d.gpus
+    assert (g.name, g.architecture, g.serial, g.uuid, g.vbios) == (
+        "NVIDIA A10", "Ampere", "1324521052681", "GPU-73d12ef7-f589-f867-4259-c7090ab44736", "94.02.5C.00.04")
+    assert (g.pci_bus_id, g.pci_device_id) == ("0000:07:00.0", "0x223610DE")
+    assert (g.pcie_gen, g.pcie_gen_max, g.pcie_gen_gpu_max, g.pcie_width, g.pcie_width_max, g.pcie_replay_count) == (
+        4, 4, 4, 16, 16, 0)
+    assert (g.fan_percent, g.performance_state, g.clock_event_reasons, g.clock_event_reasons_mask) == (0, "P8", ["idle"], 1)
+    assert (g.memory_total_bytes, g.memory_used_bytes) == (23028 * 1024**2, 4 * 1024**2)
+    assert (g.utilization_gpu_pct, g.utilization_memory_pct, g.compute_mode) == (0, 0, "Default")
+    assert (g.ecc_mode_current, g.ecc_volatile_corrected, g.ecc_volatile_uncorrected) == (True, 0, 0)
+    assert (g.ecc_aggregate_corrected, g.ecc_aggregate_uncorrected) == (0, 0)
+    assert (g.retired_pages_sbe, g.retired_pages_dbe, g.retired_pages_pending) == (None, None, None)
+    assert (g.remapped_rows_correctable, g.remapped_rows_uncorrectable) == (0, 4)
+    assert (g.remapped_rows_pending, g.remapped_rows_failure) == (True, False)
+    assert (g.temperature_c, g.shutdown_temp_c, g.slowdown_temp_c, g.max_operating_temp_c) == (33, 101, 98, 91)
+    assert g.memory_temperature_c is None
+    assert (g.power_draw_w, g.power_limit_w, g.power_default_limit_w, g.power_max_limit_w) == (43.89, 150, 150, 150)
+    assert g.power_enforced_limit_w is None  # not printed by 535 for this board
+    assert (g.sm_clock_mhz, g.sm_clock_max_mhz, g.mem_clock_mhz, g.mem_clock_max_mhz) == (225, 1695, 405, 6251)
+    assert (g.persistence_mode, g.mig_mode_current, g.recovery_action, g.processes) == (True, None, None, [])
+    assert g.unreadable == {} and not g.lost
+
+
+def test_table_h100x8_550() -> None:
+    d = smi_table.parse(read("table-h100x8-550.txt"))
+    assert (d.driver_version, d.cuda_version) == ("550.90.07", "12.4")
+    assert [g.pci_bus_id for g in d.gpus] == [
+        "0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0", "0000:5d:00.0",
+        "0000:9b:00.0", "0000:bb:00.0", "0000:cb:00.0", "0000:db:00.0"]
+    assert {g.name for g in d.gpus} == {"NVIDIA H100 80GB HBM3"}
+    assert [g.temperature_c for g in d.gpus] == [27, 24, 23, 23, 27, 22, 24, 23]
+    assert all(g.power_limit_w == 700 and g.mig_mode_current is False and g.processes == [] for g in d.gpus)
+    assert d.gpus[5].power_draw_w == 74 and d.gpus[0].memory_total_bytes == 81559 * 1024**2
