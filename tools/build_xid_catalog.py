@@ -64,6 +64,8 @@ ACTION_SEVERITY: dict[str, str] = {
 
 # Decisions the action bucket alone gets wrong, each with its reason.
 SEVERITY_OVERRIDES: dict[int, tuple[str, str]] = {
+    43: ("warning", "the application on that channel was stopped; like Xid 13/31 it is the program's fault "
+                    "unless it repeats on one GPU"),
     45: ("warning", "alone it means Fabric Manager or a killed process; after another Xid it is only a "
                     "consequence (the check lowers it to info then)"),
     63: ("warning", "a row was marked for remapping; it takes effect only after a GPU reset"),

@@ -214,3 +214,34 @@ def test_no_log_is_skipped_not_healthy() -> None:
     s = Snapshot(origin="live")
     fs, skipped = run_checks(s, only=KCHECKS)
     assert fs == [] and [k.what for k in skipped] == ["Xid errors in the kernel log"]
+
+
+def test_unknown_future_xid_is_a_warning_not_a_crash() -> None:
+    f = by_code(findings(snap_of(["[ 1.0] NVRM: Xid (PCI:0000:3b:00): 201, pid=1, name=p, something new"])), "xid.201")
+    assert f[0].severity == Severity.WARNING and "not in gpuclinic's catalog" in f[0].data["description"]
+
+
+def test_app_xid43_is_a_warning() -> None:
+    f = by_code(findings(snap_of(["[ 1.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=1, name=p, Ch 00000010"])), "xid.43")
+    assert f[0].severity == Severity.WARNING and f[0].family == Family.SOFTWARE
+
+
+def test_catalog_file_is_what_the_builder_writes() -> None:
+    """The shipped JSON is reproducible from the research catalog (skipped where that file is absent)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    root = Path(__file__).resolve().parents[2]
+    research = Path("/work/shared/research/xid-catalog.json")
+    if not research.exists():
+        pytest.skip("research catalog not present on this machine")
+    spec = importlib.util.spec_from_file_location("build_xid_catalog", root / "tools" / "build_xid_catalog.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    built = mod.build(json.loads(research.read_text()))
+    shipped = json.loads((root / "src/gpuclinic/knowledge/data/xid_catalog.json").read_text())
+    assert built == shipped
