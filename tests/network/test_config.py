@@ -130,7 +130,7 @@ def test_endpoint_data_is_complete() -> None:
     assert len(ids) == len(set(ids))
     hosts = {urlsplit(e["url"]).hostname for e in data["endpoints"]}
     for h in ("github.com", "codeload.github.com", "objects.githubusercontent.com", "api.github.com",
-              "huggingface.co", "cdn-lfs.hf.co", "pypi.org", "files.pythonhosted.org", "hf-mirror.com",
+              "huggingface.co", "cdn-lfs-us-1.hf.co", "cas-server.xethub.hf.co", "pypi.org", "files.pythonhosted.org", "hf-mirror.com",
               "modelscope.cn", "pypi.tuna.tsinghua.edu.cn", "mirrors.aliyun.com", "mirrors.ustc.edu.cn"):
         assert h in hosts, h
     for e in data["endpoints"]:
@@ -198,3 +198,30 @@ def test_hf_settings_that_do_not_help_are_named() -> None:
 def test_installed_hf_hub_version_is_read_only_for_the_real_environment() -> None:
     ps = read_proxy_settings({}, git_runner=lambda argv: "", pip_files=[])
     assert ps.hf_hub_version is None  # an explicit env means a test: nothing read from this interpreter
+
+
+@given(st.binary(max_size=400))
+def test_response_head_parser_fails_only_with_probe_error(raw: bytes) -> None:
+    from gpuclinic.sources.network import ProbeError, parse_head
+
+    try:
+        status, headers = parse_head(raw)
+    except ProbeError:
+        return
+    assert 100 <= status <= 999 and all(k == k.lower() for k in headers)
+
+
+@given(st.text(max_size=80))
+def test_default_dest_never_escapes(url: str) -> None:
+    from gpuclinic.transfer.git import default_dest
+
+    try:
+        name = default_dest(url)
+    except InputError:
+        return
+    assert name and "/" not in name and "\\" not in name and name not in (".", "..")
+
+
+@given(st.text(max_size=60), st.lists(st.text(max_size=20), max_size=5))
+def test_no_proxy_matching_never_raises(host: str, items: list[str]) -> None:
+    assert isinstance(bypasses_proxy(host, items), bool)
