@@ -194,6 +194,8 @@ def test_empty_existing_destination_is_kept_after_failure(tmp_path: Path) -> Non
      "https://github.com/"),
     ("https://github.com/org/repo", "https://kkgithub.com", "https://kkgithub.com/", "https://github.com/"),
     ("git://127.0.0.1:9418/repo.git", "git://127.0.0.1:9419/", "git://127.0.0.1:9419/", "git://127.0.0.1:9418/"),
+    ("git@github.com:org/repo.git", "https://gh-proxy.com/https://github.com/", "https://gh-proxy.com/https://github.com/",
+     "git@github.com:"),
 ])
 def test_insteadof_forms(url: str, mirror: str, base: str, prefix: str) -> None:
     assert insteadof_for(url, mirror) == (base, prefix)

@@ -105,6 +105,10 @@ def insteadof_for(url: str, mirror: str) -> tuple[str, str]:
     Handles prefix proxies (``https://gh-proxy.com/https://github.com/``), path mirrors
     (``https://gitclone.com/github.com/``) and host replacements (``https://kkgithub.com/``).
     """
+    scp = re.match(r"^([\w.-]+@)?([\w.-]+):(?!//)", url)
+    if scp and "://" not in url:  # git@github.com:org/repo.git -> rewrite "git@github.com:" to the mirror
+        m = mirror if mirror.endswith("/") else mirror + "/"
+        return m, scp.group(0)
     p = urlsplit(url)
     if not p.scheme or not p.netloc:
         raise InputError(f"--mirror needs a URL with a scheme and host to rewrite, got {url!r}")
