@@ -31,6 +31,7 @@ def codes(*names: str) -> tuple[str, list[tuple[str, int | None]]]:
     (["table-a40-550.txt"], "healthy", []),
     (["table-h100x8-550.txt"], "healthy", []),
     (["a10-535-remap-pending-full.txt"], "warning", [("memory.row_remap_pending", 0)]),
+    (["h100-535-power-brake-gpu0-of-8.txt"], "drain", [("power.brake", 0)]),
     # the report's kern.log has AER + Xid 79 for a GPU at 02:00 that nvidia-smi no longer lists
     (["nvidia-bug-report-excerpt.log.gz"], "drain", [
         ("gpu.fallen_off_bus", None), ("memory.row_remap_pending", 0), ("pcie.aer_uncorrected", None),

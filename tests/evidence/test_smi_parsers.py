@@ -211,3 +211,19 @@ def test_table_h100x8_550() -> None:
     assert [g.temperature_c for g in d.gpus] == [27, 24, 23, 23, 27, 22, 24, 23]
     assert all(g.power_limit_w == 700 and g.mig_mode_current is False and g.processes == [] for g in d.gpus)
     assert d.gpus[5].power_draw_w == 74 and d.gpus[0].memory_total_bytes == 81559 * 1024**2
+
+
+def test_text_h100_535_tlimit_margins_power_brake() -> None:
+    d = smi_text.parse(read("h100-535-power-brake-gpu0-of-8.txt"))
+    assert (d.driver_version, d.attached_gpus) == ("535.161.08", 8)
+    (g,) = d.gpus
+    assert (g.name, g.architecture, g.pci_device_id, g.mig_mode_current) == (
+        "NVIDIA H100 80GB HBM3", "Hopper", "0x233010DE", False)
+    # margins: T.Limit is 29 + 56 = 85 C; shutdown at -8, slowdown at -2, max operating at 0
+    assert (g.temperature_c, g.shutdown_temp_c, g.slowdown_temp_c, g.max_operating_temp_c) == (29, 93, 87, 85)
+    assert (g.memory_temperature_c, g.memory_max_operating_temp_c) == (39, None)
+    assert g.clock_event_reasons == ["hw_slowdown", "hw_power_brake_slowdown"] and g.clock_event_reasons_mask == 0x88
+    assert (g.pcie_gen, g.pcie_gen_max, g.pcie_replay_count, g.pcie_tx_kbps) == (5, 5, 67, 3875)
+    assert (g.ecc_volatile_corrected, g.ecc_volatile_uncorrected, g.ecc_aggregate_uncorrected) == (0, 0, 0)
+    assert (g.remapped_rows_pending, g.remapped_rows_failure) == (False, False)
+    assert (g.power_draw_w, g.power_limit_w, g.sm_clock_mhz, g.sm_clock_max_mhz) == (67.74, 700, 86, 1980)
