@@ -137,3 +137,49 @@ def test_follow_appends_and_rotation(tmp_path: Path) -> None:
         stop.set()
         t.join(5)
     assert not t.is_alive()
+
+
+def test_follow_kmsg_records() -> None:
+    """/dev/kmsg format (prio,seq,usec,flags;message plus metadata lines), read from a pipe."""
+    from gpuclinic.sources.kernel_log import _follow_kmsg
+
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    stop = threading.Event()
+    out: list[KernelEvent] = []
+    t = threading.Thread(target=_collect, args=(_follow_kmsg(r, stop, False, 0.05), out))
+    t.start()
+    try:
+        os.write(w, b"3,1234,5432100000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=p, GPU has fallen off the bus.\n"
+                    b" SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n")
+        os.write(w, b"6,1235,5432200000,-;eth0: link up\n")
+        _wait_for(out, 1)
+        assert [(e.xid, e.uptime_s, e.pci_bus_id) for e in out] == [(79, 5432.1, "0000:3b:00.0")]
+    finally:
+        stop.set()
+        t.join(5)
+        os.close(w)
+        os.close(r)
+
+
+def test_follow_command_stream(tmp_path: Path) -> None:
+    """journalctl -k -f style: lines arrive from a running command."""
+    import shutil
+
+    from gpuclinic.sources.kernel_log import _follow_command
+
+    script = tmp_path / "fakejournal"
+    script.write_text("#!/bin/sh\necho '2024-03-04T10:11:12+0000 node kernel: NVRM: Xid (PCI:0000:3b:00): 48, "
+                      f"pid=2, name=p, DBE'\nexec {shutil.which('sleep') or '/bin/sleep'} 30\n")
+    script.chmod(0o755)
+    stop = threading.Event()
+    out: list[KernelEvent] = []
+    t = threading.Thread(target=_collect, args=(_follow_command([str(script)], stop, 0.05), out))
+    t.start()
+    try:
+        _wait_for(out, 1)
+        assert [(e.xid, e.time) for e in out] == [(48, "2024-03-04T10:11:12+00:00")]
+    finally:
+        stop.set()
+        t.join(5)
+    assert not t.is_alive()

@@ -1512,10 +1512,10 @@ def _follow_kmsg(fd: int, stop: threading.Event, from_end: bool, poll_s: float) 
             time.sleep(poll_s)
             continue
         idle = 0.0
-        text = rec.decode("utf-8", "replace")
-        first = text.split("\n", 1)[0]  # continuation lines (" DEVICE=...") are metadata
-        if _is_candidate(first):
-            yield from parser.feed(first)
+        # one record per read from /dev/kmsg; lines starting with a space (" DEVICE=+pci:...") are metadata
+        for text in rec.decode("utf-8", "replace").splitlines():
+            if text and not text.startswith(" ") and (_is_candidate(text) or parser._aer is not None):
+                yield from parser.feed(text)
     yield from parser.flush()
 
 
