@@ -62,3 +62,17 @@ def test_load_evidence_bugreport_fills_snapshot() -> None:
     assert snap.hostname == "nomade007" and snap.pci_read is True
     assert snap.gpus[0].name == "NVIDIA A100-SXM4-80GB" and snap.gpus[0].remapped_rows_pending is True
     assert snap.pci_devices[0].current_link_width == 8
+
+
+def test_lspci_nn_listing_enumerates_nvidia_devices() -> None:
+    from gpuclinic.sources import lspci
+
+    text = (FX / "lspci-nn-a100x8-azure.txt").read_text()
+    devs = lspci.parse(text.splitlines())
+    assert len(devs) == 14 and [d.bus_id for d in devs if d.is_gpu] == [
+        "0001:00:00.0", "0002:00:00.0", "0003:00:00.0", "0004:00:00.0",
+        "000b:00:00.0", "000c:00:00.0", "000d:00:00.0", "000e:00:00.0"]
+    assert {d.device_id for d in devs if d.is_gpu} == {"0x20b2"}
+    assert {(d.device_id, d.class_code) for d in devs if not d.is_gpu} == {("0x1af1", "0x068000")}
+    snap = load_evidence([str(FX / "lspci-nn-a100x8-azure.txt")])
+    assert snap.pci_read and len(snap.pci_devices) == 14 and snap.gpus == []

@@ -26,10 +26,21 @@ _CLASS_NAMES = {
 }
 
 
+_NN_LINE_RE = re.compile(
+    r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:\n]+?(?: \[[0-9a-fA-F]{4}\])?: .*\[[0-9a-fA-F]{4}:[0-9a-fA-F]{4}\]",
+    re.M,
+)
+
+
 def looks_like(sample: str) -> bool:
-    return bool(re.search(r"^\S+ (VGA compatible controller|3D controller|PCI bridge|Bridge).*:", sample, re.M)) and (
+    """``lspci -vvv`` with NVIDIA devices, or ``lspci -nn`` listing (vendor:device ids) with an NVIDIA one."""
+    verbose = bool(re.search(r"^\S+ (VGA compatible controller|3D controller|PCI bridge|Bridge).*:", sample, re.M)) and (
         "LnkSta:" in sample or "Kernel driver in use" in sample or "Capabilities:" in sample
     )
+    if verbose:
+        return True
+    nn = _NN_LINE_RE.findall(sample)
+    return len(nn) >= 1 and any("[10de:" in ln.lower() for ln in nn)
 
 
 def parse(lines: Iterable[str]) -> list[PciDevice]:
