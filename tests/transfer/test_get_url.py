@@ -235,3 +235,17 @@ def test_speculative_first_requests_do_not_refetch(tmp_path: Path) -> None:
         assert s.stats.statuses[416] >= 1
         assert s.served("f.bin") <= len(data) * 1.05
     assert _sha(tmp_path / "f") == sha
+
+
+def test_verified_existing_file_is_not_fetched_again(tmp_path: Path, run_cli, sim: WanSim) -> None:  # type: ignore[no-untyped-def]
+    data, sha = blob(MiB, 13)
+    url = sim.add_file("f.bin", data)
+    dest = tmp_path / "f.bin"
+    assert run_cli("get", url, "-o", str(dest), "--sha256", sha, "-q").code == 0
+    served = sim.served("f.bin")
+    r = run_cli("get", url, "-o", str(dest), "--sha256", sha, "--json")
+    assert r.code == 0 and json.loads(r.out)["status"] == "skipped"
+    assert sim.served("f.bin") == served
+    dest.write_bytes(b"x" * len(data))  # wrong content: fetched again and replaced atomically
+    assert run_cli("get", url, "-o", str(dest), "--sha256", sha, "-q").code == 0
+    assert _sha(dest) == sha

@@ -70,6 +70,16 @@ def _dest_for(url: str, output: str | None) -> Path:
     return out
 
 
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
 @get.command("url")
 @click.argument("url")
 @click.option("-o", "--output", metavar="PATH", help="File (or existing directory) to write; default: the URL's file name.")
@@ -97,6 +107,14 @@ def url_cmd(
     dest = _dest_for(url, output).absolute()
     if not dest.parent.is_dir():
         raise InputError(f"directory does not exist: {dest.parent}", exit_code=2)
+    if sha256 and dest.is_file() and _file_sha256(dest) == sha256.lower():
+        # already there and verified: nothing to fetch (like aria2c's "download completed")
+        if as_json:
+            click.echo(json.dumps({"path": str(dest), "size": dest.stat().st_size, "sha256": sha256.lower(),
+                                   "status": "skipped", "downloaded": 0}, sort_keys=True))
+        elif not quiet:
+            click.echo(str(dest))
+        return
     spec = FileSpec(dest=dest, sources=[url, *mirrors], sha256=sha256.lower() if sha256 else None, label=dest.name)
     engine = Engine(_engine_options(connections, stall_timeout))
     with ProgressDisplay(engine, quiet=quiet or as_json):

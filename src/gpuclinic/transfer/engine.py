@@ -202,6 +202,8 @@ class _Job:
         self.finished = 0.0
         self.hash_lock = threading.Lock()
         self.file_lock = threading.Lock()  # orders state-file writes against rename/discard
+        self.save_lock = threading.Lock()  # one worker saves at a time
+        self.save_step = 1 << 62  # bytes between state saves, set when the size is known
         self.hashed_pieces = 0
         self.sha = hashlib.sha256()
         self.gsha: Any = None
@@ -305,6 +307,8 @@ class Engine:
         for t in self.workers:
             t.join(max(0.0, deadline - time.monotonic()))
         self._save_all(force=True)
+        for j in self.jobs:
+            self._release_lock(j)
 
     def progress(self) -> list[tuple[str, int, int | None, str]]:
         """(label, bytes done, size, state) per file, for progress displays."""
@@ -718,6 +722,7 @@ class Engine:
         job.bytes_done += sum(job.partial.values())
         job.reused = job.bytes_done
         job.saved_bytes = job.bytes_done
+        job.save_step = max(64 * 1024, int(size * self.opts.save_fraction))
         if size == 0:
             job.done[0] = 1
         if seg is None:
@@ -804,6 +809,11 @@ class Engine:
                     completed.append(job.npieces - 1)
             if completed:
                 self._hash_ahead(job, block=False)
+            if job.bytes_done - job.saved_bytes >= job.save_step and job.save_lock.acquire(blocking=False):
+                try:  # save from the worker itself: a saver thread may wait long for the GIL
+                    self._save(job)
+                finally:
+                    job.save_lock.release()
             if seg.pos >= seg.end and seg.end != seg.requested_end:
                 return  # our tail was handed to another connection: close this response
 
@@ -860,6 +870,9 @@ class Engine:
             _fsync_dir(job.spec.dest.parent)
             with contextlib.suppress(FileNotFoundError):
                 job.state_path.unlink()
+            for stale in job.state_path.parent.glob(job.state_path.name + ".*.tmp"):
+                with contextlib.suppress(OSError):
+                    stale.unlink()  # left by a process killed mid-save
         self._release_lock(job)
         job.sha256_hex = digest
         with self.cv:
@@ -1025,9 +1038,12 @@ class Engine:
             for j in self.jobs:
                 if j.state != "open" or not j.dirty or j.size is None:
                     continue
-                step = max(64 * 1024, int(j.size * self.opts.save_fraction))
-                if j.bytes_done - j.saved_bytes >= step or now - j.last_save >= self.opts.save_interval:
-                    self._save(j)
+                if j.bytes_done - j.saved_bytes >= j.save_step or now - j.last_save >= self.opts.save_interval:
+                    if j.save_lock.acquire(blocking=False):
+                        try:
+                            self._save(j)
+                        finally:
+                            j.save_lock.release()
             self.stop.wait(0.005)
 
     # ------------------------------------------------------------------ adaptive connections
@@ -1037,6 +1053,7 @@ class Engine:
         last_change = time.monotonic()
         base_rate = 0.0
         plateau_until = 0.0
+        prev_target = 0
         marks: list[tuple[float, int]] = [(last_change, 0)]
         while not self.stop.wait(0.1):
             now = time.monotonic()
@@ -1054,10 +1071,15 @@ class Engine:
                 tail = sum(max(0, s.end - s.pos) for j in self.jobs for s in j.segments if s.active)
                 if rate > base_rate * 1.12 and self.target < self.max_conn and busy >= self.target - 1 and (pending or tail > 8 * MiB):
                     base_rate = rate
+                    prev_target = self.target
                     self.target = min(self.max_conn, max(self.target + 1, int(self.target * 1.5)))
                     last_change = now
                     self.cv.notify_all()
                 elif rate <= base_rate * 1.12:
+                    # no gain from the last step (a shared link cap, a busy CPU): go back to the
+                    # previous count, since more connections would only make each one slower
+                    if prev_target and self.target > prev_target and not self.opts.connections:
+                        self.target = prev_target
                     plateau_until = now + 10.0
                     base_rate = max(base_rate, rate)
 
