@@ -227,3 +227,31 @@ def test_text_h100_535_tlimit_margins_power_brake() -> None:
     assert (g.ecc_volatile_corrected, g.ecc_volatile_uncorrected, g.ecc_aggregate_uncorrected) == (0, 0, 0)
     assert (g.remapped_rows_pending, g.remapped_rows_failure) == (False, False)
     assert (g.power_draw_w, g.power_limit_w, g.sm_clock_mhz, g.sm_clock_max_mhz) == (67.74, 700, 86, 1980)
+
+
+def test_text_processes_both_layouts() -> None:
+    # 450+ layout: instance ids first, details nested under "Process ID"; older: details as siblings
+    new = ("GPU 00000000:01:00.0\n    Processes\n        GPU instance ID                   : N/A\n"
+           "        Compute instance ID               : N/A\n        Process ID                        : 1117\n"
+           "            Type                          : G\n            Name                          : /usr/lib/xorg/Xorg\n"
+           "            Used GPU Memory               : 23 MiB\n        GPU instance ID                   : N/A\n"
+           "        Compute instance ID               : N/A\n        Process ID                        : 280058\n"
+           "            Type                          : C\n            Name                          : /opt/conda/bin/python\n"
+           "            Used GPU Memory               : 22374 MiB\n        GPU instance ID                   : N/A\n"
+           "        Compute instance ID               : N/A\n        Process ID                        : 924\n"
+           "            Type                          : C+G\n            Name                          : Insufficient Permissions\n"
+           "            Used GPU Memory               : Not available in WDDM driver model\n")
+    (g,) = smi_text.parse(new).gpus
+    assert [(p.pid, p.name, p.used_memory_bytes, p.kind) for p in g.processes] == [
+        (1117, "/usr/lib/xorg/Xorg", 23 * 1024**2, "graphics"),
+        (280058, "/opt/conda/bin/python", 22374 * 1024**2, "compute"),
+        (924, None, None, "compute"),
+    ]
+    old = ("GPU 0000:05:00.0\n    Processes\n        Process ID                  : 4242\n"
+           "        Type                        : C\n        Name                        : python\n"
+           "        Used GPU Memory             : 1000 MiB\n        Process ID                  : 4343\n"
+           "        Type                        : C\n        Name                        : python3\n"
+           "        Used GPU Memory             : 200 MiB\n")
+    (g,) = smi_text.parse(old).gpus
+    assert [(p.pid, p.name, p.used_memory_bytes) for p in g.processes] == [
+        (4242, "python", 1000 * 1024**2), (4343, "python3", 200 * 1024**2)]

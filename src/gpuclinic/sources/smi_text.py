@@ -356,8 +356,9 @@ def _processes(node: Node) -> list[GpuProcess]:
         pid = c.integer(cur.get("process id"))
         if pid is not None:
             kind = (cur.get("type") or "C").strip().upper()
+            name = c.clean(cur.get("name"))
             out.append(GpuProcess(
-                pid=pid, name=c.clean(cur.get("name")),
+                pid=pid, name=None if c.error_reason(name) else name,
                 used_memory_bytes=c.mib_bytes(cur.get("used gpu memory")),
                 kind="graphics" if kind == "G" else "compute",
             ))
