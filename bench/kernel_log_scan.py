@@ -100,20 +100,31 @@ def generate(path: str, size: int) -> int:
     return nvrm
 
 
-SCAN_CHILD = r"""
-import resource, sys, time
+# Peak RSS from VmHWM (this process image only): ru_maxrss would include the forked parent's pages.
+PEAK = r"""
+def peak_kb():
+    try:
+        for ln in open("/proc/self/status"):
+            if ln.startswith("VmHWM:"):
+                return int(ln.split()[1])
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+"""
+
+SCAN_CHILD = PEAK + r"""
+import sys, time
 from gpuclinic.sources.kernel_log import scan_path
 t0 = time.perf_counter()
 evs = scan_path(sys.argv[1])
 dt = time.perf_counter() - t0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(dt, rss, len(evs), sum(1 for e in evs if e.kind == "xid"))
+print(dt, peak_kb(), len(evs), sum(1 for e in evs if e.kind == "xid"))
 """
 
-BASE_CHILD = r"""
-import resource
+BASE_CHILD = PEAK + r"""
 import gpuclinic.sources.kernel_log  # noqa: F401
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(peak_kb())
 """
 
 
