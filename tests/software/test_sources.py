@@ -211,3 +211,8 @@ def test_active_virtualenv_is_read(tmp_path: Path) -> None:
     t = sw.framework("torch")
     assert t is not None and t.cuda == "12.8" and "sm_120" in t.arch_list
     assert ssrc.active_env_paths({}) == (None, sys.executable)
+
+
+def test_gpu_process_affinity(tmp_path: Path) -> None:
+    w(tmp_path, "proc/4242/status", "Name:\tpython\nCpus_allowed_list:\t8-11,16\n")
+    assert hsrc.proc_affinities([4242, 99], tmp_path) == {"4242": [8, 9, 10, 11, 16]}

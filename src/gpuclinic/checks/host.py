@@ -149,23 +149,35 @@ def nofile(snap: Snapshot) -> Iterator[Finding]:
 @check("host.numa", codes=["host.numa_mismatch"], what="GPU NUMA locality")
 def numa(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
-    if not h.gpu_numa or len(h.numa_cpus) < 2 or not h.cpus_allowed:
+    if not h.gpu_numa or len(h.numa_cpus) < 2:
         raise CheckSkipped("single NUMA node or GPU NUMA unknown")
-    allowed = set(h.cpus_allowed)
     bad: list[str] = []
-    for bus, node in sorted(h.gpu_numa.items()):
-        local = set(h.numa_cpus.get(str(node), []))
+    # the GPU processes' own affinity when we can see it; else ours (in a container: the container's cpuset)
+    pairs: list[tuple[str, str, set[int]]] = []
+    for g in snap.gpus:
+        for p in g.processes:
+            cpus = h.proc_cpus.get(str(p.pid))
+            if cpus and g.pci_bus_id:
+                pairs.append((g.pci_bus_id, f"pid {p.pid}", set(cpus)))
+    if not pairs and h.cpus_allowed:
+        pairs = [(bus, "this process/container", set(h.cpus_allowed)) for bus in h.gpu_numa]
+    if not pairs:
+        raise CheckSkipped("no CPU affinity known")
+    for bus, who, allowed in pairs:
+        node = h.gpu_numa.get(bus)
+        local = set(h.numa_cpus.get(str(node), [])) if node is not None else set()
         if local and not (allowed & local):
-            bad.append(f"GPU {bus} is on NUMA node {node} (CPUs {_ranges(sorted(local))})")
+            bad.append(f"GPU {bus} is on NUMA node {node} (CPUs {_ranges(sorted(local))}) but {who} may only run on "
+                       f"CPUs {_ranges(sorted(allowed))}")
     if not bad:
         return
     yield Finding(
         code="host.numa_mismatch", severity=Severity.WARNING, family=Family.HOST,
-        title="This process runs only on CPUs far from its GPU(s)",
-        evidence=[*bad, f"process CPU affinity: {_ranges(sorted(allowed))}"],
+        title="GPU work runs only on CPUs of another NUMA node",
+        evidence=bad[:8],
         remedy="Every host<->GPU copy crosses the socket interconnect: pin each rank to its GPU's node "
                "(`numactl --cpunodebind=N --membind=N`, torchrun with `--numa-binding`, or fix the cpuset).",
-        data={"gpu_numa": h.gpu_numa, "cpus_allowed": sorted(allowed)},
+        data={"gpu_numa": h.gpu_numa},
     )
 
 

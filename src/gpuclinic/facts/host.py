@@ -24,5 +24,6 @@ class HostFacts:
     nofile_hard: int | None = None
     numa_cpus: dict[str, list[int]] = field(default_factory=dict)  # node -> cpus
     gpu_numa: dict[str, int] = field(default_factory=dict)  # GPU bus id -> NUMA node
+    proc_cpus: dict[str, list[int]] = field(default_factory=dict)  # GPU process pid -> its CPU affinity
     gpu_util_pct: float | None = None  # mean GPU utilisation during the window (from NVML samples)
     extra: dict[str, Any] = field(default_factory=dict)

@@ -204,6 +204,17 @@ def gpu_numa_nodes(snap: Snapshot, root: str | os.PathLike[str] = "/") -> dict[s
     return out
 
 
+def proc_affinities(pids: list[int], root: str | os.PathLike[str] = "/") -> dict[str, list[int]]:
+    """CPU affinity (Cpus_allowed_list) of the given processes, where visible."""
+    out: dict[str, list[int]] = {}
+    for pid in pids[:256]:
+        st = _read(_p(root, f"proc/{pid}/status")) or ""
+        m = re.search(r"^Cpus_allowed_list:\s*(\S+)", st, re.M)
+        if m:
+            out[str(pid)] = parse_cpulist(m.group(1))
+    return out
+
+
 def collect(snap: Snapshot, opts: CollectOptions) -> None:
     window = 0.0 if opts.quick else opts.host_window_s
     utils: list[float] = [g.utilization_gpu_pct for g in snap.gpus if g.utilization_gpu_pct is not None]
@@ -212,6 +223,7 @@ def collect(snap: Snapshot, opts: CollectOptions) -> None:
         utils += _sample_gpu_util()
     h.gpu_util_pct = round(sum(utils) / len(utils), 1) if utils else None
     h.gpu_numa = gpu_numa_nodes(snap)
+    h.proc_cpus = proc_affinities(sorted({p.pid for g in snap.gpus for p in g.processes if p.pid > 0}))
     snap.host = h
 
 
