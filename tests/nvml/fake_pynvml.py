@@ -56,6 +56,7 @@ def h100_values(i: int) -> dict[str, Any]:
         "nvmlDeviceGetComputeMode": 0,
         "nvmlDeviceGetMigMode": [0, 0],
         "nvmlDeviceGetTemperature": 61,
+        "nvmlDeviceGetTemperatureV": 61,
         "nvmlDeviceGetFieldValues": {82: 68, 230: 0},
         "nvmlDeviceGetFanSpeed": err(pynvml.NVML_ERROR_NOT_SUPPORTED),
         "nvmlDeviceGetPowerUsage": 655_123,

@@ -397,3 +397,13 @@ def test_median_helper() -> None:
 
     assert median([]) is None and median([3.0]) == 3.0
     assert median([4.0, 1.0, 3.0, 2.0]) == 2.5 and median([5.0, 1.0, 3.0]) == 3.0
+
+
+@pytest.mark.parametrize(("reason", "title"), [
+    ("GPU is lost (NVML_ERROR_GPU_IS_LOST during nvmlDeviceGetName); it has fallen off the bus", "fallen off the bus"),
+    ("nvidia-smi: Unable to determine the device handle: Unknown Error", "cannot get a handle"),
+    ("nvidia-smi printed ERR! for most of the GPU's readings (GPU not responding)", "is not responding"),
+])
+def test_lost_gpu_title_says_what_was_seen(reason: str, title: str) -> None:
+    f = one(node(setter(lost=True, lost_reason=reason)), "gpu.missing")
+    assert title in f.title and f.evidence[0] == reason and f.severity == Severity.CRITICAL

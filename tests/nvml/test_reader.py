@@ -352,3 +352,12 @@ def test_handle_failure(install_fake: Make, code: int, lost: bool) -> None:
     assert gpus[0].name is None and gpus[1].name is not None
     if lost:
         assert "cannot get a handle" in (gpus[0].lost_reason or "")
+
+
+def test_temperature_falls_back_to_temperature_v(install_fake: Make) -> None:
+    fake = install_fake(1)
+    fake.gpu(0).set("nvmlDeviceGetTemperature", err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND))
+    fake.gpu(0).set("nvmlDeviceGetTemperatureV", 77)
+    with NvmlReader() as r:
+        g = r.read_all()[0][0]
+    assert g.temperature_c == 77.0 and "temperature_c" not in g.unreadable

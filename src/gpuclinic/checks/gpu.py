@@ -12,8 +12,8 @@ from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 _LOST_REMEDY = (
     "Drain the node (stop scheduling work on it). Save the evidence first: `sudo nvidia-bug-report.sh` and "
-    "`sudo dmesg -T | grep -E 'NVRM|Xid|AER'`. Then reboot the node: a GPU that fell off the bus rarely comes "
-    "back with `nvidia-smi -r`. If it happens again after the reboot, have the GPU reseated and its power "
+    "`sudo dmesg -T | grep -E 'NVRM|Xid|AER'`. Then reboot the node: a GPU that fell off the bus or stopped responding "
+    "rarely comes back with `nvidia-smi -r`. If it happens again after the reboot, have the GPU reseated and its power "
     "cables/riser and cooling checked, and open an RMA with your provider."
 )
 
@@ -32,7 +32,7 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
             ev += kernel_lines(snap, g.pci_bus_id, ("xid", "fallen_off_bus"))
             out.append(Finding(
                 code="gpu.missing", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
-                title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) is lost: NVML cannot reach it now (fallen off the bus)",
+                title=_lost_title(g.index, g.pci_bus_id, g.lost_reason or ""),
                 evidence=ev, remedy=_LOST_REMEDY, gpu=ref(g), data={"reason": "lost"}, source="nvml",
             ))
     nvml_buses = {normalize_bus_id(g.pci_bus_id) for g in snap.gpus if g.pci_bus_id}
@@ -61,6 +61,17 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
                 data={"usable": len(usable), "expected": snap.expect_gpus}, source="nvml",
             ))
     return personalize(out)
+
+
+def _lost_title(index: int, bus: str | None, reason: str) -> str:
+    """Say what the source actually saw: lost from the bus, no handle, or readings failing."""
+    where = f"GPU {index} ({bus or 'bus ?'})"
+    low = reason.lower()
+    if "fallen off" in low or "gpu_is_lost" in low or "gpu is lost" in low:
+        return f"{where} is lost: it has fallen off the bus"
+    if "handle" in low:
+        return f"{where} cannot be reached: the driver cannot get a handle for it (GPU lost or failed)"
+    return f"{where} is not responding: its readings fail"
 
 
 def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container: bool) -> Finding:

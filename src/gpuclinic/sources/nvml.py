@@ -408,7 +408,10 @@ class NvmlReader:
     def _read_dynamic(self, rd: _GpuRead, *, full: bool) -> None:
         nv = self._nv
         g = rd.g
-        g.temperature_c = rd.number("temperature_c", "nvmlDeviceGetTemperature", nv_const(nv, "NVML_TEMPERATURE_GPU", 0))
+        # nvmlDeviceGetTemperature is deprecated in newer drivers in favour of ...TemperatureV
+        t = rd.get("temperature_c", "nvmlDeviceGetTemperature", nv_const(nv, "NVML_TEMPERATURE_GPU", 0),
+                   fallback="nvmlDeviceGetTemperatureV")
+        g.temperature_c = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
         fields = rd.field_values("field_values", [FI_MEMORY_TEMP, FI_RECOVERY_ACTION])
         mt = fields.get(FI_MEMORY_TEMP)
         if isinstance(mt, (int, float)) and 0 < mt < 200:  # 0 means "no sensor" on some boards
