@@ -217,12 +217,37 @@ def test_wedged_driver_stops_after_max_hangs(install_fake: Make) -> None:
     for g in fake.gpus:
         g.hang.add("nvmlDeviceGetName")
     t0 = time.monotonic()
-    with NvmlReader(call_timeout_s=0.2, max_hangs=2) as r:
+    with NvmlReader(call_timeout_s=0.2, max_hangs=2, parallel=False) as r:
         gpus, _ = r.read_all()
-    assert time.monotonic() - t0 < 2  # two timeouts, not four
-    assert all(g.lost for g in gpus)
-    assert "driver wedged" in (gpus[3].lost_reason or "")
-    assert fake.gpu(3).calls == []
+        assert time.monotonic() - t0 < 2  # two timeouts, not four
+        assert all(g.lost for g in gpus)
+        assert "driver wedged" in (gpus[3].lost_reason or "")
+        assert fake.gpu(3).calls == []
+        again = r.sample()  # later samples do not touch the wedged driver either
+    assert all("driver wedged" in (g.lost_reason or "") for g in again)
+
+
+def test_wedged_driver_in_parallel_costs_one_timeout(install_fake: Make) -> None:
+    fake = install_fake(8)
+    for g in fake.gpus:
+        g.hang.add("nvmlDeviceGetName")
+    t0 = time.monotonic()
+    with NvmlReader(call_timeout_s=0.3) as r:
+        gpus, _ = r.read_all()
+    assert time.monotonic() - t0 < 0.3 * 3
+    assert all(g.lost and (g.lost_reason or "").startswith("unresponsive") for g in gpus)
+
+
+def test_gpus_are_read_in_parallel(install_fake: Make) -> None:
+    """Slow per-GPU calls (PCIe throughput samples ~20 ms in NVML) overlap across GPUs."""
+    fake = install_fake(8)
+    for g in fake.gpus:
+        g.set("nvmlDeviceGetPcieThroughput", lambda counter: time.sleep(0.1) or 1000)
+    t0 = time.monotonic()
+    with NvmlReader() as r:
+        gpus, _ = r.read_all()
+    assert time.monotonic() - t0 < 0.2 * 8 / 2  # sequential would be >= 1.6 s
+    assert [g.index for g in gpus] == list(range(8)) and all(g.pcie_tx_kbps == 1000 for g in gpus)
 
 
 def test_pre_ampere_reads_retired_pages_not_remaps(install_fake: Make) -> None:
