@@ -188,6 +188,7 @@ def latency(snap: Snapshot) -> Iterator[Finding]:
             code="network.high_latency", severity=Severity.WARNING, family=NET,
             title=f"High round-trip time to {len(high)} host(s): up to {max(p.connect_median_ms() or 0 for p in high):.0f} ms",
             evidence=[f"{_label(p)}: TCP connect median {fmt_ms(p.connect_median_ms())} over {len(p.connect_ms)} samples"
+                      + (f" (to proxy {p.via_proxy})" if p.via_proxy else "")
                       + (f", TTFB {fmt_ms(p.ttfb_ms)}" if p.ttfb_ms is not None else "") for p in high],
             remedy=("Each git/pip/Hub request pays this round trip, and one TCP stream's speed falls as RTT rises. "
                     "Use a nearer mirror (network.mirror_faster) and parallel transfers (`gpuclinic get`)."),
