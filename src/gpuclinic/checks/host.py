@@ -131,18 +131,25 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
 @check("host.nofile", codes=["host.nofile_low"], what="open-files limit")
 def nofile(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
-    if h.nofile_soft is None:
-        raise CheckSkipped("limits not readable")
-    if h.nofile_soft >= NOFILE_MIN:
-        return
+    low = {pid: v for pid, v in h.proc_nofile.items() if v < NOFILE_MIN}
+    if h.proc_nofile:  # the GPU jobs' own limits are what matter
+        if not low:
+            return
+        soft, who = min(low.values()), f"GPU process(es) {', '.join(sorted(low)[:6])}"
+    else:
+        if h.nofile_soft is None:
+            raise CheckSkipped("limits not readable")
+        if h.nofile_soft >= NOFILE_MIN:
+            return
+        soft, who = h.nofile_soft, "this shell/session"
     yield Finding(
         code="host.nofile_low", severity=Severity.WARNING, family=Family.HOST,
-        title=f"Open-files limit is {h.nofile_soft}",
-        evidence=[f"soft limit {h.nofile_soft}, hard limit {h.nofile_hard if h.nofile_hard is not None else 'unlimited'}"],
+        title=f"Open-files limit is {soft} for {who}",
+        evidence=[f"soft limit {soft}" + (f", hard limit {h.nofile_hard}" if h.nofile_hard and not h.proc_nofile else "")],
         remedy=(f"DataLoader workers, NCCL and datasets open many files ('Too many open files', 'received 0 items of "
                 f"ancdata'): `ulimit -n {h.nofile_hard or 1048576}` in the job's shell, LimitNOFILE= for systemd units, "
                 "`--ulimit nofile=1048576:1048576` for Docker."),
-        data={"soft": h.nofile_soft, "hard": h.nofile_hard}, source="https://github.com/pytorch/pytorch/issues/973",
+        data={"soft": soft, "hard": h.nofile_hard, "pids": sorted(low)}, source="https://github.com/pytorch/pytorch/issues/973",
     )
 
 

@@ -25,5 +25,6 @@ class HostFacts:
     numa_cpus: dict[str, list[int]] = field(default_factory=dict)  # node -> cpus
     gpu_numa: dict[str, int] = field(default_factory=dict)  # GPU bus id -> NUMA node
     proc_cpus: dict[str, list[int]] = field(default_factory=dict)  # GPU process pid -> its CPU affinity
+    proc_nofile: dict[str, int] = field(default_factory=dict)  # GPU process pid -> its open-files soft limit
     gpu_util_pct: float | None = None  # mean GPU utilisation during the window (from NVML samples)
     extra: dict[str, Any] = field(default_factory=dict)

@@ -118,8 +118,8 @@ def meminfo(root: str | os.PathLike[str]) -> dict[str, int]:
     return out
 
 
-def nofile(root: str | os.PathLike[str]) -> tuple[int | None, int | None]:
-    for line in (_read(_p(root, "proc/self/limits")) or "").splitlines():
+def nofile(root: str | os.PathLike[str], pid: str = "self") -> tuple[int | None, int | None]:
+    for line in (_read(_p(root, f"proc/{pid}/limits")) or "").splitlines():
         if line.startswith("Max open files"):
             parts = line[len("Max open files"):].split()
             vals: list[int | None] = []
@@ -223,7 +223,12 @@ def collect(snap: Snapshot, opts: CollectOptions) -> None:
         utils += _sample_gpu_util()
     h.gpu_util_pct = round(sum(utils) / len(utils), 1) if utils else None
     h.gpu_numa = gpu_numa_nodes(snap)
-    h.proc_cpus = proc_affinities(sorted({p.pid for g in snap.gpus for p in g.processes if p.pid > 0}))
+    pids = sorted({p.pid for g in snap.gpus for p in g.processes if p.pid > 0})
+    h.proc_cpus = proc_affinities(pids)
+    for pid in pids[:256]:
+        soft, _hard = nofile("/", str(pid))
+        if soft is not None:
+            h.proc_nofile[str(pid)] = soft
     snap.host = h
 
 
