@@ -143,7 +143,9 @@ def _meta(report: Report) -> list[str]:
     if snap.cuda_driver_version:
         meta.append(f"CUDA {snap.cuda_driver_version}")
     n = len(snap.gpus)
-    meta.append(f"{n} GPU{'s' if n != 1 else ''} seen")
+    # "0 GPUs seen" means something for doctor; for explain or net it is noise.
+    if n or report.command == "doctor":
+        meta.append(f"{n} GPU{'s' if n != 1 else ''} seen")
     return meta
 
 
@@ -199,16 +201,7 @@ def render_terminal(report: Report, console: Console | None = None) -> None:
     head.append(f"  {snap.hostname or ''}  ")
     head.append(f" {report.verdict.value.upper()} ", style=_VERDICT_STYLE[report.verdict])
     con.print(head)
-    meta = []
-    if snap.origin != "live":
-        meta.append(f"from {snap.origin}: {', '.join(snap.inputs) or '-'}")
-    if snap.driver_version:
-        meta.append(f"driver {snap.driver_version}")
-    if snap.cuda_driver_version:
-        meta.append(f"CUDA {snap.cuda_driver_version}")
-    n = len(snap.gpus)
-    meta.append(f"{n} GPU{'s' if n != 1 else ''} seen")
-    con.print(" · ".join(meta), style="dim")
+    con.print(" · ".join(_meta(report)), style="dim")
 
     rows = gpu_rows(report)
     if rows:
