@@ -243,3 +243,59 @@ def test_single_line_xids(name: str, xid: int, bus: str, pid: int | None, code: 
         assert ev.detail[k] == v
     f = findings(name)[code][0]
     assert f.severity == severity and f.evidence == [ev.line]
+
+
+@pytest.mark.parametrize("name", ["stackhpc-287-rsyslog-012-api-mismatch.log",
+                                  "nvidia-all-394-api-mismatch-client-name.log"])
+def test_api_mismatch_wordings(name: str) -> None:
+    (ev,) = events(name)
+    assert ev.kind == "module" and ev.detail["module"] == "api_mismatch"
+    expected = {"stackhpc-287-rsyslog-012-api-mismatch.log": ("535.54.03", "530.30.02", None),
+                "nvidia-all-394-api-mismatch-client-name.log": ("595.84", "595.80", "kwin_wayland")}[name]
+    assert (ev.detail["client_version"], ev.detail["kernel_version"], ev.detail.get("client_process")) == expected
+    f = findings(name)["driver.kernel_module"][0]
+    assert f.severity == Severity.CRITICAL and expected[0] in f.title and expected[1] in f.title
+
+
+def test_open_module_without_gsp_support() -> None:
+    (ev,) = events("ogkm-322-open-module-no-gsp.log")
+    assert (ev.kind, ev.pci_bus_id, ev.detail["module"], ev.detail["pci_id"]) == (
+        "module", "0000:af:00.0", "gpu_not_supported", "10de:1db5")
+    assert "proprietary kernel modules" in findings("ogkm-322-open-module-no-gsp.log")["driver.kernel_module"][0].remedy
+
+
+def test_probe_not_called_nouveau() -> None:
+    evs = events("mattshma-133-probe-not-called.log")
+    assert [(e.detail["module"], e.detail.get("devices")) for e in evs] == [("no_gpu_found", None),
+                                                                            ("probe_not_called", 3)]
+    fs = findings("mattshma-133-probe-not-called.log")["driver.kernel_module"]
+    assert {f.data["problem"]: f.severity for f in fs} == {"no_gpu_found": Severity.CRITICAL,
+                                                            "probe_not_called": Severity.WARNING}
+
+
+def test_mismatch_then_missing_gsp_firmware() -> None:
+    evs = events("bazzite-2668-mismatch-gsp-firmware-rminit.log")
+    assert [(e.kind, e.detail.get("module") or e.detail.get("what")) for e in evs] == [
+        ("module", "api_mismatch"), ("module", "api_mismatch"), ("module", "firmware_missing"),
+        ("module", "firmware_missing"), ("init_failed", "RmInitAdapter failed"),
+        ("init_failed", "rm_init_adapter failed")]
+    fs = findings("bazzite-2668-mismatch-gsp-firmware-rminit.log")
+    assert sev(fs) == {"driver.kernel_module": "critical", "gpu.init_failed": "critical"}
+    assert {f.data["problem"] for f in fs["driver.kernel_module"]} == {"api_mismatch", "firmware_missing"}
+    assert fs["gpu.init_failed"][0].data["rm_codes"] == ["0x61:0x56:1770"]
+
+
+def test_fatal_aer_old_bits_without_timestamps() -> None:
+    (ev,) = events("vgpu-unlock-114-aer-fatal-old-bits.log")
+    assert (ev.pci_bus_id, ev.detail["severity"], ev.detail["status"], ev.uptime_s) == (
+        "0000:00:01.1", "fatal", "00000020", None)
+    assert "bits" not in ev.detail  # the "[5 ] SDES" line before the header belongs to an earlier record
+    assert sev(findings("vgpu-unlock-114-aer-fatal-old-bits.log")) == {"pcie.aer_uncorrected": "critical"}
+
+
+def test_printk_caller_ids() -> None:
+    evs = events("qualcomm-1118-printk-caller-aer.log")
+    assert [(e.pci_bus_id, e.uptime_s, e.detail["reporter"], e.detail["multiple"] if "multiple" in e.detail else None)
+            for e in evs] == [("0000:00:00.0", 36.128204, "0000:00:00.0", True),
+                              ("0000:01:00.0", 36.15601, "0000:00:00.0", None)]
+    assert evs[0].detail["bits"] == ["RxErr"] and evs[0].detail["first"] == "RxErr"

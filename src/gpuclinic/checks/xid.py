@@ -675,8 +675,13 @@ _MODULE_TEXT: dict[str, tuple[str, str]] = {
                     "Enable Above 4G decoding / Resizable BAR in the system BIOS and update it; then reboot."),
     "vbios_copy_failed": ("the driver could not read the GPU's VBIOS",
                           "Reboot; if it persists, the GPU or its slot is faulty: reseat it or ask for a replacement."),
-    "gpu_not_supported": ("this driver version does not support the installed GPU",
-                          "Install a driver branch that supports this GPU (see NVIDIA's supported-products list)."),
+    "gpu_not_supported": ("this driver does not support the installed GPU",
+                          "Install a driver branch that supports this GPU (see NVIDIA's supported-products list); "
+                          "GPUs older than Turing have no GSP and need the proprietary kernel modules, not the open "
+                          "ones."),
+    "firmware_missing": ("the driver's GSP firmware file is missing or from another version",
+                         "Reinstall the driver package so /lib/firmware/nvidia/<version>/gsp_*.bin matches the loaded "
+                         "module (a partial upgrade leaves the old firmware), then reboot."),
     "insert_failed": ("the nvidia kernel module could not be loaded",
                       "Run `modprobe nvidia` and read `dmesg`; Secure Boot may need the module signed, or the "
                       "module must be rebuilt for this kernel."),

@@ -44,10 +44,10 @@ if TYPE_CHECKING:
 
 # Every line the parser can use contains one of these (case-sensitive) byte strings.  Few and
 # distinctive on purpose: each is one ``bytes.find`` pass over a chunk.
-SCAN_KEYWORDS: tuple[bytes, ...] = (b"NVRM", b"nvidia", b"AER", b"bandwidth")
+SCAN_KEYWORDS: tuple[bytes, ...] = (b"NVRM", b"nvidia", b"AER", b"Bus Error", b"bandwidth")
 # After a hit on these, the next lines are candidates too: AER bit lines ("[ 0] RxErr") and the
 # firmware-first "aer_status" lines carry no keyword of their own.
-CONTEXT_KEYWORDS: tuple[bytes, ...] = (b"AER",)
+CONTEXT_KEYWORDS: tuple[bytes, ...] = (b"AER", b"Bus Error")
 # Line-level filter for parse_lines: a superset of the scan keywords, cheap ``in`` tests.
 LINE_KEYWORDS: tuple[str, ...] = ("NVRM", "nvidia", "AER", "PCIe", "Xid", "aer_", "NVLink", "GSP", "[10de:",
                                   "bandwidth")
@@ -277,7 +277,7 @@ _RE_FOB_MULTI = re.compile(
     r".*?fallen\s+off\s+the\s+bus", re.S)
 _RE_NOT_SUPPORTED = re.compile(
     rf"The NVIDIA GPU (?:at )?(?:PCI:)?(?P<bus>{_BDF})\s*(?:\(PCI ID: (?P<pciid>[0-9a-fA-F:]+)\))?"
-    r".*?installed in this system is\s+not supported by the(?P<rest>.*)", re.S)
+    r".*?installed in this system is\s+not supported by\s+(?P<rest>.*)", re.S)
 _RE_INIT = re.compile(
     rf"(?:GPU (?P<bus>{_BDF}):\s*)?(?P<what>RmInitAdapter failed!?|rm_init_adapter failed)"
     r"(?:\s*\((?P<code>0x[0-9a-fA-F:x]+)\))?")
@@ -299,6 +299,9 @@ _RE_LIMITED = re.compile(
     rf"(?:PCIe )?x(?P<width>\d+) link at (?P<at>{_BDF}) \(capable of (?P<cap>[\d.]+) Gb/s with "
     r"(?P<capspeed>[\d.]+) GT/s (?:PCIe )?x(?P<capwidth>\d+) link\)")
 _RE_PCI_ENUM = re.compile(rf"pci (?P<dev>{_BDF}): \[10de:(?P<did>[0-9a-fA-F]{{4}})\] type \d+ class 0x(?P<cls>[0-9a-fA-F]+)")
+_RE_API_MISMATCH = re.compile(
+    r"client(?: '(?P<who>[^']*)'(?: \(pid \d+\))?)? has the version (?P<client>\d+(?:\.\d+)*),? but .*?"
+    r"kernel module has\s+(?:NVRM:\s+)?the version (?P<kernel>\d+(?:\.\d+)*)")
 _RE_DRIVER_LOADED = re.compile(r"NVRM: loading NVIDIA UNIX (?:Open )?(?:[\w-]+ )?Kernel Module(?: for \w+)?\s+"
                                r"(?P<ver>\d+\.\d+(?:\.\d+)?)")
 
@@ -307,8 +310,11 @@ _MODULE_PATTERNS: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"API mismatch"), "api_mismatch", "critical"),
     (re.compile(r"nvidia(?:[\w-]*): Unknown symbol (?P<sym>\S+)"), "unknown_symbol", "critical"),
     (re.compile(r"nvidia(?:[\w-]*): disagrees about version of symbol (?P<sym>\S+)"), "symbol_version", "critical"),
-    (re.compile(r"No NVIDIA GPU found|No NVIDIA devices probed|No NVIDIA graphics adapter found"),
+    (re.compile(r"No NVIDIA GPU found|No NVIDIA devices probed|No NVIDIA graphics adapter (?:found|probed)"),
      "no_gpu_found", "critical"),
+    (re.compile(r"NVIDIA init module failed"), "insert_failed", "critical"),
+    (re.compile(r"Direct firmware load for nvidia/\S+ failed|No firmware image found"), "firmware_missing",
+     "critical"),
     (re.compile(r"The NVIDIA probe routine failed for (?P<n>\d+) device"), "probe_failed", "critical"),
     (re.compile(r"The NVIDIA probe routine was not called for (?P<n>\d+) device"), "probe_not_called", "warning"),
     (re.compile(r"This PCI I/O region assigned to your NVIDIA device is invalid"), "bar_invalid", "critical"),
@@ -334,7 +340,7 @@ _RE_AER_STATUS = re.compile(
     rf"{_DEV}(?:AER: )?\s*device \[(?P<vd>[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}})\] error status/mask="
     r"(?P<status>[0-9a-fA-F]+)/(?P<mask>[0-9a-fA-F]+)")
 _RE_AER_BIT = re.compile(
-    rf"{_DEV}(?:AER: )?\s*\[\s*(?P<bit>\d{{1,2}})\]\s+(?P<name>[A-Za-z][\w ]*?)\s*(?P<first>\(First\))?\s*$")
+    rf"{_DEV}(?:AER: )?\s*\[\s*(?P<bit>\d{{1,2}})\s*\]\s+(?P<name>[A-Za-z][\w ]*?)\s*(?P<first>\(First\))?\s*$")
 _RE_AER_FW_STATUS = re.compile(
     rf"{_DEV}(?:AER: )?aer_status: 0x(?P<status>[0-9a-fA-F]+), aer_mask: 0x(?P<mask>[0-9a-fA-F]+)")
 _RE_AER_FW_LAYER = re.compile(rf"{_DEV}(?:AER: )?aer_layer=(?P<type>[^,]+), aer_agent=(?P<agent>.+?)\s*$")
@@ -421,6 +427,8 @@ class KernelLogParser:
         else:
             texts = [line]
         for text in texts:
+            if "#012" in text:  # rsyslog escapes the newlines of multi-line messages as "#012"
+                text = text.replace("#012", " ")
             parts = _RE_GLUE.split(text) if text.count("NVRM") > 1 or _looks_glued(text) else [text]
             for part in parts:
                 if part.strip():
@@ -642,7 +650,7 @@ class KernelLogParser:
                                 pci_bus_id=_bus(m.group("bus") or m.group("bus2")),
                                 detail={"what": "power cables not connected"}))
             return True
-        if "GSP" in msg or "gsp" in msg or "heartbeat" in msg:
+        if "GSP" in msg or "gsp" in msg or "Gsp" in msg or "heartbeat" in msg:
             m = _RE_GSP.search(msg)
             if m:
                 low = msg.lower()
@@ -708,7 +716,7 @@ class KernelLogParser:
                 self._multi = None
                 return True
             m = _RE_NOT_SUPPORTED.search(text)
-            if m and re.search(r"driver\b|release\b", m.group("rest")):
+            if m and re.search(r"driver\b|release\b|nvidia\.ko|GSP", m.group("rest")):
                 out.append(self._ev("module", mu.line, "NVRM: " + text, mu.prefix, mu.lineno,
                                     pci_bus_id=normalize_bus_id(m.group("bus")),
                                     detail={"module": "gpu_not_supported", "severity": "critical",
@@ -716,11 +724,13 @@ class KernelLogParser:
                 self._multi = None
                 return True
         elif mu.kind == "api_mismatch":
-            m = re.search(r"client has the version (\d+(?:\.\d+)*),? but .*?kernel module has the version (\d+(?:\.\d+)*)", text)
+            m = _RE_API_MISMATCH.search(text)
             if m:
-                out.append(self._ev("module", mu.line, "NVRM: " + text, mu.prefix, mu.lineno, detail={
-                    "module": "api_mismatch", "severity": "critical", "client_version": m.group(1),
-                    "kernel_version": m.group(2)}))
+                d = {"module": "api_mismatch", "severity": "critical", "client_version": m.group("client"),
+                     "kernel_version": m.group("kernel")}
+                if m.group("who"):
+                    d["client_process"] = m.group("who")
+                out.append(self._ev("module", mu.line, "NVRM: " + text, mu.prefix, mu.lineno, detail=d))
                 self._multi = None
                 return True
         return False
@@ -1251,7 +1261,7 @@ def looks_like_kernel_log(text_sample: str) -> bool:
     sample = text_sample[:200_000]
     if _RE_XID.search(sample) or _RE_SXID.search(sample) or "NVRM:" in sample:
         return True
-    if _RE_AER_BUS.search(sample) or _RE_AER_RECV.search(sample):
+    if "PCIe Bus Error: severity=" in sample or _RE_AER_RECV.search(sample):
         return True
     if '"_TRANSPORT":"kernel"' in sample or '"_TRANSPORT" : "kernel"' in sample:
         return True  # journalctl -o json(-pretty) of kernel messages
