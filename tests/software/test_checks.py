@@ -253,3 +253,12 @@ def test_inventory_only_without_gpus() -> None:
     f = next(f for f in run(Snapshot(software=sw))[0] if f.code == "software.inventory")
     assert "torch 2.4.1+cu124 built for CUDA 12.4" in f.evidence
     assert "software.inventory" not in codes(run(Snapshot(software=sw, gpus=[gpu(0, "NVIDIA L4", "8.9")]))[0])
+
+
+def test_container_image_cuda_vs_host_driver() -> None:
+    c = ContainerFacts(in_container=True, env={"CUDA_VERSION": "12.4.1"})
+    snap = Snapshot(driver_version="470.82.01", gpus=[gpu(0, "NVIDIA A10G", "8.6")], software=SoftwareFacts(), container=c)
+    f = next(f for f in run(snap)[0] if f.code == "driver.too_old_for_cuda")
+    assert f.severity == Severity.WARNING and "12.4.1" in f.title
+    snap.software = SoftwareFacts(compat_libs_on_path=["/usr/local/cuda-12.4/compat"])
+    assert "driver.too_old_for_cuda" not in codes(run(snap)[0])

@@ -254,6 +254,9 @@ def too_old(snap: Snapshot) -> Iterator[Finding]:
     if not driver:
         raise CheckSkipped("driver version unknown")
     users = _cuda_users(sw)
+    image_cuda = snap.container.env.get("CUDA_VERSION") if snap.container and snap.container.in_container else None
+    if image_cuda and compat.parse_version(image_cuda):
+        users.append((f"the container image's CUDA {image_cuda} (CUDA_VERSION)", image_cuda, None))
     if not users:
         raise CheckSkipped("no CUDA framework or toolkit found")
     cc = next((c for c in (_gpu_cc(g) for g in snap.gpus) if c), None)
@@ -267,6 +270,8 @@ def too_old(snap: Snapshot) -> Iterator[Finding]:
         maxc = compat.driver_max_cuda(driver) or "?"
         if not dc.ok:
             sev = Severity.CRITICAL if fw is not None else Severity.WARNING
+            if fw is None and sw.compat_libs_on_path:
+                continue  # forward-compatibility libraries (cuda-compat) are in use: they bridge the gap
             need = dc.min_driver_family or dc.min_driver_full
             title = f"Driver {driver} is too old for {label} (CUDA {cuda})"
             remedy = (f"driver {driver} supports CUDA <= {maxc}; {label} needs >= {need}"
