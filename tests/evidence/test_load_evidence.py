@@ -214,3 +214,25 @@ def test_extracted_capture_directory_is_one_input(tmp_path: Path) -> None:
     assert [g.name for g in from_dir.gpus] == [g.name for g in from_tar.gpus] == ["Tesla P100-PCIE-16GB"]
     assert [e.xid for e in from_dir.kernel_events if e.kind == "xid"] == [79]
     assert not [s for s in from_dir.skipped if "manifest" in s.what]
+
+
+def test_windows_utf16_dump_is_read(tmp_path: Path) -> None:
+    p = tmp_path / "out.txt"  # what PowerShell's `nvidia-smi -q > out.txt` writes
+    p.write_bytes(b"\xff\xfe" + (FX / "a10-535-remap-pending-full.txt").read_text().replace("\n", "\r\n").encode("utf-16-le"))
+    q = tmp_path / "nobom.txt"
+    q.write_bytes((FX / "table-a40-550.txt").read_text().encode("utf-16-le"))
+    snap = load_evidence([str(p), str(q)])
+    assert [g.name for g in snap.gpus][:1] == ["NVIDIA A10"] and len(snap.gpus) == 5
+    assert snap.gpus[0].remapped_rows_uncorrectable == 4
+
+
+def test_cli_from_stdin() -> None:
+    text = (FX / "a10-535-remap-pending-full.txt").read_text()
+    r = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--json", "--from", "-"], input=text,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    d = json.loads(r.stdout)
+    assert d["facts"]["inputs"] == ["<stdin>"] and [f["code"] for f in d["findings"]] == ["memory.row_remap_pending"]
+    r = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--from", "-"], input="hello\n",
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and r.stderr.startswith("gpuclinic: error: <stdin>: not recognised")

@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import os
+import sys
 import tarfile
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -333,7 +334,9 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
     """Files named, with directories expanded to the files below them (sorted, hidden ones skipped)."""
     out: list[str] = []
     for p in paths:
-        if os.path.isdir(p):
+        if p == "-":
+            out.append(p)  # standard input
+        elif os.path.isdir(p):
             for root, dirs, files in os.walk(p):
                 if is_capture_dir(root):
                     out.append(root)  # an extracted capture is one input
@@ -364,6 +367,29 @@ def _read_head(path: str) -> tuple[bytes, bool]:
         return fh.read(SAMPLE_BYTES), False
 
 
+def utf16_encoding(head: bytes) -> str | None:
+    """"utf-16" when the bytes are UTF-16 text (a BOM, or NULs in every other byte of ASCII), else None."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "utf-16"
+    probe = head[:512]
+    if len(probe) >= 16:
+        odd_nuls = probe[1::2].count(0)
+        even_nuls = probe[0::2].count(0)
+        if odd_nuls > len(probe) * 0.4 and even_nuls == 0:
+            return "utf-16-le"
+        if even_nuls > len(probe) * 0.4 and odd_nuls == 0:
+            return "utf-16-be"
+    return None
+
+
+def _read_all(path: str, limit: int, encoding: str) -> str:
+    with open(path, "rb") as fh:
+        data = fh.read(limit * 2 + 2)
+    if len(data) > limit * 2:
+        raise _Unrecognised(f"UTF-16 text larger than {limit // (1024 * 1024)} MB")
+    return data.decode(encoding, errors="replace").lstrip("\ufeff")
+
+
 def _decode(b: bytes) -> str:
     return b.decode("utf-8", errors="replace")
 
@@ -389,6 +415,14 @@ def add_file(snap: Snapshot, path: str) -> str:
         return "capture"
     if not head.strip():
         raise _Unrecognised("file is empty")
+    enc = utf16_encoding(head)
+    if enc is not None:  # `nvidia-smi -q > out.txt` in Windows PowerShell writes UTF-16
+        text = _read_all(path, MAX_DUMP_BYTES, enc)
+        kind = detect(text[:SAMPLE_BYTES])
+        if kind is None:
+            raise _Unrecognised("not recognised (UTF-16 text)")
+        _apply_text(snap, kind, text, path)
+        return kind
     if _looks_binary(head):
         raise _Unrecognised("binary data")
     sample = _decode(head)
@@ -413,6 +447,29 @@ def add_file(snap: Snapshot, path: str) -> str:
     if len(text) > limit:
         raise _Unrecognised(f"starts like {kind.replace('_', ' ')} but is larger than {limit // (1024 * 1024)} MB")
     _apply_text(snap, kind, text, path)
+    return kind
+
+
+def _add_stdin(snap: Snapshot) -> str:
+    """``--from -``: read piped output, e.g. ``nvidia-smi -q | gpuclinic doctor --from -``."""
+    data = sys.stdin.buffer.read(MAX_DUMP_BYTES + 1)
+    if len(data) > MAX_DUMP_BYTES:
+        raise _Unrecognised(f"more than {MAX_DUMP_BYTES // (1024 * 1024)} MB on standard input")
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)[:MAX_DUMP_BYTES]
+        except (OSError, EOFError) as e:
+            raise _Unrecognised(f"gzip data is corrupt ({e})") from None
+    if not data.strip():
+        raise _Unrecognised("nothing on standard input")
+    enc = utf16_encoding(data[:SAMPLE_BYTES])
+    text = data.decode(enc, errors="replace").lstrip("\ufeff") if enc else _decode(data)
+    if enc is None and _looks_binary(data[:SAMPLE_BYTES]):
+        raise _Unrecognised("binary data")
+    kind = detect(text[:SAMPLE_BYTES])
+    if kind is None:
+        raise _Unrecognised("not recognised")
+    _apply_text(snap, kind, text, "<stdin>")
     return kind
 
 
@@ -562,9 +619,10 @@ def load_evidence(paths: Sequence[str]) -> Snapshot:
         raise InputError(f"{', '.join(paths)}: no files found")
     snap = new_snapshot()
     failures: list[str] = []
-    for path in files:
+    for name in files:
+        path = "<stdin>" if name == "-" else name
         try:
-            kind = add_file(snap, path)
+            kind = _add_stdin(snap) if name == "-" else add_file(snap, path)
         except FileNotFoundError:
             failures.append(f"{path}: no such file")
             continue
