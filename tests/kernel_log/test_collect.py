@@ -89,3 +89,13 @@ def test_command_timeout_keeps_what_was_read(env: Path, monkeypatch: pytest.Monk
     res = kernel_log._run_stream(["journalctl", "-k"], "journalctl -k", timeout_s=0.5)
     assert res.ok and [e.xid for e in res.events] == [79]
     assert res.why and "did not finish within" in res.why
+
+
+def test_scan_path_tail_bytes(tmp_path: Path) -> None:
+    p = tmp_path / "big.log"
+    with open(p, "w") as fh:
+        fh.write(f"[ 1.0] {XID}\n")
+        fh.write("[ 2.0] noise line that pads the file\n" * 50000)
+        fh.write("[ 3.0] NVRM: Xid (PCI:0000:5e:00): 48, pid=2, name=p, DBE\n")
+    assert [e.xid for e in kernel_log.scan_path(p)] == [79, 48]
+    assert [e.xid for e in kernel_log.scan_path(p, tail_bytes=4096)] == [48]

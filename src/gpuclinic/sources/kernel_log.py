@@ -1205,16 +1205,22 @@ def _year_hint(path: str) -> int | None:
         return None
 
 
-def scan_path(path: str | os.PathLike[str]) -> list[KernelEvent]:
+def scan_path(path: str | os.PathLike[str], *, tail_bytes: int | None = None) -> list[KernelEvent]:
     """Stream a kernel log file (plain, .gz, .xz, .bz2) and return its events.
 
     Memory stays flat for any size: the file is read in chunks and only candidate lines are kept.
-    Raises OSError when the file cannot be read.
+    ``tail_bytes`` limits a plain file to its last bytes (live runs, where dmesg/journal already
+    cover this boot and only recent history is wanted).  Raises OSError when the file cannot be read.
     """
     p = os.fspath(path)
     parser = KernelLogParser(origin=p, year=_year_hint(p))
     out: list[KernelEvent] = []
     with _open_binary(p) as fh:
+        if tail_bytes is not None and isinstance(fh, io.BufferedReader):
+            size = os.fstat(fh.fileno()).st_size
+            if size > tail_bytes:
+                fh.seek(size - tail_bytes)
+                fh.readline()  # drop the partial first line
         for line in iter_candidate_lines(fh):
             out.extend(parser.feed(line))
     out.extend(parser.flush())
@@ -1277,6 +1283,7 @@ def looks_like_kernel_log(text_sample: str) -> bool:
 # --------------------------------------------------------------------------------------------------
 
 SYSLOG_FILES = ("/var/log/kern.log", "/var/log/syslog", "/var/log/messages")
+SYSLOG_TAIL_BYTES = 64 << 20
 _CMD_TIMEOUT_S = 15.0
 
 
@@ -1347,10 +1354,10 @@ def _run_stream(argv: list[str], name: str, timeout_s: float = _CMD_TIMEOUT_S,
     return res
 
 
-def _read_file_source(path: str) -> _SourceResult:
+def _read_file_source(path: str, tail_bytes: int | None = None) -> _SourceResult:
     res = _SourceResult(path)
     try:
-        res.events = scan_path(path)
+        res.events = scan_path(path, tail_bytes=tail_bytes)
         res.ok = True
     except FileNotFoundError:
         res.why = "not present"
@@ -1403,8 +1410,11 @@ def collect(snap: Snapshot, opts: CollectOptions) -> None:
     if not dm.ok and dm.why and ("unrecognized option" in dm.why or "invalid" in dm.why.lower()):
         dm = _run_stream(["dmesg"], "dmesg", year=year)
     results.append(dm)
+    # With this boot already read from the journal or dmesg, the syslog files only add history:
+    # read their recent part so a multi-GB syslog cannot slow the run down.
+    tail = SYSLOG_TAIL_BYTES if (journal.ok or dm.ok) else None
     for path in SYSLOG_FILES:
-        results.append(_read_file_source(path))
+        results.append(_read_file_source(path, tail))
     extra: list[_SourceResult] = []
     for path in opts.kernel_logs:
         r = _read_file_source(path)
