@@ -18,7 +18,6 @@ from gpuclinic.sources import smi_common as c
 
 MAX_BYTES = 64 * 1024 * 1024
 ROOT = "nvidia_smi_log"
-_DOCTYPE_RE = re.compile(r"<!DOCTYPE[^>\[]*(\[.*?\])?\s*>", re.S | re.I)
 
 
 def looks_like(sample: str) -> bool:
@@ -43,12 +42,10 @@ def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
     start = text.find("<nvidia_smi_log")
     if start < 0:
         raise InputError(f"{origin}: no <nvidia_smi_log> element (expected nvidia-smi -q -x output)")
-    head = _DOCTYPE_RE.sub("", text[:start])
-    body = text[start:]
+    body = text[start:]  # the XML declaration and DOCTYPE before the root carry nothing we need
     end = body.rfind("</nvidia_smi_log>")
     if end >= 0:
         body = body[: end + len("</nvidia_smi_log>")]
-    del head  # the XML declaration/DOCTYPE carry nothing we need
     try:
         parser = ET.XMLParser()
         parser.feed(body)
