@@ -249,3 +249,13 @@ def test_verified_existing_file_is_not_fetched_again(tmp_path: Path, run_cli, si
     dest.write_bytes(b"x" * len(data))  # wrong content: fetched again and replaced atomically
     assert run_cli("get", url, "-o", str(dest), "--sha256", sha, "-q").code == 0
     assert _sha(dest) == sha
+
+
+def test_server_without_range_support_single_stream(tmp_path: Path) -> None:
+    data, sha = blob(3 * MiB + 7, 14)
+    with WanSim(Knobs(no_ranges=True, rate_per_conn=16 * MiB)) as s:
+        url = s.add_file("f.bin", data)
+        res = Engine(EngineOptions()).run([FileSpec(tmp_path / "f", [url], sha256=sha)])[0]
+        assert res.status == "ok", res.error
+        assert s.stats.statuses[206] == 0
+    assert _sha(tmp_path / "f") == sha

@@ -54,6 +54,7 @@ class Knobs:
     max_active: int | None = None  # more concurrent data responses than this => 429
     retry_after: float = 1.0  # Retry-After seconds sent with 429/503
     corrupt: bool = False  # flip bytes in every served file body (a bad mirror)
+    no_ranges: bool = False  # ignore Range like some proxies and old servers (always 200, whole body)
     cdn_ttl: float = 3600.0  # lifetime of signed CDN URLs
     seed: int = 7
 
@@ -477,7 +478,7 @@ class WanSim:
             return
         size = len(data)
         h = {"ETag": f'"{etag}"', "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream", **extra}
-        rng = headers.get("range")
+        rng = None if self.knobs.no_ranges else headers.get("range")
         if_range = headers.get("if-range")
         if rng and if_range and if_range.strip('"').removeprefix("W/").strip('"') != etag:
             rng = None  # If-Range mismatch: the whole (new) object, 200
