@@ -264,6 +264,9 @@ class Engine:
         self.total_bytes = 0
         self.freeze_until = 0.0
         self.rate_history: list[tuple[float, int]] = []
+        # jobs leave "new" in order; only started, unfinished jobs are scanned (datasets have 10k+ files)
+        self._new_idx = 0
+        self._live: list[_Job] = []
         self.client = httpx.Client(
             http1=True,
             follow_redirects=True,
@@ -288,7 +291,7 @@ class Engine:
             self.workers.append(t)
         try:
             with self.cv:
-                while not self.stop.is_set() and not all(j.state in ("done", "failed") for j in self.jobs):
+                while not self.stop.is_set() and not self._all_finished():
                     self.cv.wait(0.2)
         except BaseException:
             self._shutdown()
@@ -309,6 +312,9 @@ class Engine:
         self._save_all(force=True)
         for j in self.jobs:
             self._release_lock(j)
+        # make the renames durable: one fsync per directory instead of one per file
+        for d in {j.spec.dest.parent for j in self.jobs if j.state == "done"}:
+            _fsync_dir(d)
 
     def progress(self) -> list[tuple[str, int, int | None, str]]:
         """(label, bytes done, size, state) per file, for progress displays."""
@@ -374,15 +380,30 @@ class Engine:
                     seg = self._allocate()
                     if seg is not None:
                         return seg
-                    if all(j.state in ("done", "failed") for j in self.jobs):
+                    if self._all_finished():
                         return None
                 self.cv.wait(0.25)
         return None
 
+    def _all_finished(self) -> bool:
+        self._live = [j for j in self._live if j.state not in ("done", "failed")]
+        while self._new_idx < len(self.jobs) and self.jobs[self._new_idx].state != "new":
+            self._new_idx += 1
+        return not self._live and self._new_idx >= len(self.jobs)
+
+    def _live_jobs(self) -> list[_Job]:
+        self._live = [j for j in self._live if j.state not in ("done", "failed")]
+        return self._live
+
     def _allocate(self) -> _Segment | None:
         # 1) open a file nobody is opening (the first request doubles as the probe)
-        for j in self.jobs:
+        while self._new_idx < len(self.jobs) and self.jobs[self._new_idx].state != "new":
+            self._new_idx += 1
+        for j in self.jobs[self._new_idx : self._new_idx + 1]:
             if j.state == "new":
+                self._new_idx += 1
+                if j not in self._live:
+                    self._live.append(j)
                 j.state = "opening"
                 if j.size is not None and j.size > 2 * j.piece:
                     # size known (Hub metadata): no probe, every connection can start at once
@@ -399,13 +420,13 @@ class Engine:
                 return _Segment(j, start, end)
         # 1b) size unknown and the probe in flight: speculative ranged requests, so that every
         #     connection is busy from the first round trip (aria2 and curl wait for the probe)
-        for j in self.jobs:
+        for j in self._live_jobs():
             if j.state == "opening" and j.spec_ok and j.size is None and j.spec_next < min(8, self.target):
                 k = j.spec_next
                 j.spec_next += 1
                 return _Segment(j, k * SPECULATIVE_CHUNK, (k + 1) * SPECULATIVE_CHUNK, speculative=True)
         # 2) an unassigned run of pieces in an open file
-        for j in self.jobs:
+        for j in self._live_jobs():
             if j.state != "open" or not j.ranges_ok:
                 continue
             n = j.npieces
@@ -426,7 +447,7 @@ class Engine:
         # 3) steal half of the largest in-flight tail
         best: _Segment | None = None
         best_left = 0
-        for j in self.jobs:
+        for j in self._live_jobs():
             if j.state != "open" or not j.ranges_ok:
                 continue
             for s in j.segments:
@@ -581,7 +602,7 @@ class Engine:
 
     def _back_off(self) -> None:
         with self.cv:
-            active = sum(1 for j in self.jobs for s in j.segments if s.active)
+            active = sum(1 for j in self._live_jobs() for s in j.segments if s.active)
             self.target = max(1, min(self.target, max(active, 2)) // 2)
             self.freeze_until = time.monotonic() + 10.0
 
@@ -866,8 +887,7 @@ class Engine:
         os.close(job.fd)
         job.fd = None
         with job.file_lock:
-            os.replace(job.part, job.spec.dest)
-            _fsync_dir(job.spec.dest.parent)
+            os.replace(job.part, job.spec.dest)  # the directory is fsynced once per run (_shutdown)
             with contextlib.suppress(FileNotFoundError):
                 job.state_path.unlink()
             for stale in job.state_path.parent.glob(job.state_path.name + ".*.tmp"):
@@ -920,6 +940,7 @@ class Engine:
                 return
             self._discard(job)
             job.state = "new"
+            self._new_idx = min(self._new_idx, self.jobs.index(job))
             job.size = job.spec.size
             job.etag = None
             job.segments = []
@@ -1066,9 +1087,12 @@ class Engine:
                 continue
             rate = (win[-1][1] - win[0][1]) / (win[-1][0] - win[0][0])
             with self.cv:
-                busy = sum(1 for j in self.jobs for s in j.segments if s.active)
-                pending = any(j.state in ("new", "opening") or (j.state == "open" and 0 in j.assigned) for j in self.jobs)
-                tail = sum(max(0, s.end - s.pos) for j in self.jobs for s in j.segments if s.active)
+                live = self._live_jobs()
+                busy = sum(1 for j in live for s in j.segments if s.active)
+                pending = self._new_idx < len(self.jobs) or any(
+                    j.state == "opening" or (j.state == "open" and 0 in j.assigned) for j in live
+                )
+                tail = sum(max(0, s.end - s.pos) for j in live for s in j.segments if s.active)
                 if rate > base_rate * 1.12 and self.target < self.max_conn and busy >= self.target - 1 and (pending or tail > 8 * MiB):
                     base_rate = rate
                     prev_target = self.target
