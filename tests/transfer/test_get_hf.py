@@ -168,3 +168,15 @@ def test_safe_repo_path_accepts_normal_names() -> None:
 def test_bad_repo_id(run_cli) -> None:  # type: ignore[no-untyped-def]
     r = run_cli("get", "hf", "../../etc")
     assert r.code != 0 and "not a Hugging Face repo id" in r.err
+
+
+def test_many_small_files_and_shared_blobs(hub: WanSim, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    files = {f"shards/{i:04d}.txt": b"row %d\n" % i for i in range(200)}
+    files["copy/a.txt"] = files["copy/b.txt"] = b"same content\n"  # one blob, two names
+    spec = hub.add_repo("org/many", files, repo_type="dataset")
+    r = run_cli("get", "hf", "org/many", "--repo-type", "dataset", "--json")
+    assert r.code == 0, r.err
+    snap = tmp_path / "hub" / "datasets--org--many" / "snapshots" / spec.commit
+    assert (snap / "shards" / "0123.txt").read_bytes() == b"row 123\n"
+    assert os.readlink(snap / "copy" / "a.txt") == os.readlink(snap / "copy" / "b.txt")
+    assert len(list((tmp_path / "hub" / "datasets--org--many" / "blobs").iterdir())) == 201
