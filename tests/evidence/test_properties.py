@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuclinic.errors import InputError
-from gpuclinic.sources import bugreport, evidence, lspci, smi_table, smi_text, smi_xml
+from gpuclinic.sources import bugreport, evidence, lspci, smi_csv, smi_table, smi_text, smi_xml
 
 FX = Path(__file__).resolve().parents[1] / "fixtures" / "evidence"
 TEXT_FIXTURES = sorted(p for p in FX.iterdir() if p.suffix in (".txt", ".xml", ".log"))
@@ -20,6 +20,8 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 def _all_parsers(text: str) -> None:
     smi_text.parse(text)
     smi_table.parse(text)
+    smi_csv.parse(text)
+    smi_csv.looks_like(text)
     lspci.parse(text.splitlines())
     bugreport.parse_stream(io.StringIO(text), "<t>")
     evidence.detect(text)
@@ -59,6 +61,8 @@ _TOKENS = st.sampled_from([
     "/usr/bin/nvidia-smi --query", "==============NVSMI LOG==============", "nvidia-bug-report.sh Version: 1",
     "Unable to determine the device handle for GPU 0000:02:00.0: Unknown Error", "\t\tLnkSta: Speed 8GT/s, Width x8",
     "01:00.0 VGA compatible controller [0300]: NVIDIA Corporation [10de:2204]", "", "   ", ":", " : ", "\x00",
+    "name, pci.bus_id, temperature.gpu, power.draw [W], clocks_throttle_reasons.active", "x, 0:1:0, [N/A], 1 W, 0xZZ",
+    "NVIDIA A100, 00000000:07:00.0, 33, 54.12 W, 0x0000000000000001", '"a,b", ",", ,,,,',
 ])
 
 

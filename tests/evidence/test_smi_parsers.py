@@ -255,3 +255,40 @@ def test_text_processes_both_layouts() -> None:
     (g,) = smi_text.parse(old).gpus
     assert [(p.pid, p.name, p.used_memory_bytes) for p in g.processes] == [
         (4242, "python", 1000 * 1024**2), (4343, "python3", 200 * 1024**2)]
+
+
+def test_query_gpu_csv_with_units() -> None:
+    from gpuclinic.sources import smi_csv
+
+    text = read("query-gpu-csv-rtx2060-460.csv")
+    assert smi_csv.looks_like(text)
+    d = smi_csv.parse(text)
+    assert d.driver_version == "460.91.03"
+    (g,) = d.gpus
+    assert (g.name, g.pci_bus_id, g.utilization_gpu_pct, g.utilization_memory_pct, g.temperature_c) == (
+        "GeForce RTX 2060", "0000:09:00.0", 20, 8, 36)
+    assert (g.memory_total_bytes, g.memory_used_bytes) == (5934 * 1024**2, 682 * 1024**2)
+
+
+def test_query_gpu_csv_loop_keeps_latest_sample() -> None:
+    from gpuclinic.sources import smi_csv
+
+    d = smi_csv.parse(read("query-gpu-csv-loop-520.csv"))
+    (g,) = d.gpus
+    assert (g.index, g.temperature_c, g.utilization_gpu_pct, g.power_draw_w, g.sm_clock_mhz, g.mem_clock_mhz) == (
+        0, 55, 25, 83.43, 1440, 5001)
+    assert (g.fan_percent, g.performance_state) == (34, "P3")
+    assert d.notes == ["12 repeated sample row(s): the last one per GPU is used"]
+
+
+def test_query_csv_throttle_mask_and_remapped_rows_join() -> None:
+    from gpuclinic.sources.evidence import snapshot_from_text
+
+    text = ("index, pci.bus_id, clocks_throttle_reasons.active, retired_pages.pending\n"
+            "0, 00000000:3B:00.0, 0x0000000000000088, [N/A]\n"
+            "gpu_bus_id, remapped_rows.correctable, remapped_rows.uncorrectable, remapped_rows.pending, remapped_rows.failure\n"
+            "00000000:3B:00.0, 0, 3, yes, no\n")
+    snap = snapshot_from_text(text)
+    (g,) = snap.gpus
+    assert g.clock_event_reasons == ["hw_slowdown", "hw_power_brake_slowdown"] and g.retired_pages_pending is None
+    assert (g.remapped_rows_uncorrectable, g.remapped_rows_pending, g.remapped_rows_failure) == (3, True, False)

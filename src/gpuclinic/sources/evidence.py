@@ -24,7 +24,7 @@ from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
-from gpuclinic.sources import bugreport, lspci, smi_table, smi_text, smi_xml
+from gpuclinic.sources import bugreport, lspci, smi_csv, smi_table, smi_text, smi_xml
 from gpuclinic.sources.smi_common import SmiDump, iso_time, mark_lost, scan_error_lines
 
 SAMPLE_BYTES = 256 * 1024
@@ -32,8 +32,8 @@ MAX_DUMP_BYTES = 64 * 1024 * 1024  # nvidia-smi outputs are KBs; a 64 MB "dump" 
 MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_BUNDLE_MEMBER = 256 * 1024 * 1024
 MAX_FILES = 10_000
-EXPECTED = ("nvidia-smi -q (text or XML), an nvidia-smi table, a kernel log, nvidia-bug-report.log(.gz), "
-            "lspci -vvv output or a gpuclinic capture")
+EXPECTED = ("nvidia-smi -q (text or XML), an nvidia-smi table or --query-gpu CSV, a kernel log, "
+            "nvidia-bug-report.log(.gz), lspci output or a gpuclinic capture")
 NVML_FAILURE_MARKERS = ("failed to initialize nvml", "couldn't communicate with the nvidia driver",
                         "no devices were found", "version mismatch", "unable to find nvidia driver",
                         "nvidia driver is not loaded")
@@ -56,7 +56,8 @@ def new_snapshot() -> Snapshot:
 def detect(sample: str) -> str | None:
     """The kind of evidence ``sample`` (the start of a text) is, or None.
 
-    Kinds: ``bugreport``, ``smi_xml``, ``smi_text``, ``smi_table``, ``kernel_log``, ``lspci``, ``json``.
+    Kinds: ``bugreport``, ``smi_xml``, ``smi_text``, ``smi_table``, ``smi_csv``, ``kernel_log``, ``lspci``,
+    ``json``.
     """
     head = sample.lstrip("\ufeff \t\r\n")
     if bugreport.looks_like(sample):
@@ -69,6 +70,8 @@ def detect(sample: str) -> str | None:
         return "smi_text"
     if smi_table.has_table(sample):
         return "smi_table"
+    if smi_csv.looks_like(sample):
+        return "smi_csv"
     if _is_kernel_log(sample):
         return "kernel_log"
     if smi_table.has_errors(sample):  # after the kernel log: a syslog may quote "No devices were found"
@@ -143,6 +146,7 @@ def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
             sw.nvidia_smi_errors.append(e)
     for g in dump.gpus:
         merge_gpu(snap, g)
+    snap.notes.extend(f"{origin}: {n}" for n in dump.notes)
     nvml_failed = any(m in e.lower() for e in dump.errors for m in NVML_FAILURE_MARKERS)
     if dump.gpus:
         snap.nvml_available = True
@@ -216,6 +220,8 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         apply_dump(snap, smi_text.parse(text), origin)
     elif kind == "smi_table":
         apply_dump(snap, smi_table.parse(text), origin)
+    elif kind == "smi_csv":
+        apply_dump(snap, smi_csv.parse(text), origin)
     elif kind == "lspci":
         devs = lspci.parse(text.splitlines())
         if not devs:
@@ -236,7 +242,7 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         return
     else:  # pragma: no cover - detect() returns only the kinds above
         raise _Unrecognised(kind)
-    if kind in ("smi_text", "smi_table", "kernel_log", "lspci"):
+    if kind in ("smi_text", "smi_table", "smi_csv", "kernel_log", "lspci"):
         _apply_secondary(snap, kind, text, origin)
 
 
@@ -547,7 +553,7 @@ def _apply_bundle_members(snap: Snapshot, path: str, names: list[str], read: Cal
         had_gpus, had_log, had_pci = bool(snap.gpus), snap.kernel_log_read, snap.pci_read
         _apply_json(snap, snap_json, f"{path}:snapshot.json")
         # The raw outputs fill what the live read could not (no NVML bindings, no log access).
-        wanted = {"smi_text", "smi_xml", "smi_table"} if not snap.gpus or snap.gpus and not had_gpus and \
+        wanted = {"smi_text", "smi_xml", "smi_table", "smi_csv"} if not snap.gpus or snap.gpus and not had_gpus and \
             all(g.name is None for g in snap.gpus) else set()
         if not snap.kernel_log_read and not had_log:
             wanted.add("kernel_log")
@@ -564,7 +570,7 @@ def _apply_bundle_members(snap: Snapshot, path: str, names: list[str], read: Cal
                 except (_Unrecognised, InputError) as e:
                     snap.skip(f"{path}:{name}", str(e))
                 if kind.startswith("smi_") and snap.gpus:
-                    wanted -= {"smi_text", "smi_xml", "smi_table"}
+                    wanted -= {"smi_text", "smi_xml", "smi_table", "smi_csv"}
         manifest = read("manifest.json")
         if manifest:
             try:

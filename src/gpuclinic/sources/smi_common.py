@@ -242,6 +242,7 @@ class SmiDump:
     attached_gpus: int | None = None
     gpus: list[GpuFacts] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # verbatim nvidia-smi error statements
+    notes: list[str] = field(default_factory=list)  # how the dump was read, for the report's notes
 
 
 # nvidia-smi's own error statements, as printed in the wild (one line each).

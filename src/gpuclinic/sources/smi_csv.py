@@ -1,0 +1,191 @@
+"""Parser for ``nvidia-smi --query-gpu=... --format=csv`` (and ``--query-remapped-rows``) output.
+
+Scripts and tickets often carry this CSV instead of ``-q``.  Only output *with* its header line is
+read: without it the columns mean nothing.  Units in the header (``power.draw [W]``) and in the
+values (``250.00 W``, ``0 %``, ``[N/A]``, ``[Not Supported]``) are both handled.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Callable, Iterable
+
+from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.sources import smi_common as c
+
+MAX_LINE = 65536
+_UNIT_RE = re.compile(r"\s*\[[^\]]*\]\s*$")
+
+Setter = Callable[[GpuFacts, str], None]
+
+
+def _num(attr: str) -> Setter:
+    def f(g: GpuFacts, v: str) -> None:
+        setattr(g, attr, c.num(v))
+        c.note_unreadable(g, attr, v)
+    return f
+
+
+def _int(attr: str) -> Setter:
+    def f(g: GpuFacts, v: str) -> None:
+        setattr(g, attr, c.integer(v))
+        c.note_unreadable(g, attr, v)
+    return f
+
+
+def _mib(attr: str) -> Setter:
+    def f(g: GpuFacts, v: str) -> None:
+        setattr(g, attr, c.mib_bytes(v))
+    return f
+
+
+def _bool(attr: str) -> Setter:
+    def f(g: GpuFacts, v: str) -> None:
+        setattr(g, attr, c.yes_no(v))
+    return f
+
+
+def _str(attr: str) -> Setter:
+    def f(g: GpuFacts, v: str) -> None:
+        cv = c.clean(v)
+        setattr(g, attr, None if c.error_reason(cv) else cv)
+    return f
+
+
+def _bus(g: GpuFacts, v: str) -> None:
+    cv = c.clean(v)
+    if cv:
+        g.pci_bus_id = normalize_bus_id(cv)
+
+
+def _index(g: GpuFacts, v: str) -> None:
+    i = c.integer(v)
+    if i is not None:
+        g.index = i
+
+
+def _mask(g: GpuFacts, v: str) -> None:
+    m = c.integer(v)
+    if m is None:
+        return
+    g.clock_event_reasons_mask = m
+    g.clock_event_reasons = [name for name, bit in c.CLOCK_REASON_BITS.items() if m & bit]
+
+
+def _width(g: GpuFacts, v: str) -> None:
+    g.pcie_width = c.width(v)
+
+
+def _width_max(g: GpuFacts, v: str) -> None:
+    g.pcie_width_max = c.width(v)
+
+
+FIELDS: dict[str, Setter] = {
+    "index": _index,
+    "name": _str("name"), "gpu_name": _str("name"),
+    "uuid": _str("uuid"), "gpu_uuid": _str("uuid"),
+    "serial": _str("serial"), "gpu_serial": _str("serial"),
+    "pci.bus_id": _bus, "gpu_bus_id": _bus,
+    "pci.device_id": _str("pci_device_id"),
+    "vbios_version": _str("vbios"),
+    "compute_cap": _str("compute_capability"),
+    "temperature.gpu": _num("temperature_c"),
+    "temperature.memory": _num("memory_temperature_c"),
+    "fan.speed": _num("fan_percent"),
+    "pstate": _str("performance_state"),
+    "power.draw": _num("power_draw_w"), "power.draw.instant": _num("power_draw_w"),
+    "power.limit": _num("power_limit_w"), "enforced.power.limit": _num("power_enforced_limit_w"),
+    "power.default_limit": _num("power_default_limit_w"), "power.max_limit": _num("power_max_limit_w"),
+    "clocks.sm": _num("sm_clock_mhz"), "clocks.current.sm": _num("sm_clock_mhz"),
+    "clocks.max.sm": _num("sm_clock_max_mhz"),
+    "clocks.mem": _num("mem_clock_mhz"), "clocks.current.memory": _num("mem_clock_mhz"),
+    "clocks.max.mem": _num("mem_clock_max_mhz"), "clocks.max.memory": _num("mem_clock_max_mhz"),
+    "clocks_throttle_reasons.active": _mask, "clocks_event_reasons.active": _mask,
+    "utilization.gpu": _num("utilization_gpu_pct"), "utilization.memory": _num("utilization_memory_pct"),
+    "memory.used": _mib("memory_used_bytes"), "memory.total": _mib("memory_total_bytes"),
+    "pcie.link.gen.current": _int("pcie_gen"), "pcie.link.gen.gpucurrent": _int("pcie_gen"),
+    "pcie.link.gen.max": _int("pcie_gen_max"), "pcie.link.gen.gpumax": _int("pcie_gen_gpu_max"),
+    "pcie.link.width.current": _width, "pcie.link.width.max": _width_max,
+    "ecc.mode.current": _bool("ecc_mode_current"), "ecc.mode.pending": _bool("ecc_mode_pending"),
+    "ecc.errors.corrected.volatile.total": _int("ecc_volatile_corrected"),
+    "ecc.errors.uncorrected.volatile.total": _int("ecc_volatile_uncorrected"),
+    "ecc.errors.corrected.aggregate.total": _int("ecc_aggregate_corrected"),
+    "ecc.errors.uncorrected.aggregate.total": _int("ecc_aggregate_uncorrected"),
+    "retired_pages.sbe": _int("retired_pages_sbe"), "retired_pages.single_bit_ecc.count": _int("retired_pages_sbe"),
+    "retired_pages.dbe": _int("retired_pages_dbe"), "retired_pages.double_bit.count": _int("retired_pages_dbe"),
+    "retired_pages.pending": _bool("retired_pages_pending"),
+    "remapped_rows.correctable": _int("remapped_rows_correctable"),
+    "remapped_rows.uncorrectable": _int("remapped_rows_uncorrectable"),
+    "remapped_rows.pending": _bool("remapped_rows_pending"),
+    "remapped_rows.failure": _bool("remapped_rows_failure"),
+    "persistence_mode": _bool("persistence_mode"),
+    "compute_mode": _str("compute_mode"),
+    "mig.mode.current": _bool("mig_mode_current"), "mig.mode.pending": _bool("mig_mode_pending"),
+}
+
+
+def _field(col: str) -> str:
+    return _UNIT_RE.sub("", col.strip()).strip().lower()
+
+
+def _header(line: str) -> list[str] | None:
+    cols = [_field(x) for x in line.split(",")]
+    known = [x for x in cols if x in FIELDS or x == "driver_version"]
+    return cols if len(known) >= 2 and len(known) * 2 >= len(cols) else None
+
+
+def looks_like(sample: str) -> bool:
+    for line in sample.splitlines()[:5]:
+        if line.strip():
+            return len(line) < MAX_LINE and _header(line) is not None
+    return False
+
+
+def parse(text: str | Iterable[str]) -> c.SmiDump:
+    lines = text.splitlines() if isinstance(text, str) else [ln.rstrip("\r\n") for ln in text]
+    dump = c.SmiDump(kind="smi_csv")
+    cols: list[str] | None = None
+    keys: list[tuple[tuple[str, ...], object] | None] = []
+    samples = 0
+    for line in lines:
+        if not line.strip() or len(line) > MAX_LINE:
+            continue
+        if cols is None:
+            cols = _header(line)
+            continue
+        if _header(line) is not None:  # a second query appended to the same file
+            cols = _header(line)
+            continue
+        try:
+            values = next(csv.reader([line], skipinitialspace=True))
+        except (csv.Error, StopIteration):
+            continue
+        if len(values) != len(cols):
+            continue
+        g = GpuFacts(index=len(dump.gpus))
+        for col, val in zip(cols, values, strict=True):
+            if col == "driver_version":
+                dump.driver_version = dump.driver_version or c.clean(val)
+                continue
+            setter = FIELDS.get(col)
+            if setter is not None:
+                setter(g, val.strip())
+        # `nvidia-smi --query-gpu=... -l 1` repeats rows per GPU: the latest sample describes "now"
+        # (rows of a *different* query, e.g. --query-remapped-rows appended, are joined later by bus id)
+        key = (tuple(cols), g.pci_bus_id or g.index) if (g.pci_bus_id or "index" in cols) else None
+        same = next((i for i, k in enumerate(keys) if key is not None and k == key), None)
+        if same is not None:
+            g.index = dump.gpus[same].index
+            dump.gpus[same] = g
+            samples += 1
+            continue
+        keys.append(key)
+        dump.gpus.append(g)
+    if samples:
+        dump.notes.append(f"{samples} repeated sample row(s): the last one per GPU is used")
+    errors, lost = c.scan_error_lines(lines[:200])
+    dump.errors = errors
+    c.mark_lost(dump.gpus, lost)
+    return dump
