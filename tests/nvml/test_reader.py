@@ -223,8 +223,29 @@ def test_wedged_driver_stops_after_max_hangs(install_fake: Make) -> None:
         assert all(g.lost for g in gpus)
         assert "driver wedged" in (gpus[3].lost_reason or "")
         assert fake.gpu(3).calls == []
+        calls = [len(g.calls) for g in fake.gpus]
         again = r.sample()  # later samples do not touch the wedged driver either
-    assert all("driver wedged" in (g.lost_reason or "") for g in again)
+        assert [len(g.calls) for g in fake.gpus] == calls
+    assert all(g.lost and (g.lost_reason or "").startswith("unresponsive") for g in again)
+    assert "still hung" in (again[0].lost_reason or "") and "driver wedged" in (again[3].lost_reason or "")
+
+
+def test_hung_gpu_recovers_when_its_call_returns(install_fake: Make) -> None:
+    fake = install_fake(3)
+    fake.gpu(1).hang.add("nvmlDeviceGetUtilizationRates")
+    with NvmlReader(call_timeout_s=0.2) as r:
+        first = r.sample()
+        assert first[1].lost and not first[0].lost and not first[2].lost
+        second = r.sample()  # still stuck: no new call piles onto it, identity still reported
+        assert "still hung" in (second[1].lost_reason or "") and second[1].name == "NVIDIA H100 80GB HBM3"
+        assert not second[0].lost and not second[2].lost  # one wedged GPU does not blind the others
+        fake.gpu(1).hang.clear()
+        fake.release.set()  # the stuck call returns (with an error) and the worker is free again
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and r._stuck_count():
+            time.sleep(0.01)
+        third = r.sample()
+    assert not third[1].lost and third[1].utilization_gpu_pct == 98.0
 
 
 def test_wedged_driver_in_parallel_costs_one_timeout(install_fake: Make) -> None:

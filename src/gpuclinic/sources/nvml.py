@@ -121,7 +121,11 @@ class NvmlUnavailable(SourceUnavailable):
 
 
 class _Hung(Exception):
-    """A call did not return within its time box."""
+    """A call did not return within its time box; ``worker`` is the thread still stuck in it."""
+
+    def __init__(self, worker: _Worker | None = None) -> None:
+        super().__init__()
+        self.worker = worker
 
 
 class _StopGpu(Exception):
@@ -146,6 +150,7 @@ class _Worker:
     def __init__(self) -> None:
         self._q: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], list[Any], threading.Event] | None]
         self._q = queue.SimpleQueue()
+        self.busy = False  # True while a call is inside NVML (stays True if it never returns)
         self._thread = threading.Thread(target=self._loop, name="gpuclinic-nvml", daemon=True)
         self._thread.start()
 
@@ -155,10 +160,12 @@ class _Worker:
             if item is None:
                 return
             fn, args, box, done = item
+            self.busy = True
             try:
                 box.append((True, fn(*args)))
             except BaseException as e:  # handed back to the caller's thread
                 box.append((False, e))
+            self.busy = False
             done.set()
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
@@ -166,7 +173,7 @@ class _Worker:
         done = threading.Event()
         self._q.put((fn, args, box, done))
         if not done.wait(timeout):
-            raise _Hung()
+            raise _Hung(self)
         ok, val = box[0]
         if ok:
             return val
@@ -211,6 +218,7 @@ class NvmlReader:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._workers: list[_Worker] = []
+        self._stuck: dict[int, _Worker] = {}  # GPU index -> worker still inside a hung call on it
         self._pool: ThreadPoolExecutor | None = None
         self._handles: dict[int, Any] = {}
         self._static: dict[int, _Static] = {}
@@ -252,7 +260,7 @@ class NvmlReader:
         self.versions = self._read_versions()
 
     def close(self) -> None:
-        if self._inited and self.hangs == 0:
+        if self._inited and not self._stuck_count() and self.hangs == 0:
             # Shutting down while another thread is stuck inside NVML is unsafe; leave it then.
             try:
                 self._raw("nvmlShutdown")
@@ -282,7 +290,7 @@ class NvmlReader:
             # That worker is stuck inside the driver: abandon it; this thread gets a fresh one.
             w.stop()
             self._local.worker = self._new_worker()
-            raise
+            raise _Hung(w) from None
 
     def _new_worker(self) -> _Worker:
         w = _Worker()
@@ -290,9 +298,15 @@ class NvmlReader:
             self._workers.append(w)
         return w
 
-    def _hung(self) -> None:
+    def _hung(self, index: int | None = None, worker: _Worker | None = None) -> None:
         with self._lock:
             self.hangs += 1
+            if index is not None and worker is not None:
+                self._stuck[index] = worker
+
+    def _stuck_count(self) -> int:
+        with self._lock:
+            return sum(1 for w in self._stuck.values() if w.busy)
 
     def _read_versions(self) -> Versions:
         def opt(fname: str) -> Any:
@@ -349,9 +363,20 @@ class NvmlReader:
 
     def _read_gpu(self, index: int, *, full: bool) -> GpuFacts:
         g = GpuFacts(index=index)
-        if self.hangs >= self.max_hangs:
+        stuck = self._stuck.get(index)
+        if stuck is not None:
+            if stuck.busy:  # do not pile another thread onto a call that is still hung
+                g.lost = True
+                g.lost_reason = "unresponsive: an earlier NVML call on this GPU is still hung (driver or GPU hung)"
+                self._copy_static(g, index)
+                return g
+            with self._lock:  # the hung call finally returned: try this GPU again
+                self._stuck.pop(index, None)
+        n_stuck = self._stuck_count()
+        if n_stuck >= self.max_hangs:
             g.lost = True
-            g.lost_reason = f"unresponsive: not read, NVML hung {self.hangs} times already (driver wedged?)"
+            g.lost_reason = f"unresponsive: not read, NVML calls on {n_stuck} GPUs are hung (driver wedged?)"
+            self._copy_static(g, index)
             return g
         rd = _GpuRead(self, g)
         try:
@@ -367,13 +392,19 @@ class NvmlReader:
                 st = self._read_static(rd)
                 self._static[index] = st
             else:
-                for k, v in st.values.items():
-                    setattr(g, k, v)
-                g.unreadable.update(st.unreadable)
+                self._copy_static(g, index)
             self._read_dynamic(rd, full=full)
         except _StopGpu:
             self._handles.pop(index, None)
         return g
+
+    def _copy_static(self, g: GpuFacts, index: int) -> None:
+        """Identity and limits from an earlier read, so a hung or lost GPU is still named in reports."""
+        st = self._static.get(index)
+        if st is not None:
+            for k, v in st.values.items():
+                setattr(g, k, v)
+            g.unreadable.update(st.unreadable)
 
     def _read_static(self, rd: _GpuRead) -> _Static:
         nv = self._nv
@@ -612,8 +643,8 @@ class _GpuRead:
                 if fallback is None:
                     raise
                 return r._raw(fallback, *call_args)
-        except _Hung:
-            r._hung()
+        except _Hung as h:
+            r._hung(self.g.index, h.worker)
             self.g.lost = True
             self.g.lost_reason = (f"unresponsive: {fname} did not return within {r.call_timeout_s:g}s "
                                   "(driver or GPU hung)")
