@@ -299,3 +299,20 @@ def test_printk_caller_ids() -> None:
             for e in evs] == [("0000:00:00.0", 36.128204, "0000:00:00.0", True),
                               ("0000:01:00.0", 36.15601, "0000:00:00.0", None)]
     assert evs[0].detail["bits"] == ["RxErr"] and evs[0].detail["first"] == "RxErr"
+
+
+def test_all_fixtures_together_round_trip_and_report() -> None:
+    """Every excerpt in one snapshot: JSON round-trip is exact and each finding carries evidence and steps."""
+    from gpuclinic.diagnose import diagnose
+
+    snap = Snapshot(origin="evidence", kernel_log_read=True)
+    for p in sorted(FX.glob("*.log")):
+        snap.kernel_events.extend(scan_path(p))
+    again = Snapshot.from_dict(snap.to_dict())
+    assert again.to_json() == snap.to_json()
+    report = diagnose(again)
+    assert report.verdict is not None and report.verdict.value == "drain"
+    mine = [f for f in report.findings if f.source == "kernel log"]
+    assert len({f.code for f in mine}) >= 20
+    for f in mine:
+        assert f.evidence and f.remedy.startswith("1. ") and f.title, f.code
