@@ -180,3 +180,16 @@ def test_many_small_files_and_shared_blobs(hub: WanSim, tmp_path: Path, run_cli)
     assert (snap / "shards" / "0123.txt").read_bytes() == b"row 123\n"
     assert os.readlink(snap / "copy" / "a.txt") == os.readlink(snap / "copy" / "b.txt")
     assert len(list((tmp_path / "hub" / "datasets--org--many" / "blobs").iterdir())) == 201
+
+
+def test_file_list_from_paginated_tree_when_siblings_lack_sizes(hub: WanSim, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    hub.knobs.ignore_blobs = True
+    hub.knobs.tree_page = 3
+    weights, sha = blob(MiB, 24)
+    files = {f"f{i}.txt": b"%d" % i for i in range(7)} | {"sub/w.bin": weights}
+    spec = hub.add_repo("org/paged", files)
+    r = run_cli("get", "hf", "org/paged", "-q")
+    assert r.code == 0, r.err
+    snap = tmp_path / "hub" / "models--org--paged" / "snapshots" / spec.commit
+    assert sorted(p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_symlink()) == sorted(files)
+    assert os.readlink(snap / "sub" / "w.bin") == f"../../../blobs/{sha}"

@@ -56,6 +56,8 @@ class Knobs:
     corrupt: bool = False  # flip bytes in every served file body (a bad mirror)
     no_ranges: bool = False  # ignore Range like some proxies and old servers (always 200, whole body)
     cdn_ttl: float = 3600.0  # lifetime of signed CDN URLs
+    ignore_blobs: bool = False  # answer ?blobs=true without sizes, like a mirror that lacks it
+    tree_page: int = 1000  # entries per page of the tree listing (Link: rel="next" pagination)
     seed: int = 7
 
 
@@ -549,7 +551,7 @@ class WanSim:
             if commit is None:
                 await self._hub_error(writer, 404, "RevisionNotFound", f"Invalid rev id: {rev}")
                 return
-            blobs = query.get("blobs", ["false"])[0] == "true"
+            blobs = query.get("blobs", ["false"])[0] == "true" and not self.knobs.ignore_blobs
             sibs = [self._entry(spec, p) if blobs else {"rfilename": p} for p in sorted(spec.files)]
             info = {"id": rid, "modelId": rid, "sha": commit, "private": spec.private, "gated": spec.gated, "siblings": sibs}
             await self._json(writer, 200, info)
@@ -579,7 +581,13 @@ class WanSim:
                 if "lfs" in e:
                     item["lfs"] = {"oid": e["lfs"]["sha256"], "size": e["size"], "pointerSize": 134}
                 out.append(item)
-            await self._json(writer, 200, out)
+            start = int(query.get("cursor", ["0"])[0] or 0)
+            page = out[start : start + self.knobs.tree_page]
+            extra = {}
+            if start + self.knobs.tree_page < len(out):
+                nxt = f"{self.base_url}/api/{repo_type}s/{rid}/tree/{rev}?recursive=true&expand=false&cursor={start + self.knobs.tree_page}"
+                extra["Link"] = f'<{nxt}>; rel="next"'
+            await self._json(writer, 200, page, extra)
             return
         await self._hub_error(writer, 404, "NotFound", "Not Found")
 
