@@ -13,7 +13,7 @@ from gpuclinic.errors import InputError
 from gpuclinic.sources import bugreport, evidence, lspci, smi_csv, smi_table, smi_text, smi_xml
 
 FX = Path(__file__).resolve().parents[1] / "fixtures" / "evidence"
-TEXT_FIXTURES = sorted(p for p in FX.iterdir() if p.suffix in (".txt", ".xml", ".log"))
+TEXT_FIXTURES = sorted(p for p in FX.iterdir() if p.suffix in (".txt", ".xml", ".log", ".csv"))
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
