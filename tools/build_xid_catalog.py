@@ -138,6 +138,14 @@ INVESTIGATORY_STEPS: dict[str, str] = {
                                                             "follow that Xid.",
 }
 
+# Steps for codes whose NVIDIA buckets are not published yet (newest Xids), by gpuclinic severity.
+SEVERITY_STEPS: dict[str, str] = {
+    "critical": "Drain the GPU, stop its jobs and reset it (`nvidia-smi -r -i <index>`) or reboot; if it comes "
+                "back, send `nvidia-bug-report.sh` output to your provider or NVIDIA.",
+    "warning": "Watch whether it repeats; if it does, collect `nvidia-bug-report.sh` output for your provider.",
+    "info": "No action is needed for this event by itself.",
+}
+
 KEEP = (
     "name", "description", "category", "action", "nvidia_catalog_description", "nvidia_immediate_action",
     "nvidia_investigatory_action", "legacy_name", "legacy_potential_causes", "nvsentinel_action",
@@ -184,6 +192,7 @@ def build(entries: list[dict[str, Any]]) -> dict[str, Any]:
         "category_family": CATEGORY_FAMILY,
         "immediate_steps": IMMEDIATE_STEPS,
         "investigatory_steps": INVESTIGATORY_STEPS,
+        "severity_steps": SEVERITY_STEPS,
         "xids": xids,
     }
 

@@ -245,3 +245,9 @@ def test_catalog_file_is_what_the_builder_writes() -> None:
     built = mod.build(json.loads(research.read_text()))
     shipped = json.loads((root / "src/gpuclinic/knowledge/data/xid_catalog.json").read_text())
     assert built == shipped
+
+
+def test_every_catalogued_xid_has_steps() -> None:
+    """Even the newest codes without published NVIDIA buckets get a remedy a person can follow."""
+    assert [x.xid for x in all_xids() if not x.steps()] == []
+    assert lookup(167).severity == Severity.CRITICAL and "reset" in lookup(167).steps()[0]  # type: ignore[union-attr]

@@ -80,6 +80,7 @@ def _catalog() -> dict[int, XidInfo]:
     data = load_data("xid_catalog.json")
     imm_steps: dict[str, str] = data["immediate_steps"]
     inv_steps: dict[str, str] = data["investigatory_steps"]
+    sev_steps: dict[str, str] = data.get("severity_steps", {})
     out: dict[int, XidInfo] = {}
     for e in data["xids"]:
         imm = e.get("nvidia_immediate_action")
@@ -94,7 +95,7 @@ def _catalog() -> dict[int, XidInfo]:
             family=Family(e["family"]),
             immediate_action=imm,
             investigatory_action=inv,
-            immediate_step=imm_steps.get(imm) if imm else None,
+            immediate_step=(imm_steps.get(imm) if imm else None) or (None if inv else sev_steps.get(e["severity"])),
             investigatory_step=inv_steps.get(inv) if inv else None,
             catalog_description=e.get("nvidia_catalog_description"),
             legacy_name=e.get("legacy_name"),
