@@ -52,6 +52,7 @@ def one(text: str, **kw: object) -> KernelEvent:
          '"_TRANSPORT":"kernel","_HOSTNAME":"gpu-node-7","MESSAGE":"' + XID79 + '"}',
          "2024-03-04T10:11:12.123456+00:00", 543.2),  # journalctl -o json
         (XID79, None, None),
+        (f"\x1b[32m[  543.200000] \x1b[0m\x1b[33mNVRM\x1b[0m: {XID79[6:]}", None, 543.2),  # dmesg --color=always
     ],
 )
 def test_prefix_formats(line: str, time: str | None, uptime: float | None) -> None:

@@ -78,6 +78,7 @@ _MONTHS = {m: i for i, m in enumerate(
 _LEVELS = r"(?:emerg|alert|crit|err|warn|warning|notice|info|debug)"
 _FACILITIES = r"(?:kern|user|daemon|syslog|auth|authpriv|mail|lpr|news|uucp|cron|ftp|local\d)"
 
+_RE_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Talos/remote syslog: "192.168.11.119: kern: warning: [2026-04-22T21:27:51.291660856Z]: NVRM: ..."
 _RE_TALOS = re.compile(
     rf"^(\S+): {_FACILITIES}: {_LEVELS}: \[(\d{{4}})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?\]:\s?")
@@ -171,6 +172,8 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
     """Strip the timestamp/host/level prefixes of any known format; return (message, prefix facts)."""
     p = _Prefix()
     s = line.lstrip("\x00 \t\ufeff")
+    if "\x1b[" in s:  # dmesg --color=always pasted with its escapes
+        s = _RE_ANSI.sub("", s).lstrip()
     if s.startswith("{") and '"MESSAGE"' in s:
         msg = _journal_json(s.rstrip(), p)
         if msg is not None:
