@@ -54,7 +54,11 @@ def main() -> int:
     if importlib.util.find_spec("gpumedic") is None:
         print("gpumedic is not installed: pip install gpumedic", file=sys.stderr)
         return 3
-    env = dict(os.environ, NO_COLOR="1", PYTHONDONTWRITEBYTECODE="0")
+    env = dict(os.environ, NO_COLOR="1")
+    # Both tools must run from cached bytecode, as after `pip install` (which compiles .pyc files):
+    # with PYTHONDONTWRITEBYTECODE set (any value), a module edited since its .pyc was written would be
+    # recompiled on every run.  The warm-up runs below write the caches.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     py = sys.executable
     rounds = [("text", [])] + ([] if args.no_json else [("json", ["--json"])])
     ratios: list[float] = []

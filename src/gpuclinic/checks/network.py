@@ -8,12 +8,26 @@ When the machine is offline only ``network.offline`` speaks: every other finding
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from gpuclinic.checks import check
-from gpuclinic.facts.network import EndpointProbe, NetworkFacts
+from gpuclinic.facts.network import Endpoint, EndpointProbe, NetworkFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge.endpoints import services, switch_lines
 from gpuclinic.model import Family, Finding, Severity
+
+
+# Imported on use: knowledge.endpoints pulls in pathlib/urllib, a visible share of every doctor run's
+# startup, while these checks only speak on snapshots that carry network probes.
+def services() -> dict[str, dict[str, Any]]:
+    from gpuclinic.knowledge.endpoints import services as _services
+
+    return _services()
+
+
+def switch_lines(ep: Endpoint) -> dict[str, list[str]]:
+    from gpuclinic.knowledge.endpoints import switch_lines as _switch_lines
+
+    return _switch_lines(ep)
 
 NET = Family.NETWORK
 DNS_SLOW_MS = 300.0

@@ -17,10 +17,22 @@ T = TypeVar("T")
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})  # exact types: str/int enums must still become .value
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def to_jsonable(obj: Any) -> Any:
     """Convert dataclasses, enums, tuples and dicts into JSON-ready values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    t = type(obj)
+    if t in _PLAIN:  # the common case first: snapshots are mostly numbers and strings
+        return obj
+    if t is float:
+        return None if obj != obj else obj  # NaN is not JSON
+    names = _FIELD_NAMES.get(t)
+    if names is None and dataclasses.is_dataclass(t):
+        names = _FIELD_NAMES[t] = tuple(f.name for f in dataclasses.fields(t))
+    if names is not None:
+        return {n: to_jsonable(getattr(obj, n)) for n in names}
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, dict):
