@@ -87,7 +87,7 @@ def build_report(snap: Snapshot, findings: list[Finding], skipped: list[Skipped]
     """Rank findings, compute node and per-GPU verdicts."""
     for f in findings:
         _attach_gpu(snap, f)
-    findings = sorted(findings, key=Finding.sort_key)
+    findings = merge_duplicates(sorted(findings, key=Finding.sort_key))
     worst = max((f.severity for f in findings), default=None)
     verdict = Verdict.from_severity(worst)
     gvs: list[GpuVerdict] = []
@@ -117,6 +117,43 @@ def build_report(snap: Snapshot, findings: list[Finding], skipped: list[Skipped]
         generated_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         command=command,
     )
+
+
+def _gpu_key(ref: GpuRef | None) -> str:
+    if ref is None:
+        return ""
+    if ref.pci_bus_id:
+        return normalize_bus_id(ref.pci_bus_id)
+    return ref.uuid or (str(ref.index) if ref.index is not None else "?")
+
+
+def merge_duplicates(findings: list[Finding]) -> list[Finding]:
+    """Fold findings with the same code on the same GPU into one.
+
+    Several sources can see one fault (AER from the kernel log and from sysfs counters, NVLink
+    errors from XID lines and from NVML counters); the reader wants one finding with all the
+    evidence, not two.  Input is sorted worst first, so the kept finding has the highest severity
+    and its title and remedy; the others add their evidence lines and data.
+    """
+    kept: dict[tuple[str, str], Finding] = {}
+    out: list[Finding] = []
+    for f in findings:
+        key = (f.code, _gpu_key(f.gpu))
+        first = kept.get(key)
+        if first is None:
+            kept[key] = f
+            out.append(f)
+            continue
+        for ev in f.evidence:
+            if ev not in first.evidence:
+                first.evidence.append(ev)
+        for k, v in f.data.items():
+            if k not in first.data:
+                first.data[k] = v
+        also = first.data.setdefault("merged_from", [])
+        if isinstance(also, list):
+            also.append(f.title)
+    return out
 
 
 def _same_gpu(a: GpuRef, b: GpuRef) -> bool:

@@ -66,3 +66,21 @@ def test_info_only_is_healthy() -> None:
 def test_finding_dict_roundtrip() -> None:
     f = Finding("pcie.aer_corrected", Severity.WARNING, Family.PCIE_POWER, "t", ["e"], "r", GpuRef(0, "0000:01:00.0"), {"n": 2})
     assert Finding.from_dict(f.to_dict()) == f
+
+
+def test_same_code_same_gpu_merges_evidence() -> None:
+    snap = Snapshot(gpus=[GpuFacts(index=0, pci_bus_id="0000:01:00.0")])
+    fs = [
+        Finding("pcie.aer_corrected", Severity.WARNING, Family.PCIE_POWER, "from sysfs", ["aer_dev_correctable RxErr = 40"],
+                gpu=GpuRef(index=0), data={"sysfs": 40}),
+        Finding("pcie.aer_corrected", Severity.CRITICAL, Family.PCIE_POWER, "from kernel log", ["pcieport ... AER: Corrected"],
+                gpu=GpuRef(pci_bus_id="0000:01:00.0"), data={"log": 3}),
+        Finding("pcie.aer_corrected", Severity.WARNING, Family.PCIE_POWER, "other gpu", ["x"], gpu=GpuRef(pci_bus_id="0000:02:00.0")),
+    ]
+    rep = build_report(snap, fs, [])
+    codes = [(f.code, f.gpu.pci_bus_id if f.gpu else None) for f in rep.findings]
+    assert codes == [("pcie.aer_corrected", "0000:01:00.0"), ("pcie.aer_corrected", "0000:02:00.0")]
+    top = rep.findings[0]
+    assert top.severity is Severity.CRITICAL and top.title == "from kernel log"
+    assert top.evidence == ["pcieport ... AER: Corrected", "aer_dev_correctable RxErr = 40"]
+    assert top.data["sysfs"] == 40 and top.data["merged_from"] == ["from sysfs"]
