@@ -308,7 +308,8 @@ class Notifier:
 
     # -- worker ---------------------------------------------------------------------------------------
     def _run(self) -> None:
-        next_spool = 0.0
+        self._retry_spool()  # alerts left by a previous run (network was down) go first
+        next_spool = time.monotonic() + self.cfg.spool_retry_s
         while not self._stop.is_set():
             try:
                 item = self._q.get(timeout=0.2)
