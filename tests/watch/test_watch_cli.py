@@ -90,3 +90,15 @@ def test_config_errors_are_specific(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_list_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(["watch", "--list-scenarios"], capsys)
     assert rc == 0 and {"demo", "steady8", "straggler", "power-brake"} <= {ln.split()[0] for ln in out.splitlines()}
+
+
+def test_no_gpu_is_one_line_and_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "sub" / "w.db"
+    try:
+        rc, _, err = _run(["watch", "--no-http", "--db", str(db), "--duration", "1s", "--quiet"], capsys)
+    except Exception:  # pragma: no cover
+        raise
+    if rc == 0:
+        pytest.skip("this machine has working NVML GPUs")
+    assert "NVML" in err and "--scenario demo" in err and len(err.strip().splitlines()) == 1
+    assert not db.exists()

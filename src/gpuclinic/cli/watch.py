@@ -133,6 +133,7 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
         cfg.notify.channels.append(ChannelConfig(type="webhook", url=url))
     run_for = parse_duration(duration, what="--duration") if duration else None
     log = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
+    opened = backend.open()  # before creating anything on disk: no GPU, no store file
 
     store = None
     if not no_store:
@@ -164,7 +165,7 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
     follow_live = not no_kernel_log and not kernel_logs and not scenario
     agent = Agent(cfg, backend, clock=clock, store=store, notifier=notifier,
                   kernel_logs=[] if no_kernel_log else list(kernel_logs), follow_live_kernel=follow_live, log=log)
-    agent.start()
+    agent.start(opened)
     server = None
     if not no_http:
         from gpuclinic.watch.server import serve

@@ -134,9 +134,9 @@ class Agent:
         self.kernel_note: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Open the backend and start the helper threads (not the main loop)."""
-        self.info = self.backend.open()
+    def start(self, opened: BackendInfo | None = None) -> None:
+        """Open the backend (unless the caller did) and start the helper threads (not the main loop)."""
+        self.info = opened if opened is not None else self.backend.open()
         self.started_at = self.clock.now()
         self.sampler = TimedSampler(self.backend, self.cfg.agent.sample_timeout_s, self.clock)
         if self.store is not None:

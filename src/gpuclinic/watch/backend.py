@@ -98,7 +98,8 @@ class NvmlBackend:
         except GpuclinicError:
             raise
         except Exception as e:
-            raise GpuclinicError(f"cannot read GPUs through NVML: {type(e).__name__}: {e}") from None
+            raise GpuclinicError(f"cannot read GPUs through NVML: {e} (to see the agent without a GPU: "
+                                 "gpuclinic watch --scenario demo)") from None
         info = BackendInfo(name="nvml")
         if isinstance(versions, dict):
             info.driver_version = versions.get("driver_version") or versions.get("driver")

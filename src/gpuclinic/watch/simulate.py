@@ -135,7 +135,7 @@ class ScenarioBackend:
         self.scenario = scenario
         self.clock = clock
         self.loop = loop
-        self.t0 = clock.now()
+        self.t0: float | None = None  # scenario time starts at the first sample
         self._base = [dict(g) for g in scenario.gpus]
         self._applied = 0  # events applied so far (sample side)
         self._kernel_sent = 0
@@ -143,13 +143,14 @@ class ScenarioBackend:
         self._stop = threading.Event()
 
     def elapsed(self) -> float:
+        if self.t0 is None:
+            self.t0 = self.clock.now()
         t = self.clock.now() - self.t0
         if self.loop and self.scenario.duration_s:
             t %= self.scenario.duration_s
         return t
 
     def open(self) -> BackendInfo:
-        self.t0 = self.clock.now()  # scenario time starts when the agent starts, not at construction
         return BackendInfo(name=f"scenario:{self.scenario.name}", driver_version=self.scenario.driver_version,
                            cuda_driver_version=self.scenario.cuda_driver_version,
                            notes=[f"simulated: {self.scenario.description}"])
