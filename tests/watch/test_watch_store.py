@@ -26,6 +26,7 @@ def test_samples_round_trip_and_query_by_gpu_and_time(tmp_path: Path) -> None:
     for k in range(120):
         st.add_samples(T0 + k, [gpu(0, 60 + k % 30), gpu(1, 40.0)])
     assert st.flush() == 240
+    assert [(g["gpu"], g["uuid"]) for g in st.gpus()] == [(0, "GPU-0"), (1, "GPU-1")]
     rows = st.query("temperature", gpu=0, since=T0 + 10, until=T0 + 19)
     assert [r[2] for r in rows] == [60.0 + k for k in range(10, 20)]
     assert all(r[1] == 0 for r in rows)

@@ -47,5 +47,5 @@ def mask_of(names: Iterable[str]) -> int:
 
 def active(mask: int | None, names: Iterable[str]) -> list[str]:
     """Active reasons from the decoded list when present, else from the mask."""
-    got = [canonical(n) for n in names]
+    got = [n if n in BIT else canonical(n) for n in names]
     return got if got else decode(mask)

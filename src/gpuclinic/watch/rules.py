@@ -78,6 +78,7 @@ class RuleEngine:
         self.expect_gpus = expect_gpus
         self.state: dict[str, _GpuState] = {}
         self.known: dict[str, Known] = {}  # every GPU seen since start (for "count dropped")
+        self._throttle_reasons = [R.canonical(r) for r in cfg.throttle_reasons]
 
     def _st(self, g: GpuFacts) -> _GpuState:
         return self.state.setdefault(gpu_key(g), _GpuState())
@@ -137,8 +138,7 @@ class RuleEngine:
                 del st.throttle_since[r]
         for r in act:
             st.throttle_since.setdefault(r, now)
-        for r in self.cfg.throttle_reasons:
-            r = R.canonical(r)
+        for r in self._throttle_reasons:
             if r not in act or r not in _THROTTLE:
                 continue
             if r == "sw_power_cap" and (g.utilization_gpu_pct or 0) < self.cfg.sw_power_cap_min_util_pct:

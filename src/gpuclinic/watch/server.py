@@ -232,7 +232,7 @@ class WatchHTTPServer(ThreadingHTTPServer):
         return f"http://{h}:{port}"
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.5},
                                         name="gpuclinic-http", daemon=True)
         self._thread.start()
 

@@ -129,6 +129,9 @@ class WatchStore:
         self.dropped = 0
         self.bytes_written_rows = 0
         self._last_ms = 0
+        self._gpu_ident: list[tuple[Any, ...]] = []
+        self._gpus_written_at = 0.0
+        self._gpus_seen: list[tuple[Any, ...]] = []
 
     # -- schema ---------------------------------------------------------------------------------------
     def _init_schema(self) -> None:
@@ -163,7 +166,12 @@ class WatchStore:
                 if len(self._buf) == self._buf.maxlen:
                     self.dropped += 1
                 self._buf.append((g.index, ms, *sample_row(g)))
-            self._gpus_seen = [(g.index, g.uuid, g.name, g.pci_bus_id, ts) for g in gpus]
+            ident = [(g.index, g.uuid, g.name, g.pci_bus_id) for g in gpus]
+            # the gpus table changes rarely: write it when the set changes, else once a minute
+            if ident != self._gpu_ident or ts - self._gpus_written_at >= 60:
+                self._gpu_ident = ident
+                self._gpus_written_at = ts
+                self._gpus_seen = [(*i, ts) for i in ident]
 
     def put_event(self, ev: Event) -> None:
         """Queue an event insert/update for the next flush."""
@@ -175,7 +183,7 @@ class WatchStore:
         with self._lock:
             rows = list(self._buf)
             events = list(self._pending_events.values())
-            gpus = list(getattr(self, "_gpus_seen", []))
+            gpus = self._gpus_seen
         if not rows and not events:
             return 0
         ph = ", ".join("?" * (len(_COLS) + 2))
@@ -200,6 +208,8 @@ class WatchStore:
             self.error = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise StoreError(self.error) from None
         with self._lock:
+            if self._gpus_seen is gpus:
+                self._gpus_seen = []
             for _ in range(len(rows)):
                 self._buf.popleft()
             for ev in events:
