@@ -13,6 +13,7 @@ ts/gpu/metric/value, the usual SQLite time-series shape) and measured in the sam
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import random
 import socket
@@ -135,8 +136,9 @@ def store_bench(tmp: Path, gpus: int, hours: float) -> dict[str, float]:
     assert len(got) == n
     # the CLI end to end (process start + query + CSV out)
     t = time.perf_counter()
+    since_iso = datetime.datetime.fromtimestamp(start - 1, datetime.timezone.utc).isoformat()
     r = subprocess.run([sys.executable, "-m", "gpuclinic", "history", "temperature", "--gpu", "3", "--since",
-                        f"{int(hours * 3600) + 60}s", "--format", "csv", "--db", str(db)],
+                        since_iso, "--format", "csv", "--db", str(db)],
                        capture_output=True, text=True, timeout=300)
     cli_s = time.perf_counter() - t
     assert r.returncode == 0 and r.stdout.count("\n") == n + 1, r.stderr

@@ -116,3 +116,13 @@ def test_events_api_lists_open_and_resolved(agent_factory: Callable[..., Agent],
     brakes = [e for e in evs if e["code"] == "power.brake"]
     assert len(brakes) == 2 and all(e["resolved"] for e in brakes) and all(e["remedy"] for e in brakes)
     assert "key" not in brakes[0]
+
+
+def test_dns_rebinding_is_refused_without_a_token(running: Agent, servers: list[WatchHTTPServer]) -> None:
+    srv, _ = serve(running, "127.0.0.1:0")
+    servers.append(srv)
+    with _client(srv) as c:
+        assert c.get("/api/state", headers={"Host": "evil.example:9847"}).status_code == 403
+        assert c.get("/api/state", headers={"Host": "localhost:9847"}).status_code == 200
+        assert c.get("/api/state", headers={"Host": "[::1]:9847"}).status_code == 200
+        assert c.get("/metrics", headers={"Host": "127.0.0.1"}).status_code == 200

@@ -123,9 +123,28 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.do_GET()
 
+    def _host_ok(self) -> bool:
+        """Without a token, only answer requests addressed to an IP or localhost (blocks DNS rebinding:
+        a web page whose name resolves to 127.0.0.1 must not read the agent through the user's browser)."""
+        if self.server.token is not None:
+            return True
+        host = self.headers.get("Host", "")
+        name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] or host
+        if name in ("localhost", ""):
+            return True
+        try:
+            ipaddress.ip_address(name)
+            return True
+        except ValueError:
+            return False
+
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
+        if not self._host_ok():
+            self._send(HTTPStatus.FORBIDDEN, b"unexpected Host header (use the IP address or localhost)\n",
+                       "text/plain; charset=utf-8")
+            return
         ok, extra = self._authorized(url.path, query)
         if not ok:
             self._send(HTTPStatus.UNAUTHORIZED, b"token required\n", "text/plain; charset=utf-8",
