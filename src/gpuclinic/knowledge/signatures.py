@@ -222,6 +222,9 @@ _OOM_GPU = re.compile(r"(?:\(GPU |GPU )(\d+)")
 _OOM_OTHER = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
 
 
+_OOM_SLACK = 64 * 1024 * 1024
+
+
 def _extract_oom(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
     """Turn the numbers of a PyTorch OOM message into a diagnosis (fragmentation, other processes)."""
     seg = text[m.start(): m.start() + 1500]
@@ -275,7 +278,9 @@ def _extract_oom(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
             f"(pids {', '.join(str(p) for p, _ in others[:5])}): stop them or use another GPU"
         )
         sm.data.setdefault("diagnosis", "other_processes")
-    if free is not None and tried and free >= tried and "diagnosis" not in sm.data:
+    # The allocator rounds requests up (2 MiB pages, 20 MiB segments) and the driver keeps some room, so a
+    # request only "fit" when clearly below the free memory: 41.56 MiB free vs 32 MiB asked is a full GPU.
+    if free is not None and tried and free >= tried + _OOM_SLACK and "diagnosis" not in sm.data:
         sm.hints.append(
             f"{human(free)} was free but {human(tried)} could not be allocated: a per-process memory fraction, "
             "MIG slice, or driver-level fragmentation limits this process"
@@ -341,7 +346,8 @@ def _extract_nvml_mismatch(text: str, m: re.Match[str], sm: SignatureMatch) -> N
     _extract_api_mismatch(text, m, sm)
 
 
-_API = re.compile(r"API mismatch: the client has the version ([\d.]+), but\s*(?:NVRM: )?this kernel module has the version ([\d.]+)")
+_API = re.compile(r"API mismatch: the client has the version (\d+(?:\.\d+)+), but\s*(?:NVRM: )?this kernel module has the "
+                  r"version (\d+(?:\.\d+)+)")  # the sentence's own full stop is not part of the version
 
 
 def _extract_api_mismatch(text: str, m: re.Match[str], sm: SignatureMatch) -> None:

@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import os
+import re
 import sys
 import tarfile
 from collections.abc import Callable, Iterable, Sequence
@@ -24,7 +25,7 @@ from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
-from gpuclinic.sources import bugreport, lspci, smi_csv, smi_table, smi_text, smi_xml
+from gpuclinic.sources import bugreport, lspci, smi_csv, smi_nvlink, smi_table, smi_text, smi_xml
 from gpuclinic.sources.smi_common import SmiDump, iso_time, mark_lost, scan_error_lines
 
 SAMPLE_BYTES = 256 * 1024
@@ -53,12 +54,31 @@ def new_snapshot() -> Snapshot:
 
 # ---------------------------------------------------------------------------------------------- detection
 
+_QUOTE_RE = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
+
+
+def unquote(text: str) -> str:
+    """A paste quoted in Markdown or e-mail ("> | NVIDIA-SMI 560.35 ...") without its quote markers.
+
+    Only when most non-blank lines of the start are quoted, so a log line that happens to start with ">"
+    is left alone.
+    """
+    lines = [ln for ln in text[:SAMPLE_BYTES].splitlines()[:200] if ln.strip()]
+    if len(lines) < 2:
+        return text
+    quoted = sum(1 for ln in lines if ln.lstrip().startswith(">"))
+    if quoted * 10 < len(lines) * 6:
+        return text
+    return _QUOTE_RE.sub("", text)
+
+
 def detect(sample: str) -> str | None:
     """The kind of evidence ``sample`` (the start of a text) is, or None.
 
     Kinds: ``bugreport``, ``smi_xml``, ``smi_text``, ``smi_table``, ``smi_csv``, ``kernel_log``, ``lspci``,
     ``json``.
     """
+    sample = unquote(sample)
     head = sample.lstrip("\ufeff \t\r\n")
     if bugreport.looks_like(sample):
         return "bugreport"
@@ -72,6 +92,8 @@ def detect(sample: str) -> str | None:
         return "smi_table"
     if smi_csv.looks_like(sample):
         return "smi_csv"
+    if smi_nvlink.looks_like(sample):
+        return "smi_nvlink"
     if _is_kernel_log(sample):
         return "kernel_log"
     if smi_table.has_errors(sample):  # after the kernel log: a syslog may quote "No devices were found"
@@ -157,6 +179,39 @@ def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
         snap.notes.append(f"{origin}: nvidia-smi reported {dump.attached_gpus} attached GPUs but listed {len(dump.gpus)}")
 
 
+def _apply_nvlink(snap: Snapshot, dump: SmiDump, origin: str) -> None:
+    """``nvidia-smi nvlink -s/-e``: links join the GPU with the same UUID, or the same nvidia-smi index.
+
+    The output names GPUs by nvidia-smi index and UUID only (pastes often elide the UUID), so without a
+    UUID the index is what ties it to a table or ``-q`` dump of the same node.
+    """
+    if not dump.gpus:
+        raise _Unrecognised("nvidia-smi nvlink output lists no GPU")
+    rest: list[GpuFacts] = []
+    for g in dump.gpus:
+        same = None
+        if g.uuid:
+            same = next((x for x in snap.gpus if x.uuid and x.uuid.lower() == g.uuid.lower()), None)
+        else:
+            same = next((x for x in snap.gpus if x.index == g.index), None)
+        if same is None:
+            rest.append(g)
+            continue
+        have = {link.link: link for link in same.nvlinks}
+        for link in g.nvlinks:
+            old = have.get(link.link)
+            if old is None:
+                same.nvlinks.append(link)
+                continue
+            for f in dataclasses.fields(link):
+                if getattr(old, f.name) is None:
+                    setattr(old, f.name, getattr(link, f.name))
+        same.nvlinks.sort(key=lambda x: x.link)
+    dump.gpus = rest
+    apply_dump(snap, dump, origin)
+    snap.nvml_available = True
+
+
 _GTS_TO_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 
 
@@ -214,6 +269,7 @@ def _merge_snapshot(snap: Snapshot, other: Snapshot, origin: str) -> None:
 # ---------------------------------------------------------------------------------------------- text
 
 def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
+    text = unquote(text)
     if kind == "smi_xml":
         apply_dump(snap, smi_xml.parse(text, origin), origin)
     elif kind == "smi_text":
@@ -222,6 +278,8 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         apply_dump(snap, smi_table.parse(text), origin)
     elif kind == "smi_csv":
         apply_dump(snap, smi_csv.parse(text), origin)
+    elif kind == "smi_nvlink":
+        _apply_nvlink(snap, smi_nvlink.parse(text), origin)
     elif kind == "lspci":
         devs = lspci.parse(text.splitlines())
         if not devs:
@@ -438,7 +496,7 @@ def add_file(snap: Snapshot, path: str) -> str:
     if kind == "bugreport":
         _apply_bugreport(snap, bugreport.parse_path(path))
         return kind
-    if kind == "kernel_log":
+    if kind == "kernel_log" and unquote(sample) is sample:
         kl = _kernel_log()
         if kl is None:
             raise _Unrecognised("looks like a kernel log, but this build has no kernel-log parser")
@@ -616,6 +674,18 @@ def _dedupe_kernel_events(snap: Snapshot) -> None:
     snap.kernel_events = out
 
 
+def _names_gpus_by_index_only(path: str) -> bool:
+    """True for ``nvidia-smi nvlink`` output: it joins other GPUs by index, so it is read after them."""
+    if path == "-" or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return smi_nvlink.looks_like(unquote(_decode(head)))
+
+
 def load_evidence(paths: Sequence[str]) -> Snapshot:
     """Build one snapshot from saved evidence files and directories (``doctor --from``)."""
     if not paths:
@@ -623,6 +693,7 @@ def load_evidence(paths: Sequence[str]) -> Snapshot:
     files = expand_paths(paths)
     if not files:
         raise InputError(f"{', '.join(paths)}: no files found")
+    files.sort(key=_names_gpus_by_index_only)  # stable: everything else keeps its order
     snap = new_snapshot()
     failures: list[str] = []
     for name in files:

@@ -143,8 +143,9 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
                 g = next((x for x in dump.gpus if x.index == int(m.group("gpu"))), None)
                 if g is not None:
                     t = m.group("type")
-                    g.processes.append(GpuProcess(
-                        pid=int(m.group("pid")), name=m.group("name").strip() or None,
+                    pname = m.group("name").strip() or None
+                    g.processes.append(GpuProcess(  # WSL/WDDM print "Insufficient Permissions" for a name
+                        pid=int(m.group("pid")), name=None if c.error_reason(pname) else pname,
                         used_memory_bytes=c.mib_bytes(m.group("mem")), kind="graphics" if t == "G" else "compute",
                     ))
     errors, lost = c.scan_error_lines(lines)

@@ -44,17 +44,25 @@ def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
         raise InputError(f"{origin}: no <nvidia_smi_log> element (expected nvidia-smi -q -x output)")
     body = text[start:]  # the XML declaration and DOCTYPE before the root carry nothing we need
     end = body.rfind("</nvidia_smi_log>")
-    if end >= 0:
+    cut = end < 0
+    if not cut:
         body = body[: end + len("</nvidia_smi_log>")]
     try:
         parser = ET.XMLParser()
         parser.feed(body)
         root = parser.close()
     except ET.ParseError as e:
-        raise InputError(f"{origin}: malformed nvidia-smi XML ({e})") from None
+        partial = _partial_root(body) if cut else None
+        if partial is None:
+            raise InputError(f"{origin}: malformed nvidia-smi XML ({e})") from None
+        root = partial
+    else:
+        cut = False
     if root.tag != ROOT:
         raise InputError(f"{origin}: root element is <{root.tag}>, expected <{ROOT}>")
     dump = c.SmiDump(kind="smi_xml")
+    if cut:
+        dump.notes.append("nvidia-smi XML is cut off (no </nvidia_smi_log>): read the elements it holds")
     dump.timestamp = _t(root, "timestamp")
     dump.driver_version = c.clean(_t(root, "driver_version"))
     cv = c.clean(_t(root, "cuda_version"))
@@ -63,6 +71,24 @@ def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
     for i, el in enumerate(root.findall("gpu")):
         dump.gpus.append(_gpu(i, el))
     return dump
+
+
+def _partial_root(body: str) -> ET.Element | None:
+    """The elements of an XML dump pasted only in part (issue pastes are often cut off).
+
+    The pull parser builds elements as their start tags arrive; a value whose end tag is missing never
+    reaches its element, so what is read is complete.
+    """
+    pp: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start",))
+    try:
+        pp.feed(body)
+    except ET.ParseError:
+        pass
+    for event in pp.read_events():
+        el = event[-1]
+        if isinstance(el, ET.Element):
+            return el  # the first start event is the root; its children were attached as they arrived
+    return None
 
 
 def _t(el: ET.Element | None, path: str) -> str | None:

@@ -1,0 +1,73 @@
+"""``nvidia-smi nvlink -s`` (link state/speed) and ``nvidia-smi nvlink -e`` (error counters) text.
+
+Both print one ``GPU <n>: <name> (UUID: GPU-...)`` line per GPU followed by indented ``Link <k>: ...``
+lines.  ``-s`` prints the speed of an active link (``Link 0: 25.781 GB/s``) or ``<inactive>``; a link
+that is down on a GPU whose siblings are up is what the ``nvlink.error`` check reports.  ``-e`` prints
+``Link <k>: Replay Errors: <n>`` (and Recovery, CRC, CRC Flit/Data, ECC) lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from gpuclinic.facts.gpu import GpuFacts, NvLinkFacts
+from gpuclinic.sources import smi_common as c
+
+_GPU_RE = re.compile(r"^\s*GPU (?P<idx>\d+): (?P<name>.+?)\s*\(UUID: (?P<uuid>[^)]*)\)\s*$")
+_LINK_RE = re.compile(r"^\s*Link (?P<link>\d+): (?P<rest>.*?)\s*$")
+_SPEED_RE = re.compile(r"^(?P<speed>[\d.]+) ?GB/s$")
+_COUNTER_RE = re.compile(r"^(?P<what>[A-Za-z ]+?) Errors?: ?(?P<n>\d+)$")
+_COUNTERS = {"replay": "replay_errors", "recovery": "recovery_errors", "crc": "crc_flit_errors",
+             "crc flit": "crc_flit_errors", "crc data": "crc_data_errors", "ecc": "ecc_errors"}
+MAX_LINES = 100_000
+
+
+def looks_like(sample: str) -> bool:
+    """True when ``sample`` starts like ``nvidia-smi nvlink -s`` / ``-e`` output (a GPU line, then a link line)."""
+    seen_gpu = False
+    for line in sample.splitlines()[:50]:
+        if _GPU_RE.match(line):
+            seen_gpu = True
+        elif seen_gpu and _LINK_RE.match(line):
+            m = _LINK_RE.match(line)
+            rest = m.group("rest") if m else ""
+            return rest == "<inactive>" or bool(_SPEED_RE.match(rest) or _COUNTER_RE.match(rest))
+    return False
+
+
+def parse(text: str | Iterable[str]) -> c.SmiDump:
+    """GPUs (index, name, UUID) with their links; speeds and counters that are not printed stay None."""
+    lines = text.splitlines() if isinstance(text, str) else list(text)
+    dump = c.SmiDump(kind="smi_nvlink")
+    cur: GpuFacts | None = None
+    links: dict[int, NvLinkFacts] = {}
+    for line in lines[:MAX_LINES]:
+        g = _GPU_RE.match(line)
+        if g:
+            uuid = g.group("uuid").strip()
+            cur = GpuFacts(index=int(g.group("idx")), name=g.group("name").strip() or None,
+                           uuid=uuid if uuid.startswith(("GPU-", "MIG-")) else None)
+            dump.gpus.append(cur)
+            links = {}
+            continue
+        m = _LINK_RE.match(line)
+        if m is None or cur is None:
+            continue
+        k = int(m.group("link"))
+        link = links.get(k)
+        if link is None:
+            link = links[k] = NvLinkFacts(link=k)
+            cur.nvlinks.append(link)
+        rest = m.group("rest")
+        if rest == "<inactive>":
+            link.active = False
+        elif _SPEED_RE.match(rest):
+            link.active = True
+        else:
+            cm = _COUNTER_RE.match(rest)
+            attr = _COUNTERS.get(cm.group("what").strip().lower()) if cm else None
+            if cm and attr:
+                setattr(link, attr, int(cm.group("n")))
+    dump.notes.append("nvidia-smi nvlink output: link state/counters only")
+    return dump
