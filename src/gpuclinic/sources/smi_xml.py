@@ -53,7 +53,7 @@ def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
         root = parser.close()
     except ET.ParseError as e:
         partial = _partial_root(body) if cut else None
-        if partial is None:
+        if partial is None or not _holds_facts(partial):
             raise InputError(f"{origin}: malformed nvidia-smi XML ({e})") from None
         root = partial
     else:
@@ -89,6 +89,12 @@ def _partial_root(body: str) -> ET.Element | None:
         if isinstance(el, ET.Element):
             return el  # the first start event is the root; its children were attached as they arrived
     return None
+
+
+def _holds_facts(root: ET.Element) -> bool:
+    """A cut-off dump is worth reading when it names the driver or a GPU; "<nvidia_smi_log><gpu>" is not."""
+    return (root.find("driver_version") is not None and bool((root.findtext("driver_version") or "").strip())) or any(
+        g.get("id") or g.find("product_name") is not None for g in root.findall("gpu"))
 
 
 def _t(el: ET.Element | None, path: str) -> str | None:
