@@ -45,6 +45,13 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "oom_capacty_typo_mygirlgpt_11.txt": ("cuda.oom", "warning"),
     "oom_truncated_framepack_369.txt": ("cuda.oom", "warning"),
     "wsl_no_driver_communication_9134.txt": ("smi.no_driver_communication", "critical"),
+    "ollama_ggml_oom_vmm_3237.txt": ("cuda.out_of_memory_generic", "warning"),
+    "ollama_cudamalloc_failed_9562.txt": ("cuda.out_of_memory_generic", "warning"),
+    "no_cuda_gpus_available_tenrec_29.txt": ("cuda.no_device", "critical"),
+    "vgpu_unlicensed_busy_aks_4870.txt": ("nvml.unknown_error", "critical"),
+    "vgpu_insufficient_driver_unlock_51.txt": ("cuda.insufficient_driver", "critical"),
+    "xid79_pciehp_syslog_pop_3363.txt": ("xid.fallen_off_bus", "critical"),
+    "fallen_off_bus_no_xid_nvsentinel_155.txt": ("xid.fallen_off_bus", "critical"),
 }
 
 
@@ -122,3 +129,22 @@ def test_explain_report(name: str, code: str, exit_code: int) -> None:
     assert r.command == "explain"
     assert r.findings[0].code == code
     assert r.exit_code == exit_code
+
+
+def test_ggml_assert_is_not_reported_as_a_second_cuda_error() -> None:
+    assert [m.id for m in match(_text("ollama_ggml_oom_vmm_3237.txt"))] == ["cuda.out_of_memory_generic"]
+
+
+@pytest.mark.parametrize(("name", "codes"), [
+    ("xid79_pciehp_syslog_pop_3363.txt", {"gpu.fallen_off_bus", "xid.79"}),
+    # newer drivers print the fallen-off-bus sentence over three lines and no Xid
+    ("fallen_off_bus_no_xid_nvsentinel_155.txt", {"gpu.fallen_off_bus"}),
+    ("api_mismatch_dmesg_dalle_104.txt", {"driver.library_mismatch"}),
+])
+def test_kernel_log_pastes_through_doctor_from(name: str, codes: set[str]) -> None:
+    from gpuclinic.diagnose import diagnose
+    from gpuclinic.model import Verdict
+    from gpuclinic.sources.evidence import snapshot_from_text
+    r = diagnose(snapshot_from_text(_text(name), name))
+    assert codes <= {f.code for f in r.findings}
+    assert r.verdict == Verdict.DRAIN

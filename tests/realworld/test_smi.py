@@ -56,6 +56,9 @@ TABLES: dict[str, tuple[str, str | None, str | None, list[tuple[int, str, str, f
         (0, "NVIDIA GeForce RTX 4090", "0000:13:00.0", 22, 4, 24564, 14, 450)]),
     "table_2080ti_450_libnvc_131.txt": ("smi_table", "450.102.04", "11.2", [
         (0, "GeForce RTX 208...", "0000:19:00.0", 37, 6, 11019, 7, 250)]),
+    # vGPU-unlock host: "CUDA Version: N/A", power "N/A /  N/A" at 100 % utilisation
+    "table_vgpu_unlock_cuda_na_460_30.txt": ("smi_table", "460.32.04", None, [
+        (0, "Quadro P400", "0000:01:00.0", 60, 1011, 2047, None, None)]),
 }
 
 
@@ -214,3 +217,21 @@ def test_doctor_from_all_realworld_smi_at_once() -> None:
     import json
     rep = json.loads(proc.stdout)
     assert any(f["code"] == "nvlink.error" for f in rep["findings"])
+
+
+@pytest.mark.parametrize(("name", "driver", "bus", "temp"), [
+    ("q_temperature_304_monitorix_28.txt", "304.108", "0000:01:05.0", 49),  # "Gpu : 49 C", 4-digit domain
+    ("q_temperature_325_monitorix_28.txt", "325.15", "0000:03:00.0", 39),
+])
+def test_q_temperature_section_of_old_drivers(name: str, driver: str, bus: str, temp: float) -> None:
+    s = snap_of(name)
+    (g,) = s.gpus
+    assert (s.driver_version, g.pci_bus_id, g.temperature_c) == (driver, bus, temp)
+
+
+def test_q_a100_470_head() -> None:
+    s = snap_of("q_a100_470_head_cudalibsamples_104.txt")
+    (g,) = s.gpus
+    assert (s.driver_version, s.cuda_driver_version) == ("470.103.01", "11.4")
+    assert (g.name, g.serial, g.pci_bus_id, g.mig_mode_current, g.persistence_mode) == (
+        "NVIDIA A100-SXM4-80GB", "1324621114474", "0000:94:00.0", False, True)

@@ -262,7 +262,7 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
 
     temp = t.get("Temperature")
     if temp is not None:
-        cur = temp.val("GPU Current Temp")
+        cur = temp.val(("GPU Current Temp", "Gpu"))  # "Gpu : 49 C" up to the 3xx drivers
         g.temperature_c = c.num(cur)
         c.note_unreadable(g, "temperature_c", cur)
         g.shutdown_temp_c = c.num(temp.val("GPU Shutdown Temp"))
