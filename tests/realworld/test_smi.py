@@ -37,7 +37,7 @@ def test_every_fixture_has_a_source() -> None:
 
 
 # name -> (kind, driver, cuda, [(index, name, bus, temp, used MiB, total MiB, power, cap)])
-TABLES: dict[str, tuple[str, str | None, str | None, list[tuple[int, str, str, float, int, int, float, float | None]]]] = {
+TABLES: dict[str, tuple[str, str | None, str | None, list[tuple[int, str, str, float, int, int, float | None, float | None]]]] = {
     "table_wsl_cuda_err_545_wsl_11589.txt": ("smi_table", "546.80", None, [
         (0, "NVIDIA GeForce RTX 3060 ...", "0000:01:00.0", 54, 816, 6144, 16, 80)]),
     "table_wddm_460_wsl_6014.txt": ("smi_table", "460.15", "11.1", [
