@@ -209,3 +209,20 @@ def test_disk_full_keeps_alerting_and_says_so(tmp_path: Path, receiver: Any) -> 
     assert [e.code for e in store.events() if e.code == "xid.79"] == ["xid.79"]  # written once space came back
     a.shutdown()
     notifier.close()
+
+
+def test_lost_gpu_without_uuid_is_not_counted_twice() -> None:
+    from gpuclinic.watch.config import RulesConfig
+    from gpuclinic.watch.rules import RuleEngine
+
+    eng = RuleEngine(RulesConfig())
+    gs = [GpuFacts(index=i, uuid=f"GPU-{i}", pci_bus_id=f"0000:{i + 1:02x}:00.0", temperature_c=40.0) for i in range(4)]
+    eng.evaluate(0.0, gs)
+    gs[2] = GpuFacts(index=2, pci_bus_id="0000:03:00.0", lost=True)  # NVML no longer gives its UUID
+    conds, _ = eng.evaluate(1.0, gs)
+    assert [c.code for c in conds] == ["gpu.lost"]
+    assert conds[0].key == "rules:gpu.lost:GPU-2" and conds[0].uuid == "GPU-2"
+    gs.pop(3)  # and one disappears entirely
+    conds, _ = eng.evaluate(2.0, gs)
+    (missing,) = [c for c in conds if c.code == "gpu.missing"]
+    assert missing.evidence[0] == "3 GPU(s) visible now, 4 expected"

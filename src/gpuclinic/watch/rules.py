@@ -80,8 +80,17 @@ class RuleEngine:
         self.known: dict[str, Known] = {}  # every GPU seen since start (for "count dropped")
         self._throttle_reasons = [R.canonical(r) for r in cfg.throttle_reasons]
 
+    def key(self, g: GpuFacts) -> str:
+        """A GPU's identity across samples, even when a lost GPU no longer reports its UUID."""
+        if g.uuid:
+            return g.uuid
+        for k, kn in self.known.items():
+            if (g.pci_bus_id and kn.pci_bus_id == g.pci_bus_id) or (not g.pci_bus_id and kn.index == g.index):
+                return k
+        return gpu_key(g)
+
     def _st(self, g: GpuFacts) -> _GpuState:
-        return self.state.setdefault(gpu_key(g), _GpuState())
+        return self.state.setdefault(self.key(g), _GpuState())
 
     def evaluate(self, now: float, gpus: list[GpuFacts]) -> tuple[list[Condition], list[Condition]]:
         """-> (state conditions true now, point conditions: counters that rose this tick)."""
@@ -89,9 +98,11 @@ class RuleEngine:
         points: list[Condition] = []
         present = set()
         for g in gpus:
-            k = gpu_key(g)
+            k = self.key(g)
             present.add(k)
-            self.known[k] = Known(g.index, g.uuid, g.pci_bus_id, g.name)
+            old = self.known.get(k)
+            self.known[k] = Known(g.index, g.uuid or (old.uuid if old else None),
+                                  g.pci_bus_id or (old.pci_bus_id if old else None), g.name or (old.name if old else None))
             if g.lost:
                 conds.append(self._lost(g))
                 continue
@@ -109,7 +120,8 @@ class RuleEngine:
     # -- individual rules ---------------------------------------------------------------------------------
     def _lost(self, g: GpuFacts) -> Condition:
         return Condition(
-            key=f"rules:gpu.lost:{gpu_key(g)}", code="gpu.lost", severity=Severity.CRITICAL, gpu=g.index, uuid=g.uuid,
+            key=f"rules:gpu.lost:{self.key(g)}", code="gpu.lost", severity=Severity.CRITICAL, gpu=g.index,
+            uuid=g.uuid or self.known[self.key(g)].uuid,
             title=f"GPU {g.index} is lost (NVML can no longer talk to it)",
             evidence=[f"GPU {g.index} {g.pci_bus_id or ''}: {g.lost_reason or 'GPU is lost'}".strip()],
             remedy="Jobs on this GPU are dead. Drain the node, save logs (`gpuclinic capture`), then reset the GPU or "
@@ -156,7 +168,7 @@ class RuleEngine:
             if g.power_draw_w is not None and (g.power_enforced_limit_w or g.power_limit_w):
                 ev.append(f"power {g.power_draw_w:.0f} W of {(g.power_enforced_limit_w or g.power_limit_w):.0f} W limit")
             out.append(Condition(
-                key=f"rules:{code}:{gpu_key(g)}:{r}", code=code, severity=sev, gpu=g.index, uuid=g.uuid,
+                key=f"rules:{code}:{self.key(g)}:{r}", code=code, severity=sev, gpu=g.index, uuid=g.uuid,
                 title=f"GPU {g.index}: {title}", evidence=ev, remedy=remedy,
                 data={"reason": r, "since": since, "active_s": round(now - since, 1)},
             ))
@@ -169,7 +181,7 @@ class RuleEngine:
         if g.temperature_c < limit - self.cfg.temp_margin_c:
             return []
         return [Condition(
-            key=f"rules:thermal.near_slowdown:{gpu_key(g)}", code="thermal.near_slowdown", severity=Severity.WARNING,
+            key=f"rules:thermal.near_slowdown:{self.key(g)}", code="thermal.near_slowdown", severity=Severity.WARNING,
             gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} is within {self.cfg.temp_margin_c:g} C of thermal slowdown",
             evidence=[f"temperature {g.temperature_c:.0f} C, slowdown at {limit:.0f} C"
                       + ("" if g.slowdown_temp_c else " (assumed: NVML gave no threshold)")],
@@ -204,7 +216,7 @@ class RuleEngine:
             st.prev[name] = int(val)
             if prev is not None and val > prev:
                 out.append(Condition(
-                    key=f"rules:{code}:{gpu_key(g)}", code=code, severity=sev, gpu=g.index, uuid=g.uuid,
+                    key=f"rules:{code}:{self.key(g)}", code=code, severity=sev, gpu=g.index, uuid=g.uuid,
                     title=f"GPU {g.index}: {title}", evidence=[f"{name.replace('_', ' ')} {prev} -> {int(val)}"],
                     remedy=remedy, data={"from": prev, "to": int(val)}, hold_s=self.cfg.counter_hold_s,
                 ))
@@ -214,13 +226,13 @@ class RuleEngine:
         out = []
         if g.remapped_rows_failure:
             out.append(Condition(
-                key=f"rules:remap.failure:{gpu_key(g)}", code="remap.failure", severity=Severity.CRITICAL,
+                key=f"rules:remap.failure:{self.key(g)}", code="remap.failure", severity=Severity.CRITICAL,
                 gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: row remapping failed",
                 evidence=["NVML reports a row-remapping failure"],
                 remedy="The GPU has no spare rows left for a failing memory row: drain it and ask for a replacement."))
         if g.remapped_rows_pending:
             out.append(Condition(
-                key=f"rules:remap.pending:{gpu_key(g)}", code="remap.pending", severity=Severity.WARNING,
+                key=f"rules:remap.pending:{self.key(g)}", code="remap.pending", severity=Severity.WARNING,
                 gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: row remap pending (needs a GPU reset)",
                 evidence=["NVML reports a pending row remap"],
                 remedy="A memory row is marked for remapping and takes effect only after a GPU reset: reset the GPU "
@@ -239,7 +251,7 @@ class RuleEngine:
         if now - st.pcie_bad_since < self.cfg.pcie_sustain_s:
             return []
         return [Condition(
-            key=f"rules:pcie.link_degraded:{gpu_key(g)}", code="pcie.link_degraded", severity=Severity.WARNING,
+            key=f"rules:pcie.link_degraded:{self.key(g)}", code="pcie.link_degraded", severity=Severity.WARNING,
             gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: PCIe link downtrained under load",
             evidence=[f"link Gen{g.pcie_gen} x{g.pcie_width}, capable of Gen{g.pcie_gen_max} x{g.pcie_width_max}, "
                       f"at {g.utilization_gpu_pct or 0:.0f}% utilisation"],
@@ -262,7 +274,7 @@ class RuleEngine:
                 procs = ", ".join(f"PID {p.pid} ({p.name or '?'}) holds {(p.used_memory_bytes or 0) / GIB:.1f} GiB"
                                   for p in g.processes[:4])
                 out.append(Condition(
-                    key=f"rules:watch.stall:{gpu_key(g)}", code="watch.stall", severity=Severity.WARNING,
+                    key=f"rules:watch.stall:{self.key(g)}", code="watch.stall", severity=Severity.WARNING,
                     gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: job holds memory but does no work (stalled?)",
                     evidence=[procs, f"utilisation <= {self.cfg.stall_util_pct:g}% for {_fmt_s(dur)}"],
                     remedy="The process is alive but the GPU is idle: a hung NCCL collective, a dataloader deadlock or "
@@ -277,7 +289,7 @@ class RuleEngine:
             dur = now - st.idle_since
             if dur >= self.cfg.idle_minutes * 60:
                 out.append(Condition(
-                    key=f"rules:watch.idle:{gpu_key(g)}", code="watch.idle", severity=Severity.WARNING,
+                    key=f"rules:watch.idle:{self.key(g)}", code="watch.idle", severity=Severity.WARNING,
                     gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} idle: no process for {_fmt_s(dur)}",
                     evidence=[f"no compute process and {util or 0:.0f}% utilisation since the idle period began"],
                     remedy="A rented GPU doing nothing costs money. Start the next job or release the server. (Inside "
@@ -312,7 +324,7 @@ class RuleEngine:
             if med_c is not None and g.sm_clock_mhz is not None:
                 ev.append(f"SM clock {g.sm_clock_mhz:.0f} MHz vs peers' median {med_c:.0f} MHz")
             out.append(Condition(
-                key=f"rules:watch.straggler:{gpu_key(g)}", code="watch.straggler", severity=Severity.WARNING,
+                key=f"rules:watch.straggler:{self.key(g)}", code="watch.straggler", severity=Severity.WARNING,
                 gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} is a straggler: slower than its peers", evidence=ev,
                 remedy="In data-parallel training every step waits for the slowest GPU. Look for throttling on this GPU "
                        "(`gpuclinic events`), its PCIe link and temperature; exclude it if it stays slow.",
