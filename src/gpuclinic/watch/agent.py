@@ -426,6 +426,13 @@ class Agent:
     def gpu_key(self, g: GpuFacts) -> str:
         return gpu_key(g)
 
+    def uuid_of(self, g: GpuFacts) -> str:
+        """The GPU's UUID, remembered from earlier samples when a lost GPU stops reporting it."""
+        if g.uuid:
+            return g.uuid
+        kn = self.rules.known.get(self.rules.key(g))
+        return (kn.uuid if kn else None) or ""
+
 
 def _ago(ts: float | None, now: float) -> str:
     if ts is None:

@@ -77,8 +77,9 @@ class AgentCollector(Collector):
              lambda x: None if x.remapped_rows_failure is None else int(x.remapped_rows_failure), 1.0),
         ]
         for x in gpus:
-            labels = [x.uuid or "", str(x.index)]
-            info.add_metric([x.uuid or "", str(x.index), x.name or "", x.pci_bus_id or "", st.driver_version or ""], 1)
+            uuid = a.uuid_of(x)
+            labels = [uuid, str(x.index)]
+            info.add_metric([uuid, str(x.index), x.name or "", x.pci_bus_id or "", st.driver_version or ""], 1)
             g("gpuclinic_gpu_lost", "1 when NVML reports the GPU as lost").add_metric(labels, 1 if x.lost else 0)
             if x.lost:
                 continue
