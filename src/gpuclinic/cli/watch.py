@@ -76,8 +76,9 @@ def _iso(ts: float | None) -> str:
               help="Follow this kernel log file instead of the live kernel log (repeatable; survives rotation).")
 @click.option("--no-kernel-log", is_flag=True, help="Do not follow the kernel log.")
 @click.option("--doctor-interval", metavar="DURATION", help="Full doctor checks this often (default 5m; 0 = off).")
-@click.option("--webhook", "webhooks", multiple=True, metavar="URL",
-              help="Also send alerts as JSON to this URL (repeatable; more channels via --config).")
+@click.option("--webhook", "webhooks", multiple=True, metavar="URL", envvar="GPUCLINIC_WATCH_WEBHOOK",
+              help="Also send alerts as JSON to this URL (repeatable; env GPUCLINIC_WATCH_WEBHOOK keeps it out of "
+                   "`ps`; Slack, Feishu, DingTalk, WeCom, e-mail via --config).")
 @click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="Alert when fewer than N GPUs are visible.")
 @click.option("--duration", metavar="DURATION", help="Stop after this long (agent time), e.g. 90s.")
 @click.option("--quiet", is_flag=True, help="Print only errors.")
