@@ -100,6 +100,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class FileServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # probes open ~12 connections at once: a backlog of 5 drops SYNs (1 s stalls)
     owner: LoopbackFileServer
 
 

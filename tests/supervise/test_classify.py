@@ -117,6 +117,19 @@ def test_first_specific_error_wins() -> None:
     assert classify(AttemptEvidence(returncode=1, output_tail=nccl + oom)).cls == "nccl_network"
 
 
+def test_stdout_lines_inside_a_traceback_do_not_hide_the_exception() -> None:
+    # stdout and stderr are separate pipes: a busy box interleaves them (seen in CI under load)
+    tail = ("step 2\nTraceback (most recent call last):\n  File \"train.py\", line 68, in <module>\n"
+            "step 3\nloss: nan\n    raise ValueError(f\"loss is NaN at step {step}\")\n"
+            "ValueError: loss is NaN at step 3\n")
+    c = classify(AttemptEvidence(returncode=1, output_tail=tail))
+    assert c.cls == "application_error" and c.summary == "application error: ValueError: loss is NaN at step 3"
+    plain = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nstep 9\nKeyboardInterrupt\n"
+    assert classify(AttemptEvidence(returncode=1, output_tail=plain)).summary == "application error: KeyboardInterrupt"
+    custom = "Traceback (most recent call last):\n  File \"x.py\", line 1\nstep 9\nmylib.Boom: bad shard\n"
+    assert classify(AttemptEvidence(returncode=1, output_tail=custom)).summary == "application error: mylib.Boom: bad shard"
+
+
 def test_unknown_without_evidence() -> None:
     c = classify(AttemptEvidence(returncode=3, output_tail="bye\n"))
     assert c.cls == "unknown" and "exit status 3" in c.summary

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,15 +32,17 @@ def test_parallel_ranged_download_verified(tmp_path: Path, run_cli) -> None:  # 
     data, sha = blob(8 * MiB)
     with WanSim(Knobs(rate_per_conn=8 * MiB, latency=0.01)) as s:
         url = s.add_file("model.bin", data)
-        t = time.monotonic()
         r = run_cli("get", url, "-o", str(tmp_path), "--sha256", sha, "--json")
-        dt = time.monotonic() - t
         assert r.code == 0, r.err
         res = json.loads(r.out.strip().splitlines()[-1])
         assert res["status"] == "ok" and res["sha256"] == sha and res["size"] == len(data)
         assert _sha(tmp_path / "model.bin") == sha
-        assert s.stats.max_active >= 4  # really parallel
-        assert dt < 0.9  # one stream would need 1.0 s
+        # really parallel (one 8 MiB/s stream would need 1 s): at least 4 responses streamed at
+        # once, over several ranged requests, and little fetched twice (abandoned speculative requests).  A wall-clock bound here
+        # failed on a busy CI box although the download was parallel.
+        assert s.stats.max_active >= 4
+        assert s.stats.statuses[206] >= 4
+        assert len(data) <= s.served("model.bin") <= len(data) * 1.5
     assert _leftovers(tmp_path) == []
 
 
@@ -121,13 +124,28 @@ def test_corrupt_without_mirror_fails_and_leaves_nothing(tmp_path: Path, run_cli
 
 def test_expired_signed_redirect_is_re_resolved(tmp_path: Path) -> None:
     data, sha = blob(4 * MiB, 8)
-    with WanSim(Knobs(rate_per_conn=1 * MiB, cdn_ttl=1)) as s:
+    with WanSim(Knobs(rate_per_conn=1 * MiB, cdn_ttl=60)) as s:
         s.add_repo("o/r", {"w.bin": data})
         commit = s.repos[("model", "o/r")].commit
         url = f"{s.base_url}/o/r/resolve/{commit}/w.bin"
+        blob_sha = s.repos[("model", "o/r")].sha256["w.bin"]
+
+        def expire_once_streaming() -> None:
+            # the cached signed URL dies mid-download (a 1-s TTL raced the CPU on a busy CI box:
+            # sometimes nothing expired, sometimes every fresh URL did)
+            deadline = time.monotonic() + 30
+            while s.served(blob_sha) < MiB // 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            s.expire_signed_urls()
+
+        th = threading.Thread(target=expire_once_streaming, daemon=True)
+        th.start()
         res = Engine(EngineOptions(connections=2)).run([FileSpec(tmp_path / "w", [url], sha256=sha, size=len(data))])[0]
+        th.join(5)
         assert res.status == "ok", res.error
+        # the later chunk requests hit the dead URL, re-resolved through the origin and went on
         assert s.stats.statuses[403] >= 1 and s.stats.statuses[302] >= 2
+        assert s.served(blob_sha) <= len(data) * 1.1
     assert _sha(tmp_path / "w") == sha
 
 
@@ -137,8 +155,6 @@ def test_resume_from_state_file_refetches_little(tmp_path: Path) -> None:
     with WanSim(Knobs(rate_per_conn=4 * MiB)) as s:
         url = s.add_file("f.bin", data)
         eng = Engine(EngineOptions(connections=4))
-        import threading
-
         th = threading.Thread(target=lambda: eng.run([FileSpec(dest, [url], sha256=sha)]), daemon=True)
         th.start()
         while s.served("f.bin") < 12 * MiB:
@@ -259,3 +275,20 @@ def test_server_without_range_support_single_stream(tmp_path: Path) -> None:
         assert res.status == "ok", res.error
         assert s.stats.statuses[206] == 0
     assert _sha(tmp_path / "f") == sha
+
+
+def test_wrong_sha256_from_a_server_without_ranges_fails_instead_of_hanging(tmp_path: Path) -> None:
+    # a range-less server (python -m http.server) once left the engine waiting forever after a mismatch
+    data, _sha256 = blob(300_000, 15)
+    with WanSim(Knobs(no_ranges=True)) as s:
+        url = s.add_file("f.bin", data)
+        box: list[object] = []
+        th = threading.Thread(target=lambda: box.append(
+            Engine(EngineOptions()).run([FileSpec(tmp_path / "f", [url], sha256="0" * 64)])[0]), daemon=True)
+        th.start()
+        th.join(30)
+        assert not th.is_alive(), "engine hung after a sha256 mismatch"
+        res = box[0]
+        assert getattr(res, "status") == "failed" and "sha256 mismatch" in str(getattr(res, "error"))
+        assert s.served("f.bin") >= 2 * len(data)  # fetched again, then given up
+    assert list(tmp_path.iterdir()) == []

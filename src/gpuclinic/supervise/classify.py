@@ -115,15 +115,27 @@ def _line_at(text: str, pos: int) -> str:
     return text[start: end if end >= 0 else len(text)].strip()[:400]
 
 
+# "ValueError: ..." / "torch.OutOfMemoryError: ..." / "KeyboardInterrupt": what closes a traceback
+_EXC_STRICT = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Iteration|Warning|Failure|Fault)(?::\s.*|:?$)")
+_EXC_LOOSE = re.compile(r"^[A-Za-z_][\w.]*(?::\s.*|:?$)")
+
+
 def _last_exception_line(text: str) -> str | None:
-    """The "ValueError: ..." line closing the last traceback in ``text``."""
+    """The "ValueError: ..." line closing the last traceback in ``text``.
+
+    stdout and stderr reach the tail through separate pipes, so lines the job printed to stdout
+    (``step 3``, ``loss: nan``) can land inside a traceback: prefer a line shaped like an exception.
+    """
     idx = text.rfind("Traceback (most recent call last):")
     if idx < 0:
         return None
-    for line in text[idx:].splitlines()[1:]:
-        if line and not line.startswith((" ", "\t")) and not line.startswith("Traceback"):
-            return line.strip()[:400]
-    return None
+    cands = [ln.strip() for ln in text[idx:].splitlines()[1:]
+             if ln and not ln.startswith((" ", "\t", "Traceback"))]
+    for pat in (_EXC_STRICT, _EXC_LOOSE):
+        for ln in cands:
+            if pat.match(ln):
+                return ln[:400]
+    return cands[0][:400] if cands else None
 
 
 @cache

@@ -919,6 +919,24 @@ class Engine:
         if others:
             job.sources[suspect].bad = True
             job.sources[suspect].last_error = "served wrong bytes (sha256 mismatch)"
+        if not job.ranges_ok:
+            # no ranges: pieces cannot be refetched one by one (the scheduler never hands them out),
+            # so start the file over with a fresh single-stream request
+            with self.cv:
+                self._discard(job)
+                job.state = "new"
+                self._new_idx = min(self._new_idx, self.jobs.index(job))
+                job.size = job.spec.size
+                job.etag = None
+                job.segments = []
+                job.partial = {}
+                job.bytes_done = 0
+                job.hashed_pieces = 0
+                job.sha = hashlib.sha256()
+                job.gsha = None
+                self.cv.notify_all()
+            self._emit("mismatch", job)
+            return
         with self.cv:
             for i in range(job.npieces):
                 if job.piece_src[i] == suspect or len(used) == 1:

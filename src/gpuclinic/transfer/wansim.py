@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import math
 import random
 import socket
 import struct
@@ -180,6 +181,11 @@ class WanSim:
     @property
     def cdn_url(self) -> str:
         return f"http://127.0.0.1:{self.cdn_port}"
+
+    def expire_signed_urls(self) -> None:
+        """Every signed CDN URL handed out so far answers 403 from now on (as if its time ran out),
+        at an exact moment a test chooses rather than after a TTL raced against a busy CPU."""
+        self._secret = random.Random(self._secret).randbytes(16)
 
     def served(self, name: str) -> int:
         """Body bytes written to sockets for a file name, a CDN blob sha256, or a resolve path."""
@@ -619,7 +625,8 @@ class WanSim:
         common = {"X-Repo-Commit": commit, "X-Linked-Size": str(len(data))}
         if fpath in spec.lfs:
             sha = spec.sha256[fpath]
-            expires = int(time.time() + self.knobs.cdn_ttl)
+            # rounded up: a signed URL lives at least cdn_ttl (int() gave a 1-s TTL anything from 0 to 1 s)
+            expires = math.ceil(time.time() + self.knobs.cdn_ttl)
             sig = hmac.new(self._secret, f"{sha}:{expires}".encode(), "sha256").hexdigest()[:32]
             loc = f"{self.cdn_url}/cdn/{sha}?Expires={expires}&Signature={sig}"
             h = {**common, "X-Linked-Etag": f'"{sha}"', "ETag": f'"{sha}"', "Location": loc}
