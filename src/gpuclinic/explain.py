@@ -76,7 +76,19 @@ def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, st
             raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
         origin = path
     truncated = len(data) > MAX_INPUT
-    return decode(data[:MAX_INPUT]), origin, truncated
+    text = decode(data[:MAX_INPUT])
+    if not text.strip():
+        raise InputError(f"{origin}: empty input; paste the error text or give a log file")
+    if _looks_binary(text):
+        raise InputError(f"{origin}: binary data, not text; give a log, a traceback or nvidia-smi output")
+    return text, origin, truncated
+
+
+def _looks_binary(text: str) -> bool:
+    """Mostly control characters or undecodable bytes: a model file or core dump, not a log."""
+    sample = text[:8192]
+    bad = sum(1 for c in sample if c == "\ufffd" or (c < " " and c not in "\n\t\f\x1b"))
+    return bad * 10 > len(sample)
 
 
 def live_facts() -> Snapshot | None:

@@ -137,7 +137,8 @@ def test_short_hostname_is_masked_as_a_word_only() -> None:
 
 def test_write_is_atomic_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "c.tar.gz"
-    out.write_bytes(b"previous capture")
+    cap.write_bundle({"manifest.json": b"{}", "snapshot.json": b"{}"}, str(out))
+    previous = out.read_bytes()
 
     def boom(*a: object, **k: object) -> None:
         raise OSError(28, "No space left on device")
@@ -145,13 +146,26 @@ def test_write_is_atomic_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(tarfile.TarFile, "addfile", boom)
     with pytest.raises(Exception, match="No space left"):
         cap.write_bundle({"snapshot.json": b"{}"}, str(out))
-    assert out.read_bytes() == b"previous capture"
+    assert out.read_bytes() == previous
     assert [p.name for p in tmp_path.iterdir()] == ["c.tar.gz"]
 
 
 def test_write_into_missing_directory_is_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         cap.write_bundle({"a": b"x"}, str(tmp_path / "nope" / "c.tar.gz"))
+
+
+def test_an_existing_file_that_is_not_a_capture_is_never_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "notes.txt"
+    out.write_bytes(b"someone's notes")
+    with pytest.raises(InputError, match="not a gpuclinic capture"):
+        cap.write_bundle({"manifest.json": b"{}"}, str(out))
+    assert out.read_bytes() == b"someone's notes"
+    old = tmp_path / "old.tar.gz"
+    cap.write_bundle({"manifest.json": b"{}"}, str(old))
+    cap.write_bundle({"manifest.json": b"{}", "snapshot.json": b"{}"}, str(old))  # a capture: replaced
+    with tarfile.open(old) as tf:
+        assert sorted(tf.getnames()) == ["manifest.json", "snapshot.json"]
 
 
 def test_missing_tools_are_recorded_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -220,6 +220,7 @@ def test_error_lines_and_classes() -> None:
     assert last_error_line(tail) == "fatal: fetch-pack: invalid index-pack output"
     assert classify(tail) == "transient"
     assert classify("fatal: repository 'https://github.com/a/b/' not found") == "permanent"
+    assert classify("fatal: repository '/srv/typo.git' does not exist") == "permanent"  # a local path
     assert classify("fatal: Authentication failed for 'https://github.com/a/b/'") == "permanent"
     assert classify("fatal: unable to access 'https://github.com/a/': Could not resolve host: github.com") == "unreachable"
 

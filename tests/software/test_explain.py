@@ -135,11 +135,15 @@ def test_cli_stdin_markdown_and_bad_path(tmp_path: Path) -> None:
 
 def test_cli_random_bytes_no_traceback() -> None:
     rnd = bytes((i * 7919 + 13) % 256 for i in range(20000)) + b"\x1f\x8b\x08garbage"
-    for data in (rnd, b"", b"\x1f\x8b", b"\xff\xfe\x00", b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"):
+    # nothing to explain (empty, whitespace, binary, a broken gzip): one error line, exit 3, no report
+    for data in (rnd, b"", b" \n\n", b"\x1f\x8b", b"\xff\xfe\x00"):
         r = cli("--offline", "--json", "-", stdin=data)
-        assert r.returncode in (0, 1, 2), r.stderr
-        assert b"Traceback" not in r.stderr
-        json.loads(r.stdout)
+        assert r.returncode == 3, (data[:20], r.stdout[:200])
+        assert r.stderr.startswith(b"gpuclinic: error: <stdin>: ") and r.stderr.count(b"\n") == 1
+        assert r.stdout == b""
+    r = cli("--offline", "--json", "-", stdin=b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    assert r.returncode == 2 and b"Traceback" not in r.stderr
+    json.loads(r.stdout)
 
 
 @settings(max_examples=120, deadline=None)

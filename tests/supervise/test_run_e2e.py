@@ -220,10 +220,13 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
         r = subprocess.run(run_cmd(tmp_path, args, []), capture_output=True, text=True, env=child_env(), timeout=30)
         assert r.returncode != 0
         assert msg in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run(run_cmd(tmp_path, [], [])[:-5] + ["--", "/nonexistent/binary"], capture_output=True,
-                       text=True, env=child_env(), timeout=30)
-    assert r.returncode == 127 and "cannot start /nonexistent/binary" in r.stderr
-    assert os.path.exists(tmp_path / "ledger.db")
+    # a program that is not there: one line before anything starts, shell-style exit codes
+    for prog, rc in (("/nonexistent/binary", 127), ("no-such-command-xyz", 127), (str(tmp_path), 126)):
+        r = subprocess.run(run_cmd(tmp_path, [], [])[:-5] + ["--", prog], capture_output=True,
+                           text=True, env=child_env(), timeout=30)
+        assert r.returncode == rc and r.stderr.startswith(f"gpuclinic: error: cannot run {prog}: "), r.stderr
+        assert r.stderr.count("\n") == 1
+    assert not os.path.exists(tmp_path / "ledger.db")
 
 
 def test_xid_on_its_gpu_through_the_scenario_backend(gpuclinic_run: Callable[..., RunResult]) -> None:

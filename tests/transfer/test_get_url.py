@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuclinic.transfer.engine import Engine, EngineOptions, FileSpec
+from gpuclinic.transfer.engine import Engine, EngineOptions, FileResult, FileSpec
 from gpuclinic.transfer.wansim import Knobs, WanSim
 
 from .conftest import MiB, blob
@@ -40,9 +40,9 @@ def test_parallel_ranged_download_verified(tmp_path: Path, run_cli) -> None:  # 
         # really parallel (one 8 MiB/s stream would need 1 s): at least 4 responses streamed at
         # once, over several ranged requests, and little fetched twice (abandoned speculative requests).  A wall-clock bound here
         # failed on a busy CI box although the download was parallel.
-        assert s.stats.max_active >= 4
-        assert s.stats.statuses[206] >= 4
-        assert len(data) <= s.served("model.bin") <= len(data) * 1.5
+    assert s.stats.max_active >= 4
+    assert s.stats.statuses[206] >= 4
+    assert len(data) <= s.served("model.bin") <= len(data) * 1.5
     assert _leftovers(tmp_path) == []
 
 
@@ -143,9 +143,9 @@ def test_expired_signed_redirect_is_re_resolved(tmp_path: Path) -> None:
         res = Engine(EngineOptions(connections=2)).run([FileSpec(tmp_path / "w", [url], sha256=sha, size=len(data))])[0]
         th.join(5)
         assert res.status == "ok", res.error
-        # the later chunk requests hit the dead URL, re-resolved through the origin and went on
-        assert s.stats.statuses[403] >= 1 and s.stats.statuses[302] >= 2
-        assert s.served(blob_sha) <= len(data) * 1.1
+    # the later chunk requests hit the dead URL, re-resolved through the origin and went on
+    assert s.stats.statuses[403] >= 1 and s.stats.statuses[302] >= 2
+    assert s.served(blob_sha) <= len(data) * 1.1
     assert _sha(tmp_path / "w") == sha
 
 
@@ -282,13 +282,13 @@ def test_wrong_sha256_from_a_server_without_ranges_fails_instead_of_hanging(tmp_
     data, _sha256 = blob(300_000, 15)
     with WanSim(Knobs(no_ranges=True)) as s:
         url = s.add_file("f.bin", data)
-        box: list[object] = []
+        box: list[FileResult] = []
         th = threading.Thread(target=lambda: box.append(
             Engine(EngineOptions()).run([FileSpec(tmp_path / "f", [url], sha256="0" * 64)])[0]), daemon=True)
         th.start()
         th.join(30)
         assert not th.is_alive(), "engine hung after a sha256 mismatch"
         res = box[0]
-        assert getattr(res, "status") == "failed" and "sha256 mismatch" in str(getattr(res, "error"))
+        assert res.status == "failed" and "sha256 mismatch" in str(res.error)
         assert s.served("f.bin") >= 2 * len(data)  # fetched again, then given up
     assert list(tmp_path.iterdir()) == []

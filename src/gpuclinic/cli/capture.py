@@ -20,6 +20,8 @@ def capture(output: str | None, redact: bool, quick: bool) -> int:
     Another machine reads it with `gpuclinic doctor --from FILE`. Tokens and secrets from the
     environment never enter the bundle; --redact also masks identifiers.
     """
+    if output:
+        cap.check_output(output)  # before collecting, not after
     bundle = cap.gather(CollectOptions(quick=quick))
     files = cap.render_files(bundle, redact)
     path = output or cap.default_name(bundle.snapshot, redact)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -65,6 +66,15 @@ def doctor(
         raise InputError("unexpected argument(s): " + " ".join(paths) + " (did you mean --from PATH?)")
     if scenario and paths:
         raise InputError("use either --scenario or --from, not both")
+    for k in kernel_logs:  # named explicitly: a typo is an error, not a "could not check" line
+        if not os.path.exists(k):
+            raise InputError(f"--kernel-log {k}: no such file")
+        if os.path.isdir(k):
+            raise InputError(f"--kernel-log {k}: is a directory; give the log file")
+    if kernel_logs and scenario:
+        raise InputError("--kernel-log cannot be combined with --scenario (a simulated node has its own log)")
+    if kernel_logs and paths:
+        paths += [k for k in kernel_logs if k not in paths]  # saved evidence: read like any other file
     snap: Snapshot
     if scenario:
         from gpuclinic.sources.scenarios import load_scenario

@@ -55,6 +55,8 @@ def _engine_options(connections: int | None, stall_timeout: float) -> EngineOpti
 
     if connections is not None and not 1 <= connections <= 256:
         raise InputError("--connections must be between 1 and 256", exit_code=2)
+    if not 0.1 <= stall_timeout <= 86400:  # 0 or negative would reconnect forever; nan fails too
+        raise InputError("--stall-timeout must be between 0.1 and 86400 seconds", exit_code=2)
     return EngineOptions(connections=connections, stall_timeout=stall_timeout)
 
 
@@ -99,8 +101,12 @@ def url_cmd(
     from gpuclinic.transfer.redact import safe_url
 
     for u in (url, *mirrors):
-        p = urlsplit(u)
-        if p.scheme not in ("http", "https") or not p.hostname:
+        try:
+            p = urlsplit(u)
+            ok = p.scheme in ("http", "https") and bool(p.hostname) and (p.port is None or p.port > 0)
+        except ValueError:  # "http://[::1", "http://h:99999/"
+            ok = False
+        if not ok:
             raise InputError(f"not an http(s) URL: {safe_url(u)}", exit_code=2)
     if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
         raise InputError("--sha256 must be 64 hex digits", exit_code=2)

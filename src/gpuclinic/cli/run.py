@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -140,6 +142,11 @@ def run(
     for p in kernel_logs:
         if not Path(p).exists():
             raise InputError(f"--kernel-log: no such file: {p}")
+    _check_executable(argv[0])
+    if log_path:
+        _check_writable("--log", Path(log_path))
+    if heartbeat:
+        _check_writable("--heartbeat", Path(heartbeat))
     notifier = None
     if config_path:
         if not Path(config_path).is_file():
@@ -171,6 +178,32 @@ def run(
     source = open_source(gpu_facts=gpu_facts, scenario=scenario)
     sup = Supervisor(opts, source=source, notifier=notifier, say=_say)
     return sup.run()
+
+
+def _check_executable(prog: str) -> None:
+    """The job's program, checked before the pre-flight and the ledger: a typo is one error line
+    (exit 127/126 like a shell), not a recorded interruption."""
+    if os.sep in prog:
+        if not os.path.exists(prog):
+            raise InputError(f"cannot run {prog}: no such file", exit_code=127)
+        if os.path.isdir(prog) or not os.access(prog, os.X_OK):
+            raise InputError(f"cannot run {prog}: not an executable file", exit_code=126)
+    elif shutil.which(prog) is None:
+        raise InputError(f"cannot run {prog}: command not found in PATH", exit_code=127)
+
+
+def _check_writable(opt: str, path: Path) -> None:
+    """Open an explicitly named output file for append once, so that a bad path fails now."""
+    existed = path.exists()
+    try:
+        path.absolute().parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as e:
+        raise InputError(f"{opt} {path}: cannot write ({e.strerror or e})") from None
+    if not existed:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def parse_since(text: str | None, now: float) -> float | None:

@@ -302,13 +302,32 @@ def render_files(bundle: Bundle, redact: bool, env: Mapping[str, str] | None = N
     return out
 
 
-def write_bundle(files: Mapping[str, bytes], path: str) -> None:
-    """Write the tar.gz atomically (temporary file in the same directory, then rename; mode 0600)."""
+def check_output(path: str) -> None:
+    """Refuse an output path before minutes of collecting: a missing directory, a directory, or a
+    file that is not an earlier capture (a mistyped -o must not replace someone's log)."""
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
         raise InputError(f"{path}: directory {d} does not exist")
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory; give a file name")
+    if os.path.lexists(path) and not _is_capture(path):
+        raise InputError(f"{path}: exists and is not a gpuclinic capture; choose another -o or remove it")
+    if not os.access(d, os.W_OK):
+        raise InputError(f"{path}: directory {d} is not writable")
+
+
+def _is_capture(path: str) -> bool:
+    try:
+        with tarfile.open(path, "r:gz") as tf:
+            return any(n in ("manifest.json", "snapshot.json") for n in tf.getnames())
+    except (OSError, tarfile.TarError, EOFError):
+        return False
+
+
+def write_bundle(files: Mapping[str, bytes], path: str) -> None:
+    """Write the tar.gz atomically (temporary file in the same directory, then rename; mode 0600)."""
+    check_output(path)
+    d = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".gpuclinic-capture-", suffix=".tmp", dir=d)
     except OSError as e:

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from gpuclinic.errors import GpuclinicError, InputError
 
 _PERMANENT = re.compile(
-    r"repository .* not found|not found|authentication failed|could not read username|could not read password|"
+    r"repository .* not found|repository .* does not exist|not found|authentication failed|could not read username|could not read password|"
     r"permission denied|does not appear to be a git repository|invalid username or password|"
     r"returned error: (401|403|404)|already exists and is not an empty directory|"
     r"remote branch .* not found|couldn't find remote ref|terminal prompts disabled|access denied|not exported",

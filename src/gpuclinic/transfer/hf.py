@@ -128,7 +128,7 @@ def safe_repo_path(path: str) -> PurePosixPath:
 
 
 def _check_revision(rev: str) -> str:
-    if not rev or rev.startswith("/") or "\\" in rev or any(p in ("", ".", "..") for p in rev.split("/")):
+    if not rev.strip() or rev != rev.strip() or rev.startswith("/") or "\\" in rev or any(p in ("", ".", "..") for p in rev.split("/")):
         raise InputError(f"invalid revision {rev!r}", exit_code=2)
     return rev
 
@@ -309,7 +309,7 @@ def download_repo(
     repo_id = parse_repo(repo)
     if repo_type not in ("model", "dataset"):
         raise InputError(f"unsupported repo type {repo_type!r}", exit_code=2)
-    rev = _check_revision(revision or "main")
+    rev = _check_revision("main" if revision is None else revision)  # --revision "" is a mistake, not main
     token = hf_token()
     endpoint = hf_endpoint()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -328,8 +328,11 @@ def download_repo(
         raise InputError(f"{repo_id}@{rev}: no file matches the include/exclude patterns", exit_code=2)
     blobs = repo_dir / "blobs"
     snapshot = repo_dir / "snapshots" / commit
-    blobs.mkdir(parents=True, exist_ok=True)
-    snapshot.mkdir(parents=True, exist_ok=True)
+    try:
+        blobs.mkdir(parents=True, exist_ok=True)
+        snapshot.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GpuclinicError(f"cannot create the Hub cache in {cache}: {e.strerror or e} (set --cache-dir or HF_HUB_CACHE)") from None
     with contextlib.suppress(OSError):
         tag = cache / "CACHEDIR.TAG"
         if not tag.exists():

@@ -41,11 +41,11 @@ def safe_url(url: str) -> str:
     """A URL fit for printing: no userinfo, and credential-like query values replaced by ``***``."""
     try:
         p = urlsplit(url)
+        host = p.hostname or ""
+        if p.port:  # raises for a port out of range
+            host = f"{host}:{p.port}"
     except ValueError:
         return redact(url)
-    host = p.hostname or ""
-    if p.port:
-        host = f"{host}:{p.port}"
     query = p.query
     if query:
         pairs = [(k, "***" if _SECRET_KEYS.search(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)]

@@ -1,0 +1,218 @@
+"""Bad input, as a user types it, for every command: one ``gpuclinic: error:`` line, no traceback,
+a non-zero exit, and the working directory exactly as it was (no partial file, nothing clobbered).
+
+Every case runs ``python -m gpuclinic`` in its own copy of a small directory; the cases run a few
+at a time in one fixture (the CLI's startup dominates), and each case is its own test id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.transfer.wansim import Knobs, WanSim, make_data
+
+ZERO = "0" * 64
+
+
+@dataclass
+class Case:
+    id: str
+    args: list[str]
+    rc: int
+    msg: str  # substring of the error line
+    stdin: bytes | None = None
+    one_line: bool = True  # stderr is the error line alone (git's own "fatal:" lines are extra)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# {U}: a loopback HTTP server with file.txt and a Hub repo org/m; {D}: the case's directory
+CASES = [
+    # doctor
+    Case("doctor-from-missing", ["doctor", "--from", "nope.txt"], 3, "nope.txt: no such file"),
+    Case("doctor-from-dir-empty", ["doctor", "--from", "adir"], 3, "adir: no files found"),
+    Case("doctor-from-binary", ["doctor", "--from", "binary.bin"], 3, "binary data"),
+    Case("doctor-from-empty", ["doctor", "--from", "empty.txt"], 3, "file is empty"),
+    Case("doctor-from-unrecognised", ["doctor", "--from", "precious.txt"], 3, "not recognised"),
+    Case("doctor-scenario-unknown", ["doctor", "--scenario", "nosuch"], 3, "unknown scenario 'nosuch'"),
+    Case("doctor-scenario-and-from", ["doctor", "--scenario", "fallen-off-bus", "--from", "precious.txt"], 3,
+         "either --scenario or --from"),
+    Case("doctor-expect-gpus-negative", ["doctor", "--expect-gpus", "-1"], 2, "--expect-gpus"),
+    Case("doctor-expect-gpus-text", ["doctor", "--expect-gpus", "eight"], 2, "--expect-gpus"),
+    Case("doctor-json-and-markdown", ["doctor", "--json", "--markdown", "--from", "precious.txt"], 3,
+         "one of --json and --markdown"),
+    Case("doctor-kernel-log-missing", ["doctor", "--quick", "--kernel-log", "nope.log"], 3,
+         "--kernel-log nope.log: no such file"),
+    Case("doctor-kernel-log-dir", ["doctor", "--quick", "--kernel-log", "adir"], 3, "is a directory"),
+    Case("doctor-kernel-log-with-scenario", ["doctor", "--scenario", "fallen-off-bus", "--kernel-log", "precious.txt"],
+         3, "cannot be combined with --scenario"),
+    Case("doctor-stray-argument", ["doctor", "precious.txt"], 3, "did you mean --from"),
+    # capture: refused before minutes of collecting
+    Case("capture-missing-dir", ["capture", "--quick", "-o", "nodir/c.tar.gz"], 3, "does not exist"),
+    Case("capture-into-a-directory", ["capture", "--quick", "-o", "adir"], 2, "is a directory"),
+    Case("capture-over-a-file", ["capture", "--quick", "-o", "precious.txt"], 3, "not a gpuclinic capture"),
+    Case("capture-unwritable", ["capture", "--quick", "-o", "/sys/gpuclinic-test.tar.gz"], 3, "/sys"),
+    Case("capture-under-a-file", ["capture", "--quick", "-o", "precious.txt/c.tar.gz"], 3, "does not exist"),
+    # explain
+    Case("explain-missing", ["explain", "--offline", "nope.txt"], 3, "nope.txt: no such file"),
+    Case("explain-directory", ["explain", "--offline", "adir"], 2, "is a directory"),
+    Case("explain-binary", ["explain", "--offline", "binary.bin"], 3, "binary data"),
+    Case("explain-empty-file", ["explain", "--offline", "empty.txt"], 3, "empty input"),
+    Case("explain-empty-stdin", ["explain", "--offline", "-"], 3, "<stdin>: empty input", stdin=b""),
+    Case("explain-blank-stdin", ["explain", "--offline"], 3, "<stdin>: empty input", stdin=b"\n \n\t\n"),
+    Case("explain-binary-stdin", ["explain", "--offline", "-"], 3, "binary data", stdin=make_data(50_000, 3)),
+    # net: refused before probing anything
+    Case("net-endpoint-not-url", ["net", "--quick", "--endpoint", "notaurl"], 3, "not an http(s) URL"),
+    Case("net-endpoint-ftp", ["net", "--quick", "--endpoint", "ftp://127.0.0.1/"], 3, "not an http(s) URL"),
+    Case("net-endpoint-empty", ["net", "--quick", "--endpoint", "="], 3, "not an http(s) URL"),
+    Case("net-timeout-zero", ["net", "--quick", "--timeout", "0"], 2, "--timeout"),
+    Case("net-timeout-text", ["net", "--quick", "--timeout", "soon"], 2, "--timeout"),
+    Case("net-connections-zero", ["net", "--connections", "0"], 2, "--connections"),
+    # get url
+    Case("url-not-a-url", ["get", "url", "notaurl"], 2, "not an http(s) URL"),
+    Case("url-ftp", ["get", "url", "ftp://127.0.0.1/x"], 2, "not an http(s) URL"),
+    Case("url-file-scheme", ["get", "url", "file:///etc/passwd"], 2, "not an http(s) URL"),
+    Case("url-no-host", ["get", "url", "http://"], 2, "not an http(s) URL"),
+    Case("url-broken-ipv6", ["get", "url", "http://[::1/x"], 2, "not an http(s) URL"),
+    Case("url-port-out-of-range", ["get", "url", "http://127.0.0.1:99999/x"], 2, "not an http(s) URL"),
+    Case("url-bad-mirror", ["get", "url", "{U}/file.txt", "--mirror", "notaurl"], 2, "not an http(s) URL"),
+    Case("url-404", ["get", "url", "-q", "{U}/missing.bin", "-o", "out.bin"], 3, "HTTP 404"),
+    Case("url-404-keeps-existing", ["get", "url", "-q", "{U}/missing.bin", "-o", "precious.txt"], 3, "HTTP 404"),
+    Case("url-refused", ["get", "url", "-q", "http://127.0.0.1:1/x", "-o", "out.bin"], 3, "cannot connect"),
+    Case("url-output-missing-dir", ["get", "url", "{U}/file.txt", "-o", "nodir/x"], 2, "directory does not exist"),
+    Case("url-output-under-a-file", ["get", "url", "{U}/file.txt", "-o", "precious.txt/x"], 2,
+         "directory does not exist"),
+    Case("url-output-unwritable", ["get", "url", "-q", "{U}/file.txt", "-o", "/sys/gpuclinic-test.bin"], 3,
+         "gpuclinic-test.bin"),
+    Case("url-sha256-malformed", ["get", "url", "{U}/file.txt", "--sha256", "xyz"], 2, "64 hex digits"),
+    Case("url-sha256-wrong", ["get", "url", "-q", "{U}/file.txt", "--sha256", ZERO, "-o", "out.bin"], 3,
+         "sha256 mismatch"),
+    Case("url-sha256-wrong-keeps-existing", ["get", "url", "-q", "{U}/file.txt", "--sha256", ZERO, "-o", "precious.txt"],
+         3, "sha256 mismatch"),
+    Case("url-connections-zero", ["get", "url", "{U}/file.txt", "--connections", "0"], 2, "--connections"),
+    Case("url-stall-timeout-zero", ["get", "url", "{U}/file.txt", "--stall-timeout", "0"], 2, "--stall-timeout"),
+    Case("url-stall-timeout-negative", ["get", "url", "{U}/file.txt", "--stall-timeout", "-5"], 2, "--stall-timeout"),
+    Case("url-stall-timeout-nan", ["get", "url", "{U}/file.txt", "--stall-timeout", "nan"], 2, "--stall-timeout"),
+    # get hf (HF_ENDPOINT is the loopback simulator)
+    Case("hf-empty-id", ["get", "hf", ""], 2, "not a Hugging Face repo id"),
+    Case("hf-too-many-parts", ["get", "hf", "a/b/c/d"], 2, "not a Hugging Face repo id"),
+    Case("hf-escape", ["get", "hf", "../etc"], 2, "not a Hugging Face repo id"),
+    Case("hf-space-in-id", ["get", "hf", "bad repo"], 2, "not a Hugging Face repo id"),
+    Case("hf-revision-empty", ["get", "hf", "org/m", "--revision", ""], 2, "invalid revision ''"),
+    Case("hf-revision-escape", ["get", "hf", "org/m", "--revision", "../x"], 2, "invalid revision"),
+    Case("hf-revision-unknown", ["get", "hf", "org/m", "--revision", "nosuchbranch"], 3, "revision not found"),
+    Case("hf-repo-unknown", ["get", "hf", "org/nope"], 3, "repository not found"),
+    Case("hf-glob-matches-nothing", ["get", "hf", "org/m", "--include", "*.nomatch"], 2, "no file matches"),
+    Case("hf-glob-malformed", ["get", "hf", "org/m", "--include", "["], 2, "no file matches"),
+    Case("hf-cache-dir-is-a-file", ["get", "hf", "org/m", "--cache-dir", "precious.txt"], 2, "is a file"),
+    Case("hf-cache-dir-unwritable", ["get", "hf", "-q", "org/m", "--cache-dir", "/sys/gpuclinic-hf"], 3,
+         "cannot create the Hub cache"),
+    Case("hf-connections-zero", ["get", "hf", "org/m", "--connections", "0"], 2, "--connections"),
+    # get git
+    Case("git-empty-url", ["get", "git", "", "x"], 3, "not a repository URL"),
+    Case("git-destination-is-a-file", ["get", "git", "{U}/r.git", "precious.txt"], 3, "already exists"),
+    Case("git-local-repo-missing", ["get", "git", "-q", "nope-repo", "newdir"], 3, "does not exist",
+         one_line=False),
+    Case("git-retries-zero", ["get", "git", "--retries", "0", "{U}/r.git", "newdir"], 2, "--retries"),
+    # run / report
+    Case("run-no-command", ["run"], 2, "Missing argument"),
+    Case("run-only-dashes", ["run", "--"], 2, "Missing argument"),
+    Case("run-missing-program", ["run", "--", "/nonexistent/prog"], 127, "cannot run /nonexistent/prog: no such file"),
+    Case("run-unknown-command", ["run", "--skip-preflight", "--", "no-such-command-xyz"], 127, "command not found"),
+    Case("run-not-executable", ["run", "--skip-preflight", "--", "./precious.txt"], 126, "not an executable"),
+    Case("run-max-restarts-negative", ["run", "--max-restarts", "-1", "--", "true"], 2, "--max-restarts"),
+    Case("run-bad-duration", ["run", "--backoff", "soon", "--", "true"], 3, "not a duration"),
+    Case("run-bad-retry-class", ["run", "--retry-on", "bogus", "--", "true"], 3, "unknown class 'bogus'"),
+    Case("run-log-unwritable", ["run", "--skip-preflight", "--log", "/sys/gpuclinic.log", "--", "true"], 3,
+         "--log /sys/gpuclinic.log: cannot write"),
+    Case("run-log-under-a-file", ["run", "--skip-preflight", "--log", "precious.txt/x.log", "--", "true"], 3,
+         "cannot write"),
+    Case("run-log-is-a-directory", ["run", "--log", "adir", "--", "true"], 2, "is a directory"),
+    Case("run-checkpoint-dir-is-a-file", ["run", "--checkpoint-dir", "precious.txt", "--", "true"], 2, "is a file"),
+    Case("run-config-missing", ["run", "--config", "nope.toml", "--", "true"], 3, "no such file"),
+    Case("run-kernel-log-missing", ["run", "--kernel-log", "nope.log", "--", "true"], 3, "no such file"),
+    Case("run-scenario-unknown", ["run", "--skip-preflight", "--scenario", "nosuch", "--", "true"], 3,
+         "unknown scenario"),
+    Case("report-since-garbage", ["report", "interruptions", "--since", "garbage"], 3, "not a duration or ISO date"),
+    Case("report-since-bad-date", ["report", "interruptions", "--since", "2026-13-45"], 3, "not a duration or ISO date"),
+    Case("report-db-missing", ["report", "interruptions", "--db", "nope.db"], 3, "no such file"),
+    Case("report-db-not-sqlite", ["report", "interruptions", "--db", "binary.bin"], 3, "cannot read the run ledger"),
+    Case("report-unknown", ["report", "nosuch"], 2, "No such command"),
+    Case("unknown-command", ["nosuch"], 2, "No such command"),
+]
+
+
+def _setup(d: Path) -> None:
+    d.mkdir()
+    (d / "precious.txt").write_text("someone's notes: must survive every failed command\n")
+    (d / "adir").mkdir()
+    (d / "binary.bin").write_bytes(make_data(5000, 1))
+    (d / "empty.txt").write_bytes(b"")
+
+
+def _listing(d: Path) -> dict[str, str]:
+    out = {}
+    for root, dirs, files in os.walk(d):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(root, name), d) + "/"] = "dir"
+        for name in files:
+            p = os.path.join(root, name)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, d)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@dataclass
+class Outcome:
+    rc: int
+    err: str
+    before: dict[str, str]
+    after: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Outcome]]:
+    base = tmp_path_factory.mktemp("bad-input")
+    with WanSim(Knobs()) as s:
+        s.add_file("file.txt", b"hello\n")
+        s.add_repo("org/m", {"config.json": b"{}", "w.bin": make_data(100_000, 2)})
+        url = s.base_url + "/files"
+        env = dict(os.environ, GPUCLINIC_NO_NVML="1", NO_COLOR="1", HF_ENDPOINT=s.base_url,
+                   GIT_TERMINAL_PROMPT="0")
+        for k in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "CUDA_VISIBLE_DEVICES"):
+            env.pop(k, None)
+
+        def one(c: Case) -> tuple[str, Outcome]:
+            d = base / c.id
+            _setup(d)
+            before = _listing(d)
+            args = [a.replace("{U}", url) for a in c.args]
+            r = subprocess.run([sys.executable, "-m", "gpuclinic", *args], cwd=d, input=c.stdin or b"",
+                               capture_output=True, timeout=90,
+                               env={**env, "HF_HUB_CACHE": str(d / "hfcache"), **c.env})
+            return c.id, Outcome(r.returncode, r.stderr.decode("utf-8", "replace"), before, _listing(d))
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            yield dict(pool.map(one, CASES))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_clean_error(case: Case, outcomes: dict[str, Outcome]) -> None:
+    o = outcomes[case.id]
+    lines = o.err.splitlines()
+    assert "Traceback" not in o.err and "internal error" not in o.err, o.err
+    assert lines and lines[-1].startswith("gpuclinic: error: "), o.err
+    assert case.msg in lines[-1], lines[-1]
+    if case.one_line:
+        assert len(lines) == 1, o.err
+    assert o.rc == case.rc, (o.rc, o.err)
+    # nothing created, nothing removed, nothing changed: no partial files, no clobbered data
+    assert o.after == o.before, sorted(set(o.after.items()) ^ set(o.before.items()))
