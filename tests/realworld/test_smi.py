@@ -59,6 +59,10 @@ TABLES: dict[str, tuple[str, str | None, str | None, list[tuple[int, str, str, f
     # vGPU-unlock host: "CUDA Version: N/A", power "N/A /  N/A" at 100 % utilisation
     "table_vgpu_unlock_cuda_na_460_30.txt": ("smi_table", "460.32.04", None, [
         (0, "Quadro P400", "0000:01:00.0", 60, 1011, 2047, None, None)]),
+    # 580 layout: "+----" under the header line; the paste ends inside the last border
+    "table_a800_580_hami_1903.txt": ("smi_table", "580.119.02", "13.0", [
+        (0, "NVIDIA A800 80GB PCIe", "0000:01:00.0", 27, 0, 81920, 46, 300),
+        (1, "NVIDIA A800 80GB PCIe", "0000:81:00.0", 26, 0, 81920, 47, 300)]),
 }
 
 
@@ -235,3 +239,34 @@ def test_q_a100_470_head() -> None:
     assert (s.driver_version, s.cuda_driver_version) == ("470.103.01", "11.4")
     assert (g.name, g.serial, g.pci_bus_id, g.mig_mode_current, g.persistence_mode) == (
         "NVIDIA A100-SXM4-80GB", "1324621114474", "0000:94:00.0", False, True)
+
+
+def test_a800_580_mig_disabled_and_ecc_zero() -> None:
+    s = snap_of("table_a800_580_hami_1903.txt")
+    assert [(g.mig_mode_current, g.ecc_mode_current, g.ecc_volatile_uncorrected) for g in s.gpus] == [
+        (False, True, 0), (False, True, 0)]
+
+
+def test_query_gpu_nounits_with_blank_line_and_unknown_error() -> None:
+    """Windows 442.19 CSV: a blank line after the header and "[Unknown Error]" in one column."""
+    s = snap_of("query_gpu_nounits_unknown_error_442_mindminer_627.csv")
+    (g,) = s.gpus
+    assert (g.name, g.utilization_gpu_pct, g.utilization_memory_pct, g.temperature_c, g.power_draw_w,
+            g.power_limit_w, g.fan_percent) == ("GeForce RTX 2080 Ti", 100, 37, 56, 228.82, 210, 56)
+    assert g.power_default_limit_w is None and g.unreadable.get("power_default_limit_w") == "Unknown Error"
+    assert diagnose(s).verdict == Verdict.HEALTHY
+
+
+@pytest.mark.parametrize(("name", "first", "nvlink"), [
+    ("topo_m_2x5090_club3090_1229.txt", "nvidia-smi topo -m: 2 GPU(s); GPU pairs PHB", False),
+    ("topo_m_8gpu_10nic_deepep_128.txt", "nvidia-smi topo -m: 8 GPU(s); GPU pairs SYS", False),
+])
+def test_topo_matrix_is_read_into_notes(name: str, first: str, nvlink: bool) -> None:
+    text = (SMI / name).read_text()
+    assert detect(text) == "smi_topo"
+    s = snapshot_from_text(text, name)
+    assert s.gpus == []  # GPUn names do not identify a card; the matrix informs, it does not diagnose
+    notes = [n.split(": ", 1)[1] for n in s.notes if n.startswith(name)]
+    assert notes[0].startswith(first)
+    assert any(n.startswith("no NVLink") for n in notes) is not nvlink
+    assert any("CPUs 0-" in n for n in notes)

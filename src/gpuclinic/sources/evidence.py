@@ -25,7 +25,7 @@ from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
-from gpuclinic.sources import bugreport, lspci, smi_csv, smi_nvlink, smi_table, smi_text, smi_xml
+from gpuclinic.sources import bugreport, lspci, smi_csv, smi_nvlink, smi_table, smi_text, smi_topo, smi_xml
 from gpuclinic.sources.smi_common import SmiDump, iso_time, mark_lost, scan_error_lines
 
 SAMPLE_BYTES = 256 * 1024
@@ -33,7 +33,7 @@ MAX_DUMP_BYTES = 64 * 1024 * 1024  # nvidia-smi outputs are KBs; a 64 MB "dump" 
 MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_BUNDLE_MEMBER = 256 * 1024 * 1024
 MAX_FILES = 10_000
-EXPECTED = ("nvidia-smi -q (text or XML), an nvidia-smi table or --query-gpu CSV, a kernel log, "
+EXPECTED = ("nvidia-smi -q (text or XML), an nvidia-smi table, --query-gpu CSV, nvlink -s/-e or topo -m output, a kernel log, "
             "nvidia-bug-report.log(.gz), lspci output or a gpuclinic capture")
 NVML_FAILURE_MARKERS = ("failed to initialize nvml", "couldn't communicate with the nvidia driver",
                         "no devices were found", "version mismatch", "unable to find nvidia driver",
@@ -94,6 +94,8 @@ def detect(sample: str) -> str | None:
         return "smi_csv"
     if smi_nvlink.looks_like(sample):
         return "smi_nvlink"
+    if smi_topo.looks_like(sample):
+        return "smi_topo"
     if _is_kernel_log(sample):
         return "kernel_log"
     if smi_table.has_errors(sample):  # after the kernel log: a syslog may quote "No devices were found"
@@ -280,6 +282,11 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         apply_dump(snap, smi_csv.parse(text), origin)
     elif kind == "smi_nvlink":
         _apply_nvlink(snap, smi_nvlink.parse(text), origin)
+    elif kind == "smi_topo":
+        topo = smi_topo.parse(text)
+        if not topo.devices:
+            raise _Unrecognised("nvidia-smi topo -m matrix lists no GPU")
+        snap.notes.extend(f"{origin}: {n}" for n in topo.notes())
     elif kind == "lspci":
         devs = lspci.parse(text.splitlines())
         if not devs:
