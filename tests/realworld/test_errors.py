@@ -52,6 +52,11 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "vgpu_insufficient_driver_unlock_51.txt": ("cuda.insufficient_driver", "critical"),
     "xid79_pciehp_syslog_pop_3363.txt": ("xid.fallen_off_bus", "critical"),
     "fallen_off_bus_no_xid_nvsentinel_155.txt": ("xid.fallen_off_bus", "critical"),
+    "container_cli_no_libnvml_libnvc_231.txt": ("container_cli.driver_not_loaded", "critical"),
+    "smi_no_libnvml_in_container_nvdocker_1163.txt": ("smi.no_libnvml", "critical"),
+    "driver_init_failed_arf_9.txt": ("torch.driver_init_failed", "critical"),
+    "cublas_not_supported_bf16_acestep_10.txt": ("cublas.not_supported", "warning"),
+    "cuda_runtime_error_3_init_alphapose_175.txt": ("cuda.initialization_error", "warning"),
 }
 
 
@@ -111,7 +116,8 @@ def test_oom_diagnosis(name: str, diagnosis: str) -> None:
 
 def test_new_signatures_have_sources_and_compile() -> None:
     ids = {s.id for s in signatures()}
-    for sid in ("nccl.connect_failed", "nccl.ibv_call_failed", "cudnn.version_mismatch", "xla.dnn_init_failed"):
+    for sid in ("nccl.connect_failed", "nccl.ibv_call_failed", "cudnn.version_mismatch", "xla.dnn_init_failed",
+                "cublas.not_supported", "cuda.initialization_error", "torch.driver_init_failed", "smi.no_libnvml"):
         assert sid in ids
     for s in signatures():
         assert s.source.startswith("https://"), s.id
@@ -148,3 +154,9 @@ def test_kernel_log_pastes_through_doctor_from(name: str, codes: set[str]) -> No
     r = diagnose(snapshot_from_text(_text(name), name))
     assert codes <= {f.code for f in r.findings}
     assert r.verdict == Verdict.DRAIN
+
+
+def test_container_hook_wording_is_not_a_cuda_initialization_error() -> None:
+    """"nvidia-container-cli: initialization error" is the hook failing, not CUDA error 3."""
+    for name in ("container_cli_mismatch_plex_18.txt", "container_cli_no_libnvml_libnvc_231.txt"):
+        assert "cuda.initialization_error" not in [m.id for m in match(_text(name))]
