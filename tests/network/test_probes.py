@@ -136,7 +136,7 @@ def test_offline_everywhere_gives_no_route_within_seconds() -> None:
     eps = [ep(f"https://h{i}.test", big=True, id=f"e{i}") for i in range(20)]
     t0 = time.monotonic()
     nf = probe_endpoints(eps, cfg(resolver=resolver, deadline_s=45.0))
-    assert time.monotonic() - t0 < 3.0
+    assert time.monotonic() - t0 < 10.0  # not the 45-s deadline (slack for a busy CI box)
     assert nf.offline is True and nf.offline_reason and "no name resolves" in nf.offline_reason
     fs = findings(nf)
     assert list(fs) == ["network.offline"]  # nothing else: it would be noise
@@ -149,7 +149,7 @@ def test_no_default_route_is_named() -> None:
     eps = [ep(f"https://h{i}.test", id=f"e{i}") for i in range(5)]
     t0 = time.monotonic()
     nf = probe_endpoints(eps, cfg(connector=unreachable, route_check=lambda: False))
-    assert time.monotonic() - t0 < 3.0
+    assert time.monotonic() - t0 < 10.0  # not the 15-s deadline (slack for a busy CI box)
     assert nf.offline is True and "no default route" in (nf.offline_reason or "")
     assert nf.probes[0].connect_error and "network unreachable" in nf.probes[0].connect_error
     assert "no default route" in findings(nf)["network.offline"].title
@@ -168,7 +168,7 @@ def test_hung_resolver_is_bounded() -> None:
 
     t0 = time.monotonic()
     nf = probe_endpoints([ep("https://slow.test")], cfg(resolver=hung, dns_timeout_s=0.3))
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 10.0  # the resolver hangs 30 s (slack for a busy CI box)
     assert nf.probes[0].dns_error == "no answer in 0.3s"
 
 
