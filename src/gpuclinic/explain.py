@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import stat
 import sys
 from collections.abc import Callable
 from typing import BinaryIO
@@ -31,6 +33,7 @@ from gpuclinic.knowledge.signatures import SignatureMatch, match
 from gpuclinic.model import Family, Finding, GpuRef, Severity, Skipped
 
 MAX_INPUT = 64 * 1024 * 1024  # bytes read from a file or stdin (logs beyond this are cut, with a note)
+HEAD_KEEP = 1024 * 1024  # of a longer input: this much of its start, the rest from its end
 _FAMILY = {
     "cuda_oom": Family.SOFTWARE, "nccl_timeout": Family.NETWORK, "nccl": Family.NETWORK,
     "cuda_runtime": Family.SOFTWARE, "driver": Family.SOFTWARE, "nvml": Family.SOFTWARE,
@@ -59,13 +62,13 @@ def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, st
     """(text, origin, truncated) from a file or ``-``/None for stdin."""
     if path in (None, "-"):
         src = stdin if stdin is not None else sys.stdin.buffer
-        data = src.read(MAX_INPUT + 1)
+        data, truncated = _read_capped(src)
         origin = "<stdin>"
     else:
         assert path is not None
         try:
             with open(path, "rb") as fh:
-                data = fh.read(MAX_INPUT + 1)
+                data, truncated = _read_capped(fh)
         except IsADirectoryError:
             raise InputError(f"{path}: is a directory; give a file or - for stdin") from None
         except FileNotFoundError:
@@ -75,13 +78,42 @@ def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, st
         except OSError as e:
             raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
         origin = path
-    truncated = len(data) > MAX_INPUT
-    text = decode(data[:MAX_INPUT])
+    text = decode(data)
     if not text.strip():
         raise InputError(f"{origin}: empty input; paste the error text or give a log file")
     if _looks_binary(text):
         raise InputError(f"{origin}: binary data, not text; give a log, a traceback or nvidia-smi output")
     return text, origin, truncated
+
+
+def _read_capped(fh: BinaryIO) -> tuple[bytes, bool]:
+    """At most MAX_INPUT bytes: all of it, or for a longer log its start (environment headers)
+    and its end (the crash that ended a run is the last thing it printed)."""
+    data = fh.read(MAX_INPUT + 1)
+    if len(data) <= MAX_INPUT:
+        return data, False
+    if data[:2] == b"\x1f\x8b":
+        return data[:MAX_INPUT], True  # compressed: a head and a tail would not decompress
+    keep = MAX_INPUT - HEAD_KEEP
+    try:
+        size = os.fstat(fh.fileno()).st_size
+        regular = stat.S_ISREG(os.fstat(fh.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        regular = False
+    if regular and size > MAX_INPUT:
+        fh.seek(size - keep)
+        tail = bytearray(fh.read(keep))
+    else:  # a pipe: stream through, keeping the last `keep` bytes
+        tail = bytearray(data[HEAD_KEEP:])
+        while chunk := fh.read(1 << 22):
+            tail += chunk
+            if len(tail) > keep + (8 << 20):
+                del tail[: len(tail) - keep]
+        del tail[: max(0, len(tail) - keep)]
+    nl = tail.find(b"\n")
+    if 0 <= nl < 65536:
+        del tail[: nl + 1]  # start at a whole line
+    return data[:HEAD_KEEP] + b"\n[... gpuclinic: middle of the input left out ...]\n" + bytes(tail), True
 
 
 def _looks_binary(text: str) -> bool:
@@ -175,7 +207,7 @@ def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = Non
             continue  # the evidence checks already diagnosed it, with the doctor's code
         findings.append(_finding(sm, live))
     if truncated:
-        notes.append(f"input cut at {MAX_INPUT // (1 << 20)} MiB")
+        notes.append(f"input over {MAX_INPUT // (1 << 20)} MiB: read its first {HEAD_KEEP // (1 << 20)} MiB and its end")
     snap.notes += notes
     if live is not None and pasted is None:
         snap.notes.append("fixes use this machine's facts: " + _live_summary(live))

@@ -183,3 +183,24 @@ def test_collect_env_paste_with_an_error() -> None:
     # A100 (8.0) is covered by torch 2.4.1+cu121: the culprit is an extension
     assert "compiled extension" in f.remedy and "TORCH_CUDA_ARCH_LIST=8.0" in f.remedy
     assert any("NVIDIA A100-SXM4-40GB: compute capability 8.0" in e for e in f.evidence)
+
+
+def test_long_input_keeps_its_start_and_its_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the crash that ended a long training log is its last line: a head-only cut said "nothing found"
+    import gpuclinic.explain as ex
+
+    monkeypatch.setattr(ex, "MAX_INPUT", 64 * 1024)
+    monkeypatch.setattr(ex, "HEAD_KEEP", 4 * 1024)
+    log = ("Nvidia driver version: 535.104.05\n" + "step 1 loss 0.5 tokens/s 12345\n" * 20000
+           + "RuntimeError: CUDA error: an illegal memory access was encountered\n").encode()
+    f = tmp_path / "train.log"
+    f.write_bytes(log)
+    for text, _origin, truncated in (ex.read_input(str(f)), ex.read_input("-", stdin=io.BytesIO(log))):
+        assert truncated and len(text) <= 64 * 1024 + 100
+        assert text.startswith("Nvidia driver version: 535.104.05\n")
+        assert text.endswith("illegal memory access was encountered\n")
+        assert "\nstep 1 loss 0.5 tokens/s 12345\n" in text[-2000:]  # the tail starts at a whole line
+        r = ex.explain_text(text, "train.log", None, truncated=truncated)
+        assert "error.cuda.illegal_address" in [x.code for x in r.findings]
+    short = b"RuntimeError: CUDA error: out of memory\n"
+    assert ex.read_input("-", stdin=io.BytesIO(short)) == (short.decode(), "<stdin>", False)
