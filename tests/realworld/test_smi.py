@@ -270,3 +270,25 @@ def test_topo_matrix_is_read_into_notes(name: str, first: str, nvlink: bool) -> 
     assert notes[0].startswith(first)
     assert any(n.startswith("no NVLink") for n in notes) is not nvlink
     assert any("CPUs 0-" in n for n in notes)
+
+
+def test_query_gpu_every_field_of_590_h100_mig() -> None:
+    """`--query-gpu=<all ~220 fields>` on 590: many unknown columns, "[Requested functionality has been deprecated]"."""
+    s = snap_of("query_gpu_all_fields_h100_mig_590_exporter.csv")
+    (g,) = s.gpus
+    assert (s.driver_version, g.name, g.pci_bus_id, g.compute_capability) == (
+        "590.48.01", "NVIDIA H100 80GB HBM3", "0000:00:09.0", "9.0")
+    assert (g.mig_mode_current, g.ecc_mode_current, g.ecc_volatile_uncorrected) == (True, True, 0)
+    assert (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.performance_state) == (5, 5, 16, "P0")
+    assert (g.power_draw_w, g.power_limit_w, g.temperature_c, g.memory_temperature_c) == (433.78, 700, 53, 59)
+    assert ((g.memory_used_bytes or 0) // MiB, (g.memory_total_bytes or 0) // MiB) == (11125, 81559)
+    assert g.clock_event_reasons == [] and g.sm_clock_mhz == 1980
+    assert diagnose(s).verdict == Verdict.HEALTHY
+
+
+def test_query_retired_pages_without_addresses_is_not_a_retirement() -> None:
+    """590 lists a row per cause with "[N/A]" address: no page was retired."""
+    s = snap_of("query_retired_pages_na_h100_590_exporter.csv")
+    (g,) = s.gpus
+    assert g.name == "NVIDIA H100 80GB HBM3" and not g.retired_pages_sbe and not g.retired_pages_dbe
+    assert diagnose(s).verdict == Verdict.HEALTHY

@@ -28,6 +28,14 @@ def _num(attr: str) -> Setter:
     return f
 
 
+def _num_unless_set(attr: str) -> Setter:
+    """A fallback column (instant power when the averaged one is also queried) never overrides the main one."""
+    def f(g: GpuFacts, v: str) -> None:
+        if getattr(g, attr) is None:
+            setattr(g, attr, c.num(v))
+    return f
+
+
 def _int(attr: str) -> Setter:
     def f(g: GpuFacts, v: str) -> None:
         setattr(g, attr, c.integer(v))
@@ -95,7 +103,7 @@ FIELDS: dict[str, Setter] = {
     "temperature.memory": _num("memory_temperature_c"),
     "fan.speed": _num("fan_percent"),
     "pstate": _str("performance_state"),
-    "power.draw": _num("power_draw_w"), "power.draw.instant": _num("power_draw_w"),
+    "power.draw": _num("power_draw_w"), "power.draw.instant": _num_unless_set("power_draw_w"),
     "power.limit": _num("power_limit_w"), "enforced.power.limit": _num("power_enforced_limit_w"),
     "power.default_limit": _num("power_default_limit_w"), "power.max_limit": _num("power_max_limit_w"),
     "clocks.sm": _num("sm_clock_mhz"), "clocks.current.sm": _num("sm_clock_mhz"),
@@ -133,7 +141,8 @@ def _field(col: str) -> str:
 def _header(line: str) -> list[str] | None:
     cols = [_field(x) for x in line.split(",")]
     known = [x for x in cols if x in FIELDS or x == "driver_version"]
-    return cols if len(known) >= 2 and len(known) * 2 >= len(cols) else None
+    # mostly our fields, or (a query of every field 5xx+ drivers know: ~220 columns) many of them
+    return cols if len(known) >= 2 and (len(known) * 2 >= len(cols) or len(known) >= 8) else None
 
 
 def looks_like(sample: str) -> bool:
