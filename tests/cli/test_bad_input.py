@@ -147,6 +147,19 @@ CASES = [
     Case("report-db-not-sqlite", ["report", "interruptions", "--db", "binary.bin"], 3, "cannot read the run ledger"),
     Case("report-unknown", ["report", "nosuch"], 2, "No such command"),
     Case("unknown-command", ["nosuch"], 2, "No such command"),
+    # watch, history, events
+    Case("history-no-metric", ["history", "--db", "nope.db"], 2, "name a METRIC"),
+    Case("history-unknown-metric", ["history", "nosuch", "--db", "nope.db"], 3, "unknown metric 'nosuch'"),
+    Case("history-until-garbage", ["history", "temperature", "--until", "garbage", "--db", "nope.db"], 3,
+         "bad --until 'garbage'"),
+    Case("history-db-missing", ["history", "temperature", "--db", "nope.db"], 3, "no watch store"),
+    Case("events-since-garbage", ["events", "--since", "garbage", "--db", "nope.db"], 3, "bad --since 'garbage'"),
+    Case("watch-kernel-log-missing", ["watch", "--scenario", "demo", "--duration", "1s", "--no-store",
+                                      "--kernel-log", "nope.log"], 3, "no such file"),
+    Case("watch-webhook-not-url", ["watch", "--scenario", "demo", "--duration", "1s", "--no-store",
+                                   "--webhook", "hooks.example/secret-token"], 3, "not an http(s) URL"),
+    Case("watch-db-is-dir", ["watch", "--scenario", "demo", "--duration", "1s", "--db", "adir"], 3, "is a directory"),
+    Case("watch-scenario-unknown", ["watch", "--scenario", "nosuch", "--duration", "1s", "--no-store"], 3, "nosuch"),
 ]
 
 
@@ -216,3 +229,15 @@ def test_bad_input_is_one_clean_error(case: Case, outcomes: dict[str, Outcome]) 
     assert o.rc == case.rc, (o.rc, o.err)
     # nothing created, nothing removed, nothing changed: no partial files, no clobbered data
     assert o.after == o.before, sorted(set(o.after.items()) ^ set(o.before.items()))
+
+
+def test_bad_webhook_is_not_echoed() -> None:
+    """A webhook URL is a secret even when malformed: the error must not repeat it."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "gpuclinic", "watch", "--scenario", "demo", "--duration", "1s",
+                        "--no-store", "--webhook", "hooks.example/T0KEN-s3cret"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3
+    assert "T0KEN-s3cret" not in r.stderr + r.stdout

@@ -18,7 +18,7 @@ import click
 from gpuclinic.errors import GpuclinicError, InputError
 
 
-def _parse_since(value: str | None, now: float) -> float | None:
+def _parse_since(value: str | None, now: float, option: str = "--since") -> float | None:
     """``2h``/``30m``/``7d`` before now, or an ISO 8601 time (naive = UTC)."""
     if value is None:
         return None
@@ -26,11 +26,11 @@ def _parse_since(value: str | None, now: float) -> float | None:
 
     v = value.strip()
     if v and v[0].isdigit() and v[-1] in "smhdw" and "T" not in v and "-" not in v:
-        return now - parse_duration(v, what="--since")
+        return now - parse_duration(v, what=option)
     try:
         dt = _dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
     except ValueError:
-        raise InputError(f"bad --since {value!r}: use a duration (90s, 2h, 7d) or an ISO time "
+        raise InputError(f"bad {option} {value!r}: use a duration (90s, 2h, 7d) or an ISO time "
                          "(2026-01-31T12:00:00Z)") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=_dt.timezone.utc)
@@ -54,6 +54,34 @@ def _iso(ts: float | None) -> str:
     if ts is None:
         return ""
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _check_agent_options(listen: str, no_http: bool, kernel_logs: tuple[str, ...], webhooks: tuple[str, ...],
+                         db: str | None, no_store: bool) -> None:
+    """Refuse mistakes in the options before touching the GPU, so they show on any machine."""
+    from urllib.parse import urlsplit
+
+    if not no_http:
+        from gpuclinic.watch.server import parse_listen
+
+        parse_listen(listen)
+    for kl in kernel_logs:
+        p = Path(kl)
+        if not p.exists():
+            raise InputError(f"--kernel-log {kl}: no such file (give a log file to follow, e.g. /var/log/kern.log)")
+        if p.is_dir():
+            raise InputError(f"--kernel-log {kl}: is a directory, not a log file")
+    for url in webhooks:
+        try:
+            parts = urlsplit(url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            ok = False
+        if not ok:
+            # never echo the value: a webhook URL is a secret
+            raise InputError("--webhook: not an http(s) URL (expected https://host/path)")
+    if db and not no_store and Path(db).is_dir():
+        raise InputError(f"--db {db}: is a directory; give a file path such as {Path(db) / 'gpuclinic.db'}")
 
 
 @click.command("watch")
@@ -134,6 +162,7 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
         cfg.notify.channels.append(ChannelConfig(type="webhook", url=url))
     run_for = parse_duration(duration, what="--duration") if duration else None
     log = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
+    _check_agent_options(listen, no_http, kernel_logs, webhooks, db, no_store)
     opened = backend.open()  # before creating anything on disk: no GPU, no store file
 
     store = None
@@ -215,13 +244,16 @@ def history(metric: str | None, gpu: int | None, since: str, until: str | None, 
     if list_metrics or metric is None:
         for m in METRICS:
             click.echo(f"{m.name:24} {m.unit:9} {m.help}")
-        return 0 if list_metrics else 2
+        if not list_metrics:
+            raise InputError("name a METRIC (the list above), e.g. `gpuclinic history temperature --since 2h`",
+                             exit_code=2)
+        return 0
     if metric not in METRIC_BY_NAME:
         raise InputError(f"unknown metric {metric!r}; one of: {', '.join(m.name for m in METRICS)}")
     m = METRIC_BY_NAME[metric]
     now = time.time()
     lo = _parse_since(since, now)
-    hi = _parse_since(until, now) if until else None
+    hi = _parse_since(until, now, "--until") if until else None
     st = _open_store_for_reading(db)
     try:
         rows = st.query(m.name, gpu=gpu, since=lo, until=hi)
