@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuclinic.facts.software import ContainerFacts
+from gpuclinic.sources._fs import read_text as _read
+from gpuclinic.sources._fs import under as _p
 
 if TYPE_CHECKING:
     from gpuclinic.collect import CollectOptions
@@ -25,16 +26,6 @@ _CGROUP_MARKERS = (("kubepods", "kubernetes"), ("docker", "docker"), ("libpod", 
                    ("cri-containerd", "containerd"), ("lxc", "lxc"), ("garden", "garden"))
 
 
-def _p(root: str | os.PathLike[str], rel: str) -> Path:
-    return Path(root) / rel.lstrip("/")
-
-
-def _read(path: Path, limit: int = 1 << 20) -> str | None:
-    try:
-        with path.open("rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return None
 
 
 def detect(root: str | os.PathLike[str], env: Mapping[str, str]) -> tuple[bool, str | None, bool, list[str]]:

@@ -11,10 +11,11 @@ import os
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuclinic.facts.host import HostFacts
+from gpuclinic.sources._fs import read_text as _read
+from gpuclinic.sources._fs import under as _p
 
 if TYPE_CHECKING:
     from gpuclinic.collect import CollectOptions
@@ -24,15 +25,6 @@ WHAT = "host CPU, memory and I/O"
 _CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
-def _p(root: str | os.PathLike[str], rel: str) -> Path:
-    return Path(root) / rel.lstrip("/")
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return None
 
 
 def parse_cpulist(s: str) -> list[int]:

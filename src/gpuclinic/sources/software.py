@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from gpuclinic.facts.software import CudaToolkit, Framework, SoftwareFacts
 from gpuclinic.knowledge import compat
+from gpuclinic.sources._fs import read_text as _read
+from gpuclinic.sources._fs import under as _p
 
 if TYPE_CHECKING:
     from gpuclinic.collect import CollectOptions
@@ -39,16 +41,6 @@ FRAMEWORKS = {
 }
 
 
-def _p(root: str | os.PathLike[str], rel: str) -> Path:
-    return Path(root) / rel.lstrip("/")
-
-
-def _read(path: Path, limit: int = 1 << 20) -> str | None:
-    try:
-        with path.open("rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return None
 
 
 # ------------------------------------------------------------------ kernel module
