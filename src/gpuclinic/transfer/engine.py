@@ -923,17 +923,7 @@ class Engine:
             # no ranges: pieces cannot be refetched one by one (the scheduler never hands them out),
             # so start the file over with a fresh single-stream request
             with self.cv:
-                self._discard(job)
-                job.state = "new"
-                self._new_idx = min(self._new_idx, self.jobs.index(job))
-                job.size = job.spec.size
-                job.etag = None
-                job.segments = []
-                job.partial = {}
-                job.bytes_done = 0
-                job.hashed_pieces = 0
-                job.sha = hashlib.sha256()
-                job.gsha = None
+                self._start_over(job)
                 self.cv.notify_all()
             self._emit("mismatch", job)
             return
@@ -956,21 +946,26 @@ class Engine:
         with self.cv:
             if job.state not in ("open", "opening"):
                 return
-            self._discard(job)
-            job.state = "new"
-            self._new_idx = min(self._new_idx, self.jobs.index(job))
-            job.size = job.spec.size
-            job.etag = None
-            job.segments = []
-            job.partial = {}
-            job.bytes_done = 0
-            job.hashed_pieces = 0
-            job.sha = hashlib.sha256()
+            self._start_over(job)
             job.verify_rounds += 1
             if job.verify_rounds > 3:
                 job.state = "failed"
                 job.error = f"{job.label}: {why}"
             self.cv.notify_all()
+
+    def _start_over(self, job: _Job) -> None:
+        """Forget everything fetched for ``job`` and queue it again (caller holds ``self.cv``)."""
+        self._discard(job)
+        job.state = "new"
+        self._new_idx = min(self._new_idx, self.jobs.index(job))
+        job.size = job.spec.size
+        job.etag = None
+        job.segments = []
+        job.partial = {}
+        job.bytes_done = 0
+        job.hashed_pieces = 0
+        job.sha = hashlib.sha256()
+        job.gsha = None
 
     def _discard(self, job: _Job) -> None:
         if job.fd is not None:
