@@ -4,7 +4,7 @@
 Not needed at runtime: the JSON it writes ships with the package.  Run it again when the research
 file changes::
 
-    python tools/build_xid_catalog.py [../shared/research/xid-catalog.json]
+    python tools/build_xid_catalog.py [tools/data/xid-catalog.research.json]
 
 The input holds one entry per XID (1-173) gathered from NVIDIA's Xid catalog, the legacy Xid table,
 NVSentinel's mapping and fleet tools (each entry names its sources).  This script keeps the fields
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_IN = ROOT.parent / "shared" / "research" / "xid-catalog.json"  # ../shared beside the checkout
+DEFAULT_IN = ROOT / "tools" / "data" / "xid-catalog.research.json"  # a copy of ../shared/research/xid-catalog.json
 OUT = ROOT / "src" / "gpuclinic" / "knowledge" / "data" / "xid_catalog.json"
 
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"

@@ -6,14 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from realtools import require
+
 from .servers import make_cert
 
 
 @pytest.fixture(scope="session")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    require("openssl")
     made = make_cert(tmp_path_factory.mktemp("tls"))
-    if made is None:
-        pytest.skip("openssl CLI not available to make a test certificate")
+    assert made is not None, "openssl could not make a test certificate"
     return made
 
 

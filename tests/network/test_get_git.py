@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -22,10 +21,14 @@ from gpuclinic.transfer.git import (
     insteadof_for,
     last_error_line,
 )
+from realtools import require
 
 from .servers import FlakyTcpProxy, free_port
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+
+@pytest.fixture(autouse=True)
+def _need_git() -> None:
+    require("git")
 
 GITCONFIG = "[user]\n\tname = Someone\n[url \"https://example.invalid/\"]\n\tinsteadOf = https://unrelated.example/\n"
 

@@ -338,7 +338,7 @@ def test_ipv6_loopback_literal() -> None:
 ])
 def test_diagnosis_on_the_wan_simulator(knobs: dict[str, Any], code: str) -> None:
     """The project's WAN simulator (transfer area) with added latency: the same verdicts."""
-    wansim = pytest.importorskip("gpuclinic.transfer.wansim")
+    from gpuclinic.transfer import wansim
     with wansim.WanSim(wansim.Knobs(**knobs)) as sim:
         url = sim.add_file("big.bin", bytes(16 * 1024 * 1024))
         base = sim.base_url

@@ -14,8 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from realtools import require
+
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
                              shutil.which("google-chrome")) if p), None)
+
+
+@pytest.fixture(autouse=True)
+def _need_chromium() -> None:
+    require("chromium")
 TOKEN = "dash-token-0123456789abcdef"
 
 
@@ -44,7 +51,6 @@ def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True, text=True, timeout=90)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium)")
 @pytest.mark.timeout(150)
 def test_dashboard_renders_plots_timeline_and_events(tmp_path: Path, free_port: Callable[[], int],
                                                     artifacts: Path) -> None:

@@ -16,10 +16,17 @@ from prometheus_client import generate_latest
 
 from gpuclinic.watch.agent import Agent
 from gpuclinic.watch.metrics import make_registry
+from realtools import require
 
 DEPLOY = Path(str(resources.files("gpuclinic.watch").joinpath("deploy")))
-needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
-                                    reason="promtool not installed (Debian package prometheus)")
+
+
+@pytest.fixture
+def _promtool() -> None:
+    require("promtool")
+
+
+needs_promtool = pytest.mark.usefixtures("_promtool")
 _NAME = re.compile(r"\b(gpuclinic_[a-z0-9_]+)")
 
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuclinic.watch.agent import Agent
 from gpuclinic.watch.metrics import make_registry
+from realtools import require
 
 
 def _exposition(a: Agent) -> str:
@@ -49,8 +48,8 @@ def test_metric_names_units_and_labels(agent_factory: Callable[..., Agent], tmp_
     assert fams["gpuclinic_health_verdict"].samples[0].value == 2
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)")
 def test_promtool_check_metrics_clean(agent_factory: Callable[..., Agent]) -> None:
+    require("promtool")
     a = agent_factory("demo", scale=60)
     a.run(duration_s=40)
     text = _exposition(a)

@@ -3,7 +3,6 @@ rules, the XID and lost-GPU alerts firing (queried from Prometheus' own /api/v1/
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -14,14 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-PROM = shutil.which("prometheus")
+from realtools import require
+
 RULES = Path(str(resources.files("gpuclinic.watch").joinpath("deploy").joinpath("gpuclinic-rules.yml")))
 
 
-@pytest.mark.skipif(PROM is None, reason="prometheus binary not installed (Debian package prometheus)")
 @pytest.mark.timeout(90)
 def test_real_prometheus_fires_shipped_rules(tmp_path: Path, free_port: Callable[[], int]) -> None:
-    assert PROM is not None
+    PROM = require("prometheus")["prometheus"]
     aport, pport = free_port(), free_port()
     agent = subprocess.Popen(
         [sys.executable, "-m", "gpuclinic", "watch", "--scenario", "demo", "--time-scale", "10", "--no-store",
