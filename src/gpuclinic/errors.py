@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 
+# Exit codes shared by every command.  Verdicts use 0 (healthy / nothing found), 1 (warning) and
+# 2 (drain / critical); 3 means the command ran but could not judge (e.g. no GPU data at all).
+# Usage and input errors (a bad flag or value, a missing or unreadable file, unrecognised input)
+# use EXIT_USAGE, which no verdict uses, so a typo in a health-check script never drains a node.
+EXIT_COULD_NOT_RUN = 3
+EXIT_USAGE = 64
+
+
 class GpuclinicError(Exception):
     """A problem the user can act on: bad input, unreadable file, refused request.
 

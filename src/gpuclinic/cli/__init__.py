@@ -29,6 +29,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "events": ("gpuclinic.cli.watch", "events", "List events recorded by the watch agent."),
     "run": ("gpuclinic.cli.run", "run", "Run a training job and keep it alive through GPU faults."),
     "report": ("gpuclinic.cli.run", "report", "Reports over the ledger (e.g. `report interruptions`)."),
+    "runbook": ("gpuclinic.cli.runbook", "runbook", "Print the step-by-step procedure for a failure code."),
+    "accept": ("gpuclinic.cli.accept", "accept", "Acceptance scorecard: is this rented server what you paid for?"),
+    "fleet": ("gpuclinic.cli.fleet", "fleet", "Many nodes at once: verdicts, incidents, trends, idle GPU-hours."),
+    "slurm": ("gpuclinic.cli.slurm", "slurm", "Slurm integration: health check, prolog and epilog."),
+    "k8s": ("gpuclinic.cli.k8s", "k8s", "Kubernetes integration: node-problem-detector plugin, node condition."),
+    "sync": ("gpuclinic.cli.sync", "sync", "Fast laptop <-> server sync over SSH (parallel rsync streams)."),
 }
 
 
