@@ -9,6 +9,8 @@ import time
 import pytest
 from slurmcluster import SlurmCluster
 
+from realtools import require
+
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -72,6 +74,7 @@ def _job_state(c: SlurmCluster, job: str) -> str:
 def test_prolog_refuses_a_job_on_a_bad_gpu(cluster: SlurmCluster) -> None:
     """The real prolog (slurm.conf Prolog=) runs `gpuclinic slurm prolog`: the job never runs, the node
     is drained with gpuclinic's reason, and the job goes back to the queue."""
+    require("sbatch", "scancel")
     cluster.prolog_scenario.write_text("fallen-off-bus")
     marker = cluster.root / "job-ran"
     out = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", f"touch {marker}"],
@@ -84,11 +87,11 @@ def test_prolog_refuses_a_job_on_a_bad_gpu(cluster: SlurmCluster) -> None:
     assert not marker.exists()
     log = (cluster.root / "prolog.log").read_text()
     assert "prolog: gpuclinic: gpu.fallen_off_bus GPU 4" in log, log
-    cluster.scontrol("cancel", job, check=False)
     subprocess.run(["scancel", job], env=cluster.env, timeout=20, check=False)
 
 
 def test_prolog_lets_a_job_on_good_gpus_run(cluster: SlurmCluster) -> None:
+    require("sbatch")
     cluster.prolog_scenario.write_text("healthy-8xh100-load")
     marker = cluster.root / "job-ran-ok"
     out = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", f"touch {marker}"],
