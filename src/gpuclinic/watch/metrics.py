@@ -167,4 +167,7 @@ class AgentCollector(Collector):
 def make_registry(agent: Agent) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(AgentCollector(agent))
+    from gpuclinic.fleet.ledger_metrics import LedgerCollector  # run ledger figures for `gpuclinic fleet`
+
+    reg.register(LedgerCollector(getattr(agent.store, "path", None)))
     return reg

@@ -1,0 +1,89 @@
+"""Acceptance: a real Prometheus scraping four `gpuclinic watch --scenario` agents, read by `gpuclinic fleet`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fleetenv import Agent, PrometheusServer, by_node, fleet_json, wait_fleet
+
+from gpuclinic.store import connect
+from gpuclinic.supervise.ledger import Ledger
+from realtools import require
+
+SCENARIOS = {"gpu-fob": "fallen-off-bus", "gpu-hot": "overheating", "gpu-slow": "straggler", "gpu-ok": "healthy"}
+
+
+def _ledger(db: Path) -> None:
+    """One supervised run on the fallen-off-bus node: 1 h, one GPU interruption losing 10 min."""
+    led = Ledger(connect(db))
+    now = time.time()
+    rid = led.start_run(started_at=now - 3600, host="gpu-fob", command=["train.py"], cwd="/", gpus=[], log_path="-")
+    led.attempt_started(rid, 1, now - 3600)
+    led.add_interruption(rid, attempt=1, attempt_started_at=now - 3600, at=now - 1800, cls="gpu_hardware",
+                         summary="GPU 4 fell off the bus", evidence=[], gpu={"index": 4}, exit_code=1, signal=None,
+                         action="restart", last_checkpoint_at=now - 2400, checkpoint=None)
+    led.finish_run(rid, ended_at=now, status="completed", exit_code=0)
+    led.conn.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[PrometheusServer, dict[str, Agent]]]:
+    prom_bin = require("prometheus")["prometheus"]
+    _ledger(tmp_path / "fob.db")
+    agents = {n: Agent(n, s, tmp_path, db=tmp_path / "fob.db" if n == "gpu-fob" else None)
+              for n, s in SCENARIOS.items()}
+    prom = PrometheusServer(prom_bin, tmp_path, list(agents.values()))
+    try:
+        prom.wait_ready()
+        yield prom, agents
+    finally:
+        for a in agents.values():
+            a.stop()
+        prom.stop()
+
+
+@pytest.mark.timeout(150)
+def test_fleet_over_prometheus(cluster: tuple[PrometheusServer, dict[str, Agent]]) -> None:
+    prom, agents = cluster
+    args = ["--prometheus", prom.url, "--window", "10m", "--price-per-gpu-hour", "2.5"]
+
+    def settled(d: dict) -> bool:  # type: ignore[type-arg]
+        n = by_node(d)
+        return (len(n) == 4 and n["gpu-fob"]["verdict"] == "drain" and n["gpu-hot"]["verdict"] != "healthy"
+                and any(i["code"] == "watch.straggler" for i in n["gpu-slow"]["incidents"])
+                and n["gpu-fob"]["goodput"] is not None and n["gpu-ok"]["idle_gpu_hours"] is not None)
+
+    rc, d = wait_fleet(args, settled, timeout=90)
+    assert d["schema"] == "gpuclinic.fleet/1" and rc == 2
+    first = d["nodes"][0]
+    assert first["node"] == "gpu-fob" and first["verdict"] == "drain"
+    assert {"code": "gpu.fallen_off_bus", "gpu": 4} in [{"code": i["code"], "gpu": i["gpu"]} for i in first["incidents"]]
+    assert all(i["age_s"] is not None and 0 <= i["age_s"] <= 600 for i in first["incidents"])
+    assert (first["gpus_seen"], first["gpus_expected"]) == (7, 8)
+    assert first["interruptions"] == 1 and first["goodput"] == pytest.approx(5 / 6, abs=0.01)
+    n = by_node(d)
+    assert n["gpu-ok"]["verdict"] == "healthy" and n["gpu-ok"]["incidents"] == []
+    assert (n["gpu-ok"]["gpus_seen"], n["gpu-ok"]["gpus_expected"]) == (8, 8)
+    assert n["gpu-ok"]["idle_gpu_hours"] == 0  # busy the whole time
+    assert any(i["code"] == "thermal.slowdown" and i["gpu"] == 3 for i in n["gpu-hot"]["incidents"])
+    assert [x["node"] for x in d["nodes"]][-1] == "gpu-ok"  # healthy last
+    assert d["summary"]["drain"] == ["gpu-fob"] and d["summary"]["gpus_seen"] == 7 + 8 + 4 + 8
+
+    # kill one agent: it must show as unreachable, never healthy, and rank right after the drain node
+    agents["gpu-ok"].stop()
+    rc, d = wait_fleet(args, lambda d: by_node(d)["gpu-ok"]["verdict"] == "unreachable", timeout=30)
+    dead = by_node(d)["gpu-ok"]
+    assert dead["error"] and dead["incidents"] == [] and dead["gpus_seen"] is None
+    assert [x["node"] for x in d["nodes"]][:2] == ["gpu-fob", "gpu-ok"]
+    assert d["summary"]["unreachable"] == ["gpu-ok"]
+
+
+@pytest.mark.timeout(60)
+def test_prometheus_down_is_exit_3_one_line(tmp_path: Path) -> None:
+    from fleetenv import free_port
+
+    rc, d, err = fleet_json("--prometheus", f"http://127.0.0.1:{free_port()}")
+    assert rc == 3 and d == {} and err.startswith("gpuclinic: error: cannot reach Prometheus") and err.count("\n") == 1
