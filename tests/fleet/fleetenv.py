@@ -42,23 +42,21 @@ class Agent:
 
 
 class PrometheusServer:
-    def __init__(self, binary: str, tmp: Path, agents: list[Agent], *, extra_args: list[str] | None = None) -> None:
+    def __init__(self, binary: str, tmp: Path, agents: list[Agent], *, extra_args: list[str] | None = None,
+                 tsdb: Path | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = tmp / "prometheus.yml"
         targets = "\n".join(
             f"      - targets: ['{a.addr}']\n        labels: {{node: {a.node}}}" for a in agents)
-        cfg.write_text(f"""
-global:
-  scrape_interval: 1s
-  scrape_timeout: 900ms
-scrape_configs:
+        scrape = f"""scrape_configs:
   - job_name: gpuclinic
     static_configs:
 {targets}
-""")
+""" if agents else "scrape_configs: []\n"
+        cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n" + scrape)
         self.proc = subprocess.Popen(
-            [binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+            [binary, f"--config.file={cfg}", f"--storage.tsdb.path={tsdb or tmp / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn", *(extra_args or [])],
             stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "wb"))
 
@@ -108,3 +106,22 @@ def wait_fleet(args: list[str], pred: Callable[[dict[str, Any]], bool], timeout:
 
 def by_node(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {n["node"]: n for n in d["nodes"]}
+
+
+def backfill(promtool: str, nodes: int, tsdb: Path, tmp: Path, *, end: int, duration_s: int = 3600,
+             step_s: int = 60) -> tuple[list[Any], float]:
+    """Synthetic fleet history -> OpenMetrics file -> TSDB blocks (promtool). Returns truth and seconds."""
+    from gpuclinic.fleet.synth import write_openmetrics
+
+    om = tmp / "fleet.om"
+    with open(om, "w") as fh:
+        truth = write_openmetrics(fh, nodes=nodes, end=end, duration_s=duration_s, step_s=step_s)
+    t0 = time.monotonic()
+    tsdb.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(tsdb)],
+                       capture_output=True, text=True, timeout=1200, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"promtool failed: {p.stderr[-2000:]}")
+    took = time.monotonic() - t0
+    om.unlink()
+    return truth, took
