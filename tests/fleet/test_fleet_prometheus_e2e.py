@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 
+import httpx
 import pytest
 from fleetenv import Agent, PrometheusServer, by_node, fleet_json, wait_fleet
 
@@ -13,6 +16,7 @@ from gpuclinic.store import connect
 from gpuclinic.supervise.ledger import Ledger
 from realtools import require
 
+DEPLOY = Path(str(resources.files("gpuclinic.fleet").joinpath("deploy")))
 SCENARIOS = {"gpu-fob": "fallen-off-bus", "gpu-hot": "overheating", "gpu-slow": "straggler", "gpu-ok": "healthy"}
 
 
@@ -79,6 +83,22 @@ def test_fleet_over_prometheus(cluster: tuple[PrometheusServer, dict[str, Agent]
     assert dead["error"] and dead["incidents"] == [] and dead["gpus_seen"] is None
     assert [x["node"] for x in d["nodes"]][:2] == ["gpu-fob", "gpu-ok"]
     assert d["summary"]["unreachable"] == ["gpu-ok"]
+
+    # the shipped Grafana fleet dashboard: every query runs on this Prometheus, the node table and the
+    # verdict timeline show all four nodes, the dead one as 3 (unreachable)
+    dash = json.loads((DEPLOY / "grafana-fleet-dashboard.json").read_text())
+    results = {}
+    with httpx.Client(base_url=prom.url, timeout=10, trust_env=False) as c:
+        for panel in dash["panels"]:
+            for t in panel.get("targets", []):
+                expr = t["expr"].replace("$node", ".*").replace("$__range", "10m")
+                body = c.get("/api/v1/query", params={"query": expr}).json()
+                assert body["status"] == "success", (panel["title"], expr, body)
+                results[(panel["title"], t["refId"])] = body["data"]["result"]
+    verdicts = {r["metric"]["node"]: float(r["value"][1]) for r in results[("Nodes (worst first)", "A")]}
+    assert verdicts == {"gpu-fob": 2, "gpu-hot": 1, "gpu-slow": 1, "gpu-ok": 3}, verdicts
+    assert {r["metric"]["node"] for r in results[("Open incidents over time", "A")]} == {"gpu-fob"}
+    assert [float(r["value"][1]) for r in results[("Nodes to drain", "A")]] == [1]
 
 
 @pytest.mark.timeout(60)
