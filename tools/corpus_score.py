@@ -1,8 +1,9 @@
 """Score gpuclinic's evidence reading on the labelled real-world corpus.
 
 ``tests/fixtures/realworld/corpus`` holds public texts (kernel logs, nvidia-smi output, tracebacks,
-container and DCGM errors) and ``labels.json`` says what each one proves: the finding codes a correct
-diagnosis emits and the facts (driver version, GPU count) it reads.  This script runs both ways a user
+container and DCGM errors) and ``corpus/labels.json`` says what each one proves: the finding codes a correct
+diagnosis emits and the facts (driver version, GPU count) it reads.  It also labels the older fixtures in
+``realworld/errors`` and ``realworld/smi`` (keys with a folder, e.g. ``smi/table_....txt``).  This script runs both ways a user
 hands text to gpuclinic, in-process:
 
 * ``doctor --from FILE``: ``load_evidence([path])`` then ``diagnose``;
@@ -28,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT / "tests" / "fixtures" / "realworld" / "corpus"
+REALWORLD = ROOT / "tests" / "fixtures" / "realworld"
+CORPUS = REALWORLD / "corpus"
 LABELS = CORPUS / "labels.json"
 FACTS = ("driver_version", "gpu_count", "cuda_version")
 PATHS = ("doctor", "explain")
@@ -131,11 +133,16 @@ def score_file(name: str, label: dict[str, Any], runs: dict[str, Run]) -> FileSc
     return fs
 
 
+def path_of(name: str) -> Path:
+    """A label key: a corpus file name, or ``errors/...`` / ``smi/...`` for the older fixtures."""
+    return REALWORLD / name if "/" in name else CORPUS / name
+
+
 def score_corpus(names: Iterable[str] | None = None) -> list[FileScore]:
     labels = load_labels()
     out: list[FileScore] = []
     for name in sorted(names if names is not None else labels):
-        path = CORPUS / name
+        path = path_of(name)
         text = path.read_text(encoding="utf-8", errors="replace")
         runs = {"doctor": run_doctor(path), "explain": run_explain(text, name)}
         out.append(score_file(name, labels[name], runs))
