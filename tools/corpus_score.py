@@ -212,7 +212,8 @@ def render_misses(scores: list[FileScore]) -> str:
             if s.extra[p]:
                 bits.append("unlabelled " + ", ".join(s.extra[p]))
             if run.error and (s.missed[p] or s.extra[p]):
-                bits.append(run.error.splitlines()[0][:140])
+                bits.append("input rejected as not recognised" if run.error.startswith("not recognised")
+                            else run.error.splitlines()[0][:140])
             if bits:
                 parts.append(f"{p}: " + "; ".join(bits))
         if parts:
