@@ -88,10 +88,10 @@ def _lines(nodes: int, gpus: int, start: int, end: int, step: int, down_for: int
                     yield f"gpuclinic_gpu_lost{{{glab(t, g)}}} {lost} {at}"
     yield "# TYPE gpuclinic_event_open gauge"
     for t in truths:
-        for code, sev, g in t.incidents:
+        for code, sev, ig in t.incidents:
             for at in ts:
                 if alive(t, at) and at >= end - 1800:  # open for the last 30 minutes
-                    extra = f',code="{code}",severity="{sev}",uuid="GPU-{t.node}-{g}",index="{g}"'
+                    extra = f',code="{code}",severity="{sev}",uuid="GPU-{t.node}-{ig}",index="{ig}"'
                     yield f"gpuclinic_event_open{{{lab(t, extra)}}} 1 {at}"
     yield "# TYPE gpuclinic_gpu_utilization_ratio gauge"
     for t in truths:
@@ -116,10 +116,10 @@ def _lines(nodes: int, gpus: int, start: int, end: int, step: int, down_for: int
                     if not alive(t, at):
                         continue
                     mins = k * step / 60
-                    v = {"ecc": t.ecc_per_min * mins if hot else 0.0,
+                    cv = {"ecc": t.ecc_per_min * mins if hot else 0.0,
                          "remap": float(t.remaps) if hot and k >= len(ts) // 2 else 0.0,
                          "throttle": t.throttle_per_min * mins if hot else 0.0, "zero": 0.0}[rate_of]
-                    yield f"{fam}{suffix}{{{glab(t, g, extra)}}} {v:g} {at}"
+                    yield f"{fam}{suffix}{{{glab(t, g, extra)}}} {cv:g} {at}"
     yield "# TYPE gpuclinic_gpu_xid_errors counter"
     for t in truths:
         if not t.xids:
