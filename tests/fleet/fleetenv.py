@@ -21,14 +21,15 @@ def free_port() -> int:
 
 
 class Agent:
-    def __init__(self, node: str, scenario: str, tmp: Path, *, db: Path | None = None) -> None:
+    def __init__(self, node: str, scenario: str, tmp: Path, *, db: Path | None = None,
+                 extra: list[str] | None = None) -> None:
         self.node, self.scenario = node, scenario
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         store = ["--db", str(db)] if db else ["--no-store"]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpuclinic", "watch", "--scenario", scenario, "--time-scale", "10", *store,
-             "--listen", self.addr, "--quiet", "--duration", "36000s"],
+             "--listen", self.addr, "--quiet", "--duration", "36000s", *(extra or [])],
             stdout=subprocess.DEVNULL, stderr=open(tmp / f"agent-{node}.log", "wb"))
 
     def stop(self) -> None:
