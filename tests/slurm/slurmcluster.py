@@ -30,6 +30,7 @@ class SlurmCluster:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.prolog_scenario = root / "prolog-scenario"  # the scripted prolog reads the scenario name here
+        self.health_scenario = root / "health-scenario"  # and the HealthCheckProgram this one
 
     def _write(self) -> None:
         r = self.root
@@ -40,13 +41,15 @@ class SlurmCluster:
                        capture_output=True, timeout=10)
         key.chmod(0o400)
         ctld, sd = free_port(), free_port()
-        for kind in ("prolog", "epilog"):
+        for kind, src in (("prolog", self.prolog_scenario), ("epilog", self.prolog_scenario),
+                          ("healthcheck", self.health_scenario)):
             script = r / f"{kind}.sh"
-            # Slurm gives the prolog no user environment: the test names the scenario in a file
+            # Slurm gives these programs no user environment: the test names the scenario in a file
             script.write_text(
                 "#!/bin/sh\n"
-                f'[ -s "{self.prolog_scenario}" ] || exit 0\n'
-                f'exec "{sys.executable}" -m gpuclinic slurm {kind} --scenario "$(cat "{self.prolog_scenario}")" '
+                f'[ -s "{src}" ] || exit 0\n'
+                f'export SLURM_CONF="{self.conf}"  # slurm.conf is not at the default path here\n'
+                f'exec "{sys.executable}" -m gpuclinic slurm {kind} --scenario "$(cat "{src}")" '
                 f'>>"{r}/{kind}.log" 2>&1\n')
             script.chmod(0o755)
         self.conf.write_text(f"""\
@@ -78,6 +81,9 @@ SlurmctldTimeout=10
 SlurmdTimeout=30
 Prolog={r}/prolog.sh
 Epilog={r}/epilog.sh
+HealthCheckProgram={r}/healthcheck.sh
+HealthCheckInterval=2
+HealthCheckNodeState=ANY
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN
 PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 """)
@@ -146,6 +152,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
     def reset_node(self) -> None:
         """Back to IDLE with no reason, whatever the last test did."""
         self.prolog_scenario.unlink(missing_ok=True)
+        self.health_scenario.unlink(missing_ok=True)
         if "DRAIN" in self.state() or "DOWN" in self.state():
             self.scontrol("update", f"NodeName={self.node}", "State=RESUME")
         self.wait(lambda: self.state() == "IDLE", "the node to be IDLE again", 30)

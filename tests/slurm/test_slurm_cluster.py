@@ -102,3 +102,15 @@ def test_prolog_lets_a_job_on_good_gpus_run(cluster: SlurmCluster) -> None:
     assert cluster.state() == "IDLE"
     log = (cluster.root / "prolog.log").read_text()
     assert "prolog: job GPUs ok" in log and "epilog: job GPUs ok" in (cluster.root / "epilog.log").read_text()
+
+
+def test_slurmd_runs_the_health_check_program(cluster: SlurmCluster) -> None:
+    """slurm.conf HealthCheckProgram + HealthCheckInterval, as in docs/slurm.md: slurmd itself runs the
+    check, which drains the node, and resumes it once the GPU is fine again."""
+    cluster.health_scenario.write_text("fallen-off-bus")
+    cluster.wait(lambda: "DRAIN" in cluster.state(), "slurmd's health check to drain the node", 40)
+    assert (cluster.reason() or "").startswith("gpuclinic: gpu.fallen_off_bus GPU 4"), cluster.reason()
+    cluster.health_scenario.write_text("healthy-8xh100-load")
+    cluster.wait(lambda: cluster.state() == "IDLE", "slurmd's health check to resume the node", 40)
+    log = (cluster.root / "healthcheck.log").read_text()
+    assert "drained" in log and "resumed" in log, log
