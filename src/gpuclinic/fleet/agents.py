@@ -67,6 +67,8 @@ def _one(client: httpx.Client, base: str, now: float) -> NodeView:
         return n
     if state.get("host"):
         n.node = str(state["host"])
+    if isinstance(state.get("now"), (int, float)):
+        now = float(state["now"])  # event times are on the agent's clock (scaled when simulated)
 
     def first(*names: str) -> float | None:
         for name in names:
@@ -111,5 +113,9 @@ def collect(agents: list[str], *, token: str | None = None, timeout_s: float = 5
     with httpx.Client(timeout=timeout_s, headers=headers, trust_env=False) as client, \
             ThreadPoolExecutor(max_workers=min(32, len(agents))) as pool:
         nodes = list(pool.map(lambda a: _one(client, a, at), agents))
+    names = [n.node for n in nodes]
+    for n in nodes:  # several agents on one host (or hosts with one name): tell them apart
+        if names.count(n.node) > 1 and n.address and n.address != n.node:
+            n.node = f"{n.node}@{n.address}"
     return Fleet(source=f"{len(agents)} agents", window_s=0.0, nodes=nodes, generated_at=at,
                  took_s=time.monotonic() - t0)

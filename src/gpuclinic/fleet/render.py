@@ -32,7 +32,7 @@ def _incidents(n: NodeView, limit: int = 3) -> str:
     if n.verdict == "unreachable":
         return n.error or "unreachable"
     items = sorted(n.incidents, key=lambda i: (i.severity != "critical", i.gpu or "", i.code))
-    text = ", ".join(_inc(i) for i in items[:limit])
+    text = ", ".join(_inc(i) for i in items[:limit]) or "-"
     return text + (f" +{len(items) - limit}" if len(items) > limit else "")
 
 
