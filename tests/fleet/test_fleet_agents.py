@@ -25,7 +25,9 @@ def test_agents_mode(agents: dict[str, Agent], tmp_path: Path) -> None:
     listing = tmp_path / "agents.txt"
     listing.write_text(f"# fleet\n{agents['ok'].addr}\n\n{dead}\n")
     args = ["--agents", agents["fob"].addr, "--agents-file", str(listing), "--timeout", "2"]
-    rc, d = wait_fleet(args, lambda d: any(n["verdict"] == "drain" for n in d["nodes"]), timeout=60)
+    # incident ages are on the agent's clock (10x simulated time here): they must grow
+    rc, d = wait_fleet(args, lambda d: any(n["verdict"] == "drain" and any((i["age_s"] or 0) > 20 for i in n["incidents"])
+                                           for n in d["nodes"]), timeout=60)
     assert rc == 2 and len(d["nodes"]) == 3
     first, second, third = d["nodes"]
     assert first["verdict"] == "drain" and first["address"] == agents["fob"].addr
