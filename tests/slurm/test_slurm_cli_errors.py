@@ -35,3 +35,11 @@ def test_prolog_that_cannot_check_lets_the_job_start() -> None:
     p = subprocess.run([sys.executable, "-m", "gpuclinic", "slurm", "prolog", "--scenario", "nosuch"],
                        capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 0 and "could not check" in p.stderr and "letting the job start" in p.stderr, p.stderr
+
+
+def test_epilog_that_finds_a_problem_but_cannot_drain_fails() -> None:
+    """Then Slurm drains the node itself ("Epilog error"): the problem is never swallowed."""
+    p = subprocess.run([sys.executable, "-m", "gpuclinic", "slurm", "epilog", "--scenario", "fallen-off-bus",
+                        "--scontrol", "/nonexistent/scontrol", "--node", "n1"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 1 and "could not drain" in p.stderr, p.stderr

@@ -114,3 +114,21 @@ def test_slurmd_runs_the_health_check_program(cluster: SlurmCluster) -> None:
     cluster.wait(lambda: cluster.state() == "IDLE", "slurmd's health check to resume the node", 40)
     log = (cluster.root / "healthcheck.log").read_text()
     assert "drained" in log and "resumed" in log, log
+
+
+def test_prolog_and_epilog_look_at_the_jobs_gpus_only(cluster: SlurmCluster) -> None:
+    # GPU 4 fell off the bus; a job on GPUs 0,1 may start, and its epilog leaves the node alone
+    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "0,1", "CUDA_VISIBLE_DEVICES": "0,1"}
+    for kind in ("prolog", "epilog"):
+        p = gpuclinic(cluster, "slurm", kind, "--scenario", "fallen-off-bus", env=env)
+        assert p.returncode == 0 and f"{kind}: job GPUs ok (SLURM_JOB_GPUS=0,1" in p.stderr, p.stderr
+    assert cluster.state() == "IDLE"
+    # a job that used GPU 4: the epilog drains the node with gpuclinic's reason and exits 0
+    p = gpuclinic(cluster, "slurm", "epilog", "--scenario", "fallen-off-bus", env={**env, "SLURM_JOB_GPUS": "3,4"})
+    assert p.returncode == 0 and "drained" in p.stderr, p.stderr
+    assert "DRAIN" in cluster.state() and (cluster.reason() or "").startswith("gpuclinic: gpu.fallen_off_bus GPU 4")
+    # --no-drain: the problem is reported by the exit status and Slurm does the draining
+    cluster.reset_node()
+    p = gpuclinic(cluster, "slurm", "epilog", "--no-drain", "--scenario", "fallen-off-bus",
+                  env={**env, "SLURM_JOB_GPUS": "4"})
+    assert p.returncode == 1 and cluster.state() == "IDLE", p.stderr

@@ -60,8 +60,9 @@ def healthcheck(scenario: str | None, node: str | None, scontrol_path: str | Non
 
 
 def _job_check(kind: str, scenario: str | None, node: str | None, scontrol_path: str | None,
-               kernel_logs: tuple[str, ...], drain: bool) -> tuple[bool, str]:
-    """(blocked, message) for the job's GPUs; drains this node with a gpuclinic reason when blocked."""
+               kernel_logs: tuple[str, ...], drain: bool) -> tuple[bool, str, bool]:
+    """(blocked, message, node_drained) for the job's GPUs; drains this node with a gpuclinic reason when
+    blocked.  ``node_drained`` says the node is out of service now (drained here, before, or by others)."""
     from gpuclinic.slurm.health import Judgement, blocking_for_job, job_gpu_tokens, run_doctor
     from gpuclinic.slurm.scontrol import Scontrol, this_node
 
@@ -70,19 +71,23 @@ def _job_check(kind: str, scenario: str | None, node: str | None, scontrol_path:
     blocking = blocking_for_job(report, tokens)
     where = f"{var}={','.join(tokens or [])}" if var else "all GPUs (no SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES)"
     if not blocking:
-        return False, f"{kind}: job GPUs ok ({where}; node verdict {report.verdict.value})"
+        return False, f"{kind}: job GPUs ok ({where}; node verdict {report.verdict.value})", False
     j = Judgement(verdict=report.verdict, problems=blocking)
     msg = f"{kind}: {j.reason()} on the job's GPUs ({where})"
+    drained = False
     if drain:
         name = this_node(node)
         sc = Scontrol(scontrol_path)
         st = sc.node(name)
         if st.drained and not st.ours:
             msg += f"; node already {st.state} by someone else, not touched"
-        elif st.reason != j.reason():
+        elif st.drained and st.reason == j.reason():
+            msg += f"; {name} already drained for it"
+        else:
             sc.drain(name, j.reason())
             msg += f"; drained {name}"
-    return True, msg
+        drained = True
+    return True, msg, drained
 
 
 @slurm.command("prolog")
@@ -100,7 +105,7 @@ def prolog(scenario: str | None, node: str | None, scontrol_path: str | None, ke
     the job start. If the check itself cannot run, the job starts (exit 0) and the reason is logged.
     """
     try:
-        blocked, msg = _job_check("prolog", scenario, node, scontrol_path, kernel_logs, drain=not no_drain)
+        blocked, msg, _ = _job_check("prolog", scenario, node, scontrol_path, kernel_logs, drain=not no_drain)
     except GpuclinicError as e:
         if e.exit_code == 64:
             raise
@@ -123,17 +128,20 @@ def epilog(scenario: str | None, node: str | None, scontrol_path: str | None, ke
     Exit 0 when fine or when gpuclinic drained the node itself; 1 when a problem was found and not
     drained here (Slurm then drains with 'Epilog error').
     """
+    from gpuclinic.slurm.scontrol import SlurmError
+
     try:
-        blocked, msg = _job_check("epilog", scenario, node, scontrol_path, kernel_logs, drain=not no_drain)
+        blocked, msg, drained = _job_check("epilog", scenario, node, scontrol_path, kernel_logs, drain=not no_drain)
+    except SlurmError as e:  # a problem was found but the drain failed: let Slurm drain ("Epilog error")
+        _say(f"epilog: found a problem but could not drain ({e})")
+        return 1
     except GpuclinicError as e:
         if e.exit_code == 64:
             raise
-        _say(f"epilog: could not check or drain ({e})")
-        return 1 if "drain" in str(e) else 0
+        _say(f"epilog: could not check ({e})")
+        return 0
     _say(msg)
-    if blocked and (no_drain or "drained" not in msg and "not touched" not in msg):
-        return 1
-    return 0
+    return 1 if blocked and not drained else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
