@@ -8,6 +8,8 @@ body); the patches themselves are checked against the Kubernetes Node schema.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -134,3 +136,28 @@ def test_client_without_taint_flag_never_touches_the_spec(api: ApiServer, tmp_pa
 def test_unknown_node_is_one_line_error(api: ApiServer, tmp_path: Path) -> None:
     with pytest.raises(GpuclinicError, match="Kubernetes API: 404"):
         apply("nope", BAD, taint=True, kubeconfig=api.kubeconfig(tmp_path / "kc"))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuclinic", "k8s", "condition", *args], capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_cli_dry_run_client_contacts_nothing() -> None:
+    p = _cli("--scenario", "fallen-off-bus", "--dry-run", "client", "--taint", "--node", "n1")
+    assert p.returncode == 2, p.stderr
+    out = json.loads(p.stdout)
+    assert out["condition_patch"]["status"]["conditions"][0]["message"] == "drain: gpu.fallen_off_bus GPU 4"
+    assert out["taints_if_node_has_none"][0]["value"] == "gpu.fallen_off_bus"
+
+
+def test_cli_healthy_node_untaints_only_ours(api: ApiServer, tmp_path: Path) -> None:
+    mine = {"key": "gpuclinic.io/gpu-problem", "value": "gpu.fallen_off_bus", "effect": "NoSchedule"}
+    api.node["spec"]["taints"] = [ADMIN, mine]
+    p = _cli("--scenario", "healthy-8xh100-load", "--taint", "--node", "gpu-node-1",
+             "--kubeconfig", api.kubeconfig(tmp_path / "kc"))
+    assert p.returncode == 0, p.stderr
+    patches = [r for r in api.requests if r[0] == "PATCH"]
+    assert patches[0][3]["status"]["conditions"][0]["status"] == "False"
+    assert patches[1][3]["spec"]["taints"] == [ADMIN]
+    assert "GPUProblem=False" in p.stderr and "test-token-not-secret" not in p.stderr + p.stdout
