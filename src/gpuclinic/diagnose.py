@@ -9,9 +9,10 @@ from typing import Any
 from gpuclinic import __version__
 from gpuclinic.checks import run_checks
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
-from gpuclinic.model import Finding, GpuRef, Severity, Skipped, Verdict
+from gpuclinic.incidents import group
+from gpuclinic.model import Finding, GpuRef, Incident, Severity, Skipped, Verdict
 
-REPORT_SCHEMA = "gpuclinic.report/1"
+REPORT_SCHEMA = "gpuclinic.report/2"
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Report:
     gpu_verdicts: list[GpuVerdict]
     generated_at: str
     command: str = "doctor"
+    incidents: list[Incident] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -58,6 +60,7 @@ class Report:
                 }
                 for gv in self.gpu_verdicts
             ],
+            "incidents": [i.to_dict() for i in self.incidents],
             "findings": [f.to_dict() for f in self.findings],
             "skipped": [s.to_dict() for s in self.skipped],
         }
@@ -108,8 +111,10 @@ def build_report(snap: Snapshot, findings: list[Finding], skipped: list[Skipped]
             mine = [x for x in findings if x.gpu is not None and _same_gpu(x.gpu, ref)]
             sev = max((x.severity for x in mine), default=None)
             gvs.append(GpuVerdict(ref=ref, name=None, verdict=Verdict.from_severity(sev), codes=[x.code for x in mine]))
+    incidents = group(findings, snap, first_step=_first_step)
     return Report(
         snapshot=snap,
+        incidents=incidents,
         findings=findings,
         skipped=list(snap.skipped) + [s for s in skipped if s not in snap.skipped],
         verdict=verdict,
@@ -117,6 +122,21 @@ def build_report(snap: Snapshot, findings: list[Finding], skipped: list[Skipped]
         generated_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         command=command,
     )
+
+
+def _first_step(code: str, f: Finding) -> str:
+    """The first step of the runbook for ``code``, filled in for the finding's GPU."""
+    try:
+        from gpuclinic.knowledge.runbooks import first_step
+    except ImportError:
+        first_step = None
+    if first_step is not None:
+        step = first_step(code, f.gpu)
+        if step:
+            return step
+    from gpuclinic.incidents import _first_line
+
+    return _first_line(f.remedy)
 
 
 def _gpu_key(ref: GpuRef | None) -> str:

@@ -121,7 +121,7 @@ def test_cli_json(name: str, code: str, rc: int) -> None:
     r = cli("--json", "--offline", str(ERRORS / name))
     assert r.returncode == rc, r.stderr
     d = json.loads(r.stdout)
-    assert d["schema"] == "gpuclinic.report/1" and d["command"] == "explain"
+    assert d["schema"] == "gpuclinic.report/2" and d["command"] == "explain"
     assert d["findings"][0]["code"] == code
     assert d["findings"][0]["data"]["source"].startswith("https://")
 
