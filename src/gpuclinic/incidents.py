@@ -203,10 +203,13 @@ def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | Non
     iid = incident_id(root.code, gpu)
     rest = sorted(ms[1:], key=lambda f: (_first_s(f) is None, _first_s(f) or 0.0))
     evidence: list[str] = []
+    seen: set[str] = set()
     for f in [root, *rest]:
         f.incident = iid
         for e in f.evidence:
-            if e not in evidence:
+            bare = e[len("kernel: "):] if e.startswith("kernel: ") else e
+            if bare not in seen:
+                seen.add(bare)
                 evidence.append(e)
     symptoms: list[str] = []
     for f in rest:
