@@ -57,6 +57,7 @@ class RulesConfig:
     stale_after_s: float = 10.0  # no fresh sample for this long -> "sampler stalled"
     sample_error_count: int = 3  # consecutive sampling errors before an event
     resolve_after_s: float = 5.0  # a condition must be gone this long before its event resolves
+    incident_grace_s: float = 3.0  # an incident waits this long for its cause/symptoms before it alerts
 
 
 @dataclass
@@ -141,6 +142,7 @@ _DURATION_KEYS = {
     "dedup_window": "dedup_window_s", "spool_retry": "spool_retry_s", "backoff": "backoff_s",
     "throttle_min": "throttle_min_s", "pcie_sustain": "pcie_sustain_s", "counter_hold": "counter_hold_s",
     "stale_after": "stale_after_s", "resolve_after": "resolve_after_s", "timeout": "timeout_s",
+    "incident_grace": "incident_grace_s",
 }
 
 
