@@ -202,13 +202,14 @@ def _gpu(opts: AcceptOptions, sc: Scorecard, python: str, gpus: list[GpuFacts], 
             simulate(monitor, sim_sampler, lambda i, s: None, burn_s)
     elif opts.device == "cuda" and usable:
         sampler = _nvml_sampler()
-    for g in gpus:
-        if g.index in busy:
-            for t in ("matmul", "hbm", "pcie"):
-                m.skips.append({"test": t, "gpu": str(g.index), "why": busy[g.index]})
-    if busy and len(usable) < len(gpus):
-        m.skips += [{"test": t, "gpu": None, "why": "some GPUs run other processes; peer tests need them all "
-                     "(use --force)"} for t in ("p2p", "allreduce")]
+    busy_skips = [{"test": t, "gpu": str(g.index), "why": busy[g.index]}
+                  for g in gpus if g.index in busy for t in ("matmul", "hbm", "pcie")]
+    if busy:
+        busy_skips += [{"test": t, "gpu": None, "why": "some GPUs run other processes; peer tests need them all "
+                        "(stop those jobs or use --force)"} for t in ("p2p", "allreduce")]
+        sc.notes.append(f"GPU(s) {', '.join(str(i) for i in sorted(busy))} run other processes: not loaded, their "
+                        "measurements are skipped (stop those jobs, or --force)")
+    m.skips[:0] = busy_skips
     res: ChildResult | None = None
     if opts.device == "cpu" or (not opts.scenario and usable):
         res = _run_child(opts, python, usable, ms, burn_s, monitor, sampler)
@@ -223,6 +224,7 @@ def _gpu(opts: AcceptOptions, sc: Scorecard, python: str, gpus: list[GpuFacts], 
             items += score_cpu_device(res.m)
         else:
             m = res.m
+            m.skips[:0] = busy_skips
             if res.nobackend:
                 m.skips.append({"test": "matmul", "gpu": None, "why": f"no GPU backend: {res.nobackend}"})
                 for t in ("hbm", "pcie", "p2p", "allreduce"):

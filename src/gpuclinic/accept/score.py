@@ -33,7 +33,7 @@ class Measurements:
     def skip_why(self, test: str, gpu: str | None = None, **match: Any) -> str | None:
         for s in self.skips:
             if s.get("test") == test and (gpu is None or s.get("gpu") in (gpu, None)) and all(
-                    s.get(k) == v for k, v in match.items()):
+                    s.get(k, v) == v for k, v in match.items()):
                 return str(s.get("why"))
         return None
 
