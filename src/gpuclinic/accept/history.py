@@ -13,6 +13,7 @@ import sqlite3
 from typing import Any
 
 from gpuclinic.accept.model import Scorecard
+from gpuclinic.accept.specs import threshold
 from gpuclinic.store import connect
 
 SCHEMA = """
@@ -88,7 +89,9 @@ def latest_run(hostname: str | None = None, db: str | os.PathLike[str] | None = 
 
 
 def compare(prev: dict[str, Any], cur: Scorecard) -> list[dict[str, Any]]:
-    """Per item present in both runs: previous and current value, change in percent, status change."""
+    """Items present in both runs whose number moved by ``compare_min_change_pct`` or more, or whose
+    status changed: previous and current value, change in percent."""
+    min_pct = threshold("compare_min_change_pct")
     old = {}
     for d in prev.get("items", []):
         key = f"{d['id']}@{d.get('gpu')}" if d.get("gpu") is not None else d["id"]
@@ -102,7 +105,8 @@ def compare(prev: dict[str, Any], cur: Scorecard) -> list[dict[str, Any]]:
         delta = None
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and a:
             delta = round((b - a) / abs(a) * 100, 1)
-        if delta is None and a == b and p.get("status") == it.status:
+        same_status = p.get("status") == it.status
+        if same_status and (delta is None and a == b or delta is not None and abs(delta) < min_pct):
             continue
         rows.append({"key": it.key, "title": it.title, "unit": it.unit, "previous": a, "current": b,
                      "delta_pct": delta, "previous_status": p.get("status"), "status": it.status})

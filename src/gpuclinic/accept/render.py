@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuclinic.accept.model import Item, Scorecard
+from gpuclinic.accept.specs import threshold
 
 HEADERS = ["status", "item", "gpu", "measured", "expected", "unit", "basis / why"]
 
@@ -104,7 +105,7 @@ def render_compare(prev: dict[str, Any] | None, deltas: list[dict[str, Any]]) ->
         return "compare: no earlier run of this host in the store"
     lines = [f"compare with run {prev.get('run_id')} of {prev.get('started_at')} ({prev.get('mode')} mode):"]
     if not deltas:
-        return lines[0] + " no differences"
+        return lines[0] + f" no differences (numbers within {threshold('compare_min_change_pct'):g}%, same statuses)"
     w = max(len(d["key"]) for d in deltas)
     for d in deltas:
         ch = f"{d['delta_pct']:+.1f}%" if d["delta_pct"] is not None else ""
