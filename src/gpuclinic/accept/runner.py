@@ -109,19 +109,23 @@ def device_labels(devices: list[dict[str, Any]], nvml: list[tuple[int, str | Non
     """Child device index -> scorecard label (the NVML index), by bus id, then UUID, then order."""
     if device == "cpu":
         return {d["index"]: "cpu" for d in devices}
-    out: dict[int, str] = {}
+    found: dict[int, int | None] = {}
     by_bus = {normalize_bus_id(b): i for i, b, _ in nvml if b}
     by_uuid = {u: i for i, _, u in nvml if u}
-    for pos, d in enumerate(devices):
+    for d in devices:
         idx = None
         if d.get("bus_id"):
             idx = by_bus.get(normalize_bus_id(d["bus_id"]))
         if idx is None and d.get("uuid"):
             u = str(d["uuid"])
-            idx = by_uuid.get(u) or by_uuid.get("GPU-" + u)
-        if idx is None and pos < len(nvml):
-            idx = nvml[pos][0]
-        out[d["index"]] = str(idx if idx is not None else d["index"])
+            idx = by_uuid[u] if u in by_uuid else by_uuid.get("GPU-" + u)
+        found[d["index"]] = idx
+    free = [i for i, _, _ in nvml if i not in found.values()]  # unidentified devices take the rest in order
+    out: dict[int, str] = {}
+    for k, idx in found.items():
+        if idx is None and free:
+            idx = free.pop(0)
+        out[k] = str(idx if idx is not None else k)
     return out
 
 
