@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from realtools import require
 
 from gpuclinic.accept.runner import device_labels
+from realtools import require
 
 
 def accept(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:

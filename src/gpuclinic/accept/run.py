@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuclinic.accept import host as hostm
 from gpuclinic.accept.burn import BurnMonitor, score_burn, simulate
@@ -202,7 +203,7 @@ def _gpu(opts: AcceptOptions, sc: Scorecard, python: str, gpus: list[GpuFacts], 
             simulate(monitor, sim_sampler, lambda i, s: None, burn_s)
     elif opts.device == "cuda" and usable:
         sampler = _nvml_sampler()
-    busy_skips = [{"test": t, "gpu": str(g.index), "why": busy[g.index]}
+    busy_skips: list[dict[str, Any]] = [{"test": t, "gpu": str(g.index), "why": busy[g.index]}
                   for g in gpus if g.index in busy for t in ("matmul", "hbm", "pcie")]
     if busy:
         busy_skips += [{"test": t, "gpu": None, "why": "some GPUs run other processes; peer tests need them all "
