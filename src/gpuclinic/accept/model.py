@@ -26,7 +26,7 @@ class Item:
 
     id: str
     title: str
-    category: str  # health | network | gpu | burn | host | dcgm
+    category: str  # health | network | gpu (measured) | links (NVLink state, read) | burn | host | dcgm
     status: str
     gpu: str | None = None  # "0", "0-1" (a pair), "all", "cpu", None (host items)
     measured: float | str | None = None
@@ -113,19 +113,27 @@ class Scorecard:
         counts = {s: sum(1 for i in self.items if i.status == s) for s in STATUSES}
         worst = max((i.status for i in self.items), key=lambda s: _RANK[s], default="skipped")
         verdict = {"fail": "fail", "warn": "warn", "pass": "pass", "skipped": "could not judge"}[worst]
-        return {"verdict": verdict, "counts": counts, "exit_code": self.exit_code,
+        if worst != "fail" and not self.gpu_judged:
+            verdict = "could not judge"
+        return {"verdict": verdict, "counts": counts, "exit_code": self.exit_code, "gpus_judged": self.gpu_judged,
                 "failed": [i.key for i in self.items if i.status == "fail"],
                 "warned": [i.key for i in self.items if i.status == "warn"]}
 
     @property
+    def gpu_judged(self) -> bool:
+        """Whether any GPU or burn item got a verdict: a box whose GPUs could not be measured has
+        not passed acceptance, however good its disk."""
+        return any(i.category in ("gpu", "burn") and i.status != "skipped" for i in self.items)
+
+    @property
     def exit_code(self) -> int:
-        """0 all pass, 1 a warning, 2 a failure, 3 nothing could be judged."""
+        """2 a failure, 3 no GPU item could be judged, 1 a warning, 0 all pass."""
         st = {i.status for i in self.items}
         if "fail" in st:
             return 2
-        if "warn" in st:
-            return 1
-        return 0 if "pass" in st else 3
+        if not self.gpu_judged:
+            return 3
+        return 1 if "warn" in st else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -197,7 +197,7 @@ def score_nvlink_state(gpus: list[GpuFacts]) -> list[Item]:
         lab = _label(g)
         act, tot = _nvlink_counts(g)
         if not tot:
-            items.append(skipped("gpu.nvlink", "NVLink links up", "gpu", "no NVLink reported for this GPU", lab))
+            items.append(skipped("gpu.nvlink", "NVLink links up", "links", "no NVLink reported for this GPU", lab))
             continue
         if g.mig_mode_current:
             st, why = "pass", "MIG mode: links are not used"
@@ -206,7 +206,7 @@ def score_nvlink_state(gpus: list[GpuFacts]) -> list[Item]:
         else:
             down = [x.link for x in g.nvlinks if not x.active]
             st, why = "fail", f"link(s) {', '.join(map(str, down))} down while {act} are up"
-        items.append(Item("gpu.nvlink", "NVLink links up", "gpu", st, lab, f"{act}/{tot}", f"{tot}/{tot}", "links",
+        items.append(Item("gpu.nvlink", "NVLink links up", "links", st, lab, f"{act}/{tot}", f"{tot}/{tot}", "links",
                           "links the GPU reports", "NVML nvmlDeviceGetNvLinkState", why))
     return items
 

@@ -42,7 +42,8 @@ def accept(quick: bool, full: bool, scenario: str | None, as_json: bool, as_mark
     PCIe bandwidth, GPU<->GPU and NCCL bandwidth, a sustained burn, the host.
 
     Never changes clocks or power limits; refuses to load GPUs running other processes unless
-    --force.  Exit codes: 0 all pass, 1 warning, 2 failure, 3 nothing could be judged, 130 Ctrl-C.
+    --force.  Exit codes: 0 all pass, 1 warning, 2 failure, 3 no GPU item could be judged (no GPU, no
+    backend, GPUs busy), 64 bad input, 130 Ctrl-C.
     """
     from gpuclinic.accept.run import AcceptOptions, run_accept
 
