@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuclinic.accept import host as hostm
 from gpuclinic.accept.burn import BurnMonitor, score_burn, simulate
@@ -26,6 +26,9 @@ from gpuclinic.accept.specs import match_spec, mode_settings
 from gpuclinic.diagnose import diagnose
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from gpuclinic.sources.nvml import NvmlReader
 
 GPU_TESTS = ("matmul", "hbm", "pcie", "p2p", "allreduce")
 
@@ -180,6 +183,7 @@ def _gpu(opts: AcceptOptions, sc: Scorecard, python: str, gpus: list[GpuFacts], 
     items: list[Item] = []
     interrupted = False
     sampler: Callable[[float], list[GpuFacts]] | None = None
+    reader: NvmlReader | None = None
     if opts.scenario:
         from gpuclinic.accept.simulate import ScenarioBurn, measurements
 
@@ -202,7 +206,12 @@ def _gpu(opts: AcceptOptions, sc: Scorecard, python: str, gpus: list[GpuFacts], 
             _say(opts, f"burn: {burn_s:g} s simulated...")
             simulate(monitor, sim_sampler, lambda i, s: None, burn_s)
     elif opts.device == "cuda" and usable:
-        sampler = _nvml_sampler()
+        reader = _nvml_reader()
+        if reader is not None:
+            sampler = lambda t: reader.sample()  # noqa: E731
+        elif burn_s > 0:
+            burn_s = 0  # never burn blind: without NVML nothing would stop an overheating GPU
+            sc.notes.append("NVML could not be opened for the burn's temperature watch: burn skipped")
     busy_skips: list[dict[str, Any]] = [{"test": t, "gpu": str(g.index), "why": busy[g.index]}
                   for g in gpus if g.index in busy for t in ("matmul", "hbm", "pcie")]
     if busy:
@@ -213,7 +222,11 @@ def _gpu(opts: AcceptOptions, sc: Scorecard, python: str, gpus: list[GpuFacts], 
     m.skips[:0] = busy_skips
     res: ChildResult | None = None
     if opts.device == "cpu" or (not opts.scenario and usable):
-        res = _run_child(opts, python, usable, ms, burn_s, monitor, sampler)
+        try:
+            res = _run_child(opts, python, usable, ms, burn_s, monitor, sampler, busy)
+        finally:
+            if reader is not None:
+                reader.close()
         interrupted = res.interrupted
         sc.backend = (sc.backend + "; workload: " if sc.backend else "") + (
             res.backend or f"none ({res.nobackend or res.error})")
@@ -239,7 +252,9 @@ def _gpu(opts: AcceptOptions, sc: Scorecard, python: str, gpus: list[GpuFacts], 
         items.append(skipped("gpu", "GPU performance", "gpu", "--device cpu: the GPUs were not measured"))
     sc.burn_stopped = sc.burn_stopped or monitor.stopped
     if burn_s <= 0:
-        burn_items = [skipped("burn", "sustained burn", "burn", "--burn 0: no burn")]
+        why = "--burn 0: no burn" if (opts.burn_s == 0 or float(str(ms["burn_s"])) == 0) else \
+            "no NVML to watch temperatures during a burn"
+        burn_items = [skipped("burn", "sustained burn", "burn", why)]
     elif not monitor.series and not usable:
         burn_items = [skipped("burn", "sustained burn", "burn", "no GPU could be loaded" if busy else "no GPUs")]
     else:
@@ -248,25 +263,27 @@ def _gpu(opts: AcceptOptions, sc: Scorecard, python: str, gpus: list[GpuFacts], 
     return items, burn_items, interrupted
 
 
-def _nvml_sampler() -> Callable[[float], list[GpuFacts]] | None:
-    try:
-        from gpuclinic.sources.nvml import NvmlReader
+def _nvml_reader() -> NvmlReader | None:
+    """NVML for the burn's 1 Hz samples (read-only calls, each time-boxed)."""
+    from gpuclinic.sources.nvml import NvmlReader
 
-        reader = NvmlReader(call_timeout_s=2.0)
+    reader = NvmlReader(call_timeout_s=2.0)
+    try:
         reader.open()
     except Exception:
+        reader.close()
         return None
-    return lambda t: reader.sample()
+    return reader
 
 
 def _run_child(opts: AcceptOptions, python: str, usable: list[GpuFacts], ms: dict[str, object], burn_s: float,
-               monitor: BurnMonitor, sampler: Callable[[float], list[GpuFacts]] | None) -> ChildResult:
+               monitor: BurnMonitor, sampler: Callable[[float], list[GpuFacts]] | None,
+               busy: dict[int, str]) -> ChildResult:
     env = dict(os.environ)
-    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    if opts.device == "cuda":
-        uuids = [g.uuid for g in usable if g.uuid]
-        if uuids:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's default order is fastest-first, not NVML's
+    if opts.device == "cuda" and (busy or "CUDA_VISIBLE_DEVICES" not in env):
+        # only the GPUs nobody else uses: by UUID, else by NVML index (= CUDA index in PCI order)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid or str(g.index) for g in usable)
     args = _child_args(opts, ms, burn_s)
     n = max(1, len(usable))
     per_gpu = 8 * float(str(ms["matmul_s"])) + 20
