@@ -79,7 +79,7 @@ def judge(measured: float, spec: float | None, spec_basis: str, spec_source: str
         return "pass", None, "no spec or peers to compare with", "", "measured only"
     st = worst(p[0] for p in parts)
     chosen = next(p for p in reversed(parts) if p[0] == st) if st != "pass" else parts[0]
-    whys = "; ".join(p[4] for p in parts)
+    whys = "; ".join(p[4] for p in [chosen] + [p for p in parts if p is not chosen])  # the deciding one first
     return st, round(chosen[1], 1), chosen[2], chosen[3], whys
 
 
