@@ -172,9 +172,12 @@ def drive(child: Child, res: ChildResult, nvml: list[tuple[int, str | None, str 
         child.stop(grace_s=1.0)
     finally:
         child.stop()
+    tail = " | ".join(list(child.stderr)[-3:])[:300]
     if res.backend is None and res.nobackend is None and res.error is None:
-        tail = " | ".join(list(child.stderr)[-3:])
-        res.error = f"workload exited with {child.proc.returncode} before reporting a backend: {tail[:300]}"
+        res.error = f"workload exited with {child.proc.returncode} before reporting a backend: {tail}"
+    elif (res.backend is not None and child.proc.returncode not in (0, None) and not res.stopped
+          and not res.interrupted and res.error is None):
+        res.error = f"workload crashed (exit {child.proc.returncode}); items it had not reached are skipped: {tail}"
     return res
 
 
