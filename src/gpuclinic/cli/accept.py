@@ -8,12 +8,17 @@ import sys
 
 import click
 
+from gpuclinic.accept.specs import mode_settings
 from gpuclinic.errors import EXIT_USAGE, InputError
+
+_Q, _S, _F = (mode_settings(m) for m in ("quick", "standard", "full"))
 
 
 @click.command("accept")
-@click.option("--quick", is_flag=True, help="About two minutes: short measurements, 20 s burn, no network probes.")
-@click.option("--full", is_flag=True, help="Longer measurements, all GPU pairs, a 5 minute burn, dcgmi diag -r 3.")
+@click.option("--quick", is_flag=True, help=f"Short measurements ({_Q['matmul_s']:g} s each), a {_Q['burn_s']:g} s burn, "
+              f"no network probes, dcgmi diag -r {_Q['dcgm_level']}.")
+@click.option("--full", is_flag=True, help=f"Longer measurements ({_F['matmul_s']:g} s each), every GPU pair, a "
+              f"{_F['burn_s']:g} s burn, dcgmi diag -r {_F['dcgm_level']}.")
 @click.option("--scenario", metavar="NAME", help="Simulate a node from the scenario catalog (doctor --list-scenarios).")
 @click.option("--json", "as_json", is_flag=True, help="Print the scorecard as JSON (schema gpuclinic.accept/1).")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the scorecard as a Markdown table.")
@@ -22,7 +27,8 @@ from gpuclinic.errors import EXIT_USAGE, InputError
 @click.option("--compare", is_flag=True, help="Show changes against the previous run of this host.")
 @click.option("--force", is_flag=True, help="Load GPUs even when other processes are running on them.")
 @click.option("--burn", "burn_s", type=click.FloatRange(min=0, max=86400), metavar="SECONDS",
-              help="Length of the sustained burn (default: 20 quick, 60, 300 full; 0 = none).")
+              help=f"Length of the sustained burn (default: {_Q['burn_s']:g} quick, {_S['burn_s']:g}, "
+                   f"{_F['burn_s']:g} full; 0 = none).")
 @click.option("--python", "python", metavar="PATH",
               help="Python whose PyTorch/CuPy runs the workload (default: this one). Nothing is installed.")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
