@@ -114,7 +114,7 @@ class ScenarioBurn:
             if any(r in _THERMAL for r in g.clock_event_reasons):  # slow only because it is hot
                 base = (g.sm_clock_mhz or top) if hot else top
             else:
-                base = top * clock_factor(g) * (0.7 if hot else 1.0)
+                base = top * clock_factor(g) * (sim("thermal_slowdown_clock_factor") if hot else 1.0)
             if hot:
                 reasons += ["sw_thermal_slowdown", "hw_thermal_slowdown"]
             s.sm_clock_mhz = round(base, 0) if base else None
