@@ -163,3 +163,15 @@ def test_burn_finds_a_gpu_that_slows_down_late_and_hardware_slowdown() -> None:
                       sm_clock_mhz=[1980.0] * 4, reasons=[[]] * 4)
     assert _one(score_burn([warm], 4, None, None, False), "burn.temperature", "1").status == "warn"
     assert {i.status for i in score_burn([warm], 4, None, None, True)} == {"skipped"}  # Ctrl-C
+
+
+def test_simulated_gpu_throttles_once_it_reaches_slowdown() -> None:
+    g = _h100(0, temperature_c=95.0, slowdown_temp_c=89.0, sm_clock_mhz=1980.0, sm_clock_max_mhz=1980.0,
+              utilization_gpu_pct=100.0, power_enforced_limit_w=700.0, power_default_limit_w=700.0)
+    sb = ScenarioBurn([g])
+    (cool,) = sb.sample(30)  # 35 + 60 (1 - e^-0.5) = 58.6 C
+    assert cool.temperature_c == pytest.approx(58.6, abs=0.05) and cool.sm_clock_mhz == 1980
+    assert cool.clock_event_reasons == []
+    (hot,) = sb.sample(600)  # 35 + 60 (1 - e^-10) = 95.0 C, past 89
+    assert hot.sm_clock_mhz == round(1980 * 0.7) and "hw_thermal_slowdown" in hot.clock_event_reasons
+    assert sb.tflops(g, hot) == pytest.approx(989.5 * 0.8 * 0.7, rel=1e-3)
