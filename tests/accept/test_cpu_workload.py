@@ -121,3 +121,12 @@ def test_device_labels_map_cuda_order_to_nvml_indices() -> None:
     devs = [{"index": 0, "bus_id": "00000000:2A:00.0", "uuid": None}, {"index": 1, "uuid": "c"}]
     assert device_labels(devs, nvml, "cuda") == {0: "1", 1: "2"}  # NVML's bus-id spelling; UUID without "GPU-"
     assert device_labels([{"index": 0}], [], "cpu") == {0: "cpu"}
+
+
+def test_a_python_that_is_not_python_is_reported(tmp_path: Path) -> None:
+    p = accept("--quick", "--burn", "0", "--python", "/bin/true", "--json", "--no-store", "--data-dir", str(tmp_path),
+               "--device", "cpu")
+    doc = json.loads(p.stdout)
+    assert "workload exited with 0 before reporting a backend" in doc["backend"]
+    assert "workload exited with 0" in by_id(doc, "gpu.matmul")["cpu"]["why"]
+    assert p.returncode == 3  # nothing about the GPUs could be judged

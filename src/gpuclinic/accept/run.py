@@ -234,15 +234,16 @@ def _gpu(opts: AcceptOptions, sc: Scorecard, python: str, gpus: list[GpuFacts], 
             sc.notes.append(res.error)
         if res.stopped:
             sc.burn_stopped = res.stopped
+        if res.backend is None:
+            why = f"no GPU backend: {res.nobackend}" if res.nobackend else str(res.error)
+            res.m.skips += [{"test": t, "gpu": None, "why": why} for t in GPU_TESTS]
+        elif res.error:
+            res.m.skips += [{"test": t, "gpu": None, "why": res.error} for t in GPU_TESTS]
         if opts.device == "cpu":
             items += score_cpu_device(res.m)
         else:
             m = res.m
             m.skips[:0] = busy_skips
-            if res.nobackend:
-                m.skips.append({"test": "matmul", "gpu": None, "why": f"no GPU backend: {res.nobackend}"})
-                for t in ("hbm", "pcie", "p2p", "allreduce"):
-                    m.skips.append({"test": t, "gpu": None, "why": f"no GPU backend: {res.nobackend}"})
     elif not gpus:
         why = "no GPUs visible to NVML" + (" (try --device cpu to test the workload path)" if not opts.scenario else "")
         return [skipped("gpu", "GPU performance", "gpu", why)], [skipped("burn", "sustained burn", "burn", why)], False

@@ -35,9 +35,14 @@ def _on_signal(*_: Any) -> None:
     STOP.set()
 
 
+_OUT_LOCK = threading.Lock()
+
+
 def emit(**kw: Any) -> None:
-    sys.stdout.write(json.dumps(kw) + "\n")
-    sys.stdout.flush()
+    line = json.dumps(kw) + "\n"
+    with _OUT_LOCK:  # burn threads report too: one whole line at a time
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def _timed(fn: Callable[[], None], sync: Callable[[], None], secs: float, min_iters: int = 3) -> tuple[int, float]:
