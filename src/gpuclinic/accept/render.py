@@ -39,8 +39,8 @@ def rows(sc: Scorecard) -> list[list[str]]:
 def header_lines(sc: Scorecard) -> list[str]:
     where = f"scenario {sc.scenario}" if sc.scenario else sc.origin
     out = [f"gpuclinic accept: {sc.hostname or '?'} ({where}, {sc.mode} mode)"]
-    out.append(f"backend: {sc.backend or 'none'}" + (f" via {sc.python}" if sc.python and "workload:" in (sc.backend or "")
-                                                     else ""))
+    ran = sc.backend is not None and (not sc.backend.startswith("simulated") or "workload:" in sc.backend)
+    out.append(f"backend: {sc.backend or 'none'}" + (f" via {sc.python}" if sc.python and ran else ""))
     if sc.gpus:
         names: dict[str, int] = {}
         for g in sc.gpus:
