@@ -241,10 +241,6 @@ def _evidence(text: str, origin: str) -> tuple[Snapshot, list[str]]:
     except InputError:
         snap = Snapshot(origin="evidence", software=SoftwareFacts())
         snap.inputs.append(origin)
-    except ImportError:
-        snap = Snapshot(origin="evidence", software=SoftwareFacts())
-        snap.inputs.append(origin)
-        notes.append("evidence parsers not available in this build")
     except Exception as e:  # a parser bug must not hide the signature answer
         snap = Snapshot(origin="evidence", software=SoftwareFacts())
         snap.inputs.append(origin)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -44,9 +42,7 @@ def test_kernel_sections_stream_through_kernel_log_parser(monkeypatch: pytest.Mo
                 yield KernelEvent(kind="xid", line=ln, xid=79, pci_bus_id="0000:02:00.0", origin=origin)
         seen.append((origin, got))
 
-    fake = types.ModuleType("gpuclinic.sources.kernel_log")
-    fake.parse_lines = parse_lines  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gpuclinic.sources.kernel_log", fake)
+    monkeypatch.setattr(bugreport, "parse_lines", parse_lines)
     rep = bugreport.parse_path(str(FX / "nvidia-bug-report-excerpt.log.gz"))
     assert len(seen) == 1 and "kern.log" in (seen[0][0] or "")
     assert len([ln for ln in seen[0][1] if ln.strip()]) == 13 and not any("No entries" in ln for ln in seen[0][1])

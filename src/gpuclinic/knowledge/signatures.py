@@ -9,7 +9,6 @@ died, so it must be fast on multi-megabyte logs: every entry has lower-case "nee
 from __future__ import annotations
 
 import bisect
-import importlib
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -379,11 +378,9 @@ def _extract_xid(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
         sm.data["pci_bus_id"], sm.data["xid"] = m.group(1), int(m.group(2))
     except (IndexError, ValueError):
         return
-    try:
-        _xid = importlib.import_module("gpuclinic.knowledge.xid")  # owned by the kernel-log area
-        info = _xid.lookup(sm.data["xid"])
-    except Exception:
-        info = None
+    from gpuclinic.knowledge.xid import lookup  # late: xid imports this module's loader
+
+    info = lookup(sm.data["xid"])
     if info is not None:
         name = getattr(info, "name", None) or getattr(info, "title", None)
         if name:

@@ -19,13 +19,22 @@ import re
 import sys
 import tarfile
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
-from gpuclinic.sources import bugreport, lspci, smi_csv, smi_nvlink, smi_table, smi_text, smi_topo, smi_xml
+from gpuclinic.sources import (
+    bugreport,
+    kernellog,
+    lspci,
+    smi_csv,
+    smi_nvlink,
+    smi_table,
+    smi_text,
+    smi_topo,
+    smi_xml,
+)
 from gpuclinic.sources.smi_common import SmiDump, iso_time, mark_lost, scan_error_lines
 
 SAMPLE_BYTES = 256 * 1024
@@ -42,10 +51,6 @@ NVML_FAILURE_MARKERS = ("failed to initialize nvml", "couldn't communicate with 
 
 class _Unrecognised(Exception):
     """An input that is readable but is none of the formats we know."""
-
-
-def _kernel_log() -> Any:
-    return bugreport.kernel_log_module()
 
 
 def new_snapshot() -> Snapshot:
@@ -106,13 +111,7 @@ def detect(sample: str) -> str | None:
 
 
 def _is_kernel_log(sample: str) -> bool:
-    kl = _kernel_log()
-    if kl is None:
-        return "NVRM:" in sample or "nvidia-nvswitch" in sample or "pcieport" in sample
-    try:
-        return bool(kl.looks_like_kernel_log(sample))
-    except Exception:  # a helper's bug must not hide the other formats
-        return False
+    return kernellog.looks_like_kernel_log(sample)
 
 
 # ---------------------------------------------------------------------------------------------- merging
@@ -293,10 +292,7 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
             raise _Unrecognised("lspci output lists no NVIDIA device")
         _merge_pci(snap, devs)
     elif kind == "kernel_log":
-        kl = _kernel_log()
-        if kl is None:
-            raise _Unrecognised("looks like a kernel log, but this build has no kernel-log parser")
-        snap.kernel_events.extend(kl.parse_lines(text.splitlines(), origin=origin))
+        snap.kernel_events.extend(kernellog.parse_lines(text.splitlines(), origin=origin))
         snap.kernel_log_read = True
         if origin not in snap.kernel_log_sources:
             snap.kernel_log_sources.append(origin)
@@ -314,8 +310,8 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
 def _apply_secondary(snap: Snapshot, kind: str, text: str, origin: str) -> None:
     """People paste mixtures (an nvidia-smi table followed by dmesg lines): read every part we know."""
     lines = text.splitlines()
-    kl = _kernel_log()
-    if kind != "kernel_log" and kl is not None and ("NVRM" in text or "pcieport" in text or "nvswitch" in text):
+    kl = kernellog
+    if kind != "kernel_log" and ("NVRM" in text or "pcieport" in text or "nvswitch" in text):
         events = list(kl.parse_lines(lines, origin=origin))
         if events:
             snap.kernel_events.extend(events)
@@ -504,10 +500,7 @@ def add_file(snap: Snapshot, path: str) -> str:
         _apply_bugreport(snap, bugreport.parse_path(path))
         return kind
     if kind == "kernel_log" and unquote(sample) is sample:
-        kl = _kernel_log()
-        if kl is None:
-            raise _Unrecognised("looks like a kernel log, but this build has no kernel-log parser")
-        snap.kernel_events.extend(kl.scan_path(path))
+        snap.kernel_events.extend(kernellog.scan_path(path))
         snap.kernel_log_read = True
         if path not in snap.kernel_log_sources:
             snap.kernel_log_sources.append(path)
