@@ -71,4 +71,6 @@ def test_lspci_nn_listing_enumerates_nvidia_devices() -> None:
     assert {d.device_id for d in devs if d.is_gpu} == {"0x20b2"}
     assert {(d.device_id, d.class_code) for d in devs if not d.is_gpu} == {("0x1af1", "0x068000")}
     snap = load_evidence([str(FX / "lspci-nn-a100x8-azure.txt")])
-    assert snap.pci_read and len(snap.pci_devices) == 14 and snap.gpus == []
+    assert snap.pci_read and len(snap.pci_devices) == 14
+    # with no nvidia-smi output, the GPUs lspci lists are the GPUs seen (issue 10: "0 GPUs seen" was wrong)
+    assert [g.pci_bus_id for g in snap.gpus] == [d.bus_id for d in devs if d.is_gpu]

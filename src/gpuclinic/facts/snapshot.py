@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic.facts.evidence import InputRecord, Signal
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.kernel import KernelEvent
@@ -43,6 +44,8 @@ class Snapshot:
     expect_gpus: int | None = None
     skipped: list[Skipped] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # files or sources it was built from
+    input_records: list[InputRecord] = field(default_factory=list)  # evidence: how each input was read
+    signals: list[Signal] = field(default_factory=list)  # evidence: known fault signatures seen in it
     notes: list[str] = field(default_factory=list)
 
     def skip(self, what: str, why: str) -> None:

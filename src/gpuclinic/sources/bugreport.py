@@ -35,8 +35,13 @@ _NVRM_VERSION_RE = re.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(?P
 _UNAME_RE = re.compile(r"^uname(?: -a)?:\s*\S+\s+(?P<host>\S+)")
 
 
+_PROLOGUE_RE = re.compile(r"^(?:Start of NVIDIA bug report log file|nvidia-bug-report\.sh (?:Version|will now collect))", re.M)
+
+
 def looks_like(sample: str) -> bool:
-    return MARKER in sample[:8192] or "Start of NVIDIA bug report log file" in sample[:8192]
+    """The report's own prologue: not merely the name ``nvidia-bug-report.sh``, which the driver's crash
+    message ("A GPU crash dump has been created ... please run nvidia-bug-report.sh") also prints."""
+    return bool(_PROLOGUE_RE.search(sample[:8192]))
 
 
 @dataclass

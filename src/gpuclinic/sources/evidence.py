@@ -11,6 +11,7 @@ inputs were usable: then it is recorded in ``snap.skipped`` and the rest is diag
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import gzip
 import io
 import json
@@ -21,6 +22,7 @@ import tarfile
 from collections.abc import Callable, Iterable, Sequence
 
 from gpuclinic.errors import InputError
+from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
@@ -28,6 +30,7 @@ from gpuclinic.sources import (
     bugreport,
     kernellog,
     lspci,
+    segments,
     smi_csv,
     smi_nvlink,
     smi_table,
@@ -49,7 +52,7 @@ NVML_FAILURE_MARKERS = ("failed to initialize nvml", "couldn't communicate with 
                         "nvidia driver is not loaded")
 
 
-class _Unrecognised(Exception):
+class _Unrecognised(ValueError):
     """An input that is readable but is none of the formats we know."""
 
 
@@ -375,24 +378,69 @@ def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
         snap.notes.append(f"{rep.path}: bug report had no nvidia-smi, kernel-log, lspci or driver-version section")
 
 
-def snapshot_from_text(text: str, origin: str = "<stdin>") -> Snapshot:
-    """Build a snapshot from pasted text (``explain``, stdin).  Raises :class:`InputError` if unrecognised."""
+def snapshot_from_text(text: str, origin: str = "<stdin>", *, error_signatures: bool = False) -> Snapshot:
+    """Build a snapshot from pasted text (``explain``, which runs the error signatures itself, so they are
+    off by default here).  Raises :class:`InputError` if nothing in it could be read."""
     snap = new_snapshot()
-    add_text(snap, text, origin)
+    add_text(snap, text, origin, error_signatures=error_signatures)
     snap.inputs.append(origin)
+    finish(snap)
     return snap
 
 
-def add_text(snap: Snapshot, text: str, origin: str) -> str:
-    """Add one text input to ``snap``; returns the detected kind."""
-    kind = detect(text[:SAMPLE_BYTES])
-    if kind is None:
-        raise InputError(f"{origin}: not recognised; expected {EXPECTED}")
+def _whole_kind(head: str) -> str | None:
+    """Inputs read as a whole, never segmented: a bug report (sections) and gpuclinic JSON."""
+    if bugreport.looks_like(head):
+        return "bugreport"
+    h = head.lstrip("\ufeff \t\r\n")
+    if h.startswith("{") and '"gpuclinic.' in head[:4096]:
+        return "json"
+    return None
+
+
+def add_text(snap: Snapshot, text: str, origin: str, *, error_signatures: bool = True, year: int | None = None) -> str:
+    """Add one text input to ``snap`` through the segmenting reader; returns its kind."""
+    text = unquote(text)
+    kind = _whole_kind(text[:SAMPLE_BYTES])
+    if kind is not None:
+        try:
+            _apply_text(snap, kind, text, origin)
+        except _Unrecognised as e:
+            raise InputError(f"{origin}: {e}") from None
+        snap.input_records.append(InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1,
+                                              readers=[kind]))
+        return kind
     try:
-        _apply_text(snap, kind, text, origin)
-    except _Unrecognised as e:
-        raise InputError(f"{origin}: {e}") from None
-    return kind
+        rec = segments.read_lines(snap, text.splitlines(), origin, detect=lambda t: detect(t[:SAMPLE_BYTES]),
+                                  apply_rest=_apply_text, error_signatures=error_signatures, year=year)
+    except ValueError:
+        raise InputError(f"{origin}: not recognised; expected {EXPECTED}") from None
+    snap.input_records.append(rec)
+    return rec.kind
+
+
+def finish(snap: Snapshot) -> None:
+    """Facts that follow from everything read: driver versions from kernel lines, GPUs from lspci."""
+    sw = snap.software or SoftwareFacts()
+    snap.software = sw
+    for ev in snap.kernel_events:
+        if ev.kind != "module":
+            continue
+        d = ev.detail
+        if d.get("driver_version"):
+            snap.driver_version = snap.driver_version or str(d["driver_version"])
+            sw.proc_driver_version = sw.proc_driver_version or str(d["driver_version"])
+        if d.get("module") == "api_mismatch":
+            if d.get("kernel_version"):
+                sw.proc_driver_version = sw.proc_driver_version or str(d["kernel_version"])
+            client = d.get("client_version")
+            if client and client not in sw.user_lib_versions:
+                sw.user_lib_versions.append(str(client))
+    if not snap.gpus:
+        for i, dev in enumerate(x for x in snap.pci_devices if x.is_gpu):
+            snap.gpus.append(GpuFacts(index=i, pci_bus_id=dev.bus_id))
+        if snap.gpus:
+            snap.notes.append(f"{len(snap.gpus)} GPU(s) known from lspci only (no nvidia-smi output in the evidence)")
 
 
 # ---------------------------------------------------------------------------------------------- files
@@ -484,34 +532,63 @@ def add_file(snap: Snapshot, path: str) -> str:
         raise _Unrecognised("file is empty")
     enc = utf16_encoding(head)
     if enc is not None:  # `nvidia-smi -q > out.txt` in Windows PowerShell writes UTF-16
-        text = _read_all(path, MAX_DUMP_BYTES, enc)
-        kind = detect(text[:SAMPLE_BYTES])
-        if kind is None:
-            raise _Unrecognised("not recognised (UTF-16 text)")
-        _apply_text(snap, kind, text, path)
-        return kind
+        return _add_text_or_unrecognised(snap, _read_all(path, MAX_DUMP_BYTES, enc), path)
     if _looks_binary(head):
         raise _Unrecognised("binary data")
     sample = _decode(head)
     kind = detect(sample)
-    if kind is None:
-        raise _Unrecognised("not recognised")
     if kind == "bugreport":
         _apply_bugreport(snap, bugreport.parse_path(path))
+        snap.input_records.append(InputRecord(input=path, kind=kind, readers=["bugreport"], segments=[
+            Segment(kind="bugreport_section", title=t) for t in snap_sections(snap, path)]))
         return kind
-    if kind == "kernel_log" and unquote(sample) is sample:
+    limit = MAX_JSON_BYTES if kind == "json" else MAX_DUMP_BYTES
+    if kind == "kernel_log" and unquote(sample) is sample and _size(path) > SEGMENT_LIMIT:
+        # a large log: stream it through the kernel-log scan (memmem, flat memory) instead of segmenting
         snap.kernel_events.extend(kernellog.scan_path(path))
         snap.kernel_log_read = True
         if path not in snap.kernel_log_sources:
             snap.kernel_log_sources.append(path)
+        snap.input_records.append(InputRecord(input=path, kind=kind, readers=["kernellog.scan"], streamed=True,
+                                              segments=[Segment(kind="kernel_log")]))
         return kind
-    limit = MAX_JSON_BYTES if kind == "json" else MAX_DUMP_BYTES
     with bugreport.open_text(path) as fh:
         text = fh.read(limit + 1)
     if len(text) > limit:
-        raise _Unrecognised(f"starts like {kind.replace('_', ' ')} but is larger than {limit // (1024 * 1024)} MB")
-    _apply_text(snap, kind, text, path)
-    return kind
+        raise _Unrecognised(f"starts like {(kind or 'text').replace('_', ' ')} but is larger than "
+                            f"{limit // (1024 * 1024)} MB")
+    return _add_text_or_unrecognised(snap, text, path, year=_mtime_year(path))
+
+
+SEGMENT_LIMIT = 32 * 1024 * 1024  # larger kernel logs are streamed, not segmented
+
+
+def _size(path: str) -> int:
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(2) == b"\x1f\x8b":
+                return MAX_DUMP_BYTES + 1  # compressed: size unknown until read; stream it
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _mtime_year(path: str) -> int | None:
+    try:
+        return datetime.datetime.fromtimestamp(os.stat(path).st_mtime).year
+    except (OSError, ValueError, OverflowError):
+        return None
+
+
+def snap_sections(snap: Snapshot, path: str) -> list[str]:
+    return [s.split("[", 1)[1].rstrip("]") for s in snap.kernel_log_sources if s.startswith(f"{path} [")]
+
+
+def _add_text_or_unrecognised(snap: Snapshot, text: str, origin: str, *, year: int | None = None) -> str:
+    try:
+        return add_text(snap, text, origin, year=year)
+    except InputError as e:
+        raise _Unrecognised(str(e).removeprefix(f"{origin}: ").split(";")[0]) from None
 
 
 def _add_stdin(snap: Snapshot) -> str:
@@ -530,11 +607,7 @@ def _add_stdin(snap: Snapshot) -> str:
     text = data.decode(enc, errors="replace").lstrip("\ufeff") if enc else _decode(data)
     if enc is None and _looks_binary(data[:SAMPLE_BYTES]):
         raise _Unrecognised("binary data")
-    kind = detect(text[:SAMPLE_BYTES])
-    if kind is None:
-        raise _Unrecognised("not recognised")
-    _apply_text(snap, kind, text, "<stdin>")
-    return kind
+    return _add_text_or_unrecognised(snap, text, "<stdin>")
 
 
 def _is_tar(path: str, head: bytes, gz: bool) -> bool:
@@ -726,6 +799,7 @@ def load_evidence(paths: Sequence[str]) -> Snapshot:
         snap.skip(f"evidence {what}", why or f)
     link_facts_from_pci(snap)
     _dedupe_kernel_events(snap)
+    finish(snap)
     skipped = {s.what for s in snap.skipped}
     if snap.nvml_available is None and not snap.gpus and "GPUs through NVML" not in skipped:
         snap.skip("GPUs through NVML", "the evidence has no nvidia-smi output or capture")

@@ -45,6 +45,7 @@ from gpuclinic.sources.kernellog.patterns import (
     _RE_INIT,
     _RE_LIMITED,
     _RE_LINK,
+    _RE_MODESET_LOADED,
     _RE_NAME,
     _RE_NOT_SUPPORTED,
     _RE_NVL5,
@@ -364,7 +365,7 @@ class KernelLogParser:
             out.append(self._ev("nvlink", line, msg, p, lineno,
                                 pci_bus_id=normalize_bus_id(mb.group(1)) if mb else self._context_bus(), detail=d))
             return True
-        m = _RE_DRIVER_LOADED.search(msg)
+        m = _RE_DRIVER_LOADED.search(msg) or _RE_MODESET_LOADED.search(msg)
         if m:
             out.append(self._ev("module", line, msg, p, lineno,
                                 detail={"module": "loaded", "driver_version": m.group("ver"), "severity": "info"}))

@@ -66,6 +66,9 @@ _RE_API_MISMATCH = re.compile(
     r"kernel module has\s+(?:NVRM:\s+)?the version (?P<kernel>\d+(?:\.\d+)*)")
 _RE_DRIVER_LOADED = re.compile(r"NVRM: loading NVIDIA UNIX (?:Open )?(?:[\w-]+ )?Kernel Module(?: for \w+)?\s+"
                                r"(?P<ver>\d+\.\d+(?:\.\d+)?)")
+# "nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms  570.124.06  ..." and the open flavour
+_RE_MODESET_LOADED = re.compile(r"nvidia-modeset: Loading NVIDIA (?:UNIX )?(?:Open )?Kernel Mode Setting Driver for "
+                                r"\S+(?: platforms)?\s+(?P<ver>\d+\.\d+(?:\.\d+)?)")
 
 # nvidia module problems: (regex, sub-kind, severity hint)
 _MODULE_PATTERNS: tuple[tuple[re.Pattern[str], str, str], ...] = (
