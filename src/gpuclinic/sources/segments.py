@@ -67,6 +67,33 @@ def classify(line: str) -> str:
     return "other"
 
 
+# What a line of each structured format looks like: prose pasted after a dump is not part of it.
+_FITS = {
+    "smi_table": re.compile(r"^\s*[|+]|^\s*[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d .*\d{4}\s*$"),
+    "smi_text": re.compile(r"^\s+\S|^[^:]{1,60}\s:\s?|^=+\s*NVSMI LOG\s*=+|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f:.]+\s*$"),
+    "smi_xml": re.compile(r"^\s*<"),
+    "smi_csv": re.compile(r","),
+    "lspci": re.compile(r"^\s|^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] "),
+    "smi_nvlink": re.compile(r"^\s|^GPU \d+:"),
+}
+
+
+def _trim(kind: str, lines: list[str], a: int, b: int) -> list[Segment]:
+    """Split a structured run where lines stop looking like that format (a note typed after a table)."""
+    fits = _FITS[kind]
+    out: list[Segment] = []
+    for i in range(a, b + 1):
+        ln = lines[i - 1]
+        if not ln.strip():
+            continue
+        k = kind if fits.search(ln) else "text"
+        if out and out[-1].kind == k:
+            out[-1].last = i
+        else:
+            out.append(Segment(kind=k, first=i, last=i))
+    return out
+
+
 def _label(run: list[str], detect: Detect) -> str:
     text = "\n".join(run)
     if "Health Monitor Report" in text or "dcgmi" in text or re.search(r"^\|\s*Diagnostic\s*\|", text, re.M):
@@ -99,7 +126,7 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     segs: list[Segment] = []
     for c, a, b in runs:
         kind = _label(lines[a - 1:b], detect) if c == "other" else c
-        segs.append(Segment(kind=kind, first=a, last=b))
+        segs.extend(_trim(kind, lines, a, b) if kind in _FITS else [Segment(kind=kind, first=a, last=b)])
     rec.segments = segs
 
     # 2. kernel-log lines, wherever they are, through one stateful parser (multi-line messages)

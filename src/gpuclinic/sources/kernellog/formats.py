@@ -283,7 +283,9 @@ _RE_KERNEL_LINE = re.compile(
     rf"|{_FACILITIES}\s*:\s*{_LEVELS}\s*:"
     r"|(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*|"
     r"[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+) \S+ (?:kernel|vmunix)(?:\[\d+\])?:"
-    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)\s+(?:NVRM|nvidia|pci|pcieport))")
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)\s+(?:NVRM|nvidia|pci|pcieport)"
+    # device messages pasted without their stamps: "pcieport 0000:00:01.1: AER: ...", "nvidia 0000:3b:00.0: ..."
+    r"|(?:pcieport|nvidia|pci|nvidia-nvswitch\d*) [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: )")
 _KERNEL_MARKS = ("NVRM", "Xid (", "nvidia-nvswitch", "nvidia-modeset", "nvidia-nvlink", '"_TRANSPORT":"kernel"',
                  "MESSAGE=NVRM", "MESSAGE=nvidia")
 
