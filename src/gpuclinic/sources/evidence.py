@@ -18,8 +18,7 @@ import json
 import os
 import re
 import sys
-import tarfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
@@ -522,11 +521,15 @@ def _looks_binary(b: bytes) -> bool:
 def add_file(snap: Snapshot, path: str) -> str:
     """Add one file to ``snap``; returns its kind.  Raises ``_Unrecognised``/``OSError``."""
     if os.path.isdir(path) and is_capture_dir(path):
-        _apply_bundle_dir(snap, path)
+        from gpuclinic.sources.bundle import apply_bundle_dir
+
+        apply_bundle_dir(snap, path)
         return "capture"
     head, gz = _read_head(path)
     if _is_tar(path, head, gz):
-        _apply_bundle(snap, path)
+        from gpuclinic.sources.bundle import apply_bundle
+
+        apply_bundle(snap, path)
         return "capture"
     if not head.strip():
         raise _Unrecognised("file is empty")
@@ -615,36 +618,6 @@ def _is_tar(path: str, head: bytes, gz: bool) -> bool:
     return len(head) >= 262 and head[257:262] == b"ustar"
 
 
-def _apply_bundle(snap: Snapshot, path: str) -> None:
-    """Read a ``gpuclinic capture`` bundle without extracting it to disk."""
-    try:
-        tf = tarfile.open(path, mode="r:*")
-    except (tarfile.TarError, OSError) as e:
-        raise _Unrecognised(f"tar archive could not be read ({e})") from None
-    with tf:
-        members = {}
-        try:
-            for m in tf:
-                if m.isfile() and 0 <= m.size <= MAX_BUNDLE_MEMBER:
-                    members[m.name.lstrip("./")] = m
-        except (tarfile.TarError, OSError, EOFError) as e:
-            raise _Unrecognised(f"tar archive is truncated or corrupt ({e})") from None
-
-        def read(name: str) -> str | None:
-            m = members.get(name)
-            if m is None:
-                return None
-            fh = tf.extractfile(m)
-            if fh is None:
-                return None
-            try:
-                return _decode(fh.read())
-            except (tarfile.TarError, OSError, EOFError) as e:
-                raise _Unrecognised(f"tar member {name} is corrupt ({e})") from None
-
-        _apply_bundle_members(snap, path, sorted(members), read)
-
-
 def is_capture_dir(path: str) -> bool:
     """True for an extracted capture bundle (snapshot.json + a gpuclinic.capture manifest.json)."""
     man = os.path.join(path, "manifest.json")
@@ -655,80 +628,6 @@ def is_capture_dir(path: str) -> bool:
             return '"gpuclinic.capture/' in fh.read(4096)
     except OSError:
         return False
-
-
-def _apply_bundle_dir(snap: Snapshot, path: str) -> None:
-    """An extracted capture bundle: read like the tar.gz, so raw outputs do not double the snapshot."""
-    names: list[str] = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(dirs)
-        for f in sorted(files):
-            names.append(os.path.relpath(os.path.join(root, f), path).replace(os.sep, "/"))
-
-    def read(name: str) -> str | None:
-        full = os.path.join(path, name)
-        try:
-            if os.path.getsize(full) > MAX_BUNDLE_MEMBER:
-                return None
-            with open(full, "rb") as fh:
-                return _decode(fh.read())
-        except OSError:
-            return None
-
-    _apply_bundle_members(snap, path, names, read)
-
-
-def _apply_bundle_members(snap: Snapshot, path: str, names: list[str], read: Callable[[str], str | None]) -> None:
-    snap_json = read("snapshot.json")
-    if snap_json is not None:
-        had_gpus, had_log, had_pci = bool(snap.gpus), snap.kernel_log_read, snap.pci_read
-        _apply_json(snap, snap_json, f"{path}:snapshot.json")
-        # The raw outputs fill what the live read could not (no NVML bindings, no log access).
-        wanted = {"smi_text", "smi_xml", "smi_table", "smi_csv"} if not snap.gpus or snap.gpus and not had_gpus and \
-            all(g.name is None for g in snap.gpus) else set()
-        if not snap.kernel_log_read and not had_log:
-            wanted.add("kernel_log")
-        if not snap.pci_read and not had_pci:
-            wanted.add("lspci")
-        for name in names:
-            if not wanted or not name.startswith("raw/"):
-                continue
-            text = read(name)
-            kind = detect(text[:SAMPLE_BYTES]) if text else None
-            if kind in wanted and text is not None:
-                try:
-                    _apply_text(snap, kind, text, f"{path}:{name}")
-                except (_Unrecognised, InputError) as e:
-                    snap.skip(f"{path}:{name}", str(e))
-                if kind.startswith("smi_") and snap.gpus:
-                    wanted -= {"smi_text", "smi_xml", "smi_table", "smi_csv"}
-        manifest = read("manifest.json")
-        if manifest:
-            try:
-                man = json.loads(manifest)
-                for f in man.get("failed", []) if isinstance(man, dict) else []:
-                    if isinstance(f, dict) and f.get("what"):
-                        snap.notes.append(f"capture could not collect {f.get('what')}: {f.get('why')}")
-            except ValueError:
-                snap.notes.append(f"{path}: manifest.json is not valid JSON")
-        return
-    used = 0
-    for name in names:
-        if not name.startswith("raw/"):
-            continue
-        text = read(name)
-        if not text:
-            continue
-        kind = detect(text[:SAMPLE_BYTES])
-        if kind is None:
-            continue
-        try:
-            _apply_text(snap, kind, text, f"{path}:{name}")
-            used += 1
-        except (_Unrecognised, InputError) as e:
-            snap.skip(f"{path}:{name}", str(e))
-    if not used:
-        raise _Unrecognised("tar archive is not a gpuclinic capture (no snapshot.json or readable raw/ outputs)")
 
 
 def _dedupe_kernel_events(snap: Snapshot) -> None:
