@@ -138,6 +138,18 @@ def _journal_json(s: str, p: _Prefix) -> str | None:
     return msg
 
 
+_RE_CRI = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] ")
+
+
+def _docker_json(s: str) -> str | None:
+    try:
+        rec = json.loads(s)
+    except (ValueError, RecursionError):
+        return None
+    log = rec.get("log") if isinstance(rec, dict) else None
+    return log.rstrip("\r\n") if isinstance(log, str) else None
+
+
 def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
     """Strip the timestamp/host/level prefixes of any known format; return (message, prefix facts)."""
     p = _Prefix()
@@ -148,6 +160,15 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
         msg = _journal_json(s.rstrip(), p)
         if msg is not None:
             return msg.rstrip("\r\n"), p
+    if s.startswith("{") and '"log"' in s:  # docker json-file log: {"log":"[ 12.3] NVRM: ...\n","stream":..}
+        inner = _docker_json(s.rstrip())
+        if inner is not None:
+            s = inner.lstrip()
+    if s.startswith("MESSAGE="):  # journalctl -o export / -o verbose field
+        s = s[8:]
+    m = _RE_CRI.match(s)
+    if m:  # Kubernetes CRI log wrapper: "2024-03-04T10:11:12.123Z stdout F <line>"
+        s = s[m.end():]
     m = _RE_TALOS.match(s)
     if m:
         g = m.groups()

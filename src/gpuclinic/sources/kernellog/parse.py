@@ -237,7 +237,11 @@ class KernelLogParser:
             self.nvidia_devices.add(normalize_bus_id(m.group("dev")))
 
     def _xid(self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None) -> KernelEvent:
-        bus = normalize_bus_id(m.group("bus"))
+        bus = normalize_bus_id(m.group("bus")) if m.group("bus") else None
+        if bus is None:
+            detail_bus = {"bus_redacted": True}
+        else:
+            detail_bus = {}
         rest = m.group("rest").strip()
         pid: int | None = None
         proc: str | None = None
@@ -273,7 +277,7 @@ class KernelLogParser:
         self._last_xid_bus = bus
         self._last_xid_countdown = 40
         return self._ev("xid", line, msg, p, lineno, pci_bus_id=bus, xid=int(m.group("xid")), pid=pid,
-                        process=proc, detail={"text": rest.strip(), **detail})
+                        process=proc, detail={"text": rest.strip(), **detail, **detail_bus})
 
     def _sxid(self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None) -> KernelEvent | None:
         rest = m.group("rest").strip()

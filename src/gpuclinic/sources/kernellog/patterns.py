@@ -19,7 +19,8 @@ _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _DEV = rf"(?P<drv>[\w.-]+) (?P<dev>{_BDF}):\s*"
 
 _RE_XID = re.compile(
-    rf"(?<!S)Xid \((?:PCI:)?(?P<bus>{_BDF})(?:\s+GPU-I:(?P<gi>\w+))?(?:\s+GPU-CI:(?P<ci>\w+))?\):\s*"
+    # the bus id may be redacted by the poster: "Xid (PCI:...)", "Xid (PCI:XXXX:XX:XX)", "Xid (<redacted>)"
+    rf"(?<!S)Xid \((?:PCI:)?(?:(?P<bus>{_BDF})|[.xX*#<>a-zA-Z_:-]{{1,24}}?)(?:\s+GPU-I:(?P<gi>\w+))?(?:\s+GPU-CI:(?P<ci>\w+))?\):\s*"
     r"(?P<xid>\d{1,4})\b,?\s*(?P<rest>.*)$")
 _RE_PID = re.compile(r"^pid=(?P<pid>'?<unknown>'?|'?\d+'?)\s*(?:,\s*|$)")
 _RE_NAME = re.compile(r"^name=(?P<name>.*?)(?:,\s+|,$|$)")
