@@ -112,3 +112,23 @@ def test_report_lists_segments_and_unclaimed_lines() -> None:
     kinds = {s["kind"] for s in recs[0]["segments"]}
     assert "kernel_log" in kinds and "smi_error" in kinds
     assert recs[0]["unclaimed"] <= 2  # the two shell prompt lines
+
+
+@pytest.mark.parametrize(("name", "driver", "gpu"), [
+    ("windows-table-wddm-555.txt", "555.97", "NVIDIA GeForce RTX 4080 ..."),
+    ("windows-table-tcc-wddm-552.txt", "552.22", "NVIDIA GeForce RTX 3080 ..."),
+])
+def test_windows_tables(name: str, driver: str, gpu: str) -> None:
+    snap = load_evidence([str(I10 / name)])
+    assert snap.driver_version == driver
+    assert [(g.name, g.pci_bus_id) for g in snap.gpus] == [(gpu, "0000:01:00.0")]
+    assert snap.input_records[0].kind == "smi_table" and snap.input_records[0].unclaimed == 0
+
+
+def test_proc_driver_version_text_gives_the_module_version() -> None:
+    from gpuclinic.sources.evidence import snapshot_from_text
+
+    snap = snapshot_from_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+                              "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n", "paste")
+    assert snap.driver_version == "535.104.05"
+    assert snap.software is not None and snap.software.proc_driver_version == "535.104.05"

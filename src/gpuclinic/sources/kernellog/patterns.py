@@ -65,7 +65,7 @@ _RE_PCI_ENUM = re.compile(rf"pci (?P<dev>{_BDF}): \[10de:(?P<did>[0-9a-fA-F]{{4}
 _RE_API_MISMATCH = re.compile(
     r"client(?: '(?P<who>[^']*)'(?: \(pid \d+\))?)? has the version (?P<client>\d+(?:\.\d+)*),? but .*?"
     r"kernel module has\s+(?:NVRM:\s+)?the version (?P<kernel>\d+(?:\.\d+)*)")
-_RE_DRIVER_LOADED = re.compile(r"NVRM: loading NVIDIA UNIX (?:Open )?(?:[\w-]+ )?Kernel Module(?: for \w+)?\s+"
+_RE_DRIVER_LOADED = re.compile(r"NVRM(?: version)?: (?:loading )?NVIDIA UNIX (?:Open )?(?:[\w-]+ )?Kernel Module(?: for \w+)?\s+"
                                r"(?P<ver>\d+\.\d+(?:\.\d+)?)")
 # "nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms  570.124.06  ..." and the open flavour
 _RE_MODESET_LOADED = re.compile(r"nvidia-modeset: Loading NVIDIA (?:UNIX )?(?:Open )?Kernel Mode Setting Driver for "
