@@ -41,9 +41,9 @@ def codes(r: Report) -> set[str]:
     ("journal-export-xid79.txt", {"xid.79"}, "drain"),
     ("oom-killer-only.log", {"error.host.oom_killer"}, None),
     ("mixed-xid-and-oom.log", {"xid.13", "error.host.oom_killer"}, None),
-    ("fabricmanager-nothing-to-do.log", {"fabricmanager.failed"}, None),
+    ("fabricmanager-nothing-to-do.log", {"driver.fabric_manager_missing"}, None),
     ("persistenced-failed.log", {"persistenced.failed"}, None),
-    ("oops-nv-audio.log", {"driver.kernel_oops"}, "drain"),
+    ("oops-nv-audio.log", {"driver.kernel_module"}, "drain"),
     ("amd-iommu-page-fault.log", {"pcie.iommu_fault"}, None),
     ("intel-dmar-fault.log", {"pcie.iommu_fault"}, None),
 ])

@@ -20,7 +20,7 @@ _SEV = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Severity
 MAX_EVIDENCE = 4
 
 
-@check("evidence.signals", codes=["fabricmanager.failed", "persistenced.failed", "driver.kernel_oops",
+@check("evidence.signals", codes=["driver.fabric_manager_missing", "persistenced.failed", "driver.kernel_module",
                                   "pcie.iommu_fault", "error.*"], what="fault signatures in the evidence")
 def signals(snap: Snapshot) -> Iterable[Finding]:
     groups: dict[tuple[str, str | None], list[Signal]] = {}

@@ -31,7 +31,7 @@ from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 MAX_UNREAD = 200
 _ERROR_RES = re.compile(
-    r"NVIDIA-SMI has failed|Failed to initialize NVML|No devices were found|Unable to determine the device handle|"
+    r"NVIDIA-SMI has failed|Failed to initialize NVML|No devices were found|Unable to (?:determine|detect) the device handle|"
     r"Driver/library version mismatch|NVML library version|GPU access blocked by the operating system|"
     r"Unable to find NVIDIA driver|NVIDIA driver is not loaded|nvidia-smi: (?:command )?not found|"
     r"command not found: nvidia-smi", re.I)
@@ -150,7 +150,16 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
         claimed.update(i for i, _ in errs)
         _reader(rec, segs, ("smi_error",), "nvidia-smi errors")
 
-    # 4. everything else, in order, as one text for the format parsers
+    # 4. DCGM output (dcgmi diag / health tables): the driver version and GPUs it names
+    for s_ in segs:
+        if s_.kind == "dcgm" and s_.first is not None and s_.last is not None:
+            if _dcgm(snap, lines[s_.first - 1:s_.last]):
+                s_.readers.append("dcgm")
+                claimed.update(range(s_.first, s_.last + 1))
+                if "dcgm" not in rec.readers:
+                    rec.readers.append("dcgm")
+
+    # 5. everything else, in order, as one text for the format parsers
     rest = [(i, ln) for i, ln in enumerate(lines, start=1) if classes[i - 1] in ("other", "blank")]
     rest_kind = None
     if any(classes[i - 1] == "other" for i, _ in rest):
@@ -169,7 +178,7 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
                 if rest_kind not in rec.readers:
                     rec.readers.append(rest_kind)
 
-    # 5. fault signatures on every line; the explain error signatures on the prose parts
+    # 6. fault signatures on every line; the explain error signatures on the prose parts
     numbered = list(enumerate(lines, start=1))
     got = signals.scan_lines(snap, numbered, origin)
     if got:
@@ -187,7 +196,7 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
                 any(i in got for i in range(s.first, s.last + 1)):
             s.readers.append("signatures")
 
-    # 6. what nothing claimed
+    # 7. what nothing claimed
     unread = [(i, ln) for i, ln in numbered if classes[i - 1] != "blank" and i not in claimed]
     rec.unclaimed = len(unread)
     rec.unread = [[i, ln[:300]] for i, ln in unread[:MAX_UNREAD]]
@@ -197,6 +206,30 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     main = {k for k in kinds if k not in ("prompt", "text")}
     rec.kind = (main.pop() if len(main) == 1 else "mixed") if main else (rest_kind or "text")
     return rec
+
+
+_DCGM_DRIVER = re.compile(r"^\|\s*Driver Version Detected\s*\|\s*(\d+\.\d+(?:\.\d+)?)\s*\|", re.M)
+_DCGM_IDS = re.compile(r"^\|\s*GPU Device IDs Detected\s*\|\s*([0-9a-fA-F, ]+?)\s*\|", re.M)
+
+
+def _dcgm(snap: Snapshot, run: list[str]) -> bool:
+    """``dcgmi diag`` metadata: the driver version and one GPU per detected device id (when nothing else
+    named the GPUs).  Xids in DCGM output are read by the fault signatures."""
+    from gpuclinic.facts.gpu import GpuFacts
+
+    text = "\n".join(run)
+    got = False
+    m = _DCGM_DRIVER.search(text)
+    if m:
+        snap.driver_version = snap.driver_version or m.group(1)
+        got = True
+    m = _DCGM_IDS.search(text)
+    if m:
+        ids = [x.strip() for x in m.group(1).split(",") if x.strip()]
+        if ids and not snap.gpus:
+            snap.gpus.extend(GpuFacts(index=i, pci_device_id=f"0x{d.lower()}") for i, d in enumerate(ids))
+        got = True
+    return got
 
 
 def _reader(rec: InputRecord, segs: list[Segment], kinds: tuple[str, ...], name: str) -> None:

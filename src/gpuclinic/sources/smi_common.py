@@ -204,14 +204,14 @@ class SmiDump:
 
 # nvidia-smi's own error statements, as printed in the wild (one line each).
 _HANDLE_RE = re.compile(
-    r"Unable to determine the device handle for (?:GPU\s*)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    r"Unable to (?:determine|detect) the device handle for (?:GPU\s*)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"\s*:?\s*(?P<why>.*)$"
 )
 _ERROR_LINE_RES = (
     re.compile(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.*", re.I),
     re.compile(r"Failed to initialize NVML:.*", re.I),
     re.compile(r"No devices were found", re.I),
-    re.compile(r"Unable to determine the device handle for .*", re.I),
+    re.compile(r"Unable to (?:determine|detect) the device handle for .*", re.I),
     re.compile(r"NVML library version mismatch.*|Driver/library version mismatch.*", re.I),
     re.compile(r"GPU access blocked by the operating system.*", re.I),
     re.compile(r"Unable to find NVIDIA driver.*|NVIDIA driver is not loaded.*", re.I),

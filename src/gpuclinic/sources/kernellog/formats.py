@@ -299,6 +299,7 @@ def _wants_context(line: str) -> bool:
 # A line that is part of a kernel log whatever wraps it: a kernel-log prefix, or an NVIDIA kernel message.
 _RE_KERNEL_LINE = re.compile(
     r"^\s*(?:<\d{1,3}>)?(?:\[\s*\d{1,10}\.\d{1,9}(?:\s*<\s*[\d.]+>)?\]"
+    r"|\[\s*\+\d+\.\d+\]|\[[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d\]"  # dmesg --time-format delta / reltime
     r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} [\d:]{8} \d{4}\]"
     r"|\d{1,3},\d+,\d+,[^;]*;"
     rf"|{_FACILITIES}\s*:\s*{_LEVELS}\s*:"
