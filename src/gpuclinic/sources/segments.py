@@ -159,6 +159,15 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
                 if "dcgm" not in rec.readers:
                     rec.readers.append("dcgm")
 
+    # 4b. a driver version in JSON inventories (health agents, cluster managers): "driver_version": "580.x"
+    if snap.driver_version is None:
+        for i, ln in enumerate(lines, start=1):
+            m = _JSON_DRIVER.search(ln) if "river" in ln else None
+            if m:
+                snap.driver_version = m.group(1)
+                claimed.add(i)
+                break
+
     # 5. everything else, in order, as one text for the format parsers
     rest = [(i, ln) for i, ln in enumerate(lines, start=1) if classes[i - 1] in ("other", "blank")]
     rest_kind = None
@@ -208,6 +217,7 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     return rec
 
 
+_JSON_DRIVER = re.compile(r'"(?:driver_version|driverVersion|DriverVersion|nvidia_driver_version)"\s*:\s*"(\d{3}\.\d+(?:\.\d+)?)"')
 _DCGM_DRIVER = re.compile(r"^\|\s*Driver Version Detected\s*\|\s*(\d+\.\d+(?:\.\d+)?)\s*\|", re.M)
 _DCGM_IDS = re.compile(r"^\|\s*GPU Device IDs Detected\s*\|\s*([0-9a-fA-F, ]+?)\s*\|", re.M)
 
