@@ -26,7 +26,7 @@ from typing import Any
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import signals
-from gpuclinic.sources.kernellog import KernelLogParser, is_kernel_line
+from gpuclinic.sources.kernellog import is_kernel_line, parse_numbered
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 MAX_UNREAD = 200
@@ -133,10 +133,8 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     kernel = [(i, ln) for i, ln in enumerate(lines, start=1) if classes[i - 1] in ("kernel_log", "journal_export")
               and (classes[i - 1] == "kernel_log" or ln.startswith("MESSAGE="))]
     if kernel:
-        parser = KernelLogParser(origin=origin, year=year)
-        for i, ln in kernel:
-            snap.kernel_events.extend(parser.feed(ln[8:] if ln.startswith("MESSAGE=") else ln, i))
-        snap.kernel_events.extend(parser.flush())
+        snap.kernel_events.extend(parse_numbered(
+            ((i, ln[8:] if ln.startswith("MESSAGE=") else ln) for i, ln in kernel), origin, year=year))
         snap.kernel_log_read = True
         if origin not in snap.kernel_log_sources:
             snap.kernel_log_sources.append(origin)

@@ -9,6 +9,7 @@ kernel event; fabric manager, persistence daemon, kernel Oops and IOMMU faults b
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -62,8 +63,10 @@ def scan_lines(snap: Snapshot, numbered: Iterable[tuple[int, str]], origin: str)
     """
     sigs = evidence_signatures()
     have = {ev.lineno for ev in snap.kernel_events if ev.origin == origin and ev.kind in ("xid", "sxid")}
+    pairs = list(numbered)
     claimed: set[int] = set()
-    for n, raw in numbered:
+    for idx in _needle_lines(pairs, sigs):
+        n, raw = pairs[idx]
         line = raw[:MAX_LINE]
         low = line.lower()
         xid_done = n in have
@@ -90,6 +93,23 @@ def scan_lines(snap: Snapshot, numbered: Iterable[tuple[int, str]], origin: str)
                     source=sig.source, data={"signature": sig.id, **{k: v for k, v in gd.items() if v and k != "bus"}}))
             claimed.add(n)
     return claimed
+
+
+def _needle_lines(pairs: list[tuple[int, str]], sigs: Sequence[EvidenceSignature]) -> list[int]:
+    """Indexes of the lines holding any needle: one ``str.find`` pass per needle over the whole text."""
+    text = "\n".join(t for _, t in pairs).lower()
+    starts = [0]
+    for _, t in pairs[:-1]:
+        starts.append(starts[-1] + len(t) + 1)
+    hits: set[int] = set()
+    for nd in {nd for s in sigs for nd in s.needles}:
+        i = text.find(nd)
+        while i != -1:
+            k = bisect.bisect_right(starts, i) - 1
+            hits.add(k)
+            nxt = starts[k + 1] if k + 1 < len(starts) else len(text)
+            i = text.find(nd, nxt)
+    return sorted(hits)
 
 
 def _xid_event(sig: EvidenceSignature, m: re.Match[str], line: str, origin: str, n: int) -> KernelEvent:

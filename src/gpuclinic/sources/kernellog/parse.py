@@ -574,9 +574,16 @@ def parse_lines(lines: Iterable[str], origin: str | None = None, *, year: int | 
     ``year`` completes syslog timestamps that carry none ("Mar  4 10:11:12"); without it such events
     keep the text in ``detail["time_text"]`` and ``time`` stays None.
     """
+    yield from parse_numbered(enumerate(lines, start=1), origin, year=year)
+
+
+def parse_numbered(lines: Iterable[tuple[int, str]], origin: str | None = None, *,
+                   year: int | None = None) -> Iterator[KernelEvent]:
+    """:func:`parse_lines` for ``(line number, text)`` pairs: kernel lines picked out of a mixed input keep
+    their line numbers in it."""
     parser = KernelLogParser(origin, year)
     ctx = 0
-    for lineno, line in enumerate(lines, start=1):
+    for lineno, line in lines:
         if _is_candidate(line):
             ctx = CONTEXT_LINES if _wants_context(line) else ctx
         elif ctx > 0:
