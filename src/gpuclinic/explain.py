@@ -29,16 +29,12 @@ from gpuclinic.errors import InputError
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.knowledge import compat
-from gpuclinic.knowledge.signatures import SignatureMatch, match
+from gpuclinic.knowledge.signatures import CATEGORY_FAMILY, SignatureMatch, match
 from gpuclinic.model import Family, Finding, GpuRef, Severity, Skipped
 
 MAX_INPUT = 64 * 1024 * 1024  # bytes read from a file or stdin (logs beyond this are cut, with a note)
 HEAD_KEEP = 1024 * 1024  # of a longer input: this much of its start, the rest from its end
-_FAMILY = {
-    "cuda_oom": Family.SOFTWARE, "nccl_timeout": Family.NETWORK, "nccl": Family.NETWORK,
-    "cuda_runtime": Family.SOFTWARE, "driver": Family.SOFTWARE, "nvml": Family.SOFTWARE,
-    "hardware": Family.GPU_FAULT, "container": Family.SOFTWARE, "python": Family.SOFTWARE, "host_oom": Family.HOST,
-}
+_FAMILY = {k: Family(v) for k, v in CATEGORY_FAMILY.items()}
 _SEV = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Severity.CRITICAL}
 
 

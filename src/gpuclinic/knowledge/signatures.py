@@ -20,6 +20,12 @@ CATEGORIES = (
     "cuda_oom", "nccl_timeout", "nccl", "cuda_runtime", "driver", "nvml", "hardware", "container", "python",
     "host_oom",
 )
+# The report family (model.Family value) of each signature category: one mapping for explain and evidence.
+CATEGORY_FAMILY: dict[str, str] = {
+    "cuda_oom": "software", "nccl_timeout": "network", "nccl": "network", "cuda_runtime": "software",
+    "driver": "software", "nvml": "software", "hardware": "gpu_fault", "container": "software", "python": "software",
+    "host_oom": "host",
+}
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 MAX_LINE = 400  # matched_line is cut to this many characters
 

@@ -19,6 +19,7 @@ from gpuclinic.facts.evidence import Signal
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge import load_data
+from gpuclinic.knowledge.signatures import CATEGORY_FAMILY
 from gpuclinic.knowledge.signatures import match as match_error_signatures
 
 MAX_LINE = 4000
@@ -158,7 +159,7 @@ def scan_error_signatures(snap: Snapshot, lines: Sequence[tuple[int, str]], orig
         if n is not None:
             claimed.add(n)
         snap.signals.append(Signal(
-            code=f"error.{sm.id}", severity=sm.severity, family=_FAMILY.get(sm.category, "software"), title=sm.title,
+            code=f"error.{sm.id}", severity=sm.severity, family=CATEGORY_FAMILY.get(sm.category, "software"), title=sm.title,
             line=sm.matched_line, input=origin, lineno=n,
             pci_bus_id=normalize_bus_id(str(sm.data["pci_bus_id"])) if sm.data.get("pci_bus_id") else None,
             remedy=sm.fix, source=sm.source,
@@ -172,9 +173,3 @@ def _mismatch_known(snap: Snapshot) -> bool:
         return True
     return any(ev.kind == "module" and ev.detail.get("module") == "api_mismatch" for ev in snap.kernel_events)
 
-
-_FAMILY = {
-    "cuda_oom": "software", "nccl_timeout": "network", "nccl": "network", "cuda_runtime": "software",
-    "driver": "software", "nvml": "software", "hardware": "gpu_fault", "container": "software", "python": "software",
-    "host_oom": "host",
-}
