@@ -32,6 +32,7 @@ class Snapshot:
     cuda_driver_version: str | None = None  # "12.4"
     nvml_available: bool | None = None  # None: not attempted (e.g. from evidence without smi dumps)
     gpus: list[GpuFacts] = field(default_factory=list)
+    attached_gpus: int | None = None  # evidence: "Attached GPUs : N" (a paste may show fewer GPU blocks)
     pci_devices: list[PciDevice] = field(default_factory=list)
     pci_read: bool = False  # True when the PCI bus was enumerated (so "absent from PCI" means something)
     kernel_events: list[KernelEvent] = field(default_factory=list)

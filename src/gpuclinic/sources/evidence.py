@@ -178,6 +178,8 @@ def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
     elif nvml_failed and snap.nvml_available is not True:
         snap.nvml_available = False
         snap.skip("GPUs through NVML", f"nvidia-smi in {origin}: {dump.errors[0]}")
+    if dump.attached_gpus is not None:
+        snap.attached_gpus = max(snap.attached_gpus or 0, dump.attached_gpus)
     if dump.attached_gpus is not None and dump.attached_gpus > len(dump.gpus):
         snap.notes.append(f"{origin}: nvidia-smi reported {dump.attached_gpus} attached GPUs but listed {len(dump.gpus)}")
 
@@ -392,7 +394,7 @@ def _whole_kind(head: str) -> str | None:
     if bugreport.looks_like(head):
         return "bugreport"
     h = head.lstrip("\ufeff \t\r\n")
-    if h.startswith("{") and '"gpuclinic.' in head[:4096]:
+    if h.startswith("{") and '"gpuclinic.' in head:
         return "json"
     return None
 
@@ -401,6 +403,8 @@ def add_text(snap: Snapshot, text: str, origin: str, *, error_signatures: bool =
     """Add one text input to ``snap`` through the segmenting reader; returns its kind."""
     text = unquote(text)
     kind = _whole_kind(text[:SAMPLE_BYTES])
+    if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{") and '"gpuclinic.' in text[-4096:]:
+        kind = "json"  # a snapshot writes its schema key last
     if kind is not None:
         try:
             _apply_text(snap, kind, text, origin)
@@ -435,6 +439,13 @@ def finish(snap: Snapshot) -> None:
             client = d.get("client_version")
             if client and client not in sw.user_lib_versions:
                 sw.user_lib_versions.append(str(client))
+    if snap.attached_gpus and 0 < len(snap.gpus) < snap.attached_gpus:
+        # "Attached GPUs : 8" above one pasted GPU block: the other GPUs exist, their facts were not pasted
+        missing = snap.attached_gpus - len(snap.gpus)
+        for _ in range(missing):
+            idx = max(g.index for g in snap.gpus) + 1
+            snap.gpus.append(GpuFacts(index=idx, unreadable={
+                "evidence": f"not in the pasted output (nvidia-smi reported {snap.attached_gpus} attached GPUs)"}))
     if not snap.gpus:
         for i, dev in enumerate(x for x in snap.pci_devices if x.is_gpu):
             snap.gpus.append(GpuFacts(index=i, pci_bus_id=dev.bus_id))
