@@ -151,3 +151,22 @@ def test_show_unread_needs_from() -> None:
     r = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--show-unread"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 64 and "--show-unread needs --from" in r.stderr
+
+
+def test_gz_kernel_log_is_segmented_and_large_logs_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gzip
+
+    from gpuclinic.sources import evidence
+
+    text = ("[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+            "Nov 15 14:15:47 h nv-fabricmanager[4177]: request to query NVSwitch device information from NVSwitch "
+            "driver failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]\n")
+    p = tmp_path / "kern.log.gz"
+    p.write_bytes(gzip.compress(text.encode()))
+    snap = load_evidence([str(p)])
+    assert 79 in {e.xid for e in snap.kernel_events}
+    assert "driver.fabric_manager_missing" in {s.code for s in snap.signals}
+    assert not snap.input_records[0].streamed
+    monkeypatch.setattr(evidence, "SEGMENT_LIMIT", 64)
+    snap = load_evidence([str(p)])
+    assert snap.input_records[0].streamed and 79 in {e.xid for e in snap.kernel_events}

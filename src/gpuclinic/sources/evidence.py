@@ -535,12 +535,14 @@ def add_file(snap: Snapshot, path: str) -> str:
         from gpuclinic.sources.bundle import apply_bundle_dir
 
         apply_bundle_dir(snap, path)
+        snap.input_records.append(InputRecord(input=path, kind="capture", readers=["capture"]))
         return "capture"
     head, gz = _read_head(path)
     if _is_tar(path, head, gz):
         from gpuclinic.sources.bundle import apply_bundle
 
         apply_bundle(snap, path)
+        snap.input_records.append(InputRecord(input=path, kind="capture", readers=["capture"]))
         return "capture"
     if not head.strip():
         raise _Unrecognised("file is empty")
@@ -557,17 +559,18 @@ def add_file(snap: Snapshot, path: str) -> str:
             Segment(kind="bugreport_section", title=t) for t in snap_sections(snap, path)]))
         return kind
     limit = MAX_JSON_BYTES if kind == "json" else MAX_DUMP_BYTES
-    if kind == "kernel_log" and unquote(sample) is sample and _size(path) > SEGMENT_LIMIT:
-        # a large log: stream it through the kernel-log scan (memmem, flat memory) instead of segmenting
+    big = kind == "kernel_log" and unquote(sample) is sample
+    with bugreport.open_text(path) as fh:
+        text = fh.read((SEGMENT_LIMIT if big else limit) + 1)
+    if big and len(text) > SEGMENT_LIMIT:
+        # a large log (plain or compressed): stream it through the kernel-log scan (memmem, flat memory)
         snap.kernel_events.extend(kernellog.scan_path(path))
         snap.kernel_log_read = True
         if path not in snap.kernel_log_sources:
             snap.kernel_log_sources.append(path)
-        snap.input_records.append(InputRecord(input=path, kind=kind, readers=["kernellog.scan"], streamed=True,
+        snap.input_records.append(InputRecord(input=path, kind="kernel_log", readers=["kernellog.scan"], streamed=True,
                                               segments=[Segment(kind="kernel_log")]))
-        return kind
-    with bugreport.open_text(path) as fh:
-        text = fh.read(limit + 1)
+        return "kernel_log"
     if len(text) > limit:
         raise _Unrecognised(f"starts like {(kind or 'text').replace('_', ' ')} but is larger than "
                             f"{limit // (1024 * 1024)} MB")
@@ -575,16 +578,6 @@ def add_file(snap: Snapshot, path: str) -> str:
 
 
 SEGMENT_LIMIT = 32 * 1024 * 1024  # larger kernel logs are streamed, not segmented
-
-
-def _size(path: str) -> int:
-    try:
-        with open(path, "rb") as fh:
-            if fh.read(2) == b"\x1f\x8b":
-                return MAX_DUMP_BYTES + 1  # compressed: size unknown until read; stream it
-        return os.path.getsize(path)
-    except OSError:
-        return 0
 
 
 def _mtime_year(path: str) -> int | None:
