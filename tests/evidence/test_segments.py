@@ -170,3 +170,12 @@ def test_gz_kernel_log_is_segmented_and_large_logs_stream(tmp_path: Path, monkey
     monkeypatch.setattr(evidence, "SEGMENT_LIMIT", 64)
     snap = load_evidence([str(p)])
     assert snap.input_records[0].streamed and 79 in {e.xid for e in snap.kernel_events}
+
+
+def test_bug_report_sections_are_its_segments() -> None:
+    snap = load_evidence([str(EV / "nvidia-bug-report-excerpt.log.gz")])
+    (rec,) = snap.input_records
+    assert rec.kind == "bugreport" and rec.segments
+    read = {s.readers[0] for s in rec.segments if s.readers}
+    assert {"kernel_log", "nvidia-smi", "lspci"} <= read
+    assert rec.unclaimed == sum(1 for s in rec.segments if not s.readers)

@@ -301,7 +301,9 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         if origin not in snap.kernel_log_sources:
             snap.kernel_log_sources.append(origin)
     elif kind == "bugreport":
-        _apply_bugreport(snap, bugreport.parse_stream(io.StringIO(text), origin))
+        rep = bugreport.parse_stream(io.StringIO(text), origin)
+        _apply_bugreport(snap, rep)
+        snap.input_records.append(bugreport_record(rep))
     elif kind == "json":
         _apply_json(snap, text, origin)
         return
@@ -410,8 +412,9 @@ def add_text(snap: Snapshot, text: str, origin: str, *, error_signatures: bool =
             _apply_text(snap, kind, text, origin)
         except _Unrecognised as e:
             raise InputError(f"{origin}: {e}") from None
-        snap.input_records.append(InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1,
-                                              readers=[kind]))
+        if kind == "json":  # a bug report records its sections itself
+            snap.input_records.append(InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1,
+                                                  readers=[kind]))
         return kind
     try:
         rec = segments.read_lines(snap, text.splitlines(), origin, detect=lambda t: detect(t[:SAMPLE_BYTES]),
@@ -554,9 +557,9 @@ def add_file(snap: Snapshot, path: str) -> str:
     sample = _decode(head)
     kind = detect(sample)
     if kind == "bugreport":
-        _apply_bugreport(snap, bugreport.parse_path(path))
-        snap.input_records.append(InputRecord(input=path, kind=kind, readers=["bugreport"], segments=[
-            Segment(kind="bugreport_section", title=t) for t in snap_sections(snap, path)]))
+        rep = bugreport.parse_path(path)
+        _apply_bugreport(snap, rep)
+        snap.input_records.append(bugreport_record(rep))
         return kind
     limit = MAX_JSON_BYTES if kind == "json" else MAX_DUMP_BYTES
     big = kind == "kernel_log" and unquote(sample) is sample
@@ -587,8 +590,16 @@ def _mtime_year(path: str) -> int | None:
         return None
 
 
-def snap_sections(snap: Snapshot, path: str) -> list[str]:
-    return [s.split("[", 1)[1].rstrip("]") for s in snap.kernel_log_sources if s.startswith(f"{path} [")]
+def bugreport_record(rep: bugreport.BugReport) -> InputRecord:
+    """A bug report's sections as segments: which were read (kernel log, nvidia-smi, lspci, driver version)."""
+    segs = []
+    for title in rep.sections:
+        low = title.lower()
+        kind = ("kernel_log" if title in rep.kernel_sections else "nvidia-smi" if "nvidia-smi" in low else
+                "lspci" if "lspci" in low else "driver_version" if "/proc/driver/nvidia/version" in title else "other")
+        segs.append(Segment(kind="bugreport_section", title=title, readers=[] if kind == "other" else [kind]))
+    return InputRecord(input=rep.path, kind="bugreport", segments=segs, readers=["bugreport"],
+                       unclaimed=sum(1 for sg in segs if not sg.readers))
 
 
 def _add_text_or_unrecognised(snap: Snapshot, text: str, origin: str, *, year: int | None = None) -> str:
