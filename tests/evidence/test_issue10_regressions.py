@@ -132,3 +132,10 @@ def test_proc_driver_version_text_gives_the_module_version() -> None:
                               "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n", "paste")
     assert snap.driver_version == "535.104.05"
     assert snap.software is not None and snap.software.proc_driver_version == "535.104.05"
+
+
+def test_lspci_vvv_alone_counts_the_gpu_and_judges_its_link() -> None:
+    r = report("lspci-vvv-a100-downgraded.txt")
+    g = r.snapshot.gpus[0]
+    assert (g.pci_bus_id, g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) == ("0000:10:1c.0", 1, 4, 8, 16)
+    assert "pcie.link_degraded" in codes(r)

@@ -388,6 +388,7 @@ def snapshot_from_text(text: str, origin: str = "<stdin>", *, error_signatures: 
     add_text(snap, text, origin, error_signatures=error_signatures)
     snap.inputs.append(origin)
     finish(snap)
+    link_facts_from_pci(snap)
     return snap
 
 
@@ -711,9 +712,9 @@ def load_evidence(paths: Sequence[str]) -> Snapshot:
     for f in failures:
         what, _, why = f.partition(": ")
         snap.skip(f"evidence {what}", why or f)
-    link_facts_from_pci(snap)
     _dedupe_kernel_events(snap)
     finish(snap)
+    link_facts_from_pci(snap)
     skipped = {s.what for s in snap.skipped}
     if snap.nvml_available is None and not snap.gpus and "GPUs through NVML" not in skipped:
         snap.skip("GPUs through NVML", "the evidence has no nvidia-smi output or capture")
