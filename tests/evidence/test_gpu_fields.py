@@ -61,3 +61,16 @@ def test_lifetime_counters_are_marked() -> None:
     life = gpu_fields.lifetime_facts()
     assert {"pcie_replay_count", "ecc_aggregate_uncorrected", "remapped_rows_uncorrectable"} <= life
     assert "temperature_c" not in life
+
+
+def test_xml_reader_reads_the_schema_rows() -> None:
+    from pathlib import Path
+
+    ev = Path(__file__).resolve().parents[1] / "fixtures" / "evidence"
+    (g,) = smi_xml.parse((ev / "tesla-p100-510.xml").read_text(), "x").gpus
+    rows = [r for r in gpu_fields.fields() if r.xml_reader == "schema"]
+    assert {r.fact for r in rows} >= {"name", "uuid", "serial", "vbios", "persistence_mode", "performance_state"}
+    assert g.name and g.name.startswith("Tesla P100") and g.uuid and g.uuid.startswith("GPU-")
+    assert g.performance_state and g.performance_state.startswith("P") and g.vbios
+    for r in rows:
+        assert r.xml, r  # every schema-read row names its XML path

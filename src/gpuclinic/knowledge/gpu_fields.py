@@ -21,9 +21,10 @@ class FieldRow:
     parse: str  # bool | bus | index | int | mask | mib | num | num_unless_set | str | width
     query_gpu: tuple[str, ...]
     nvml: str | None
-    smi_text: str | None
-    xml: str | None
+    smi_text: tuple[str, ...]  # "-q" text paths, alternatives (older drivers' names) after the newest
+    xml: tuple[str, ...]  # "-q -x" element paths, alternatives after the newest
     counter: str | None  # lifetime | since_driver_load | None (a gauge)
+    xml_reader: str | None = None  # "schema": the XML reader reads it straight from this row
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,8 @@ class ClockReason:
 @cache
 def fields() -> tuple[FieldRow, ...]:
     return tuple(FieldRow(fact=r["fact"], parse=r["parse"], query_gpu=tuple(r["query_gpu"]), nvml=r.get("nvml"),
-                          smi_text=r.get("smi_text"), xml=r.get("xml"), counter=r.get("counter"))
+                          smi_text=tuple(r.get("smi_text") or ()), xml=tuple(r.get("xml") or ()),
+                          counter=r.get("counter"), xml_reader=r.get("xml_reader"))
                  for r in load_data("gpu_fields.json")["fields"])
 
 
