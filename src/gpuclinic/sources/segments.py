@@ -187,9 +187,9 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
 
     # 6. fault signatures on every line; the explain error signatures on the prose parts
     numbered = list(enumerate(lines, start=1))
-    got = signals.scan_lines(snap, numbered, origin)
-    if got:
-        claimed |= got
+    matched = signals.scan_lines(snap, numbered, origin)
+    if matched:
+        claimed |= matched
         rec.readers.append("fault signatures")
     if error_signatures:
         prose = {i for s in segs if s.kind in PROSE and s.first is not None and s.last is not None
@@ -197,10 +197,11 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
         got = signals.scan_error_signatures(snap, [(i, ln) for i, ln in numbered if i in prose], origin)
         if got:
             claimed |= got
+            matched |= got
             rec.readers.append("error signatures")
     for s in segs:
         if s.first is not None and s.last is not None and "signatures" not in s.readers and \
-                any(i in got for i in range(s.first, s.last + 1)):
+                any(i in matched for i in range(s.first, s.last + 1)):
             s.readers.append("signatures")
 
     # 7. what nothing claimed

@@ -16,14 +16,9 @@ any input), ``watch`` and ``run`` (:func:`.follow.follow`).
 from __future__ import annotations
 
 from gpuclinic.sources.kernellog.formats import is_kernel_line, split_prefix
-from gpuclinic.sources.kernellog.parse import (
-    KernelLogParser,
-    mark_previous_boots,
-    parse_lines,
-    parse_numbered,
-)
+from gpuclinic.sources.kernellog.parse import KernelLogParser, parse_lines, parse_numbered
 from gpuclinic.sources.kernellog.patterns import looks_like_kernel_log
-from gpuclinic.sources.kernellog.scan import iter_candidate_lines, scan_path
+from gpuclinic.sources.kernellog.scan import iter_candidate_lines, mark_previous_boots, scan_path
 
 __all__ = [
     "KernelLogParser", "is_kernel_line", "iter_candidate_lines", "looks_like_kernel_log", "mark_previous_boots",

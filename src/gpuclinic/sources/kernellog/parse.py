@@ -592,12 +592,3 @@ def parse_numbered(lines: Iterable[tuple[int, str]], origin: str | None = None, 
             continue
         yield from parser.feed(line, lineno)
     yield from parser.flush()
-
-
-def mark_previous_boots(events: list[KernelEvent]) -> None:
-    """Flag events logged before the last reboot seen in the same log (``detail["previous_boot"]``)."""
-    last = max((int(ev.detail.get("boot", 0)) for ev in events), default=0)
-    if last:
-        for ev in events:
-            if int(ev.detail.get("boot", 0)) < last:
-                ev.detail["previous_boot"] = True

@@ -28,7 +28,6 @@ from gpuclinic.sources.kernellog.formats import (
 )
 from gpuclinic.sources.kernellog.parse import (
     KernelLogParser,
-    mark_previous_boots,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -322,3 +321,12 @@ def _fix_syslog_years(events: list[KernelEvent], ref: _dt.datetime | None = None
             ev.time = f"{int(ev.time[:4]) - 1:04d}{ev.time[4:]}"
             continue
         last_month = mo
+
+
+def mark_previous_boots(events: list[KernelEvent]) -> None:
+    """Flag events logged before the last reboot seen in the same log (``detail["previous_boot"]``)."""
+    last = max((int(ev.detail.get("boot", 0)) for ev in events), default=0)
+    if last:
+        for ev in events:
+            if int(ev.detail.get("boot", 0)) < last:
+                ev.detail["previous_boot"] = True
