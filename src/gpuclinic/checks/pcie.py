@@ -15,6 +15,7 @@ from gpuclinic.checks import check
 from gpuclinic.checks._hw import THRESHOLDS_SOURCE, busy, load_line, personalize, ref, threshold
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -143,7 +144,8 @@ def replay(snap: Snapshot) -> Iterable[Finding]:
         else:
             ev.append("no rate: sample the counter twice (`nvidia-smi -q -d PCIE` a minute apart, or `gpuclinic watch`)")
         out.append(Finding(
-            code="pcie.replay", severity=Severity.WARNING if over else Severity.INFO, family=Family.PCIE_POWER,
+            code="pcie.replay", severity=severity("pcie.replay") if over else severity("pcie.replay", "lifetime_count"),
+            family=Family.PCIE_POWER,
             title=f"GPU {g.index} PCIe link is retransmitting ({n} replays)",
             evidence=ev, gpu=ref(g), source="nvml", data={"replays": n, "rate_per_min": rate},
             remedy=("Replays are link-level retries after bit errors: the link works but is marginal. Check whether the "

@@ -18,7 +18,7 @@ from functools import cache
 from gpuclinic.facts.evidence import Signal
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
-from gpuclinic.knowledge import load_data
+from gpuclinic.knowledge import codes, load_data
 from gpuclinic.knowledge.signatures import CATEGORY_FAMILY
 from gpuclinic.knowledge.signatures import match as match_error_signatures
 
@@ -34,8 +34,7 @@ class EvidenceSignature:
     source: str
     net: bool = False  # only when no parser produced an event for the line
     code: str = ""
-    severity: str = "warning"
-    family: str = "gpu_fault"
+    severity_when: str | None = None  # the codes.json severity condition this signature means
     title: str = ""
     remedy: str = ""
 
@@ -46,8 +45,8 @@ def evidence_signatures() -> tuple[EvidenceSignature, ...]:
     for e in load_data("evidence_signatures.json")["signatures"]:
         out.append(EvidenceSignature(
             id=e["id"], extract=e["extract"], needles=tuple(e["needles"]), pattern=re.compile(e["pattern"]),
-            source=e["source"], net=bool(e.get("net")), code=e.get("code", ""), severity=e.get("severity", "warning"),
-            family=e.get("family", "gpu_fault"), title=e.get("title", ""), remedy=e.get("remedy", "")))
+            source=e["source"], net=bool(e.get("net")), code=e.get("code", ""), severity_when=e.get("severity_when"),
+            title=e.get("title", ""), remedy=e.get("remedy", "")))
     return tuple(out)
 
 
@@ -89,7 +88,8 @@ def scan_lines(snap: Snapshot, numbered: Iterable[tuple[int, str]], origin: str)
                 if drv and drv != "nvidia" and not (bus and snap.gpu_by_bus_id(bus)):
                     continue  # an IOMMU fault of a NIC or NVMe drive: not ours to judge
                 snap.signals.append(Signal(
-                    code=sig.code, severity=sig.severity, family=sig.family, title=sig.title, line=line.strip()[:400],
+                    code=sig.code, severity=codes.severity(sig.code, sig.severity_when).name.lower(),
+                    family=codes.family(sig.code).value, title=sig.title, line=line.strip()[:400],
                     input=origin, lineno=n, pci_bus_id=normalize_bus_id(bus) if bus else None, remedy=sig.remedy,
                     source=sig.source, data={"signature": sig.id, **{k: v for k, v in gd.items() if v and k != "bus"}}))
             claimed.add(n)
