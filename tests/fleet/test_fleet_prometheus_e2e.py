@@ -65,7 +65,9 @@ def test_fleet_over_prometheus(cluster: tuple[PrometheusServer, dict[str, Agent]
     assert d["schema"] == "gpuclinic.fleet/1" and rc == 2
     first = d["nodes"][0]
     assert first["node"] == "gpu-fob" and first["verdict"] == "drain"
-    assert {"code": "gpu.fallen_off_bus", "gpu": 4} in [{"code": i["code"], "gpu": i["gpu"]} for i in first["incidents"]]
+    # one incident: the root cause, its symptoms (XID 79, gpu.missing) folded in by the agent
+    assert [(i["code"], i["gpu"], i["severity"], i["family"]) for i in first["incidents"]] == [
+        ("gpu.fallen_off_bus", 4, "critical", "gpu_fault")]
     assert all(i["age_s"] is not None and 0 <= i["age_s"] <= 600 for i in first["incidents"])
     assert (first["gpus_seen"], first["gpus_expected"]) == (7, 8)
     assert first["interruptions"] == 1 and first["goodput"] == pytest.approx(5 / 6, abs=0.01)

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuclinic.errors import EXIT_USAGE, InputError
 from gpuclinic.knowledge import load_data
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.model import Finding
 
 
 @dataclass
@@ -103,11 +103,15 @@ def _qty(v: Any) -> int | None:
 
 
 def _finding(code: str, **kw: Any) -> Finding:
-    spec = load_data("cluster.json")["findings"][code]
-    return Finding(code=code, severity=Severity[spec["severity"].upper()], family=Family(spec["family"]),
-                   title=spec["title"].format(**kw), remedy=spec["remedy"].format(**kw),
-                   evidence=list(kw.get("evidence") or []), data={k: v for k, v in kw.items() if k != "evidence"},
-                   source=spec["source"])
+    """Severity, family and source from codes.json, the message from cluster.json, the remedy from the runbook."""
+    from gpuclinic.knowledge import codes as K
+    from gpuclinic.knowledge.runbooks import first_step
+
+    info = K.require(code)
+    title = load_data("cluster.json")["findings"][code]["title"].format(**kw)
+    return Finding(code=code, severity=K.severity(code), family=info.family, title=title,
+                   remedy=first_step(code), evidence=list(kw.get("evidence") or []),
+                   data={k: v for k, v in kw.items() if k != "evidence"}, source=info.source)
 
 
 def node_findings(node: dict[str, Any] | None, sharing: Sharing | None, physical: int | None) -> list[Finding]:
