@@ -27,7 +27,7 @@ def test_routes_by_severity() -> None:
     amtool = require("amtool")["amtool"]
     for sev, receiver in (("critical", "gpu-oncall"), ("warning", "gpu-team"), ("info", "blackhole")):
         p = _run(amtool, "config", "routes", "test", f"--config.file={DEPLOY / 'alertmanager.yml'}",
-                 f"--verify.receivers={receiver}", "alertname=GpuclinicIncident", f"severity={sev}", "node=gpu-07",
+                 f"--verify.receivers={receiver}", "alertname=GpuclinicGpuFallenOffBus", f"severity={sev}", "node=gpu-07",
                  "code=gpu.fallen_off_bus")
         assert p.returncode == 0 and p.stdout.strip() == receiver, (sev, p.stdout, p.stderr)
 
@@ -55,3 +55,19 @@ def test_promtool_unit_tests_for_fleet_rules(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stdout + p.stderr
     p = _run(promtool, "test", "rules", "gpuclinic-fleet-rules.test.yml", cwd=tmp_path)
     assert p.returncode == 0 and "SUCCESS" in p.stdout, p.stdout + p.stderr
+
+
+def test_fleet_rules_load_with_the_agents_incident_rules(tmp_path: Path) -> None:
+    """Prometheus loads both files side by side: no clashing alert names, no duplicate per-incident alert."""
+    import yaml
+
+    promtool = require("promtool")["promtool"]
+    agent_rules = Path(str(resources.files("gpuclinic.watch").joinpath("deploy"))) / "gpuclinic-rules.yml"
+    p = _run(promtool, "check", "rules", str(agent_rules), str(DEPLOY / "gpuclinic-fleet-rules.yml"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    names = [r["alert"] for f in (agent_rules, DEPLOY / "gpuclinic-fleet-rules.yml")
+             for g in yaml.safe_load(f.read_text())["groups"] for r in g["rules"] if "alert" in r]
+    assert len(names) == len(set(names))
+    fleet_exprs = [r["expr"] for g in yaml.safe_load((DEPLOY / "gpuclinic-fleet-rules.yml").read_text())["groups"]
+                   for r in g["rules"]]
+    assert not any("gpuclinic_incident_open" in e for e in fleet_exprs)  # the agent's rules own incidents
