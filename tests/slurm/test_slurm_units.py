@@ -114,3 +114,12 @@ def test_shipped_nhc_check_drains_through_nhc(tmp_path: pytest.TempPathFactory) 
         out.append(p.stdout)
     assert out[0] == "DIE 1 gpuclinic: gpu.fallen_off_bus GPU 4\nRC 1\n", out
     assert out[1] == "RC 0\n", out
+    # a broken install (here: an option this gpuclinic does not know) must not drain the node
+    bindir = Path(str(tmp_path)) / "broken"
+    bindir.mkdir()
+    (bindir / "gpuclinic").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gpuclinic "$@" --no-such-option\n')
+    (bindir / "gpuclinic").chmod(0o755)
+    script = f'die() {{ echo "DIE $1 $2"; }}; log() {{ echo "LOG $*"; }}; . "{nhc}"; check_gpuclinic; echo "RC $?"'
+    p = subprocess.run([bash, "-c", script], capture_output=True, text=True, timeout=60, check=False,
+                       env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
+    assert "DIE" not in p.stdout and p.stdout.endswith("RC 0\n"), p.stdout
