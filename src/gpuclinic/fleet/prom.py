@@ -184,5 +184,7 @@ def collect(prom: Prometheus, *, job: str, window_s: float, price: float | None 
     for n in nodes.values():
         if n.verdict == "unknown" and not n.error:
             n.error = "no gpuclinic verdict metric from this target"
+        if n.verdict == "unreachable":  # series may linger a scrape or two after the target died: not current
+            n.gpus_seen = n.gpus_expected = None
     return Fleet(source=f"prometheus {prom.url}", window_s=window_s, nodes=list(nodes.values()), generated_at=at,
                  price_per_gpu_hour=price, took_s=time.monotonic() - t0)
