@@ -65,7 +65,14 @@ class ApiServer:
             "metadata": {"name": "gpu-node-1", "resourceVersion": "4711"},
             "spec": {"taints": taints},
             "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                       "capacity": {"nvidia.com/gpu": "32"}, "allocatable": {"nvidia.com/gpu": "28"}},
+        }
+        self.config_map: dict[str, Any] = {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "time-slicing-config-all", "namespace": "gpu-operator"},
+            "data": {"any": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                            "    - name: nvidia.com/gpu\n      replicas: 4\n"},
         }
         srv = self
 
@@ -85,6 +92,8 @@ class ApiServer:
                 srv.requests.append(("GET", self.path, "", None))
                 if self.path.startswith("/api/v1/nodes/gpu-node-1"):
                     self._reply(200, srv.node)
+                elif self.path.startswith("/api/v1/namespaces/gpu-operator/configmaps/time-slicing-config-all"):
+                    self._reply(200, srv.config_map)
                 else:
                     self._reply(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
 
@@ -161,3 +170,17 @@ def test_cli_healthy_node_untaints_only_ours(api: ApiServer, tmp_path: Path) -> 
     assert patches[0][3]["status"]["conditions"][0]["status"] == "False"
     assert patches[1][3]["spec"]["taints"] == [ADMIN]
     assert "GPUProblem=False" in p.stderr and "test-token-not-secret" not in p.stderr + p.stdout
+
+
+def test_evidence_reads_node_and_configmap_from_the_api(api: ApiServer, tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "gpuclinic", "k8s", "evidence", "--scenario", "healthy-8xh100-load",
+                        "--node", "gpu-node-1", "--config-map", "gpu-operator/time-slicing-config-all",
+                        "--kubeconfig", api.kubeconfig(tmp_path / "kc"), "--json"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    d = json.loads(p.stdout)
+    got = {f["code"]: f for f in d["findings"] if f["code"].startswith("k8s.")}
+    # 8 GPUs x 4 replicas = 32 offered (consistent), 4 withheld by the plugin
+    assert set(got) == {"k8s.gpu_fenced", "k8s.gpu_time_sliced"}, got
+    assert "withholds 4 of 32" in got["k8s.gpu_fenced"]["title"] and p.returncode == 2
+    assert [r[1].split("?")[0] for r in api.requests] == [
+        "/api/v1/nodes/gpu-node-1", "/api/v1/namespaces/gpu-operator/configmaps/time-slicing-config-all"]

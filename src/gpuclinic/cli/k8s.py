@@ -112,27 +112,46 @@ def condition(scenario: str | None, node: str | None, taint: bool, kubeconfig: s
 @click.option("--device-plugin-config", type=click.Path(dir_okay=False), metavar="FILE",
               help="Device-plugin config YAML, or the GPU Operator ConfigMap of them.")
 @click.option("--config-name", metavar="KEY", help="Which key of the ConfigMap applies to this node.")
+@click.option("--node", metavar="NAME", help="Read the node from the API instead (needs get on nodes).")
+@click.option("--config-map", metavar="NAMESPACE/NAME",
+              help="Read the device-plugin ConfigMap from the API (e.g. gpu-operator/time-slicing-config-all).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), metavar="FILE")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--markdown", "as_markdown", is_flag=True)
 def evidence(scenario: str | None, node_json: str | None, device_plugin_config: str | None, config_name: str | None,
-             as_json: bool, as_markdown: bool) -> int:
+             node: str | None, config_map: str | None, kubeconfig: str | None, as_json: bool, as_markdown: bool) -> int:
     """The doctor, plus what Kubernetes makes of this node's GPUs: sharing (time-slicing/MPS), MIG strategy,
     nvidia.com/gpu capacity and allocatable against the GPUs the doctor sees."""
     from gpuclinic.cli.doctor import emit, output_format
     from gpuclinic.diagnose import build_report
-    from gpuclinic.k8s.evidence import load_device_plugin_config, load_node, node_findings
+    from gpuclinic.k8s.evidence import (
+        load_device_plugin_config,
+        load_node,
+        node_findings,
+        parse_device_plugin_config,
+    )
 
     fmt = output_format(as_json, as_markdown)
     for opt, p in (("--node-json", node_json), ("--device-plugin-config", device_plugin_config)):
         if p and not os.path.isfile(p):
             raise InputError(f"{opt} {p}: no such file", exit_code=EXIT_USAGE)
-    if not node_json and not device_plugin_config:
-        raise InputError("give --node-json FILE and/or --device-plugin-config FILE", exit_code=EXIT_USAGE)
-    node = load_node(node_json) if node_json else None
+    if node and node_json or config_map and device_plugin_config:
+        raise InputError("read each object either from a file or from the API, not both", exit_code=EXIT_USAGE)
+    if not (node_json or device_plugin_config or node or config_map):
+        raise InputError("give --node-json FILE / --node NAME and/or --device-plugin-config FILE / --config-map NS/NAME",
+                         exit_code=EXIT_USAGE)
+    node_obj = load_node(node_json) if node_json else None
     sharing = load_device_plugin_config(device_plugin_config, config_name) if device_plugin_config else None
+    if node or config_map:
+        from gpuclinic.k8s.node import read_objects
+
+        api_node, api_cm = read_objects(node, config_map, kubeconfig)
+        node_obj = api_node or node_obj
+        if api_cm is not None:
+            sharing = parse_device_plugin_config(api_cm, name=config_name)
     base = _report(scenario)
     physical = len(base.snapshot.gpus) if base.snapshot.gpus else None
-    extra = node_findings(node, sharing, physical)
+    extra = node_findings(node_obj, sharing, physical)
     report = build_report(base.snapshot, list(base.findings) + extra, list(base.skipped), command="k8s evidence")
     emit(report, fmt)
     return report.exit_code

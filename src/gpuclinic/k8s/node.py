@@ -74,12 +74,10 @@ class Applied:
     taints: list[dict[str, Any]] | None  # the new list, None when not changed
 
 
-def apply(node: str, res: PluginResult, *, taint: bool, kubeconfig: str | None = None,
-          dry_run: bool = False) -> Applied:
-    """Read the node, patch its GPUProblem condition and (with ``taint``) gpuclinic's taint."""
+def _api(kubeconfig: str | None) -> Any:
+    """A CoreV1Api from --kubeconfig, else the in-cluster service account, else ~/.kube/config."""
     try:
         from kubernetes import client, config  # optional extra: pip install 'gpuclinic[k8s]'
-        from kubernetes.client.rest import ApiException
     except ImportError:
         raise GpuclinicError("the kubernetes client is not installed: pip install 'gpuclinic[k8s]'") from None
     try:
@@ -90,7 +88,44 @@ def apply(node: str, res: PluginResult, *, taint: bool, kubeconfig: str | None =
                 config.load_incluster_config()
             except config.ConfigException:
                 config.load_kube_config()
-        api = client.CoreV1Api()
+    except config.ConfigException as e:
+        raise GpuclinicError(f"no Kubernetes credentials: {e}") from None
+    return client.CoreV1Api()
+
+
+def read_objects(node: str | None, config_map: str | None, kubeconfig: str | None = None
+                 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The node and a ``NAMESPACE/NAME`` ConfigMap from the API, as the JSON kubectl would print."""
+    from kubernetes.client.rest import ApiException
+
+    api = _api(kubeconfig)
+    ser = api.api_client.sanitize_for_serialization
+    try:
+        n = ser(api.read_node(node)) if node else None
+        cm = None
+        if config_map:
+            ns, _, name = config_map.partition("/")
+            if not name:
+                raise GpuclinicError(f"--config-map {config_map!r}: expected NAMESPACE/NAME", exit_code=64)
+            cm = ser(api.read_namespaced_config_map(name, ns))
+    except ApiException as e:
+        raise GpuclinicError(f"Kubernetes API: {e.status} {e.reason}") from None
+    except OSError as e:
+        raise GpuclinicError(f"cannot reach the Kubernetes API: {e}") from None
+    if n is not None:
+        n.setdefault("kind", "Node")
+    if cm is not None:
+        cm.setdefault("kind", "ConfigMap")
+    return n, cm
+
+
+def apply(node: str, res: PluginResult, *, taint: bool, kubeconfig: str | None = None,
+          dry_run: bool = False) -> Applied:
+    """Read the node, patch its GPUProblem condition and (with ``taint``) gpuclinic's taint."""
+    api = _api(kubeconfig)
+    from kubernetes.client.rest import ApiException
+
+    try:
         obj: Any = api.read_node_status(node)
         cur = [c.to_dict() for c in (obj.status.conditions or [])]
         cur = [{"type": c.get("type"), "status": c.get("status"),
@@ -111,11 +146,8 @@ def apply(node: str, res: PluginResult, *, taint: bool, kubeconfig: str | None =
         return Applied(cond, new_taints)
     except ApiException as e:
         raise GpuclinicError(f"Kubernetes API: {e.status} {e.reason} for node {node}") from None
-    except config.ConfigException as e:
-        raise GpuclinicError(f"no Kubernetes credentials: {e}") from None
     except OSError as e:
         raise GpuclinicError(f"cannot reach the Kubernetes API: {e}") from None
-
 
 def _iso(v: Any) -> str | None:
     if v is None:
