@@ -110,13 +110,14 @@ def by_node(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def backfill(promtool: str, nodes: int, tsdb: Path, tmp: Path, *, end: int, duration_s: int = 3600,
-             step_s: int = 60) -> tuple[list[Any], float]:
+             step_s: int = 60, legacy_every: int = 0) -> tuple[list[Any], float]:
     """Synthetic fleet history -> OpenMetrics file -> TSDB blocks (promtool). Returns truth and seconds."""
     from gpuclinic.fleet.synth import write_openmetrics
 
     om = tmp / "fleet.om"
     with open(om, "w") as fh:
-        truth = write_openmetrics(fh, nodes=nodes, end=end, duration_s=duration_s, step_s=step_s)
+        truth = write_openmetrics(fh, nodes=nodes, end=end, duration_s=duration_s, step_s=step_s,
+                                  legacy_every=legacy_every)
     t0 = time.monotonic()
     tsdb.mkdir(parents=True, exist_ok=True)
     p = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(tsdb)],

@@ -17,7 +17,8 @@ from realtools import require
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tools = require("prometheus", "promtool")
     tmp = tmp_path_factory.mktemp("fleet-synth")
-    backfill(tools["promtool"], 100, tmp / "tsdb", tmp, end=int(time.time()) - 20)
+    # every third node is an agent without the idle counter: both ways of counting idle time run
+    backfill(tools["promtool"], 100, tmp / "tsdb", tmp, end=int(time.time()) - 20, legacy_every=3)
     prom = PrometheusServer(tools["prometheus"], tmp, [], tsdb=tmp / "tsdb")
     try:
         prom.wait_ready(60)
@@ -62,9 +63,11 @@ def test_trends(synthetic: dict[str, Any]) -> None:
 
 
 def test_idle_gpu_hours_and_cost(synthetic: dict[str, Any]) -> None:
-    idle = synthetic["nodes"]["n0009"]
-    assert idle["idle_gpu_hours"] == pytest.approx(2.0, abs=0.1)  # 2 idle GPUs for the hour
-    assert idle["idle_cost"] == pytest.approx(6.0, abs=0.3)
+    for name in ("n0009", "n0029"):  # with the agent's idle counter / sampled utilisation (older agent)
+        idle = synthetic["nodes"][name]
+        assert idle["idle_gpu_hours"] == pytest.approx(2.0, abs=0.1), name  # 2 idle GPUs for the hour
+        assert idle["idle_cost"] == pytest.approx(6.0, abs=0.3), name
+    assert synthetic["nodes"]["n0002"]["idle_gpu_hours"] == 0  # a busy older agent
     assert synthetic["nodes"]["n0001"]["idle_gpu_hours"] == 0
     s = synthetic["d"]["summary"]
     assert s["idle_gpu_hours"] == pytest.approx(10 * 2.0, abs=0.6)  # n0009, n0019, ... n0099

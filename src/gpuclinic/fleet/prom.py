@@ -47,13 +47,26 @@ def _grown(series: str, w: str) -> str:
     return f"sum by ({BY}) (({series} - {series} offset {w} >= 0) or {series})"
 
 
+def idle_fallback(job: str, window_s: float, instances: list[str]) -> str:
+    """Idle GPU-hours for agents without the idle counter: utilisation sampled at 60 points in the window."""
+    line = float(load_data("cluster.json")["fleet"]["idle_util_ratio"])
+    step_s = max(1, round(window_s / 60))
+    sel = f'job="{job}",instance=~"{"|".join(_re(i) for i in instances)}"'
+    return (f"sum by ({BY}) (sum_over_time((gpuclinic_gpu_utilization_ratio{{{sel}}} < bool {line:g})"
+            f"[{_dur(window_s)}:{_dur(step_s)}])) * {step_s} / 3600")
+
+
+def _re(value: str) -> str:
+    """A label value as an RE2 literal inside a double-quoted PromQL string."""
+    regex = "".join("\\" + c if c in ".^$*+?()[]{}|\\" else c for c in value)
+    return regex.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def queries(job: str, window_s: float) -> dict[str, str]:
     """PromQL for every figure, keyed by name (public so the docs and tests can show them)."""
     f = load_data("cluster.json")["fleet"]
     j = f'job="{job}"'
     w = _dur(window_s)
-    step_s = max(1, round(window_s / 60))  # idle: 60 points per GPU over the window (whole seconds)
-    step = _dur(step_s)
     age_step = _dur(max(1.0, window_s / 720))  # incident age: finer, there are few incident series
     incidents = (
         f'max by ({BY}, code, severity, family, gpu) (gpuclinic_incident_open{{{j}}} == 1)'
@@ -74,8 +87,7 @@ def queries(job: str, window_s: float) -> dict[str, str]:
         "pcie_replays": _grown(f"gpuclinic_gpu_pcie_replay_errors_total{{{j}}}", w),
         "throttle_s": _grown(f'gpuclinic_gpu_clock_event_duration_seconds_total{{{j},reason=~"{throttle}"}}', w),
         "xids_per_day": f"{_grown(f'gpuclinic_gpu_xid_errors_total{{{j}}}', w)} * 86400 / {window_s:g}",
-        "idle_gpu_hours": (f"sum by ({BY}) (sum_over_time((gpuclinic_gpu_utilization_ratio{{{j}}} < bool "
-                           f"{float(f['idle_util_ratio']):g})[{w}:{step}])) * {step_s:g} / 3600"),
+        "idle_gpu_hours": f"{_grown(f'gpuclinic_gpu_idle_seconds_total{{{j}}}', w)} / 3600",
         "interruptions": f"sum by ({BY}) (gpuclinic_run_interruptions{{{j}}})",
         "goodput": f"max by ({BY}) (gpuclinic_run_goodput_ratio{{{j}}})",
     }
@@ -172,7 +184,12 @@ def collect(prom: Prometheus, *, job: str, window_s: float, price: float | None 
     for name in ("ecc_corrected", "remapped_rows", "pcie_replays", "throttle_s", "xids_per_day"):
         for r in res[name]:
             setattr(node(r["metric"]).trends, name, val(r))
-    for r in res["idle_gpu_hours"]:
+    idle = list(res["idle_gpu_hours"])
+    have = {_key(r["metric"]) for r in idle}
+    legacy = sorted(k for k, n in nodes.items() if n.verdict != "unreachable" and k not in have)
+    if legacy:  # agents from before the idle counter: sample their utilisation instead (costlier)
+        idle += prom.query(idle_fallback(job, window_s, legacy), at)
+    for r in idle:
         n = node(r["metric"])
         n.idle_gpu_hours = val(r)
         if price is not None:

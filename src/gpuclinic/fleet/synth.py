@@ -27,10 +27,11 @@ class Truth:
     throttle_per_min: float = 0.0
     remaps: int = 0
     xids: int = 0
+    idle_counter: bool = True  # False: an agent from before gpuclinic_gpu_idle_seconds_total
 
 
-def profile(i: int) -> Truth:
-    t = Truth(node=f"n{i:04d}")
+def profile(i: int, legacy_every: int = 0) -> Truth:
+    t = Truth(node=f"n{i:04d}", idle_counter=not (legacy_every and i % legacy_every == legacy_every - 1))
     if i % 97 == 96:
         t.verdict, t.gpus_seen = "unreachable", None
         return t
@@ -46,9 +47,8 @@ def profile(i: int) -> Truth:
     return t
 
 
-def _lines(nodes: int, gpus: int, start: int, end: int, step: int, down_for: int) -> Iterator[str]:
+def _lines(truths: list[Truth], gpus: int, start: int, end: int, step: int, down_for: int) -> Iterator[str]:
     ts = list(range(start, end + 1, step))
-    truths = [profile(i) for i in range(nodes)]
 
     def lab(t: Truth, extra: str = "") -> str:
         return f'job="gpuclinic",instance="{t.node}:9847",node="{t.node}"{extra}'
@@ -120,6 +120,17 @@ def _lines(nodes: int, gpus: int, start: int, end: int, step: int, down_for: int
                          "remap": float(t.remaps) if hot and k >= len(ts) // 2 else 0.0,
                          "throttle": t.throttle_per_min * mins if hot else 0.0, "zero": 0.0}[rate_of]
                     yield f"{fam}{suffix}{{{glab(t, g, extra)}}} {cv:g} {at}"
+    yield "# TYPE gpuclinic_gpu_idle_seconds counter"
+    for t in truths:
+        if not t.idle_counter:
+            continue
+        for g in range(gpus):
+            if t.verdict == "drain" and g == 4:
+                continue
+            idle = g >= gpus - t.idle_gpus
+            for k, at in enumerate(ts):
+                if alive(t, at):
+                    yield f"gpuclinic_gpu_idle_seconds_total{{{glab(t, g)}}} {k * step if idle else 0} {at}"
     yield "# TYPE gpuclinic_gpu_xid_errors counter"
     for t in truths:
         if not t.xids:
@@ -133,10 +144,14 @@ def _lines(nodes: int, gpus: int, start: int, end: int, step: int, down_for: int
 
 
 def write_openmetrics(out: IO[str], *, nodes: int, gpus: int = 8, end: int, duration_s: int = 3600,
-                      step_s: int = 60, down_for_s: int = 600) -> list[Truth]:
-    """Write the fleet's history ending at ``end`` (Unix seconds); returns the truth per node."""
-    start = end - duration_s
-    for line in _lines(nodes, gpus, start, end, step_s, down_for_s):
+                      step_s: int = 60, down_for_s: int = 600, legacy_every: int = 0) -> list[Truth]:
+    """Write the fleet's history ending at ``end`` (Unix seconds); returns the truth per node.
+
+    ``legacy_every=3``: every third node is an agent without the idle counter (fleet samples its
+    utilisation instead), so both ways of counting idle time are exercised.
+    """
+    truths = [profile(i, legacy_every) for i in range(nodes)]
+    for line in _lines(truths, gpus, end - duration_s, end, step_s, down_for_s):
         out.write(line)
         out.write("\n")
-    return [profile(i) for i in range(nodes)]
+    return truths

@@ -179,4 +179,7 @@ def make_registry(agent: Agent) -> CollectorRegistry:
     from gpuclinic.fleet.ledger_metrics import LedgerCollector  # run ledger figures for `gpuclinic fleet`
 
     reg.register(LedgerCollector(getattr(agent.store, "path", None)))
+    from gpuclinic.fleet.idle import IdleCollector
+
+    reg.register(IdleCollector(getattr(agent, "idle", None)))
     return reg
