@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fleet"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -65,7 +67,7 @@ def main() -> int:
         truth, took_blocks = backfill(promtool, a.nodes, tmp / "tsdb", tmp, end=int(time.time()) - 30,
                                       duration_s=dur, step_s=a.step)
         gen = time.perf_counter() - t0 - took_blocks
-        series = a.nodes * (5 + a.gpus * 6)
+        series = a.nodes * (5 + a.gpus * 7)  # per node: up, verdict, GPUs, expected; per GPU: 7 families
         samples = series * (dur // a.step + 1)
         print(f"synthetic fleet: {a.nodes} nodes x {a.gpus} GPUs, {a.hours:g} h at {a.step} s: ~{series:,} series, "
               f"~{samples / 1e6:.1f} M samples")
@@ -77,10 +79,15 @@ def main() -> int:
             print(f"  Prometheus ready in {time.perf_counter() - t1:.1f} s")
             prom = Prometheus(srv.url, timeout_s=60)
             collect(prom, job="gpuclinic", window_s=dur)  # warm the page cache once
+            pproc = psutil.Process(srv.proc.pid)
+            c0, me0 = pproc.cpu_times(), psutil.Process().cpu_times()
             runs = []
             for _ in range(5):
                 f = collect(prom, job="gpuclinic", window_s=dur)
                 runs.append(f.took_s or 0.0)
+            c1, me1 = pproc.cpu_times(), psutil.Process().cpu_times()
+            prom_cpu = (c1.user + c1.system - c0.user - c0.system) / 5
+            client_cpu = (me1.user + me1.system - me0.user - me0.system) / 5
             best, worst = min(runs), max(runs)
             e2es = []
             for _ in range(3):
@@ -100,6 +107,8 @@ def main() -> int:
             srv.stop()
     print(f"gpuclinic fleet (in process, {len(queries('gpuclinic', dur))} queries): best {best:.3f} s, "
           f"worst {worst:.3f} s of 5")
+    print(f"CPU per answer (independent of the machine's load): Prometheus {prom_cpu:.3f} s, "
+          f"gpuclinic {client_cpu:.3f} s")
     print(f"gpuclinic fleet --json end to end (process start included): median {e2e:.3f} s, best {min(e2es):.3f} s "
           f"of 3 (exit {p.returncode})")
     print(f"machine load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
