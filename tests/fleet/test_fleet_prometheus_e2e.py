@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from importlib import resources
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from fleetenv import Agent, PrometheusServer, by_node, fleet_json, wait_fleet
 
+from gpuclinic.fleet.prom import queries
 from gpuclinic.store import connect
 from gpuclinic.supervise.ledger import Ledger
 from realtools import require
@@ -63,6 +65,22 @@ def test_fleet_over_prometheus(cluster: tuple[PrometheusServer, dict[str, Agent]
 
     rc, d = wait_fleet(args, settled, timeout=90)
     assert d["schema"] == "gpuclinic.fleet/1" and rc == 2
+
+    # every metric the fleet queries, the dashboard and the fleet rules name is one a real agent exports
+    exported = set()
+    for a in agents.values():
+        text = httpx.get(f"http://{a.addr}/metrics", timeout=5, trust_env=False).text
+        exported |= {ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE ")}
+        exported |= {ln.split("{")[0].split()[0] for ln in text.splitlines() if ln and not ln.startswith("#")}
+    used = set(re.findall(r"gpuclinic_[a-z_]+", json.dumps(queries("gpuclinic", 600))))
+    used |= set(re.findall(r"gpuclinic_[a-z_]+", (DEPLOY / "grafana-fleet-dashboard.json").read_text()))
+    used |= set(re.findall(r"gpuclinic_[a-z_]+", (DEPLOY / "gpuclinic-fleet-rules.yml").read_text()))
+    # families a simulated GPU does not fill (NVML violation counters) still have to be declared by the agent
+    import gpuclinic.watch.metrics as wm
+
+    declared = set(re.findall(r'"(gpuclinic_[a-z_]+)"', Path(wm.__file__).read_text()))
+    exported |= declared | {n + "_total" for n in declared}
+    assert used - exported == set(), sorted(used - exported)
     first = d["nodes"][0]
     assert first["node"] == "gpu-fob" and first["verdict"] == "drain"
     # one incident: the root cause, its symptoms (XID 79, gpu.missing) folded in by the agent

@@ -174,7 +174,9 @@ def collect(prom: Prometheus, *, job: str, window_s: float, price: float | None 
         if any(i.code == m.get("code") and i.gpu == gpu for i in n.incidents):
             continue
         n.incidents.append(FleetIncident(code=m.get("code", "?"), severity=m.get("severity", "?"), gpu=gpu,
-                                         family=m.get("family"), age_s=ages.get(tuple(sorted(m.items())))))
+                                         family=m.get("family"),
+                                         # absent from the age subquery: it appeared after its last step
+                                         age_s=ages.get(tuple(sorted(m.items())), 0.0)))
     lost = {_key(r["metric"]): val(r) for r in res["gpus_lost"]}
     for r in res["gpus"]:
         n = node(r["metric"])
