@@ -27,6 +27,7 @@ from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import signals
 from gpuclinic.sources.kernellog import is_kernel_line, parse_numbered
+from gpuclinic.sources.merge import apply_dump
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 MAX_UNREAD = 200
@@ -251,8 +252,6 @@ def _reader(rec: InputRecord, segs: list[Segment], kinds: tuple[str, ...], name:
 
 
 def _smi_errors(snap: Snapshot, lines: list[str], origin: str) -> None:
-    from gpuclinic.sources.evidence import apply_dump  # evidence imports this module
-
     errors, lost = scan_error_lines(lines)
     dump = SmiDump(kind="smi_table", errors=errors)
     mark_lost(dump.gpus, lost)
