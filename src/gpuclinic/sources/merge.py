@@ -8,6 +8,7 @@ a captured snapshot folds in without doubling.
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 from collections.abc import Iterable
 
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
@@ -22,6 +23,31 @@ NVML_FAILURE_MARKERS = ("failed to initialize nvml", "couldn't communicate with 
 
 class _Unrecognised(ValueError):
     """An input that is readable but is none of the formats we know."""
+
+
+def _replay_sample(snap: Snapshot, g: GpuFacts) -> tuple[int, str] | None:
+    """The replay counter already known for the GPU ``g`` is, and when it was read (the first dump's time)."""
+    if g.pcie_replay_count is None or not snap.taken_at or not (g.uuid or g.pci_bus_id):
+        return None
+    same = next((x for x in snap.gpus if g.uuid and x.uuid and x.uuid.lower() == g.uuid.lower()), None) or \
+        (snap.gpu_by_bus_id(g.pci_bus_id) if g.pci_bus_id else None)
+    if same is None or same.pcie_replay_count is None:
+        return None
+    return same.pcie_replay_count, snap.taken_at
+
+
+def _replay_rate(g: GpuFacts, before: tuple[int, str] | None, count: int | None, taken: str | None) -> None:
+    """Two samples of the lifetime replay counter (two dumps of one GPU, minutes apart) give a rate."""
+    if before is None or count is None or not taken:
+        return
+    try:
+        minutes = (_dt.datetime.fromisoformat(taken) - _dt.datetime.fromisoformat(before[1])).total_seconds() / 60
+    except ValueError:
+        return
+    if minutes <= 0 or count < before[0]:
+        return  # same moment, or the counter reset (driver reload) in between
+    g.pcie_replay_rate_per_min = (count - before[0]) / minutes
+    g.pcie_replay_count = count
 
 
 def merge_gpu(snap: Snapshot, g: GpuFacts) -> GpuFacts:
@@ -75,8 +101,11 @@ def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
     for e in dump.errors:
         if e not in sw.nvidia_smi_errors:
             sw.nvidia_smi_errors.append(e)
+    taken = iso_time(dump.timestamp) if dump.timestamp else None
     for g in dump.gpus:
-        merge_gpu(snap, g)
+        before = _replay_sample(snap, g)
+        merged = merge_gpu(snap, g)
+        _replay_rate(merged, before, g.pcie_replay_count, taken)
     snap.notes.extend(f"{origin}: {n}" for n in dump.notes)
     nvml_failed = any(m in e.lower() for e in dump.errors for m in NVML_FAILURE_MARKERS)
     if dump.gpus:
