@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleetenv import Agent, by_node, free_port, wait_fleet
+
+from .fleetenv import Agent, by_node, free_port, wait_fleet
 
 
 @pytest.fixture

@@ -6,9 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
-from fleetenv import PrometheusServer, backfill, fleet_json
 
 from realtools import require
+
+from .fleetenv import PrometheusServer, backfill, fleet_json
 
 # bcrypt of the test password "fleet-test-password" (cost 4), made with libcrypt's Blowfish method;
 # a test credential, not a secret

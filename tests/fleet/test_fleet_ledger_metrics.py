@@ -8,7 +8,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fleetenv import Agent
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
@@ -16,6 +15,8 @@ from gpuclinic.fleet.ledger_metrics import LedgerCollector
 from gpuclinic.store import connect
 from gpuclinic.supervise.ledger import Ledger
 from realtools import require
+
+from .fleetenv import Agent
 
 
 def _ledger(db: Path, lost_after_s: float = 1800) -> None:

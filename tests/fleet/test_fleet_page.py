@@ -12,9 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from fleetenv import Agent, free_port
 
 from realtools import require
+
+from .fleetenv import Agent, free_port
 
 
 @pytest.fixture

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fleetenv import Agent, PrometheusServer, by_node, fleet_json, wait_fleet
 
 from gpuclinic.fleet.prom import queries
 from gpuclinic.store import connect
 from gpuclinic.supervise.ledger import Ledger
 from realtools import require
+
+from .fleetenv import Agent, PrometheusServer, by_node, fleet_json, wait_fleet
 
 DEPLOY = Path(str(resources.files("gpuclinic.fleet").joinpath("deploy")))
 STRAGGLER = ("watch.straggler", "perf.straggler")  # the watch code before / after the shared code catalog
@@ -130,7 +131,7 @@ def test_fleet_over_prometheus(cluster: tuple[PrometheusServer, dict[str, Agent]
 
 @pytest.mark.timeout(60)
 def test_prometheus_down_is_exit_3_one_line(tmp_path: Path) -> None:
-    from fleetenv import free_port
+    from .fleetenv import free_port
 
     rc, d, err = fleet_json("--prometheus", f"http://127.0.0.1:{free_port()}")
     assert rc == 3 and d == {} and err.startswith("gpuclinic: error: cannot reach Prometheus") and err.count("\n") == 1

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fleetenv import PrometheusServer, backfill, by_node, fleet_json
 
 from realtools import require
+
+from .fleetenv import PrometheusServer, backfill, by_node, fleet_json
 
 
 @pytest.fixture(scope="module")

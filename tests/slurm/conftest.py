@@ -3,9 +3,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from slurmcluster import SlurmCluster
 
 from realtools import require
+
+from .slurmcluster import SlurmCluster
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,10 @@ import sys
 import time
 
 import pytest
-from slurmcluster import SlurmCluster
 
 from realtools import require
+
+from .slurmcluster import SlurmCluster
 
 pytestmark = pytest.mark.timeout(180)
 

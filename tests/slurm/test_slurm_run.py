@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from slurmcluster import SlurmCluster
 
 from gpuclinic.model import GpuRef
 from gpuclinic.slurm.job import SlurmSupervisor, slurm_job_from_env
 from gpuclinic.supervise.classify import Classification
 from gpuclinic.supervise.runner import RunOptions
 from realtools import require
+
+from .slurmcluster import SlurmCluster
 
 TRAINER = Path(__file__).resolve().parents[1] / "supervise" / "fake_trainer.py"
 
