@@ -9,6 +9,7 @@ without it, from their open critical/warning events.  A target whose scrape fail
 
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -140,7 +141,8 @@ def collect(prom: Prometheus, *, job: str, window_s: float, price: float | None 
     with ThreadPoolExecutor(max_workers=6) as pool:
         futs = {name: pool.submit(prom.query, q, at) for name, q in qs.items()}
         errs = pool.submit(prom.target_errors)
-        res = {name: f.result() for name, f in futs.items()}
+        # NaN/Inf (a 0/0 somewhere upstream) is no figure at all
+        res = {name: [r for r in f.result() if math.isfinite(float(r["value"][1]))] for name, f in futs.items()}
         down = errs.result()
     nodes: dict[str, NodeView] = {}
 
