@@ -56,6 +56,7 @@ def test_markdown_and_table(agents: dict[str, Agent]) -> None:
     (["--agents", "nohost"], "expected HOST:PORT"),
     (["--prometheus", "127.0.0.1:9090"], "expected an http(s) URL"),
     (["--prometheus", "http://127.0.0.1:1", "--window", "10s"], "--window: at least 1m"),
+    (["--prometheus", "http://127.0.0.1:1", "--window", "soon"], "bad --window 'soon'"),
     (["--prometheus", "http://127.0.0.1:1", "--bearer-token-file", "/nonexistent/token"], "cannot read"),
 ])
 def test_bad_input_is_one_line_exit_64(args: list[str], msg: str) -> None:

@@ -57,7 +57,10 @@ def fleet(prom_url: str | None, job: str, basic_auth_file: str | None, bearer_to
         raise InputError("choose one of --json and --markdown", exit_code=EXIT_USAGE)
     if bool(prom_url) == bool(agents or agents_file):
         raise InputError("give either --prometheus URL or --agents/--agents-file", exit_code=EXIT_USAGE)
-    window_s = parse_duration(window or load_data("cluster.json")["fleet"]["default_window"], what="--window")
+    try:
+        window_s = parse_duration(window or load_data("cluster.json")["fleet"]["default_window"], what="--window")
+    except InputError as e:
+        raise InputError(str(e), exit_code=EXIT_USAGE) from None
     if window_s < 60:
         raise InputError("--window: at least 1m", exit_code=EXIT_USAGE)
     result: Fleet
