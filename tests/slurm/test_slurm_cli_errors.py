@@ -14,7 +14,7 @@ import pytest
     (["slurm", "healthcheck", "--scenario", "nosuch", "--report-only"], 3, "unknown scenario 'nosuch'"),
     (["slurm", "healthcheck", "--scenario", "fallen-off-bus", "--scontrol", "/nonexistent/scontrol",
       "--node", "n1"], 3, "cannot run /nonexistent/scontrol"),
-    (["k8s", "condition", "--scenario", "healthy-8xh100-load", "--every", "soon", "--dry-run", "client"], 3,
+    (["k8s", "condition", "--scenario", "healthy-8xh100-load", "--every", "soon", "--dry-run", "client"], 64,
      "--every"),
     (["k8s", "evidence", "--scenario", "healthy-8xh100-load", "--device-plugin-config", "{bad}"], 64,
      "device-plugin config: expected a mapping"),

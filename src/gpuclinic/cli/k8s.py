@@ -76,7 +76,10 @@ def condition(scenario: str | None, node: str | None, taint: bool, kubeconfig: s
     if every:
         from gpuclinic.watch.config import parse_duration
 
-        interval = parse_duration(every, what="--every")
+        try:
+            interval = parse_duration(every, what="--every")
+        except InputError as e:
+            raise InputError(str(e), exit_code=EXIT_USAGE) from None
     name = node or socket.gethostname()
     while True:
         try:
