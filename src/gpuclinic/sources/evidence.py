@@ -26,6 +26,7 @@ from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.sources import bugreport, lspci, smi_csv, smi_nvlink, smi_table, smi_text, smi_topo, smi_xml
+from gpuclinic.sources.bmc import formats as bmc_formats
 from gpuclinic.sources.smi_common import SmiDump, iso_time, mark_lost, scan_error_lines
 
 SAMPLE_BYTES = 256 * 1024
@@ -34,7 +35,7 @@ MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_BUNDLE_MEMBER = 256 * 1024 * 1024
 MAX_FILES = 10_000
 EXPECTED = ("nvidia-smi -q (text or XML), an nvidia-smi table, --query-gpu CSV, nvlink -s/-e or topo -m output, a kernel log, "
-            "nvidia-bug-report.log(.gz), lspci output or a gpuclinic capture")
+            "nvidia-bug-report.log(.gz), lspci output, ipmitool/FreeIPMI/Redfish/sensors output or a gpuclinic capture")
 NVML_FAILURE_MARKERS = ("failed to initialize nvml", "couldn't communicate with the nvidia driver",
                         "no devices were found", "version mismatch", "unable to find nvidia driver",
                         "nvidia driver is not loaded")
@@ -83,7 +84,7 @@ def detect(sample: str) -> str | None:
     if bugreport.looks_like(sample):
         return "bugreport"
     if head.startswith("{"):
-        return "json"
+        return bmc_formats.detect(sample) or "json"  # a Redfish document or sensors -j is JSON too
     if smi_xml.looks_like(sample):
         return "smi_xml"
     if smi_text.looks_like(sample):
@@ -102,7 +103,7 @@ def detect(sample: str) -> str | None:
         return "smi_table"
     if lspci.looks_like(sample):
         return "lspci"
-    return None
+    return bmc_formats.detect(sample)  # ipmitool, FreeIPMI, sensors (room:<format>)
 
 
 def _is_kernel_log(sample: str) -> bool:
@@ -263,6 +264,11 @@ def _merge_snapshot(snap: Snapshot, other: Snapshot, origin: str) -> None:
                 for e in other.software.nvidia_smi_errors if other.software else []:
                     if e not in mine.nvidia_smi_errors:
                         mine.nvidia_smi_errors.append(e)
+    if other.room is not None:
+        if snap.room is None:
+            snap.room = other.room
+        else:
+            snap.room.merge(other.room)
     for s in other.skipped:
         snap.skip(s.what, s.why)
     snap.notes.append(f"{origin}: captured snapshot ({other.origin}, taken {other.taken_at or 'at an unknown time'})")
@@ -304,6 +310,12 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         _apply_bugreport(snap, bugreport.parse_stream(io.StringIO(text), origin))
     elif kind == "json":
         _apply_json(snap, text, origin)
+        return
+    elif kind.startswith(bmc_formats.PREFIX):
+        try:
+            bmc_formats.apply(snap, kind, text, origin)
+        except ValueError as e:
+            raise _Unrecognised(str(e)) from None
         return
     else:  # pragma: no cover - detect() returns only the kinds above
         raise _Unrecognised(kind)
