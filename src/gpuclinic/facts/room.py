@@ -107,21 +107,21 @@ class RoomFacts:
 
     def merge(self, other: RoomFacts) -> None:
         """Fold another reading in; a sensor (same name, kind and number) or PSU already known is kept."""
-        for s in other.sensors:
-            same = next((x for x in self.sensors if x.name == s.name and x.kind == s.kind
-                         and (x.number == s.number or x.number is None or s.number is None)), None)
+        for sen in other.sensors:
+            same = next((x for x in self.sensors if x.name == sen.name and x.kind == sen.kind
+                         and (x.number == sen.number or x.number is None or sen.number is None)), None)
             if same is None:
-                self.sensors.append(s)
+                self.sensors.append(sen)
                 continue
             # the same sensor from another command (sdr elist + sensor): keep what each adds
-            for k, v in s.thresholds.items():
-                same.thresholds.setdefault(k, v)
+            for k, th in sen.thresholds.items():
+                same.thresholds.setdefault(k, th)
             if same.reading is None:
-                same.reading, same.unit = s.reading, same.unit or s.unit
-            if same.level == "unknown" and s.level != "unknown":
-                same.level, same.status = s.level, s.status
-            same.states = same.states or s.states
-            same.number = same.number or s.number
+                same.reading, same.unit = sen.reading, same.unit or sen.unit
+            if same.level == "unknown" and sen.level != "unknown":
+                same.level, same.status = sen.level, sen.status
+            same.states = same.states or sen.states
+            same.number = same.number or sen.number
         names = {p.name for p in self.psus}
         self.psus.extend(p for p in other.psus if p.name not in names)
         seen = {(e.id, e.time, e.description) for e in self.events}
