@@ -32,10 +32,41 @@ def remedy(code: str) -> str:
     return str(load_data(SIGNATURES_FILE)["remedies"][code]["text"])
 
 
-def _room(snap: Snapshot) -> R.RoomFacts:
+@check("room.status", codes=["room.status"], what="the server room (BMC: inlet air, fans, power supplies, events)")
+def status(snap: Snapshot) -> Iterable[Finding]:
+    """What the BMC says when nothing is wrong too: inlet, fans and PSU states in one line."""
     if snap.room is None:
-        raise CheckSkipped("no BMC or hwmon data (give --bmc HOST or --redfish URL, or ipmitool/Redfish output)")
-    return snap.room
+        if any(s.what.startswith("the BMC") for s in snap.skipped):
+            return []  # the source already said why
+        raise CheckSkipped("no BMC or hwmon data (give --bmc HOST or --redfish URL, or saved ipmitool/Redfish output)")
+    room = snap.room
+    parts: list[str] = []
+    ev: list[str] = []
+    inl = [s for s in room.temperatures("inlet") if s.reading is not None]
+    if inl:
+        parts.append("inlet " + ", ".join(f"{s.reading:g} °C" for s in inl[:3]))
+        ev += [_fmt(s) for s in inl[:4]]
+    fl = [f for f in room.fans() if not f.absent]
+    if fl:
+        bad = [f for f in fl if _fan_state(f)[0] is not None]
+        rpm = [f.reading for f in fl if f.reading is not None and f.unit == "RPM"]
+        rng = f" ({min(rpm):g}-{max(rpm):g} RPM)" if rpm else ""
+        parts.append(f"fans {len(fl) - len(bad)} OK" + (f", {len(bad)} not OK" if bad else "") + rng)
+        ev += [_fmt(f) for f in fl[:16]]
+    if room.psus:
+        okp = [p for p in room.psus if p.health == "ok"]
+        parts.append(f"PSUs {len(okp)} OK of {len(room.psus)}")
+        ev += [_psu_line(p) for p in room.psus[:8]]
+    if room.power_consumed_w is not None:
+        parts.append(f"drawing {room.power_consumed_w:g} W")
+    if room.events_read:
+        parts.append(f"{len(room.events)} SEL/log entries")
+    ev.append("read from: " + ", ".join(room.sources) + (f" ({room.bmc})" if room.bmc else ""))
+    return [Finding(code="room.status", severity=Severity.INFO, family=Family.HEAT,
+                    title="Server room: " + ("; ".join(parts) or "no inlet, fan or PSU sensor reported"),
+                    evidence=ev, source="bmc",
+                    data={"inlet_c": [s.reading for s in inl], "fans": {f.name: f.reading for f in fl},
+                          "psus": {p.name: p.health for p in room.psus}, "bmc": room.bmc})]
 
 
 def _fmt(s: R.RoomSensor) -> str:
@@ -63,7 +94,9 @@ def _hot(g: GpuFacts) -> bool:
 
 @check("room.inlet", codes=["room.inlet_hot", "room.inlet_cold"], what="inlet air temperature (BMC)")
 def inlet(snap: Snapshot) -> Iterable[Finding]:
-    room = _room(snap)
+    room = snap.room
+    if room is None:  # only room.status says so: one "could not check" line, not seven
+        return []
     sensors = [s for s in room.temperatures("inlet") if s.reading is not None]
     if not sensors:
         raise CheckSkipped("the BMC/hwmon reported no inlet or ambient temperature sensor")
@@ -118,7 +151,9 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
 
 @check("room.fans", codes=["room.fan_failed", "room.fans_max"], what="chassis fans (BMC)")
 def fans(snap: Snapshot) -> Iterable[Finding]:
-    room = _room(snap)
+    room = snap.room
+    if room is None:  # only room.status says so: one "could not check" line, not seven
+        return []
     fl = [f for f in room.fans() if not f.absent]
     if not fl and not room.chassis:
         raise CheckSkipped("the BMC/hwmon reported no fan")
@@ -216,7 +251,9 @@ def gpu_hotter_than_peers(snap: Snapshot) -> Iterable[Finding]:
 @check("room.psu", codes=["room.psu_failed", "room.psu_input", "room.psu_absent", "room.psu_redundancy"],
        what="power supplies (BMC)")
 def psus(snap: Snapshot) -> Iterable[Finding]:
-    room = _room(snap)
+    room = snap.room
+    if room is None:  # only room.status says so: one "could not check" line, not seven
+        return []
     if not room.psus and not room.redundancy and not room.chassis:
         raise CheckSkipped("the BMC reported no power supply")
     out: list[Finding] = []
@@ -274,7 +311,9 @@ def _pf(code: str, sev: Severity, title: str, ev: list[str]) -> Finding:
 
 @check("room.power_capacity", codes=["room.power_capacity"], what="GPU power draw against PSU capacity")
 def power_capacity(snap: Snapshot) -> Iterable[Finding]:
-    room = _room(snap)
+    room = snap.room
+    if room is None:  # only room.status says so: one "could not check" line, not seven
+        return []
     good = [p for p in room.psus if p.present is not False and not p.failed and not p.input_lost and p.capacity_w]
     total = sum(p.capacity_w or 0.0 for p in good) or (room.power_capacity_w or 0.0)
     if not total:
@@ -303,7 +342,9 @@ def power_capacity(snap: Snapshot) -> Iterable[Finding]:
 
 @check("room.sensors", codes=["room.sensor_critical"], what="BMC sensor states")
 def sensor_critical(snap: Snapshot) -> Iterable[Finding]:
-    room = _room(snap)
+    room = snap.room
+    if room is None:  # only room.status says so: one "could not check" line, not seven
+        return []
     out = []
     for s in room.sensors:
         if s.kind in (R.FAN, R.PSU) or s.role == "inlet" or s.absent:
@@ -363,7 +404,9 @@ def _xid79(snap: Snapshot) -> list[tuple[str | None, str]]:
 
 @check("room.sel", codes=["room.sel.*"], what="the BMC event log (SEL)")
 def sel_events(snap: Snapshot) -> Iterable[Finding]:
-    room = _room(snap)
+    room = snap.room
+    if room is None:  # only room.status says so: one "could not check" line, not seven
+        return []
     if not room.events_read:
         raise CheckSkipped("no SEL or Redfish event log was read")
     times = [t for e in room.events if (t := _when(e.time))]

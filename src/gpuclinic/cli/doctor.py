@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 
+from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
 from gpuclinic.diagnose import Report, diagnose
 from gpuclinic.errors import GpuclinicError, InputError
 from gpuclinic.facts.snapshot import Snapshot
@@ -45,10 +47,11 @@ def output_format(as_json: bool, as_markdown: bool) -> str:
 @click.option("--quick", is_flag=True, help="Skip timed measurements (host sampling window).")
 @click.option("--deep", is_flag=True, help="Allow slow checks, e.g. importing frameworks to read their CUDA build.")
 @click.option("--net", "network", is_flag=True, help="Also probe the network path to GitHub, Hugging Face and PyPI.")
+@bmc_options
 def doctor(
     from_paths: tuple[str, ...], more_paths: tuple[str, ...], scenario: str | None, list_scenarios: bool,
     as_json: bool, as_markdown: bool, expect_gpus: int | None, kernel_logs: tuple[str, ...],
-    quick: bool, deep: bool, network: bool,
+    quick: bool, deep: bool, network: bool, **bmc: Any,
 ) -> int:
     """Diagnose this server: which of GPU faults, heat, PCIe/power, software, network or host is hurting it.
 
@@ -66,6 +69,8 @@ def doctor(
         raise InputError("unexpected argument(s): " + " ".join(paths) + " (did you mean --from PATH?)")
     if scenario and paths:
         raise InputError("use either --scenario or --from, not both")
+    if (bmc.get("bmc_host") or bmc.get("redfish_url")) and (paths or scenario):
+        raise InputError("--bmc/--redfish read a live BMC; give saved BMC output with --from instead", exit_code=64)
     for k in kernel_logs:  # named explicitly: a typo is an error, not a "could not check" line
         if not os.path.exists(k):
             raise InputError(f"--kernel-log {k}: no such file")
@@ -89,6 +94,7 @@ def doctor(
 
         snap = collect_live(CollectOptions(
             quick=quick, deep=deep, network=network, kernel_logs=list(kernel_logs), expect_gpus=expect_gpus,
+            bmc=bmc_target(**bmc),
         ))
     if expect_gpus is not None:
         snap.expect_gpus = expect_gpus
