@@ -97,7 +97,7 @@ set_working_mc 0x20
         (self.root / f"{name}.val").write_text(f"{raw}\n")
 
     def start(self, ipmi_sim: str, ipmitool: str) -> None:
-        log = open(self.root / "sim.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.root / "sim.log", "wb")
         self.proc = subprocess.Popen([ipmi_sim, "-n", "-c", str(self.root / "lan.conf"), "-f", str(self.root / "cmds"),
                                       "-s", str(self.root / "state")], stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=self.root)

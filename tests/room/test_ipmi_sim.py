@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realtools import require
 from simbmc import USER, SimBmc, running
 
 from gpuclinic.collect import CollectOptions, collect_live
 from gpuclinic.diagnose import diagnose
 from gpuclinic.sources.bmc.live import BmcOptions
+from realtools import require
 
 PASSWORD = "Pw-4-ipmi-sim-7Qx"  # would be easy to spot in any output
 
