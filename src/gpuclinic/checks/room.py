@@ -315,7 +315,10 @@ def power_capacity(snap: Snapshot) -> Iterable[Finding]:
     if room is None:  # only room.status says so: one "could not check" line, not seven
         return []
     good = [p for p in room.psus if p.present is not False and not p.failed and not p.input_lost and p.capacity_w]
-    total = sum(p.capacity_w or 0.0 for p in good) or (room.power_capacity_w or 0.0)
+    total = sum(p.capacity_w or 0.0 for p in good)
+    degraded = any(p.failed or p.input_lost for p in room.psus)
+    if room.power_capacity_w and (not total or (room.power_capacity_w > total and not degraded)):
+        total = room.power_capacity_w  # the BMC's own figure for the subsystem (PowerSubsystem/PowerControl)
     if not total:
         raise CheckSkipped("the BMC reported no PSU capacity")
     gpu_w = sum(g.power_draw_w or 0.0 for g in readable(snap))

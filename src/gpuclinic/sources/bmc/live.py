@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
 from dataclasses import dataclass, field
 
@@ -42,7 +43,7 @@ class BmcOptions:
     redfish: str | None = None  # https://host[:port]
     redfish_user: str | None = None
     redfish_password: str | None = field(default=None, repr=False)
-    redfish_verify: bool | str = True  # False for self-signed BMC certificates, or a CA bundle path
+    redfish_verify: bool | str | ssl.SSLContext = True  # False for a self-signed BMC certificate, or a CA bundle path
     timeout_s: float = 15.0  # per ipmitool call / Redfish request
     deadline_s: float = 60.0  # all Redfish requests together
     in_band: bool = True  # try /dev/ipmi0 when no host is given
@@ -191,13 +192,16 @@ def read_redfish(opts: BmcOptions) -> tuple[R.RoomFacts, list[str]]:
     base = opts.redfish.rstrip("/")
     if "://" not in base:
         base = "https://" + base
+    verify = opts.redfish_verify
+    if isinstance(verify, str):
+        verify = ssl.create_default_context(cafile=verify)
     auth = None
     user = opts.redfish_user or opts.user
     pw = opts.redfish_password if opts.redfish_password is not None else opts.password
     if user and pw is not None:
         auth = httpx.BasicAuth(user, pw)
     try:
-        with httpx.Client(base_url=base, auth=auth, verify=opts.redfish_verify, timeout=opts.timeout_s,
+        with httpx.Client(base_url=base, auth=auth, verify=verify, timeout=opts.timeout_s,
                           follow_redirects=False, headers={"Accept": "application/json"}) as client:
             reader = RedfishReader(client, deadline_s=opts.deadline_s)
             room = reader.walk()

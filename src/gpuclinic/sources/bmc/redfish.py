@@ -23,7 +23,7 @@ _THR = (("UpperThresholdNonCritical", "unc"), ("UpperThresholdCritical", "ucr"),
 _NEW_THR = (("UpperCaution", "unc"), ("UpperCritical", "ucr"), ("UpperFatal", "unr"),
             ("LowerCaution", "lnc"), ("LowerCritical", "lcr"), ("LowerFatal", "lnr"))
 _HEALTH = {"ok": "ok", "warning": "nc", "critical": "cr"}
-_LOG_IDS = re.compile(r"sel|event|iml|iel|platform|log1|systemlog|lclog|faultlog", re.I)
+_LOG_IDS = re.compile(r"sel|event|iml|iel|platform|^log\d*$|systemlog|lclog|faultlog", re.I)
 MAX_DOCS = 300
 
 
@@ -84,8 +84,10 @@ def _redundancy(room: R.RoomFacts, items: Any) -> None:
         if isinstance(r, dict):
             health, state, _ = _status(r)
             name = str(r.get("Name") or r.get("MemberId") or "Redundancy")
-            room.redundancy[name] = "Fully Redundant" if (health or "OK") == "OK" and state != "Disabled" else (
-                f"Redundancy {health or state}")
+            if state == "Disabled":
+                continue  # not configured
+            room.redundancy[name] = "Fully Redundant" if (health or "OK") == "OK" and state in (None, "Enabled") else (
+                f"Redundancy {state or '?'} (health {health or '?'})")
 
 
 def _power(doc: dict[str, Any], src: str) -> R.RoomFacts:
