@@ -131,9 +131,10 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
             ev.append("GPUs in thermal slowdown: " + ", ".join(f"GPU {g.index} ({g.temperature_c:.0f} °C)"
                                                               if g.temperature_c is not None else f"GPU {g.index}"
                                                               for g in throttling))
+        lead = "Inlet air too hot" if sev >= Severity.WARNING else "Inlet air warm"
         out.append(Finding(
             code="room.inlet_hot", severity=sev, family=Family.HEAT,
-            title=f"Inlet air too hot: {hot.name} at {t:g} °C is {why}", evidence=ev, remedy=remedy("room.inlet_hot"),
+            title=f"{lead}: {hot.name} at {t:g} °C is {why}", evidence=ev, remedy=remedy("room.inlet_hot"),
             source="bmc", data={"inlet_c": t, "sensor": hot.name, "gpus_throttling": [g.index for g in throttling],
                                 "symptoms": ["thermal.throttle"] if throttling else []},
         ))
@@ -192,6 +193,8 @@ def _fan_state(f: R.RoomSensor) -> tuple[Severity | None, str]:
         return Severity.CRITICAL, "is past its critical threshold (BMC)" if f.reading else "has failed (BMC)"
     if f.unit == "RPM" and f.reading is not None:
         if f.reading <= 0 and f.level != "unknown":
+            if f.level == "ok":  # the BMC does not alarm on it: an empty fan header, or a stopped fan
+                return Severity.WARNING, "reads 0 RPM although the BMC reports it ok (stopped, or not installed)"
             return Severity.CRITICAL, "is at 0 RPM (stopped or failed)"
         lcr = f.thresholds.get("lcr") or f.thresholds.get("lnr")
         if lcr is not None and lcr > 0 and f.reading < lcr:

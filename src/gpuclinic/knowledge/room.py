@@ -39,14 +39,25 @@ def _roles() -> tuple[tuple[str, re.Pattern[str]], ...]:
     return tuple((r["role"], re.compile(r["pattern"], re.I)) for r in load_data(SIGNATURES_FILE)["roles"])
 
 
+@cache
+def _inlet_exclude() -> re.Pattern[str]:
+    return re.compile(load_data(SIGNATURES_FILE)["inlet_exclude"]["pattern"], re.I)
+
+
 def role_for(name: str, context: str | None = None) -> str | None:
-    """Which air/part a temperature sensor measures, from its Redfish context or its name."""
+    """Which air/part a temperature sensor measures, from its Redfish context or its name.
+
+    Only air entering the chassis counts as inlet: a riser's, a PSU's or a DIMM bank's "inlet" sensor
+    reads air already heated inside (``inlet_exclude``).
+    """
     if context:
         ctx = load_data(SIGNATURES_FILE)["redfish_context_roles"]
         if context in ctx and context != "source":
             return str(ctx[context])
     for role, pat in _roles():
         if pat.search(name):
+            if role == "inlet" and _inlet_exclude().search(name):
+                continue
             return role
     return None
 

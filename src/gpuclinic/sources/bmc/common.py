@@ -66,6 +66,7 @@ def sensor_type_names() -> tuple[str, ...]:
 
 _PSU_NAME = re.compile(r"\bps\s?\d|psu|power ?supply|pws|\bpsu?_?\d", re.I)
 _REDUNDANCY = re.compile(r"redundan", re.I)
+_TEMP_NAME = re.compile(r"temp|tmp", re.I)
 _FAN_NAME = re.compile(r"\bfan|\bfan\d|_fan|fan_", re.I)
 
 
@@ -76,7 +77,7 @@ def kind_of(name: str, unit: str | None, entity: str | None = None, sensor_type:
     if unit == "%" and _FAN_NAME.search(name):
         return R.FAN
     st = (sensor_type or "").lower()
-    if st.startswith("temperature"):
+    if st.startswith("temperature") or (not st and _TEMP_NAME.search(name)):
         return R.TEMPERATURE
     if st == "fan":
         return R.FAN
@@ -122,8 +123,8 @@ def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerS
         if s.kind != R.PSU or s.unit is not None:
             continue
         text = ", ".join(s.states).lower()
-        if not text and s.level == "unknown":
-            continue
+        if s.level == "unknown" and text in ("", "disabled", "no reading", "not readable"):
+            continue  # an unused or unreadable PSU slot sensor says nothing about a PSU
         present = None
         if "presence detected" in text:
             present = True
