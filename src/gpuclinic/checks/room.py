@@ -266,20 +266,22 @@ def psus(snap: Snapshot) -> Iterable[Finding]:
         ev = [_psu_line(p)]
         if p.present is False:
             if present:
-                out.append(_pf("room.psu_absent", Severity.WARNING, f"Power supply {p.name} is absent", ev))
+                out.append(_pf("room.psu_absent", Severity.WARNING, f"Power supply {p.name} is absent", ev, p.name))
             continue
         if p.failed or (p.health == "critical" and not p.input_lost):
-            out.append(_pf("room.psu_failed", Severity.CRITICAL, f"Power supply {p.name} has failed", ev))
+            out.append(_pf("room.psu_failed", Severity.CRITICAL, f"Power supply {p.name} has failed", ev, p.name))
         elif p.input_lost or (p.input_voltage == 0 and volts):
-            out.append(_pf("room.psu_input", Severity.CRITICAL, f"Power supply {p.name} has lost its input power (AC lost)", ev))
+            out.append(_pf("room.psu_input", Severity.CRITICAL, f"Power supply {p.name} has lost its input power (AC lost)", ev,
+                           p.name))
         elif p.input_out_of_range or _voltage_bad(p.input_voltage):
             out.append(_pf("room.psu_input", Severity.WARNING,
                            f"Power supply {p.name} input voltage is out of range" + (
                                f" ({p.input_voltage:g} V)" if p.input_voltage else ""),
                            [*ev, f"expected {T('psu_input_low_v'):g}-{T('psu_input_gap_low_v'):g} V (low line) or "
-                                 f"{T('psu_input_gap_high_v'):g}-{T('psu_input_high_v'):g} V (high line)"]))
+                                 f"{T('psu_input_gap_high_v'):g}-{T('psu_input_high_v'):g} V (high line)"], p.name))
         elif p.predictive_failure or p.health == "warning":
-            out.append(_pf("room.psu_failed", Severity.WARNING, f"Power supply {p.name} predicts failure or is degraded", ev))
+            out.append(_pf("room.psu_failed", Severity.WARNING, f"Power supply {p.name} predicts failure or is degraded", ev,
+                           p.name))
     for name, state in room.redundancy.items():
         s = state.lower()
         if any(x in s for x in ("lost", "insufficient", "degraded", "warning", "critical")) and "fully redundant" not in s:
@@ -307,9 +309,9 @@ def _psu_line(p: R.PowerSupply) -> str:
     return ", ".join(parts) + f" — {p.source}"
 
 
-def _pf(code: str, sev: Severity, title: str, ev: list[str]) -> Finding:
+def _pf(code: str, sev: Severity, title: str, ev: list[str], psu: str | None = None) -> Finding:
     return Finding(code=code, severity=sev, family=Family.PCIE_POWER, title=title, evidence=ev,
-                   remedy=remedy(code), source="bmc", data={})
+                   remedy=remedy(code), source="bmc", data={"psu": psu} if psu else {})
 
 
 @check("room.power_capacity", codes=["room.power_capacity"], what="GPU power draw against PSU capacity")
