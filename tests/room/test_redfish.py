@@ -128,3 +128,21 @@ def test_doctor_cli_redfish_never_shows_the_password(service: tuple[str, list[st
             rep = json.loads(r.stdout)
             assert rep["facts"]["room"]["bmc"] == url
             assert any(f["code"] == "room.status" for f in rep["findings"])
+
+
+@pytest.mark.parametrize(("tree_name", "inlet", "psus"), [
+    ("idrac-r650", ("System Board Inlet Temp", 18.0), 2),  # Dell iDRAC 5.10: Chassis/System.Embedded.1
+    ("ilo-hpe", ("01-Inlet Ambient", 23.0), 2),  # HPE iLO: Chassis/1, OEM-heavy Thermal
+])
+def test_real_vendor_trees_over_https(tree_name: str, inlet: tuple[str, float], psus: int, tmp_path: Path,
+                                      tls: tuple[Path, Path]) -> None:
+    with serving(ROOM_FIXTURES / "redfish" / tree_name, USER, PASSWORD, *tls) as (url, log):
+        snap = _read(url, tls[0])
+    room = snap.room
+    assert room is not None
+    hottest = max(room.temperatures("inlet"), key=lambda s: s.reading or 0)
+    assert (hottest.name, hottest.reading) == inlet
+    assert len(room.psus) == psus and all(p.health == "ok" for p in room.psus)
+    assert room.fans() and all(f.reading for f in room.fans() if not f.absent)
+    rep = diagnose(snap)
+    assert not [f for f in rep.findings if f.code.startswith("room.") and f.severity.label != "info"]
