@@ -136,3 +136,8 @@ def test_snapshot_round_trip_keeps_room_facts() -> None:
     snap = load_evidence([str(Path(__file__).parents[1] / "fixtures/room/ipmi/hpe-dl360p-gen8-sensor.txt")])
     again = Snapshot.from_dict(snap.to_dict())
     assert again.room == snap.room
+
+
+def test_half_the_gpus_hot_is_not_a_heatsink_fault() -> None:
+    snap = Snapshot(gpus=[_gpu(i, 91) for i in range(4)] + [_gpu(4 + i, 70) for i in range(4)])
+    assert "room.gpu_hotter_than_peers" not in _codes(snap)
