@@ -141,3 +141,22 @@ def test_snapshot_round_trip_keeps_room_facts() -> None:
 def test_half_the_gpus_hot_is_not_a_heatsink_fault() -> None:
     snap = Snapshot(gpus=[_gpu(i, 91) for i in range(4)] + [_gpu(4 + i, 70) for i in range(4)])
     assert "room.gpu_hotter_than_peers" not in _codes(snap)
+
+
+def test_psu_conventions_generic_digital_and_dell_status_by_entity() -> None:
+    # the two IPMI PSU conventions: a digital sensor per fault (Lenovo-style names) and Dell's "Status" per entity
+    lenovo_style = ("PSU1 IN Failure  | 8Ch | ok  | 10.1 | State Asserted\n"
+                    "PSU2 IN Failure  | 8Dh | ok  | 10.2 | State Deasserted\n"
+                    "Fan 2 Fault      | 91h | ok  | 29.2 | State Asserted\n")
+    room = ipmitool.parse_sdr(lenovo_style)
+    psus = {p.name: p for p in room.psus}
+    assert psus["PSU1 IN Failure"].input_lost and psus["PSU1 IN Failure"].health == "critical"
+    assert psus["PSU2 IN Failure"].health == "ok"
+    got = {f.code for f in diagnose(Snapshot(room=room)).findings}
+    assert {"room.psu_input", "room.fan_failed"} <= got
+    dell = ("Status           | 62h | ok  | 10.1 | Presence detected\n"
+            "Status           | 63h | ok  | 10.2 | Presence detected, Failure detected\n"
+            "Pwr Consumption  | 77h | ok  |  7.1 | 182 Watts\n")
+    room = ipmitool.parse_sdr(dell)
+    assert {p.name: p.health for p in room.psus} == {"Status 10.1": "ok", "Status 10.2": "critical"}
+    assert room.power_consumed_w == 182

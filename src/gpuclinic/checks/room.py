@@ -207,6 +207,8 @@ def _fan_state(f: R.RoomSensor) -> tuple[Severity | None, str]:
     text = " ".join(f.states).lower()
     if "fail" in text or "fault" in text:
         return Severity.CRITICAL, f"reports {', '.join(f.states)}"
+    if re.search(r"fail|fault", f.name, re.I) and ("state asserted" in text or text == "asserted"):
+        return Severity.CRITICAL, "fault is asserted (BMC)"
     return None, ""
 
 

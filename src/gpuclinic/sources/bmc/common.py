@@ -116,15 +116,34 @@ def make_sensor(name: str, reading: float | None, unit: str | None, status: str 
     )
 
 
+_FAULT_NAME = re.compile(r"fail|fault|\blost\b", re.I)
+_INPUT_NAME = re.compile(r"\bin\b|input|\bac\b", re.I)
+
+
 def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerSupply]:
-    """IPMI has no PSU object: read one from each PSU status sensor's asserted states."""
+    """IPMI has no PSU object: read one from each PSU status sensor's asserted states.
+
+    Two conventions exist: one sensor per PSU with sensor-specific states ("Presence detected,
+    Failure detected"), and one generic digital sensor per fault ("PSU1 IN Failure: State Asserted").
+    Dell names every PSU sensor "Status" and tells them apart by entity (10.1, 10.2).
+    """
     out: list[R.PowerSupply] = []
+    names = [s.name for s in sensors if s.kind == R.PSU and s.unit is None]
     for s in sensors:
         if s.kind != R.PSU or s.unit is not None:
             continue
         text = ", ".join(s.states).lower()
         if s.level == "unknown" and text in ("", "disabled", "no reading", "not readable"):
             continue  # an unused or unreadable PSU slot sensor says nothing about a PSU
+        name = s.name if names.count(s.name) == 1 else f"{s.name} {s.entity or s.number or ''}".strip()
+        if _FAULT_NAME.search(s.name) and ("state asserted" in text or text == "asserted"):
+            lost = bool(_INPUT_NAME.search(s.name)) or "lost" in s.name.lower()
+            out.append(R.PowerSupply(name=name, present=True, health="critical", state=", ".join(s.states),
+                                     failed=not lost, input_lost=lost, source=source))
+            continue
+        if _FAULT_NAME.search(s.name) and ("state deasserted" in text or "transition to ok" in text):
+            out.append(R.PowerSupply(name=name, present=True, health="ok", state=", ".join(s.states), source=source))
+            continue
         present = None
         if "presence detected" in text:
             present = True
@@ -132,7 +151,7 @@ def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerS
             present = False
         failed = "failure detected" in text or "failure" in text.replace("predictive failure", "")
         ps = R.PowerSupply(
-            name=s.name, present=present, state=", ".join(s.states) or None,
+            name=name, present=present, state=", ".join(s.states) or None,
             failed=failed, predictive_failure="predictive failure" in text,
             input_lost="ac lost" in text and "out-of-range" not in text or "input lost" in text,
             input_out_of_range="out-of-range" in text or "out of range" in text,
@@ -156,8 +175,14 @@ def redundancy_from_sensors(sensors: list[R.RoomSensor]) -> dict[str, str]:
     return out
 
 
+_SYSTEM_POWER = re.compile(r"pwr consumption|power consumption|total[_ ]power|sys[_ ]?power|system power|^power$", re.I)
+
+
 def finish(room: R.RoomFacts, source: str) -> None:
-    """Derive PSUs and redundancy states from the sensors just read."""
+    """Derive PSUs, redundancy states and whole-system power from the sensors just read."""
+    if room.power_consumed_w is None:
+        room.power_consumed_w = next((s.reading for s in room.sensors if s.unit == "W" and s.reading is not None
+                                      and _SYSTEM_POWER.search(s.name)), None)
     names = {p.name for p in room.psus}
     room.psus.extend(p for p in psus_from_sensors(room.sensors, source) if p.name not in names)
     for k, v in redundancy_from_sensors(room.sensors).items():

@@ -12,6 +12,7 @@ import os
 import shutil
 import ssl
 import subprocess
+import time
 from dataclasses import dataclass, field
 
 from gpuclinic.facts import room as R
@@ -116,7 +117,11 @@ def read_ipmitool(opts: BmcOptions, commands: tuple[tuple[str, ...], ...] = IPMI
     notes: list[str] = []
     cipher = opts.cipher
     ok = 0
+    t0 = time.monotonic()
     for args in commands:
+        if time.monotonic() - t0 > opts.deadline_s:
+            notes.append(f"ipmitool {' '.join(args[:2])}: skipped, the BMC used up its {opts.deadline_s:.0f} s")
+            continue
         argv, env = ipmitool_argv(opts, args, cipher)
         rc, out, err = _run(argv, opts, env)
         if rc != 0 and opts.host and cipher is None and any(c in err.lower() for c in _CIPHER_ERRORS):
