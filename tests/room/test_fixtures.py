@@ -75,3 +75,13 @@ def test_redfish_power_documents_give_psus() -> None:
             room = load_evidence([str(f)]).room
             assert room is not None and room.psus, f.name
             assert all(p.health in ("ok", None) for p in room.psus), f.name
+
+
+def test_a_saved_redfish_tree_is_read_as_one_room() -> None:
+    """``doctor --from`` a directory of Redfish documents: old and new models, the newer PSU view wins."""
+    snap = load_evidence([str(ROOM_FIXTURES / "redfish" / "public-rackmount1")])
+    assert snap.room is not None
+    assert sorted(p.name for p in snap.room.psus) == ["Power Supply Bay 1", "Power Supply Bay 2"]
+    got = {(f.code, f.severity.label) for f in diagnose(snap).findings if f.code.startswith("room.")}
+    assert got == {("room.status", "info"), ("room.psu_absent", "warning"), ("room.psu_failed", "warning"),
+                   ("room.sel.temperature_critical", "critical")}

@@ -52,4 +52,5 @@ def apply(snap: Snapshot, kind: str, text: str, origin: str) -> None:
     if snap.room is None:
         snap.room = RoomFacts()
     snap.room.merge(room)
+    redfish.prefer_new_model(snap.room)
     snap.room.bmc = snap.room.bmc or "saved output"

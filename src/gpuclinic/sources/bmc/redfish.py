@@ -235,7 +235,15 @@ def parse_doc(doc: dict[str, Any], src: str = "redfish", metrics: dict[str, Any]
         room = R.RoomFacts(events=[_log_entry(doc, src)], events_read=True)
     if t:
         room.add_source(f"redfish {t}")
+        for ps in room.psus:
+            ps.source = f"redfish {t}"  # Power (old model) or PowerSupply (new): see prefer_new_model()
     return room
+
+
+def prefer_new_model(room: R.RoomFacts) -> None:
+    """A chassis read through both models lists its PSUs twice: keep PowerSubsystem's, drop Power's."""
+    if any(p.source == "redfish PowerSupply" for p in room.psus):
+        room.psus = [p for p in room.psus if p.source != "redfish Power"]
 
 
 _ROOM_TYPES = ("Thermal", "Power", "ThermalMetrics", "Fan", "Sensor", "PowerSupply", "PowerSubsystem",
@@ -268,6 +276,7 @@ def parse_bundle(docs: dict[str, Any]) -> R.RoomFacts:
             continue
         metrics = docs.get(path.rstrip("/") + "/Metrics") if odata_type(doc) == "PowerSupply" else None
         room.merge(parse_doc(doc, metrics=metrics if isinstance(metrics, dict) else None))
+    prefer_new_model(room)
     return room
 
 
