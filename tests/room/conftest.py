@@ -3,6 +3,4 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # simbmc, redfish_server
-
-ROOM_FIXTURES = Path(__file__).parents[1] / "fixtures" / "room"
+sys.path.insert(0, str(Path(__file__).parent))  # simbmc, redfish_server, roomdata

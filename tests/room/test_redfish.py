@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from redfish_server import make_cert, serving
+from roomdata import ROOM_FIXTURES
 
-from conftest import ROOM_FIXTURES
 from gpuclinic.diagnose import diagnose
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources.bmc import read_room

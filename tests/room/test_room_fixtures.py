@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
+from roomdata import ROOM_FIXTURES
 
-from conftest import ROOM_FIXTURES
 from gpuclinic.diagnose import diagnose
 from gpuclinic.sources.evidence import load_evidence
 
