@@ -14,12 +14,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from simbmc import USER, SimBmc, running
 
 from gpuclinic.sources.bmc.live import BmcOptions
-from gpuclinic.sources.bmc.poller import history_points
+from gpuclinic.sources.bmc.poller import history_points, room_history
 from gpuclinic.watch.agent import Agent
 from gpuclinic.watch.backend import ScaledClock
 from gpuclinic.watch.config import config_from_dict
 from gpuclinic.watch.metrics import make_registry
 from gpuclinic.watch.simulate import ScenarioBackend, load_watch_scenario
+from gpuclinic.watch.store import WatchStore
 from realtools import require
 
 PASSWORD = "Watch-bmc-pw-33kq"
@@ -32,24 +33,26 @@ def sim(tmp_path: Path) -> Iterator[SimBmc]:
         yield s
 
 
-def _agent(sim: SimBmc, logs: list[str]) -> Agent:
+def _agent(sim: SimBmc, logs: list[str], db: Path | None = None) -> Agent:
     sc = load_watch_scenario("steady8")
     cfg = config_from_dict({"rules": sc.rules})
     cfg.agent.doctor_interval_s = 0
     clock = ScaledClock(20)
     opts = BmcOptions(host="127.0.0.1", port=sim.port, user=USER, password=PASSWORD, cipher=3, in_band=False,
                       hwmon=False, timeout_s=10)
-    return Agent(cfg, ScenarioBackend(sc, clock), clock=clock, log=logs.append, bmc=opts, bmc_interval_s=1.0)
+    store = WatchStore(db) if db else None
+    return Agent(cfg, ScenarioBackend(sc, clock), clock=clock, store=store, log=logs.append, bmc=opts,
+                 bmc_interval_s=1.0)
 
 
 def _room_events(a: Agent) -> dict[str, str]:
     return {ev.code: ev.severity.label for ev in a.book.open_events() if ev.key.startswith("room:")}
 
 
-def test_agent_polls_bmc_and_raises_room_events_within_one_poll(sim: SimBmc) -> None:
+def test_agent_polls_bmc_and_raises_room_events_within_one_poll(sim: SimBmc, tmp_path: Path) -> None:
     require("promtool")
     logs: list[str] = []
-    a = _agent(sim, logs)
+    a = _agent(sim, logs, db=tmp_path / "watch.db")
     a.start()
     runner = threading.Thread(target=a.run, kwargs={"duration_s": 600}, daemon=True)
     runner.start()
@@ -86,6 +89,10 @@ def test_agent_polls_bmc_and_raises_room_events_within_one_poll(sim: SimBmc) -> 
         hist = history_points(a.room_poller)
         assert hist[0]["min_fan_rpm"] == 9000 and hist[-1]["min_fan_rpm"] == 0 and hist[-1]["psus_ok"] == 1
         assert PASSWORD not in "\n".join(logs) + text
+        stored = room_history(str(tmp_path / "watch.db"))
+        fan1 = [r["value"] for r in stored if r["sensor"] == "FAN1"]
+        assert fan1[0] == 9000 and fan1[-1] == 0
+        assert {r["sensor"] for r in stored if r["kind"] == "psu"} == {"PS1 Status", "PS2 Status"}
     finally:
         a.stop.set()
         runner.join(timeout=20)

@@ -7,6 +7,7 @@ source ``room``, so a fan that stops shows up within one poll rather than at the
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -61,6 +62,11 @@ class RoomPoller:
                 self.error = "; ".join(self.opts.redact(f"{s.what}: {s.why}") for s in snap.skipped) or "no data"
         if self.agent is not None:
             evaluate(self.agent, room if usable else None)
+            if usable and self.agent.store is not None and getattr(self.agent.store, "path", None):
+                try:
+                    record(str(self.agent.store.path), room, self.polled_at or time.time())
+                except sqlite3.Error as e:  # history is a bonus: a locked or full disk must not stop polling
+                    self.error = f"room history not written: {e}"
         return room if usable else None
 
     def run(self, stop: threading.Event) -> None:
@@ -197,3 +203,43 @@ def _room_families(room: RoomFacts) -> Iterator[Metric]:
 def history_points(p: RoomPoller) -> list[dict[str, Any]]:
     """The poll history for the dashboard/API: time, hottest inlet, slowest fan, PSUs ok of total."""
     return [{"t": t, "inlet_c": i, "min_fan_rpm": f, "psus_ok": ok, "psus": n} for t, i, f, ok, n in p.history]
+
+
+# -- history in the watch store's SQLite file (its own table; the GPU sample tables are watch/store.py's) ----
+
+HISTORY_RETENTION_S = 30 * 86400.0
+
+
+def _db(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=5.0)
+    conn.execute("CREATE TABLE IF NOT EXISTS room_samples (ts REAL NOT NULL, sensor TEXT NOT NULL, kind TEXT NOT NULL, "
+                 "role TEXT, value REAL, unit TEXT)")
+    conn.execute("CREATE INDEX IF NOT EXISTS room_samples_ts ON room_samples (ts)")
+    return conn
+
+
+def record(path: str, room: RoomFacts, ts: float) -> int:
+    """Inlet/exhaust temperatures, fan speeds and PSU health (1 ok, 0 not) of one poll; returns rows written."""
+    rows: list[tuple[float, str, str, str | None, float | None, str | None]] = []
+    for s in room.sensors:
+        if s.absent or s.reading is None:
+            continue
+        if s.kind == FAN or (s.unit == "C" and s.role in ("inlet", "exhaust")):
+            rows.append((ts, s.name, s.kind, s.role, s.reading, s.unit))
+    for p in room.psus:
+        rows.append((ts, p.name, "psu", None, 1.0 if p.health == "ok" and not (p.failed or p.input_lost) else 0.0,
+                     None))
+    if room.power_consumed_w is not None:
+        rows.append((ts, "system", "power", None, room.power_consumed_w, "W"))
+    with _db(path) as conn:
+        conn.executemany("INSERT INTO room_samples VALUES (?, ?, ?, ?, ?, ?)", rows)
+        conn.execute("DELETE FROM room_samples WHERE ts < ?", (ts - HISTORY_RETENTION_S,))
+    return len(rows)
+
+
+def room_history(path: str, since: float = 0.0) -> list[dict[str, Any]]:
+    """What ``record`` wrote since ``since`` (oldest first)."""
+    with _db(path) as conn:
+        cur = conn.execute("SELECT ts, sensor, kind, role, value, unit FROM room_samples WHERE ts >= ? ORDER BY ts",
+                           (since,))
+        return [dict(zip(("ts", "sensor", "kind", "role", "value", "unit"), r, strict=True)) for r in cur.fetchall()]
