@@ -146,3 +146,17 @@ def test_real_vendor_trees_over_https(tree_name: str, inlet: tuple[str, float], 
     assert room.fans() and all(f.reading for f in room.fans() if not f.absent)
     rep = diagnose(snap)
     assert not [f for f in rep.findings if f.code.startswith("room.") and f.severity.label != "info"]
+
+
+def test_log_collections_of_links_only_are_followed(tree: Path, service: tuple[str, list[str]],
+                                                   tls: tuple[Path, Path]) -> None:
+    """Some BMCs list log entries as links only: the reader fetches the newest ones one by one."""
+    url, log = service
+    f = tree / "Systems/437XR1138R2/LogServices/Log1/Entries/index.json"
+    doc = json.loads(f.read_text())
+    doc["Members"] = [{"@odata.id": m["@odata.id"]} for m in doc["Members"]]
+    f.write_text(json.dumps(doc))
+    room = _read(url, tls[0]).room
+    assert room is not None
+    assert sorted(e.id for e in room.events if e.source == "redfish Log1") == ["1", "2"]
+    assert any("/LogServices/Log1/Entries/2" in line for line in log)
