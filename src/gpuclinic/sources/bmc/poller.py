@@ -200,6 +200,23 @@ def _room_families(room: RoomFacts) -> Iterator[Metric]:
                                 value=room.power_consumed_w)
 
 
+def room_state(p: RoomPoller | None) -> dict[str, Any] | None:
+    """The latest poll for the dashboard API (``/api/state`` ``room``): inlet, fans, PSUs, when, errors."""
+    if p is None:
+        return None
+    room = p.latest()
+    out: dict[str, Any] = {"bmc": p.opts.where() if p.opts.host else p.opts.redfish, "polled_at": p.polled_at,
+                           "error": p.error, "history": history_points(p)[-60:]}
+    if room is not None:
+        out["inlet_c"] = [{"sensor": s.name, "value": s.reading} for s in room.temperatures("inlet")]
+        out["fans"] = [{"fan": f.name, "value": f.reading, "unit": f.unit, "level": f.level} for f in room.fans()
+                       if not f.absent]
+        out["psus"] = [{"psu": x.name, "health": x.health, "present": x.present, "input_voltage": x.input_voltage}
+                       for x in room.psus]
+        out["power_w"] = room.power_consumed_w
+    return out
+
+
 def history_points(p: RoomPoller) -> list[dict[str, Any]]:
     """The poll history for the dashboard/API: time, hottest inlet, slowest fan, PSUs ok of total."""
     return [{"t": t, "inlet_c": i, "min_fan_rpm": f, "psus_ok": ok, "psus": n} for t, i, f, ok, n in p.history]
