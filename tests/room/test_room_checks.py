@@ -160,3 +160,17 @@ def test_psu_conventions_generic_digital_and_dell_status_by_entity() -> None:
     room = ipmitool.parse_sdr(dell)
     assert {p.name: p.health for p in room.psus} == {"Status 10.1": "ok", "Status 10.2": "critical"}
     assert room.power_consumed_w == 182
+
+
+def test_unset_and_sentinel_thresholds_are_not_alarms() -> None:
+    # HPE iLO prints UpperThresholdCritical 0 for PSU temperatures; drivetemp prints crit 0; ITE chips 127 °C lows
+    sensors = [RoomSensor(name="10-P/S 1", kind="temperature", reading=45, unit="C", status="ok",
+                          thresholds={"ucr": 0, "unr": 0}, source="redfish"),
+               RoomSensor(name="temp1", kind="temperature", reading=41, unit="C", status="ok",
+                          thresholds={"unc": 0, "ucr": 0, "lcr": 0}, source="hwmon"),
+               RoomSensor(name="System1", kind="temperature", reading=30, unit="C", status="ok",
+                          thresholds={"lnc": 127, "unc": 127}, source="sensors"),
+               RoomSensor(name="CPU1 Temp", kind="temperature", reading=101, unit="C", status="ok",
+                          thresholds={"unc": 95, "ucr": 100}, source="ipmitool sensor")]
+    fs = [f for f in diagnose(Snapshot(room=RoomFacts(sensors=sensors))).findings if f.code == "room.sensor_critical"]
+    assert [f.data["sensor"] for f in fs] == ["CPU1 Temp"]

@@ -365,8 +365,9 @@ def sensor_critical(snap: Snapshot) -> Iterable[Finding]:
             continue
         level = s.level
         if level not in _BAD and s.reading is not None:
-            if any(k in s.thresholds and (s.reading >= s.thresholds[k]) for k in ("ucr", "unr")) or \
-                    any(k in s.thresholds and s.reading <= s.thresholds[k] and s.thresholds[k] > 0 for k in ("lcr", "lnr")):
+            thr = _sane_thresholds(s)
+            if any(k in thr and s.reading >= thr[k] for k in ("ucr", "unr")) or \
+                    any(k in thr and s.reading <= thr[k] for k in ("lcr", "lnr")):
                 level = "critical"
         if level in _BAD:
             sev, word = Severity.CRITICAL, ("non-recoverable" if level == "nonrecoverable" else "critical")
@@ -380,6 +381,16 @@ def sensor_critical(snap: Snapshot) -> Iterable[Finding]:
                            title=f"{s.name} is past its {word} threshold (BMC)", evidence=[_fmt(s)],
                            remedy=remedy("room.sensor_critical"), source="bmc", data={"sensor": s.name, "level": level}))
     return out
+
+
+def _sane_thresholds(s: R.RoomSensor) -> dict[str, float]:
+    """Thresholds worth comparing against: BMCs and hwmon chips print 0 for "not set" (HPE iLO PSU
+    temperatures, drivetemp) and 127 °C as a sentinel; a lower limit at or above an upper one is junk too."""
+    thr = {k: v for k, v in s.thresholds.items() if v > 0 and not (s.unit == "C" and v >= 127)}
+    uppers = [thr[k] for k in ("unc", "ucr", "unr") if k in thr]
+    if uppers:
+        thr = {k: v for k, v in thr.items() if not (k.startswith("l") and v >= min(uppers))}
+    return thr
 
 
 # ------------------------------------------------------------------------------------------ SEL
