@@ -174,3 +174,18 @@ def test_unset_and_sentinel_thresholds_are_not_alarms() -> None:
                           thresholds={"unc": 95, "ucr": 100}, source="ipmitool sensor")]
     fs = [f for f in diagnose(Snapshot(room=RoomFacts(sensors=sensors))).findings if f.code == "room.sensor_critical"]
     assert [f.data["sensor"] for f in fs] == ["CPU1 Temp"]
+
+
+def test_hpe_ilo4_thermal_current_reading_and_units() -> None:
+    # iLO 4 fans carry CurrentReading + "Units": "Percent" (shape as in influxdata/telegraf
+    # plugins/inputs/redfish/testdata/hp/hp_thermal_ilo4.json)
+    from gpuclinic.sources.bmc.redfish import parse_doc
+
+    doc = {"@odata.type": "#Thermal.v1_1_0.Thermal",
+           "Fans": [{"CurrentReading": 17, "FanName": "Fan 1", "Units": "Percent",
+                     "Status": {"Health": "OK", "State": "Enabled"}}],
+           "Temperatures": [{"Name": "01-Inlet Ambient", "PhysicalContext": "Intake", "CurrentReading": 19,
+                             "Units": "Celsius", "UpperThresholdCritical": 42, "Status": {"Health": "OK"}}]}
+    room = parse_doc(doc)
+    assert [(f.name, f.reading, f.unit) for f in room.fans()] == [("Fan 1", 17.0, "%")]
+    assert [(t.name, t.reading) for t in room.temperatures("inlet")] == [("01-Inlet Ambient", 19.0)]

@@ -59,7 +59,10 @@ def _thermal(doc: dict[str, Any], src: str) -> R.RoomFacts:
             continue
         health, state, absent = _status(t)
         thr = {k: v for key, k in _THR if (v := _num(t.get(key))) is not None}
-        s = make_sensor(str(t.get("Name") or t.get("MemberId") or "Temperature"), _num(t.get("ReadingCelsius")), "C",
+        val = _num(t.get("ReadingCelsius"))
+        if val is None:
+            val = _num(t.get("CurrentReading"))  # HPE iLO 4 (Thermal 1.0/1.1 era) also prints CurrentReading
+        s = make_sensor(str(t.get("Name") or t.get("MemberId") or "Temperature"), val, "C",
                         _level_word(health, absent), source=src, thresholds=thr, number_=str(t.get("MemberId") or "") or None,
                         entity=t.get("PhysicalContext"), sensor_type="Temperature", context=t.get("PhysicalContext"))
         s.absent = absent
@@ -68,10 +71,13 @@ def _thermal(doc: dict[str, Any], src: str) -> R.RoomFacts:
         if not isinstance(f, dict):
             continue
         health, state, absent = _status(f)
-        units = str(f.get("ReadingUnits") or "RPM")
+        units = str(f.get("ReadingUnits") or f.get("Units") or "RPM")  # iLO 4: "Units": "Percent", CurrentReading
         thr = {k: v for key, k in _THR if (v := _num(f.get(key))) is not None}
-        s = make_sensor(str(f.get("Name") or f.get("FanName") or f.get("MemberId") or "Fan"), _num(f.get("Reading")),
-                        "%" if units.lower() == "percent" else "RPM", _level_word(health, absent), source=src,
+        reading = _num(f.get("Reading"))
+        if reading is None:
+            reading = _num(f.get("CurrentReading"))
+        s = make_sensor(str(f.get("Name") or f.get("FanName") or f.get("MemberId") or "Fan"), reading,
+                        "%" if units.lower() in ("percent", "percentage") else "RPM", _level_word(health, absent), source=src,
                         thresholds=thr, number_=str(f.get("MemberId") or "") or None, sensor_type="Fan")
         s.kind, s.absent = R.FAN, absent
         room.sensors.append(s)
