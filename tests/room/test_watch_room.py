@@ -19,7 +19,7 @@ from gpuclinic.watch.agent import Agent
 from gpuclinic.watch.backend import ScaledClock
 from gpuclinic.watch.config import config_from_dict
 from gpuclinic.watch.metrics import make_registry
-from gpuclinic.watch.server import state_json
+from gpuclinic.watch.server import incidents_json, state_json
 from gpuclinic.watch.simulate import ScenarioBackend, load_watch_scenario
 from gpuclinic.watch.store import WatchStore
 from realtools import require
@@ -81,6 +81,9 @@ def test_agent_polls_bmc_and_raises_room_events_within_one_poll(sim: SimBmc, tmp
         ev = _room_events(a)
         assert ev.get("room.fan_failed") == "critical" and ev.get("room.psu_failed") == "critical", ev
         assert a.verdict().value == "drain"
+        inc = {i["code"]: i for i in incidents_json(a)["incidents"]}
+        assert {"room.fan_failed", "room.psu_failed"} <= set(inc), list(inc)
+        assert "room.sel.fan_critical" in inc["room.fan_failed"]["symptoms"]  # the SEL lines join the fan incident
         text = generate_latest(make_registry(a)).decode()
         fams = {f.name: f for f in text_string_to_metric_families(text)}
         assert {s.labels["fan"]: s.value for s in fams["gpuclinic_room_fan_ok"].samples} == {"FAN1": 0, "FAN2": 1}
