@@ -112,6 +112,7 @@ def test_doctor_cli_never_shows_the_password(sim: SimBmc, tmp_path: Path, how: s
     assert "Server room: inlet 24 °C" in plain.stdout
     rep = json.loads(js.stdout)
     assert rep["exit_code"] == 2
+    assert any(i["code"] == "room.fan_failed" for i in rep["incidents"])
     assert rep["facts"]["room"]["bmc"] == f"127.0.0.1:{sim.port}"
     # the capture of this run (the report's facts) carries no secret either
     assert PASSWORD not in json.dumps(rep)
