@@ -64,7 +64,7 @@ def status(snap: Snapshot) -> Iterable[Finding]:
     ev.append("read from: " + ", ".join(room.sources) + (f" ({room.bmc})" if room.bmc else ""))
     return [Finding(code="room.status", severity=Severity.INFO, family=Family.HEAT,
                     title="Server room: " + ("; ".join(parts) or "no inlet, fan or PSU sensor reported"),
-                    evidence=ev, source="bmc",
+                    evidence=ev, remedy=remedy("room.status"), source="bmc",
                     data={"inlet_c": [s.reading for s in inl], "fans": {f.name: f.reading for f in fl},
                           "psus": {p.name: p.health for p in room.psus}, "bmc": room.bmc})]
 
