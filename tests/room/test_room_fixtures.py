@@ -23,7 +23,8 @@ EXPECTED: dict[str, set[tuple[str, str]]] = {
     "hpe-dl360p-gen8-sensor.txt": {("room.inlet_hot", "warning")},  # 01-Inlet Ambient 32 °C > ~30 °C
     "freeipmi-sel-psu-failure.txt": {("room.sel.psu_failure", "critical")},
     "openbmc-sensor-fans-sdr-errors.txt": {("room.fan_failed", "warning")},  # fan4-7 at 0 RPM, BMC says ok
-    "cisco-ucsc-c240-m5sn-1-thermal.json": {("room.inlet_hot", "info")},  # 26 °C: above the 25 °C room guidance
+    "cisco-ucsc-c240-m5sn-1-thermal.json": {("room.inlet_hot", "info")},
+    "supermicro-sensor-list-cpu2-nr.txt": {("room.sensor_critical", "critical")},  # the BMC says nr for CPU2  # 26 °C: above the 25 °C room guidance
 }
 
 # what a person reading each file sees as the inlet/ambient sensor (None: the output has none)

@@ -41,6 +41,11 @@ def _is_elist(c: list[str]) -> bool:
     return len(c) >= 5 and bool(_SNUM.match(c[1])) and c[2].lower() in _STATUS_WORDS and bool(_ENTITY.match(c[3]))
 
 
+def _is_type4(c: list[str]) -> bool:
+    """``sdr type`` of older ipmitool: name | NNh | status | reading (no entity column)."""
+    return len(c) == 4 and bool(_SNUM.match(c[1])) and c[2].lower() in _STATUS_WORDS
+
+
 def _is_sdr_list(c: list[str]) -> bool:
     return len(c) == 3 and c[2].lower() in _STATUS_WORDS and bool(c[0])
 
@@ -80,6 +85,10 @@ def parse_sdr(text: str, source: str = "ipmitool sdr") -> R.RoomFacts:
             val, unit, states = _reading(" | ".join(c[4:]))
             room.sensors.append(make_sensor(c[0], val, unit, c[2], source=source + " elist", states=states,
                                             number_=c[1], entity=c[3]))
+        elif _is_type4(c):
+            val, unit, states = _reading(c[3])
+            room.sensors.append(make_sensor(c[0], val, unit, c[2], source=source + " type", states=states,
+                                            number_=c[1]))
         elif _is_sdr_list(c):
             val, unit, states = _reading(c[1])
             room.sensors.append(make_sensor(c[0], val, unit, c[2], source=source + " list", states=states))
@@ -93,7 +102,7 @@ def claims_sdr(text: str) -> bool:
     n = 0
     for line in text.splitlines()[:400]:
         c = _cols(line)
-        if _is_elist(c) or (_is_sdr_list(c) and re.search(r"degrees|rpm|volts|watts|0x[0-9a-f]+|no reading", c[1], re.I)):
+        if _is_elist(c) or _is_type4(c) or (_is_sdr_list(c) and re.search(r"degrees|rpm|volts|watts|0x[0-9a-f]+|no reading", c[1], re.I)):
             n += 1
             if n >= 2:
                 return True
