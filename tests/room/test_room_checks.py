@@ -189,3 +189,18 @@ def test_hpe_ilo4_thermal_current_reading_and_units() -> None:
     room = parse_doc(doc)
     assert [(f.name, f.reading, f.unit) for f in room.fans()] == [("Fan 1", 17.0, "%")]
     assert [(t.name, t.reading) for t in room.temperatures("inlet")] == [("01-Inlet Ambient", 19.0)]
+
+
+def test_dell_psu_line_voltage_sensors_feed_the_input_check() -> None:
+    sdr = ("Status           | 62h | ok  | 10.1 | Presence detected\n"
+           "Status           | 63h | ok  | 10.2 | Presence detected\n"
+           "Voltage 1        | 6Ch | ok  | 10.1 | 232 Volts\n"
+           "Voltage 2        | 6Dh | ok  | 10.2 | 0 Volts\n"
+           "Current 1        | 6Ah | ok  | 10.1 | 1.20 Amps\n")
+    room = ipmitool.parse_sdr(sdr)
+    assert {p.name: p.input_voltage for p in room.psus} == {"Status 10.1": 232.0, "Status 10.2": 0.0}
+    lost = _codes(Snapshot(room=room))["room.psu_input"]
+    assert lost.severity.label == "critical" and "Status 10.2" in lost.title
+    sdr2 = sdr.replace("0 Volts", "161 Volts")
+    f = _codes(Snapshot(room=ipmitool.parse_sdr(sdr2)))["room.psu_input"]
+    assert "161 V" in f.title and f.severity.label == "warning"

@@ -178,6 +178,19 @@ def redundancy_from_sensors(sensors: list[R.RoomSensor]) -> dict[str, str]:
 _SYSTEM_POWER = re.compile(r"pwr consumption|power consumption|total[_ ]power|sys[_ ]?power|system power|^power$", re.I)
 
 
+def _psu_line_voltage(room: R.RoomFacts, sensors_by_psu: dict[str, str]) -> None:
+    """Dell-style PSU input sensors ("Voltage 1 | 6Ch | ok | 10.1 | 230 Volts"): a voltage on a power-supply
+    entity (10.x) at mains level (or 0 V) is that PSU's line input."""
+    for p in room.psus:
+        ent = sensors_by_psu.get(p.name)
+        if p.input_voltage is not None or not ent or not ent.startswith("10."):
+            continue
+        v = next((s.reading for s in room.sensors if s.unit == "V" and s.entity == ent and s.reading is not None
+                  and (s.reading >= 50 or s.reading == 0)), None)  # 0 V: the feed is gone
+        if v is not None:
+            p.input_voltage = v
+
+
 def finish(room: R.RoomFacts, source: str) -> None:
     """Derive PSUs, redundancy states and whole-system power from the sensors just read."""
     if room.power_consumed_w is None:
@@ -185,5 +198,8 @@ def finish(room: R.RoomFacts, source: str) -> None:
                                       and _SYSTEM_POWER.search(s.name)), None)
     names = {p.name for p in room.psus}
     room.psus.extend(p for p in psus_from_sensors(room.sensors, source) if p.name not in names)
+    ents = {s.name: s.entity for s in room.sensors if s.kind == R.PSU and s.entity}
+    ents.update({f"{s.name} {s.entity}": s.entity for s in room.sensors if s.kind == R.PSU and s.entity})
+    _psu_line_voltage(room, {k: v for k, v in ents.items() if v})
     for k, v in redundancy_from_sensors(room.sensors).items():
         room.redundancy.setdefault(k, v)
