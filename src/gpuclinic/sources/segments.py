@@ -41,6 +41,7 @@ _PROMPT = re.compile(r"^\s*(?:(?:\(\S+\)\s*)?\S+@[\w.-]+(?::[^$#\s]*)?\s?[$#]|[$
 _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 _JSON = re.compile(r"^\s*\{.*\}\s*,?\s*$")
 _METRIC = re.compile(r"^(?:# (?:HELP|TYPE) \S+|[A-Za-z_:][\w:]*(?:\{.*\})?\s+[-+]?(?:\d[\d.eE+-]*|NaN|[+-]?Inf)(?:\s+\d+)?)\s*$")
+_SENSORS_U = re.compile(r"^\s+(?:temp|fan|in|curr|power|energy|humidity|intrusion)\d+_\w+:\s")  # `sensors -u`, not metrics
 _JOURNAL_FIELD = re.compile(r"^_{0,2}[A-Z][A-Z0-9_]*=")
 _STRUCTURED = {"smi_text", "smi_xml", "smi_table", "smi_csv", "smi_nvlink", "smi_topo", "lspci"}
 
@@ -63,7 +64,7 @@ def classify(line: str) -> str:
         return "json"
     if _JOURNAL_FIELD.match(line) and "=" in s and " : " not in s:
         return "journal_export"
-    if _METRIC.match(s) and ("{" in s or s.startswith("#") or "_" in s.split()[0]):
+    if _METRIC.match(s) and ("{" in s or s.startswith("#") or "_" in s.split()[0]) and not _SENSORS_U.match(line):
         return "metrics"
     return "other"
 

@@ -21,6 +21,7 @@ FORMATS: dict[str, tuple[Callable[[str], bool], Callable[[str], RoomFacts]]] = {
     "freeipmi_sensors": (freeipmi.claims_sensors, freeipmi.parse_sensors),
     "freeipmi_sel": (freeipmi.claims_sel, freeipmi.parse_sel),
     "ipmitool": (ipmitool.claims, ipmitool.parse_any),
+    "sensors_raw": (lmsensors.claims_raw, lmsensors.parse_raw),
     "sensors_text": (lmsensors.claims_text, lmsensors.parse_text),
 }
 

@@ -92,6 +92,34 @@ def parse_json(text: str) -> R.RoomFacts:
     return parse_obj(data, "sensors -j")
 
 
+_RAW_SUB = re.compile(r"^\s+((?:temp|fan|in|curr|power)\d+_\w+):\s*([-+]?\d+(?:\.\d+)?)\s*$")
+
+
+def claims_raw(text: str) -> bool:
+    """``sensors -u``: chip, ``Adapter:``, ``Label:`` then indented ``temp1_input: 45.000`` lines."""
+    lines = text.splitlines()[:300]
+    return any(ln.startswith("Adapter:") for ln in lines) and sum(1 for ln in lines if _RAW_SUB.match(ln)) >= 1
+
+
+def parse_raw(text: str) -> R.RoomFacts:
+    data: dict[str, dict[str, Any]] = {}
+    chip: str | None = None
+    label: str | None = None
+    for line in text.splitlines():
+        s = line.rstrip()
+        if not s:
+            continue
+        m = _RAW_SUB.match(s)
+        if m and chip is not None and label is not None:
+            data[chip].setdefault(label, {})[m.group(1)] = float(m.group(2))
+        elif not s[0].isspace() and s.endswith(":") and chip is not None:
+            label = s[:-1].strip()
+        elif _CHIP.match(s.strip()) and ":" not in s:
+            chip, label = s.strip(), None
+            data.setdefault(chip, {})
+    return parse_obj(data, "sensors -u")
+
+
 def claims_text(text: str) -> bool:
     lines = text.splitlines()[:200]
     return any(ln.startswith("Adapter:") for ln in lines) and sum(1 for ln in lines if _TEXT_ROW.match(ln)) >= 1
