@@ -204,3 +204,29 @@ def test_dell_psu_line_voltage_sensors_feed_the_input_check() -> None:
     sdr2 = sdr.replace("0 Volts", "161 Volts")
     f = _codes(Snapshot(room=ipmitool.parse_sdr(sdr2)))["room.psu_input"]
     assert "161 V" in f.title and f.severity.label == "warning"
+
+
+def test_ipmitool_verbose_blocks() -> None:
+    # `ipmitool sensor get` / `sdr -v` blocks; the discrete one as quoted in ipmitool/ipmitool#176
+    text = ("Locating sensor record...\n"
+            "Sensor ID              : Inlet Temp (0x4)\n"
+            " Entity ID             : 7.1 (System Board)\n"
+            " Sensor Type (Threshold)  : Temperature (0x01)\n"
+            " Sensor Reading        : 44 (+/- 1) degrees C\n"
+            " Status                : Upper Critical\n"
+            " Lower Non-Recoverable : na\n"
+            " Upper Non-Critical    : 38.000\n"
+            " Upper Critical        : 42.000\n"
+            "\n"
+            "Sensor ID              : Pwr Unit Redund (0x2)\n"
+            " Entity ID             : 21.1 (Power Management)\n"
+            " Sensor Type (Discrete): Power Unit (0x09)\n"
+            " Sensor Reading        : 0h\n"
+            " States Asserted       : Power Unit\n"
+            "                         [Redundancy Lost]\n")
+    room = ipmitool.parse_any(text)
+    inlet = room.temperatures("inlet")[0]
+    assert (inlet.reading, inlet.level, inlet.thresholds) == (44.0, "critical", {"unc": 38.0, "ucr": 42.0})
+    assert room.redundancy == {"Pwr Unit Redund": "Redundancy Lost"}
+    got = {(f.code, f.severity.label) for f in diagnose(Snapshot(room=room)).findings}
+    assert {("room.inlet_hot", "critical"), ("room.psu_redundancy", "warning")} <= got

@@ -21,6 +21,9 @@ _LEVELS = {
     "cr": "critical", "lcr": "critical", "ucr": "critical", "critical": "critical",
     "nr": "nonrecoverable", "lnr": "nonrecoverable", "unr": "nonrecoverable",
     "ns": "unknown", "na": "unknown", "n/a": "unknown",
+    # ipmitool -v / sensor get spell the state out
+    "lower non-critical": "noncritical", "upper non-critical": "noncritical", "lower critical": "critical",
+    "upper critical": "critical", "lower non-recoverable": "nonrecoverable", "upper non-recoverable": "nonrecoverable",
 }
 THRESHOLD_NAMES = ("lnr", "lcr", "lnc", "unc", "ucr", "unr")
 _NUM_RE = re.compile(r"^[-+]?\d+(?:\.\d+)?")
@@ -65,7 +68,7 @@ def sensor_type_names() -> tuple[str, ...]:
 
 
 _PSU_NAME = re.compile(r"\bps\s?\d|psu|power ?supply|pws|\bpsu?_?\d", re.I)
-_REDUNDANCY = re.compile(r"redundan", re.I)
+_REDUNDANCY = re.compile(r"redund", re.I)
 _TEMP_NAME = re.compile(r"temp|tmp", re.I)
 _FAN_NAME = re.compile(r"\bfan|\bfan\d|_fan|fan_", re.I)
 

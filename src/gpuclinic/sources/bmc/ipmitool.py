@@ -273,9 +273,68 @@ def parse_dcmi(text: str) -> R.RoomFacts:
     return room
 
 
+# ------------------------------------------------------------------------------------------ verbose
+
+_V_THR = {"lower non-recoverable": "lnr", "lower critical": "lcr", "lower non-critical": "lnc",
+          "upper non-critical": "unc", "upper critical": "ucr", "upper non-recoverable": "unr"}
+_V_ID = re.compile(r"^Sensor ID\s*:\s*(.*?)\s*(?:\((0x[0-9a-fA-F]+)\))?\s*$")
+
+
+def claims_verbose(text: str) -> bool:
+    head = text[:20000]
+    return bool(re.search(r"^Sensor ID\s*:", head, re.M)) and ("Sensor Reading" in head or "States Asserted" in head)
+
+
+def parse_verbose(text: str, source: str = "ipmitool sensor get / sdr -v") -> R.RoomFacts:
+    """Blocks of ``ipmitool sensor get NAME`` / ``sdr -v``: reading, status, the six thresholds, asserted states."""
+    room = R.RoomFacts()
+    block: list[str] = []
+
+    def flush() -> None:
+        if not block:
+            return
+        m = _V_ID.match(block[0])
+        name, num = (m.group(1), m.group(2)) if m else (block[0], None)
+        kv: dict[str, str] = {}
+        states: list[str] = []
+        key = ""
+        for ln in block[1:]:
+            if ":" in ln and not ln.strip().startswith("["):
+                k, _, v = ln.partition(":")
+                key = k.strip().lower()
+                kv[key] = v.strip()
+                if key == "states asserted":
+                    states += re.findall(r"\[([^\]]+)\]", v)
+            elif key == "states asserted":
+                states += re.findall(r"\[([^\]]+)\]", ln)
+        stype = next((re.sub(r"\s*\(0x[0-9a-f]+\)$", "", v, flags=re.I) for k, v in kv.items()
+                      if k.startswith("sensor type")), None)
+        reading_text = re.sub(r"\(\+/-\s*[\d.]+\)\s*", "", kv.get("sensor reading", ""))
+        val, unit, _ = _reading(reading_text)
+        thr = {v: n for k, v in _V_THR.items() if (n := number(kv.get(k))) is not None}
+        ent = (kv.get("entity id") or "").split(" ")[0] or None
+        status = kv.get("status") or ("ok" if val is not None or states else None)
+        room.sensors.append(make_sensor(name, val, unit, status, source=source, states=states, thresholds=thr,
+                                        number_=num, entity=ent, sensor_type=stype))
+
+    for line in text.splitlines():
+        if line.startswith("Sensor ID"):
+            flush()
+            block = [line]
+        elif block and line.strip():
+            block.append(line)
+    flush()
+    if room.sensors:
+        room.add_source(source)
+        finish(room, source)
+    return room
+
+
 def parse_any(text: str) -> R.RoomFacts:
     """Every ipmitool part found in ``text`` (a paste may hold sdr, sensor and sel one after another)."""
     room = R.RoomFacts()
+    if claims_verbose(text):
+        room.merge(parse_verbose(text))
     if claims_sdr(text):
         room.merge(parse_sdr(text))
     if claims_sensor(text):
@@ -292,5 +351,5 @@ def parse_any(text: str) -> R.RoomFacts:
 
 
 def claims(text: str) -> bool:
-    return (claims_sdr(text) or claims_sensor(text) or claims_sel(text) or claims_chassis(text)
+    return (claims_verbose(text) or claims_sdr(text) or claims_sensor(text) or claims_sel(text) or claims_chassis(text)
             or claims_fru(text) or claims_dcmi(text))
