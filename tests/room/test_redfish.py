@@ -112,7 +112,7 @@ def test_wrong_password_and_bad_certificate_are_could_not_check_lines(service: t
     snap = Snapshot()
     room = read_room(BmcOptions(redfish=url, redfish_user=USER, redfish_password=PASSWORD, in_band=False, hwmon=False,
                                 timeout_s=5), snap)  # default verification: the self-signed certificate is refused
-    assert not room.sensors and any("Redfish" in s.what for s in snap.skipped)
+    assert not room.sensors and any("Redfish" in s.what and "--redfish-insecure" in s.why for s in snap.skipped)
 
 
 def test_doctor_cli_redfish_never_shows_the_password(service: tuple[str, list[str]], tls: tuple[Path, Path]) -> None:

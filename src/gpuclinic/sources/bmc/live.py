@@ -213,7 +213,9 @@ def read_redfish(opts: BmcOptions) -> tuple[R.RoomFacts, list[str]]:
     except PermissionError as e:
         raise BmcError(str(e)) from None
     except httpx.HTTPError as e:
-        raise BmcError(opts.redact(f"Redfish {base}: {type(e).__name__}: {e}")[:300]) from None
+        hint = (" (a self-signed BMC certificate? give --redfish-ca FILE, or --redfish-insecure)"
+                if "CERTIFICATE_VERIFY_FAILED" in str(e) else "")
+        raise BmcError(opts.redact(f"Redfish {base}: {type(e).__name__}: {e}")[:300] + hint) from None
     room.bmc = base
     if not reader.docs:
         raise BmcError(f"Redfish {base}: no service root")
