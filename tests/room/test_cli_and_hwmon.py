@@ -57,6 +57,8 @@ def _hwmon(root: Path) -> None:
     (a / "fan1_alarm").write_text("1\n")
     (a / "fan2_input").write_text("1450\n")
     (a / "in0_input").write_text("912\n")
+    (a / "fan3_input").write_text("0\n")  # an empty header: no minimum set
+    (a / "fan3_alarm").write_text("1\n")
     b = root / "hwmon1"
     b.mkdir()
     (b / "name").write_text("coretemp\n")
@@ -73,5 +75,11 @@ def test_hwmon_tree(tmp_path: Path) -> None:
     assert by["fan1"].reading == 0 and by["fan1"].level == "critical" and by["fan1"].thresholds == {"lcr": 300.0}
     assert by["fan2"].reading == 1450 and by["fan2"].level == "ok"
     assert by["in0"].reading == pytest.approx(0.912)
+    assert by["fan3"].absent and not by["fan1"].absent
+    from gpuclinic.checks import run_checks
+    from gpuclinic.facts.snapshot import Snapshot
+
+    fs, _ = run_checks(Snapshot(room=room), only=["room.fans"])
+    assert [f.data["fan"] for f in fs] == ["fan1"]  # the stopped fan with a minimum, not the empty header
     assert by["Package id 0"].role == "cpu" and by["Package id 0"].thresholds == {"ucr": 100.0}
     assert read_hwmon(str(tmp_path / "missing")).sensors == []

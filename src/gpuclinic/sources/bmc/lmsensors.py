@@ -61,6 +61,11 @@ def _feature(chip: str, label: str, subs: dict[str, Any], source: str) -> R.Room
         return None
     if unit == "RPM" and "lnc" in thr:  # fanN_min is the lower limit the chip alarms on
         thr["lcr"] = thr.pop("lnc")
+    if unit == "RPM" and not reading and not thr.get("lcr"):
+        # 0 RPM with no minimum set: an empty fan header on a Super I/O chip, not a stopped fan
+        sen = make_sensor(label, reading, unit, "ok", source=source, thresholds=thr, entity=chip)
+        sen.absent = True
+        return sen
     status = alarm or "ok"
     return make_sensor(label, reading, unit, status, source=source, thresholds=thr, entity=chip,
                        sensor_type="Temperature" if unit == "C" else None)
