@@ -67,8 +67,11 @@ def _feature(chip: str, label: str, subs: dict[str, Any], source: str) -> R.Room
         sen.absent = True
         return sen
     status = alarm or "ok"
-    return make_sensor(label, reading, unit, status, source=source, thresholds=thr, entity=chip,
-                       sensor_type="Temperature" if unit == "C" else None)
+    sen = make_sensor(label, reading, unit, status, source=source, thresholds=thr, entity=chip,
+                      sensor_type="Temperature" if unit == "C" else None)
+    if unit == "C" and reading is not None and (reading <= -60 or reading >= 127):
+        sen.absent = True  # -128/+127 °C: an unconnected thermistor input, whatever its ALARM bit says
+    return sen
 
 
 def parse_obj(data: dict[str, Any], source: str) -> R.RoomFacts:
