@@ -182,4 +182,8 @@ def make_registry(agent: Agent) -> CollectorRegistry:
     from gpuclinic.fleet.idle import IdleCollector
 
     reg.register(IdleCollector(getattr(agent, "idle", None)))
+    if getattr(agent, "room_poller", None) is not None:  # the BMC (sources/bmc/poller.py)
+        from gpuclinic.sources.bmc.poller import RoomCollector
+
+        reg.register(RoomCollector(agent.room_poller))
     return reg
