@@ -77,9 +77,10 @@ def test_fleet_over_prometheus(cluster: tuple[PrometheusServer, dict[str, Agent]
     used |= set(re.findall(r"gpuclinic_[a-z_]+", (DEPLOY / "grafana-fleet-dashboard.json").read_text()))
     used |= set(re.findall(r"gpuclinic_[a-z_]+", (DEPLOY / "gpuclinic-fleet-rules.yml").read_text()))
     # families a simulated GPU does not fill (NVML violation counters) still have to be declared by the agent
+    import gpuclinic.sources.bmc.poller as bmc
     import gpuclinic.watch.metrics as wm
 
-    declared = set(re.findall(r'"(gpuclinic_[a-z_]+)"', Path(wm.__file__).read_text()))
+    declared = {n for f in (wm.__file__, bmc.__file__) for n in re.findall(r'"(gpuclinic_[a-z_]+)"', Path(f).read_text())}
     exported |= declared | {n + "_total" for n in declared}
     assert used - exported == set(), sorted(used - exported)
     first = d["nodes"][0]

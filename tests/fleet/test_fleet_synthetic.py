@@ -73,3 +73,14 @@ def test_idle_gpu_hours_and_cost(synthetic: dict[str, Any]) -> None:
     s = synthetic["d"]["summary"]
     assert s["idle_gpu_hours"] == pytest.approx(10 * 2.0, abs=0.6)  # n0009, n0019, ... n0099
     assert s["idle_cost"] == pytest.approx(s["idle_gpu_hours"] * 3, abs=0.01)
+
+
+def test_room_figures_from_the_bmc(synthetic: dict[str, Any]) -> None:
+    n = synthetic["nodes"]
+    assert n["n0000"]["room"] == {"bmc_up": True, "inlet_c": 35.5, "fans_failed": 0, "psus_failed": 0}
+    assert n["n0025"]["room"]["fans_failed"] == 1 and n["n0050"]["room"]["psus_failed"] == 1
+    assert n["n0075"]["room"] == {"bmc_up": False, "inlet_c": None, "fans_failed": 0, "psus_failed": 0}
+    assert n["n0001"]["room"] is None  # no BMC polled on that node
+    # room faults rank a node above its otherwise equal healthy peers
+    healthy = [x["node"] for x in synthetic["d"]["nodes"] if x["verdict"] == "healthy"]
+    assert set(healthy[:3]) == {"n0025", "n0050", "n0075"}, healthy[:5]

@@ -84,6 +84,14 @@ def _one(client: httpx.Client, base: str, now: float) -> NodeView:
     if m.get("gpuclinic_run_interruptions"):
         n.interruptions = int(sum(v for _, v in m["gpuclinic_run_interruptions"]))
     n.goodput = first("gpuclinic_run_goodput_ratio")
+    bmc = first("gpuclinic_room_bmc_up")
+    if bmc is not None:
+        present = {lb.get("psu"): v for lb, v in m.get("gpuclinic_room_psu_present", [])}
+        inlet = first("gpuclinic_room_inlet_temperature_celsius")
+        n.room = {"bmc_up": bmc >= 1, "inlet_c": None if inlet is None else round(inlet, 1),
+                  "fans_failed": sum(1 for _, v in m.get("gpuclinic_room_fan_ok", []) if v == 0),
+                  "psus_failed": sum(1 for lb, v in m.get("gpuclinic_room_psu_ok", [])
+                                     if v == 0 and present.get(lb.get("psu"), 1) == 1)}
     if incidents is not None:
         for i in incidents.get("incidents") or []:
             g = i.get("gpu")

@@ -57,12 +57,17 @@ class NodeView:
     idle_cost: float | None = None
     interruptions: int | None = None
     goodput: float | None = None  # 0..1 over the ledger window
+    room: dict[str, Any] | None = None  # from the agent's BMC poller: bmc_up, inlet_c, fans_failed, psus_failed
+
+    def room_faults(self) -> int:
+        r = self.room or {}
+        return int(r.get("fans_failed") or 0) + int(r.get("psus_failed") or 0) + (1 if r.get("bmc_up") is False else 0)
 
     def sort_key(self) -> tuple[Any, ...]:
         crit = sum(1 for i in self.incidents if i.severity == "critical")
         missing = max(0, (self.gpus_expected or 0) - (self.gpus_seen or 0))
-        return (RANK.get(self.verdict, 2), -crit, -missing, -len(self.incidents), -len(self.trends.degrading()),
-                -(self.idle_gpu_hours or 0.0), self.node)
+        return (RANK.get(self.verdict, 2), -crit, -missing, -len(self.incidents), -self.room_faults(),
+                -len(self.trends.degrading()), -(self.idle_gpu_hours or 0.0), self.node)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +80,7 @@ class NodeView:
             "idle_cost": None if self.idle_cost is None else round(self.idle_cost, 2),
             "interruptions": self.interruptions,
             "goodput": None if self.goodput is None else round(self.goodput, 4),
+            "room": self.room,
         }
 
 

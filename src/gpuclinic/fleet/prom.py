@@ -91,6 +91,12 @@ def queries(job: str, window_s: float) -> dict[str, str]:
         "idle_gpu_hours": f"{_grown(f'gpuclinic_gpu_idle_seconds_total{{{j}}}', w)} / 3600",
         "interruptions": f"sum by ({BY}) (gpuclinic_run_interruptions{{{j}}})",
         "goodput": f"max by ({BY}) (gpuclinic_run_goodput_ratio{{{j}}})",
+        # the server room, from the agent's BMC poller (`watch --bmc/--redfish`)
+        "bmc_up": f"max by ({BY}) (gpuclinic_room_bmc_up{{{j}}})",
+        "inlet_c": f"max by ({BY}) (gpuclinic_room_inlet_temperature_celsius{{{j}}})",
+        "fans_failed": f"count by ({BY}) (gpuclinic_room_fan_ok{{{j}}} == 0)",
+        "psus_failed": (f"count by ({BY}) (gpuclinic_room_psu_ok{{{j}}} == 0 and on (instance, psu) "
+                        f"gpuclinic_room_psu_present{{{j}}} == 1)"),
     }
 
 
@@ -202,6 +208,13 @@ def collect(prom: Prometheus, *, job: str, window_s: float, price: float | None 
         node(r["metric"]).interruptions = int(val(r))
     for r in res["goodput"]:
         node(r["metric"]).goodput = val(r)
+    for r in res["bmc_up"]:
+        node(r["metric"]).room = {"bmc_up": val(r) >= 1, "inlet_c": None, "fans_failed": 0, "psus_failed": 0}
+    for name in ("inlet_c", "fans_failed", "psus_failed"):
+        for r in res[name]:
+            n = node(r["metric"])
+            if n.room is not None:
+                n.room[name] = round(val(r), 1) if name == "inlet_c" else int(val(r))
     for n in nodes.values():
         if n.verdict == "unknown" and not n.error:
             n.error = "no gpuclinic verdict metric from this target"

@@ -60,12 +60,24 @@ def _ledger(n: NodeView) -> str:
     return f"{n.interruptions or 0} / {g}"
 
 
+def _room(n: NodeView) -> str:
+    r = n.room
+    if r is None:
+        return "-"
+    if not r.get("bmc_up"):
+        return "BMC not answering"
+    parts = [f"inlet {r['inlet_c']:g} C" if r.get("inlet_c") is not None else ""]
+    parts += [f"{r[k]} {what} failed" for k, what in (("fans_failed", "fan(s)"), ("psus_failed", "PSU(s)")) if r.get(k)]
+    return ", ".join(p for p in parts if p) or "ok"
+
+
 def rows(fleet: Fleet) -> list[list[str]]:
-    return [[n.node, n.verdict, _incidents(n), _gpus(n), _trends(n), _idle(n), _ledger(n)]
+    return [[n.node, n.verdict, _incidents(n), _gpus(n), _trends(n), _idle(n), _ledger(n), _room(n)]
             for n in fleet.sorted_nodes()]
 
 
-HEADER = ["node", "verdict", "open incidents (age)", "GPUs seen/exp", "degrading", "idle GPU-h", "interr. / goodput"]
+HEADER = ["node", "verdict", "open incidents (age)", "GPUs seen/exp", "degrading", "idle GPU-h", "interr. / goodput",
+          "room (BMC)"]
 
 
 def summary_line(fleet: Fleet) -> str:

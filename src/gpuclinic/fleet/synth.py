@@ -28,6 +28,7 @@ class Truth:
     remaps: int = 0
     xids: int = 0
     idle_counter: bool = True  # False: an agent from before gpuclinic_gpu_idle_seconds_total
+    room: dict[str, float] | None = None  # BMC figures when the agent polls one
 
 
 def profile(i: int, legacy_every: int = 0) -> Truth:
@@ -44,6 +45,16 @@ def profile(i: int, legacy_every: int = 0) -> Truth:
         t.ecc_per_min, t.throttle_per_min, t.remaps, t.xids = 4.0, 3.0, 1, 1
     if i % 10 == 9:
         t.idle_gpus = 2
+    if i % 25 == 0 and i % 100 != 0 or i == 0:  # agents that poll a BMC: n0000, n0025, n0050, n0075, ...
+        t.room = {"bmc_up": 1, "inlet": 24.0, "fan_failed": 0, "psu_failed": 0}
+        if i == 0:
+            t.room["inlet"] = 35.5
+        if i % 100 == 25:
+            t.room["fan_failed"] = 1
+        if i % 100 == 50:
+            t.room["psu_failed"] = 1
+        if i % 100 == 75:
+            t.room["bmc_up"] = 0
     return t
 
 
@@ -131,6 +142,27 @@ def _lines(truths: list[Truth], gpus: int, start: int, end: int, step: int, down
             for k, at in enumerate(ts):
                 if alive(t, at):
                     yield f"gpuclinic_gpu_idle_seconds_total{{{glab(t, g)}}} {k * step if idle else 0} {at}"
+    room = [t for t in truths if t.room is not None]
+    for fam, key in (("gpuclinic_room_bmc_up", "bmc_up"), ("gpuclinic_room_inlet_temperature_celsius", "inlet")):
+        yield f"# TYPE {fam} gauge"
+        for t in room:
+            assert t.room is not None
+            for at in ts:
+                if alive(t, at) and (key == "bmc_up" or t.room["bmc_up"]):
+                    yield f"{fam}{{{lab(t)}}} {t.room[key]:g} {at}"
+    for fam, key, part in (("gpuclinic_room_fan_ok", "fan_failed", "fan"), ("gpuclinic_room_psu_ok", "psu_failed", "psu"),
+                           ("gpuclinic_room_psu_present", "", "psu")):
+        yield f"# TYPE {fam} gauge"
+        for t in room:
+            assert t.room is not None
+            if not t.room["bmc_up"]:
+                continue
+            for k in range(2):
+                ok = 0 if key and k == 0 and t.room[key] else 1
+                extra = f',{part}="{part.upper()}{k}"' + (f',id="{k}"' if part == "fan" else "")
+                for at in ts:
+                    if alive(t, at):
+                        yield f"{fam}{{{lab(t, extra)}}} {ok} {at}"
     yield "# TYPE gpuclinic_gpu_xid_errors counter"
     for t in truths:
         if not t.xids:
