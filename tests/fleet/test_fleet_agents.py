@@ -63,3 +63,34 @@ def test_bad_input_is_one_line_exit_64(args: list[str], msg: str) -> None:
     p = subprocess.run([sys.executable, "-m", "gpuclinic", "fleet", *args], capture_output=True, text=True,
                        timeout=60, check=False)
     assert p.returncode == 64 and msg in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_room_from_an_agents_metrics() -> None:
+    """The BMC figures as the agent's RoomCollector writes them (sources/bmc/poller.py)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector, CollectorRegistry
+
+    from gpuclinic.fleet.agents import _metrics, room_from_metrics
+
+    class Room(Collector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            yield GaugeMetricFamily("gpuclinic_room_bmc_up", "", value=1)
+            yield GaugeMetricFamily("gpuclinic_room_inlet_temperature_celsius", "", value=31.25)
+            fan = GaugeMetricFamily("gpuclinic_room_fan_ok", "", labels=["fan", "id"])
+            fan.add_metric(["FAN1", "1"], 1)
+            fan.add_metric(["FAN2", "2"], 0)
+            yield fan
+            ok = GaugeMetricFamily("gpuclinic_room_psu_ok", "", labels=["psu"])
+            present = GaugeMetricFamily("gpuclinic_room_psu_present", "", labels=["psu"])
+            for name, o, p in (("PSU1", 1, 1), ("PSU2", 0, 1), ("PSU3", 0, 0)):  # PSU3: empty bay, not a fault
+                ok.add_metric([name], o)
+                present.add_metric([name], p)
+            yield ok
+            yield present
+
+    reg = CollectorRegistry()
+    reg.register(Room())
+    room = room_from_metrics(_metrics(generate_latest(reg).decode()))
+    assert room == {"bmc_up": True, "inlet_c": 31.2, "fans_failed": 1, "psus_failed": 1}
+    assert room_from_metrics(_metrics("gpuclinic_gpus 8\n")) is None

@@ -47,6 +47,19 @@ def _metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
+def room_from_metrics(m: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, Any] | None:
+    """BMC figures from an agent's /metrics (None when it polls no BMC); same shape as the Prometheus path."""
+    up = m.get("gpuclinic_room_bmc_up")
+    if not up:
+        return None
+    present = {lb.get("psu"): v for lb, v in m.get("gpuclinic_room_psu_present", [])}
+    inlet = m.get("gpuclinic_room_inlet_temperature_celsius")
+    return {"bmc_up": up[0][1] >= 1, "inlet_c": round(inlet[0][1], 1) if inlet else None,
+            "fans_failed": sum(1 for _, v in m.get("gpuclinic_room_fan_ok", []) if v == 0),
+            "psus_failed": sum(1 for lb, v in m.get("gpuclinic_room_psu_ok", [])
+                               if v == 0 and present.get(lb.get("psu"), 1) == 1)}
+
+
 def _one(client: httpx.Client, base: str, now: float) -> NodeView:
     host = httpx.URL(base).host
     n = NodeView(node=host if host not in ("127.0.0.1", "localhost", "::1") else base.split("//", 1)[1],
@@ -84,14 +97,7 @@ def _one(client: httpx.Client, base: str, now: float) -> NodeView:
     if m.get("gpuclinic_run_interruptions"):
         n.interruptions = int(sum(v for _, v in m["gpuclinic_run_interruptions"]))
     n.goodput = first("gpuclinic_run_goodput_ratio")
-    bmc = first("gpuclinic_room_bmc_up")
-    if bmc is not None:
-        present = {lb.get("psu"): v for lb, v in m.get("gpuclinic_room_psu_present", [])}
-        inlet = first("gpuclinic_room_inlet_temperature_celsius")
-        n.room = {"bmc_up": bmc >= 1, "inlet_c": None if inlet is None else round(inlet, 1),
-                  "fans_failed": sum(1 for _, v in m.get("gpuclinic_room_fan_ok", []) if v == 0),
-                  "psus_failed": sum(1 for lb, v in m.get("gpuclinic_room_psu_ok", [])
-                                     if v == 0 and present.get(lb.get("psu"), 1) == 1)}
+    n.room = room_from_metrics(m)
     if incidents is not None:
         for i in incidents.get("incidents") or []:
             g = i.get("gpu")
