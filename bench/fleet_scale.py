@@ -7,9 +7,9 @@ counters, unreachable nodes) is written as OpenMetrics, turned into TSDB blocks 
 `promtool tsdb create-blocks-from openmetrics`, and served by a real Prometheus on 127.0.0.1.
 Measured in the same run:
 
-* gpuclinic fleet, in process (its ~15 aggregated instant queries in parallel), best of 5;
+* gpuclinic fleet, in process (its ~20 aggregated instant queries in parallel), best of 5, and the CPU it costs;
 * gpuclinic fleet, end to end (`python -m gpuclinic fleet --json`, process start included);
-* the peer: the obvious script, the same figures asked per node (15 queries per node, in sequence),
+* the peer: the obvious script, the same figures asked per node (the same queries per node, in sequence),
   timed on 25 nodes and scaled to the fleet (marked "extrapolated").
 
 Target (issue 11): fleet answers in under 2 s for 1,000 nodes.
