@@ -162,6 +162,11 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
                         and _related(r, c, s, snap):
                     edges[ci].append(si)
                     explained[si] = True
+    for ci, c in enumerate(findings):  # one code on one GPU is one problem (watch opens one event per reason)
+        for si, s in enumerate(findings):
+            if si > ci and s.code == c.code and c.gpu is not None and same_gpu(c.gpu, s.gpu) and si not in edges[ci]:
+                edges[ci].append(si)
+                explained[si] = True
     for si, f in enumerate(findings):  # stated chains: "caused by previous Xid N"
         for x in _stated_causes(f):
             cause_i = next((i for i, c in enumerate(findings) if c.code == f"xid.{x}" and i != si

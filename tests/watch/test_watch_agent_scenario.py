@@ -45,7 +45,7 @@ def test_demo_scenario_heat_xid_stall_idle(agent_factory: Callable[..., Agent], 
 
 
 def test_throttle_event_records_reason_and_duration(agent_factory: Callable[..., Agent], tmp_path: Path) -> None:
-    a = agent_factory("power-brake", scale=60, db=tmp_path / "w.db")
+    a = agent_factory("power-brake-2x", scale=60, db=tmp_path / "w.db")
     a.run(duration_s=60)
     assert a.store is not None
     brakes = [e for e in a.store.events() if e.code == "power.brake"]
@@ -57,7 +57,7 @@ def test_throttle_event_records_reason_and_duration(agent_factory: Callable[...,
 
 
 def test_straggler_and_pcie_and_memory_errors(agent_factory: Callable[..., Agent], tmp_path: Path) -> None:
-    a = agent_factory("straggler", scale=60, db=tmp_path / "s.db")
+    a = agent_factory("straggler-4x", scale=60, db=tmp_path / "s.db")
     a.run(duration_s=60)
     assert a.store is not None
     assert [e.gpu for e in a.store.events() if e.code == "perf.straggler"] == [3]

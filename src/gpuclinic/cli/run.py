@@ -74,6 +74,14 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
         _say("pre-flight could not run; starting the job")
 
 
+def _list(ctx: click.Context, value: bool) -> None:
+    if value:
+        from gpuclinic.sources.scenarios import format_list
+
+        click.echo(format_list())
+        ctx.exit(0)
+
+
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
               help="Restart at most this many times.")
@@ -110,6 +118,8 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
               help="watch TOML config: send interruptions through its notifiers.")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), metavar="FILE", help="Ledger database (default: the shared store).")
 @click.option("--scenario", metavar="NAME", help="Simulated node for pre-flight and GPU watching (testing).")
+@click.option("--list-scenarios", is_flag=True, is_eager=True, expose_value=False, callback=lambda ctx, _p, v: _list(ctx, v),
+              help="List simulated scenarios (the same as doctor and watch) and exit.")
 @click.option("--gpu-facts", type=click.Path(dir_okay=False), metavar="FILE", hidden=True,
               help="Simulated GPUs from a JSON file re-read every sample (testing).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)

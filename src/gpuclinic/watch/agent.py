@@ -301,7 +301,7 @@ class Agent:
 
     def _on_incident(self, t: TrackedIncident, what: str) -> None:
         """One alert per incident (and one when it resolves); its symptoms ride along in the same message."""
-        inc = t.incident
+        inc = t.shown if what == "resolved" else t.incident
         gpu = f" GPU {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
         self.log(f"watch: INCIDENT {what.upper()} {inc.severity.label} {inc.code}{gpu}: {inc.title}"
                  + (f" (explains {', '.join(inc.symptoms)})" if inc.symptoms else ""))

@@ -186,6 +186,11 @@ class TrackedIncident:
     notified: bool = False
     notified_severity: Severity | None = None
     resolved: float | None = None
+    fired: Incident | None = None  # as it was when it fired: the resolved message names the same cause
+
+    @property
+    def shown(self) -> Incident:
+        return self.fired or self.incident
 
 
 IncidentListener = Callable[[TrackedIncident, str], None]  # (incident, "firing" | "escalated" | "resolved")
@@ -245,10 +250,10 @@ class IncidentTracker:
                     cur.incident, cur.members = inc, keys
                 seen.add(cur.id)
                 if not cur.notified and (inc.severity == Severity.CRITICAL or now - cur.opened >= self.grace_s):
-                    cur.notified, cur.notified_severity = True, inc.severity
+                    cur.notified, cur.notified_severity, cur.fired = True, inc.severity, inc
                     notes.append((cur, "firing"))
                 elif cur.notified and cur.notified_severity is not None and inc.severity > cur.notified_severity:
-                    cur.notified_severity = inc.severity
+                    cur.notified_severity, cur.fired = inc.severity, inc
                     notes.append((cur, "escalated"))
             for tid in [t for t in self._open if t not in seen]:
                 done = self._open.pop(tid)
