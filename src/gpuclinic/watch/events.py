@@ -249,7 +249,9 @@ class IncidentTracker:
                 else:
                     cur.incident, cur.members = inc, keys
                 seen.add(cur.id)
-                if not cur.notified and (inc.severity == Severity.CRITICAL or now - cur.opened >= self.grace_s):
+                if inc.severity == Severity.INFO:
+                    pass  # information is shown, never alerted
+                elif not cur.notified and (inc.severity == Severity.CRITICAL or now - cur.opened >= self.grace_s):
                     cur.notified, cur.notified_severity, cur.fired = True, inc.severity, inc
                     notes.append((cur, "firing"))
                 elif cur.notified and cur.notified_severity is not None and inc.severity > cur.notified_severity:

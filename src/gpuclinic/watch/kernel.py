@@ -194,7 +194,8 @@ def condition_for(ev: KernelEvent, gpus_by_bus: dict[str, tuple[int, str | None]
         corrected = "corrected" in text and "uncorrected" not in text
         fatal = "fatal" in text and "non-fatal" not in text and "nonfatal" not in text
         code = "pcie.aer_corrected" if corrected else "pcie.aer_uncorrected"
-        sev = severity(code) if fatal or corrected else severity(code, "non_fatal")
+        # one corrected error is "a few" to the doctor too (info); an uncorrected one is critical when fatal
+        sev = severity(code, "few") if corrected else severity(code) if fatal else severity(code, "non_fatal")
         return Condition(key=f"kernel:{code}:{bus or '?'}", code=code, severity=sev,
                          title=f"PCIe AER error at {bus or 'a PCIe device'}", gpu=idx, uuid=uuid, evidence=[line],
                          remedy="PCIe errors point at a marginal link (riser, slot, cable). Run `gpuclinic doctor` for "

@@ -63,6 +63,15 @@ def gpu_key(g: GpuFacts) -> str:
     return g.uuid or g.pci_bus_id or f"index-{g.index}"
 
 
+def _limit_lowered(g: GpuFacts) -> bool:
+    """The doctor's power.cap rule: an enforced limit under a fraction of the default, on a busy GPU."""
+    lim = g.power_enforced_limit_w or g.power_limit_w
+    if not lim or not g.power_default_limit_w:
+        return False
+    return lim < g.power_default_limit_w * threshold("power_limit_lowered_fraction") and (
+        (g.utilization_gpu_pct or 0) >= threshold("busy_util_pct"))
+
+
 def _fmt_s(s: float) -> str:
     if s < 120:
         return f"{s:.0f} s"
@@ -120,6 +129,13 @@ class RuleEngine:
 
     # -- individual rules ---------------------------------------------------------------------------------
     def _lost(self, g: GpuFacts) -> Condition:
+        if (g.lost_reason or "").startswith("unresponsive"):  # the doctor's gpu.unresponsive: hung, not gone
+            return Condition(
+                key=f"rules:gpu.unresponsive:{self.key(g)}", code="gpu.unresponsive",
+                severity=severity("gpu.unresponsive"), gpu=g.index, uuid=g.uuid or self.known[self.key(g)].uuid,
+                title=f"GPU {g.index} does not answer NVML: driver or GPU firmware hung",
+                evidence=[f"GPU {g.index} {g.pci_bus_id or ''}: {g.lost_reason}".strip()],
+                remedy="Drain, stop its processes, reset it (`gpuclinic runbook gpu.unresponsive`).")
         return Condition(
             key=f"rules:gpu.missing:{self.key(g)}", code="gpu.missing", severity=severity("gpu.missing"), gpu=g.index,
             uuid=g.uuid or self.known[self.key(g)].uuid,
@@ -160,6 +176,8 @@ class RuleEngine:
             if now - since < self.cfg.throttle_min_s:
                 continue
             code, when, title, remedy = _THROTTLE[r]
+            if r == "sw_power_cap" and _limit_lowered(g):
+                when, title = "lowered_busy", "capped by a power limit below its default"
             sev = severity(code, when)
             ev = [f"clock event reason {r} active since onset ({R.DESCRIPTION.get(r, r)})"]
             if g.sm_clock_mhz is not None and g.sm_clock_max_mhz:
