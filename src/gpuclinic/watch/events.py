@@ -233,10 +233,11 @@ class IncidentTracker:
 
     def update(self, events: list[Event], now: float) -> None:
         """Regroup the open ``events``; fire, escalate or resolve incidents as needed."""
+        from gpuclinic.diagnose import first_step_for
         from gpuclinic.incidents import group
 
         fs = [event_finding(e) for e in events]
-        groups = group(fs)
+        groups = group(fs, first_step=first_step_for)
         notes: list[tuple[TrackedIncident, str]] = []
         with self._lock:
             seen: set[str] = set()
