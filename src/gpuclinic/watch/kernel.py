@@ -1,19 +1,14 @@
 """Kernel-log events for the agent: follow logs live and turn XID/AER/GSP lines into conditions.
 
 Parsing and following belong to :mod:`gpuclinic.sources.kernel_log` (the doctor's parser, every log
-format in the wild).  Until that module is present this falls back to a small built-in tailer and an
-XID/fallen-off-bus/AER matcher, so the agent still alerts on the events that matter most.
+format in the wild); codes and severities to ``knowledge/data/codes.json`` and the Xid catalog, so a
+line means the same in ``watch`` as in ``doctor --from`` and ``explain``.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import re
 import threading
-import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import normalize_bus_id
@@ -21,145 +16,27 @@ from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Severity
 from gpuclinic.watch.events import Condition
 
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\): "
-                  r"(?P<xid>\d+),\s*(?P<rest>.*)")
-_PID = re.compile(r"pid=['\"]?(?P<pid>\d+)")
-_NAME = re.compile(r"name=(?P<name>[^,]+)")
-_FALLEN = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)"
-                     r":? GPU has fallen off the bus")
-_AER = re.compile(r"(?:pcieport|nvidia) (?P<bus>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d).*AER: "
-                  r"(?P<what>.*)")
-_GSP = re.compile(r"NVRM: .*GSP.*(?:timeout|error|failed)", re.I)
-_UPTIME = re.compile(r"^\[\s*(?P<up>\d+\.\d+)\]")
-
-
-def _fallback_parse(lines: Iterable[str], origin: str | None = None) -> Iterator[KernelEvent]:
-    for n, line in enumerate(lines, 1):
-        line = line.rstrip("\n")
-        up = _UPTIME.match(line)
-        uptime = float(up.group("up")) if up else None
-        m = _XID.search(line)
-        if m:
-            rest = m.group("rest")
-            pid = _PID.search(rest)
-            name = _NAME.search(rest)
-            yield KernelEvent(kind="xid", line=line, uptime_s=uptime, pci_bus_id=normalize_bus_id(m.group("bus")),
-                              xid=int(m.group("xid")), pid=int(pid.group("pid")) if pid else None,
-                              process=name.group("name").strip() if name else None, message=rest, origin=origin,
-                              lineno=n)
-            continue
-        m2 = _FALLEN.search(line)
-        if m2:
-            yield KernelEvent(kind="fallen_off_bus", line=line, uptime_s=uptime,
-                              pci_bus_id=normalize_bus_id(m2.group("bus")), message="GPU has fallen off the bus",
-                              origin=origin, lineno=n)
-            continue
-        m3 = _AER.search(line)
-        if m3:
-            yield KernelEvent(kind="aer", line=line, uptime_s=uptime, pci_bus_id=normalize_bus_id(m3.group("bus")),
-                              message=m3.group("what"), origin=origin, lineno=n)
-            continue
-        if _GSP.search(line):
-            yield KernelEvent(kind="gsp", line=line, uptime_s=uptime, message=line, origin=origin, lineno=n)
-
 
 class LineParser:
-    """Stateful line -> KernelEvent parser (multi-line messages need state across lines)."""
+    """Line -> KernelEvent through the doctor's kernel-log parser (one parser for every command)."""
 
     def __init__(self, origin: str | None = None) -> None:
         self.origin = origin
-        try:
-            self._parse: Any = importlib.import_module("gpuclinic.sources.kernel_log").parse_lines
-        except (ImportError, AttributeError):
-            self._parse = _fallback_parse
 
     def feed(self, lines: list[str]) -> list[KernelEvent]:
+        from gpuclinic.sources.kernel_log import parse_lines
+
         try:
-            return list(self._parse(lines, self.origin))
-        except Exception:  # a parser bug must not stop alerting: use the built-in matcher
-            return list(_fallback_parse(lines, self.origin))
-
-
-def _tail_files(paths: Sequence[str], stop: threading.Event, poll_s: float = 0.1) -> Iterator[str | None]:
-    """Yield lines appended to ``paths`` (from their current end), surviving rotation and truncation.
-
-    Yields ``None`` when idle so the caller can check ``stop``.
-    """
-    state: dict[str, tuple[int, int, Any]] = {}  # path -> (inode, offset, handle)
-
-    def _open(p: str, at_end: bool) -> None:
-        try:
-            fh = open(p, "rb")
-        except OSError:
-            return
-        st = os.fstat(fh.fileno())
-        if at_end:
-            fh.seek(0, os.SEEK_END)
-        state[p] = (st.st_ino, fh.tell(), fh)
-
-    for p in paths:
-        _open(p, True)
-    partial: dict[str, bytes] = {}
-    while not stop.is_set():
-        got = False
-        for p in paths:
-            if p not in state:
-                _open(p, False)  # created (or re-created after rotation) since
-                if p not in state:
-                    continue
-            ino, off, fh = state[p]
-            data = fh.read()
-            if data:
-                got = True
-                buf = partial.get(p, b"") + data
-                *full, rest = buf.split(b"\n")
-                partial[p] = rest
-                for raw in full:
-                    yield raw.decode("utf-8", "replace")
-            state[p] = (ino, fh.tell(), fh)
-            try:
-                st = os.stat(p)
-            except OSError:
-                st = None
-            if st is None or st.st_ino != ino or st.st_size < fh.tell():
-                # rotated away or truncated: finish the old file, then read the new one from its start
-                rest_data = fh.read()
-                if rest_data:
-                    for raw in (partial.pop(p, b"") + rest_data).split(b"\n"):
-                        if raw:
-                            yield raw.decode("utf-8", "replace")
-                fh.close()
-                del state[p]
-                partial.pop(p, None)
-                if st is not None:
-                    _open(p, False)
-        if not got:
-            yield None
-            time.sleep(poll_s)
-    for _, _, fh in state.values():
-        fh.close()
+            return list(parse_lines(lines, self.origin))
+        except Exception:  # a parser bug must not stop alerting on the next lines
+            return []
 
 
 def follow_events(paths: Sequence[str] | None, stop: threading.Event) -> Iterator[KernelEvent | None]:
-    """Kernel events as they are written (None when idle).  Live log when ``paths`` is None."""
-    try:
-        fol: Any = getattr(importlib.import_module("gpuclinic.sources.kernel_log"), "follow", None)
-    except ImportError:
-        fol = None
-    if fol is not None:
-        try:
-            yield from fol(list(paths) if paths else None, stop, from_end=True, poll_s=0.1)
-        except TypeError:  # an older follow() without poll_s
-            yield from fol(list(paths) if paths else None, stop, from_end=True)
-        return
-    if not paths:
-        return  # live following needs the kernel-log source
-    parser = LineParser(origin=",".join(paths))
-    for line in _tail_files(paths, stop):
-        if line is None:
-            yield None
-            continue
-        yield from parser.feed([line])
+    """Kernel events as they are written (None when idle): the kernel-log source's follower."""
+    from gpuclinic.sources.kernel_log import follow
+
+    yield from follow(list(paths) if paths else None, stop, from_end=True, poll_s=0.1)
 
 
 def xid_details(xid: int) -> tuple[Severity, str, str]:
