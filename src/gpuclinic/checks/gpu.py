@@ -7,6 +7,25 @@ from collections.abc import Iterable
 
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import kernel_lines, personalize, ref
+from gpuclinic.checks._kernel import (  # noqa: F401
+    AER_FREQUENT_COUNT,
+    AER_FREQUENT_PER_HOUR,
+    MAX_EVIDENCE,
+    NVLINK_XIDS,
+    SOURCE,
+    _base_data,
+    _evidence,
+    _is_parent_of,
+    _previous_boot_flags,
+    _require_log,
+    _seconds,
+    _span_s,
+    _steps,
+    _uuid_map,
+    _when,
+    gpu_ref,
+)
+from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
@@ -187,3 +206,112 @@ def gpu_inforom(snap: Snapshot) -> Iterable[Finding]:
                         "(DCGM treats an invalid InfoROM as a warning.)"),
             ))
     return personalize(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# gpu.fallen_off_bus
+# --------------------------------------------------------------------------------------------------
+
+
+@check("kernel.fallen_off_bus", codes=["gpu.fallen_off_bus"], what="GPUs that fell off the bus (kernel log)")
+def fallen_off_bus(snap: Snapshot) -> list[Finding]:
+    if not snap.kernel_events:
+        return []
+    uuids = _uuid_map(snap)
+    evs = [e for e in snap.kernel_events if e.kind == "fallen_off_bus" or (e.kind == "xid" and e.xid == 79)]
+    prev = _previous_boot_flags(evs, snap)
+    by_bus: dict[str | None, list[KernelEvent]] = {}
+    for e in evs:
+        by_bus.setdefault(e.pci_bus_id, []).append(e)
+    aer = [e for e in snap.kernel_events if e.kind == "aer"]
+    out: list[Finding] = []
+    for bus, group in by_bus.items():
+        ref = gpu_ref(snap, bus, uuids)
+        related = [e for e in aer if bus and (bus in (e.pci_bus_id, e.detail.get("device"), e.detail.get("reporter"))
+                                              or bus in (e.detail.get("downstream") or [])
+                                              or _is_parent_of(snap, e.detail.get("device") or e.pci_bus_id, bus))]
+        data = _base_data(group)
+        data["xid79"] = any(e.kind == "xid" for e in group)
+        data["aer_events_on_path"] = len(related)
+        sev = Severity.CRITICAL
+        if all(prev.get(id(e)) for e in group):
+            sev = Severity.WARNING
+            data["previous_boot"] = True
+        g = snap.gpu_by_bus_id(bus) if bus else None
+        if g is not None and not g.lost and all(prev.get(id(e)) for e in group):
+            data["visible_now"] = True
+        label = ref.label() if ref else "A GPU"
+        title = f"{label} fell off the PCIe bus: the driver can no longer reach it"
+        if sev != Severity.CRITICAL:
+            title += " (before the last reboot)"
+        remedy = _steps(
+            "Drain the server: the GPU cannot be used again without a reboot (a GPU reset cannot reach it).",
+            "Reboot the server; if the GPU is still missing in `nvidia-smi`, power-cycle it (cold boot).",
+            "Look at what came just before it in the log: PCIe AER errors point at the slot/riser/cable, "
+            "Xid 48/62/119 at the GPU, temperature or power events at cooling or the power supply.",
+            "If it happens again: check GPU power cables and PSU capacity, temperatures, reseat the GPU, "
+            "update the system BIOS and the driver; then ask the provider to replace the GPU.",
+        )
+        out.append(Finding(
+            code="gpu.fallen_off_bus", severity=sev, family=Family.GPU_FAULT, title=title,
+            evidence=_evidence(group, [e.line for e in related[-2:]]), remedy=remedy, gpu=ref, data=data,
+            source=SOURCE))
+    return out
+
+
+
+# --------------------------------------------------------------------------------------------------
+# gpu.init_failed
+# --------------------------------------------------------------------------------------------------
+
+
+@check("kernel.init_failed", codes=["gpu.init_failed"], what="GPU initialisation failures (kernel log)")
+def init_failed(snap: Snapshot) -> list[Finding]:
+    evs = [e for e in snap.kernel_events if e.kind == "init_failed"]
+    if not evs:
+        return []
+    uuids = _uuid_map(snap)
+    prev = _previous_boot_flags(evs, snap)
+    by_bus: dict[str | None, list[KernelEvent]] = {}
+    for e in evs:
+        by_bus.setdefault(e.pci_bus_id, []).append(e)
+    # lines without a bus id ("rm_init_adapter failed for device bearing minor number 0") join a
+    # single GPU's group when only one GPU failed
+    if None in by_bus and len(by_bus) == 2:
+        other = next(k for k in by_bus if k is not None)
+        by_bus[other].extend(by_bus.pop(None))
+    out: list[Finding] = []
+    for bus, group in by_bus.items():
+        ref = gpu_ref(snap, bus, uuids)
+        data = _base_data(group)
+        whats = sorted({str(e.detail.get("what")) for e in group})
+        codes = sorted({str(e.detail["code"]) for e in group if e.detail.get("code")})
+        data["what"] = whats
+        if codes:
+            data["rm_codes"] = codes
+        sev = Severity.CRITICAL
+        g = snap.gpu_by_bus_id(bus) if bus else None
+        if g is not None and not g.lost:
+            sev = Severity.WARNING
+            data["usable_now"] = True
+        if all(prev.get(id(e)) for e in group):
+            sev = min(sev, Severity.WARNING)
+            data["previous_boot"] = True
+        power = any("power" in str(e.detail.get("what")) for e in group)
+        label = ref.label() if ref else "A GPU"
+        title = f"{label} failed to initialise in the NVIDIA driver ({', '.join(whats)})"
+        remedy = _steps(
+            "Check the GPU's auxiliary power cables and the power supply: the driver says they are missing."
+            if power else None,
+            "Run `nvidia-smi`; if the GPU is missing, reload the driver (`modprobe -r nvidia_uvm nvidia_drm "
+            "nvidia_modeset nvidia && modprobe nvidia`) or reboot, and read the NVRM lines printed just before.",
+            "Make sure the driver supports this GPU and that its firmware matches (GSP firmware ships with the "
+            "driver; a partial upgrade breaks it) — reinstall the driver package if unsure.",
+            "In the system BIOS enable Above 4G decoding / large BAR support; a GPU without its memory window "
+            "cannot initialise.",
+            "If it keeps failing on one GPU only, reseat it or ask the provider to replace it.",
+        )
+        out.append(Finding(code="gpu.init_failed", severity=sev, family=Family.GPU_FAULT, title=title,
+                           evidence=_evidence(group), remedy=remedy, gpu=ref, data=data, source=SOURCE))
+    return out
+
