@@ -25,7 +25,8 @@ from gpuclinic.checks._kernel import (  # noqa: F401
 )
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.knowledge.codes import severity
+from gpuclinic.model import Family, Finding
 
 # --------------------------------------------------------------------------------------------------
 # gsp.error
@@ -49,14 +50,14 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
         serious = {"rpc_timeout", "error", "crash", "heartbeat", "init", "xid_report"} & set(kinds)
         if not serious:
             continue  # RPC history dumps alone are context, not a fault
-        sev = Severity.CRITICAL
+        sev = severity("gsp.error")
         data = _base_data(group)
         data["kinds"] = dict(kinds)
         inst = sorted({int(i) for e in group if (i := e.detail.get("gpu_instance")) is not None})
         if inst:
             data["driver_gpu_numbers"] = inst
         if all(prev.get(id(e)) for e in group):
-            sev = Severity.WARNING
+            sev = severity("gsp.error", "before_boot")
             data["previous_boot"] = True
         ref = gpu_ref(snap, bus, uuids)
         label = ref.label() if ref else ("GPU" + (f" (driver GPU{inst[0]})" if inst else ""))

@@ -26,6 +26,7 @@ from gpuclinic.checks._kernel import (  # noqa: F401
 )
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, Severity
 
 _REMEDY = ("Check `nvidia-smi nvlink -s -i <index>` (link state) and `nvidia-smi nvlink -e -i <index>` (error counters); "
@@ -52,7 +53,7 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
         active = [link for link in g.nvlinks if link.active]
         down = [link for link in g.nvlinks if link.active is False]
         if down and (active or max_active > 0):
-            sev = Severity.CRITICAL
+            sev = severity("nvlink.error")
             ev.append(f"nvlink links down: {', '.join(str(x.link) for x in down)} "
                       f"({len(active)} of {len(g.nvlinks)} active; best GPU on this node has {max_active} active)")
         for link in g.nvlinks:
@@ -68,7 +69,7 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
                 parts.append(f"ecc = {link.ecc_errors}")
             if parts:
                 ev.append(f"nvlink {link.link} error counters: {', '.join(parts)}")
-                sev = sev or Severity.WARNING
+                sev = sev or severity("nvlink.error", "counters_only")
         if sev is None:
             continue
         ev.append(f"thresholds: replay >= {rep_warn:.0f}, recovery >= {rec_warn:.0f}, CRC >= {crc_warn:.0f} "
@@ -106,14 +107,14 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
         fatal = any(e.detail.get("fatal") is True or (e.kind == "xid" and e.xid == 74 and "fatal" in (e.message or "").lower())
                     for e in group)
         nonfatal_only = all(e.detail.get("fatal") is False for e in group)
-        sev = Severity.CRITICAL if fatal else Severity.WARNING
+        sev = severity("nvlink.error") if fatal else severity("nvlink.error", "non_fatal")
         if nonfatal_only and len(group) < 10:
-            sev = Severity.WARNING
+            sev = severity("nvlink.error", "non_fatal")
         data = _base_data(group)
         data["links"] = links
         data["fatal"] = fatal
         if all(prev.get(id(e)) for e in group):
-            sev = Severity.WARNING if sev == Severity.CRITICAL else Severity.INFO
+            sev = severity("nvlink.error", "before_boot") if fatal else severity("nvlink.error", "before_boot_minor")
             data["previous_boot"] = True
         if where == "switch":
             sxids = sorted({int(e.detail["sxid"]) for e in group if "sxid" in e.detail})

@@ -35,7 +35,8 @@ from gpuclinic.checks._kernel import (  # noqa: F401
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
-from gpuclinic.model import Family, Finding, GpuRef, Severity
+from gpuclinic.knowledge.codes import severity
+from gpuclinic.model import Family, Finding, GpuRef
 
 GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 # DCGM replay budget: errors per minute per lane at BER 1e-12 (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp)
@@ -69,7 +70,7 @@ def link_degraded(snap: Snapshot) -> Iterable[Finding]:
     if len(idle) > 1:  # one line for a whole idle node, not one per GPU
         gens = sorted({f.data["gen"] for f in idle})
         out.append(Finding(
-            code="pcie.link_degraded", severity=Severity.INFO, family=Family.PCIE_POWER,
+            code="pcie.link_degraded", severity=severity("pcie.link_degraded", "idle"), family=Family.PCIE_POWER,
             title=f"{len(idle)} idle GPUs have their PCIe links at Gen{'/'.join(map(str, gens))} (power saving)",
             evidence=_grouped(idle) + ["idle GPUs lower the link generation to save power; this is expected at idle"],
             remedy=idle[0].remedy, source=idle[0].source,
@@ -101,8 +102,8 @@ def _link(g: GpuFacts) -> Finding | None:
         gpu_max = g.pcie_gen_gpu_max
         if gpu_max is not None and gmax is not None and gpu_max > gmax:
             return Finding(
-                code="pcie.link_degraded", severity=Severity.INFO, family=Family.PCIE_POWER,
-                title=f"GPU {g.index} supports PCIe Gen{gpu_max} but the slot/platform only Gen{gmax}",
+                code="pcie.link_degraded", severity=severity("pcie.link_degraded", "power_saving"),
+                family=Family.PCIE_POWER, title=f"GPU {g.index} supports PCIe Gen{gpu_max} but the slot/platform only Gen{gmax}",
                 evidence=[link, f"GPU max generation = {gpu_max}"], gpu=ref(g), source=src,
                 data={"reason": "platform_limited", "gen_max": gmax, "gpu_gen_max": gpu_max},
                 remedy="Expected in an older-generation slot or riser; use a Gen" f"{gpu_max} slot if host<->GPU transfers matter.",
@@ -116,8 +117,9 @@ def _link(g: GpuFacts) -> Finding | None:
         f"Gen{gen} instead of Gen{gmax}" if gen_low else "", f"x{w} instead of x{wmax}" if width_low else "") if x)
     data = {"gen": gen, "gen_max": gmax, "width": w, "width_max": wmax, "busy": is_busy, "bandwidth_fraction": frac}
     if is_busy:
-        sev = Severity.CRITICAL if frac is not None and frac <= threshold("pcie_bandwidth_critical_fraction") else Severity.WARNING
-        if sev == Severity.CRITICAL:
+        starved = frac is not None and frac <= threshold("pcie_bandwidth_critical_fraction")
+        sev = severity("pcie.link_degraded", "starved") if starved else severity("pcie.link_degraded")
+        if starved:
             ev.append(f"critical at <= {threshold('pcie_bandwidth_critical_fraction'):.0%} ({THRESHOLDS_SOURCE})")
         return Finding(
             code="pcie.link_degraded", severity=sev, family=Family.PCIE_POWER,
@@ -127,13 +129,13 @@ def _link(g: GpuFacts) -> Finding | None:
     if width_low:
         ev.append("idle power saving lowers link speed, not width: a narrow link at idle usually trained narrow")
         return Finding(
-            code="pcie.link_degraded", severity=Severity.WARNING, family=Family.PCIE_POWER,
+            code="pcie.link_degraded", severity=severity("pcie.link_degraded"), family=Family.PCIE_POWER,
             title=f"GPU {g.index} PCIe link is {what} (at idle; width loss is not explained by power saving)",
             evidence=ev, remedy=_SEATING, gpu=ref(g), source=src, data=data,
         )
     ev.append("idle GPUs lower the link generation to save power; this is expected at idle")
     return Finding(
-        code="pcie.link_degraded", severity=Severity.INFO, family=Family.PCIE_POWER,
+        code="pcie.link_degraded", severity=severity("pcie.link_degraded", "idle"), family=Family.PCIE_POWER,
         title=f"GPU {g.index} PCIe link at {what} while idle (power saving)",
         evidence=ev, gpu=ref(g), source=src, data={**data, "reason": "idle_gen"},
         remedy="Nothing to do at idle. Re-run `gpuclinic doctor` while a job runs; it is a problem only if the link "
@@ -155,7 +157,7 @@ def replay(snap: Snapshot) -> Iterable[Finding]:
             budget = math.ceil(REPLAY_PER_LANE_PER_MIN[gen] * w)
             ev.append(f"DCGM budget for a Gen{gen} x{w} link: {budget} replays per minute (BER 1e-12)")
         out.append(Finding(
-            code="pcie.replay", severity=Severity.WARNING, family=Family.PCIE_POWER,
+            code="pcie.replay", severity=severity("pcie.replay"), family=Family.PCIE_POWER,
             title=f"GPU {g.index} PCIe link is retransmitting ({n} replays)",
             evidence=ev, gpu=ref(g), source="nvml", data={"replays": n},
             remedy=("Replays are link-level retries after bit errors: the link works but is marginal. Check whether the "
@@ -212,7 +214,8 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                       f"sysfs {dev.bus_id}/aer_dev_nonfatal: TOTAL_ERR_NONFATAL = {nonfatal}{_aer_detail(dev.aer_nonfatal)}",
                       "counters count since boot"]
                 out.append(Finding(
-                    code="pcie.aer_uncorrected", severity=Severity.CRITICAL if fatal else Severity.WARNING,
+                    code="pcie.aer_uncorrected",
+                    severity=severity("pcie.aer_uncorrected") if fatal else severity("pcie.aer_uncorrected", "non_fatal"),
                     family=Family.PCIE_POWER, gpu=gref, source="pci", data=data, evidence=ev,
                     title=f"{label}: PCIe uncorrected ({'fatal' if fatal else 'non-fatal'}) errors counted{where}",
                     remedy=("Uncorrected PCIe errors can corrupt transfers or drop the GPU off the bus"
@@ -223,7 +226,7 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                 ))
             if corr >= warn_cor:
                 out.append(Finding(
-                    code="pcie.aer_corrected", severity=Severity.WARNING, family=Family.PCIE_POWER, gpu=gref,
+                    code="pcie.aer_corrected", severity=severity("pcie.aer_corrected"), family=Family.PCIE_POWER, gpu=gref,
                     source="pci", data=data,
                     title=f"{label}: {corr} PCIe corrected errors counted since boot{where}",
                     evidence=[f"sysfs {dev.bus_id}/aer_dev_correctable: TOTAL_ERR_COR = {corr}{_aer_detail(dev.aer_corrected)}",
@@ -310,7 +313,7 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
         if cls == "corrected":
             frequent = count >= AER_FREQUENT_COUNT or (rate_h is not None and count >= 10
                                                         and rate_h >= AER_FREQUENT_PER_HOUR)
-            sev = Severity.WARNING if frequent else Severity.INFO
+            sev = severity("pcie.aer_corrected") if frequent else severity("pcie.aer_corrected", "few")
             data["frequent"] = frequent
             title = f"{label}: PCIe corrected errors (AER){place}: {rate_txt}"
             remedy = _steps(
@@ -324,12 +327,12 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
             code = "pcie.aer_corrected"
         else:
             fatal = any(e.detail.get("severity") == "fatal" for e in group)
-            sev = Severity.CRITICAL if fatal else Severity.WARNING
+            sev = severity("pcie.aer_uncorrected") if fatal else severity("pcie.aer_uncorrected", "non_fatal")
             data["fatal"] = fatal
             near = {str(d) for e in group for d in (e.detail.get("device"), e.detail.get("reporter")) if d}
             failed = [e for e in recov if e.detail.get("recovery") == "failed" and e.pci_bus_id in near]
             if failed:
-                sev = Severity.CRITICAL
+                sev = severity("pcie.aer_uncorrected")
                 data["recovery_failed"] = True
                 lines.append(failed[0].line)
             kind = "fatal" if fatal else "non-fatal"
@@ -375,7 +378,7 @@ def bandwidth_limited(snap: Snapshot) -> list[Finding]:
         d = e.detail
         width, cap_w = int(d.get("width", 0)), int(d.get("capable_width", 0))
         narrow = width and cap_w and width < cap_w
-        sev = Severity.WARNING if narrow else Severity.INFO
+        sev = severity("pcie.bandwidth_limited") if narrow else severity("pcie.bandwidth_limited", "not_narrow")
         ref = gpu_ref(snap, bus, uuids)
         label = ref.label() if ref else f"GPU {bus}"
         title = (f"{label}: kernel reports {d.get('available_gbps')} Gb/s available PCIe bandwidth, limited by "
