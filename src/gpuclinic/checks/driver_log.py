@@ -25,7 +25,8 @@ from gpuclinic.checks._kernel import (  # noqa: F401
 )
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.knowledge.codes import severity
+from gpuclinic.model import Family, Finding
 
 # --------------------------------------------------------------------------------------------------
 # xid.<N>
@@ -94,7 +95,8 @@ def module_errors(snap: Snapshot) -> list[Finding]:
     for sub, group in groups.items():
         what, fix = _MODULE_TEXT.get(sub, ("the NVIDIA kernel module reported a problem",
                                            "Read the NVRM lines around it."))
-        sev = Severity.CRITICAL if any(e.detail.get("severity") == "critical" for e in group) else Severity.WARNING
+        critical = any(e.detail.get("severity") == "critical" for e in group)
+        sev = severity("driver.kernel_module", "critical_line") if critical else severity("driver.kernel_module")
         data = _base_data(group)
         data["problem"] = sub
         for k in ("client_version", "kernel_version", "symbol", "devices"):
@@ -104,7 +106,7 @@ def module_errors(snap: Snapshot) -> list[Finding]:
         loaded_later = any(e.kind == "module" and e.detail.get("module") == "loaded" for e in snap.kernel_events
                            if not prev.get(id(e)))
         if all(prev.get(id(e)) for e in group) or (sub != "api_mismatch" and snap.gpus and loaded_later):
-            sev = Severity.INFO
+            sev = severity("driver.kernel_module", "resolved_later")
             data["resolved_later"] = True
         title = f"NVIDIA kernel module: {what}"
         if sub == "api_mismatch" and data.get("client_version"):

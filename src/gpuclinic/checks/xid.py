@@ -29,6 +29,7 @@ from gpuclinic.checks._kernel import (  # noqa: F401
 )
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.knowledge.xid import XidInfo, classify, lookup, unknown
 from gpuclinic.model import Finding, Severity
 
@@ -78,7 +79,7 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
             distinct = len({e.pid for e in evs if e.pid is not None} | {e.process for e in evs if e.process})
             data["other_gpus_with_same_xid"] = len(other_gpus)
             if len(evs) >= 3 and not other_gpus and distinct >= 2:
-                sev = Severity.CRITICAL
+                sev = severity(f"xid.{n}", "repeats_on_one_gpu")
                 first_step = (f"Xid {n} repeats on this GPU only, from different programs: that points at the "
                               "GPU, not the code. Drain it and run `dcgmi diag -r 3` (and NVIDIA field "
                               "diagnostics if that fails).")
@@ -90,7 +91,7 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
             causes = sorted({int(c) for e in evs if (c := e.detail.get("caused_by_xid")) is not None}
                             | {x for e in same_gpu_other if (x := e.xid) is not None and x != 45})
             if causes:
-                sev = Severity.INFO
+                sev = severity(f"xid.{n}", "explained_by_other_xid")
                 data["caused_by"] = causes
                 first_step = ("This Xid only reports cleanup after Xid "
                               + ", ".join(str(c) for c in causes) + ": act on that one.")
@@ -109,7 +110,7 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
             if m:
                 new = m.group(2)
                 data["recovery_action"] = new
-                sev = Severity.INFO if new.strip().lower() == "none" else Severity.CRITICAL
+                sev = severity(f"xid.{n}", "recovery_none" if new.strip().lower() == "none" else "recovery_required")
                 first_step = f"The driver now asks for: {new}. Do that before giving the GPU new work."
         if n in (119, 120):
             g = gsp_by_bus.get(bus, [])
@@ -125,7 +126,7 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
                 data["units"] = units
             if n in range(144, 151) and not any(e.detail.get("fatal") for e in evs) and any(
                     "fatal" in e.detail for e in evs):
-                sev = min(sev, Severity.WARNING)
+                sev = min(sev, severity(f"xid.{n}", "nonfatal_nvlink5"))
                 notes.append("all of these NVLink5 errors are marked Nonfatal")
         mig = sorted({str(gi) for e in evs if (gi := e.detail.get("gpu_instance"))})
         if mig:

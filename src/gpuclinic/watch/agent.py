@@ -23,6 +23,7 @@ from typing import Any
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Severity, Verdict
 from gpuclinic.watch import reasons as R
 from gpuclinic.watch.backend import (
@@ -215,7 +216,7 @@ class Agent:
                 self.log(f"watch: sampling failed: {res.error}")
             if not res.stalled and self._err_streak >= self.cfg.rules.sample_error_count:
                 sampler_conds.append(Condition(
-                    key="sampler:watch.sample_errors", code="watch.sample_errors", severity=Severity.WARNING,
+                    key="sampler:watch.sample_errors", code="watch.sample_errors", severity=severity("watch.sample_errors"),
                     title=f"GPU sampling keeps failing ({self._err_streak} times in a row)",
                     evidence=[res.error or "unknown error"],
                     remedy="NVML returns errors: run `gpuclinic doctor` (driver/library mismatch, lost GPU); "
@@ -224,7 +225,7 @@ class Agent:
         age = now - (self.last_ok if self.last_ok is not None else self.started_at)
         if age >= self.cfg.rules.stale_after_s and res.gpus is None:
             sampler_conds.append(Condition(
-                key="sampler:watch.sampler_stalled", code="watch.sampler_stalled", severity=Severity.CRITICAL,
+                key="sampler:watch.sampler_stalled", code="watch.sampler_stalled", severity=severity("watch.sampler_stalled"),
                 title=f"GPU sampler stalled: no fresh sample for {age:.0f} s",
                 evidence=[res.error or "no sample", f"last good sample {_ago(self.last_ok, now)}"],
                 remedy="NVML calls are hanging - the driver is wedged or a GPU is failing. Check `dmesg` for XIDs, "
@@ -281,7 +282,7 @@ class Agent:
                      "still alerting")
             self._store_error_logged = err
         self.book.reconcile("store", [Condition(
-            key="store:watch.store_failed", code="watch.store_failed", severity=Severity.CRITICAL,
+            key="store:watch.store_failed", code="watch.store_failed", severity=severity("watch.store_failed"),
             title=f"watch store cannot write: {err}",
             evidence=[f"store {self.store.path}: {err}", f"{self.store.buffered} sample rows held in memory",
                       "alerts and /metrics keep working; history has a gap until the store is writable"],
