@@ -12,7 +12,7 @@ import pytest
 from gpuclinic.diagnose import diagnose
 from gpuclinic.knowledge import codes as K
 from gpuclinic.model import Severity
-from gpuclinic.sources.kernel_log import parse_lines
+from gpuclinic.sources.kernellog import parse_lines
 from gpuclinic.sources.scenarios import list_scenarios, load_scenario
 from gpuclinic.watch.config import RulesConfig
 from gpuclinic.watch.kernel import condition_for

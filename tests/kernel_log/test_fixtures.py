@@ -12,7 +12,7 @@ from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.model import Finding, Severity
-from gpuclinic.sources.kernel_log import looks_like_kernel_log, scan_path
+from gpuclinic.sources.kernellog import looks_like_kernel_log, scan_path
 
 FX = Path(__file__).resolve().parents[1] / "fixtures" / "kernel_log"
 KCHECKS = ["xid", "kernel.fallen_off_bus", "kernel.init_failed", "kernel.gsp", "kernel.nvlink", "kernel.aer",

@@ -220,7 +220,7 @@ def load_scenario(name: str) -> Snapshot:
 
 def _timeline_snapshot(name: str) -> Snapshot:
     """A watch timeline's faulted state: its GPUs at the end of the timeline and every kernel line it logged."""
-    from gpuclinic.sources.kernel_log import parse_lines
+    from gpuclinic.sources.kernellog import parse_lines
     from gpuclinic.watch.backend import ScaledClock
     from gpuclinic.watch.simulate import ScenarioBackend, list_watch_scenarios, load_watch_scenario
 

@@ -1,8 +1,8 @@
 """Kernel-log events for the agent: follow logs live and turn XID/AER/GSP lines into conditions.
 
-Parsing and following belong to :mod:`gpuclinic.sources.kernel_log` (the doctor's parser, every log
-format in the wild); codes and severities to ``knowledge/data/codes.json`` and the Xid catalog, so a
-line means the same in ``watch`` as in ``doctor --from`` and ``explain``.
+Parsing and following belong to the kernel-log subsystem (:mod:`gpuclinic.sources.kernellog`, the
+doctor's parser, every log format in the wild); codes and severities to ``knowledge/data/codes.json``
+and the Xid catalog, so a line means the same in ``watch`` as in ``doctor --from`` and ``explain``.
 """
 
 from __future__ import annotations
@@ -14,28 +14,28 @@ from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Severity
+from gpuclinic.sources.kernellog import KernelLogParser
+from gpuclinic.sources.kernellog.follow import follow
 from gpuclinic.watch.events import Condition
 
 
 class LineParser:
-    """Line -> KernelEvent through the doctor's kernel-log parser (one parser for every command)."""
+    """Stateful line -> KernelEvent parser (the kernel-log subsystem's, every log format)."""
 
     def __init__(self, origin: str | None = None) -> None:
         self.origin = origin
+        self._parser = KernelLogParser(origin=origin)
 
     def feed(self, lines: list[str]) -> list[KernelEvent]:
-        from gpuclinic.sources.kernel_log import parse_lines
-
-        try:
-            return list(parse_lines(lines, self.origin))
-        except Exception:  # a parser bug must not stop alerting on the next lines
-            return []
+        out: list[KernelEvent] = []
+        for line in lines:
+            out.extend(self._parser.feed(line))
+        out.extend(self._parser.flush())
+        return out
 
 
 def follow_events(paths: Sequence[str] | None, stop: threading.Event) -> Iterator[KernelEvent | None]:
-    """Kernel events as they are written (None when idle): the kernel-log source's follower."""
-    from gpuclinic.sources.kernel_log import follow
-
+    """Kernel events as they are written.  Live log when ``paths`` is None."""
     yield from follow(list(paths) if paths else None, stop, from_end=True, poll_s=0.1)
 
 
