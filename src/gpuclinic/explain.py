@@ -225,7 +225,6 @@ _COVERED_BY = {
     "nvrm.api_mismatch": "driver.library_mismatch",
     "xid.generic": "xid.",
     "xid.fallen_off_bus": "xid.",
-    "nvrm.rm_init_failed": "gpu.init_failed",
     "smi.device_handle": "gpu.missing",
     "gpu.lost": "gpu.missing",
 }
