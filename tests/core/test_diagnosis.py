@@ -132,7 +132,7 @@ def test_stated_cause_and_45_after_79_and_48_then_63() -> None:
 
 
 def test_heat_symptoms_fold_into_one_heat_incident() -> None:
-    incs = group([_f("thermal.throttle", Severity.CRITICAL), _f("thermal.near_slowdown", Severity.WARNING),
+    incs = group([_f("thermal.throttle", Severity.CRITICAL), _f("thermal.throttle", Severity.WARNING),
                   _f("thermal.slowdown", Severity.CRITICAL), _f("perf.straggler", Severity.WARNING)])
     assert len(incs) == 1 and incs[0].code == "thermal.slowdown"
     assert incs[0].severity == Severity.CRITICAL

@@ -26,20 +26,21 @@ _COOLING = ("Check cooling now: `nvidia-smi -q -d TEMPERATURE,PERFORMANCE` for t
 def thermal_slowdown(snap: Snapshot) -> Iterable[Finding]:
     out = []
     for g in readable(snap):
-        f = _gpu_temp(g)
+        f = gpu_temperature(g)
         if f:
             out.append(f)
-        f = _hbm_temp(g)
+        f = hbm_temperature(g)
         if f:
             out.append(f)
     return personalize(out)
 
 
-def _gpu_temp(g: GpuFacts) -> Finding | None:
+def gpu_temperature(g: GpuFacts, margin_c: float | None = None) -> Finding | None:
+    """The GPU-temperature rule (doctor and watch): critical at slowdown, warning near it."""
     t = g.temperature_c
     if t is None:
         return None
-    margin = threshold("temp_slowdown_margin_c")
+    margin = margin_c if margin_c is not None else threshold("temp_slowdown_margin_c")
     thresholds = (f"thresholds: slowdown {fmt_c(g.slowdown_temp_c)}, max operating {fmt_c(g.max_operating_temp_c)}, "
                   f"shutdown {fmt_c(g.shutdown_temp_c)} (the GPU's own, from NVML)")
     sev: Severity | None = None
@@ -73,7 +74,8 @@ def _gpu_temp(g: GpuFacts) -> Finding | None:
     )
 
 
-def _hbm_temp(g: GpuFacts) -> Finding | None:
+def hbm_temperature(g: GpuFacts) -> Finding | None:
+    """The HBM-temperature rule (doctor and watch)."""
     t = g.memory_temperature_c
     if t is None:
         return None

@@ -118,9 +118,8 @@ class RuleEngine:
                 continue
             st = self._st(g)
             conds.extend(self._throttle(now, g, st))
-            conds.extend(self._near_slowdown(g))
+            conds.extend(self._state(g))
             points.extend(self._counters(g, st))
-            conds.extend(self._remap_state(g))
             conds.extend(self._pcie(now, g, st))
             conds.extend(self._stall_idle(now, g, st))
         conds.extend(self._straggler(now, gpus))
@@ -194,22 +193,19 @@ class RuleEngine:
             ))
         return out
 
-    def _near_slowdown(self, g: GpuFacts) -> list[Condition]:
-        if g.temperature_c is None:
-            return []
-        limit = g.slowdown_temp_c or self.cfg.temp_fallback_slowdown_c
-        margin = self.cfg.temp_margin_c or threshold("temp_slowdown_margin_c")
-        if g.temperature_c < limit - margin:
-            return []
+    def _state(self, g: GpuFacts) -> list[Condition]:
+        """What is wrong with this sample by the doctor's own detectors (heat, HBM row remapping)."""
+        from gpuclinic.checks import run_checks
+        from gpuclinic.checks.thermal import gpu_temperature, hbm_temperature
+        from gpuclinic.facts.snapshot import Snapshot
+
+        found = [f for f in (gpu_temperature(g, self.cfg.temp_margin_c), hbm_temperature(g)) if f is not None]
+        findings, _ = run_checks(Snapshot(gpus=[g], nvml_available=True), only=["memory.row_remap"])
+        found += findings
         return [Condition(
-            key=f"rules:thermal.near_slowdown:{self.key(g)}", code="thermal.near_slowdown", severity=severity("thermal.near_slowdown"),
-            gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} is within {margin:g} C of thermal slowdown",
-            evidence=[f"temperature {g.temperature_c:.0f} C, slowdown at {limit:.0f} C"
-                      + ("" if g.slowdown_temp_c else " (assumed: NVML gave no threshold)")],
-            remedy="Clocks will be cut soon. Check fans, airflow and inlet temperature; spread load or lower the "
-                   "power limit until cooling is fixed.",
-            data={"temperature_c": g.temperature_c, "slowdown_temp_c": limit},
-        )]
+            key=f"rules:{f.code}:{self.key(g)}" + (f":{f.data['sensor']}" if "sensor" in f.data else ""),
+            code=f.code, severity=f.severity, gpu=g.index, uuid=g.uuid, title=f.title, evidence=list(f.evidence),
+            remedy=f.remedy, data=dict(f.data)) for f in found]
 
     def _counters(self, g: GpuFacts, st: _GpuState) -> list[Condition]:
         out = []
@@ -242,25 +238,6 @@ class RuleEngine:
                     title=f"GPU {g.index}: {title}", evidence=[f"{name.replace('_', ' ')} {prev} -> {int(val)}"],
                     remedy=remedy, data={"from": prev, "to": int(val)}, hold_s=self.cfg.counter_hold_s,
                 ))
-        return out
-
-    def _remap_state(self, g: GpuFacts) -> list[Condition]:
-        out = []
-        if g.remapped_rows_failure:
-            out.append(Condition(
-                key=f"rules:memory.row_remap_failed:{self.key(g)}", code="memory.row_remap_failed",
-                severity=severity("memory.row_remap_failed"),
-                gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: row remapping failed",
-                evidence=["NVML reports a row-remapping failure"],
-                remedy="The GPU has no spare rows left for a failing memory row: drain it and ask for a replacement."))
-        if g.remapped_rows_pending:
-            out.append(Condition(
-                key=f"rules:memory.row_remap_pending:{self.key(g)}", code="memory.row_remap_pending",
-                severity=severity("memory.row_remap_pending"),
-                gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: row remap pending (needs a GPU reset)",
-                evidence=["NVML reports a pending row remap"],
-                remedy="A memory row is marked for remapping and takes effect only after a GPU reset: reset the GPU "
-                       "(or reboot) at the next safe point."))
         return out
 
     def _pcie(self, now: float, g: GpuFacts, st: _GpuState) -> list[Condition]:
