@@ -110,6 +110,7 @@ class Agent:
         self.book = EventBook(resolve_after_s=cfg.rules.resolve_after_s, disabled=cfg.rules.disabled)
         self.book.subscribe(self._on_event)
         self.incidents = IncidentTracker(grace_s=cfg.rules.incident_grace_s)
+        self._batch = False
         self.incidents.subscribe(self._on_incident)
         self.info = BackendInfo(name="?")
         self.stop = threading.Event()
@@ -194,8 +195,13 @@ class Agent:
         if isinstance(self.backend, KernelLineSource):
             lines = self.backend.poll_kernel_lines()
             if lines:
-                for kev in self._parser.feed(lines):
-                    self.handle_kernel_event(kev)
+                self._batch = True  # lines logged together (an Xid 79 and its "fallen off the bus") are one incident
+                try:
+                    for kev in self._parser.feed(lines):
+                        self.handle_kernel_event(kev)
+                finally:
+                    self._batch = False
+                self.incidents.update(self.book.open_events(), now)
         sampler_conds: list[Condition] = []
         if res.gpus is not None:
             self.stalled = False
@@ -298,7 +304,8 @@ class Agent:
             self.log(f"watch: RESOLVED {ev.code}{gpu}: {ev.title} (after {ev.data.get('duration_s', 0):.0f} s)")
         else:
             self.log(f"watch: {what.upper()} {ev.severity.label} {ev.code}{gpu}: {ev.title}")
-        self.incidents.update(self.book.open_events(), self.clock.now())
+        if not self._batch:
+            self.incidents.update(self.book.open_events(), self.clock.now())
 
     def _on_incident(self, t: TrackedIncident, what: str) -> None:
         """One alert per incident (and one when it resolves); its symptoms ride along in the same message."""
@@ -352,7 +359,11 @@ class Agent:
                 if self.stop.is_set():
                     return
                 if kev is not None:
+                    self._batch = True  # events read together are grouped before anyone is told
                     self.handle_kernel_event(kev)
+                elif self._batch:  # the follower caught up: group what arrived, alert once per incident
+                    self._batch = False
+                    self.incidents.update(self.book.open_events(), self.clock.now())
         except Exception as e:  # following failed (permissions, journalctl missing): say so, keep sampling
             self.kernel_note = f"kernel log not followed: {type(e).__name__}: {e}"
             self.log(f"watch: {self.kernel_note}")
