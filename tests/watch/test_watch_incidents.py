@@ -51,3 +51,23 @@ def test_every_name_works_in_every_command() -> None:
                             "watch": ["watch", "--scenario", "nosuch", "--duration", "1s", "--no-store"],
                             "run": ["run", "--skip-preflight", "--scenario", "nosuch", "--", "true"]}.items()}
     assert len({e.stderr for e in errs.values()}) == 1 and all(e.returncode == 64 for e in errs.values())
+
+
+def test_api_incidents_and_metrics_export_one_incident(agent_factory: Any) -> None:
+    from prometheus_client import generate_latest
+
+    from gpuclinic.watch.metrics import make_registry
+    from gpuclinic.watch.server import incidents_json
+
+    a = agent_factory("fallen-off-bus", scale=60)
+    a.run(duration_s=20)
+    d = incidents_json(a)
+    assert d["verdict"] == "drain"
+    (inc,) = [i for i in d["incidents"] if i["severity"] != "info"]
+    assert inc["code"] == "gpu.fallen_off_bus" and inc["gpu"]["index"] == 4
+    assert {"xid.79", "gpu.missing"} <= set(inc["symptoms"]) and inc["runbook"] == "gpu.fallen_off_bus"
+    text = generate_latest(make_registry(a)).decode()
+    lines = [ln for ln in text.splitlines() if ln.startswith("gpuclinic_incident_open{")]
+    assert lines == ['gpuclinic_incident_open{code="gpu.fallen_off_bus",family="gpu_fault",gpu="4",'
+                     'severity="critical"} 1.0']
+    assert "gpuclinic_node_verdict 2.0" in text
