@@ -161,6 +161,9 @@ CASES = [
     Case("watch-db-is-dir", ["watch", "--scenario", "demo", "--duration", "1s", "--db", "adir"], 3, "is a directory"),
     Case("watch-scenario-unknown", ["watch", "--scenario", "nosuch", "--duration", "1s", "--no-store"], 64,
          "unknown scenario 'nosuch'"),
+    Case("runbook-unknown-code", ["runbook", "gpu.nosuch"], 64, "no runbook for 'gpu.nosuch'"),
+    Case("runbook-no-code", ["runbook"], 64, "give a code"),
+    Case("runbook-bad-gpu", ["runbook", "xid.79", "--gpu", "-1"], 2, "--gpu"),  # click usage errors, as doctor
 ]
 
 
