@@ -20,6 +20,8 @@ from gpuclinic.watch.config import RulesConfig
 from gpuclinic.watch.events import Condition
 
 GIB = 1024**3
+# the doctor's per-GPU state detectors watch runs on every sample (heat runs through its own functions)
+_STATE_CHECKS = ["memory.row_remap", "memory.retired_pages", "gpu.recovery_action", "gpu.inforom", "power.insufficient"]
 
 # clock event reason -> (code, severity condition in codes.json, title, remedy)
 _THROTTLE = {
@@ -200,7 +202,7 @@ class RuleEngine:
         from gpuclinic.facts.snapshot import Snapshot
 
         found = [f for f in (gpu_temperature(g, self.cfg.temp_margin_c), hbm_temperature(g)) if f is not None]
-        findings, _ = run_checks(Snapshot(gpus=[g], nvml_available=True), only=["memory.row_remap"])
+        findings, _ = run_checks(Snapshot(gpus=[g], nvml_available=True), only=_STATE_CHECKS)
         found += findings
         return [Condition(
             key=f"rules:{f.code}:{self.key(g)}" + (f":{f.data['sensor']}" if "sensor" in f.data else ""),
