@@ -176,4 +176,8 @@ class AgentCollector(Collector):
 def make_registry(agent: Agent) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(AgentCollector(agent))
+    if getattr(agent, "room_poller", None) is not None:  # the BMC (sources/bmc/poller.py)
+        from gpuclinic.sources.bmc.poller import RoomCollector
+
+        reg.register(RoomCollector(agent.room_poller))
     return reg

@@ -220,7 +220,17 @@ def state_json(agent: Agent) -> dict[str, Any]:
                    "sample_errors": st.sample_errors_total, "store_error": st.store_error,
                    "store_buffered": st.store_buffered, "notify_sent": st.notify_sent,
                    "notify_failed": st.notify_failed, "notify_spooled": st.notify_spooled, "notes": st.notes},
+        "room": _room_state(agent),
     }
+
+
+def _room_state(agent: Agent) -> dict[str, Any] | None:
+    """The BMC's latest poll (inlet, fans, PSUs) when the agent polls one (sources/bmc/poller.py)."""
+    if getattr(agent, "room_poller", None) is None:
+        return None
+    from gpuclinic.sources.bmc.poller import room_state
+
+    return room_state(agent.room_poller)
 
 
 def events_json(agent: Agent, since: float | None) -> list[dict[str, Any]]:
