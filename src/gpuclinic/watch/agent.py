@@ -198,19 +198,23 @@ class Agent:
 
     # -- one tick -------------------------------------------------------------------------------------
     def tick(self) -> None:
+        """One sample through the rules; incidents are regrouped once, after everything this tick saw."""
+        self._batch = True
+        try:
+            self._tick()
+        finally:
+            self._batch = False
+        self.incidents.update(self.book.open_events(), self.clock.now())
+
+    def _tick(self) -> None:
         assert self.sampler is not None
         res = self.sampler.sample()
         now = self.clock.now()
         if isinstance(self.backend, KernelLineSource):
             lines = self.backend.poll_kernel_lines()
-            if lines:
-                self._batch = True  # lines logged together (an Xid 79 and its "fallen off the bus") are one incident
-                try:
-                    for kev in self._parser.feed(lines):
-                        self.handle_kernel_event(kev)
-                finally:
-                    self._batch = False
-                self.incidents.update(self.book.open_events(), now)
+            if lines:  # lines logged together (an Xid 79 and its "fallen off the bus") are one incident
+                for kev in self._parser.feed(lines):
+                    self.handle_kernel_event(kev)
         sampler_conds: list[Condition] = []
         if res.gpus is not None:
             self.stalled = False
@@ -219,6 +223,11 @@ class Agent:
             self.last_duration = res.duration_s
             self.samples_total += 1
             self._record(now, res.gpus)
+            room = getattr(self.backend, "room_facts", None)
+            if room is not None and self.room_poller is None:  # a scenario's scripted BMC, through the room checks
+                from gpuclinic.sources.bmc.poller import evaluate as evaluate_room
+
+                evaluate_room(self, room())
             conds, points = self.rules.evaluate(now, res.gpus)
             for p in points:
                 self.book.raise_condition(p, now)
@@ -247,7 +256,6 @@ class Agent:
                        "run `gpuclinic doctor`; a reboot is usually needed. Metrics are stale until this clears."))
         self.book.reconcile("sampler", sampler_conds, now)
         self.book.expire(now)
-        self.incidents.update(self.book.open_events(), now)
         self._flush()
         if self.store is not None and now - self._last_maint >= self.cfg.agent.rollup_interval_s:
             self._last_maint = now

@@ -45,6 +45,9 @@ class Scenario:
     driver_version: str | None = None
     cuda_driver_version: str | None = None
     duration_s: float | None = None
+    room: dict[str, Any] | None = None  # BMC facts (facts.room.RoomFacts as JSON) while the fault lasts
+    room_from: float = 0.0
+    room_until: float | None = None
 
 
 def _scenario_dir() -> Any:
@@ -105,6 +108,8 @@ def scenario_from_dict(raw: dict[str, Any], default_name: str = "scenario") -> S
         tracks=list(raw.get("tracks") or []), events=sorted(raw.get("events") or [], key=lambda e: float(e["t"])),
         rules=dict(raw.get("rules") or {}), driver_version=raw.get("driver_version"),
         cuda_driver_version=raw.get("cuda_driver_version"), duration_s=raw.get("duration_s"),
+        room=raw.get("room"), room_from=float(raw.get("room_from") or 0.0),
+        room_until=float(raw["room_until"]) if raw.get("room_until") is not None else None,
     )
 
 
@@ -141,6 +146,7 @@ def timeline_from_fault_state(name: str) -> Scenario:
         "gpus": gpus, "events": events, "driver_version": snap.get("driver_version"),
         "cuda_driver_version": snap.get("cuda_driver_version"), "duration_s": tl["duration_s"],
         "rules": {"throttle_min_s": 2, "pcie_sustain_s": 5, "straggler_minutes": 0.1},
+        "room": snap.get("room"), "room_from": fault_at, "room_until": recover_at,
     }, default_name=name)
 
 
@@ -243,6 +249,19 @@ class ScenarioBackend:
                 lines.extend(k if isinstance(k, list) else [k])
                 self._kernel_sent += 1
         return lines
+
+    def room_facts(self) -> Any:
+        """The scripted BMC facts while the fault lasts (None: no BMC in this scenario, or not now)."""
+        sc = self.scenario
+        if not sc.room:
+            return None
+        t = self.elapsed()
+        if t < sc.room_from or (sc.room_until is not None and t >= sc.room_until):
+            return None
+        from gpuclinic.facts.room import RoomFacts
+        from gpuclinic.facts.serial import from_jsonable
+
+        return from_jsonable(RoomFacts, copy.deepcopy(sc.room))
 
     def close(self) -> None:
         self._stop.set()
