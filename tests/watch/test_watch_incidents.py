@@ -19,7 +19,7 @@ SINGLE_FAULT = sorted(n for n, s in SCENARIOS.items() if s["expect"].get("root")
 @pytest.mark.parametrize("name", [*SINGLE_FAULT, "healthy-8xh100-load"])
 def test_one_alert_per_incident_and_one_resolved(name: str, receiver: Any) -> None:
     r = subprocess.run([sys.executable, "-m", "gpuclinic", "watch", "--scenario", name, "--time-scale", "20",
-                        "--duration", "60s", "--no-store", "--doctor-interval", "0", "--webhook", receiver.url],
+                        "--duration", "50s", "--no-store", "--doctor-interval", "0", "--webhook", receiver.url],
                        capture_output=True, text=True, timeout=50)
     assert r.returncode in (0, 1, 2), r.stderr
     bodies = [b for b in receiver.bodies() if isinstance(b, dict)]
