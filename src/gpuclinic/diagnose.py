@@ -172,12 +172,12 @@ def explain_verdict(findings: list[Finding]) -> Verdict:
 
 def first_step_for(code: str, f: Finding) -> str:
     """The first step of the runbook for ``code``, filled in for the finding's GPU."""
-    from gpuclinic.incidents import _first_line
+    from gpuclinic.incidents import first_sentence
     from gpuclinic.knowledge.runbooks import first_step
 
     if code.startswith("error.") and f.remedy:  # a signature's own fix is more exact than the generic runbook
-        return _first_line(f.remedy)
-    return first_step(code, f.gpu) or _first_line(f.remedy)
+        return first_sentence(f.remedy)
+    return first_step(code, f.gpu) or first_sentence(f.remedy)
 
 
 def _gpu_key(ref: GpuRef | None) -> str:
