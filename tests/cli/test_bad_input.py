@@ -42,7 +42,7 @@ CASES = [
     Case("doctor-from-binary", ["doctor", "--from", "binary.bin"], 3, "binary data"),
     Case("doctor-from-empty", ["doctor", "--from", "empty.txt"], 3, "file is empty"),
     Case("doctor-from-unrecognised", ["doctor", "--from", "precious.txt"], 3, "not recognised"),
-    Case("doctor-scenario-unknown", ["doctor", "--scenario", "nosuch"], 3, "unknown scenario 'nosuch'"),
+    Case("doctor-scenario-unknown", ["doctor", "--scenario", "nosuch"], 64, "unknown scenario 'nosuch'"),
     Case("doctor-scenario-and-from", ["doctor", "--scenario", "fallen-off-bus", "--from", "precious.txt"], 3,
          "either --scenario or --from"),
     Case("doctor-expect-gpus-negative", ["doctor", "--expect-gpus", "-1"], 2, "--expect-gpus"),
@@ -139,7 +139,7 @@ CASES = [
     Case("run-checkpoint-dir-is-a-file", ["run", "--checkpoint-dir", "precious.txt", "--", "true"], 2, "is a file"),
     Case("run-config-missing", ["run", "--config", "nope.toml", "--", "true"], 3, "no such file"),
     Case("run-kernel-log-missing", ["run", "--kernel-log", "nope.log", "--", "true"], 3, "no such file"),
-    Case("run-scenario-unknown", ["run", "--skip-preflight", "--scenario", "nosuch", "--", "true"], 3,
+    Case("run-scenario-unknown", ["run", "--skip-preflight", "--scenario", "nosuch", "--", "true"], 64,
          "unknown scenario"),
     Case("report-since-garbage", ["report", "interruptions", "--since", "garbage"], 3, "not a duration or ISO date"),
     Case("report-since-bad-date", ["report", "interruptions", "--since", "2026-13-45"], 3, "not a duration or ISO date"),
@@ -159,7 +159,11 @@ CASES = [
     Case("watch-webhook-not-url", ["watch", "--scenario", "demo", "--duration", "1s", "--no-store",
                                    "--webhook", "hooks.example/secret-token"], 3, "not an http(s) URL"),
     Case("watch-db-is-dir", ["watch", "--scenario", "demo", "--duration", "1s", "--db", "adir"], 3, "is a directory"),
-    Case("watch-scenario-unknown", ["watch", "--scenario", "nosuch", "--duration", "1s", "--no-store"], 3, "nosuch"),
+    Case("watch-scenario-unknown", ["watch", "--scenario", "nosuch", "--duration", "1s", "--no-store"], 64,
+         "unknown scenario 'nosuch'"),
+    Case("runbook-unknown-code", ["runbook", "gpu.nosuch"], 64, "no runbook for 'gpu.nosuch'"),
+    Case("runbook-no-code", ["runbook"], 64, "give a code"),
+    Case("runbook-bad-gpu", ["runbook", "xid.79", "--gpu", "-1"], 2, "--gpu"),  # click usage errors, as doctor
 ]
 
 

@@ -62,7 +62,7 @@ def test_events_text_and_json(demo_db: Path, capsys: pytest.CaptureFixture[str])
     (["history", "temprature", "--db", "{db}"], "unknown metric 'temprature'"),
     (["history", "temperature", "--since", "yesterday", "--db", "{db}"], "bad --since"),
     (["events", "--db", "{missing}"], "no watch store at"),
-    (["watch", "--scenario", "nope", "--no-http"], "unknown watch scenario 'nope'"),
+    (["watch", "--scenario", "nope", "--no-http"], "unknown scenario 'nope'"),
     (["watch", "--scenario", "demo", "--listen", "127.0.0.1:99999"], "port must be"),
     (["watch", "--config", "{missing}"], "config file not found"),
 ])
@@ -89,7 +89,7 @@ def test_config_errors_are_specific(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_list_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(["watch", "--list-scenarios"], capsys)
-    assert rc == 0 and {"demo", "steady8", "straggler", "power-brake"} <= {ln.split()[0] for ln in out.splitlines()}
+    assert rc == 0 and {"demo", "steady8", "straggler", "power-brake", "straggler-4x", "fallen-off-bus"} <= {ln.split()[0] for ln in out.splitlines()}
 
 
 def test_no_gpu_is_one_line_and_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

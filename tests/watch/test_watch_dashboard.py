@@ -100,12 +100,16 @@ def test_dashboard_renders_plots_timeline_and_events(tmp_path: Path, free_port: 
         assert reasons == {"hw_thermal_slowdown": 1, "sw_thermal_slowdown": 1}
         (tl1,) = dom.find("canvas", data_metric="throttle", data_gpu="1")
         assert tl1["data-reasons"] == ""
-        (gpu2,) = dom.find("div", data_gpu="2")
+        (gpu2,) = [d for d in dom.find("div", data_gpu="2") if "incident" not in d.get("class", "")]
         assert gpu2["data-lost"] == "1"
 
         xid = [a for a in dom.find("li", data_code="xid.79") if a["data-gpu"] == "2"]
         assert xid and xid[0]["data-severity"] == "critical" and xid[0]["data-state"] == "open"
         assert dom.find("li", data_code="thermal.throttle") and dom.find("li", data_code="gpu.missing")
+        # one card per incident: the fall off the bus carries its Xid 79 and the lost GPU folded under it
+        cards = [c for c in dom.find("div", data_code="gpu.fallen_off_bus") + dom.find("div", data_code="xid.79")
+                 if "incident" in c.get("class", "")]
+        assert len(cards) == 1 and cards[0]["data-gpu"] == "2" and cards[0]["data-severity"] == "critical"
         text = " ".join(dom.text)
         assert "GPU has fallen off the bus" in text and "Drain the node" in text  # evidence and remedy
 

@@ -107,7 +107,7 @@ def test_is_loopback() -> None:
 
 
 def test_events_api_lists_open_and_resolved(agent_factory: Callable[..., Agent], servers: list[Any]) -> None:
-    a = agent_factory("power-brake", scale=60)
+    a = agent_factory("power-brake-2x", scale=60)
     a.run(duration_s=50)
     srv, _ = serve(a, "127.0.0.1:0")
     servers.append(srv)

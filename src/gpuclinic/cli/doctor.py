@@ -61,10 +61,9 @@ def doctor(
     """
     fmt = output_format(as_json, as_markdown)
     if list_scenarios:
-        from gpuclinic.sources.scenarios import list_scenarios as _list
+        from gpuclinic.sources.scenarios import format_list
 
-        for name, desc in _list():
-            click.echo(f"{name:28} {desc}")
+        click.echo(format_list())
         return 0
     paths = list(from_paths) + list(more_paths)
     if paths and not from_paths:

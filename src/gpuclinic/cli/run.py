@@ -74,6 +74,14 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
         _say("pre-flight could not run; starting the job")
 
 
+def _list(ctx: click.Context, value: bool) -> None:
+    if value:
+        from gpuclinic.sources.scenarios import format_list
+
+        click.echo(format_list())
+        ctx.exit(0)
+
+
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
               help="Restart at most this many times.")
@@ -113,6 +121,8 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
 @click.option("--slurm-requeue/--no-slurm-requeue", default=True, show_default=True,
               help="Inside a Slurm job (SLURM_JOB_ID): after a GPU fault a restart here cannot fix, drain this "
                    "node and `scontrol requeue` the job instead of restarting in place.")
+@click.option("--list-scenarios", is_flag=True, is_eager=True, expose_value=False, callback=lambda ctx, _p, v: _list(ctx, v),
+              help="List simulated scenarios (the same as doctor and watch) and exit.")
 @click.option("--gpu-facts", type=click.Path(dir_okay=False), metavar="FILE", hidden=True,
               help="Simulated GPUs from a JSON file re-read every sample (testing).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)

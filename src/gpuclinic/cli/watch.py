@@ -130,10 +130,9 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
     from gpuclinic.watch.config import ChannelConfig, load_config, parse_duration
 
     if list_scenarios:
-        from gpuclinic.watch.simulate import list_watch_scenarios
+        from gpuclinic.sources.scenarios import format_list
 
-        for name, desc in list_watch_scenarios():
-            click.echo(f"{name:18} {desc}")
+        click.echo(format_list())
         return 0
     peer_list: list[str] = []
     if peers or peers_file:

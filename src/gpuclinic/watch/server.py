@@ -202,7 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
 def incidents_json(agent: Agent) -> dict[str, Any]:
     """The node verdict and the open incidents (root cause, symptoms, evidence, runbook), worst first."""
     return {"verdict": agent.verdict().value,
-            "incidents": [dict(t.incident.to_dict(), id=t.id, opened=t.opened) for t in agent.incidents.open_incidents()]}
+            "incidents": [dict(t.incident.to_dict(), id=t.id, opened=t.opened, events=sorted(t.members))
+                          for t in agent.incidents.open_incidents()]}
 
 
 def state_json(agent: Agent) -> dict[str, Any]:
@@ -222,6 +223,7 @@ def state_json(agent: Agent) -> dict[str, Any]:
     return {
         "host": agent.host, "backend": st.backend, "driver_version": st.driver_version, "now": st.now,
         "verdict": st.verdict.value, "gpus": gpus, "open_events": [event_json(e) for e in st.open_events],
+        "incidents": incidents_json(agent)["incidents"],
         "reasons": [{"bit": b, "name": n, "description": d} for b, n, d in R.REASONS],
         "status": {"sample_age_s": st.sample_age, "stalled": st.stalled, "samples": st.samples_total,
                    "sample_errors": st.sample_errors_total, "store_error": st.store_error,

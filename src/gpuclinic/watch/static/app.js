@@ -76,11 +76,11 @@ function renderVerdict(st) {
   v.className = "verdict " + st.verdict;
   v.dataset.verdict = st.verdict;
   $(".label", v).textContent = st.verdict;
-  const open = st.open_events;
+  const open = (st.incidents || []).filter(i => i.severity !== "info");
   const crit = open.filter(e => e.severity === "critical").length;
   const warn = open.filter(e => e.severity === "warning").length;
   $("#summary").textContent = open.length === 0 ? "No open problems." :
-    `${crit} critical, ${warn} warning open. Worst: ${open[0].title}`;
+    `${crit} critical, ${warn} warning incident(s) open. Worst: ${open[0].title}`;
   const m = $("#meta");
   m.textContent = `${st.host} · ${st.backend} · driver ${st.driver_version || "?"} · ${st.gpus.length} GPU(s) · ` +
     `sample ${st.status.sample_age_s.toFixed(1)} s ago · ${st.status.samples} samples`;
@@ -97,13 +97,41 @@ function renderVerdict(st) {
 }
 
 function renderOpen(st) {
+  // one card per incident (root cause), its symptoms and their events folded under it
   const box = $("#open-events");
   box.textContent = "";
-  if (!st.open_events.length) return;
-  box.appendChild(el("h2", "", "Open problems"));
-  const ul = el("ul", "events");
-  for (const e of st.open_events) ul.appendChild(eventNode(e, true));
-  box.appendChild(ul);
+  const incs = (st.incidents || []).filter(i => i.severity !== "info");
+  box.dataset.incidents = String(incs.length);
+  if (!incs.length) return;
+  box.appendChild(el("h2", "", "Open incidents"));
+  const byKey = {};
+  for (const e of st.open_events) byKey[e.key] = e;
+  for (const inc of incs) {
+    const card = el("div", `incident ev ${inc.severity}`);
+    card.dataset.code = inc.code;
+    card.dataset.severity = inc.severity;
+    card.dataset.gpu = inc.gpu && inc.gpu.index !== null ? String(inc.gpu.index) : "";
+    const head = el("div", "head");
+    head.appendChild(el("span", `badge ${inc.severity}`, inc.severity));
+    head.appendChild(el("strong", "title", inc.title));
+    head.appendChild(el("span", "code", inc.code));
+    head.appendChild(el("span", "when", `opened ${fmtTime(inc.opened)}`));
+    card.appendChild(head);
+    if (inc.symptoms.length) card.appendChild(el("div", "symptoms", "Explains: " + inc.symptoms.join(", ")));
+    if (inc.first_step) card.appendChild(el("div", "remedy", inc.first_step));
+    const gpu = inc.gpu && inc.gpu.index !== null ? ` --gpu ${inc.gpu.index}` : "";
+    card.appendChild(el("div", "runbook", `All steps: gpuclinic runbook ${inc.code}${gpu}`));
+    const evs = (inc.events || []).map(k => byKey[k]).filter(Boolean);
+    if (evs.length) {
+      const det = el("details");
+      det.appendChild(el("summary", "", `${evs.length} event(s) and their evidence`));
+      const ul = el("ul", "events");
+      for (const e of evs) ul.appendChild(eventNode(e, true));
+      det.appendChild(ul);
+      card.appendChild(det);
+    }
+    box.appendChild(card);
+  }
 }
 
 const PLOTS = [
