@@ -90,6 +90,8 @@ def _check_agent_options(listen: str, no_http: bool, kernel_logs: tuple[str, ...
 @click.option("--list-scenarios", is_flag=True, help="List simulated scenarios and exit.")
 @click.option("--time-scale", type=click.FloatRange(min=0.001), default=1.0, show_default=True,
               help="With --scenario: run simulated time this many times faster (tests, demos).")
+@click.option("--hold-fault", is_flag=True,
+              help="With --scenario: a transient fault (overheating, straggler...) stays instead of recovering.")
 @click.option("--interval", type=click.FloatRange(min=0.05), metavar="SECONDS",
               help="Sampling interval (default 1 s, or [agent] interval in --config).")
 @click.option("--db", metavar="PATH", help="SQLite store (default $XDG_STATE_HOME/gpuclinic/gpuclinic.db).")
@@ -117,7 +119,8 @@ def _check_agent_options(listen: str, no_http: bool, kernel_logs: tuple[str, ...
 @click.option("--bmc-interval", type=click.FloatRange(1, 3600), default=45.0, show_default=True, metavar="S",
               help="Poll the BMC (--bmc/--redfish) this often; 30-60 s suits most BMCs.")
 @bmc_options
-def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interval: float | None, db: str | None,
+def watch(scenario: str | None, list_scenarios: bool, time_scale: float, hold_fault: bool, interval: float | None,
+          db: str | None,
           no_store: bool, config_path: str | None, listen: str, no_http: bool, token: str | None,
           kernel_logs: tuple[str, ...], no_kernel_log: bool, doctor_interval: str | None, webhooks: tuple[str, ...],
           expect_gpus: int | None, duration: str | None, peers: str | None, peers_file: str | None,
@@ -154,7 +157,7 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
         from gpuclinic.watch.config import _fill
         from gpuclinic.watch.simulate import ScenarioBackend, load_watch_scenario
 
-        sc = load_watch_scenario(scenario)
+        sc = load_watch_scenario(scenario, hold=hold_fault)
         if sc.rules:
             # the scenario's own thresholds (short demo timings) apply unless the config file set them
             file_rules = {}
@@ -168,6 +171,8 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
     else:
         if time_scale != 1.0:
             raise InputError("--time-scale only applies with --scenario")
+        if hold_fault:
+            raise InputError("--hold-fault only applies with --scenario")
         clock = RealClock()
         backend = NvmlBackend(call_timeout_s=max(0.5, cfg.agent.sample_timeout_s * 0.6))
     if interval is not None:

@@ -63,8 +63,8 @@ def list_watch_scenarios() -> list[tuple[str, str]]:
     return out
 
 
-def load_watch_scenario(name_or_path: str) -> Scenario:
-    """A shipped scenario by name, or a JSON file path."""
+def load_watch_scenario(name_or_path: str, *, hold: bool = False) -> Scenario:
+    """A shipped scenario by name, or a JSON file path (``hold``: a fault state never recovers)."""
     p = Path(name_or_path)
     try:
         if p.suffix == ".json" and p.exists():
@@ -75,7 +75,7 @@ def load_watch_scenario(name_or_path: str) -> Scenario:
                 from gpuclinic.sources.scenarios import is_fault_state, unknown_scenario
 
                 if is_fault_state(name_or_path):
-                    return timeline_from_fault_state(name_or_path)
+                    return timeline_from_fault_state(name_or_path, hold=hold)
                 raise unknown_scenario(name_or_path)
             raw = json.loads(ref.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -116,14 +116,18 @@ def scenario_from_dict(raw: dict[str, Any], default_name: str = "scenario") -> S
 _SKIP = {"nvlinks"}  # per-link facts are the doctor's; the sampler replays GPU-level fields
 
 
-def timeline_from_fault_state(name: str) -> Scenario:
-    """A doctor scenario as a timeline: the healthy node, the fault at ``fault_at``, recovery if transient."""
+def timeline_from_fault_state(name: str, *, hold: bool = False) -> Scenario:
+    """A doctor scenario as a timeline: the healthy node, the fault at ``fault_at``, recovery if transient.
+
+    ``hold`` keeps a transient fault in place (no recovery): fleet tests and demos need a node that stays
+    faulted for as long as they look at it.
+    """
     from gpuclinic.sources.scenarios import build_snapshot_dict, timeline
 
     tl = timeline(name)
     healthy = build_snapshot_dict("healthy-8xh100-load")
     faulted = build_snapshot_dict(name)
-    fault_at, recover_at = float(tl["fault_at"] or 0), tl["recover_at"]
+    fault_at, recover_at = float(tl["fault_at"] or 0), (None if hold else tl["recover_at"])
     gpus = [{k: copy.deepcopy(v) for k, v in g.items() if k in _FIELDS and k not in _SKIP} for g in healthy["gpus"]]
     events: list[dict[str, Any]] = []
     for i, (h, f) in enumerate(zip(gpus, faulted["gpus"], strict=True)):
