@@ -292,3 +292,68 @@ def test_wrong_sha256_from_a_server_without_ranges_fails_instead_of_hanging(tmp_
         assert res.status == "failed" and "sha256 mismatch" in str(res.error)
         assert s.served("f.bin") >= 2 * len(data)  # fetched again, then given up
     assert list(tmp_path.iterdir()) == []
+
+
+def _kill9_half_way(cmd: list[str], s: WanSim, part: Path) -> None:
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not s.knobs.paused and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.8)  # > save_interval: the state file records the half that arrived
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(10)
+    assert part.exists()
+
+
+@pytest.mark.slow
+def test_kill9_from_a_server_that_ignores_range_starts_over_with_a_message(tmp_path: Path) -> None:
+    """Issue 14.1: a rerun after kill -9 against a server that ignores Range (python -m http.server)
+    used to fail with "server ignored the Range header ... rerun to resume" forever."""
+    data, sha = blob(8 * MiB, 21)
+    dest = tmp_path / "f.bin"
+    with WanSim(Knobs(no_ranges=True, rate_per_conn=4 * MiB, pause_at_bytes=len(data) // 2)) as s:
+        url = s.add_file("f.bin", data)
+        cmd = [sys.executable, "-m", "gpuclinic", "get", url, "-o", str(dest), "--sha256", sha, "-q"]
+        _kill9_half_way(cmd, s, tmp_path / "f.bin.gpuclinic-part")
+        s.knobs.paused = False
+        s.knobs.rate_per_conn = None
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "ignored the Range header" in r.stderr and "starting over" in r.stderr, r.stderr
+        assert len(data) * 1.4 <= s.served("f.bin") <= len(data) * 1.6  # half, then the whole file once
+    assert _sha(dest) == sha
+    assert _leftovers(tmp_path) == []
+
+
+def test_resume_against_python_http_server_starts_over_and_says_so(tmp_path: Path) -> None:
+    """The issue's repro with the real server: python3 -m http.server never answers 206."""
+    data, sha = blob(4 * MiB, 22)
+    srv_dir = tmp_path / "srv"
+    srv_dir.mkdir()
+    (srv_dir / "f.bin").write_bytes(data)
+    out = tmp_path / "out"
+    out.mkdir()
+    dest = out / "f.bin"
+    # a partial download with its state, as a kill -9 leaves it (made against the simulator)
+    with WanSim(Knobs(no_ranges=True, rate_per_conn=2 * MiB, pause_at_bytes=len(data) // 2)) as s:
+        url = s.add_file("f.bin", data)
+        cmd = [sys.executable, "-m", "gpuclinic", "get", url, "-o", str(dest), "--sha256", sha, "-q"]
+        _kill9_half_way(cmd, s, out / "f.bin.gpuclinic-part")
+        s.knobs.paused = False
+    assert (out / "f.bin.gpuclinic-state").exists()
+    srv = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1"], cwd=srv_dir,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert srv.stdout is not None
+        line = srv.stdout.readline()  # "Serving HTTP on 127.0.0.1 port NNNNN (http://127.0.0.1:NNNNN/) ..."
+        port = int(line.split(" port ")[1].split()[0])
+        r = subprocess.run([sys.executable, "-m", "gpuclinic", "get", f"http://127.0.0.1:{port}/f.bin", "-o",
+                            str(dest), "--sha256", sha, "-q"], capture_output=True, text=True, timeout=60)
+    finally:
+        srv.kill()
+        srv.wait(10)
+    assert r.returncode == 0, r.stderr
+    assert "ignored the Range header" in r.stderr and "starting over" in r.stderr, r.stderr
+    assert "rerun the same command" not in r.stderr
+    assert _sha(dest) == sha
+    assert _leftovers(out) == []

@@ -82,6 +82,14 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _say_restart(what: str, job: object) -> None:
+    """The engine threw a partial download away: say why, once, on stderr (even with -q)."""
+    if what == "restart":
+        label = getattr(job, "label", "file")
+        click.echo(f"gpuclinic get: {label}: the server ignored the Range header, so the partial download "
+                   "cannot be resumed; starting over from the beginning", err=True)
+
+
 @get.command("url")
 @click.argument("url")
 @click.option("-o", "--output", metavar="PATH", help="File (or existing directory) to write; default: the URL's file name.")
@@ -122,7 +130,7 @@ def url_cmd(
             click.echo(str(dest))
         return
     spec = FileSpec(dest=dest, sources=[url, *mirrors], sha256=sha256.lower() if sha256 else None, label=dest.name)
-    engine = Engine(_engine_options(connections, stall_timeout))
+    engine = Engine(_engine_options(connections, stall_timeout), on_event=_say_restart)
     with ProgressDisplay(engine, quiet=quiet or as_json):
         results = engine.run([spec])
     r = results[0]

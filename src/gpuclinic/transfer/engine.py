@@ -217,6 +217,7 @@ class _Job:
         self.sha256_hex: str | None = None
         self.spec_next = 1  # next speculative chunk index while the size is still unknown
         self.spec_ok = True
+        self.restarted = False  # a partial download was thrown away (the server ignored Range)
 
     # -- paths
     @property
@@ -680,7 +681,14 @@ class Engine:
             if seg.pos != 0 or job.state == "open":
                 if src.etag and etag and etag != src.etag:
                     raise _ObjectChanged()
-                raise _SourceFatal("server ignored the Range header")
+                if job.state != "opening":
+                    raise _SourceFatal("server ignored the Range header")
+                # a resume request answered with the whole file (python -m http.server, some
+                # proxies): this server cannot resume, so use this body from byte 0 and say so
+                seg.start = seg.pos = seg.valid_from = 0
+                seg.end = seg.requested_end = -1
+                job.restarted = True
+                self._emit("restart", job)
         if etag and src.etag is None:
             src.etag = etag
         elif etag and src.etag and etag != src.etag:
