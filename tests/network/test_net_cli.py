@@ -63,7 +63,7 @@ def test_net_bad_endpoint_is_one_line_error() -> None:
 
     with pytest.raises(SystemExit) as ei:
         main(["net", "--endpoint", "ftp://nope"])
-    assert ei.value.code == 3
+    assert ei.value.code == 64  # EXIT_USAGE
 
 
 def test_doctor_net_includes_network_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,7 @@ def emit(report: Report, fmt: str) -> None:
 
 def output_format(as_json: bool, as_markdown: bool) -> str:
     if as_json and as_markdown:
-        raise InputError("choose one of --json and --markdown", exit_code=3)
+        raise InputError("choose one of --json and --markdown")
     return "json" if as_json else "markdown" if as_markdown else "terminal"
 
 

@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 import click
 
-from gpuclinic.errors import InputError
+from gpuclinic.errors import InputError, require_writable_dir
 
 if TYPE_CHECKING:
     from gpuclinic.transfer.engine import EngineOptions
@@ -54,9 +54,9 @@ def _engine_options(connections: int | None, stall_timeout: float) -> EngineOpti
     from gpuclinic.transfer.engine import EngineOptions
 
     if connections is not None and not 1 <= connections <= 256:
-        raise InputError("--connections must be between 1 and 256", exit_code=2)
+        raise InputError("--connections must be between 1 and 256")
     if not 0.1 <= stall_timeout <= 86400:  # 0 or negative would reconnect forever; nan fails too
-        raise InputError("--stall-timeout must be between 0.1 and 86400 seconds", exit_code=2)
+        raise InputError("--stall-timeout must be between 0.1 and 86400 seconds")
     return EngineOptions(connections=connections, stall_timeout=stall_timeout)
 
 
@@ -115,12 +115,13 @@ def url_cmd(
         except ValueError:  # "http://[::1", "http://h:99999/"
             ok = False
         if not ok:
-            raise InputError(f"not an http(s) URL: {safe_url(u)}", exit_code=2)
+            raise InputError(f"not an http(s) URL: {safe_url(u)}")
     if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
-        raise InputError("--sha256 must be 64 hex digits", exit_code=2)
+        raise InputError("--sha256 must be 64 hex digits")
     dest = _dest_for(url, output).absolute()
     if not dest.parent.is_dir():
-        raise InputError(f"directory does not exist: {dest.parent}", exit_code=2)
+        raise InputError(f"directory does not exist: {dest.parent}")
+    require_writable_dir(dest.parent, f"-o {output or dest}")
     if sha256 and dest.is_file() and _file_sha256(dest) == sha256.lower():
         # already there and verified: nothing to fetch (like aria2c's "download completed")
         if as_json:

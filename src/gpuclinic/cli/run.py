@@ -245,7 +245,7 @@ def interruptions(since: str | None, as_json: bool, as_markdown: bool, recent: i
     now = time.time()
     since_ts = parse_since(since, now)
     if db_path and not Path(db_path).is_file():
-        raise InputError(f"--db: no such file: {db_path}")
+        raise InputError(f"--db {db_path}: no such file")
     try:
         conn = connect(db_path)
         try:
@@ -253,7 +253,7 @@ def interruptions(since: str | None, as_json: bool, as_markdown: bool, recent: i
         finally:
             conn.close()
     except sqlite3.Error as e:
-        raise GpuclinicError(f"cannot read the run ledger: {e}") from e
+        raise InputError(f"--db {db_path}: cannot read the run ledger: {e}") from e
     out = ledger.render_json(rep) if as_json else ledger.render_markdown(rep) if as_markdown else ledger.render_text(rep)
     try:
         click.echo(out, nl=not out.endswith("\n"))

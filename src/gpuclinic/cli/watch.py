@@ -245,8 +245,7 @@ def history(metric: str | None, gpu: int | None, since: str, until: str | None, 
         for m in METRICS:
             click.echo(f"{m.name:24} {m.unit:9} {m.help}")
         if not list_metrics:
-            raise InputError("name a METRIC (the list above), e.g. `gpuclinic history temperature --since 2h`",
-                             exit_code=2)
+            raise InputError("name a METRIC (the list above), e.g. `gpuclinic history temperature --since 2h`")
         return 0
     if metric not in METRIC_BY_NAME:
         raise InputError(f"unknown metric {metric!r}; one of: {', '.join(m.name for m in METRICS)}")

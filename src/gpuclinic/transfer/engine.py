@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from gpuclinic import __version__
-from gpuclinic.errors import GpuclinicError, InputError
+from gpuclinic.errors import GpuclinicError
 from gpuclinic.transfer.redact import redact, safe_url
 
 MiB = 1024 * 1024
@@ -1180,7 +1180,7 @@ def _check_free(path: Path, need: int, reserve: int, part: Path | None = None) -
     if override and override.isdigit():
         free = int(override)
     if need > 0 and need + reserve > free:
-        raise InputError(
+        raise GpuclinicError(  # the input is fine; this machine cannot hold it: could not run
             f"not enough disk space in {path}: need {_human(need)} (+{_human(reserve)} reserve), {_human(free)} free"
         )
 

@@ -108,7 +108,7 @@ def parse_repo(repo: str) -> str:
             r = r[len(prefix) :]
     r = r.strip("/")
     if not _REPO_RE.match(r) or ".." in r:
-        raise InputError(f"not a Hugging Face repo id: {redact(repo)!r} (expected ORG/NAME)", exit_code=2)
+        raise InputError(f"not a Hugging Face repo id: {redact(repo)!r} (expected ORG/NAME)")
     return r
 
 
@@ -129,7 +129,7 @@ def safe_repo_path(path: str) -> PurePosixPath:
 
 def _check_revision(rev: str) -> str:
     if not rev.strip() or rev != rev.strip() or rev.startswith("/") or "\\" in rev or any(p in ("", ".", "..") for p in rev.split("/")):
-        raise InputError(f"invalid revision {rev!r}", exit_code=2)
+        raise InputError(f"invalid revision {rev!r}")
     return rev
 
 
@@ -276,7 +276,7 @@ def _link(snapshot: Path, rel: PurePosixPath, blob: Path) -> None:
 def _write_ref(repo_dir: Path, revision: str, commit: str) -> None:
     ref = repo_dir / "refs" / revision
     if not _inside(repo_dir / "refs", ref.parent if ref.parent.exists() else repo_dir / "refs"):
-        raise InputError(f"invalid revision {revision!r}", exit_code=2)
+        raise InputError(f"invalid revision {revision!r}")
     ref.parent.mkdir(parents=True, exist_ok=True)
     tmp = ref.with_name(ref.name + ".gpuclinic-tmp")
     tmp.write_text(commit)
@@ -308,7 +308,7 @@ def download_repo(
     t0 = time.monotonic()
     repo_id = parse_repo(repo)
     if repo_type not in ("model", "dataset"):
-        raise InputError(f"unsupported repo type {repo_type!r}", exit_code=2)
+        raise InputError(f"unsupported repo type {repo_type!r}")
     rev = _check_revision("main" if revision is None else revision)  # --revision "" is a mistake, not main
     token = hf_token()
     endpoint = hf_endpoint()
@@ -325,14 +325,14 @@ def download_repo(
             raise DownloadError(f"cannot reach the Hub at {safe_url(endpoint)}: {type(e).__name__}") from None
     wanted = _select(files, include or [], exclude or [])
     if not wanted:
-        raise InputError(f"{repo_id}@{rev}: no file matches the include/exclude patterns", exit_code=2)
+        raise InputError(f"{repo_id}@{rev}: no file matches the include/exclude patterns")
     blobs = repo_dir / "blobs"
     snapshot = repo_dir / "snapshots" / commit
     try:
         blobs.mkdir(parents=True, exist_ok=True)
         snapshot.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise GpuclinicError(f"cannot create the Hub cache in {cache}: {e.strerror or e} (set --cache-dir or HF_HUB_CACHE)") from None
+        raise InputError(f"cannot create the Hub cache in {cache}: {e.strerror or e} (set --cache-dir or HF_HUB_CACHE)") from None
     with contextlib.suppress(OSError):
         tag = cache / "CACHEDIR.TAG"
         if not tag.exists():

@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpuclinic.errors import InputError
+from gpuclinic.errors import GpuclinicError, InputError
 from gpuclinic.watch import reasons as R
 from gpuclinic.watch.agent import SERIES_FIELDS, Agent
 from gpuclinic.watch.config import DEFAULT_PORT
@@ -270,6 +270,6 @@ def serve(agent: Agent, listen: str, *, token: str | None = None, metrics_requir
     try:
         srv = WatchHTTPServer((host, port), agent, token=token, metrics_require_token=metrics_require_token)
     except OSError as e:
-        raise InputError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise GpuclinicError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     srv.start()
     return srv, generated
