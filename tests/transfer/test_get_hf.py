@@ -193,3 +193,56 @@ def test_file_list_from_paginated_tree_when_siblings_lack_sizes(hub: WanSim, tmp
     snap = tmp_path / "hub" / "models--org--paged" / "snapshots" / spec.commit
     assert sorted(p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_symlink()) == sorted(files)
     assert os.readlink(snap / "sub" / "w.bin") == f"../../../blobs/{sha}"
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("kind", ["dns", "connect", "tls"])
+def test_unreachable_hub_fails_fast_and_names_the_cause(
+    kind: str, tmp_path: Path, run_cli, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 14: no network took 8.8 s and said only "ConnectError"."""
+    import socket
+    import threading
+    import time
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    plain = socket.create_server(("127.0.0.1", 0))  # a plain-HTTP server: answers a ClientHello with text
+
+    def answer() -> None:
+        while True:
+            try:
+                c, _ = plain.accept()
+            except OSError:
+                return
+            with c:
+                c.recv(4096)
+                c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    endpoint = {
+        "dns": "https://hub.gpuclinic-test.invalid",  # .invalid never resolves (RFC 2606)
+        "connect": f"http://127.0.0.1:{_closed_port()}",
+        "tls": f"https://127.0.0.1:{plain.getsockname()[1]}",
+    }[kind]
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    t0 = time.monotonic()
+    try:
+        r = run_cli("get", "hf", "org/m", "-q")
+    finally:
+        plain.close()
+    took = time.monotonic() - t0
+    assert r.code == 3, r.err
+    err = r.err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    want = {"dns": "DNS lookup of hub.gpuclinic-test.invalid failed", "connect": "connection refused",
+            "tls": "TLS handshake"}[kind]
+    assert want in err, err
+    assert "gpuclinic net" in err and "HF_ENDPOINT" in err, err
+    assert took < 3.0, took  # no retry loop on a cause that a retry cannot fix

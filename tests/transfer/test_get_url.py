@@ -262,9 +262,28 @@ def test_verified_existing_file_is_not_fetched_again(tmp_path: Path, run_cli, si
     r = run_cli("get", url, "-o", str(dest), "--sha256", sha, "--json")
     assert r.code == 0 and json.loads(r.out)["status"] == "skipped"
     assert sim.served("f.bin") == served
-    dest.write_bytes(b"x" * len(data))  # wrong content: fetched again and replaced atomically
-    assert run_cli("get", url, "-o", str(dest), "--sha256", sha, "-q").code == 0
+    dest.write_bytes(b"x" * len(data))  # wrong content: refused without --force (issue 14), kept as it was
+    r = run_cli("get", url, "-o", str(dest), "--sha256", sha, "-q")
+    assert r.code == 64 and "--force" in r.err and dest.read_bytes() == b"x" * len(data)
+    assert sim.served("f.bin") == served
+    assert run_cli("get", url, "-o", str(dest), "--sha256", sha, "-q", "--force").code == 0  # replaced atomically
     assert _sha(dest) == sha
+
+
+def test_existing_different_file_is_not_overwritten_without_force(tmp_path: Path, run_cli, sim: WanSim) -> None:  # type: ignore[no-untyped-def]
+    """Issue 14: `get URL -o FILE` silently replaced someone's file."""
+    data, sha = blob(100_000, 23)
+    url = sim.add_file("f.bin", data)
+    dest = tmp_path / "f.bin"
+    dest.write_text("my notes\n")
+    r = run_cli("get", url, "-o", str(dest))
+    assert r.code == 64 and "already exists" in r.err and "--force" in r.err and "--sha256" in r.err
+    assert dest.read_text() == "my notes\n" and sim.served("f.bin") == 0
+    r = run_cli("get", url, "-o", str(tmp_path), "-q")  # a directory as -o: the same file name inside it
+    assert r.code == 64 and dest.read_text() == "my notes\n"
+    r = run_cli("get", url, "-o", str(dest), "--force", "-q")
+    assert r.code == 0 and _sha(dest) == sha
+    assert _leftovers(tmp_path) == []
 
 
 def test_server_without_range_support_single_stream(tmp_path: Path) -> None:

@@ -99,9 +99,11 @@ def _say_restart(what: str, job: object) -> None:
 @click.option("--stall-timeout", type=float, default=20.0, show_default=True, metavar="S", help="Reconnect after S seconds without a byte.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON result line per file.")
+@click.option("-f", "--force", is_flag=True, help="Replace an existing file at the output path (default: refuse, "
+              "unless --sha256 matches it, then skip).")
 def url_cmd(
     url: str, output: str | None, sha256: str | None, connections: int | None, mirrors: tuple[str, ...],
-    stall_timeout: float, quiet: bool, as_json: bool,
+    stall_timeout: float, quiet: bool, as_json: bool, force: bool,
 ) -> None:
     """Download one HTTP(S) file with parallel ranged connections, resume and verification."""
     from gpuclinic.transfer.engine import Engine, FileSpec
@@ -130,6 +132,10 @@ def url_cmd(
         elif not quiet:
             click.echo(str(dest))
         return
+    if (dest.exists() or dest.is_symlink()) and not force:
+        why = "does not match --sha256" if sha256 else "would be replaced"
+        raise InputError(f"{dest} already exists and {why}; pass --force to replace it"
+                         + ("" if sha256 else ", or --sha256 HEX to verify it and skip the download"))
     spec = FileSpec(dest=dest, sources=[url, *mirrors], sha256=sha256.lower() if sha256 else None, label=dest.name)
     engine = Engine(_engine_options(connections, stall_timeout), on_event=_say_restart)
     with ProgressDisplay(engine, quiet=quiet or as_json):

@@ -47,6 +47,8 @@ def git_cmd(url: str, directory: str | None, shallow: bool, treeless: bool, full
         extra = ", checkout resumed" if res.resumed else ""
         click.echo(f"gpuclinic: cloned {url} into {res.dest} ({res.strategy}{via}) in {time.monotonic() - t0:.1f}s, "
                    f"{len(res.attempts)} attempt(s){extra}", err=True)
+        if res.ignored:
+            click.echo(f"gpuclinic: a full clone, not {strategy}: git said \"{res.ignored}\"", err=True)
         if res.config:
             key, _, prefix = res.config[0].partition("=")
             base = scrub(key[len("url."):-len(".insteadOf")])

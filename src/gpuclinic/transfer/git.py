@@ -36,7 +36,12 @@ _PERMANENT = re.compile(
     r"remote branch .* not found|couldn't find remote ref|terminal prompts disabled|access denied|not exported",
     re.I,
 )
-_UNREACHABLE = re.compile(r"could not resolve host|failed to connect|connection refused|no route to host|"
+_DNS = re.compile(r"could not resolve host|could not resolve hostname|name or service not known|"
+                  r"temporary failure in name resolution|nodename nor servname", re.I)
+# git still clones, in full, when the server (or a local path) does not do what the strategy asks
+_IGNORED = re.compile(r"filtering not recognized by server|--filter is ignored|--depth is ignored|"
+                      r"shallow.* not supported|server does not support shallow", re.I)
+_UNREACHABLE = re.compile(r"failed to connect|connection refused|no route to host|"
                           r"network is unreachable|unable to connect", re.I)
 
 STRATEGIES = ("blobless", "shallow", "treeless", "full")
@@ -71,6 +76,17 @@ class CloneResult:
     attempts: list[Attempt]
     resumed: bool = False
     config: list[str] = field(default_factory=list)  # the -c url.X.insteadOf=Y used, if a mirror
+    ignored: str | None = None  # git's warning when it cloned in full despite the strategy
+
+
+def effective_strategy(strategy: str, stderr_tail: str) -> tuple[str, str | None]:
+    """What git really did: a server without filter support (or a local path) gets a full clone."""
+    if strategy == "full":
+        return strategy, None
+    for ln in re.split(r"[\r\n]+", stderr_tail):
+        if _IGNORED.search(ln):
+            return "full", scrub(ln.strip())
+    return strategy, None
 
 
 def default_dest(url: str) -> str:
@@ -124,9 +140,11 @@ def insteadof_for(url: str, mirror: str) -> tuple[str, str]:
 
 
 def classify(stderr_tail: str) -> str:
-    """permanent | unreachable | transient, from git's messages."""
+    """permanent | dns | unreachable | transient, from git's messages."""
     if _PERMANENT.search(stderr_tail):
         return "permanent"
+    if _DNS.search(stderr_tail):
+        return "dns"
     if _UNREACHABLE.search(stderr_tail):
         return "unreachable"
     return "transient"
@@ -282,17 +300,23 @@ def clone(
             err = None if rc == 0 else (last_error_line(tail) or f"git exited with {rc}")
             attempts.append(Attempt(src.label, "clone", rc, err, time.monotonic() - t0))
             if rc == 0:
-                return CloneResult(target, src.label, strategy, attempts, config=src.config)
+                eff, ignored = effective_strategy(strategy, tail)
+                return CloneResult(target, src.label, eff, attempts, config=src.config, ignored=ignored)
             last_err = err or last_err
             # The clone may have succeeded with only the checkout (on-demand blob fetch) failing: resume it.
             if _has_head(target, run):
                 resumed = _resume_checkout(target, src, tries, quiet, backoff_s, run, attempts, say)
                 if resumed:
-                    return CloneResult(target, src.label, strategy, attempts, resumed=True, config=src.config)
+                    eff, ignored = effective_strategy(strategy, tail)
+                    return CloneResult(target, src.label, eff, attempts, resumed=True, config=src.config,
+                                       ignored=ignored)
                 last_err = attempts[-1].error or last_err
             _clear(target, existed)
             kind = classify(tail)
             if kind == "permanent":  # not found / auth: retrying this source cannot help; another might
+                break
+            if kind == "dns":  # the name does not resolve: seconds later it will not either
+                last_err += " (DNS lookup failed: `gpuclinic net` shows what resolves here; --mirror URL uses another host)"
                 break
             if kind == "unreachable":
                 tries = min(tries, 2)

@@ -22,12 +22,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
 from gpuclinic.errors import GpuclinicError, InputError
 from gpuclinic.transfer.engine import DownloadError, Engine, EngineOptions, FileResult, FileSpec, _origin
+from gpuclinic.transfer.neterr import net_cause
 from gpuclinic.transfer.redact import add_secret, redact, safe_url
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -208,13 +209,24 @@ def _tree(client: httpx.Client, repo_id: str, commit: str, repo_type: str, heade
     return out
 
 
+def unreachable(e: BaseException) -> DownloadError:
+    """One line that names the cause (DNS, connect, TLS, timeout) and where to look next."""
+    endpoint = hf_endpoint()
+    host = urlsplit(endpoint).hostname or endpoint
+    cause = net_cause(e).describe(host)
+    return DownloadError(f"cannot reach the Hub at {safe_url(endpoint)}: {cause}; run `gpuclinic net` to see "
+                         "which endpoints and mirrors work here, then set HF_ENDPOINT to a reachable one")
+
+
 def _get(client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
-    last = ""
+    last: BaseException | None = None
     for attempt in range(5):
         try:
             r = client.get(url, headers=headers)
         except httpx.HTTPError as e:
-            last = f"{type(e).__name__}"
+            if net_cause(e).permanent:
+                raise unreachable(e) from None  # no DNS, refused, bad TLS: a retry will not help
+            last = e
             time.sleep(min(4.0, 0.3 * 2**attempt))
             continue
         if r.status_code in (429, 500, 502, 503, 504) and attempt < 4:
@@ -222,7 +234,9 @@ def _get(client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Respo
             time.sleep(min(30.0, float(ra)) if ra.replace(".", "", 1).isdigit() else 0.5 * 2**attempt)
             continue
         return r
-    raise DownloadError(f"cannot reach the Hub at {safe_url(hf_endpoint())}: {last or 'no answer'}")
+    if last is not None:
+        raise unreachable(last)
+    raise DownloadError(f"cannot reach the Hub at {safe_url(hf_endpoint())}: no answer")
 
 
 # ---------------------------------------------------------------------- cache layout
@@ -316,13 +330,13 @@ def download_repo(
     cache = hub_cache(cache_dir)
     repo_dir = cache / f"{repo_type}s--{repo_id.replace('/', '--')}"
     with httpx.Client(
-        follow_redirects=False, trust_env=True, timeout=httpx.Timeout(20.0),
+        follow_redirects=False, trust_env=True, timeout=httpx.Timeout(20.0, connect=5.0),
         headers={"User-Agent": f"gpuclinic/{_version()}"},
     ) as client:
         try:
             commit, files = fetch_repo_info(client, repo_id, rev, repo_type, headers)
         except httpx.HTTPError as e:
-            raise DownloadError(f"cannot reach the Hub at {safe_url(endpoint)}: {type(e).__name__}") from None
+            raise unreachable(e) from None
     wanted = _select(files, include or [], exclude or [])
     if not wanted:
         raise InputError(f"{repo_id}@{rev}: no file matches the include/exclude patterns")
