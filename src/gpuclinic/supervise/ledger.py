@@ -130,6 +130,12 @@ class CauseRow:
     lost_s: float
 
 
+def _tenths(seconds: float) -> int:
+    """Lost time in whole tenths of a second (half up): every row and every total is built from these,
+    so the per-cause totals are exactly the sum of the per-interruption rows as printed."""
+    return int(max(0.0, seconds) * 10 + 0.5)
+
+
 def interruption_report(conn: sqlite3.Connection, *, since: float | None = None,
                         now: float | None = None, recent: int = 10) -> dict[str, Any]:
     """Counts and shares by root cause, planned vs unexpected, MTBI and goodput over runs since ``since``."""
@@ -154,15 +160,17 @@ def interruption_report(conn: sqlite3.Connection, *, since: float | None = None,
         ):
             gpu = json.loads(r[6]) if r[6] else None
             last.append({"run_id": r[0], "attempt": r[1], "at": r[2], "class": r[3], "planned": bool(r[4]),
-                         "summary": r[5], "gpu": gpu, "action": r[7], "lost_s": round(float(r[8]) + float(r[9] or 0), 3)})
+                         "summary": r[5], "gpu": gpu, "action": r[7],
+                         "lost_s": _tenths(float(r[8]) + float(r[9] or 0)) / 10})
     counts: Counter[str] = Counter(r[0] for r in rows)
-    lost_by: dict[str, float] = {}
+    lost_t: dict[str, int] = {}
     for c, lost, restart in rows:
-        lost_by[c] = lost_by.get(c, 0.0) + float(lost) + float(restart or 0.0)
+        lost_t[c] = lost_t.get(c, 0) + _tenths(float(lost) + float(restart or 0.0))
+    lost_by = {c: t / 10 for c, t in lost_t.items()}
     total = len(rows)
     planned = sum(n for c, n in counts.items() if is_planned(c))
     unexpected = total - planned
-    lost_total = sum(lost_by.values())
+    lost_total = sum(lost_t.values()) / 10
     order = {c: i for i, c in enumerate(CLASSES)}
     causes = [
         CauseRow(c, class_info(c)["title"], class_info(c)["category"], is_planned(c), n,
@@ -195,8 +203,8 @@ def fmt_duration(s: float | None) -> str:
     if s is None:
         return "-"
     s = float(s)
-    if s < 60:
-        return f"{s:.0f}s"
+    if s < 60:  # tenths, like the report's sums: 2.6s + 1.6s + 0.4s is shown as 4.6s, not 3s + 2s + 0s = 4s
+        return f"{s:.1f}s".replace(".0s", "s")
     if s < 3600:
         return f"{s / 60:.1f}m"
     if s < 86400 * 3:
