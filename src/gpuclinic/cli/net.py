@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import socket
 import sys
+from typing import Any
 
 import click
 
@@ -63,27 +64,8 @@ def table_rows(nf: NetworkFacts) -> list[list[str]]:
 HEADERS = ["Endpoint", "Host", "Kind", "DNS", "Connect", "TLS", "TTFB", "1 conn", "N conn", "Verdict"]
 
 
-def print_table(nf: NetworkFacts, fmt: str) -> None:
-    rows = table_rows(nf)
-    if fmt == "markdown":
-        click.echo("| " + " | ".join(HEADERS) + " |")
-        click.echo("|" + "---|" * len(HEADERS))
-        for r in rows:
-            click.echo("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
-        click.echo()
-        return
-    from rich.table import Table
-
-    from gpuclinic.render.terminal import make_console
-
-    con = make_console()
-    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for h in HEADERS:
-        t.add_column(h)
-    for r in rows:
-        style = {"ok": "", "per-conn cap": "yellow", "link-limited": "yellow", "lossy": "yellow"}.get(r[-1], "red")
-        t.add_row(*r, style=style)
-    con.print(t)
+def _footer(nf: NetworkFacts) -> list[str]:
+    out = []
     if nf.proxy and (nf.proxy.env or nf.proxy.hf_endpoint or nf.proxy.pip_index_url or nf.proxy.git_insteadof):
         parts = [f"{k}={v}" for k, v in nf.proxy.env.items()]
         if nf.proxy.hf_endpoint:
@@ -91,10 +73,39 @@ def print_table(nf: NetworkFacts, fmt: str) -> None:
         if nf.proxy.pip_index_url:
             parts.append(f"pip index-url={nf.proxy.pip_index_url}")
         parts += [f"git url.{b}.insteadOf={p}" for p, b in nf.proxy.git_insteadof.items()]
-        con.print("config: " + "; ".join(parts), style="dim")
-    con.print(f"probed {len(nf.probes)} endpoints in {nf.elapsed_s:.1f}s"
-              + (" (--quick: no throughput)" if nf.quick else ""), style="dim")
+        out.append("config: " + "; ".join(parts))
+    out.append(f"probed {len(nf.probes)} endpoints in {nf.elapsed_s:.1f}s"
+               + (" (--quick: no throughput)" if nf.quick else ""))
+    return out
+
+
+def markdown_table(nf: NetworkFacts) -> list[str]:
+    out = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table_rows(nf)]
+    return out
+
+
+def plain_table(nf: NetworkFacts) -> list[str]:
+    rows = [HEADERS, *table_rows(nf)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+    out = [""] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return out + _footer(nf)
+
+
+def print_table(nf: NetworkFacts, con: Any) -> None:
+    """The probe table on a rich console (called by the renderer after the verdict header)."""
+    from rich.table import Table
+
+    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for h in HEADERS:
+        t.add_column(h)
+    for r in table_rows(nf):
+        style = {"ok": "", "per-conn cap": "yellow", "link-limited": "yellow", "lossy": "yellow"}.get(r[-1], "red")
+        t.add_row(*r, style=style)
     con.print()
+    con.print(t)
+    for line in _footer(nf):
+        con.print(line, style="dim")
 
 
 @click.command("net")
@@ -114,7 +125,7 @@ def net(endpoints: tuple[str, ...], as_json: bool, as_markdown: bool, timeout_s:
     first byte, throughput over 1 and N connections; name the bottleneck and print the lines that
     switch to the fastest working mirror.
 
-    Exit codes: 0 healthy, 1 warning, 3 could not run.
+    Exit codes: 0 healthy, 1 warning, 3 could not run, 64 usage or input error.
     """
     from gpuclinic.knowledge.endpoints import load_endpoints
     from gpuclinic.sources.network import (
@@ -141,10 +152,17 @@ def net(endpoints: tuple[str, ...], as_json: bool, as_markdown: bool, timeout_s:
         snap.skip("network throughput", "--quick: latency only, no throughput samples")
     findings, skipped = run_checks(snap, only=_network_checks())
     report = build_report(snap, findings, skipped, command="net")
-    try:
-        if fmt != "json":
-            print_table(nf, fmt)
-        emit(report, fmt)
+    try:  # the verdict header first, then the probe table, then the findings
+        if fmt == "json":
+            emit(report, fmt)
+        elif fmt == "markdown":
+            from gpuclinic.render.markdown import render_markdown
+
+            click.echo(render_markdown(report, prelude=markdown_table(nf)))
+        else:
+            from gpuclinic.render.terminal import render_terminal
+
+            render_terminal(report, prelude=lambda con: print_table(nf, con), prelude_lines=plain_table(nf))
     except BrokenPipeError:
         sys.stderr.close()
     return report.exit_code

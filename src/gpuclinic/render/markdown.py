@@ -11,7 +11,7 @@ def _esc(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, prelude: list[str] | None = None) -> str:
     snap = report.snapshot
     out: list[str] = []
     host = snap.hostname or "unknown host"
@@ -31,6 +31,8 @@ def render_markdown(report: Report) -> str:
         for r in rows:
             out.append("| " + " | ".join(_esc(c) for c in r) + " |")
         out.append("")
+    if prelude:  # a command's own table (net's probes): after the verdict, before the findings
+        out.extend([*prelude, ""])
     if not report.findings:
         out.append("No problems found.")
         out.append("")

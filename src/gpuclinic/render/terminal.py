@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from gpuclinic.diagnose import Report
@@ -101,7 +102,7 @@ def _plain_table(rows: list[list[str]], width: int = PLAIN_WIDTH) -> list[str]:
     return out
 
 
-def render_plain(report: Report, file: TextIO | None = None) -> None:
+def render_plain(report: Report, file: TextIO | None = None, *, prelude: list[str] | None = None) -> None:
     """Plain text for pipes and logs: the same lines as the rich renderer without importing rich.
 
     Why a second path: rich costs ~25 ms to import, a third of ``doctor --scenario``'s run time,
@@ -114,6 +115,7 @@ def render_plain(report: Report, file: TextIO | None = None) -> None:
     rows = gpu_rows(report)
     if rows:
         lines.extend(_plain_table(rows))
+    lines.extend(prelude or [])  # a command's own table (net's probes): after the verdict, before findings
     lines.append("")
     if not report.findings:
         lines.append("No problems found.")
@@ -187,9 +189,12 @@ def _finding_body(f: Finding) -> list[str]:
     return out
 
 
-def render_terminal(report: Report, console: Console | None = None) -> None:
+def render_terminal(report: Report, console: Console | None = None, *,
+                    prelude: Callable[[Console], None] | None = None, prelude_lines: list[str] | None = None) -> None:
+    """``prelude`` (rich) / ``prelude_lines`` (plain): a command's own table, printed after the verdict
+    header and before the findings, so the verdict comes first (net's probe table)."""
     if console is None and not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()):
-        render_plain(report)
+        render_plain(report, prelude=prelude_lines)
         return
     from rich.table import Table
     from rich.text import Text
@@ -212,6 +217,8 @@ def render_terminal(report: Report, console: Console | None = None) -> None:
             style = {"drain": "red", "warning": "yellow"}.get(r[-1].split()[0], "")
             t.add_row(*r, style=style)
         con.print(t)
+    if prelude is not None:
+        prelude(con)
     con.print()
     if not report.findings:
         con.print("No problems found.", style="green")
