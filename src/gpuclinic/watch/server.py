@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 import secrets
 import threading
 import urllib.parse
@@ -63,6 +64,14 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def token_howto(base_url: str) -> str:
+    """How to pass the token, for the 401 page and the agent's start-up lines (never the token itself)."""
+    return (f"Browser: open {base_url}/?token=TOKEN once (it sets a cookie for this dashboard). "
+            f"curl / scripts: -H 'Authorization: Bearer TOKEN'. Prometheus: authorization: {{credentials: TOKEN}} "
+            "(type Bearer). TOKEN is the one `gpuclinic watch` printed at start, or the --token / "
+            "GPUCLINIC_WATCH_TOKEN value it was given.")
 
 
 def new_token() -> str:
@@ -147,7 +156,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         ok, extra = self._authorized(url.path, query)
         if not ok:
-            self._send(HTTPStatus.UNAUTHORIZED, b"token required\n", "text/plain; charset=utf-8",
+            host = self.headers.get("Host") or ""
+            if not re.fullmatch(r"[A-Za-z0-9.:\[\]-]{1,300}", host):  # echo only a plain host[:port]
+                host = self.server.url.split("://", 1)[1]
+            body = f"token required.\n{token_howto('http://' + host)}\n".encode()
+            self._send(HTTPStatus.UNAUTHORIZED, body, "text/plain; charset=utf-8",
                        {"WWW-Authenticate": 'Bearer realm="gpuclinic"'})
             return
         try:
