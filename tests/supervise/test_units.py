@@ -67,10 +67,11 @@ def test_exclude_by_uuid_bus_or_index() -> None:
 
 
 def test_parse_duration() -> None:
-    assert parse_duration("30") == 1800
+    assert parse_duration("30") == 30  # a bare number is seconds in every command (issue 14)
     assert parse_duration("90s") == 90
     assert parse_duration("1.5h") == 5400
-    assert parse_duration("2", "s") == 2
+    assert parse_duration("2") == 2
+    assert parse_duration("2m") == 120
     with pytest.raises(InputError):
         parse_duration("-1m")
 

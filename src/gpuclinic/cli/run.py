@@ -18,12 +18,13 @@ from gpuclinic.errors import GpuclinicError, InputError
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
 
 
-def parse_duration(text: str, default_unit: str = "m") -> float:
-    """``90s``, ``30m``, ``2h``, ``1.5`` (default unit) -> seconds."""
+def parse_duration(text: str) -> float:
+    """``90s``, ``30m``, ``2h``, ``1d`` -> seconds.  A bare number is seconds, in every command
+    (README "Durations"): ``--hang-timeout 2`` once meant 2 minutes while ``watch --duration 2`` meant 2 s."""
     m = _DUR.match(text)
     if not m:
-        raise InputError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h)")
-    unit = (m.group(2) or default_unit).lower()
+        raise InputError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h; a bare number is seconds)")
+    unit = (m.group(2) or "s").lower()
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
 
 
@@ -98,7 +99,7 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
               help="Resume from the newest complete checkpoint here (GPUCLINIC_RESUME_FROM / {resume}).")
 @click.option("--hang-timeout", metavar="DURATION",
               help="Treat the job as hung after this long without output and GPU activity, or with a stale "
-                   "heartbeat (a number is minutes). Off by default.")
+                   "heartbeat, e.g. 30m (a bare number is seconds). Off by default.")
 @click.option("--gpu-fault-grace", default="60s", show_default=True, metavar="DURATION",
               help="When one of the job's GPUs fails fatally (fell off the bus, XID 48/79/95...) and the job is "
                    "still running this long after, stop it instead of waiting for an NCCL timeout ('off' to disable).")
@@ -167,20 +168,20 @@ def run(
     opts = RunOptions(
         cmd=argv,
         max_restarts=max_restarts,
-        backoff_s=parse_duration(backoff, "s"),
-        backoff_max_s=parse_duration(backoff_max, "s"),
+        backoff_s=parse_duration(backoff),
+        backoff_max_s=parse_duration(backoff_max),
         retry_on=frozenset(classes),
         exclude_bad_gpu=exclude_bad_gpu,
         min_gpus=min_gpus,
         checkpoint_dir=Path(checkpoint_dir).absolute() if checkpoint_dir else None,
-        hang_timeout_s=parse_duration(hang_timeout, "m") if hang_timeout else None,
+        hang_timeout_s=parse_duration(hang_timeout) if hang_timeout else None,
         gpu_fault_grace_s=None if gpu_fault_grace.strip().lower() in ("off", "none", "never")
-        else parse_duration(gpu_fault_grace, "s"),
+        else parse_duration(gpu_fault_grace),
         heartbeat=Path(heartbeat) if heartbeat else None,
-        stop_timeout_s=parse_duration(stop_timeout, "s"),
+        stop_timeout_s=parse_duration(stop_timeout),
         log_path=Path(log_path) if log_path else None,
         kernel_logs=list(kernel_logs),
-        sample_interval_s=max(0.05, parse_duration(sample_interval, "s")),
+        sample_interval_s=max(0.05, parse_duration(sample_interval)),
         db_path=Path(db_path) if db_path else None,
     )
     if not skip_preflight:
@@ -221,7 +222,7 @@ def parse_since(text: str | None, now: float) -> float | None:
     if not text:
         return None
     if _DUR.match(text):
-        return now - parse_duration(text, "d")
+        return now - parse_duration(text)
     try:
         dt = _dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError as e:
@@ -237,7 +238,7 @@ def report() -> None:
 
 
 @report.command("interruptions")
-@click.option("--since", metavar="WHEN", help="Only runs started since: 7d, 12h, 30m ago, or an ISO date.")
+@click.option("--since", metavar="WHEN", help="Only runs started since: 7d, 12h, 30m ago (a bare number is seconds), or an ISO date.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown table for a ticket or wiki.")
 @click.option("--recent", type=click.IntRange(min=0), default=10, show_default=True,

@@ -103,13 +103,13 @@ def _check_agent_options(listen: str, no_http: bool, kernel_logs: tuple[str, ...
 @click.option("--kernel-log", "kernel_logs", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="Follow this kernel log file instead of the live kernel log (repeatable; survives rotation).")
 @click.option("--no-kernel-log", is_flag=True, help="Do not follow the kernel log.")
-@click.option("--doctor-interval", metavar="DURATION", help="Full doctor checks this often (default 5m; 0 = off).")
+@click.option("--doctor-interval", metavar="DURATION", help="Full doctor checks this often (default 5m; 0 = off; a bare number is seconds).")
 @click.option("--webhook", "webhooks", multiple=True, metavar="URL", envvar="GPUCLINIC_WATCH_WEBHOOK",
               help="Also send alerts as JSON to this URL (repeatable; env GPUCLINIC_WATCH_WEBHOOK keeps it out of "
                    "`ps`; Slack, Feishu, DingTalk, WeCom, e-mail via --config).")
 @click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="Alert when fewer than N GPUs are visible.")
-@click.option("--duration", metavar="DURATION", help="Stop after this long (agent time), e.g. 90s.")
-@click.option("--quiet", is_flag=True, help="Print only errors.")
+@click.option("--duration", metavar="DURATION", help="Stop after this long (agent time), e.g. 90s, 2h (a bare number is seconds).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interval: float | None, db: str | None,
           no_store: bool, config_path: str | None, listen: str, no_http: bool, token: str | None,
           kernel_logs: tuple[str, ...], no_kernel_log: bool, doctor_interval: str | None, webhooks: tuple[str, ...],
@@ -206,6 +206,10 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
             click.echo(f"gpuclinic watch: access token (shown once): {generated}", err=True)
         click.echo(f"gpuclinic watch: dashboard {server.url}/  metrics {server.url}/metrics  "
                    f"({agent.info.name}, every {cfg.agent.interval_s:g}s)", err=True)
+        if server.token is not None:
+            from gpuclinic.watch.server import token_howto
+
+            click.echo(f"gpuclinic watch: a token is required here. {token_howto(server.url)}", err=True)
     if not quiet:
         click.echo(f"gpuclinic watch: store {store.path if store else '(none)'}", err=True)
 
@@ -233,12 +237,21 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
 @click.option("--gpu", type=click.IntRange(min=0), metavar="I", help="Only this GPU index.")
 @click.option("--since", default="1h", show_default=True, metavar="2h|ISO", help="Start: a duration ago or an ISO time.")
 @click.option("--until", metavar="ISO|DURATION", help="End (default now).")
+@click.option("--json", "as_json", is_flag=True, help="JSON (the same as --format json).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--db", metavar="PATH", help="The watch store (default: the agent's).")
 @click.option("--list", "list_metrics", is_flag=True, help="List metric names and exit.")
-def history(metric: str | None, gpu: int | None, since: str, until: str | None, fmt: str, db: str | None,
-            list_metrics: bool) -> int:
-    """Print or export one metric's history from the watch store (raw samples, then 1-minute rollups)."""
+def history(metric: str | None, gpu: int | None, since: str, until: str | None, as_json: bool, fmt: str,
+            db: str | None, list_metrics: bool) -> int:
+    """Print or export one metric's history from the watch store.
+
+    Older than the raw retention, the store keeps 1-minute averages: those rows are marked "1m avg"
+    (kind "1m" in CSV and JSON), the samples "raw".
+    """
+    if as_json:
+        if fmt not in ("table", "json"):
+            raise InputError(f"--json and --format {fmt} contradict each other")
+        fmt = "json"
     from gpuclinic.watch.store import METRIC_BY_NAME, METRICS
 
     if list_metrics or metric is None:
@@ -255,31 +268,39 @@ def history(metric: str | None, gpu: int | None, since: str, until: str | None, 
     hi = _parse_since(until, now, "--until") if until else None
     st = _open_store_for_reading(db)
     try:
-        rows = st.query(m.name, gpu=gpu, since=lo, until=hi)
+        rows = st.query_marked(m.name, gpu=gpu, since=lo, until=hi)
     finally:
         st.close()
     out = sys.stdout
+    decimals = _decimals([v for _, _, v, _ in rows])
     if fmt == "json":
         json.dump({"metric": m.name, "unit": m.unit, "since": lo, "until": hi,
-                   "points": [{"time": _iso(t), "ts": t, "gpu": g, "value": v} for t, g, v in rows]}, out)
+                   "points": [{"time": _iso(t), "ts": t, "gpu": g, "value": v, "kind": k} for t, g, v, k in rows]},
+                  out)
         out.write("\n")
     elif fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
-        w.writerow(["time", "gpu", f"{m.name}_{m.unit}"])
-        for t, g, v in rows:
-            w.writerow([_iso(t), g, "" if v is None else v])
+        w.writerow(["time", "gpu", "kind", f"{m.name}_{m.unit}"])
+        for t, g, v, k in rows:
+            w.writerow([_iso(t), g, k, "" if v is None else v])
     else:
         if not rows:
             click.echo(f"no {m.name} samples since {_iso(lo)}")
             return 0
-        click.echo(f"{'time (UTC)':22} {'gpu':>3}  {m.name} ({m.unit})")
-        for t, g, v in rows:
-            click.echo(f"{_iso(t):22} {g:>3}  {'-' if v is None else _fmt_val(v)}")
+        click.echo(f"{'time (UTC)':22} {'gpu':>3}  {'kind':7}  {m.name} ({m.unit})")
+        for t, g, v, k in rows:
+            kind = "1m avg" if k == "1m" else "raw"
+            click.echo(f"{_iso(t):22} {g:>3}  {kind:7}  {'-' if v is None else _fmt_val(v, decimals):>8}")
     return 0
 
 
-def _fmt_val(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else f"{v:.2f}"
+def _decimals(values: list[float | None]) -> int:
+    """One precision for the whole column: 0 when every value is whole, else 1."""
+    return 0 if all(v is None or float(v).is_integer() for v in values) else 1
+
+
+def _fmt_val(v: float, decimals: int = 1) -> str:
+    return f"{v:.{decimals}f}"
 
 
 @click.command("events")
