@@ -27,9 +27,15 @@ def test_demo_scenario_heat_xid_stall_idle(agent_factory: Callable[..., Agent], 
     assert xid[0] == 2 and 29 <= xid[1] <= 36
     assert c["gpu.lost"][0][0] == 2
     # heat: near-slowdown before the slowdown; slowdown opens after throttle_min_s and resolves after t=76
-    near = c["thermal.near_slowdown"][0]
-    slow = sorted(c["thermal.slowdown"], key=lambda x: x[1])[0]
+    near = sorted(c["thermal.near_slowdown"], key=lambda x: x[1])[0]
+    throttle = [e for e in a.store.events() if e.code == "thermal.slowdown" and "over_slowdown" not in e.key]  # type: ignore[union-attr]
+    slow = sorted([(e.gpu, e.opened - a.started_at, None if e.resolved is None else e.resolved - a.started_at)
+                   for e in throttle], key=lambda x: x[1])[0]
     assert near[0] == 0 and slow[0] == 0 and near[1] < slow[1]
+    # "near" is closed once the GPU is above the limit (after the usual resolve_after of 5 s), not left
+    # open beside the "at or above" event
+    over = sorted(e.opened - a.started_at for e in a.store.events() if "over_slowdown" in e.key)  # type: ignore[union-attr]
+    assert over and near[2] is not None and over[0] <= near[2] <= over[0] + 5 + 2
     assert 33 <= slow[1] <= 42 and slow[2] is not None and 76 <= slow[2] <= 90
     # stall on GPU 1 and idle GPU 3 after their one-minute thresholds
     assert c["watch.stall"][0][0] == 1 and 59 <= c["watch.stall"][0][1] <= 68

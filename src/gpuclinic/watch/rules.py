@@ -163,8 +163,8 @@ class RuleEngine:
             if g.sm_clock_mhz is not None and g.sm_clock_max_mhz:
                 ev.append(f"SM clock {g.sm_clock_mhz:.0f} of {g.sm_clock_max_mhz:.0f} MHz at onset")
             if g.temperature_c is not None:
-                ev.append(f"temperature {g.temperature_c:.0f} C (slowdown at "
-                          f"{g.slowdown_temp_c:.0f} C)" if g.slowdown_temp_c else f"temperature {g.temperature_c:.0f} C")
+                ev.append(f"temperature {g.temperature_c:.0f} °C (slowdown at "
+                          f"{g.slowdown_temp_c:.0f} °C)" if g.slowdown_temp_c else f"temperature {g.temperature_c:.0f} °C")
             if g.power_draw_w is not None and (g.power_enforced_limit_w or g.power_limit_w):
                 ev.append(f"power {g.power_draw_w:.0f} W of {(g.power_enforced_limit_w or g.power_limit_w):.0f} W limit")
             out.append(Condition(
@@ -180,11 +180,22 @@ class RuleEngine:
         limit = g.slowdown_temp_c or self.cfg.temp_fallback_slowdown_c
         if g.temperature_c < limit - self.cfg.temp_margin_c:
             return []
+        assumed = "" if g.slowdown_temp_c else " (assumed: NVML gave no threshold)"
+        if g.temperature_c >= limit:
+            # no longer "within 5 °C": the near-slowdown event closes and this one opens (doctor's code)
+            return [Condition(
+                key=f"rules:thermal.over_slowdown:{self.key(g)}", code="thermal.slowdown", severity=Severity.WARNING,
+                gpu=g.index, uuid=g.uuid,
+                title=f"GPU {g.index} is at or above its thermal slowdown temperature ({limit:.0f} °C)",
+                evidence=[f"temperature {g.temperature_c:.0f} °C, slowdown at {limit:.0f} °C{assumed}"],
+                remedy="Clocks are being cut. Check fans, airflow and inlet temperature now; move load off this GPU "
+                       "or lower its power limit until cooling is fixed.",
+                data={"temperature_c": g.temperature_c, "slowdown_temp_c": limit},
+            )]
         return [Condition(
             key=f"rules:thermal.near_slowdown:{self.key(g)}", code="thermal.near_slowdown", severity=Severity.WARNING,
-            gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} is within {self.cfg.temp_margin_c:g} C of thermal slowdown",
-            evidence=[f"temperature {g.temperature_c:.0f} C, slowdown at {limit:.0f} C"
-                      + ("" if g.slowdown_temp_c else " (assumed: NVML gave no threshold)")],
+            gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} is within {self.cfg.temp_margin_c:g} °C of thermal slowdown",
+            evidence=[f"temperature {g.temperature_c:.0f} °C, slowdown at {limit:.0f} °C{assumed}"],
             remedy="Clocks will be cut soon. Check fans, airflow and inlet temperature; spread load or lower the "
                    "power limit until cooling is fixed.",
             data={"temperature_c": g.temperature_c, "slowdown_temp_c": limit},
