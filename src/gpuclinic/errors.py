@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 
 # Exit codes shared by every command.  Verdicts use 0 (healthy / nothing found), 1 (warning) and
 # 2 (drain / critical); 3 means the command ran but could not judge (e.g. no GPU data at all).
@@ -42,6 +41,8 @@ def require_writable_dir(directory: str | os.PathLike[str], label: str) -> None:
 
     A trial file, not ``os.access``: root passes ``access()`` on read-only mounts such as /sys.
     """
+    import tempfile  # not at module level: errors is on every command's start-up path
+
     try:
         with tempfile.TemporaryFile(dir=directory):
             pass
