@@ -60,7 +60,7 @@ def main() -> int:
     # recompiled on every run.  The warm-up runs below write the caches.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     py = sys.executable
-    rounds = [("text", [])] + ([] if args.no_json else [("json", ["--json"])])
+    rounds: list[tuple[str, list[str]]] = [("text", [])] + ([] if args.no_json else [("json", ["--json"])])
     ratios: list[float] = []
     mins: list[float] = []
     print("wall = median (min) ms over N interleaved runs; cpu = median user+sys ms of the process")

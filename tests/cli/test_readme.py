@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _quick_start() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## Quick start", 1)[1]
-    return re.findall(r"```bash\n(.*?)\n```", section, re.S)[0].strip()
+    return str(re.findall(r"```bash\n(.*?)\n```", section, re.S)[0]).strip()
 
 
 def test_quick_start_is_one_command_that_never_pip_installs_into_the_system_python() -> None:

@@ -76,8 +76,6 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
             raise GpuclinicError("pre-flight doctor says drain: not starting the job (fix it, or use --force)",
                                  exit_code=2)
         _say("pre-flight says drain; starting anyway (--force)")
-    elif report.verdict is None:
-        _say("pre-flight could not run; starting the job")
     else:
         hint = "" if not quick else " (--full-preflight adds the timed checks)"
         _say(f"pre-flight: {report.verdict.value} in {time.monotonic() - t0:.1f}s{hint}")

@@ -139,9 +139,12 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
         sc = load_watch_scenario(scenario)
         if sc.rules:
             # the scenario's own thresholds (short demo timings) apply unless the config file set them
-            file_rules = {}
+            file_rules: dict[str, Any] = {}
             if config_path:
-                from gpuclinic.watch.config import tomllib
+                if sys.version_info >= (3, 11):
+                    import tomllib
+                else:  # pragma: no cover
+                    import tomli as tomllib
 
                 file_rules = tomllib.loads(Path(config_path).read_text(encoding="utf-8")).get("rules", {})
             _fill(cfg.rules, {k: v for k, v in sc.rules.items() if k not in file_rules}, "scenario.rules")
