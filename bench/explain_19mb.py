@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def build(path: Path, mb: int) -> None:
     rng = random.Random(14)
-    errs = [p.read_text(errors="replace") for p in sorted((ROOT / "tests/fixtures/software/errors").glob("*.txt"))]
+    errs = [
+        p.read_text(errors="replace") for p in sorted((ROOT / "tests/fixtures/software/errors").glob("*.txt"))
+    ]
     kern = [p.read_text(errors="replace") for p in sorted((ROOT / "tests/fixtures/kernel_log").glob("*.log"))]
     out: list[str] = []
     size = 0
@@ -35,8 +37,11 @@ def build(path: Path, mb: int) -> None:
             t = rng.choice(errs + kern)
         else:
             step += 1
-            t = (f"[2026-01-05 12:{step % 60:02d}:{step % 60:02d}] step {step} loss {rng.random():.4f} lr 3.0e-04 "
-                 f"grad_norm {rng.random() * 3:.3f} tokens/s {rng.randint(1000, 9000)}\n")
+            t = (
+                f"[2026-01-05 12:{step % 60:02d}:{step % 60:02d}] step {step} loss "
+                f"{rng.random():.4f} lr 3.0e-04 "
+                f"grad_norm {rng.random() * 3:.3f} tokens/s {rng.randint(1000, 9000)}\n"
+            )
         out.append(t)
         size += len(t)
     path.write_text("".join(out))
@@ -60,8 +65,10 @@ def main() -> None:
         log = Path(d) / "train.log"
         build(log, args.mb)
         ours = wall([sys.executable, "-m", "gpuclinic", "explain", "--offline", str(log)], args.runs)
-        peer = wall(["grep", "-c", "-i", "-F", "-e", "error", "-e", "fail", "-e", "xid", "-e", "nccl", str(log)],
-                    args.runs)
+        peer = wall(
+            ["grep", "-c", "-i", "-F", "-e", "error", "-e", "fail", "-e", "xid", "-e", "nccl", str(log)],
+            args.runs,
+        )
         from gpuclinic.knowledge import signatures as S
 
         text = log.read_text()

@@ -44,10 +44,17 @@ def _recorded(state: Path, size: int) -> int | None:
     return done + sum(int(v) for v in st.get("partial", {}).values())
 
 
-def run_case(name: str, size_mib: int, at: float, make_cmd: Callable[[str, str, Path], list[str]],
-             state_name: str | None) -> float | None:
+def run_case(
+    name: str,
+    size_mib: int,
+    at: float,
+    make_cmd: Callable[[str, str, Path], list[str]],
+    state_name: str | None,
+) -> float | None:
     size = size_mib * MiB
-    sim = SimProcess("--file", f"big.bin={size_mib}M", "--rate", "4M", "--latency", "0.05", "--connect-latency", "0.1")
+    sim = SimProcess(
+        "--file", f"big.bin={size_mib}M", "--rate", "4M", "--latency", "0.05", "--connect-latency", "0.1"
+    )
     url = sim.info["files"]["big.bin"]["url"]
     want = sim.info["files"]["big.bin"]["sha256"]
     tmp = Path(tempfile.mkdtemp(prefix="gpuclinic-resume-"))
@@ -68,11 +75,16 @@ def run_case(name: str, size_mib: int, at: float, make_cmd: Callable[[str, str, 
         total = sim.served()
         ok = rc == 0 and out.exists() and sha256(out) == want
         ratio = total / size
-        print(f"\n{name}: kill -9 after {t_kill:.2f} s with {at_kill / MiB:.1f} MiB served; rerun {t:.2f} s, "
-              f"{(total - at_kill) / MiB:.1f} MiB served, {'sha256 ok' if ok else 'FAILED ' + err}")
+        print(
+            f"\n{name}: kill -9 after {t_kill:.2f} s with {at_kill / MiB:.1f} MiB served; rerun {t:.2f} s, "
+            f"{(total - at_kill) / MiB:.1f} MiB served, {'sha256 ok' if ok else 'FAILED ' + err}"
+        )
         if rec is not None:
-            print(f"  state file recorded {rec / MiB:.1f} MiB: in flight at the kill (never on disk) "
-                  f"{(at_kill - rec) / MiB:.2f} MiB, fetched twice by the rerun {(total - at_kill - (size - rec)) / MiB:.2f} MiB")
+            print(
+                f"  state file recorded {rec / MiB:.1f} MiB: in flight at the kill (never on disk) "
+                f"{(at_kill - rec) / MiB:.2f} MiB, fetched twice by the rerun "
+                f"{(total - at_kill - (size - rec)) / MiB:.2f} MiB"
+            )
         print(f"  bytes served / file size = {ratio:.4f}")
         return ratio if ok else None
     finally:
@@ -86,23 +98,50 @@ def main() -> None:
     ap.add_argument("--at", type=float, default=0.5)
     ap.add_argument("--no-aria2", action="store_true")
     args = ap.parse_args()
-    ours = run_case("gpuclinic get", args.size_mib, args.at,
-                    lambda url, want, out: [*GPUCLINIC, "get", url, "-o", str(out), "--sha256", want, "-q"],
-                    "big.bin.gpuclinic-state")
+    ours = run_case(
+        "gpuclinic get",
+        args.size_mib,
+        args.at,
+        lambda url, want, out: [*GPUCLINIC, "get", url, "-o", str(out), "--sha256", want, "-q"],
+        "big.bin.gpuclinic-state",
+    )
     peer = None
     aria2 = shutil.which("aria2c")
     if aria2 and not args.no_aria2:
         # the most favourable aria2c settings for a resume: control file saved every second
-        peer = run_case("aria2c -x16 -s16 -c --auto-save-interval=1", args.size_mib, args.at,
-                        lambda url, want, out: [aria2, "-x16", "-s16", "-k1M", "-c", "--auto-save-interval=1",
-                                                "--file-allocation=none", "--allow-overwrite=true",
-                                                f"--checksum=sha-256={want}", "--console-log-level=warn",
-                                                "--summary-interval=0", "-d", str(out.parent), "-o", out.name, url],
-                        "big.bin.aria2")
-    print(f"\nbytes served / size: gpuclinic {ours if ours is None else f'{ours:.4f}'}"
-          + (f", aria2c {peer:.4f} (gpuclinic/aria2c excess: {(ours - 1) / max(peer - 1, 1e-9):.2f}x)"
-             if peer is not None and ours is not None else "")
-          + "; target for gpuclinic <= 1.01")
+        peer = run_case(
+            "aria2c -x16 -s16 -c --auto-save-interval=1",
+            args.size_mib,
+            args.at,
+            lambda url, want, out: [
+                aria2,
+                "-x16",
+                "-s16",
+                "-k1M",
+                "-c",
+                "--auto-save-interval=1",
+                "--file-allocation=none",
+                "--allow-overwrite=true",
+                f"--checksum=sha-256={want}",
+                "--console-log-level=warn",
+                "--summary-interval=0",
+                "-d",
+                str(out.parent),
+                "-o",
+                out.name,
+                url,
+            ],
+            "big.bin.aria2",
+        )
+    print(
+        f"\nbytes served / size: gpuclinic {ours if ours is None else f'{ours:.4f}'}"
+        + (
+            f", aria2c {peer:.4f} (gpuclinic/aria2c excess: {(ours - 1) / max(peer - 1, 1e-9):.2f}x)"
+            if peer is not None and ours is not None
+            else ""
+        )
+        + "; target for gpuclinic <= 1.01"
+    )
 
 
 if __name__ == "__main__":

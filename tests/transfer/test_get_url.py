@@ -38,7 +38,8 @@ def test_parallel_ranged_download_verified(tmp_path: Path, run_cli) -> None:  # 
         assert res["status"] == "ok" and res["sha256"] == sha and res["size"] == len(data)
         assert _sha(tmp_path / "model.bin") == sha
         # really parallel (one 8 MiB/s stream would need 1 s): at least 4 responses streamed at
-        # once, over several ranged requests, and little fetched twice (abandoned speculative requests).  A wall-clock bound here
+        # once, over several ranged requests, and little fetched twice (abandoned speculative requests).
+        # A wall-clock bound here
         # failed on a busy CI box although the download was parallel.
     assert s.stats.max_active >= 4
     assert s.stats.statuses[206] >= 4
@@ -62,12 +63,20 @@ def test_rst_drops_complete_with_right_sha(tmp_path: Path) -> None:
 
 def test_fin_drops_and_stall_recovered(tmp_path: Path) -> None:
     data, sha = blob(6 * MiB, 3)
-    knobs = Knobs(rate_per_conn=16 * MiB, drop_mode="fin", drop_at_bytes=[MiB], stall_at_bytes=[3 * MiB], stall_seconds=30)
+    knobs = Knobs(
+        rate_per_conn=16 * MiB,
+        drop_mode="fin",
+        drop_at_bytes=[MiB],
+        stall_at_bytes=[3 * MiB],
+        stall_seconds=30,
+    )
     with WanSim(knobs) as s:
         url = s.add_file("f.bin", data)
         dest = tmp_path / "f.bin"
         t = time.monotonic()
-        res = Engine(EngineOptions(connections=4, stall_timeout=0.7)).run([FileSpec(dest, [url], sha256=sha)])[0]
+        res = Engine(EngineOptions(connections=4, stall_timeout=0.7)).run(
+            [FileSpec(dest, [url], sha256=sha)]
+        )[0]
         assert res.status == "ok", res.error
         assert time.monotonic() - t < 10
         assert s.stats.drops == 1 and s.stats.stalls == 1
@@ -140,7 +149,9 @@ def test_expired_signed_redirect_is_re_resolved(tmp_path: Path) -> None:
 
         th = threading.Thread(target=expire_once_streaming, daemon=True)
         th.start()
-        res = Engine(EngineOptions(connections=2)).run([FileSpec(tmp_path / "w", [url], sha256=sha, size=len(data))])[0]
+        res = Engine(EngineOptions(connections=2)).run(
+            [FileSpec(tmp_path / "w", [url], sha256=sha, size=len(data))]
+        )[0]
         th.join(5)
         assert res.status == "ok", res.error
     # the later chunk requests hit the dead URL, re-resolved through the origin and went on
@@ -184,7 +195,20 @@ def test_kill9_at_half_then_rerun_fetches_at_most_2_percent_extra(tmp_path: Path
     dest = tmp_path / "f.bin"
     with WanSim(Knobs(rate_per_conn=4 * MiB, latency=0.005, pause_at_bytes=len(data) // 2)) as s:
         url = s.add_file("f.bin", data)
-        cmd = [sys.executable, "-m", "gpuclinic", "get", url, "-o", str(dest), "--sha256", sha, "-q", "--connections", "4"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "get",
+            url,
+            "-o",
+            str(dest),
+            "--sha256",
+            sha,
+            "-q",
+            "--connections",
+            "4",
+        ]
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while not s.knobs.paused and time.monotonic() < deadline:
@@ -246,7 +270,9 @@ def test_speculative_first_requests_do_not_refetch(tmp_path: Path) -> None:
     data, sha = blob(6 * MiB + 12345, 12)
     with WanSim(Knobs(rate_per_conn=8 * MiB, latency=0.02)) as s:
         url = s.add_file("f.bin", data)
-        res = Engine(EngineOptions(initial_connections=8)).run([FileSpec(tmp_path / "f", [url], sha256=sha)])[0]
+        res = Engine(EngineOptions(initial_connections=8)).run([FileSpec(tmp_path / "f", [url], sha256=sha)])[
+            0
+        ]
         assert res.status == "ok", res.error
         assert s.stats.statuses[416] >= 1
         assert s.served("f.bin") <= len(data) * 1.05
@@ -266,11 +292,15 @@ def test_verified_existing_file_is_not_fetched_again(tmp_path: Path, run_cli, si
     r = run_cli("get", url, "-o", str(dest), "--sha256", sha, "-q")
     assert r.code == 64 and "--force" in r.err and dest.read_bytes() == b"x" * len(data)
     assert sim.served("f.bin") == served
-    assert run_cli("get", url, "-o", str(dest), "--sha256", sha, "-q", "--force").code == 0  # replaced atomically
+    assert (
+        run_cli("get", url, "-o", str(dest), "--sha256", sha, "-q", "--force").code == 0
+    )  # replaced atomically
     assert _sha(dest) == sha
 
 
-def test_existing_different_file_is_not_overwritten_without_force(tmp_path: Path, run_cli, sim: WanSim) -> None:  # type: ignore[no-untyped-def]
+def test_existing_different_file_is_not_overwritten_without_force(
+    tmp_path: Path, run_cli, sim: WanSim
+) -> None:  # type: ignore[no-untyped-def]
     """Issue 14: `get URL -o FILE` silently replaced someone's file."""
     data, sha = blob(100_000, 23)
     url = sim.add_file("f.bin", data)
@@ -302,8 +332,12 @@ def test_wrong_sha256_from_a_server_without_ranges_fails_instead_of_hanging(tmp_
     with WanSim(Knobs(no_ranges=True)) as s:
         url = s.add_file("f.bin", data)
         box: list[FileResult] = []
-        th = threading.Thread(target=lambda: box.append(
-            Engine(EngineOptions()).run([FileSpec(tmp_path / "f", [url], sha256="0" * 64)])[0]), daemon=True)
+        th = threading.Thread(
+            target=lambda: box.append(
+                Engine(EngineOptions()).run([FileSpec(tmp_path / "f", [url], sha256="0" * 64)])[0]
+            ),
+            daemon=True,
+        )
         th.start()
         th.join(30)
         assert not th.is_alive(), "engine hung after a sha256 mismatch"
@@ -360,14 +394,34 @@ def test_resume_against_python_http_server_starts_over_and_says_so(tmp_path: Pat
         _kill9_half_way(cmd, s, out / "f.bin.gpuclinic-part")
         s.knobs.paused = False
     assert (out / "f.bin.gpuclinic-state").exists()
-    srv = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1"], cwd=srv_dir,
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    srv = subprocess.Popen(
+        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1"],
+        cwd=srv_dir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert srv.stdout is not None
         line = srv.stdout.readline()  # "Serving HTTP on 127.0.0.1 port NNNNN (http://127.0.0.1:NNNNN/) ..."
         port = int(line.split(" port ")[1].split()[0])
-        r = subprocess.run([sys.executable, "-m", "gpuclinic", "get", f"http://127.0.0.1:{port}/f.bin", "-o",
-                            str(dest), "--sha256", sha, "-q"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuclinic",
+                "get",
+                f"http://127.0.0.1:{port}/f.bin",
+                "-o",
+                str(dest),
+                "--sha256",
+                sha,
+                "-q",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         srv.kill()
         srv.wait(10)

@@ -73,8 +73,9 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
             where = f"{f.gpu.label()}: " if f.gpu else ""
             _say(f"pre-flight: {where}{f.title} [{f.code}]" + (f" -> {f.remedy}" if f.remedy else ""))
         if not force:
-            raise GpuclinicError("pre-flight doctor says drain: not starting the job (fix it, or use --force)",
-                                 exit_code=2)
+            raise GpuclinicError(
+                "pre-flight doctor says drain: not starting the job (fix it, or use --force)", exit_code=2
+            )
         _say("pre-flight says drain; starting anyway (--force)")
     else:
         hint = "" if not quick else " (--full-preflight adds the timed checks)"
@@ -82,51 +83,149 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Restart at most this many times.")
-@click.option("--backoff", "backoff", default="10s", show_default=True, metavar="DURATION",
-              help="First restart delay; doubles each restart.")
-@click.option("--backoff-max", default="10m", show_default=True, metavar="DURATION", help="Cap for the delay.")
-@click.option("--retry-on", default="gpu_hardware,nccl_network,hang,killed", show_default=True, metavar="CLASSES",
-              help="Interruption classes that are restarted (comma list of gpu_hardware, nccl_network, cuda_oom, "
-                   "application_error, killed, hang, unknown).")
-@click.option("--exclude-bad-gpu", is_flag=True, help="After a GPU fault, restart without that GPU (by UUID).")
-@click.option("--min-gpus", type=click.IntRange(min=1), default=1, show_default=True,
-              help="With --exclude-bad-gpu: give up rather than run on fewer GPUs.")
-@click.option("--checkpoint-dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="Resume from the newest complete checkpoint here (GPUCLINIC_RESUME_FROM / {resume}).")
-@click.option("--hang-timeout", metavar="DURATION",
-              help="Treat the job as hung after this long without output and GPU activity, or with a stale "
-                   "heartbeat, e.g. 30m (a bare number is seconds). Off by default.")
-@click.option("--gpu-fault-grace", default="60s", show_default=True, metavar="DURATION",
-              help="When one of the job's GPUs fails fatally (fell off the bus, XID 48/79/95...) and the job is "
-                   "still running this long after, stop it instead of waiting for an NCCL timeout ('off' to disable).")
-@click.option("--heartbeat", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Heartbeat file the job touches (exported as GPUCLINIC_HEARTBEAT; default: one per run).")
-@click.option("--stop-timeout", default="30s", show_default=True, metavar="DURATION",
-              help="After SIGINT/SIGTERM, wait this long before killing the job's process group.")
-@click.option("--log", "log_path", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Also write the job's output here (default: under the state dir).")
-@click.option("--kernel-log", "kernel_logs", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
-              help="Kernel log file(s) to watch for XIDs and OOM kills (default: /dev/kmsg or journalctl).")
-@click.option("--sample-interval", default="5s", show_default=True, metavar="DURATION", help="GPU sampling period.")
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Restart at most this many times.",
+)
+@click.option(
+    "--backoff",
+    "backoff",
+    default="10s",
+    show_default=True,
+    metavar="DURATION",
+    help="First restart delay; doubles each restart.",
+)
+@click.option(
+    "--backoff-max", default="10m", show_default=True, metavar="DURATION", help="Cap for the delay."
+)
+@click.option(
+    "--retry-on",
+    default="gpu_hardware,nccl_network,hang,killed",
+    show_default=True,
+    metavar="CLASSES",
+    help="Interruption classes that are restarted (comma list of gpu_hardware, nccl_network, cuda_oom, "
+    "application_error, killed, hang, unknown).",
+)
+@click.option(
+    "--exclude-bad-gpu", is_flag=True, help="After a GPU fault, restart without that GPU (by UUID)."
+)
+@click.option(
+    "--min-gpus",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With --exclude-bad-gpu: give up rather than run on fewer GPUs.",
+)
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Resume from the newest complete checkpoint here (GPUCLINIC_RESUME_FROM / {resume}).",
+)
+@click.option(
+    "--hang-timeout",
+    metavar="DURATION",
+    help="Treat the job as hung after this long without output and GPU activity, or with a stale "
+    "heartbeat, e.g. 30m (a bare number is seconds). Off by default.",
+)
+@click.option(
+    "--gpu-fault-grace",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="When one of the job's GPUs fails fatally (fell off the bus, XID 48/79/95...) and the job is "
+    "still running this long after, stop it instead of waiting for an NCCL timeout ('off' to disable).",
+)
+@click.option(
+    "--heartbeat",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Heartbeat file the job touches (exported as GPUCLINIC_HEARTBEAT; default: one per run).",
+)
+@click.option(
+    "--stop-timeout",
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="After SIGINT/SIGTERM, wait this long before killing the job's process group.",
+)
+@click.option(
+    "--log",
+    "log_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also write the job's output here (default: under the state dir).",
+)
+@click.option(
+    "--kernel-log",
+    "kernel_logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Kernel log file(s) to watch for XIDs and OOM kills (default: /dev/kmsg or journalctl).",
+)
+@click.option(
+    "--sample-interval", default="5s", show_default=True, metavar="DURATION", help="GPU sampling period."
+)
 @click.option("--skip-preflight", is_flag=True, help="Do not run the doctor before starting.")
 @click.option("--force", is_flag=True, help="Start even when the pre-flight doctor says drain.")
-@click.option("--full-preflight", is_flag=True,
-              help="Pre-flight with the doctor's timed measurements (2-3 s more); default: the quick checks (<1 s).")
-@click.option("--quick", is_flag=True, hidden=True, help="Kept for old scripts: the pre-flight is quick by default.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), metavar="FILE",
-              help="watch TOML config: send interruptions through its notifiers.")
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), metavar="FILE", help="Ledger database (default: the shared store).")
+@click.option(
+    "--full-preflight",
+    is_flag=True,
+    help="Pre-flight with the doctor's timed measurements (2-3 s more); default: the quick checks (<1 s).",
+)
+@click.option(
+    "--quick", is_flag=True, hidden=True, help="Kept for old scripts: the pre-flight is quick by default."
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="watch TOML config: send interruptions through its notifiers.",
+)
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Ledger database (default: the shared store).",
+)
 @click.option("--scenario", metavar="NAME", help="Simulated node for pre-flight and GPU watching (testing).")
-@click.option("--gpu-facts", type=click.Path(dir_okay=False), metavar="FILE", hidden=True,
-              help="Simulated GPUs from a JSON file re-read every sample (testing).")
+@click.option(
+    "--gpu-facts",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    hidden=True,
+    help="Simulated GPUs from a JSON file re-read every sample (testing).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
-    max_restarts: int, backoff: str, backoff_max: str, retry_on: str, exclude_bad_gpu: bool, min_gpus: int,
-    checkpoint_dir: str | None, hang_timeout: str | None, gpu_fault_grace: str, heartbeat: str | None, stop_timeout: str,
-    log_path: str | None, kernel_logs: tuple[str, ...], sample_interval: str, skip_preflight: bool, force: bool,
-    full_preflight: bool, quick: bool, config_path: str | None, db_path: str | None, scenario: str | None, gpu_facts: str | None,
+    max_restarts: int,
+    backoff: str,
+    backoff_max: str,
+    retry_on: str,
+    exclude_bad_gpu: bool,
+    min_gpus: int,
+    checkpoint_dir: str | None,
+    hang_timeout: str | None,
+    gpu_fault_grace: str,
+    heartbeat: str | None,
+    stop_timeout: str,
+    log_path: str | None,
+    kernel_logs: tuple[str, ...],
+    sample_interval: str,
+    skip_preflight: bool,
+    force: bool,
+    full_preflight: bool,
+    quick: bool,
+    config_path: str | None,
+    db_path: str | None,
+    scenario: str | None,
+    gpu_facts: str | None,
     cmd: tuple[str, ...],
 ) -> int:
     """Run a training job and keep it alive through GPU faults: gpuclinic run [OPTIONS] -- CMD [ARGS]...
@@ -147,7 +246,8 @@ def run(
     classes = [c.strip() for c in retry_on.split(",") if c.strip()]
     bad = [c for c in classes if c not in CLASSES or c == "planned"]
     if bad:
-        raise InputError(f"--retry-on: unknown class {bad[0]!r} (choose from {', '.join(c for c in CLASSES if c != 'planned')})")
+        choices = ", ".join(c for c in CLASSES if c != "planned")
+        raise InputError(f"--retry-on: unknown class {bad[0]!r} (choose from {choices})")
     for p in kernel_logs:
         if not Path(p).exists():
             raise InputError(f"--kernel-log: no such file: {p}")
@@ -173,7 +273,8 @@ def run(
         min_gpus=min_gpus,
         checkpoint_dir=Path(checkpoint_dir).absolute() if checkpoint_dir else None,
         hang_timeout_s=parse_duration(hang_timeout) if hang_timeout else None,
-        gpu_fault_grace_s=None if gpu_fault_grace.strip().lower() in ("off", "none", "never")
+        gpu_fault_grace_s=None
+        if gpu_fault_grace.strip().lower() in ("off", "none", "never")
         else parse_duration(gpu_fault_grace),
         heartbeat=Path(heartbeat) if heartbeat else None,
         stop_timeout_s=parse_duration(stop_timeout),
@@ -236,13 +337,30 @@ def report() -> None:
 
 
 @report.command("interruptions")
-@click.option("--since", metavar="WHEN", help="Only runs started since: 7d, 12h, 30m ago (a bare number is seconds), or an ISO date.")
+@click.option(
+    "--since",
+    metavar="WHEN",
+    help="Only runs started since: 7d, 12h, 30m ago (a bare number is seconds), or an ISO date.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown table for a ticket or wiki.")
-@click.option("--recent", type=click.IntRange(min=0), default=10, show_default=True,
-              help="Also list this many most recent interruptions.")
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), metavar="FILE", help="Ledger database (default: the shared store).")
-def interruptions(since: str | None, as_json: bool, as_markdown: bool, recent: int, db_path: str | None) -> int:
+@click.option(
+    "--recent",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Also list this many most recent interruptions.",
+)
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Ledger database (default: the shared store).",
+)
+def interruptions(
+    since: str | None, as_json: bool, as_markdown: bool, recent: int, db_path: str | None
+) -> int:
     """Llama-3-style table: interruptions by root cause, planned vs unexpected, MTBI and goodput."""
     import sqlite3
 
@@ -263,7 +381,13 @@ def interruptions(since: str | None, as_json: bool, as_markdown: bool, recent: i
             conn.close()
     except sqlite3.Error as e:
         raise InputError(f"--db {db_path}: cannot read the run ledger: {e}") from e
-    out = ledger.render_json(rep) if as_json else ledger.render_markdown(rep) if as_markdown else ledger.render_text(rep)
+    out = (
+        ledger.render_json(rep)
+        if as_json
+        else ledger.render_markdown(rep)
+        if as_markdown
+        else ledger.render_text(rep)
+    )
     try:
         click.echo(out, nl=not out.endswith("\n"))
     except BrokenPipeError:

@@ -104,7 +104,9 @@ class EngineOptions:
 
 
 class _Retryable(Exception):
-    def __init__(self, msg: str, retry_after: float | None = None, backoff: bool = False, connect: bool = False) -> None:
+    def __init__(
+        self, msg: str, retry_after: float | None = None, backoff: bool = False, connect: bool = False
+    ) -> None:
         super().__init__(msg)
         self.retry_after = retry_after
         self.backoff = backoff
@@ -164,7 +166,9 @@ class _Source:
 class _Segment:
     __slots__ = ("job", "pos", "end", "start", "requested_end", "active", "valid_from", "speculative")
 
-    def __init__(self, job: _Job, start: int, end: int, valid_from: int | None = None, speculative: bool = False) -> None:
+    def __init__(
+        self, job: _Job, start: int, end: int, valid_from: int | None = None, speculative: bool = False
+    ) -> None:
         self.job = job
         self.speculative = speculative
         self.start = start
@@ -253,7 +257,9 @@ class _Job:
 class Engine:
     """Download a list of files with a shared pool of connections."""
 
-    def __init__(self, opts: EngineOptions | None = None, on_event: Callable[[str, _Job], None] | None = None) -> None:
+    def __init__(
+        self, opts: EngineOptions | None = None, on_event: Callable[[str, _Job], None] | None = None
+    ) -> None:
         self.opts = opts or EngineOptions()
         self.on_event = on_event
         self.jobs: list[_Job] = []
@@ -273,7 +279,9 @@ class Engine:
             follow_redirects=True,
             trust_env=True,
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=self.max_conn + 8),
-            timeout=httpx.Timeout(connect=self.opts.connect_timeout, read=self.opts.stall_timeout, write=30.0, pool=None),
+            timeout=httpx.Timeout(
+                connect=self.opts.connect_timeout, read=self.opts.stall_timeout, write=30.0, pool=None
+            ),
             headers={"User-Agent": self.opts.user_agent, "Accept-Encoding": "identity"},
         )
 
@@ -639,7 +647,9 @@ class Engine:
         except httpx.TimeoutException as e:
             raise _Retryable(f"timed out ({type(e).__name__})") from None
         except httpx.ConnectError as e:
-            raise _Retryable(f"cannot connect: {redact(str(e)) or 'connection refused'}", connect=True) from None
+            raise _Retryable(
+                f"cannot connect: {redact(str(e)) or 'connection refused'}", connect=True
+            ) from None
         except (httpx.TransportError, httpx.StreamError, ConnectionError) as e:
             raise _Retryable(f"{type(e).__name__}: {redact(str(e)) or 'connection error'}") from None
 
@@ -648,7 +658,9 @@ class Engine:
         if seg.speculative and (code == 416 or code == 200):
             raise _Abandon()
         if code in (429, 503):
-            raise _Retryable(f"HTTP {code}", retry_after=_retry_after(r.headers.get("retry-after")), backoff=True)
+            raise _Retryable(
+                f"HTTP {code}", retry_after=_retry_after(r.headers.get("retry-after")), backoff=True
+            )
         if code in (401, 403, 404, 410) and (url != src.url or r.history):
             # an expired signed redirect target: resolve again from the origin (at once if the
             # old target was cached, with backoff if the origin just handed out a dead one)
@@ -658,7 +670,10 @@ class Engine:
                 src.fresh_failures += 1
                 if src.fresh_failures >= 4:
                     raise _SourceFatal(f"HTTP {code} from the redirect target {safe_url(str(r.url))}")
-            raise _Retryable(f"HTTP {code} from redirect target (re-resolving)", retry_after=0.0 if url != src.url else None)
+            raise _Retryable(
+                f"HTTP {code} from redirect target (re-resolving)",
+                retry_after=0.0 if url != src.url else None,
+            )
         if code >= 500:
             raise _Retryable(f"HTTP {code}")
         if code not in (200, 206):
@@ -710,7 +725,11 @@ class Engine:
         was opened by another one: keep it if its pieces are still free, else drop the response."""
         assert job.size is not None
         if seg.end == -1 or seg.end > job.size:
-            seg.end = job.size if seg.end > job.size else min(job.size, seg.pos + self._seg_pieces(job.size, job.piece) * job.piece)
+            seg.end = (
+                job.size
+                if seg.end > job.size
+                else min(job.size, seg.pos + self._seg_pieces(job.size, job.piece) * job.piece)
+            )
             if seg.requested_end == -1 or seg.requested_end > job.size:
                 seg.requested_end = job.size if seg.requested_end > job.size else seg.requested_end
         a = seg.pos // job.piece
@@ -723,7 +742,9 @@ class Engine:
             seg.end = seg.pos
             raise _Abandon()
 
-    def _open(self, job: _Job, total: int | None, etag: str | None, *, ranges: bool, seg: _Segment | None) -> None:
+    def _open(
+        self, job: _Job, total: int | None, etag: str | None, *, ranges: bool, seg: _Segment | None
+    ) -> None:
         """First response headers of a file arrived: size it, load resume state, plan pieces."""
         if job.size is not None and total is not None and total != job.size:
             raise _SourceFatal(f"server reports {total} bytes, expected {job.size}")
@@ -922,7 +943,11 @@ class Engine:
         others = [i for i in good_left if i != suspect]
         if job.verify_rounds > len(job.sources) + 1 or (not others and job.verify_rounds > 1):
             self._discard(job)
-            self._fail(job, f"{job.label}: sha256 mismatch (got {digest[:16]}..., expected {(job.spec.sha256 or '')[:16]}...) from every source")
+            self._fail(
+                job,
+                f"{job.label}: sha256 mismatch (got {digest[:16]}..., expected "
+                f"{(job.spec.sha256 or '')[:16]}...) from every source",
+            )
             return
         if others:
             job.sources[suspect].bad = True
@@ -944,7 +969,9 @@ class Engine:
             job.hashed_pieces = 0
             job.sha = hashlib.sha256()
             job.gsha = _git_sha1_hasher(job.size or 0) if job.spec.git_sha1 else None
-            job.bytes_done = sum(job.piece_range(i)[1] - job.piece_range(i)[0] for i in range(job.npieces) if job.done[i])
+            job.bytes_done = sum(
+                job.piece_range(i)[1] - job.piece_range(i)[0] for i in range(job.npieces) if job.done[i]
+            )
             job.state = "open"
             self.cv.notify_all()
         self._save(job, force=True)
@@ -1014,7 +1041,11 @@ class Engine:
                     job.done[i] = 1
             for k, v in st.get("partial", {}).items():
                 i, valid = int(k), int(v)
-                if 0 <= i < n and not job.done[i] and 0 < valid < job.piece_range(i)[1] - job.piece_range(i)[0]:
+                if (
+                    0 <= i < n
+                    and not job.done[i]
+                    and 0 < valid < job.piece_range(i)[1] - job.piece_range(i)[0]
+                ):
                     job.partial[i] = valid
         except (KeyError, ValueError, IndexError, TypeError):
             job.done[:] = bytearray(job.npieces)
@@ -1080,7 +1111,10 @@ class Engine:
             for j in self.jobs:
                 if j.state != "open" or not j.dirty or j.size is None:
                     continue
-                if j.bytes_done - j.saved_bytes >= j.save_step or now - j.last_save >= self.opts.save_interval:
+                if (
+                    j.bytes_done - j.saved_bytes >= j.save_step
+                    or now - j.last_save >= self.opts.save_interval
+                ):
                     if j.save_lock.acquire(blocking=False):
                         try:
                             self._save(j)
@@ -1114,7 +1148,12 @@ class Engine:
                     j.state == "opening" or (j.state == "open" and 0 in j.assigned) for j in live
                 )
                 tail = sum(max(0, s.end - s.pos) for j in live for s in j.segments if s.active)
-                if rate > base_rate * 1.12 and self.target < self.max_conn and busy >= self.target - 1 and (pending or tail > 8 * MiB):
+                if (
+                    rate > base_rate * 1.12
+                    and self.target < self.max_conn
+                    and busy >= self.target - 1
+                    and (pending or tail > 8 * MiB)
+                ):
                     base_rate = rate
                     prev_target = self.target
                     self.target = min(self.max_conn, max(self.target + 1, int(self.target * 1.5)))
@@ -1181,7 +1220,8 @@ def _check_free(path: Path, need: int, reserve: int, part: Path | None = None) -
         free = int(override)
     if need > 0 and need + reserve > free:
         raise GpuclinicError(  # the input is fine; this machine cannot hold it: could not run
-            f"not enough disk space in {path}: need {_human(need)} (+{_human(reserve)} reserve), {_human(free)} free"
+            f"not enough disk space in {path}: need {_human(need)} (+{_human(reserve)} reserve), "
+            f"{_human(free)} free"
         )
 
 

@@ -30,19 +30,30 @@ from urllib.parse import urlsplit
 from gpuclinic.errors import GpuclinicError, InputError
 
 _PERMANENT = re.compile(
-    r"repository .* not found|repository .* does not exist|not found|authentication failed|could not read username|could not read password|"
+    r"repository .* not found|repository .* does not exist|not found|authentication failed|"
+    r"could not read username|could not read password|"
     r"permission denied|does not appear to be a git repository|invalid username or password|"
     r"returned error: (401|403|404)|already exists and is not an empty directory|"
-    r"remote branch .* not found|couldn't find remote ref|terminal prompts disabled|access denied|not exported",
+    r"remote branch .* not found|couldn't find remote ref|terminal prompts disabled|access denied|"
+    r"not exported",
     re.I,
 )
-_DNS = re.compile(r"could not resolve host|could not resolve hostname|name or service not known|"
-                  r"temporary failure in name resolution|nodename nor servname", re.I)
+_DNS = re.compile(
+    r"could not resolve host|could not resolve hostname|name or service not known|"
+    r"temporary failure in name resolution|nodename nor servname",
+    re.I,
+)
 # git still clones, in full, when the server (or a local path) does not do what the strategy asks
-_IGNORED = re.compile(r"filtering not recognized by server|--filter is ignored|--depth is ignored|"
-                      r"shallow.* not supported|server does not support shallow", re.I)
-_UNREACHABLE = re.compile(r"failed to connect|connection refused|no route to host|"
-                          r"network is unreachable|unable to connect", re.I)
+_IGNORED = re.compile(
+    r"filtering not recognized by server|--filter is ignored|--depth is ignored|"
+    r"shallow.* not supported|server does not support shallow",
+    re.I,
+)
+_UNREACHABLE = re.compile(
+    r"failed to connect|connection refused|no route to host|"
+    r"network is unreachable|unable to connect",
+    re.I,
+)
 
 STRATEGIES = ("blobless", "shallow", "treeless", "full")
 
@@ -172,10 +183,18 @@ def run_git(argv: list[str], cwd: Path | None, quiet: bool, out: IO[bytes] | Non
     """Run git (no shell), copying its stderr through live and keeping the last 16 KiB for errors."""
     env = dict(os.environ)
     env["LC_ALL"] = "C"  # messages we classify are English
-    env.setdefault("GIT_TERMINAL_PROMPT", "0" if not sys.stdin.isatty() else env.get("GIT_TERMINAL_PROMPT", "1"))
+    env.setdefault(
+        "GIT_TERMINAL_PROMPT", "0" if not sys.stdin.isatty() else env.get("GIT_TERMINAL_PROMPT", "1")
+    )
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL if not sys.stdin.isatty() else None,
-                                stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL if not sys.stdin.isatty() else None,
+            stdout=subprocess.DEVNULL if quiet else None,
+            stderr=subprocess.PIPE,
+        )
     except OSError as e:
         raise GpuclinicError(f"cannot run git: {e.strerror or e}") from e
     tail = bytearray()
@@ -222,8 +241,12 @@ def _git_base(cfg: list[str]) -> list[str]:
 
 
 def strategy_args(strategy: str, branch: str | None) -> list[str]:
-    args = {"blobless": ["--filter=blob:none"], "treeless": ["--filter=tree:0"],
-            "shallow": ["--depth", "1", "--single-branch"], "full": []}[strategy]
+    args = {
+        "blobless": ["--filter=blob:none"],
+        "treeless": ["--filter=tree:0"],
+        "shallow": ["--depth", "1", "--single-branch"],
+        "full": [],
+    }[strategy]
     if branch:
         args += ["--branch", branch]
     return args
@@ -308,29 +331,44 @@ def clone(
                 resumed = _resume_checkout(target, src, tries, quiet, backoff_s, run, attempts, say)
                 if resumed:
                     eff, ignored = effective_strategy(strategy, tail)
-                    return CloneResult(target, src.label, eff, attempts, resumed=True, config=src.config,
-                                       ignored=ignored)
+                    return CloneResult(
+                        target, src.label, eff, attempts, resumed=True, config=src.config, ignored=ignored
+                    )
                 last_err = attempts[-1].error or last_err
             _clear(target, existed)
             kind = classify(tail)
             if kind == "permanent":  # not found / auth: retrying this source cannot help; another might
                 break
             if kind == "dns":  # the name does not resolve: seconds later it will not either
-                last_err += " (DNS lookup failed: `gpuclinic net` shows what resolves here; --mirror URL uses another host)"
+                last_err += (
+                    " (DNS lookup failed: `gpuclinic net` shows what resolves here; "
+                    "--mirror URL uses another host)"
+                )
                 break
             if kind == "unreachable":
                 tries = min(tries, 2)
             if n < tries:
                 wait = backoff_s * (2 ** (n - 1))
-                say(f"transfer broke ({last_err}); retrying from {src.label} in {wait:g}s (attempt {n + 1}/{tries})")
+                say(
+                    f"transfer broke ({last_err}); retrying from {src.label} in {wait:g}s "
+                    f"(attempt {n + 1}/{tries})"
+                )
                 time.sleep(wait)
         if si + 1 < len(sources):
             say(f"{src.label} failed ({last_err}); falling back to {sources[si + 1].label}")
     raise GitCloneError(f"git clone failed after {len(attempts)} attempt(s): {last_err}")
 
 
-def _resume_checkout(dest: Path, src: Source, tries: int, quiet: bool, backoff_s: float, run: Runner,
-                     attempts: list[Attempt], say: Callable[[str], None]) -> bool:
+def _resume_checkout(
+    dest: Path,
+    src: Source,
+    tries: int,
+    quiet: bool,
+    backoff_s: float,
+    run: Runner,
+    attempts: list[Attempt],
+    say: Callable[[str], None],
+) -> bool:
     """Finish a clone whose objects arrived but whose checkout failed (lazy blob fetch broke)."""
     for n in range(1, tries + 1):
         say(f"clone fetched history but checkout failed; resuming checkout in {dest} (attempt {n}/{tries})")

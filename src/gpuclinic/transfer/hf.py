@@ -129,7 +129,13 @@ def safe_repo_path(path: str) -> PurePosixPath:
 
 
 def _check_revision(rev: str) -> str:
-    if not rev.strip() or rev != rev.strip() or rev.startswith("/") or "\\" in rev or any(p in ("", ".", "..") for p in rev.split("/")):
+    if (
+        not rev.strip()
+        or rev != rev.strip()
+        or rev.startswith("/")
+        or "\\" in rev
+        or any(p in ("", ".", "..") for p in rev.split("/"))
+    ):
         raise InputError(f"invalid revision {rev!r}")
     return rev
 
@@ -149,11 +155,17 @@ def _hub_error(r: httpx.Response, repo_id: str, what: str) -> GpuclinicError:
     if code == "EntryNotFound":
         return DownloadError(f"{repo_id}: file not found: {what} (HTTP {r.status_code})")
     if r.status_code == 401 or code == "RepoNotFound":
-        hint = "check the name, or set HF_TOKEN if it is private" if r.status_code == 401 else "check the name"
-        return DownloadError(f"{repo_id}: repository not found or not accessible ({hint}; HTTP {r.status_code})")
+        hint = (
+            "check the name, or set HF_TOKEN if it is private" if r.status_code == 401 else "check the name"
+        )
+        return DownloadError(
+            f"{repo_id}: repository not found or not accessible ({hint}; HTTP {r.status_code})"
+        )
     if r.status_code == 403:
         return DownloadError(f"{repo_id}: access denied (HTTP 403{': ' + msg if msg else ''})")
-    return DownloadError(f"{repo_id}: Hub request failed: HTTP {r.status_code} {r.reason_phrase} from {safe_url(str(r.url))}")
+    return DownloadError(
+        f"{repo_id}: Hub request failed: HTTP {r.status_code} {r.reason_phrase} from {safe_url(str(r.url))}"
+    )
 
 
 def fetch_repo_info(
@@ -170,7 +182,9 @@ def fetch_repo_info(
         commit = str(info["sha"])
         siblings = info.get("siblings") or []
     except (ValueError, KeyError, TypeError):
-        raise DownloadError(f"{repo_id}: unexpected Hub API answer from {safe_url(url)} (is HF_ENDPOINT a Hub?)") from None
+        raise DownloadError(
+            f"{repo_id}: unexpected Hub API answer from {safe_url(url)} (is HF_ENDPOINT a Hub?)"
+        ) from None
     if not _HEX40.match(commit):
         raise DownloadError(f"{repo_id}: Hub API returned an invalid commit id")
     files: list[RepoFile] = []
@@ -189,7 +203,9 @@ def fetch_repo_info(
     return commit, files
 
 
-def _tree(client: httpx.Client, repo_id: str, commit: str, repo_type: str, headers: dict[str, str]) -> list[RepoFile]:
+def _tree(
+    client: httpx.Client, repo_id: str, commit: str, repo_type: str, headers: dict[str, str]
+) -> list[RepoFile]:
     url: str | None = f"{hf_endpoint()}/api/{repo_type}s/{repo_id}/tree/{commit}?recursive=true&expand=false"
     out: list[RepoFile] = []
     pages = 0
@@ -214,8 +230,10 @@ def unreachable(e: BaseException) -> DownloadError:
     endpoint = hf_endpoint()
     host = urlsplit(endpoint).hostname or endpoint
     cause = net_cause(e).describe(host)
-    return DownloadError(f"cannot reach the Hub at {safe_url(endpoint)}: {cause}; run `gpuclinic net` to see "
-                         "which endpoints and mirrors work here, then set HF_ENDPOINT to a reachable one")
+    return DownloadError(
+        f"cannot reach the Hub at {safe_url(endpoint)}: {cause}; run `gpuclinic net` to see "
+        "which endpoints and mirrors work here, then set HF_ENDPOINT to a reachable one"
+    )
 
 
 def _get(client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
@@ -330,7 +348,9 @@ def download_repo(
     cache = hub_cache(cache_dir)
     repo_dir = cache / f"{repo_type}s--{repo_id.replace('/', '--')}"
     with httpx.Client(
-        follow_redirects=False, trust_env=True, timeout=httpx.Timeout(20.0, connect=5.0),
+        follow_redirects=False,
+        trust_env=True,
+        timeout=httpx.Timeout(20.0, connect=5.0),
         headers={"User-Agent": f"gpuclinic/{_version()}"},
     ) as client:
         try:
@@ -346,11 +366,16 @@ def download_repo(
         blobs.mkdir(parents=True, exist_ok=True)
         snapshot.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise InputError(f"cannot create the Hub cache in {cache}: {e.strerror or e} (set --cache-dir or HF_HUB_CACHE)") from None
+        raise InputError(
+            f"cannot create the Hub cache in {cache}: {e.strerror or e} (set --cache-dir or HF_HUB_CACHE)"
+        ) from None
     with contextlib.suppress(OSError):
         tag = cache / "CACHEDIR.TAG"
         if not tag.exists():
-            tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by gpuclinic.\n")
+            tag.write_text(
+                "Signature: 8a477f597d28d172789f06886806bc55\n"
+                "# This file is a cache directory tag created by gpuclinic.\n"
+            )
     prefix = "datasets/" if repo_type == "dataset" else ""
     specs: list[FileSpec] = []
     present: list[FileResult] = []
@@ -358,7 +383,9 @@ def download_repo(
     for f in sorted(wanted, key=lambda x: -x.size):
         blob = blobs / f.etag
         if _blob_ok(blob, f):
-            present.append(FileResult(str(blob), f.size, f.etag if f.lfs else None, 0.0, 0, f.size, "", "skipped"))
+            present.append(
+                FileResult(str(blob), f.size, f.etag if f.lfs else None, 0.0, 0, f.size, "", "skipped")
+            )
             continue
         if f.etag in by_etag:
             continue  # the same content under two names: download once
