@@ -41,23 +41,23 @@ LABELS = cs.load_labels()
 # Recall per kind measured on this corpus (doctor --from, explain), rounded down.  A floor, not a target:
 # the issue-10 target is 0.95 everywhere; what is below it is listed in docs/corpus.md with its cause.
 FLOORS: dict[str, tuple[float, float]] = {
-    "container": (0.30, 0.69),
-    "dcgm": (0.00, 0.00),
-    "device_plugin": (0.33, 0.66),
-    "json": (0.00, 0.00),
-    "kernel_log": (0.81, 0.94),
-    "mixed": (0.60, 0.80),
-    "service_log": (0.00, 0.00),
+    "container": (0.69, 0.69),
+    "dcgm": (0.75, 0.75),
+    "device_plugin": (1.00, 1.00),
+    "json": (1.00, 1.00),
+    "kernel_log": (1.00, 1.00),
+    "mixed": (0.86, 0.86),
+    "service_log": (1.00, 1.00),
     "slurm": (0.00, 0.00),
     "smi_csv": (1.00, 1.00),
-    "smi_error": (0.77, 0.88),
+    "smi_error": (1.00, 1.00),
     "smi_nvlink": (1.00, 1.00),
-    "smi_q": (0.92, 0.92),
+    "smi_q": (1.00, 1.00),
     "smi_table": (1.00, 1.00),
     "smi_topo": (0.00, 0.00),  # no labelled items: topology informs, it does not diagnose
     "smi_xml": (1.00, 1.00),
-    "traceback": (0.01, 0.87),
-    "all": (0.55, 0.86),
+    "traceback": (0.87, 0.87),
+    "all": (0.92, 0.92),
 }
 
 

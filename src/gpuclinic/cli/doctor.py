@@ -8,7 +8,7 @@ import sys
 import click
 
 from gpuclinic.diagnose import Report, diagnose
-from gpuclinic.errors import GpuclinicError, InputError
+from gpuclinic.errors import EXIT_USAGE, GpuclinicError, InputError
 from gpuclinic.facts.snapshot import Snapshot
 
 
@@ -53,10 +53,12 @@ class _DoctorCommand(click.Command):
 @click.option("--quick", is_flag=True, help="Skip timed measurements (host sampling window).")
 @click.option("--deep", is_flag=True, help="Allow slow checks, e.g. importing frameworks to read their CUDA build.")
 @click.option("--net", "network", is_flag=True, help="Also probe the network path to GitHub, Hugging Face and PyPI.")
+@click.option("--show-unread", is_flag=True,
+              help="With --from: also print, per input, its segments and the lines no parser read.")
 def doctor(
     from_paths: tuple[str, ...], more_paths: tuple[str, ...], scenario: str | None, list_scenarios: bool,
     as_json: bool, as_markdown: bool, expect_gpus: int | None, kernel_logs: tuple[str, ...],
-    quick: bool, deep: bool, network: bool,
+    quick: bool, deep: bool, network: bool, show_unread: bool = False,
 ) -> int:
     """Diagnose this server: which of GPU faults, heat, PCIe/power, software, network or host is hurting it.
 
@@ -74,6 +76,8 @@ def doctor(
         raise InputError("unexpected argument(s): " + " ".join(paths) + " (did you mean --from PATH?)")
     if scenario and paths:
         raise InputError("use either --scenario or --from, not both")
+    if show_unread and not paths:
+        raise InputError("--show-unread needs --from PATH", exit_code=EXIT_USAGE)
     for k in kernel_logs:  # named explicitly: a typo is an error, not a "could not check" line
         if not os.path.exists(k):
             raise InputError(f"--kernel-log {k}: no such file")
@@ -103,6 +107,10 @@ def doctor(
     report = diagnose(snap)
     try:
         emit(report, fmt)
+        if show_unread:
+            from gpuclinic.render.unread import unread_text
+
+            click.echo(unread_text(snap), err=fmt != "terminal")
     except BrokenPipeError:
         sys.stderr.close()
     if report.verdict is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as _dt
 import socket
 import sys
-from typing import Any
 
 import click
 
@@ -92,22 +91,6 @@ def plain_table(nf: NetworkFacts) -> list[str]:
     return out + _footer(nf)
 
 
-def print_table(nf: NetworkFacts, con: Any) -> None:
-    """The probe table on a rich console (called by the renderer after the verdict header)."""
-    from rich.table import Table
-
-    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for h in HEADERS:
-        t.add_column(h)
-    for r in table_rows(nf):
-        style = {"ok": "", "per-conn cap": "yellow", "link-limited": "yellow", "lossy": "yellow"}.get(r[-1], "red")
-        t.add_row(*r, style=style)
-    con.print()
-    con.print(t)
-    for line in _footer(nf):
-        con.print(line, style="dim")
-
-
 @click.command("net")
 @click.option("--endpoint", "endpoints", multiple=True, metavar="[SERVICE=]URL",
               help="Probe this URL instead of the default list (repeatable). SERVICE (hf, github, pypi) marks it "
@@ -162,7 +145,7 @@ def net(endpoints: tuple[str, ...], as_json: bool, as_markdown: bool, timeout_s:
         else:
             from gpuclinic.render.terminal import render_terminal
 
-            render_terminal(report, prelude=lambda con: print_table(nf, con), prelude_lines=plain_table(nf))
+            render_terminal(report, prelude=plain_table(nf))
     except BrokenPipeError:
         sys.stderr.close()
     return report.exit_code

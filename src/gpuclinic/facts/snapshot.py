@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic.facts.evidence import InputRecord, Signal
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.kernel import KernelEvent
@@ -31,6 +32,7 @@ class Snapshot:
     cuda_driver_version: str | None = None  # "12.4"
     nvml_available: bool | None = None  # None: not attempted (e.g. from evidence without smi dumps)
     gpus: list[GpuFacts] = field(default_factory=list)
+    attached_gpus: int | None = None  # evidence: "Attached GPUs : N" (a paste may show fewer GPU blocks)
     pci_devices: list[PciDevice] = field(default_factory=list)
     pci_read: bool = False  # True when the PCI bus was enumerated (so "absent from PCI" means something)
     kernel_events: list[KernelEvent] = field(default_factory=list)
@@ -43,6 +45,8 @@ class Snapshot:
     expect_gpus: int | None = None
     skipped: list[Skipped] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # files or sources it was built from
+    input_records: list[InputRecord] = field(default_factory=list)  # evidence: how each input was read
+    signals: list[Signal] = field(default_factory=list)  # evidence: known fault signatures seen in it
     notes: list[str] = field(default_factory=list)
 
     def skip(self, what: str, why: str) -> None:

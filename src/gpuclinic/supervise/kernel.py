@@ -5,11 +5,11 @@ Two complementary paths:
 * :class:`KernelWindow` remembers where each log stood when an attempt started and, when it ends,
   reads exactly what was written since (files by byte offset surviving rotation, ``/dev/kmsg`` by
   timestamp, else ``journalctl -k --since``).  Deterministic, so classification never races a poll.
-* :class:`LiveKernelFollower` runs :func:`gpuclinic.sources.kernel_log.follow` in a thread (when that
-  source is installed) so a fault is known - and notified - while the job is still running.
+* :class:`LiveKernelFollower` runs :func:`gpuclinic.sources.kernellog.follow.follow` in a thread so a
+  fault is known - and notified - while the job is still running.
 
-GPU lines are parsed by the kernel-log source's :func:`parse_lines`; a narrow fallback handles the
-two NVRM lines that matter here if that source is missing.
+GPU lines are parsed by the kernel-log subsystem (:mod:`gpuclinic.sources.kernellog`), the same parser
+``doctor``, ``explain`` and ``watch`` use.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gpuclinic.facts.kernel import KernelEvent
-from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.sources.kernellog import parse_lines
+from gpuclinic.sources.kernellog.follow import follow
 
 # "Out of memory: Killed process 7899 (python) total-vm:...", "Memory cgroup out of memory: Killed process ...",
 # older "Out of memory: Kill process 89746 (python) score 1031 or sacrifice child" + "Killed process 89879 (python) ..."
@@ -36,13 +36,6 @@ _OOM_RES = (
     re.compile(r"\bKilled process (\d+) \(([^)]*)\) total-vm"),
     re.compile(r"oom-kill:.*?task=([^,]+),pid=(\d+)"),
 )
-
-_XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)[^)]*\): (\d+),"
-    r"(?:\s*pid=('?<?[\w]+>?'?),)?(?:\s*name=([^,]*),)?\s*(.*)"
-)
-_OFF_BUS_RE = re.compile(r"NVRM: GPU (?:at PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)[^:]*: GPU has fallen off the bus")
-
 
 @dataclass(frozen=True)
 class OomKill:
@@ -69,31 +62,8 @@ def find_oom_kills(lines: Iterable[str]) -> list[OomKill]:
 
 
 def parse_gpu_events(lines: Sequence[str], origin: str | None = None) -> list[KernelEvent]:
-    """GPU events in these lines, through the kernel-log source's parser when installed."""
-    try:
-        from gpuclinic.sources.kernel_log import parse_lines
-    except ImportError:
-        return _fallback_parse(lines, origin)
+    """GPU events in these lines (the kernel-log subsystem's parser: every prefix format)."""
     return list(parse_lines(lines, origin))
-
-
-def _fallback_parse(lines: Sequence[str], origin: str | None) -> list[KernelEvent]:
-    events: list[KernelEvent] = []
-    for n, line in enumerate(lines, 1):
-        m = _XID_RE.search(line)
-        if m:
-            pid_s = (m.group(3) or "").strip("'")
-            events.append(KernelEvent(
-                kind="xid", line=line.rstrip("\n"), pci_bus_id=normalize_bus_id(m.group(1)), xid=int(m.group(2)),
-                pid=int(pid_s) if pid_s.isdigit() else None, process=(m.group(4) or None),
-                message=m.group(5).strip() or None, origin=origin, lineno=n,
-            ))
-            continue
-        m = _OFF_BUS_RE.search(line)
-        if m:
-            events.append(KernelEvent(kind="fallen_off_bus", line=line.rstrip("\n"),
-                                      pci_bus_id=normalize_bus_id(m.group(1)), origin=origin, lineno=n))
-    return events
 
 
 @dataclass
@@ -227,14 +197,6 @@ class LiveKernelFollower:
         self.why_not: str | None = None
 
     def start(self) -> LiveKernelFollower:
-        follow: Any
-        try:
-            from gpuclinic.sources.kernel_log import follow
-        except ImportError:
-            if not self.paths:
-                self.why_not = "live kernel-log following not available in this build"
-                return self
-            follow = _tail_files  # narrow stand-in: tail the given files only
         self.available = True
 
         def loop() -> None:
@@ -261,33 +223,3 @@ class LiveKernelFollower:
             with contextlib.suppress(RuntimeError):
                 self._thread.join(timeout=0.5)
 
-
-def _tail_files(paths: Sequence[str] | None, stop: threading.Event, poll_s: float = 0.25) -> Iterator[KernelEvent]:
-    """Yield GPU events from lines appended to ``paths`` (from their current end), surviving rotation."""
-    marks: dict[str, tuple[int | None, int]] = {}
-    for p in paths or ():
-        try:
-            st = os.stat(p)
-            marks[p] = (st.st_ino, st.st_size)
-        except OSError:
-            marks[p] = (None, 0)
-    partial: dict[str, bytes] = {}
-    while not stop.is_set():
-        for p, (ino, off) in list(marks.items()):
-            try:
-                st = os.stat(p)
-                if st.st_ino != ino or st.st_size < off:
-                    ino, off = st.st_ino, 0
-                    partial[p] = b""
-                with open(p, "rb") as f:
-                    f.seek(off)
-                    data = f.read(4 * 1024 * 1024)
-            except OSError:
-                continue
-            marks[p] = (ino, off + len(data))
-            buf = partial.get(p, b"") + data
-            *complete, rest = buf.split(b"\n")
-            partial[p] = rest
-            if complete:
-                yield from parse_gpu_events([c.decode("utf-8", "replace") for c in complete], origin=p)
-        stop.wait(poll_s)

@@ -188,6 +188,8 @@ class _Handler(BaseHTTPRequestHandler):
             since = float(query["since"][0]) if "since" in query else None
             gpu = int(query["gpu"][0]) if "gpu" in query else None
             self._json({"fields": SERIES_FIELDS, "gpus": {str(k): v for k, v in agent.series(gpu, since).items()}})
+        elif path == "/api/incidents":
+            self._json(incidents_json(agent))
         elif path == "/api/events":
             self._json({"events": events_json(agent, float(query["since"][0]) if "since" in query else None)})
         else:
@@ -199,6 +201,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = resources.files("gpuclinic.watch").joinpath("static").joinpath(name).read_bytes()
         self._send(200, body, _STATIC[name], extra)
+
+
+def incidents_json(agent: Agent) -> dict[str, Any]:
+    """The node verdict and the open incidents (root cause, symptoms, evidence, runbook), worst first."""
+    return {"verdict": agent.verdict().value,
+            "incidents": [dict(t.incident.to_dict(), id=t.id, opened=t.opened) for t in agent.incidents.open_incidents()]}
 
 
 def state_json(agent: Agent) -> dict[str, Any]:
