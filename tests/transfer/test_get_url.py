@@ -265,8 +265,13 @@ def test_redact_helpers() -> None:
 
 
 def test_speculative_first_requests_do_not_refetch(tmp_path: Path) -> None:
-    # size unknown: the probe and speculative ranged requests go out together; ranges past the end
-    # get 416 and are dropped, and no byte is fetched twice
+    """Size unknown: the probe and speculative ranged requests go out together; ranges past the end
+    get 416 and are dropped, and no byte is fetched twice.
+
+    Structural (main saw 1.052 > 1.05 once under load): every body byte the engine read was written
+    exactly once (``downloaded`` == size).  What the server pushed into an abandoned response before
+    the client closed it depends on scheduling, so the served bound is only a loose sanity check.
+    """
     data, sha = blob(6 * MiB + 12345, 12)
     with WanSim(Knobs(rate_per_conn=8 * MiB, latency=0.02)) as s:
         url = s.add_file("f.bin", data)
@@ -275,7 +280,8 @@ def test_speculative_first_requests_do_not_refetch(tmp_path: Path) -> None:
         ]
         assert res.status == "ok", res.error
         assert s.stats.statuses[416] >= 1
-        assert s.served("f.bin") <= len(data) * 1.05
+        assert res.downloaded == len(data) and res.reused == 0, res
+        assert s.served("f.bin") <= len(data) * 1.25
     assert _sha(tmp_path / "f") == sha
 
 
