@@ -409,7 +409,11 @@ class Engine:
         return self._live
 
     def _allocate(self) -> _Segment | None:
-        # 1) open a file nobody is opening (the first request doubles as the probe)
+        """The next request for an idle connection, in this order of preference."""
+        return self._open_next() or self._speculative() or self._unassigned() or self._steal()
+
+    def _open_next(self) -> _Segment | None:
+        """1) Open a file nobody is opening (the first request doubles as the probe)."""
         while self._new_idx < len(self.jobs) and self.jobs[self._new_idx].state != "new":
             self._new_idx += 1
         for j in self.jobs[self._new_idx : self._new_idx + 1]:
@@ -431,14 +435,20 @@ class Engine:
                 start, end = self._opening_range(j)
                 j.spec_ok = j.spec_ok and start == 0 and end == -1
                 return _Segment(j, start, end)
-        # 1b) size unknown and the probe in flight: speculative ranged requests, so that every
-        #     connection is busy from the first round trip (aria2 and curl wait for the probe)
+        return None
+
+    def _speculative(self) -> _Segment | None:
+        """1b) Size unknown and the probe in flight: speculative ranged requests, so that every
+        connection is busy from the first round trip (aria2 and curl wait for the probe)."""
         for j in self._live_jobs():
             if j.state == "opening" and j.spec_ok and j.size is None and j.spec_next < min(8, self.target):
                 k = j.spec_next
                 j.spec_next += 1
                 return _Segment(j, k * SPECULATIVE_CHUNK, (k + 1) * SPECULATIVE_CHUNK, speculative=True)
-        # 2) an unassigned run of pieces in an open file
+        return None
+
+    def _unassigned(self) -> _Segment | None:
+        """2) An unassigned run of pieces in an open file."""
         for j in self._live_jobs():
             if j.state != "open" or not j.ranges_ok:
                 continue
@@ -457,32 +467,32 @@ class Engine:
             seg = _Segment(j, start, min(j.size, b * j.piece), valid_from=a * j.piece)
             j.segments.append(seg)
             return seg
-        # 3) steal half of the largest in-flight tail
+        return None
+
+    def _steal(self) -> _Segment | None:
+        """3) Steal half of the largest in-flight tail (so one slow connection does not hold the end)."""
         best: _Segment | None = None
         best_left = 0
         for j in self._live_jobs():
             if j.state != "open" or not j.ranges_ok:
                 continue
             for s in j.segments:
-                if not s.active:
-                    continue
-                left = s.end - s.pos
-                if left > best_left:
-                    best, best_left = s, left
-        if best is not None and best_left >= STEAL_MIN_PIECES * best.job.piece:
-            j = best.job
-            first_free = best.pos // j.piece + 1
-            last = -(-best.end // j.piece)
-            if last - first_free >= 1:
-                mid = (first_free + last) // 2
-                mid = max(mid, first_free)
-                cut = mid * j.piece
-                if best.pos < cut < best.end:
-                    seg = _Segment(j, cut, best.end)
-                    best.end = cut
-                    j.segments.append(seg)
-                    return seg
-        return None
+                if s.active and s.end - s.pos > best_left:
+                    best, best_left = s, s.end - s.pos
+        if best is None or best_left < STEAL_MIN_PIECES * best.job.piece:
+            return None
+        j = best.job
+        first_free = best.pos // j.piece + 1
+        last = -(-best.end // j.piece)
+        if last - first_free < 1:
+            return None
+        cut = max((first_free + last) // 2, first_free) * j.piece
+        if not best.pos < cut < best.end:
+            return None
+        seg = _Segment(j, cut, best.end)
+        best.end = cut
+        j.segments.append(seg)
+        return seg
 
     def _opening_range(self, j: _Job) -> tuple[int, int]:
         """The first request of a file: its first missing bytes according to a saved state, else 0.
@@ -572,28 +582,9 @@ class Engine:
                     break
                 raise _Retryable("connection closed early")
             except _Retryable as e:
-                if seg.pos > before:
-                    attempt = 0
-                    job.failures = 0
-                attempt += 1
-                job.failures += 1
-                src.last_error = str(e)
-                if e.retry_after is not None or e.backoff:
-                    self._back_off()
-                if job.state == "opening" and seg.pos == 0 and e.connect and attempt >= 4:
-                    src.bad = True  # nothing ever answered: do not spend a minute on a dead host
-                    attempt = 0
-                    continue
-                if attempt >= self.opts.max_retries:
-                    src.failing_until = time.monotonic() + 30
-                    if len([s for s in job.sources if not s.bad]) > 1:
-                        attempt = 0
-                    elif job.failures >= self.opts.max_retries * 3:
-                        self._fail(job, f"{job.label}: giving up after {job.failures} failures: {e}")
-                        return
-                delay = e.retry_after if e.retry_after is not None else min(8.0, 0.2 * 2 ** min(attempt, 6))
-                delay = delay * (1 + 0.25 * random.random())
-                self.stop.wait(delay)
+                attempt = self._on_retryable(seg, src, e, attempt, progressed=seg.pos > before)
+                if attempt < 0:
+                    return
             except _SourceFatal as e:
                 src.bad = True
                 src.last_error = str(e)
@@ -608,6 +599,34 @@ class Engine:
         if job.state == "opening" and seg.end == -1:
             return
         self._maybe_finish(job)
+
+    def _on_retryable(
+        self, seg: _Segment, src: _Source, e: _Retryable, attempt: int, *, progressed: bool
+    ) -> int:
+        """Count a failed try of ``seg`` (``attempt``: tries since the last progress) and wait before the
+        next one; returns the new count, or -1 when the file is given up."""
+        job = seg.job
+        if progressed:
+            attempt = 0
+            job.failures = 0
+        attempt += 1
+        job.failures += 1
+        src.last_error = str(e)
+        if e.retry_after is not None or e.backoff:
+            self._back_off()
+        if job.state == "opening" and seg.pos == 0 and e.connect and attempt >= 4:
+            src.bad = True  # nothing ever answered: do not spend a minute on a dead host
+            return 0
+        if attempt >= self.opts.max_retries:
+            src.failing_until = time.monotonic() + 30
+            if len([s for s in job.sources if not s.bad]) > 1:
+                attempt = 0
+            elif job.failures >= self.opts.max_retries * 3:
+                self._fail(job, f"{job.label}: giving up after {job.failures} failures: {e}")
+                return -1
+        delay = e.retry_after if e.retry_after is not None else min(8.0, 0.2 * 2 ** min(attempt, 6))
+        self.stop.wait(delay * (1 + 0.25 * random.random()))
+        return attempt
 
     def _no_source_msg(self, job: _Job) -> str:
         errs = "; ".join(f"{safe_url(s.url)}: {s.last_error}" for s in job.sources if s.last_error)
@@ -658,9 +677,34 @@ class Engine:
             raise _Retryable(f"{type(e).__name__}: {redact(str(e)) or 'connection error'}") from None
 
     def _check_status(self, job: _Job, src: _Source, r: httpx.Response, seg: _Segment, url: str) -> None:
+        """Accept a 200/206 answer for ``seg`` (opening or adopting the file), else raise what to do."""
         code = r.status_code
         if seg.speculative and (code == 416 or code == 200):
             raise _Abandon()
+        self._raise_for_status(src, r, url)
+        src.fresh_failures = 0
+        etag = r.headers.get("etag")
+        total = self._range_total(r, seg) if code == 206 else self._whole_body_total(job, src, r, seg, etag)
+        if etag and src.etag is None:
+            src.etag = etag
+        elif etag and src.etag and etag != src.etag:
+            raise _ObjectChanged()
+        with self.cv:
+            if job.state == "opening":
+                if seg.speculative and code != 206:
+                    raise _Abandon()
+                self._open(job, total if total >= 0 else None, etag, ranges=code == 206, seg=seg)
+            elif job.size is not None and total >= 0 and total != job.size:
+                raise _SourceFatal(f"size {total} differs from {job.size}")
+            elif seg not in job.segments and job.state == "open":
+                self._adopt(job, seg)
+            if seg.speculative and job.state not in ("opening", "open"):
+                raise _Abandon()
+
+    @staticmethod
+    def _raise_for_status(src: _Source, r: httpx.Response, url: str) -> None:
+        """Anything but 200/206: retry (429/503/5xx, an expired signed redirect) or ban the source."""
+        code = r.status_code
         if code in (429, 503):
             raise _Retryable(
                 f"HTTP {code}", retry_after=_retry_after(r.headers.get("retry-after")), backoff=True
@@ -682,47 +726,40 @@ class Engine:
             raise _Retryable(f"HTTP {code}")
         if code not in (200, 206):
             raise _SourceFatal(f"HTTP {code} {r.reason_phrase}".strip())
-        src.fresh_failures = 0
-        etag = r.headers.get("etag")
-        if code == 206:
-            cr = r.headers.get("content-range", "")
-            try:
-                rng, total_s = cr.split(" ", 1)[1].split("/")
-                start = int(rng.split("-")[0])
-                total = int(total_s)
-            except (IndexError, ValueError):
-                raise _SourceFatal(f"bad Content-Range {cr!r}") from None
-            if start != seg.pos:
-                raise _SourceFatal(f"server answered range at {start}, asked {seg.pos}")
-        else:
-            cl = r.headers.get("content-length")
-            total = int(cl) if cl and cl.isdigit() else -1
-            if seg.pos != 0 or job.state == "open":
-                if src.etag and etag and etag != src.etag:
-                    raise _ObjectChanged()
-                if job.state != "opening":
-                    raise _SourceFatal("server ignored the Range header")
-                # a resume request answered with the whole file (python -m http.server, some
-                # proxies): this server cannot resume, so use this body from byte 0 and say so
-                seg.start = seg.pos = seg.valid_from = 0
-                seg.end = seg.requested_end = -1
-                job.restarted = True
-                self._emit("restart", job)
-        if etag and src.etag is None:
-            src.etag = etag
-        elif etag and src.etag and etag != src.etag:
-            raise _ObjectChanged()
-        with self.cv:
-            if job.state == "opening":
-                if seg.speculative and code != 206:
-                    raise _Abandon()
-                self._open(job, total if total >= 0 else None, etag, ranges=code == 206, seg=seg)
-            elif job.size is not None and total >= 0 and total != job.size:
-                raise _SourceFatal(f"size {total} differs from {job.size}")
-            elif seg not in job.segments and job.state == "open":
-                self._adopt(job, seg)
-            if seg.speculative and job.state not in ("opening", "open"):
-                raise _Abandon()
+
+    @staticmethod
+    def _range_total(r: httpx.Response, seg: _Segment) -> int:
+        """The file size from a 206's Content-Range, which must start where ``seg`` asked."""
+        cr = r.headers.get("content-range", "")
+        try:
+            rng, total_s = cr.split(" ", 1)[1].split("/")
+            start = int(rng.split("-")[0])
+            total = int(total_s)
+        except (IndexError, ValueError):
+            raise _SourceFatal(f"bad Content-Range {cr!r}") from None
+        if start != seg.pos:
+            raise _SourceFatal(f"server answered range at {start}, asked {seg.pos}")
+        return total
+
+    def _whole_body_total(
+        self, job: _Job, src: _Source, r: httpx.Response, seg: _Segment, etag: str | None
+    ) -> int:
+        """A 200: the whole file (-1 if its length is unknown).  As the answer to a resume request it
+        means the server ignores Range; at the opening that is a fresh start from byte 0."""
+        cl = r.headers.get("content-length")
+        total = int(cl) if cl and cl.isdigit() else -1
+        if seg.pos != 0 or job.state == "open":
+            if src.etag and etag and etag != src.etag:
+                raise _ObjectChanged()
+            if job.state != "opening":
+                raise _SourceFatal("server ignored the Range header")
+            # a resume request answered with the whole file (python -m http.server, some
+            # proxies): this server cannot resume, so use this body from byte 0 and say so
+            seg.start = seg.pos = seg.valid_from = 0
+            seg.end = seg.requested_end = -1
+            job.restarted = True
+            self._emit("restart", job)
+        return total
 
     def _adopt(self, job: _Job, seg: _Segment) -> None:
         """A request sent before the size was known (probe or speculative) answered after the file
@@ -792,34 +829,39 @@ class Engine:
             seg.end = seg.requested_end = size
             job.segments.append(seg)
         else:
-            if seg.end == -1:
-                seg.end = min(size, self._seg_pieces(size, job.piece) * job.piece)
-            if seg.end > size:
-                seg.end = size
-                seg.requested_end = size  # the server's answer ends at the file end anyway
-            a = seg.pos // job.piece
-            b = min(n, -(-seg.end // job.piece))
-            keep = (
-                seg.pos == a * job.piece + job.partial.get(a, 0)
-                and a < b
-                and not any(job.done[a:b])
-                and not any(i in job.partial for i in range(a + 1, b))
-            )
-            if keep and size > 0:
-                job.assigned[a:b] = b"\x01" * (b - a)
-                job.partial.pop(a, None)
-                seg.valid_from = a * job.piece
-                job.segments.append(seg)
-            else:
-                seg.end = seg.pos  # we asked for bytes we already have: drop this response, re-plan
-            for i in range(n):
-                if job.done[i]:
-                    job.assigned[i] = 1
+            self._plan_opening(job, seg, size)
         job.state = "open"
         self.cv.notify_all()
         self._emit("open", job)
         if seg is not None and (size == 0 or all(job.done)):
             seg.end = seg.pos
+
+    def _plan_opening(self, job: _Job, seg: _Segment, size: int) -> None:
+        """The ranged answer that opened ``job``: keep it for its pieces if they are still missing."""
+        n = job.npieces
+        if seg.end == -1:
+            seg.end = min(size, self._seg_pieces(size, job.piece) * job.piece)
+        if seg.end > size:
+            seg.end = size
+            seg.requested_end = size  # the server's answer ends at the file end anyway
+        a = seg.pos // job.piece
+        b = min(n, -(-seg.end // job.piece))
+        keep = (
+            seg.pos == a * job.piece + job.partial.get(a, 0)
+            and a < b
+            and not any(job.done[a:b])
+            and not any(i in job.partial for i in range(a + 1, b))
+        )
+        if keep and size > 0:
+            job.assigned[a:b] = b"\x01" * (b - a)
+            job.partial.pop(a, None)
+            seg.valid_from = a * job.piece
+            job.segments.append(seg)
+        else:
+            seg.end = seg.pos  # we asked for bytes we already have: drop this response, re-plan
+        for i in range(n):
+            if job.done[i]:
+                job.assigned[i] = 1
 
     def _stream(self, seg: _Segment, idx: int, r: httpx.Response) -> None:
         job = seg.job
