@@ -299,12 +299,7 @@ def clone(
     existed = target.exists()
     if existed and (not target.is_dir() or any(target.iterdir())):
         raise InputError(f"destination path '{target}' already exists and is not an empty directory")
-    sources = [Source("origin")]
-    for m in mirrors:
-        base, prefix = insteadof_for(url, resolve_mirror(m))
-        sources.append(Source(scrub(base), [f"url.{base}.insteadOf={prefix}"]))
-    if mirror_first and len(sources) > 1:
-        sources = sources[1:] + sources[:1]
+    sources = _sources(url, mirrors, mirror_first)
     attempts: list[Attempt] = []
     last_err = "clone failed"
     for si, src in enumerate(sources):
@@ -312,12 +307,7 @@ def clone(
         n = 0
         while n < tries:
             n += 1
-            argv = [*_git_base(src.config), "clone", *strategy_args(strategy, branch)]
-            if not quiet and sys.stderr.isatty():
-                argv.append("--progress")
-            if quiet:
-                argv.append("--quiet")
-            argv += ["--", url, str(target)]
+            argv = _clone_argv(src, strategy, branch, quiet, url, target)
             t0 = time.monotonic()
             rc, tail = run(argv, None, quiet)
             err = None if rc == 0 else (last_error_line(tail) or f"git exited with {rc}")
@@ -357,6 +347,28 @@ def clone(
         if si + 1 < len(sources):
             say(f"{src.label} failed ({last_err}); falling back to {sources[si + 1].label}")
     raise GitCloneError(f"git clone failed after {len(attempts)} attempt(s): {last_err}")
+
+
+def _sources(url: str, mirrors: Sequence[str], mirror_first: bool) -> list[Source]:
+    """The origin and each mirror (as a ``-c url.X.insteadOf=Y`` rewrite), in the order to try."""
+    sources = [Source("origin")]
+    for m in mirrors:
+        base, prefix = insteadof_for(url, resolve_mirror(m))
+        sources.append(Source(scrub(base), [f"url.{base}.insteadOf={prefix}"]))
+    if mirror_first and len(sources) > 1:
+        sources = sources[1:] + sources[:1]
+    return sources
+
+
+def _clone_argv(
+    src: Source, strategy: str, branch: str | None, quiet: bool, url: str, target: Path
+) -> list[str]:
+    argv = [*_git_base(src.config), "clone", *strategy_args(strategy, branch)]
+    if not quiet and sys.stderr.isatty():
+        argv.append("--progress")
+    if quiet:
+        argv.append("--quiet")
+    return [*argv, "--", url, str(target)]
 
 
 def _resume_checkout(
