@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -261,47 +262,11 @@ def _match_spans(data: bytes, spans: list[tuple[int, int]], max_count: int) -> l
 def _match(text: str, lower: str, max_count: int) -> list[SignatureMatch]:
     newlines: list[int] | None = None
     found: list[tuple[int, SignatureMatch]] = []
-    groups = _needle_groups()
-    present: dict[str, bool] = {}
-
-    def has(n: str) -> bool:
-        if n not in present:
-            g = groups.get(n)
-            if g is not None and g != n and not has(g):
-                present[n] = False
-            else:
-                present[n] = n in lower
-        return present[n]
-
+    has = _needle_test(lower)
     for sig in signatures():
         if not any(has(n) for n in sig.needles):
             continue
-        first: re.Match[str] | None = None
-        starts: list[int] = []
-        for rx, fast in zip(sig.patterns, sig.fast or (None,) * len(sig.patterns), strict=True):
-            if fast is not None:
-                # same lines as rx (a line holds rx's match iff it holds fast's); rx itself runs once,
-                # from the first such line's start, for the match object the extractors and line use
-                lo = None
-                for m in fast.finditer(text):
-                    ls = text.rfind("\n", 0, m.start()) + 1
-                    if lo is None:
-                        lo = ls
-                    if not starts or starts[-1] != ls:
-                        starts.append(ls)
-                    if len(starts) >= max_count:
-                        break
-                if lo is not None:
-                    m0 = rx.search(text, lo)
-                    if m0 is not None and (first is None or m0.start() < first.start()):
-                        first = m0
-                continue
-            for m in rx.finditer(text):
-                if first is None or m.start() < first.start():
-                    first = m
-                starts.append(m.start())
-                if len(starts) >= max_count:
-                    break
+        first, starts = _occurrences(sig, text, max_count)
         if first is None:
             continue
         if newlines is None:
@@ -322,12 +287,58 @@ def _match(text: str, lower: str, max_count: int) -> list[SignatureMatch]:
         found.append((first.start(), sm))
     hidden: set[str] = set()
     by_id = {s.id: s for s in signatures()}
-    matched_ids = {sm.id for _, sm in found}
-    for sid in matched_ids:
+    for sid in {sm.id for _, sm in found}:
         hidden.update(x for x in by_id[sid].supersedes if x != sid)
     result = [(pos, sm) for pos, sm in found if sm.id not in hidden]
     result.sort(key=lambda t: (-_SEVERITY_RANK.get(t[1].severity, 1), t[0]))
     return [sm for _, sm in result]
+
+
+def _needle_test(lower: str) -> Callable[[str], bool]:
+    """``has(needle)``, memoised, skipping every needle of a group whose key is absent."""
+    groups = _needle_groups()
+    present: dict[str, bool] = {}
+
+    def has(n: str) -> bool:
+        if n not in present:
+            g = groups.get(n)
+            if g is not None and g != n and not has(g):
+                present[n] = False
+            else:
+                present[n] = n in lower
+        return present[n]
+
+    return has
+
+
+def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[str] | None, list[int]]:
+    """The first match of ``sig`` in ``text`` and the start of every occurrence (up to ``max_count``)."""
+    first: re.Match[str] | None = None
+    starts: list[int] = []
+    for rx, fast in zip(sig.patterns, sig.fast or (None,) * len(sig.patterns), strict=True):
+        if fast is not None:
+            # same lines as rx (a line holds rx's match iff it holds fast's); rx itself runs once,
+            # from the first such line's start, for the match object the extractors and line use
+            lo = None
+            for m in fast.finditer(text):
+                ls = text.rfind("\n", 0, m.start()) + 1
+                if lo is None:
+                    lo = ls
+                if not starts or starts[-1] != ls:
+                    starts.append(ls)
+                if len(starts) >= max_count:
+                    break
+            m0 = rx.search(text, lo) if lo is not None else None
+            if m0 is not None and (first is None or m0.start() < first.start()):
+                first = m0
+            continue
+        for m in rx.finditer(text):
+            if first is None or m.start() < first.start():
+                first = m
+            starts.append(m.start())
+            if len(starts) >= max_count:
+                break
+    return first, starts
 
 
 def primary(text: str) -> SignatureMatch | None:
