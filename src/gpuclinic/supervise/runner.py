@@ -275,6 +275,18 @@ class GpuWatcher:
             self.source.close()
 
 
+@dataclass
+class _AttemptWatch:
+    """What the polling loop of one attempt carries from one tick to the next."""
+
+    mem_peak: float
+    hang_reason: str | None = None
+    fault: str | None = None
+    fault_deadline: float | None = None
+    last_scan: float = 0.0
+    last_fault_check: float = 0.0
+
+
 class Supervisor:
     """Runs ``opts.cmd`` until it completes, cannot be retried, or the user stops it."""
 
@@ -430,22 +442,7 @@ class Supervisor:
                         ngpus=len(job_gpus) or 1,
                         attempt=attempt,
                     )
-                    env = dict(base_env)
-                    env.setdefault("PYTHONUNBUFFERED", "1")
-                    env[train.ENV_HEARTBEAT] = str(heartbeat)
-                    env[train.ENV_ATTEMPT] = str(attempt)
-                    env.pop("GPUCLINIC_NGPUS", None)
-                    if job_gpus:
-                        env["GPUCLINIC_NGPUS"] = str(len(job_gpus))
-                    if self.run_id is not None:
-                        env["GPUCLINIC_RUN_ID"] = str(self.run_id)
-                    if o.checkpoint_dir:
-                        env[train.ENV_CHECKPOINT_DIR] = str(o.checkpoint_dir)
-                    env.pop(train.ENV_RESUME_FROM, None)
-                    if resume:
-                        env[train.ENV_RESUME_FROM] = str(resume)
-                    if job_gpus != initial_gpus:  # a faulted GPU was excluded: name the rest by UUID
-                        env["CUDA_VISIBLE_DEVICES"] = visible_value(job_gpus)
+                    env = self._attempt_env(base_env, heartbeat, attempt, resume, job_gpus, initial_gpus)
                     with contextlib.suppress(OSError):
                         heartbeat.unlink()
                     msg = f"attempt {attempt}: {shlex.join(redact_argv(argv))}"
@@ -465,11 +462,7 @@ class Supervisor:
                         (128 - rc) if rc is not None and rc < 0 else (rc if rc is not None else 1)
                     )
                     action, why, job_gpus = self._decide(cls, restarts, job_gpus)
-                    ckpt = train.latest_checkpoint(o.checkpoint_dir) if o.checkpoint_dir else None
-                    ckpt_at = None
-                    if ckpt is not None:
-                        with contextlib.suppress(OSError):
-                            ckpt_at = _completion_time(ckpt)
+                    ckpt, ckpt_at = self._newest_checkpoint()
                     lost = self._ledger_call(
                         "add_interruption",
                         self.run_id,
@@ -488,15 +481,7 @@ class Supervisor:
                         remedy=cls.remedy,
                     )
                     self.interruptions.append((cls, action))
-                    self.say(
-                        f"interruption: {cls.cls} ({'planned' if cls.planned else 'unexpected'}): "
-                        f"{cls.summary}"
-                    )
-                    for line in cls.evidence[:6]:
-                        self.say(f"  evidence: {line}")
-                    if cls.remedy:
-                        self.say(f"  what to do: {cls.remedy}")
-                    self.say(f"decision: {action}" + (f" ({why})" if why else ""))
+                    self._say_interruption(cls, action, why)
                     self._notify(
                         {
                             "kind": "interruption",
@@ -583,6 +568,109 @@ class Supervisor:
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
         return self._stop_signal is None
 
+    def _attempt_env(
+        self,
+        base_env: dict[str, str],
+        heartbeat: Path,
+        attempt: int,
+        resume: Path | None,
+        job_gpus: list[JobGpu],
+        initial_gpus: list[JobGpu],
+    ) -> dict[str, str]:
+        """The job's environment for one attempt: heartbeat, attempt, checkpoint and GPU variables."""
+        env = dict(base_env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env[train.ENV_HEARTBEAT] = str(heartbeat)
+        env[train.ENV_ATTEMPT] = str(attempt)
+        env.pop("GPUCLINIC_NGPUS", None)
+        if job_gpus:
+            env["GPUCLINIC_NGPUS"] = str(len(job_gpus))
+        if self.run_id is not None:
+            env["GPUCLINIC_RUN_ID"] = str(self.run_id)
+        if self.opts.checkpoint_dir:
+            env[train.ENV_CHECKPOINT_DIR] = str(self.opts.checkpoint_dir)
+        env.pop(train.ENV_RESUME_FROM, None)
+        if resume:
+            env[train.ENV_RESUME_FROM] = str(resume)
+        if job_gpus != initial_gpus:  # a faulted GPU was excluded: name the rest by UUID
+            env["CUDA_VISIBLE_DEVICES"] = visible_value(job_gpus)
+        return env
+
+    def _newest_checkpoint(self) -> tuple[Path | None, float | None]:
+        """The newest complete checkpoint and when it was completed (None, None without one)."""
+        d = self.opts.checkpoint_dir
+        ckpt = train.latest_checkpoint(d) if d else None
+        ckpt_at = None
+        if ckpt is not None:
+            with contextlib.suppress(OSError):
+                ckpt_at = _completion_time(ckpt)
+        return ckpt, ckpt_at
+
+    def _say_interruption(self, cls: Classification, action: str, why: str | None) -> None:
+        self.say(f"interruption: {cls.cls} ({'planned' if cls.planned else 'unexpected'}): {cls.summary}")
+        for line in cls.evidence[:6]:
+            self.say(f"  evidence: {line}")
+        if cls.remedy:
+            self.say(f"  what to do: {cls.remedy}")
+        self.say(f"decision: {action}" + (f" ({why})" if why else ""))
+
+    def _watch_tick(
+        self,
+        proc: subprocess.Popen[bytes],
+        w: _AttemptWatch,
+        follower: LiveKernelFollower | None,
+        watcher: GpuWatcher,
+        tracker: Tracker,
+        job_gpus: list[JobGpu],
+        started: float,
+        t0: float,
+        heartbeat: Path,
+    ) -> None:
+        """One poll while the job runs: SIGHUP note, process scan, kill deadline, fatal GPU fault, hang."""
+        o = self.opts
+        now = time.monotonic()
+        if self._hup:
+            self._hup = False
+            self.say("terminal hung up (SIGHUP): still supervising; the job's output goes on into the log")
+        if now - w.last_scan >= 0.5:
+            tracker.scan()
+            with contextlib.suppress(Exception):
+                w.mem_peak = max(w.mem_peak, psutil.virtual_memory().percent)
+            w.last_scan = now
+        if self._kill_deadline is not None and now >= self._kill_deadline:
+            self.say(f"job did not stop within {o.stop_timeout_s:g}s: killing its process group")
+            killpg(proc.pid, signal.SIGKILL)
+            for p in tracker.alive():
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            self._kill_deadline = None
+        if (
+            w.fault is None
+            and o.gpu_fault_grace_s is not None
+            and self._stop_signal is None
+            and now - w.last_fault_check >= 0.2
+        ):
+            w.last_fault_check = now
+            w.fault = self._live_fatal_fault(follower, watcher, started, job_gpus, tracker.pids | {proc.pid})
+            if w.fault:
+                w.fault_deadline = now + o.gpu_fault_grace_s
+                self.say(
+                    f"fatal GPU fault on the job's GPU: {w.fault}; stopping the job "
+                    f"{'now' if o.gpu_fault_grace_s <= 0 else f'in {o.gpu_fault_grace_s:g}s'} "
+                    "unless it exits"
+                )
+        if w.fault_deadline is not None and now >= w.fault_deadline:
+            w.fault_deadline = None
+            if self._kill_deadline is None:
+                killpg(proc.pid, signal.SIGTERM)
+                self._kill_deadline = now + o.stop_timeout_s
+        if w.hang_reason is None and o.hang_timeout_s and self._stop_signal is None and w.fault is None:
+            w.hang_reason = self._hang_check(t0, started, heartbeat, watcher)
+            if w.hang_reason:
+                self.say(f"hang detected: {w.hang_reason}; stopping the job")
+                killpg(proc.pid, signal.SIGTERM)
+                self._kill_deadline = now + o.stop_timeout_s
+
     def _attempt(
         self,
         argv: list[str],
@@ -630,63 +718,15 @@ class Supervisor:
         pump.attach(os.dup(proc.stderr.fileno()), 2)
         proc.stdout.close()
         proc.stderr.close()
-        hang_reason: str | None = None
-        fault: str | None = None
-        fault_deadline: float | None = None
-        last_scan = 0.0
-        last_fault_check = 0.0
+        w = _AttemptWatch(mem_peak=mem_peak)
         while True:
             try:
                 proc.wait(timeout=o.poll_s)
                 break
             except subprocess.TimeoutExpired:
                 pass
-            now = time.monotonic()
-            if self._hup:
-                self._hup = False
-                self.say(
-                    "terminal hung up (SIGHUP): still supervising; the job's output goes on into the log"
-                )
-            if now - last_scan >= 0.5:
-                tracker.scan()
-                with contextlib.suppress(Exception):
-                    mem_peak = max(mem_peak, psutil.virtual_memory().percent)
-                last_scan = now
-            if self._kill_deadline is not None and now >= self._kill_deadline:
-                self.say(f"job did not stop within {o.stop_timeout_s:g}s: killing its process group")
-                killpg(proc.pid, signal.SIGKILL)
-                for p in tracker.alive():
-                    with contextlib.suppress(psutil.Error):
-                        p.kill()
-                self._kill_deadline = None
-            if (
-                fault is None
-                and o.gpu_fault_grace_s is not None
-                and self._stop_signal is None
-                and now - last_fault_check >= 0.2
-            ):
-                last_fault_check = now
-                fault = self._live_fatal_fault(
-                    follower, watcher, started, job_gpus, tracker.pids | {proc.pid}
-                )
-                if fault:
-                    fault_deadline = now + o.gpu_fault_grace_s
-                    self.say(
-                        f"fatal GPU fault on the job's GPU: {fault}; stopping the job "
-                        f"{'now' if o.gpu_fault_grace_s <= 0 else f'in {o.gpu_fault_grace_s:g}s'} "
-                        "unless it exits"
-                    )
-            if fault_deadline is not None and now >= fault_deadline:
-                fault_deadline = None
-                if self._kill_deadline is None:
-                    killpg(proc.pid, signal.SIGTERM)
-                    self._kill_deadline = now + o.stop_timeout_s
-            if hang_reason is None and o.hang_timeout_s and self._stop_signal is None and fault is None:
-                hang_reason = self._hang_check(t0, started, heartbeat, watcher)
-                if hang_reason:
-                    self.say(f"hang detected: {hang_reason}; stopping the job")
-                    killpg(proc.pid, signal.SIGTERM)
-                    self._kill_deadline = now + o.stop_timeout_s
+            self._watch_tick(proc, w, follower, watcher, tracker, job_gpus, started, t0, heartbeat)
+        hang_reason, mem_peak = w.hang_reason, w.mem_peak
         ended = time.time()
         self._kill_deadline = None
         self._proc = None
