@@ -128,33 +128,7 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
             click.echo(f"{name:18} {desc}")
         return 0
     cfg = load_config(config_path)
-    backend: Any
-    clock: Any
-    from gpuclinic.watch.backend import NvmlBackend, RealClock, ScaledClock
-
-    if scenario:
-        from gpuclinic.watch.config import _fill
-        from gpuclinic.watch.simulate import ScenarioBackend, load_watch_scenario
-
-        sc = load_watch_scenario(scenario)
-        if sc.rules:
-            # the scenario's own thresholds (short demo timings) apply unless the config file set them
-            file_rules: dict[str, Any] = {}
-            if config_path:
-                if sys.version_info >= (3, 11):
-                    import tomllib
-                else:  # pragma: no cover
-                    import tomli as tomllib
-
-                file_rules = tomllib.loads(Path(config_path).read_text(encoding="utf-8")).get("rules", {})
-            _fill(cfg.rules, {k: v for k, v in sc.rules.items() if k not in file_rules}, "scenario.rules")
-        clock = ScaledClock(time_scale)
-        backend = ScenarioBackend(sc, clock)
-    else:
-        if time_scale != 1.0:
-            raise InputError("--time-scale only applies with --scenario")
-        clock = RealClock()
-        backend = NvmlBackend(call_timeout_s=max(0.5, cfg.agent.sample_timeout_s * 0.6))
+    backend, clock = _backend(cfg, scenario, time_scale, config_path)
     if interval is not None:
         cfg.agent.interval_s = interval
     if doctor_interval is not None:
@@ -168,30 +142,8 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
     _check_agent_options(listen, no_http, kernel_logs, webhooks, db, no_store)
     opened = backend.open()  # before creating anything on disk: no GPU, no store file
 
-    store = None
-    if not no_store:
-        from gpuclinic.store import default_db_path
-        from gpuclinic.watch.store import StoreError, WatchStore
-
-        path = Path(db) if db else default_db_path()
-        try:
-            store = WatchStore(path, raw_retention_s=cfg.store.raw_retention_s,
-                               rollup_retention_s=cfg.store.rollup_retention_s,
-                               max_buffered=cfg.store.max_buffered_samples)
-        except StoreError as e:
-            raise GpuclinicError(str(e)) from None
-        except OSError as e:
-            raise GpuclinicError(f"cannot create store {path}: {e.strerror or e}") from None
-    notifier = None
-    if cfg.notify.channels:
-        from gpuclinic.watch.notify import Notifier
-
-        spool = cfg.notify.spool_dir
-        if spool is None:
-            base = Path(db).parent if db else Path(os.environ.get("XDG_STATE_HOME") or
-                                                    Path.home() / ".local" / "state") / "gpuclinic"
-            spool = str(base / "alert-spool")
-        notifier = Notifier(cfg.notify, spool_dir=spool, log=log)
+    store = None if no_store else _open_store(cfg, db)
+    notifier = _notifier(cfg, db, log) if cfg.notify.channels else None
 
     from gpuclinic.watch.agent import Agent
 
@@ -199,20 +151,7 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
     agent = Agent(cfg, backend, clock=clock, store=store, notifier=notifier,
                   kernel_logs=[] if no_kernel_log else list(kernel_logs), follow_live_kernel=follow_live, log=log)
     agent.start(opened)
-    server = None
-    if not no_http:
-        from gpuclinic.watch.server import serve
-
-        server, generated = serve(agent, listen, token=token or cfg.server.token,
-                                  metrics_require_token=cfg.server.metrics_require_token)
-        if generated:
-            click.echo(f"gpuclinic watch: access token (shown once): {generated}", err=True)
-        click.echo(f"gpuclinic watch: dashboard {server.url}/  metrics {server.url}/metrics  "
-                   f"({agent.info.name}, every {cfg.agent.interval_s:g}s)", err=True)
-        if server.token is not None:
-            from gpuclinic.watch.server import token_howto
-
-            click.echo(f"gpuclinic watch: a token is required here. {token_howto(server.url)}", err=True)
+    server = None if no_http else _serve(agent, cfg, listen, token)
     if not quiet:
         click.echo(f"gpuclinic watch: store {store.path if store else '(none)'}", err=True)
 
@@ -233,6 +172,74 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
         if store is not None:
             store.close()
     return 0
+
+
+def _backend(cfg: Any, scenario: str | None, time_scale: float, config_path: str | None) -> tuple[Any, Any]:
+    """(sampler backend, clock): a scripted scenario, or NVML on this machine."""
+    from gpuclinic.watch.backend import NvmlBackend, RealClock, ScaledClock
+
+    if not scenario:
+        if time_scale != 1.0:
+            raise InputError("--time-scale only applies with --scenario")
+        return NvmlBackend(call_timeout_s=max(0.5, cfg.agent.sample_timeout_s * 0.6)), RealClock()
+    from gpuclinic.watch.config import _fill
+    from gpuclinic.watch.simulate import ScenarioBackend, load_watch_scenario
+
+    sc = load_watch_scenario(scenario)
+    if sc.rules:
+        # the scenario's own thresholds (short demo timings) apply unless the config file set them
+        file_rules: dict[str, Any] = {}
+        if config_path:
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # pragma: no cover
+                import tomli as tomllib
+
+            file_rules = tomllib.loads(Path(config_path).read_text(encoding="utf-8")).get("rules", {})
+        _fill(cfg.rules, {k: v for k, v in sc.rules.items() if k not in file_rules}, "scenario.rules")
+    clock = ScaledClock(time_scale)
+    return ScenarioBackend(sc, clock), clock
+
+
+def _open_store(cfg: Any, db: str | None) -> Any:
+    from gpuclinic.store import default_db_path
+    from gpuclinic.watch.store import StoreError, WatchStore
+
+    path = Path(db) if db else default_db_path()
+    try:
+        return WatchStore(path, raw_retention_s=cfg.store.raw_retention_s,
+                          rollup_retention_s=cfg.store.rollup_retention_s,
+                          max_buffered=cfg.store.max_buffered_samples)
+    except StoreError as e:
+        raise GpuclinicError(str(e)) from None
+    except OSError as e:
+        raise GpuclinicError(f"cannot create store {path}: {e.strerror or e}") from None
+
+
+def _notifier(cfg: Any, db: str | None, log: Any) -> Any:
+    from gpuclinic.watch.notify import Notifier
+
+    spool = cfg.notify.spool_dir
+    if spool is None:
+        base = Path(db).parent if db else Path(os.environ.get("XDG_STATE_HOME") or
+                                                Path.home() / ".local" / "state") / "gpuclinic"
+        spool = str(base / "alert-spool")
+    return Notifier(cfg.notify, spool_dir=spool, log=log)
+
+
+def _serve(agent: Any, cfg: Any, listen: str, token: str | None) -> Any:
+    """Start the dashboard / API / metrics server and say where it is (and how to pass a token)."""
+    from gpuclinic.watch.server import serve, token_howto
+
+    server, generated = serve(agent, listen, token=token or cfg.server.token,
+                              metrics_require_token=cfg.server.metrics_require_token)
+    if generated:
+        click.echo(f"gpuclinic watch: access token (shown once): {generated}", err=True)
+    click.echo(f"gpuclinic watch: dashboard {server.url}/  metrics {server.url}/metrics  "
+               f"({agent.info.name}, every {cfg.agent.interval_s:g}s)", err=True)
+    if server.token is not None:
+        click.echo(f"gpuclinic watch: a token is required here. {token_howto(server.url)}", err=True)
+    return server
 
 
 @click.command("history")
