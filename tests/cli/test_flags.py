@@ -57,8 +57,9 @@ def test_bare_durations_are_seconds_everywhere() -> None:
 
 
 def test_doctor_usage_line_offers_no_bare_path() -> None:
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--help"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "doctor", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0
     assert r.stdout.splitlines()[0].strip() == "Usage: gpuclinic doctor [OPTIONS]"
     assert "--from PATH" in r.stdout

@@ -39,14 +39,25 @@ def test_quick_start_runs(tmp_path: Path) -> None:
     if shutil.which("bash") is None:
         pytest.skip("no bash")
     work = tmp_path / "clone"
-    shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info",
-                                                             "build", ".mypy_cache", ".ruff_cache"))
+    shutil.copytree(
+        ROOT,
+        work,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "__pycache__", "*.egg-info", "build", ".mypy_cache", ".ruff_cache"
+        ),
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env.update(HOME=str(tmp_path / "home"), GPUCLINIC_NO_NVML="1", NO_COLOR="1")
     (tmp_path / "home").mkdir()
     # the interpreter this test runs on, outside any venv, stands for the system python3
     base = getattr(sys, "_base_executable", None) or sys.executable
-    r = subprocess.run(["bash", "-c", _quick_start().replace("python3 -m venv", f"{base} -m venv")],
-                       cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        ["bash", "-c", _quick_start().replace("python3 -m venv", f"{base} -m venv")],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode in (0, 1, 2), r.stderr[-2000:]  # a verdict, whatever this machine's health
     assert "gpuclinic doctor" in r.stdout

@@ -16,16 +16,21 @@ KERNEL = Path(__file__).resolve().parents[1] / "fixtures" / "kernel_log"
 
 def _long_log(seed: int, non_ascii: bool) -> str:
     rng = random.Random(seed)
-    texts = [p.read_text(errors="replace") for p in sorted(ERRORS.glob("*.txt")) + sorted(KERNEL.glob("*.log"))]
+    texts = [
+        p.read_text(errors="replace") for p in sorted(ERRORS.glob("*.txt")) + sorted(KERNEL.glob("*.log"))
+    ]
     parts: list[str] = []
     size = 0
     while size < S.PREFILTER_MIN * 3:
         if rng.random() < 0.05:
             t = rng.choice(texts)
         else:
-            t = "".join(f"[{rng.randint(0, 99999)}] step {rng.randint(0, 10**6)} loss {rng.random():.4f}"
-                        + (" 训练 ümlaut" if non_ascii and rng.random() < 0.3 else "") + "\n"
-                        for _ in range(rng.randint(50, 400)))
+            t = "".join(
+                f"[{rng.randint(0, 99999)}] step {rng.randint(0, 10**6)} loss {rng.random():.4f}"
+                + (" 训练 ümlaut" if non_ascii and rng.random() < 0.3 else "")
+                + "\n"
+                for _ in range(rng.randint(50, 400))
+            )
         parts.append(t)
         size += len(t)
     return "".join(parts)
@@ -53,8 +58,9 @@ def _reference(text: str) -> dict[str, tuple[int, int, str]]:
 
 @pytest.mark.parametrize("grep", [True, False])
 @pytest.mark.parametrize("seed,non_ascii", [(1, False), (2, True), (3, True)])
-def test_prefilter_finds_what_a_full_scan_finds(grep: bool, seed: int, non_ascii: bool,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prefilter_finds_what_a_full_scan_finds(
+    grep: bool, seed: int, non_ascii: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not grep:
         monkeypatch.setenv("GPUCLINIC_NO_GREP", "1")
     text = _long_log(seed, non_ascii)

@@ -1,4 +1,4 @@
-"""``gpuclinic net``: measure the path to GitHub, Hugging Face, PyPI and their mirrors, name the bottleneck."""
+"""``gpuclinic net``: measure the path to GitHub, Hugging Face, PyPI and mirrors; name the bottleneck."""
 
 from __future__ import annotations
 
@@ -51,12 +51,20 @@ def table_rows(nf: NetworkFacts) -> list[list[str]]:
             conn += f" ({p.connect_failures}/{p.connect_attempts} failed)"
         n = p.parallel.connections if p.parallel else nf.parallel_connections
         par = fmt_rate(p.parallel.bytes_per_s) if p.parallel else "-"
-        rows.append([
-            p.endpoint.id, p.host + ("" if p.port in (80, 443) else f":{p.port}"), p.endpoint.kind,
-            fmt_ms(p.dns_ms), conn, fmt_ms(p.tls_ms), fmt_ms(p.ttfb_ms),
-            fmt_rate(p.single.bytes_per_s) if p.single else "-",
-            f"{par}" + (f" ({n})" if p.parallel else ""), probe_verdict(p),
-        ])
+        rows.append(
+            [
+                p.endpoint.id,
+                p.host + ("" if p.port in (80, 443) else f":{p.port}"),
+                p.endpoint.kind,
+                fmt_ms(p.dns_ms),
+                conn,
+                fmt_ms(p.tls_ms),
+                fmt_ms(p.ttfb_ms),
+                fmt_rate(p.single.bytes_per_s) if p.single else "-",
+                f"{par}" + (f" ({n})" if p.parallel else ""),
+                probe_verdict(p),
+            ]
+        )
     return rows
 
 
@@ -65,7 +73,9 @@ HEADERS = ["Endpoint", "Host", "Kind", "DNS", "Connect", "TLS", "TTFB", "1 conn"
 
 def _footer(nf: NetworkFacts) -> list[str]:
     out = []
-    if nf.proxy and (nf.proxy.env or nf.proxy.hf_endpoint or nf.proxy.pip_index_url or nf.proxy.git_insteadof):
+    if nf.proxy and (
+        nf.proxy.env or nf.proxy.hf_endpoint or nf.proxy.pip_index_url or nf.proxy.git_insteadof
+    ):
         parts = [f"{k}={v}" for k, v in nf.proxy.env.items()]
         if nf.proxy.hf_endpoint:
             parts.append(f"HF_ENDPOINT={nf.proxy.hf_endpoint}")
@@ -73,8 +83,10 @@ def _footer(nf: NetworkFacts) -> list[str]:
             parts.append(f"pip index-url={nf.proxy.pip_index_url}")
         parts += [f"git url.{b}.insteadOf={p}" for p, b in nf.proxy.git_insteadof.items()]
         out.append("config: " + "; ".join(parts))
-    out.append(f"probed {len(nf.probes)} endpoints in {nf.elapsed_s:.1f}s"
-               + (" (--quick: no throughput)" if nf.quick else ""))
+    out.append(
+        f"probed {len(nf.probes)} endpoints in {nf.elapsed_s:.1f}s"
+        + (" (--quick: no throughput)" if nf.quick else "")
+    )
     return out
 
 
@@ -92,18 +104,44 @@ def plain_table(nf: NetworkFacts) -> list[str]:
 
 
 @click.command("net")
-@click.option("--endpoint", "endpoints", multiple=True, metavar="[SERVICE=]URL",
-              help="Probe this URL instead of the default list (repeatable). SERVICE (hf, github, pypi) marks it "
-                   "as a mirror of that service; append #/path/to/large/file to measure throughput.")
-@click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON report (probes under facts.network).")
+@click.option(
+    "--endpoint",
+    "endpoints",
+    multiple=True,
+    metavar="[SERVICE=]URL",
+    help="Probe this URL instead of the default list (repeatable). SERVICE (hf, github, pypi) marks it "
+    "as a mirror of that service; append #/path/to/large/file to measure throughput.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the versioned JSON report (probes under facts.network)."
+)
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a Markdown table and report.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1.0, max=600.0), metavar="S",
-              help="Overall deadline in seconds (default 45, or 10 with --quick).")
-@click.option("--quick", is_flag=True, help="Latency only (DNS, connect, TLS, first byte); no throughput samples.")
-@click.option("--connections", "parallel", type=click.IntRange(2, 32), default=4, show_default=True,
-              help="Parallel connections for the N-connection throughput sample.")
-def net(endpoints: tuple[str, ...], as_json: bool, as_markdown: bool, timeout_s: float | None, quick: bool,
-        parallel: int) -> int:
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1.0, max=600.0),
+    metavar="S",
+    help="Overall deadline in seconds (default 45, or 10 with --quick).",
+)
+@click.option(
+    "--quick", is_flag=True, help="Latency only (DNS, connect, TLS, first byte); no throughput samples."
+)
+@click.option(
+    "--connections",
+    "parallel",
+    type=click.IntRange(2, 32),
+    default=4,
+    show_default=True,
+    help="Parallel connections for the N-connection throughput sample.",
+)
+def net(
+    endpoints: tuple[str, ...],
+    as_json: bool,
+    as_markdown: bool,
+    timeout_s: float | None,
+    quick: bool,
+    parallel: int,
+) -> int:
     """Diagnose the network path to GitHub, Hugging Face and PyPI (and mirrors): DNS, connect, TLS,
     first byte, throughput over 1 and N connections; name the bottleneck and print the lines that
     switch to the fastest working mirror.
@@ -128,8 +166,12 @@ def net(endpoints: tuple[str, ...], as_json: bool, as_markdown: bool, timeout_s:
     cfg = config_for(quick, timeout_s)
     cfg.parallel = parallel
     nf = probe_endpoints(eps, cfg, proxy)
-    snap = Snapshot(origin="live", taken_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                    hostname=socket.gethostname(), network=nf)
+    snap = Snapshot(
+        origin="live",
+        taken_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        hostname=socket.gethostname(),
+        network=nf,
+    )
     snap.inputs.append("network probes")
     if quick:
         snap.skip("network throughput", "--quick: latency only, no throughput samples")
