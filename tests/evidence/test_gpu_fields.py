@@ -74,3 +74,23 @@ def test_xml_reader_reads_the_schema_rows() -> None:
     assert g.performance_state and g.performance_state.startswith("P") and g.vbios
     for r in rows:
         assert r.xml, r  # every schema-read row names its XML path
+
+
+def test_text_reader_reads_every_schema_row_from_its_path() -> None:
+    """A -q paste written from the schema's own text paths: every schema-read row comes back."""
+    values = {"str": ("Some Value", "Some Value"), "bool": ("Enabled", True), "num": ("42 %", 42.0), "int": ("7", 7)}
+    lines = ["==============NVSMI LOG==============", "", "Driver Version                        : 550.54.14",
+             "Attached GPUs                         : 1", "GPU 00000000:3B:00.0"]
+    rows = [r for r in gpu_fields.fields() if r.text_reader == "schema"]
+    assert len(rows) >= 10
+    open_parents: list[str] = []
+    for r in sorted(rows, key=lambda r: r.smi_text[0]):
+        *parents, leaf = r.smi_text[0].split("/")
+        if parents != open_parents:
+            for depth, p in enumerate(parents, start=1):
+                lines.append("    " * depth + p)
+            open_parents = parents
+        lines.append("    " * (len(parents) + 1) + f"{leaf:<34}: {values[r.parse][0]}")
+    (g,) = smi_text.parse("\n".join(lines) + "\n").gpus
+    for r in rows:
+        assert getattr(g, r.fact) == values[r.parse][1], r.fact

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuclinic.diagnose import diagnose
+from gpuclinic.errors import InputError
 from gpuclinic.explain import explain_text, read_input
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.xid import all_xids
@@ -179,3 +180,43 @@ def test_bug_report_sections_are_its_segments() -> None:
     read = {s.readers[0] for s in rec.segments if s.readers}
     assert {"kernel_log", "nvidia-smi", "lspci"} <= read
     assert rec.unclaimed == sum(1 for s in rec.segments if not s.readers)
+
+
+CORPUS = FX / "realworld" / "corpus"
+_LABELS = json.loads((CORPUS / "labels.json").read_text())["files"] if (CORPUS / "labels.json").exists() else {}
+_PROSE_KINDS = {"traceback", "container", "smi_error", "service_log", "kernel_log", "device_plugin", "mixed"}
+
+
+def _found(want: str, got: set[str]) -> bool:
+    return any(alt in got or f"error.{alt}" in got for alt in want.split("|"))
+
+
+def _doctor_codes(text: str) -> set[str]:
+    from gpuclinic.sources import evidence
+    from gpuclinic.sources.evidence import new_snapshot
+    snap = new_snapshot()
+    evidence.add_text(snap, text, "planted")
+    evidence.finish(snap)
+    return {f.code for f in diagnose(snap).findings}
+
+
+# (AER findings are left out: beside another node's GPU list, an AER on a bridge above none of its GPUs is
+# rightly not that node's problem.)
+@pytest.mark.parametrize("name", sorted(n for n, v in _LABELS.items() if "/" not in n and v.get("codes")
+                                        and v.get("kind") in _PROSE_KINDS
+                                        and not any(c.startswith("pcie.aer") for c in v["codes"])))
+def test_labelled_error_text_planted_in_a_dump_is_still_found(name: str) -> None:
+    """Every labelled real error text the reader finds on its own is still found inside an nvidia-smi dump
+    (the explain error signatures, the fault signatures and the kernel-log parser, through doctor --from)."""
+    text = (CORPUS / name).read_text(errors="replace")
+    want = _LABELS[name]["codes"]
+    try:
+        alone = _doctor_codes(text)
+    except InputError:
+        alone = set()
+    if not all(_found(w, alone) for w in want):
+        pytest.skip(f"not found even alone (a known miss): {want}")
+    host = HOSTS["smi_text"].splitlines()
+    planted = "\n".join([*host[:40], text, *host[40:]])
+    got = _doctor_codes(planted)
+    assert all(_found(w, got) for w in want), (want, sorted(got))

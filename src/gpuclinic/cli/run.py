@@ -196,6 +196,13 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
 )
 @click.option("--scenario", metavar="NAME", help="Simulated node for pre-flight and GPU watching (testing).")
 @click.option(
+    "--slurm-requeue/--no-slurm-requeue",
+    default=True,
+    show_default=True,
+    help="Inside a Slurm job (SLURM_JOB_ID): after a GPU fault a restart here cannot fix, drain this "
+    "node and `scontrol requeue` the job instead of restarting in place.",
+)
+@click.option(
     "--gpu-facts",
     type=click.Path(dir_okay=False),
     metavar="FILE",
@@ -225,6 +232,7 @@ def run(
     config_path: str | None,
     db_path: str | None,
     scenario: str | None,
+    slurm_requeue: bool,
     gpu_facts: str | None,
     cmd: tuple[str, ...],
 ) -> int:
@@ -286,8 +294,16 @@ def run(
     if not skip_preflight:
         _preflight(quick=not full_preflight, force=force, scenario=scenario, kernel_logs=list(kernel_logs))
     source = open_source(gpu_facts=gpu_facts, scenario=scenario)
-    sup = Supervisor(opts, source=source, notifier=notifier, say=_say)
-    return sup.run()
+    from gpuclinic.slurm.job import SlurmSupervisor, finish_requeue, slurm_job_from_env
+
+    job = slurm_job_from_env()
+    if job is None or not slurm_requeue:
+        return Supervisor(opts, source=source, notifier=notifier, say=_say).run()
+    _say(job.describe())
+    sup = SlurmSupervisor(opts, job=job, source=source, notifier=notifier, say=_say)
+    rc = sup.run()
+    finish_requeue(sup, say=_say)
+    return rc
 
 
 def _check_executable(prog: str) -> None:

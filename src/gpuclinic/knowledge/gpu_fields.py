@@ -25,6 +25,7 @@ class FieldRow:
     xml: tuple[str, ...]  # "-q -x" element paths, alternatives after the newest
     counter: str | None  # lifetime | since_driver_load | None (a gauge)
     xml_reader: str | None = None  # "schema": the XML reader reads it straight from this row
+    text_reader: str | None = None  # "schema": the -q text reader reads it straight from this row
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class ClockReason:
 def fields() -> tuple[FieldRow, ...]:
     return tuple(FieldRow(fact=r["fact"], parse=r["parse"], query_gpu=tuple(r["query_gpu"]), nvml=r.get("nvml"),
                           smi_text=tuple(r.get("smi_text") or ()), xml=tuple(r.get("xml") or ()),
-                          counter=r.get("counter"), xml_reader=r.get("xml_reader"))
+                          counter=r.get("counter"), xml_reader=r.get("xml_reader"),
+                          text_reader=r.get("text_reader"))
                  for r in load_data("gpu_fields.json")["fields"])
 
 

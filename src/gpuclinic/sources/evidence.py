@@ -10,7 +10,6 @@ inputs were usable: then it is recorded in ``snap.skipped`` and the rest is diag
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import gzip
 import io
@@ -18,12 +17,12 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
-from gpuclinic.facts.gpu import GpuFacts, PciDevice
-from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.sources import (
     bugreport,
@@ -37,6 +36,15 @@ from gpuclinic.sources import (
     smi_topo,
     smi_xml,
 )
+from gpuclinic.sources.bmc import formats as bmc_formats
+from gpuclinic.sources.merge import (
+    _apply_nvlink,
+    _merge_pci,
+    _merge_snapshot,
+    _Unrecognised,
+    apply_dump,
+    link_facts_from_pci,
+)
 from gpuclinic.sources.smi_common import SmiDump, iso_time, mark_lost, scan_error_lines
 
 SAMPLE_BYTES = 256 * 1024
@@ -45,14 +53,7 @@ MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_BUNDLE_MEMBER = 256 * 1024 * 1024
 MAX_FILES = 10_000
 EXPECTED = ("nvidia-smi -q (text or XML), an nvidia-smi table, --query-gpu CSV, nvlink -s/-e or topo -m output, a kernel log, "
-            "nvidia-bug-report.log(.gz), lspci output or a gpuclinic capture")
-NVML_FAILURE_MARKERS = ("failed to initialize nvml", "couldn't communicate with the nvidia driver",
-                        "no devices were found", "version mismatch", "unable to find nvidia driver",
-                        "nvidia driver is not loaded")
-
-
-class _Unrecognised(ValueError):
-    """An input that is readable but is none of the formats we know."""
+            "nvidia-bug-report.log(.gz), lspci output, ipmitool/FreeIPMI/Redfish/sensors output or a gpuclinic capture")
 
 
 def new_snapshot() -> Snapshot:
@@ -90,7 +91,7 @@ def detect(sample: str) -> str | None:
     if bugreport.looks_like(sample):
         return "bugreport"
     if head.startswith("{"):
-        return "json"
+        return bmc_formats.detect(sample) or "json"  # a Redfish document or sensors -j is JSON too
     if smi_xml.looks_like(sample):
         return "smi_xml"
     if smi_text.looks_like(sample):
@@ -109,166 +110,11 @@ def detect(sample: str) -> str | None:
         return "smi_table"
     if lspci.looks_like(sample):
         return "lspci"
-    return None
+    return bmc_formats.detect(sample)  # ipmitool, FreeIPMI, sensors (room:<format>)
 
 
 def _is_kernel_log(sample: str) -> bool:
     return kernellog.looks_like_kernel_log(sample)
-
-
-# ---------------------------------------------------------------------------------------------- merging
-
-def merge_gpu(snap: Snapshot, g: GpuFacts) -> GpuFacts:
-    """Merge ``g`` into the snapshot's GPU with the same UUID or bus id, or add it."""
-    match: GpuFacts | None = None
-    if g.uuid:
-        match = next((x for x in snap.gpus if x.uuid and x.uuid.lower() == g.uuid.lower()), None)
-    if match is None and g.pci_bus_id:
-        match = snap.gpu_by_bus_id(g.pci_bus_id)
-    if match is None and len(snap.gpus) == 1:
-        # a section paste names no GPU: with exactly one GPU on each side they are the same card
-        only = snap.gpus[0]
-        if (not g.uuid and not g.pci_bus_id) or (not only.uuid and not only.pci_bus_id):
-            match = only
-    if match is None:
-        if any(x.index == g.index for x in snap.gpus):
-            g.index = max(x.index for x in snap.gpus) + 1
-        snap.gpus.append(g)
-        snap.gpus.sort(key=lambda x: x.index)
-        return g
-    for f in dataclasses.fields(GpuFacts):
-        if f.name == "index":
-            continue
-        old, new = getattr(match, f.name), getattr(g, f.name)
-        if f.name == "lost":
-            match.lost = old or new
-        elif f.name == "unreadable":
-            for k, v in new.items():
-                old.setdefault(k, v)
-        elif f.name == "violation_ns":
-            for k, v in new.items():
-                old.setdefault(k, v)
-        elif old in (None, [], {}) and new not in (None, [], {}):
-            setattr(match, f.name, new)
-    return match
-
-
-def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
-    """Add what one nvidia-smi output says to the snapshot."""
-    sw = snap.software or SoftwareFacts()
-    snap.software = sw
-    if dump.driver_version:
-        snap.driver_version = snap.driver_version or dump.driver_version
-        sw.driver_version = sw.driver_version or dump.driver_version
-    if dump.cuda_version:
-        snap.cuda_driver_version = snap.cuda_driver_version or dump.cuda_version
-    if dump.timestamp and not snap.taken_at:
-        snap.taken_at = iso_time(dump.timestamp)
-        if snap.taken_at is None:
-            snap.notes.append(f"{origin}: nvidia-smi time stamp not understood: {dump.timestamp[:60]}")
-    for e in dump.errors:
-        if e not in sw.nvidia_smi_errors:
-            sw.nvidia_smi_errors.append(e)
-    for g in dump.gpus:
-        merge_gpu(snap, g)
-    snap.notes.extend(f"{origin}: {n}" for n in dump.notes)
-    nvml_failed = any(m in e.lower() for e in dump.errors for m in NVML_FAILURE_MARKERS)
-    if dump.gpus:
-        snap.nvml_available = True
-    elif nvml_failed and snap.nvml_available is not True:
-        snap.nvml_available = False
-        snap.skip("GPUs through NVML", f"nvidia-smi in {origin}: {dump.errors[0]}")
-    if dump.attached_gpus is not None:
-        snap.attached_gpus = max(snap.attached_gpus or 0, dump.attached_gpus)
-    if dump.attached_gpus is not None and dump.attached_gpus > len(dump.gpus):
-        snap.notes.append(f"{origin}: nvidia-smi reported {dump.attached_gpus} attached GPUs but listed {len(dump.gpus)}")
-
-
-def _apply_nvlink(snap: Snapshot, dump: SmiDump, origin: str) -> None:
-    """``nvidia-smi nvlink -s/-e``: links join the GPU with the same UUID, or the same nvidia-smi index.
-
-    The output names GPUs by nvidia-smi index and UUID only (pastes often elide the UUID), so without a
-    UUID the index is what ties it to a table or ``-q`` dump of the same node.
-    """
-    if not dump.gpus:
-        raise _Unrecognised("nvidia-smi nvlink output lists no GPU")
-    rest: list[GpuFacts] = []
-    for g in dump.gpus:
-        same = None
-        if g.uuid:
-            same = next((x for x in snap.gpus if x.uuid and x.uuid.lower() == g.uuid.lower()), None)
-        else:
-            same = next((x for x in snap.gpus if x.index == g.index), None)
-        if same is None:
-            rest.append(g)
-            continue
-        have = {link.link: link for link in same.nvlinks}
-        for link in g.nvlinks:
-            old = have.get(link.link)
-            if old is None:
-                same.nvlinks.append(link)
-                continue
-            for f in dataclasses.fields(link):
-                if getattr(old, f.name) is None:
-                    setattr(old, f.name, getattr(link, f.name))
-        same.nvlinks.sort(key=lambda x: x.link)
-    dump.gpus = rest
-    apply_dump(snap, dump, origin)
-    snap.nvml_available = True
-
-
-_GTS_TO_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-
-
-def link_facts_from_pci(snap: Snapshot) -> None:
-    """Fill a GPU's PCIe generation/width from lspci's LnkSta/LnkCap when nvidia-smi did not give them."""
-    for d in snap.pci_devices:
-        g = snap.gpu_by_bus_id(d.bus_id)
-        if g is None:
-            continue
-        if g.pcie_gen is None and d.current_link_speed_gts is not None:
-            g.pcie_gen = _GTS_TO_GEN.get(d.current_link_speed_gts)
-        if g.pcie_gen_max is None and d.max_link_speed_gts is not None:
-            g.pcie_gen_max = _GTS_TO_GEN.get(d.max_link_speed_gts)
-        if g.pcie_width is None:
-            g.pcie_width = d.current_link_width
-        if g.pcie_width_max is None:
-            g.pcie_width_max = d.max_link_width
-
-
-def _merge_pci(snap: Snapshot, devs: Iterable[PciDevice]) -> None:
-    for d in devs:
-        if not any(normalize_bus_id(x.bus_id) == d.bus_id for x in snap.pci_devices):
-            snap.pci_devices.append(d)
-        snap.pci_read = True
-
-
-def _merge_snapshot(snap: Snapshot, other: Snapshot, origin: str) -> None:
-    """Fold a captured snapshot (from a bundle or JSON) into the evidence snapshot."""
-    for name in ("taken_at", "hostname", "driver_version", "nvml_version", "cuda_driver_version", "expect_gpus"):
-        if getattr(snap, name) is None and getattr(other, name) is not None:
-            setattr(snap, name, getattr(other, name))
-    if other.nvml_available is not None and snap.nvml_available is not True:
-        snap.nvml_available = other.nvml_available
-    for g in other.gpus:
-        merge_gpu(snap, g)
-    _merge_pci(snap, other.pci_devices)
-    snap.pci_read = snap.pci_read or other.pci_read
-    snap.kernel_events.extend(other.kernel_events)
-    snap.kernel_log_read = snap.kernel_log_read or other.kernel_log_read
-    snap.kernel_log_sources.extend(s for s in other.kernel_log_sources if s not in snap.kernel_log_sources)
-    for part in ("software", "container", "host", "network"):
-        if getattr(other, part) is not None:
-            mine = getattr(snap, part)
-            if mine is None or (part == "software" and mine == SoftwareFacts()):
-                setattr(snap, part, getattr(other, part))
-            elif part == "software":
-                for e in other.software.nvidia_smi_errors if other.software else []:
-                    if e not in mine.nvidia_smi_errors:
-                        mine.nvidia_smi_errors.append(e)
-    for s in other.skipped:
-        snap.skip(s.what, s.why)
-    snap.notes.append(f"{origin}: captured snapshot ({other.origin}, taken {other.taken_at or 'at an unknown time'})")
 
 
 # ---------------------------------------------------------------------------------------------- text
@@ -306,6 +152,12 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         snap.input_records.append(bugreport_record(rep))
     elif kind == "json":
         _apply_json(snap, text, origin)
+        return
+    elif kind.startswith(bmc_formats.PREFIX):
+        try:
+            bmc_formats.apply(snap, kind, text, origin)
+        except ValueError as e:
+            raise _Unrecognised(str(e)) from None
         return
     else:  # pragma: no cover - detect() returns only the kinds above
         raise _Unrecognised(kind)
@@ -408,12 +260,14 @@ def add_text(snap: Snapshot, text: str, origin: str, *, error_signatures: bool =
     kind = _whole_kind(text[:SAMPLE_BYTES])
     if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{") and '"gpuclinic.' in text[-4096:]:
         kind = "json"  # a snapshot writes its schema key last
+    if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{"):
+        kind = bmc_formats.detect(text[:SAMPLE_BYTES])  # a Redfish document or sensors -j: one JSON, read whole
     if kind is not None:
         try:
             _apply_text(snap, kind, text, origin)
         except _Unrecognised as e:
             raise InputError(f"{origin}: {e}") from None
-        if kind == "json":  # a bug report records its sections itself
+        if kind == "json" or kind.startswith(bmc_formats.PREFIX):  # a bug report records its sections itself
             snap.input_records.append(InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1,
                                                   readers=[kind]))
         return kind

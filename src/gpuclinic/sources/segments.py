@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import signals
 from gpuclinic.sources.kernellog import is_kernel_line, parse_numbered
+from gpuclinic.sources.merge import apply_dump
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 MAX_UNREAD = 200
@@ -37,11 +38,12 @@ _ERROR_RES = re.compile(
     r"command not found: nvidia-smi", re.I)
 _NVML_LIB = re.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 _PROMPT = re.compile(r"^\s*(?:(?:\(\S+\)\s*)?\S+@[\w.-]+(?::[^$#\s]*)?\s?[$#]|[$#]|PS [A-Z]:\\[^>]*>|>>>|\w+>)\s+\S")
+_QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 _JSON = re.compile(r"^\s*\{.*\}\s*,?\s*$")
 _METRIC = re.compile(r"^(?:# (?:HELP|TYPE) \S+|[A-Za-z_:][\w:]*(?:\{.*\})?\s+[-+]?(?:\d[\d.eE+-]*|NaN|[+-]?Inf)(?:\s+\d+)?)\s*$")
+_SENSORS_U = re.compile(r"^\s+(?:temp|fan|in|curr|power|energy|humidity|intrusion)\d+_\w+:\s")  # `sensors -u`, not metrics
 _JOURNAL_FIELD = re.compile(r"^_{0,2}[A-Z][A-Z0-9_]*=")
 _STRUCTURED = {"smi_text", "smi_xml", "smi_table", "smi_csv", "smi_nvlink", "smi_topo", "lspci"}
-PROSE = {"kernel_log", "smi_error", "prompt", "json", "metrics", "text", "traceback", "dcgm", "journal_export"}
 
 ApplyRest = Callable[[Snapshot, str, str, str], None]
 Detect = Callable[[str], "str | None"]
@@ -62,7 +64,7 @@ def classify(line: str) -> str:
         return "json"
     if _JOURNAL_FIELD.match(line) and "=" in s and " : " not in s:
         return "journal_export"
-    if _METRIC.match(s) and ("{" in s or s.startswith("#") or "_" in s.split()[0]):
+    if _METRIC.match(s) and ("{" in s or s.startswith("#") or "_" in s.split()[0]) and not _SENSORS_U.match(line):
         return "metrics"
     return "other"
 
@@ -101,7 +103,12 @@ def _label(run: list[str], detect: Detect) -> str:
     if text.lstrip().startswith("Traceback (most recent call last)"):
         return "traceback"
     kind = detect(text)
-    return kind if kind in _STRUCTURED else "text"
+    return kind if _structured(kind) else "text"
+
+
+def _structured(kind: str | None) -> TypeGuard[str]:
+    """A format parser's kind, including the server-room formats (``room:ipmitool`` ..., sources/bmc/formats.py)."""
+    return kind in _STRUCTURED or (kind or "").startswith("room:")
 
 
 def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect, apply_rest: ApplyRest,
@@ -111,6 +118,9 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     Raises ``ValueError`` when no reader could use any of it (the caller's "not recognised").
     """
     rec = InputRecord(input=origin, kind="text", lines=len(lines))
+    # a quoted excerpt inside an unquoted paste ("> [ 12.3] NVRM: ..."): read the line without its markers
+    lines = [_QUOTE.sub("", ln, count=1) if ln.lstrip().startswith(">") and not ln.lstrip().startswith(">>>") else ln
+             for ln in lines]
     classes = [classify(ln) for ln in lines]
     claimed: set[int] = set()  # 1-based line numbers some reader used
 
@@ -172,14 +182,14 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     if any(classes[i - 1] == "other" for i, _ in rest):
         text = "\n".join(ln for _, ln in rest)
         rest_kind = detect(text)
-        if rest_kind in _STRUCTURED:
+        if _structured(rest_kind):
             try:
                 apply_rest(snap, rest_kind, text, origin)
             except ValueError:
                 rest_kind = None
             else:
                 for s in segs:
-                    if s.kind in _STRUCTURED and s.first is not None and s.last is not None:
+                    if _structured(s.kind) and s.first is not None and s.last is not None:
                         claimed.update(range(s.first, s.last + 1))
                         s.readers.append(s.kind)
                 if rest_kind not in rec.readers:
@@ -191,10 +201,8 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     if matched:
         claimed |= matched
         rec.readers.append("fault signatures")
-    if error_signatures:
-        prose = {i for s in segs if s.kind in PROSE and s.first is not None and s.last is not None
-                 for i in range(s.first, s.last + 1)}
-        got = signals.scan_error_signatures(snap, [(i, ln) for i, ln in numbered if i in prose], origin)
+    if error_signatures:  # over every line, as explain does (they stay silent on healthy dumps: tested)
+        got = signals.scan_error_signatures(snap, [(i, ln) for i, ln in numbered if classes[i - 1] != "blank"], origin)
         if got:
             claimed |= got
             matched |= got
@@ -250,8 +258,6 @@ def _reader(rec: InputRecord, segs: list[Segment], kinds: tuple[str, ...], name:
 
 
 def _smi_errors(snap: Snapshot, lines: list[str], origin: str) -> None:
-    from gpuclinic.sources.evidence import apply_dump  # evidence imports this module
-
     errors, lost = scan_error_lines(lines)
     dump = SmiDump(kind="smi_table", errors=errors)
     mark_lost(dump.gpus, lost)
