@@ -31,7 +31,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -1290,8 +1290,3 @@ def _fsync_dir(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def iter_results_json(results: list[FileResult]) -> Iterator[str]:
-    for r in results:
-        yield json.dumps(r.to_dict(), sort_keys=True)
