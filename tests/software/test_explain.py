@@ -133,15 +133,15 @@ def test_cli_stdin_markdown_and_bad_path(tmp_path: Path) -> None:
     r = cli("--markdown", "--offline", "-", stdin=(ERRORS / "cublas_cntk_379.txt").read_bytes())
     assert r.returncode == 1 and b"CUBLAS_STATUS_EXECUTION_FAILED" in r.stdout
     bad = cli(str(tmp_path / "nope.txt"))
-    assert bad.returncode == 3 and b"Traceback" not in bad.stderr and bad.stderr.count(b"\n") == 1
+    assert bad.returncode == 64 and b"Traceback" not in bad.stderr and bad.stderr.count(b"\n") == 1
 
 
 def test_cli_random_bytes_no_traceback() -> None:
     rnd = bytes((i * 7919 + 13) % 256 for i in range(20000)) + b"\x1f\x8b\x08garbage"
-    # nothing to explain (empty, whitespace, binary, a broken gzip): one error line, exit 3, no report
+    # nothing to explain (empty, whitespace, binary, a broken gzip): one error line, exit 64 (input error), no report
     for data in (rnd, b"", b" \n\n", b"\x1f\x8b", b"\xff\xfe\x00"):
         r = cli("--offline", "--json", "-", stdin=data)
-        assert r.returncode == 3, (data[:20], r.stdout[:200])
+        assert r.returncode == 64, (data[:20], r.stdout[:200])
         assert r.stderr.startswith(b"gpuclinic: error: <stdin>: ") and r.stderr.count(b"\n") == 1
         assert r.stdout == b""
     r = cli("--offline", "--json", "-", stdin=b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")

@@ -236,15 +236,32 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
         return
     capped: list[tuple[EndpointProbe, float, float, float]] = []
     slow: list[tuple[EndpointProbe, float, float]] = []
-    for p in _live(nf):
+    live = list(_live(nf))
+    for p in nf.probes:
+        if p.deadline_hit:
+            continue
         s = p.single.bytes_per_s if p.single else None
         m = p.parallel.bytes_per_s if p.parallel else None
         if not s:
             continue
         if m and m / s >= PER_CONN_RATIO:
             capped.append((p, s, m, m / s))
-        elif max(s, m or 0) < SLOW_LINK_BPS and (m is None or m / s < LINK_RATIO):
+        elif p in live and max(s, m or 0) < SLOW_LINK_BPS and (m is None or m / s < LINK_RATIO):
             slow.append((p, s, m or s))
+    if capped and not any(c[0] in live for c in capped):
+        # only mirror candidates are capped: not the user's path, but the table flags them, so the
+        # report says so (info) instead of "No problems found" under a "per-conn cap" row
+        yield Finding(
+            code="network.per_connection_cap", severity=Severity.INFO, family=NET,
+            title=f"Mirror candidate(s) cap each TCP connection (not in use): {', '.join(_label(c[0]) for c in capped)}",
+            evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, {p.parallel.connections if p.parallel else ''} "
+                      f"connections {fmt_rate(m)} ({r:.1f}x)" for p, s, m, r in capped],
+            remedy="If you switch to this mirror, download over several connections (`gpuclinic get`).",
+            data={"hosts": {_label(p): {"single_bps": s, "parallel_bps": m, "ratio": r} for p, s, m, r in capped},
+                  "in_use": False},
+        )
+        capped = []
+    capped = [c for c in capped if c[0] in live]
     if capped:
         worst_single = min(c[1] for c in capped)
         n = capped[0][0].parallel.connections if capped[0][0].parallel else nf.parallel_connections

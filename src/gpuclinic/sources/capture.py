@@ -34,7 +34,7 @@ from typing import Any
 
 from gpuclinic import __version__
 from gpuclinic.collect import CollectOptions, collect_live
-from gpuclinic.errors import GpuclinicError, InputError
+from gpuclinic.errors import GpuclinicError, InputError, require_writable_dir
 from gpuclinic.facts.snapshot import Snapshot
 
 BUNDLE_SCHEMA = "gpuclinic.capture/1"
@@ -312,8 +312,7 @@ def check_output(path: str) -> None:
         raise InputError(f"{path}: is a directory; give a file name")
     if os.path.lexists(path) and not _is_capture(path):
         raise InputError(f"{path}: exists and is not a gpuclinic capture; choose another -o or remove it")
-    if not os.access(d, os.W_OK):
-        raise InputError(f"{path}: directory {d} is not writable")
+    require_writable_dir(d, path)
 
 
 def _is_capture(path: str) -> bool:

@@ -184,8 +184,8 @@ class RuleEngine:
             if g.sm_clock_mhz is not None and g.sm_clock_max_mhz:
                 ev.append(f"SM clock {g.sm_clock_mhz:.0f} of {g.sm_clock_max_mhz:.0f} MHz at onset")
             if g.temperature_c is not None:
-                ev.append(f"temperature {g.temperature_c:.0f} C (slowdown at "
-                          f"{g.slowdown_temp_c:.0f} C)" if g.slowdown_temp_c else f"temperature {g.temperature_c:.0f} C")
+                ev.append(f"temperature {g.temperature_c:.0f} °C (slowdown at "
+                          f"{g.slowdown_temp_c:.0f} °C)" if g.slowdown_temp_c else f"temperature {g.temperature_c:.0f} °C")
             if g.power_draw_w is not None and (g.power_enforced_limit_w or g.power_limit_w):
                 ev.append(f"power {g.power_draw_w:.0f} W of {(g.power_enforced_limit_w or g.power_limit_w):.0f} W limit")
             out.append(Condition(

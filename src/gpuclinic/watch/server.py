@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 import secrets
 import threading
 import urllib.parse
@@ -22,7 +23,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpuclinic.errors import InputError
+from gpuclinic.errors import GpuclinicError, InputError
 from gpuclinic.watch import reasons as R
 from gpuclinic.watch.agent import SERIES_FIELDS, Agent
 from gpuclinic.watch.config import DEFAULT_PORT
@@ -64,6 +65,14 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def token_howto(base_url: str) -> str:
+    """How to pass the token, for the 401 page and the agent's start-up lines (never the token itself)."""
+    return (f"Browser: open {base_url}/?token=TOKEN once (it sets a cookie for this dashboard). "
+            f"curl / scripts: -H 'Authorization: Bearer TOKEN'. Prometheus: authorization: {{credentials: TOKEN}} "
+            "(type Bearer). TOKEN is the one `gpuclinic watch` printed at start, or the --token / "
+            "GPUCLINIC_WATCH_TOKEN value it was given.")
 
 
 def new_token() -> str:
@@ -148,7 +157,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         ok, extra = self._authorized(url.path, query)
         if not ok:
-            self._send(HTTPStatus.UNAUTHORIZED, b"token required\n", "text/plain; charset=utf-8",
+            host = self.headers.get("Host") or ""
+            if not re.fullmatch(r"[A-Za-z0-9.:\[\]-]{1,300}", host):  # echo only a plain host[:port]
+                host = self.server.url.split("://", 1)[1]
+            body = f"token required.\n{token_howto('http://' + host)}\n".encode()
+            self._send(HTTPStatus.UNAUTHORIZED, body, "text/plain; charset=utf-8",
                        {"WWW-Authenticate": 'Bearer realm="gpuclinic"'})
             return
         try:
@@ -300,6 +313,6 @@ def serve(agent: Agent, listen: str, *, token: str | None = None, metrics_requir
     try:
         srv = WatchHTTPServer((host, port), agent, token=token, metrics_require_token=metrics_require_token)
     except OSError as e:
-        raise InputError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise GpuclinicError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     srv.start()
     return srv, generated
