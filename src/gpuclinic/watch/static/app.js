@@ -141,7 +141,7 @@ function renderOpen(st) {
     head.appendChild(el("span", "when", `opened ${fmtTime(inc.opened)}`));
     card.appendChild(head);
     if (inc.symptoms.length) card.appendChild(el("div", "symptoms", "Explains: " + inc.symptoms.join(", ")));
-    if (inc.first_step) card.appendChild(el("div", "remedy", inc.first_step));
+    if (inc.first_step) card.appendChild(richText("div", "remedy", inc.first_step));
     const gpu = inc.gpu && inc.gpu.index !== null ? ` --gpu ${inc.gpu.index}` : "";
     card.appendChild(el("div", "runbook", `All steps: gpuclinic runbook ${inc.code}${gpu}`));
     const evs = (inc.events || []).map(k => byKey[k]).filter(Boolean);
