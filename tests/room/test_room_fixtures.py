@@ -24,7 +24,13 @@ EXPECTED: dict[str, set[tuple[str, str]]] = {
     "freeipmi-sel-psu-failure.txt": {("room.sel.psu_failure", "critical")},
     "openbmc-sensor-fans-sdr-errors.txt": {("room.fan_failed", "warning")},  # fan4-7 at 0 RPM, BMC says ok
     "cisco-ucsc-c240-m5sn-1-thermal.json": {("room.inlet_hot", "info")},
-    "supermicro-sensor-list-cpu2-nr.txt": {("room.sensor_critical", "critical")},  # the BMC says nr for CPU2  # 26 °C: above the 25 °C room guidance
+    "supermicro-sensor-list-cpu2-nr.txt": {("room.sensor_critical", "critical")},
+    # PSU 1 "Failure detected" and "Power Supplies | Non-Redundant: Sufficient from Redundant"
+    "hp-dl360-g7-ilo2-sdr-elist-full-psu-failed.txt": {("room.psu_failed", "critical"), ("room.psu_redundancy", "warning")},
+    "hp-dl360-g7-ilo2-sel-list-ecc.txt": {("room.sel.memory_correctable", "warning")},
+    "dell-r320-sdr-list-full-fans-0rpm.txt": {("room.fan_failed", "critical"), ("room.inlet_hot", "warning")},  # 32 °C
+    "quanta-ipmi-sim-sel-elist-pcie-bus-fatal.txt": {("room.sel.pcie_fatal", "critical")},
+    "ibm-systemx-imm-ipmimonitoring.txt": {("room.inlet_hot", "info")},  # Ambient 26 °C: above the 25 °C guidance  # the BMC says nr for CPU2  # 26 °C: above the 25 °C room guidance
 }
 
 # what a person reading each file sees as the inlet/ambient sensor (None: the output has none)
@@ -39,6 +45,9 @@ INLET: dict[str, tuple[str, float] | None] = {
     "dell-vserver-System_Embedded_1-thermal.json": ("System Board Inlet Temp", 18.0),
     "cisco-ucsc-c220-m5sx-1-thermal.json": ("TEMP_SENS_FRONT", 24.0),  # not RISER2_INLET_TMP (54 °C, internal)
     "cisco-ucsc-c240-m4sx-1-thermal.json": ("FP_TEMP_SENSOR", 21.0),
+    "hp-dl360-g7-ilo2-sdr-elist-full-psu-failed.txt": ("Temp 1", 20.0),  # entity 64.1: Air Inlet
+    "dell-r320-sdr-list-full-fans-0rpm.txt": ("Inlet Temp", 32.0),
+    "ibm-systemx-imm-ipmimonitoring.txt": ("Ambient Temp", 26.0),
 }
 
 
@@ -68,6 +77,14 @@ def test_fixture_parses_and_is_judged(path: Path) -> None:
         else:
             hottest = max(inl, key=lambda s: s.reading or 0)
             assert (hottest.name, hottest.reading) == want
+
+
+def test_a_redundancy_sensor_is_not_a_power_supply() -> None:
+    """HP names its redundancy sensor "Power Supplies" on a PSU entity: it is a state, not a third PSU."""
+    room = load_evidence([str(ROOM_FIXTURES / "ipmi" / "hp-dl360-g7-ilo2-sdr-elist-full-psu-failed.txt")]).room
+    assert room is not None
+    assert [(p.name, p.health) for p in room.psus] == [("Power Supply 1", "critical"), ("Power Supply 2", "ok")]
+    assert room.redundancy == {"Power Supplies": "Non-Redundant: Sufficient from Redundant"}
 
 
 def test_redfish_power_documents_give_psus() -> None:
