@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from gpuclinic import __version__
-from gpuclinic.errors import GpuclinicError
+from gpuclinic.errors import EXIT_USAGE, GpuclinicError
 
 # command name -> (module, attribute, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.ClickException as e:
         click.echo(f"gpuclinic: error: {e.format_message()}", err=True)
-        sys.exit(e.exit_code if e.exit_code != 1 else 2)
+        # every ClickException is a usage or input error (bad flag, value out of range, unreadable file):
+        # Click's own exit code 2 would read as "drain" to a health-check script
+        sys.exit(EXIT_USAGE)
     except KeyboardInterrupt:
         click.echo("gpuclinic: interrupted", err=True)
         sys.exit(130)
