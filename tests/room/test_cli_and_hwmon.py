@@ -85,3 +85,17 @@ def test_hwmon_tree(tmp_path: Path) -> None:
     assert [f.data["fan"] for f in fs] == ["fan1"]  # the stopped fan with a minimum, not the empty header
     assert by["Package id 0"].role == "cpu" and by["Package id 0"].thresholds == {"ucr": 100.0}
     assert read_hwmon(str(tmp_path / "missing")).sensors == []
+
+
+def test_a_given_bmc_password_is_masked_in_every_bundle_file_however_short() -> None:
+    """A password from a flag or file has no secret-sounding variable name, and may be short ("calvin")."""
+    from gpuclinic.facts.snapshot import Snapshot
+    from gpuclinic.sources.capture import Bundle, RawOutput, render_files
+
+    b = Bundle(snapshot=Snapshot(), raw=[RawOutput("raw/x.txt", None, "login calvin ok\n")],
+               failed=[{"what": "bmc", "why": "refused calvin"}])
+    plain = render_files(b, False, env={})
+    assert any(b"calvin" in v for v in plain.values())  # the test can fail: the word is there unmasked
+    files = render_files(b, False, env={}, secrets_given={"bmc-password": "calvin", "redfish-password": ""})
+    assert all(b"calvin" not in v for v in files.values())
+    assert b"[secret:bmc-password]" in files["raw/x.txt"]
