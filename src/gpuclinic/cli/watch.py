@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
-from gpuclinic.errors import GpuclinicError, InputError
+from gpuclinic.errors import EXIT_USAGE, GpuclinicError, InputError
 
 
 def _parse_since(value: str | None, now: float, option: str = "--since") -> float | None:
@@ -241,21 +241,35 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
 @click.option("--until", metavar="ISO|DURATION", help="End (default now).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--db", metavar="PATH", help="The watch store (default: the agent's).")
+@click.option("--sensor", metavar="NAME", help="Only this BMC sensor, fan or PSU (room metrics, e.g. FAN1).")
 @click.option("--list", "list_metrics", is_flag=True, help="List metric names and exit.")
 def history(metric: str | None, gpu: int | None, since: str, until: str | None, fmt: str, db: str | None,
-            list_metrics: bool) -> int:
-    """Print or export one metric's history from the watch store (raw samples, then 1-minute rollups)."""
+            sensor: str | None, list_metrics: bool) -> int:
+    """Print or export one metric's history from the watch store (raw samples, then 1-minute rollups).
+
+    GPU metrics per GPU; room metrics (inlet_c, fan_rpm, psu_ok, ...) per BMC sensor, as the agent's
+    --bmc/--redfish poller recorded them."""
+    from gpuclinic.sources.bmc.poller import ROOM_METRICS
     from gpuclinic.watch.store import METRIC_BY_NAME, METRICS
 
     if list_metrics or metric is None:
         for m in METRICS:
             click.echo(f"{m.name:24} {m.unit:9} {m.help}")
+        for name, (_, _, unit, text) in ROOM_METRICS.items():
+            click.echo(f"{name:24} {unit:9} {text}")
         if not list_metrics:
             raise InputError("name a METRIC (the list above), e.g. `gpuclinic history temperature --since 2h`",
                              exit_code=2)
         return 0
+    if metric in ROOM_METRICS:
+        if gpu is not None:
+            raise InputError(f"{metric} is a BMC metric: use --sensor NAME, not --gpu", exit_code=EXIT_USAGE)
+        return _room_history(metric, sensor, since, until, fmt, db)
+    if sensor is not None:
+        raise InputError(f"--sensor is for BMC metrics ({', '.join(ROOM_METRICS)}), not {metric}",
+                         exit_code=EXIT_USAGE)
     if metric not in METRIC_BY_NAME:
-        raise InputError(f"unknown metric {metric!r}; one of: {', '.join(m.name for m in METRICS)}")
+        raise InputError(f"unknown metric {metric!r}; one of: {', '.join([*(m.name for m in METRICS), *ROOM_METRICS])}")
     m = METRIC_BY_NAME[metric]
     now = time.time()
     lo = _parse_since(since, now)
@@ -282,6 +296,40 @@ def history(metric: str | None, gpu: int | None, since: str, until: str | None, 
         click.echo(f"{'time (UTC)':22} {'gpu':>3}  {m.name} ({m.unit})")
         for t, g, v in rows:
             click.echo(f"{_iso(t):22} {g:>3}  {'-' if v is None else _fmt_val(v)}")
+    return 0
+
+
+def _room_history(metric: str, sensor: str | None, since: str, until: str | None, fmt: str, db: str | None) -> int:
+    """``history`` for a room metric: rows from the BMC poller's ``room_samples`` table, per sensor."""
+    from gpuclinic.sources.bmc.poller import ROOM_METRICS, room_query
+
+    unit = ROOM_METRICS[metric][2]
+    now = time.time()
+    lo = _parse_since(since, now)
+    hi = _parse_since(until, now, "--until") if until else None
+    st = _open_store_for_reading(db)  # the same file and the same "no store" error as GPU metrics
+    path = str(st.path)
+    st.close()
+    rows = room_query(path, metric, sensor=sensor, since=lo or 0.0, until=hi)
+    out = sys.stdout
+    if fmt == "json":
+        json.dump({"metric": metric, "unit": unit, "since": lo, "until": hi,
+                   "points": [{"time": _iso(t), "ts": t, "sensor": s, "value": v} for t, s, v in rows]}, out)
+        out.write("\n")
+    elif fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(["time", "sensor", f"{metric}_{unit}"])
+        for t, s, v in rows:
+            w.writerow([_iso(t), s, "" if v is None else v])
+    else:
+        if not rows:
+            which = f" for sensor {sensor}" if sensor else ""
+            click.echo(f"no {metric} samples{which} since {_iso(lo)} (does the agent poll a BMC? watch --bmc/--redfish)")
+            return 0
+        width = max(6, *(len(s) for _, s, _ in rows))
+        click.echo(f"{'time (UTC)':22} {'sensor':{width}}  {metric} ({unit})")
+        for t, s, v in rows:
+            click.echo(f"{_iso(t):22} {s:{width}}  {'-' if v is None else _fmt_val(v)}")
     return 0
 
 

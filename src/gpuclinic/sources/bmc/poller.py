@@ -12,6 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -260,3 +261,38 @@ def room_history(path: str, since: float = 0.0) -> list[dict[str, Any]]:
         cur = conn.execute("SELECT ts, sensor, kind, role, value, unit FROM room_samples WHERE ts >= ? ORDER BY ts",
                            (since,))
         return [dict(zip(("ts", "sensor", "kind", "role", "value", "unit"), r, strict=True)) for r in cur.fetchall()]
+
+
+# `gpuclinic history` names for what ``record`` writes: name -> (kind, role, unit, help)
+ROOM_METRICS: dict[str, tuple[str, str | None, str, str]] = {
+    "inlet_c": ("temperature", "inlet", "C", "BMC inlet / ambient air temperature, per sensor"),
+    "exhaust_c": ("temperature", "exhaust", "C", "BMC exhaust air temperature, per sensor"),
+    "fan_rpm": ("fan", None, "RPM", "BMC fan speed, per fan (some BMCs report percent)"),
+    "psu_ok": ("psu", None, "1/0", "power supply healthy (1) or not (0), per PSU"),
+    "room_power_w": ("power", None, "W", "whole-system power draw the BMC reports"),
+}
+
+
+def room_query(path: str, metric: str, *, sensor: str | None = None, since: float = 0.0,
+               until: float | None = None) -> list[tuple[float, str, float | None]]:
+    """(ts, sensor, value) rows of one room metric, oldest first; [] when the agent never polled a BMC.
+
+    Read-only: a store without a ``room_samples`` table is not given one."""
+    kind, role, _, _ = ROOM_METRICS[metric]
+    sql = "SELECT ts, sensor, value FROM room_samples WHERE kind = ? AND ts >= ? AND ts <= ?"
+    args: list[Any] = [kind, since, until if until is not None else time.time() + 86400 * 365]
+    if role is not None:
+        sql += " AND role = ?"
+        args.append(role)
+    if sensor is not None:
+        sql += " AND sensor = ? COLLATE NOCASE"
+        args.append(sensor)
+    conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, timeout=5.0)
+    try:
+        return [(float(t), str(s), v) for t, s, v in conn.execute(sql + " ORDER BY ts, sensor", args)]
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return []
+        raise
+    finally:
+        conn.close()
