@@ -201,6 +201,31 @@ def _room_families(room: RoomFacts) -> Iterator[Metric]:
                                 value=room.power_consumed_w)
 
 
+def _states(room: RoomFacts) -> dict[tuple[str, str], str]:
+    """(kind, name) -> the severity label the room checks give that sensor, so the dashboard colours
+    what doctor judges and holds no second copy of the thresholds."""
+    from gpuclinic.checks import CheckSkipped
+    from gpuclinic.checks import room as checks
+
+    snap = Snapshot(room=room)
+    out: dict[tuple[str, str], str] = {}
+    for fn, kind, key in ((checks.inlet, "inlet", "sensor"), (checks.fans, "fan", "fan"), (checks.psus, "psu", "psu")):
+        try:
+            found = list(fn(snap))
+        except CheckSkipped:
+            continue
+        for f in found:
+            name = f.data.get(key) if f.data else None
+            if isinstance(name, str):
+                prev = out.get((kind, name))
+                if prev is None or _RANK.index(f.severity.label) > _RANK.index(prev):
+                    out[(kind, name)] = f.severity.label
+    return out
+
+
+_RANK = ("ok", "info", "warning", "critical")
+
+
 def room_state(p: RoomPoller | None) -> dict[str, Any] | None:
     """The latest poll for the dashboard API (``/api/state`` ``room``): inlet, fans, PSUs, when, errors."""
     if p is None:
@@ -209,11 +234,13 @@ def room_state(p: RoomPoller | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"bmc": p.opts.where() if p.opts.host else p.opts.redfish, "polled_at": p.polled_at,
                            "error": p.error, "history": history_points(p)[-60:]}
     if room is not None:
-        out["inlet_c"] = [{"sensor": s.name, "value": s.reading} for s in room.temperatures("inlet")]
-        out["fans"] = [{"fan": f.name, "value": f.reading, "unit": f.unit, "level": f.level} for f in room.fans()
-                       if not f.absent]
-        out["psus"] = [{"psu": x.name, "health": x.health, "present": x.present, "input_voltage": x.input_voltage}
-                       for x in room.psus]
+        st = _states(room)
+        out["inlet_c"] = [{"sensor": s.name, "value": s.reading, "state": st.get(("inlet", s.name), "ok")}
+                          for s in room.temperatures("inlet")]
+        out["fans"] = [{"fan": f.name, "value": f.reading, "unit": f.unit, "level": f.level,
+                        "state": st.get(("fan", f.name), "ok")} for f in room.fans() if not f.absent]
+        out["psus"] = [{"psu": x.name, "health": x.health, "present": x.present, "input_voltage": x.input_voltage,
+                        "state": st.get(("psu", x.name), "ok")} for x in room.psus]
         out["power_w"] = room.power_consumed_w
     return out
 
