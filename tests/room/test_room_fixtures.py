@@ -30,7 +30,8 @@ EXPECTED: dict[str, set[tuple[str, str]]] = {
     "hp-dl360-g7-ilo2-sel-list-ecc.txt": {("room.sel.memory_correctable", "warning")},
     "dell-r320-sdr-list-full-fans-0rpm.txt": {("room.fan_failed", "critical"), ("room.inlet_hot", "warning")},  # 32 °C
     "quanta-ipmi-sim-sel-elist-pcie-bus-fatal.txt": {("room.sel.pcie_fatal", "critical")},
-    "ibm-systemx-imm-ipmimonitoring.txt": {("room.inlet_hot", "info")},  # Ambient 26 °C: above the 25 °C guidance  # the BMC says nr for CPU2  # 26 °C: above the 25 °C room guidance
+    "ibm-systemx-imm-ipmimonitoring.txt": {("room.inlet_hot", "info")},  # Ambient 26 °C: above the 25 °C guidance
+    "hpe-dl360-gen9-ilo4-sdr-elist-one-psu.txt": {("room.psu_absent", "warning")},  # "PS 2 Presence: Device Absent"  # the BMC says nr for CPU2  # 26 °C: above the 25 °C room guidance
 }
 
 # what a person reading each file sees as the inlet/ambient sensor (None: the output has none)
@@ -48,6 +49,8 @@ INLET: dict[str, tuple[str, float] | None] = {
     "hp-dl360-g7-ilo2-sdr-elist-full-psu-failed.txt": ("Temp 1", 20.0),  # entity 64.1: Air Inlet
     "dell-r320-sdr-list-full-fans-0rpm.txt": ("Inlet Temp", 32.0),
     "ibm-systemx-imm-ipmimonitoring.txt": ("Ambient Temp", 26.0),
+    "asus-esc8000a-e12-sdr-elist.txt": ("Inlet Temp", 19.0),
+    "hpe-dl360-gen9-ilo4-sdr-elist-one-psu.txt": ("27-Front Ambient", 20.0),  # not "11-PS 1 Inlet" (29 °C, in the PSU)
 }
 
 
@@ -64,7 +67,7 @@ def test_fixture_parses_and_is_judged(path: Path) -> None:
     snap = load_evidence([str(path)])
     room = snap.room
     assert room is not None
-    assert room.sensors or room.events or room.psus
+    assert room.sensors or room.events or room.psus or room.chassis or room.power_consumed_w is not None
     rep = diagnose(snap)
     got = {(f.code, f.severity.label) for f in rep.findings if f.code.startswith("room.") and f.code != "room.status"}
     assert got == EXPECTED.get(path.name, set())
@@ -77,6 +80,19 @@ def test_fixture_parses_and_is_judged(path: Path) -> None:
         else:
             hottest = max(inl, key=lambda s: s.reading or 0)
             assert (hottest.name, hottest.reading) == want
+
+
+def test_gpu_server_power_and_chassis_outputs() -> None:
+    """The ASUS ESC8000A-E12's `dcmi power reading` and `chassis status`: the draw and no power fault."""
+    ipmi = ROOM_FIXTURES / "ipmi"
+    power = load_evidence([str(ipmi / "asus-esc8000a-e12-dcmi-power-reading.txt")]).room
+    assert power is not None and power.power_consumed_w == 2064.0
+    chassis = load_evidence([str(ipmi / "asus-esc8000a-e12-chassis-status.txt")]).room
+    assert chassis is not None and chassis.chassis.get("Main Power Fault") == "false"
+    sdr = load_evidence([str(ipmi / "asus-esc8000a-e12-sdr-elist.txt")]).room
+    assert sdr is not None
+    assert sorted(f.name for f in sdr.fans()) == [*(f"GPU_FAN{i}" for i in range(1, 6)),
+                                                  *(f"SYS_FAN{i}" for i in range(1, 7))]
 
 
 def test_a_redundancy_sensor_is_not_a_power_supply() -> None:
