@@ -31,7 +31,9 @@ EXPECTED: dict[str, set[tuple[str, str]]] = {
     "dell-r320-sdr-list-full-fans-0rpm.txt": {("room.fan_failed", "critical"), ("room.inlet_hot", "warning")},  # 32 °C
     "quanta-ipmi-sim-sel-elist-pcie-bus-fatal.txt": {("room.sel.pcie_fatal", "critical")},
     "ibm-systemx-imm-ipmimonitoring.txt": {("room.inlet_hot", "info")},  # Ambient 26 °C: above the 25 °C guidance
-    "hpe-dl360-gen9-ilo4-sdr-elist-one-psu.txt": {("room.psu_absent", "warning")},  # "PS 2 Presence: Device Absent"  # the BMC says nr for CPU2  # 26 °C: above the 25 °C room guidance
+    "hpe-dl360-gen9-ilo4-sdr-elist-one-psu.txt": {("room.psu_absent", "warning")},
+    # DGX-1: two of four PSUs without AC, "Non-Redundant: Insufficient Resources"
+    "nvidia-dgx1-sdr-type-power-supply-ac-lost.txt": {("room.psu_input", "critical"), ("room.psu_redundancy", "critical")},  # "PS 2 Presence: Device Absent"  # the BMC says nr for CPU2  # 26 °C: above the 25 °C room guidance
 }
 
 # what a person reading each file sees as the inlet/ambient sensor (None: the output has none)

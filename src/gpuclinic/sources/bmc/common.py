@@ -136,7 +136,7 @@ def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerS
         if s.kind != R.PSU or s.unit is not None:
             continue
         text = ", ".join(s.states).lower()
-        if s.level == "unknown" and text in ("", "disabled", "no reading", "not readable"):
+        if s.level == "unknown" and text in ("", "disabled", "no reading", "not readable", "event-only"):
             continue  # an unused or unreadable PSU slot sensor says nothing about a PSU
         if _REDUNDANCY.search(text):
             continue  # HP's "Power Supplies | 10.3 | Non-Redundant: ..." is the redundancy sensor, not a PSU
