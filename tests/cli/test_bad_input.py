@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuclinic.errors import EXIT_USAGE
 from gpuclinic.transfer.wansim import Knobs, WanSim, make_data
 
 ZERO = "0" * 64
@@ -45,8 +46,8 @@ CASES = [
     Case("doctor-scenario-unknown", ["doctor", "--scenario", "nosuch"], 3, "unknown scenario 'nosuch'"),
     Case("doctor-scenario-and-from", ["doctor", "--scenario", "fallen-off-bus", "--from", "precious.txt"], 3,
          "either --scenario or --from"),
-    Case("doctor-expect-gpus-negative", ["doctor", "--expect-gpus", "-1"], 2, "--expect-gpus"),
-    Case("doctor-expect-gpus-text", ["doctor", "--expect-gpus", "eight"], 2, "--expect-gpus"),
+    Case("doctor-expect-gpus-negative", ["doctor", "--expect-gpus", "-1"], EXIT_USAGE, "--expect-gpus"),
+    Case("doctor-expect-gpus-text", ["doctor", "--expect-gpus", "eight"], EXIT_USAGE, "--expect-gpus"),
     Case("doctor-json-and-markdown", ["doctor", "--json", "--markdown", "--from", "precious.txt"], 3,
          "one of --json and --markdown"),
     Case("doctor-kernel-log-missing", ["doctor", "--quick", "--kernel-log", "nope.log"], 3,
@@ -57,13 +58,13 @@ CASES = [
     Case("doctor-stray-argument", ["doctor", "precious.txt"], 3, "did you mean --from"),
     # capture: refused before minutes of collecting
     Case("capture-missing-dir", ["capture", "--quick", "-o", "nodir/c.tar.gz"], 3, "does not exist"),
-    Case("capture-into-a-directory", ["capture", "--quick", "-o", "adir"], 2, "is a directory"),
+    Case("capture-into-a-directory", ["capture", "--quick", "-o", "adir"], EXIT_USAGE, "is a directory"),
     Case("capture-over-a-file", ["capture", "--quick", "-o", "precious.txt"], 3, "not a gpuclinic capture"),
     Case("capture-unwritable", ["capture", "--quick", "-o", "/sys/gpuclinic-test.tar.gz"], 3, "/sys"),
     Case("capture-under-a-file", ["capture", "--quick", "-o", "precious.txt/c.tar.gz"], 3, "does not exist"),
     # explain
     Case("explain-missing", ["explain", "--offline", "nope.txt"], 3, "nope.txt: no such file"),
-    Case("explain-directory", ["explain", "--offline", "adir"], 2, "is a directory"),
+    Case("explain-directory", ["explain", "--offline", "adir"], EXIT_USAGE, "is a directory"),
     Case("explain-binary", ["explain", "--offline", "binary.bin"], 3, "binary data"),
     Case("explain-empty-file", ["explain", "--offline", "empty.txt"], 3, "empty input"),
     Case("explain-empty-stdin", ["explain", "--offline", "-"], 3, "<stdin>: empty input", stdin=b""),
@@ -73,9 +74,9 @@ CASES = [
     Case("net-endpoint-not-url", ["net", "--quick", "--endpoint", "notaurl"], 3, "not an http(s) URL"),
     Case("net-endpoint-ftp", ["net", "--quick", "--endpoint", "ftp://127.0.0.1/"], 3, "not an http(s) URL"),
     Case("net-endpoint-empty", ["net", "--quick", "--endpoint", "="], 3, "not an http(s) URL"),
-    Case("net-timeout-zero", ["net", "--quick", "--timeout", "0"], 2, "--timeout"),
-    Case("net-timeout-text", ["net", "--quick", "--timeout", "soon"], 2, "--timeout"),
-    Case("net-connections-zero", ["net", "--connections", "0"], 2, "--connections"),
+    Case("net-timeout-zero", ["net", "--quick", "--timeout", "0"], EXIT_USAGE, "--timeout"),
+    Case("net-timeout-text", ["net", "--quick", "--timeout", "soon"], EXIT_USAGE, "--timeout"),
+    Case("net-connections-zero", ["net", "--connections", "0"], EXIT_USAGE, "--connections"),
     # get url
     Case("url-not-a-url", ["get", "url", "notaurl"], 2, "not an http(s) URL"),
     Case("url-ftp", ["get", "url", "ftp://127.0.0.1/x"], 2, "not an http(s) URL"),
@@ -112,7 +113,7 @@ CASES = [
     Case("hf-repo-unknown", ["get", "hf", "org/nope"], 3, "repository not found"),
     Case("hf-glob-matches-nothing", ["get", "hf", "org/m", "--include", "*.nomatch"], 2, "no file matches"),
     Case("hf-glob-malformed", ["get", "hf", "org/m", "--include", "["], 2, "no file matches"),
-    Case("hf-cache-dir-is-a-file", ["get", "hf", "org/m", "--cache-dir", "precious.txt"], 2, "is a file"),
+    Case("hf-cache-dir-is-a-file", ["get", "hf", "org/m", "--cache-dir", "precious.txt"], EXIT_USAGE, "is a file"),
     Case("hf-cache-dir-unwritable", ["get", "hf", "-q", "org/m", "--cache-dir", "/sys/gpuclinic-hf"], 3,
          "cannot create the Hub cache"),
     Case("hf-connections-zero", ["get", "hf", "org/m", "--connections", "0"], 2, "--connections"),
@@ -121,22 +122,22 @@ CASES = [
     Case("git-destination-is-a-file", ["get", "git", "{U}/r.git", "precious.txt"], 3, "already exists"),
     Case("git-local-repo-missing", ["get", "git", "-q", "nope-repo", "newdir"], 3, "does not exist",
          one_line=False),
-    Case("git-retries-zero", ["get", "git", "--retries", "0", "{U}/r.git", "newdir"], 2, "--retries"),
+    Case("git-retries-zero", ["get", "git", "--retries", "0", "{U}/r.git", "newdir"], EXIT_USAGE, "--retries"),
     # run / report
-    Case("run-no-command", ["run"], 2, "Missing argument"),
-    Case("run-only-dashes", ["run", "--"], 2, "Missing argument"),
+    Case("run-no-command", ["run"], EXIT_USAGE, "Missing argument"),
+    Case("run-only-dashes", ["run", "--"], EXIT_USAGE, "Missing argument"),
     Case("run-missing-program", ["run", "--", "/nonexistent/prog"], 127, "cannot run /nonexistent/prog: no such file"),
     Case("run-unknown-command", ["run", "--skip-preflight", "--", "no-such-command-xyz"], 127, "command not found"),
     Case("run-not-executable", ["run", "--skip-preflight", "--", "./precious.txt"], 126, "not an executable"),
-    Case("run-max-restarts-negative", ["run", "--max-restarts", "-1", "--", "true"], 2, "--max-restarts"),
+    Case("run-max-restarts-negative", ["run", "--max-restarts", "-1", "--", "true"], EXIT_USAGE, "--max-restarts"),
     Case("run-bad-duration", ["run", "--backoff", "soon", "--", "true"], 3, "not a duration"),
     Case("run-bad-retry-class", ["run", "--retry-on", "bogus", "--", "true"], 3, "unknown class 'bogus'"),
     Case("run-log-unwritable", ["run", "--skip-preflight", "--log", "/sys/gpuclinic.log", "--", "true"], 3,
          "--log /sys/gpuclinic.log: cannot write"),
     Case("run-log-under-a-file", ["run", "--skip-preflight", "--log", "precious.txt/x.log", "--", "true"], 3,
          "cannot write"),
-    Case("run-log-is-a-directory", ["run", "--log", "adir", "--", "true"], 2, "is a directory"),
-    Case("run-checkpoint-dir-is-a-file", ["run", "--checkpoint-dir", "precious.txt", "--", "true"], 2, "is a file"),
+    Case("run-log-is-a-directory", ["run", "--log", "adir", "--", "true"], EXIT_USAGE, "is a directory"),
+    Case("run-checkpoint-dir-is-a-file", ["run", "--checkpoint-dir", "precious.txt", "--", "true"], EXIT_USAGE, "is a file"),
     Case("run-config-missing", ["run", "--config", "nope.toml", "--", "true"], 3, "no such file"),
     Case("run-kernel-log-missing", ["run", "--kernel-log", "nope.log", "--", "true"], 3, "no such file"),
     Case("run-scenario-unknown", ["run", "--skip-preflight", "--scenario", "nosuch", "--", "true"], 3,
@@ -145,8 +146,8 @@ CASES = [
     Case("report-since-bad-date", ["report", "interruptions", "--since", "2026-13-45"], 3, "not a duration or ISO date"),
     Case("report-db-missing", ["report", "interruptions", "--db", "nope.db"], 3, "no such file"),
     Case("report-db-not-sqlite", ["report", "interruptions", "--db", "binary.bin"], 3, "cannot read the run ledger"),
-    Case("report-unknown", ["report", "nosuch"], 2, "No such command"),
-    Case("unknown-command", ["nosuch"], 2, "No such command"),
+    Case("report-unknown", ["report", "nosuch"], EXIT_USAGE, "No such command"),
+    Case("unknown-command", ["nosuch"], EXIT_USAGE, "No such command"),
     # watch, history, events
     Case("history-no-metric", ["history", "--db", "nope.db"], 2, "name a METRIC"),
     Case("history-unknown-metric", ["history", "nosuch", "--db", "nope.db"], 3, "unknown metric 'nosuch'"),
