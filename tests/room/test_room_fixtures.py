@@ -32,6 +32,8 @@ EXPECTED: dict[str, set[tuple[str, str]]] = {
     "quanta-ipmi-sim-sel-elist-pcie-bus-fatal.txt": {("room.sel.pcie_fatal", "critical")},
     "ibm-systemx-imm-ipmimonitoring.txt": {("room.inlet_hot", "info")},  # Ambient 26 °C: above the 25 °C guidance
     "hpe-dl360-gen9-ilo4-sdr-elist-one-psu.txt": {("room.psu_absent", "warning")},
+    "supermicro-h14shm-sel-elist-psu-failure-ac-lost.txt": {("room.sel.psu_failure", "critical"),
+                                                            ("room.sel.psu_input_lost", "critical")},
     # DGX-1: two of four PSUs without AC, "Non-Redundant: Insufficient Resources"
     "nvidia-dgx1-sdr-type-power-supply-ac-lost.txt": {("room.psu_input", "critical"), ("room.psu_redundancy", "critical")},  # "PS 2 Presence: Device Absent"  # the BMC says nr for CPU2  # 26 °C: above the 25 °C room guidance
 }
