@@ -100,6 +100,8 @@ def test_dashboard_renders_plots_timeline_and_events(tmp_path: Path, free_port: 
         assert reasons == {"hw_thermal_slowdown": 1, "sw_thermal_slowdown": 1}
         (tl1,) = dom.find("canvas", data_metric="throttle", data_gpu="1")
         assert tl1["data-reasons"] == ""
+        (room,) = dom.find("section", id="room")  # no --bmc: the server-room panel stays hidden
+        assert "hidden" in room and room.get("data-bmc", "") == ""
         (gpu2,) = dom.find("div", data_gpu="2")
         assert gpu2["data-lost"] == "1"
 
