@@ -54,6 +54,7 @@ INLET: dict[str, tuple[str, float] | None] = {
     "dell-r320-sdr-list-full-fans-0rpm.txt": ("Inlet Temp", 32.0),
     "ibm-systemx-imm-ipmimonitoring.txt": ("Ambient Temp", 26.0),
     "asus-esc8000a-e12-sdr-elist.txt": ("Inlet Temp", 19.0),
+    "fmadio-gigabyte-board-sdr.txt": ("INLET_AIR_TEMP", 24.0),
     "hpe-dl360-gen9-ilo4-sdr-elist-one-psu.txt": ("27-Front Ambient", 20.0),  # not "11-PS 1 Inlet" (29 °C, in the PSU)
 }
 
