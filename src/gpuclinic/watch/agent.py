@@ -117,6 +117,9 @@ class Agent:
         self._lock = threading.RLock()
         self._latest: list[GpuFacts] = []
         self._series: dict[int, deque[tuple[Any, ...]]] = {}
+        from gpuclinic.fleet.idle import IdleMeter
+
+        self.idle = IdleMeter()  # idle GPU seconds for `gpuclinic fleet` (gpuclinic_gpu_idle_seconds_total)
         self._history_points = history_points
         self.xids: dict[tuple[str, str, int], tuple[int, float]] = {}
         self._kernel_seen: deque[KernelEvent] = deque(maxlen=500)
@@ -263,6 +266,7 @@ class Agent:
                        g.sm_clock_mhz, g.sm_clock_max_mhz, g.utilization_gpu_pct, g.memory_used_bytes,
                        g.memory_total_bytes, mask, g.memory_temperature_c)
                 self._series.setdefault(g.index, deque(maxlen=self._history_points)).append(row)
+        self.idle.observe(now, gpus)
         if self.store is not None:
             self.store.add_samples(now, gpus)
 
