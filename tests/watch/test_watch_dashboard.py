@@ -101,6 +101,8 @@ def test_dashboard_renders_plots_timeline_and_events(tmp_path: Path, free_port: 
         assert reasons == {"hw_thermal_slowdown": 1, "sw_thermal_slowdown": 1}
         (tl1,) = dom.find("canvas", data_metric="throttle", data_gpu="1")
         assert tl1["data-reasons"] == ""
+        (room,) = dom.find("section", id="room")  # no --bmc: the server-room panel stays hidden
+        assert "hidden" in room and room.get("data-bmc", "") == ""
         (gpu2,) = [d for d in dom.find("div", data_gpu="2") if "incident" not in d.get("class", "")]
         assert gpu2["data-lost"] == "1"
         # issue 14: a LOST card says since when and does not pass its last values off as current

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
-from gpuclinic.errors import GpuclinicError, InputError
+from gpuclinic.errors import EXIT_USAGE, GpuclinicError, InputError
 
 
 def _parse_since(value: str | None, now: float, option: str = "--since") -> float | None:
@@ -282,14 +282,18 @@ def _serve(agent: Any, cfg: Any, listen: str, token: str | None, peer_list: Any)
 @click.option("--json", "as_json", is_flag=True, help="JSON (the same as --format json).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--db", metavar="PATH", help="The watch store (default: the agent's).")
+@click.option("--sensor", metavar="NAME", help="Only this BMC sensor, fan or PSU (room metrics, e.g. FAN1).")
 @click.option("--list", "list_metrics", is_flag=True, help="List metric names and exit.")
 def history(metric: str | None, gpu: int | None, since: str, until: str | None, as_json: bool, fmt: str,
-            db: str | None, list_metrics: bool) -> int:
+            db: str | None, sensor: str | None, list_metrics: bool) -> int:
     """Print or export one metric's history from the watch store.
 
-    Older than the raw retention, the store keeps 1-minute averages: those rows are marked "1m avg"
-    (kind "1m" in CSV and JSON), the samples "raw".
+    GPU metrics per GPU; room metrics (inlet_c, fan_rpm, psu_ok, ...) per BMC sensor, as the agent's
+    --bmc/--redfish poller recorded them.  Older than the raw retention, the store keeps 1-minute
+    averages: those rows are marked "1m avg" (kind "1m" in CSV and JSON), the samples "raw".
     """
+    from gpuclinic.sources.bmc.poller import ROOM_METRICS
+
     if as_json:
         if fmt not in ("table", "json"):
             raise InputError(f"--json and --format {fmt} contradict each other")
@@ -299,11 +303,20 @@ def history(metric: str | None, gpu: int | None, since: str, until: str | None, 
     if list_metrics or metric is None:
         for m in METRICS:
             click.echo(f"{m.name:24} {m.unit:9} {m.help}")
+        for name, (_, _, unit, text) in ROOM_METRICS.items():
+            click.echo(f"{name:24} {unit:9} {text}")
         if not list_metrics:
             raise InputError("name a METRIC (the list above), e.g. `gpuclinic history temperature --since 2h`")
         return 0
+    if metric in ROOM_METRICS:
+        if gpu is not None:
+            raise InputError(f"{metric} is a BMC metric: use --sensor NAME, not --gpu", exit_code=EXIT_USAGE)
+        return _room_history(metric, sensor, since, until, fmt, db)
+    if sensor is not None:
+        raise InputError(f"--sensor is for BMC metrics ({', '.join(ROOM_METRICS)}), not {metric}",
+                         exit_code=EXIT_USAGE)
     if metric not in METRIC_BY_NAME:
-        raise InputError(f"unknown metric {metric!r}; one of: {', '.join(m.name for m in METRICS)}")
+        raise InputError(f"unknown metric {metric!r}; one of: {', '.join([*(m.name for m in METRICS), *ROOM_METRICS])}")
     m = METRIC_BY_NAME[metric]
     now = time.time()
     lo = _parse_since(since, now)
@@ -343,6 +356,44 @@ def _decimals(values: list[float | None]) -> int:
 
 def _fmt_val(v: float, decimals: int = 1) -> str:
     return f"{v:.{decimals}f}"
+
+
+def _room_history(metric: str, sensor: str | None, since: str, until: str | None, fmt: str, db: str | None) -> int:
+    """``history`` for a room metric: rows from the BMC poller's ``room_samples`` table, per sensor."""
+    from gpuclinic.sources.bmc.poller import ROOM_METRICS, room_query
+
+    unit = ROOM_METRICS[metric][2]
+    now = time.time()
+    lo = _parse_since(since, now)
+    hi = _parse_since(until, now, "--until") if until else None
+    st = _open_store_for_reading(db)  # the same file and the same "no store" error as GPU metrics
+    path = str(st.path)
+    st.close()
+    rows = room_query(path, metric, sensor=sensor, since=lo or 0.0, until=hi)
+    out = sys.stdout
+    if fmt == "json":
+        json.dump({"metric": metric, "unit": unit, "since": lo, "until": hi,
+                   "points": [{"time": _iso(t), "ts": t, "sensor": s, "value": v} for t, s, v in rows]}, out)
+        out.write("\n")
+    elif fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(["time", "sensor", f"{metric}_{unit}"])
+        for t, s, v in rows:
+            w.writerow([_iso(t), s, "" if v is None else v])
+    else:
+        if not rows:
+            which = f" for sensor {sensor}" if sensor else ""
+            click.echo(f"no {metric} samples{which} since {_iso(lo)} (does the agent poll a BMC? watch --bmc/--redfish)")
+            return 0
+        width = max(6, *(len(s) for _, s, _ in rows))
+        click.echo(f"{'time (UTC)':22} {'sensor':{width}}  {metric} ({unit})")
+        for t, s, v in rows:
+            click.echo(f"{_iso(t):22} {s:{width}}  {'-' if v is None else _fmt_val(v)}")
+    return 0
+
+
+def _fmt_val(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:.2f}"
 
 
 @click.command("events")

@@ -258,9 +258,14 @@ def gather(opts: CollectOptions | None = None, runner: Runner | None = None,
 
 # --------------------------------------------------------------------------------------------- writing
 
-def render_files(bundle: Bundle, redact: bool, env: Mapping[str, str] | None = None) -> dict[str, bytes]:
-    """The bundle's files, secrets always masked, identifiers masked when ``redact``."""
+def render_files(bundle: Bundle, redact: bool, env: Mapping[str, str] | None = None,
+                 secrets_given: Mapping[str, str] | None = None) -> dict[str, bytes]:
+    """The bundle's files, secrets always masked, identifiers masked when ``redact``.
+
+    ``secrets_given`` (label -> value) are secrets from flags or files, e.g. a BMC password: masked
+    whatever their length, since they did not come through a variable whose name says "secret"."""
     secrets = secret_env_values(env)
+    secrets.update({v: k for k, v in (secrets_given or {}).items() if v})
     snap_dict = bundle.snapshot.to_dict()
     redactor: Redactor | None = None
     if redact:

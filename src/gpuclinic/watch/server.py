@@ -31,7 +31,8 @@ from gpuclinic.watch.metrics import make_registry
 
 _STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
            "app.css": "text/css; charset=utf-8", "fleet.html": "text/html; charset=utf-8",
-           "fleet.js": "text/javascript; charset=utf-8"}
+           "fleet.js": "text/javascript; charset=utf-8", "room.js": "text/javascript; charset=utf-8",
+           "room.css": "text/css; charset=utf-8"}
 _COOKIE = "gpuclinic_token"
 
 

@@ -84,6 +84,7 @@ function render() {
   const st = S.state;
   renderVerdict(st);
   renderOpen(st);
+  if (typeof renderRoom === "function") renderRoom(st);  // room.js: the BMC's inlet, fans and PSUs
   renderGpus(st);
   renderEvents();
   S.renders += 1;
