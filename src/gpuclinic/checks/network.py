@@ -252,7 +252,7 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
         # only mirror candidates are capped: not the user's path, but the table flags them, so the
         # report says so (info) instead of "No problems found" under a "per-conn cap" row
         yield Finding(
-            code="network.per_connection_cap", severity=Severity.INFO, family=NET,
+            code="network.per_connection_cap", severity=severity("network.per_connection_cap"), family=NET,
             title=f"Mirror candidate(s) cap each TCP connection (not in use): {', '.join(_label(c[0]) for c in capped)}",
             evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, {p.parallel.connections if p.parallel else ''} "
                       f"connections {fmt_rate(m)} ({r:.1f}x)" for p, s, m, r in capped],

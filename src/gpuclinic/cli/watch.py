@@ -386,14 +386,11 @@ def _room_history(metric: str, sensor: str | None, since: str, until: str | None
             click.echo(f"no {metric} samples{which} since {_iso(lo)} (does the agent poll a BMC? watch --bmc/--redfish)")
             return 0
         width = max(6, *(len(s) for _, s, _ in rows))
+        decimals = _decimals([v for _, _, v in rows])
         click.echo(f"{'time (UTC)':22} {'sensor':{width}}  {metric} ({unit})")
         for t, s, v in rows:
-            click.echo(f"{_iso(t):22} {s:{width}}  {'-' if v is None else _fmt_val(v)}")
+            click.echo(f"{_iso(t):22} {s:{width}}  {'-' if v is None else _fmt_val(v, decimals):>8}")
     return 0
-
-
-def _fmt_val(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else f"{v:.2f}"
 
 
 @click.command("events")
