@@ -41,7 +41,7 @@ class Registry:
             f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
             f"http:\n  addr: 127.0.0.1:{self.port}\n"
         )
-        self.log = open(root / "registry.log", "wb")  # noqa: SIM115
+        self.log = open(root / "registry.log", "wb")
         self.proc = subprocess.Popen([binary, "serve", str(cfg)], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while True:

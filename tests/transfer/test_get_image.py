@@ -20,9 +20,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from realtools import require
 
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
+from realtools import require
 
 from .oci_env import Built, MiB, Registry, build_image, build_multiarch, push, sha256_file
 
