@@ -31,7 +31,7 @@ from typing import Any
 from gpuclinic.errors import EXIT_USAGE, GpuclinicError, InputError
 
 MiB = 1024 * 1024
-BLOCK = 8 * MiB  # resume and verification granularity of big files
+BLOCK = 2 * MiB  # resume, verification and balancing granularity of big files
 BIG_MIN = 32 * MiB
 PART_SUFFIX = ".gpuclinic-part"
 
@@ -445,6 +445,6 @@ def block_hashes_local(path: str, size: int) -> list[str]:
 
 
 def block_hashes_remote(ssh: Ssh, path: str) -> list[str]:
-    """sha256 of every 8 MiB block, computed on the server in one round trip (GNU split --filter)."""
+    """sha256 of every block, computed on the server in one round trip (GNU split --filter)."""
     raw = ssh.run(f"[ -f {q(path)} ] && split -b {BLOCK} --filter=sha256sum {q(path)} || true", timeout=1800)
     return [line.split()[0] for line in raw.decode().splitlines() if line.strip()]

@@ -97,6 +97,7 @@ class Plan:
     notes: list[str]
     tasks: list[Task] = field(default_factory=list)
     big: list[BigFile] = field(default_factory=list)
+    plan_s: float = 0.0  # probing and planning time
 
     @property
     def total(self) -> int:
@@ -105,7 +106,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "direction": self.direction, "src": str(self.src), "dst": str(self.dst), "host": self.host,
-            "target": self.target, "files": len(self.entries), "bytes": self.total, "streams": self.streams,
+            "target": self.target, "plan_seconds": round(self.plan_s, 3), "files": len(self.entries), "bytes": self.total, "streams": self.streams,
             "stream_reason": self.stream_reason, "compress": self.compress, "compress_reason": self.compress_reason,
             "probe": self.probe.to_dict() if self.probe else None, "ssh_notes": self.notes,
             "rsync_streams": [{"files": len(t.names), "bytes": t.size} for t in self.tasks if t.kind == "rsync"],
@@ -167,9 +168,14 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
         root, entries = list_remote(ssh, src.path)
     check_names(entries)
     pr: Probe | None = None
+    t_probe = time.monotonic()
     if opts.probe:
+        sample: list[tuple[float, float]] = []
+        th = threading.Thread(target=lambda: sample.append(sample_compression(root, entries, direction == "push")))
+        th.start()  # disk and CPU, while the probes wait on the network
         pr = probe_link(ssh, direction, multi=8)
-        pr.compress_speed, pr.compress_ratio = sample_compression(root, entries, direction == "push")
+        th.join()
+        pr.compress_speed, pr.compress_ratio = sample[0] if sample else (0.0, 1.0)
     if opts.streams:
         streams, why = opts.streams, "fixed by --streams"
     elif pr:
@@ -188,7 +194,7 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
     big_min = max(BIG_MIN, total // (2 * streams))
     big = [e for e in entries if e.kind == "f" and e.size >= big_min]
     small = [e for e in entries if e not in big]
-    plan.big = [_big_state(ssh, plan, e) for e in big]
+    plan.big = _big_states(ssh, plan, big)
     tasks: list[Task] = []
     if small:
         for b in balance(small, streams):
@@ -197,39 +203,50 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
         if not bf.skipped:
             tasks += range_tasks(bf.entry.name, bf.entry.size, bf.todo, streams)
     plan.tasks = sorted(tasks, key=lambda t: -t.size)
+    plan.plan_s = time.monotonic() - t_probe
     return plan, ssh
 
 
-def _big_state(ssh: Ssh, plan: Plan, e: Entry) -> BigFile:
-    """Where a big file stands at the destination: done already, partly there (resume), or absent."""
-    src = _join(plan.src_root, e.name)
-    dst = _join(plan.dst.path, e.name)
-    d, _, base = dst.rpartition("/")
-    part = f"{d}/.{base}{PART_SUFFIX}" if d else f".{base}{PART_SUFFIX}"
-    nblocks = math.ceil(e.size / BLOCK)
-    bf = BigFile(e, src, dst, part, list(range(nblocks)))
+def _big_states(ssh: Ssh, plan: Plan, big: list[Entry]) -> list[BigFile]:
+    """Where each big file stands at the destination: done already, partly there (resume), or absent.
+    One ssh round trip for all of them (each ssh handshake costs several RTTs)."""
+    out: list[BigFile] = []
+    for e in big:
+        dst = _join(plan.dst.path, e.name)
+        d, _, base = dst.rpartition("/")
+        part = f"{d}/.{base}{PART_SUFFIX}" if d else f".{base}{PART_SUFFIX}"
+        out.append(BigFile(e, _join(plan.src_root, e.name), dst, part, list(range(math.ceil(e.size / BLOCK)))))
+    if not out:
+        return out
     if plan.direction == "push":
-        out = ssh.run(f"stat -c '%s %Y' -- {q(dst)} 2>/dev/null || echo - -; stat -c %s -- {q(part)} 2>/dev/null || echo 0").decode().split()
-        dsize, dmtime, psize = out[0], out[1], int(out[2]) if len(out) > 2 and out[2].isdigit() else 0
+        cmd = "; ".join(f"stat -c '%s %Y' -- {q(b.dst)} 2>/dev/null || echo - -; stat -c %s -- {q(b.part)} 2>/dev/null || echo 0"
+                        for b in out)
+        words = ssh.run(cmd).decode().split()
+        states = [(words[3 * i], words[3 * i + 1], int(words[3 * i + 2]) if words[3 * i + 2].isdigit() else 0)
+                  for i in range(len(out))]
+    else:
+        states = []
+        for b in out:
+            try:
+                st = os.stat(b.dst)
+                dsize, dmtime = str(st.st_size), str(int(st.st_mtime))
+            except OSError:
+                dsize, dmtime = "-", "-"
+            states.append((dsize, dmtime, os.path.getsize(b.part) if os.path.exists(b.part) else 0))
+    for bf, (dsize, dmtime, psize) in zip(out, states, strict=True):
+        e = bf.entry
+        nblocks = len(bf.todo)
         if dsize == str(e.size) and dmtime == str(int(e.mtime)):
             bf.skipped, bf.todo = True, []
-            return bf
+            continue
         if psize > 0:
-            theirs = block_hashes_remote(ssh, part)
-            ours = block_hashes_local(src, e.size)
+            if plan.direction == "push":
+                theirs, ours = block_hashes_remote(ssh, bf.part), block_hashes_local(bf.src, e.size)
+            else:
+                theirs, ours = block_hashes_remote(ssh, bf.src), block_hashes_local(bf.part, min(e.size, psize))
             bf.todo = [i for i in range(nblocks) if i >= len(theirs) or i >= len(ours) or theirs[i] != ours[i]]
-    else:
-        with contextlib.suppress(OSError):
-            st = os.stat(dst)
-            if st.st_size == e.size and int(st.st_mtime) == int(e.mtime):
-                bf.skipped, bf.todo = True, []
-                return bf
-        if os.path.exists(part) and os.path.getsize(part) > 0:
-            theirs = block_hashes_remote(ssh, src)
-            ours = block_hashes_local(part, min(e.size, os.path.getsize(part)))
-            bf.todo = [i for i in range(nblocks) if i >= len(theirs) or i >= len(ours) or theirs[i] != ours[i]]
-    bf.reused_blocks = nblocks - len(bf.todo)
-    return bf
+        bf.reused_blocks = nblocks - len(bf.todo)
+    return out
 
 
 @dataclass
@@ -239,9 +256,10 @@ class SyncResult:
     sent: int  # bytes of file data moved by this run (approximate for rsync streams)
     verified: int  # files whose sha256 matched on both sides
     repaired: list[str] = field(default_factory=list)
+    transfer_s: float = 0.0  # the data phase alone (no probe, no verification)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.plan.to_dict(), "seconds": round(self.seconds, 3), "sent": self.sent,
+        return {**self.plan.to_dict(), "seconds": round(self.seconds, 3), "transfer_seconds": round(self.transfer_s, 3), "sent": self.sent,
                 "verified": self.verified, "repaired": self.repaired}
 
 
@@ -270,6 +288,8 @@ class Runner:
                 w.start()
             for w in workers:
                 w.join()
+            t_xfer = time.monotonic() - t0
+            self.log(f"data sent in {t_xfer:.1f} s ({_h(self.sent / max(t_xfer, 1e-6))}/s)")
             if self.errors:
                 raise SyncError(f"{self.errors[0]}" + (f" (+{len(self.errors) - 1} more)" if len(self.errors) > 1 else "")
                                 + "; rerun the same command to resume")
@@ -282,7 +302,8 @@ class Runner:
             if self.opts.verify:
                 v, repaired = self._verify_small()
                 verified += v
-            return SyncResult(p, time.monotonic() - t0, self.sent, verified, repaired)
+            self.log(f"verified in {time.monotonic() - t0 - t_xfer:.1f} s")
+            return SyncResult(p, time.monotonic() - t0, self.sent, verified, repaired, t_xfer)
         finally:
             with contextlib.suppress(OSError):
                 for f in os.listdir(self.tmp):
@@ -294,10 +315,11 @@ class Runner:
         dirs = sorted({b.dst.rpartition("/")[0] for b in p.big if not b.skipped} | {p.dst.path})
         dirs = [d for d in dirs if d]
         if p.direction == "push":
-            self.ssh.run("mkdir -p -- " + " ".join(q(d) for d in dirs))
+            cmd = "mkdir -p -- " + " ".join(q(d) for d in dirs)
             for b in p.big:
                 if not b.skipped:
-                    self.ssh.run(f"touch -- {q(b.part)} && truncate -s {b.entry.size} -- {q(b.part)}")
+                    cmd += f" && touch -- {q(b.part)} && truncate -s {b.entry.size} -- {q(b.part)}"
+            self.ssh.run(cmd)
         else:
             for d in dirs:
                 os.makedirs(d, exist_ok=True)
@@ -323,6 +345,7 @@ class Runner:
                     break
                 except SyncError as e:
                     err = str(e)
+                    self.log(f"retrying: {err}")
                     time.sleep(min(8.0, 0.5 * 2**attempt))
             if err:
                 with self.lock:
