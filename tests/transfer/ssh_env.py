@@ -46,7 +46,7 @@ class Sshd:
             "UsePAM no\nPermitRootLogin yes\nMaxStartups 100:30:200\nMaxSessions 100\nLogLevel ERROR\n"
             "Subsystem sftp internal-sftp\n"
         )
-        self.log = open(root / "sshd.log", "wb")  # noqa: SIM115
+        self.log = open(root / "sshd.log", "wb")
         self.proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(cfg)], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 15
         while True:

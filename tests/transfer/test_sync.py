@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realtools import require
 
 from gpuclinic.transfer.sync import (
     BLOCK,
@@ -34,6 +33,7 @@ from gpuclinic.transfer.sync import (
     split_source,
 )
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
+from realtools import require
 
 from .ssh_env import Sshd
 
