@@ -83,16 +83,26 @@ class Ssh:
             raise InputError("empty -e/--rsh command", exit_code=EXIT_USAGE)
         self._config: dict[str, str] | None = None
 
-    def stream_opts(self, compress: bool = False) -> list[str]:
-        return ["-o", "ControlMaster=no", "-o", "ControlPath=none", "-o", "BatchMode=yes",
-                "-o", f"Compression={'yes' if compress else 'no'}", "-o", "ServerAliveInterval=15"]
+    def stream_opts(self, compress: bool = False, control: str | None = None) -> list[str]:
+        """Options of our connections.  ``control``: a socket private to one stream, so that its
+        sequential sessions (rsync, dd, sha256sum) reuse one TCP connection and one handshake while
+        the streams stay separate connections; never the user's shared ControlPath."""
+        mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={control}", "-o", "ControlPersist=15"] if control \
+            else ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
+        return [*mux, "-o", "BatchMode=yes", "-o", f"Compression={'yes' if compress else 'no'}",
+                "-o", "ServerAliveInterval=15"]
 
-    def cmd(self, remote: str, *, compress: bool = False) -> list[str]:
-        return [*self.argv, *self.stream_opts(compress), self.host, remote]
+    def cmd(self, remote: str, *, compress: bool = False, control: str | None = None) -> list[str]:
+        return [*self.argv, *self.stream_opts(compress, control), self.host, remote]
 
-    def rsh(self, compress: bool = False) -> str:
+    def rsh(self, compress: bool = False, control: str | None = None) -> str:
         """The ``-e`` string for rsync (rsync applies its own compression, so ssh's stays off)."""
-        return shlex.join([*self.argv, *self.stream_opts(compress)])
+        return shlex.join([*self.argv, *self.stream_opts(compress, control)])
+
+    def close_master(self, control: str) -> None:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run([*self.argv, "-o", f"ControlPath={control}", "-O", "exit", self.host],
+                           capture_output=True, timeout=10)
 
     def config(self) -> dict[str, str]:
         """``ssh -G HOST``: the effective configuration (aliases resolved, defaults filled in)."""
@@ -111,9 +121,9 @@ class Ssh:
             self._config = cfg
         return self._config
 
-    def run(self, remote: str, *, input: bytes | None = None, timeout: float = 120) -> bytes:
+    def run(self, remote: str, *, input: bytes | None = None, timeout: float = 120, control: str | None = None) -> bytes:
         try:
-            r = subprocess.run(self.cmd(remote), input=input, capture_output=True, timeout=timeout)
+            r = subprocess.run(self.cmd(remote, control=control), input=input, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise SyncError(f"ssh {self.host}: no answer within {timeout:.0f} s") from None
         except OSError as e:
@@ -304,8 +314,14 @@ def sample_compression(root: str, entries: list[Entry], local: bool) -> tuple[fl
 
 def probe_link(ssh: Ssh, direction: str, *, seconds: float = 0.7, multi: int = 8) -> Probe:
     pr = Probe(cpus=os.cpu_count() or 1)
-    pr.handshake_s, pr.rtt_s = measure_rtt(ssh)
+    rtt: list[tuple[float, float]] = []
+    th = threading.Thread(target=lambda: rtt.append(measure_rtt(ssh)))
+    th.start()  # on its own connection, beside the single stream (a capped stream leaves the link idle)
     pr.one_stream = measure_streams(ssh, direction, 1, seconds)
+    th.join()
+    if not rtt:
+        raise SyncError(f"ssh {ssh.host}: no session (check `ssh {ssh.host} true`)")
+    pr.handshake_s, pr.rtt_s = rtt[0]
     pr.multi_n = multi
     pr.multi_stream = measure_streams(ssh, direction, multi, seconds)
     return pr

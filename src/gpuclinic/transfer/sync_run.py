@@ -264,12 +264,20 @@ class SyncResult:
 
 
 class Runner:
+    """Runs the tasks on ``streams`` worker threads; each task checks its own bytes (sha256) as soon as
+    it is done, so verification overlaps the other streams instead of adding a pass at the end."""
+
     def __init__(self, plan: Plan, ssh: Ssh, opts: SyncOptions) -> None:
         self.plan, self.ssh, self.opts = plan, ssh, opts
         self.sent = 0
+        self.verified = 0
+        self.repaired: list[str] = []
         self.lock = threading.Lock()
         self.errors: list[str] = []
         self.tmp = tempfile.mkdtemp(prefix="gpuclinic-sync-")
+        self.regular = {e.name for e in plan.entries if e.kind == "f"}
+        self.local = threading.local()  # .control: this worker's ssh control socket
+        self.big = {b.entry.name: b for b in plan.big}
 
     def log(self, msg: str) -> None:
         if not self.opts.quiet:
@@ -283,28 +291,23 @@ class Runner:
             q_: queue.Queue[Task] = queue.Queue()
             for t in p.tasks:
                 q_.put(t)
-            workers = [threading.Thread(target=self._worker, args=(q_,), daemon=True) for _ in range(min(p.streams, max(1, len(p.tasks))))]
+            n = min(p.streams, max(1, len(p.tasks)))
+            workers = [threading.Thread(target=self._worker, args=(q_, i), daemon=True) for i in range(n)]
             for w in workers:
                 w.start()
             for w in workers:
                 w.join()
-            t_xfer = time.monotonic() - t0
-            self.log(f"data sent in {t_xfer:.1f} s ({_h(self.sent / max(t_xfer, 1e-6))}/s)")
             if self.errors:
                 raise SyncError(f"{self.errors[0]}" + (f" (+{len(self.errors) - 1} more)" if len(self.errors) > 1 else "")
                                 + "; rerun the same command to resume")
-            verified = 0
-            for bf in p.big:
-                if not bf.skipped:
-                    self._finish_big(bf)
-                    verified += 1
-            repaired: list[str] = []
-            if self.opts.verify:
-                v, repaired = self._verify_small()
-                verified += v
-            self.log(f"verified in {time.monotonic() - t0 - t_xfer:.1f} s")
-            return SyncResult(p, time.monotonic() - t0, self.sent, verified, repaired, t_xfer)
+            self._finish_big()
+            dt = time.monotonic() - t0
+            self.log(f"{_h(self.sent)} sent and verified in {dt:.1f} s ({_h(self.sent / max(dt, 1e-6))}/s)")
+            return SyncResult(p, dt, self.sent, self.verified, self.repaired, dt)
         finally:
+            for f in os.listdir(self.tmp):
+                if f.startswith("cm"):
+                    self.ssh.close_master(os.path.join(self.tmp, f))
             with contextlib.suppress(OSError):
                 for f in os.listdir(self.tmp):
                     os.unlink(os.path.join(self.tmp, f))
@@ -328,7 +331,8 @@ class Runner:
                     with open(b.part, "ab") as f:
                         f.truncate(b.entry.size)
 
-    def _worker(self, tasks: queue.Queue[Task]) -> None:
+    def _worker(self, tasks: queue.Queue[Task], i: int) -> None:
+        self.local.control = os.path.join(self.tmp, f"cm{i}")
         while True:
             try:
                 t = tasks.get_nowait()
@@ -338,9 +342,9 @@ class Runner:
             for attempt in range(5):
                 try:
                     if t.kind == "rsync":
-                        self._rsync(t)
+                        self._rsync_task(t)
                     else:
-                        self._range(t)
+                        self._range_task(t)
                     err = ""
                     break
                 except SyncError as e:
@@ -351,40 +355,91 @@ class Runner:
                 with self.lock:
                     self.errors.append(err)
 
-    def _rsync_base(self, compress: bool) -> list[str]:
-        cmd = ["rsync", "-a", f"--partial-dir={RSYNC_PARTIAL}", "-e", self.ssh.rsh()]
-        if compress:
-            cmd.append("-z")
-        return cmd
-
+    # ------------------------------------------------------------------ many files: rsync
     def _endpoints(self) -> tuple[str, str]:
         p = self.plan
         if p.direction == "push":
             return p.src_root.rstrip("/") + "/", f"{p.host}:{p.dst.path.rstrip('/')}/"
         return f"{p.host}:{p.src_root.rstrip('/')}/", p.dst.path.rstrip("/") + "/"
 
-    def _rsync(self, t: Task, *, checksum: bool = False) -> None:
+    def _rsync(self, names: list[str], *, checksum: bool = False) -> None:
         fd, listfile = tempfile.mkstemp(dir=self.tmp)
         with os.fdopen(fd, "wb") as f:
-            f.write(b"\0".join(n.encode("utf-8", "surrogateescape") for n in t.names) + b"\0")
+            f.write(b"\0".join(n.encode("utf-8", "surrogateescape") for n in names) + b"\0")
         src, dst = self._endpoints()
-        cmd = [*self._rsync_base(self.plan.compress), "--from0", f"--files-from={listfile}"]
+        cmd = ["rsync", "-a", f"--partial-dir={RSYNC_PARTIAL}", "-e", self.ssh.rsh(control=self.local.control), "--from0", f"--files-from={listfile}"]
+        if self.plan.compress:
+            cmd.append("-z")
         if checksum:
             cmd.append("--checksum")
         r = subprocess.run([*cmd, src, dst], capture_output=True, text=True)
+        with contextlib.suppress(OSError):
+            os.unlink(listfile)
         if r.returncode != 0:
             err = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
-            raise SyncError(f"rsync stream ({len(t.names)} files): {err}")
+            raise SyncError(f"rsync stream ({len(names)} files): {err}")
+
+    def _rsync_task(self, t: Task) -> None:
+        self._rsync(t.names)
         with self.lock:
             self.sent += t.size
+        if not self.opts.verify:
+            return
+        bad = self._compare_files([n for n in t.names if n in self.regular])
+        if bad:
+            self.log(f"{len(bad)} file(s) differ after the transfer; resending them with --checksum")
+            self._rsync(bad, checksum=True)
+            still = self._compare_files(bad)
+            if still:
+                raise SyncError(f"{still[0]}: sha256 still differs after a --checksum resend")
+            with self.lock:
+                self.repaired += bad
 
-    def _range(self, t: Task) -> None:
-        bf = next(b for b in self.plan.big if b.entry.name == t.name)
+    def _compare_files(self, names: list[str]) -> list[str]:
+        """sha256 of ``names`` on both sides (the server's in one ssh round trip); the names that differ."""
+        if not names:
+            return []
+        p = self.plan
+        remote_root = p.dst.path if p.direction == "push" else p.src_root
+        local_root = p.src_root if p.direction == "push" else p.dst.path
+        data = b"\0".join(n.encode("utf-8", "surrogateescape") for n in names) + b"\0"
+        out = self.ssh.run(f"cd {q(remote_root)} && xargs -0 sha256sum --", input=data, timeout=3600,
+                           control=self.local.control)
+        theirs: dict[str, str] = {}
+        for line in out.decode("utf-8", "surrogateescape").splitlines():
+            h, _, name = line.partition("  ")
+            if h.startswith("\\"):
+                h, name = h[1:], name.replace("\\\\", "\\")
+            theirs[name] = h
+        bad = [n for n in names if theirs.get(n) != _sha256(os.path.join(local_root, n))]
+        with self.lock:
+            self.verified += len(names) - len(bad)
+        return bad
+
+    # ------------------------------------------------------------------ big files: block ranges
+    def _range_task(self, t: Task) -> None:
+        bf = self.big[t.name]
+        self._send_range(bf, t)
+        with self.lock:
+            self.sent += t.size
+        bad = self._check_range(bf, t.first_block, t.nblocks)
+        for _ in range(2):
+            if not bad:
+                return
+            self.log(f"{t.name}: {len(bad)} block(s) differ, sending them again")
+            for sub in range_tasks(t.name, bf.entry.size, bad, 1):
+                self._send_range(bf, sub)
+            bad = self._check_range(bf, t.first_block, t.nblocks)
+        if bad:
+            raise SyncError(f"{t.name}: block {bad[0]} still differs after two resends")
+
+    def _send_range(self, bf: BigFile, t: Task) -> None:
         off = t.first_block * BLOCK
         n = t.size
         cdd = f"bs={BLOCK} iflag=fullblock status=none"
         if self.plan.direction == "push":
-            cmd = self.ssh.cmd(f"dd of={q(bf.part)} seek={t.first_block} conv=notrunc {cdd}", compress=self.plan.compress)
+            cmd = self.ssh.cmd(f"dd of={q(bf.part)} seek={t.first_block} conv=notrunc {cdd}", compress=self.plan.compress,
+                               control=self.local.control)
             p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             assert p.stdin is not None and p.stderr is not None
             try:
@@ -403,99 +458,62 @@ class Runner:
             err = p.stderr.read().decode(errors="replace")
             if p.wait() != 0:
                 raise SyncError(f"{bf.entry.name}: range stream failed: {(err.strip().splitlines() or ['ssh exited'])[-1]}")
-        else:
-            cmd = self.ssh.cmd(f"dd if={q(bf.src)} skip={t.first_block} count={t.nblocks} {cdd}", compress=self.plan.compress)
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            assert p.stdout is not None and p.stderr is not None
-            got = 0
-            fd = os.open(bf.part, os.O_WRONLY)
-            try:
-                while got < n:
-                    buf = os.read(p.stdout.fileno(), MiB)
-                    if not buf:
-                        break
-                    os.pwrite(fd, buf, off + got)
-                    got += len(buf)
-            finally:
-                os.close(fd)
-            err = p.stderr.read().decode(errors="replace")
-            if p.wait() != 0 or got != n:
-                raise SyncError(f"{bf.entry.name}: range stream got {got} of {n} bytes: {(err.strip().splitlines() or ['cut'])[-1]}")
-        with self.lock:
-            self.sent += n
+            return
+        cmd = self.ssh.cmd(f"dd if={q(bf.src)} skip={t.first_block} count={t.nblocks} {cdd}", compress=self.plan.compress,
+                           control=self.local.control)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.stdout is not None and p.stderr is not None
+        got = 0
+        fd = os.open(bf.part, os.O_WRONLY)
+        try:
+            while got < n:
+                buf = os.read(p.stdout.fileno(), MiB)
+                if not buf:
+                    break
+                os.pwrite(fd, buf, off + got)
+                got += len(buf)
+        finally:
+            os.close(fd)
+        err = p.stderr.read().decode(errors="replace")
+        if p.wait() != 0 or got != n:
+            raise SyncError(f"{bf.entry.name}: range stream got {got} of {n} bytes: {(err.strip().splitlines() or ['cut'])[-1]}")
 
-    def _finish_big(self, bf: BigFile) -> None:
-        """sha256 of the part on the destination side against the source; rename only when equal."""
-        e = bf.entry
-        for round_ in range(2):
-            if self.plan.direction == "push":
-                theirs = self.ssh.run(f"sha256sum -- {q(bf.part)}", timeout=3600).decode().split()[0]
-                ours = _sha256(bf.src)
-            else:
-                theirs = self.ssh.run(f"sha256sum -- {q(bf.src)}", timeout=3600).decode().split()[0]
-                ours = _sha256(bf.part)
-            if theirs == ours:
-                break
-            if round_ == 1:
-                raise SyncError(f"{e.name}: sha256 differs after a repair round; the part file is kept")
-            # resend only the blocks that differ
-            if self.plan.direction == "push":
-                a, b = block_hashes_remote(self.ssh, bf.part), block_hashes_local(bf.src, e.size)
-            else:
-                a, b = block_hashes_remote(self.ssh, bf.src), block_hashes_local(bf.part, e.size)
-            bad = [i for i in range(len(b)) if i >= len(a) or a[i] != b[i]]
-            self.log(f"{e.name}: {len(bad)} block(s) differ, sending them again")
-            for t in range_tasks(e.name, e.size, bad, 1):
-                self._range(t)
-        mtime = f"{e.mtime:.9f}"
+    def _check_range(self, bf: BigFile, first: int, count: int) -> list[int]:
+        """Block numbers in [first, first+count) whose sha256 differs between source and part file."""
+        remote_file = bf.part if self.plan.direction == "push" else bf.src
+        out = self.ssh.run(f"dd if={q(remote_file)} bs={BLOCK} skip={first} count={count} status=none | "
+                           f"split -b {BLOCK} --filter=sha256sum -", timeout=3600, control=self.local.control)
+        theirs = [line.split()[0] for line in out.decode().splitlines() if line.strip()]
+        local_file = bf.src if self.plan.direction == "push" else bf.part
+        ours: list[str] = []
+        with open(local_file, "rb") as f:
+            f.seek(first * BLOCK)
+            for _ in range(count):
+                blk = f.read(BLOCK)
+                if not blk:
+                    break
+                ours.append(hashlib.sha256(blk).hexdigest())
+        return [first + i for i in range(len(ours)) if i >= len(theirs) or theirs[i] != ours[i]]
+
+    def _finish_big(self) -> None:
+        """Every block was checked by its stream (or matched before a resume): check the size, set mode
+        and time, and rename the part file onto the real name (atomic on the destination)."""
+        todo = [b for b in self.plan.big if not b.skipped]
+        if not todo:
+            return
         if self.plan.direction == "push":
-            self.ssh.run(f"chmod {e.mode:o} -- {q(bf.part)} && touch -m -d @{mtime} -- {q(bf.part)} && mv -f -- {q(bf.part)} {q(bf.dst)}")
+            cmds = [f"[ \"$(stat -c %s -- {q(b.part)})\" = {b.entry.size} ] && chmod {b.entry.mode:o} -- {q(b.part)} && "
+                    f"touch -m -d @{b.entry.mtime:.9f} -- {q(b.part)} && mv -f -- {q(b.part)} {q(b.dst)}" for b in todo]
+            self.ssh.run(" && ".join(cmds))
         else:
-            os.chmod(bf.part, e.mode)
-            os.utime(bf.part, (time.time(), e.mtime))
-            os.replace(bf.part, bf.dst)
-
-    def _verify_small(self) -> tuple[int, list[str]]:
-        """sha256 of every rsync-sent file on both sides; a mismatch is resent once with --checksum."""
-        p = self.plan
-        names = [n for t in p.tasks if t.kind == "rsync" for n in t.names]
-        files = {e.name for e in p.entries if e.kind == "f"}
-        names = [n for n in names if n in files]
-        if not names:
-            return 0, []
-        remote_root = p.dst.path if p.direction == "push" else p.src_root
-        local_root = p.src_root if p.direction == "push" else p.dst.path
-        theirs: dict[str, str] = {}
-        done = threading.Event()
-        err: list[str] = []
-
-        def remote() -> None:
-            try:
-                data = b"\0".join(n.encode("utf-8", "surrogateescape") for n in names) + b"\0"
-                out = self.ssh.run(f"cd {q(remote_root)} && xargs -0 sha256sum --", input=data, timeout=3600)
-                for line in out.decode("utf-8", "surrogateescape").splitlines():
-                    h, _, name = line.partition("  ")
-                    if h.startswith("\\"):
-                        h = h[1:]
-                        name = name.replace("\\\\", "\\")
-                    theirs[name] = h
-            except SyncError as e:
-                err.append(str(e))
-            finally:
-                done.set()
-
-        th = threading.Thread(target=remote, daemon=True)
-        th.start()
-        ours = {n: _sha256(os.path.join(local_root, n)) for n in names}
-        th.join()
-        if err:
-            raise SyncError(f"verification: {err[0]}")
-        bad = [n for n in names if theirs.get(n) != ours[n]]
-        if bad:
-            self.log(f"{len(bad)} file(s) differ after the transfer; resending them with --checksum")
-            self._rsync(Task("rsync", 0, names=bad), checksum=True)
-            return len(names) - len(bad), bad
-        return len(names), []
+            for b in todo:
+                if os.path.getsize(b.part) != b.entry.size:
+                    raise SyncError(f"{b.entry.name}: part file has the wrong size; rerun to resume")
+                os.chmod(b.part, b.entry.mode)
+                os.utime(b.part, (time.time(), b.entry.mtime))
+                os.replace(b.part, b.dst)
+        with self.lock:
+            self.verified += len(todo)
 
 
 def _sha256(path: str) -> str:
