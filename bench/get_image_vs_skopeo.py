@@ -23,25 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "trans
 
 from oci_env import MiB, Registry, build_image, push, sha256_file
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _tcpproxy import ProxyProcess
+
 GPUCLINIC = [sys.executable, "-m", "gpuclinic"]
-
-
-class ProxyProcess:
-    def __init__(self, target: str, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "gpuclinic.transfer.wansim_tcp", "--target", target, *args],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        self.port = int(json.loads(self.proc.stdout.readline())["port"])
-
-    def stats(self) -> dict[str, int]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("stats\n")
-        self.proc.stdin.flush()
-        return dict(json.loads(self.proc.stdout.readline()))
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 def main() -> None:
