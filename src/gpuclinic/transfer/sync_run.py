@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,6 +278,7 @@ class Runner:
         self.tmp = tempfile.mkdtemp(prefix="gpuclinic-sync-")
         self.regular = {e.name for e in plan.entries if e.kind == "f"}
         self.local = threading.local()  # .control: this worker's ssh control socket
+        self.verifier = ThreadPoolExecutor(max_workers=max(1, plan.streams), thread_name_prefix="gpuclinic-verify")
         self.big = {b.entry.name: b for b in plan.big}
 
     def log(self, msg: str) -> None:
@@ -305,6 +307,7 @@ class Runner:
             self.log(f"{_h(self.sent)} sent and verified in {dt:.1f} s ({_h(self.sent / max(dt, 1e-6))}/s)")
             return SyncResult(p, dt, self.sent, self.verified, self.repaired, dt)
         finally:
+            self.verifier.shutdown(wait=True)
             for f in os.listdir(self.tmp):
                 if f.startswith("cm"):
                     self.ssh.close_master(os.path.join(self.tmp, f))
@@ -380,22 +383,37 @@ class Runner:
             raise SyncError(f"rsync stream ({len(names)} files): {err}")
 
     def _rsync_task(self, t: Task) -> None:
-        self._rsync(t.names)
-        with self.lock:
-            self.sent += t.size
-        if not self.opts.verify:
-            return
-        bad = self._compare_files([n for n in t.names if n in self.regular])
+        """The stream's files in a few batches; each batch is hashed on both sides while the next one
+        is sent, so only the last batch's check is left when the data is through."""
+        sizes = {e.name: e.size for e in self.plan.entries}
+        step = max(16 * MiB, t.size // 6)
+        batches: list[list[str]] = [[]]
+        acc = 0
+        for n in t.names:
+            if acc >= step and batches[-1]:
+                batches.append([])
+                acc = 0
+            batches[-1].append(n)
+            acc += sizes.get(n, 0)
+        control = self.local.control
+        checks = []
+        for b in batches:
+            self._rsync(b)
+            with self.lock:
+                self.sent += sum(sizes.get(n, 0) for n in b)
+            if self.opts.verify:
+                checks.append(self.verifier.submit(self._compare_files, [n for n in b if n in self.regular], control))
+        bad = [n for c in checks for n in c.result()]
         if bad:
             self.log(f"{len(bad)} file(s) differ after the transfer; resending them with --checksum")
             self._rsync(bad, checksum=True)
-            still = self._compare_files(bad)
+            still = self._compare_files(bad, control)
             if still:
                 raise SyncError(f"{still[0]}: sha256 still differs after a --checksum resend")
             with self.lock:
                 self.repaired += bad
 
-    def _compare_files(self, names: list[str]) -> list[str]:
+    def _compare_files(self, names: list[str], control: str) -> list[str]:
         """sha256 of ``names`` on both sides (the server's in one ssh round trip); the names that differ."""
         if not names:
             return []
@@ -404,7 +422,7 @@ class Runner:
         local_root = p.src_root if p.direction == "push" else p.dst.path
         data = b"\0".join(n.encode("utf-8", "surrogateescape") for n in names) + b"\0"
         out = self.ssh.run(f"cd {q(remote_root)} && xargs -0 sha256sum --", input=data, timeout=3600,
-                           control=self.local.control)
+                           control=control)
         theirs: dict[str, str] = {}
         for line in out.decode("utf-8", "surrogateescape").splitlines():
             h, _, name = line.partition("  ")
@@ -418,18 +436,26 @@ class Runner:
 
     # ------------------------------------------------------------------ big files: block ranges
     def _range_task(self, t: Task) -> None:
+        """Sub-runs of 16 blocks; each is hashed on both sides while the next one is sent."""
         bf = self.big[t.name]
-        self._send_range(bf, t)
-        with self.lock:
-            self.sent += t.size
-        bad = self._check_range(bf, t.first_block, t.nblocks)
+        control = self.local.control
+        checks = []
+        for k in range(t.first_block, t.first_block + t.nblocks, 16):
+            n = min(16, t.first_block + t.nblocks - k)
+            sub = _sub_range(t.name, bf.entry.size, k, n)
+            self._send_range(bf, sub)
+            with self.lock:
+                self.sent += sub.size
+            checks.append(self.verifier.submit(self._check_range, bf, k, n, control))
+        bad = [b for c in checks for b in c.result()]
         for _ in range(2):
             if not bad:
                 return
             self.log(f"{t.name}: {len(bad)} block(s) differ, sending them again")
             for sub in range_tasks(t.name, bf.entry.size, bad, 1):
                 self._send_range(bf, sub)
-            bad = self._check_range(bf, t.first_block, t.nblocks)
+            bad = [b for sub in range_tasks(t.name, bf.entry.size, bad, 1)
+                   for b in self._check_range(bf, sub.first_block, sub.nblocks, control)]
         if bad:
             raise SyncError(f"{t.name}: block {bad[0]} still differs after two resends")
 
@@ -478,11 +504,11 @@ class Runner:
         if p.wait() != 0 or got != n:
             raise SyncError(f"{bf.entry.name}: range stream got {got} of {n} bytes: {(err.strip().splitlines() or ['cut'])[-1]}")
 
-    def _check_range(self, bf: BigFile, first: int, count: int) -> list[int]:
+    def _check_range(self, bf: BigFile, first: int, count: int, control: str) -> list[int]:
         """Block numbers in [first, first+count) whose sha256 differs between source and part file."""
         remote_file = bf.part if self.plan.direction == "push" else bf.src
         out = self.ssh.run(f"dd if={q(remote_file)} bs={BLOCK} skip={first} count={count} status=none | "
-                           f"split -b {BLOCK} --filter=sha256sum -", timeout=3600, control=self.local.control)
+                           f"split -b {BLOCK} --filter=sha256sum -", timeout=3600, control=control)
         theirs = [line.split()[0] for line in out.decode().splitlines() if line.strip()]
         local_file = bf.src if self.plan.direction == "push" else bf.part
         ours: list[str] = []
@@ -514,6 +540,11 @@ class Runner:
                 os.replace(b.part, b.dst)
         with self.lock:
             self.verified += len(todo)
+
+
+def _sub_range(name: str, size: int, first: int, n: int) -> Task:
+    end = min(size, (first + n) * BLOCK)
+    return Task("range", end - first * BLOCK, name=name, first_block=first, nblocks=n)
 
 
 def _sha256(path: str) -> str:
