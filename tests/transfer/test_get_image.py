@@ -172,3 +172,12 @@ def test_bad_input_is_one_line(env: Env, tmp_path: Path) -> None:
         r = _get(*args, "-o", str(tmp_path / "o")) if "-o" not in args else _get(*args)
         assert r.returncode == 64, (args, r.returncode, r.stderr)
         assert want in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_load_without_a_runtime_keeps_the_image(env: Env, tmp_path: Path) -> None:
+    # PATH without docker or podman: the pull succeeds, --load says why it could not hand it over
+    out = tmp_path / "m"
+    r = subprocess.run([*GPUCLINIC, "get", "image", f"{env.reg.host}/test/multi", "-o", str(out), "--load", "-q"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": str(tmp_path)})
+    assert r.returncode == 3 and "neither docker nor podman" in r.stderr and str(out) in r.stderr
+    assert (out / "index.json").exists() and "Traceback" not in r.stderr
