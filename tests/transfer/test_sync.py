@@ -221,3 +221,18 @@ def test_ssh_diagnosis_reads_ssh_G_output() -> None:
     good = {"hostname": "h", "controlmaster": "auto", "controlpath": "/x/%C", "controlpersist": "600",
             "ciphers": "aes128-gcm@openssh.com", "compression": "no"}
     assert diagnose_ssh(good, Probe(one_stream=50 * MiB, multi_stream=55 * MiB, rtt_s=0.01), cpu_flags="aes") == []
+
+
+def test_compressed_push_of_text(env: Env, tmp_path: Path) -> None:
+    src = tmp_path / "logs"
+    src.mkdir()
+    for i in range(20):
+        (src / f"run{i}.log").write_text("".join(f"step {j} loss {j * 0.001:.4f} lr 3e-4\n" for j in range(20_000)))
+    (src / "big.txt").write_text("epoch 1 " * 6_000_000)  # 48 MB of text: sent as compressed block ranges
+    env.proxy.reset_stats()
+    r = env.sync(f"{src}/", f"testbox:{tmp_path / 'dst'}", "--no-probe", "--streams", "4", "--compress", "yes", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["compress"] is True
+    assert _tree(tmp_path / "dst") == _tree(src)
+    size = sum(p.stat().st_size for p in src.iterdir())
+    assert env.proxy.stats()["up"] < size / 4  # rsync -z and ssh compression both worked on the wire
