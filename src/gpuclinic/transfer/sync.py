@@ -245,18 +245,24 @@ def measure_rtt(ssh: Ssh, n: int = 5) -> tuple[float, float]:
         p.wait(10)
 
 
-def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float]) -> None:
+def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float],
+                 gate: threading.Event | None = None) -> None:
     """Bytes/s of one ssh stream, counted where the data arrives (so buffers do not inflate it) and
     from the start of the transfer (the handshake is measured apart)."""
     if direction == "push":
         # the server's dd counts what arrived; two reports (SIGUSR1) ``seconds`` apart give the steady
         # rate, without the start-up and without what sits in buffers
-        remote = (f"exec 3<&0; dd of=/dev/null bs=65536 <&3 & p=$!; sleep 0.3; kill -USR1 $p; sleep {seconds:.2f}; "
+        wait = "read -r go <&3; " if gate else ""  # a gated stream connects now and sends when told
+        remote = (f"exec 3<&0; {wait}dd of=/dev/null bs=65536 <&3 & p=$!; sleep 0.3; kill -USR1 $p; sleep {seconds:.2f}; "
                   "kill -USR1 $p; sleep 0.2; kill $p 2>/dev/null; wait $p 2>/dev/null; exit 0")
         p = subprocess.Popen(ssh.cmd(remote), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert p.stdin is not None and p.stderr is not None
         block = os.urandom(256 * 1024)
         try:
+            if gate is not None:
+                gate.wait(60)
+                p.stdin.write(b"go\n")
+                p.stdin.flush()
             while p.poll() is None:
                 p.stdin.write(block)
         except (BrokenPipeError, OSError):
@@ -269,8 +275,14 @@ def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float])
         if len(marks) >= 2 and marks[1][1] > marks[0][1]:
             results.append((marks[1][0] - marks[0][0]) / (marks[1][1] - marks[0][1]))
         return
-    p = subprocess.Popen(ssh.cmd("exec cat /dev/zero"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert p.stdout is not None
+    remote = "exec 3<&0; read -r go <&3; exec cat /dev/zero" if gate else "exec cat /dev/zero"
+    p = subprocess.Popen(ssh.cmd(remote), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert p.stdout is not None and p.stdin is not None
+    if gate is not None:
+        gate.wait(60)
+        with contextlib.suppress(OSError):
+            p.stdin.write(b"go\n")
+            p.stdin.flush()
     got = len(os.read(p.stdout.fileno(), 65536))
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
@@ -283,9 +295,9 @@ def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float])
     results.append(got / max(1e-6, time.monotonic() - t0))
 
 
-def measure_streams(ssh: Ssh, direction: str, n: int, seconds: float) -> float:
+def measure_streams(ssh: Ssh, direction: str, n: int, seconds: float, gate: threading.Event | None = None) -> float:
     results: list[float] = []
-    ths = [threading.Thread(target=_stream_rate, args=(ssh, direction, seconds, results)) for _ in range(n)]
+    ths = [threading.Thread(target=_stream_rate, args=(ssh, direction, seconds, results, gate)) for _ in range(n)]
     for t in ths:
         t.start()
     for t in ths:
@@ -317,13 +329,23 @@ def probe_link(ssh: Ssh, direction: str, *, seconds: float = 0.7, multi: int = 8
     rtt: list[tuple[float, float]] = []
     th = threading.Thread(target=lambda: rtt.append(measure_rtt(ssh)))
     th.start()  # on its own connection, beside the single stream (a capped stream leaves the link idle)
-    pr.one_stream = measure_streams(ssh, direction, 1, seconds)
+    # the multi-stream sample connects during the single-stream one and sends when that one is done,
+    # so its handshakes cost no extra time
+    gate = threading.Event()
+    multi_rate: list[float] = []
+    mt = threading.Thread(target=lambda: multi_rate.append(measure_streams(ssh, direction, multi, seconds, gate)))
+    mt.start()
+    try:
+        pr.one_stream = measure_streams(ssh, direction, 1, seconds)
+    finally:
+        gate.set()
     th.join()
+    mt.join()
     if not rtt:
         raise SyncError(f"ssh {ssh.host}: no session (check `ssh {ssh.host} true`)")
     pr.handshake_s, pr.rtt_s = rtt[0]
     pr.multi_n = multi
-    pr.multi_stream = measure_streams(ssh, direction, multi, seconds)
+    pr.multi_stream = multi_rate[0] if multi_rate else 0.0
     return pr
 
 
@@ -336,8 +358,8 @@ def choose_streams(pr: Probe, max_streams: int) -> tuple[int, str]:
         return min(2, max_streams), f"{pr.multi_n} streams gave {gain:.1f}x one stream: the link, not the connection, is the limit"
     if gain >= 0.8 * pr.multi_n:
         return max_streams, f"{pr.multi_n} streams gave {gain:.1f}x one stream: each connection is capped"
-    n = math.ceil(1.25 * gain)
-    return max(2, min(max_streams, n)), f"{pr.multi_n} streams gave {gain:.1f}x one stream: the link is full near {n} streams"
+    n = math.ceil(2 * gain)  # twice what fills the link: a stream between batches leaves no gap
+    return max(2, min(max_streams, n)), f"{pr.multi_n} streams gave {gain:.1f}x one stream: the link fills near {math.ceil(gain)} streams"
 
 
 def choose_compression(pr: Probe, streams: int) -> tuple[bool, str]:

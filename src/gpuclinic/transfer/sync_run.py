@@ -197,12 +197,20 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
     small = [e for e in entries if e not in big]
     plan.big = _big_states(ssh, plan, big)
     tasks: list[Task] = []
+    # up to three tasks per stream from one queue (a stream that finishes early takes the next one, so
+    # the streams end together), but none shorter than ~3 s of one stream: each task pays a session start
+    per_stream = pr.one_stream if pr and pr.one_stream else 8 * MiB
+    min_task = max(MiB, 3 * per_stream)
+
+    def pieces(nbytes: int, items: int) -> int:
+        return max(min(streams, items), min(3 * streams, math.ceil(nbytes / min_task)))
+
     if small:
-        for b in balance(small, streams):
+        for b in balance(small, pieces(sum(e.size for e in small), len(small))):
             tasks.append(Task("rsync", sum(e.size for e in b), names=[e.name for e in b]))
     for bf in plan.big:
         if not bf.skipped:
-            tasks += range_tasks(bf.entry.name, bf.entry.size, bf.todo, streams)
+            tasks += range_tasks(bf.entry.name, bf.entry.size, bf.todo, pieces(len(bf.todo) * BLOCK, len(bf.todo)))
     plan.tasks = sorted(tasks, key=lambda t: -t.size)
     plan.plan_s = time.monotonic() - t_probe
     return plan, ssh
