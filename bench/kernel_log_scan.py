@@ -115,7 +115,7 @@ def peak_kb():
 
 SCAN_CHILD = PEAK + r"""
 import sys, time
-from gpuclinic.sources.kernel_log import scan_path
+from gpuclinic.sources.kernellog import scan_path
 t0 = time.perf_counter()
 evs = scan_path(sys.argv[1])
 dt = time.perf_counter() - t0
@@ -123,7 +123,7 @@ print(dt, peak_kb(), len(evs), sum(1 for e in evs if e.kind == "xid"))
 """
 
 BASE_CHILD = PEAK + r"""
-import gpuclinic.sources.kernel_log  # noqa: F401
+import gpuclinic.sources.kernellog  # noqa: F401
 print(peak_kb())
 """
 

@@ -34,7 +34,26 @@ PACKAGES: dict[str, str] = {
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
     "rsync": "rsync",
+    "python3-torch": "python3-torch",  # not a command: /usr/bin/python3 can import torch (see CHECKS)
 }
+
+# "tools" that are not executables on PATH: name -> a probe returning the path to use, or None
+TORCH_PYTHON = "/usr/bin/python3"
+
+
+def _torch_python() -> str | None:
+    import subprocess
+
+    if not os.access(TORCH_PYTHON, os.X_OK):
+        return None
+    try:
+        ok = subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return TORCH_PYTHON if ok else None
+
+
+CHECKS = {"python3-torch": _torch_python}
 
 _SBIN = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 
@@ -45,6 +64,8 @@ def in_ci() -> bool:
 
 def which(tool: str) -> str | None:
     """``shutil.which`` that also looks in sbin (sshd, slurmctld and munged live there)."""
+    if tool in CHECKS:
+        return CHECKS[tool]()
     found = shutil.which(tool)
     if found:
         return found

@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuclinic.facts.snapshot import Snapshot
 
@@ -19,11 +20,12 @@ from gpuclinic.facts.snapshot import Snapshot
 LIVE_SOURCES: tuple[tuple[str, str], ...] = (
     ("nvml", "GPUs through NVML"),
     ("pci", "PCI devices in sysfs"),
-    ("kernel_log", "the kernel log"),
+    ("kernellog.collect", "the kernel log"),
     ("software", "driver and framework software"),
     ("container", "container and Kubernetes GPU setup"),
     ("host", "host CPU, memory and I/O"),
     ("network", "network paths"),
+    ("bmc", "the server room through the BMC and hwmon"),
 )
 
 
@@ -39,6 +41,7 @@ class CollectOptions:
     expect_gpus: int | None = None
     sources: Sequence[str] | None = None  # restrict to these module names
     nvml_timeout_s: float = 10.0
+    bmc: Any = None  # sources.bmc.live.BmcOptions: --bmc/--redfish targets (None: in-band and hwmon only)
 
 
 def collect_live(opts: CollectOptions | None = None) -> Snapshot:
@@ -62,11 +65,7 @@ def collect_live(opts: CollectOptions | None = None) -> Snapshot:
 def run_source(snap: Snapshot, name: str, what: str, opts: CollectOptions) -> None:
     """Run one source module, converting any failure into a skipped line."""
     t0 = time.monotonic()
-    try:
-        mod = importlib.import_module(f"gpuclinic.sources.{name}")
-    except ImportError as e:
-        snap.skip(what, f"source not available ({e})")
-        return
+    mod = importlib.import_module(f"gpuclinic.sources.{name}")  # our own module: an ImportError is a bug
     fn = getattr(mod, "collect", None)
     if fn is None:
         snap.skip(what, "source not available")

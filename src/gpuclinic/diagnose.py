@@ -9,9 +9,10 @@ from typing import Any
 from gpuclinic import __version__
 from gpuclinic.checks import run_checks
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
-from gpuclinic.model import Finding, GpuRef, Severity, Skipped, Verdict
+from gpuclinic.incidents import group
+from gpuclinic.model import Family, Finding, GpuRef, Incident, Severity, Skipped, Verdict
 
-REPORT_SCHEMA = "gpuclinic.report/1"
+REPORT_SCHEMA = "gpuclinic.report/2"
 
 
 @dataclass
@@ -33,10 +34,22 @@ class Report:
     gpu_verdicts: list[GpuVerdict]
     generated_at: str
     command: str = "doctor"
+    incidents: list[Incident] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
         return self.verdict.exit_code
+
+    def explain_summary(self) -> dict[str, Any]:
+        """What explain found: the cause, its kind and severity, or that no known cause was found."""
+        real = [i for i in self.incidents if i.code not in ("explain.no_match", "software.inventory")]
+        if not real:
+            return {"cause_found": False, "summary": "no known cause found"}
+        top = real[0]
+        root = next((f for f in self.findings if f.incident == top.id and f.code == top.code), None)
+        k = cause_kind(root) if root is not None else "software"
+        return {"cause_found": True, "cause": top.code, "kind": k, "severity": top.severity.label,
+                "summary": f"cause found: {k} ({top.severity.label})"}
 
     def to_dict(self, *, include_facts: bool = True) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -58,6 +71,8 @@ class Report:
                 }
                 for gv in self.gpu_verdicts
             ],
+            "incidents": [i.to_dict() for i in self.incidents],
+            **({"explain": self.explain_summary()} if self.command == "explain" else {}),
             "findings": [f.to_dict() for f in self.findings],
             "skipped": [s.to_dict() for s in self.skipped],
         }
@@ -108,8 +123,13 @@ def build_report(snap: Snapshot, findings: list[Finding], skipped: list[Skipped]
             mine = [x for x in findings if x.gpu is not None and _same_gpu(x.gpu, ref)]
             sev = max((x.severity for x in mine), default=None)
             gvs.append(GpuVerdict(ref=ref, name=None, verdict=Verdict.from_severity(sev), codes=[x.code for x in mine]))
+    incidents = group(findings, snap, first_step=_first_step)
+    _point_symptoms_at_their_cause(findings, incidents)
+    if command == "explain":
+        verdict = explain_verdict(findings)
     return Report(
         snapshot=snap,
+        incidents=incidents,
         findings=findings,
         skipped=list(snap.skipped) + [s for s in skipped if s not in snap.skipped],
         verdict=verdict,
@@ -117,6 +137,47 @@ def build_report(snap: Snapshot, findings: list[Finding], skipped: list[Skipped]
         generated_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         command=command,
     )
+
+
+def _point_symptoms_at_their_cause(findings: list[Finding], incidents: list[Incident]) -> None:
+    """A symptom's own advice would compete with (or contradict) its cause's runbook: point it there."""
+    by = {i.id: i for i in incidents}
+    for f in findings:
+        inc = by.get(f.incident or "")
+        if inc is None or inc.code == f.code:
+            continue
+        gpu = f" --gpu {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
+        f.remedy = (f"A symptom of {inc.code} ({inc.title}): follow its runbook, `gpuclinic runbook {inc.code}{gpu}`. "
+                    f"First step: {inc.first_step}")
+
+
+def cause_kind(f: Finding) -> str:
+    """hardware / software / configuration / job for a finding (signatures: by the family they report)."""
+    from gpuclinic.knowledge.codes import info, kind
+
+    if f.code.startswith("error.") or info(f.code) is None:
+        return "hardware" if f.family in (Family.GPU_FAULT, Family.PCIE_POWER, Family.HEAT) else "software"
+    return kind(f.code)
+
+
+def explain_verdict(findings: list[Finding]) -> Verdict:
+    """explain drains only on hardware evidence about a node; a software cause is at most a warning."""
+    hard = [f for f in findings if cause_kind(f) == "hardware"]
+    if any(f.severity == Severity.CRITICAL for f in hard):
+        return Verdict.DRAIN
+    if any(f.severity >= Severity.WARNING for f in findings):
+        return Verdict.WARNING
+    return Verdict.HEALTHY
+
+
+def _first_step(code: str, f: Finding) -> str:
+    """The first step of the runbook for ``code``, filled in for the finding's GPU."""
+    from gpuclinic.incidents import _first_line
+    from gpuclinic.knowledge.runbooks import first_step
+
+    if code.startswith("error.") and f.remedy:  # a signature's own fix is more exact than the generic runbook
+        return _first_line(f.remedy)
+    return first_step(code, f.gpu) or _first_line(f.remedy)
 
 
 def _gpu_key(ref: GpuRef | None) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 # Exit codes shared by every command.  Verdicts use 0 (healthy / nothing found), 1 (warning) and
 # 2 (drain / critical); 3 means the command ran but could not judge (e.g. no GPU data at all).
 # Usage and input errors (a bad flag or value, a missing or unreadable file, unrecognised input)

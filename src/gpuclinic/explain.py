@@ -29,16 +29,12 @@ from gpuclinic.errors import InputError
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.knowledge import compat
-from gpuclinic.knowledge.signatures import SignatureMatch, match
+from gpuclinic.knowledge.signatures import CATEGORY_FAMILY, SignatureMatch, match
 from gpuclinic.model import Family, Finding, GpuRef, Severity, Skipped
 
 MAX_INPUT = 64 * 1024 * 1024  # bytes read from a file or stdin (logs beyond this are cut, with a note)
 HEAD_KEEP = 1024 * 1024  # of a longer input: this much of its start, the rest from its end
-_FAMILY = {
-    "cuda_oom": Family.SOFTWARE, "nccl_timeout": Family.NETWORK, "nccl": Family.NETWORK,
-    "cuda_runtime": Family.SOFTWARE, "driver": Family.SOFTWARE, "nvml": Family.SOFTWARE,
-    "hardware": Family.GPU_FAULT, "container": Family.SOFTWARE, "python": Family.SOFTWARE, "host_oom": Family.HOST,
-}
+_FAMILY = {k: Family(v) for k, v in CATEGORY_FAMILY.items()}
 _SEV = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Severity.CRITICAL}
 
 
@@ -194,7 +190,7 @@ def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = Non
         notes.append("fixes use the facts in the pasted text: " + _live_summary(pasted))
     findings: list[Finding] = []
     skipped: list[Skipped] = []
-    if snap.gpus or snap.kernel_events or (snap.software and snap.software.nvidia_smi_errors):
+    if snap.gpus or snap.kernel_events or snap.signals or snap.room or (snap.software and snap.software.nvidia_smi_errors):
         try:
             fs, _sk = run_checks(snap)  # checks that lack facts in a paste are not news: their skips are dropped
             findings += [f for f in fs if f.code not in ("gpu.none_detected",)]
@@ -229,6 +225,8 @@ _COVERED_BY = {
     "nvrm.api_mismatch": "driver.library_mismatch",
     "xid.generic": "xid.",
     "xid.fallen_off_bus": "xid.",
+    "smi.device_handle": "gpu.missing",
+    "gpu.lost": "gpu.missing",
 }
 
 
@@ -241,10 +239,6 @@ def _evidence(text: str, origin: str) -> tuple[Snapshot, list[str]]:
     except InputError:
         snap = Snapshot(origin="evidence", software=SoftwareFacts())
         snap.inputs.append(origin)
-    except ImportError:
-        snap = Snapshot(origin="evidence", software=SoftwareFacts())
-        snap.inputs.append(origin)
-        notes.append("evidence parsers not available in this build")
     except Exception as e:  # a parser bug must not hide the signature answer
         snap = Snapshot(origin="evidence", software=SoftwareFacts())
         snap.inputs.append(origin)

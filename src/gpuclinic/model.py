@@ -102,6 +102,7 @@ class Finding:
     gpu: GpuRef | None = None
     data: dict[str, Any] = field(default_factory=dict)
     source: str | None = None
+    incident: str | None = None  # id of the incident this finding belongs to (set by diagnose)
 
     def sort_key(self) -> tuple[int, int, int, str]:
         gi = self.gpu.index if self.gpu and self.gpu.index is not None else -1
@@ -118,6 +119,7 @@ class Finding:
             "remedy": self.remedy,
             "data": self.data,
             "source": self.source,
+            "incident": self.incident,
         }
 
     @classmethod
@@ -133,6 +135,51 @@ class Finding:
             gpu=GpuRef(**g) if g else None,
             data=dict(d.get("data") or {}),
             source=d.get("source"),
+            incident=d.get("incident"),
+        )
+
+
+@dataclass
+class Incident:
+    """One root cause and the symptoms it explains: what a person acts on.
+
+    ``code`` is the root-cause finding's code, ``symptoms`` the codes of the other findings it explains,
+    ``evidence`` all their evidence in time order (the root cause first), ``runbook`` the runbook id and
+    ``first_step`` its first step.  Severity is the worst of its parts.
+    """
+
+    id: str
+    code: str
+    severity: Severity
+    family: Family
+    title: str
+    gpu: GpuRef | None = None
+    symptoms: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    runbook: str = ""
+    first_step: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "code": self.code,
+            "severity": self.severity.label,
+            "family": self.family.value,
+            "gpu": self.gpu.to_dict() if self.gpu else None,
+            "title": self.title,
+            "symptoms": list(self.symptoms),
+            "evidence": list(self.evidence),
+            "runbook": self.runbook,
+            "first_step": self.first_step,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Incident:
+        g = d.get("gpu")
+        return cls(
+            id=d["id"], code=d["code"], severity=Severity[d["severity"].upper()], family=Family(d["family"]),
+            title=d.get("title", ""), gpu=GpuRef(**g) if g else None, symptoms=list(d.get("symptoms") or []),
+            evidence=list(d.get("evidence") or []), runbook=d.get("runbook", ""), first_step=d.get("first_step", ""),
         )
 
 

@@ -1,4 +1,5 @@
-"""The embedded SQLite store shared by ``watch`` (samples, events) and ``run`` (the ledger).
+"""The embedded SQLite store shared by ``watch`` (samples, events), ``run`` (the ledger) and
+``accept`` (table ``accept_runs``, owned by ``accept/history.py``: one scorecard per run).
 
 One file, WAL mode, so the agent writes while ``history``/``events``/``report`` read.
 """

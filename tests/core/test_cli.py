@@ -17,7 +17,7 @@ def test_doctor_runs_without_gpu_and_says_why() -> None:
     r = run_cli("doctor", "--quick", "--json")
     assert r.returncode in (0, 1, 2), r.stderr
     d = json.loads(r.stdout)
-    assert d["schema"] == "gpuclinic.report/1"
+    assert d["schema"] == "gpuclinic.report/2"
     assert any("NVML" in s["what"] for s in d["skipped"]) or d["gpus"]
 
 

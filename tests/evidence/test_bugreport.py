@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -44,9 +42,7 @@ def test_kernel_sections_stream_through_kernel_log_parser(monkeypatch: pytest.Mo
                 yield KernelEvent(kind="xid", line=ln, xid=79, pci_bus_id="0000:02:00.0", origin=origin)
         seen.append((origin, got))
 
-    fake = types.ModuleType("gpuclinic.sources.kernel_log")
-    fake.parse_lines = parse_lines  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gpuclinic.sources.kernel_log", fake)
+    monkeypatch.setattr(bugreport, "parse_lines", parse_lines)
     rep = bugreport.parse_path(str(FX / "nvidia-bug-report-excerpt.log.gz"))
     assert len(seen) == 1 and "kern.log" in (seen[0][0] or "")
     assert len([ln for ln in seen[0][1] if ln.strip()]) == 13 and not any("No entries" in ln for ln in seen[0][1])
@@ -75,4 +71,6 @@ def test_lspci_nn_listing_enumerates_nvidia_devices() -> None:
     assert {d.device_id for d in devs if d.is_gpu} == {"0x20b2"}
     assert {(d.device_id, d.class_code) for d in devs if not d.is_gpu} == {("0x1af1", "0x068000")}
     snap = load_evidence([str(FX / "lspci-nn-a100x8-azure.txt")])
-    assert snap.pci_read and len(snap.pci_devices) == 14 and snap.gpus == []
+    assert snap.pci_read and len(snap.pci_devices) == 14
+    # with no nvidia-smi output, the GPUs lspci lists are the GPUs seen (issue 10: "0 GPUs seen" was wrong)
+    assert [g.pci_bus_id for g in snap.gpus] == [d.bus_id for d in devs if d.is_gpu]

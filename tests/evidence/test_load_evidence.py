@@ -136,10 +136,10 @@ def _fake_kernel_log(monkeypatch: pytest.MonkeyPatch) -> None:
             if "NVRM: Xid" in ln:
                 yield KernelEvent(kind="xid", line=ln, xid=79, origin=origin)
 
-    fake = types.ModuleType("gpuclinic.sources.kernel_log")
+    fake = types.ModuleType("gpuclinic.sources.kernellog")
     fake.parse_lines = parse_lines  # type: ignore[attr-defined]
     fake.looks_like_kernel_log = lambda s: "kernel:" in s  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gpuclinic.sources.kernel_log", fake)
+    monkeypatch.setitem(sys.modules, "gpuclinic.sources.kernellog", fake)
 
 
 def test_mixed_paste_table_and_dmesg(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.xid import all_xids, lookup
 from gpuclinic.model import Family, Finding, Severity
-from gpuclinic.sources.kernel_log import parse_lines
+from gpuclinic.sources.kernellog import parse_lines
 
 KCHECKS = ["xid", "kernel.fallen_off_bus", "kernel.init_failed", "kernel.gsp", "kernel.nvlink", "kernel.aer",
            "kernel.pcie_limited", "kernel.module"]

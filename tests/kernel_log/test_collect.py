@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+import gpuclinic.sources.kernellog.collect as kernel_log
 from gpuclinic.collect import CollectOptions
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import kernel_log
 
 CAT = shutil.which("cat") or "/bin/cat"
 SLEEP = shutil.which("sleep") or "/bin/sleep"

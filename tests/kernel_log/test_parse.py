@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from gpuclinic.facts.kernel import KernelEvent
-from gpuclinic.sources.kernel_log import (
+from gpuclinic.sources.kernellog import (
     looks_like_kernel_log,
-    merge_sources,
     parse_lines,
     scan_path,
     split_prefix,
 )
+from gpuclinic.sources.kernellog.collect import merge_sources
 
 XID79 = "NVRM: Xid (PCI:0000:c6:00): 79, pid=1101234, name=nvc:[driver], GPU has fallen off the bus."
 
@@ -231,7 +231,7 @@ def test_scan_path_compressed(tmp_path: Path) -> None:
 
 def test_scan_path_equals_parse_lines(tmp_path: Path) -> None:
     """The chunked keyword scan finds exactly what the line parser finds, across chunk boundaries."""
-    from gpuclinic.sources import kernel_log as kl
+    from gpuclinic.sources import kernellog as kl
 
     lines = []
     for i in range(3000):

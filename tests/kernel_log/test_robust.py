@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuclinic.facts.kernel import KernelEvent
-from gpuclinic.sources.kernel_log import follow, looks_like_kernel_log, parse_lines, scan_path
+from gpuclinic.sources.kernellog import looks_like_kernel_log, parse_lines, scan_path
+from gpuclinic.sources.kernellog.follow import follow
 
 REAL = [
     "[ 1234.567890] NVRM: Xid (PCI:0000:c6:00): 79, pid=1101234, name=nvc:[driver], GPU has fallen off the bus.",
@@ -141,7 +142,7 @@ def test_follow_appends_and_rotation(tmp_path: Path) -> None:
 
 def test_follow_kmsg_records() -> None:
     """/dev/kmsg format (prio,seq,usec,flags;message plus metadata lines), read from a pipe."""
-    from gpuclinic.sources.kernel_log import _follow_kmsg
+    from gpuclinic.sources.kernellog.follow import _follow_kmsg
 
     r, w = os.pipe()
     os.set_blocking(r, False)
@@ -166,7 +167,7 @@ def test_follow_command_stream(tmp_path: Path) -> None:
     """journalctl -k -f style: lines arrive from a running command."""
     import shutil
 
-    from gpuclinic.sources.kernel_log import _follow_command
+    from gpuclinic.sources.kernellog.follow import _follow_command
 
     script = tmp_path / "fakejournal"
     script.write_text("#!/bin/sh\necho '2024-03-04T10:11:12+0000 node kernel: NVRM: Xid (PCI:0000:3b:00): 48, "

@@ -55,7 +55,7 @@ def test_unknown_scenario_lists_valid_names() -> None:
 def test_scenario_kernel_events_are_what_the_parser_reads_from_their_lines(name: str) -> None:
     """Scenario events are stored pre-parsed (importing the parser would triple doctor's startup);
     this keeps them identical to what the kernel-log parser makes of the same lines."""
-    from gpuclinic.sources.kernel_log import parse_lines
+    from gpuclinic.sources.kernellog import parse_lines
     for e in load_scenario(name).kernel_events:
         got = list(parse_lines([e.line]))
         assert len(got) == 1, (e.line, got)

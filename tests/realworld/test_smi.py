@@ -119,7 +119,9 @@ def test_q_remap_pending_four_lines() -> None:
 def test_q_rtx4090_535_idle_node() -> None:
     """GeForce on 535: T.Limit margins, 'Addressing Mode: Unknown Error', Gen1 link at P8 idle, a big python."""
     s = snap_of("q_rtx4090_535_gpu0_of_8_gpud.txt")
-    (g,) = s.gpus
+    g = s.gpus[0]
+    # "Attached GPUs : 8" above the one pasted block: the other seven are counted, without facts
+    assert len(s.gpus) == 8 and all(x.name is None and "evidence" in x.unreadable for x in s.gpus[1:])
     assert g.name == "NVIDIA GeForce RTX 4090" and g.uuid == "GPU-6b7298f4-721f-9e24-a277-9ec909ba76f0"
     assert (g.temperature_c, g.pcie_gen, g.pcie_gen_max, g.pcie_width) == (27, 1, 4, 16)
     assert g.slowdown_temp_c is not None and g.slowdown_temp_c > 80  # margins turned into thresholds

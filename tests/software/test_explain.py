@@ -46,7 +46,9 @@ def test_insufficient_driver_with_live_facts_gives_pip_command() -> None:
     assert f.code == "error.cuda.insufficient_driver" and f.severity == Severity.CRITICAL
     assert f.remedy.startswith("driver 470.82.01 supports CUDA <= 11.4; torch 2.4.1+cu121 needs >= 525.60.13")
     assert "`pip install torch==2.4.1 --index-url https://download.pytorch.org/whl/cu118`" in f.remedy
-    assert r.exit_code == 2 and r.command == "explain"
+    assert r.exit_code == 1 and r.command == "explain"  # a software cause never drains a node
+    assert r.explain_summary() == {"cause_found": True, "cause": "error.cuda.insufficient_driver", "kind": "software",
+                                   "severity": "critical", "summary": "cause found: software (critical)"}
 
 
 def test_no_kernel_image_with_live_rtx5090() -> None:
@@ -85,7 +87,7 @@ def test_evidence_and_signature_are_not_doubled() -> None:
     assert "error.nvml.version_mismatch" not in codes
     assert codes.count("driver.library_mismatch") + codes.count("error.nvml.version_mismatch") == 1 or \
         codes == ["error.nvml.version_mismatch"]
-    assert r.exit_code == 2
+    assert r.exit_code == 1  # configuration, not hardware: explain warns, it does not drain
 
 
 def test_no_match_is_said_clearly_and_exits_0() -> None:
@@ -121,7 +123,7 @@ def test_cli_json(name: str, code: str, rc: int) -> None:
     r = cli("--json", "--offline", str(ERRORS / name))
     assert r.returncode == rc, r.stderr
     d = json.loads(r.stdout)
-    assert d["schema"] == "gpuclinic.report/1" and d["command"] == "explain"
+    assert d["schema"] == "gpuclinic.report/2" and d["command"] == "explain"
     assert d["findings"][0]["code"] == code
     assert d["findings"][0]["data"]["source"].startswith("https://")
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.model import GpuRef
 from gpuclinic.supervise.classify import AttemptEvidence, GpuFault, classify, match_output
-from gpuclinic.supervise.kernel import _fallback_parse, find_oom_kills, parse_gpu_events
+from gpuclinic.supervise.kernel import find_oom_kills, parse_gpu_events
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "supervise"
 GPU0 = GpuRef(index=0, pci_bus_id="0000:3b:00.0", uuid="GPU-aaaa")
@@ -135,7 +135,7 @@ def test_unknown_without_evidence() -> None:
     assert c.cls == "unknown" and "exit status 3" in c.summary
 
 
-def test_kernel_fallback_parser_real_lines() -> None:
+def test_kernel_parser_real_lines() -> None:
     lines = [
         "[ 8123.456789] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
         "Mar 02 10:01:02 host kernel: NVRM: Xid (PCI:0000:86:00): 48, pid=1234, name=python, An uncorrectable "
@@ -143,11 +143,10 @@ def test_kernel_fallback_parser_real_lines() -> None:
         "[ 8123.5] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
         "unrelated line",
     ]
-    ev = _fallback_parse(lines, "t")
+    ev = parse_gpu_events(lines, "t")
     assert [(e.kind, e.xid, e.pci_bus_id, e.pid) for e in ev] == [
         ("xid", 79, "0000:3b:00.0", None), ("xid", 48, "0000:86:00.0", 1234),
         ("fallen_off_bus", None, "0000:3b:00.0", None)]
-    # whichever parser is installed finds the Xids with their bus ids
     got = {(e.xid, e.pci_bus_id) for e in parse_gpu_events(lines) if e.kind == "xid"}
     assert {(79, "0000:3b:00.0"), (48, "0000:86:00.0")} <= got
 
@@ -171,7 +170,7 @@ def test_classifier_never_crashes_on_arbitrary_output(text: str) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.text(max_size=200), max_size=20))
 def test_kernel_parsers_never_crash(lines: list[str]) -> None:
-    _fallback_parse(lines, None)
+    parse_gpu_events(lines, None)
     find_oom_kills(lines)
 
 

@@ -167,10 +167,10 @@ def test_preflight_drain_on_a_gpu_the_job_does_not_use_only_warns(monkeypatch: p
     assert "pre-flight warning: GPU 2: GPU has fallen off the bus" in r.output
 
 
-def test_fallback_tailer_follows_appends_and_rotation(tmp_path: Path) -> None:
+def test_follower_follows_appends_and_rotation(tmp_path: Path) -> None:
     import threading
 
-    from gpuclinic.supervise.kernel import _tail_files
+    from gpuclinic.sources.kernellog.follow import follow
 
     log = tmp_path / "kern.log"
     log.write_text("[1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, old line before following\n")
@@ -178,7 +178,7 @@ def test_fallback_tailer_follows_appends_and_rotation(tmp_path: Path) -> None:
     got: list[tuple[int | None, str | None]] = []
 
     def run() -> None:
-        for ev in _tail_files([str(log)], stop, poll_s=0.02):
+        for ev in follow([str(log)], stop, poll_s=0.02):
             got.append((ev.xid, ev.pci_bus_id))
 
     t = threading.Thread(target=run, daemon=True)

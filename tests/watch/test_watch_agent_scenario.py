@@ -25,17 +25,17 @@ def test_demo_scenario_heat_xid_stall_idle(agent_factory: Callable[..., Agent], 
     # XID 79 at t=30 on GPU 2 (bus 0000:3a:00.0), the GPU then reported lost
     (xid,) = c["xid.79"]
     assert xid[0] == 2 and 29 <= xid[1] <= 36
-    assert c["gpu.lost"][0][0] == 2
+    assert c["gpu.missing"][0][0] == 2
     # heat: near-slowdown before the slowdown; slowdown opens after throttle_min_s and resolves after t=76
     near = c["thermal.near_slowdown"][0]
-    slow = sorted(c["thermal.slowdown"], key=lambda x: x[1])[0]
+    slow = sorted(c["thermal.throttle"], key=lambda x: x[1])[0]
     assert near[0] == 0 and slow[0] == 0 and near[1] < slow[1]
     assert 33 <= slow[1] <= 42 and slow[2] is not None and 76 <= slow[2] <= 90
     # stall on GPU 1 and idle GPU 3 after their one-minute thresholds
     assert c["watch.stall"][0][0] == 1 and 59 <= c["watch.stall"][0][1] <= 68
     assert c["watch.idle"][0][0] == 3
     # healthy GPUs raise nothing
-    assert all(g != 0 for g, *_ in c["watch.idle"]) and "watch.straggler" not in c
+    assert all(g != 0 for g, *_ in c["watch.idle"]) and "perf.straggler" not in c
     assert a.verdict().value == "drain"
     ev = next(e for e in a.store.events() if e.code == "xid.79")  # type: ignore[union-attr]
     assert ev.severity == Severity.CRITICAL and "fallen off the bus" in ev.evidence[0] and ev.remedy
@@ -60,20 +60,20 @@ def test_straggler_and_pcie_and_memory_errors(agent_factory: Callable[..., Agent
     a = agent_factory("straggler", scale=60, db=tmp_path / "s.db")
     a.run(duration_s=60)
     assert a.store is not None
-    assert [e.gpu for e in a.store.events() if e.code == "watch.straggler"] == [3]
+    assert [e.gpu for e in a.store.events() if e.code == "perf.straggler"] == [3]
 
     b = agent_factory("pcie-downtrain", scale=60, db=tmp_path / "p.db")
     b.run(duration_s=30)
     assert b.store is not None
     codes = {(e.code, e.gpu) for e in b.store.events()}
-    assert ("pcie.link_degraded", 1) in codes and ("pcie.replay_rising", 1) in codes
+    assert ("pcie.link_degraded", 1) in codes and ("pcie.replay", 1) in codes
     assert ("pcie.link_degraded", 0) not in codes
 
     m = agent_factory("memory-errors", scale=60, db=tmp_path / "m.db")
     m.run(duration_s=35)
     assert m.store is not None
     codes = {e.code for e in m.store.events()}
-    assert {"ecc.corrected_rising", "ecc.uncorrectable", "remap.uncorrectable", "remap.pending", "xid.48",
+    assert {"memory.ecc_correctable_rate", "memory.ecc_uncorrectable", "memory.row_remap_uncorrectable", "memory.row_remap_pending", "xid.48",
             "xid.63"} <= codes
 
 

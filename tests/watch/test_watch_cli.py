@@ -54,7 +54,7 @@ def test_events_text_and_json(demo_db: Path, capsys: pytest.CaptureFixture[str])
     assert rc == 0 and "xid.79 GPU 2" in out and "what to do:" in out and "fallen off the bus" in out
     rc, out, _ = _run(["events", "--json", "--db", str(demo_db)], capsys)
     evs = json.loads(out)
-    assert {"xid.79", "watch.stall", "watch.idle", "thermal.slowdown"} <= {e["code"] for e in evs}
+    assert {"xid.79", "watch.stall", "watch.idle", "thermal.throttle"} <= {e["code"] for e in evs}
     assert all(e["remedy"] for e in evs)
 
 

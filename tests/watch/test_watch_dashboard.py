@@ -105,7 +105,7 @@ def test_dashboard_renders_plots_timeline_and_events(tmp_path: Path, free_port: 
 
         xid = [a for a in dom.find("li", data_code="xid.79") if a["data-gpu"] == "2"]
         assert xid and xid[0]["data-severity"] == "critical" and xid[0]["data-state"] == "open"
-        assert dom.find("li", data_code="thermal.slowdown") and dom.find("li", data_code="gpu.lost")
+        assert dom.find("li", data_code="thermal.throttle") and dom.find("li", data_code="gpu.missing")
         text = " ".join(dom.text)
         assert "GPU has fallen off the bus" in text and "Drain the node" in text  # evidence and remedy
 

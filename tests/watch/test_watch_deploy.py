@@ -79,12 +79,17 @@ def test_systemd_unit_and_daemonset_run_the_agent() -> None:
         pass  # verifying needs the binary path to exist; the regexes above cover the contract
 
 
-def test_critical_xid_rule_matches_the_xid_catalog() -> None:
-    from gpuclinic.knowledge.xid import all_xids
-    from gpuclinic.model import Severity
+def test_shipped_rules_are_the_generator_output() -> None:
+    from gpuclinic.watch.alertrules import alert_rules, render_rules, render_tests
 
-    text = (DEPLOY / "gpuclinic-rules.yml").read_text()
-    m = re.search(r'alert: GpuclinicXidCritical\n\s+expr: .*xid=~"([0-9|]+)"', text)
-    assert m is not None
-    assert {int(x) for x in m.group(1).split("|")} == {i.xid for i in all_xids() if i.severity == Severity.CRITICAL}
-    assert f'xid!~"{m.group(1)}"' in text  # the warning rule covers exactly the rest
+    assert (DEPLOY / "gpuclinic-rules.yml").read_text() == render_rules()
+    assert (DEPLOY / "gpuclinic-rules.test.yml").read_text() == render_tests()
+    names = [r.name for r in alert_rules()]
+    assert len(names) == len(set(names))
+    from gpuclinic.knowledge import codes as K
+
+    alerted = {r.code for r in alert_rules()}
+    for c in K.all_codes():  # every code that can be a warning or worse has its rule, with its runbook
+        if c.code not in ("error.*", "run.interruption.*") and c.severities() - {"info"}:
+            assert c.code in alerted, c.code
+    assert all("gpuclinic runbook" in r.description for r in alert_rules())

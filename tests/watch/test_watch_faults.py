@@ -111,9 +111,9 @@ def test_gpu_lost_and_gpu_gone(agent_factory: Callable[..., Agent], tmp_path: Pa
     a = agent_factory(raw, scale=30, db=tmp_path / "w.db")
     a.run(duration_s=20)
     assert a.store is not None
-    evs = {e.code: e for e in a.store.events()}
-    assert evs["gpu.lost"].gpu == 1
-    missing = evs["gpu.missing"]
+    evs = {e.key: e for e in a.store.events()}
+    assert evs["rules:gpu.missing:GPU-1"].gpu == 1
+    missing = evs["rules:gpu.missing:node"]
     assert "3 GPU(s) visible now, 4 expected" in missing.evidence[0]
     assert any("GPU-3" in x for x in missing.evidence)
     assert a.status_snapshot().gpus_expected == 4
@@ -220,9 +220,9 @@ def test_lost_gpu_without_uuid_is_not_counted_twice() -> None:
     eng.evaluate(0.0, gs)
     gs[2] = GpuFacts(index=2, pci_bus_id="0000:03:00.0", lost=True)  # NVML no longer gives its UUID
     conds, _ = eng.evaluate(1.0, gs)
-    assert [c.code for c in conds] == ["gpu.lost"]
-    assert conds[0].key == "rules:gpu.lost:GPU-2" and conds[0].uuid == "GPU-2"
+    assert [c.code for c in conds] == ["gpu.missing"]
+    assert conds[0].key == "rules:gpu.missing:GPU-2" and conds[0].uuid == "GPU-2"
     gs.pop(3)  # and one disappears entirely
     conds, _ = eng.evaluate(2.0, gs)
-    (missing,) = [c for c in conds if c.code == "gpu.missing"]
+    (missing,) = [c for c in conds if c.key == "rules:gpu.missing:node"]
     assert missing.evidence[0] == "3 GPU(s) visible now, 4 expected"

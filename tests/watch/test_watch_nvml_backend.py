@@ -50,7 +50,7 @@ def test_gpu_lost_mid_run(fake: FakeNvml) -> None:
     g = fake.gpu(3)
     g.lose_after = len(g.calls)
     a.tick()
-    lost = [e for e in a.book.open_events() if e.code == "gpu.lost"]
+    lost = [e for e in a.book.open_events() if e.code == "gpu.missing"]
     assert [e.gpu for e in lost] == [3]
     assert a.status_snapshot().gpus[3].lost
     a.shutdown()

@@ -1,8 +1,13 @@
-"""Checks: small pure functions from a :class:`Snapshot` to :class:`Finding` objects.
+"""Detectors: one per failure class, each the only definition of its codes.
 
-Each module in this package registers its checks with :func:`check`; :func:`run_checks` imports
-them all, runs every one, and turns a check that cannot decide (:class:`CheckSkipped`) or that
-breaks into a "could not check" line instead of a crash.
+A detector (``gpu_presence``, ``hbm``, ``heat``, ``pcie``...; the classes are named in
+``knowledge/data/codes.json``) is the set of checks whose codes belong to that class.  A check is a
+small pure function from a :class:`Snapshot` to findings, registered with :func:`check`; every code
+it declares must be in the knowledge, which holds its one severity rule, family and runbook.
+:meth:`Detector.evaluate` runs on one snapshot (doctor, ``doctor --from``, explain, the run
+pre-flight); :meth:`Detector.observe` runs on a window of samples (watch, run) and reuses the same
+rules on the newest sample.  :func:`run_checks` runs everything and turns a check that cannot decide
+(:class:`CheckSkipped`) or that breaks into a "could not check" line instead of a crash.
 """
 
 from __future__ import annotations
@@ -40,8 +45,14 @@ def check(name: str, *, codes: Iterable[str], what: str | None = None) -> Callab
     A code ending in ``.*`` (``xid.*``) stands for a family of codes.
     """
 
+    codes = tuple(codes)
+    from gpuclinic.knowledge.codes import require
+
+    for c in codes:
+        require(c)  # a code must be in knowledge/data/codes.json before a check may emit it
+
     def deco(fn: CheckFn) -> CheckFn:
-        _REGISTRY[name] = Check(name=name, fn=fn, codes=tuple(codes), what=what or name)
+        _REGISTRY[name] = Check(name=name, fn=fn, codes=codes, what=what or name)
         return fn
 
     return deco
@@ -74,3 +85,49 @@ def run_checks(snap: Snapshot, *, only: Iterable[str] | None = None) -> tuple[li
         except Exception as e:  # a bug in one check must not hide the others
             skipped.append(Skipped(c.what, f"check {name} failed: {type(e).__name__}: {e}"))
     return findings, skipped
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a stream command has seen: samples oldest first (each a Snapshot) over ``span_s`` seconds."""
+
+    samples: tuple[Snapshot, ...]
+    span_s: float = 0.0
+
+    @property
+    def latest(self) -> Snapshot:
+        return self.samples[-1]
+
+
+@dataclass(frozen=True)
+class Detector:
+    """One failure class: its codes (from the knowledge) and the checks that emit them."""
+
+    name: str
+    codes: tuple[str, ...]
+    checks: tuple[Check, ...]
+
+    def evaluate(self, snap: Snapshot) -> tuple[list[Finding], list[Skipped]]:
+        """One-shot: the findings of this class on one snapshot."""
+        return run_checks(snap, only=[c.name for c in self.checks])
+
+    def observe(self, window: Window) -> tuple[list[Finding], list[Skipped]]:
+        """Streaming: the same rules on the newest sample (onset and counters live in watch/rules.py)."""
+        return self.evaluate(window.latest)
+
+
+def detectors() -> dict[str, Detector]:
+    """Every detector, by failure class; a check belongs to the class of its codes."""
+    from gpuclinic.knowledge.codes import all_codes, require
+
+    by: dict[str, list[Check]] = {}
+    for c in load_all().values():
+        det = require(c.codes[0]).detector if c.codes else "other"
+        by.setdefault(det, []).append(c)
+    out: dict[str, Detector] = {}
+    for ci in all_codes():
+        out.setdefault(ci.detector, Detector(ci.detector, (), ()))
+    for name in out:
+        codes = tuple(ci.code for ci in all_codes() if ci.detector == name)
+        out[name] = Detector(name, codes, tuple(by.get(name, [])))
+    return out

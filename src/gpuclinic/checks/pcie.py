@@ -15,6 +15,7 @@ from gpuclinic.checks import check
 from gpuclinic.checks._hw import THRESHOLDS_SOURCE, busy, load_line, personalize, ref, threshold
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -129,15 +130,24 @@ def replay(snap: Snapshot) -> Iterable[Finding]:
         n = g.pcie_replay_count
         if g.lost or n is None or n < warn:
             continue
-        ev = [f"pcie.replay_counter = {n} since the driver loaded (warn at {warn:.0f}; {THRESHOLDS_SOURCE})"]
+        ev = [f"pcie.replay_counter = {n} since the driver loaded (a lifetime count; {THRESHOLDS_SOURCE})"]
         gen, w = g.pcie_gen_max or g.pcie_gen, g.pcie_width_max or g.pcie_width
-        if gen in REPLAY_PER_LANE_PER_MIN and w:
-            budget = math.ceil(REPLAY_PER_LANE_PER_MIN[gen] * w)
+        budget = math.ceil(REPLAY_PER_LANE_PER_MIN[gen] * w) if gen in REPLAY_PER_LANE_PER_MIN and w else None
+        if budget is not None:
             ev.append(f"DCGM budget for a Gen{gen} x{w} link: {budget} replays per minute (BER 1e-12)")
+        rate = g.pcie_replay_rate_per_min
+        # A lifetime counter alone cannot say the link is bad now (a week of uptime collects replays): it is
+        # a warning only when two samples give a rate above the budget.
+        over = rate is not None and rate > (budget if budget is not None else 0)
+        if rate is not None:
+            ev.append(f"measured rate: {rate:.1f} replays per minute")
+        else:
+            ev.append("no rate: sample the counter twice (`nvidia-smi -q -d PCIE` a minute apart, or `gpuclinic watch`)")
         out.append(Finding(
-            code="pcie.replay", severity=Severity.WARNING, family=Family.PCIE_POWER,
+            code="pcie.replay", severity=severity("pcie.replay") if over else severity("pcie.replay", "lifetime_count"),
+            family=Family.PCIE_POWER,
             title=f"GPU {g.index} PCIe link is retransmitting ({n} replays)",
-            evidence=ev, gpu=ref(g), source="nvml", data={"replays": n},
+            evidence=ev, gpu=ref(g), source="nvml", data={"replays": n, "rate_per_min": rate},
             remedy=("Replays are link-level retries after bit errors: the link works but is marginal. Check whether the "
                     "count grows (`nvidia-smi -q -d PCIE` twice, a minute apart, or `gpuclinic watch`) and look for AER "
                     "lines (`dmesg -T | grep -i AER`). A growing count means reseating the GPU or replacing the "

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
-from gpuclinic.knowledge.xid import APPLICATION_XIDS, XidInfo, lookup, unknown
+from gpuclinic.knowledge.xid import XidInfo, classify, lookup, unknown
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 SOURCE = "kernel log"
@@ -125,6 +125,9 @@ def _base_data(events: Sequence[KernelEvent]) -> dict[str, object]:
         "first_time": _when(events[0]),
         "last_time": _when(events[-1]),
     }
+    first = _seconds(events[0])
+    if first is not None:
+        d["first_s"] = first
     pids = sorted({e.pid for e in events if e.pid is not None})
     procs = sorted({e.process for e in events if e.process})
     if pids:
@@ -178,7 +181,7 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
         extra_evidence: list[str] = []
         first_step: str | None = None
 
-        if n in APPLICATION_XIDS:
+        if classify(n).application:
             other_gpus = {b for (b, x) in groups if x == n and b != bus}
             distinct = len({e.pid for e in evs if e.pid is not None} | {e.process for e in evs if e.process})
             data["other_gpus_with_same_xid"] = len(other_gpus)

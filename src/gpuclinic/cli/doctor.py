@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 
+from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
 from gpuclinic.diagnose import Report, diagnose
-from gpuclinic.errors import GpuclinicError, InputError
+from gpuclinic.errors import EXIT_USAGE, GpuclinicError, InputError
 from gpuclinic.facts.snapshot import Snapshot
 
 
@@ -45,10 +47,13 @@ def output_format(as_json: bool, as_markdown: bool) -> str:
 @click.option("--quick", is_flag=True, help="Skip timed measurements (host sampling window).")
 @click.option("--deep", is_flag=True, help="Allow slow checks, e.g. importing frameworks to read their CUDA build.")
 @click.option("--net", "network", is_flag=True, help="Also probe the network path to GitHub, Hugging Face and PyPI.")
+@click.option("--show-unread", is_flag=True,
+              help="With --from: also print, per input, its segments and the lines no parser read.")
+@bmc_options
 def doctor(
     from_paths: tuple[str, ...], more_paths: tuple[str, ...], scenario: str | None, list_scenarios: bool,
     as_json: bool, as_markdown: bool, expect_gpus: int | None, kernel_logs: tuple[str, ...],
-    quick: bool, deep: bool, network: bool,
+    quick: bool, deep: bool, network: bool, show_unread: bool = False, **bmc: Any,
 ) -> int:
     """Diagnose this server: which of GPU faults, heat, PCIe/power, software, network or host is hurting it.
 
@@ -66,6 +71,11 @@ def doctor(
         raise InputError("unexpected argument(s): " + " ".join(paths) + " (did you mean --from PATH?)")
     if scenario and paths:
         raise InputError("use either --scenario or --from, not both")
+    if show_unread and not paths:
+        raise InputError("--show-unread needs --from PATH", exit_code=EXIT_USAGE)
+    if (bmc.get("bmc_host") or bmc.get("redfish_url")) and (paths or scenario):
+        raise InputError("--bmc/--redfish read a live BMC; give saved BMC output with --from instead",
+                         exit_code=EXIT_USAGE)
     for k in kernel_logs:  # named explicitly: a typo is an error, not a "could not check" line
         if not os.path.exists(k):
             raise InputError(f"--kernel-log {k}: no such file")
@@ -89,12 +99,17 @@ def doctor(
 
         snap = collect_live(CollectOptions(
             quick=quick, deep=deep, network=network, kernel_logs=list(kernel_logs), expect_gpus=expect_gpus,
+            bmc=bmc_target(**bmc),
         ))
     if expect_gpus is not None:
         snap.expect_gpus = expect_gpus
     report = diagnose(snap)
     try:
         emit(report, fmt)
+        if show_unread:
+            from gpuclinic.render.unread import unread_text
+
+            click.echo(unread_text(snap), err=fmt != "terminal")
     except BrokenPipeError:
         sys.stderr.close()
     if report.verdict is None:

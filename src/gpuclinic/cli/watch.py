@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
 from gpuclinic.errors import GpuclinicError, InputError
 
 
@@ -110,10 +111,13 @@ def _check_agent_options(listen: str, no_http: bool, kernel_logs: tuple[str, ...
 @click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="Alert when fewer than N GPUs are visible.")
 @click.option("--duration", metavar="DURATION", help="Stop after this long (agent time), e.g. 90s.")
 @click.option("--quiet", is_flag=True, help="Print only errors.")
+@click.option("--bmc-interval", type=click.FloatRange(1, 3600), default=45.0, show_default=True, metavar="S",
+              help="Poll the BMC (--bmc/--redfish) this often; 30-60 s suits most BMCs.")
+@bmc_options
 def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interval: float | None, db: str | None,
           no_store: bool, config_path: str | None, listen: str, no_http: bool, token: str | None,
           kernel_logs: tuple[str, ...], no_kernel_log: bool, doctor_interval: str | None, webhooks: tuple[str, ...],
-          expect_gpus: int | None, duration: str | None, quiet: bool) -> int:
+          expect_gpus: int | None, duration: str | None, quiet: bool, bmc_interval: float, **bmc: Any) -> int:
     """Always-on agent: sample GPUs every second, follow the kernel log, run the doctor every few minutes,
     store history, send alerts, export Prometheus metrics and serve a live dashboard.
 
@@ -193,8 +197,10 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
     from gpuclinic.watch.agent import Agent
 
     follow_live = not no_kernel_log and not kernel_logs and not scenario
+    target = bmc_target(**bmc) if (bmc.get("bmc_host") or bmc.get("redfish_url")) else None
     agent = Agent(cfg, backend, clock=clock, store=store, notifier=notifier,
-                  kernel_logs=[] if no_kernel_log else list(kernel_logs), follow_live_kernel=follow_live, log=log)
+                  kernel_logs=[] if no_kernel_log else list(kernel_logs), follow_live_kernel=follow_live, log=log,
+                  bmc=target, bmc_interval_s=bmc_interval)
     agent.start(opened)
     server = None
     if not no_http:

@@ -89,7 +89,8 @@ class GpuFacts:
     pcie_gen_gpu_max: int | None = None  # max the GPU supports
     pcie_width: int | None = None
     pcie_width_max: int | None = None
-    pcie_replay_count: int | None = None
+    pcie_replay_count: int | None = None  # lifetime counter (since the driver loaded): a count, not a rate
+    pcie_replay_rate_per_min: float | None = None  # only from two samples of the counter (watch, two dumps)
     pcie_tx_kbps: float | None = None
     pcie_rx_kbps: float | None = None
     # nvlink

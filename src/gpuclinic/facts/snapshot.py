@@ -10,10 +10,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic.facts.evidence import InputRecord, Signal
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.network import NetworkFacts
+from gpuclinic.facts.room import RoomFacts
 from gpuclinic.facts.serial import from_jsonable, to_jsonable
 from gpuclinic.facts.software import ContainerFacts, SoftwareFacts
 from gpuclinic.model import Skipped
@@ -31,6 +33,7 @@ class Snapshot:
     cuda_driver_version: str | None = None  # "12.4"
     nvml_available: bool | None = None  # None: not attempted (e.g. from evidence without smi dumps)
     gpus: list[GpuFacts] = field(default_factory=list)
+    attached_gpus: int | None = None  # evidence: "Attached GPUs : N" (a paste may show fewer GPU blocks)
     pci_devices: list[PciDevice] = field(default_factory=list)
     pci_read: bool = False  # True when the PCI bus was enumerated (so "absent from PCI" means something)
     kernel_events: list[KernelEvent] = field(default_factory=list)
@@ -40,9 +43,12 @@ class Snapshot:
     container: ContainerFacts | None = None
     host: HostFacts | None = None
     network: NetworkFacts | None = None
+    room: RoomFacts | None = None  # BMC/hwmon: inlet air, fans, PSUs, SEL (sources/bmc)
     expect_gpus: int | None = None
     skipped: list[Skipped] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # files or sources it was built from
+    input_records: list[InputRecord] = field(default_factory=list)  # evidence: how each input was read
+    signals: list[Signal] = field(default_factory=list)  # evidence: known fault signatures seen in it
     notes: list[str] = field(default_factory=list)
 
     def skip(self, what: str, why: str) -> None:

@@ -9,7 +9,6 @@ died, so it must be fast on multi-megabyte logs: every entry has lower-case "nee
 from __future__ import annotations
 
 import bisect
-import importlib
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -21,6 +20,12 @@ CATEGORIES = (
     "cuda_oom", "nccl_timeout", "nccl", "cuda_runtime", "driver", "nvml", "hardware", "container", "python",
     "host_oom",
 )
+# The report family (model.Family value) of each signature category: one mapping for explain and evidence.
+CATEGORY_FAMILY: dict[str, str] = {
+    "cuda_oom": "software", "nccl_timeout": "network", "nccl": "network", "cuda_runtime": "software",
+    "driver": "software", "nvml": "software", "hardware": "gpu_fault", "container": "software", "python": "software",
+    "host_oom": "host",
+}
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 MAX_LINE = 400  # matched_line is cut to this many characters
 
@@ -379,11 +384,9 @@ def _extract_xid(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
         sm.data["pci_bus_id"], sm.data["xid"] = m.group(1), int(m.group(2))
     except (IndexError, ValueError):
         return
-    try:
-        _xid = importlib.import_module("gpuclinic.knowledge.xid")  # owned by the kernel-log area
-        info = _xid.lookup(sm.data["xid"])
-    except Exception:
-        info = None
+    from gpuclinic.knowledge.xid import lookup  # late: xid imports this module's loader
+
+    info = lookup(sm.data["xid"])
     if info is not None:
         name = getattr(info, "name", None) or getattr(info, "title", None)
         if name:

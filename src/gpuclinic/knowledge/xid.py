@@ -13,11 +13,6 @@ from typing import Any
 from gpuclinic.knowledge import load_data
 from gpuclinic.model import Family, Severity
 
-# Application-caused Xids: one occurrence is the program's fault; repeats on one GPU suggest hardware.
-APPLICATION_XIDS = frozenset({13, 31, 43})
-# Xids that report the consequence of another Xid rather than a cause of their own.
-SYMPATHETIC_XIDS = frozenset({45, 154})
-
 
 @dataclass(frozen=True)
 class XidInfo:
@@ -45,7 +40,7 @@ class XidInfo:
 
     @property
     def is_application(self) -> bool:
-        return self.xid in APPLICATION_XIDS or self.category == "application"
+        return classify(self.xid).application
 
     @property
     def is_unused(self) -> bool:
@@ -134,3 +129,50 @@ def unknown(n: int) -> XidInfo:
                        "(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).",
         source="gpuclinic (not catalogued)",
     )
+
+
+@dataclass(frozen=True)
+class XidClass:
+    """The one classification of an Xid (``knowledge/data/xid_classes.json``), used by every command."""
+
+    xid: int
+    application: bool
+    hardware: bool
+    fatal_to_job: bool
+    needs_reset: bool
+    needs_reboot: bool
+    needs_rma: bool
+
+    def labels(self) -> list[str]:
+        names = load_data("xid_classes.json")["classes"]
+        return [names[k]["label"] for k in CLASS_NAMES if getattr(self, k)]
+
+    def to_dict(self) -> dict[str, bool]:
+        return {k: bool(getattr(self, k)) for k in CLASS_NAMES}
+
+
+CLASS_NAMES = ("application", "hardware", "fatal_to_job", "needs_reset", "needs_reboot", "needs_rma")
+
+
+def _matches(rule: dict[str, list[Any]], info: XidInfo) -> bool:
+    fields = {"category": info.category, "action": info.action, "severity": info.severity.label, "xid": info.xid}
+    return any(fields.get(k) in vals for k, vals in rule.items())
+
+
+@cache
+def classify(n: int) -> XidClass:
+    """Which classes Xid ``n`` belongs to (an uncatalogued Xid: none but a possible hardware fault)."""
+    info = lookup(n) or unknown(n)
+    rules = load_data("xid_classes.json")["classes"]
+    flags = {k: _matches(rules[k]["rule"], info) for k in CLASS_NAMES}
+    return XidClass(xid=int(n), **flags)
+
+
+def runbook_for_xid(n: int) -> str:
+    """The runbook id for Xid ``n``: the first class of ``runbook_order`` it belongs to."""
+    data = load_data("xid_classes.json")
+    c = classify(n)
+    for cls, rb in data["runbook_order"]:
+        if getattr(c, cls):
+            return str(rb)
+    return str(data["runbook_default"])

@@ -1,4 +1,4 @@
-"""``--json``: the versioned report schema (``gpuclinic.report/1``)."""
+"""``--json``: the versioned report schema (``gpuclinic.report/2``)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuclinic.diagnose import Report
-from gpuclinic.model import FAMILY_ORDER
+from gpuclinic.model import Severity
 from gpuclinic.render.terminal import gpu_rows, grouped_skipped
 
 
@@ -15,7 +15,9 @@ def render_markdown(report: Report) -> str:
     snap = report.snapshot
     out: list[str] = []
     host = snap.hostname or "unknown host"
-    out.append(f"# gpuclinic {report.command}: {host} — **{report.verdict.value.upper()}**")
+    from gpuclinic.render.terminal import _verdict_word
+
+    out.append(f"# gpuclinic {report.command}: {host} — **{_verdict_word(report)}**")
     out.append("")
     meta = [f"generated {report.generated_at}", f"origin: {snap.origin}"]
     if snap.driver_version:
@@ -31,33 +33,43 @@ def render_markdown(report: Report) -> str:
         for r in rows:
             out.append("| " + " | ".join(_esc(c) for c in r) + " |")
         out.append("")
-    if not report.findings:
-        out.append("No problems found.")
+    bad = [i for i in report.incidents if i.severity > Severity.INFO]
+    notes = [i for i in report.incidents if i.severity == Severity.INFO]
+    if not bad:
+        out.append("No problems found." if report.command != "explain" else "No known problem found.")
         out.append("")
-    for fam in FAMILY_ORDER:
-        fs = [f for f in report.findings if f.family == fam]
-        if not fs:
-            continue
-        out.append(f"## {fam.label}")
+    for inc in bad:
+        where = f" ({inc.gpu.label()}{', ' + inc.gpu.pci_bus_id if inc.gpu and inc.gpu.pci_bus_id else ''})" \
+            if inc.gpu else ""
+        out.append(f"## [{inc.severity.label.upper()}] {inc.title}")
         out.append("")
-        for f in fs:
-            where = f" ({f.gpu.label()})" if f.gpu else ""
-            out.append(f"### [{f.severity.label.upper()}] `{f.code}`{where}: {f.title}")
+        out.append(f"Root cause `{inc.code}`{where}.")
+        syms = [f for f in report.findings if f.incident == inc.id and f.code != inc.code]
+        if syms:
             out.append("")
-            if f.evidence:
-                out.append("Evidence:")
-                out.append("")
-                out.append("```")
-                out.extend(f.evidence)
-                out.append("```")
-                out.append("")
-            if f.remedy:
-                steps = [p.strip() for p in f.remedy.strip().splitlines() if p.strip()]
-                out.append(f"**What to do:** {steps[0]}")
-                if len(steps) > 1:
-                    out.append("")
-                    out.extend(steps[1:])
-                out.append("")
+            out.append("Explains:")
+            out.append("")
+            out.extend(f"- `{f.code}` [{f.severity.label}]: {_esc(f.title)}" for f in syms)
+        if inc.evidence:
+            out.append("")
+            out.append("Evidence:")
+            out.append("")
+            out.append("```")
+            out.extend(inc.evidence)
+            out.append("```")
+        out.append("")
+        if inc.first_step:
+            out.append(f"**First step:** {inc.first_step}")
+            out.append("")
+        if inc.runbook:
+            gpu = f" --gpu {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
+            out.append(f"All steps: `gpuclinic runbook {inc.code}{gpu} --markdown`")
+            out.append("")
+    if notes:
+        out.append("## Notes")
+        out.append("")
+        out.extend(f"- `{i.code}`" + (f" ({i.gpu.label()})" if i.gpu else "") + f": {_esc(i.title)}" for i in notes)
+        out.append("")
     if report.skipped:
         out.append("## Could not check")
         out.append("")

@@ -1,13 +1,19 @@
-"""Terminal renderer (rich).  Plain text when NO_COLOR is set or stdout is not a terminal."""
+"""Terminal renderer: incidents first, their symptoms folded under them, laid out for the width at hand.
+
+One layout (:func:`layout`) makes the lines; :func:`render_plain` writes them for pipes and NO_COLOR
+(without importing rich), :func:`render_terminal` prints the same lines in colour on a TTY.  Lines are
+wrapped here with hanging indents, so an 80-column terminal keeps the structure.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from typing import TYPE_CHECKING, TextIO
 
 from gpuclinic.diagnose import Report
-from gpuclinic.model import FAMILY_ORDER, Finding, Severity, Verdict
+from gpuclinic.model import Finding, Incident, Severity, Verdict
 
 if TYPE_CHECKING:  # rich is imported when rendering, so JSON/Markdown output never loads it
     from rich.console import Console
@@ -48,48 +54,65 @@ def short_name(name: str | None) -> str:
     return name if len(name) <= 24 else name[:23] + "…"
 
 
-def gpu_rows(report: Report) -> list[list[str]]:
+def _short_bus(bus: str | None) -> str:
+    """'0000:9a:00.0' -> '9a:00.0' (the domain is 0000 on nearly every server)."""
+    if not bus:
+        return "-"
+    return bus[5:] if bus.startswith("0000:") else bus
+
+
+def gpu_rows(report: Report, compact: bool = False) -> list[list[str]]:
     """One row per GPU: index, name, bus, temp, power, util, memory, pcie, verdict."""
     verdicts = {(gv.ref.index, gv.ref.pci_bus_id): gv for gv in report.gpu_verdicts}
     rows: list[list[str]] = []
     for g in report.snapshot.gpus:
         gv = verdicts.get((g.index, g.pci_bus_id))
         temp = _fmt(g.temperature_c, "°C")
-        if g.memory_temperature_c is not None:
+        if g.memory_temperature_c is not None and not compact:
             temp += f" HBM {g.memory_temperature_c:.0f}°C"
         power = _fmt(g.power_draw_w, "W")
         if g.power_limit_w is not None:
-            power += f"/{g.power_limit_w:.0f}W"
+            power = (f"{_fmt(g.power_draw_w, '')}/{g.power_limit_w:.0f}W" if compact
+                     else power + f"/{g.power_limit_w:.0f}W")
         mem = "-"
         if g.memory_used_bytes is not None and g.memory_total_bytes:
-            mem = f"{g.memory_used_bytes / 2**30:.1f}/{g.memory_total_bytes / 2**30:.0f} GiB"
+            mem = (f"{g.memory_used_bytes / 2**30:.0f}/{g.memory_total_bytes / 2**30:.0f}G" if compact
+                   else f"{g.memory_used_bytes / 2**30:.1f}/{g.memory_total_bytes / 2**30:.0f} GiB")
         pcie = "-"
         if g.pcie_gen is not None or g.pcie_width is not None:
-            pcie = f"Gen{g.pcie_gen or '?'} x{g.pcie_width or '?'}"
+            pcie = f"G{g.pcie_gen or '?'}x{g.pcie_width or '?'}" if compact else f"Gen{g.pcie_gen or '?'} x{g.pcie_width or '?'}"
             below = (g.pcie_gen_max is not None and g.pcie_gen is not None and g.pcie_gen < g.pcie_gen_max) or (
                 g.pcie_width_max is not None and g.pcie_width is not None and g.pcie_width < g.pcie_width_max
             )
             if below:
-                pcie += f" of Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'}"
+                pcie += (f"<x{g.pcie_width_max or '?'}" if compact and g.pcie_width != g.pcie_width_max
+                         else f"<G{g.pcie_gen_max or '?'}" if compact
+                         else f" of Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'}")
         verdict = gv.verdict.value if gv else "-"
         if g.lost:
-            verdict = "drain (lost)"
+            verdict = "lost" if compact else "drain (lost)"
+        name = short_name(g.name)
+        if compact and len(name) > 14:
+            name = name[:13] + "…"
         rows.append([
-            str(g.index), short_name(g.name), g.pci_bus_id or "-", temp, power,
+            str(g.index), name, _short_bus(g.pci_bus_id) if compact else (g.pci_bus_id or "-"), temp, power,
             _fmt(g.utilization_gpu_pct, "%"), mem, pcie, verdict,
         ])
     for gv in report.gpu_verdicts:
         if gv.ref.index is None:
-            rows.append(["?", gv.name or "(not in NVML)", gv.ref.pci_bus_id or "-", "-", "-", "-", "-", "-", gv.verdict.value])
+            rows.append(["?", gv.name or "(not in NVML)",
+                         _short_bus(gv.ref.pci_bus_id) if compact else (gv.ref.pci_bus_id or "-"),
+                         "-", "-", "-", "-", "-", gv.verdict.value])
     return rows
 
 
 _COLUMNS = ("GPU", "Name", "Bus", "Temp", "Power", "Util", "Memory", "PCIe", "Verdict")
 PLAIN_WIDTH = 120
+COMPACT_BELOW = 110  # narrower than this: compact cells (short bus ids, no HBM temperature)
 
 
 def _plain_table(rows: list[list[str]], width: int = PLAIN_WIDTH) -> list[str]:
-    """The GPU table as rich lays it out without a TTY (no box, 2-space gaps, ellipsis past ``width``)."""
+    """The GPU table: 2-space gaps; past ``width`` the widest column is cut with an ellipsis."""
     table = [list(_COLUMNS), *rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(_COLUMNS))]
     while sum(widths) + 2 * (len(widths) - 1) > width and max(widths) > 4:
@@ -101,36 +124,119 @@ def _plain_table(rows: list[list[str]], width: int = PLAIN_WIDTH) -> list[str]:
     return out
 
 
-def render_plain(report: Report, file: TextIO | None = None) -> None:
-    """Plain text for pipes and logs: the same lines as the rich renderer without importing rich.
+Line = tuple[str, str]  # (text, rich style)
+
+
+def _wrap(text: str, width: int, first: str, rest: str, style: str = "") -> list[Line]:
+    """``text`` wrapped to ``width`` with a hanging indent, so continuation lines stay under their item."""
+    out: list[Line] = []
+    paras = [p for p in text.splitlines() if p.strip()] or [""]
+    for i, para in enumerate(paras):
+        lines = textwrap.wrap(para.strip(), width=max(20, width), initial_indent=first if i == 0 else rest,
+                              subsequent_indent=rest, break_long_words=True, break_on_hyphens=False) or [first]
+        out.extend((ln, style) for ln in lines)
+    return out
+
+
+def _verdict_word(report: Report) -> str:
+    if report.command == "explain":
+        return explain_verdict(report)
+    return report.verdict.value.upper()
+
+
+def explain_verdict(report: Report) -> str:
+    """What explain found, in its own words: the cause and its kind, never a node verdict for software."""
+    summ = report.explain_summary()
+    if not summ["cause_found"]:
+        return "NO KNOWN CAUSE FOUND"
+    word = " - DRAIN" if report.verdict == Verdict.DRAIN else ""
+    return f"CAUSE FOUND: {summ['kind']} ({summ['severity']}){word}"
+
+
+def layout(report: Report, width: int = PLAIN_WIDTH) -> list[Line]:
+    """Every line of the terminal report for ``width`` columns, with the style each is printed in."""
+    snap = report.snapshot
+    out: list[Line] = []
+    out.append((f"gpuclinic {report.command}  {snap.hostname or ''}   {_verdict_word(report)}", "bold"))
+    out += _wrap(" · ".join(_meta(report)), width, "", "", "dim")
+    rows = gpu_rows(report, compact=width < COMPACT_BELOW)
+    if rows:
+        out += [(ln, "bold" if i == 0 else _row_style(rows[i - 1][-1])) for i, ln in enumerate(_plain_table(rows, width))]
+    out.append(("", ""))
+    bad = [i for i in report.incidents if i.severity > Severity.INFO]
+    info_inc = [i for i in report.incidents if i.severity == Severity.INFO]
+    if not bad:
+        out.append(("No problems found." if report.command != "explain" else "No known problem found.", "green"))
+        out.append(("", ""))
+    by_id = {i.id: [f for f in report.findings if f.incident == i.id] for i in report.incidents}
+    for inc in bad:
+        out += _incident_lines(inc, by_id.get(inc.id, []), width)
+        out.append(("", ""))
+    if info_inc:
+        out.append(("Notes", "bold underline"))
+        for inc in info_inc:
+            out += _wrap(f"{inc.code}" + (f" [{inc.gpu.label()}]" if inc.gpu else "") + f"  {inc.title}", width,
+                         "  INFO     ", "           ", "cyan")
+        out.append(("", ""))
+    if report.skipped:
+        out.append(("Could not check", "bold"))
+        for line in grouped_skipped(report):
+            out += _wrap(line, width, "  - ", "    ", "dim")
+    while out and not out[-1][0]:
+        out.pop()
+    return out
+
+
+def _row_style(verdict: str) -> str:
+    return {"drain": "red", "lost": "red", "warning": "yellow"}.get(verdict.split()[0] if verdict else "", "")
+
+
+def _incident_lines(inc: Incident, findings: list[Finding], width: int) -> list[Line]:
+    out: list[Line] = []
+    sev = inc.severity.label.upper()
+    out += _wrap(inc.title, width, f"{sev:9}", " " * 9, _SEV_STYLE[inc.severity])
+    where = " · ".join(x for x in (inc.code, inc.gpu.label() if inc.gpu else "",
+                                   inc.gpu.pci_bus_id if inc.gpu and inc.gpu.pci_bus_id else "") if x)
+    out += _wrap(where, width, " " * 9, " " * 9, "bold")
+    root = next((f for f in findings if f.code == inc.code), None)
+    symptoms = [f for f in findings if f is not root]
+    if symptoms:
+        out.append((" " * 9 + "explains:", "dim"))
+        for f in symptoms:
+            out += _wrap(f"{f.code}  {f.title}", width, " " * 11 + "· ", " " * 15, "dim")
+    ev = inc.evidence[:6]
+    for e in ev:
+        out += _wrap(e, width, " " * 9 + "│ ", " " * 9 + "│   ", "dim")
+    if len(inc.evidence) > 6:
+        out.append((" " * 9 + f"│ … {len(inc.evidence) - 6} more (see --json)", "dim"))
+    if inc.first_step:
+        out += _wrap(inc.first_step, width, " " * 9 + "→ ", " " * 11, "")
+    elif root is not None and root.remedy:
+        out += _wrap(root.remedy.strip().splitlines()[0], width, " " * 9 + "→ ", " " * 11, "")
+    if inc.runbook:
+        gpu = f" --gpu {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
+        out += _wrap(f"all steps: gpuclinic runbook {inc.code}{gpu}", width, " " * 9 + "→ ", " " * 11, "dim")
+    return out
+
+
+def render_plain(report: Report, file: TextIO | None = None, width: int | None = None) -> None:
+    """Plain text for pipes, logs and NO_COLOR: the same lines as on a terminal, without importing rich.
 
     Why a second path: rich costs ~25 ms to import, a third of ``doctor --scenario``'s run time,
     and brings nothing when there is no terminal to colour.
     """
     f = file or sys.stdout
-    snap = report.snapshot
-    lines = [f"gpuclinic {report.command}  {snap.hostname or ''}   {report.verdict.value.upper()}"]
-    lines.append(" · ".join(_meta(report)))
-    rows = gpu_rows(report)
-    if rows:
-        lines.extend(_plain_table(rows))
-    lines.append("")
-    if not report.findings:
-        lines.append("No problems found.")
-    for fam in FAMILY_ORDER:
-        fs = [x for x in report.findings if x.family == fam]
-        if not fs:
-            continue
-        lines.append(fam.label)
-        for fi in fs:
-            lines.append(_finding_head(fi))
-            lines.extend(_finding_body(fi))
-        lines.append("")
-    if report.skipped:
-        lines.append("Could not check")
-        lines.extend(f"  - {line}" for line in grouped_skipped(report))
-    f.write("\n".join(lines) + "\n")
+    w = width or _env_width() or PLAIN_WIDTH
+    f.write("\n".join(text.rstrip() for text, _ in layout(report, w)) + "\n")
     f.flush()
+
+
+def _env_width() -> int | None:
+    try:
+        v = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return None
+    return v if v >= 40 else None
 
 
 def _meta(report: Report) -> list[str]:
@@ -175,67 +281,13 @@ def grouped_skipped(report: Report) -> list[str]:
     return out
 
 
-def _finding_head(f: Finding) -> str:
-    return f"  {f.severity.label.upper():8} {f.code}" + (f" [{f.gpu.label()}]" if f.gpu else "") + f"  {f.title}"
-
-
-def _finding_body(f: Finding) -> list[str]:
-    out = [f"      │ {ev}" for ev in f.evidence[:8]]
-    if len(f.evidence) > 8:
-        out.append(f"      │ … {len(f.evidence) - 8} more (see --json)")
-    out.extend(remedy_lines(f.remedy))
-    return out
-
-
 def render_terminal(report: Report, console: Console | None = None) -> None:
+    """Colour on a TTY (the console's width); the plain path otherwise."""
     if console is None and not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()):
         render_plain(report)
         return
-    from rich.table import Table
     from rich.text import Text
 
     con = console or make_console()
-    snap = report.snapshot
-    head = Text()
-    head.append(f"gpuclinic {report.command}", style="bold")
-    head.append(f"  {snap.hostname or ''}  ")
-    head.append(f" {report.verdict.value.upper()} ", style=_VERDICT_STYLE[report.verdict])
-    con.print(head)
-    con.print(" · ".join(_meta(report)), style="dim")
-
-    rows = gpu_rows(report)
-    if rows:
-        t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-        for col in ("GPU", "Name", "Bus", "Temp", "Power", "Util", "Memory", "PCIe", "Verdict"):
-            t.add_column(col, no_wrap=True, overflow="ellipsis")
-        for r in rows:
-            style = {"drain": "red", "warning": "yellow"}.get(r[-1].split()[0], "")
-            t.add_row(*r, style=style)
-        con.print(t)
-    con.print()
-    if not report.findings:
-        con.print("No problems found.", style="green")
-    for fam in FAMILY_ORDER:
-        fs = [f for f in report.findings if f.family == fam]
-        if not fs:
-            continue
-        con.print(Text(fam.label, style="bold underline"))
-        for f in fs:
-            line = Text("  ")
-            line.append(f"{f.severity.label.upper():8}", style=_SEV_STYLE[f.severity])
-            line.append(f" {f.code}", style="bold")
-            if f.gpu:
-                line.append(f" [{f.gpu.label()}]")
-            line.append(f"  {f.title}")
-            con.print(line)
-            for ev in f.evidence[:8]:
-                con.print(Text(f"      │ {ev}", style="dim"))
-            if len(f.evidence) > 8:
-                con.print(Text(f"      │ … {len(f.evidence) - 8} more (see --json)", style="dim"))
-            for rl in remedy_lines(f.remedy):
-                con.print(Text(rl))
-        con.print()
-    if report.skipped:
-        con.print(Text("Could not check", style="bold"))
-        for skipline in grouped_skipped(report):
-            con.print(Text(f"  - {skipline}", style="dim"))
+    for text, style in layout(report, con.width):
+        con.print(Text(text.rstrip(), style=style), no_wrap=True, overflow="ignore", crop=False)

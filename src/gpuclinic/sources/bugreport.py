@@ -10,16 +10,16 @@ sections we parse as a whole (nvidia-smi, lspci, driver version) are held, each 
 from __future__ import annotations
 
 import gzip
-import importlib
 import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
 from gpuclinic.facts.gpu import PciDevice
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.sources import lspci, smi_table, smi_text, smi_xml
+from gpuclinic.sources.kernellog import parse_lines
 from gpuclinic.sources.smi_common import SmiDump
 
 MARKER = "nvidia-bug-report.sh"
@@ -35,8 +35,13 @@ _NVRM_VERSION_RE = re.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(?P
 _UNAME_RE = re.compile(r"^uname(?: -a)?:\s*\S+\s+(?P<host>\S+)")
 
 
+_PROLOGUE_RE = re.compile(r"^(?:Start of NVIDIA bug report log file|nvidia-bug-report\.sh (?:Version|will now collect))", re.M)
+
+
 def looks_like(sample: str) -> bool:
-    return MARKER in sample[:8192] or "Start of NVIDIA bug report log file" in sample[:8192]
+    """The report's own prologue: not merely the name ``nvidia-bug-report.sh``, which the driver's crash
+    message ("A GPU crash dump has been created ... please run nvidia-bug-report.sh") also prints."""
+    return bool(_PROLOGUE_RE.search(sample[:8192]))
 
 
 @dataclass
@@ -113,14 +118,6 @@ def _is_sep(line: str) -> bool:
     return len(s) >= 20 and s[0] == "_" and not s.strip("_")
 
 
-def kernel_log_module() -> Any:
-    """The kernel-log parser module (owned by the kernel-log area), or None in a build without it."""
-    try:
-        return importlib.import_module("gpuclinic.sources.kernel_log")
-    except ImportError:
-        return None
-
-
 def open_text(path: str) -> IO[str]:
     """Open a plain or gzip-compressed file as text (undecodable bytes replaced)."""
     raw = open(path, "rb")  # returned to the caller inside the wrapper, who closes it
@@ -140,7 +137,6 @@ def parse_path(path: str) -> BugReport:
 def parse_stream(fh: IO[str], origin: str) -> BugReport:
     rep = BugReport(path=origin)
     rd = _Lines(fh)
-    _kl = kernel_log_module()
     first = True
     while not rd.eof:
         # skip separators and blank lines to the section title
@@ -161,13 +157,8 @@ def parse_stream(fh: IO[str], origin: str) -> BugReport:
             _header(rep, title, rd)
             continue
         if _KERNEL_TITLE_RE.search(title) and not title.lower().startswith("*** ls:"):
-            if _kl is None:
-                for _ in rd.section():
-                    pass
-                rep.notes.append("kernel-log parser not available; kernel sections not scanned")
-                continue
             rep.kernel_sections.append(title)
-            rep.kernel_events.extend(_kl.parse_lines(rd.section(), origin=f"{origin} [{title[:80]}]"))
+            rep.kernel_events.extend(parse_lines(rd.section(), origin=f"{origin} [{title[:80]}]"))
             continue
         if "nvidia-smi" in title.lower() or "lspci" in title.lower() or "/proc/driver/nvidia/version" in title:
             body: list[str] = []

@@ -10,22 +10,41 @@ inputs were usable: then it is recorded in ``snap.skipped`` and the rest is diag
 
 from __future__ import annotations
 
-import dataclasses
+import datetime
 import gzip
 import io
 import json
 import os
 import re
 import sys
-import tarfile
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from gpuclinic.errors import InputError
-from gpuclinic.facts.gpu import GpuFacts, PciDevice
-from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.facts.evidence import InputRecord, Segment
+from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import SoftwareFacts
-from gpuclinic.sources import bugreport, lspci, smi_csv, smi_nvlink, smi_table, smi_text, smi_topo, smi_xml
+from gpuclinic.sources import (
+    bugreport,
+    kernellog,
+    lspci,
+    segments,
+    smi_csv,
+    smi_nvlink,
+    smi_table,
+    smi_text,
+    smi_topo,
+    smi_xml,
+)
+from gpuclinic.sources.bmc import formats as bmc_formats
+from gpuclinic.sources.merge import (
+    _apply_nvlink,
+    _merge_pci,
+    _merge_snapshot,
+    _Unrecognised,
+    apply_dump,
+    link_facts_from_pci,
+)
 from gpuclinic.sources.smi_common import SmiDump, iso_time, mark_lost, scan_error_lines
 
 SAMPLE_BYTES = 256 * 1024
@@ -34,18 +53,7 @@ MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_BUNDLE_MEMBER = 256 * 1024 * 1024
 MAX_FILES = 10_000
 EXPECTED = ("nvidia-smi -q (text or XML), an nvidia-smi table, --query-gpu CSV, nvlink -s/-e or topo -m output, a kernel log, "
-            "nvidia-bug-report.log(.gz), lspci output or a gpuclinic capture")
-NVML_FAILURE_MARKERS = ("failed to initialize nvml", "couldn't communicate with the nvidia driver",
-                        "no devices were found", "version mismatch", "unable to find nvidia driver",
-                        "nvidia driver is not loaded")
-
-
-class _Unrecognised(Exception):
-    """An input that is readable but is none of the formats we know."""
-
-
-def _kernel_log() -> Any:
-    return bugreport.kernel_log_module()
+            "nvidia-bug-report.log(.gz), lspci output, ipmitool/FreeIPMI/Redfish/sensors output or a gpuclinic capture")
 
 
 def new_snapshot() -> Snapshot:
@@ -83,7 +91,7 @@ def detect(sample: str) -> str | None:
     if bugreport.looks_like(sample):
         return "bugreport"
     if head.startswith("{"):
-        return "json"
+        return bmc_formats.detect(sample) or "json"  # a Redfish document or sensors -j is JSON too
     if smi_xml.looks_like(sample):
         return "smi_xml"
     if smi_text.looks_like(sample):
@@ -102,170 +110,11 @@ def detect(sample: str) -> str | None:
         return "smi_table"
     if lspci.looks_like(sample):
         return "lspci"
-    return None
+    return bmc_formats.detect(sample)  # ipmitool, FreeIPMI, sensors (room:<format>)
 
 
 def _is_kernel_log(sample: str) -> bool:
-    kl = _kernel_log()
-    if kl is None:
-        return "NVRM:" in sample or "nvidia-nvswitch" in sample or "pcieport" in sample
-    try:
-        return bool(kl.looks_like_kernel_log(sample))
-    except Exception:  # a helper's bug must not hide the other formats
-        return False
-
-
-# ---------------------------------------------------------------------------------------------- merging
-
-def merge_gpu(snap: Snapshot, g: GpuFacts) -> GpuFacts:
-    """Merge ``g`` into the snapshot's GPU with the same UUID or bus id, or add it."""
-    match: GpuFacts | None = None
-    if g.uuid:
-        match = next((x for x in snap.gpus if x.uuid and x.uuid.lower() == g.uuid.lower()), None)
-    if match is None and g.pci_bus_id:
-        match = snap.gpu_by_bus_id(g.pci_bus_id)
-    if match is None and len(snap.gpus) == 1:
-        # a section paste names no GPU: with exactly one GPU on each side they are the same card
-        only = snap.gpus[0]
-        if (not g.uuid and not g.pci_bus_id) or (not only.uuid and not only.pci_bus_id):
-            match = only
-    if match is None:
-        if any(x.index == g.index for x in snap.gpus):
-            g.index = max(x.index for x in snap.gpus) + 1
-        snap.gpus.append(g)
-        snap.gpus.sort(key=lambda x: x.index)
-        return g
-    for f in dataclasses.fields(GpuFacts):
-        if f.name == "index":
-            continue
-        old, new = getattr(match, f.name), getattr(g, f.name)
-        if f.name == "lost":
-            match.lost = old or new
-        elif f.name == "unreadable":
-            for k, v in new.items():
-                old.setdefault(k, v)
-        elif f.name == "violation_ns":
-            for k, v in new.items():
-                old.setdefault(k, v)
-        elif old in (None, [], {}) and new not in (None, [], {}):
-            setattr(match, f.name, new)
-    return match
-
-
-def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
-    """Add what one nvidia-smi output says to the snapshot."""
-    sw = snap.software or SoftwareFacts()
-    snap.software = sw
-    if dump.driver_version:
-        snap.driver_version = snap.driver_version or dump.driver_version
-        sw.driver_version = sw.driver_version or dump.driver_version
-    if dump.cuda_version:
-        snap.cuda_driver_version = snap.cuda_driver_version or dump.cuda_version
-    if dump.timestamp and not snap.taken_at:
-        snap.taken_at = iso_time(dump.timestamp)
-        if snap.taken_at is None:
-            snap.notes.append(f"{origin}: nvidia-smi time stamp not understood: {dump.timestamp[:60]}")
-    for e in dump.errors:
-        if e not in sw.nvidia_smi_errors:
-            sw.nvidia_smi_errors.append(e)
-    for g in dump.gpus:
-        merge_gpu(snap, g)
-    snap.notes.extend(f"{origin}: {n}" for n in dump.notes)
-    nvml_failed = any(m in e.lower() for e in dump.errors for m in NVML_FAILURE_MARKERS)
-    if dump.gpus:
-        snap.nvml_available = True
-    elif nvml_failed and snap.nvml_available is not True:
-        snap.nvml_available = False
-        snap.skip("GPUs through NVML", f"nvidia-smi in {origin}: {dump.errors[0]}")
-    if dump.attached_gpus is not None and dump.attached_gpus > len(dump.gpus):
-        snap.notes.append(f"{origin}: nvidia-smi reported {dump.attached_gpus} attached GPUs but listed {len(dump.gpus)}")
-
-
-def _apply_nvlink(snap: Snapshot, dump: SmiDump, origin: str) -> None:
-    """``nvidia-smi nvlink -s/-e``: links join the GPU with the same UUID, or the same nvidia-smi index.
-
-    The output names GPUs by nvidia-smi index and UUID only (pastes often elide the UUID), so without a
-    UUID the index is what ties it to a table or ``-q`` dump of the same node.
-    """
-    if not dump.gpus:
-        raise _Unrecognised("nvidia-smi nvlink output lists no GPU")
-    rest: list[GpuFacts] = []
-    for g in dump.gpus:
-        same = None
-        if g.uuid:
-            same = next((x for x in snap.gpus if x.uuid and x.uuid.lower() == g.uuid.lower()), None)
-        else:
-            same = next((x for x in snap.gpus if x.index == g.index), None)
-        if same is None:
-            rest.append(g)
-            continue
-        have = {link.link: link for link in same.nvlinks}
-        for link in g.nvlinks:
-            old = have.get(link.link)
-            if old is None:
-                same.nvlinks.append(link)
-                continue
-            for f in dataclasses.fields(link):
-                if getattr(old, f.name) is None:
-                    setattr(old, f.name, getattr(link, f.name))
-        same.nvlinks.sort(key=lambda x: x.link)
-    dump.gpus = rest
-    apply_dump(snap, dump, origin)
-    snap.nvml_available = True
-
-
-_GTS_TO_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-
-
-def link_facts_from_pci(snap: Snapshot) -> None:
-    """Fill a GPU's PCIe generation/width from lspci's LnkSta/LnkCap when nvidia-smi did not give them."""
-    for d in snap.pci_devices:
-        g = snap.gpu_by_bus_id(d.bus_id)
-        if g is None:
-            continue
-        if g.pcie_gen is None and d.current_link_speed_gts is not None:
-            g.pcie_gen = _GTS_TO_GEN.get(d.current_link_speed_gts)
-        if g.pcie_gen_max is None and d.max_link_speed_gts is not None:
-            g.pcie_gen_max = _GTS_TO_GEN.get(d.max_link_speed_gts)
-        if g.pcie_width is None:
-            g.pcie_width = d.current_link_width
-        if g.pcie_width_max is None:
-            g.pcie_width_max = d.max_link_width
-
-
-def _merge_pci(snap: Snapshot, devs: Iterable[PciDevice]) -> None:
-    for d in devs:
-        if not any(normalize_bus_id(x.bus_id) == d.bus_id for x in snap.pci_devices):
-            snap.pci_devices.append(d)
-        snap.pci_read = True
-
-
-def _merge_snapshot(snap: Snapshot, other: Snapshot, origin: str) -> None:
-    """Fold a captured snapshot (from a bundle or JSON) into the evidence snapshot."""
-    for name in ("taken_at", "hostname", "driver_version", "nvml_version", "cuda_driver_version", "expect_gpus"):
-        if getattr(snap, name) is None and getattr(other, name) is not None:
-            setattr(snap, name, getattr(other, name))
-    if other.nvml_available is not None and snap.nvml_available is not True:
-        snap.nvml_available = other.nvml_available
-    for g in other.gpus:
-        merge_gpu(snap, g)
-    _merge_pci(snap, other.pci_devices)
-    snap.pci_read = snap.pci_read or other.pci_read
-    snap.kernel_events.extend(other.kernel_events)
-    snap.kernel_log_read = snap.kernel_log_read or other.kernel_log_read
-    snap.kernel_log_sources.extend(s for s in other.kernel_log_sources if s not in snap.kernel_log_sources)
-    for part in ("software", "container", "host", "network"):
-        if getattr(other, part) is not None:
-            mine = getattr(snap, part)
-            if mine is None or (part == "software" and mine == SoftwareFacts()):
-                setattr(snap, part, getattr(other, part))
-            elif part == "software":
-                for e in other.software.nvidia_smi_errors if other.software else []:
-                    if e not in mine.nvidia_smi_errors:
-                        mine.nvidia_smi_errors.append(e)
-    for s in other.skipped:
-        snap.skip(s.what, s.why)
-    snap.notes.append(f"{origin}: captured snapshot ({other.origin}, taken {other.taken_at or 'at an unknown time'})")
+    return kernellog.looks_like_kernel_log(sample)
 
 
 # ---------------------------------------------------------------------------------------------- text
@@ -293,17 +142,22 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
             raise _Unrecognised("lspci output lists no NVIDIA device")
         _merge_pci(snap, devs)
     elif kind == "kernel_log":
-        kl = _kernel_log()
-        if kl is None:
-            raise _Unrecognised("looks like a kernel log, but this build has no kernel-log parser")
-        snap.kernel_events.extend(kl.parse_lines(text.splitlines(), origin=origin))
+        snap.kernel_events.extend(kernellog.parse_lines(text.splitlines(), origin=origin))
         snap.kernel_log_read = True
         if origin not in snap.kernel_log_sources:
             snap.kernel_log_sources.append(origin)
     elif kind == "bugreport":
-        _apply_bugreport(snap, bugreport.parse_stream(io.StringIO(text), origin))
+        rep = bugreport.parse_stream(io.StringIO(text), origin)
+        _apply_bugreport(snap, rep)
+        snap.input_records.append(bugreport_record(rep))
     elif kind == "json":
         _apply_json(snap, text, origin)
+        return
+    elif kind.startswith(bmc_formats.PREFIX):
+        try:
+            bmc_formats.apply(snap, kind, text, origin)
+        except ValueError as e:
+            raise _Unrecognised(str(e)) from None
         return
     else:  # pragma: no cover - detect() returns only the kinds above
         raise _Unrecognised(kind)
@@ -314,8 +168,8 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
 def _apply_secondary(snap: Snapshot, kind: str, text: str, origin: str) -> None:
     """People paste mixtures (an nvidia-smi table followed by dmesg lines): read every part we know."""
     lines = text.splitlines()
-    kl = _kernel_log()
-    if kind != "kernel_log" and kl is not None and ("NVRM" in text or "pcieport" in text or "nvswitch" in text):
+    kl = kernellog
+    if kind != "kernel_log" and ("NVRM" in text or "pcieport" in text or "nvswitch" in text):
         events = list(kl.parse_lines(lines, origin=origin))
         if events:
             snap.kernel_events.extend(events)
@@ -379,24 +233,82 @@ def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
         snap.notes.append(f"{rep.path}: bug report had no nvidia-smi, kernel-log, lspci or driver-version section")
 
 
-def snapshot_from_text(text: str, origin: str = "<stdin>") -> Snapshot:
-    """Build a snapshot from pasted text (``explain``, stdin).  Raises :class:`InputError` if unrecognised."""
+def snapshot_from_text(text: str, origin: str = "<stdin>", *, error_signatures: bool = False) -> Snapshot:
+    """Build a snapshot from pasted text (``explain``, which runs the error signatures itself, so they are
+    off by default here).  Raises :class:`InputError` if nothing in it could be read."""
     snap = new_snapshot()
-    add_text(snap, text, origin)
+    add_text(snap, text, origin, error_signatures=error_signatures)
     snap.inputs.append(origin)
+    finish(snap)
+    link_facts_from_pci(snap)
     return snap
 
 
-def add_text(snap: Snapshot, text: str, origin: str) -> str:
-    """Add one text input to ``snap``; returns the detected kind."""
-    kind = detect(text[:SAMPLE_BYTES])
-    if kind is None:
-        raise InputError(f"{origin}: not recognised; expected {EXPECTED}")
+def _whole_kind(head: str) -> str | None:
+    """Inputs read as a whole, never segmented: a bug report (sections) and gpuclinic JSON."""
+    if bugreport.looks_like(head):
+        return "bugreport"
+    h = head.lstrip("\ufeff \t\r\n")
+    if h.startswith("{") and '"gpuclinic.' in head:
+        return "json"
+    return None
+
+
+def add_text(snap: Snapshot, text: str, origin: str, *, error_signatures: bool = True, year: int | None = None) -> str:
+    """Add one text input to ``snap`` through the segmenting reader; returns its kind."""
+    text = unquote(text)
+    kind = _whole_kind(text[:SAMPLE_BYTES])
+    if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{") and '"gpuclinic.' in text[-4096:]:
+        kind = "json"  # a snapshot writes its schema key last
+    if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{"):
+        kind = bmc_formats.detect(text[:SAMPLE_BYTES])  # a Redfish document or sensors -j: one JSON, read whole
+    if kind is not None:
+        try:
+            _apply_text(snap, kind, text, origin)
+        except _Unrecognised as e:
+            raise InputError(f"{origin}: {e}") from None
+        if kind == "json" or kind.startswith(bmc_formats.PREFIX):  # a bug report records its sections itself
+            snap.input_records.append(InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1,
+                                                  readers=[kind]))
+        return kind
     try:
-        _apply_text(snap, kind, text, origin)
-    except _Unrecognised as e:
-        raise InputError(f"{origin}: {e}") from None
-    return kind
+        rec = segments.read_lines(snap, text.splitlines(), origin, detect=lambda t: detect(t[:SAMPLE_BYTES]),
+                                  apply_rest=_apply_text, error_signatures=error_signatures, year=year)
+    except ValueError:
+        raise InputError(f"{origin}: not recognised; expected {EXPECTED}") from None
+    snap.input_records.append(rec)
+    return rec.kind
+
+
+def finish(snap: Snapshot) -> None:
+    """Facts that follow from everything read: driver versions from kernel lines, GPUs from lspci."""
+    sw = snap.software or SoftwareFacts()
+    snap.software = sw
+    for ev in snap.kernel_events:
+        if ev.kind != "module":
+            continue
+        d = ev.detail
+        if d.get("driver_version"):
+            snap.driver_version = snap.driver_version or str(d["driver_version"])
+            sw.proc_driver_version = sw.proc_driver_version or str(d["driver_version"])
+        if d.get("module") == "api_mismatch":
+            if d.get("kernel_version"):
+                sw.proc_driver_version = sw.proc_driver_version or str(d["kernel_version"])
+            client = d.get("client_version")
+            if client and client not in sw.user_lib_versions:
+                sw.user_lib_versions.append(str(client))
+    if snap.attached_gpus and 0 < len(snap.gpus) < snap.attached_gpus:
+        # "Attached GPUs : 8" above one pasted GPU block: the other GPUs exist, their facts were not pasted
+        missing = snap.attached_gpus - len(snap.gpus)
+        for _ in range(missing):
+            idx = max(g.index for g in snap.gpus) + 1
+            snap.gpus.append(GpuFacts(index=idx, unreadable={
+                "evidence": f"not in the pasted output (nvidia-smi reported {snap.attached_gpus} attached GPUs)"}))
+    if not snap.gpus:
+        for i, dev in enumerate(x for x in snap.pci_devices if x.is_gpu):
+            snap.gpus.append(GpuFacts(index=i, pci_bus_id=dev.bus_id))
+        if snap.gpus:
+            snap.notes.append(f"{len(snap.gpus)} GPU(s) known from lspci only (no nvidia-smi output in the evidence)")
 
 
 # ---------------------------------------------------------------------------------------------- files
@@ -478,47 +390,78 @@ def _looks_binary(b: bytes) -> bool:
 def add_file(snap: Snapshot, path: str) -> str:
     """Add one file to ``snap``; returns its kind.  Raises ``_Unrecognised``/``OSError``."""
     if os.path.isdir(path) and is_capture_dir(path):
-        _apply_bundle_dir(snap, path)
+        from gpuclinic.sources.bundle import apply_bundle_dir
+
+        apply_bundle_dir(snap, path)
+        snap.input_records.append(InputRecord(input=path, kind="capture", readers=["capture"]))
         return "capture"
     head, gz = _read_head(path)
     if _is_tar(path, head, gz):
-        _apply_bundle(snap, path)
+        from gpuclinic.sources.bundle import apply_bundle
+
+        apply_bundle(snap, path)
+        snap.input_records.append(InputRecord(input=path, kind="capture", readers=["capture"]))
         return "capture"
     if not head.strip():
         raise _Unrecognised("file is empty")
     enc = utf16_encoding(head)
     if enc is not None:  # `nvidia-smi -q > out.txt` in Windows PowerShell writes UTF-16
-        text = _read_all(path, MAX_DUMP_BYTES, enc)
-        kind = detect(text[:SAMPLE_BYTES])
-        if kind is None:
-            raise _Unrecognised("not recognised (UTF-16 text)")
-        _apply_text(snap, kind, text, path)
-        return kind
+        return _add_text_or_unrecognised(snap, _read_all(path, MAX_DUMP_BYTES, enc), path)
     if _looks_binary(head):
         raise _Unrecognised("binary data")
     sample = _decode(head)
     kind = detect(sample)
-    if kind is None:
-        raise _Unrecognised("not recognised")
     if kind == "bugreport":
-        _apply_bugreport(snap, bugreport.parse_path(path))
+        rep = bugreport.parse_path(path)
+        _apply_bugreport(snap, rep)
+        snap.input_records.append(bugreport_record(rep))
         return kind
-    if kind == "kernel_log" and unquote(sample) is sample:
-        kl = _kernel_log()
-        if kl is None:
-            raise _Unrecognised("looks like a kernel log, but this build has no kernel-log parser")
-        snap.kernel_events.extend(kl.scan_path(path))
+    limit = MAX_JSON_BYTES if kind == "json" else MAX_DUMP_BYTES
+    big = kind == "kernel_log" and unquote(sample) is sample
+    with bugreport.open_text(path) as fh:
+        text = fh.read((SEGMENT_LIMIT if big else limit) + 1)
+    if big and len(text) > SEGMENT_LIMIT:
+        # a large log (plain or compressed): stream it through the kernel-log scan (memmem, flat memory)
+        snap.kernel_events.extend(kernellog.scan_path(path))
         snap.kernel_log_read = True
         if path not in snap.kernel_log_sources:
             snap.kernel_log_sources.append(path)
-        return kind
-    limit = MAX_JSON_BYTES if kind == "json" else MAX_DUMP_BYTES
-    with bugreport.open_text(path) as fh:
-        text = fh.read(limit + 1)
+        snap.input_records.append(InputRecord(input=path, kind="kernel_log", readers=["kernellog.scan"], streamed=True,
+                                              segments=[Segment(kind="kernel_log")]))
+        return "kernel_log"
     if len(text) > limit:
-        raise _Unrecognised(f"starts like {kind.replace('_', ' ')} but is larger than {limit // (1024 * 1024)} MB")
-    _apply_text(snap, kind, text, path)
-    return kind
+        raise _Unrecognised(f"starts like {(kind or 'text').replace('_', ' ')} but is larger than "
+                            f"{limit // (1024 * 1024)} MB")
+    return _add_text_or_unrecognised(snap, text, path, year=_mtime_year(path))
+
+
+SEGMENT_LIMIT = 32 * 1024 * 1024  # larger kernel logs are streamed, not segmented
+
+
+def _mtime_year(path: str) -> int | None:
+    try:
+        return datetime.datetime.fromtimestamp(os.stat(path).st_mtime).year
+    except (OSError, ValueError, OverflowError):
+        return None
+
+
+def bugreport_record(rep: bugreport.BugReport) -> InputRecord:
+    """A bug report's sections as segments: which were read (kernel log, nvidia-smi, lspci, driver version)."""
+    segs = []
+    for title in rep.sections:
+        low = title.lower()
+        kind = ("kernel_log" if title in rep.kernel_sections else "nvidia-smi" if "nvidia-smi" in low else
+                "lspci" if "lspci" in low else "driver_version" if "/proc/driver/nvidia/version" in title else "other")
+        segs.append(Segment(kind="bugreport_section", title=title, readers=[] if kind == "other" else [kind]))
+    return InputRecord(input=rep.path, kind="bugreport", segments=segs, readers=["bugreport"],
+                       unclaimed=sum(1 for sg in segs if not sg.readers))
+
+
+def _add_text_or_unrecognised(snap: Snapshot, text: str, origin: str, *, year: int | None = None) -> str:
+    try:
+        return add_text(snap, text, origin, year=year)
+    except InputError as e:
+        raise _Unrecognised(str(e).removeprefix(f"{origin}: ").split(";")[0]) from None
 
 
 def _add_stdin(snap: Snapshot) -> str:
@@ -537,46 +480,12 @@ def _add_stdin(snap: Snapshot) -> str:
     text = data.decode(enc, errors="replace").lstrip("\ufeff") if enc else _decode(data)
     if enc is None and _looks_binary(data[:SAMPLE_BYTES]):
         raise _Unrecognised("binary data")
-    kind = detect(text[:SAMPLE_BYTES])
-    if kind is None:
-        raise _Unrecognised("not recognised")
-    _apply_text(snap, kind, text, "<stdin>")
-    return kind
+    return _add_text_or_unrecognised(snap, text, "<stdin>")
 
 
 def _is_tar(path: str, head: bytes, gz: bool) -> bool:
     # ustar magic at offset 257 of the (decompressed) first block
     return len(head) >= 262 and head[257:262] == b"ustar"
-
-
-def _apply_bundle(snap: Snapshot, path: str) -> None:
-    """Read a ``gpuclinic capture`` bundle without extracting it to disk."""
-    try:
-        tf = tarfile.open(path, mode="r:*")
-    except (tarfile.TarError, OSError) as e:
-        raise _Unrecognised(f"tar archive could not be read ({e})") from None
-    with tf:
-        members = {}
-        try:
-            for m in tf:
-                if m.isfile() and 0 <= m.size <= MAX_BUNDLE_MEMBER:
-                    members[m.name.lstrip("./")] = m
-        except (tarfile.TarError, OSError, EOFError) as e:
-            raise _Unrecognised(f"tar archive is truncated or corrupt ({e})") from None
-
-        def read(name: str) -> str | None:
-            m = members.get(name)
-            if m is None:
-                return None
-            fh = tf.extractfile(m)
-            if fh is None:
-                return None
-            try:
-                return _decode(fh.read())
-            except (tarfile.TarError, OSError, EOFError) as e:
-                raise _Unrecognised(f"tar member {name} is corrupt ({e})") from None
-
-        _apply_bundle_members(snap, path, sorted(members), read)
 
 
 def is_capture_dir(path: str) -> bool:
@@ -589,80 +498,6 @@ def is_capture_dir(path: str) -> bool:
             return '"gpuclinic.capture/' in fh.read(4096)
     except OSError:
         return False
-
-
-def _apply_bundle_dir(snap: Snapshot, path: str) -> None:
-    """An extracted capture bundle: read like the tar.gz, so raw outputs do not double the snapshot."""
-    names: list[str] = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(dirs)
-        for f in sorted(files):
-            names.append(os.path.relpath(os.path.join(root, f), path).replace(os.sep, "/"))
-
-    def read(name: str) -> str | None:
-        full = os.path.join(path, name)
-        try:
-            if os.path.getsize(full) > MAX_BUNDLE_MEMBER:
-                return None
-            with open(full, "rb") as fh:
-                return _decode(fh.read())
-        except OSError:
-            return None
-
-    _apply_bundle_members(snap, path, names, read)
-
-
-def _apply_bundle_members(snap: Snapshot, path: str, names: list[str], read: Callable[[str], str | None]) -> None:
-    snap_json = read("snapshot.json")
-    if snap_json is not None:
-        had_gpus, had_log, had_pci = bool(snap.gpus), snap.kernel_log_read, snap.pci_read
-        _apply_json(snap, snap_json, f"{path}:snapshot.json")
-        # The raw outputs fill what the live read could not (no NVML bindings, no log access).
-        wanted = {"smi_text", "smi_xml", "smi_table", "smi_csv"} if not snap.gpus or snap.gpus and not had_gpus and \
-            all(g.name is None for g in snap.gpus) else set()
-        if not snap.kernel_log_read and not had_log:
-            wanted.add("kernel_log")
-        if not snap.pci_read and not had_pci:
-            wanted.add("lspci")
-        for name in names:
-            if not wanted or not name.startswith("raw/"):
-                continue
-            text = read(name)
-            kind = detect(text[:SAMPLE_BYTES]) if text else None
-            if kind in wanted and text is not None:
-                try:
-                    _apply_text(snap, kind, text, f"{path}:{name}")
-                except (_Unrecognised, InputError) as e:
-                    snap.skip(f"{path}:{name}", str(e))
-                if kind.startswith("smi_") and snap.gpus:
-                    wanted -= {"smi_text", "smi_xml", "smi_table", "smi_csv"}
-        manifest = read("manifest.json")
-        if manifest:
-            try:
-                man = json.loads(manifest)
-                for f in man.get("failed", []) if isinstance(man, dict) else []:
-                    if isinstance(f, dict) and f.get("what"):
-                        snap.notes.append(f"capture could not collect {f.get('what')}: {f.get('why')}")
-            except ValueError:
-                snap.notes.append(f"{path}: manifest.json is not valid JSON")
-        return
-    used = 0
-    for name in names:
-        if not name.startswith("raw/"):
-            continue
-        text = read(name)
-        if not text:
-            continue
-        kind = detect(text[:SAMPLE_BYTES])
-        if kind is None:
-            continue
-        try:
-            _apply_text(snap, kind, text, f"{path}:{name}")
-            used += 1
-        except (_Unrecognised, InputError) as e:
-            snap.skip(f"{path}:{name}", str(e))
-    if not used:
-        raise _Unrecognised("tar archive is not a gpuclinic capture (no snapshot.json or readable raw/ outputs)")
 
 
 def _dedupe_kernel_events(snap: Snapshot) -> None:
@@ -731,8 +566,9 @@ def load_evidence(paths: Sequence[str]) -> Snapshot:
     for f in failures:
         what, _, why = f.partition(": ")
         snap.skip(f"evidence {what}", why or f)
-    link_facts_from_pci(snap)
     _dedupe_kernel_events(snap)
+    finish(snap)
+    link_facts_from_pci(snap)
     skipped = {s.what for s in snap.skipped}
     if snap.nvml_available is None and not snap.gpus and "GPUs through NVML" not in skipped:
         snap.skip("GPUs through NVML", "the evidence has no nvidia-smi output or capture")

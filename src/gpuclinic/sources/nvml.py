@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from gpuclinic.errors import SourceUnavailable
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess, NvLinkFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.knowledge import gpu_fields
 
 if TYPE_CHECKING:
     from gpuclinic.collect import CollectOptions
@@ -29,18 +30,8 @@ if TYPE_CHECKING:
 
 WHAT = "GPUs through NVML"
 
-# Clock-event ("throttle") reason bits, nvmlClocksEventReason* (same values as ...ThrottleReason*).
-CLOCK_EVENT_REASONS: dict[int, str] = {
-    0x1: "idle",
-    0x2: "applications_clocks",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clocks",
-}
+# Clock-event ("throttle") reason bits, nvmlClocksEventReason*: the one vocabulary in gpu_fields.json.
+CLOCK_EVENT_REASONS: dict[int, str] = {r.bit: r.name for r in gpu_fields.clock_reasons()}
 
 # nvmlPerfPolicyType_t -> name used in GpuFacts.violation_ns
 VIOLATION_POLICIES: dict[int, str] = {
@@ -604,15 +595,7 @@ def nv_const(nv: Any, name: str, default: int) -> int:
 
 def decode_reasons(mask: int) -> list[str]:
     """Names of the set clock-event reason bits, in bit order; unknown bits as ``bit_0x...``."""
-    out = [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
-    rest = mask & ~sum(CLOCK_EVENT_REASONS)
-    bit = 1
-    while rest:
-        if rest & bit:
-            out.append(f"bit_0x{bit:x}")
-            rest &= ~bit
-        bit <<= 1
-    return out
+    return gpu_fields.decode_reason_mask(mask)
 
 
 def _process_name(pid: int) -> str | None:

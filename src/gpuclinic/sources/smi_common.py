@@ -14,29 +14,12 @@ from dataclasses import dataclass, field
 
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.knowledge import gpu_fields
 
-# Clock event (throttle) reason names -> NVML bit (nvml.h nvmlClocksEventReason*); the names are the
-# ones gpuclinic.sources.nvml decodes the live bitmask to, so checks see one vocabulary.
-CLOCK_REASON_BITS: dict[str, int] = {
-    "idle": 0x1,
-    "applications_clocks": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-    "display_clocks": 0x100,
-}
-# "Clocks Event Reasons Counters" labels -> GpuFacts.violation_ns keys (NVML perf-policy names where
-# one exists: power, thermal, sync_boost; the HW ones keep their reason names).
-COUNTER_NAMES: dict[str, str] = {
-    "sw_power_cap": "power",
-    "sw_thermal_slowdown": "thermal",
-    "sync_boost": "sync_boost",
-    "hw_thermal_slowdown": "hw_thermal_slowdown",
-    "hw_power_brake_slowdown": "hw_power_brake_slowdown",
-}
+# One clock-event vocabulary (NVML's names) for every reader: knowledge/data/gpu_fields.json.
+CLOCK_REASON_BITS: dict[str, int] = gpu_fields.reason_bits()
+# "Clocks Event Reasons Counters" labels -> GpuFacts.violation_ns keys
+COUNTER_NAMES: dict[str, str] = gpu_fields.counter_names()
 
 # Values meaning "no value, and that is normal" (feature absent or not applicable).
 _ABSENT = {"n/a", "[n/a]", "none", "not available", "", "-"}
@@ -162,34 +145,8 @@ def set_reasons(gpu: GpuFacts, active: dict[str, bool]) -> None:
 
 
 def reason_name(label: str) -> str | None:
-    """Map an nvidia-smi reason label (text or XML tag) to its NVML-style name."""
-    k = re.sub(r"[^a-z]+", "_", label.lower()).strip("_")
-    for prefix in ("clocks_event_reason_", "clocks_throttle_reason_", "clocks_event_reasons_counters_",
-                   "clocks_throttle_reasons_counters_"):
-        if k.startswith(prefix):
-            k = k[len(prefix):]
-    aliases = {
-        "idle": "idle",
-        "gpu_idle": "idle",
-        "applications_clocks_setting": "applications_clocks",
-        "application_clocks_setting": "applications_clocks",
-        "sw_power_cap": "sw_power_cap",
-        "sw_power_capping": "sw_power_cap",
-        "hw_slowdown": "hw_slowdown",
-        "hw_thermal_slowdown": "hw_thermal_slowdown",
-        "hw_power_brake_slowdown": "hw_power_brake_slowdown",
-        "hw_power_braking": "hw_power_brake_slowdown",
-        "sw_therm_slowdown": "sw_thermal_slowdown",
-        "hw_therm_slowdown": "hw_thermal_slowdown",
-        "sw_thermal_slowdown_counter": "sw_thermal_slowdown",
-        "hw_power_brake": "hw_power_brake_slowdown",
-        "sync_boost": "sync_boost",
-        "sw_thermal_slowdown": "sw_thermal_slowdown",
-        "display_clock_setting": "display_clocks",
-        "display_clocks_setting": "display_clocks",
-        "unknown": "unknown",
-    }
-    return aliases.get(k)
+    """Map an nvidia-smi reason label (text or XML tag) to its NVML-style name (gpu_fields.json)."""
+    return gpu_fields.reason_name(label)
 
 
 def microseconds_ns(value: str | None) -> int | None:
@@ -247,14 +204,14 @@ class SmiDump:
 
 # nvidia-smi's own error statements, as printed in the wild (one line each).
 _HANDLE_RE = re.compile(
-    r"Unable to determine the device handle for (?:GPU\s*)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    r"Unable to (?:determine|detect) the device handle for (?:GPU\s*)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"\s*:?\s*(?P<why>.*)$"
 )
 _ERROR_LINE_RES = (
     re.compile(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.*", re.I),
     re.compile(r"Failed to initialize NVML:.*", re.I),
     re.compile(r"No devices were found", re.I),
-    re.compile(r"Unable to determine the device handle for .*", re.I),
+    re.compile(r"Unable to (?:determine|detect) the device handle for .*", re.I),
     re.compile(r"NVML library version mismatch.*|Driver/library version mismatch.*", re.I),
     re.compile(r"GPU access blocked by the operating system.*", re.I),
     re.compile(r"Unable to find NVIDIA driver.*|NVIDIA driver is not loaded.*", re.I),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.knowledge import gpu_fields
 from gpuclinic.sources import smi_common as c
 
 MAX_LINE = 65536
@@ -79,7 +80,7 @@ def _mask(g: GpuFacts, v: str) -> None:
     if m is None:
         return
     g.clock_event_reasons_mask = m
-    g.clock_event_reasons = [name for name, bit in c.CLOCK_REASON_BITS.items() if m & bit]
+    g.clock_event_reasons = gpu_fields.decode_reason_mask(m)
 
 
 def _width(g: GpuFacts, v: str) -> None:
@@ -90,48 +91,14 @@ def _width_max(g: GpuFacts, v: str) -> None:
     g.pcie_width_max = c.width(v)
 
 
-FIELDS: dict[str, Setter] = {
-    "index": _index,
-    "name": _str("name"), "gpu_name": _str("name"),
-    "uuid": _str("uuid"), "gpu_uuid": _str("uuid"),
-    "serial": _str("serial"), "gpu_serial": _str("serial"),
-    "pci.bus_id": _bus, "gpu_bus_id": _bus,
-    "pci.device_id": _str("pci_device_id"),
-    "vbios_version": _str("vbios"),
-    "compute_cap": _str("compute_capability"),
-    "temperature.gpu": _num("temperature_c"),
-    "temperature.memory": _num("memory_temperature_c"),
-    "fan.speed": _num("fan_percent"),
-    "pstate": _str("performance_state"),
-    "power.draw": _num("power_draw_w"), "power.draw.instant": _num_unless_set("power_draw_w"),
-    "power.limit": _num("power_limit_w"), "enforced.power.limit": _num("power_enforced_limit_w"),
-    "power.default_limit": _num("power_default_limit_w"), "power.max_limit": _num("power_max_limit_w"),
-    "clocks.sm": _num("sm_clock_mhz"), "clocks.current.sm": _num("sm_clock_mhz"),
-    "clocks.max.sm": _num("sm_clock_max_mhz"),
-    "clocks.mem": _num("mem_clock_mhz"), "clocks.current.memory": _num("mem_clock_mhz"),
-    "clocks.max.mem": _num("mem_clock_max_mhz"), "clocks.max.memory": _num("mem_clock_max_mhz"),
-    "clocks_throttle_reasons.active": _mask, "clocks_event_reasons.active": _mask,
-    "utilization.gpu": _num("utilization_gpu_pct"), "utilization.memory": _num("utilization_memory_pct"),
-    "memory.used": _mib("memory_used_bytes"), "memory.total": _mib("memory_total_bytes"),
-    "pcie.link.gen.current": _int("pcie_gen"), "pcie.link.gen.gpucurrent": _int("pcie_gen"),
-    "pcie.link.gen.max": _int("pcie_gen_max"), "pcie.link.gen.gpumax": _int("pcie_gen_gpu_max"),
-    "pcie.link.width.current": _width, "pcie.link.width.max": _width_max,
-    "ecc.mode.current": _bool("ecc_mode_current"), "ecc.mode.pending": _bool("ecc_mode_pending"),
-    "ecc.errors.corrected.volatile.total": _int("ecc_volatile_corrected"),
-    "ecc.errors.uncorrected.volatile.total": _int("ecc_volatile_uncorrected"),
-    "ecc.errors.corrected.aggregate.total": _int("ecc_aggregate_corrected"),
-    "ecc.errors.uncorrected.aggregate.total": _int("ecc_aggregate_uncorrected"),
-    "retired_pages.sbe": _int("retired_pages_sbe"), "retired_pages.single_bit_ecc.count": _int("retired_pages_sbe"),
-    "retired_pages.dbe": _int("retired_pages_dbe"), "retired_pages.double_bit.count": _int("retired_pages_dbe"),
-    "retired_pages.pending": _bool("retired_pages_pending"),
-    "remapped_rows.correctable": _int("remapped_rows_correctable"),
-    "remapped_rows.uncorrectable": _int("remapped_rows_uncorrectable"),
-    "remapped_rows.pending": _bool("remapped_rows_pending"),
-    "remapped_rows.failure": _bool("remapped_rows_failure"),
-    "persistence_mode": _bool("persistence_mode"),
-    "compute_mode": _str("compute_mode"),
-    "mig.mode.current": _bool("mig_mode_current"), "mig.mode.pending": _bool("mig_mode_pending"),
+# How each parse kind of knowledge/data/gpu_fields.json sets a GpuFacts attribute.
+_PARSERS: dict[str, Callable[[str], Setter]] = {
+    "num": _num, "num_unless_set": _num_unless_set, "int": _int, "mib": _mib, "bool": _bool, "str": _str,
+    "bus": lambda attr: _bus, "index": lambda attr: _index, "mask": lambda attr: _mask,
+    "width": lambda attr: _width if attr == "pcie_width" else _width_max,
 }
+# --query-gpu column -> setter, from the field schema (one row per fact)
+FIELDS: dict[str, Setter] = {name: _PARSERS[row.parse](row.fact) for row in gpu_fields.fields() for name in row.query_gpu}
 
 
 def _field(col: str) -> str:

@@ -11,11 +11,13 @@ dumps pasted with a prefix (bug reports, issue comments) and never raises on arb
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.knowledge import gpu_fields
 from gpuclinic.sources import smi_common as c
 
 MARKER = "==============NVSMI LOG=============="
@@ -154,20 +156,19 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
 _HEADER_KEYS = {"driver version", "cuda version", "cuda driver version", "timestamp", "attached gpus"}
 
 
+_TEXT_PARSE: dict[str, Callable[[str | None], Any]] = {
+    "str": c.clean, "bool": c.yes_no, "num": c.num, "int": c.integer,
+}
+_SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.text_reader == "schema")
+
+
 def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
     g = GpuFacts(index=index, pci_bus_id=bus)
-    g.name = c.clean(t.val("Product Name"))
-    g.architecture = c.clean(t.val("Product Architecture"))
-    g.serial = c.clean(t.val("Serial Number"))
-    g.uuid = c.clean(t.val("GPU UUID"))
-    g.vbios = c.clean(t.val("VBIOS Version"))
-    g.persistence_mode = c.yes_no(t.val("Persistence Mode"))
-    g.compute_mode = c.clean(t.val("Compute Mode"))
-    g.mig_mode_current = c.yes_no(t.val("MIG Mode", "Current"))
-    g.mig_mode_pending = c.yes_no(t.val("MIG Mode", "Pending"))
-    g.performance_state = c.clean(t.val("Performance State"))
-    g.fan_percent = c.num(t.val("Fan Speed"))
-    c.note_unreadable(g, "fan_percent", t.val("Fan Speed"))
+    for row in _SCHEMA_ROWS:  # plain scalar facts, straight from knowledge/data/gpu_fields.json
+        raw = next((v for v in (t.val(*p.split("/")) for p in row.smi_text) if v is not None), None)
+        setattr(g, row.fact, _TEXT_PARSE[row.parse](raw))
+        if row.parse in ("num", "int"):
+            c.note_unreadable(g, row.fact, raw)
 
     pci = t.get("PCI")
     if pci is not None:

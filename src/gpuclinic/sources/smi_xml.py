@@ -10,10 +10,13 @@ from __future__ import annotations
 import html
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from typing import Any
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.knowledge import gpu_fields
 from gpuclinic.sources import smi_common as c
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -120,21 +123,20 @@ def _first(el: ET.Element | None, *paths: str) -> str | None:
     return None
 
 
+_XML_PARSE: dict[str, Callable[[str | None], Any]] = {
+    "str": c.clean, "bool": c.yes_no, "num": c.num, "int": c.integer,
+}
+_SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.xml_reader == "schema")
+
+
 def _gpu(index: int, el: ET.Element) -> GpuFacts:
     bus = el.get("id")
     g = GpuFacts(index=index, pci_bus_id=normalize_bus_id(bus) if bus else None)
-    g.name = c.clean(_t(el, "product_name"))
-    g.architecture = c.clean(_t(el, "product_architecture"))
-    g.serial = c.clean(_t(el, "serial"))
-    g.uuid = c.clean(_t(el, "uuid"))
-    g.vbios = c.clean(_t(el, "vbios_version"))
-    g.persistence_mode = c.yes_no(_t(el, "persistence_mode"))
-    g.compute_mode = c.clean(_t(el, "compute_mode"))
-    g.mig_mode_current = c.yes_no(_t(el, "mig_mode/current_mig"))
-    g.mig_mode_pending = c.yes_no(_t(el, "mig_mode/pending_mig"))
-    g.performance_state = c.clean(_t(el, "performance_state"))
-    g.fan_percent = c.num(_t(el, "fan_speed"))
-    c.note_unreadable(g, "fan_percent", _t(el, "fan_speed"))
+    for row in _SCHEMA_ROWS:  # plain scalar facts, straight from knowledge/data/gpu_fields.json
+        raw = _first(el, *row.xml)
+        setattr(g, row.fact, _XML_PARSE[row.parse](raw))
+        if row.parse in ("num", "int"):
+            c.note_unreadable(g, row.fact, raw)
 
     pci = el.find("pci")
     if pci is not None:

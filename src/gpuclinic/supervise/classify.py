@@ -20,6 +20,7 @@ from typing import Any
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import load_data
+from gpuclinic.knowledge.xid import classify as classify_xid
 from gpuclinic.model import GpuRef
 from gpuclinic.supervise.kernel import OomKill
 
@@ -53,11 +54,6 @@ def is_planned(cls: str) -> bool:
 @cache
 def _patterns() -> list[tuple[re.Pattern[str], dict[str, Any]]]:
     return [(re.compile(p["regex"], re.MULTILINE), p) for p in knowledge()["output_patterns"]]
-
-
-@cache
-def _app_xids() -> frozenset[int]:
-    return frozenset(int(x) for x in knowledge()["app_xids"]["xids"])
 
 
 @dataclass
@@ -138,14 +134,9 @@ def _last_exception_line(text: str) -> str | None:
     return cands[0][:400] if cands else None
 
 
-@cache
-def _fatal_xids() -> frozenset[int]:
-    return frozenset(int(x) for x in knowledge()["fatal_xids"]["xids"])
-
-
 def is_fatal_event(k: KernelEvent) -> bool:
     """A kernel event after which a job on that GPU cannot continue (it will crash or hang in NCCL)."""
-    return k.kind == "fallen_off_bus" or (k.kind == "xid" and k.xid is not None and k.xid in _fatal_xids())
+    return k.kind == "fallen_off_bus" or (k.kind == "xid" and k.xid is not None and classify_xid(k.xid).fatal_to_job)
 
 
 @dataclass
@@ -272,7 +263,7 @@ def _classify(ev: AttemptEvidence) -> Classification:
     for k in ev.kernel_events:
         if k.kind not in _HW_KINDS:
             continue
-        if k.kind == "xid" and k.xid is not None and k.xid in _app_xids():
+        if k.kind == "xid" and k.xid is not None and classify_xid(k.xid).application:
             notes.append(f"application-attributed Xid {k.xid}: {k.line.strip()[:300]}")
             continue
         concerns, gpu = event_on_job(k, ev.job_gpus, ev.job_pids)

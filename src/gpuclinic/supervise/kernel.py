@@ -2,32 +2,29 @@
 
 Two complementary paths:
 
-* :class:`KernelWindow` remembers where each log stood when an attempt started and, when it ends,
+* :class:`KernelWindow` (from the kernel-log subsystem) remembers where each log stood when an attempt started and, when it ends,
   reads exactly what was written since (files by byte offset surviving rotation, ``/dev/kmsg`` by
   timestamp, else ``journalctl -k --since``).  Deterministic, so classification never races a poll.
-* :class:`LiveKernelFollower` runs :func:`gpuclinic.sources.kernel_log.follow` in a thread (when that
-  source is installed) so a fault is known - and notified - while the job is still running.
+* :class:`LiveKernelFollower` runs :func:`gpuclinic.sources.kernellog.follow.follow` in a thread so a
+  fault is known - and notified - while the job is still running.
 
-GPU lines are parsed by the kernel-log source's :func:`parse_lines`; a narrow fallback handles the
-two NVRM lines that matter here if that source is missing.
+GPU lines are parsed by the kernel-log subsystem (:mod:`gpuclinic.sources.kernellog`), the same parser
+``doctor``, ``explain`` and ``watch`` use.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
 import re
-import shutil
-import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gpuclinic.facts.kernel import KernelEvent
-from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.sources.kernellog import parse_lines
+from gpuclinic.sources.kernellog.follow import KernelWindow as KernelWindow  # re-exported: run uses it
+from gpuclinic.sources.kernellog.follow import follow
 
 # "Out of memory: Killed process 7899 (python) total-vm:...", "Memory cgroup out of memory: Killed process ...",
 # older "Out of memory: Kill process 89746 (python) score 1031 or sacrifice child" + "Killed process 89879 (python) ..."
@@ -36,13 +33,6 @@ _OOM_RES = (
     re.compile(r"\bKilled process (\d+) \(([^)]*)\) total-vm"),
     re.compile(r"oom-kill:.*?task=([^,]+),pid=(\d+)"),
 )
-
-_XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)[^)]*\): (\d+),"
-    r"(?:\s*pid=('?<?[\w]+>?'?),)?(?:\s*name=([^,]*),)?\s*(.*)"
-)
-_OFF_BUS_RE = re.compile(r"NVRM: GPU (?:at PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)[^:]*: GPU has fallen off the bus")
-
 
 @dataclass(frozen=True)
 class OomKill:
@@ -69,149 +59,8 @@ def find_oom_kills(lines: Iterable[str]) -> list[OomKill]:
 
 
 def parse_gpu_events(lines: Sequence[str], origin: str | None = None) -> list[KernelEvent]:
-    """GPU events in these lines, through the kernel-log source's parser when installed."""
-    try:
-        from gpuclinic.sources.kernel_log import parse_lines
-    except ImportError:
-        return _fallback_parse(lines, origin)
+    """GPU events in these lines (the kernel-log subsystem's parser: every prefix format)."""
     return list(parse_lines(lines, origin))
-
-
-def _fallback_parse(lines: Sequence[str], origin: str | None) -> list[KernelEvent]:
-    events: list[KernelEvent] = []
-    for n, line in enumerate(lines, 1):
-        m = _XID_RE.search(line)
-        if m:
-            pid_s = (m.group(3) or "").strip("'")
-            events.append(KernelEvent(
-                kind="xid", line=line.rstrip("\n"), pci_bus_id=normalize_bus_id(m.group(1)), xid=int(m.group(2)),
-                pid=int(pid_s) if pid_s.isdigit() else None, process=(m.group(4) or None),
-                message=m.group(5).strip() or None, origin=origin, lineno=n,
-            ))
-            continue
-        m = _OFF_BUS_RE.search(line)
-        if m:
-            events.append(KernelEvent(kind="fallen_off_bus", line=line.rstrip("\n"),
-                                      pci_bus_id=normalize_bus_id(m.group(1)), origin=origin, lineno=n))
-    return events
-
-
-@dataclass
-class _FileMark:
-    path: str
-    ino: int | None
-    offset: int
-
-
-class KernelWindow:
-    """Reads the kernel log written between :meth:`mark` and :meth:`read`.
-
-    ``paths`` are log files (``--kernel-log``); with none, the live kernel ring buffer is used
-    (``/dev/kmsg``, else ``journalctl -k``).  ``why_not`` explains when nothing could be read.
-    """
-
-    def __init__(self, paths: Sequence[str] = ()) -> None:
-        self.paths = list(paths)
-        self._files: list[_FileMark] = []
-        self._t_wall = 0.0
-        self._t_mono = 0.0
-        self.why_not: str | None = None
-
-    def mark(self) -> None:
-        self._t_wall = time.time()
-        self._t_mono = time.monotonic()
-        self._files = []
-        for p in self.paths:
-            try:
-                st = os.stat(p)
-                self._files.append(_FileMark(p, st.st_ino, st.st_size))
-            except OSError:
-                self._files.append(_FileMark(p, None, 0))  # may appear later
-
-    def read(self) -> list[str]:
-        """Lines written since :meth:`mark` (bounded to the last 20,000)."""
-        lines: list[str] = []
-        if self.paths:
-            for fm in self._files:
-                lines.extend(self._read_file(fm))
-        else:
-            lines = self._read_live()
-        return lines[-20000:]
-
-    def _read_file(self, fm: _FileMark) -> list[str]:
-        try:
-            st = os.stat(fm.path)
-        except OSError as e:
-            self.why_not = f"cannot read {fm.path}: {e.strerror}"
-            return []
-        start = fm.offset if (fm.ino == st.st_ino and st.st_size >= fm.offset) else 0  # rotated/truncated
-        try:
-            with open(fm.path, "rb") as f:
-                f.seek(start)
-                data = f.read(64 * 1024 * 1024)
-        except OSError as e:
-            self.why_not = f"cannot read {fm.path}: {e.strerror}"
-            return []
-        return data.decode("utf-8", "replace").splitlines()
-
-    def _read_live(self) -> list[str]:
-        lines = self._read_kmsg()
-        if lines is not None:
-            return lines
-        return self._read_journal()
-
-    def _read_kmsg(self) -> list[str] | None:
-        try:
-            fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
-        except OSError:
-            return None
-        # kmsg stamps are CLOCK_MONOTONIC-like microseconds since boot; keep a second of slack.
-        since_us = int((self._t_mono - 1.0) * 1e6)
-        out: list[str] = []
-        try:
-            while True:
-                try:
-                    rec = os.read(fd, 16384)
-                except BlockingIOError:
-                    break
-                except OSError as e:
-                    if e.errno == errno.EPIPE:  # overwritten records: skip ahead
-                        continue
-                    break
-                if not rec:
-                    break
-                text = rec.decode("utf-8", "replace")
-                head, _, msg = text.partition(";")
-                fields = head.split(",")
-                try:
-                    ts = int(fields[2])
-                except (IndexError, ValueError):
-                    continue
-                if ts < since_us:
-                    continue
-                first = msg.split("\n", 1)[0]
-                out.append(f"[{ts / 1e6:12.6f}] {first}")
-        finally:
-            os.close(fd)
-        return out
-
-    def _read_journal(self) -> list[str]:
-        exe = shutil.which("journalctl")
-        if not exe:
-            self.why_not = "no kernel log readable (/dev/kmsg not permitted, no journalctl)"
-            return []
-        try:
-            r = subprocess.run(
-                [exe, "-k", "-q", "--no-pager", "-o", "short-iso", f"--since=@{int(self._t_wall) - 1}"],
-                capture_output=True, text=True, timeout=10,
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            self.why_not = f"journalctl failed: {e}"
-            return []
-        if r.returncode != 0:
-            self.why_not = f"journalctl: {(r.stderr.strip().splitlines() or ['failed'])[-1]}"
-            return []
-        return r.stdout.splitlines()
 
 
 class LiveKernelFollower:
@@ -227,14 +76,6 @@ class LiveKernelFollower:
         self.why_not: str | None = None
 
     def start(self) -> LiveKernelFollower:
-        follow: Any
-        try:
-            from gpuclinic.sources.kernel_log import follow
-        except ImportError:
-            if not self.paths:
-                self.why_not = "live kernel-log following not available in this build"
-                return self
-            follow = _tail_files  # narrow stand-in: tail the given files only
         self.available = True
 
         def loop() -> None:
@@ -261,33 +102,3 @@ class LiveKernelFollower:
             with contextlib.suppress(RuntimeError):
                 self._thread.join(timeout=0.5)
 
-
-def _tail_files(paths: Sequence[str] | None, stop: threading.Event, poll_s: float = 0.25) -> Iterator[KernelEvent]:
-    """Yield GPU events from lines appended to ``paths`` (from their current end), surviving rotation."""
-    marks: dict[str, tuple[int | None, int]] = {}
-    for p in paths or ():
-        try:
-            st = os.stat(p)
-            marks[p] = (st.st_ino, st.st_size)
-        except OSError:
-            marks[p] = (None, 0)
-    partial: dict[str, bytes] = {}
-    while not stop.is_set():
-        for p, (ino, off) in list(marks.items()):
-            try:
-                st = os.stat(p)
-                if st.st_ino != ino or st.st_size < off:
-                    ino, off = st.st_ino, 0
-                    partial[p] = b""
-                with open(p, "rb") as f:
-                    f.seek(off)
-                    data = f.read(4 * 1024 * 1024)
-            except OSError:
-                continue
-            marks[p] = (ino, off + len(data))
-            buf = partial.get(p, b"") + data
-            *complete, rest = buf.split(b"\n")
-            partial[p] = rest
-            if complete:
-                yield from parse_gpu_events([c.decode("utf-8", "replace") for c in complete], origin=p)
-        stop.wait(poll_s)

@@ -34,7 +34,7 @@ from gpuclinic.watch.backend import (
     TimedSampler,
 )
 from gpuclinic.watch.config import WatchConfig
-from gpuclinic.watch.events import Condition, Event, EventBook
+from gpuclinic.watch.events import Condition, Event, EventBook, IncidentTracker, TrackedIncident
 from gpuclinic.watch.kernel import LineParser, condition_for, follow_events
 from gpuclinic.watch.notify import Alert, Notifier
 from gpuclinic.watch.rules import RuleEngine, gpu_key
@@ -94,6 +94,8 @@ class Agent:
         log: Callable[[str], None] | None = None,
         history_points: int = 900,
         doctor: bool = True,
+        bmc: Any = None,  # sources.bmc.live.BmcOptions: poll this BMC (sources/bmc/poller.py)
+        bmc_interval_s: float | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock: Clock = clock or RealClock()
@@ -108,6 +110,8 @@ class Agent:
         self.rules = RuleEngine(cfg.rules, expect_gpus=cfg.agent.expect_gpus)
         self.book = EventBook(resolve_after_s=cfg.rules.resolve_after_s, disabled=cfg.rules.disabled)
         self.book.subscribe(self._on_event)
+        self.incidents = IncidentTracker(grace_s=cfg.rules.incident_grace_s)
+        self.incidents.subscribe(self._on_incident)
         self.info = BackendInfo(name="?")
         self.stop = threading.Event()
         self._lock = threading.RLock()
@@ -132,6 +136,11 @@ class Agent:
         self.doctor_verdict: Verdict | None = None
         self.started_at = self.clock.now()
         self.kernel_note: str | None = None
+        self.room_poller: Any = None
+        if bmc is not None:
+            from gpuclinic.sources.bmc.poller import attach
+
+            self.room_poller = attach(self, bmc, bmc_interval_s)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self, opened: BackendInfo | None = None) -> None:
@@ -148,6 +157,8 @@ class Agent:
             self._spawn("gpuclinic-kernel", self._kernel_loop)
         if self.doctor_enabled:
             self._spawn("gpuclinic-doctor", self._doctor_loop)
+        if self.room_poller is not None:
+            self._spawn("gpuclinic-bmc", lambda: self.room_poller.run(self.stop))
 
     def _spawn(self, name: str, fn: Callable[[], None]) -> None:
         t = threading.Thread(target=fn, name=name, daemon=True)
@@ -229,6 +240,7 @@ class Agent:
                        "run `gpuclinic doctor`; a reboot is usually needed. Metrics are stale until this clears."))
         self.book.reconcile("sampler", sampler_conds, now)
         self.book.expire(now)
+        self.incidents.update(self.book.open_events(), now)
         self._flush()
         if self.store is not None and now - self._last_maint >= self.cfg.agent.rollup_interval_s:
             self._last_maint = now
@@ -294,14 +306,28 @@ class Agent:
             self.log(f"watch: RESOLVED {ev.code}{gpu}: {ev.title} (after {ev.data.get('duration_s', 0):.0f} s)")
         else:
             self.log(f"watch: {what.upper()} {ev.severity.label} {ev.code}{gpu}: {ev.title}")
-        if self.notifier is not None and what != "updated":  # repeats are counted, not re-sent
-            status = "resolved" if what == "resolved" else "firing"
-            alert = Alert(key=ev.key, code=ev.code, severity=ev.severity.label, title=ev.title, status=status,
-                          host=self.host, gpu=ev.gpu, uuid=ev.uuid, evidence=list(ev.evidence), remedy=ev.remedy,
-                          opened=ev.opened, resolved=ev.resolved, data=dict(ev.data))
-            if what == "escalated":
-                alert.key = f"{ev.key}#{ev.severity.label}"  # a new message for the worse severity
-            self.notifier.send(alert)
+        self.incidents.update(self.book.open_events(), self.clock.now())
+
+    def _on_incident(self, t: TrackedIncident, what: str) -> None:
+        """One alert per incident (and one when it resolves); its symptoms ride along in the same message."""
+        inc = t.incident
+        gpu = f" GPU {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
+        self.log(f"watch: INCIDENT {what.upper()} {inc.severity.label} {inc.code}{gpu}: {inc.title}"
+                 + (f" (explains {', '.join(inc.symptoms)})" if inc.symptoms else ""))
+        if self.notifier is None:
+            return
+        idx = inc.gpu.index if inc.gpu and inc.gpu.index is not None else None
+        pointer = f"gpuclinic runbook {inc.code}" + (f" --gpu {idx}" if idx is not None else "")
+        remedy = (inc.first_step + " " if inc.first_step else "") + f"All steps: `{pointer}`."
+        alert = Alert(key=t.id, code=inc.code, severity=inc.severity.label, title=inc.title,
+                      status="resolved" if what == "resolved" else "firing", host=self.host, gpu=idx,
+                      uuid=inc.gpu.uuid if inc.gpu else None, evidence=list(inc.evidence), remedy=remedy,
+                      opened=t.opened, resolved=t.resolved,
+                      data={"incident": t.id, "symptoms": list(inc.symptoms), "runbook": inc.runbook,
+                            "family": inc.family.value})
+        if what == "escalated":
+            alert.key = f"{t.id}#{inc.severity.label}"  # a new message for the worse severity
+        self.notifier.send(alert)
 
     def _bus_map(self) -> dict[str, tuple[int, str | None]]:
         with self._lock:
@@ -350,9 +376,12 @@ class Agent:
                             taken_at=_dt.datetime.fromtimestamp(self.clock.now(), _dt.timezone.utc).isoformat())
         from gpuclinic.collect import CollectOptions, collect_live
 
-        return collect_live(CollectOptions(quick=True, kernel_logs=list(self.kernel_logs),
+        snap = collect_live(CollectOptions(quick=True, kernel_logs=list(self.kernel_logs),
                                            expect_gpus=self.cfg.agent.expect_gpus,
                                            nvml_timeout_s=self.cfg.agent.sample_timeout_s * 3))
+        if self.room_poller is not None:  # the poller's facts: the doctor must not poll the BMC a second time
+            snap.room = self.room_poller.latest() or snap.room
+        return snap
 
     def run_doctor(self) -> None:
         from gpuclinic.diagnose import diagnose

@@ -37,7 +37,7 @@ class RulesConfig:
     """Thresholds of the time-series rules; durations in seconds unless named *_minutes."""
 
     disabled: list[str] = field(default_factory=list)  # event codes or prefixes ("watch.idle", "xid.")
-    temp_margin_c: float = 5.0  # warn when within this of the GPU's slowdown temperature
+    temp_margin_c: float | None = None  # warn within this of slowdown (None: gpu_thresholds temp_slowdown_margin_c)
     temp_fallback_slowdown_c: float = 90.0  # used when NVML does not report a slowdown threshold
     throttle_min_s: float = 5.0  # a throttle reason must stay active this long to open an event
     throttle_reasons: list[str] = field(default_factory=lambda: [
@@ -50,13 +50,14 @@ class RulesConfig:
     idle_minutes: float = 30.0  # no process this long -> idle GPU
     straggler_minutes: float = 2.0
     straggler_util_gap_pct: float = 30.0  # utilisation this far below the median of busy peers
-    straggler_clock_ratio: float = 0.8  # or SM clock below this fraction of the peers' median
+    straggler_clock_ratio: float | None = None  # SM clock below this fraction of the peers' median (None: gpu_thresholds)
     pcie_min_util_pct: float = 30.0  # downtrain only counts under load (idle links drop gen to save power)
     pcie_sustain_s: float = 30.0
     counter_hold_s: float = 900.0  # a rising-counter / kernel event stays open this long after the last rise
     stale_after_s: float = 10.0  # no fresh sample for this long -> "sampler stalled"
     sample_error_count: int = 3  # consecutive sampling errors before an event
     resolve_after_s: float = 5.0  # a condition must be gone this long before its event resolves
+    incident_grace_s: float = 3.0  # an incident waits this long for its cause/symptoms before it alerts
 
 
 @dataclass
@@ -141,6 +142,7 @@ _DURATION_KEYS = {
     "dedup_window": "dedup_window_s", "spool_retry": "spool_retry_s", "backoff": "backoff_s",
     "throttle_min": "throttle_min_s", "pcie_sustain": "pcie_sustain_s", "counter_hold": "counter_hold_s",
     "stale_after": "stale_after_s", "resolve_after": "resolve_after_s", "timeout": "timeout_s",
+    "incident_grace": "incident_grace_s",
 }
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuclinic.model import Severity
+from gpuclinic.model import Family, Finding, GpuRef, Incident, Severity
 
 
 @dataclass
@@ -169,3 +169,94 @@ class EventBook:
             del self.recent_resolved[:-200]
         self._emit(ev, "resolved")
         return ev
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# incidents: the open events grouped by root cause (knowledge/data/correlation.json), alerted once each
+
+
+@dataclass
+class TrackedIncident:
+    """An incident as the agent tracks it: its first id stays its identity while its root may change."""
+
+    id: str
+    incident: Incident
+    members: set[str]  # event keys
+    opened: float
+    notified: bool = False
+    notified_severity: Severity | None = None
+    resolved: float | None = None
+
+
+IncidentListener = Callable[[TrackedIncident, str], None]  # (incident, "firing" | "escalated" | "resolved")
+
+
+def event_finding(ev: Event) -> Finding:
+    """An open event as a finding, so the doctor's incident rules group watch events too."""
+    from gpuclinic.knowledge.codes import info
+
+    ci = info(ev.code)
+    fam = ci.family if ci is not None and ci.code != "xid.*" else Family.GPU_FAULT
+    bus = ev.data.get("pci_bus_id") if isinstance(ev.data.get("pci_bus_id"), str) else None
+    gpu = GpuRef(index=ev.gpu, pci_bus_id=bus, uuid=ev.uuid) if (ev.gpu is not None or ev.uuid or bus) else None
+    return Finding(code=ev.code, severity=ev.severity, family=fam, title=ev.title, evidence=list(ev.evidence),
+                   remedy=ev.remedy, gpu=gpu, data={"first_s": ev.opened, "event_key": ev.key})
+
+
+class IncidentTracker:
+    """Groups open events into incidents; tells listeners once when one fires, worsens or resolves.
+
+    A warning waits ``grace_s`` after its first event before it fires, so a cause and the symptoms that
+    arrive with it make one alert; a critical one fires at once.  Either way the incident keeps its
+    identity when later events join it or re-root it (the Xid 79 line, then the lost GPU, then the
+    dropped GPU count are one alert, not three).
+    """
+
+    def __init__(self, *, grace_s: float = 3.0) -> None:
+        self.grace_s = grace_s
+        self._open: dict[str, TrackedIncident] = {}
+        self._lock = threading.RLock()
+        self._listeners: list[IncidentListener] = []
+        self.recent_resolved: list[TrackedIncident] = []
+
+    def subscribe(self, fn: IncidentListener) -> None:
+        self._listeners.append(fn)
+
+    def open_incidents(self) -> list[TrackedIncident]:
+        with self._lock:
+            return sorted(self._open.values(), key=lambda t: (-int(t.incident.severity), t.opened))
+
+    def update(self, events: list[Event], now: float) -> None:
+        """Regroup the open ``events``; fire, escalate or resolve incidents as needed."""
+        from gpuclinic.incidents import group
+
+        fs = [event_finding(e) for e in events]
+        groups = group(fs)
+        notes: list[tuple[TrackedIncident, str]] = []
+        with self._lock:
+            seen: set[str] = set()
+            for inc in groups:
+                keys = {str(f.data["event_key"]) for f in fs if f.incident == inc.id}
+                cur = next((t for t in self._open.values() if t.members & keys and t.id not in seen), None)
+                if cur is None:
+                    cur = TrackedIncident(id=inc.id, incident=inc, members=keys, opened=now)
+                    self._open[cur.id] = cur
+                else:
+                    cur.incident, cur.members = inc, keys
+                seen.add(cur.id)
+                if not cur.notified and (inc.severity == Severity.CRITICAL or now - cur.opened >= self.grace_s):
+                    cur.notified, cur.notified_severity = True, inc.severity
+                    notes.append((cur, "firing"))
+                elif cur.notified and cur.notified_severity is not None and inc.severity > cur.notified_severity:
+                    cur.notified_severity = inc.severity
+                    notes.append((cur, "escalated"))
+            for tid in [t for t in self._open if t not in seen]:
+                done = self._open.pop(tid)
+                done.resolved = now
+                self.recent_resolved.append(done)
+                del self.recent_resolved[:-200]
+                if done.notified:
+                    notes.append((done, "resolved"))
+        for t, what in notes:
+            for fn in self._listeners:
+                fn(t, what)

@@ -134,6 +134,15 @@ class AgentCollector(Collector):
         for ev in st.open_events:
             oe.add_metric([ev.code, ev.severity.label, ev.uuid or "", "" if ev.gpu is None else str(ev.gpu)], 1)
         yield oe
+        oi = GaugeMetricFamily("gpuclinic_incident_open", "1 for each open incident (a root cause and its symptoms)",
+                               labels=["code", "severity", "family", "gpu"])
+        for t in self.agent.incidents.open_incidents():
+            inc = t.incident
+            gi = "" if inc.gpu is None or inc.gpu.index is None else str(inc.gpu.index)
+            oi.add_metric([inc.code, inc.severity.label, inc.family.value, gi], 1)
+        yield oi
+        yield GaugeMetricFamily("gpuclinic_node_verdict", "Node verdict from open incidents: 0 healthy, 1 warning, "
+                                "2 drain", value=st.verdict_code)
         yield GaugeMetricFamily("gpuclinic_gpus", "GPUs visible in the latest sample (lost ones included)",
                                 value=st.gpu_count)
         yield GaugeMetricFamily("gpuclinic_gpus_expected", "GPUs the node should have (most seen, or --expect-gpus)",
@@ -167,4 +176,8 @@ class AgentCollector(Collector):
 def make_registry(agent: Agent) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(AgentCollector(agent))
+    if getattr(agent, "room_poller", None) is not None:  # the BMC (sources/bmc/poller.py)
+        from gpuclinic.sources.bmc.poller import RoomCollector
+
+        reg.register(RoomCollector(agent.room_poller))
     return reg

@@ -96,6 +96,9 @@ class Alert:
             lines.append(f"Resolved after {_dur(self.resolved - self.opened)} (opened {_iso(self.opened)}).")
         else:
             lines.append(f"Opened {_iso(self.opened)} - code {self.code}.")
+        syms = self.data.get("symptoms")
+        if syms and isinstance(syms, list):
+            lines.append("Explains: " + ", ".join(str(x) for x in syms))
         lines += [f"- {e}" for e in self.evidence[:8]]
         if self.remedy and self.status != "resolved":
             lines.append(f"What to do: {self.remedy}")

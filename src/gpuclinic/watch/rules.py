@@ -3,7 +3,8 @@
 Each rule looks at the current sample and a little remembered state (since when a state holds, the
 previous counter values).  Durations use agent time, so a scenario at ``--time-scale 60`` shows a
 five-minute stall in five seconds.  Codes reuse the doctor's finding codes where the meaning is the
-same (``thermal.slowdown``, ``pcie.link_degraded``, ``gpu.lost``); agent-only signals are ``watch.*``.
+same (``thermal.throttle``, ``pcie.link_degraded``, ``gpu.missing``) and take every severity and shared threshold
+from ``knowledge/data/codes.json`` and ``gpu_thresholds.json``; agent-only signals are ``watch.*``.
 """
 
 from __future__ import annotations
@@ -11,32 +12,32 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from gpuclinic.checks._hw import threshold
 from gpuclinic.facts.gpu import GpuFacts
-from gpuclinic.model import Severity
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.watch import reasons as R
 from gpuclinic.watch.config import RulesConfig
 from gpuclinic.watch.events import Condition
 
 GIB = 1024**3
 
+# clock event reason -> (code, severity condition in codes.json, title, remedy)
 _THROTTLE = {
-    # reason -> (code, severity, title, remedy)
-    "hw_thermal_slowdown": ("thermal.slowdown", Severity.WARNING, "hardware thermal slowdown",
+    "hw_thermal_slowdown": ("thermal.throttle", None, "hardware thermal slowdown",
                             "The GPU is too hot and the hardware cut its clocks. Check airflow, fans and inlet "
-                            "temperature; clean filters; ask the provider to inspect cooling. See `gpuclinic history "
-                            "temperature`."),
-    "sw_thermal_slowdown": ("thermal.slowdown", Severity.WARNING, "software thermal slowdown",
+                            "temperature (`gpuclinic runbook thermal.slowdown`)."),
+    "sw_thermal_slowdown": ("thermal.throttle", "software", "software thermal slowdown",
                             "The driver is holding clocks down to keep GPU/memory under the max operating "
-                            "temperature. Improve cooling or lower the load; check memory temperature too."),
-    "hw_slowdown": ("clocks.hw_slowdown", Severity.WARNING, "hardware slowdown (clocks cut by half or more)",
+                            "temperature. Improve cooling or lower the load (`gpuclinic runbook thermal.slowdown`)."),
+    "hw_slowdown": ("clocks.hw_slowdown", None, "hardware slowdown (clocks cut by half or more)",
                     "HW slowdown is heat, an external power brake or a power spike. Check temperature and the "
-                    "PSUs; if it repeats without heat, ask the provider to inspect power delivery."),
-    "hw_power_brake_slowdown": ("power.brake", Severity.CRITICAL, "power brake engaged (external power brake)",
+                    "PSUs (`gpuclinic runbook power.brake`)."),
+    "hw_power_brake_slowdown": ("power.brake", None, "power brake engaged (external power brake)",
                                 "The system asserted the power-brake signal: usually a failing or overloaded power "
-                                "supply. Ask the provider to check the PSUs and power feed; drain if it repeats."),
-    "sw_power_cap": ("power.cap", Severity.INFO, "running at the power limit (software power cap)",
+                                "supply (`gpuclinic runbook power.brake`)."),
+    "sw_power_cap": ("power.cap", None, "running at the power limit (software power cap)",
                      "The GPU draws its full power limit, which is normal under heavy load. If the limit was "
-                     "lowered (compare with the default limit), ask the provider to restore it."),
+                     "lowered (compare with the default limit), restore it (`gpuclinic runbook power.cap`)."),
 }
 
 
@@ -120,12 +121,12 @@ class RuleEngine:
     # -- individual rules ---------------------------------------------------------------------------------
     def _lost(self, g: GpuFacts) -> Condition:
         return Condition(
-            key=f"rules:gpu.lost:{self.key(g)}", code="gpu.lost", severity=Severity.CRITICAL, gpu=g.index,
+            key=f"rules:gpu.missing:{self.key(g)}", code="gpu.missing", severity=severity("gpu.missing"), gpu=g.index,
             uuid=g.uuid or self.known[self.key(g)].uuid,
             title=f"GPU {g.index} is lost (NVML can no longer talk to it)",
             evidence=[f"GPU {g.index} {g.pci_bus_id or ''}: {g.lost_reason or 'GPU is lost'}".strip()],
-            remedy="Jobs on this GPU are dead. Drain the node, save logs (`gpuclinic capture`), then reset the GPU or "
-                   "reboot; if it falls off the bus again, ask the provider to reseat or replace it.",
+            remedy="Jobs on this GPU are dead. Drain the node, save logs (`gpuclinic capture --redact`) and reboot: a GPU "
+                   "reset cannot reach a GPU that left the bus (`gpuclinic runbook gpu.fallen_off_bus`).",
         )
 
     def _missing(self, present: set[str]) -> list[Condition]:
@@ -136,7 +137,7 @@ class RuleEngine:
         ev = [f"{len(present)} GPU(s) visible now, {expected} expected"]
         ev += [f"missing: GPU {kn.index} {kn.pci_bus_id or ''} {kn.uuid or ''}".rstrip() for kn in gone]
         return [Condition(
-            key="rules:gpu.missing:node", code="gpu.missing", severity=Severity.CRITICAL,
+            key="rules:gpu.missing:node", code="gpu.missing", severity=severity("gpu.missing"),
             title=f"GPU count dropped to {len(present)} of {expected}", evidence=ev,
             remedy="A GPU vanished from NVML: check `gpuclinic events` for an XID 79 / fallen-off-the-bus line, "
                    "drain the node and reboot; ask the provider to inspect the GPU if it keeps disappearing.",
@@ -158,7 +159,8 @@ class RuleEngine:
             since = st.throttle_since[r]
             if now - since < self.cfg.throttle_min_s:
                 continue
-            code, sev, title, remedy = _THROTTLE[r]
+            code, when, title, remedy = _THROTTLE[r]
+            sev = severity(code, when)
             ev = [f"clock event reason {r} active since onset ({R.DESCRIPTION.get(r, r)})"]
             if g.sm_clock_mhz is not None and g.sm_clock_max_mhz:
                 ev.append(f"SM clock {g.sm_clock_mhz:.0f} of {g.sm_clock_max_mhz:.0f} MHz at onset")
@@ -178,11 +180,12 @@ class RuleEngine:
         if g.temperature_c is None:
             return []
         limit = g.slowdown_temp_c or self.cfg.temp_fallback_slowdown_c
-        if g.temperature_c < limit - self.cfg.temp_margin_c:
+        margin = self.cfg.temp_margin_c or threshold("temp_slowdown_margin_c")
+        if g.temperature_c < limit - margin:
             return []
         return [Condition(
-            key=f"rules:thermal.near_slowdown:{self.key(g)}", code="thermal.near_slowdown", severity=Severity.WARNING,
-            gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} is within {self.cfg.temp_margin_c:g} C of thermal slowdown",
+            key=f"rules:thermal.near_slowdown:{self.key(g)}", code="thermal.near_slowdown", severity=severity("thermal.near_slowdown"),
+            gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} is within {margin:g} C of thermal slowdown",
             evidence=[f"temperature {g.temperature_c:.0f} C, slowdown at {limit:.0f} C"
                       + ("" if g.slowdown_temp_c else " (assumed: NVML gave no threshold)")],
             remedy="Clocks will be cut soon. Check fans, airflow and inlet temperature; spread load or lower the "
@@ -194,22 +197,23 @@ class RuleEngine:
         out = []
         specs = [
             ("ecc_uncorr", g.ecc_volatile_uncorrected if g.ecc_volatile_uncorrected is not None
-             else g.ecc_aggregate_uncorrected, "ecc.uncorrectable", Severity.CRITICAL,
+             else g.ecc_aggregate_uncorrected, "memory.ecc_uncorrectable", None,
              "uncorrectable ECC errors", "Uncorrectable memory errors corrupt data and kill jobs. Drain the GPU, "
              "reset it so row remapping takes effect, and ask the provider to replace it if errors continue."),
             ("ecc_corr", g.ecc_volatile_corrected if g.ecc_volatile_corrected is not None
-             else g.ecc_aggregate_corrected, "ecc.corrected_rising", Severity.WARNING, "correctable ECC errors rising",
+             else g.ecc_aggregate_corrected, "memory.ecc_correctable_rate", None, "correctable ECC errors rising",
              "Correctable errors are fixed by ECC, but a climbing count often precedes uncorrectable ones. Watch "
              "the trend (`gpuclinic history ecc_corrected`) and plan a replacement if it keeps rising."),
-            ("remap_uncorr", g.remapped_rows_uncorrectable, "remap.uncorrectable", Severity.WARNING,
+            ("remap_uncorr", g.remapped_rows_uncorrectable, "memory.row_remap_uncorrectable", None,
              "rows remapped after uncorrectable errors",
              "Memory rows were retired after uncorrectable errors. Reset the GPU at the next safe point; replace "
              "it if remapping fails or keeps happening."),
-            ("pcie_replay", g.pcie_replay_count, "pcie.replay_rising", Severity.WARNING, "PCIe replays rising",
+            ("pcie_replay", g.pcie_replay_count, "pcie.replay", None, "PCIe replays rising",
              "The PCIe link is retransmitting: a marginal riser, cable or slot. Check `gpuclinic doctor` for the "
              "link state; ask the provider to reseat the GPU if replays keep climbing."),
         ]
-        for name, val, code, sev, title, remedy in specs:
+        for name, val, code, when, title, remedy in specs:
+            sev = severity(code, when)
             if val is None:
                 continue
             prev = st.prev.get(name)
@@ -226,13 +230,15 @@ class RuleEngine:
         out = []
         if g.remapped_rows_failure:
             out.append(Condition(
-                key=f"rules:remap.failure:{self.key(g)}", code="remap.failure", severity=Severity.CRITICAL,
+                key=f"rules:memory.row_remap_failed:{self.key(g)}", code="memory.row_remap_failed",
+                severity=severity("memory.row_remap_failed"),
                 gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: row remapping failed",
                 evidence=["NVML reports a row-remapping failure"],
                 remedy="The GPU has no spare rows left for a failing memory row: drain it and ask for a replacement."))
         if g.remapped_rows_pending:
             out.append(Condition(
-                key=f"rules:remap.pending:{self.key(g)}", code="remap.pending", severity=Severity.WARNING,
+                key=f"rules:memory.row_remap_pending:{self.key(g)}", code="memory.row_remap_pending",
+                severity=severity("memory.row_remap_pending"),
                 gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: row remap pending (needs a GPU reset)",
                 evidence=["NVML reports a pending row remap"],
                 remedy="A memory row is marked for remapping and takes effect only after a GPU reset: reset the GPU "
@@ -251,7 +257,7 @@ class RuleEngine:
         if now - st.pcie_bad_since < self.cfg.pcie_sustain_s:
             return []
         return [Condition(
-            key=f"rules:pcie.link_degraded:{self.key(g)}", code="pcie.link_degraded", severity=Severity.WARNING,
+            key=f"rules:pcie.link_degraded:{self.key(g)}", code="pcie.link_degraded", severity=severity("pcie.link_degraded"),
             gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: PCIe link downtrained under load",
             evidence=[f"link Gen{g.pcie_gen} x{g.pcie_width}, capable of Gen{g.pcie_gen_max} x{g.pcie_width_max}, "
                       f"at {g.utilization_gpu_pct or 0:.0f}% utilisation"],
@@ -274,7 +280,7 @@ class RuleEngine:
                 procs = ", ".join(f"PID {p.pid} ({p.name or '?'}) holds {(p.used_memory_bytes or 0) / GIB:.1f} GiB"
                                   for p in g.processes[:4])
                 out.append(Condition(
-                    key=f"rules:watch.stall:{self.key(g)}", code="watch.stall", severity=Severity.WARNING,
+                    key=f"rules:watch.stall:{self.key(g)}", code="watch.stall", severity=severity("watch.stall"),
                     gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: job holds memory but does no work (stalled?)",
                     evidence=[procs, f"utilisation <= {self.cfg.stall_util_pct:g}% for {_fmt_s(dur)}"],
                     remedy="The process is alive but the GPU is idle: a hung NCCL collective, a dataloader deadlock or "
@@ -289,7 +295,7 @@ class RuleEngine:
             dur = now - st.idle_since
             if dur >= self.cfg.idle_minutes * 60:
                 out.append(Condition(
-                    key=f"rules:watch.idle:{self.key(g)}", code="watch.idle", severity=Severity.WARNING,
+                    key=f"rules:watch.idle:{self.key(g)}", code="watch.idle", severity=severity("watch.idle"),
                     gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} idle: no process for {_fmt_s(dur)}",
                     evidence=[f"no compute process and {util or 0:.0f}% utilisation since the idle period began"],
                     remedy="A rented GPU doing nothing costs money. Start the next job or release the server. (Inside "
@@ -301,11 +307,12 @@ class RuleEngine:
 
     def _straggler(self, now: float, gpus: list[GpuFacts]) -> list[Condition]:
         busy = [g for g in gpus if not g.lost and g.processes and g.utilization_gpu_pct is not None]
-        if len(busy) < 3:
+        if len(busy) < threshold("straggler_min_peers"):
             for g in gpus:
                 self._st(g).straggler_since = None
             return []
         med_u = statistics.median(g.utilization_gpu_pct or 0 for g in busy)
+        ratio = self.cfg.straggler_clock_ratio or threshold("straggler_clock_ratio")
         clocks = [g.sm_clock_mhz for g in busy if g.sm_clock_mhz]
         med_c = statistics.median(clocks) if clocks else None
         out = []
@@ -313,7 +320,7 @@ class RuleEngine:
             st = self._st(g)
             slow_u = med_u >= 50 and (g.utilization_gpu_pct or 0) < med_u - self.cfg.straggler_util_gap_pct
             slow_c = (med_c is not None and g.sm_clock_mhz is not None and med_u >= 50
-                      and g.sm_clock_mhz < med_c * self.cfg.straggler_clock_ratio)
+                      and g.sm_clock_mhz < med_c * ratio)
             if not (slow_u or slow_c):
                 st.straggler_since = None
                 continue
@@ -324,7 +331,7 @@ class RuleEngine:
             if med_c is not None and g.sm_clock_mhz is not None:
                 ev.append(f"SM clock {g.sm_clock_mhz:.0f} MHz vs peers' median {med_c:.0f} MHz")
             out.append(Condition(
-                key=f"rules:watch.straggler:{self.key(g)}", code="watch.straggler", severity=Severity.WARNING,
+                key=f"rules:perf.straggler:{self.key(g)}", code="perf.straggler", severity=severity("perf.straggler"),
                 gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} is a straggler: slower than its peers", evidence=ev,
                 remedy="In data-parallel training every step waits for the slowest GPU. Look for throttling on this GPU "
                        "(`gpuclinic events`), its PCIe link and temperature; exclude it if it stays slow.",

@@ -175,6 +175,8 @@ class _Handler(BaseHTTPRequestHandler):
             since = float(query["since"][0]) if "since" in query else None
             gpu = int(query["gpu"][0]) if "gpu" in query else None
             self._json({"fields": SERIES_FIELDS, "gpus": {str(k): v for k, v in agent.series(gpu, since).items()}})
+        elif path == "/api/incidents":
+            self._json(incidents_json(agent))
         elif path == "/api/events":
             self._json({"events": events_json(agent, float(query["since"][0]) if "since" in query else None)})
         else:
@@ -186,6 +188,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = resources.files("gpuclinic.watch").joinpath("static").joinpath(name).read_bytes()
         self._send(200, body, _STATIC[name], extra)
+
+
+def incidents_json(agent: Agent) -> dict[str, Any]:
+    """The node verdict and the open incidents (root cause, symptoms, evidence, runbook), worst first."""
+    return {"verdict": agent.verdict().value,
+            "incidents": [dict(t.incident.to_dict(), id=t.id, opened=t.opened) for t in agent.incidents.open_incidents()]}
 
 
 def state_json(agent: Agent) -> dict[str, Any]:
@@ -210,7 +218,17 @@ def state_json(agent: Agent) -> dict[str, Any]:
                    "sample_errors": st.sample_errors_total, "store_error": st.store_error,
                    "store_buffered": st.store_buffered, "notify_sent": st.notify_sent,
                    "notify_failed": st.notify_failed, "notify_spooled": st.notify_spooled, "notes": st.notes},
+        "room": _room_state(agent),
     }
+
+
+def _room_state(agent: Agent) -> dict[str, Any] | None:
+    """The BMC's latest poll (inlet, fans, PSUs) when the agent polls one (sources/bmc/poller.py)."""
+    if getattr(agent, "room_poller", None) is None:
+        return None
+    from gpuclinic.sources.bmc.poller import room_state
+
+    return room_state(agent.room_poller)
 
 
 def events_json(agent: Agent, since: float | None) -> list[dict[str, Any]]:

@@ -1,0 +1,241 @@
+"""Findings -> incidents: one root cause with the symptoms it explains.
+
+One fault shows up as many findings (an Xid 79, NVML "GPU lost", a GPU count that dropped, AER on the
+port).  The rules in ``knowledge/data/correlation.json`` say which cause code explains which symptom
+codes and how they must be related (same GPU, same PCI path, a time window, the cause first).  A
+person then reads one incident per cause and follows one runbook.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.knowledge import codes as K
+from gpuclinic.knowledge import load_data
+from gpuclinic.model import Finding, GpuRef, Incident
+
+CORRELATION_FILE = "correlation.json"
+
+
+@dataclass(frozen=True)
+class Rule:
+    cause: str
+    explains: tuple[str, ...]
+    match: str = "same_gpu"
+    window_s: float | None = None
+    cause_first: bool = False
+
+
+@cache
+def rules() -> tuple[Rule, ...]:
+    out = []
+    for r in load_data(CORRELATION_FILE)["rules"]:
+        out.append(Rule(cause=r["cause"], explains=tuple(r["explains"]), match=r.get("match", "same_gpu"),
+                        window_s=r.get("window_s"), cause_first=bool(r.get("cause_first"))))
+    return tuple(out)
+
+
+def code_matches(code: str, pattern: str) -> bool:
+    """``xid.79`` matches ``xid.79``, ``xid.*`` and ``xid.class:hardware``."""
+    if pattern == code:
+        return True
+    if pattern.endswith(".*"):
+        return code.startswith(pattern[:-1])
+    if pattern.startswith("xid.class:") and code.startswith("xid."):
+        try:
+            n = int(code.split(".", 1)[1])
+        except ValueError:
+            return False
+        from gpuclinic.knowledge.xid import classify, lookup
+
+        want = pattern.split(":", 1)[1]
+        info = lookup(n)
+        if info is not None and info.category == want:
+            return True
+        return bool(getattr(classify(n), want, False))
+    return False
+
+
+def _bus(ref: GpuRef | None) -> str | None:
+    return normalize_bus_id(ref.pci_bus_id) if ref and ref.pci_bus_id else None
+
+
+def same_gpu(a: GpuRef | None, b: GpuRef | None) -> bool:
+    if a is None or b is None:
+        return False
+    if a.pci_bus_id and b.pci_bus_id:
+        return normalize_bus_id(a.pci_bus_id) == normalize_bus_id(b.pci_bus_id)
+    if a.uuid and b.uuid:
+        return a.uuid == b.uuid
+    return a.index is not None and a.index == b.index
+
+
+def _ancestors(snap: Snapshot | None, bus: str) -> set[str]:
+    """Bridges/ports above ``bus`` in the PCI tree the snapshot knows."""
+    if snap is None:
+        return set()
+    parent = {normalize_bus_id(d.bus_id): normalize_bus_id(d.parent_bus_id)
+              for d in snap.pci_devices if d.parent_bus_id}
+    out: set[str] = set()
+    cur = bus
+    while cur in parent and parent[cur] not in out:
+        cur = parent[cur]
+        out.add(cur)
+    return out
+
+
+def _related(rule: Rule, cause: Finding, sym: Finding, snap: Snapshot | None) -> bool:
+    if rule.match == "node":
+        scope = True
+    elif sym.gpu is None:
+        scope = True  # a node-wide symptom (GPU count dropped) goes with the GPU cause that explains it
+    elif cause.gpu is None:
+        scope = False
+    elif same_gpu(cause.gpu, sym.gpu):
+        scope = True
+    elif rule.match == "same_pci_path":
+        cb, sb = _bus(cause.gpu), _bus(sym.gpu)
+        scope = bool(cb and sb and (sb in _ancestors(snap, cb) or cb in _ancestors(snap, sb)))
+    else:
+        scope = False
+    if not scope:
+        return False
+    tc, ts = _first_s(cause), _first_s(sym)
+    if tc is not None and ts is not None:
+        if rule.window_s is not None and abs(ts - tc) > rule.window_s:
+            return False
+        if rule.cause_first and tc > ts:
+            return False
+    elif rule.cause_first:
+        return False  # "X then Y" needs both times
+    return True
+
+
+def _first_s(f: Finding) -> float | None:
+    v = f.data.get("first_s")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+_CAUSED_BY = re.compile(r"caused by previous Xid (\d+)", re.I)
+
+
+def _stated_causes(f: Finding) -> list[int]:
+    """Xids a finding says caused it: ``data.caused_by`` or a 'caused by previous Xid N' line."""
+    out: list[int] = []
+    cb = f.data.get("caused_by")
+    if isinstance(cb, list):
+        out += [int(x) for x in cb if isinstance(x, int)]
+    for line in f.evidence:
+        out += [int(m) for m in _CAUSED_BY.findall(line)]
+    return out
+
+
+def incident_id(code: str, gpu: GpuRef | None) -> str:
+    """Stable across runs and ticks, so watch alerts once per incident."""
+    where = _bus(gpu) or (gpu.uuid if gpu and gpu.uuid else None) or (
+        f"gpu{gpu.index}" if gpu and gpu.index is not None else "node")
+    return f"{code}@{where}"
+
+
+def group(findings: list[Finding], snap: Snapshot | None = None,
+          first_step: Callable[[str, Finding], str] | None = None) -> list[Incident]:
+    """Group ``findings`` (sorted worst first) into incidents; sets each finding's ``incident`` id.
+
+    A finding that another finding explains is never a root; among the rest, causes named earlier in
+    the rules come first.  Each root then takes in, transitively, the unclaimed findings it explains.
+    """
+    rs = rules()
+    n = len(findings)
+    edges: list[list[int]] = [[] for _ in range(n)]  # cause index -> symptom indexes, rule order
+    explained = [False] * n
+    for r in rs:
+        for ci, c in enumerate(findings):
+            if not code_matches(c.code, r.cause):
+                continue
+            for si, s in enumerate(findings):
+                if si != ci and si not in edges[ci] and any(code_matches(s.code, p) for p in r.explains) \
+                        and _related(r, c, s, snap):
+                    edges[ci].append(si)
+                    explained[si] = True
+    for si, f in enumerate(findings):  # stated chains: "caused by previous Xid N"
+        for x in _stated_causes(f):
+            cause_i = next((i for i, c in enumerate(findings) if c.code == f"xid.{x}" and i != si
+                       and (f.gpu is None or same_gpu(c.gpu, f.gpu))), None)
+            if cause_i is not None and si not in edges[cause_i]:
+                edges[cause_i].insert(0, si)
+                explained[si] = True
+
+    def rank(i: int) -> tuple[int, int]:
+        ri = next((k for k, r in enumerate(rs) if code_matches(findings[i].code, r.cause)), len(rs))
+        return (ri, i)
+
+    owner = [-1] * n
+    groups: list[list[int]] = []
+    order = sorted((i for i in range(n) if not explained[i]), key=rank) + sorted(
+        (i for i in range(n) if explained[i]), key=rank)
+    for root in order:
+        if owner[root] >= 0:
+            continue
+        g = len(groups)
+        owner[root] = g
+        groups.append([root])
+        stack = [root]
+        while stack:
+            cur = stack.pop(0)
+            for sym in edges[cur]:
+                if owner[sym] < 0:
+                    owner[sym] = g
+                    groups[g].append(sym)
+                    stack.append(sym)
+    out = [_incident([findings[i] for i in g], first_step) for g in groups]
+    out.sort(key=lambda i: (-int(i.severity), i.id))
+    return out
+
+
+def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | None) -> Incident:
+    root = ms[0]
+    gpu = root.gpu or next((m.gpu for m in ms if m.gpu is not None), None)
+    iid = incident_id(root.code, gpu)
+    rest = sorted(ms[1:], key=lambda f: (_first_s(f) is None, _first_s(f) or 0.0))
+    evidence: list[str] = []
+    seen: set[str] = set()
+    for f in [root, *rest]:
+        f.incident = iid
+        for e in f.evidence:
+            bare = e[len("kernel: "):] if e.startswith("kernel: ") else e
+            if bare not in seen:
+                seen.add(bare)
+                evidence.append(e)
+    symptoms: list[str] = []
+    for f in rest:
+        if f.code not in symptoms and f.code != root.code:
+            symptoms.append(f.code)
+    info = K.info(root.code)
+    return Incident(
+        id=iid, code=root.code, severity=max(f.severity for f in ms),
+        family=info.family if info is not None and info.code != "xid.*" else root.family,
+        title=root.title, gpu=gpu, symptoms=symptoms, evidence=evidence,
+        runbook=K.runbook_id(root.code) if info is not None else "",
+        first_step=first_step(root.code, root) if first_step else _first_line(root.remedy),
+    )
+
+
+def _first_line(text: str) -> str:
+    t = (text or "").strip().splitlines()
+    if not t:
+        return ""
+    line = re.sub(r"^\d+\.\s*", "", t[0])
+    return line.split(". ")[0].rstrip(".") + "." if line else ""
+
+
+def by_id(incidents: Iterable[Incident]) -> dict[str, Incident]:
+    return {i.id: i for i in incidents}
+
+
+def to_dicts(incidents: Iterable[Incident]) -> list[dict[str, Any]]:
+    return [i.to_dict() for i in incidents]

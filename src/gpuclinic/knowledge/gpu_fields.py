@@ -1,0 +1,102 @@
+"""The GPU-field schema (``knowledge/data/gpu_fields.json``): one row per fact, for every reader.
+
+Each row names the NVML call, the ``nvidia-smi -q`` text path, the ``-q -x`` XML path, the
+``--query-gpu`` names, how the value parses, and whether it is a lifetime counter (a count, never a
+rate on its own).  The clock-event reasons are one vocabulary: NVML's names, used by the NVML source
+and the text, XML and CSV readers alike.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from gpuclinic.knowledge import load_data
+
+
+@dataclass(frozen=True)
+class FieldRow:
+    fact: str  # GpuFacts attribute
+    parse: str  # bool | bus | index | int | mask | mib | num | num_unless_set | str | width
+    query_gpu: tuple[str, ...]
+    nvml: str | None
+    smi_text: tuple[str, ...]  # "-q" text paths, alternatives (older drivers' names) after the newest
+    xml: tuple[str, ...]  # "-q -x" element paths, alternatives after the newest
+    counter: str | None  # lifetime | since_driver_load | None (a gauge)
+    xml_reader: str | None = None  # "schema": the XML reader reads it straight from this row
+    text_reader: str | None = None  # "schema": the -q text reader reads it straight from this row
+
+
+@dataclass(frozen=True)
+class ClockReason:
+    name: str
+    bit: int
+    nvml: str
+    labels: tuple[str, ...]
+    counter: str | None  # GpuFacts.violation_ns key of its "Clocks Event Reasons Counters" entry
+
+
+@cache
+def fields() -> tuple[FieldRow, ...]:
+    return tuple(FieldRow(fact=r["fact"], parse=r["parse"], query_gpu=tuple(r["query_gpu"]), nvml=r.get("nvml"),
+                          smi_text=tuple(r.get("smi_text") or ()), xml=tuple(r.get("xml") or ()),
+                          counter=r.get("counter"), xml_reader=r.get("xml_reader"),
+                          text_reader=r.get("text_reader"))
+                 for r in load_data("gpu_fields.json")["fields"])
+
+
+@cache
+def clock_reasons() -> tuple[ClockReason, ...]:
+    return tuple(ClockReason(name=r["name"], bit=int(r["bit"]), nvml=r["nvml"], labels=tuple(r["labels"]),
+                             counter=r.get("counter"))
+                 for r in load_data("gpu_fields.json")["clock_event_reasons"])
+
+
+def reason_bits() -> dict[str, int]:
+    """Reason name -> NVML bit."""
+    return {r.name: r.bit for r in clock_reasons()}
+
+
+def decode_reason_mask(mask: int) -> list[str]:
+    """Names of the set bits, in bit order; unknown bits as ``bit_0x...``."""
+    out = [r.name for r in clock_reasons() if mask & r.bit]
+    known = sum(r.bit for r in clock_reasons())
+    rest = mask & ~known
+    bit = 1
+    while rest:
+        if rest & bit:
+            out.append(f"bit_{bit:#x}")
+            rest &= ~bit
+        bit <<= 1
+    return out
+
+
+@cache
+def _label_map() -> dict[str, str]:
+    return {label: r.name for r in clock_reasons() for label in (*r.labels, r.name)}
+
+
+_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_", "clocks_event_reasons_counters_",
+             "clocks_throttle_reasons_counters_")
+
+
+def reason_name(label: str) -> str | None:
+    """An nvidia-smi reason label (text, XML tag or CSV column, any driver era) -> the NVML-style name."""
+    k = re.sub(r"[^a-z]+", "_", label.lower()).strip("_")
+    for prefix in _PREFIXES:
+        if k.startswith(prefix):
+            k = k[len(prefix):]
+    if k == "unknown":
+        return "unknown"
+    return _label_map().get(k)
+
+
+def counter_names() -> dict[str, str]:
+    """Reason name -> ``GpuFacts.violation_ns`` key, for the reasons nvidia-smi keeps time counters of."""
+    return {r.name: r.counter for r in clock_reasons() if r.counter}
+
+
+def lifetime_facts() -> frozenset[str]:
+    """Facts that are counters (lifetime or since the driver loaded): counts, never rates by themselves."""
+    return frozenset(r.fact for r in fields() if r.counter)

@@ -1,0 +1,137 @@
+"""Runbooks as data: one procedure per root-cause code (``knowledge/data/runbooks/*.toml``).
+
+Each runbook has numbered steps (what to do, the exact commands, who acts, the safety check before a
+disruptive step), the evidence to attach and how to verify the fix.  Steps may pull in a shared step
+(``use = "drain"``) from ``common.toml``.  Commands are filled in with the GPU's index, bus id and UUID.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from gpuclinic.model import GpuRef
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+WHO = {"you": "you (the operator)", "provider": "the provider (hosting / datacenter)", "rma": "RMA (replace the part)"}
+_DIR = os.path.join(os.path.dirname(__file__), "data", "runbooks")
+
+
+@dataclass(frozen=True)
+class Step:
+    do: str
+    run: tuple[str, ...] = ()
+    who: str = "you"
+    safety: str | None = None
+    disruptive: bool = False
+
+
+@dataclass(frozen=True)
+class Runbook:
+    id: str
+    title: str
+    who: str
+    source: str
+    steps: tuple[Step, ...]
+    evidence: tuple[str, ...] = ()
+    verify: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _load_files() -> list[dict[str, Any]]:
+    out = []
+    for name in sorted(os.listdir(_DIR)):
+        if name.endswith(".toml"):
+            with open(os.path.join(_DIR, name), "rb") as fh:
+                out.append(tomllib.load(fh))
+    return out
+
+
+@cache
+def _all() -> dict[str, Runbook]:
+    files = _load_files()
+    common: dict[str, dict[str, Any]] = {}
+    for f in files:
+        common.update(f.get("common", {}))
+    out: dict[str, Runbook] = {}
+    for f in files:
+        for r in f.get("runbook", []):
+            steps = []
+            for s in r.get("step", []):
+                base = dict(common[s["use"]]) if "use" in s else {}
+                # the runbook's own words win; the shared step brings its commands and safety check
+                base.update({k: v for k, v in s.items() if k != "use"})
+                steps.append(Step(do=base["do"].strip(), run=tuple(base.get("run") or ()), who=base.get("who", "you"),
+                                  safety=base.get("safety"), disruptive=bool(base.get("disruptive"))))
+            if r["id"] in out:
+                raise ValueError(f"runbook {r['id']} is defined twice")
+            out[r["id"]] = Runbook(id=r["id"], title=r["title"], who=r.get("who", "you"), source=r["source"],
+                                   steps=tuple(steps), evidence=tuple(r.get("evidence") or ()),
+                                   verify=tuple(r.get("verify") or ()))
+    return out
+
+
+def all_runbooks() -> list[Runbook]:
+    return [v for _, v in sorted(_all().items())]
+
+
+def get(code_or_id: str) -> Runbook | None:
+    """The runbook for a code (``xid.79`` -> ``xid.reboot``, ``gpu.missing`` -> ``gpu.fallen_off_bus``) or an id."""
+    rb = _all()
+    if code_or_id in rb:
+        return rb[code_or_id]
+    from gpuclinic.knowledge.codes import info, runbook_id
+
+    if info(code_or_id) is None:
+        return None
+    return rb.get(runbook_id(code_or_id))
+
+
+def fill(text: str, gpu: GpuRef | None, code: str = "") -> str:
+    """Put the GPU's index, bus id and UUID into a command; unknown values stay as <index> etc."""
+    vals = {
+        "index": str(gpu.index) if gpu and gpu.index is not None else "<index>",
+        "bus": gpu.pci_bus_id if gpu and gpu.pci_bus_id else "<bus>",
+        "uuid": gpu.uuid if gpu and gpu.uuid else "<uuid>",
+        "code": code or "<code>",
+    }
+    for k, v in vals.items():
+        text = text.replace("{" + k + "}", v)
+    return text
+
+
+def first_step(code: str, gpu: GpuRef | None = None) -> str:
+    """The runbook's first step in one line, filled in (renderers add the pointer to the rest)."""
+    rb = get(code)
+    if rb is None or not rb.steps:
+        return ""
+    s = rb.steps[0]
+    cmd = f" `{fill(s.run[0].split('   #')[0].strip(), gpu, code)}`" if s.run else ""
+    return f"{fill(s.do, gpu, code)}{cmd}"
+
+
+def render_text(rb: Runbook, gpu: GpuRef | None = None, code: str = "", markdown: bool = False) -> str:
+    """The whole runbook as plain text or Markdown."""
+    code = code or rb.id
+    h = "# " if markdown else ""
+    lines = [f"{h}{rb.title} ({code})", "", f"Who acts: {WHO.get(rb.who, rb.who)}", ""]
+    for i, s in enumerate(rb.steps, 1):
+        who = "" if s.who == "you" else f" [{WHO.get(s.who, s.who)}]"
+        lines.append(f"{i}. {fill(s.do, gpu, code)}{who}")
+        if s.safety:
+            lines.append(f"   {'**Before you do this:**' if markdown else 'Before you do this:'} {fill(s.safety, gpu, code)}")
+        for c in s.run:
+            lines.append(f"   `{fill(c, gpu, code)}`" if markdown else f"   $ {fill(c, gpu, code)}")
+    lines += ["", f"{'## ' if markdown else ''}Evidence to attach"]
+    lines += [f"- `{fill(e, gpu, code)}`" if markdown else f"  $ {fill(e, gpu, code)}" for e in rb.evidence]
+    lines += ["", f"{'## ' if markdown else ''}Verify the fix"]
+    lines += [f"- `{fill(v, gpu, code)}`" if markdown else f"  $ {fill(v, gpu, code)}" for v in rb.verify]
+    lines += ["", f"Source: {rb.source}"]
+    return "\n".join(lines)

@@ -1,0 +1,26 @@
+"""The kernel-log subsystem: where a GPU says why it died (Xid, SXid, fallen off the bus, AER, GSP).
+
+One package serves every command: ``doctor`` (live :func:`.collect.collect`, ``--kernel-log`` files through
+:func:`scan_path`), ``doctor --from`` and ``explain`` (:func:`parse_lines` over the kernel-log segments of
+any input), ``watch`` and ``run`` (:func:`.follow.follow`).
+
+* :mod:`.formats` - timestamp/host/level prefixes of every dmesg, journal, syslog, kmsg and container
+  wrapper variant; candidate-line keyword tests;
+* :mod:`.patterns` - message patterns and the "is this a kernel log" sniff;
+* :mod:`.parse` - the stateful line parser;
+* :mod:`.scan` - streaming file scan (memmem over a reused buffer, flat memory);
+* :mod:`.collect` - live collection from journalctl/dmesg/syslog files;
+* :mod:`.follow` - following a live log.
+"""
+
+from __future__ import annotations
+
+from gpuclinic.sources.kernellog.formats import is_kernel_line, split_prefix
+from gpuclinic.sources.kernellog.parse import KernelLogParser, parse_lines, parse_numbered
+from gpuclinic.sources.kernellog.patterns import looks_like_kernel_log
+from gpuclinic.sources.kernellog.scan import iter_candidate_lines, mark_previous_boots, scan_path
+
+__all__ = [
+    "KernelLogParser", "is_kernel_line", "iter_candidate_lines", "looks_like_kernel_log", "mark_previous_boots",
+    "parse_lines", "parse_numbered", "scan_path", "split_prefix",
+]

@@ -1,0 +1,320 @@
+"""Kernel-log line formats: timestamp/host/level prefixes of every dmesg, journal, syslog and kmsg
+variant, glued lines, and the cheap keyword tests that pick candidate lines."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from dataclasses import dataclass
+
+# --------------------------------------------------------------------------------------------------
+# Candidate selection
+# --------------------------------------------------------------------------------------------------
+
+# Every line the parser can use contains one of these (case-sensitive) byte strings.  Few and
+# distinctive on purpose: each is one ``bytes.find`` pass over a chunk.
+SCAN_KEYWORDS: tuple[bytes, ...] = (b"NVRM", b"nvidia", b"AER", b"Bus Error", b"bandwidth")
+# After a hit on these, the next lines are candidates too: AER bit lines ("[ 0] RxErr") and the
+# firmware-first "aer_status" lines carry no keyword of their own.
+CONTEXT_KEYWORDS: tuple[bytes, ...] = (b"AER", b"Bus Error")
+# Line-level filter for parse_lines: a superset of the scan keywords, cheap ``in`` tests.
+LINE_KEYWORDS: tuple[str, ...] = ("NVRM", "nvidia", "AER", "PCIe", "Xid", "aer_", "NVLink", "GSP", "[10de:",
+                                  "bandwidth")
+
+MAX_LINE_CHARS = 4000  # longer candidate text is windowed around the keyword
+WINDOW = 2000
+CHUNK = 4 << 20
+MAX_CARRY = 1 << 20
+CONTEXT_LINES = 10
+# A hit on these keywords counts only when the line also holds one of these (cheap ``in`` tests on
+# the hit line alone): "PCIe" and "bandwidth" are common in messages that mean nothing here.
+_QUALIFY: dict[bytes, tuple[bytes, ...]] = {
+    b"PCIe": (b"Bus Error", b"bandwidth", b"PCIe error", b"[10de:"),
+    b"bandwidth": (b"limited by",),
+}
+# Only an AER record's detail header pulls in the following lines (bit lines carry no keyword).
+# ("received" covers old kernels, whose "PCIe Bus Error" detail line has no "AER:" prefix.)
+_CONTEXT_MARKERS: tuple[bytes, ...] = (b"Bus Error", b"aer_status", b"status/mask", b"received")
+# What a line following an AER header must hold to be part of its record.
+_CONTEXT_LINE_MARKS: tuple[bytes, ...] = (b"   [", b"status/mask", b"Bus Error", b"aer_", b"TLP", b"AER")
+
+# --------------------------------------------------------------------------------------------------
+# Line prefixes (timestamps, hosts, levels)
+# --------------------------------------------------------------------------------------------------
+
+_MONTHS = {m: i for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+_LEVELS = r"(?:emerg|alert|crit|err|warn|warning|notice|info|debug)"
+_FACILITIES = r"(?:kern|user|daemon|syslog|auth|authpriv|mail|lpr|news|uucp|cron|ftp|local\d)"
+
+_RE_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Talos/remote syslog: "192.168.11.119: kern: warning: [2026-04-22T21:27:51.291660856Z]: NVRM: ..."
+_RE_TALOS = re.compile(
+    rf"^(\S+): {_FACILITIES}: {_LEVELS}: \[(\d{{4}})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?\]:\s?")
+_RE_KMSG = re.compile(r"^(\d{1,3}),(\d+),(\d+),[^;]*;")  # /dev/kmsg: prio,seq,usec,flags;msg
+_RE_PRIO = re.compile(r"^<\d{1,3}>")
+_RE_FACLEV = re.compile(rf"^{_FACILITIES}\s*:\s*{_LEVELS}\s*:\s?")
+# "[ 1234.567890]", "dmesg -d" "[ 1234.567890 <    0.000123>]", and a CONFIG_PRINTK_CALLER "[ T1234]" after it
+_RE_UPTIME = re.compile(r"^\[\s*(\d{1,10}\.\d{1,9})(?:\s*<\s*[\d.]+>)?\]\s?(?:\[\s*[TC]\d+\]\s?)?")
+# "dmesg --time-format reltime/delta": "[Mar 4 10:11]", "[  +0.000123]" (relative: no usable time)
+_RE_RELTIME = re.compile(r"^\[(?:\s*\+\d+\.\d+|[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d|\s*\+\d+\.\d+ [a-z]+)\]\s?")
+_RE_CTIME = re.compile(
+    r"^\[(?:[A-Z][a-z]{2},? )?([A-Z][a-z]{2})\s+(\d{1,2}) (\d{1,2}):(\d{2}):(\d{2})(?:[.,]\d+)? (\d{4})\]\s?")
+_RE_ISO = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\s+")
+_RE_FULL = re.compile(  # journal short-full: "Mon 2024-03-04 10:11:12 UTC host kernel: ..."
+    r"^[A-Z][a-z]{2} (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)? ([A-Z]{2,5}|[+-]\d{4})\s+")
+_RE_SYSLOG = re.compile(r"^([A-Z][a-z]{2})\s{1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s+")
+_RE_HOST = re.compile(r"^(\S+) (?:kernel|vmunix)(?:\[\d+\])?:\s?")
+_RE_KERNEL_TAG = re.compile(r"^(?:kernel|vmunix)(?:\[\d+\])?:\s?")
+
+# Splits text where a second log record starts (bug reports, forum pastes lose newlines).
+_RE_GLUE = re.compile(
+    r"\s+(?=\[\s*\d{1,10}\.\d{6}\]"
+    r"|(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel:)"
+    r"|(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S* \S+ kernel:)"
+    rf"|(?:{_FACILITIES}\s*:\s*{_LEVELS}\s*:))"
+    r"|(?<![\]:\s])\s+(?=NVRM: )")
+
+
+@dataclass
+class _Prefix:
+    time: str | None = None
+    uptime: float | None = None
+    host: str | None = None
+    time_text: str | None = None
+
+
+def _tz(s: str | None) -> str:
+    if not s or s in ("UTC", "GMT", "Z"):
+        return "+00:00" if s else ""
+    if re.fullmatch(r"[+-]\d{4}", s):
+        return f"{s[:3]}:{s[3:]}"
+    if re.fullmatch(r"[+-]\d{2}:\d{2}", s):
+        return s
+    return ""
+
+
+def _iso(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None = None, tz: str = "") -> str | None:
+    try:
+        _dt.datetime(y, mo, d, h, mi, s)
+    except ValueError:
+        return None
+    out = f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}"
+    if frac:
+        out += "." + frac[:6].ljust(6, "0")
+    return out + tz
+
+
+def _journal_json(s: str, p: _Prefix) -> str | None:
+    """``journalctl -o json`` record: its MESSAGE, with realtime/monotonic stamps and host."""
+    try:
+        rec = json.loads(s)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    msg = rec.get("MESSAGE")
+    if isinstance(msg, list):  # binary-safe form: a list of byte values
+        try:
+            msg = bytes(int(b) & 0xFF for b in msg).decode("utf-8", "replace")
+        except (TypeError, ValueError):
+            return None
+    if not isinstance(msg, str):
+        return None
+    try:
+        rt = int(rec.get("__REALTIME_TIMESTAMP") or 0)
+        if rt:
+            p.time = _dt.datetime.fromtimestamp(rt / 1e6, _dt.timezone.utc).isoformat()
+        mono = rec.get("_SOURCE_MONOTONIC_TIMESTAMP") or rec.get("__MONOTONIC_TIMESTAMP")
+        if mono:
+            p.uptime = int(mono) / 1e6
+    except (TypeError, ValueError, OverflowError, OSError):
+        pass
+    host = rec.get("_HOSTNAME")
+    if isinstance(host, str):
+        p.host = host
+    return msg
+
+
+_RE_CRI = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] ")
+
+
+def _docker_json(s: str) -> str | None:
+    try:
+        rec = json.loads(s)
+    except (ValueError, RecursionError):
+        return None
+    log = rec.get("log") if isinstance(rec, dict) else None
+    return log.rstrip("\r\n") if isinstance(log, str) else None
+
+
+def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
+    """Strip the timestamp/host/level prefixes of any known format; return (message, prefix facts)."""
+    p = _Prefix()
+    s = line.lstrip("\x00 \t\ufeff")
+    if "\x1b[" in s:  # dmesg --color=always pasted with its escapes
+        s = _RE_ANSI.sub("", s).lstrip()
+    if s.startswith("{") and '"MESSAGE"' in s:
+        msg = _journal_json(s.rstrip(), p)
+        if msg is not None:
+            return msg.rstrip("\r\n"), p
+    if s.startswith("{") and '"log"' in s:  # docker json-file log: {"log":"[ 12.3] NVRM: ...\n","stream":..}
+        inner = _docker_json(s.rstrip())
+        if inner is not None:
+            s = inner.lstrip()
+    if s.startswith("MESSAGE="):  # journalctl -o export / -o verbose field
+        s = s[8:]
+    m = _RE_CRI.match(s)
+    if m:  # Kubernetes CRI log wrapper: "2024-03-04T10:11:12.123Z stdout F <line>"
+        s = s[m.end():]
+    m = _RE_TALOS.match(s)
+    if m:
+        g = m.groups()
+        p.host = g[0]
+        p.time = _iso(int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), int(g[6]), g[7], _tz(g[8]))
+        s = s[m.end():]
+    for _ in range(8):
+        m = _RE_KMSG.match(s)
+        if m:
+            p.uptime = int(m.group(3)) / 1e6
+            s = s[m.end():]
+            continue
+        m = _RE_PRIO.match(s) or _RE_FACLEV.match(s)
+        if m:
+            s = s[m.end():]
+            continue
+        m = _RE_UPTIME.match(s)
+        if m:
+            p.uptime = float(m.group(1))
+            s = s[m.end():]
+            continue
+        m = _RE_RELTIME.match(s)
+        if m:
+            s = s[m.end():]
+            continue
+        if p.time is None and p.time_text is None:
+            m = _RE_ISO.match(s)
+            if m:
+                g = m.groups()
+                p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), g[6], _tz(g[7]))
+                s = _strip_host(s[m.end():], p)
+                continue
+            m = _RE_FULL.match(s)
+            if m:
+                g = m.groups()
+                p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), None, _tz(g[6]))
+                s = _strip_host(s[m.end():], p)
+                continue
+            m = _RE_CTIME.match(s)
+            if m and m.group(1) in _MONTHS:
+                g = m.groups()
+                p.time = _iso(int(g[5]), _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]))
+                s = s[m.end():]
+                continue
+            m = _RE_SYSLOG.match(s)
+            if m and m.group(1) in _MONTHS:
+                g = m.groups()
+                p.time_text = s[: m.end()].strip()
+                if year is not None:
+                    p.time = _iso(year, _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
+                s = _strip_host(s[m.end():], p)
+                continue
+        m = _RE_KERNEL_TAG.match(s)
+        if m:
+            s = s[m.end():]
+            continue
+        if p.host is None and (p.uptime is not None or p.time is not None):
+            m = _RE_HOST.match(s)  # journalctl -o short-monotonic: "[  12.345678] host kernel: ..."
+            if m:
+                p.host = m.group(1)
+                s = s[m.end():]
+                continue
+        break
+    return s.rstrip("\r\n"), p
+
+
+def _strip_host(s: str, p: _Prefix) -> str:
+    m = _RE_HOST.match(s)
+    if m:
+        p.host = m.group(1)
+        return s[m.end():]
+    return s
+
+
+def _starts_new(msg: str) -> bool:
+    return any(k in msg for k in ("Xid", "The NVIDIA GPU", "API mismatch", "GPU at PCI", "RmInitAdapter",
+                                  "loading NVIDIA"))
+
+
+_RE_LATER_STAMP = re.compile(r"\[\s*\d{1,10}\.\d{6}\]")
+
+
+def _looks_glued(text: str) -> bool:
+    """A second record start inside one line: a later uptime stamp or a second "kernel:" tag."""
+    first = _RE_LATER_STAMP.search(text)
+    return bool((first and _RE_LATER_STAMP.search(text, first.end())) or text.count("kernel:") > 1)
+
+
+def _windows(line: str) -> list[str]:
+    """Cut an overlong line into windows around each keyword hit (the rest is noise)."""
+    out: list[str] = []
+    pos = 0
+    n = len(line)
+    while pos < n:
+        best = -1
+        for kw in LINE_KEYWORDS:
+            i = line.find(kw, pos)
+            if i != -1 and (best == -1 or i < best):
+                best = i
+        if best == -1:
+            break
+        start = max(pos, best - 200)
+        end = min(n, best + WINDOW)
+        out.append(line[start:end])
+        pos = end
+        if len(out) > 10000:
+            break
+    return out
+
+
+_QUALIFY_STR = {k.decode(): tuple(q.decode() for q in v) for k, v in _QUALIFY.items()}
+_CONTEXT_STR = tuple(q.decode() for q in _CONTEXT_MARKERS)
+
+
+def _is_candidate(line: str) -> bool:
+    for k in LINE_KEYWORDS:
+        if k in line:
+            quals = _QUALIFY_STR.get(k)
+            if quals is None or any(q in line for q in quals):
+                return True
+    return False
+
+
+def _wants_context(line: str) -> bool:
+    return any(q in line for q in _CONTEXT_STR)
+
+
+# A line that is part of a kernel log whatever wraps it: a kernel-log prefix, or an NVIDIA kernel message.
+_RE_KERNEL_LINE = re.compile(
+    r"^\s*(?:<\d{1,3}>)?(?:\[\s*\d{1,10}\.\d{1,9}(?:\s*<\s*[\d.]+>)?\]"
+    r"|\[\s*\+\d+\.\d+\]|\[[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d\]"  # dmesg --time-format delta / reltime
+    r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} [\d:]{8} \d{4}\]"
+    r"|\d{1,3},\d+,\d+,[^;]*;"
+    rf"|{_FACILITIES}\s*:\s*{_LEVELS}\s*:"
+    r"|(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*|"
+    r"[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+) \S+ (?:kernel|vmunix)(?:\[\d+\])?:"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)\s+(?:NVRM|nvidia|pci|pcieport)"
+    # device messages pasted without their stamps: "pcieport 0000:00:01.1: AER: ...", "nvidia 0000:3b:00.0: ..."
+    r"|(?:pcieport|nvidia|pci|nvidia-nvswitch\d*) [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: )")
+_KERNEL_MARKS = ("NVRM", "Xid (", "nvidia-nvswitch", "nvidia-modeset", "nvidia-nvlink", '"_TRANSPORT":"kernel"',
+                 "MESSAGE=NVRM", "MESSAGE=nvidia")
+
+
+def is_kernel_line(line: str) -> bool:
+    """True for a kernel-log line in any wrapper (dmesg, -T, journal, syslog, kmsg, journal JSON/export),
+    or an NVIDIA kernel message without a prefix (pasted ``NVRM:`` lines, wrapped continuation lines)."""
+    if any(k in line for k in _KERNEL_MARKS):
+        return True
+    return bool(_RE_KERNEL_LINE.match(line))

@@ -1,0 +1,175 @@
+"""Known fault signatures on any line of saved evidence, whatever format surrounds it.
+
+The safety net of the segmenting reader: a line that names an Xid (in a Kubernetes device-plugin log,
+DCGM output, an exporter scrape, a JSON event, or a kernel line no parser understood) becomes an Xid
+kernel event; fabric manager, persistence daemon, kernel Oops and IOMMU faults become
+:class:`~gpuclinic.facts.evidence.Signal` records; and the ``explain`` error signatures
+(``knowledge/signatures.py``) run on the prose parts, so ``doctor --from`` and ``explain`` agree.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from gpuclinic.facts.evidence import Signal
+from gpuclinic.facts.kernel import KernelEvent
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.knowledge import codes, load_data
+from gpuclinic.knowledge.signatures import CATEGORY_FAMILY
+from gpuclinic.knowledge.signatures import match as match_error_signatures
+
+MAX_LINE = 4000
+
+
+@dataclass(frozen=True)
+class EvidenceSignature:
+    id: str
+    extract: str  # xid | signal
+    needles: tuple[str, ...]
+    pattern: re.Pattern[str]
+    source: str
+    net: bool = False  # only when no parser produced an event for the line
+    code: str = ""
+    severity_when: str | None = None  # the codes.json severity condition this signature means
+    title: str = ""
+    remedy: str = ""
+
+
+@cache
+def evidence_signatures() -> tuple[EvidenceSignature, ...]:
+    out = []
+    for e in load_data("evidence_signatures.json")["signatures"]:
+        out.append(EvidenceSignature(
+            id=e["id"], extract=e["extract"], needles=tuple(e["needles"]), pattern=re.compile(e["pattern"]),
+            source=e["source"], net=bool(e.get("net")), code=e.get("code", ""), severity_when=e.get("severity_when"),
+            title=e.get("title", ""), remedy=e.get("remedy", "")))
+    return tuple(out)
+
+
+_UUID = re.compile(r'UUID="(GPU-[0-9a-fA-F-]+)"')
+_LABEL_GPU = re.compile(r'\bgpu="(\d+)"')
+_LABEL_BUS = re.compile(r'pci_bus_id="([0-9a-fA-F:.]+)"')
+
+
+def scan_lines(snap: Snapshot, numbered: Iterable[tuple[int, str]], origin: str) -> set[int]:
+    """Run the evidence signatures over ``(line number, text)`` pairs; returns the line numbers they claimed.
+
+    Xid lines become kernel events unless a parser already produced one for that line (``net`` entries)
+    or the format-specific entry already matched it.
+    """
+    sigs = evidence_signatures()
+    have = {ev.lineno for ev in snap.kernel_events if ev.origin == origin and ev.kind in ("xid", "sxid")}
+    pairs = list(numbered)
+    claimed: set[int] = set()
+    for idx in _needle_lines(pairs, sigs):
+        n, raw = pairs[idx]
+        line = raw[:MAX_LINE]
+        low = line.lower()
+        xid_done = n in have
+        for sig in sigs:
+            if not any(nd in low for nd in sig.needles):
+                continue
+            if sig.extract == "xid" and xid_done:
+                continue
+            m = sig.pattern.search(line)
+            if not m:
+                continue
+            gd = m.groupdict()
+            if sig.extract == "xid":
+                xid_done = True
+                snap.kernel_events.append(_xid_event(sig, m, line, origin, n))
+            else:
+                bus = gd.get("bus") or gd.get("bus2")
+                drv = gd.get("drv")
+                if drv and drv != "nvidia" and not (bus and snap.gpu_by_bus_id(bus)):
+                    continue  # an IOMMU fault of a NIC or NVMe drive: not ours to judge
+                snap.signals.append(Signal(
+                    code=sig.code, severity=codes.severity(sig.code, sig.severity_when).name.lower(),
+                    family=codes.family(sig.code).value, title=sig.title, line=line.strip()[:400],
+                    input=origin, lineno=n, pci_bus_id=normalize_bus_id(bus) if bus else None, remedy=sig.remedy,
+                    source=sig.source, data={"signature": sig.id, **{k: v for k, v in gd.items() if v and k != "bus"}}))
+            claimed.add(n)
+    return claimed
+
+
+def _needle_lines(pairs: list[tuple[int, str]], sigs: Sequence[EvidenceSignature]) -> list[int]:
+    """Indexes of the lines holding any needle: one ``str.find`` pass per needle over the whole text."""
+    text = "\n".join(t for _, t in pairs).lower()
+    starts = [0]
+    for _, t in pairs[:-1]:
+        starts.append(starts[-1] + len(t) + 1)
+    hits: set[int] = set()
+    for nd in {nd for s in sigs for nd in s.needles}:
+        i = text.find(nd)
+        while i != -1:
+            k = bisect.bisect_right(starts, i) - 1
+            hits.add(k)
+            nxt = starts[k + 1] if k + 1 < len(starts) else len(text)
+            i = text.find(nd, nxt)
+    return sorted(hits)
+
+
+def _xid_event(sig: EvidenceSignature, m: re.Match[str], line: str, origin: str, n: int) -> KernelEvent:
+    gd = m.groupdict()
+    detail: dict[str, object] = {"format": sig.id, "text": line.strip()[:400]}
+    bus = None
+    labels = gd.get("labels") or ""
+    mu, mg = _UUID.search(labels), _LABEL_GPU.search(labels)
+    uuid = gd.get("uuid") or (mu.group(1) if mu else None)
+    if uuid:
+        detail["uuid"] = uuid
+    gpu = gd.get("gpu") or (mg.group(1) if mg else None)
+    if gpu is not None:
+        detail["gpu_index"] = int(gpu)
+    mb = _LABEL_BUS.search(labels)
+    if mb:
+        bus = normalize_bus_id(mb.group(1))
+    return KernelEvent(kind="xid", line=line.strip()[:MAX_LINE], xid=int(gd["xid"]), pci_bus_id=bus,
+                       message=line.strip()[:MAX_LINE], origin=origin, lineno=n, detail=detail)
+
+
+# explain's error signatures that another reader already reports with the doctor's own code
+_COVERED = {
+    "xid.generic": "xid", "xid.fallen_off_bus": "xid",
+    "nvml.version_mismatch": "mismatch", "nvrm.api_mismatch": "mismatch",
+    "smi.device_handle": "smi", "gpu.lost": "smi",
+}
+
+
+def scan_error_signatures(snap: Snapshot, lines: Sequence[tuple[int, str]], origin: str) -> set[int]:
+    """The ``explain`` error signatures (CUDA/NCCL/NVML/driver/OOM...) over prose lines -> signals."""
+    if not lines:
+        return set()
+    text = "\n".join(t for _, t in lines)
+    numbers = [n for n, _ in lines]
+    claimed: set[int] = set()
+    for sm in match_error_signatures(text):
+        kind = _COVERED.get(sm.id)
+        if kind == "xid" and any(ev.kind == "xid" for ev in snap.kernel_events):
+            continue
+        if kind == "mismatch" and _mismatch_known(snap):
+            continue
+        if kind == "smi" and snap.software is not None and snap.software.nvidia_smi_errors:
+            continue
+        n = numbers[sm.line_no - 1] if 0 < sm.line_no <= len(numbers) else None
+        if n is not None:
+            claimed.add(n)
+        snap.signals.append(Signal(
+            code=f"error.{sm.id}", severity=sm.severity, family=CATEGORY_FAMILY.get(sm.category, "software"), title=sm.title,
+            line=sm.matched_line, input=origin, lineno=n,
+            pci_bus_id=normalize_bus_id(str(sm.data["pci_bus_id"])) if sm.data.get("pci_bus_id") else None,
+            remedy=sm.fix, source=sm.source,
+            data={"signature": sm.id, "category": sm.category, "count": sm.count, "hints": list(sm.hints)}))
+    return claimed
+
+
+def _mismatch_known(snap: Snapshot) -> bool:
+    sw = snap.software
+    if sw is not None and any("mismatch" in e.lower() for e in sw.nvidia_smi_errors):
+        return True
+    return any(ev.kind == "module" and ev.detail.get("module") == "api_mismatch" for ev in snap.kernel_events)
+

@@ -1,0 +1,96 @@
+"""The GPU-field schema drives the readers: one row per fact, one clock-event vocabulary."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.knowledge import gpu_fields
+from gpuclinic.sources import nvml, smi_csv, smi_text, smi_xml
+from gpuclinic.sources.smi_common import CLOCK_REASON_BITS, reason_name
+
+
+def test_every_row_names_a_real_fact_and_every_query_name_is_read() -> None:
+    attrs = {f.name for f in dataclasses.fields(GpuFacts)}
+    for row in gpu_fields.fields():
+        assert row.fact in attrs, row
+        for name in row.query_gpu:
+            assert name in smi_csv.FIELDS, name
+    assert set(smi_csv.FIELDS) == {n for r in gpu_fields.fields() for n in r.query_gpu}
+
+
+@given(st.integers(min_value=0, max_value=0x3FF))
+def test_nvml_and_csv_decode_a_reason_mask_alike(mask: int) -> None:
+    g = GpuFacts(index=0)
+    smi_csv.FIELDS["clocks_event_reasons.active"](g, hex(mask))
+    assert g.clock_event_reasons == nvml.decode_reasons(mask)
+    assert nvml.CLOCK_EVENT_REASONS == {b: n for n, b in CLOCK_REASON_BITS.items()}
+
+
+@pytest.mark.parametrize(("label", "name"), [
+    ("Clocks Throttle Reason Hw Power Brake Slowdown", "hw_power_brake_slowdown"),  # 4xx text
+    ("HW Power Brake Slowdown", "hw_power_brake_slowdown"),
+    ("clocks_event_reason_hw_power_brake_slowdown", "hw_power_brake_slowdown"),  # 535+ XML tag
+    ("clocks_throttle_reason_sw_power_cap", "sw_power_cap"),  # pre-535 XML tag
+    ("Applications Clocks Setting", "applications_clocks"),
+    ("SW Thermal Slowdown", "sw_thermal_slowdown"),
+    ("Display Clock Setting", "display_clocks"),
+    ("Idle", "idle"),
+])
+def test_reason_labels_of_every_era_map_to_nvml_names(label: str, name: str) -> None:
+    assert reason_name(label) == name
+
+
+def test_text_and_xml_readers_use_the_same_vocabulary(fixtures: object) -> None:
+    from pathlib import Path
+
+    ev = Path(__file__).resolve().parents[1] / "fixtures" / "evidence"
+    t = smi_text.parse((ev / "h100-535-power-brake-gpu0-of-8.txt").read_text())
+    x = smi_xml.parse((ev / "rtx-pro-6000-blackwell-580.xml").read_text(), "x")
+    names = set(CLOCK_REASON_BITS)
+    for g in [*t.gpus, *x.gpus]:
+        assert set(g.clock_event_reasons) <= names
+    assert "hw_power_brake_slowdown" in t.gpus[0].clock_event_reasons
+
+
+def test_lifetime_counters_are_marked() -> None:
+    life = gpu_fields.lifetime_facts()
+    assert {"pcie_replay_count", "ecc_aggregate_uncorrected", "remapped_rows_uncorrectable"} <= life
+    assert "temperature_c" not in life
+
+
+def test_xml_reader_reads_the_schema_rows() -> None:
+    from pathlib import Path
+
+    ev = Path(__file__).resolve().parents[1] / "fixtures" / "evidence"
+    (g,) = smi_xml.parse((ev / "tesla-p100-510.xml").read_text(), "x").gpus
+    rows = [r for r in gpu_fields.fields() if r.xml_reader == "schema"]
+    assert {r.fact for r in rows} >= {"name", "uuid", "serial", "vbios", "persistence_mode", "performance_state"}
+    assert g.name and g.name.startswith("Tesla P100") and g.uuid and g.uuid.startswith("GPU-")
+    assert g.performance_state and g.performance_state.startswith("P") and g.vbios
+    for r in rows:
+        assert r.xml, r  # every schema-read row names its XML path
+
+
+def test_text_reader_reads_every_schema_row_from_its_path() -> None:
+    """A -q paste written from the schema's own text paths: every schema-read row comes back."""
+    values = {"str": ("Some Value", "Some Value"), "bool": ("Enabled", True), "num": ("42 %", 42.0), "int": ("7", 7)}
+    lines = ["==============NVSMI LOG==============", "", "Driver Version                        : 550.54.14",
+             "Attached GPUs                         : 1", "GPU 00000000:3B:00.0"]
+    rows = [r for r in gpu_fields.fields() if r.text_reader == "schema"]
+    assert len(rows) >= 10
+    open_parents: list[str] = []
+    for r in sorted(rows, key=lambda r: r.smi_text[0]):
+        *parents, leaf = r.smi_text[0].split("/")
+        if parents != open_parents:
+            for depth, p in enumerate(parents, start=1):
+                lines.append("    " * depth + p)
+            open_parents = parents
+        lines.append("    " * (len(parents) + 1) + f"{leaf:<34}: {values[r.parse][0]}")
+    (g,) = smi_text.parse("\n".join(lines) + "\n").gpus
+    for r in rows:
+        assert getattr(g, r.fact) == values[r.parse][1], r.fact
