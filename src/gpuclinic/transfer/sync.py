@@ -324,7 +324,8 @@ def sample_compression(root: str, entries: list[Entry], local: bool) -> tuple[fl
     return len(data) / dt, len(out) / len(data)
 
 
-def probe_link(ssh: Ssh, direction: str, *, seconds: float = 0.7, multi: int = 8) -> Probe:
+def probe_link(ssh: Ssh, direction: str, *, seconds: float = 0.7, multi: int | None = None) -> Probe:
+    multi = multi or int(rules()["streams"]["probe_streams"])
     pr = Probe(cpus=os.cpu_count() or 1)
     rtt: list[tuple[float, float]] = []
     th = threading.Thread(target=lambda: rtt.append(measure_rtt(ssh)))
@@ -349,27 +350,36 @@ def probe_link(ssh: Ssh, direction: str, *, seconds: float = 0.7, multi: int = 8
     return pr
 
 
+def rules() -> dict[str, Any]:
+    """Stream, compression and diagnosis rules (knowledge/data/ssh_transfer.json)."""
+    from gpuclinic.knowledge import load_data
+
+    return dict(load_data("ssh_transfer.json"))
+
+
 def choose_streams(pr: Probe, max_streams: int) -> tuple[int, str]:
     """Enough streams to fill the link: one stream's rate against eight streams' total."""
+    r = rules()["streams"]
     if pr.one_stream <= 0:
         return min(4, max_streams), "no throughput sample; 4 streams"
     gain = pr.multi_stream / pr.one_stream
-    if gain < 1.5:
+    if gain < r["min_gain_for_parallel"]:
         return min(2, max_streams), f"{pr.multi_n} streams gave {gain:.1f}x one stream: the link, not the connection, is the limit"
-    if gain >= 0.8 * pr.multi_n:
+    if gain >= r["capped_fraction"] * pr.multi_n:
         return max_streams, f"{pr.multi_n} streams gave {gain:.1f}x one stream: each connection is capped"
-    n = math.ceil(2 * gain)  # twice what fills the link: a stream between batches leaves no gap
+    n = math.ceil(r["headroom"] * gain)  # more than fills the link: a stream between batches leaves no gap
     return max(2, min(max_streams, n)), f"{pr.multi_n} streams gave {gain:.1f}x one stream: the link fills near {math.ceil(gain)} streams"
 
 
 def choose_compression(pr: Probe, streams: int) -> tuple[bool, str]:
     """Compress only when the data shrinks and the CPUs compress faster than the link carries."""
+    r = rules()["compression"]
     link = max(pr.multi_stream, pr.one_stream)
     if pr.compress_speed <= 0:
         return False, "compression off (no local sample)"
-    if pr.compress_ratio > 0.8:
+    if pr.compress_ratio > r["max_ratio"]:
         return False, f"compression off: the data does not compress (sample ratio {pr.compress_ratio:.2f})"
-    budget = pr.compress_speed * max(1, min(streams, pr.cpus)) / 2
+    budget = pr.compress_speed * max(1, min(streams, pr.cpus)) * r["cpu_share"]
     if link and link > budget:
         return False, f"compression off: the link ({link / MiB:.0f} MiB/s) outruns the CPUs ({budget / MiB:.0f} MiB/s)"
     return True, f"compression on: data shrinks to {pr.compress_ratio:.0%} and the link is slower than the CPUs"
@@ -379,6 +389,7 @@ def choose_compression(pr: Probe, streams: int) -> tuple[bool, str]:
 def diagnose_ssh(cfg: dict[str, str], pr: Probe | None, cpu_flags: str | None = None) -> list[str]:
     """Findings about the ssh setup that slow interactive work and transfers (advice, not errors)."""
     notes: list[str] = []
+    r = rules()["diagnosis"]
     host = cfg.get("hostname", "?")
     if cfg.get("controlmaster", "false") in ("false", "no") or cfg.get("controlpath", "none") == "none":
         notes.append("ControlMaster is off: every ssh/rsync/git command pays a full handshake"
@@ -391,14 +402,14 @@ def diagnose_ssh(cfg: dict[str, str], pr: Probe | None, cpu_flags: str | None = 
     flags = cpu_flags if cpu_flags is not None else _cpu_flags()
     if ciphers and ciphers[0].startswith("chacha20") and " aes" in f" {flags} ":
         notes.append("the first cipher is chacha20-poly1305 but this CPU has AES-NI: `Ciphers aes128-gcm@openssh.com,chacha20-poly1305@openssh.com` is faster per core")
-    if cfg.get("compression", "no") == "yes" and pr and max(pr.one_stream, pr.multi_stream) > 20 * MiB:
+    if cfg.get("compression", "no") == "yes" and pr and max(pr.one_stream, pr.multi_stream) > r["compression_fast_link_bytes_s"]:
         notes.append("`Compression yes` in the ssh config costs CPU on a fast link; turn it off for this host")
-    if pr and pr.rtt_s > 0.1 and pr.one_stream and pr.multi_stream / pr.one_stream > 2:
+    if pr and pr.rtt_s > r["high_rtt_s"] and pr.one_stream and pr.multi_stream / pr.one_stream > r["single_stream_gain"]:
         notes.append(f"RTT {pr.rtt_s * 1000:.0f} ms and one connection is capped at {pr.one_stream / MiB:.1f} MiB/s: single-stream tools (scp, rsync, git) will crawl here")
     mtu = _route_mtu(host)
-    if mtu is not None and mtu < 1500:
+    if mtu is not None and mtu < r["standard_mtu"]:
         notes.append(f"the route to {host} has MTU {mtu} (a tunnel or VPN): if transfers stall while `ssh {host} true` works, clamp the TCP MSS on the tunnel (`iptables -t mangle -A FORWARD -p tcp --tcp-flags SYN,RST SYN -j TCPMSS --clamp-mss-to-pmtu`)")
-    if pr and pr.one_stream and pr.one_stream < 64 * 1024 and pr.rtt_s < 1:
+    if pr and pr.one_stream and pr.one_stream < r["blackhole_max_bytes_s"] and pr.rtt_s < 1:
         notes.append("bulk data barely moves while the session answers: the classic MTU black hole (large packets dropped); try `ping -M do -s 1472 HOST` and MSS clamping")
     return notes
 

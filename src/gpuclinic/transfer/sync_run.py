@@ -170,6 +170,14 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
     check_names(entries)
     pr: Probe | None = None
     t_probe = time.monotonic()
+    # big-file candidates (the threshold can only rise once the stream count is known): their state
+    # at the destination is read while the probe runs
+    total = sum(e.size for e in entries)
+    cand = [e for e in entries if e.kind == "f" and e.size >= max(BIG_MIN, total // (2 * opts.max_streams))]
+    states: list[list[BigFile]] = []
+    plan0 = Plan(direction, src, dst, host, target, root, entries, 0, "", False, "", None, [])
+    st = threading.Thread(target=lambda: states.append(_big_states(ssh, plan0, cand)))
+    st.start()
     if opts.probe:
         sample: list[tuple[float, float]] = []
         th = threading.Thread(target=lambda: sample.append(sample_compression(root, entries, direction == "push")))
@@ -191,19 +199,21 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
         comp, cwhy = False, "compression off (no probe)"
     notes = diagnose_ssh(cfg, pr)
     plan = Plan(direction, src, dst, host, target, root, entries, streams, why, comp, cwhy, pr, notes)
-    total = plan.total
+    st.join()
+    if not states:
+        raise SyncError(f"ssh {host}: could not read the destination state of the big files")
     big_min = max(BIG_MIN, total // (2 * streams))
-    big = [e for e in entries if e.kind == "f" and e.size >= big_min]
-    small = [e for e in entries if e not in big]
-    plan.big = _big_states(ssh, plan, big)
+    plan.big = [b for b in states[0] if b.entry.size >= big_min]
+    big_names = {b.entry.name for b in plan.big}
+    small = [e for e in entries if e.name not in big_names]
     tasks: list[Task] = []
-    # up to three tasks per stream from one queue (a stream that finishes early takes the next one, so
-    # the streams end together), but none shorter than ~3 s of one stream: each task pays a session start
+    # up to eight tasks per stream from one queue (a stream that finishes early takes the next one, so
+    # the streams end together), but none shorter than ~2 s of one stream: each task pays a session start
     per_stream = pr.one_stream if pr and pr.one_stream else 8 * MiB
-    min_task = max(MiB, 3 * per_stream)
+    min_task = max(MiB, 2 * per_stream)
 
     def pieces(nbytes: int, items: int) -> int:
-        return max(min(streams, items), min(3 * streams, math.ceil(nbytes / min_task)))
+        return max(min(streams, items), min(8 * streams, math.ceil(nbytes / min_task)))
 
     if small:
         for b in balance(small, pieces(sum(e.size for e in small), len(small))):
