@@ -246,7 +246,7 @@ def measure_rtt(ssh: Ssh, n: int = 5) -> tuple[float, float]:
 
 
 def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float],
-                 gate: threading.Event | None = None) -> None:
+                 gate: threading.Event | None = None, control: str | None = None) -> None:
     """Bytes/s of one ssh stream, counted where the data arrives (so buffers do not inflate it) and
     from the start of the transfer (the handshake is measured apart)."""
     if direction == "push":
@@ -255,7 +255,8 @@ def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float],
         wait = "read -r go <&3; " if gate else ""  # a gated stream connects now and sends when told
         remote = (f"exec 3<&0; {wait}dd of=/dev/null bs=65536 <&3 & p=$!; sleep 0.3; kill -USR1 $p; sleep {seconds:.2f}; "
                   "kill -USR1 $p; sleep 0.2; kill $p 2>/dev/null; wait $p 2>/dev/null; exit 0")
-        p = subprocess.Popen(ssh.cmd(remote), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        p = subprocess.Popen(ssh.cmd(remote, control=control), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
         assert p.stdin is not None and p.stderr is not None
         block = os.urandom(256 * 1024)
         try:
@@ -276,7 +277,8 @@ def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float],
             results.append((marks[1][0] - marks[0][0]) / (marks[1][1] - marks[0][1]))
         return
     remote = "exec 3<&0; read -r go <&3; exec cat /dev/zero" if gate else "exec cat /dev/zero"
-    p = subprocess.Popen(ssh.cmd(remote), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(ssh.cmd(remote, control=control), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
     assert p.stdout is not None and p.stdin is not None
     if gate is not None:
         gate.wait(60)
@@ -295,9 +297,14 @@ def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float],
     results.append(got / max(1e-6, time.monotonic() - t0))
 
 
-def measure_streams(ssh: Ssh, direction: str, n: int, seconds: float, gate: threading.Event | None = None) -> float:
+def measure_streams(ssh: Ssh, direction: str, n: int, seconds: float, gate: threading.Event | None = None,
+                    controls: list[str] | None = None) -> float:
+    """Total bytes/s of ``n`` parallel streams.  With ``controls`` each stream's connection stays open as
+    a private master afterwards, so the transfer's first sessions reuse it (no new handshake)."""
     results: list[float] = []
-    ths = [threading.Thread(target=_stream_rate, args=(ssh, direction, seconds, results, gate)) for _ in range(n)]
+    ths = [threading.Thread(target=_stream_rate, args=(ssh, direction, seconds, results, gate,
+                                                       controls[i] if controls and i < len(controls) else None))
+           for i in range(n)]
     for t in ths:
         t.start()
     for t in ths:
@@ -324,7 +331,8 @@ def sample_compression(root: str, entries: list[Entry], local: bool) -> tuple[fl
     return len(data) / dt, len(out) / len(data)
 
 
-def probe_link(ssh: Ssh, direction: str, *, seconds: float = 0.7, multi: int | None = None) -> Probe:
+def probe_link(ssh: Ssh, direction: str, *, seconds: float = 0.7, multi: int | None = None,
+               controls: list[str] | None = None) -> Probe:
     multi = multi or int(rules()["streams"]["probe_streams"])
     pr = Probe(cpus=os.cpu_count() or 1)
     rtt: list[tuple[float, float]] = []
@@ -334,7 +342,7 @@ def probe_link(ssh: Ssh, direction: str, *, seconds: float = 0.7, multi: int | N
     # so its handshakes cost no extra time
     gate = threading.Event()
     multi_rate: list[float] = []
-    mt = threading.Thread(target=lambda: multi_rate.append(measure_streams(ssh, direction, multi, seconds, gate)))
+    mt = threading.Thread(target=lambda: multi_rate.append(measure_streams(ssh, direction, multi, seconds, gate, controls)))
     mt.start()
     try:
         pr.one_stream = measure_streams(ssh, direction, 1, seconds)

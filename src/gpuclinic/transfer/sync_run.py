@@ -99,6 +99,7 @@ class Plan:
     tasks: list[Task] = field(default_factory=list)
     big: list[BigFile] = field(default_factory=list)
     plan_s: float = 0.0  # probing and planning time
+    workdir: str = ""  # private dir: file lists and the streams' ssh control sockets (cm0, cm1, ...)
 
     @property
     def total(self) -> int:
@@ -178,11 +179,13 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
     plan0 = Plan(direction, src, dst, host, target, root, entries, 0, "", False, "", None, [])
     st = threading.Thread(target=lambda: states.append(_big_states(ssh, plan0, cand)))
     st.start()
+    workdir = tempfile.mkdtemp(prefix="gpuclinic-sync-")
     if opts.probe:
         sample: list[tuple[float, float]] = []
         th = threading.Thread(target=lambda: sample.append(sample_compression(root, entries, direction == "push")))
         th.start()  # disk and CPU, while the probes wait on the network
-        pr = probe_link(ssh, direction, multi=8)
+        # the multi-stream probe's connections stay open as the first streams' masters
+        pr = probe_link(ssh, direction, controls=[os.path.join(workdir, f"cm{i}") for i in range(opts.max_streams)])
         th.join()
         pr.compress_speed, pr.compress_ratio = sample[0] if sample else (0.0, 1.0)
     if opts.streams:
@@ -199,6 +202,7 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
         comp, cwhy = False, "compression off (no probe)"
     notes = diagnose_ssh(cfg, pr)
     plan = Plan(direction, src, dst, host, target, root, entries, streams, why, comp, cwhy, pr, notes)
+    plan.workdir = workdir
     st.join()
     if not states:
         raise SyncError(f"ssh {host}: could not read the destination state of the big files")
@@ -293,7 +297,7 @@ class Runner:
         self.repaired: list[str] = []
         self.lock = threading.Lock()
         self.errors: list[str] = []
-        self.tmp = tempfile.mkdtemp(prefix="gpuclinic-sync-")
+        self.tmp = plan.workdir or tempfile.mkdtemp(prefix="gpuclinic-sync-")
         self.regular = {e.name for e in plan.entries if e.kind == "f"}
         self.local = threading.local()  # .control: this worker's ssh control socket
         self.verifier = ThreadPoolExecutor(max_workers=max(1, plan.streams), thread_name_prefix="gpuclinic-verify")
@@ -326,13 +330,7 @@ class Runner:
             return SyncResult(p, dt, self.sent, self.verified, self.repaired, dt)
         finally:
             self.verifier.shutdown(wait=True)
-            for f in os.listdir(self.tmp):
-                if f.startswith("cm"):
-                    self.ssh.close_master(os.path.join(self.tmp, f))
-            with contextlib.suppress(OSError):
-                for f in os.listdir(self.tmp):
-                    os.unlink(os.path.join(self.tmp, f))
-                os.rmdir(self.tmp)
+            close_workdir(self.ssh, self.tmp)
 
     def _prepare(self) -> None:
         p = self.plan
@@ -573,8 +571,22 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def close_workdir(ssh: Ssh, workdir: str) -> None:
+    """Close the streams' master connections and remove the private directory."""
+    if not workdir or not os.path.isdir(workdir):
+        return
+    for f in os.listdir(workdir):
+        if f.startswith("cm"):
+            ssh.close_master(os.path.join(workdir, f))
+    with contextlib.suppress(OSError):
+        for f in os.listdir(workdir):
+            os.unlink(os.path.join(workdir, f))
+        os.rmdir(workdir)
+
+
 def sync(src: str, dst: str, opts: SyncOptions) -> tuple[Plan, SyncResult | None]:
     plan, ssh = make_plan(src, dst, opts)
     if opts.dry_run:
+        close_workdir(ssh, plan.workdir)
         return plan, None
     return plan, Runner(plan, ssh, opts).run()
