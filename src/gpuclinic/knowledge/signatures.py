@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import islice
 from typing import Any
 
 from gpuclinic.knowledge import load_data
@@ -103,10 +105,34 @@ def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
     """Every signature found in ``text``, worst first, then in order of first appearance.
 
     Generic entries are dropped when a more specific one that supersedes them matched too
-    (an NCCL watchdog timeout hides the generic "NCCL error" entry).
+    (an NCCL watchdog timeout hides the generic "NCCL error" entry).  Lines a terminal hard-wrapped
+    mid-word, or a table cell continued on the next row, are joined again for a second pass
+    (:func:`rejoined`), so a wrapped message is still found at the line where it starts.
     """
     if not text:
         return []
+    found = _scan(text, set(), max_count)
+    joined = rejoined(text)
+    if joined:
+        jtext = "\n".join(t for _, t in joined)
+        have = {sm.id for _, sm in found}
+        first_line = [n for n, _ in joined]
+        for _pos, sm in _scan(jtext, have, max_count):
+            sm.line_no = first_line[sm.line_no - 1] + 1
+            sm.count = 1
+            found.append((_line_start(text, sm.line_no), sm))
+    hidden: set[str] = set()
+    by_id = {s.id: s for s in signatures()}
+    matched_ids = {sm.id for _, sm in found}
+    for sid in matched_ids:
+        hidden.update(x for x in by_id[sid].supersedes if x != sid)
+    result = [(pos, sm) for pos, sm in found if sm.id not in hidden]
+    result.sort(key=lambda t: (-_SEVERITY_RANK.get(t[1].severity, 1), t[0]))
+    return [sm for _, sm in result]
+
+
+def _scan(text: str, skip: set[str], max_count: int) -> list[tuple[int, SignatureMatch]]:
+    """(position, match) of the first occurrence of every signature not in ``skip``."""
     lower = text.lower()
     newlines: list[int] | None = None
     found: list[tuple[int, SignatureMatch]] = []
@@ -123,7 +149,7 @@ def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
         return present[n]
 
     for sig in signatures():
-        if not any(has(n) for n in sig.needles):
+        if sig.id in skip or not any(has(n) for n in sig.needles):
             continue
         first: re.Match[str] | None = None
         starts: list[int] = []
@@ -152,14 +178,87 @@ def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
             except Exception:  # a hint is a bonus; the match stands without it
                 pass
         found.append((first.start(), sm))
-    hidden: set[str] = set()
-    by_id = {s.id: s for s in signatures()}
-    matched_ids = {sm.id for _, sm in found}
-    for sid in matched_ids:
-        hidden.update(x for x in by_id[sid].supersedes if x != sid)
-    result = [(pos, sm) for pos, sm in found if sm.id not in hidden]
-    result.sort(key=lambda t: (-_SEVERITY_RANK.get(t[1].severity, 1), t[0]))
-    return [sm for _, sm in result]
+    return found
+
+
+WRAP_MIN = 60  # a terminal narrower than this is not a hard wrap worth undoing
+MAX_JOIN = 32  # physical lines per logical line, at most
+_SAMPLE = 64
+_TABLE_CONT = re.compile(r"^(\s*\|(?:\s*\|)+ )\S")  # "|      |     | rest of the last cell |"
+# the start of a log record: two records in a row are two lines, whatever their length
+_RECORD = re.compile(r"^\s*(?:\[|<\d|\d{4}-\d\d-\d\d|\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d |[IWEF]\d{4} |[\w.-]+\[\d+\]:|"
+                     r"\d{4}/\d\d/\d\d|frame #|File \"|Traceback|#\d)")
+
+
+def rejoined(text: str) -> list[tuple[int, str]]:
+    """The logical lines that were cut over several physical lines: (0-based first line, joined text).
+
+    Two cuts are undone: a terminal's hard wrap (the most common long line length, seen at least twice
+    and almost never exceeded, is the terminal width: such a line continues on the next one, mid-word,
+    unless both lines start like log records) and a table cell continued on the next row
+    (``| ... operation no |`` then ``|    |    | t supported |``, as Triton prints).  Only logical lines
+    made of two or more physical lines are returned (none for most texts).
+    """
+    lines = text.split("\n")
+    if len(lines) < 2:
+        return []
+    width = _wrap_width(lines)
+    tables = "|" in text
+    if width is None and not tables:
+        return []
+    starts = [k for k, ln in enumerate(lines[:-1])
+              if len(ln) == width or (tables and ln.lstrip()[:1] == "|" and ln.rstrip()[-1:] == "|")]
+    out: list[tuple[int, str]] = []
+    i = 0
+    for k in starts:
+        if k < i:
+            continue
+        i = k
+        parts, j = [lines[i].rstrip("\r")], i
+        while j + 1 < len(lines) and j - i < MAX_JOIN:
+            nxt = lines[j + 1].rstrip("\r")
+            last = lines[j].rstrip("\r")
+            if width and len(lines[j]) == width and nxt.strip() and not last.lstrip().startswith(("|", "+")) \
+                    and not (_RECORD.match(nxt) and _RECORD.match(last)):
+                parts.append(nxt)
+            elif last.lstrip().startswith("|") and last.rstrip().endswith("|") and (m := _TABLE_CONT.match(nxt)):
+                head = parts[-1].rstrip()[:-1]
+                parts[-1] = head[:-1] if head.endswith(" ") else head
+                parts.append(nxt[m.end(1):].rstrip().rstrip("|").rstrip())
+            else:
+                break
+            j += 1
+        if j > i:
+            out.append((i, "".join(parts)))
+        i = j + 1
+    return out
+
+
+def _wrap_width(lines: list[str]) -> int | None:
+    lens = Counter(map(len, lines))
+    counts = {n: c for n, c in lens.items() if n >= WRAP_MIN}
+    total = sum(counts.values())
+    for width, seen in sorted(counts.items(), key=lambda kv: (-kv[1], -kv[0]))[:3]:
+        if seen < 2:
+            return None
+        if sum(c for n, c in counts.items() if n > width) > max(2, total // 20):
+            continue
+        # tables and logs whose records merely share a length are not wrapped: look at a sample
+        sample = list(islice((k for k, n in enumerate(map(len, lines[:-1])) if n == width), _SAMPLE))
+        tables = sum(1 for k in sample if lines[k].lstrip().startswith(("|", "+")))
+        records = sum(1 for k in sample if _RECORD.match(lines[k]) and _RECORD.match(lines[k + 1]))
+        if (tables + records) * 2 <= len(sample):
+            return width
+    return None
+
+
+def _line_start(text: str, line_no: int) -> int:
+    pos = 0
+    for _ in range(line_no - 1):
+        pos = text.find("\n", pos) + 1
+        if pos == 0:
+            return len(text)
+    return pos
 
 
 def primary(text: str) -> SignatureMatch | None:
