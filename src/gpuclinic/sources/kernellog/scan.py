@@ -26,6 +26,7 @@ from gpuclinic.sources.kernellog.formats import (
     SCAN_KEYWORDS,
     WINDOW,
 )
+from gpuclinic.sources.kernellog.grepscan import GrepFallback, grep_binary, is_plain, iter_grep_candidates
 from gpuclinic.sources.kernellog.parse import (
     KernelLogParser,
 )
@@ -287,6 +288,12 @@ def scan_path(path: str | os.PathLike[str], *, tail_bytes: int | None = None) ->
     cover this boot and only recent history is wanted).  Raises OSError when the file cannot be read.
     """
     p = os.fspath(path)
+    grep = grep_binary() if tail_bytes is None else None
+    if grep is not None and is_plain(p):
+        try:  # grep's multi-pattern search finds the same candidate lines, faster
+            return _finish(p, _parse(p, iter_grep_candidates(p, grep)))
+        except GrepFallback:
+            pass
     parser = KernelLogParser(origin=p, year=_year_hint(p))
     out: list[KernelEvent] = []
     with _open_binary(p) as fh:
@@ -298,6 +305,19 @@ def scan_path(path: str | os.PathLike[str], *, tail_bytes: int | None = None) ->
         for line in iter_candidate_lines(fh):
             out.extend(parser.feed(line))
     out.extend(parser.flush())
+    return _finish(p, out)
+
+
+def _parse(p: str, lines: Iterator[str]) -> list[KernelEvent]:
+    parser = KernelLogParser(origin=p, year=_year_hint(p))
+    out: list[KernelEvent] = []
+    for line in lines:
+        out.extend(parser.feed(line))
+    out.extend(parser.flush())
+    return out
+
+
+def _finish(p: str, out: list[KernelEvent]) -> list[KernelEvent]:
     _fix_syslog_years(out, _mtime(p))
     mark_previous_boots(out)
     return out
