@@ -35,6 +35,9 @@ _MAGIC = (b"\x1f\x8b", b"\xfd7zXZ\x00", b"BZh")
 _ENV = {**os.environ, "LC_ALL": "C"}  # bytes, not characters: fastest, and never an encoding error
 
 
+_MARKS = re.compile(b"|".join(re.escape(m) for m in _CONTEXT_LINE_MARKS))
+
+
 class GrepFallback(Exception):
     """grep could not give the exact candidate lines (absent, failed, or an overlong line)."""
 
@@ -79,6 +82,17 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def grep_patterns() -> list[str]:
+    """What grep looks for: each scan keyword, or for a qualified one (``bandwidth`` counts only with
+    ``limited by``) its qualifiers, which every line it keeps holds anyway and which are rarer."""
+    out: list[str] = []
+    for kw in SCAN_KEYWORDS:
+        for pat in _QUALIFY.get(kw, (kw,)):
+            if pat.decode() not in out:
+                out.append(pat.decode())
+    return out
+
+
 def _is_hit(line: bytes) -> tuple[bool, bool]:
     """(candidate, starts AER context) exactly as the memmem scan decides for a line of normal length."""
     hit = ctx = False
@@ -98,7 +112,13 @@ def _context(fh: object, pos: int, count: int) -> list[tuple[int, bytes]]:
     """The lines after an AER header (from byte ``pos``) that belong to its record, as the memmem scan picks."""
     assert hasattr(fh, "seek") and hasattr(fh, "read")
     fh.seek(pos)
-    block: bytes = fh.read(count * (MAX_LINE_CHARS + 1) + 1)
+    most = count * (MAX_LINE_CHARS + 1) + 1
+    block: bytes = fh.read(min(most, 4096))  # detail lines are short: read more only when they are not
+    while block.count(b"\n") < count and len(block) < most:
+        more: bytes = fh.read(min(most - len(block), 65536))
+        if not more:
+            break
+        block += more
     out: list[tuple[int, bytes]] = []
     p, n = 0, len(block)
     for _ in range(count):
@@ -110,7 +130,7 @@ def _context(fh: object, pos: int, count: int) -> list[tuple[int, bytes]]:
         if e - p > MAX_LINE_CHARS:
             e = p + MAX_LINE_CHARS
         seg = block[p:e]
-        if any(mk in seg for mk in _CONTEXT_LINE_MARKS):
+        if _MARKS.search(seg):
             out.append((pos + p, seg))
         p = e + 1
     return out
@@ -123,8 +143,8 @@ def iter_grep_candidates(path: str, grep: str) -> Iterator[str]:
     could differ from the memmem scan's.
     """
     argv = [grep, "-a", "-b", "-F"]
-    for kw in SCAN_KEYWORDS:
-        argv += ["-e", kw.decode()]
+    for pat in grep_patterns():
+        argv += ["-e", pat]
     proc = _run([*argv, "--", path])
     assert proc.stdout is not None
     pending: dict[int, bytes] = {}  # context lines not yet yielded, by offset
