@@ -78,19 +78,42 @@ def test_xml_reader_reads_the_schema_rows() -> None:
 
 def test_text_reader_reads_every_schema_row_from_its_path() -> None:
     """A -q paste written from the schema's own text paths: every schema-read row comes back."""
-    values = {"str": ("Some Value", "Some Value"), "bool": ("Enabled", True), "num": ("42 %", 42.0), "int": ("7", 7)}
+    values = {"str": ("Some Value", "Some Value"), "bool": ("Enabled", True), "num": ("42 %", 42.0), "int": ("7", 7),
+              "mib": ("1024 MiB", 1 << 30), "width": ("16x", 16)}
     lines = ["==============NVSMI LOG==============", "", "Driver Version                        : 550.54.14",
              "Attached GPUs                         : 1", "GPU 00000000:3B:00.0"]
     rows = [r for r in gpu_fields.fields() if r.text_reader == "schema"]
-    assert len(rows) >= 10
+    assert len(rows) >= 40
+    # the structured sections are schema rows too (temperatures, power, clocks, memory, PCIe, ECC, retirement)
+    assert {"temperature_c", "shutdown_temp_c", "power_draw_w", "power_limit_w", "sm_clock_mhz", "memory_used_bytes",
+            "pcie_gen", "pcie_width", "pcie_replay_count", "ecc_mode_current", "retired_pages_sbe",
+            "remapped_rows_pending"} <= {r.fact for r in rows}
     open_parents: list[str] = []
     for r in sorted(rows, key=lambda r: r.smi_text[0]):
         *parents, leaf = r.smi_text[0].split("/")
-        if parents != open_parents:
-            for depth, p in enumerate(parents, start=1):
-                lines.append("    " * depth + p)
-            open_parents = parents
+        same = 0
+        while same < min(len(parents), len(open_parents)) and parents[same] == open_parents[same]:
+            same += 1
+        for depth, p in enumerate(parents[same:], start=same + 1):
+            lines.append("    " * depth + p)
+        open_parents = parents
         lines.append("    " * (len(parents) + 1) + f"{leaf:<34}: {values[r.parse][0]}")
     (g,) = smi_text.parse("\n".join(lines) + "\n").gpus
     for r in rows:
         assert getattr(g, r.fact) == values[r.parse][1], r.fact
+
+
+@pytest.mark.parametrize("older", [True, False])
+def test_text_reader_takes_the_first_readable_spelling(older: bool) -> None:
+    """Older drivers' names are later alternatives; an unreadable newest value falls back to the next one."""
+    block = (["    Power Readings", "        Power Draw                        : 180.50 W",
+              "        Power Limit                       : 250.00 W"] if older else
+             ["    GPU Power Readings", "        Instantaneous Power Draw          : N/A",
+              "        Average Power Draw                : 180.50 W",
+              "        Current Power Limit               : 250.00 W"])
+    text = "\n".join(["GPU 00000000:3B:00.0", "    Product Name                          : Tesla V100", *block,
+                      "    Temperature", "        Gpu                               : 49 C",
+                      "    PCI", "        Replays Since Reset               : [Unknown Error]"]) + "\n"
+    (g,) = smi_text.parse(text).gpus
+    assert (g.power_draw_w, g.power_limit_w, g.temperature_c) == (180.5, 250.0, 49.0)
+    assert g.pcie_replay_count is None and g.unreadable.get("pcie_replay_count") == "Unknown Error"
