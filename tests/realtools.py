@@ -25,6 +25,8 @@ PACKAGES: dict[str, str] = {
     "slurmctld": "slurmctld",
     "slurmd": "slurmd",
     "scontrol": "slurm-client",
+    "sbatch": "slurm-client",
+    "scancel": "slurm-client",
     "munged": "munge",
     "ipmi_sim": "openipmi",
     "ipmitool": "ipmitool",

@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuclinic.facts.snapshot import Snapshot
 
@@ -24,6 +25,7 @@ LIVE_SOURCES: tuple[tuple[str, str], ...] = (
     ("container", "container and Kubernetes GPU setup"),
     ("host", "host CPU, memory and I/O"),
     ("network", "network paths"),
+    ("bmc", "the server room through the BMC and hwmon"),
 )
 
 
@@ -39,6 +41,7 @@ class CollectOptions:
     expect_gpus: int | None = None
     sources: Sequence[str] | None = None  # restrict to these module names
     nvml_timeout_s: float = 10.0
+    bmc: Any = None  # sources.bmc.live.BmcOptions: --bmc/--redfish targets (None: in-band and hwmon only)
 
 
 def collect_live(opts: CollectOptions | None = None) -> Snapshot:

@@ -190,7 +190,7 @@ def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = Non
         notes.append("fixes use the facts in the pasted text: " + _live_summary(pasted))
     findings: list[Finding] = []
     skipped: list[Skipped] = []
-    if snap.gpus or snap.kernel_events or snap.signals or (snap.software and snap.software.nvidia_smi_errors):
+    if snap.gpus or snap.kernel_events or snap.signals or snap.room or (snap.software and snap.software.nvidia_smi_errors):
         try:
             fs, _sk = run_checks(snap)  # checks that lack facts in a paste are not news: their skips are dropped
             findings += [f for f in fs if f.code not in ("gpu.none_detected",)]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 
+from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
 from gpuclinic.diagnose import Report, diagnose
 from gpuclinic.errors import EXIT_USAGE, GpuclinicError, InputError
 from gpuclinic.facts.snapshot import Snapshot
@@ -47,10 +49,11 @@ def output_format(as_json: bool, as_markdown: bool) -> str:
 @click.option("--net", "network", is_flag=True, help="Also probe the network path to GitHub, Hugging Face and PyPI.")
 @click.option("--show-unread", is_flag=True,
               help="With --from: also print, per input, its segments and the lines no parser read.")
+@bmc_options
 def doctor(
     from_paths: tuple[str, ...], more_paths: tuple[str, ...], scenario: str | None, list_scenarios: bool,
     as_json: bool, as_markdown: bool, expect_gpus: int | None, kernel_logs: tuple[str, ...],
-    quick: bool, deep: bool, network: bool, show_unread: bool = False,
+    quick: bool, deep: bool, network: bool, show_unread: bool = False, **bmc: Any,
 ) -> int:
     """Diagnose this server: which of GPU faults, heat, PCIe/power, software, network or host is hurting it.
 
@@ -70,6 +73,9 @@ def doctor(
         raise InputError("use either --scenario or --from, not both")
     if show_unread and not paths:
         raise InputError("--show-unread needs --from PATH", exit_code=EXIT_USAGE)
+    if (bmc.get("bmc_host") or bmc.get("redfish_url")) and (paths or scenario):
+        raise InputError("--bmc/--redfish read a live BMC; give saved BMC output with --from instead",
+                         exit_code=EXIT_USAGE)
     for k in kernel_logs:  # named explicitly: a typo is an error, not a "could not check" line
         if not os.path.exists(k):
             raise InputError(f"--kernel-log {k}: no such file")
@@ -93,6 +99,7 @@ def doctor(
 
         snap = collect_live(CollectOptions(
             quick=quick, deep=deep, network=network, kernel_logs=list(kernel_logs), expect_gpus=expect_gpus,
+            bmc=bmc_target(**bmc),
         ))
     if expect_gpus is not None:
         snap.expect_gpus = expect_gpus

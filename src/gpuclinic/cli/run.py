@@ -110,6 +110,9 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
               help="watch TOML config: send interruptions through its notifiers.")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), metavar="FILE", help="Ledger database (default: the shared store).")
 @click.option("--scenario", metavar="NAME", help="Simulated node for pre-flight and GPU watching (testing).")
+@click.option("--slurm-requeue/--no-slurm-requeue", default=True, show_default=True,
+              help="Inside a Slurm job (SLURM_JOB_ID): after a GPU fault a restart here cannot fix, drain this "
+                   "node and `scontrol requeue` the job instead of restarting in place.")
 @click.option("--gpu-facts", type=click.Path(dir_okay=False), metavar="FILE", hidden=True,
               help="Simulated GPUs from a JSON file re-read every sample (testing).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -117,8 +120,8 @@ def run(
     max_restarts: int, backoff: str, backoff_max: str, retry_on: str, exclude_bad_gpu: bool, min_gpus: int,
     checkpoint_dir: str | None, hang_timeout: str | None, gpu_fault_grace: str, heartbeat: str | None, stop_timeout: str,
     log_path: str | None, kernel_logs: tuple[str, ...], sample_interval: str, skip_preflight: bool, force: bool,
-    quick: bool, config_path: str | None, db_path: str | None, scenario: str | None, gpu_facts: str | None,
-    cmd: tuple[str, ...],
+    quick: bool, config_path: str | None, db_path: str | None, scenario: str | None, slurm_requeue: bool,
+    gpu_facts: str | None, cmd: tuple[str, ...],
 ) -> int:
     """Run a training job and keep it alive through GPU faults: gpuclinic run [OPTIONS] -- CMD [ARGS]...
 
@@ -176,8 +179,16 @@ def run(
     if not skip_preflight:
         _preflight(quick=quick, force=force, scenario=scenario, kernel_logs=list(kernel_logs))
     source = open_source(gpu_facts=gpu_facts, scenario=scenario)
-    sup = Supervisor(opts, source=source, notifier=notifier, say=_say)
-    return sup.run()
+    from gpuclinic.slurm.job import SlurmSupervisor, finish_requeue, slurm_job_from_env
+
+    job = slurm_job_from_env()
+    if job is None or not slurm_requeue:
+        return Supervisor(opts, source=source, notifier=notifier, say=_say).run()
+    _say(job.describe())
+    sup = SlurmSupervisor(opts, job=job, source=source, notifier=notifier, say=_say)
+    rc = sup.run()
+    finish_requeue(sup, say=_say)
+    return rc
 
 
 def _check_executable(prog: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
 from gpuclinic.errors import GpuclinicError, InputError
 
 
@@ -109,11 +110,18 @@ def _check_agent_options(listen: str, no_http: bool, kernel_logs: tuple[str, ...
                    "`ps`; Slack, Feishu, DingTalk, WeCom, e-mail via --config).")
 @click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="Alert when fewer than N GPUs are visible.")
 @click.option("--duration", metavar="DURATION", help="Stop after this long (agent time), e.g. 90s.")
+@click.option("--peers", envvar="GPUCLINIC_WATCH_PEERS", metavar="HOST:PORT,...",
+              help="Other agents to show on this dashboard's /fleet page (token: GPUCLINIC_PEER_TOKEN, else --token).")
+@click.option("--peers-file", type=click.Path(dir_okay=False), metavar="FILE", help="Peers, one HOST:PORT per line.")
 @click.option("--quiet", is_flag=True, help="Print only errors.")
+@click.option("--bmc-interval", type=click.FloatRange(1, 3600), default=45.0, show_default=True, metavar="S",
+              help="Poll the BMC (--bmc/--redfish) this often; 30-60 s suits most BMCs.")
+@bmc_options
 def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interval: float | None, db: str | None,
           no_store: bool, config_path: str | None, listen: str, no_http: bool, token: str | None,
           kernel_logs: tuple[str, ...], no_kernel_log: bool, doctor_interval: str | None, webhooks: tuple[str, ...],
-          expect_gpus: int | None, duration: str | None, quiet: bool) -> int:
+          expect_gpus: int | None, duration: str | None, peers: str | None, peers_file: str | None,
+          quiet: bool, bmc_interval: float, **bmc: Any) -> int:
     """Always-on agent: sample GPUs every second, follow the kernel log, run the doctor every few minutes,
     store history, send alerts, export Prometheus metrics and serve a live dashboard.
 
@@ -127,6 +135,17 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
         for name, desc in list_watch_scenarios():
             click.echo(f"{name:18} {desc}")
         return 0
+    peer_list: list[str] = []
+    if peers or peers_file:
+        from gpuclinic.fleet.agents import parse_agents
+
+        items = (peers or "").split(",")
+        if peers_file:
+            try:
+                items += Path(peers_file).read_text(encoding="utf-8").splitlines()
+            except OSError as e:
+                raise InputError(f"--peers-file {peers_file}: cannot read ({e.strerror or e})") from None
+        peer_list = parse_agents(items)
     cfg = load_config(config_path)
     backend: Any
     clock: Any
@@ -193,8 +212,10 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
     from gpuclinic.watch.agent import Agent
 
     follow_live = not no_kernel_log and not kernel_logs and not scenario
+    target = bmc_target(**bmc) if (bmc.get("bmc_host") or bmc.get("redfish_url")) else None
     agent = Agent(cfg, backend, clock=clock, store=store, notifier=notifier,
-                  kernel_logs=[] if no_kernel_log else list(kernel_logs), follow_live_kernel=follow_live, log=log)
+                  kernel_logs=[] if no_kernel_log else list(kernel_logs), follow_live_kernel=follow_live, log=log,
+                  bmc=target, bmc_interval_s=bmc_interval)
     agent.start(opened)
     server = None
     if not no_http:
@@ -204,6 +225,10 @@ def watch(scenario: str | None, list_scenarios: bool, time_scale: float, interva
                                   metrics_require_token=cfg.server.metrics_require_token)
         if generated:
             click.echo(f"gpuclinic watch: access token (shown once): {generated}", err=True)
+        if peer_list:
+            from gpuclinic.fleet.page import FleetPage
+
+            server.fleet_page = FleetPage(agent, peer_list, os.environ.get("GPUCLINIC_PEER_TOKEN") or server.token)
         click.echo(f"gpuclinic watch: dashboard {server.url}/  metrics {server.url}/metrics  "
                    f"({agent.info.name}, every {cfg.agent.interval_s:g}s)", err=True)
     if not quiet:

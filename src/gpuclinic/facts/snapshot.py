@@ -15,6 +15,7 @@ from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.network import NetworkFacts
+from gpuclinic.facts.room import RoomFacts
 from gpuclinic.facts.serial import from_jsonable, to_jsonable
 from gpuclinic.facts.software import ContainerFacts, SoftwareFacts
 from gpuclinic.model import Skipped
@@ -42,6 +43,7 @@ class Snapshot:
     container: ContainerFacts | None = None
     host: HostFacts | None = None
     network: NetworkFacts | None = None
+    room: RoomFacts | None = None  # BMC/hwmon: inlet air, fans, PSUs, SEL (sources/bmc)
     expect_gpus: int | None = None
     skipped: list[Skipped] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # files or sources it was built from

@@ -37,6 +37,7 @@ from gpuclinic.sources import (
     smi_topo,
     smi_xml,
 )
+from gpuclinic.sources.bmc import formats as bmc_formats
 from gpuclinic.sources.kernellog.grepscan import iter_keyword_lines
 from gpuclinic.sources.merge import (
     _apply_nvlink,
@@ -54,7 +55,7 @@ MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_BUNDLE_MEMBER = 256 * 1024 * 1024
 MAX_FILES = 10_000
 EXPECTED = ("nvidia-smi -q (text or XML), an nvidia-smi table, --query-gpu CSV, nvlink -s/-e or topo -m output, a kernel log, "
-            "nvidia-bug-report.log(.gz), lspci output or a gpuclinic capture")
+            "nvidia-bug-report.log(.gz), lspci output, ipmitool/FreeIPMI/Redfish/sensors output or a gpuclinic capture")
 
 
 def new_snapshot() -> Snapshot:
@@ -92,7 +93,7 @@ def detect(sample: str) -> str | None:
     if bugreport.looks_like(sample):
         return "bugreport"
     if head.startswith("{"):
-        return "json"
+        return bmc_formats.detect(sample) or "json"  # a Redfish document or sensors -j is JSON too
     if smi_xml.looks_like(sample):
         return "smi_xml"
     if smi_text.looks_like(sample):
@@ -111,7 +112,7 @@ def detect(sample: str) -> str | None:
         return "smi_table"
     if lspci.looks_like(sample):
         return "lspci"
-    return None
+    return bmc_formats.detect(sample)  # ipmitool, FreeIPMI, sensors (room:<format>)
 
 
 def _is_kernel_log(sample: str) -> bool:
@@ -153,6 +154,12 @@ def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         snap.input_records.append(bugreport_record(rep))
     elif kind == "json":
         _apply_json(snap, text, origin)
+        return
+    elif kind.startswith(bmc_formats.PREFIX):
+        try:
+            bmc_formats.apply(snap, kind, text, origin)
+        except ValueError as e:
+            raise _Unrecognised(str(e)) from None
         return
     else:  # pragma: no cover - detect() returns only the kinds above
         raise _Unrecognised(kind)
@@ -255,12 +262,14 @@ def add_text(snap: Snapshot, text: str, origin: str, *, error_signatures: bool =
     kind = _whole_kind(text[:SAMPLE_BYTES])
     if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{") and '"gpuclinic.' in text[-4096:]:
         kind = "json"  # a snapshot writes its schema key last
+    if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{"):
+        kind = bmc_formats.detect(text[:SAMPLE_BYTES])  # a Redfish document or sensors -j: one JSON, read whole
     if kind is not None:
         try:
             _apply_text(snap, kind, text, origin)
         except _Unrecognised as e:
             raise InputError(f"{origin}: {e}") from None
-        if kind == "json":  # a bug report records its sections itself
+        if kind == "json" or kind.startswith(bmc_formats.PREFIX):  # a bug report records its sections itself
             snap.input_records.append(InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1,
                                                   readers=[kind]))
         return kind

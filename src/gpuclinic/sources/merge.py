@@ -201,6 +201,11 @@ def _merge_snapshot(snap: Snapshot, other: Snapshot, origin: str) -> None:
                 for e in other.software.nvidia_smi_errors if other.software else []:
                     if e not in mine.nvidia_smi_errors:
                         mine.nvidia_smi_errors.append(e)
+    if other.room is not None:  # the server room (sources/bmc)
+        if snap.room is None:
+            snap.room = other.room
+        else:
+            snap.room.merge(other.room)
     for s in other.skipped:
         snap.skip(s.what, s.why)
     snap.notes.append(f"{origin}: captured snapshot ({other.origin}, taken {other.taken_at or 'at an unknown time'})")

@@ -172,10 +172,12 @@ def load_scenario(name: str) -> Snapshot:
     pci = [_make(PciDevice, x) for x in d.pop("pci_devices")]
     events = [_make(KernelEvent, x) for x in d.pop("kernel_events")]
     facts = {}
-    if d.get("software") or d.get("host") or d.get("container"):
+    if d.get("software") or d.get("host") or d.get("container") or d.get("room"):
+        from gpuclinic.facts.room import RoomFacts
         from gpuclinic.facts.serial import from_jsonable  # small nested facts: the generic decoder is fine
 
-        for key, cls in (("software", SoftwareFacts), ("container", ContainerFacts), ("host", HostFacts)):
+        for key, cls in (("software", SoftwareFacts), ("container", ContainerFacts), ("host", HostFacts),
+                         ("room", RoomFacts)):
             if d.get(key) is not None:
                 facts[key] = from_jsonable(cls, d.pop(key))
     return Snapshot(**d, **facts, gpus=gpus, pci_devices=pci, kernel_events=events)

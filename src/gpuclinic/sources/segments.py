@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
@@ -42,6 +42,7 @@ _PROMPT = re.compile(r"^\s*(?:(?:\(\S+\)\s*)?\S+@[\w.-]+(?::[^$#\s]*)?\s?[$#]|[$
 _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 _JSON = re.compile(r"^\s*\{.*\}\s*,?\s*$")
 _METRIC = re.compile(r"^(?:# (?:HELP|TYPE) \S+|[A-Za-z_:][\w:]*(?:\{.*\})?\s+[-+]?(?:\d[\d.eE+-]*|NaN|[+-]?Inf)(?:\s+\d+)?)\s*$")
+_SENSORS_U = re.compile(r"^\s+(?:temp|fan|in|curr|power|energy|humidity|intrusion)\d+_\w+:\s")  # `sensors -u`, not metrics
 _JOURNAL_FIELD = re.compile(r"^_{0,2}[A-Z][A-Z0-9_]*=")
 _STRUCTURED = {"smi_text", "smi_xml", "smi_table", "smi_csv", "smi_nvlink", "smi_topo", "lspci"}
 
@@ -64,7 +65,7 @@ def classify(line: str) -> str:
         return "json"
     if _JOURNAL_FIELD.match(line) and "=" in s and " : " not in s:
         return "journal_export"
-    if _METRIC.match(s) and ("{" in s or s.startswith("#") or "_" in s.split()[0]):
+    if _METRIC.match(s) and ("{" in s or s.startswith("#") or "_" in s.split()[0]) and not _SENSORS_U.match(line):
         return "metrics"
     return "other"
 
@@ -103,7 +104,12 @@ def _label(run: list[str], detect: Detect) -> str:
     if text.lstrip().startswith("Traceback (most recent call last)"):
         return "traceback"
     kind = detect(text)
-    return kind if kind in _STRUCTURED else "text"
+    return kind if _structured(kind) else "text"
+
+
+def _structured(kind: str | None) -> TypeGuard[str]:
+    """A format parser's kind, including the server-room formats (``room:ipmitool`` ..., sources/bmc/formats.py)."""
+    return kind in _STRUCTURED or (kind or "").startswith("room:")
 
 
 def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect, apply_rest: ApplyRest,
@@ -177,7 +183,7 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     if any(classes[i - 1] == "other" for i, _ in rest):
         text = "\n".join(ln for _, ln in rest)
         rest_kind = detect(text)
-        if rest_kind in _STRUCTURED:
+        if _structured(rest_kind):
             try:
                 try:
                     apply_rest(snap, rest_kind, text, origin)
@@ -191,7 +197,7 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
                 rest_kind = None
             else:
                 for s in segs:
-                    if s.kind in _STRUCTURED and s.first is not None and s.last is not None:
+                    if _structured(s.kind) and s.first is not None and s.last is not None:
                         claimed.update(range(s.first, s.last + 1))
                         s.readers.append(s.kind)
                 if rest_kind not in rec.readers:

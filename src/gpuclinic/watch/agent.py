@@ -94,6 +94,8 @@ class Agent:
         log: Callable[[str], None] | None = None,
         history_points: int = 900,
         doctor: bool = True,
+        bmc: Any = None,  # sources.bmc.live.BmcOptions: poll this BMC (sources/bmc/poller.py)
+        bmc_interval_s: float | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock: Clock = clock or RealClock()
@@ -115,6 +117,9 @@ class Agent:
         self._lock = threading.RLock()
         self._latest: list[GpuFacts] = []
         self._series: dict[int, deque[tuple[Any, ...]]] = {}
+        from gpuclinic.fleet.idle import IdleMeter
+
+        self.idle = IdleMeter()  # idle GPU seconds for `gpuclinic fleet` (gpuclinic_gpu_idle_seconds_total)
         self._history_points = history_points
         self.xids: dict[tuple[str, str, int], tuple[int, float]] = {}
         self._kernel_seen: deque[KernelEvent] = deque(maxlen=500)
@@ -134,6 +139,11 @@ class Agent:
         self.doctor_verdict: Verdict | None = None
         self.started_at = self.clock.now()
         self.kernel_note: str | None = None
+        self.room_poller: Any = None
+        if bmc is not None:
+            from gpuclinic.sources.bmc.poller import attach
+
+            self.room_poller = attach(self, bmc, bmc_interval_s)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self, opened: BackendInfo | None = None) -> None:
@@ -150,6 +160,8 @@ class Agent:
             self._spawn("gpuclinic-kernel", self._kernel_loop)
         if self.doctor_enabled:
             self._spawn("gpuclinic-doctor", self._doctor_loop)
+        if self.room_poller is not None:
+            self._spawn("gpuclinic-bmc", lambda: self.room_poller.run(self.stop))
 
     def _spawn(self, name: str, fn: Callable[[], None]) -> None:
         t = threading.Thread(target=fn, name=name, daemon=True)
@@ -254,6 +266,7 @@ class Agent:
                        g.sm_clock_mhz, g.sm_clock_max_mhz, g.utilization_gpu_pct, g.memory_used_bytes,
                        g.memory_total_bytes, mask, g.memory_temperature_c)
                 self._series.setdefault(g.index, deque(maxlen=self._history_points)).append(row)
+        self.idle.observe(now, gpus)
         if self.store is not None:
             self.store.add_samples(now, gpus)
 
@@ -367,9 +380,12 @@ class Agent:
                             taken_at=_dt.datetime.fromtimestamp(self.clock.now(), _dt.timezone.utc).isoformat())
         from gpuclinic.collect import CollectOptions, collect_live
 
-        return collect_live(CollectOptions(quick=True, kernel_logs=list(self.kernel_logs),
+        snap = collect_live(CollectOptions(quick=True, kernel_logs=list(self.kernel_logs),
                                            expect_gpus=self.cfg.agent.expect_gpus,
                                            nvml_timeout_s=self.cfg.agent.sample_timeout_s * 3))
+        if self.room_poller is not None:  # the poller's facts: the doctor must not poll the BMC a second time
+            snap.room = self.room_poller.latest() or snap.room
+        return snap
 
     def run_doctor(self) -> None:
         from gpuclinic.diagnose import diagnose

@@ -41,7 +41,7 @@ def _camel(code: str) -> str:
 def alert_rules() -> list[AlertRule]:
     out = []
     for c in K.all_codes():
-        if c.code in _NOT_ALERTED:
+        if c.code in _NOT_ALERTED or c.detector == "k8s":  # k8s.*: only `gpuclinic k8s evidence` reports them
             continue
         labels = c.severities()
         if labels <= {"info"}:

@@ -176,4 +176,14 @@ class AgentCollector(Collector):
 def make_registry(agent: Agent) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(AgentCollector(agent))
+    from gpuclinic.fleet.ledger_metrics import LedgerCollector  # run ledger figures for `gpuclinic fleet`
+
+    reg.register(LedgerCollector(getattr(agent.store, "path", None)))
+    from gpuclinic.fleet.idle import IdleCollector
+
+    reg.register(IdleCollector(getattr(agent, "idle", None)))
+    if getattr(agent, "room_poller", None) is not None:  # the BMC (sources/bmc/poller.py)
+        from gpuclinic.sources.bmc.poller import RoomCollector
+
+        reg.register(RoomCollector(agent.room_poller))
     return reg

@@ -29,7 +29,8 @@ from gpuclinic.watch.config import DEFAULT_PORT
 from gpuclinic.watch.metrics import make_registry
 
 _STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
-           "app.css": "text/css; charset=utf-8"}
+           "app.css": "text/css; charset=utf-8", "fleet.html": "text/html; charset=utf-8",
+           "fleet.js": "text/javascript; charset=utf-8"}
 _COOKIE = "gpuclinic_token"
 
 
@@ -179,6 +180,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(incidents_json(agent))
         elif path == "/api/events":
             self._json({"events": events_json(agent, float(query["since"][0]) if "since" in query else None)})
+        elif path == "/fleet":  # with `watch --peers`: this node and its peers (gpuclinic.fleet.page)
+            self._static("fleet.html", extra)
+        elif path == "/api/fleet":
+            page = self.server.fleet_page
+            if page is None:
+                self._send(404, b"no peers (start watch with --peers)\n", "text/plain; charset=utf-8")
+            else:
+                self._json(page.json())
         else:
             self._send(404, b"not found\n", "text/plain; charset=utf-8")
 
@@ -218,7 +227,17 @@ def state_json(agent: Agent) -> dict[str, Any]:
                    "sample_errors": st.sample_errors_total, "store_error": st.store_error,
                    "store_buffered": st.store_buffered, "notify_sent": st.notify_sent,
                    "notify_failed": st.notify_failed, "notify_spooled": st.notify_spooled, "notes": st.notes},
+        "room": _room_state(agent),
     }
+
+
+def _room_state(agent: Agent) -> dict[str, Any] | None:
+    """The BMC's latest poll (inlet, fans, PSUs) when the agent polls one (sources/bmc/poller.py)."""
+    if getattr(agent, "room_poller", None) is None:
+        return None
+    from gpuclinic.sources.bmc.poller import room_state
+
+    return room_state(agent.room_poller)
 
 
 def events_json(agent: Agent, since: float | None) -> list[dict[str, Any]]:
@@ -250,6 +269,7 @@ class WatchHTTPServer(ThreadingHTTPServer):
         self.token = token
         self.metrics_require_token = metrics_require_token
         self.registry = make_registry(agent)
+        self.fleet_page: Any = None  # gpuclinic.fleet.page.FleetPage when started with --peers
         self._thread: threading.Thread | None = None
 
     @property

@@ -1,0 +1,1 @@
+"""Slurm integration: HealthCheckProgram / NHC check, prolog, epilog, and job requeue for ``run``."""

@@ -1,0 +1,57 @@
+"""Saved BMC/hwmon outputs for ``doctor --from`` and ``explain``: one ``claims``/``parse`` pair per format.
+
+``evidence.py`` asks :func:`detect` for a kind and hands the text to :func:`apply`; everything else
+about these formats lives here, so the evidence reader's own refactors need not touch it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuclinic.facts.room import RoomFacts
+from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.sources.bmc import freeipmi, ipmitool, lmsensors, redfish
+
+PREFIX = "room:"
+
+# kind -> (claims, parse); checked in this order (JSON formats first: they are unambiguous)
+FORMATS: dict[str, tuple[Callable[[str], bool], Callable[[str], RoomFacts]]] = {
+    "redfish": (redfish.claims, redfish.parse_text),
+    "sensors_json": (lmsensors.claims_json, lmsensors.parse_json),
+    "freeipmi_sensors": (freeipmi.claims_sensors, freeipmi.parse_sensors),
+    "freeipmi_sel": (freeipmi.claims_sel, freeipmi.parse_sel),
+    "ipmitool": (ipmitool.claims, ipmitool.parse_any),
+    "sensors_raw": (lmsensors.claims_raw, lmsensors.parse_raw),
+    "sensors_text": (lmsensors.claims_text, lmsensors.parse_text),
+}
+
+
+def detect(sample: str) -> str | None:
+    """``room:<format>`` when ``sample`` is a BMC/hwmon output we read, else None."""
+    for kind, (claims, _) in FORMATS.items():
+        try:
+            if claims(sample):
+                return PREFIX + kind
+        except Exception:  # a recogniser's bug must not hide the other formats
+            continue
+    return None
+
+
+def parse(kind: str, text: str) -> RoomFacts:
+    return FORMATS[kind.removeprefix(PREFIX)][1](text)
+
+
+def apply(snap: Snapshot, kind: str, text: str, origin: str) -> None:
+    """Parse ``text`` and fold it into ``snap.room``; raises ValueError when it holds nothing usable."""
+    try:
+        room = parse(kind, text)
+    except ValueError as e:
+        raise ValueError(f"{kind.removeprefix(PREFIX)} output could not be read ({type(e).__name__})") from None
+    if not (room.sensors or room.psus or room.events_read or room.chassis or room.fru
+            or room.power_consumed_w is not None or room.redundancy):
+        raise ValueError(f"{kind.removeprefix(PREFIX)} output holds no sensor, power supply or event")
+    if snap.room is None:
+        snap.room = RoomFacts()
+    snap.room.merge(room)
+    redfish.prefer_new_model(snap.room)
+    snap.room.bmc = snap.room.bmc or "saved output"

@@ -1,0 +1,355 @@
+"""Parsers for ``ipmitool`` output: ``sdr list/elist/type``, ``sensor``, ``sel list/elist``, ``fru``,
+``chassis status`` and ``dcmi power reading``.
+
+Column layouts are ipmitool's own (lib/ipmi_sdr.c, lib/ipmi_sensor.c, lib/ipmi_sel.c; see
+docs/room.md). Each format has ``claims(text)`` (is this that output?) and ``parse(text)`` returning
+:class:`RoomFacts`; people paste several outputs into one file, so ``parse_any`` reads every part.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuclinic.facts import room as R
+from gpuclinic.knowledge.room import classify_event
+from gpuclinic.sources.bmc.common import (
+    THRESHOLD_NAMES,
+    finish,
+    make_sensor,
+    number,
+    psu_offsets,
+    sensor_type_names,
+    unit_of,
+)
+
+_SNUM = re.compile(r"^[0-9A-Fa-f]{1,2}h$")
+_ENTITY = re.compile(r"^\d{1,3}\.\d{1,3}$")
+_HEX = re.compile(r"^0x[0-9A-Fa-f]+$")
+_STATUS_WORDS = {"ok", "nc", "cr", "nr", "ns", "lnc", "unc", "lcr", "ucr", "lnr", "unr", "na"}
+_DATE = re.compile(r"^(\d{1,2})/(\d{1,2})/(\d{2,4})$")
+_TIME = re.compile(r"^(\d{1,2}):(\d{2}):(\d{2})")
+_KV = re.compile(r"^\s*([A-Za-z][^:]{1,40}?)\s*:\s*(.*?)\s*$")
+
+
+def _cols(line: str) -> list[str]:
+    return [c.strip() for c in line.split("|")]
+
+
+# ------------------------------------------------------------------------------------------ sdr elist
+
+def _is_elist(c: list[str]) -> bool:
+    return len(c) >= 5 and bool(_SNUM.match(c[1])) and c[2].lower() in _STATUS_WORDS and bool(_ENTITY.match(c[3]))
+
+
+def _is_type4(c: list[str]) -> bool:
+    """``sdr type`` of older ipmitool: name | NNh | status | reading (no entity column)."""
+    return len(c) == 4 and bool(_SNUM.match(c[1])) and c[2].lower() in _STATUS_WORDS
+
+
+def _is_sdr_list(c: list[str]) -> bool:
+    return len(c) == 3 and c[2].lower() in _STATUS_WORDS and bool(c[0])
+
+
+def _is_sensor(c: list[str]) -> bool:
+    if len(c) < 10:
+        return False
+    if c[1].lower() != "na" and number(c[1]) is None and not _HEX.match(c[1]):
+        return False
+    return all(x.lower() == "na" or number(x) is not None for x in c[4:10])
+
+
+def _reading(text: str) -> tuple[float | None, str | None, list[str]]:
+    """'24 degrees C' -> (24, 'C', []); 'Presence detected, Failure detected' -> (None, None, states)."""
+    t = text.strip()
+    if not t:
+        return None, None, []
+    m = re.match(r"^([-+]?\d+(?:\.\d+)?)\s*(.*)$", t)
+    if m and m.group(2) and not m.group(2).startswith(("x", "(")):
+        unit = m.group(2).strip()
+        if unit.lower() in ("degrees c", "rpm", "volts", "amps", "watts", "percent", "%", "degrees f"):
+            val = float(m.group(1))
+            if unit.lower() == "degrees f":
+                return (val - 32) * 5 / 9, "C", []
+            return val, unit_of(unit), []
+    if _HEX.match(t) or t.lower() in ("no reading", "disabled", "not readable", "na"):
+        return None, None, [] if _HEX.match(t) else [t]
+    return None, None, [s.strip() for s in t.split(",") if s.strip()]
+
+
+def parse_sdr(text: str, source: str = "ipmitool sdr") -> R.RoomFacts:
+    """``sdr list`` (3 columns) or ``sdr elist``/``sdr type`` (5 columns)."""
+    room = R.RoomFacts()
+    for line in text.splitlines():
+        c = _cols(line)
+        if _is_elist(c):
+            val, unit, states = _reading(" | ".join(c[4:]))
+            room.sensors.append(make_sensor(c[0], val, unit, c[2], source=source + " elist", states=states,
+                                            number_=c[1], entity=c[3]))
+        elif _is_type4(c):
+            val, unit, states = _reading(c[3])
+            room.sensors.append(make_sensor(c[0], val, unit, c[2], source=source + " type", states=states,
+                                            number_=c[1]))
+        elif _is_sdr_list(c):
+            val, unit, states = _reading(c[1])
+            room.sensors.append(make_sensor(c[0], val, unit, c[2], source=source + " list", states=states))
+    if room.sensors:
+        room.add_source(room.sensors[0].source)
+        finish(room, room.sensors[0].source)
+    return room
+
+
+def claims_sdr(text: str) -> bool:
+    n = 0
+    for line in text.splitlines()[:400]:
+        c = _cols(line)
+        if _is_elist(c) or _is_type4(c) or (_is_sdr_list(c) and re.search(r"degrees|rpm|volts|watts|0x[0-9a-f]+|no reading", c[1], re.I)):
+            n += 1
+            if n >= 2:
+                return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------ sensor
+
+def _psu_states(hexstate: str) -> list[str]:
+    """Decode the two state bytes of a PSU row ('0x0b00': offsets 0, 1, 3)."""
+    try:
+        v = int(hexstate, 16)
+    except ValueError:
+        return []
+    low = (v >> 8) & 0xFF if len(hexstate) >= 6 else v & 0xFF
+    names = psu_offsets()
+    return [names[i] for i in range(len(names)) if low & (1 << i)]
+
+
+def parse_sensor(text: str, source: str = "ipmitool sensor") -> R.RoomFacts:
+    room = R.RoomFacts()
+    for line in text.splitlines():
+        c = _cols(line)
+        if not _is_sensor(c):
+            continue
+        name, raw, units, status = c[0], c[1], c[2], c[3]
+        thr = {k: v for k, v in zip(THRESHOLD_NAMES, (number(x) for x in c[4:10]), strict=False) if v is not None}
+        if units.lower() == "discrete":
+            states: list[str] = []
+            s = make_sensor(name, None, None, None, source=source)
+            if s.kind == R.PSU and _HEX.match(status):
+                states = _psu_states(status)
+                level = "ok"
+                if any(x in states for x in ("Failure detected", "Power Supply AC lost")):
+                    level = "cr"
+                elif any(x in states for x in ("Predictive failure", "AC out-of-range, but present", "Config Error")):
+                    level = "nc"
+                room.sensors.append(make_sensor(name, None, None, level, source=source, states=states))
+            else:
+                room.sensors.append(make_sensor(name, None, None, status if status.lower() in ("na", "ns") else "ok",
+                                                source=source, states=[f"state {status}"] if _HEX.match(status) else []))
+            continue
+        val = None if raw.lower() == "na" else number(raw)
+        room.sensors.append(make_sensor(name, val, unit_of(units), status, source=source, thresholds=thr))
+    if room.sensors:
+        room.add_source(source)
+        finish(room, source)
+    return room
+
+
+def claims_sensor(text: str) -> bool:
+    return sum(1 for line in text.splitlines()[:400] if _is_sensor(_cols(line))) >= 2
+
+
+# ------------------------------------------------------------------------------------------ sel
+
+def _split_sensor(field: str) -> tuple[str | None, str]:
+    for t in sensor_type_names():
+        if field.lower().startswith(t.lower()) and (len(field) == len(t) or field[len(t)] in " #"):
+            return t, field[len(t):].strip()
+    return None, field
+
+
+def iso_datetime(date: str, time: str) -> str | None:
+    """'06/04/2014' '09:41:52' -> '2014-06-04T09:41:52' (month first, as ipmitool prints with %x in C)."""
+    d, t = _DATE.match(date.strip()), _TIME.match(time.strip())
+    if not d or not t:
+        return None
+    mo, da, yr = int(d.group(1)), int(d.group(2)), int(d.group(3))
+    if mo > 12 and da <= 12:  # a day-first locale
+        mo, da = da, mo
+    if yr < 100:
+        yr += 2000
+    try:
+        return f"{yr:04d}-{mo:02d}-{da:02d}T{int(t.group(1)):02d}:{t.group(2)}:{t.group(3)}"
+    except ValueError:
+        return None
+
+
+def _is_sel(c: list[str]) -> bool:
+    return (len(c) >= 5 and bool(re.match(r"^[0-9A-Fa-f]{1,8}$", c[0]))
+            and (bool(_DATE.match(c[1])) or c[1].lower() in ("pre-init", "")) and bool(c[3]))
+
+
+def parse_sel(text: str, source: str = "ipmitool sel elist") -> R.RoomFacts:
+    room = R.RoomFacts(events_read=True)
+    for line in text.splitlines():
+        c = _cols(line)
+        if not _is_sel(c):
+            continue
+        rest = c[4:]
+        asserted = True
+        if "Deasserted" in rest:
+            asserted = False
+            rest.remove("Deasserted")
+        elif "Asserted" in rest:
+            rest.remove("Asserted")
+        desc = " | ".join(x for x in rest if x)
+        stype, sensor = _split_sensor(c[3])
+        ev = R.BmcEvent(id=c[0], time=iso_datetime(c[1], c[2]) or (f"{c[1]} {c[2]}".strip() or None),
+                        sensor_type=stype, sensor=sensor or None, description=desc, asserted=asserted, source=source)
+        ec = classify_event(stype, sensor, desc)
+        ev.kind = ec.kind if ec else None
+        room.events.append(ev)
+    room.add_source(source)
+    return room
+
+
+def claims_sel(text: str) -> bool:
+    lines = text.splitlines()[:400]
+    if any(ln.strip() == "SEL has no entries" for ln in lines[:5]):
+        return True
+    return sum(1 for ln in lines if _is_sel(_cols(ln)) and re.search(r"asserted", ln, re.I)) >= 1
+
+
+# ------------------------------------------------------------------------------------------ key: value
+
+def _kv(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _KV.match(line)
+        if m and "|" not in line:
+            out.setdefault(m.group(1).strip(), m.group(2))
+    return out
+
+
+def claims_chassis(text: str) -> bool:
+    head = text[:4000]
+    return "System Power" in head and ("Power Overload" in head or "Main Power Fault" in head)
+
+
+def parse_chassis(text: str) -> R.RoomFacts:
+    room = R.RoomFacts(chassis={k: v for k, v in _kv(text).items()})
+    room.add_source("ipmitool chassis status")
+    return room
+
+
+_FRU_KEYS = ("Board Mfg", "Board Product", "Product Manufacturer", "Product Name", "Product Part Number",
+             "Chassis Type", "Board Part Number")
+
+
+def claims_fru(text: str) -> bool:
+    head = text[:8000]
+    return "FRU Device Description" in head and ("Product" in head or "Board" in head)
+
+
+def parse_fru(text: str) -> R.RoomFacts:
+    kv = _kv(text)
+    room = R.RoomFacts(fru={k: kv[k] for k in _FRU_KEYS if kv.get(k)})
+    room.add_source("ipmitool fru")
+    return room
+
+
+_DCMI = re.compile(r"Instantaneous power reading:\s*([\d.]+)\s*Watts", re.I)
+
+
+def claims_dcmi(text: str) -> bool:
+    return bool(_DCMI.search(text[:8000]))
+
+
+def parse_dcmi(text: str) -> R.RoomFacts:
+    m = _DCMI.search(text)
+    room = R.RoomFacts(power_consumed_w=float(m.group(1)) if m else None)
+    state = re.search(r"Power reading state is:\s*(\w+)", text)
+    if state and state.group(1).lower() != "activated":
+        room.power_consumed_w = None  # DCMI power measurement not enabled: the number is meaningless
+    room.add_source("ipmitool dcmi power reading")
+    return room
+
+
+# ------------------------------------------------------------------------------------------ verbose
+
+_V_THR = {"lower non-recoverable": "lnr", "lower critical": "lcr", "lower non-critical": "lnc",
+          "upper non-critical": "unc", "upper critical": "ucr", "upper non-recoverable": "unr"}
+_V_ID = re.compile(r"^Sensor ID\s*:\s*(.*?)\s*(?:\((0x[0-9a-fA-F]+)\))?\s*$")
+
+
+def claims_verbose(text: str) -> bool:
+    head = text[:20000]
+    return bool(re.search(r"^Sensor ID\s*:", head, re.M)) and ("Sensor Reading" in head or "States Asserted" in head)
+
+
+def parse_verbose(text: str, source: str = "ipmitool sensor get / sdr -v") -> R.RoomFacts:
+    """Blocks of ``ipmitool sensor get NAME`` / ``sdr -v``: reading, status, the six thresholds, asserted states."""
+    room = R.RoomFacts()
+    block: list[str] = []
+
+    def flush() -> None:
+        if not block:
+            return
+        m = _V_ID.match(block[0])
+        name, num = (m.group(1), m.group(2)) if m else (block[0], None)
+        kv: dict[str, str] = {}
+        states: list[str] = []
+        key = ""
+        for ln in block[1:]:
+            if ":" in ln and not ln.strip().startswith("["):
+                k, _, v = ln.partition(":")
+                key = k.strip().lower()
+                kv[key] = v.strip()
+                if key == "states asserted":
+                    states += re.findall(r"\[([^\]]+)\]", v)
+            elif key == "states asserted":
+                states += re.findall(r"\[([^\]]+)\]", ln)
+        stype = next((re.sub(r"\s*\(0x[0-9a-f]+\)$", "", v, flags=re.I) for k, v in kv.items()
+                      if k.startswith("sensor type")), None)
+        reading_text = re.sub(r"\(\+/-\s*[\d.]+\)\s*", "", kv.get("sensor reading", ""))
+        val, unit, _ = _reading(reading_text)
+        thr = {v: n for k, v in _V_THR.items() if (n := number(kv.get(k))) is not None}
+        ent = (kv.get("entity id") or "").split(" ")[0] or None
+        status = kv.get("status") or ("ok" if val is not None or states else None)
+        room.sensors.append(make_sensor(name, val, unit, status, source=source, states=states, thresholds=thr,
+                                        number_=num, entity=ent, sensor_type=stype))
+
+    for line in text.splitlines():
+        if line.startswith("Sensor ID"):
+            flush()
+            block = [line]
+        elif block and line.strip():
+            block.append(line)
+    flush()
+    if room.sensors:
+        room.add_source(source)
+        finish(room, source)
+    return room
+
+
+def parse_any(text: str) -> R.RoomFacts:
+    """Every ipmitool part found in ``text`` (a paste may hold sdr, sensor and sel one after another)."""
+    room = R.RoomFacts()
+    if claims_verbose(text):
+        room.merge(parse_verbose(text))
+    if claims_sdr(text):
+        room.merge(parse_sdr(text))
+    if claims_sensor(text):
+        room.merge(parse_sensor(text))
+    if claims_sel(text):
+        room.merge(parse_sel(text))
+    if claims_chassis(text):
+        room.merge(parse_chassis(text))
+    if claims_fru(text):
+        room.merge(parse_fru(text))
+    if claims_dcmi(text):
+        room.merge(parse_dcmi(text))
+    return room
+
+
+def claims(text: str) -> bool:
+    return (claims_verbose(text) or claims_sdr(text) or claims_sensor(text) or claims_sel(text) or claims_chassis(text)
+            or claims_fru(text) or claims_dcmi(text))

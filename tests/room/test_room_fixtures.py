@@ -1,0 +1,88 @@
+"""Every real public BMC/hwmon output under tests/fixtures/room parses, and is judged as its numbers say.
+
+Most are healthy machines and must give no warning; the few that are not (a hot room, a failed PSU in
+the SEL, fans reading 0 RPM) are listed with exactly what they should raise.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from roomdata import ROOM_FIXTURES
+
+from gpuclinic.diagnose import diagnose
+from gpuclinic.sources.evidence import load_evidence
+
+FILES = sorted(p for d in ("ipmi", "sensors", "redfish/vendors") for p in (ROOM_FIXTURES / d).iterdir())
+
+# file -> the room findings (code, severity) it must raise; every other file must raise none but room.status
+EXPECTED: dict[str, set[tuple[str, str]]] = {
+    "dell-r510-sdr-type-temperature.txt": {("room.inlet_hot", "warning")},  # ambient 29 °C > ASHRAE's 27
+    "hpe-dl360p-gen8-sensor.txt": {("room.inlet_hot", "warning")},  # 01-Inlet Ambient 32 °C > ~30 °C
+    "freeipmi-sel-psu-failure.txt": {("room.sel.psu_failure", "critical")},
+    "openbmc-sensor-fans-sdr-errors.txt": {("room.fan_failed", "warning")},  # fan4-7 at 0 RPM, BMC says ok
+    "cisco-ucsc-c240-m5sn-1-thermal.json": {("room.inlet_hot", "info")},
+    "supermicro-sensor-list-cpu2-nr.txt": {("room.sensor_critical", "critical")},  # the BMC says nr for CPU2  # 26 °C: above the 25 °C room guidance
+}
+
+# what a person reading each file sees as the inlet/ambient sensor (None: the output has none)
+INLET: dict[str, tuple[str, float] | None] = {
+    "supermicro-sdr-list.txt": None,
+    "dell-idrac-sdr-elist-all.txt": ("Ambient Temp", 19.0),
+    "dell-r510-sdr-type-temperature.txt": ("Ambient Temp", 29.0),
+    "hpe-dl360-gen10-sdr-elist.txt": ("01-Inlet Ambient", 19.0),
+    "hpe-dl360p-gen8-sensor.txt": ("01-Inlet Ambient", 32.0),
+    "ami-megarac-sensor.txt": ("MB_Inlet_TEMP", 21.0),
+    "hpe-vserver-1-thermal.json": ("01-Inlet Ambient", 23.0),
+    "dell-vserver-System_Embedded_1-thermal.json": ("System Board Inlet Temp", 18.0),
+    "cisco-ucsc-c220-m5sx-1-thermal.json": ("TEMP_SENS_FRONT", 24.0),  # not RISER2_INLET_TMP (54 °C, internal)
+    "cisco-ucsc-c240-m4sx-1-thermal.json": ("FP_TEMP_SENSOR", 21.0),
+}
+
+
+def test_enough_real_fixtures() -> None:
+    assert len(FILES) >= 30
+    sources = (ROOM_FIXTURES / "SOURCES.md").read_text()
+    for f in FILES:
+        rel = f.relative_to(ROOM_FIXTURES).as_posix()
+        assert re.search(rf"\| {re.escape(rel)} \|.*https://", sources), f"{rel} has no source line"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_fixture_parses_and_is_judged(path: Path) -> None:
+    snap = load_evidence([str(path)])
+    room = snap.room
+    assert room is not None
+    assert room.sensors or room.events or room.psus
+    rep = diagnose(snap)
+    got = {(f.code, f.severity.label) for f in rep.findings if f.code.startswith("room.") and f.code != "room.status"}
+    assert got == EXPECTED.get(path.name, set())
+    assert any(f.code == "room.status" for f in rep.findings)
+    if path.name in INLET:
+        inl = room.temperatures("inlet")
+        want = INLET[path.name]
+        if want is None:
+            assert inl == []
+        else:
+            hottest = max(inl, key=lambda s: s.reading or 0)
+            assert (hottest.name, hottest.reading) == want
+
+
+def test_redfish_power_documents_give_psus() -> None:
+    for f in FILES:
+        if f.name.endswith("-power.json") and "CMC" not in f.name and "Server1" not in f.name:
+            room = load_evidence([str(f)]).room
+            assert room is not None and room.psus, f.name
+            assert all(p.health in ("ok", None) for p in room.psus), f.name
+
+
+def test_a_saved_redfish_tree_is_read_as_one_room() -> None:
+    """``doctor --from`` a directory of Redfish documents: old and new models, the newer PSU view wins."""
+    snap = load_evidence([str(ROOM_FIXTURES / "redfish" / "public-rackmount1")])
+    assert snap.room is not None
+    assert sorted(p.name for p in snap.room.psus) == ["Power Supply Bay 1", "Power Supply Bay 2"]
+    got = {(f.code, f.severity.label) for f in diagnose(snap).findings if f.code.startswith("room.")}
+    assert got == {("room.status", "info"), ("room.psu_absent", "warning"), ("room.psu_failed", "warning"),
+                   ("room.sel.temperature_critical", "critical")}
