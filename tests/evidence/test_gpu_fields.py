@@ -76,6 +76,29 @@ def test_xml_reader_reads_the_schema_rows() -> None:
         assert r.xml, r  # every schema-read row names its XML path
 
 
+def test_xml_reader_reads_every_schema_row_from_its_path() -> None:
+    """A -q -x dump written from the schema's own element paths: every schema-read row comes back."""
+    import xml.etree.ElementTree as ET
+
+    values = {"str": ("Some Value", "Some Value"), "bool": ("Enabled", True), "num": ("42 %", 42.0), "int": ("7", 7),
+              "mib": ("1024 MiB", 1 << 30), "width": ("16x", 16)}
+    rows = [r for r in gpu_fields.fields() if r.xml_reader == "schema"]
+    assert {"temperature_c", "power_draw_w", "sm_clock_mhz", "memory_used_bytes", "pcie_gen", "pcie_width",
+            "pcie_replay_count", "ecc_mode_current", "retired_pages_sbe", "remapped_rows_pending"} <= {r.fact for r in rows}
+    root = ET.Element("nvidia_smi_log")
+    ET.SubElement(root, "driver_version").text = "550.54.14"
+    gpu = ET.SubElement(root, "gpu", id="00000000:3B:00.0")
+    for r in rows:
+        node = gpu
+        for step in r.xml[0].split("/"):
+            found = node.find(step)
+            node = found if found is not None else ET.SubElement(node, step)
+        node.text = values[r.parse][0]
+    (g,) = smi_xml.parse(ET.tostring(root, encoding="unicode"), "x").gpus
+    for r in rows:
+        assert getattr(g, r.fact) == values[r.parse][1], r.fact
+
+
 def test_text_reader_reads_every_schema_row_from_its_path() -> None:
     """A -q paste written from the schema's own text paths: every schema-read row comes back."""
     values = {"str": ("Some Value", "Some Value"), "bool": ("Enabled", True), "num": ("42 %", 42.0), "int": ("7", 7),
