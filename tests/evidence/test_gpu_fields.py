@@ -140,3 +140,17 @@ def test_text_reader_takes_the_first_readable_spelling(older: bool) -> None:
     (g,) = smi_text.parse(text).gpus
     assert (g.power_draw_w, g.power_limit_w, g.temperature_c) == (180.5, 250.0, 49.0)
     assert g.pcie_replay_count is None and g.unreadable.get("pcie_replay_count") == "Unknown Error"
+
+
+def test_nvml_one_call_facts_are_read_from_the_schema() -> None:
+    """Rows with nvml_read name a call their nvml column documents; the NVML source calls none of them by hand."""
+    from pathlib import Path
+
+    src = (Path(smi_xml.__file__).parent / "nvml.py").read_text()
+    reads = [(f, r) for ph in ("static", "dynamic", "full") for f, r in gpu_fields.nvml_reads(ph)]
+    assert len(reads) >= 15
+    rows = {r.fact: r for r in gpu_fields.fields()}
+    for fact, spec in reads:
+        assert spec.fn in (rows[fact].nvml or ""), fact
+        assert spec.conv in ("number", "intval", "milliwatts") and spec.phase in ("static", "dynamic", "full")
+        assert f'"{spec.fn}"' not in src, spec.fn
