@@ -173,3 +173,16 @@ def test_keyword_lines_are_numbered_and_case_insensitive(tmp_path: Path, monkeyp
     p.write_text("a\nFailed to initialize NVML: Unknown Error\nb\nnothing\nCUDA ERROR: boom and cuda error\n")
     assert list(iter_keyword_lines(str(p), ["failed to initialize nvml", "cuda error"])) == [
         (2, "Failed to initialize NVML: Unknown Error"), (5, "CUDA ERROR: boom and cuda error")]
+
+
+@needs_grep
+def test_keywords_reach_grep_as_literals(tmp_path: Path) -> None:
+    import subprocess
+
+    word = "a.b[c](d)*+?{1}|^$\\x"
+    p = tmp_path / "w.txt"
+    p.write_text(f"zz {word} zz\naxb[c](d)*+?{{1}}|^$\\x\nnothing\n")
+    assert GREP is not None
+    out = subprocess.run([GREP, "-a", "-n", "-E", "-e", grepscan._ere_literal(word), str(p)],
+                         capture_output=True, text=True, check=False).stdout
+    assert out.splitlines() == [f"1:zz {word} zz"]

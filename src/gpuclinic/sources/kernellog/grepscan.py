@@ -82,6 +82,14 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+_ERE_SPECIAL = re.compile(r"([.\[\]()*+?{}|^$\\])")
+
+
+def _ere_literal(word: str) -> str:
+    """``word`` as a POSIX extended regex matching exactly it."""
+    return _ERE_SPECIAL.sub(r"\\\1", word)
+
+
 def grep_patterns() -> list[str]:
     """What grep looks for: each scan keyword, or for a qualified one (``bandwidth`` counts only with
     ``limited by``) its qualifiers, which every line it keeps holds anyway and which are rarer."""
@@ -142,9 +150,8 @@ def iter_grep_candidates(path: str, grep: str) -> Iterator[str]:
     Raises :class:`GrepFallback` (possibly after yielding lines: the caller starts over) when the result
     could differ from the memmem scan's.
     """
-    argv = [grep, "-a", "-b", "-F"]
-    for pat in grep_patterns():
-        argv += ["-e", pat]
+    # one extended regex of literal alternatives: GNU grep searches it a little faster than -F with -e per word
+    argv = [grep, "-a", "-b", "-E", "-e", "|".join(_ere_literal(p) for p in grep_patterns())]
     proc = _run([*argv, "--", path])
     assert proc.stdout is not None
     pending: dict[int, bytes] = {}  # context lines not yet yielded, by offset
