@@ -145,14 +145,22 @@ def _context(fh: object, pos: int, count: int) -> list[tuple[int, bytes]]:
 
 
 def iter_grep_candidates(path: str, grep: str) -> Iterator[str]:
-    """The kernel-log candidate lines of a plain file, found by ``grep -a -b -F``.
+    """The kernel-log candidate lines of a plain file, found by ``grep -a -b -E``.
 
     Raises :class:`GrepFallback` (possibly after yielding lines: the caller starts over) when the result
     could differ from the memmem scan's.
     """
+    yield from start_grep_candidates(path, grep)
+
+
+def start_grep_candidates(path: str, grep: str) -> Iterator[str]:
+    """:func:`iter_grep_candidates`, with grep started now (the caller prepares while it runs)."""
     # one extended regex of literal alternatives: GNU grep searches it a little faster than -F with -e per word
     argv = [grep, "-a", "-b", "-E", "-e", "|".join(_ere_literal(p) for p in grep_patterns())]
-    proc = _run([*argv, "--", path])
+    return _candidates(path, _run([*argv, "--", path]))
+
+
+def _candidates(path: str, proc: subprocess.Popen[bytes]) -> Iterator[str]:
     assert proc.stdout is not None
     pending: dict[int, bytes] = {}  # context lines not yet yielded, by offset
     done: set[int] = set()  # offsets of context lines already yielded

@@ -11,9 +11,8 @@ import lzma
 import os
 import zlib
 from collections.abc import Generator, Iterator
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
-from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.sources.kernellog.formats import (
     _CONTEXT_LINE_MARKS,
     _CONTEXT_MARKERS,
@@ -26,10 +25,13 @@ from gpuclinic.sources.kernellog.formats import (
     SCAN_KEYWORDS,
     WINDOW,
 )
-from gpuclinic.sources.kernellog.grepscan import GrepFallback, grep_binary, is_plain, iter_grep_candidates
-from gpuclinic.sources.kernellog.parse import (
-    KernelLogParser,
-)
+from gpuclinic.sources.kernellog.grepscan import GrepFallback, grep_binary, is_plain, start_grep_candidates
+
+if TYPE_CHECKING:
+    from gpuclinic.facts.kernel import KernelEvent
+
+# The parser (and the facts it builds) is imported when a scan starts, after grep was started: its import
+# then overlaps grep's work instead of preceding it.
 
 # --------------------------------------------------------------------------------------------------
 # Files
@@ -291,9 +293,11 @@ def scan_path(path: str | os.PathLike[str], *, tail_bytes: int | None = None) ->
     grep = grep_binary() if tail_bytes is None else None
     if grep is not None and is_plain(p):
         try:  # grep's multi-pattern search finds the same candidate lines, faster
-            return _finish(p, _parse(p, iter_grep_candidates(p, grep)))
+            return _finish(p, _parse(p, start_grep_candidates(p, grep)))
         except GrepFallback:
             pass
+    from gpuclinic.sources.kernellog.parse import KernelLogParser
+
     parser = KernelLogParser(origin=p, year=_year_hint(p))
     out: list[KernelEvent] = []
     with _open_binary(p) as fh:
@@ -309,6 +313,8 @@ def scan_path(path: str | os.PathLike[str], *, tail_bytes: int | None = None) ->
 
 
 def _parse(p: str, lines: Iterator[str]) -> list[KernelEvent]:
+    from gpuclinic.sources.kernellog.parse import KernelLogParser
+
     parser = KernelLogParser(origin=p, year=_year_hint(p))
     out: list[KernelEvent] = []
     for line in lines:
