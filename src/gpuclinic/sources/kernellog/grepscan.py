@@ -217,14 +217,33 @@ def iter_keyword_lines(path: str, keywords: Sequence[str], *, opener: object = N
     kws = sorted({k.lower() for k in keywords if k})
     if not kws:
         return
+    anchors = _anchors(kws)
     grep = grep_binary()
     if grep is not None and is_plain(path):
         try:
-            yield from _limit(_grep_keyword_lines(path, grep, kws))
+            yield from _limit(_verified(_grep_keyword_lines(path, grep, anchors), kws))
             return
         except GrepFallback:
             pass
-    yield from _limit(_python_keyword_lines(path, kws, opener))
+    yield from _limit(_verified(_python_keyword_lines(path, anchors, opener), kws))
+
+
+# Substrings many keywords share: searching for these (and the keywords holding none of them) finds the
+# same lines with far fewer passes; each line found is then checked for a real keyword.
+# Only specific words: "gpu", "error" or "device" would make every line of a host named gpu-node-7 a candidate.
+_ANCHOR_KEYS = ("cuda", "nccl", "nvml", "cublas", "cudnn", "nvidia", "xid", "nvrm")
+
+
+def _anchors(kws: list[str]) -> list[str]:
+    picked = {next((a for a in _ANCHOR_KEYS if a in k), k) for k in kws}
+    return sorted(a for a in picked if not any(b != a and b in a for b in picked))
+
+
+def _verified(lines: Iterable[tuple[int, str]], kws: list[str]) -> Iterator[tuple[int, str]]:
+    for n, line in lines:
+        low = line.lower()
+        if any(k in low for k in kws):
+            yield n, line
 
 
 def _limit(it: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
@@ -258,7 +277,7 @@ def _grep_keyword_lines(path: str, grep: str, kws: list[str]) -> Iterator[tuple[
 def _python_keyword_lines(path: str, kws: list[str], opener: object) -> Iterator[tuple[int, str]]:
     from gpuclinic.sources.kernellog.scan import _open_binary
 
-    rx = re.compile(b"|".join(re.escape(k.encode()) for k in sorted(kws, key=len, reverse=True)))
+    needles = [k.encode() for k in kws]
     open_ = opener if callable(opener) else _open_binary
     lineno = 1  # number of the first line of ``buf``
     carry = b""
@@ -277,15 +296,20 @@ def _python_keyword_lines(path: str, kws: list[str], opener: object) -> Iterator
             else:
                 carry = b""
             low = buf.lower()
+            starts: set[int] = set()
+            for nd in needles:  # one C-speed find pass per keyword over the chunk
+                i = low.find(nd)
+                while i != -1:
+                    s = buf.rfind(b"\n", 0, i) + 1
+                    starts.add(s)
+                    e = buf.find(b"\n", i)
+                    if e == -1:
+                        break
+                    i = low.find(nd, e + 1)
             pos, line_at = 0, lineno
-            last_start = -1
-            for m in rx.finditer(low):
-                s = buf.rfind(b"\n", 0, m.start()) + 1
-                if s == last_start:
-                    continue
+            for s in sorted(starts):
                 line_at += buf.count(b"\n", pos, s)
                 pos = s
-                last_start = s
                 e = buf.find(b"\n", s)
                 e = len(buf) if e == -1 else e
                 yield line_at, _decode(buf[s: min(e, s + MAX_LINE_CHARS)])
