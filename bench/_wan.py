@@ -18,7 +18,8 @@ class SimProcess:
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gpuclinic.transfer.wansim", *args],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert self.proc.stdout is not None
         self.info: dict[str, Any] = json.loads(self.proc.stdout.readline())
@@ -49,9 +50,13 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None, timeout: float | None = None) -> tuple[float, int, str]:
+def timed(
+    cmd: list[str], env: dict[str, str] | None = None, timeout: float | None = None
+) -> tuple[float, int, str]:
     t = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout)
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout
+    )
     return time.monotonic() - t, r.returncode, (r.stderr or "")[-400:]
 
 

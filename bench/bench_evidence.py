@@ -37,11 +37,15 @@ GPU 00000000:18:00.0
 
 def make(path: str, size_mb: int) -> None:
     line = "Mar  3 10:00:00 host kernel: [ 1234.567890] eth0: link up, 100Gbps, full duplex, flow control\n"
-    xid = "Mar  3 10:00:01 host kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1234, GPU has fallen off the bus.\n"
+    xid = (
+        "Mar  3 10:00:01 host kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1234, GPU has fallen off the bus.\n"
+    )
     sep = "\n____________________________________________\n\n"
     with gzip.open(path, "wt", compresslevel=1) as fh:
-        fh.write("____________________________________________\n\nStart of NVIDIA bug report log file.\n"
-                 "nvidia-bug-report.sh Version: 33470862\nDate: Mon Mar  3 10:00:00 UTC 2025\n")
+        fh.write(
+            "____________________________________________\n\nStart of NVIDIA bug report log file.\n"
+            "nvidia-bug-report.sh Version: 33470862\nDate: Mon Mar  3 10:00:00 UTC 2025\n"
+        )
         fh.write(sep + SMI + sep + "*** /var/log/kern.log\n")
         block = (line * 999 + xid) * 10
         written = 0
@@ -63,9 +67,11 @@ def main() -> None:
         rep = bugreport.parse_path(p)
         t_ours = time.perf_counter() - t0
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"bug report {size} MB (uncompressed): zcat|grep -c NVRM {t_grep:.2f}s, gpuclinic {t_ours:.2f}s, "
-              f"ratio {t_ours / t_grep:.2f}x; peak RSS {peak_mb:.0f} MB; "
-              f"{len(rep.kernel_events)} kernel events, {len(rep.smi)} nvidia-smi dumps")
+        print(
+            f"bug report {size} MB (uncompressed): zcat|grep -c NVRM {t_grep:.2f}s, gpuclinic {t_ours:.2f}s, "
+            f"ratio {t_ours / t_grep:.2f}x; peak RSS {peak_mb:.0f} MB; "
+            f"{len(rep.kernel_events)} kernel events, {len(rep.smi)} nvidia-smi dumps"
+        )
 
 
 if __name__ == "__main__":

@@ -60,12 +60,14 @@ def main() -> int:
     # recompiled on every run.  The warm-up runs below write the caches.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     py = sys.executable
-    rounds = [("text", [])] + ([] if args.no_json else [("json", ["--json"])])
+    rounds: list[tuple[str, list[str]]] = [("text", [])] + ([] if args.no_json else [("json", ["--json"])])
     ratios: list[float] = []
     mins: list[float] = []
     print("wall = median (min) ms over N interleaved runs; cpu = median user+sys ms of the process")
-    print(f"{'scenario':22} {'mode':5} {'gpuclinic wall':>16} {'gpumedic wall':>16} {'ratio':>6} {'min':>6}"
-          f" {'cpu ratio':>9}  verdict / gpumedic exit")
+    print(
+        f"{'scenario':22} {'mode':5} {'gpuclinic wall':>16} {'gpumedic wall':>16} {'ratio':>6} {'min':>6}"
+        f" {'cpu ratio':>9}  verdict / gpumedic exit"
+    )
     for mode, extra in rounds:
         for ours, theirs in PAIRS.items():
             a = [py, "-m", "gpuclinic", "doctor", "--scenario", ours, *extra]
@@ -94,13 +96,19 @@ def main() -> int:
             verdict = {0: "healthy", 1: "warning", 2: "drain"}.get(rc_a, f"rc={rc_a}")
             if mode == "json":
                 verdict = json.loads(out_a)["verdict"]
-            print(f"{ours:22} {mode:5} {ma * 1000:7.1f} ({min(wa) * 1000:6.1f}) {mb * 1000:7.1f} ({min(wb) * 1000:6.1f})"
-                  f" {ratio:5.2f}x {ratio_min:5.2f}x {cpu_ratio:8.2f}x  {verdict} / {rc_b}")
+            print(
+                f"{ours:22} {mode:5} {ma * 1000:7.1f} ({min(wa) * 1000:6.1f}) {mb * 1000:7.1f} "
+                f"({min(wb) * 1000:6.1f})"
+                f" {ratio:5.2f}x {ratio_min:5.2f}x {cpu_ratio:8.2f}x  {verdict} / {rc_b}"
+            )
+
     def geo(xs: list[float]) -> float:
         return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
-    print(f"median-wall ratio: geometric mean {geo(ratios):.2f}x, worst {max(ratios):.2f}x; "
-          f"min-wall ratio: geometric mean {geo(mins):.2f}x, worst {max(mins):.2f}x (target <= {TARGET}x)")
+    print(
+        f"median-wall ratio: geometric mean {geo(ratios):.2f}x, worst {max(ratios):.2f}x; "
+        f"min-wall ratio: geometric mean {geo(mins):.2f}x, worst {max(mins):.2f}x (target <= {TARGET}x)"
+    )
     return 0
 
 

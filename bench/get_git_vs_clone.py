@@ -102,7 +102,9 @@ def make_repo(root: Path, commits: int, env: dict[str, str]) -> Path:
             lines.append(f"M 644 inline src/file{f}.bin\n".encode())
             lines.append(b"data %d\n" % len(data) + data + b"\n")
         lines.append(b"\n")
-    subprocess.run(["git", "-C", str(bare), "fast-import", "--quiet"], input=b"".join(lines), check=True, env=env)
+    subprocess.run(
+        ["git", "-C", str(bare), "fast-import", "--quiet"], input=b"".join(lines), check=True, env=env
+    )
     for kv in ("uploadpack.allowFilter=true", "uploadpack.allowAnySHA1InWant=true"):
         k, v = kv.split("=")
         subprocess.run(["git", "-C", str(bare), "config", k, v], check=True, env=env)
@@ -120,17 +122,34 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="gpuclinic-bench-git-"))
     env = {**os.environ, "HOME": str(tmp), "GIT_CONFIG_NOSYSTEM": "1"}
     bare = make_repo(tmp, args.commits, env)
-    head = subprocess.run(["git", "-C", str(bare), "rev-parse", "HEAD"], capture_output=True, text=True, env=env,
-                          check=True).stdout.strip()
-    want = subprocess.run(["git", "-C", str(bare), "cat-file", "blob", "HEAD:src/file0.bin"], capture_output=True,
-                          env=env, check=True).stdout
+    head = subprocess.run(
+        ["git", "-C", str(bare), "rev-parse", "HEAD"], capture_output=True, text=True, env=env, check=True
+    ).stdout.strip()
+    want = subprocess.run(
+        ["git", "-C", str(bare), "cat-file", "blob", "HEAD:src/file0.bin"],
+        capture_output=True,
+        env=env,
+        check=True,
+    ).stdout
     port = socket.socket()
     port.bind(("127.0.0.1", 0))
     dport = port.getsockname()[1]
     port.close()
-    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", f"--base-path={bare.parent}", "--export-all",
-                               "--listen=127.0.0.1", f"--port={dport}", str(bare.parent)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daemon = subprocess.Popen(
+        [
+            "git",
+            "daemon",
+            "--reuseaddr",
+            f"--base-path={bare.parent}",
+            "--export-all",
+            "--listen=127.0.0.1",
+            f"--port={dport}",
+            str(bare.parent),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(100):
             try:
@@ -146,8 +165,12 @@ def main() -> None:
             ("gpuclinic get git (blobless)", [*gpc, url]),
             ("gpuclinic get git --shallow", [*gpc, "--shallow", url]),
         ]
-        print(f"repo: {args.commits} commits, {sum(f.stat().st_size for f in bare.rglob('*') if f.is_file()) / MiB:.1f} MiB "
-              f"on the server; link: {args.rate_mib:g} MiB/s per connection, +{args.connect_latency * 1000:.0f} ms per connection")
+        print(
+            f"repo: {args.commits} commits, "
+            f"{sum(f.stat().st_size for f in bare.rglob('*') if f.is_file()) / MiB:.1f} MiB "
+            f"on the server; link: {args.rate_mib:g} MiB/s per connection, "
+            f"+{args.connect_latency * 1000:.0f} ms per connection"
+        )
         results: list[tuple[str, float, int]] = []
         for i, (name, argv) in enumerate(runs):
             dest = tmp / f"c{i}"
@@ -155,8 +178,13 @@ def main() -> None:
             t0 = time.monotonic()
             subprocess.run([*argv, str(dest)], check=True, env=env)
             secs = time.monotonic() - t0
-            got_head = subprocess.run(["git", "-C", str(dest), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                      env=env, check=True).stdout.strip()
+            got_head = subprocess.run(
+                ["git", "-C", str(dest), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            ).stdout.strip()
             assert got_head == head, f"{name}: wrong HEAD"
             assert (dest / "src" / "file0.bin").read_bytes() == want, f"{name}: wrong bytes"
             results.append((name, secs, relay.bytes_down - before))

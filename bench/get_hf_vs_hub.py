@@ -38,15 +38,27 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=int, default=200)
     args = ap.parse_args()
-    files = f"config.json=2K,tokenizer.json=2M,generation_config.json=1K,README.md=8K,model.safetensors={args.size_mib}M"
-    sim = SimProcess("--repo", f"bench/model:{files}", "--rate", "4M", "--latency", "0.05", "--connect-latency", "0.1")
+    files = (
+        "config.json=2K,tokenizer.json=2M,generation_config.json=1K,README.md=8K,"
+        f"model.safetensors={args.size_mib}M"
+    )
+    sim = SimProcess(
+        "--repo", f"bench/model:{files}", "--rate", "4M", "--latency", "0.05", "--connect-latency", "0.1"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="gpuclinic-hfbench-"))
-    env = {"HF_ENDPOINT": sim.base, "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_TOKEN": ""}
+    env = {
+        "HF_ENDPOINT": sim.base,
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "HF_TOKEN": "",
+    }
     try:
         rows = []
         g_cache = tmp / "gpuclinic"
-        t, rc, err = timed([*GPUCLINIC, "get", "hf", "bench/model", "-q", "--cache-dir", str(g_cache)], env=env)
+        t, rc, err = timed(
+            [*GPUCLINIC, "get", "hf", "bench/model", "-q", "--cache-dir", str(g_cache)], env=env
+        )
         p = offline_ok(g_cache)
         rows.append(("gpuclinic get hf", t, rc == 0 and bool(p), p, err))
 
@@ -58,8 +70,11 @@ def main() -> None:
 
         import huggingface_hub
 
-        print(f"\nHub repo: 4 small files + {args.size_mib} MiB LFS model.safetensors; 4 MiB/s per connection, "
-              f"50 ms latency, +100 ms per connection; huggingface_hub {huggingface_hub.__version__}, HF_HUB_DISABLE_XET=1\n")
+        print(
+            f"\nHub repo: 4 small files + {args.size_mib} MiB LFS model.safetensors; 4 MiB/s per connection, "
+            "50 ms latency, +100 ms per connection; huggingface_hub "
+            f"{huggingface_hub.__version__}, HF_HUB_DISABLE_XET=1\n"
+        )
         sums = {}
         for name, secs, ok, path, err in rows:
             digest = sha256(Path(path)) if path else ""

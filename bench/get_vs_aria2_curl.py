@@ -34,7 +34,9 @@ def main() -> None:
     ap.add_argument("--full-curl", action="store_true")
     args = ap.parse_args()
     size = args.size_mib * MiB
-    sim = SimProcess("--file", f"big.bin={args.size_mib}M", "--rate", "4M", "--latency", "0.05", "--connect-latency", "0.1")
+    sim = SimProcess(
+        "--file", f"big.bin={args.size_mib}M", "--rate", "4M", "--latency", "0.05", "--connect-latency", "0.1"
+    )
     url = sim.info["files"]["big.bin"]["url"]
     want = sim.info["files"]["big.bin"]["sha256"]
     tmp = Path(tempfile.mkdtemp(prefix="gpuclinic-bench-"))
@@ -47,8 +49,23 @@ def main() -> None:
         out.unlink(missing_ok=True)
 
         if shutil.which("aria2c"):
-            t, rc, err = timed(["aria2c", "-x16", "-s16", "-k1M", "--file-allocation=none", "--allow-overwrite=true",
-                                "--console-log-level=warn", "--summary-interval=0", "-d", str(tmp), "-o", "a.bin", url])
+            t, rc, err = timed(
+                [
+                    "aria2c",
+                    "-x16",
+                    "-s16",
+                    "-k1M",
+                    "--file-allocation=none",
+                    "--allow-overwrite=true",
+                    "--console-log-level=warn",
+                    "--summary-interval=0",
+                    "-d",
+                    str(tmp),
+                    "-o",
+                    "a.bin",
+                    url,
+                ]
+            )
             ok = rc == 0 and sha256(tmp / "a.bin") == want
             rows.append(("aria2c -x16 -s16 -k1M", t, "ok" if ok else f"FAILED rc={rc} {err}"))
             (tmp / "a.bin").unlink(missing_ok=True)
@@ -66,9 +83,17 @@ def main() -> None:
             rows.append(("curl (one stream)", t, "ok" if ok else "FAILED sha256"))
         else:
             est = t * size / max(got, 1)
-            rows.append((f"curl (one stream, stopped at {t:.0f} s, {got / MiB:.0f} MiB: extrapolated)", est, "extrapolated"))
+            rows.append(
+                (
+                    f"curl (one stream, stopped at {t:.0f} s, {got / MiB:.0f} MiB: extrapolated)",
+                    est,
+                    "extrapolated",
+                )
+            )
 
-        print(f"\nOne {args.size_mib} MiB file, 4 MiB/s per connection, 50 ms latency, +100 ms per connection\n")
+        print(
+            f"\nOne {args.size_mib} MiB file, 4 MiB/s per connection, 50 ms latency, +100 ms per connection\n"
+        )
         base = {name.split(" ")[0]: secs for name, secs, _ in rows}
         for name, secs, status in rows:
             print(f"  {name:<60} {secs:7.2f} s   {size / secs / MiB:7.1f} MiB/s   {status}")
@@ -84,8 +109,24 @@ def main() -> None:
         print(f"\n  with a {total / MiB:.0f} MiB/s total link cap added:")
         for name, cmd in (
             ("gpuclinic get", [*GPUCLINIC, "get", url, "-o", str(out), "--sha256", want, "-q"]),
-            ("aria2c -x16 -s16", ["aria2c", "-x16", "-s16", "-k1M", "--file-allocation=none", "--allow-overwrite=true",
-                                  "--console-log-level=warn", "--summary-interval=0", "-d", str(tmp), "-o", "g.bin", url]),
+            (
+                "aria2c -x16 -s16",
+                [
+                    "aria2c",
+                    "-x16",
+                    "-s16",
+                    "-k1M",
+                    "--file-allocation=none",
+                    "--allow-overwrite=true",
+                    "--console-log-level=warn",
+                    "--summary-interval=0",
+                    "-d",
+                    str(tmp),
+                    "-o",
+                    "g.bin",
+                    url,
+                ],
+            ),
         ):
             if name.startswith("aria2c") and not shutil.which("aria2c"):
                 continue
@@ -95,9 +136,13 @@ def main() -> None:
             ok = rc == 0 and sha256(out) == want
             st = sim.stats()
             link_s = st["last_byte"] - st["first_byte"]
-            print(f"    {name:<18} wall {t:5.2f} s = {100 * size / t / total:3.0f}% of the cap incl. process start; "
-                  f"first-to-last byte {link_s:5.2f} s = {100 * st['total_body'] / link_s / total:3.0f}% of the cap "
-                  f"(target >= 90%) {'ok' if ok else 'FAILED ' + err}")
+            print(
+                f"    {name:<18} wall {t:5.2f} s = {100 * size / t / total:3.0f}% of the cap incl. "
+                "process start; "
+                f"first-to-last byte {link_s:5.2f} s = "
+                f"{100 * st['total_body'] / link_s / total:3.0f}% of the cap "
+                f"(target >= 90%) {'ok' if ok else 'FAILED ' + err}"
+            )
         time.sleep(0.1)
     finally:
         sim.close()

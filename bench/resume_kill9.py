@@ -1,16 +1,21 @@
-"""Benchmark: kill -9 `gpuclinic get` at 50 % of a 200 MiB download, run it again, and report
-bytes served by the server / file size (target <= 1.02; huggingface_hub 2.4 measured 1.71 in
-shared/research/download-anchors.md 7.4 because it restarts from zero).
+"""Benchmark: kill -9 a download at 50 % of a 200 MiB file, run the same command again, and report
+bytes served by the server / file size, for `gpuclinic get` and aria2c side by side (target for
+gpuclinic <= 1.01; huggingface_hub 2.4 measured 1.71 in shared/research/download-anchors.md 7.4
+because it restarts from zero).
 
 Same simulated link as the other benches: 4 MiB/s per connection, 50 ms latency, +100 ms per
-connection.  The file is sha256-checked after the rerun.
+connection.  The file is sha256-checked after the rerun.  The excess is split into what was in
+flight when the process died (sent by the server, never on disk: no client can keep it) and what
+the rerun fetched twice; for gpuclinic also how much of the file the state file had recorded.
 
-    .venv/bin/python bench/resume_kill9.py [--size-mib 200] [--at 0.5]
+    .venv/bin/python bench/resume_kill9.py [--size-mib 200] [--at 0.5] [--no-aria2]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import os
 import shutil
 import signal
@@ -18,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -26,40 +32,116 @@ from _wan import GPUCLINIC, SimProcess, sha256, timed
 MiB = 1024 * 1024
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size-mib", type=int, default=200)
-    ap.add_argument("--at", type=float, default=0.5)
-    args = ap.parse_args()
-    size = args.size_mib * MiB
-    sim = SimProcess("--file", f"big.bin={args.size_mib}M", "--rate", "4M", "--latency", "0.05", "--connect-latency", "0.1")
+def _recorded(state: Path, size: int) -> int | None:
+    """Bytes a gpuclinic state file says are on disk."""
+    try:
+        st = json.loads(state.read_text())
+        piece, bits = int(st["piece"]), base64.b64decode(st["done"])
+    except (OSError, ValueError, KeyError):
+        return None
+    n = -(-size // piece)
+    done = sum(min(piece, size - i * piece) for i in range(n) if bits[i // 8] >> (i % 8) & 1)
+    return done + sum(int(v) for v in st.get("partial", {}).values())
+
+
+def run_case(
+    name: str,
+    size_mib: int,
+    at: float,
+    make_cmd: Callable[[str, str, Path], list[str]],
+    state_name: str | None,
+) -> float | None:
+    size = size_mib * MiB
+    sim = SimProcess(
+        "--file", f"big.bin={size_mib}M", "--rate", "4M", "--latency", "0.05", "--connect-latency", "0.1"
+    )
     url = sim.info["files"]["big.bin"]["url"]
     want = sim.info["files"]["big.bin"]["sha256"]
     tmp = Path(tempfile.mkdtemp(prefix="gpuclinic-resume-"))
     out = tmp / "big.bin"
-    cmd = [*GPUCLINIC, "get", url, "-o", str(out), "--sha256", want, "-q"]
+    cmd = make_cmd(url, want, out)
     try:
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd)
-        while sim.served() < size * args.at and p.poll() is None:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while sim.served() < size * at and p.poll() is None:
             time.sleep(0.01)
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
         t_kill = time.monotonic() - t0
         time.sleep(0.5)  # let the server notice the dead connections
         at_kill = sim.served()
-        part = out.with_name(out.name + ".gpuclinic-part")
-        print(f"\nkill -9 after {t_kill:.2f} s with {at_kill / MiB:.1f} MiB served; partial file kept: {part.exists()}, "
-              f"final path exists: {out.exists()}")
-        t, rc, err = timed(cmd)
+        rec = _recorded(tmp / state_name, size) if state_name == "big.bin.gpuclinic-state" else None
+        t, rc, err = timed(cmd, timeout=600)
         total = sim.served()
-        ok = rc == 0 and sha256(out) == want
-        print(f"rerun: {t:.2f} s, {(total - at_kill) / MiB:.1f} MiB served, {'sha256 ok' if ok else 'FAILED ' + err}")
-        print(f"\n  bytes served / file size = {total / size:.4f} (target <= 1.02; huggingface_hub 2.4.0: 1.71)")
-        print(f"  lost by the kill: {(total - size) / MiB:.2f} MiB (in flight or not yet recorded in the state file)")
+        ok = rc == 0 and out.exists() and sha256(out) == want
+        ratio = total / size
+        print(
+            f"\n{name}: kill -9 after {t_kill:.2f} s with {at_kill / MiB:.1f} MiB served; rerun {t:.2f} s, "
+            f"{(total - at_kill) / MiB:.1f} MiB served, {'sha256 ok' if ok else 'FAILED ' + err}"
+        )
+        if rec is not None:
+            print(
+                f"  state file recorded {rec / MiB:.1f} MiB: in flight at the kill (never on disk) "
+                f"{(at_kill - rec) / MiB:.2f} MiB, fetched twice by the rerun "
+                f"{(total - at_kill - (size - rec)) / MiB:.2f} MiB"
+            )
+        print(f"  bytes served / file size = {ratio:.4f}")
+        return ratio if ok else None
     finally:
         sim.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mib", type=int, default=200)
+    ap.add_argument("--at", type=float, default=0.5)
+    ap.add_argument("--no-aria2", action="store_true")
+    args = ap.parse_args()
+    ours = run_case(
+        "gpuclinic get",
+        args.size_mib,
+        args.at,
+        lambda url, want, out: [*GPUCLINIC, "get", url, "-o", str(out), "--sha256", want, "-q"],
+        "big.bin.gpuclinic-state",
+    )
+    peer = None
+    aria2 = shutil.which("aria2c")
+    if aria2 and not args.no_aria2:
+        # the most favourable aria2c settings for a resume: control file saved every second
+        peer = run_case(
+            "aria2c -x16 -s16 -c --auto-save-interval=1",
+            args.size_mib,
+            args.at,
+            lambda url, want, out: [
+                aria2,
+                "-x16",
+                "-s16",
+                "-k1M",
+                "-c",
+                "--auto-save-interval=1",
+                "--file-allocation=none",
+                "--allow-overwrite=true",
+                f"--checksum=sha-256={want}",
+                "--console-log-level=warn",
+                "--summary-interval=0",
+                "-d",
+                str(out.parent),
+                "-o",
+                out.name,
+                url,
+            ],
+            "big.bin.aria2",
+        )
+    print(
+        f"\nbytes served / size: gpuclinic {ours if ours is None else f'{ours:.4f}'}"
+        + (
+            f", aria2c {peer:.4f} (gpuclinic/aria2c excess: {(ours - 1) / max(peer - 1, 1e-9):.2f}x)"
+            if peer is not None and ours is not None
+            else ""
+        )
+        + "; target for gpuclinic <= 1.01"
+    )
 
 
 if __name__ == "__main__":

@@ -41,9 +41,26 @@ def agent_overhead(duration: float, warmup: float, tmp: Path) -> dict[str, float
     port = _free_port()
     db = tmp / "agent.db"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuclinic", "watch", "--scenario", "steady8", "--interval", "1", "--db", str(db),
-         "--listen", f"127.0.0.1:{port}", "--quiet", "--doctor-interval", "5m"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "watch",
+            "--scenario",
+            "steady8",
+            "--interval",
+            "1",
+            "--db",
+            str(db),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--quiet",
+            "--doctor-interval",
+            "5m",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     p = psutil.Process(proc.pid)
     time.sleep(warmup)
     c0 = p.cpu_times()
@@ -71,20 +88,46 @@ def agent_overhead(duration: float, warmup: float, tmp: Path) -> dict[str, float
         c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         rows = c.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
         pages = c.execute("PRAGMA page_count").fetchone()[0] * c.execute("PRAGMA page_size").fetchone()[0]
-    return {"wall_s": wall, "cpu_s": cpu, "cpu_pct_of_core": 100 * cpu / wall, "rss_max_mb": rss_max / 2**20,
-            "rss_end_mb": rss_end / 2**20, "scrapes": scrapes, "rows": rows, "db_bytes": pages}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "cpu_pct_of_core": 100 * cpu / wall,
+        "rss_max_mb": rss_max / 2**20,
+        "rss_end_mb": rss_end / 2**20,
+        "scrapes": scrapes,
+        "rows": rows,
+        "db_bytes": pages,
+    }
 
 
 def _gpu(i: int, k: int) -> GpuFacts:
     r = random.Random(k * 8 + i)
-    return GpuFacts(index=i, uuid=f"GPU-{i}", temperature_c=60 + r.random() * 20, memory_temperature_c=70.0,
-                    slowdown_temp_c=87.0, power_draw_w=550 + r.random() * 100, power_limit_w=700.0,
-                    power_enforced_limit_w=700.0, sm_clock_mhz=1980.0 - (r.random() < 0.01) * 400,
-                    mem_clock_mhz=2619.0, utilization_gpu_pct=float(r.randint(90, 100)), utilization_memory_pct=50.0,
-                    memory_used_bytes=71 * 2**30, memory_total_bytes=80 * 2**30, fan_percent=None,
-                    clock_event_reasons_mask=0, ecc_volatile_corrected=0, ecc_volatile_uncorrected=0,
-                    remapped_rows_correctable=0, remapped_rows_uncorrectable=0, pcie_gen=5, pcie_width=16,
-                    pcie_replay_count=0, processes=[GpuProcess(pid=1000)])
+    return GpuFacts(
+        index=i,
+        uuid=f"GPU-{i}",
+        temperature_c=60 + r.random() * 20,
+        memory_temperature_c=70.0,
+        slowdown_temp_c=87.0,
+        power_draw_w=550 + r.random() * 100,
+        power_limit_w=700.0,
+        power_enforced_limit_w=700.0,
+        sm_clock_mhz=1980.0 - (r.random() < 0.01) * 400,
+        mem_clock_mhz=2619.0,
+        utilization_gpu_pct=float(r.randint(90, 100)),
+        utilization_memory_pct=50.0,
+        memory_used_bytes=71 * 2**30,
+        memory_total_bytes=80 * 2**30,
+        fan_percent=None,
+        clock_event_reasons_mask=0,
+        ecc_volatile_corrected=0,
+        ecc_volatile_uncorrected=0,
+        remapped_rows_correctable=0,
+        remapped_rows_uncorrectable=0,
+        pcie_gen=5,
+        pcie_width=16,
+        pcie_replay_count=0,
+        processes=[GpuProcess(pid=1000)],
+    )
 
 
 def store_bench(tmp: Path, gpus: int, hours: float) -> dict[str, float]:
@@ -130,29 +173,58 @@ def store_bench(tmp: Path, gpus: int, hours: float) -> dict[str, float]:
     col = [m.name for m in METRICS].index("temperature")
     for _ in range(5):
         t = time.perf_counter()
-        got = long_db.execute("SELECT ts, value FROM m WHERE metric=? AND gpu=? AND ts>=? ORDER BY ts",
-                              (col, 3, int((start - 1) * 1000))).fetchall()
+        got = long_db.execute(
+            "SELECT ts, value FROM m WHERE metric=? AND gpu=? AND ts>=? ORDER BY ts",
+            (col, 3, int((start - 1) * 1000)),
+        ).fetchall()
         ql.append(time.perf_counter() - t)
     assert len(got) == n
     # the CLI end to end (process start + query + CSV out)
     t = time.perf_counter()
     since_iso = datetime.datetime.fromtimestamp(start - 1, datetime.timezone.utc).isoformat()
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "history", "temperature", "--gpu", "3", "--since",
-                        since_iso, "--format", "csv", "--db", str(db)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "history",
+            "temperature",
+            "--gpu",
+            "3",
+            "--since",
+            since_iso,
+            "--format",
+            "csv",
+            "--db",
+            str(db),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     cli_s = time.perf_counter() - t
     assert r.returncode == 0 and r.stdout.count("\n") == n + 1, r.stderr
     st.close()
     long_db.close()
-    return {"samples": samples, "bytes_per_sample": size / samples, "long_bytes_per_sample": long_size / samples,
-            "gpu_day_mb": size / samples * 86400 / 2**20, "long_gpu_day_mb": long_size / samples * 86400 / 2**20,
-            "insert_rows_per_s": samples / insert_s, "query_s": min(q), "long_query_s": min(ql), "cli_s": cli_s,
-            "points": n}
+    return {
+        "samples": samples,
+        "bytes_per_sample": size / samples,
+        "long_bytes_per_sample": long_size / samples,
+        "gpu_day_mb": size / samples * 86400 / 2**20,
+        "long_gpu_day_mb": long_size / samples * 86400 / 2**20,
+        "insert_rows_per_s": samples / insert_s,
+        "query_s": min(q),
+        "long_query_s": min(ql),
+        "cli_s": cli_s,
+        "points": n,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--duration", type=float, default=300.0, help="agent measurement window, seconds (>= 300)")
+    ap.add_argument(
+        "--duration", type=float, default=300.0, help="agent measurement window, seconds (>= 300)"
+    )
     ap.add_argument("--warmup", type=float, default=15.0)
     ap.add_argument("--hours", type=float, default=24.0, help="synthetic history for the query benchmark")
     ap.add_argument("--skip-agent", action="store_true")
@@ -163,21 +235,36 @@ def main() -> None:
         if not a.skip_agent:
             r = agent_overhead(a.duration, a.warmup, tmp)
             print(f"agent, 8 simulated GPUs @ 1 Hz, {r['wall_s']:.0f} s, {r['scrapes']} /metrics scrapes:")
-            print(f"  CPU  {r['cpu_pct_of_core']:.3f} % of one core ({r['cpu_s']:.2f} s CPU)   target <= 0.5 %  "
-                  f"-> {r['cpu_pct_of_core'] / 0.5:.2f}x of target")
-            print(f"  RSS  max {r['rss_max_mb']:.1f} MB, end {r['rss_end_mb']:.1f} MB   target <= 60 MB  "
-                  f"-> {r['rss_max_mb'] / 60:.2f}x of target")
+            print(
+                f"  CPU  {r['cpu_pct_of_core']:.3f} % of one core ({r['cpu_s']:.2f} s CPU)   "
+                "target <= 0.5 %  "
+                f"-> {r['cpu_pct_of_core'] / 0.5:.2f}x of target"
+            )
+            print(
+                f"  RSS  max {r['rss_max_mb']:.1f} MB, end {r['rss_end_mb']:.1f} MB   target <= 60 MB  "
+                f"-> {r['rss_max_mb'] / 60:.2f}x of target"
+            )
             if r["rows"]:
-                print(f"  store {r['rows']} rows, {r['db_bytes'] / r['rows']:.1f} bytes/GPU-sample incl. schema -> "
-                      f"{r['db_bytes'] / r['rows'] * 86400 / 2**20:.1f} MB per GPU-day")
+                print(
+                    f"  store {r['rows']} rows, {r['db_bytes'] / r['rows']:.1f} bytes/GPU-sample "
+                    "incl. schema -> "
+                    f"{r['db_bytes'] / r['rows'] * 86400 / 2**20:.1f} MB per GPU-day"
+                )
         s = store_bench(tmp, 8, a.hours)
-        print(f"store, synthetic {a.hours:g} h x 8 GPUs @ 1 Hz ({s['samples']} GPU-samples, "
-              f"{s['insert_rows_per_s']:.0f} rows/s inserted in 10-min batches):")
-        print(f"  size  {s['bytes_per_sample']:.1f} B/GPU-sample = {s['gpu_day_mb']:.1f} MB per GPU-day (raw; "
-              f"1-min rollups add {s['gpu_day_mb'] / 60:.2f} MB)   long layout: {s['long_gpu_day_mb']:.1f} MB "
-              f"-> {s['long_gpu_day_mb'] / s['gpu_day_mb']:.1f}x larger")
-        print(f"  query {a.hours:g} h of one metric, one GPU ({s['points']} points): {s['query_s'] * 1000:.0f} ms   "
-              f"long layout: {s['long_query_s'] * 1000:.0f} ms -> {s['long_query_s'] / s['query_s']:.2f}x")
+        print(
+            f"store, synthetic {a.hours:g} h x 8 GPUs @ 1 Hz ({s['samples']} GPU-samples, "
+            f"{s['insert_rows_per_s']:.0f} rows/s inserted in 10-min batches):"
+        )
+        print(
+            f"  size  {s['bytes_per_sample']:.1f} B/GPU-sample = {s['gpu_day_mb']:.1f} MB per GPU-day (raw; "
+            f"1-min rollups add {s['gpu_day_mb'] / 60:.2f} MB)   long layout: {s['long_gpu_day_mb']:.1f} MB "
+            f"-> {s['long_gpu_day_mb'] / s['gpu_day_mb']:.1f}x larger"
+        )
+        print(
+            f"  query {a.hours:g} h of one metric, one GPU ({s['points']} points): "
+            f"{s['query_s'] * 1000:.0f} ms   "
+            f"long layout: {s['long_query_s'] * 1000:.0f} ms -> {s['long_query_s'] / s['query_s']:.2f}x"
+        )
         print(f"  `gpuclinic history ... --format csv` end to end: {s['cli_s']:.2f} s")
 
 

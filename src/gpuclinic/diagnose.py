@@ -123,7 +123,7 @@ def build_report(snap: Snapshot, findings: list[Finding], skipped: list[Skipped]
             mine = [x for x in findings if x.gpu is not None and _same_gpu(x.gpu, ref)]
             sev = max((x.severity for x in mine), default=None)
             gvs.append(GpuVerdict(ref=ref, name=None, verdict=Verdict.from_severity(sev), codes=[x.code for x in mine]))
-    incidents = group(findings, snap, first_step=_first_step)
+    incidents = group(findings, snap, first_step=first_step_for)
     _point_symptoms_at_their_cause(findings, incidents)
     if command == "explain":
         verdict = explain_verdict(findings)
@@ -170,14 +170,14 @@ def explain_verdict(findings: list[Finding]) -> Verdict:
     return Verdict.HEALTHY
 
 
-def _first_step(code: str, f: Finding) -> str:
+def first_step_for(code: str, f: Finding) -> str:
     """The first step of the runbook for ``code``, filled in for the finding's GPU."""
-    from gpuclinic.incidents import _first_line
+    from gpuclinic.incidents import first_sentence
     from gpuclinic.knowledge.runbooks import first_step
 
     if code.startswith("error.") and f.remedy:  # a signature's own fix is more exact than the generic runbook
-        return _first_line(f.remedy)
-    return first_step(code, f.gpu) or _first_line(f.remedy)
+        return first_sentence(f.remedy)
+    return first_step(code, f.gpu) or first_sentence(f.remedy)
 
 
 def _gpu_key(ref: GpuRef | None) -> str:

@@ -9,10 +9,9 @@ person then reads one incident per cause and follows one runbook.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge import codes as K
@@ -162,6 +161,11 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
                         and _related(r, c, s, snap):
                     edges[ci].append(si)
                     explained[si] = True
+    for ci, c in enumerate(findings):  # one code on one GPU is one problem (watch opens one event per reason)
+        for si, s in enumerate(findings):
+            if si > ci and s.code == c.code and c.gpu is not None and same_gpu(c.gpu, s.gpu) and si not in edges[ci]:
+                edges[ci].append(si)
+                explained[si] = True
     for si, f in enumerate(findings):  # stated chains: "caused by previous Xid N"
         for x in _stated_causes(f):
             cause_i = next((i for i, c in enumerate(findings) if c.code == f"xid.{x}" and i != si
@@ -221,21 +225,13 @@ def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | Non
         family=info.family if info is not None and info.code != "xid.*" else root.family,
         title=root.title, gpu=gpu, symptoms=symptoms, evidence=evidence,
         runbook=K.runbook_id(root.code) if info is not None else "",
-        first_step=first_step(root.code, root) if first_step else _first_line(root.remedy),
+        first_step=first_step(root.code, root) if first_step else first_sentence(root.remedy),
     )
 
 
-def _first_line(text: str) -> str:
+def first_sentence(text: str) -> str:
     t = (text or "").strip().splitlines()
     if not t:
         return ""
     line = re.sub(r"^\d+\.\s*", "", t[0])
     return line.split(". ")[0].rstrip(".") + "." if line else ""
-
-
-def by_id(incidents: Iterable[Incident]) -> dict[str, Incident]:
-    return {i.id: i for i in incidents}
-
-
-def to_dicts(incidents: Iterable[Incident]) -> list[dict[str, Any]]:
-    return [i.to_dict() for i in incidents]

@@ -30,4 +30,4 @@ def test_unknown_command_is_one_line_error() -> None:
 
 def test_conflicting_formats() -> None:
     r = run_cli("doctor", "--json", "--markdown")
-    assert r.returncode == 3 and r.stderr.startswith("gpuclinic: error:")
+    assert r.returncode == 64 and r.stderr.startswith("gpuclinic: error:")

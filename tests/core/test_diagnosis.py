@@ -82,6 +82,14 @@ def test_single_fault_scenario_is_one_incident_with_its_root_cause(name: str) ->
     assert {f["incident"] for f in d["findings"] if f["severity"] != "info"} == {inc["id"]}
 
 
+def test_incident_json_has_the_contract_fields() -> None:
+    d = diagnose(load_scenario("gsp-timeout")).to_dict(include_facts=False)
+    for inc in d["incidents"]:
+        assert list(inc) == ["id", "code", "severity", "family", "gpu", "title", "symptoms", "evidence", "runbook",
+                             "first_step"]
+    assert all("incident" in f for f in d["findings"])
+
+
 def test_healthy_node_has_no_incident() -> None:
     rep = diagnose(load_scenario("healthy-8xh100-load"))
     assert rep.incidents == [] and rep.to_dict()["incidents"] == []
@@ -132,7 +140,7 @@ def test_stated_cause_and_45_after_79_and_48_then_63() -> None:
 
 
 def test_heat_symptoms_fold_into_one_heat_incident() -> None:
-    incs = group([_f("thermal.throttle", Severity.CRITICAL), _f("thermal.near_slowdown", Severity.WARNING),
+    incs = group([_f("thermal.throttle", Severity.CRITICAL), _f("thermal.throttle", Severity.WARNING),
                   _f("thermal.slowdown", Severity.CRITICAL), _f("perf.straggler", Severity.WARNING)])
     assert len(incs) == 1 and incs[0].code == "thermal.slowdown"
     assert incs[0].severity == Severity.CRITICAL

@@ -66,6 +66,10 @@ def test_runbook_command() -> None:
     assert bad.returncode == 64 and bad.stdout == "" and "no runbook" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_code_table_in_the_docs_is_current() -> None:
+    assert (DOCS / "diagnosis.md").read_text().endswith(K.markdown_table())
+
+
 def test_every_code_is_documented() -> None:
     text = "\n".join(p.read_text() for p in DOCS.glob("*.md"))
     missing = [c.code for c in K.all_codes() if f"`{c.code}`" not in text]

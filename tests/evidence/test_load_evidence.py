@@ -107,11 +107,11 @@ def test_snapshot_json_round_trip(tmp_path: Path) -> None:
     assert again.gpus[0].remapped_rows_pending is True and again.gpus[0].ecc_volatile_corrected == 177
 
 
-def test_cli_doctor_from_unrecognised_is_one_line_exit_3(tmp_path: Path) -> None:
+def test_cli_doctor_from_unrecognised_is_one_line_exit_64(tmp_path: Path) -> None:
     p = tmp_path / "x.txt"
     p.write_bytes(b"\x00\x01\x02garbage" * 100)
     r = run_cli("doctor", "--from", str(p))
-    assert r.returncode == 3
+    assert r.returncode == 64  # EXIT_USAGE
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert str(p) in r.stderr
 
@@ -235,4 +235,4 @@ def test_cli_from_stdin() -> None:
     assert d["facts"]["inputs"] == ["<stdin>"] and [f["code"] for f in d["findings"]] == ["memory.row_remap_pending"]
     r = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--from", "-"], input="hello\n",
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 3 and r.stderr.startswith("gpuclinic: error: <stdin>: not recognised")
+    assert r.returncode == 64 and r.stderr.startswith("gpuclinic: error: <stdin>: not recognised")

@@ -28,7 +28,7 @@ class Agent:
         self.addr = f"127.0.0.1:{self.port}"
         store = ["--db", str(db)] if db else ["--no-store"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuclinic", "watch", "--scenario", scenario, "--time-scale", "10", *store,
+            [sys.executable, "-m", "gpuclinic", "watch", "--scenario", scenario, "--time-scale", "10", "--hold-fault", *store,
              "--listen", self.addr, "--quiet", "--duration", "36000s", *(extra or [])],
             stdout=subprocess.DEVNULL, stderr=open(tmp / f"agent-{node}.log", "wb"))
 

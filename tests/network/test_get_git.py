@@ -66,12 +66,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]
                        check=True, env=env)
     daemons = []
     ports: dict[str, int] = {}
-    for name in ("origin", "mirror"):
+    for name in ("origin", "mirror", "nofilter"):  # nofilter: a server that does not do partial clone
         base = root / name
         base.mkdir()
         bare = base / "repo.git"
         subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True, env=env)
-        for kv in ("uploadpack.allowFilter=true", "uploadpack.allowAnySHA1InWant=true"):
+        for kv in ("uploadpack.allowFilter=true", "uploadpack.allowAnySHA1InWant=true")[: 0 if name == "nofilter" else 2]:
             k, v = kv.split("=")
             subprocess.run(["git", "-C", str(bare), "config", k, v], check=True, env=env)
         port = free_port()
@@ -225,7 +225,9 @@ def test_error_lines_and_classes() -> None:
     assert classify("fatal: repository 'https://github.com/a/b/' not found") == "permanent"
     assert classify("fatal: repository '/srv/typo.git' does not exist") == "permanent"  # a local path
     assert classify("fatal: Authentication failed for 'https://github.com/a/b/'") == "permanent"
-    assert classify("fatal: unable to access 'https://github.com/a/': Could not resolve host: github.com") == "unreachable"
+    assert classify("fatal: unable to access 'https://github.com/a/': Could not resolve host: github.com") == "dns"
+    assert classify("ssh: Could not resolve hostname github.com: Name or service not known") == "dns"
+    assert classify("fatal: unable to access 'https://github.com/a/': Failed to connect to github.com") == "unreachable"
 
 
 def test_cli_end_to_end_one_line_error_and_success(served: dict[str, int]) -> None:
@@ -255,3 +257,32 @@ def test_credentials_in_urls_are_scrubbed_from_errors() -> None:
     with pytest.raises(GitCloneError) as ei:
         clone(f"http://user:hunter2@127.0.0.1:{free_port()}/r.git", "cred", quiet=True, retries=1, log=lambda m: None)
     assert "hunter2" not in str(ei.value)
+
+
+def test_dns_failure_is_not_retried_and_says_dns() -> None:
+    """Issue 14: `get git` retried a name that does not resolve."""
+    msgs, log = quiet_log()
+    with pytest.raises(GitCloneError) as ei:
+        clone("http://repo.gpuclinic-test.invalid/r.git", "dns", quiet=True, retries=3, backoff_s=0.01,
+              log=log)  # type: ignore[arg-type]
+    msg = str(ei.value)
+    assert "after 1 attempt(s)" in msg and "DNS lookup failed" in msg and "gpuclinic net" in msg, msg
+    assert not any("retrying" in m for m in msgs), msgs
+
+
+def test_filter_ignored_by_the_server_is_reported_as_a_full_clone(served: dict[str, int]) -> None:
+    """Issue 14: "(blobless)" was claimed although git warned that --filter was ignored."""
+    import sys
+
+    url = f"git://127.0.0.1:{served['nofilter']}/repo.git"
+    r = subprocess.run([sys.executable, "-m", "gpuclinic", "get", "git", url, "nf"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "filtering not recognized by server" in r.stderr  # git's own warning, passed through
+    done = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuclinic: cloned")]
+    assert done and "(full" in done[0] and "blobless" not in done[0], r.stderr
+    assert "a full clone, not blobless" in r.stderr
+    # and a server that does filter still says blobless
+    r = subprocess.run([sys.executable, "-m", "gpuclinic", "get", "git", f"git://127.0.0.1:{served['origin']}/repo.git",
+                        "bl"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "(blobless)" in r.stderr, r.stderr

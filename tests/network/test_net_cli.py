@@ -37,7 +37,9 @@ def test_net_json_reports_probes_and_findings() -> None:
     assert probes[1]["connect_failure_rate"] == 1.0 and probes[0]["connect_median"] is not None
     codes = {f["code"] for f in doc["findings"]}
     assert "network.endpoint_unreachable" in codes  # the custom endpoint refuses
-    assert "network.per_connection_cap" not in codes  # the capped one is a mirror candidate, not in use
+    # the capped one is a mirror candidate, not in use: information, not a warning, but not silence either
+    cap = [f for f in doc["findings"] if f["code"] == "network.per_connection_cap"]
+    assert len(cap) == 1 and cap[0]["severity"] == "info" and "not in use" in cap[0]["title"]
     assert all(f["family"] == "network" for f in doc["findings"])
 
 
@@ -54,8 +56,7 @@ def test_net_markdown_table() -> None:
     with LoopbackFileServer() as s:
         rc, out = invoke(["net", "--quick", "--markdown", "--endpoint", s.url])
     assert rc == 0, out
-    assert out.startswith("| Endpoint | Host |")
-    assert "# gpuclinic net" in out
+    assert out.startswith("# gpuclinic net") and "| Endpoint | Host |" in out
 
 
 def test_net_bad_endpoint_is_one_line_error() -> None:
@@ -63,7 +64,7 @@ def test_net_bad_endpoint_is_one_line_error() -> None:
 
     with pytest.raises(SystemExit) as ei:
         main(["net", "--endpoint", "ftp://nope"])
-    assert ei.value.code == 3
+    assert ei.value.code == 64  # EXIT_USAGE
 
 
 def test_doctor_net_includes_network_family(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,3 +82,18 @@ def test_doctor_net_includes_network_family(tmp_path: Path, monkeypatch: pytest.
     # without --net the source does not run at all
     snap2 = collect_live(CollectOptions(network=False, sources=["network"]))
     assert snap2.network is None
+
+
+def test_net_verdict_first_and_no_all_clear_under_a_flagged_row() -> None:
+    """Issue 14: the table came before the verdict header, and a "per-conn cap" row ended with
+    "No problems found"."""
+    with LoopbackFileServer(per_conn_bps=2e6) as s:
+        rc, out = invoke(["net", "--timeout", "20", "--endpoint", f"hf={s.url}#/big.bin"])
+        rc_md, md = invoke(["net", "--markdown", "--timeout", "20", "--endpoint", f"hf={s.url}#/big.bin"])
+    lines = out.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("gpuclinic net"))
+    table = next(i for i, ln in enumerate(lines) if ln.startswith("Endpoint"))
+    assert head < table, out
+    assert "per-conn cap" in out and "No problems found" not in out, out
+    assert md.startswith("# gpuclinic net") and md.index("# gpuclinic net") < md.index("| Endpoint |")
+    assert "per-conn cap" in md and "No problems found" not in md

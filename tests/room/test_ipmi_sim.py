@@ -116,3 +116,36 @@ def test_doctor_cli_never_shows_the_password(sim: SimBmc, tmp_path: Path, how: s
     assert rep["facts"]["room"]["bmc"] == f"127.0.0.1:{sim.port}"
     # the capture of this run (the report's facts) carries no secret either
     assert PASSWORD not in json.dumps(rep)
+
+
+@pytest.mark.parametrize("how", ["flag", "file"])
+def test_capture_takes_the_bmc_and_never_holds_the_password(sim: SimBmc, tmp_path: Path, how: str) -> None:
+    """``capture --bmc`` saves the room as doctor reads it; no file in the bundle holds the password."""
+    import tarfile
+
+    out = tmp_path / "cap.tar.gz"
+    args = ["capture", "--quick", "-o", str(out), "--bmc", f"127.0.0.1:{sim.port}", "--bmc-user", USER,
+            "--bmc-cipher", "3"]
+    if how == "flag":
+        args += ["--bmc-password", PASSWORD]
+    else:
+        pw = tmp_path / "pw"
+        pw.write_text(PASSWORD + "\n")
+        args += ["--bmc-password-file", str(pw)]
+    sim.set_value("fan2", 0)
+    time.sleep(1.0)
+    r = _cli(*args, env={"IPMI_PASSWORD": ""})
+    assert r.returncode == 0, r.stderr
+    assert PASSWORD not in r.stdout + r.stderr
+    with tarfile.open(out) as tf:
+        members = [m for m in tf.getmembers() if m.isfile()]
+        blobs = {m.name: tf.extractfile(m).read() for m in members}  # type: ignore[union-attr]
+    assert any(n.endswith("snapshot.json") for n in blobs)
+    for name, blob in blobs.items():
+        assert PASSWORD.encode() not in blob, name
+    snap = next(json.loads(b) for n, b in blobs.items() if n.endswith("snapshot.json"))
+    assert snap["room"]["bmc"] == f"127.0.0.1:{sim.port}"
+    # read back elsewhere: the fan the simulator stopped is still a failed fan
+    back = _cli("doctor", "--from", str(out), "--json", env={})
+    rep = json.loads(back.stdout)
+    assert any(f["code"] == "room.fan_failed" for f in rep["findings"]), back.stderr

@@ -160,3 +160,46 @@ def test_log_collections_of_links_only_are_followed(tree: Path, service: tuple[s
     assert room is not None
     assert sorted(e.id for e in room.events if e.source == "redfish Log1") == ["1", "2"]
     assert any("/LogServices/Log1/Entries/2" in line for line in log)
+
+
+def _sensors_only(tree: Path) -> None:
+    """The variant: a BMC that publishes temperatures and fans only as Sensor resources (no Thermal, no
+    ThermalSubsystem); the chassis's other links and every Sensor document stay as DMTF published them."""
+    f = tree / "Chassis/1U/index.json"
+    doc = json.loads(f.read_text())
+    for key in ("Thermal", "Thermal@Redfish.Deprecated", "ThermalSubsystem"):
+        doc.pop(key, None)
+    f.write_text(json.dumps(doc))
+    shutil.rmtree(tree / "Chassis/1U/Thermal")
+    shutil.rmtree(tree / "Chassis/1U/ThermalSubsystem")
+
+
+def test_sensors_collection_is_walked_when_it_is_all_there_is(tree: Path, service: tuple[str, list[str]],
+                                                             tls: tuple[Path, Path]) -> None:
+    url, log = service
+    _sensors_only(tree)
+    room = _read(url, tls[0]).room
+    assert room is not None
+    assert any("/Chassis/1U/Sensors/IntakeTemp" in line for line in log)
+    inlet = {s.name: s.reading for s in room.temperatures("inlet")}
+    assert inlet.get("Front Panel Intake Temperature") == 24.8, inlet
+    fans = {f.name: (f.reading, f.unit) for f in room.fans()}
+    assert fans["CPU #1 Fan Speed"] == (80.0, "%") and len(fans) == 4, fans
+    codes = {f.code for f in diagnose(_read(url, tls[0])).findings}
+    assert not any(c.startswith(("room.inlet", "room.fan")) for c in codes)
+    # a fault edited into the Sensor documents: a stopped fan and hot intake air
+    _edit(tree, "Chassis/1U/Sensors/CPUFan1", Reading=0, Status={"State": "Enabled", "Health": "Critical"})
+    _edit(tree, "Chassis/1U/Sensors/IntakeTemp", Reading=33.5)
+    got = {(f.code, f.severity.label): f for f in diagnose(_read(url, tls[0])).findings}
+    assert ("room.fan_failed", "critical") in got and "CPU #1 Fan" in got[("room.fan_failed", "critical")].title
+    assert ("room.inlet_hot", "critical") in got  # 33.5 °C: above ASHRAE A1's allowable 32 °C
+
+
+def test_sensors_are_not_read_twice_when_thermal_has_them(service: tuple[str, list[str]],
+                                                         tls: tuple[Path, Path]) -> None:
+    """The published mockup has ThermalSubsystem temperatures and fans: its Sensors collection is not walked."""
+    url, log = service
+    room = _read(url, tls[0]).room
+    assert room is not None and room.fans()
+    assert any("/Chassis/1U/ThermalSubsystem" in line for line in log)
+    assert not any("/Chassis/1U/Sensors" in line for line in log)

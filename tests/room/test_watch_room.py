@@ -94,8 +94,10 @@ def test_agent_polls_bmc_and_raises_room_events_within_one_poll(sim: SimBmc, tmp
         assert hist[0]["min_fan_rpm"] == 9000 and hist[-1]["min_fan_rpm"] == 0 and hist[-1]["psus_ok"] == 1
         assert PASSWORD not in "\n".join(logs) + text
         state = state_json(a)["room"]
-        assert state["bmc"] == f"127.0.0.1:{sim.port}" and state["inlet_c"] == [{"sensor": "Inlet Temp", "value": 24.0}]
-        assert {f["fan"]: f["value"] for f in state["fans"]} == {"FAN1": 0.0, "FAN2": 9000.0}
+        assert state["bmc"] == f"127.0.0.1:{sim.port}" and state["inlet_c"] == [
+            {"sensor": "Inlet Temp", "value": 24.0, "state": "ok"}]
+        assert {f["fan"]: (f["value"], f["state"]) for f in state["fans"]} == {
+            "FAN1": (0.0, "critical"), "FAN2": (9000.0, "ok")}  # the dashboard's colours: doctor's judgement
         stored = room_history(str(tmp_path / "watch.db"))
         fan1 = [r["value"] for r in stored if r["sensor"] == "FAN1"]
         assert fan1[0] == 9000 and fan1[-1] == 0

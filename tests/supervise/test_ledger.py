@@ -142,3 +142,36 @@ def test_old_ledger_gets_new_columns(tmp_path: Path) -> None:
                          checkpoint=None, remedy="py-spy dump")
     assert led.conn.execute("SELECT remedy, lost_s FROM interruptions").fetchone() == ("py-spy dump", 10.0)
     led.conn.close()
+
+
+def test_cause_total_equals_the_sum_of_the_rows_as_printed(tmp_path: Path) -> None:
+    """Issue 14: rows showed 3 s + 2 s + 0 s lost, the cause table 4 s for the same cause."""
+    import re
+
+    from gpuclinic.supervise.ledger import render_text
+
+    db = tmp_path / "l.db"
+    led = Ledger(connect(db))
+    run_id = led.start_run(started_at=T0, host="h", command=["x"], cwd="/", gpus=[], log_path="/tmp/x")
+    a_start = T0
+    for attempt, lost in enumerate((2.4, 1.4, 0.4), start=1):
+        led.attempt_started(run_id, attempt, a_start)
+        at = a_start + lost  # no checkpoint: all of the attempt is lost
+        led.add_interruption(run_id, attempt=attempt, attempt_started_at=a_start, at=at, cls="killed", summary="k",
+                             evidence=[], gpu=None, exit_code=1, signal=9, action="give_up", last_checkpoint_at=None,
+                             checkpoint=None)
+        a_start = at + 100
+    led.finish_run(run_id, ended_at=a_start, status="gave_up", exit_code=1)
+    with closing(led.conn) as conn:
+        rep = interruption_report(conn, now=a_start)
+    text = render_text(rep)
+
+    def secs(s: str) -> float:
+        return float(s.rstrip("s"))
+
+    rows = [secs(m) for m in re.findall(r"lost (\S+s)\b", text)]
+    assert len(rows) == 3
+    cause = next(ln for ln in text.splitlines() if ln.startswith(rep["causes"][0]["title"]))
+    assert abs(secs(cause.split()[-1]) - sum(rows)) < 1e-9, text
+    assert rep["causes"][0]["lost_s"] == pytest.approx(sum(r["lost_s"] for r in rep["recent"]))
+    assert rep["lost_s"] == pytest.approx(rep["causes"][0]["lost_s"])

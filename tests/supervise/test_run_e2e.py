@@ -367,3 +367,15 @@ def test_sighup_is_survived_and_sigusr1_reaches_the_job(tmp_path: Path) -> None:
     assert (tmp_path / "ckpt" / "step-0004.ckpt").read_text() == "4"
     r = RunResult(p.returncode, out, err, tmp_path / "ledger.db", tmp_path / "ckpt")
     assert r.interruptions() == [] and r.runs()[0]["status"] == "completed"
+
+
+def test_each_evidence_line_is_printed_once(gpuclinic_run: Callable[..., RunResult]) -> None:
+    """Issue 14: an output line matched by both a supervise pattern and an explain signature was
+    printed (and stored) twice as "evidence: output: ..."."""
+    for mode in ("cuda_oom", "nccl"):
+        r = gpuclinic_run(["--max-restarts", "0"], ["--fail", mode])
+        ev = [ln for ln in r.err.splitlines() if "evidence:" in ln]
+        assert ev, r.err
+        assert len(ev) == len(set(ev)), ev
+        stored = json.loads(r.interruptions()[0]["evidence"])
+        assert len(stored) == len(set(stored)), stored

@@ -67,10 +67,11 @@ def test_exclude_by_uuid_bus_or_index() -> None:
 
 
 def test_parse_duration() -> None:
-    assert parse_duration("30") == 1800
+    assert parse_duration("30") == 30  # a bare number is seconds in every command (issue 14)
     assert parse_duration("90s") == 90
     assert parse_duration("1.5h") == 5400
-    assert parse_duration("2", "s") == 2
+    assert parse_duration("2") == 2
+    assert parse_duration("2m") == 120
     with pytest.raises(InputError):
         parse_duration("-1m")
 
@@ -232,3 +233,28 @@ def test_tracker_ignores_helpers_started_before_the_job() -> None:
     finally:
         helper.kill()
         helper.wait()
+
+
+def test_default_preflight_is_quick_and_the_long_one_is_behind_a_flag(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 14: the pre-flight added 2-3 s to every job start (the doctor's timed measurements)."""
+    from click.testing import CliRunner
+
+    import gpuclinic.collect as collect
+    from gpuclinic.cli.run import run
+    from gpuclinic.sources.scenarios import load_scenario
+
+    seen: list[bool] = []
+
+    def fake_collect(opts: collect.CollectOptions) -> object:
+        seen.append(opts.quick)
+        return load_scenario("healthy-8xh100-load")
+
+    monkeypatch.setattr(collect, "collect_live", fake_collect)
+    monkeypatch.setenv("GPUCLINIC_NO_NVML", "1")
+    for extra, want in (([], True), (["--full-preflight"], False)):
+        r = CliRunner().invoke(run, [*extra, "--force", "--db", str(tmp_path / "l.db"), "--max-restarts", "0",
+                                     "--", "true"], standalone_mode=False)
+        assert r.exception is None, r.output
+        assert seen[-1] is want
+    assert seen == [True, False]

@@ -35,7 +35,8 @@ def _offline_load(
     code = (
         "import sys\n"
         "from huggingface_hub import snapshot_download, hf_hub_download\n"
-        f"p = snapshot_download({repo!r}, repo_type={repo_type!r}, revision={revision!r}, local_files_only=True)\n"
+        f"p = snapshot_download({repo!r}, repo_type={repo_type!r}, revision={revision!r}, "
+        "local_files_only=True)\n"
         f"f = hf_hub_download({repo!r}, {filename!r}, repo_type={repo_type!r}, revision={revision!r})\n"
         "print(p); print(f); print(open(f,'rb').read(16).hex())\n"
     )
@@ -46,7 +47,11 @@ def _offline_load(
 
 def test_cache_layout_loaded_offline_by_real_huggingface_hub(hub: WanSim, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     weights, sha = blob(6 * MiB, 21)
-    files = {"config.json": b'{"model_type": "bert"}', "model.safetensors": weights, "tok/vocab.txt": b"a\nb\n"}
+    files = {
+        "config.json": b'{"model_type": "bert"}',
+        "model.safetensors": weights,
+        "tok/vocab.txt": b"a\nb\n",
+    }
     spec = hub.add_repo("org/tiny", files)
     r = run_cli("get", "hf", "org/tiny", "--json")
     assert r.code == 0, r.err
@@ -56,7 +61,9 @@ def test_cache_layout_loaded_offline_by_real_huggingface_hub(hub: WanSim, tmp_pa
     assert (repo_dir / "refs" / "main").read_text() == spec.commit
     link = repo_dir / "snapshots" / spec.commit / "model.safetensors"
     assert link.is_symlink() and os.readlink(link) == f"../../blobs/{sha}"
-    assert os.readlink(repo_dir / "snapshots" / spec.commit / "tok" / "vocab.txt").startswith("../../../blobs/")
+    assert os.readlink(repo_dir / "snapshots" / spec.commit / "tok" / "vocab.txt").startswith(
+        "../../../blobs/"
+    )
     assert not list(repo_dir.rglob("*.gpuclinic-*"))
     out = _offline_load(tmp_path / "hub", "org/tiny", "model.safetensors")
     assert out.returncode == 0, out.stderr
@@ -73,10 +80,27 @@ def test_cache_layout_loaded_offline_by_real_huggingface_hub(hub: WanSim, tmp_pa
 
 
 def test_dataset_include_exclude_and_revision(hub: WanSim, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
-    spec = hub.add_repo("org/ds", {"a/1.csv": b"x,y\n", "a/2.csv": b"z\n", "b/big.parquet": blob(MiB, 3)[0]},
-                        repo_type="dataset", refs={"main": "0" * 40, "v1": "0" * 40}, commit="0" * 40)
-    r = run_cli("get", "hf", "org/ds", "--repo-type", "dataset", "--include", "a/*", "--exclude", "*2.csv",
-                "--revision", "v1", "-q")
+    spec = hub.add_repo(
+        "org/ds",
+        {"a/1.csv": b"x,y\n", "a/2.csv": b"z\n", "b/big.parquet": blob(MiB, 3)[0]},
+        repo_type="dataset",
+        refs={"main": "0" * 40, "v1": "0" * 40},
+        commit="0" * 40,
+    )
+    r = run_cli(
+        "get",
+        "hf",
+        "org/ds",
+        "--repo-type",
+        "dataset",
+        "--include",
+        "a/*",
+        "--exclude",
+        "*2.csv",
+        "--revision",
+        "v1",
+        "-q",
+    )
     assert r.code == 0, r.err
     snap = tmp_path / "hub" / "datasets--org--ds" / "snapshots" / spec.commit
     assert sorted(p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_symlink()) == ["a/1.csv"]
@@ -95,13 +119,22 @@ def test_dataset_include_exclude_and_revision(hub: WanSim, tmp_path: Path, run_c
     ],
 )
 def test_hub_errors_are_one_line_and_never_show_the_token(
-    hub: WanSim, run_cli, monkeypatch: pytest.MonkeyPatch, setup: str, needle: str  # type: ignore[no-untyped-def]
+    hub: WanSim,
+    run_cli,
+    monkeypatch: pytest.MonkeyPatch,
+    setup: str,
+    needle: str,  # type: ignore[no-untyped-def]
 ) -> None:
     hub.add_repo("org/gated", {"a": b"1"}, gated=True)
     hub.add_repo("org/private", {"a": b"1"}, private=True)
     hub.add_repo("org/ok", {"a": b"1"})
     monkeypatch.setenv("HF_TOKEN", "hf_WRONGtokenButStillSecret987654321")
-    args = {"gated": ["org/gated"], "private": ["org/private"], "missing": ["org/nope"], "badrev": ["org/ok", "--revision", "nope"]}
+    args = {
+        "gated": ["org/gated"],
+        "private": ["org/private"],
+        "missing": ["org/nope"],
+        "badrev": ["org/ok", "--revision", "nope"],
+    }
     r = run_cli("get", "hf", *args[setup])
     assert r.code != 0
     assert needle in r.err.lower()
@@ -109,7 +142,9 @@ def test_hub_errors_are_one_line_and_never_show_the_token(
     assert "hf_WRONG" not in r.err + r.out
 
 
-def test_token_used_but_never_printed_nor_sent_to_cdn(hub: WanSim, tmp_path: Path, run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_token_used_but_never_printed_nor_sent_to_cdn(
+    hub: WanSim, tmp_path: Path, run_cli, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     weights, sha = blob(2 * MiB, 22)
     hub.add_repo("org/private", {"w.bin": weights, "missing-later.txt": b"x"}, private=True)
     token_file = tmp_path / "hfhome" / "token"
@@ -132,13 +167,20 @@ def test_token_used_but_never_printed_nor_sent_to_cdn(hub: WanSim, tmp_path: Pat
 def test_hub_token_is_redacted_from_progress_and_json(hub: WanSim, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     hub.add_repo("org/private", {"w.bin": blob(3 * MiB, 23)[0]}, private=True)
     env = {**os.environ, "HF_TOKEN": TOKEN, "COLUMNS": "200"}
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "get", "hf", "org/private", "--json"],
-                       env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "get", "hf", "org/private", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert TOKEN not in r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("name", ["../evil.txt", "a/../../evil", "/etc/passwd", "a\\..\\b", "a//b", "./x", "C:/x"])
+@pytest.mark.parametrize(
+    "name", ["../evil.txt", "a/../../evil", "/etc/passwd", "a\\..\\b", "a//b", "./x", "C:/x"]
+)
 def test_path_escape_refused(hub: WanSim, tmp_path: Path, run_cli, name: str) -> None:  # type: ignore[no-untyped-def]
     hub.add_repo("org/evil", {"ok.txt": b"fine", name: b"pwned"})
     r = run_cli("get", "hf", "org/evil")
@@ -193,3 +235,62 @@ def test_file_list_from_paginated_tree_when_siblings_lack_sizes(hub: WanSim, tmp
     snap = tmp_path / "hub" / "models--org--paged" / "snapshots" / spec.commit
     assert sorted(p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_symlink()) == sorted(files)
     assert os.readlink(snap / "sub" / "w.bin") == f"../../../blobs/{sha}"
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("kind", ["dns", "connect", "tls"])
+def test_unreachable_hub_fails_fast_and_names_the_cause(
+    kind: str,
+    tmp_path: Path,
+    run_cli,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 14: no network took 8.8 s and said only "ConnectError"."""
+    import socket
+    import threading
+    import time
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    plain = socket.create_server(("127.0.0.1", 0))  # a plain-HTTP server: answers a ClientHello with text
+
+    def answer() -> None:
+        while True:
+            try:
+                c, _ = plain.accept()
+            except OSError:
+                return
+            with c:
+                c.recv(4096)
+                c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    endpoint = {
+        "dns": "https://hub.gpuclinic-test.invalid",  # .invalid never resolves (RFC 2606)
+        "connect": f"http://127.0.0.1:{_closed_port()}",
+        "tls": f"https://127.0.0.1:{plain.getsockname()[1]}",
+    }[kind]
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    t0 = time.monotonic()
+    try:
+        r = run_cli("get", "hf", "org/m", "-q")
+    finally:
+        plain.close()
+    took = time.monotonic() - t0
+    assert r.code == 3, r.err
+    err = r.err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    want = {
+        "dns": "DNS lookup of hub.gpuclinic-test.invalid failed",
+        "connect": "connection refused",
+        "tls": "TLS handshake",
+    }[kind]
+    assert want in err, err
+    assert "gpuclinic net" in err and "HF_ENDPOINT" in err, err
+    assert took < 3.0, took  # no retry loop on a cause that a retry cannot fix

@@ -38,7 +38,11 @@ def test_range_parse_bounds(a: int, b: int, size: int) -> None:
         assert end is not None and 0 <= start <= end < size
 
 
-@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", min_size=20, max_size=40))
+@given(
+    st.text(
+        alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", min_size=20, max_size=40
+    )
+)
 def test_registered_tokens_never_survive_redaction(tok: str) -> None:
     secret = "hf_" + tok
     add_secret(secret)

@@ -36,9 +36,9 @@ def test_history_formats(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> N
                        str(demo_db)], capsys)
     assert rc == 0
     rows = list(csv.reader(io.StringIO(out)))
-    assert rows[0] == ["time", "gpu", "temperature_celsius"]
-    assert len(rows) > 60 and {r[1] for r in rows[1:]} == {"0"}
-    assert max(float(r[2]) for r in rows[1:]) > 86
+    assert rows[0] == ["time", "gpu", "kind", "temperature_celsius"]
+    assert len(rows) > 60 and {r[1] for r in rows[1:]} == {"0"} and "raw" in {r[2] for r in rows[1:]} <= {"1m", "raw"}
+    assert max(float(r[3]) for r in rows[1:]) > 86
     rc, out, _ = _run(["history", "power", "--format", "json", "--db", str(demo_db), "--since", "2h"], capsys)
     d = json.loads(out)
     assert d["unit"] == "watts" and {p["gpu"] for p in d["points"]} == {0, 1, 2, 3}
@@ -62,7 +62,7 @@ def test_events_text_and_json(demo_db: Path, capsys: pytest.CaptureFixture[str])
     (["history", "temprature", "--db", "{db}"], "unknown metric 'temprature'"),
     (["history", "temperature", "--since", "yesterday", "--db", "{db}"], "bad --since"),
     (["events", "--db", "{missing}"], "no watch store at"),
-    (["watch", "--scenario", "nope", "--no-http"], "unknown watch scenario 'nope'"),
+    (["watch", "--scenario", "nope", "--no-http"], "unknown scenario 'nope'"),
     (["watch", "--scenario", "demo", "--listen", "127.0.0.1:99999"], "port must be"),
     (["watch", "--config", "{missing}"], "config file not found"),
 ])
@@ -89,7 +89,7 @@ def test_config_errors_are_specific(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_list_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(["watch", "--list-scenarios"], capsys)
-    assert rc == 0 and {"demo", "steady8", "straggler", "power-brake"} <= {ln.split()[0] for ln in out.splitlines()}
+    assert rc == 0 and {"demo", "steady8", "straggler", "power-brake", "straggler-4x", "fallen-off-bus"} <= {ln.split()[0] for ln in out.splitlines()}
 
 
 def test_no_gpu_is_one_line_and_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,3 +102,38 @@ def test_no_gpu_is_one_line_and_creates_nothing(tmp_path: Path, capsys: pytest.C
         pytest.skip("this machine has working NVML GPUs")
     assert "NVML" in err and "--scenario demo" in err and len(err.strip().splitlines()) == 1
     assert not db.exists()
+
+
+def test_history_json_flag_marks_rollups_and_formats_numbers_alike(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 14: `--json` like every other command; 1-minute rollup rows were not told apart from raw
+    samples, and numbers came out as "41" next to "40.52"."""
+    import time
+
+    from gpuclinic.facts.gpu import GpuFacts
+    from gpuclinic.watch.store import WatchStore
+
+    db = tmp_path / "w.db"
+    st = WatchStore(db, raw_retention_s=120, rollup_retention_s=86400)
+    start = time.time() - 300
+    for k in range(300):
+        st.add_samples(start + k, [GpuFacts(index=0, temperature_c=40 + (k % 3) * 0.5 if k < 100 else 41.0)])
+    st.flush()
+    st.maintain(start + 300)
+    st.close()
+    rc, out, _ = _run(["history", "temperature", "--json", "--db", str(db), "--since", "1h"], capsys)
+    assert rc == 0
+    pts = json.loads(out)["points"]
+    assert {p["kind"] for p in pts} == {"1m", "raw"}
+    assert [p["kind"] for p in pts] == sorted((p["kind"] for p in pts), key=lambda k: k != "1m")  # rollups first
+    rc2, out2, _ = _run(["history", "temperature", "--format", "json", "--db", str(db), "--since", "1h"], capsys)
+    assert json.loads(out2)["points"] == pts
+    rc, out, _ = _run(["history", "temperature", "--db", str(db), "--since", "1h"], capsys)
+    lines = out.splitlines()
+    assert "kind" in lines[0]
+    body = lines[1:]
+    assert any("1m avg" in ln for ln in body) and any(" raw " in ln for ln in body)
+    decimals = {len(ln.split()[-1].partition(".")[2]) for ln in body}
+    assert decimals == {1}, body[:5]
+    rc, _, err = _run(["history", "temperature", "--json", "--format", "csv", "--db", str(db)], capsys)
+    assert rc == 64 and "contradict" in err

@@ -3,6 +3,7 @@ timeline and event) matches the scenario; a screenshot is kept as a test artifac
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import sys
@@ -100,12 +101,36 @@ def test_dashboard_renders_plots_timeline_and_events(tmp_path: Path, free_port: 
         assert reasons == {"hw_thermal_slowdown": 1, "sw_thermal_slowdown": 1}
         (tl1,) = dom.find("canvas", data_metric="throttle", data_gpu="1")
         assert tl1["data-reasons"] == ""
-        (gpu2,) = dom.find("div", data_gpu="2")
+        (room,) = dom.find("section", id="room")  # no --bmc: the server-room panel stays hidden
+        assert "hidden" in room and room.get("data-bmc", "") == ""
+        (gpu2,) = [d for d in dom.find("div", data_gpu="2") if "incident" not in d.get("class", "")]
         assert gpu2["data-lost"] == "1"
+        # issue 14: a LOST card says since when and does not pass its last values off as current
+        assert 25 <= float(gpu2["data-lost-since"]) - float(gpu2["data-first-ts"]) <= 40  # lost at t=30
+        (tl2,) = dom.find("canvas", data_metric="throttle", data_gpu="2")
+        assert tl2["data-empty"].startswith("GPU lost: no data since"), tl2
+        assert "no data since" in " ".join(dom.text) and "the values below are from then" in " ".join(dom.text)
+        # round y-axis ticks: evenly spaced by 1, 2, 2.5 or 5 x 10^k
+        for c in dom.find("canvas"):
+            if c.get("data-ticks"):
+                ticks = [float(t) for t in c["data-ticks"].split(",")]
+                steps = {round(b - a, 6) for a, b in zip(ticks, ticks[1:], strict=False)}
+                assert len(steps) == 1, c
+                (step,) = steps
+                mant = step / 10 ** math.floor(math.log10(step))
+                assert any(abs(mant - m) < 1e-6 for m in (1, 2, 2.5, 5, 10)), c
+                assert all(abs(t / step - round(t / step)) < 1e-6 for t in ticks), c
+        # backticks in alert texts are code, not literal
+        assert "`" not in "".join(dom.text)
+        assert dom.find("code"), "no <code> for the commands in remedies"
 
         xid = [a for a in dom.find("li", data_code="xid.79") if a["data-gpu"] == "2"]
         assert xid and xid[0]["data-severity"] == "critical" and xid[0]["data-state"] == "open"
         assert dom.find("li", data_code="thermal.throttle") and dom.find("li", data_code="gpu.missing")
+        # one card per incident: the fall off the bus carries its Xid 79 and the lost GPU folded under it
+        cards = [c for c in dom.find("div", data_code="gpu.fallen_off_bus") + dom.find("div", data_code="xid.79")
+                 if "incident" in c.get("class", "")]
+        assert len(cards) == 1 and cards[0]["data-gpu"] == "2" and cards[0]["data-severity"] == "critical"
         text = " ".join(dom.text)
         assert "GPU has fallen off the bus" in text and "Drain the node" in text  # evidence and remedy
 

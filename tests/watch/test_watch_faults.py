@@ -226,3 +226,30 @@ def test_lost_gpu_without_uuid_is_not_counted_twice() -> None:
     conds, _ = eng.evaluate(2.0, gs)
     (missing,) = [c for c in conds if c.key == "rules:gpu.missing:node"]
     assert missing.evidence[0] == "3 GPU(s) visible now, 4 expected"
+
+
+def test_near_slowdown_closes_when_the_gpu_is_above_the_limit() -> None:
+    """Issue 14: "within 5 °C of thermal slowdown" stayed open while the GPU was already above it,
+    and alert text said "5 C" without the degree sign."""
+    from gpuclinic.model import Severity
+    from gpuclinic.watch.config import RulesConfig
+    from gpuclinic.watch.rules import RuleEngine
+
+    eng = RuleEngine(RulesConfig())
+
+    def temp_conds(t: float, temp: float) -> list[Any]:
+        g = GpuFacts(index=0, uuid="GPU-0", temperature_c=temp, slowdown_temp_c=87.0)
+        conds, _ = eng.evaluate(t, [g])
+        return [c for c in conds if c.code.startswith("thermal.")]
+
+    (near,) = temp_conds(0.0, 84.0)  # the doctor's heat rule: one code, its severity rule decides
+    assert near.code == "thermal.slowdown" and near.severity == Severity.WARNING
+    assert "within 5 °C of its slowdown temperature" in near.title
+    (over,) = temp_conds(1.0, 89.0)  # above the limit: the condition no longer says "within", and is critical
+    assert over.code == "thermal.slowdown" and over.severity == Severity.CRITICAL
+    assert "at or above its hardware slowdown temperature" in over.title and "within" not in over.title
+    (near2,) = temp_conds(2.0, 85.0)
+    assert near2.key == near.key == over.key and near2.severity == Severity.WARNING
+    assert temp_conds(3.0, 70.0) == []
+    text = " ".join(" ".join([c.title, *c.evidence]) for c in [near, over])
+    assert " C " not in text.replace("°C", "") and " C," not in text and " C)" not in text

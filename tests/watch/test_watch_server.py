@@ -107,7 +107,7 @@ def test_is_loopback() -> None:
 
 
 def test_events_api_lists_open_and_resolved(agent_factory: Callable[..., Agent], servers: list[Any]) -> None:
-    a = agent_factory("power-brake", scale=60)
+    a = agent_factory("power-brake-2x", scale=60)
     a.run(duration_s=50)
     srv, _ = serve(a, "127.0.0.1:0")
     servers.append(srv)
@@ -126,3 +126,28 @@ def test_dns_rebinding_is_refused_without_a_token(running: Agent, servers: list[
         assert c.get("/api/state", headers={"Host": "localhost:9847"}).status_code == 200
         assert c.get("/api/state", headers={"Host": "[::1]:9847"}).status_code == 200
         assert c.get("/metrics", headers={"Host": "127.0.0.1"}).status_code == 200
+
+
+def test_401_page_says_how_to_pass_the_token(running: Agent, servers: list[WatchHTTPServer]) -> None:
+    """Issue 14: off loopback, neither the agent nor the 401 page said how to pass the token."""
+    srv, gen = serve(running, "127.0.0.1:0", token="s3cret-token-value")
+    servers.append(srv)
+    with _client(srv) as c:
+        r = c.get("/")
+        assert r.status_code == 401
+        assert f"{srv.url}/?token=TOKEN" in r.text and "Authorization: Bearer TOKEN" in r.text
+        assert "s3cret" not in r.text
+        r = c.get("/", headers={"Host": "<script>x</script>"})
+        assert "<script>" not in r.text
+
+
+def test_watch_off_loopback_prints_how_to_pass_the_token() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "gpuclinic", "watch", "--scenario", "demo", "--time-scale", "60",
+                        "--duration", "2s", "--no-store", "--listen", "0.0.0.0:0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "access token (shown once)" in r.stderr
+    assert "/?token=TOKEN" in r.stderr and "Authorization: Bearer TOKEN" in r.stderr

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import ContainerFacts
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.knowledge.codes import severity
+from gpuclinic.model import Family, Finding
 
 SRC_TOOLKIT = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html"
 SHM_MIN = 1 << 30
@@ -46,7 +47,7 @@ def visibility(snap: Snapshot) -> Iterator[Finding]:
         if nvd in ("void", "none", ""):
             ev.append("NVIDIA_VISIBLE_DEVICES explicitly gives this container no GPU")
         yield Finding(
-            code="container.no_gpu_visible", severity=Severity.WARNING if intended else Severity.INFO,
+            code="container.no_gpu_visible", severity=severity("container.no_gpu_visible") if intended else severity("container.no_gpu_visible", "not_intended"),
             family=Family.SOFTWARE, title="This container has no GPU device",
             evidence=ev,
             remedy=("Docker: `docker run --gpus all ...` (or `--gpus '\"device=0,1\"'`) with the NVIDIA Container Toolkit "
@@ -58,7 +59,7 @@ def visibility(snap: Snapshot) -> Iterator[Finding]:
         toks = {t.strip().lower() for t in caps.split(",") if t.strip()}
         if "all" not in toks and "compute" not in toks:
             yield Finding(
-                code="container.driver_capabilities", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+                code="container.driver_capabilities", severity=severity("container.driver_capabilities", "no_compute"), family=Family.SOFTWARE,
                 title="NVIDIA_DRIVER_CAPABILITIES lacks 'compute': CUDA is not available in this container",
                 evidence=[f"NVIDIA_DRIVER_CAPABILITIES={caps}",
                           "nvidia-smi works with 'utility' alone, but libcuda is only injected with 'compute'"],
@@ -67,7 +68,7 @@ def visibility(snap: Snapshot) -> Iterator[Finding]:
             )
     elif nvd not in (None, "", "void", "none") and snap.software is not None and not snap.software.libcuda_versions:
         yield Finding(
-            code="container.driver_capabilities", severity=Severity.WARNING, family=Family.SOFTWARE,
+            code="container.driver_capabilities", severity=severity("container.driver_capabilities"), family=Family.SOFTWARE,
             title="NVIDIA_DRIVER_CAPABILITIES is unset and no libcuda was injected",
             evidence=[f"NVIDIA_VISIBLE_DEVICES={nvd}", "NVIDIA_DRIVER_CAPABILITIES unset (defaults to 'utility')",
                       "no libcuda.so.* in the library directories"],
@@ -112,7 +113,7 @@ def cuda_visible(snap: Snapshot) -> Iterator[Finding]:
             problems.append("CUDA_VISIBLE_DEVICES is empty: CUDA sees no GPU at all")
         if problems:
             yield Finding(
-                code="container.cuda_visible_devices_invalid", severity=Severity.WARNING, family=Family.SOFTWARE,
+                code="container.cuda_visible_devices_invalid", severity=severity("container.cuda_visible_devices_invalid"), family=Family.SOFTWARE,
                 title="CUDA_VISIBLE_DEVICES hides GPUs unintentionally",
                 evidence=[f"CUDA_VISIBLE_DEVICES={cvd}", *problems,
                           f"CUDA stops at the first invalid entry: usable here: {', '.join(usable) or 'none'}"],
@@ -124,7 +125,7 @@ def cuda_visible(snap: Snapshot) -> Iterator[Finding]:
     names = {g.name for g in snap.gpus if g.name}
     if len(names) > 1 and c.env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
         yield Finding(
-            code="container.cuda_device_order", severity=Severity.INFO, family=Family.SOFTWARE,
+            code="container.cuda_device_order", severity=severity("container.cuda_device_order"), family=Family.SOFTWARE,
             title="Mixed GPU models: cuda:N may not be nvidia-smi GPU N",
             evidence=[f"GPU models: {', '.join(sorted(names))}", "CUDA_DEVICE_ORDER is not PCI_BUS_ID (CUDA default: FASTEST_FIRST)"],
             remedy="`export CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers GPUs like nvidia-smi and NVML.",
@@ -141,7 +142,7 @@ def shm(snap: Snapshot) -> Iterator[Finding]:
         return
     torch = bool(snap.software and snap.software.framework("torch"))
     yield Finding(
-        code="container.shm_small", severity=Severity.WARNING if (torch or c.in_container) else Severity.INFO,
+        code="container.shm_small", severity=severity("container.shm_small") if (torch or c.in_container) else severity("container.shm_small", "not_needed"),
         family=Family.SOFTWARE, title=f"/dev/shm is only {_gib(c.shm_bytes)}",
         evidence=[f"/dev/shm size {c.shm_bytes} bytes (< 1 GiB)",
                   "PyTorch DataLoader workers and NCCL's shared-memory transport need more; symptoms: 'Bus error', "
@@ -168,7 +169,7 @@ def pid_namespace(snap: Snapshot) -> Iterator[Finding]:
                 used += p.used_memory_bytes or 0
                 per_gpu[g.index] = per_gpu.get(g.index, 0) + 1
     yield Finding(
-        code="container.pid_namespace", severity=Severity.INFO, family=Family.SOFTWARE,
+        code="container.pid_namespace", severity=severity("container.pid_namespace"), family=Family.SOFTWARE,
         title=f"{len(hidden)} GPU process(es) are not visible in this container's PID namespace",
         evidence=[f"NVML lists pids {', '.join(map(str, sorted(hidden)[:10]))} which are not in this container's /proc",
                   *(f"GPU {i}: {k} such process(es)" for i, k in sorted(per_gpu.items())),
@@ -187,7 +188,7 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
     ngpu = len(snap.gpus)
     if c.cpu_quota_cores is not None and ngpu and c.cpu_quota_cores < 2 * ngpu:
         yield Finding(
-            code="container.cgroup_limits", severity=Severity.WARNING, family=Family.HOST,
+            code="container.cgroup_limits", severity=severity("container.cgroup_limits"), family=Family.HOST,
             title=f"CPU quota of {c.cpu_quota_cores:g} core(s) for {ngpu} GPU(s)",
             evidence=[f"cgroup v{c.cgroup_version} CPU quota: {c.cpu_quota_cores:g} cores",
                       "data loading, tokenisation and the Python loop need CPU per GPU; throttled containers starve GPUs"],
@@ -196,7 +197,7 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
         )
     if c.memory_limit_bytes and c.memory_usage_bytes and c.memory_usage_bytes > 0.9 * c.memory_limit_bytes:
         yield Finding(
-            code="container.cgroup_limits", severity=Severity.WARNING, family=Family.HOST,
+            code="container.cgroup_limits", severity=severity("container.cgroup_limits"), family=Family.HOST,
             title=f"Container memory at {100 * c.memory_usage_bytes / c.memory_limit_bytes:.0f}% of its limit",
             evidence=[f"usage {_gib(c.memory_usage_bytes)} of limit {_gib(c.memory_limit_bytes)} (cgroup v{c.cgroup_version})"],
             remedy="The OOM killer will SIGKILL the job (exit 137) at the limit: raise the memory limit or reduce "
@@ -208,7 +209,7 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
     mig_gpus = [g.index for g in snap.gpus if g.mig_mode_current]
     if mig or mig_gpus:
         yield Finding(
-            code="container.gpu_sharing", severity=Severity.INFO, family=Family.SOFTWARE,
+            code="container.gpu_sharing", severity=severity("container.gpu_sharing"), family=Family.SOFTWARE,
             title="GPU is partitioned with MIG",
             evidence=[*(f"MIG device {t}" for t in mig[:4]), *(f"GPU {i}: MIG mode enabled" for i in mig_gpus)],
             remedy="A MIG slice has a fraction of the GPU's memory and SMs; NCCL/P2P between slices is not supported.",
@@ -216,7 +217,7 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
         )
     elif c.kubernetes and c.hidden_gpu_pids:
         yield Finding(
-            code="container.gpu_sharing", severity=Severity.INFO, family=Family.SOFTWARE,
+            code="container.gpu_sharing", severity=severity("container.gpu_sharing"), family=Family.SOFTWARE,
             title="Pod shares its GPU with other workloads (time-slicing or MPS likely)",
             evidence=[f"{len(c.hidden_gpu_pids)} foreign GPU process(es) visible through NVML"],
             remedy="Time-slicing gives no memory or fault isolation: another pod can OOM or crash yours. Request an "

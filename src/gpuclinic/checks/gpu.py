@@ -7,7 +7,27 @@ from collections.abc import Iterable
 
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import kernel_lines, personalize, ref
+from gpuclinic.checks._kernel import (  # noqa: F401
+    AER_FREQUENT_COUNT,
+    AER_FREQUENT_PER_HOUR,
+    MAX_EVIDENCE,
+    NVLINK_XIDS,
+    SOURCE,
+    _base_data,
+    _evidence,
+    _is_parent_of,
+    _previous_boot_flags,
+    _require_log,
+    _seconds,
+    _span_s,
+    _steps,
+    _uuid_map,
+    _when,
+    gpu_ref,
+)
+from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 _LOST_REMEDY = (
@@ -31,7 +51,7 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
                 ev.append(f"PCI: {pd.bus_id} still listed in sysfs (driver {pd.driver or 'none'})")
             ev += kernel_lines(snap, g.pci_bus_id, ("xid", "fallen_off_bus"))
             out.append(Finding(
-                code="gpu.missing", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                code="gpu.missing", severity=severity("gpu.missing"), family=Family.GPU_FAULT,
                 title=_lost_title(g.index, g.pci_bus_id, g.lost_reason or ""),
                 evidence=ev, remedy=_LOST_REMEDY, gpu=ref(g), data={"reason": "lost"}, source="nvml",
             ))
@@ -52,7 +72,7 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
             if snap.pci_read:
                 ev.append(f"NVIDIA GPUs on the PCI bus = {sum(1 for d in snap.pci_devices if d.is_gpu)}")
             out.append(Finding(
-                code="gpu.missing", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                code="gpu.missing", severity=severity("gpu.missing"), family=Family.GPU_FAULT,
                 title=f"Only {len(usable)} of {snap.expect_gpus} expected GPUs are usable",
                 evidence=ev,
                 remedy=("Drain the node. Compare `nvidia-smi -L` with `lspci -d 10de:` to see which GPU is gone; check "
@@ -80,7 +100,7 @@ def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container:
     gref = GpuRef(pci_bus_id=bus)
     if in_container:
         return Finding(
-            code="gpu.missing", severity=Severity.INFO, family=Family.GPU_FAULT,
+            code="gpu.missing", severity=severity("gpu.missing", "not_in_container"), family=Family.GPU_FAULT,
             title=f"GPU {bus} is on the host's PCI bus but not visible in this container",
             evidence=ev, gpu=gref, data={"reason": "not_in_container"}, source="pci",
             remedy="Expected when the container was given only some GPUs (--gpus / NVIDIA_VISIBLE_DEVICES); "
@@ -88,14 +108,14 @@ def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container:
         )
     if driver == "vfio-pci":
         return Finding(
-            code="gpu.missing", severity=Severity.INFO, family=Family.GPU_FAULT,
+            code="gpu.missing", severity=severity("gpu.missing", "vfio"), family=Family.GPU_FAULT,
             title=f"GPU {bus} is bound to vfio-pci (passed through to a VM), not to the nvidia driver",
             evidence=ev, gpu=gref, data={"reason": "vfio"}, source="pci",
             remedy="Nothing to do if it is assigned to a VM on purpose; otherwise unbind it from vfio-pci.",
         )
     if driver == "nvidia":
         return Finding(
-            code="gpu.missing", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+            code="gpu.missing", severity=severity("gpu.missing"), family=Family.GPU_FAULT,
             title=f"GPU {bus} is on the PCI bus and bound to nvidia, but NVML cannot see it",
             evidence=ev, gpu=gref, data={"reason": "pci_only"}, source="pci",
             remedy=("The driver failed to initialise this GPU or lost it. Check `dmesg -T | grep -E 'NVRM|Xid'` for "
@@ -103,7 +123,7 @@ def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container:
                     "check its power cables, then RMA."),
         )
     return Finding(
-        code="gpu.missing", severity=Severity.WARNING, family=Family.GPU_FAULT,
+        code="gpu.missing", severity=severity("gpu.missing", "other_driver"), family=Family.GPU_FAULT,
         title=f"GPU {bus} is on the PCI bus but bound to {driver or 'no driver'}, so NVML cannot use it",
         evidence=ev, gpu=gref, data={"reason": "other_driver", "driver": driver}, source="pci",
         remedy=("Bind it to the nvidia driver: if nouveau holds it, blacklist nouveau and rebuild the initramfs; if no "
@@ -118,7 +138,7 @@ def gpu_unresponsive(snap: Snapshot) -> Iterable[Finding]:
         if g.lost and (g.lost_reason or "").startswith("unresponsive"):
             ev = [g.lost_reason or "unresponsive"] + kernel_lines(snap, g.pci_bus_id, ("xid", "gsp"))
             out.append(Finding(
-                code="gpu.unresponsive", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                code="gpu.unresponsive", severity=severity("gpu.unresponsive"), family=Family.GPU_FAULT,
                 title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) does not answer NVML: driver or GPU firmware hung",
                 evidence=ev, gpu=ref(g), source="nvml",
                 remedy=("Drain the node. Look for GSP timeouts (Xid 119/120) with `dmesg -T | grep -E 'NVRM|Xid'` and for "
@@ -130,17 +150,17 @@ def gpu_unresponsive(snap: Snapshot) -> Iterable[Finding]:
 
 
 _ACTION_TEXT = {
-    "gpu_reset": ("the GPU needs a reset", Severity.CRITICAL,
+    "gpu_reset": ("the GPU needs a reset", severity("gpu.recovery_action"),
                   "Drain, stop all processes on the GPU, then `sudo nvidia-smi -r -i <index>` (or reboot)."),
-    "node_reboot": ("the node needs a reboot", Severity.CRITICAL, "Drain the node and reboot it."),
-    "drain_p2p": ("peer-to-peer traffic must be drained", Severity.WARNING,
+    "node_reboot": ("the node needs a reboot", severity("gpu.recovery_action"), "Drain the node and reboot it."),
+    "drain_p2p": ("peer-to-peer traffic must be drained", severity("gpu.recovery_action", "drain_p2p"),
                   "Let running jobs finish without new P2P/NVLink work, then reset the GPU or reboot."),
-    "drain_and_reset": ("the GPU must be drained and reset", Severity.CRITICAL,
+    "drain_and_reset": ("the GPU must be drained and reset", severity("gpu.recovery_action"),
                         "Drain, then `sudo nvidia-smi -r -i <index>` once idle (or reboot)."),
-    "recover_imex_domain": ("the IMEX domain must be recovered", Severity.CRITICAL,
+    "recover_imex_domain": ("the IMEX domain must be recovered", severity("gpu.recovery_action"),
                             "Restart the IMEX daemon/domain per your NVLink-domain runbook, then re-check."),
-    "bus_reset": ("the GPU needs a PCIe bus reset", Severity.CRITICAL, "Drain and reboot the node."),
-    "system_reboot": ("the system needs a reboot", Severity.CRITICAL, "Drain the node and reboot it."),
+    "bus_reset": ("the GPU needs a PCIe bus reset", severity("gpu.recovery_action"), "Drain and reboot the node."),
+    "system_reboot": ("the system needs a reboot", severity("gpu.recovery_action"), "Drain the node and reboot it."),
 }
 
 
@@ -151,7 +171,7 @@ def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
         reset = sorted(k for k, v in g.unreadable.items() if "requires a reset" in v)
         if reset:
             out.append(Finding(
-                code="gpu.recovery_action", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                code="gpu.recovery_action", severity=severity("gpu.recovery_action"), family=Family.GPU_FAULT,
                 title=f"GPU {g.index}: NVML answers 'GPU requires reset'",
                 evidence=[f"NVML_ERROR_RESET_REQUIRED on: {', '.join(reset)}"], gpu=ref(g), source="nvml",
                 data={"action": "reset_required"},
@@ -160,7 +180,7 @@ def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
         act = g.recovery_action
         if not act or act == "none":
             continue
-        text, sev, remedy = _ACTION_TEXT.get(act, (f"the driver asks for recovery action {act}", Severity.CRITICAL,
+        text, sev, remedy = _ACTION_TEXT.get(act, (f"the driver asks for recovery action {act}", severity("gpu.recovery_action"),
                                                    "Drain the node and follow NVIDIA's recovery guidance."))
         out.append(Finding(
             code="gpu.recovery_action", severity=sev, family=Family.GPU_FAULT,
@@ -179,7 +199,7 @@ def gpu_inforom(snap: Snapshot) -> Iterable[Finding]:
         bad = sorted(k for k, v in g.unreadable.items() if "corrupted InfoROM" in v)
         if bad:
             out.append(Finding(
-                code="gpu.inforom", severity=Severity.WARNING, family=Family.GPU_FAULT,
+                code="gpu.inforom", severity=severity("gpu.inforom"), family=Family.GPU_FAULT,
                 title=f"GPU {g.index} InfoROM is corrupted: ECC and error history cannot be trusted",
                 evidence=[f"NVML_ERROR_CORRUPTED_INFOROM on: {', '.join(bad)}"], gpu=ref(g), source="nvml",
                 remedy=("Check `nvidia-smi -q | grep -A4 -i inforom` and dmesg for Xid 93. An InfoROM that stays corrupt "
@@ -187,3 +207,112 @@ def gpu_inforom(snap: Snapshot) -> Iterable[Finding]:
                         "(DCGM treats an invalid InfoROM as a warning.)"),
             ))
     return personalize(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# gpu.fallen_off_bus
+# --------------------------------------------------------------------------------------------------
+
+
+@check("kernel.fallen_off_bus", codes=["gpu.fallen_off_bus"], what="GPUs that fell off the bus (kernel log)")
+def fallen_off_bus(snap: Snapshot) -> list[Finding]:
+    if not snap.kernel_events:
+        return []
+    uuids = _uuid_map(snap)
+    evs = [e for e in snap.kernel_events if e.kind == "fallen_off_bus" or (e.kind == "xid" and e.xid == 79)]
+    prev = _previous_boot_flags(evs, snap)
+    by_bus: dict[str | None, list[KernelEvent]] = {}
+    for e in evs:
+        by_bus.setdefault(e.pci_bus_id, []).append(e)
+    aer = [e for e in snap.kernel_events if e.kind == "aer"]
+    out: list[Finding] = []
+    for bus, group in by_bus.items():
+        ref = gpu_ref(snap, bus, uuids)
+        related = [e for e in aer if bus and (bus in (e.pci_bus_id, e.detail.get("device"), e.detail.get("reporter"))
+                                              or bus in (e.detail.get("downstream") or [])
+                                              or _is_parent_of(snap, e.detail.get("device") or e.pci_bus_id, bus))]
+        data = _base_data(group)
+        data["xid79"] = any(e.kind == "xid" for e in group)
+        data["aer_events_on_path"] = len(related)
+        sev = severity("gpu.fallen_off_bus")
+        if all(prev.get(id(e)) for e in group):
+            sev = severity("gpu.fallen_off_bus", "before_boot")
+            data["previous_boot"] = True
+        g = snap.gpu_by_bus_id(bus) if bus else None
+        if g is not None and not g.lost and all(prev.get(id(e)) for e in group):
+            data["visible_now"] = True
+        label = ref.label() if ref else "A GPU"
+        title = f"{label} fell off the PCIe bus: the driver can no longer reach it"
+        if sev != Severity.CRITICAL:
+            title += " (before the last reboot)"
+        remedy = _steps(
+            "Drain the server: the GPU cannot be used again without a reboot (a GPU reset cannot reach it).",
+            "Reboot the server; if the GPU is still missing in `nvidia-smi`, power-cycle it (cold boot).",
+            "Look at what came just before it in the log: PCIe AER errors point at the slot/riser/cable, "
+            "Xid 48/62/119 at the GPU, temperature or power events at cooling or the power supply.",
+            "If it happens again: check GPU power cables and PSU capacity, temperatures, reseat the GPU, "
+            "update the system BIOS and the driver; then ask the provider to replace the GPU.",
+        )
+        out.append(Finding(
+            code="gpu.fallen_off_bus", severity=sev, family=Family.GPU_FAULT, title=title,
+            evidence=_evidence(group, [e.line for e in related[-2:]]), remedy=remedy, gpu=ref, data=data,
+            source=SOURCE))
+    return out
+
+
+
+# --------------------------------------------------------------------------------------------------
+# gpu.init_failed
+# --------------------------------------------------------------------------------------------------
+
+
+@check("kernel.init_failed", codes=["gpu.init_failed"], what="GPU initialisation failures (kernel log)")
+def init_failed(snap: Snapshot) -> list[Finding]:
+    evs = [e for e in snap.kernel_events if e.kind == "init_failed"]
+    if not evs:
+        return []
+    uuids = _uuid_map(snap)
+    prev = _previous_boot_flags(evs, snap)
+    by_bus: dict[str | None, list[KernelEvent]] = {}
+    for e in evs:
+        by_bus.setdefault(e.pci_bus_id, []).append(e)
+    # lines without a bus id ("rm_init_adapter failed for device bearing minor number 0") join a
+    # single GPU's group when only one GPU failed
+    if None in by_bus and len(by_bus) == 2:
+        other = next(k for k in by_bus if k is not None)
+        by_bus[other].extend(by_bus.pop(None))
+    out: list[Finding] = []
+    for bus, group in by_bus.items():
+        ref = gpu_ref(snap, bus, uuids)
+        data = _base_data(group)
+        whats = sorted({str(e.detail.get("what")) for e in group})
+        codes = sorted({str(e.detail["code"]) for e in group if e.detail.get("code")})
+        data["what"] = whats
+        if codes:
+            data["rm_codes"] = codes
+        sev = severity("gpu.init_failed")
+        g = snap.gpu_by_bus_id(bus) if bus else None
+        if g is not None and not g.lost:
+            sev = severity("gpu.init_failed", "transient")
+            data["usable_now"] = True
+        if all(prev.get(id(e)) for e in group):
+            sev = min(sev, severity("gpu.init_failed", "before_boot"))
+            data["previous_boot"] = True
+        power = any("power" in str(e.detail.get("what")) for e in group)
+        label = ref.label() if ref else "A GPU"
+        title = f"{label} failed to initialise in the NVIDIA driver ({', '.join(whats)})"
+        remedy = _steps(
+            "Check the GPU's auxiliary power cables and the power supply: the driver says they are missing."
+            if power else None,
+            "Run `nvidia-smi`; if the GPU is missing, reload the driver (`modprobe -r nvidia_uvm nvidia_drm "
+            "nvidia_modeset nvidia && modprobe nvidia`) or reboot, and read the NVRM lines printed just before.",
+            "Make sure the driver supports this GPU and that its firmware matches (GSP firmware ships with the "
+            "driver; a partial upgrade breaks it) — reinstall the driver package if unsure.",
+            "In the system BIOS enable Above 4G decoding / large BAR support; a GPU without its memory window "
+            "cannot initialise.",
+            "If it keeps failing on one GPU only, reseat it or ask the provider to replace it.",
+        )
+        out.append(Finding(code="gpu.init_failed", severity=sev, family=Family.GPU_FAULT, title=title,
+                           evidence=_evidence(group), remedy=remedy, gpu=ref, data=data, source=SOURCE))
+    return out
+

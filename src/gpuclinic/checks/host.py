@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.knowledge.codes import severity
+from gpuclinic.model import Family, Finding
 
 STEAL_WARN = 5.0  # % of CPU time taken by the hypervisor
 IOWAIT_WARN = 20.0
@@ -50,7 +51,7 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
     if h.load and n:
         if h.load[0] > LOAD_FACTOR * n:
             yield Finding(
-                code="host.load", severity=Severity.WARNING, family=Family.HOST,
+                code="host.load", severity=severity("host.load"), family=Family.HOST,
                 title=f"Load average {h.load[0]:.1f} on {n} usable CPU(s)",
                 evidence=[f"load 1/5/15 min: {' / '.join(f'{x:.1f}' for x in h.load)}", f"usable CPUs: {n}"],
                 remedy="More runnable tasks than CPUs: data loading and the training loop wait for CPU. Reduce "
@@ -61,7 +62,7 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
     steal = h.cpu_pct.get("steal", 0.0)
     if steal >= STEAL_WARN:
         yield Finding(
-            code="host.cpu_steal", severity=Severity.WARNING, family=Family.HOST,
+            code="host.cpu_steal", severity=severity("host.cpu_steal"), family=Family.HOST,
             title=f"CPU steal {steal:.0f}%: the hypervisor gives this VM's CPU time to other tenants",
             evidence=[f"steal {steal:.1f}% over {h.window_s:g}s (/proc/stat)"],
             remedy="A noisy neighbour or an overcommitted host: the GPU waits for CPU work. Ask the provider for a "
@@ -71,7 +72,7 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
     iow = h.cpu_pct.get("iowait", 0.0)
     if iow >= IOWAIT_WARN:
         yield Finding(
-            code="host.iowait", severity=Severity.WARNING, family=Family.HOST,
+            code="host.iowait", severity=severity("host.iowait"), family=Family.HOST,
             title=f"I/O wait {iow:.0f}%: CPUs idle waiting for storage",
             evidence=[f"iowait {iow:.1f}% over {h.window_s:g}s"],
             remedy="Data or checkpoints come from slow storage (network disk, throttled volume): copy the dataset to "
@@ -91,7 +92,7 @@ def psi(snap: Snapshot) -> Iterator[Finding]:
             continue
         res = key.split(".")[0]
         yield Finding(
-            code=f"host.psi_{res}", severity=Severity.WARNING, family=Family.HOST,
+            code=f"host.psi_{res}", severity=severity(f"host.psi_{res}"), family=Family.HOST,
             title=f"{res.upper()} pressure: tasks stalled {v:.0f}% of the last 10 s ({key.split('.')[1]})",
             evidence=[f"/proc/pressure/{res}: {key.split('.')[1]} avg10={v:.2f} avg60={h.psi.get(f'{key}.avg60', 0):.2f}"],
             remedy={"cpu": "Too little CPU for the work: fewer workers/processes or more cores.",
@@ -107,7 +108,7 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
     tot, avail = h.mem_total_bytes, h.mem_available_bytes
     if tot and avail is not None and (avail < MEM_LOW_FRACTION * tot or avail < min(MEM_LOW_BYTES, 0.25 * tot)):
         yield Finding(
-            code="host.memory_low", severity=Severity.WARNING, family=Family.HOST,
+            code="host.memory_low", severity=severity("host.memory_low"), family=Family.HOST,
             title=f"Only {avail / (1 << 30):.1f} GiB of {tot / (1 << 30):.0f} GiB host memory available",
             evidence=[f"MemAvailable {avail} of MemTotal {tot} bytes"],
             remedy="The OOM killer is next (jobs die with SIGKILL / exit 137): reduce DataLoader workers and "
@@ -119,7 +120,7 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
     rate = h.swap_in_per_s + h.swap_out_per_s
     if rate >= SWAP_WARN:
         yield Finding(
-            code="host.swapping", severity=Severity.WARNING, family=Family.HOST,
+            code="host.swapping", severity=severity("host.swapping"), family=Family.HOST,
             title=f"Host is swapping ({rate:.0f} pages/s)",
             evidence=[f"pswpin {h.swap_in_per_s:.0f}/s, pswpout {h.swap_out_per_s:.0f}/s over {h.window_s:g}s (/proc/vmstat)"],
             remedy="Host RAM is exhausted: everything slows down by orders of magnitude. Reduce memory use (workers, "
@@ -143,7 +144,7 @@ def nofile(snap: Snapshot) -> Iterator[Finding]:
             return
         soft, who = h.nofile_soft, "this shell/session"
     yield Finding(
-        code="host.nofile_low", severity=Severity.WARNING, family=Family.HOST,
+        code="host.nofile_low", severity=severity("host.nofile_low"), family=Family.HOST,
         title=f"Open-files limit is {soft} for {who}",
         evidence=[f"soft limit {soft}" + (f", hard limit {h.nofile_hard}" if h.nofile_hard and not h.proc_nofile else "")],
         remedy=(f"DataLoader workers, NCCL and datasets open many files ('Too many open files', 'received 0 items of "
@@ -179,7 +180,7 @@ def numa(snap: Snapshot) -> Iterator[Finding]:
     if not bad:
         return
     yield Finding(
-        code="host.numa_mismatch", severity=Severity.WARNING, family=Family.HOST,
+        code="host.numa_mismatch", severity=severity("host.numa_mismatch"), family=Family.HOST,
         title="GPU work runs only on CPUs of another NUMA node",
         evidence=bad[:8],
         remedy="Every host<->GPU copy crosses the socket interconnect: pin each rank to its GPU's node "
@@ -199,7 +200,7 @@ def dataloader(snap: Snapshot) -> Iterator[Finding]:
     if h.gpu_util_pct >= STARVED_GPU_UTIL or busy < STARVED_CPU_BUSY or not has_work:
         return
     yield Finding(
-        code="host.dataloader_starved", severity=Severity.WARNING, family=Family.HOST,
+        code="host.dataloader_starved", severity=severity("host.dataloader_starved"), family=Family.HOST,
         title=f"GPUs {h.gpu_util_pct:.0f}% busy while host CPUs are {busy:.0f}% busy: the input pipeline starves the GPUs",
         evidence=[f"mean GPU utilisation {h.gpu_util_pct:.0f}% with GPU processes running",
                   f"CPU user+system {busy:.0f}% over {h.window_s:g}s"],

@@ -19,7 +19,8 @@ from gpuclinic.checks._hw import (
     threshold,
 )
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.knowledge.codes import severity
+from gpuclinic.model import Family, Finding
 
 _XID_MEM = ("xid",)
 # Xids about GPU memory: DBE, row remap/page retirement event and failure, contained/uncontained ECC
@@ -38,7 +39,7 @@ def ecc_uncorrectable(snap: Snapshot) -> Iterable[Finding]:
             ev += _remap_lines(g.remapped_rows_pending, g.remapped_rows_uncorrectable)
             ev += kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS)
             out.append(Finding(
-                code="memory.ecc_uncorrectable", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                code="memory.ecc_uncorrectable", severity=severity("memory.ecc_uncorrectable"), family=Family.GPU_FAULT,
                 title=f"GPU {g.index} had {vol} uncorrectable memory (ECC) error(s) since the driver loaded",
                 evidence=ev, gpu=ref(g), data={"volatile": vol, "aggregate": agg}, source="nvml",
                 remedy=("Drain the GPU: the process that hit the error was killed and results may be corrupt. Once idle, "
@@ -48,7 +49,7 @@ def ecc_uncorrectable(snap: Snapshot) -> Iterable[Finding]:
             ))
         elif agg:
             out.append(Finding(
-                code="memory.ecc_uncorrectable", severity=Severity.WARNING, family=Family.GPU_FAULT,
+                code="memory.ecc_uncorrectable", severity=severity("memory.ecc_uncorrectable", "aggregate_only"), family=Family.GPU_FAULT,
                 title=f"GPU {g.index} has {agg} uncorrectable ECC error(s) in its lifetime (none since the driver loaded)",
                 evidence=[f"ecc.errors.uncorrected.aggregate.total = {agg} (lifetime)",
                           f"ecc.errors.uncorrected.volatile.total = {vol if vol is not None else '?'}"],
@@ -87,7 +88,7 @@ def ecc_correctable(snap: Snapshot) -> Iterable[Finding]:
             ev.append(f"ecc.errors.corrected.aggregate.total = {g.ecc_aggregate_corrected} (lifetime)")
         ev += _remap_lines(g.remapped_rows_pending, None)
         out.append(Finding(
-            code="memory.ecc_correctable_rate", severity=Severity.WARNING, family=Family.GPU_FAULT,
+            code="memory.ecc_correctable_rate", severity=severity("memory.ecc_correctable_rate"), family=Family.GPU_FAULT,
             title=f"GPU {g.index} has many corrected memory errors ({n} since the driver loaded)",
             evidence=ev, gpu=ref(g), data={"volatile": n, "node_median": med}, source="nvml",
             remedy=("Corrected errors are fixed on the fly, but a high or growing count is how failing HBM shows first. "
@@ -108,7 +109,7 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
                   f"remapped_rows.uncorrectable = {g.remapped_rows_uncorrectable}")
         if g.remapped_rows_failure:
             out.append(Finding(
-                code="memory.row_remap_failed", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                code="memory.row_remap_failed", severity=severity("memory.row_remap_failed"), family=Family.GPU_FAULT,
                 title=f"GPU {g.index}: HBM row remapping failed (no spare rows left): RMA condition",
                 evidence=["remapped_rows.failure = yes", counts] + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
                 gpu=ref(g), source="nvml",
@@ -117,7 +118,7 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
             ))
         elif g.remapped_rows_pending:
             out.append(Finding(
-                code="memory.row_remap_pending", severity=Severity.WARNING, family=Family.GPU_FAULT,
+                code="memory.row_remap_pending", severity=severity("memory.row_remap_pending"), family=Family.GPU_FAULT,
                 title=f"GPU {g.index}: an HBM row is waiting to be remapped; reset the GPU when convenient",
                 evidence=["remapped_rows.pending = yes", counts] + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
                 gpu=ref(g), source="nvml",
@@ -128,7 +129,7 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
         unc = g.remapped_rows_uncorrectable
         if unc is not None and unc >= warn_unc and not g.remapped_rows_failure:
             out.append(Finding(
-                code="memory.row_remap_spares_low", severity=Severity.WARNING, family=Family.GPU_FAULT,
+                code="memory.row_remap_spares_low", severity=severity("memory.row_remap_spares_low"), family=Family.GPU_FAULT,
                 title=f"GPU {g.index} has used {unc} of {limit:.0f} row remaps for uncorrectable errors",
                 evidence=[counts, f"warn at {warn_unc:.0f}, limit {limit:.0f} ({THRESHOLDS_SOURCE})"],
                 gpu=ref(g), data={"uncorrectable": unc}, source="nvml",
@@ -147,7 +148,7 @@ def retired_pages(snap: Snapshot) -> Iterable[Finding]:
         counts = f"retired_pages.sbe = {g.retired_pages_sbe}, retired_pages.dbe = {g.retired_pages_dbe}"
         if g.retired_pages_pending:
             out.append(Finding(
-                code="memory.retired_pages_pending", severity=Severity.WARNING, family=Family.GPU_FAULT,
+                code="memory.retired_pages_pending", severity=severity("memory.retired_pages_pending"), family=Family.GPU_FAULT,
                 title=f"GPU {g.index}: memory pages are waiting to be retired; reload the driver or reboot",
                 evidence=["retired_pages.pending = yes", counts] + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
                 gpu=ref(g), source="nvml",
@@ -156,7 +157,7 @@ def retired_pages(snap: Snapshot) -> Iterable[Finding]:
             ))
         if sbe + dbe >= crit or dbe > dbe_crit:
             out.append(Finding(
-                code="memory.retired_pages", severity=Severity.CRITICAL, family=Family.GPU_FAULT,
+                code="memory.retired_pages", severity=severity("memory.retired_pages"), family=Family.GPU_FAULT,
                 title=f"GPU {g.index} has retired {sbe + dbe} memory pages ({dbe} for double-bit errors)",
                 evidence=[counts, f"fail at >= {crit:.0f} total or > {dbe_crit:.0f} DBE pages ({THRESHOLDS_SOURCE})"],
                 gpu=ref(g), data={"sbe": sbe, "dbe": dbe}, source="nvml",

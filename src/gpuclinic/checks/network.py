@@ -13,7 +13,8 @@ from typing import Any
 from gpuclinic.checks import check
 from gpuclinic.facts.network import Endpoint, EndpointProbe, NetworkFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.knowledge.codes import severity
+from gpuclinic.model import Family, Finding
 
 
 # Imported on use: knowledge.endpoints pulls in pathlib/urllib, a visible share of every doctor run's
@@ -92,7 +93,7 @@ def offline(snap: Snapshot) -> Iterator[Finding]:
     if nf.proxy and nf.proxy.env:
         ev.append("proxy settings: " + ", ".join(f"{k}={v}" for k, v in nf.proxy.env.items()))
     yield Finding(
-        code="network.offline", severity=Severity.WARNING, family=NET,
+        code="network.offline", severity=severity("network.offline"), family=NET,
         title=f"No route to the internet: {nf.offline_reason or 'nothing answers'}",
         evidence=ev,
         remedy=("Check `ip route` shows a default route and /etc/resolv.conf names a DNS server that answers "
@@ -111,7 +112,7 @@ def dns(snap: Snapshot) -> Iterator[Finding]:
     failed = [p for p in probes if p.dns_error]
     if failed:
         yield Finding(
-            code="network.dns_failed", severity=Severity.WARNING, family=NET,
+            code="network.dns_failed", severity=severity("network.dns_failed"), family=NET,
             title=f"DNS does not resolve {len(failed)} host(s) the download tools need: "
                   + ", ".join(_label(p) for p in failed[:4]),
             evidence=[f"{_label(p)}: {p.dns_error}" for p in failed],
@@ -125,7 +126,7 @@ def dns(snap: Snapshot) -> Iterator[Finding]:
         if med >= DNS_SLOW_MS:
             yield Finding(
                 code="network.dns_slow",
-                severity=Severity.WARNING if med >= DNS_VERY_SLOW_MS else Severity.INFO, family=NET,
+                severity=severity("network.dns_slow", "very_slow") if med >= DNS_VERY_SLOW_MS else severity("network.dns_slow"), family=NET,
                 title=f"DNS lookups are slow: median {med:.0f} ms over {len(times)} hosts",
                 evidence=[f"{_label(p)}: {fmt_ms(p.dns_ms)}" for p in probes if p.dns_ms is not None][:8],
                 remedy=("Every new host a download redirects to costs one lookup. Use a nearer resolver "
@@ -145,7 +146,7 @@ def reachability(snap: Snapshot) -> Iterator[Finding]:
     if tls:
         verify = [p for p in tls if "certificate verify failed" in (p.tls_error or "")]
         yield Finding(
-            code="network.tls_failed", severity=Severity.WARNING, family=NET,
+            code="network.tls_failed", severity=severity("network.tls_failed"), family=NET,
             title=(f"TLS certificate checks fail for {len(tls)} host(s): something intercepts HTTPS or the clock is wrong"
                    if verify else f"TLS handshake fails for {len(tls)} host(s)"),
             evidence=[f"{_label(p)}: {p.tls_error}" for p in tls],
@@ -158,7 +159,7 @@ def reachability(snap: Snapshot) -> Iterator[Finding]:
     conf = [p for p in down if p.endpoint.kind == "configured"]
     for p in conf:
         yield Finding(
-            code="network.configured_mirror_down", severity=Severity.WARNING, family=NET,
+            code="network.configured_mirror_down", severity=severity("network.configured_mirror_down"), family=NET,
             title=f"{p.endpoint.name} points at a host that does not answer",
             evidence=[f"{_label(p)}: {p.error() or 'no answer'}"],
             remedy=_configured_undo(p.endpoint.id, p.endpoint.mirror_url or p.endpoint.url),
@@ -174,7 +175,7 @@ def reachability(snap: Snapshot) -> Iterator[Finding]:
                   if mirror is None else
                   f"{mirror.endpoint.name} answers: see network.mirror_faster for the lines that switch to it.")
         yield Finding(
-            code="network.endpoint_unreachable", severity=Severity.WARNING, family=NET,
+            code="network.endpoint_unreachable", severity=severity("network.endpoint_unreachable"), family=NET,
             title=f"{_title(svc)}: {len(ps)} host(s) unreachable (" + ", ".join(_label(p) for p in ps[:4]) + ")",
             evidence=[f"{_label(p)} ({p.endpoint.name}): {p.error() or 'no answer'}" for p in ps],
             remedy=remedy,
@@ -199,7 +200,7 @@ def latency(snap: Snapshot) -> Iterator[Finding]:
     high = [p for p in probes if (p.connect_median_ms() or 0) >= HIGH_LATENCY_MS]
     if high:
         yield Finding(
-            code="network.high_latency", severity=Severity.WARNING, family=NET,
+            code="network.high_latency", severity=severity("network.high_latency"), family=NET,
             title=f"High round-trip time to {len(high)} host(s): up to {max(p.connect_median_ms() or 0 for p in high):.0f} ms",
             evidence=[f"{_label(p)}: TCP connect median {fmt_ms(p.connect_median_ms())} over {len(p.connect_ms)} samples"
                       + (f" (to proxy {p.via_proxy})" if p.via_proxy else "")
@@ -219,7 +220,7 @@ def latency(snap: Snapshot) -> Iterator[Finding]:
             lossy.append(f"{_label(p)}: connect {fmt_ms(med)} ± {jit:.0f} ms jitter")
     if lossy:
         yield Finding(
-            code="network.lossy", severity=Severity.WARNING, family=NET,
+            code="network.lossy", severity=severity("network.lossy"), family=NET,
             title="Unstable path: some connections fail or vary widely in time",
             evidence=lossy,
             remedy=("Expect resets mid-download: use a resuming downloader that retries per chunk "
@@ -235,21 +236,39 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
         return
     capped: list[tuple[EndpointProbe, float, float, float]] = []
     slow: list[tuple[EndpointProbe, float, float]] = []
-    for p in _live(nf):
+    live = list(_live(nf))
+    for p in nf.probes:
+        if p.deadline_hit:
+            continue
         s = p.single.bytes_per_s if p.single else None
         m = p.parallel.bytes_per_s if p.parallel else None
         if not s:
             continue
         if m and m / s >= PER_CONN_RATIO:
             capped.append((p, s, m, m / s))
-        elif max(s, m or 0) < SLOW_LINK_BPS and (m is None or m / s < LINK_RATIO):
+        elif p in live and max(s, m or 0) < SLOW_LINK_BPS and (m is None or m / s < LINK_RATIO):
             slow.append((p, s, m or s))
+    if capped and not any(c[0] in live for c in capped):
+        # only mirror candidates are capped: not the user's path, but the table flags them, so the
+        # report says so (info) instead of "No problems found" under a "per-conn cap" row
+        yield Finding(
+            code="network.per_connection_cap", severity=severity("network.per_connection_cap"), family=NET,
+            title=f"Mirror candidate(s) cap each TCP connection (not in use): {', '.join(_label(c[0]) for c in capped)}",
+            evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, {p.parallel.connections if p.parallel else ''} "
+                      f"connections {fmt_rate(m)} ({r:.1f}x)" for p, s, m, r in capped],
+            remedy="If you switch to this mirror, download over several connections (`gpuclinic get`).",
+            data={"hosts": {_label(p): {"single_bps": s, "parallel_bps": m, "ratio": r} for p, s, m, r in capped},
+                  "in_use": False},
+        )
+        capped = []
+    capped = [c for c in capped if c[0] in live]
     if capped:
         worst_single = min(c[1] for c in capped)
         n = capped[0][0].parallel.connections if capped[0][0].parallel else nf.parallel_connections
         yield Finding(
             code="network.per_connection_cap",
-            severity=Severity.WARNING if worst_single < FAST_SINGLE_BPS else Severity.INFO, family=NET,
+            severity=(severity("network.per_connection_cap", "slow_single") if worst_single < FAST_SINGLE_BPS
+                      else severity("network.per_connection_cap")), family=NET,
             title=(f"Each TCP connection is capped (~{fmt_rate(worst_single)} per connection): "
                    f"{n} connections were {max(c[3] for c in capped):.1f}x faster than one"),
             evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, {p.parallel.connections if p.parallel else n} connections "
@@ -262,7 +281,7 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
         )
     if slow:
         yield Finding(
-            code="network.slow_link", severity=Severity.WARNING, family=NET,
+            code="network.slow_link", severity=severity("network.slow_link"), family=NET,
             title=f"The link itself is slow (~{fmt_rate(max(x[2] for x in slow))}); more connections do not help",
             evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, several {fmt_rate(m)}" for p, s, m in slow],
             remedy=("The bottleneck is shared by all connections (the server's uplink or a shaper). Only a nearer "
@@ -331,8 +350,9 @@ def mirrors(snap: Snapshot) -> Iterator[Finding]:
             remedy.append(f"Alternative ({alt.endpoint.name}, not a drop-in): " + "; ".join(alt_lines["switch"] + alt_lines["one_off"]))
         yield Finding(
             code="network.mirror_faster",
-            severity=Severity.WARNING if origin_down or (mirror_rate and origin_rate and mirror_rate >= 3 * origin_rate)
-            else Severity.INFO,
+            severity=severity("network.mirror_faster", "much_faster")
+            if origin_down or (mirror_rate and origin_rate and mirror_rate >= 3 * origin_rate)
+            else severity("network.mirror_faster"),
             family=NET,
             title=f"Switch {_title(svc)} to {best.endpoint.name}: {why}",
             evidence=ev,
@@ -362,7 +382,7 @@ def proxy(snap: Snapshot) -> Iterator[Finding]:
     if not ev:
         return
     yield Finding(
-        code="network.proxy_misconfigured", severity=Severity.WARNING, family=NET,
+        code="network.proxy_misconfigured", severity=severity("network.proxy_misconfigured"), family=NET,
         title="Proxy settings are broken or inconsistent",
         evidence=ev,
         remedy=("Fix or unset the proxy variables (export HTTPS_PROXY=http://HOST:PORT; unset https_proxy HTTPS_PROXY); "
@@ -391,7 +411,7 @@ def hf_config(snap: Snapshot) -> Iterator[Finding]:
     if ps.hf_hub_enable_hf_transfer and ps.hf_hub_enable_hf_transfer not in ("0", "false", "False") \
             and major is not None and major >= 1:
         yield Finding(
-            code="network.hf_transfer_ignored", severity=Severity.INFO, family=NET,
+            code="network.hf_transfer_ignored", severity=severity("network.hf_transfer_ignored"), family=NET,
             title=f"HF_HUB_ENABLE_HF_TRANSFER is set, but huggingface_hub {ps.hf_hub_version} ignores it",
             evidence=[f"HF_HUB_ENABLE_HF_TRANSFER={ps.hf_hub_enable_hf_transfer}",
                       f"huggingface_hub {ps.hf_hub_version} (hf_transfer support ended in 1.0)"],
@@ -402,7 +422,7 @@ def hf_config(snap: Snapshot) -> Iterator[Finding]:
         )
     if ps.hf_endpoint and "huggingface.co" not in ps.hf_endpoint and ps.hf_hub_disable_xet not in ("1", "true", "True", "YES", "yes"):
         yield Finding(
-            code="network.xet_bypasses_mirror", severity=Severity.INFO, family=NET,
+            code="network.xet_bypasses_mirror", severity=severity("network.xet_bypasses_mirror"), family=NET,
             title=f"HF_ENDPOINT={ps.hf_endpoint} is set, but Xet transfers can still go to huggingface.co's CAS hosts",
             evidence=[f"HF_ENDPOINT={ps.hf_endpoint}", "HF_HUB_DISABLE_XET is not set"],
             remedy="export HF_HUB_DISABLE_XET=1   (so large files come through the mirror over plain HTTP)",

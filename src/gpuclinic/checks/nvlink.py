@@ -6,7 +6,27 @@ from collections.abc import Iterable
 
 from gpuclinic.checks import check
 from gpuclinic.checks._hw import THRESHOLDS_SOURCE, kernel_lines, personalize, readable, ref, threshold
+from gpuclinic.checks._kernel import (  # noqa: F401
+    AER_FREQUENT_COUNT,
+    AER_FREQUENT_PER_HOUR,
+    MAX_EVIDENCE,
+    NVLINK_XIDS,
+    SOURCE,
+    _base_data,
+    _evidence,
+    _is_parent_of,
+    _previous_boot_flags,
+    _require_log,
+    _seconds,
+    _span_s,
+    _steps,
+    _uuid_map,
+    _when,
+    gpu_ref,
+)
+from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, Severity
 
 _REMEDY = ("Check `nvidia-smi nvlink -s -i <index>` (link state) and `nvidia-smi nvlink -e -i <index>` (error counters); "
@@ -33,7 +53,7 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
         active = [link for link in g.nvlinks if link.active]
         down = [link for link in g.nvlinks if link.active is False]
         if down and (active or max_active > 0):
-            sev = Severity.CRITICAL
+            sev = severity("nvlink.error")
             ev.append(f"nvlink links down: {', '.join(str(x.link) for x in down)} "
                       f"({len(active)} of {len(g.nvlinks)} active; best GPU on this node has {max_active} active)")
         for link in g.nvlinks:
@@ -49,7 +69,7 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
                 parts.append(f"ecc = {link.ecc_errors}")
             if parts:
                 ev.append(f"nvlink {link.link} error counters: {', '.join(parts)}")
-                sev = sev or Severity.WARNING
+                sev = sev or severity("nvlink.error", "counters_only")
         if sev is None:
             continue
         ev.append(f"thresholds: replay >= {rep_warn:.0f}, recovery >= {rec_warn:.0f}, CRC >= {crc_warn:.0f} "
@@ -63,3 +83,69 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
             data={"down": [x.link for x in down], "active": len(active), "links": len(g.nvlinks)},
         ))
     return personalize(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# nvlink.error (log side)
+# --------------------------------------------------------------------------------------------------
+
+
+@check("kernel.nvlink", codes=["nvlink.error"], what="NVLink and NVSwitch errors (kernel log)")
+def nvlink_errors(snap: Snapshot) -> list[Finding]:
+    evs = [e for e in snap.kernel_events
+           if e.kind in ("nvlink", "sxid") or (e.kind == "xid" and e.xid in NVLINK_XIDS)]
+    if not evs:
+        return []
+    uuids = _uuid_map(snap)
+    prev = _previous_boot_flags(evs, snap)
+    groups: dict[tuple[str, str | None], list[KernelEvent]] = {}
+    for e in evs:
+        groups.setdefault(("switch" if e.kind == "sxid" else "gpu", e.pci_bus_id), []).append(e)
+    out: list[Finding] = []
+    for (where, bus), group in groups.items():
+        links = sorted({int(lk) for e in group if (lk := e.detail.get("link")) is not None})
+        fatal = any(e.detail.get("fatal") is True or (e.kind == "xid" and e.xid == 74 and "fatal" in (e.message or "").lower())
+                    for e in group)
+        nonfatal_only = all(e.detail.get("fatal") is False for e in group)
+        sev = severity("nvlink.error") if fatal else severity("nvlink.error", "non_fatal")
+        if nonfatal_only and len(group) < 10:
+            sev = severity("nvlink.error", "non_fatal")
+        data = _base_data(group)
+        data["links"] = links
+        data["fatal"] = fatal
+        if all(prev.get(id(e)) for e in group):
+            sev = severity("nvlink.error", "before_boot") if fatal else severity("nvlink.error", "before_boot_minor")
+            data["previous_boot"] = True
+        if where == "switch":
+            sxids = sorted({int(e.detail["sxid"]) for e in group if "sxid" in e.detail})
+            switches = sorted({int(s) for e in group if (s := e.detail.get("nvswitch")) is not None})
+            data["sxids"] = sxids
+            data["nvswitches"] = switches
+            title = (f"NVSwitch {bus} reported {'fatal ' if fatal else ''}SXid "
+                     + ", ".join(map(str, sxids)) + (f" on link(s) {', '.join(map(str, links))}" if links else ""))
+            ref = None
+            remedy = _steps(
+                "Check `nvidia-smi nvlink -s` and Fabric Manager's log (`journalctl -u nvidia-fabricmanager`).",
+                "A fatal SXid needs the GPUs on that switch reset (or the node rebooted) and Fabric Manager "
+                "restarted; drain the node first.",
+                "Repeated SXids on the same link point at the NVLink cable/tray: report it to the provider with "
+                "`nvidia-bug-report.sh` output.",
+            )
+        else:
+            xids = sorted({int(x) for e in group if (x := e.xid) is not None})
+            data["xids"] = xids
+            ref = gpu_ref(snap, bus, uuids)
+            label = ref.label() if ref else "A GPU"
+            title = (f"{label}: {'fatal ' if fatal else ''}NVLink errors"
+                     + (f" on link(s) {', '.join(map(str, links))}" if links else "")
+                     + (f" (Xid {', '.join(map(str, xids))})" if xids else ""))
+            remedy = _steps(
+                "Check link state and error counters: `nvidia-smi nvlink -s -i <index>` and `nvidia-smi nvlink -e`.",
+                "Fatal NVLink errors need a GPU reset (or reboot) before multi-GPU jobs work again; drain first.",
+                "If the same link keeps failing, reseat the NVLink bridge/cable or GPU tray and run "
+                "`dcgmi diag -r 3`; then ask the provider to inspect it.",
+            )
+        out.append(Finding(code="nvlink.error", severity=sev, family=Family.GPU_FAULT, title=title,
+                           evidence=_evidence(group), remedy=remedy, gpu=ref, data=data, source=SOURCE))
+    return out
+

@@ -9,14 +9,34 @@ even at idle.  Under load both are real losses of host<->GPU bandwidth.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 
 from gpuclinic.checks import check
 from gpuclinic.checks._hw import THRESHOLDS_SOURCE, busy, load_line, personalize, ref, threshold
+from gpuclinic.checks._kernel import (  # noqa: F401
+    AER_FREQUENT_COUNT,
+    AER_FREQUENT_PER_HOUR,
+    MAX_EVIDENCE,
+    NVLINK_XIDS,
+    SOURCE,
+    _base_data,
+    _evidence,
+    _is_parent_of,
+    _previous_boot_flags,
+    _require_log,
+    _seconds,
+    _span_s,
+    _steps,
+    _uuid_map,
+    _when,
+    gpu_ref,
+)
 from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge.codes import severity
-from gpuclinic.model import Family, Finding, GpuRef, Severity
+from gpuclinic.model import Family, Finding, GpuRef
 
 GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 # DCGM replay budget: errors per minute per lane at BER 1e-12 (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp)
@@ -50,7 +70,7 @@ def link_degraded(snap: Snapshot) -> Iterable[Finding]:
     if len(idle) > 1:  # one line for a whole idle node, not one per GPU
         gens = sorted({f.data["gen"] for f in idle})
         out.append(Finding(
-            code="pcie.link_degraded", severity=Severity.INFO, family=Family.PCIE_POWER,
+            code="pcie.link_degraded", severity=severity("pcie.link_degraded", "idle"), family=Family.PCIE_POWER,
             title=f"{len(idle)} idle GPUs have their PCIe links at Gen{'/'.join(map(str, gens))} (power saving)",
             evidence=_grouped(idle) + ["idle GPUs lower the link generation to save power; this is expected at idle"],
             remedy=idle[0].remedy, source=idle[0].source,
@@ -82,8 +102,8 @@ def _link(g: GpuFacts) -> Finding | None:
         gpu_max = g.pcie_gen_gpu_max
         if gpu_max is not None and gmax is not None and gpu_max > gmax:
             return Finding(
-                code="pcie.link_degraded", severity=Severity.INFO, family=Family.PCIE_POWER,
-                title=f"GPU {g.index} supports PCIe Gen{gpu_max} but the slot/platform only Gen{gmax}",
+                code="pcie.link_degraded", severity=severity("pcie.link_degraded", "power_saving"),
+                family=Family.PCIE_POWER, title=f"GPU {g.index} supports PCIe Gen{gpu_max} but the slot/platform only Gen{gmax}",
                 evidence=[link, f"GPU max generation = {gpu_max}"], gpu=ref(g), source=src,
                 data={"reason": "platform_limited", "gen_max": gmax, "gpu_gen_max": gpu_max},
                 remedy="Expected in an older-generation slot or riser; use a Gen" f"{gpu_max} slot if host<->GPU transfers matter.",
@@ -97,8 +117,9 @@ def _link(g: GpuFacts) -> Finding | None:
         f"Gen{gen} instead of Gen{gmax}" if gen_low else "", f"x{w} instead of x{wmax}" if width_low else "") if x)
     data = {"gen": gen, "gen_max": gmax, "width": w, "width_max": wmax, "busy": is_busy, "bandwidth_fraction": frac}
     if is_busy:
-        sev = Severity.CRITICAL if frac is not None and frac <= threshold("pcie_bandwidth_critical_fraction") else Severity.WARNING
-        if sev == Severity.CRITICAL:
+        starved = frac is not None and frac <= threshold("pcie_bandwidth_critical_fraction")
+        sev = severity("pcie.link_degraded", "starved") if starved else severity("pcie.link_degraded")
+        if starved:
             ev.append(f"critical at <= {threshold('pcie_bandwidth_critical_fraction'):.0%} ({THRESHOLDS_SOURCE})")
         return Finding(
             code="pcie.link_degraded", severity=sev, family=Family.PCIE_POWER,
@@ -108,13 +129,13 @@ def _link(g: GpuFacts) -> Finding | None:
     if width_low:
         ev.append("idle power saving lowers link speed, not width: a narrow link at idle usually trained narrow")
         return Finding(
-            code="pcie.link_degraded", severity=Severity.WARNING, family=Family.PCIE_POWER,
+            code="pcie.link_degraded", severity=severity("pcie.link_degraded"), family=Family.PCIE_POWER,
             title=f"GPU {g.index} PCIe link is {what} (at idle; width loss is not explained by power saving)",
             evidence=ev, remedy=_SEATING, gpu=ref(g), source=src, data=data,
         )
     ev.append("idle GPUs lower the link generation to save power; this is expected at idle")
     return Finding(
-        code="pcie.link_degraded", severity=Severity.INFO, family=Family.PCIE_POWER,
+        code="pcie.link_degraded", severity=severity("pcie.link_degraded", "idle"), family=Family.PCIE_POWER,
         title=f"GPU {g.index} PCIe link at {what} while idle (power saving)",
         evidence=ev, gpu=ref(g), source=src, data={**data, "reason": "idle_gen"},
         remedy="Nothing to do at idle. Re-run `gpuclinic doctor` while a job runs; it is a problem only if the link "
@@ -202,7 +223,8 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                       f"sysfs {dev.bus_id}/aer_dev_nonfatal: TOTAL_ERR_NONFATAL = {nonfatal}{_aer_detail(dev.aer_nonfatal)}",
                       "counters count since boot"]
                 out.append(Finding(
-                    code="pcie.aer_uncorrected", severity=Severity.CRITICAL if fatal else Severity.WARNING,
+                    code="pcie.aer_uncorrected",
+                    severity=severity("pcie.aer_uncorrected") if fatal else severity("pcie.aer_uncorrected", "non_fatal"),
                     family=Family.PCIE_POWER, gpu=gref, source="pci", data=data, evidence=ev,
                     title=f"{label}: PCIe uncorrected ({'fatal' if fatal else 'non-fatal'}) errors counted{where}",
                     remedy=("Uncorrected PCIe errors can corrupt transfers or drop the GPU off the bus"
@@ -213,7 +235,7 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                 ))
             if corr >= warn_cor:
                 out.append(Finding(
-                    code="pcie.aer_corrected", severity=Severity.WARNING, family=Family.PCIE_POWER, gpu=gref,
+                    code="pcie.aer_corrected", severity=severity("pcie.aer_corrected"), family=Family.PCIE_POWER, gpu=gref,
                     source="pci", data=data,
                     title=f"{label}: {corr} PCIe corrected errors counted since boot{where}",
                     evidence=[f"sysfs {dev.bus_id}/aer_dev_correctable: TOTAL_ERR_COR = {corr}{_aer_detail(dev.aer_corrected)}",
@@ -224,3 +246,162 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                             "GPU/riser/cable or ask the provider to inspect the slot."),
                 ))
     return personalize(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# pcie.aer_corrected / pcie.aer_uncorrected
+# --------------------------------------------------------------------------------------------------
+
+
+def _aer_target(snap: Snapshot, e: KernelEvent) -> tuple[str | None, str]:
+    """(GPU bus id or device bus id, where) for an AER event: on the GPU, on the bridge above it, or other."""
+    dev = e.detail.get("device") or e.pci_bus_id
+    dev = str(dev) if dev else None
+    if dev and snap.gpu_by_bus_id(dev) is not None:
+        return dev, "gpu"
+    if dev:
+        for d in snap.pci_devices:
+            if d.parent_bus_id and normalize_bus_id(d.parent_bus_id) == dev and d.is_gpu:
+                return normalize_bus_id(d.bus_id), "bridge_above_gpu"
+        for d in snap.pci_devices:
+            if normalize_bus_id(d.bus_id) == dev and d.is_gpu:
+                return dev, "gpu"
+    if e.detail.get("nvidia"):
+        return dev, "gpu"
+    # the kernel's recovery lines named the devices below the reporting port: a GPU among them
+    below = [str(b) for b in (e.detail.get("downstream") or [])]
+    for b in below:
+        if snap.gpu_by_bus_id(b) is not None:
+            return b, "bridge_above_gpu"
+    nv = [str(b) for b in (e.detail.get("downstream_nvidia") or [])]
+    if nv:
+        return nv[0], "bridge_above_gpu"
+    return dev, "other"
+
+
+@check("kernel.aer", codes=["pcie.aer_corrected", "pcie.aer_uncorrected"], what="PCIe AER errors (kernel log)")
+def aer_errors(snap: Snapshot) -> list[Finding]:
+    evs = [e for e in snap.kernel_events if e.kind == "aer" and e.detail.get("severity") != "recovery"]
+    if not evs:
+        return []
+    uuids = _uuid_map(snap)
+    recov = [e for e in snap.kernel_events if e.kind == "aer" and e.detail.get("severity") == "recovery"]
+    topology_known = bool(snap.pci_devices) or bool(snap.gpus)
+    groups: dict[tuple[str | None, str, str], list[KernelEvent]] = {}
+    for e in evs:
+        target, where = _aer_target(snap, e)
+        level = str(e.detail.get("severity") or "unknown")
+        cls = "corrected" if level == "corrected" else "uncorrected"
+        groups.setdefault((target, where, cls), []).append(e)
+    out: list[Finding] = []
+    for (target, where, cls), group in groups.items():
+        if where == "other" and cls == "corrected" and topology_known:
+            continue  # corrected errors on a NIC/NVMe path are not a GPU problem
+        data = _base_data(group)
+        count = len(group)
+        data["where"] = where
+        data["devices"] = sorted({str(d) for e in group if (d := e.detail.get("device"))})
+        data["reporters"] = sorted({str(r) for e in group if (r := e.detail.get("reporter"))})
+        data["types"] = dict(Counter(str(e.detail.get("type")) for e in group if e.detail.get("type")))
+        bits = Counter(b for e in group for b in (e.detail.get("bits") or []))
+        if bits:
+            data["error_bits"] = dict(bits)
+        multiple = sum(1 for e in group if e.detail.get("multiple"))
+        if multiple:
+            data["multiple_error_reports"] = multiple
+        span = _span_s(group)
+        rate_h = (count / (span / 3600.0)) if span and span > 0 else None
+        data["span_s"] = span
+        data["rate_per_hour"] = round(rate_h, 2) if rate_h is not None else None
+        ref = gpu_ref(snap, target, uuids) if where != "other" else None
+        label = ref.label() if ref else f"PCIe device {target or '?'}"
+        place = {"gpu": "", "bridge_above_gpu": " (on the PCIe bridge/switch port above it)", "other": ""}[where]
+        rate_txt = (f"{count} in {span / 3600:.1f} h ({rate_h:.1f}/h)" if rate_h is not None and span
+                    else f"{count} logged")
+        lines = [ln for e in group[:2] for ln in (e.detail.get("lines") or [])][:3]
+        if cls == "corrected":
+            frequent = count >= AER_FREQUENT_COUNT or (rate_h is not None and count >= 10
+                                                        and rate_h >= AER_FREQUENT_PER_HOUR)
+            sev = severity("pcie.aer_corrected") if frequent else severity("pcie.aer_corrected", "few")
+            data["frequent"] = frequent
+            title = f"{label}: PCIe corrected errors (AER){place}: {rate_txt}"
+            remedy = _steps(
+                "Corrected errors are fixed by the link itself, but each one costs a replay; frequent ones "
+                "mean a marginal link that can degrade or drop." if frequent else
+                "A few corrected errors are normal; watch whether the count grows.",
+                "Compare with `nvidia-smi -q -d PCIE` (replay counter, current vs max link gen/width).",
+                "If they keep coming: reseat the GPU/riser/cable, check the slot, update the system BIOS; "
+                "ask the provider to move the job or inspect the slot.",
+            )
+            code = "pcie.aer_corrected"
+        else:
+            fatal = any(e.detail.get("severity") == "fatal" for e in group)
+            sev = severity("pcie.aer_uncorrected") if fatal else severity("pcie.aer_uncorrected", "non_fatal")
+            data["fatal"] = fatal
+            near = {str(d) for e in group for d in (e.detail.get("device"), e.detail.get("reporter")) if d}
+            failed = [e for e in recov if e.detail.get("recovery") == "failed" and e.pci_bus_id in near]
+            if failed:
+                sev = severity("pcie.aer_uncorrected")
+                data["recovery_failed"] = True
+                lines.append(failed[0].line)
+            kind = "fatal" if fatal else "non-fatal"
+            title = f"{label}: PCIe uncorrected ({kind}) errors (AER){place}: {rate_txt}"
+            remedy = _steps(
+                "Drain the server: an uncorrected PCIe error can corrupt transfers or make the GPU fall off "
+                "the bus." if fatal else
+                "Check that jobs on this GPU still complete correctly; a non-fatal uncorrected error can "
+                "abort transfers.",
+                "Reboot to retrain the link, then watch `dmesg` for new AER lines.",
+                "Reseat the GPU/riser/cable, check its power, update the system BIOS; if it recurs, ask the "
+                "provider to inspect the slot or replace the GPU.",
+            )
+            code = "pcie.aer_uncorrected"
+        out.append(Finding(code=code, severity=sev, family=Family.PCIE_POWER, title=title,
+                           evidence=_evidence(group, lines), remedy=remedy, gpu=ref, data=data, source=SOURCE))
+    return out
+
+
+
+# --------------------------------------------------------------------------------------------------
+# pcie.bandwidth_limited (kernel boot message)
+# --------------------------------------------------------------------------------------------------
+
+
+@check("kernel.pcie_limited", codes=["pcie.bandwidth_limited"], what="PCIe bandwidth limits at boot (kernel log)")
+def bandwidth_limited(snap: Snapshot) -> list[Finding]:
+    evs = [e for e in snap.kernel_events if e.kind == "pcie_limited"]
+    if not evs:
+        return []
+    uuids = _uuid_map(snap)
+    nvidia_pci = {normalize_bus_id(d.bus_id) for d in snap.pci_devices if d.is_gpu}
+    latest: dict[str, KernelEvent] = {}
+    for e in evs:
+        if not e.pci_bus_id:
+            continue
+        is_gpu = (snap.gpu_by_bus_id(e.pci_bus_id) is not None or e.pci_bus_id in nvidia_pci
+                  or bool(e.detail.get("nvidia")))
+        if is_gpu:
+            latest[e.pci_bus_id] = e
+    out: list[Finding] = []
+    for bus, e in latest.items():
+        d = e.detail
+        width, cap_w = int(d.get("width", 0)), int(d.get("capable_width", 0))
+        narrow = width and cap_w and width < cap_w
+        sev = severity("pcie.bandwidth_limited") if narrow else severity("pcie.bandwidth_limited", "not_narrow")
+        ref = gpu_ref(snap, bus, uuids)
+        label = ref.label() if ref else f"GPU {bus}"
+        title = (f"{label}: kernel reports {d.get('available_gbps')} Gb/s available PCIe bandwidth, limited by "
+                 f"a {d.get('speed_gts')} GT/s x{width} link at {d.get('limited_at')} (capable of "
+                 f"{d.get('capable_gbps')} Gb/s at {d.get('capable_speed_gts')} GT/s x{cap_w})")
+        remedy = _steps(
+            "The link trained narrower than the GPU supports: check the slot (x16 electrical?), riser and "
+            "seating, and the BIOS lane bifurcation settings." if narrow else
+            "GPUs lower their link speed when idle, so a speed limit at boot is usually harmless; compare "
+            "`nvidia-smi -q -d PCIE` under load.",
+            "Under load, `nvidia-smi -q -d PCIE` should show the maximum generation and width.",
+        )
+        out.append(Finding(code="pcie.bandwidth_limited", severity=sev, family=Family.PCIE_POWER, title=title,
+                           evidence=[e.line], remedy=remedy, gpu=ref, data={**d, "narrow": bool(narrow)},
+                           source=SOURCE))
+    return out
+

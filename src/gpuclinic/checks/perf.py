@@ -25,7 +25,8 @@ from gpuclinic.checks._hw import (
     threshold,
 )
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.knowledge.codes import severity
+from gpuclinic.model import Family, Finding
 
 _REMEDY = ("Every multi-GPU step waits for this GPU. Fix the cause named in the other findings for it (heat, power "
            "brake, lowered power limit); otherwise read its Clocks Event Reasons with "
@@ -64,7 +65,7 @@ def straggler(snap: Snapshot) -> Iterable[Finding]:
               f"{fmt_pct(g.utilization_gpu_pct)}",
               f"compared with {len(gpus)} busy GPUs ({THRESHOLDS_SOURCE})"]
         out.append(Finding(
-            code="perf.straggler", severity=Severity.WARNING, family=Family.GPU_FAULT,
+            code="perf.straggler", severity=severity("perf.straggler"), family=Family.GPU_FAULT,
             title=f"GPU {g.index} runs at {rel:.0%} of its peers' speed under the same load (straggler)",
             evidence=ev, remedy=_REMEDY, gpu=ref(g), source="nvml",
             data={"ratio": round(rel, 3), "sm_clock_mhz": g.sm_clock_mhz, "median_sm_clock_mhz": med_clk,

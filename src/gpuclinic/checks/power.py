@@ -23,7 +23,8 @@ from gpuclinic.checks._hw import (
 )
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.knowledge.codes import severity
+from gpuclinic.model import Family, Finding
 
 _PSU = ("Check the node's power delivery: PSU health and redundancy (`ipmitool sdr type 'Power Supply'`, "
         "`ipmitool sel elist | tail -50` for PSU/power events), PDU/circuit load, and the GPU's power cables. "
@@ -54,7 +55,7 @@ def power_brake(snap: Snapshot) -> Iterable[Finding]:
         ev.append(load_line(g))
         if "hw_power_brake_slowdown" in reasons:
             out.append(Finding(
-                code="power.brake", severity=Severity.CRITICAL, family=Family.PCIE_POWER,
+                code="power.brake", severity=severity("power.brake"), family=Family.PCIE_POWER,
                 title=f"GPU {g.index} clocks are forced down by the hardware power brake (external power signal)",
                 evidence=ev, remedy=_PSU, gpu=ref(g), source="nvml", data={"reason": "hw_power_brake_slowdown"},
             ))
@@ -64,7 +65,7 @@ def power_brake(snap: Snapshot) -> Iterable[Finding]:
         if "hw_slowdown" in reasons and not thermal:
             ev.insert(1, f"temperature.gpu = {fmt_c(g.temperature_c)} (slowdown {fmt_c(g.slowdown_temp_c)}): not thermal")
             out.append(Finding(
-                code="power.brake", severity=Severity.WARNING, family=Family.PCIE_POWER,
+                code="power.brake", severity=severity("power.brake", "hw_slowdown"), family=Family.PCIE_POWER,
                 title=f"GPU {g.index} is in hardware slowdown that heat does not explain (power delivery or external signal)",
                 evidence=ev, gpu=ref(g), source="nvml", data={"reason": "hw_slowdown"},
                 remedy=("HW slowdown cuts clocks by half or more; without high temperature the cause is power: a power "
@@ -87,7 +88,7 @@ def power_cap(snap: Snapshot) -> Iterable[Finding]:
               load_line(g)]
         if lowered:
             assert limit is not None and default is not None
-            sev = Severity.WARNING if is_busy else Severity.INFO
+            sev = severity("power.cap", "lowered_busy") if is_busy else severity("power.cap")
             ev.append(f"limit lowered when enforced < {frac:.0%} of default ({THRESHOLDS_SOURCE})")
             out.append(Finding(
                 code="power.cap", severity=sev, family=Family.PCIE_POWER,
@@ -102,7 +103,7 @@ def power_cap(snap: Snapshot) -> Iterable[Finding]:
             ))
         elif capped and is_busy:
             out.append(Finding(
-                code="power.cap", severity=Severity.INFO, family=Family.PCIE_POWER,
+                code="power.cap", severity=severity("power.cap"), family=Family.PCIE_POWER,
                 title=f"GPU {g.index} is running at its power limit ({fmt_w(limit)}): normal under heavy load",
                 evidence=ev, gpu=ref(g), source="nvml", data={"enforced_w": limit, "sw_power_cap": True, "busy": True},
                 remedy="Nothing to fix; SW power capping at the default limit is how the GPU holds its power budget.",
@@ -117,7 +118,7 @@ def power_insufficient(snap: Snapshot) -> Iterable[Finding]:
         fields = [k for k, v in g.unreadable.items() if "insufficient external power" in v]
         if fields:
             out.append(Finding(
-                code="power.insufficient", severity=Severity.CRITICAL, family=Family.PCIE_POWER,
+                code="power.insufficient", severity=severity("power.insufficient"), family=Family.PCIE_POWER,
                 title=f"GPU {g.index}: NVML reports insufficient external power (power cable or PSU)",
                 evidence=[f"NVML_ERROR_INSUFFICIENT_POWER on: {', '.join(sorted(fields))}"],
                 gpu=ref(g), source="nvml",

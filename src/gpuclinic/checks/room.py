@@ -288,7 +288,9 @@ def psus(snap: Snapshot) -> Iterable[Finding]:
                            p.name))
     for name, state in room.redundancy.items():
         s = state.lower()
-        if any(x in s for x in ("lost", "insufficient", "degraded", "warning", "critical")) and "fully redundant" not in s:
+        # "Non-Redundant: Sufficient from Redundant" (IPMI 0x0B offset 0x03): it was redundant and is no longer
+        if any(x in s for x in ("lost", "insufficient", "degraded", "warning", "critical", "sufficient from redundant")) \
+                and "fully redundant" not in s:
             sev = Severity.CRITICAL if "insufficient" in s or "critical" in s else Severity.WARNING
             out.append(_pf("room.psu_redundancy", sev, f"Redundancy lost: {name} reports {state}", [f"{name}: {state}"]))
     for key in ("Main Power Fault", "Power Overload", "Power Control Fault"):

@@ -13,6 +13,7 @@ from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import Framework, SoftwareFacts
 from gpuclinic.knowledge import compat, load_data
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 SRC_MVC = "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html"
@@ -98,7 +99,7 @@ def driver_presence(snap: Snapshot) -> Iterator[Finding]:
             "if it is not installed, install the driver (Ubuntu: `sudo ubuntu-drivers install --gpgpu`)"
         )
         yield Finding(
-            code="driver.not_loaded", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+            code="driver.not_loaded", severity=severity("driver.not_loaded"), family=Family.SOFTWARE,
             title=f"NVIDIA driver is not loaded; {len(on_pci)} NVIDIA GPU(s) are on the PCI bus but unusable",
             evidence=ev, remedy=remedy, data={"gpus_on_pci": on_pci}, source="/proc/modules, /sys/bus/pci",
         )
@@ -120,7 +121,7 @@ def driver_presence(snap: Snapshot) -> Iterator[Finding]:
         remedy = ("GPU checks were skipped: this machine has no NVIDIA GPU and no NVIDIA driver. "
                   "Software, network and host checks still ran.")
     yield Finding(
-        code="gpu.none_detected", severity=Severity.INFO, family=Family.SOFTWARE,
+        code="gpu.none_detected", severity=severity("gpu.none_detected", "no_gpu_expected"), family=Family.SOFTWARE,
         title="No NVIDIA GPU or driver found: GPU checks skipped", evidence=ev, remedy=remedy,
         data={"nvml": why, "pci_read": snap.pci_read},
     )
@@ -147,7 +148,7 @@ def library_mismatch(snap: Snapshot) -> Iterator[Finding]:
         ev.append(f"user-space libnvidia-ml: {', '.join(libs)}")
     new = libs[-1] if libs else None
     yield Finding(
-        code="driver.library_mismatch", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+        code="driver.library_mismatch", severity=severity("driver.library_mismatch"), family=Family.SOFTWARE,
         title=(f"Driver mismatch: kernel module {kmod} but user-space libraries {new}" if kmod and new
                else "Driver kernel module and user-space libraries differ (NVML version mismatch)"),
         evidence=ev,
@@ -173,7 +174,7 @@ def module_missing(snap: Snapshot) -> Iterator[Finding]:
           f"kernels with an nvidia module: {', '.join(sw.module_kernels) or 'none'}"]
     ev += [f"dkms: {x}" for x in sw.dkms_status[:6]]
     yield Finding(
-        code="driver.module_missing_for_kernel", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+        code="driver.module_missing_for_kernel", severity=severity("driver.module_missing_for_kernel"), family=Family.SOFTWARE,
         title=f"No nvidia kernel module for the running kernel {sw.running_kernel}",
         evidence=ev,
         remedy=(f"Build it for this kernel: `sudo apt install linux-headers-{sw.running_kernel}` (RHEL: "
@@ -195,7 +196,7 @@ def nouveau(snap: Snapshot) -> Iterator[Finding]:
                      "then reboot")
     if sw.nouveau_loaded:
         yield Finding(
-            code="driver.nouveau_conflict", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict"), family=Family.SOFTWARE,
             title="The nouveau driver is loaded and blocks the NVIDIA driver",
             evidence=["nouveau in /proc/modules",
                       f"nouveau blacklisted: {'yes (initramfs not rebuilt?)' if sw.nouveau_blacklisted else 'no'}"],
@@ -204,7 +205,7 @@ def nouveau(snap: Snapshot) -> Iterator[Finding]:
         )
     elif not sw.nouveau_blacklisted and not sw.kernel_module_loaded and _nvidia_gpus_on_pci(snap):
         yield Finding(
-            code="driver.nouveau_conflict", severity=Severity.WARNING, family=Family.SOFTWARE,
+            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict", "blacklisted_not_loaded"), family=Family.SOFTWARE,
             title="nouveau is not blacklisted while the NVIDIA driver is not loaded",
             evidence=["no 'blacklist nouveau' in /etc/modprobe.d or the kernel command line"],
             remedy="Before installing/loading the NVIDIA driver, blacklist nouveau: " + blacklist_cmd + ".",
@@ -269,7 +270,7 @@ def too_old(snap: Snapshot) -> Iterator[Finding]:
             continue  # "cuda12" packages only promise the family floor
         maxc = compat.driver_max_cuda(driver) or "?"
         if not dc.ok:
-            sev = Severity.CRITICAL if fw is not None else Severity.WARNING
+            sev = severity("driver.too_old_for_cuda") if fw is not None else severity("driver.too_old_for_cuda", "toolkit_only")
             if fw is None and sw.compat_libs_on_path:
                 continue  # forward-compatibility libraries (cuda-compat) are in use: they bridge the gap
             need = dc.min_driver_family or dc.min_driver_full
@@ -278,7 +279,7 @@ def too_old(snap: Snapshot) -> Iterator[Finding]:
                       + (f" (>= {dc.min_driver_full} for full compatibility)" if dc.min_driver_full and dc.min_driver_full != need else "")
                       + " — " + _fix_for(label, fw, driver, dc, cc))
         elif dc.mode == "minor_version":
-            sev = Severity.INFO
+            sev = severity("driver.too_old_for_cuda", "minor_version")
             title = f"{label} (CUDA {cuda}) runs on driver {driver} only through minor-version compatibility"
             remedy = ("It works, with limits: " + "; ".join(dc.limits)
                       + f". For full compatibility upgrade the driver to >= {dc.min_driver_full}.")
@@ -317,7 +318,7 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
                 if v.via == "ptx" and ("torch", cc) not in seen:
                     seen.add(("torch", cc))
                     yield Finding(
-                        code="cuda.arch_not_supported", severity=Severity.WARNING, family=Family.SOFTWARE, gpu=_ref(g),
+                        code="cuda.arch_not_supported", severity=severity("cuda.arch_not_supported", "unknown_build"), family=Family.SOFTWARE, gpu=_ref(g),
                         title=f"torch {torch.version} has no native code for {g.name or 'this GPU'} (sm_{cc.replace('.', '')}); it relies on PTX JIT",
                         evidence=[v.detail, f"arch list ({torch.arch_list_source or 'metadata'}): {', '.join(torch.arch_list)}"],
                         remedy="Kernels are JIT-compiled at first use (slow start, some libraries fail); install a build with native "
@@ -330,7 +331,7 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
                 f"{v.detail}, but driver {driver} runs CUDA {torch.cuda} only through minor-version compatibility, "
                 "which cannot JIT newer PTX")
             yield Finding(
-                code="cuda.arch_not_supported", severity=Severity.CRITICAL, family=Family.SOFTWARE, gpu=_ref(g),
+                code="cuda.arch_not_supported", severity=severity("cuda.arch_not_supported"), family=Family.SOFTWARE, gpu=_ref(g),
                 title=f"torch {torch.version} cannot run on {g.name or 'GPU'} (compute capability {cc}): \"no kernel image is available\"",
                 evidence=[why, f"arch list ({torch.arch_list_source or 'metadata'}): {', '.join(torch.arch_list)}"],
                 remedy=_arch_fix(torch, cc, driver),
@@ -346,7 +347,7 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
                 seen.add(("nvcc", cc))
                 lo, hi = rng
                 yield Finding(
-                    code="cuda.toolkit_arch_unsupported", severity=Severity.WARNING, family=Family.SOFTWARE, gpu=_ref(g),
+                    code="cuda.toolkit_arch_unsupported", severity=severity("cuda.toolkit_arch_unsupported"), family=Family.SOFTWARE, gpu=_ref(g),
                     title=f"nvcc {dflt.version} cannot compile for {g.name or 'this GPU'} (sm_{cc.replace('.', '')})",
                     evidence=[f"CUDA {dflt.version} compiles SASS for compute capability {lo[0]}.{lo[1]}..{hi[0]}.{hi[1]}",
                               f"default toolkit: {dflt.path}"],
@@ -400,7 +401,7 @@ def fabric_manager(snap: Snapshot) -> Iterator[Finding]:
                  f"{driver}-1`), then `sudo systemctl enable --now nvidia-fabricmanager`")
               + "; `nvidia-smi -q | grep -A2 Fabric` must show State: Completed.")
     yield Finding(
-        code="driver.fabric_manager_missing", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+        code="driver.fabric_manager_missing", severity=severity("driver.fabric_manager_missing"), family=Family.SOFTWARE,
         title="NVSwitch system without a running NVIDIA fabric manager", evidence=ev, remedy=remedy,
         data={"nvswitch_count": nvswitch, "installed": sw.fabricmanager_installed}, source=SRC_FM,
     )
@@ -417,7 +418,7 @@ def persistence(snap: Snapshot) -> Iterator[Finding]:
     if sw.persistenced_running or not off:
         return
     yield Finding(
-        code="driver.persistence_off", severity=Severity.INFO, family=Family.SOFTWARE,
+        code="driver.persistence_off", severity=severity("driver.persistence_off"), family=Family.SOFTWARE,
         title=f"Persistence is off on {len(off)} GPU(s) and nvidia-persistenced is not running",
         evidence=[f"GPU {g.index}: persistence mode disabled" for g in off[:8]],
         remedy=("Each new CUDA/NVML client re-initialises the GPU (seconds on big GPUs) and settings reset when idle; "
@@ -438,7 +439,7 @@ def os_support(snap: Snapshot) -> Iterator[Finding]:
     ver = sw.os_version or ""
     if entry is None:
         yield Finding(
-            code="os.unsupported", severity=Severity.INFO, family=Family.SOFTWARE,
+            code="os.unsupported", severity=severity("os.unsupported", "unknown"), family=Family.SOFTWARE,
             title=f"{sw.os_pretty or sw.os_id} is not on NVIDIA's supported distribution list",
             evidence=[f"ID={sw.os_id} VERSION_ID={ver}"],
             remedy="Drivers may still work, but NVIDIA packages and support target the listed distributions "
@@ -450,7 +451,7 @@ def os_support(snap: Snapshot) -> Iterator[Finding]:
     if ok:
         return
     yield Finding(
-        code="os.unsupported", severity=Severity.WARNING, family=Family.SOFTWARE,
+        code="os.unsupported", severity=severity("os.unsupported"), family=Family.SOFTWARE,
         title=f"{sw.os_pretty or sw.os_id + ' ' + ver} is not supported by current NVIDIA drivers/CUDA",
         evidence=[f"ID={sw.os_id} VERSION_ID={ver}", f"supported {sw.os_id} versions: {', '.join(entry['versions'])}"],
         remedy="Upgrade the OS to a supported release before upgrading the driver or CUDA (newer CUDA/driver "
@@ -482,7 +483,7 @@ def smi_errors(snap: Snapshot) -> Iterator[Finding]:
         if any(k in low for k in _NO_DRIVER) and not snap.gpus and "driver.not_loaded" not in seen:
             seen.add("driver.not_loaded")
             yield Finding(
-                code="driver.not_loaded", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+                code="driver.not_loaded", severity=severity("driver.not_loaded"), family=Family.SOFTWARE,
                 title="nvidia-smi cannot talk to the NVIDIA driver: the kernel module is not loaded",
                 evidence=[err],
                 remedy=("Usual causes, in order: the module was not built for the running kernel after a kernel update "
@@ -495,7 +496,7 @@ def smi_errors(snap: Snapshot) -> Iterator[Finding]:
         if "no devices were found" in low and not snap.gpus and "gpu.none_detected" not in seen:
             seen.add("gpu.none_detected")
             yield Finding(
-                code="gpu.none_detected", severity=Severity.CRITICAL, family=Family.SOFTWARE,
+                code="gpu.none_detected", severity=severity("gpu.none_detected"), family=Family.SOFTWARE,
                 title="The NVIDIA driver is loaded but found no GPU",
                 evidence=[err],
                 remedy=("The GPU is not usable by the driver: check `lspci -nn | grep -i nvidia` (is it on the bus?), "
@@ -536,7 +537,7 @@ def inventory(snap: Snapshot) -> Iterator[Finding]:
     if not ev:
         return
     yield Finding(
-        code="software.inventory", severity=Severity.INFO, family=Family.SOFTWARE,
+        code="software.inventory", severity=severity("software.inventory"), family=Family.SOFTWARE,
         title="GPU software installed on this machine", evidence=ev,
         remedy="For reference: with a GPU and driver present, doctor checks these against the driver and the GPUs.",
         data={"frameworks": [f.name for f in sw.frameworks], "toolkits": [t.version for t in sw.cuda_toolkits]},

@@ -13,6 +13,7 @@ from gpuclinic.checks import check
 from gpuclinic.checks._hw import fmt_c, fmt_mhz, load_line, personalize, readable, ref, threshold
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, Severity
 
 _COOLING = ("Check cooling now: `nvidia-smi -q -d TEMPERATURE,PERFORMANCE` for the readings; inlet air temperature "
@@ -25,41 +26,42 @@ _COOLING = ("Check cooling now: `nvidia-smi -q -d TEMPERATURE,PERFORMANCE` for t
 def thermal_slowdown(snap: Snapshot) -> Iterable[Finding]:
     out = []
     for g in readable(snap):
-        f = _gpu_temp(g)
+        f = gpu_temperature(g)
         if f:
             out.append(f)
-        f = _hbm_temp(g)
+        f = hbm_temperature(g)
         if f:
             out.append(f)
     return personalize(out)
 
 
-def _gpu_temp(g: GpuFacts) -> Finding | None:
+def gpu_temperature(g: GpuFacts, margin_c: float | None = None) -> Finding | None:
+    """The GPU-temperature rule (doctor and watch): critical at slowdown, warning near it."""
     t = g.temperature_c
     if t is None:
         return None
-    margin = threshold("temp_slowdown_margin_c")
+    margin = margin_c if margin_c is not None else threshold("temp_slowdown_margin_c")
     thresholds = (f"thresholds: slowdown {fmt_c(g.slowdown_temp_c)}, max operating {fmt_c(g.max_operating_temp_c)}, "
                   f"shutdown {fmt_c(g.shutdown_temp_c)} (the GPU's own, from NVML)")
     sev: Severity | None = None
     why = ""
     if g.slowdown_temp_c is not None and t >= g.slowdown_temp_c:
-        sev, why = Severity.CRITICAL, "at or above its hardware slowdown temperature"
+        sev, why = severity("thermal.slowdown"), "at or above its hardware slowdown temperature"
         if g.shutdown_temp_c is not None:
             why += f", {g.shutdown_temp_c - t:.0f} °C below shutdown"
     elif g.slowdown_temp_c is None and g.shutdown_temp_c is not None and t >= g.shutdown_temp_c - margin:
-        sev, why = Severity.CRITICAL, f"within {margin:.0f} °C of its shutdown temperature"
+        sev, why = severity("thermal.slowdown"), f"within {margin:.0f} °C of its shutdown temperature"
     elif g.max_operating_temp_c is not None and t >= g.max_operating_temp_c:
-        sev, why = Severity.WARNING, "above its max operating temperature (clocks may drop below base)"
+        sev, why = severity("thermal.slowdown", "above_max_operating"), "above its max operating temperature (clocks may drop below base)"
     elif g.slowdown_temp_c is not None and t >= g.slowdown_temp_c - margin:
-        sev, why = Severity.WARNING, f"within {margin:.0f} °C of its slowdown temperature"
+        sev, why = severity("thermal.slowdown", "near_limit"), f"within {margin:.0f} °C of its slowdown temperature"
     elif g.slowdown_temp_c is None and g.max_operating_temp_c is None:
         crit, warn = threshold("temp_fallback_critical_c"), threshold("temp_fallback_warn_c")
         thresholds = f"GPU reports no thresholds; generic limits warn {warn:.0f} °C, critical {crit:.0f} °C"
         if t >= crit:
-            sev, why = Severity.CRITICAL, "above the generic critical temperature"
+            sev, why = severity("thermal.slowdown"), "above the generic critical temperature"
         elif t >= warn:
-            sev, why = Severity.WARNING, "above the generic warning temperature"
+            sev, why = severity("thermal.slowdown", "near_limit"), "above the generic warning temperature"
     if sev is None:
         return None
     return Finding(
@@ -72,7 +74,8 @@ def _gpu_temp(g: GpuFacts) -> Finding | None:
     )
 
 
-def _hbm_temp(g: GpuFacts) -> Finding | None:
+def hbm_temperature(g: GpuFacts) -> Finding | None:
+    """The HBM-temperature rule (doctor and watch)."""
     t = g.memory_temperature_c
     if t is None:
         return None
@@ -86,7 +89,7 @@ def _hbm_temp(g: GpuFacts) -> Finding | None:
         src = f"GPU reports no HBM limit; generic warn {warn:.0f} °C, critical {crit:.0f} °C"
     if t < warn:
         return None
-    sev = Severity.CRITICAL if t >= crit else Severity.WARNING
+    sev = severity("thermal.slowdown") if t >= crit else severity("thermal.slowdown", "near_limit")
     return Finding(
         code="thermal.slowdown", severity=sev, family=Family.HEAT,
         title=f"GPU {g.index} HBM memory at {t:.0f} °C is " + ("at/over its limit" if sev == Severity.CRITICAL
@@ -108,7 +111,8 @@ def thermal_throttle(snap: Snapshot) -> Iterable[Finding]:
         viol_ns = g.violation_ns.get("thermal") or 0
         if not active:
             continue
-        sev = Severity.CRITICAL if "hw_thermal_slowdown" in active else Severity.WARNING
+        hw_active = "hw_thermal_slowdown" in active
+        sev = severity("thermal.throttle") if hw_active else severity("thermal.throttle", "software")
         ev = [f"clocks_event_reasons.active = {', '.join(g.clock_event_reasons)}"
               + (f" (0x{g.clock_event_reasons_mask:x})" if g.clock_event_reasons_mask is not None else ""),
               f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of max {fmt_mhz(g.sm_clock_max_mhz)}",
@@ -117,7 +121,7 @@ def thermal_throttle(snap: Snapshot) -> Iterable[Finding]:
         if viol_ns:
             ev.append(f"thermal violation time = {viol_ns / 1e9:.1f} s since the driver loaded")
         ev.append(load_line(g))
-        hw = "hardware" if sev == Severity.CRITICAL else "software"
+        hw = "hardware" if hw_active else "software"
         out.append(Finding(
             code="thermal.throttle", severity=sev, family=Family.HEAT,
             title=f"GPU {g.index} is cutting its clocks because it is too hot ({hw} thermal slowdown)",

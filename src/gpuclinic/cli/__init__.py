@@ -15,7 +15,15 @@ from typing import Any
 import click
 
 from gpuclinic import __version__
-from gpuclinic.errors import GpuclinicError
+from gpuclinic.errors import EXIT_USAGE, GpuclinicError
+
+
+class _NeverRaised(click.UsageError):
+    pass
+
+
+# click >= 8.2 raises this for a group called without a command; older click printed the help itself
+NoArgsIsHelp: type[click.UsageError] = getattr(click.exceptions, "NoArgsIsHelpError", _NeverRaised)
 
 # command name -> (module, attribute, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -89,9 +97,12 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("gpuclinic: aborted", err=True)
         sys.exit(130)
+    except NoArgsIsHelp as e:  # plain `gpuclinic` (or `gpuclinic get`): the help, not an error
+        click.echo(e.ctx.get_help() if e.ctx is not None else cli.get_help(click.Context(cli)))
+        sys.exit(0)
     except click.ClickException as e:
         click.echo(f"gpuclinic: error: {e.format_message()}", err=True)
-        sys.exit(e.exit_code if e.exit_code != 1 else 2)
+        sys.exit(EXIT_USAGE)  # a bad flag or value: never a verdict code (2 would drain a node)
     except KeyboardInterrupt:
         click.echo("gpuclinic: interrupted", err=True)
         sys.exit(130)

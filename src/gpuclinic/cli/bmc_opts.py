@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from gpuclinic.errors import EXIT_USAGE, InputError
-from gpuclinic.sources.bmc.live import BmcOptions
+
+if TYPE_CHECKING:  # the BMC client (ssl, httpx) loads only when --bmc/--redfish is given: ~30 ms of doctor's start
+    from gpuclinic.sources.bmc.live import BmcOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,6 +56,8 @@ def bmc_target(bmc_host: str | None = None, bmc_user: str | None = None, bmc_pas
                bmc_password: str | None = None, bmc_cipher: int | None = None, redfish_url: str | None = None,
                redfish_ca: str | None = None, redfish_insecure: bool = False, bmc_timeout: float = 15.0) -> BmcOptions:
     """BmcOptions from the CLI flags and the environment (usage errors are one line, exit 64)."""
+    from gpuclinic.sources.bmc.live import BmcOptions
+
     o = BmcOptions(timeout_s=bmc_timeout, cipher=bmc_cipher)
     if bmc_host:
         host, _, port = bmc_host.rpartition(":") if bmc_host.count(":") == 1 else (bmc_host, "", "")

@@ -28,11 +28,19 @@ def emit(report: Report, fmt: str) -> None:
 
 def output_format(as_json: bool, as_markdown: bool) -> str:
     if as_json and as_markdown:
-        raise InputError("choose one of --json and --markdown", exit_code=3)
+        raise InputError("choose one of --json and --markdown")
     return "json" if as_json else "markdown" if as_markdown else "terminal"
 
 
-@click.command("doctor")
+class _DoctorCommand(click.Command):
+    """Extra paths are accepted only after --from (``--from *.log``): the usage line must not offer a
+    bare ``[PATH]...`` that the command then rejects."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [self.options_metavar or "[OPTIONS]"]
+
+
+@click.command("doctor", cls=_DoctorCommand)
 @click.option("--from", "from_paths", multiple=True, type=click.Path(), metavar="PATH",
               help="Diagnose saved evidence instead of this machine: nvidia-smi -q (text/XML), nvidia-smi table, "
                    "kernel logs, nvidia-bug-report.log(.gz), capture bundles. Repeatable; detected by content.")
@@ -57,14 +65,13 @@ def doctor(
 ) -> int:
     """Diagnose this server: which of GPU faults, heat, PCIe/power, software, network or host is hurting it.
 
-    Exit codes: 0 healthy, 1 warning, 2 drain, 3 could not run.
+    Exit codes: 0 healthy, 1 warning, 2 drain, 3 could not run, 64 usage or input error.
     """
     fmt = output_format(as_json, as_markdown)
     if list_scenarios:
-        from gpuclinic.sources.scenarios import list_scenarios as _list
+        from gpuclinic.sources.scenarios import format_list
 
-        for name, desc in _list():
-            click.echo(f"{name:28} {desc}")
+        click.echo(format_list())
         return 0
     paths = list(from_paths) + list(more_paths)
     if paths and not from_paths:

@@ -1,4 +1,4 @@
-"""``gpuclinic net``: measure the path to GitHub, Hugging Face, PyPI and their mirrors, name the bottleneck."""
+"""``gpuclinic net``: measure the path to GitHub, Hugging Face, PyPI and mirrors; name the bottleneck."""
 
 from __future__ import annotations
 
@@ -51,70 +51,102 @@ def table_rows(nf: NetworkFacts) -> list[list[str]]:
             conn += f" ({p.connect_failures}/{p.connect_attempts} failed)"
         n = p.parallel.connections if p.parallel else nf.parallel_connections
         par = fmt_rate(p.parallel.bytes_per_s) if p.parallel else "-"
-        rows.append([
-            p.endpoint.id, p.host + ("" if p.port in (80, 443) else f":{p.port}"), p.endpoint.kind,
-            fmt_ms(p.dns_ms), conn, fmt_ms(p.tls_ms), fmt_ms(p.ttfb_ms),
-            fmt_rate(p.single.bytes_per_s) if p.single else "-",
-            f"{par}" + (f" ({n})" if p.parallel else ""), probe_verdict(p),
-        ])
+        rows.append(
+            [
+                p.endpoint.id,
+                p.host + ("" if p.port in (80, 443) else f":{p.port}"),
+                p.endpoint.kind,
+                fmt_ms(p.dns_ms),
+                conn,
+                fmt_ms(p.tls_ms),
+                fmt_ms(p.ttfb_ms),
+                fmt_rate(p.single.bytes_per_s) if p.single else "-",
+                f"{par}" + (f" ({n})" if p.parallel else ""),
+                probe_verdict(p),
+            ]
+        )
     return rows
 
 
 HEADERS = ["Endpoint", "Host", "Kind", "DNS", "Connect", "TLS", "TTFB", "1 conn", "N conn", "Verdict"]
 
 
-def print_table(nf: NetworkFacts, fmt: str) -> None:
-    rows = table_rows(nf)
-    if fmt == "markdown":
-        click.echo("| " + " | ".join(HEADERS) + " |")
-        click.echo("|" + "---|" * len(HEADERS))
-        for r in rows:
-            click.echo("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
-        click.echo()
-        return
-    from rich.table import Table
-
-    from gpuclinic.render.terminal import make_console
-
-    con = make_console()
-    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for h in HEADERS:
-        t.add_column(h)
-    for r in rows:
-        style = {"ok": "", "per-conn cap": "yellow", "link-limited": "yellow", "lossy": "yellow"}.get(r[-1], "red")
-        t.add_row(*r, style=style)
-    con.print(t)
-    if nf.proxy and (nf.proxy.env or nf.proxy.hf_endpoint or nf.proxy.pip_index_url or nf.proxy.git_insteadof):
+def _footer(nf: NetworkFacts) -> list[str]:
+    out = []
+    if nf.proxy and (
+        nf.proxy.env or nf.proxy.hf_endpoint or nf.proxy.pip_index_url or nf.proxy.git_insteadof
+    ):
         parts = [f"{k}={v}" for k, v in nf.proxy.env.items()]
         if nf.proxy.hf_endpoint:
             parts.append(f"HF_ENDPOINT={nf.proxy.hf_endpoint}")
         if nf.proxy.pip_index_url:
             parts.append(f"pip index-url={nf.proxy.pip_index_url}")
         parts += [f"git url.{b}.insteadOf={p}" for p, b in nf.proxy.git_insteadof.items()]
-        con.print("config: " + "; ".join(parts), style="dim")
-    con.print(f"probed {len(nf.probes)} endpoints in {nf.elapsed_s:.1f}s"
-              + (" (--quick: no throughput)" if nf.quick else ""), style="dim")
-    con.print()
+        out.append("config: " + "; ".join(parts))
+    out.append(
+        f"probed {len(nf.probes)} endpoints in {nf.elapsed_s:.1f}s"
+        + (" (--quick: no throughput)" if nf.quick else "")
+    )
+    return out
+
+
+def markdown_table(nf: NetworkFacts) -> list[str]:
+    out = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table_rows(nf)]
+    return out
+
+
+def plain_table(nf: NetworkFacts) -> list[str]:
+    rows = [HEADERS, *table_rows(nf)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+    out = [""] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return out + _footer(nf)
 
 
 @click.command("net")
-@click.option("--endpoint", "endpoints", multiple=True, metavar="[SERVICE=]URL",
-              help="Probe this URL instead of the default list (repeatable). SERVICE (hf, github, pypi) marks it "
-                   "as a mirror of that service; append #/path/to/large/file to measure throughput.")
-@click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON report (probes under facts.network).")
+@click.option(
+    "--endpoint",
+    "endpoints",
+    multiple=True,
+    metavar="[SERVICE=]URL",
+    help="Probe this URL instead of the default list (repeatable). SERVICE (hf, github, pypi) marks it "
+    "as a mirror of that service; append #/path/to/large/file to measure throughput.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the versioned JSON report (probes under facts.network)."
+)
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a Markdown table and report.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1.0, max=600.0), metavar="S",
-              help="Overall deadline in seconds (default 45, or 10 with --quick).")
-@click.option("--quick", is_flag=True, help="Latency only (DNS, connect, TLS, first byte); no throughput samples.")
-@click.option("--connections", "parallel", type=click.IntRange(2, 32), default=4, show_default=True,
-              help="Parallel connections for the N-connection throughput sample.")
-def net(endpoints: tuple[str, ...], as_json: bool, as_markdown: bool, timeout_s: float | None, quick: bool,
-        parallel: int) -> int:
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1.0, max=600.0),
+    metavar="S",
+    help="Overall deadline in seconds (default 45, or 10 with --quick).",
+)
+@click.option(
+    "--quick", is_flag=True, help="Latency only (DNS, connect, TLS, first byte); no throughput samples."
+)
+@click.option(
+    "--connections",
+    "parallel",
+    type=click.IntRange(2, 32),
+    default=4,
+    show_default=True,
+    help="Parallel connections for the N-connection throughput sample.",
+)
+def net(
+    endpoints: tuple[str, ...],
+    as_json: bool,
+    as_markdown: bool,
+    timeout_s: float | None,
+    quick: bool,
+    parallel: int,
+) -> int:
     """Diagnose the network path to GitHub, Hugging Face and PyPI (and mirrors): DNS, connect, TLS,
     first byte, throughput over 1 and N connections; name the bottleneck and print the lines that
     switch to the fastest working mirror.
 
-    Exit codes: 0 healthy, 1 warning, 3 could not run.
+    Exit codes: 0 healthy, 1 warning, 3 could not run, 64 usage or input error.
     """
     from gpuclinic.knowledge.endpoints import load_endpoints
     from gpuclinic.sources.network import (
@@ -134,17 +166,28 @@ def net(endpoints: tuple[str, ...], as_json: bool, as_markdown: bool, timeout_s:
     cfg = config_for(quick, timeout_s)
     cfg.parallel = parallel
     nf = probe_endpoints(eps, cfg, proxy)
-    snap = Snapshot(origin="live", taken_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                    hostname=socket.gethostname(), network=nf)
+    snap = Snapshot(
+        origin="live",
+        taken_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        hostname=socket.gethostname(),
+        network=nf,
+    )
     snap.inputs.append("network probes")
     if quick:
         snap.skip("network throughput", "--quick: latency only, no throughput samples")
     findings, skipped = run_checks(snap, only=_network_checks())
     report = build_report(snap, findings, skipped, command="net")
-    try:
-        if fmt != "json":
-            print_table(nf, fmt)
-        emit(report, fmt)
+    try:  # the verdict header first, then the probe table, then the findings
+        if fmt == "json":
+            emit(report, fmt)
+        elif fmt == "markdown":
+            from gpuclinic.render.markdown import render_markdown
+
+            click.echo(render_markdown(report, prelude=markdown_table(nf)))
+        else:
+            from gpuclinic.render.terminal import render_terminal
+
+            render_terminal(report, prelude=plain_table(nf))
     except BrokenPipeError:
         sys.stderr.close()
     return report.exit_code

@@ -83,7 +83,7 @@ def severity(code: str, when: str | None = None) -> Severity:
     """
     i = require(code)
     label = i.default
-    if when is not None:
+    if when is not None:  # a named condition; families of codes (xid.*) have some of their own
         if when not in i.when:
             raise KeyError(f"{code}: no severity condition {when!r} in {CODES_FILE}")
         label = i.when[when]
@@ -129,3 +129,12 @@ def allowed(code: str) -> set[Severity] | None:
     if labels & {"catalog", "signature"}:
         return None
     return {Severity[s.upper()] for s in labels}
+
+
+def markdown_table() -> str:
+    """The code table of ``docs/diagnosis.md`` (a test keeps the page equal to this)."""
+    rows = ["| code | class | severity rule | runbook | kind |", "|---|---|---|---|---|"]
+    for c in all_codes():
+        rule = c.default + "".join(f"; {k}: {v}" for k, v in sorted(c.when.items()))
+        rows.append(f"| `{c.code}` | {c.detector} | {rule} | `{c.runbook}` | {c.kind} |")
+    return "\n".join(rows) + "\n"

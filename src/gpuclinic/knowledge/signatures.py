@@ -9,8 +9,14 @@ died, so it must be fast on multi-megabyte logs: every entry has lower-case "nee
 from __future__ import annotations
 
 import bisect
+import copy
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import islice
@@ -73,6 +79,19 @@ class Signature:
     source: str
     supersedes: tuple[str, ...]
     extract: str | None
+    # per pattern: the same pattern without a leading "[^\n]*", or None.  A leading "[^\n]*" makes
+    # the regex engine run to the end of every line and back at every position (quadratic in the
+    # line length); the rest of the pattern finds the same lines in one pass.
+    fast: tuple[re.Pattern[str] | None, ...] = ()
+
+
+_LINE_PREFIX = "[^\\n]*"
+
+
+def _fast(rx: re.Pattern[str]) -> re.Pattern[str] | None:
+    if rx.pattern.startswith(_LINE_PREFIX) and len(rx.pattern) > len(_LINE_PREFIX):
+        return re.compile(rx.pattern[len(_LINE_PREFIX):], rx.flags)
+    return None
 
 
 @cache
@@ -81,11 +100,12 @@ def signatures() -> tuple[Signature, ...]:
     raw = load_data("error_signatures.json")["signatures"]
     out = []
     for e in raw:
+        pats = tuple(re.compile(p) for p in e["patterns"])
         out.append(Signature(
             id=e["id"], category=e["category"], severity=e.get("severity", "warning"), title=e["title"],
-            code=e.get("code"), patterns=tuple(re.compile(p) for p in e["patterns"]),
+            code=e.get("code"), patterns=pats,
             needles=tuple(n.lower() for n in e["needles"]), cause=e["cause"], fix=e["fix"], source=e["source"],
-            supersedes=tuple(e.get("supersedes", ())), extract=e.get("extract"),
+            supersedes=tuple(e.get("supersedes", ())), extract=e.get("extract"), fast=tuple(_fast(p) for p in pats),
         ))
     return tuple(out)
 
@@ -101,65 +121,177 @@ def _needle_groups() -> dict[str, str | None]:
     return {n: next((k for k in _GROUP_KEYS if k in n), None) for s in signatures() for n in s.needles}
 
 
+@cache
+def _triggers() -> tuple[str, ...]:
+    """Substrings at least one of which every needle contains: its group key, else the needle itself."""
+    return tuple(sorted({g if g is not None else n for n, g in _needle_groups().items()}))
+
+
+PREFILTER_MIN = 256 * 1024  # below this, scanning the whole text is already fast
+CONTEXT_LINES = 3  # kept around each candidate line: patterns and extractors may look a few lines on
+
+
+def _trigger_hits_grep(data: bytes) -> list[int] | None:
+    """Byte offsets of every trigger in ``data``, from one pass of grep -F (Aho-Corasick in C, ~40 ms
+    for 19 MB where one CPython substring scan per trigger takes ~0.8 s); None when grep is missing
+    or answers in an unexpected form (the caller then scans in Python)."""
+    grep = shutil.which("grep")
+    if grep is None or os.environ.get("GPUCLINIC_NO_GREP"):
+        return None
+    argv = [grep, "-F", "-i", "-o", "-b"]  # LC_ALL=C: -i folds ASCII only, like the ASCII needles need
+    for t in _triggers():
+        argv += ["-e", t]
+    try:
+        # from a file, not a pipe: 19 MB through a pipe costs ~5000 small writes and polls
+        with tempfile.TemporaryFile() as f:
+            f.write(data)
+            f.seek(0)
+            r = subprocess.run(argv, stdin=f, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=60,
+                               check=False)
+        if r.returncode not in (0, 1):
+            return None
+        return [int(ln.split(b":", 1)[0]) for ln in r.stdout.splitlines() if ln]
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def _trigger_hits_python(lower: bytes) -> list[int]:
+    hits: list[int] = []
+    for trig in _triggers():
+        t = trig.encode()
+        i = lower.find(t)
+        while i >= 0:
+            hits.append(i)
+            le = lower.find(b"\n", i)
+            if le < 0:
+                break
+            i = lower.find(t, le)  # one hit per line is enough
+    return hits
+
+
+def _candidate_spans(data: bytes, hits: list[int]) -> list[tuple[int, int]]:
+    """Whole-line byte spans of ``data`` around the trigger hits (with context), merged, in order.
+
+    Every needle contains one of the triggers, so a line without any trigger cannot match: a
+    19 MB training log is mostly "step 1234 loss ..." lines, skipped without a regex pass each.
+    """
+    starts = sorted({data.rfind(b"\n", 0, i) + 1 for i in hits})
+    spans: list[tuple[int, int]] = []
+    n = len(data)
+    for ls in starts:
+        s = ls
+        for _ in range(CONTEXT_LINES):
+            if s == 0:
+                break
+            s = data.rfind(b"\n", 0, s - 1) + 1
+        e = ls
+        for _ in range(CONTEXT_LINES + 1):
+            j = data.find(b"\n", e)
+            if j < 0:
+                e = n
+                break
+            e = j + 1
+        if spans and s <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], e))
+        else:
+            spans.append((s, e))
+    return spans
+
+
 def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
     """Every signature found in ``text``, worst first, then in order of first appearance.
 
     Generic entries are dropped when a more specific one that supersedes them matched too
-    (an NCCL watchdog timeout hides the generic "NCCL error" entry).  Lines a terminal hard-wrapped
-    mid-word, or a table cell continued on the next row, are joined again for a second pass
-    (:func:`rejoined`), so a wrapped message is still found at the line where it starts.
+    (an NCCL watchdog timeout hides the generic "NCCL error" entry).  A long text is first cut
+    down to the lines that can match (``_candidate_spans``); line numbers still refer to ``text``.  Lines a
+    terminal hard-wrapped mid-word, or a table cell continued on the next row, are joined again for a second
+    pass (:func:`rejoined`), so a wrapped message is still found at the line where it starts.
     """
     if not text:
         return []
-    found = _scan(text, set(), max_count)
+    last = _LAST[0]
+    if last is not None and last[0] is text and last[1] == max_count:  # explain and its checks: same text
+        return [copy.deepcopy(sm) for sm in last[2]]
+    found = _match_long(text, max_count) if len(text) >= PREFILTER_MIN else None
+    if found is None:
+        found = _match(text, text.lower(), max_count)
     joined = rejoined(text)
     if joined:
-        jtext = "\n".join(t for _, t in joined)
-        have = {sm.id for _, sm in found}
-        first_line = [n for n, _ in joined]
-        for _pos, sm in _scan(jtext, have, max_count):
-            sm.line_no = first_line[sm.line_no - 1] + 1
-            sm.count = 1
-            found.append((_line_start(text, sm.line_no), sm))
-    hidden: set[str] = set()
+        found = _with_rejoined(joined, found, max_count)
+    _LAST[0] = (text, max_count, tuple(copy.deepcopy(sm) for sm in found))  # one atomic store
+    return found
+
+
+def _with_rejoined(joined: list[tuple[int, str]], found: list[SignatureMatch], max_count: int) -> list[SignatureMatch]:
+    """Add what only the rejoined lines show, at the line where each message starts."""
+    jtext = "\n".join(t for _, t in joined)
+    first_line = [n for n, _ in joined]
+    extra = _match(jtext, jtext.lower(), max_count, skip={sm.id for sm in found})
+    if not extra:
+        return found
+    for sm in extra:
+        sm.line_no = first_line[sm.line_no - 1] + 1
+        sm.count = 1
+    both = found + extra
     by_id = {s.id: s for s in signatures()}
-    matched_ids = {sm.id for _, sm in found}
-    for sid in matched_ids:
-        hidden.update(x for x in by_id[sid].supersedes if x != sid)
-    result = [(pos, sm) for pos, sm in found if sm.id not in hidden]
-    result.sort(key=lambda t: (-_SEVERITY_RANK.get(t[1].severity, 1), t[0]))
-    return [sm for _, sm in result]
+    hidden = {x for sm in both for x in by_id[sm.id].supersedes if x != sm.id}
+    kept = [sm for sm in both if sm.id not in hidden]
+    kept.sort(key=lambda sm: (-_SEVERITY_RANK.get(sm.severity, 1), sm.line_no))
+    return kept
 
 
-def _scan(text: str, skip: set[str], max_count: int) -> list[tuple[int, SignatureMatch]]:
-    """(position, match) of the first occurrence of every signature not in ``skip``."""
-    lower = text.lower()
+_LAST: list[tuple[str, int, tuple[SignatureMatch, ...]] | None] = [None]  # the last call's text and matches
+
+
+def _match_long(text: str, max_count: int) -> list[SignatureMatch] | None:
+    """The prefiltered match of a long text, or None when the prefilter would not save time."""
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return None
+    hits = _trigger_hits_grep(data)
+    if hits is None:
+        hits = _trigger_hits_python(data.lower())
+    spans = _candidate_spans(data, hits)
+    kept = sum(e - s for s, e in spans)
+    if kept == 0:
+        return []
+    if kept < len(data) // 2:
+        return _match_spans(data, spans, max_count)
+    return None
+
+
+def _match_spans(data: bytes, spans: list[tuple[int, int]], max_count: int) -> list[SignatureMatch]:
+    sub = b"".join(data[s:e] for s, e in spans).decode("utf-8", "surrogateescape")  # whole lines: no split character
+    found = _match(sub, sub.lower(), max_count)
+    # line numbers in ``sub`` -> in the whole text, from the lines before each span (one pass)
+    sub_lines_before: list[int] = []
+    text_lines_before: list[int] = []
+    acc = 0
+    total = 0
+    prev = 0
+    for s, e in spans:
+        total += data.count(b"\n", prev, s)
+        text_lines_before.append(total)
+        sub_lines_before.append(acc)
+        n = data.count(b"\n", s, e)
+        acc += n
+        total += n
+        prev = e
+    for sm in found:
+        k = bisect.bisect_right(sub_lines_before, sm.line_no - 1) - 1
+        sm.line_no = text_lines_before[k] + (sm.line_no - 1 - sub_lines_before[k]) + 1
+    return found
+
+
+def _match(text: str, lower: str, max_count: int, skip: frozenset[str] | set[str] = frozenset()) -> list[SignatureMatch]:
     newlines: list[int] | None = None
     found: list[tuple[int, SignatureMatch]] = []
-    groups = _needle_groups()
-    present: dict[str, bool] = {}
-
-    def has(n: str) -> bool:
-        if n not in present:
-            g = groups.get(n)
-            if g is not None and g != n and not has(g):
-                present[n] = False
-            else:
-                present[n] = n in lower
-        return present[n]
-
+    has = _needle_test(lower)
     for sig in signatures():
         if sig.id in skip or not any(has(n) for n in sig.needles):
             continue
-        first: re.Match[str] | None = None
-        starts: list[int] = []
-        for rx in sig.patterns:
-            for m in rx.finditer(text):
-                if first is None or m.start() < first.start():
-                    first = m
-                starts.append(m.start())
-                if len(starts) >= max_count:
-                    break
+        first, starts = _occurrences(sig, text, max_count)
         if first is None:
             continue
         if newlines is None:
@@ -178,7 +310,60 @@ def _scan(text: str, skip: set[str], max_count: int) -> list[tuple[int, Signatur
             except Exception:  # a hint is a bonus; the match stands without it
                 pass
         found.append((first.start(), sm))
-    return found
+    hidden: set[str] = set()
+    by_id = {s.id: s for s in signatures()}
+    for sid in {sm.id for _, sm in found}:
+        hidden.update(x for x in by_id[sid].supersedes if x != sid)
+    result = [(pos, sm) for pos, sm in found if sm.id not in hidden]
+    result.sort(key=lambda t: (-_SEVERITY_RANK.get(t[1].severity, 1), t[0]))
+    return [sm for _, sm in result]
+
+
+def _needle_test(lower: str) -> Callable[[str], bool]:
+    """``has(needle)``, memoised, skipping every needle of a group whose key is absent."""
+    groups = _needle_groups()
+    present: dict[str, bool] = {}
+
+    def has(n: str) -> bool:
+        if n not in present:
+            g = groups.get(n)
+            if g is not None and g != n and not has(g):
+                present[n] = False
+            else:
+                present[n] = n in lower
+        return present[n]
+
+    return has
+
+
+def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[str] | None, list[int]]:
+    """The first match of ``sig`` in ``text`` and the start of every occurrence (up to ``max_count``)."""
+    first: re.Match[str] | None = None
+    starts: list[int] = []
+    for rx, fast in zip(sig.patterns, sig.fast or (None,) * len(sig.patterns), strict=True):
+        if fast is not None:
+            # same lines as rx (a line holds rx's match iff it holds fast's); rx itself runs once,
+            # from the first such line's start, for the match object the extractors and line use
+            lo = None
+            for m in fast.finditer(text):
+                ls = text.rfind("\n", 0, m.start()) + 1
+                if lo is None:
+                    lo = ls
+                if not starts or starts[-1] != ls:
+                    starts.append(ls)
+                if len(starts) >= max_count:
+                    break
+            m0 = rx.search(text, lo) if lo is not None else None
+            if m0 is not None and (first is None or m0.start() < first.start()):
+                first = m0
+            continue
+        for m in rx.finditer(text):
+            if first is None or m.start() < first.start():
+                first = m
+            starts.append(m.start())
+            if len(starts) >= max_count:
+                break
+    return first, starts
 
 
 WRAP_MIN = 60  # a terminal narrower than this is not a hard wrap worth undoing
@@ -250,15 +435,6 @@ def _wrap_width(lines: list[str]) -> int | None:
         if (tables + records) * 2 <= len(sample):
             return width
     return None
-
-
-def _line_start(text: str, line_no: int) -> int:
-    pos = 0
-    for _ in range(line_no - 1):
-        pos = text.find("\n", pos) + 1
-        if pos == 0:
-            return len(text)
-    return pos
 
 
 def primary(text: str) -> SignatureMatch | None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from gpuclinic.diagnose import Report
 from gpuclinic.model import Severity
-from gpuclinic.render.terminal import gpu_rows, grouped_skipped
+from gpuclinic.render.terminal import all_clear_line, gpu_rows, grouped_skipped
 
 
 def _esc(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, prelude: list[str] | None = None) -> str:
     snap = report.snapshot
     out: list[str] = []
     host = snap.hostname or "unknown host"
@@ -33,10 +33,12 @@ def render_markdown(report: Report) -> str:
         for r in rows:
             out.append("| " + " | ".join(_esc(c) for c in r) + " |")
         out.append("")
+    if prelude:  # a command's own table (net's probes): after the verdict, before the incidents
+        out.extend([*prelude, ""])
     bad = [i for i in report.incidents if i.severity > Severity.INFO]
     notes = [i for i in report.incidents if i.severity == Severity.INFO]
     if not bad:
-        out.append("No problems found." if report.command != "explain" else "No known problem found.")
+        out.append(all_clear_line(report, bool(notes)))
         out.append("")
     for inc in bad:
         where = f" ({inc.gpu.label()}{', ' + inc.gpu.pci_bus_id if inc.gpu and inc.gpu.pci_bus_id else ''})" \

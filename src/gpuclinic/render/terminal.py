@@ -153,8 +153,11 @@ def explain_verdict(report: Report) -> str:
     return f"CAUSE FOUND: {summ['kind']} ({summ['severity']}){word}"
 
 
-def layout(report: Report, width: int = PLAIN_WIDTH) -> list[Line]:
-    """Every line of the terminal report for ``width`` columns, with the style each is printed in."""
+def layout(report: Report, width: int = PLAIN_WIDTH, prelude: list[str] | None = None) -> list[Line]:
+    """Every line of the terminal report for ``width`` columns, with the style each is printed in.
+
+    ``prelude``: a command's own table (net's probes), after the verdict header and before the
+    incidents, so the verdict comes first."""
     snap = report.snapshot
     out: list[Line] = []
     out.append((f"gpuclinic {report.command}  {snap.hostname or ''}   {_verdict_word(report)}", "bold"))
@@ -162,11 +165,12 @@ def layout(report: Report, width: int = PLAIN_WIDTH) -> list[Line]:
     rows = gpu_rows(report, compact=width < COMPACT_BELOW)
     if rows:
         out += [(ln, "bold" if i == 0 else _row_style(rows[i - 1][-1])) for i, ln in enumerate(_plain_table(rows, width))]
+    out += [(ln, "") for ln in prelude or []]
     out.append(("", ""))
     bad = [i for i in report.incidents if i.severity > Severity.INFO]
     info_inc = [i for i in report.incidents if i.severity == Severity.INFO]
     if not bad:
-        out.append(("No problems found." if report.command != "explain" else "No known problem found.", "green"))
+        out.append((all_clear_line(report, bool(info_inc)), "green"))
         out.append(("", ""))
     by_id = {i.id: [f for f in report.findings if f.incident == i.id] for i in report.incidents}
     for inc in bad:
@@ -185,6 +189,14 @@ def layout(report: Report, width: int = PLAIN_WIDTH) -> list[Line]:
     while out and not out[-1][0]:
         out.pop()
     return out
+
+
+def all_clear_line(report: Report, notes: bool) -> str:
+    """The line when nothing needs action; with notes it must not read as "nothing was flagged"
+    (net: a mirror candidate's "per-conn cap" row above an all-clear contradicted itself)."""
+    if report.command == "explain":
+        return "No known problem found."
+    return "Nothing needs action; see the notes below." if notes else "No problems found."
 
 
 def _row_style(verdict: str) -> str:
@@ -219,7 +231,8 @@ def _incident_lines(inc: Incident, findings: list[Finding], width: int) -> list[
     return out
 
 
-def render_plain(report: Report, file: TextIO | None = None, width: int | None = None) -> None:
+def render_plain(report: Report, file: TextIO | None = None, width: int | None = None, *,
+                 prelude: list[str] | None = None) -> None:
     """Plain text for pipes, logs and NO_COLOR: the same lines as on a terminal, without importing rich.
 
     Why a second path: rich costs ~25 ms to import, a third of ``doctor --scenario``'s run time,
@@ -227,7 +240,7 @@ def render_plain(report: Report, file: TextIO | None = None, width: int | None =
     """
     f = file or sys.stdout
     w = width or _env_width() or PLAIN_WIDTH
-    f.write("\n".join(text.rstrip() for text, _ in layout(report, w)) + "\n")
+    f.write("\n".join(text.rstrip() for text, _ in layout(report, w, prelude)) + "\n")
     f.flush()
 
 
@@ -281,13 +294,13 @@ def grouped_skipped(report: Report) -> list[str]:
     return out
 
 
-def render_terminal(report: Report, console: Console | None = None) -> None:
+def render_terminal(report: Report, console: Console | None = None, *, prelude: list[str] | None = None) -> None:
     """Colour on a TTY (the console's width); the plain path otherwise."""
     if console is None and not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()):
-        render_plain(report)
+        render_plain(report, prelude=prelude)
         return
     from rich.text import Text
 
     con = console or make_console()
-    for text, style in layout(report, con.width):
+    for text, style in layout(report, con.width, prelude):
         con.print(Text(text.rstrip(), style=style), no_wrap=True, overflow="ignore", crop=False)

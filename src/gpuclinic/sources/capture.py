@@ -34,7 +34,7 @@ from typing import Any
 
 from gpuclinic import __version__
 from gpuclinic.collect import CollectOptions, collect_live
-from gpuclinic.errors import GpuclinicError, InputError
+from gpuclinic.errors import GpuclinicError, InputError, require_writable_dir
 from gpuclinic.facts.snapshot import Snapshot
 
 BUNDLE_SCHEMA = "gpuclinic.capture/1"
@@ -258,9 +258,14 @@ def gather(opts: CollectOptions | None = None, runner: Runner | None = None,
 
 # --------------------------------------------------------------------------------------------- writing
 
-def render_files(bundle: Bundle, redact: bool, env: Mapping[str, str] | None = None) -> dict[str, bytes]:
-    """The bundle's files, secrets always masked, identifiers masked when ``redact``."""
+def render_files(bundle: Bundle, redact: bool, env: Mapping[str, str] | None = None,
+                 secrets_given: Mapping[str, str] | None = None) -> dict[str, bytes]:
+    """The bundle's files, secrets always masked, identifiers masked when ``redact``.
+
+    ``secrets_given`` (label -> value) are secrets from flags or files, e.g. a BMC password: masked
+    whatever their length, since they did not come through a variable whose name says "secret"."""
     secrets = secret_env_values(env)
+    secrets.update({v: k for k, v in (secrets_given or {}).items() if v})
     snap_dict = bundle.snapshot.to_dict()
     redactor: Redactor | None = None
     if redact:
@@ -312,8 +317,7 @@ def check_output(path: str) -> None:
         raise InputError(f"{path}: is a directory; give a file name")
     if os.path.lexists(path) and not _is_capture(path):
         raise InputError(f"{path}: exists and is not a gpuclinic capture; choose another -o or remove it")
-    if not os.access(d, os.W_OK):
-        raise InputError(f"{path}: directory {d} is not writable")
+    require_writable_dir(d, path)
 
 
 def _is_capture(path: str) -> bool:

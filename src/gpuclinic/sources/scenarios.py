@@ -1,8 +1,11 @@
-"""Simulated nodes: ``gpuclinic doctor --scenario NAME`` runs the real checks on a known fault.
+"""Simulated nodes: one scenario catalog for ``doctor``, ``watch`` and ``run``.
 
-The scenarios are data (``knowledge/data/scenarios.json``): one healthy 8x H100 SXM base and, per
-scenario, field overrides for some GPUs, PCI devices, NVLinks and kernel-log events.  Each
-scenario also states the finding codes and verdict it must produce; the tests hold it to that.
+Two kinds of entries share one namespace: the fault states of ``knowledge/data/scenarios.json`` (a
+healthy 8x H100 SXM base plus, per scenario, overrides for some GPUs, PCI devices, NVLinks and
+kernel-log events, and the codes, verdict and root cause it must produce), and the timelines of
+``watch/scenarios/*.json``.  Every name works in every command: ``watch`` plays a fault state as a
+timeline (healthy, then the fault at ``timeline.fault_at``, recovering at ``timeline.recover_at`` when
+the fault is transient) and ``doctor``/``run`` read a timeline's faulted state (its end).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import copy
 import dataclasses
 from typing import Any, TypeVar
 
-from gpuclinic.errors import InputError
+from gpuclinic.errors import EXIT_USAGE, InputError
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess, NvLinkFacts, PciDevice
 from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.kernel import KernelEvent
@@ -30,8 +33,40 @@ def _data() -> dict[str, Any]:
 
 
 def list_scenarios() -> list[tuple[str, str]]:
-    """(name, one-line description) for every scenario, in file order."""
+    """(name, one-line description) of the fault-state scenarios, in file order."""
     return [(name, str(sc.get("description", ""))) for name, sc in _data()["scenarios"].items()]
+
+
+def all_scenarios() -> list[tuple[str, str]]:
+    """Every scenario name any command accepts: the fault states, then the watch timelines."""
+    from gpuclinic.watch.simulate import list_watch_scenarios
+
+    out = list_scenarios()
+    have = {n for n, _ in out}
+    return out + [(n, d) for n, d in list_watch_scenarios() if n not in have]
+
+
+def format_list() -> str:
+    """The ``--list-scenarios`` output, the same in every command."""
+    return "\n".join(f"{name:22} {desc}" for name, desc in all_scenarios())
+
+
+def unknown_scenario(name: str) -> InputError:
+    """The one error for a name no command knows."""
+    return InputError(f"unknown scenario {name!r}; valid: {', '.join(n for n, _ in all_scenarios())}",
+                      exit_code=EXIT_USAGE)
+
+
+def is_fault_state(name: str) -> bool:
+    return name in _data()["scenarios"]
+
+
+def timeline(name: str) -> dict[str, float | None]:
+    """When a fault-state scenario's fault starts, ends (None: it does not recover) and how long it runs."""
+    t = dict(_data().get("timeline_defaults", {}))
+    t.update(_scenario(name).get("timeline", {}))
+    return {"fault_at": float(t.get("fault_at", 10)), "recover_at": t.get("recover_at"),
+            "duration_s": float(t.get("duration_s", 60))}
 
 
 def expected(name: str) -> dict[str, Any]:
@@ -42,7 +77,7 @@ def expected(name: str) -> dict[str, Any]:
 def _scenario(name: str) -> dict[str, Any]:
     scs = _data()["scenarios"]
     if name not in scs:
-        raise InputError(f"unknown scenario {name!r}; valid: {', '.join(scs)}")
+        raise unknown_scenario(name)
     sc = scs[name]
     assert isinstance(sc, dict)
     return sc
@@ -161,7 +196,9 @@ _FLOAT_FIELDS: dict[type, frozenset[str]] = {}
 
 
 def load_scenario(name: str) -> Snapshot:
-    """A fresh :class:`Snapshot` for scenario ``name``; unknown names raise :class:`InputError`."""
+    """A fresh :class:`Snapshot` for scenario ``name`` (a timeline: its faulted state); unknown: InputError."""
+    if not is_fault_state(name):
+        return _timeline_snapshot(name)
     d = build_snapshot_dict(name)
     gpus = []
     for g in d.pop("gpus"):
@@ -181,3 +218,34 @@ def load_scenario(name: str) -> Snapshot:
             if d.get(key) is not None:
                 facts[key] = from_jsonable(cls, d.pop(key))
     return Snapshot(**d, **facts, gpus=gpus, pci_devices=pci, kernel_events=events)
+
+
+def _timeline_snapshot(name: str) -> Snapshot:
+    """A watch timeline's faulted state: its GPUs at the end of the timeline and every kernel line it logged."""
+    from gpuclinic.sources.kernellog import parse_lines
+    from gpuclinic.watch.backend import ScaledClock
+    from gpuclinic.watch.simulate import ScenarioBackend, list_watch_scenarios, load_watch_scenario
+
+    if name not in {n for n, _ in list_watch_scenarios()}:
+        raise unknown_scenario(name)
+    sc = load_watch_scenario(name)
+    end = float(sc.duration_s or max([float(e["t"]) for e in sc.events] or [0.0]))
+
+    class _At(ScaledClock):
+        def now(self) -> float:
+            return end
+
+    be = ScenarioBackend(sc, _At(1.0))
+    be.t0 = 0.0
+    gpus = be.sample()
+    lines = be.poll_kernel_lines()
+    events = list(parse_lines(lines, f"scenario:{name}")) if lines else []
+    from gpuclinic.facts.serial import from_jsonable
+
+    facts = {key: from_jsonable(cls, copy.deepcopy(_data()["base"]["facts"][key]))
+             for key, cls in (("software", SoftwareFacts), ("container", ContainerFacts), ("host", HostFacts))
+             if key in _data()["base"].get("facts", {})}
+    return Snapshot(**facts, origin="scenario", hostname=f"sim-{name}", driver_version=sc.driver_version,
+                    cuda_driver_version=sc.cuda_driver_version, nvml_available=True, gpus=gpus,
+                    kernel_events=list(events), kernel_log_read=True, inputs=[f"scenario:{name}"],
+                    notes=[f"simulated node (the faulted state of timeline {name}): {sc.description}"])

@@ -175,6 +175,10 @@ class Classification:
     signal: int | None = None
     remedy: str = ""  # what to do: the matched signature's fix, else the class's advice
 
+    def __post_init__(self) -> None:
+        # one output line often matches both our pattern and an explain signature: show it once
+        self.evidence = list(dict.fromkeys(self.evidence))
+
     @property
     def planned(self) -> bool:
         return is_planned(self.cls)

@@ -77,8 +77,9 @@ class Ledger:
         self.conn = conn
         ensure_schema(conn)
 
-    def start_run(self, *, started_at: float, host: str, command: list[str], cwd: str, gpus: list[str],
-                  log_path: str) -> int:
+    def start_run(
+        self, *, started_at: float, host: str, command: list[str], cwd: str, gpus: list[str], log_path: str
+    ) -> int:
         cur = self.conn.execute(
             "INSERT INTO runs(started_at, host, command, cwd, gpus, log_path) VALUES (?,?,?,?,?,?)",
             (started_at, host, json.dumps(command), cwd, json.dumps(gpus), log_path),
@@ -90,32 +91,65 @@ class Ledger:
         """Count the attempt and charge the restart gap to the interruption that caused it."""
         self.conn.execute("UPDATE runs SET attempts=? WHERE id=?", (attempt, run_id))
         self.conn.execute(
-            "UPDATE interruptions SET restart_s=max(0, ? - at) WHERE run_id=? AND attempt=? AND action LIKE 'restart%'",
+            "UPDATE interruptions SET restart_s=max(0, ? - at)"
+            " WHERE run_id=? AND attempt=? AND action LIKE 'restart%'",
             (at, run_id, attempt - 1),
         )
 
-    def add_interruption(self, run_id: int, *, attempt: int, attempt_started_at: float, at: float, cls: str,
-                         summary: str, evidence: list[str], gpu: dict[str, Any] | None, exit_code: int | None,
-                         signal: int | None, action: str, last_checkpoint_at: float | None,
-                         checkpoint: str | None, remedy: str = "") -> float:
+    def add_interruption(
+        self,
+        run_id: int,
+        *,
+        attempt: int,
+        attempt_started_at: float,
+        at: float,
+        cls: str,
+        summary: str,
+        evidence: list[str],
+        gpu: dict[str, Any] | None,
+        exit_code: int | None,
+        signal: int | None,
+        action: str,
+        last_checkpoint_at: float | None,
+        checkpoint: str | None,
+        remedy: str = "",
+    ) -> float:
         """Record one interruption; returns the progress lost (seconds)."""
         base = attempt_started_at
         if last_checkpoint_at is not None and last_checkpoint_at > base:
             base = last_checkpoint_at
         lost = max(0.0, at - base)
         self.conn.execute(
-            "INSERT INTO interruptions(run_id, attempt, attempt_started_at, at, class, planned, summary, evidence,"
-            " gpu, exit_code, signal, action, last_checkpoint_at, checkpoint, lost_s, remedy) VALUES"
+            "INSERT INTO interruptions(run_id, attempt, attempt_started_at, at, class, planned, summary,"
+            " evidence, gpu, exit_code, signal, action, last_checkpoint_at, checkpoint, lost_s, "
+            "remedy) VALUES"
             " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (run_id, attempt, attempt_started_at, at, cls, int(is_planned(cls)), summary, json.dumps(evidence),
-             json.dumps(gpu) if gpu else None, exit_code, signal, action, last_checkpoint_at, checkpoint, lost,
-             remedy or None),
+            (
+                run_id,
+                attempt,
+                attempt_started_at,
+                at,
+                cls,
+                int(is_planned(cls)),
+                summary,
+                json.dumps(evidence),
+                json.dumps(gpu) if gpu else None,
+                exit_code,
+                signal,
+                action,
+                last_checkpoint_at,
+                checkpoint,
+                lost,
+                remedy or None,
+            ),
         )
         return lost
 
     def finish_run(self, run_id: int, *, ended_at: float, status: str, exit_code: int | None) -> None:
-        self.conn.execute("UPDATE runs SET ended_at=?, status=?, exit_code=? WHERE id=?",
-                          (ended_at, status, exit_code, run_id))
+        self.conn.execute(
+            "UPDATE runs SET ended_at=?, status=?, exit_code=? WHERE id=?",
+            (ended_at, status, exit_code, run_id),
+        )
 
 
 @dataclass
@@ -130,14 +164,22 @@ class CauseRow:
     lost_s: float
 
 
-def interruption_report(conn: sqlite3.Connection, *, since: float | None = None,
-                        now: float | None = None, recent: int = 10) -> dict[str, Any]:
+def _tenths(seconds: float) -> int:
+    """Lost time in whole tenths of a second (half up): every row and every total is built from these,
+    so the per-cause totals are exactly the sum of the per-interruption rows as printed."""
+    return int(max(0.0, seconds) * 10 + 0.5)
+
+
+def interruption_report(
+    conn: sqlite3.Connection, *, since: float | None = None, now: float | None = None, recent: int = 10
+) -> dict[str, Any]:
     """Counts and shares by root cause, planned vs unexpected, MTBI and goodput over runs since ``since``."""
     ensure_schema(conn)
     now = time.time() if now is None else now
     since_v = since if since is not None else float("-inf")
     runs = conn.execute(
-        "SELECT id, started_at, ended_at, status FROM runs WHERE started_at >= ? ORDER BY started_at", (since_v,)
+        "SELECT id, started_at, ended_at, status FROM runs WHERE started_at >= ? ORDER BY started_at",
+        (since_v,),
     ).fetchall()
     ids = [r[0] for r in runs]
     wall = sum(max(0.0, (r[2] if r[2] is not None else now) - r[1]) for r in runs)
@@ -149,25 +191,46 @@ def interruption_report(conn: sqlite3.Connection, *, since: float | None = None,
             f"SELECT class, lost_s, restart_s FROM interruptions WHERE run_id IN ({q}) ORDER BY at", ids
         ).fetchall()
         for r in conn.execute(
-            f"SELECT run_id, attempt, at, class, planned, summary, gpu, action, lost_s, restart_s FROM interruptions"
-            f" WHERE run_id IN ({q}) ORDER BY at DESC, id DESC LIMIT ?", [*ids, max(0, recent)]
+            "SELECT run_id, attempt, at, class, planned, summary, gpu, action, lost_s, restart_s"
+            " FROM interruptions"
+            f" WHERE run_id IN ({q}) ORDER BY at DESC, id DESC LIMIT ?",
+            [*ids, max(0, recent)],
         ):
             gpu = json.loads(r[6]) if r[6] else None
-            last.append({"run_id": r[0], "attempt": r[1], "at": r[2], "class": r[3], "planned": bool(r[4]),
-                         "summary": r[5], "gpu": gpu, "action": r[7], "lost_s": round(float(r[8]) + float(r[9] or 0), 3)})
+            last.append(
+                {
+                    "run_id": r[0],
+                    "attempt": r[1],
+                    "at": r[2],
+                    "class": r[3],
+                    "planned": bool(r[4]),
+                    "summary": r[5],
+                    "gpu": gpu,
+                    "action": r[7],
+                    "lost_s": _tenths(float(r[8]) + float(r[9] or 0)) / 10,
+                }
+            )
     counts: Counter[str] = Counter(r[0] for r in rows)
-    lost_by: dict[str, float] = {}
+    lost_t: dict[str, int] = {}
     for c, lost, restart in rows:
-        lost_by[c] = lost_by.get(c, 0.0) + float(lost) + float(restart or 0.0)
+        lost_t[c] = lost_t.get(c, 0) + _tenths(float(lost) + float(restart or 0.0))
+    lost_by = {c: t / 10 for c, t in lost_t.items()}
     total = len(rows)
     planned = sum(n for c, n in counts.items() if is_planned(c))
     unexpected = total - planned
-    lost_total = sum(lost_by.values())
+    lost_total = sum(lost_t.values()) / 10
     order = {c: i for i, c in enumerate(CLASSES)}
     causes = [
-        CauseRow(c, class_info(c)["title"], class_info(c)["category"], is_planned(c), n,
-                 round(100.0 * n / total, 1) if total else 0.0,
-                 None if is_planned(c) else round(100.0 * n / unexpected, 1), round(lost_by.get(c, 0.0), 3))
+        CauseRow(
+            c,
+            class_info(c)["title"],
+            class_info(c)["category"],
+            is_planned(c),
+            n,
+            round(100.0 * n / total, 1) if total else 0.0,
+            None if is_planned(c) else round(100.0 * n / unexpected, 1),
+            round(lost_by.get(c, 0.0), 3),
+        )
         for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], order.get(kv[0], 99), kv[0]))
     ]
     useful = max(0.0, wall - lost_total)
@@ -195,8 +258,8 @@ def fmt_duration(s: float | None) -> str:
     if s is None:
         return "-"
     s = float(s)
-    if s < 60:
-        return f"{s:.0f}s"
+    if s < 60:  # tenths, like the report's sums: 2.6s + 1.6s + 0.4s is shown as 4.6s, not 3s + 2s + 0s = 4s
+        return f"{s:.1f}s".replace(".0s", "s")
     if s < 3600:
         return f"{s / 60:.1f}m"
     if s < 86400 * 3:
@@ -227,38 +290,64 @@ def _when(ts: float) -> str:
 def _gpu_label(g: dict[str, Any] | None) -> str:
     if not g:
         return "-"
-    return str(g.get("uuid") or (f"GPU {g['index']}" if g.get("index") is not None else g.get("pci_bus_id") or "-"))
+    return str(
+        g.get("uuid") or (f"GPU {g['index']}" if g.get("index") is not None else g.get("pci_bus_id") or "-")
+    )
 
 
 def render_markdown(rep: dict[str, Any]) -> str:
     out = ["# Training interruptions", ""]
     out += [f"- {line}" for line in _summary_lines(rep)]
-    out += ["", "| Root cause | Category | Planned | Count | % of all | % of unexpected | Time lost |",
-            "|---|---|---|---:|---:|---:|---:|"]
+    out += [
+        "",
+        "| Root cause | Category | Planned | Count | % of all | % of unexpected | Time lost |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
     for c in rep["causes"]:
-        out.append(f"| {c['title']} | {c['category']} | {'yes' if c['planned'] else 'no'} | {c['count']} | "
-                   f"{c['share_pct']:.1f}% | {_pct(c['share_unexpected_pct'])} | {fmt_duration(c['lost_s'])} |")
+        out.append(
+            f"| {c['title']} | {c['category']} | {'yes' if c['planned'] else 'no'} | {c['count']} | "
+            f"{c['share_pct']:.1f}% | {_pct(c['share_unexpected_pct'])} | {fmt_duration(c['lost_s'])} |"
+        )
     if not rep["causes"]:
         out.append("| (none) | | | 0 | | | |")
     if rep.get("recent"):
-        out += ["", "## Most recent", "", "| When | Run/attempt | Cause | GPU | Action | Time lost | What |",
-                "|---|---|---|---|---|---:|---|"]
+        out += [
+            "",
+            "## Most recent",
+            "",
+            "| When | Run/attempt | Cause | GPU | Action | Time lost | What |",
+            "|---|---|---|---|---|---:|---|",
+        ]
         for r in rep["recent"]:
             what = str(r["summary"] or "").replace("|", "\\|")[:160]
-            out.append(f"| {_when(r['at'])} | {r['run_id']}/{r['attempt']} | {r['class']} | {_gpu_label(r['gpu'])} | "
-                       f"{r['action']} | {fmt_duration(r['lost_s'])} | {what} |")
+            out.append(
+                f"| {_when(r['at'])} | {r['run_id']}/{r['attempt']} | {r['class']} | "
+                f"{_gpu_label(r['gpu'])} | {r['action']} | {fmt_duration(r['lost_s'])} | {what} |"
+            )
     return "\n".join(out) + "\n"
 
 
 def render_text(rep: dict[str, Any]) -> str:
     headers = ("Root cause", "Category", "Planned", "Count", "% all", "% unexp.", "Time lost")
-    body = [(c["title"], c["category"], "yes" if c["planned"] else "no", str(c["count"]), f"{c['share_pct']:.1f}%",
-             _pct(c["share_unexpected_pct"]), fmt_duration(c["lost_s"])) for c in rep["causes"]]
+    body = [
+        (
+            c["title"],
+            c["category"],
+            "yes" if c["planned"] else "no",
+            str(c["count"]),
+            f"{c['share_pct']:.1f}%",
+            _pct(c["share_unexpected_pct"]),
+            fmt_duration(c["lost_s"]),
+        )
+        for c in rep["causes"]
+    ]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
     right = {3, 4, 5, 6}
 
     def row(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(cells)).rstrip()
+        return "  ".join(
+            c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(cells)
+        ).rstrip()
 
     out = ["Training interruptions", *(f"  {s}" for s in _summary_lines(rep)), ""]
     out.append(row(headers))
@@ -267,9 +356,11 @@ def render_text(rep: dict[str, Any]) -> str:
     if rep.get("recent"):
         out += ["", "Most recent:"]
         for r in rep["recent"]:
-            out.append(f"  {_when(r['at'])}  run {r['run_id']}/{r['attempt']}  {r['class']:<17} "
-                       f"{_gpu_label(r['gpu'])}  {r['action']}  lost {fmt_duration(r['lost_s'])}  "
-                       f"{str(r['summary'] or '')[:120]}")
+            out.append(
+                f"  {_when(r['at'])}  run {r['run_id']}/{r['attempt']}  {r['class']:<17} "
+                f"{_gpu_label(r['gpu'])}  {r['action']}  lost {fmt_duration(r['lost_s'])}  "
+                f"{str(r['summary'] or '')[:120]}"
+            )
     return "\n".join(out) + "\n"
 
 

@@ -63,7 +63,9 @@ class RunOptions:
     min_gpus: int = 1
     checkpoint_dir: Path | None = None
     hang_timeout_s: float | None = None
-    gpu_fault_grace_s: float | None = 60.0  # stop a job still running this long after a fatal fault on its GPU
+    gpu_fault_grace_s: float | None = (
+        60.0  # stop a job still running this long after a fatal fault on its GPU
+    )
     heartbeat: Path | None = None
     stop_timeout_s: float = 30.0
     log_path: Path | None = None
@@ -104,9 +106,22 @@ def substitute(cmd: list[str], *, resume: str | None, ngpus: int, attempt: int) 
     return out
 
 
-_SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "pass", "auth", "credential", "credentials"}
-_SECRET_VAL = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
-                         r"|AKIA[0-9A-Z]{16})\b")
+_SECRET_WORDS = {
+    "key",
+    "apikey",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "pass",
+    "auth",
+    "credential",
+    "credentials",
+}
+_SECRET_VAL = re.compile(
+    r"\b(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|AKIA[0-9A-Z]{16})\b"
+)
 
 
 def _secret_option(name: str) -> bool:
@@ -218,16 +233,26 @@ class GpuWatcher:
                 if self._baseline and j.uuid and j.uuid in self._baseline:
                     new.append(GpuFault(j.ref(), "GPU disappeared from NVML during the run", fatal=True))
             for g in mine:
-                ref = GpuRef(index=g.index, pci_bus_id=normalize_bus_id(g.pci_bus_id) if g.pci_bus_id else None,
-                             uuid=g.uuid)
+                ref = GpuRef(
+                    index=g.index,
+                    pci_bus_id=normalize_bus_id(g.pci_bus_id) if g.pci_bus_id else None,
+                    uuid=g.uuid,
+                )
                 base = self._baseline.setdefault(self._key(g), g)
                 if (g.utilization_gpu_pct or 0) >= 1:
                     self.last_activity = time.monotonic()
                 if g.lost and not base.lost:
-                    new.append(GpuFault(ref, f"GPU is lost ({g.lost_reason or 'fell off the bus'})", fatal=True))
+                    new.append(
+                        GpuFault(ref, f"GPU is lost ({g.lost_reason or 'fell off the bus'})", fatal=True)
+                    )
                 if (g.ecc_volatile_uncorrected or 0) > (base.ecc_volatile_uncorrected or 0):
-                    new.append(GpuFault(ref, f"uncorrectable ECC errors {base.ecc_volatile_uncorrected or 0} -> "
-                                             f"{g.ecc_volatile_uncorrected} during the run"))
+                    new.append(
+                        GpuFault(
+                            ref,
+                            f"uncorrectable ECC errors {base.ecc_volatile_uncorrected or 0} -> "
+                            f"{g.ecc_volatile_uncorrected} during the run",
+                        )
+                    )
                 if g.remapped_rows_failure and not base.remapped_rows_failure:
                     new.append(GpuFault(ref, "row remapping failed during the run"))
                 if g.remapped_rows_pending and not base.remapped_rows_pending:
@@ -250,11 +275,29 @@ class GpuWatcher:
             self.source.close()
 
 
+@dataclass
+class _AttemptWatch:
+    """What the polling loop of one attempt carries from one tick to the next."""
+
+    mem_peak: float
+    hang_reason: str | None = None
+    fault: str | None = None
+    fault_deadline: float | None = None
+    last_scan: float = 0.0
+    last_fault_check: float = 0.0
+
+
 class Supervisor:
     """Runs ``opts.cmd`` until it completes, cannot be retried, or the user stops it."""
 
-    def __init__(self, opts: RunOptions, *, source: GpuSource | None = None, notifier: Notifier | None = None,
-                 say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        opts: RunOptions,
+        *,
+        source: GpuSource | None = None,
+        notifier: Notifier | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.opts = opts
         self.source: GpuSource = source or NoGpus("no GPU source")
         self.notifier = notifier
@@ -333,7 +376,9 @@ class Supervisor:
     def run(self) -> int:
         o = self.opts
         become_subreaper()
-        state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "gpuclinic" / "runs"
+        state = (
+            Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "gpuclinic" / "runs"
+        )
         stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
         self.run_dir = state / stamp
         log_path = o.log_path or (self.run_dir / "output.log")
@@ -360,19 +405,28 @@ class Supervisor:
             self.say(f"warning: run ledger unavailable ({e}); the job runs without it")
         started = time.time()
         self.run_id = self._ledger_call(
-            "start_run", started_at=started, host=socket.gethostname(), command=redact_argv(o.cmd),
+            "start_run",
+            started_at=started,
+            host=socket.gethostname(),
+            command=redact_argv(o.cmd),
             cwd=o.cwd or os.getcwd(),
-            gpus=[g.label() for g in job_gpus], log_path=str(log_path))
+            gpus=[g.label() for g in job_gpus],
+            log_path=str(log_path),
+        )
 
         follower = LiveKernelFollower(o.kernel_logs) if o.watch_kernel else None
         if follower is not None:
             follower.start()
         window = KernelWindow(o.kernel_logs)
         tracker = Tracker()
-        watcher = GpuWatcher(self.source, o.sample_interval_s,
-                             lambda f: self.say(f"GPU fault during the run: {f.gpu.label()}: {f.what}"))
-        prev = on_signals(self._on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
-                                            signal.SIGHUP))
+        watcher = GpuWatcher(
+            self.source,
+            o.sample_interval_s,
+            lambda f: self.say(f"GPU fault during the run: {f.gpu.label()}: {f.what}"),
+        )
+        prev = on_signals(
+            self._on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+        )
         status = "failed"
         try:
             with open(log_path, "ab") as log:
@@ -382,24 +436,13 @@ class Supervisor:
                 while True:
                     attempt += 1
                     resume = train.latest_checkpoint(o.checkpoint_dir) if o.checkpoint_dir else None
-                    argv = substitute(o.cmd, resume=str(resume) if resume else None, ngpus=len(job_gpus) or 1,
-                                      attempt=attempt)
-                    env = dict(base_env)
-                    env.setdefault("PYTHONUNBUFFERED", "1")
-                    env[train.ENV_HEARTBEAT] = str(heartbeat)
-                    env[train.ENV_ATTEMPT] = str(attempt)
-                    env.pop("GPUCLINIC_NGPUS", None)
-                    if job_gpus:
-                        env["GPUCLINIC_NGPUS"] = str(len(job_gpus))
-                    if self.run_id is not None:
-                        env["GPUCLINIC_RUN_ID"] = str(self.run_id)
-                    if o.checkpoint_dir:
-                        env[train.ENV_CHECKPOINT_DIR] = str(o.checkpoint_dir)
-                    env.pop(train.ENV_RESUME_FROM, None)
-                    if resume:
-                        env[train.ENV_RESUME_FROM] = str(resume)
-                    if job_gpus != initial_gpus:  # a faulted GPU was excluded: name the rest by UUID
-                        env["CUDA_VISIBLE_DEVICES"] = visible_value(job_gpus)
+                    argv = substitute(
+                        o.cmd,
+                        resume=str(resume) if resume else None,
+                        ngpus=len(job_gpus) or 1,
+                        attempt=attempt,
+                    )
+                    env = self._attempt_env(base_env, heartbeat, attempt, resume, job_gpus, initial_gpus)
                     with contextlib.suppress(OSError):
                         heartbeat.unlink()
                     msg = f"attempt {attempt}: {shlex.join(redact_argv(argv))}"
@@ -415,44 +458,60 @@ class Supervisor:
                         self.say(f"job completed after {attempt} attempt(s)")
                         return 0
                     rc = res.returncode
-                    self.exit_code = (128 - rc) if rc is not None and rc < 0 else (rc if rc is not None else 1)
+                    self.exit_code = (
+                        (128 - rc) if rc is not None and rc < 0 else (rc if rc is not None else 1)
+                    )
                     action, why, job_gpus = self._decide(cls, restarts, job_gpus)
-                    ckpt = train.latest_checkpoint(o.checkpoint_dir) if o.checkpoint_dir else None
-                    ckpt_at = None
-                    if ckpt is not None:
-                        with contextlib.suppress(OSError):
-                            ckpt_at = _completion_time(ckpt)
+                    ckpt, ckpt_at = self._newest_checkpoint()
                     lost = self._ledger_call(
-                        "add_interruption", self.run_id, attempt=attempt, attempt_started_at=res.started_at,
-                        at=res.ended_at, cls=cls.cls, summary=cls.summary, evidence=cls.evidence,
-                        gpu=cls.gpu.to_dict() if cls.gpu else None, exit_code=rc, signal=cls.signal,
-                        action=action, last_checkpoint_at=ckpt_at, checkpoint=str(ckpt) if ckpt else None,
-                        remedy=cls.remedy)
+                        "add_interruption",
+                        self.run_id,
+                        attempt=attempt,
+                        attempt_started_at=res.started_at,
+                        at=res.ended_at,
+                        cls=cls.cls,
+                        summary=cls.summary,
+                        evidence=cls.evidence,
+                        gpu=cls.gpu.to_dict() if cls.gpu else None,
+                        exit_code=rc,
+                        signal=cls.signal,
+                        action=action,
+                        last_checkpoint_at=ckpt_at,
+                        checkpoint=str(ckpt) if ckpt else None,
+                        remedy=cls.remedy,
+                    )
                     self.interruptions.append((cls, action))
-                    self.say(f"interruption: {cls.cls} ({'planned' if cls.planned else 'unexpected'}): {cls.summary}")
-                    for line in cls.evidence[:6]:
-                        self.say(f"  evidence: {line}")
-                    if cls.remedy:
-                        self.say(f"  what to do: {cls.remedy}")
-                    self.say(f"decision: {action}" + (f" ({why})" if why else ""))
-                    self._notify({
-                        "kind": "interruption", "class": cls.cls, "run_id": self.run_id,
-                        "severity": "info" if cls.planned else "critical", "summary": cls.summary,
-                        "evidence": cls.evidence[:10], "gpu": cls.gpu.to_dict() if cls.gpu else None,
-                        "remedy": cls.remedy,
-                        "action": action, "attempt": attempt, "host": socket.gethostname(),
-                        "command": shlex.join(redact_argv(o.cmd)), "lost_s": lost, "at": res.ended_at,
-                    })
+                    self._say_interruption(cls, action, why)
+                    self._notify(
+                        {
+                            "kind": "interruption",
+                            "class": cls.cls,
+                            "run_id": self.run_id,
+                            "severity": "info" if cls.planned else "critical",
+                            "summary": cls.summary,
+                            "evidence": cls.evidence[:10],
+                            "gpu": cls.gpu.to_dict() if cls.gpu else None,
+                            "remedy": cls.remedy,
+                            "action": action,
+                            "attempt": attempt,
+                            "host": socket.gethostname(),
+                            "command": shlex.join(redact_argv(o.cmd)),
+                            "lost_s": lost,
+                            "at": res.ended_at,
+                        }
+                    )
                     if not action.startswith("restart"):
                         status = "stopped" if cls.planned else "gave_up"
                         return self.exit_code
-                    delay = min(o.backoff_s * (2 ** restarts), o.backoff_max_s)
+                    delay = min(o.backoff_s * (2**restarts), o.backoff_max_s)
                     restarts += 1
                     if delay > 0:
                         self.say(f"restarting in {delay:g}s (restart {restarts} of {o.max_restarts})")
                     if not self._sleep(delay):
                         status = "stopped"
-                        self.say(f"stopped during back-off ({signal_name(self._stop_signal or signal.SIGTERM)})")
+                        self.say(
+                            f"stopped during back-off ({signal_name(self._stop_signal or signal.SIGTERM)})"
+                        )
                         return 128 + (self._stop_signal or signal.SIGTERM)
         finally:
             restore_signals(prev)
@@ -466,12 +525,16 @@ class Supervisor:
             if follower is not None:
                 follower.stop()
             end = time.time()
-            self._ledger_call("finish_run", self.run_id, ended_at=end, status=status, exit_code=self.exit_code)
+            self._ledger_call(
+                "finish_run", self.run_id, ended_at=end, status=status, exit_code=self.exit_code
+            )
             if self.ledger is not None:
                 with contextlib.suppress(sqlite3.Error):
                     self.ledger.conn.close()
 
-    def _decide(self, cls: Classification, restarts: int, job_gpus: list[JobGpu]) -> tuple[str, str, list[JobGpu]]:
+    def _decide(
+        self, cls: Classification, restarts: int, job_gpus: list[JobGpu]
+    ) -> tuple[str, str, list[JobGpu]]:
         o = self.opts
         if self._stop_signal is not None:
             return "stop", "stop requested", job_gpus
@@ -483,10 +546,17 @@ class Supervisor:
             remaining, removed = exclude(job_gpus, cls.gpu)
             if removed is not None:
                 if len(remaining) < o.min_gpus:
-                    return ("give_up", f"excluding {removed.label()} would leave {len(remaining)} GPU(s), "
-                                       f"fewer than --min-gpus {o.min_gpus}", job_gpus)
-                return (f"restart without {removed.label()}",
-                        f"CUDA_VISIBLE_DEVICES={visible_value(remaining)}", remaining)
+                    return (
+                        "give_up",
+                        f"excluding {removed.label()} would leave {len(remaining)} GPU(s), "
+                        f"fewer than --min-gpus {o.min_gpus}",
+                        job_gpus,
+                    )
+                return (
+                    f"restart without {removed.label()}",
+                    f"CUDA_VISIBLE_DEVICES={visible_value(remaining)}",
+                    remaining,
+                )
         return "restart", "", job_gpus
 
     def _sleep(self, seconds: float) -> bool:
@@ -498,8 +568,120 @@ class Supervisor:
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
         return self._stop_signal is None
 
-    def _attempt(self, argv: list[str], env: dict[str, str], window: KernelWindow, follower: LiveKernelFollower | None,
-                 tracker: Tracker, watcher: GpuWatcher, job_gpus: list[JobGpu], heartbeat: Path) -> AttemptResult:
+    def _attempt_env(
+        self,
+        base_env: dict[str, str],
+        heartbeat: Path,
+        attempt: int,
+        resume: Path | None,
+        job_gpus: list[JobGpu],
+        initial_gpus: list[JobGpu],
+    ) -> dict[str, str]:
+        """The job's environment for one attempt: heartbeat, attempt, checkpoint and GPU variables."""
+        env = dict(base_env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env[train.ENV_HEARTBEAT] = str(heartbeat)
+        env[train.ENV_ATTEMPT] = str(attempt)
+        env.pop("GPUCLINIC_NGPUS", None)
+        if job_gpus:
+            env["GPUCLINIC_NGPUS"] = str(len(job_gpus))
+        if self.run_id is not None:
+            env["GPUCLINIC_RUN_ID"] = str(self.run_id)
+        if self.opts.checkpoint_dir:
+            env[train.ENV_CHECKPOINT_DIR] = str(self.opts.checkpoint_dir)
+        env.pop(train.ENV_RESUME_FROM, None)
+        if resume:
+            env[train.ENV_RESUME_FROM] = str(resume)
+        if job_gpus != initial_gpus:  # a faulted GPU was excluded: name the rest by UUID
+            env["CUDA_VISIBLE_DEVICES"] = visible_value(job_gpus)
+        return env
+
+    def _newest_checkpoint(self) -> tuple[Path | None, float | None]:
+        """The newest complete checkpoint and when it was completed (None, None without one)."""
+        d = self.opts.checkpoint_dir
+        ckpt = train.latest_checkpoint(d) if d else None
+        ckpt_at = None
+        if ckpt is not None:
+            with contextlib.suppress(OSError):
+                ckpt_at = _completion_time(ckpt)
+        return ckpt, ckpt_at
+
+    def _say_interruption(self, cls: Classification, action: str, why: str | None) -> None:
+        self.say(f"interruption: {cls.cls} ({'planned' if cls.planned else 'unexpected'}): {cls.summary}")
+        for line in cls.evidence[:6]:
+            self.say(f"  evidence: {line}")
+        if cls.remedy:
+            self.say(f"  what to do: {cls.remedy}")
+        self.say(f"decision: {action}" + (f" ({why})" if why else ""))
+
+    def _watch_tick(
+        self,
+        proc: subprocess.Popen[bytes],
+        w: _AttemptWatch,
+        follower: LiveKernelFollower | None,
+        watcher: GpuWatcher,
+        tracker: Tracker,
+        job_gpus: list[JobGpu],
+        started: float,
+        t0: float,
+        heartbeat: Path,
+    ) -> None:
+        """One poll while the job runs: SIGHUP note, process scan, kill deadline, fatal GPU fault, hang."""
+        o = self.opts
+        now = time.monotonic()
+        if self._hup:
+            self._hup = False
+            self.say("terminal hung up (SIGHUP): still supervising; the job's output goes on into the log")
+        if now - w.last_scan >= 0.5:
+            tracker.scan()
+            with contextlib.suppress(Exception):
+                w.mem_peak = max(w.mem_peak, psutil.virtual_memory().percent)
+            w.last_scan = now
+        if self._kill_deadline is not None and now >= self._kill_deadline:
+            self.say(f"job did not stop within {o.stop_timeout_s:g}s: killing its process group")
+            killpg(proc.pid, signal.SIGKILL)
+            for p in tracker.alive():
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            self._kill_deadline = None
+        if (
+            w.fault is None
+            and o.gpu_fault_grace_s is not None
+            and self._stop_signal is None
+            and now - w.last_fault_check >= 0.2
+        ):
+            w.last_fault_check = now
+            w.fault = self._live_fatal_fault(follower, watcher, started, job_gpus, tracker.pids | {proc.pid})
+            if w.fault:
+                w.fault_deadline = now + o.gpu_fault_grace_s
+                self.say(
+                    f"fatal GPU fault on the job's GPU: {w.fault}; stopping the job "
+                    f"{'now' if o.gpu_fault_grace_s <= 0 else f'in {o.gpu_fault_grace_s:g}s'} "
+                    "unless it exits"
+                )
+        if w.fault_deadline is not None and now >= w.fault_deadline:
+            w.fault_deadline = None
+            if self._kill_deadline is None:
+                killpg(proc.pid, signal.SIGTERM)
+                self._kill_deadline = now + o.stop_timeout_s
+        if w.hang_reason is None and o.hang_timeout_s and self._stop_signal is None and w.fault is None:
+            w.hang_reason = self._hang_check(t0, started, heartbeat, watcher)
+            if w.hang_reason:
+                self.say(f"hang detected: {w.hang_reason}; stopping the job")
+                killpg(proc.pid, signal.SIGTERM)
+                self._kill_deadline = now + o.stop_timeout_s
+
+    def _attempt(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        window: KernelWindow,
+        follower: LiveKernelFollower | None,
+        tracker: Tracker,
+        watcher: GpuWatcher,
+        job_gpus: list[JobGpu],
+        heartbeat: Path,
+    ) -> AttemptResult:
         o = self.opts
         pump = self.pump
         assert pump is not None
@@ -512,10 +694,19 @@ class Supervisor:
         watcher.begin(job_gpus)
         mem_peak = psutil.virtual_memory().percent
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=env, cwd=o.cwd, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=o.cwd,
+                start_new_session=True,
+            )
         except OSError as e:
-            ev = AttemptEvidence(returncode=127, output_tail=f"gpuclinic: cannot start {argv[0]}: {e.strerror}")
+            ev = AttemptEvidence(
+                returncode=127, output_tail=f"gpuclinic: cannot start {argv[0]}: {e.strerror}"
+            )
             self.say(f"cannot start {argv[0]}: {e.strerror}")
             return AttemptResult(ev, started, time.time(), 127)
         self._proc = proc
@@ -527,52 +718,15 @@ class Supervisor:
         pump.attach(os.dup(proc.stderr.fileno()), 2)
         proc.stdout.close()
         proc.stderr.close()
-        hang_reason: str | None = None
-        fault: str | None = None
-        fault_deadline: float | None = None
-        last_scan = 0.0
-        last_fault_check = 0.0
+        w = _AttemptWatch(mem_peak=mem_peak)
         while True:
             try:
                 proc.wait(timeout=o.poll_s)
                 break
             except subprocess.TimeoutExpired:
                 pass
-            now = time.monotonic()
-            if self._hup:
-                self._hup = False
-                self.say("terminal hung up (SIGHUP): still supervising; the job's output goes on into the log")
-            if now - last_scan >= 0.5:
-                tracker.scan()
-                with contextlib.suppress(Exception):
-                    mem_peak = max(mem_peak, psutil.virtual_memory().percent)
-                last_scan = now
-            if self._kill_deadline is not None and now >= self._kill_deadline:
-                self.say(f"job did not stop within {o.stop_timeout_s:g}s: killing its process group")
-                killpg(proc.pid, signal.SIGKILL)
-                for p in tracker.alive():
-                    with contextlib.suppress(psutil.Error):
-                        p.kill()
-                self._kill_deadline = None
-            if (fault is None and o.gpu_fault_grace_s is not None and self._stop_signal is None
-                    and now - last_fault_check >= 0.2):
-                last_fault_check = now
-                fault = self._live_fatal_fault(follower, watcher, started, job_gpus, tracker.pids | {proc.pid})
-                if fault:
-                    fault_deadline = now + o.gpu_fault_grace_s
-                    self.say(f"fatal GPU fault on the job's GPU: {fault}; stopping the job "
-                             f"{'now' if o.gpu_fault_grace_s <= 0 else f'in {o.gpu_fault_grace_s:g}s'} unless it exits")
-            if fault_deadline is not None and now >= fault_deadline:
-                fault_deadline = None
-                if self._kill_deadline is None:
-                    killpg(proc.pid, signal.SIGTERM)
-                    self._kill_deadline = now + o.stop_timeout_s
-            if hang_reason is None and o.hang_timeout_s and self._stop_signal is None and fault is None:
-                hang_reason = self._hang_check(t0, started, heartbeat, watcher)
-                if hang_reason:
-                    self.say(f"hang detected: {hang_reason}; stopping the job")
-                    killpg(proc.pid, signal.SIGTERM)
-                    self._kill_deadline = now + o.stop_timeout_s
+            self._watch_tick(proc, w, follower, watcher, tracker, job_gpus, started, t0, heartbeat)
+        hang_reason, mem_peak = w.hang_reason, w.mem_peak
         ended = time.time()
         self._kill_deadline = None
         self._proc = None
@@ -580,7 +734,10 @@ class Supervisor:
         tracker.scan()
         leftovers = cleanup(proc.pid, tracker, min(o.stop_timeout_s, 3.0))
         if leftovers:
-            self.say(f"killed {len(leftovers)} leftover process(es) of the job: {', '.join(map(str, leftovers[:10]))}")
+            self.say(
+                f"killed {len(leftovers)} leftover process(es) of the job: "
+                f"{', '.join(map(str, leftovers[:10]))}"
+            )
         if not pump.join(2.0):
             self.say("warning: job output still open after exit (a descendant escaped); not waiting for it")
         reap_zombies()
@@ -603,7 +760,9 @@ class Supervisor:
             hang_reason=hang_reason,
             kernel_events=kevents,
             oom_kills=find_oom_kills(lines),
-            cgroup_oom_kills=max(0, (oom1 or 0) - (oom0 or 0)) if oom0 is not None and oom1 is not None else 0,
+            cgroup_oom_kills=max(0, (oom1 or 0) - (oom0 or 0))
+            if oom0 is not None and oom1 is not None
+            else 0,
             gpu_faults=list(watcher.faults),
             job_pids=set(tracker.pids) | {proc.pid},
             job_gpus=[g.ref() for g in job_gpus],
@@ -612,8 +771,14 @@ class Supervisor:
         )
         return AttemptResult(ev, started, ended, rc)
 
-    def _live_fatal_fault(self, follower: LiveKernelFollower | None, watcher: GpuWatcher, started: float,
-                          job_gpus: list[JobGpu], pids: set[int]) -> str | None:
+    def _live_fatal_fault(
+        self,
+        follower: LiveKernelFollower | None,
+        watcher: GpuWatcher,
+        started: float,
+        job_gpus: list[JobGpu],
+        pids: set[int],
+    ) -> str | None:
         """A fault seen while the job runs after which it cannot continue on that GPU."""
         for f in list(watcher.faults):
             if f.fatal:

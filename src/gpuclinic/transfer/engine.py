@@ -31,7 +31,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from gpuclinic import __version__
-from gpuclinic.errors import GpuclinicError, InputError
+from gpuclinic.errors import GpuclinicError
 from gpuclinic.transfer.redact import redact, safe_url
 
 MiB = 1024 * 1024
@@ -49,6 +49,10 @@ PART_SUFFIX = ".gpuclinic-part"
 STATE_SUFFIX = ".gpuclinic-state"
 LOCK_SUFFIX = ".gpuclinic-lock"
 STATE_VERSION = 1
+# Only a tail of at least this many pieces is split between connections: the victim's response
+# is closed at the cut, and what the server already sent past it (~30 KiB a steal on the bench
+# link) is fetched twice; 4 pieces (1 MiB) keep that under 3 % of the stolen bytes.
+STEAL_MIN_PIECES = 4
 
 
 class DownloadError(GpuclinicError):
@@ -104,7 +108,9 @@ class EngineOptions:
 
 
 class _Retryable(Exception):
-    def __init__(self, msg: str, retry_after: float | None = None, backoff: bool = False, connect: bool = False) -> None:
+    def __init__(
+        self, msg: str, retry_after: float | None = None, backoff: bool = False, connect: bool = False
+    ) -> None:
         super().__init__(msg)
         self.retry_after = retry_after
         self.backoff = backoff
@@ -164,7 +170,9 @@ class _Source:
 class _Segment:
     __slots__ = ("job", "pos", "end", "start", "requested_end", "active", "valid_from", "speculative")
 
-    def __init__(self, job: _Job, start: int, end: int, valid_from: int | None = None, speculative: bool = False) -> None:
+    def __init__(
+        self, job: _Job, start: int, end: int, valid_from: int | None = None, speculative: bool = False
+    ) -> None:
         self.job = job
         self.speculative = speculative
         self.start = start
@@ -217,6 +225,7 @@ class _Job:
         self.sha256_hex: str | None = None
         self.spec_next = 1  # next speculative chunk index while the size is still unknown
         self.spec_ok = True
+        self.restarted = False  # a partial download was thrown away (the server ignored Range)
 
     # -- paths
     @property
@@ -252,7 +261,9 @@ class _Job:
 class Engine:
     """Download a list of files with a shared pool of connections."""
 
-    def __init__(self, opts: EngineOptions | None = None, on_event: Callable[[str, _Job], None] | None = None) -> None:
+    def __init__(
+        self, opts: EngineOptions | None = None, on_event: Callable[[str, _Job], None] | None = None
+    ) -> None:
         self.opts = opts or EngineOptions()
         self.on_event = on_event
         self.jobs: list[_Job] = []
@@ -272,7 +283,9 @@ class Engine:
             follow_redirects=True,
             trust_env=True,
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=self.max_conn + 8),
-            timeout=httpx.Timeout(connect=self.opts.connect_timeout, read=self.opts.stall_timeout, write=30.0, pool=None),
+            timeout=httpx.Timeout(
+                connect=self.opts.connect_timeout, read=self.opts.stall_timeout, write=30.0, pool=None
+            ),
             headers={"User-Agent": self.opts.user_agent, "Accept-Encoding": "identity"},
         )
 
@@ -396,7 +409,11 @@ class Engine:
         return self._live
 
     def _allocate(self) -> _Segment | None:
-        # 1) open a file nobody is opening (the first request doubles as the probe)
+        """The next request for an idle connection, in this order of preference."""
+        return self._open_next() or self._speculative() or self._unassigned() or self._steal()
+
+    def _open_next(self) -> _Segment | None:
+        """1) Open a file nobody is opening (the first request doubles as the probe)."""
         while self._new_idx < len(self.jobs) and self.jobs[self._new_idx].state != "new":
             self._new_idx += 1
         for j in self.jobs[self._new_idx : self._new_idx + 1]:
@@ -418,14 +435,20 @@ class Engine:
                 start, end = self._opening_range(j)
                 j.spec_ok = j.spec_ok and start == 0 and end == -1
                 return _Segment(j, start, end)
-        # 1b) size unknown and the probe in flight: speculative ranged requests, so that every
-        #     connection is busy from the first round trip (aria2 and curl wait for the probe)
+        return None
+
+    def _speculative(self) -> _Segment | None:
+        """1b) Size unknown and the probe in flight: speculative ranged requests, so that every
+        connection is busy from the first round trip (aria2 and curl wait for the probe)."""
         for j in self._live_jobs():
             if j.state == "opening" and j.spec_ok and j.size is None and j.spec_next < min(8, self.target):
                 k = j.spec_next
                 j.spec_next += 1
                 return _Segment(j, k * SPECULATIVE_CHUNK, (k + 1) * SPECULATIVE_CHUNK, speculative=True)
-        # 2) an unassigned run of pieces in an open file
+        return None
+
+    def _unassigned(self) -> _Segment | None:
+        """2) An unassigned run of pieces in an open file."""
         for j in self._live_jobs():
             if j.state != "open" or not j.ranges_ok:
                 continue
@@ -444,32 +467,32 @@ class Engine:
             seg = _Segment(j, start, min(j.size, b * j.piece), valid_from=a * j.piece)
             j.segments.append(seg)
             return seg
-        # 3) steal half of the largest in-flight tail
+        return None
+
+    def _steal(self) -> _Segment | None:
+        """3) Steal half of the largest in-flight tail (so one slow connection does not hold the end)."""
         best: _Segment | None = None
         best_left = 0
         for j in self._live_jobs():
             if j.state != "open" or not j.ranges_ok:
                 continue
             for s in j.segments:
-                if not s.active:
-                    continue
-                left = s.end - s.pos
-                if left > best_left:
-                    best, best_left = s, left
-        if best is not None and best_left >= 2 * best.job.piece:
-            j = best.job
-            first_free = best.pos // j.piece + 1
-            last = -(-best.end // j.piece)
-            if last - first_free >= 1:
-                mid = (first_free + last) // 2
-                mid = max(mid, first_free)
-                cut = mid * j.piece
-                if best.pos < cut < best.end:
-                    seg = _Segment(j, cut, best.end)
-                    best.end = cut
-                    j.segments.append(seg)
-                    return seg
-        return None
+                if s.active and s.end - s.pos > best_left:
+                    best, best_left = s, s.end - s.pos
+        if best is None or best_left < STEAL_MIN_PIECES * best.job.piece:
+            return None
+        j = best.job
+        first_free = best.pos // j.piece + 1
+        last = -(-best.end // j.piece)
+        if last - first_free < 1:
+            return None
+        cut = max((first_free + last) // 2, first_free) * j.piece
+        if not best.pos < cut < best.end:
+            return None
+        seg = _Segment(j, cut, best.end)
+        best.end = cut
+        j.segments.append(seg)
+        return seg
 
     def _opening_range(self, j: _Job) -> tuple[int, int]:
         """The first request of a file: its first missing bytes according to a saved state, else 0.
@@ -559,28 +582,9 @@ class Engine:
                     break
                 raise _Retryable("connection closed early")
             except _Retryable as e:
-                if seg.pos > before:
-                    attempt = 0
-                    job.failures = 0
-                attempt += 1
-                job.failures += 1
-                src.last_error = str(e)
-                if e.retry_after is not None or e.backoff:
-                    self._back_off()
-                if job.state == "opening" and seg.pos == 0 and e.connect and attempt >= 4:
-                    src.bad = True  # nothing ever answered: do not spend a minute on a dead host
-                    attempt = 0
-                    continue
-                if attempt >= self.opts.max_retries:
-                    src.failing_until = time.monotonic() + 30
-                    if len([s for s in job.sources if not s.bad]) > 1:
-                        attempt = 0
-                    elif job.failures >= self.opts.max_retries * 3:
-                        self._fail(job, f"{job.label}: giving up after {job.failures} failures: {e}")
-                        return
-                delay = e.retry_after if e.retry_after is not None else min(8.0, 0.2 * 2 ** min(attempt, 6))
-                delay = delay * (1 + 0.25 * random.random())
-                self.stop.wait(delay)
+                attempt = self._on_retryable(seg, src, e, attempt, progressed=seg.pos > before)
+                if attempt < 0:
+                    return
             except _SourceFatal as e:
                 src.bad = True
                 src.last_error = str(e)
@@ -595,6 +599,34 @@ class Engine:
         if job.state == "opening" and seg.end == -1:
             return
         self._maybe_finish(job)
+
+    def _on_retryable(
+        self, seg: _Segment, src: _Source, e: _Retryable, attempt: int, *, progressed: bool
+    ) -> int:
+        """Count a failed try of ``seg`` (``attempt``: tries since the last progress) and wait before the
+        next one; returns the new count, or -1 when the file is given up."""
+        job = seg.job
+        if progressed:
+            attempt = 0
+            job.failures = 0
+        attempt += 1
+        job.failures += 1
+        src.last_error = str(e)
+        if e.retry_after is not None or e.backoff:
+            self._back_off()
+        if job.state == "opening" and seg.pos == 0 and e.connect and attempt >= 4:
+            src.bad = True  # nothing ever answered: do not spend a minute on a dead host
+            return 0
+        if attempt >= self.opts.max_retries:
+            src.failing_until = time.monotonic() + 30
+            if len([s for s in job.sources if not s.bad]) > 1:
+                attempt = 0
+            elif job.failures >= self.opts.max_retries * 3:
+                self._fail(job, f"{job.label}: giving up after {job.failures} failures: {e}")
+                return -1
+        delay = e.retry_after if e.retry_after is not None else min(8.0, 0.2 * 2 ** min(attempt, 6))
+        self.stop.wait(delay * (1 + 0.25 * random.random()))
+        return attempt
 
     def _no_source_msg(self, job: _Job) -> str:
         errs = "; ".join(f"{safe_url(s.url)}: {s.last_error}" for s in job.sources if s.last_error)
@@ -638,49 +670,21 @@ class Engine:
         except httpx.TimeoutException as e:
             raise _Retryable(f"timed out ({type(e).__name__})") from None
         except httpx.ConnectError as e:
-            raise _Retryable(f"cannot connect: {redact(str(e)) or 'connection refused'}", connect=True) from None
+            raise _Retryable(
+                f"cannot connect: {redact(str(e)) or 'connection refused'}", connect=True
+            ) from None
         except (httpx.TransportError, httpx.StreamError, ConnectionError) as e:
             raise _Retryable(f"{type(e).__name__}: {redact(str(e)) or 'connection error'}") from None
 
     def _check_status(self, job: _Job, src: _Source, r: httpx.Response, seg: _Segment, url: str) -> None:
+        """Accept a 200/206 answer for ``seg`` (opening or adopting the file), else raise what to do."""
         code = r.status_code
         if seg.speculative and (code == 416 or code == 200):
             raise _Abandon()
-        if code in (429, 503):
-            raise _Retryable(f"HTTP {code}", retry_after=_retry_after(r.headers.get("retry-after")), backoff=True)
-        if code in (401, 403, 404, 410) and (url != src.url or r.history):
-            # an expired signed redirect target: resolve again from the origin (at once if the
-            # old target was cached, with backoff if the origin just handed out a dead one)
-            if src.resolved == url:
-                src.resolved = None
-            if url == src.url:
-                src.fresh_failures += 1
-                if src.fresh_failures >= 4:
-                    raise _SourceFatal(f"HTTP {code} from the redirect target {safe_url(str(r.url))}")
-            raise _Retryable(f"HTTP {code} from redirect target (re-resolving)", retry_after=0.0 if url != src.url else None)
-        if code >= 500:
-            raise _Retryable(f"HTTP {code}")
-        if code not in (200, 206):
-            raise _SourceFatal(f"HTTP {code} {r.reason_phrase}".strip())
+        self._raise_for_status(src, r, url)
         src.fresh_failures = 0
         etag = r.headers.get("etag")
-        if code == 206:
-            cr = r.headers.get("content-range", "")
-            try:
-                rng, total_s = cr.split(" ", 1)[1].split("/")
-                start = int(rng.split("-")[0])
-                total = int(total_s)
-            except (IndexError, ValueError):
-                raise _SourceFatal(f"bad Content-Range {cr!r}") from None
-            if start != seg.pos:
-                raise _SourceFatal(f"server answered range at {start}, asked {seg.pos}")
-        else:
-            cl = r.headers.get("content-length")
-            total = int(cl) if cl and cl.isdigit() else -1
-            if seg.pos != 0 or job.state == "open":
-                if src.etag and etag and etag != src.etag:
-                    raise _ObjectChanged()
-                raise _SourceFatal("server ignored the Range header")
+        total = self._range_total(r, seg) if code == 206 else self._whole_body_total(job, src, r, seg, etag)
         if etag and src.etag is None:
             src.etag = etag
         elif etag and src.etag and etag != src.etag:
@@ -697,12 +701,76 @@ class Engine:
             if seg.speculative and job.state not in ("opening", "open"):
                 raise _Abandon()
 
+    @staticmethod
+    def _raise_for_status(src: _Source, r: httpx.Response, url: str) -> None:
+        """Anything but 200/206: retry (429/503/5xx, an expired signed redirect) or ban the source."""
+        code = r.status_code
+        if code in (429, 503):
+            raise _Retryable(
+                f"HTTP {code}", retry_after=_retry_after(r.headers.get("retry-after")), backoff=True
+            )
+        if code in (401, 403, 404, 410) and (url != src.url or r.history):
+            # an expired signed redirect target: resolve again from the origin (at once if the
+            # old target was cached, with backoff if the origin just handed out a dead one)
+            if src.resolved == url:
+                src.resolved = None
+            if url == src.url:
+                src.fresh_failures += 1
+                if src.fresh_failures >= 4:
+                    raise _SourceFatal(f"HTTP {code} from the redirect target {safe_url(str(r.url))}")
+            raise _Retryable(
+                f"HTTP {code} from redirect target (re-resolving)",
+                retry_after=0.0 if url != src.url else None,
+            )
+        if code >= 500:
+            raise _Retryable(f"HTTP {code}")
+        if code not in (200, 206):
+            raise _SourceFatal(f"HTTP {code} {r.reason_phrase}".strip())
+
+    @staticmethod
+    def _range_total(r: httpx.Response, seg: _Segment) -> int:
+        """The file size from a 206's Content-Range, which must start where ``seg`` asked."""
+        cr = r.headers.get("content-range", "")
+        try:
+            rng, total_s = cr.split(" ", 1)[1].split("/")
+            start = int(rng.split("-")[0])
+            total = int(total_s)
+        except (IndexError, ValueError):
+            raise _SourceFatal(f"bad Content-Range {cr!r}") from None
+        if start != seg.pos:
+            raise _SourceFatal(f"server answered range at {start}, asked {seg.pos}")
+        return total
+
+    def _whole_body_total(
+        self, job: _Job, src: _Source, r: httpx.Response, seg: _Segment, etag: str | None
+    ) -> int:
+        """A 200: the whole file (-1 if its length is unknown).  As the answer to a resume request it
+        means the server ignores Range; at the opening that is a fresh start from byte 0."""
+        cl = r.headers.get("content-length")
+        total = int(cl) if cl and cl.isdigit() else -1
+        if seg.pos != 0 or job.state == "open":
+            if src.etag and etag and etag != src.etag:
+                raise _ObjectChanged()
+            if job.state != "opening":
+                raise _SourceFatal("server ignored the Range header")
+            # a resume request answered with the whole file (python -m http.server, some
+            # proxies): this server cannot resume, so use this body from byte 0 and say so
+            seg.start = seg.pos = seg.valid_from = 0
+            seg.end = seg.requested_end = -1
+            job.restarted = True
+            self._emit("restart", job)
+        return total
+
     def _adopt(self, job: _Job, seg: _Segment) -> None:
         """A request sent before the size was known (probe or speculative) answered after the file
         was opened by another one: keep it if its pieces are still free, else drop the response."""
         assert job.size is not None
         if seg.end == -1 or seg.end > job.size:
-            seg.end = job.size if seg.end > job.size else min(job.size, seg.pos + self._seg_pieces(job.size, job.piece) * job.piece)
+            seg.end = (
+                job.size
+                if seg.end > job.size
+                else min(job.size, seg.pos + self._seg_pieces(job.size, job.piece) * job.piece)
+            )
             if seg.requested_end == -1 or seg.requested_end > job.size:
                 seg.requested_end = job.size if seg.requested_end > job.size else seg.requested_end
         a = seg.pos // job.piece
@@ -715,7 +783,9 @@ class Engine:
             seg.end = seg.pos
             raise _Abandon()
 
-    def _open(self, job: _Job, total: int | None, etag: str | None, *, ranges: bool, seg: _Segment | None) -> None:
+    def _open(
+        self, job: _Job, total: int | None, etag: str | None, *, ranges: bool, seg: _Segment | None
+    ) -> None:
         """First response headers of a file arrived: size it, load resume state, plan pieces."""
         if job.size is not None and total is not None and total != job.size:
             raise _SourceFatal(f"server reports {total} bytes, expected {job.size}")
@@ -759,34 +829,39 @@ class Engine:
             seg.end = seg.requested_end = size
             job.segments.append(seg)
         else:
-            if seg.end == -1:
-                seg.end = min(size, self._seg_pieces(size, job.piece) * job.piece)
-            if seg.end > size:
-                seg.end = size
-                seg.requested_end = size  # the server's answer ends at the file end anyway
-            a = seg.pos // job.piece
-            b = min(n, -(-seg.end // job.piece))
-            keep = (
-                seg.pos == a * job.piece + job.partial.get(a, 0)
-                and a < b
-                and not any(job.done[a:b])
-                and not any(i in job.partial for i in range(a + 1, b))
-            )
-            if keep and size > 0:
-                job.assigned[a:b] = b"\x01" * (b - a)
-                job.partial.pop(a, None)
-                seg.valid_from = a * job.piece
-                job.segments.append(seg)
-            else:
-                seg.end = seg.pos  # we asked for bytes we already have: drop this response, re-plan
-            for i in range(n):
-                if job.done[i]:
-                    job.assigned[i] = 1
+            self._plan_opening(job, seg, size)
         job.state = "open"
         self.cv.notify_all()
         self._emit("open", job)
         if seg is not None and (size == 0 or all(job.done)):
             seg.end = seg.pos
+
+    def _plan_opening(self, job: _Job, seg: _Segment, size: int) -> None:
+        """The ranged answer that opened ``job``: keep it for its pieces if they are still missing."""
+        n = job.npieces
+        if seg.end == -1:
+            seg.end = min(size, self._seg_pieces(size, job.piece) * job.piece)
+        if seg.end > size:
+            seg.end = size
+            seg.requested_end = size  # the server's answer ends at the file end anyway
+        a = seg.pos // job.piece
+        b = min(n, -(-seg.end // job.piece))
+        keep = (
+            seg.pos == a * job.piece + job.partial.get(a, 0)
+            and a < b
+            and not any(job.done[a:b])
+            and not any(i in job.partial for i in range(a + 1, b))
+        )
+        if keep and size > 0:
+            job.assigned[a:b] = b"\x01" * (b - a)
+            job.partial.pop(a, None)
+            seg.valid_from = a * job.piece
+            job.segments.append(seg)
+        else:
+            seg.end = seg.pos  # we asked for bytes we already have: drop this response, re-plan
+        for i in range(n):
+            if job.done[i]:
+                job.assigned[i] = 1
 
     def _stream(self, seg: _Segment, idx: int, r: httpx.Response) -> None:
         job = seg.job
@@ -914,7 +989,11 @@ class Engine:
         others = [i for i in good_left if i != suspect]
         if job.verify_rounds > len(job.sources) + 1 or (not others and job.verify_rounds > 1):
             self._discard(job)
-            self._fail(job, f"{job.label}: sha256 mismatch (got {digest[:16]}..., expected {(job.spec.sha256 or '')[:16]}...) from every source")
+            self._fail(
+                job,
+                f"{job.label}: sha256 mismatch (got {digest[:16]}..., expected "
+                f"{(job.spec.sha256 or '')[:16]}...) from every source",
+            )
             return
         if others:
             job.sources[suspect].bad = True
@@ -936,7 +1015,9 @@ class Engine:
             job.hashed_pieces = 0
             job.sha = hashlib.sha256()
             job.gsha = _git_sha1_hasher(job.size or 0) if job.spec.git_sha1 else None
-            job.bytes_done = sum(job.piece_range(i)[1] - job.piece_range(i)[0] for i in range(job.npieces) if job.done[i])
+            job.bytes_done = sum(
+                job.piece_range(i)[1] - job.piece_range(i)[0] for i in range(job.npieces) if job.done[i]
+            )
             job.state = "open"
             self.cv.notify_all()
         self._save(job, force=True)
@@ -1006,7 +1087,11 @@ class Engine:
                     job.done[i] = 1
             for k, v in st.get("partial", {}).items():
                 i, valid = int(k), int(v)
-                if 0 <= i < n and not job.done[i] and 0 < valid < job.piece_range(i)[1] - job.piece_range(i)[0]:
+                if (
+                    0 <= i < n
+                    and not job.done[i]
+                    and 0 < valid < job.piece_range(i)[1] - job.piece_range(i)[0]
+                ):
                     job.partial[i] = valid
         except (KeyError, ValueError, IndexError, TypeError):
             job.done[:] = bytearray(job.npieces)
@@ -1072,7 +1157,10 @@ class Engine:
             for j in self.jobs:
                 if j.state != "open" or not j.dirty or j.size is None:
                     continue
-                if j.bytes_done - j.saved_bytes >= j.save_step or now - j.last_save >= self.opts.save_interval:
+                if (
+                    j.bytes_done - j.saved_bytes >= j.save_step
+                    or now - j.last_save >= self.opts.save_interval
+                ):
                     if j.save_lock.acquire(blocking=False):
                         try:
                             self._save(j)
@@ -1106,7 +1194,12 @@ class Engine:
                     j.state == "opening" or (j.state == "open" and 0 in j.assigned) for j in live
                 )
                 tail = sum(max(0, s.end - s.pos) for j in live for s in j.segments if s.active)
-                if rate > base_rate * 1.12 and self.target < self.max_conn and busy >= self.target - 1 and (pending or tail > 8 * MiB):
+                if (
+                    rate > base_rate * 1.12
+                    and self.target < self.max_conn
+                    and busy >= self.target - 1
+                    and (pending or tail > 8 * MiB)
+                ):
                     base_rate = rate
                     prev_target = self.target
                     self.target = min(self.max_conn, max(self.target + 1, int(self.target * 1.5)))
@@ -1172,8 +1265,9 @@ def _check_free(path: Path, need: int, reserve: int, part: Path | None = None) -
     if override and override.isdigit():
         free = int(override)
     if need > 0 and need + reserve > free:
-        raise InputError(
-            f"not enough disk space in {path}: need {_human(need)} (+{_human(reserve)} reserve), {_human(free)} free"
+        raise GpuclinicError(  # the input is fine; this machine cannot hold it: could not run
+            f"not enough disk space in {path}: need {_human(need)} (+{_human(reserve)} reserve), "
+            f"{_human(free)} free"
         )
 
 
@@ -1196,8 +1290,3 @@ def _fsync_dir(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def iter_results_json(results: list[FileResult]) -> Iterator[str]:
-    for r in results:
-        yield json.dumps(r.to_dict(), sort_keys=True)

@@ -30,14 +30,30 @@ from urllib.parse import urlsplit
 from gpuclinic.errors import GpuclinicError, InputError
 
 _PERMANENT = re.compile(
-    r"repository .* not found|repository .* does not exist|not found|authentication failed|could not read username|could not read password|"
+    r"repository .* not found|repository .* does not exist|not found|authentication failed|"
+    r"could not read username|could not read password|"
     r"permission denied|does not appear to be a git repository|invalid username or password|"
     r"returned error: (401|403|404)|already exists and is not an empty directory|"
-    r"remote branch .* not found|couldn't find remote ref|terminal prompts disabled|access denied|not exported",
+    r"remote branch .* not found|couldn't find remote ref|terminal prompts disabled|access denied|"
+    r"not exported",
     re.I,
 )
-_UNREACHABLE = re.compile(r"could not resolve host|failed to connect|connection refused|no route to host|"
-                          r"network is unreachable|unable to connect", re.I)
+_DNS = re.compile(
+    r"could not resolve host|could not resolve hostname|name or service not known|"
+    r"temporary failure in name resolution|nodename nor servname",
+    re.I,
+)
+# git still clones, in full, when the server (or a local path) does not do what the strategy asks
+_IGNORED = re.compile(
+    r"filtering not recognized by server|--filter is ignored|--depth is ignored|"
+    r"shallow.* not supported|server does not support shallow",
+    re.I,
+)
+_UNREACHABLE = re.compile(
+    r"failed to connect|connection refused|no route to host|"
+    r"network is unreachable|unable to connect",
+    re.I,
+)
 
 STRATEGIES = ("blobless", "shallow", "treeless", "full")
 
@@ -71,6 +87,17 @@ class CloneResult:
     attempts: list[Attempt]
     resumed: bool = False
     config: list[str] = field(default_factory=list)  # the -c url.X.insteadOf=Y used, if a mirror
+    ignored: str | None = None  # git's warning when it cloned in full despite the strategy
+
+
+def effective_strategy(strategy: str, stderr_tail: str) -> tuple[str, str | None]:
+    """What git really did: a server without filter support (or a local path) gets a full clone."""
+    if strategy == "full":
+        return strategy, None
+    for ln in re.split(r"[\r\n]+", stderr_tail):
+        if _IGNORED.search(ln):
+            return "full", scrub(ln.strip())
+    return strategy, None
 
 
 def default_dest(url: str) -> str:
@@ -124,9 +151,11 @@ def insteadof_for(url: str, mirror: str) -> tuple[str, str]:
 
 
 def classify(stderr_tail: str) -> str:
-    """permanent | unreachable | transient, from git's messages."""
+    """permanent | dns | unreachable | transient, from git's messages."""
     if _PERMANENT.search(stderr_tail):
         return "permanent"
+    if _DNS.search(stderr_tail):
+        return "dns"
     if _UNREACHABLE.search(stderr_tail):
         return "unreachable"
     return "transient"
@@ -154,10 +183,18 @@ def run_git(argv: list[str], cwd: Path | None, quiet: bool, out: IO[bytes] | Non
     """Run git (no shell), copying its stderr through live and keeping the last 16 KiB for errors."""
     env = dict(os.environ)
     env["LC_ALL"] = "C"  # messages we classify are English
-    env.setdefault("GIT_TERMINAL_PROMPT", "0" if not sys.stdin.isatty() else env.get("GIT_TERMINAL_PROMPT", "1"))
+    env.setdefault(
+        "GIT_TERMINAL_PROMPT", "0" if not sys.stdin.isatty() else env.get("GIT_TERMINAL_PROMPT", "1")
+    )
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL if not sys.stdin.isatty() else None,
-                                stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL if not sys.stdin.isatty() else None,
+            stdout=subprocess.DEVNULL if quiet else None,
+            stderr=subprocess.PIPE,
+        )
     except OSError as e:
         raise GpuclinicError(f"cannot run git: {e.strerror or e}") from e
     tail = bytearray()
@@ -204,8 +241,12 @@ def _git_base(cfg: list[str]) -> list[str]:
 
 
 def strategy_args(strategy: str, branch: str | None) -> list[str]:
-    args = {"blobless": ["--filter=blob:none"], "treeless": ["--filter=tree:0"],
-            "shallow": ["--depth", "1", "--single-branch"], "full": []}[strategy]
+    args = {
+        "blobless": ["--filter=blob:none"],
+        "treeless": ["--filter=tree:0"],
+        "shallow": ["--depth", "1", "--single-branch"],
+        "full": [],
+    }[strategy]
     if branch:
         args += ["--branch", branch]
     return args
@@ -258,12 +299,7 @@ def clone(
     existed = target.exists()
     if existed and (not target.is_dir() or any(target.iterdir())):
         raise InputError(f"destination path '{target}' already exists and is not an empty directory")
-    sources = [Source("origin")]
-    for m in mirrors:
-        base, prefix = insteadof_for(url, resolve_mirror(m))
-        sources.append(Source(scrub(base), [f"url.{base}.insteadOf={prefix}"]))
-    if mirror_first and len(sources) > 1:
-        sources = sources[1:] + sources[:1]
+    sources = _sources(url, mirrors, mirror_first)
     attempts: list[Attempt] = []
     last_err = "clone failed"
     for si, src in enumerate(sources):
@@ -271,42 +307,80 @@ def clone(
         n = 0
         while n < tries:
             n += 1
-            argv = [*_git_base(src.config), "clone", *strategy_args(strategy, branch)]
-            if not quiet and sys.stderr.isatty():
-                argv.append("--progress")
-            if quiet:
-                argv.append("--quiet")
-            argv += ["--", url, str(target)]
+            argv = _clone_argv(src, strategy, branch, quiet, url, target)
             t0 = time.monotonic()
             rc, tail = run(argv, None, quiet)
             err = None if rc == 0 else (last_error_line(tail) or f"git exited with {rc}")
             attempts.append(Attempt(src.label, "clone", rc, err, time.monotonic() - t0))
             if rc == 0:
-                return CloneResult(target, src.label, strategy, attempts, config=src.config)
+                eff, ignored = effective_strategy(strategy, tail)
+                return CloneResult(target, src.label, eff, attempts, config=src.config, ignored=ignored)
             last_err = err or last_err
             # The clone may have succeeded with only the checkout (on-demand blob fetch) failing: resume it.
             if _has_head(target, run):
                 resumed = _resume_checkout(target, src, tries, quiet, backoff_s, run, attempts, say)
                 if resumed:
-                    return CloneResult(target, src.label, strategy, attempts, resumed=True, config=src.config)
+                    eff, ignored = effective_strategy(strategy, tail)
+                    return CloneResult(
+                        target, src.label, eff, attempts, resumed=True, config=src.config, ignored=ignored
+                    )
                 last_err = attempts[-1].error or last_err
             _clear(target, existed)
             kind = classify(tail)
             if kind == "permanent":  # not found / auth: retrying this source cannot help; another might
                 break
+            if kind == "dns":  # the name does not resolve: seconds later it will not either
+                last_err += (
+                    " (DNS lookup failed: `gpuclinic net` shows what resolves here; "
+                    "--mirror URL uses another host)"
+                )
+                break
             if kind == "unreachable":
                 tries = min(tries, 2)
             if n < tries:
                 wait = backoff_s * (2 ** (n - 1))
-                say(f"transfer broke ({last_err}); retrying from {src.label} in {wait:g}s (attempt {n + 1}/{tries})")
+                say(
+                    f"transfer broke ({last_err}); retrying from {src.label} in {wait:g}s "
+                    f"(attempt {n + 1}/{tries})"
+                )
                 time.sleep(wait)
         if si + 1 < len(sources):
             say(f"{src.label} failed ({last_err}); falling back to {sources[si + 1].label}")
     raise GitCloneError(f"git clone failed after {len(attempts)} attempt(s): {last_err}")
 
 
-def _resume_checkout(dest: Path, src: Source, tries: int, quiet: bool, backoff_s: float, run: Runner,
-                     attempts: list[Attempt], say: Callable[[str], None]) -> bool:
+def _sources(url: str, mirrors: Sequence[str], mirror_first: bool) -> list[Source]:
+    """The origin and each mirror (as a ``-c url.X.insteadOf=Y`` rewrite), in the order to try."""
+    sources = [Source("origin")]
+    for m in mirrors:
+        base, prefix = insteadof_for(url, resolve_mirror(m))
+        sources.append(Source(scrub(base), [f"url.{base}.insteadOf={prefix}"]))
+    if mirror_first and len(sources) > 1:
+        sources = sources[1:] + sources[:1]
+    return sources
+
+
+def _clone_argv(
+    src: Source, strategy: str, branch: str | None, quiet: bool, url: str, target: Path
+) -> list[str]:
+    argv = [*_git_base(src.config), "clone", *strategy_args(strategy, branch)]
+    if not quiet and sys.stderr.isatty():
+        argv.append("--progress")
+    if quiet:
+        argv.append("--quiet")
+    return [*argv, "--", url, str(target)]
+
+
+def _resume_checkout(
+    dest: Path,
+    src: Source,
+    tries: int,
+    quiet: bool,
+    backoff_s: float,
+    run: Runner,
+    attempts: list[Attempt],
+    say: Callable[[str], None],
+) -> bool:
     """Finish a clone whose objects arrived but whose checkout failed (lazy blob fetch broke)."""
     for n in range(1, tries + 1):
         say(f"clone fetched history but checkout failed; resuming checkout in {dest} (attempt {n}/{tries})")

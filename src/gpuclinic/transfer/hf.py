@@ -22,12 +22,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
 from gpuclinic.errors import GpuclinicError, InputError
 from gpuclinic.transfer.engine import DownloadError, Engine, EngineOptions, FileResult, FileSpec, _origin
+from gpuclinic.transfer.neterr import net_cause
 from gpuclinic.transfer.redact import add_secret, redact, safe_url
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -108,7 +109,7 @@ def parse_repo(repo: str) -> str:
             r = r[len(prefix) :]
     r = r.strip("/")
     if not _REPO_RE.match(r) or ".." in r:
-        raise InputError(f"not a Hugging Face repo id: {redact(repo)!r} (expected ORG/NAME)", exit_code=2)
+        raise InputError(f"not a Hugging Face repo id: {redact(repo)!r} (expected ORG/NAME)")
     return r
 
 
@@ -128,8 +129,14 @@ def safe_repo_path(path: str) -> PurePosixPath:
 
 
 def _check_revision(rev: str) -> str:
-    if not rev.strip() or rev != rev.strip() or rev.startswith("/") or "\\" in rev or any(p in ("", ".", "..") for p in rev.split("/")):
-        raise InputError(f"invalid revision {rev!r}", exit_code=2)
+    if (
+        not rev.strip()
+        or rev != rev.strip()
+        or rev.startswith("/")
+        or "\\" in rev
+        or any(p in ("", ".", "..") for p in rev.split("/"))
+    ):
+        raise InputError(f"invalid revision {rev!r}")
     return rev
 
 
@@ -148,11 +155,17 @@ def _hub_error(r: httpx.Response, repo_id: str, what: str) -> GpuclinicError:
     if code == "EntryNotFound":
         return DownloadError(f"{repo_id}: file not found: {what} (HTTP {r.status_code})")
     if r.status_code == 401 or code == "RepoNotFound":
-        hint = "check the name, or set HF_TOKEN if it is private" if r.status_code == 401 else "check the name"
-        return DownloadError(f"{repo_id}: repository not found or not accessible ({hint}; HTTP {r.status_code})")
+        hint = (
+            "check the name, or set HF_TOKEN if it is private" if r.status_code == 401 else "check the name"
+        )
+        return DownloadError(
+            f"{repo_id}: repository not found or not accessible ({hint}; HTTP {r.status_code})"
+        )
     if r.status_code == 403:
         return DownloadError(f"{repo_id}: access denied (HTTP 403{': ' + msg if msg else ''})")
-    return DownloadError(f"{repo_id}: Hub request failed: HTTP {r.status_code} {r.reason_phrase} from {safe_url(str(r.url))}")
+    return DownloadError(
+        f"{repo_id}: Hub request failed: HTTP {r.status_code} {r.reason_phrase} from {safe_url(str(r.url))}"
+    )
 
 
 def fetch_repo_info(
@@ -169,7 +182,9 @@ def fetch_repo_info(
         commit = str(info["sha"])
         siblings = info.get("siblings") or []
     except (ValueError, KeyError, TypeError):
-        raise DownloadError(f"{repo_id}: unexpected Hub API answer from {safe_url(url)} (is HF_ENDPOINT a Hub?)") from None
+        raise DownloadError(
+            f"{repo_id}: unexpected Hub API answer from {safe_url(url)} (is HF_ENDPOINT a Hub?)"
+        ) from None
     if not _HEX40.match(commit):
         raise DownloadError(f"{repo_id}: Hub API returned an invalid commit id")
     files: list[RepoFile] = []
@@ -188,7 +203,9 @@ def fetch_repo_info(
     return commit, files
 
 
-def _tree(client: httpx.Client, repo_id: str, commit: str, repo_type: str, headers: dict[str, str]) -> list[RepoFile]:
+def _tree(
+    client: httpx.Client, repo_id: str, commit: str, repo_type: str, headers: dict[str, str]
+) -> list[RepoFile]:
     url: str | None = f"{hf_endpoint()}/api/{repo_type}s/{repo_id}/tree/{commit}?recursive=true&expand=false"
     out: list[RepoFile] = []
     pages = 0
@@ -208,13 +225,26 @@ def _tree(client: httpx.Client, repo_id: str, commit: str, repo_type: str, heade
     return out
 
 
+def unreachable(e: BaseException) -> DownloadError:
+    """One line that names the cause (DNS, connect, TLS, timeout) and where to look next."""
+    endpoint = hf_endpoint()
+    host = urlsplit(endpoint).hostname or endpoint
+    cause = net_cause(e).describe(host)
+    return DownloadError(
+        f"cannot reach the Hub at {safe_url(endpoint)}: {cause}; run `gpuclinic net` to see "
+        "which endpoints and mirrors work here, then set HF_ENDPOINT to a reachable one"
+    )
+
+
 def _get(client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
-    last = ""
+    last: BaseException | None = None
     for attempt in range(5):
         try:
             r = client.get(url, headers=headers)
         except httpx.HTTPError as e:
-            last = f"{type(e).__name__}"
+            if net_cause(e).permanent:
+                raise unreachable(e) from None  # no DNS, refused, bad TLS: a retry will not help
+            last = e
             time.sleep(min(4.0, 0.3 * 2**attempt))
             continue
         if r.status_code in (429, 500, 502, 503, 504) and attempt < 4:
@@ -222,7 +252,9 @@ def _get(client: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Respo
             time.sleep(min(30.0, float(ra)) if ra.replace(".", "", 1).isdigit() else 0.5 * 2**attempt)
             continue
         return r
-    raise DownloadError(f"cannot reach the Hub at {safe_url(hf_endpoint())}: {last or 'no answer'}")
+    if last is not None:
+        raise unreachable(last)
+    raise DownloadError(f"cannot reach the Hub at {safe_url(hf_endpoint())}: no answer")
 
 
 # ---------------------------------------------------------------------- cache layout
@@ -276,7 +308,7 @@ def _link(snapshot: Path, rel: PurePosixPath, blob: Path) -> None:
 def _write_ref(repo_dir: Path, revision: str, commit: str) -> None:
     ref = repo_dir / "refs" / revision
     if not _inside(repo_dir / "refs", ref.parent if ref.parent.exists() else repo_dir / "refs"):
-        raise InputError(f"invalid revision {revision!r}", exit_code=2)
+        raise InputError(f"invalid revision {revision!r}")
     ref.parent.mkdir(parents=True, exist_ok=True)
     tmp = ref.with_name(ref.name + ".gpuclinic-tmp")
     tmp.write_text(commit)
@@ -308,7 +340,7 @@ def download_repo(
     t0 = time.monotonic()
     repo_id = parse_repo(repo)
     if repo_type not in ("model", "dataset"):
-        raise InputError(f"unsupported repo type {repo_type!r}", exit_code=2)
+        raise InputError(f"unsupported repo type {repo_type!r}")
     rev = _check_revision("main" if revision is None else revision)  # --revision "" is a mistake, not main
     token = hf_token()
     endpoint = hf_endpoint()
@@ -316,27 +348,34 @@ def download_repo(
     cache = hub_cache(cache_dir)
     repo_dir = cache / f"{repo_type}s--{repo_id.replace('/', '--')}"
     with httpx.Client(
-        follow_redirects=False, trust_env=True, timeout=httpx.Timeout(20.0),
+        follow_redirects=False,
+        trust_env=True,
+        timeout=httpx.Timeout(20.0, connect=5.0),
         headers={"User-Agent": f"gpuclinic/{_version()}"},
     ) as client:
         try:
             commit, files = fetch_repo_info(client, repo_id, rev, repo_type, headers)
         except httpx.HTTPError as e:
-            raise DownloadError(f"cannot reach the Hub at {safe_url(endpoint)}: {type(e).__name__}") from None
+            raise unreachable(e) from None
     wanted = _select(files, include or [], exclude or [])
     if not wanted:
-        raise InputError(f"{repo_id}@{rev}: no file matches the include/exclude patterns", exit_code=2)
+        raise InputError(f"{repo_id}@{rev}: no file matches the include/exclude patterns")
     blobs = repo_dir / "blobs"
     snapshot = repo_dir / "snapshots" / commit
     try:
         blobs.mkdir(parents=True, exist_ok=True)
         snapshot.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise GpuclinicError(f"cannot create the Hub cache in {cache}: {e.strerror or e} (set --cache-dir or HF_HUB_CACHE)") from None
+        raise InputError(
+            f"cannot create the Hub cache in {cache}: {e.strerror or e} (set --cache-dir or HF_HUB_CACHE)"
+        ) from None
     with contextlib.suppress(OSError):
         tag = cache / "CACHEDIR.TAG"
         if not tag.exists():
-            tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by gpuclinic.\n")
+            tag.write_text(
+                "Signature: 8a477f597d28d172789f06886806bc55\n"
+                "# This file is a cache directory tag created by gpuclinic.\n"
+            )
     prefix = "datasets/" if repo_type == "dataset" else ""
     specs: list[FileSpec] = []
     present: list[FileResult] = []
@@ -344,7 +383,9 @@ def download_repo(
     for f in sorted(wanted, key=lambda x: -x.size):
         blob = blobs / f.etag
         if _blob_ok(blob, f):
-            present.append(FileResult(str(blob), f.size, f.etag if f.lfs else None, 0.0, 0, f.size, "", "skipped"))
+            present.append(
+                FileResult(str(blob), f.size, f.etag if f.lfs else None, 0.0, 0, f.size, "", "skipped")
+            )
             continue
         if f.etag in by_etag:
             continue  # the same content under two names: download once

@@ -61,7 +61,9 @@ class ProgressDisplay:
         self._thread.start()
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(2)
@@ -87,7 +89,10 @@ class ProgressDisplay:
             pct = f"{100 * done / total:.0f}%" if known and total else "?"
             nfiles = sum(1 for r in rows if r[3] == "done")
             print(
-                redact(f"gpuclinic get: {pct} {done / 2**20:.1f}/{total / 2**20:.1f} MiB, {nfiles}/{len(rows)} files"),
+                redact(
+                    f"gpuclinic get: {pct} {done / 2**20:.1f}/{total / 2**20:.1f} MiB, "
+                    f"{nfiles}/{len(rows)} files"
+                ),
                 file=sys.stderr,
                 flush=True,
             )

@@ -48,6 +48,8 @@ def safe_url(url: str) -> str:
         return redact(url)
     query = p.query
     if query:
-        pairs = [(k, "***" if _SECRET_KEYS.search(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)]
+        pairs = [
+            (k, "***" if _SECRET_KEYS.search(k) else v) for k, v in parse_qsl(query, keep_blank_values=True)
+        ]
         query = urlencode(pairs, safe="*")
     return redact(urlunsplit((p.scheme, host, p.path, query, "")))

@@ -165,7 +165,9 @@ class WanSim:
     ) -> RepoSpec:
         commit = commit or hashlib.sha1(repo_id.encode() + str(sorted(files)).encode()).hexdigest()
         lfs = {p for p, d in files.items() if len(d) >= lfs_min_size}
-        spec = RepoSpec(repo_id, repo_type, dict(files), commit, refs or {"main": commit}, lfs, gated, private)
+        spec = RepoSpec(
+            repo_id, repo_type, dict(files), commit, refs or {"main": commit}, lfs, gated, private
+        )
         self.repos[(repo_type, repo_id)] = spec
         for p, d in files.items():
             spec.sha256[p] = hashlib.sha256(d).hexdigest()
@@ -201,10 +203,14 @@ class WanSim:
             self._loop = loop
             try:
                 main = loop.run_until_complete(
-                    asyncio.start_server(self._serve_main, "127.0.0.1", port, backlog=1024, reuse_address=True)
+                    asyncio.start_server(
+                        self._serve_main, "127.0.0.1", port, backlog=1024, reuse_address=True
+                    )
                 )
                 cdn = loop.run_until_complete(
-                    asyncio.start_server(self._serve_cdn, "127.0.0.1", cdn_port, backlog=1024, reuse_address=True)
+                    asyncio.start_server(
+                        self._serve_cdn, "127.0.0.1", cdn_port, backlog=1024, reuse_address=True
+                    )
                 )
             except BaseException as e:  # pragma: no cover - bind failures
                 err.append(e)
@@ -445,11 +451,15 @@ class WanSim:
             return
         await self._resolve(method, path, headers, writer, conn)
 
-    async def _json(self, writer: asyncio.StreamWriter, status: int, obj: Any, extra: dict[str, str] | None = None) -> None:
+    async def _json(
+        self, writer: asyncio.StreamWriter, status: int, obj: Any, extra: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(obj).encode()
         await self._send(writer, status, {"Content-Type": "application/json", **(extra or {})}, data)
 
-    async def _hub_error(self, writer: asyncio.StreamWriter, status: int, code: str, message: str, head: bool = False) -> None:
+    async def _hub_error(
+        self, writer: asyncio.StreamWriter, status: int, code: str, message: str, head: bool = False
+    ) -> None:
         data = json.dumps({"error": message}).encode()
         h = {"Content-Type": "application/json", "X-Error-Code": code, "X-Error-Message": message}
         await self._send(writer, status, h, data, head_only=head)
@@ -485,7 +495,12 @@ class WanSim:
         if await self._rate_limited(writer):
             return
         size = len(data)
-        h = {"ETag": f'"{etag}"', "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream", **extra}
+        h = {
+            "ETag": f'"{etag}"',
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+            **extra,
+        }
         rng = None if self.knobs.no_ranges else headers.get("range")
         if_range = headers.get("if-range")
         if rng and if_range and if_range.strip('"').removeprefix("W/").strip('"') != etag:
@@ -499,9 +514,13 @@ class WanSim:
             assert end is not None
             h["Content-Range"] = f"bytes {start}-{end}/{size}"
             body = memoryview(data)[start : end + 1]
-            await self._send(writer, 206, h, body, head_only=method == "HEAD", account=account, offset=start, conn=conn)
+            await self._send(
+                writer, 206, h, body, head_only=method == "HEAD", account=account, offset=start, conn=conn
+            )
             return
-        await self._send(writer, 200, h, data, head_only=method == "HEAD", content_length=size, account=account, conn=conn)
+        await self._send(
+            writer, 200, h, data, head_only=method == "HEAD", content_length=size, account=account, conn=conn
+        )
 
     # ----------------------------------------------------------------- Hub
     def _find_repo(self, repo_type: str, rest: str) -> tuple[RepoSpec | None, str, str]:
@@ -513,7 +532,14 @@ class WanSim:
                 return self.repos[(repo_type, rid)], rid, "/".join(segs[n:])
         return None, "/".join(segs[:2]), "/".join(segs[2:])
 
-    async def _check_access(self, spec: RepoSpec | None, rid: str, headers: dict[str, str], writer: asyncio.StreamWriter, head: bool) -> bool:
+    async def _check_access(
+        self,
+        spec: RepoSpec | None,
+        rid: str,
+        headers: dict[str, str],
+        writer: asyncio.StreamWriter,
+        head: bool,
+    ) -> bool:
         if spec is None or (spec.private and not self._authorized(headers)):
             if self._authorized(headers):
                 await self._hub_error(writer, 404, "RepoNotFound", "Repository not found", head)
@@ -523,8 +549,13 @@ class WanSim:
                 )
             return False
         if spec.gated and not self._authorized(headers):
-            msg = f"Access to model {rid} is restricted. You must have access to it and be authenticated to access it. Please log in."
-            await self._hub_error(writer, 401 if "authorization" not in headers else 403, "GatedRepo", msg, head)
+            msg = (
+                f"Access to model {rid} is restricted. You must have access to it and be authenticated "
+                "to access it. Please log in."
+            )
+            await self._hub_error(
+                writer, 401 if "authorization" not in headers else 403, "GatedRepo", msg, head
+            )
             return False
         return True
 
@@ -540,7 +571,14 @@ class WanSim:
             e["lfs"] = {"sha256": spec.sha256[p], "size": len(data), "pointerSize": 134}
         return e
 
-    async def _api(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], writer: asyncio.StreamWriter) -> None:
+    async def _api(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        headers: dict[str, str],
+        writer: asyncio.StreamWriter,
+    ) -> None:
         segs = path.split("/", 3)  # "", "api", "models", rest
         if len(segs) < 4 or segs[2] not in ("models", "datasets"):
             await self._hub_error(writer, 404, "NotFound", "Not Found")
@@ -559,7 +597,14 @@ class WanSim:
                 return
             blobs = query.get("blobs", ["false"])[0] == "true" and not self.knobs.ignore_blobs
             sibs = [self._entry(spec, p) if blobs else {"rfilename": p} for p in sorted(spec.files)]
-            info = {"id": rid, "modelId": rid, "sha": commit, "private": spec.private, "gated": spec.gated, "siblings": sibs}
+            info = {
+                "id": rid,
+                "modelId": rid,
+                "sha": commit,
+                "private": spec.private,
+                "gated": spec.gated,
+                "siblings": sibs,
+            }
             await self._json(writer, 200, info)
             return
         if kind in ("tree", "treesize"):
@@ -581,7 +626,14 @@ class WanSim:
                     d = "/".join(parts[:i])
                     if d not in dirs:
                         dirs.add(d)
-                        out.append({"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d})
+                        out.append(
+                            {
+                                "type": "directory",
+                                "oid": hashlib.sha1(d.encode()).hexdigest(),
+                                "size": 0,
+                                "path": d,
+                            }
+                        )
                 e = self._entry(spec, p)
                 item: dict[str, Any] = {"type": "file", "oid": e["blobId"], "size": e["size"], "path": p}
                 if "lfs" in e:
@@ -591,13 +643,23 @@ class WanSim:
             page = out[start : start + self.knobs.tree_page]
             extra = {}
             if start + self.knobs.tree_page < len(out):
-                nxt = f"{self.base_url}/api/{repo_type}s/{rid}/tree/{rev}?recursive=true&expand=false&cursor={start + self.knobs.tree_page}"
+                nxt = (
+                    f"{self.base_url}/api/{repo_type}s/{rid}/tree/{rev}?recursive=true&expand=false"
+                    f"&cursor={start + self.knobs.tree_page}"
+                )
                 extra["Link"] = f'<{nxt}>; rel="next"'
             await self._json(writer, 200, page, extra)
             return
         await self._hub_error(writer, 404, "NotFound", "Not Found")
 
-    async def _resolve(self, method: str, path: str, headers: dict[str, str], writer: asyncio.StreamWriter, conn: dict[str, Any]) -> None:
+    async def _resolve(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        writer: asyncio.StreamWriter,
+        conn: dict[str, Any],
+    ) -> None:
         head = method == "HEAD"
         rest = path.lstrip("/")
         repo_type = "model"
@@ -619,7 +681,11 @@ class WanSim:
             return
         data = spec.files.get(fpath)
         if data is None:
-            h = {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found", "X-Repo-Commit": commit}
+            h = {
+                "X-Error-Code": "EntryNotFound",
+                "X-Error-Message": "Entry not found",
+                "X-Repo-Commit": commit,
+            }
             await self._send(writer, 404, h, b'{"error":"Entry not found"}', head_only=head)
             return
         common = {"X-Repo-Commit": commit, "X-Linked-Size": str(len(data))}
@@ -635,7 +701,15 @@ class WanSim:
         etag = spec.gitsha[fpath]
         await self._serve_bytes(method, headers, writer, conn, data, etag, f"{rid}/{fpath}", common)
 
-    async def _cdn(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], writer: asyncio.StreamWriter, conn: dict[str, Any]) -> None:
+    async def _cdn(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        headers: dict[str, str],
+        writer: asyncio.StreamWriter,
+        conn: dict[str, Any],
+    ) -> None:
         sha = path.removeprefix("/cdn/")
         data = self._blobs.get(sha)
         if data is None:
@@ -647,7 +721,12 @@ class WanSim:
             expires = 0
         sig = hmac.new(self._secret, f"{sha}:{expires}".encode(), "sha256").hexdigest()[:32]
         if not hmac.compare_digest(sig, query.get("Signature", [""])[0]) or expires < time.time():
-            await self._send(writer, 403, {"Content-Type": "application/xml"}, b"<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>")
+            await self._send(
+                writer,
+                403,
+                {"Content-Type": "application/xml"},
+                b"<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>",
+            )
             return
         await self._serve_bytes(method, headers, writer, conn, data, sha, sha, {})
 
@@ -698,7 +777,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--cdn-port", type=int, default=0)
     ap.add_argument("--file", action="append", default=[], help="NAME=SIZE, e.g. big.bin=200M")
-    ap.add_argument("--repo", action="append", default=[], help="ORG/NAME:path=SIZE,path=SIZE (a Hub model repo)")
+    ap.add_argument(
+        "--repo", action="append", default=[], help="ORG/NAME:path=SIZE,path=SIZE (a Hub model repo)"
+    )
     ap.add_argument("--rate", help="per-connection cap, e.g. 4M (bytes/s)")
     ap.add_argument("--total-rate", help="shared link cap, e.g. 8M")
     ap.add_argument("--latency", type=float, default=0.0)

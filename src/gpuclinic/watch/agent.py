@@ -23,6 +23,7 @@ from typing import Any
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Severity, Verdict
 from gpuclinic.watch import reasons as R
 from gpuclinic.watch.backend import (
@@ -111,6 +112,7 @@ class Agent:
         self.book = EventBook(resolve_after_s=cfg.rules.resolve_after_s, disabled=cfg.rules.disabled)
         self.book.subscribe(self._on_event)
         self.incidents = IncidentTracker(grace_s=cfg.rules.incident_grace_s)
+        self._batch = False
         self.incidents.subscribe(self._on_incident)
         self.info = BackendInfo(name="?")
         self.stop = threading.Event()
@@ -199,12 +201,21 @@ class Agent:
 
     # -- one tick -------------------------------------------------------------------------------------
     def tick(self) -> None:
+        """One sample through the rules; incidents are regrouped once, after everything this tick saw."""
+        self._batch = True
+        try:
+            self._tick()
+        finally:
+            self._batch = False
+        self.incidents.update(self.book.open_events(), self.clock.now())
+
+    def _tick(self) -> None:
         assert self.sampler is not None
         res = self.sampler.sample()
         now = self.clock.now()
         if isinstance(self.backend, KernelLineSource):
             lines = self.backend.poll_kernel_lines()
-            if lines:
+            if lines:  # lines logged together (an Xid 79 and its "fallen off the bus") are one incident
                 for kev in self._parser.feed(lines):
                     self.handle_kernel_event(kev)
         sampler_conds: list[Condition] = []
@@ -215,6 +226,11 @@ class Agent:
             self.last_duration = res.duration_s
             self.samples_total += 1
             self._record(now, res.gpus)
+            room = getattr(self.backend, "room_facts", None)
+            if room is not None and self.room_poller is None:  # a scenario's scripted BMC, through the room checks
+                from gpuclinic.sources.bmc.poller import evaluate as evaluate_room
+
+                evaluate_room(self, room())
             conds, points = self.rules.evaluate(now, res.gpus)
             for p in points:
                 self.book.raise_condition(p, now)
@@ -227,7 +243,7 @@ class Agent:
                 self.log(f"watch: sampling failed: {res.error}")
             if not res.stalled and self._err_streak >= self.cfg.rules.sample_error_count:
                 sampler_conds.append(Condition(
-                    key="sampler:watch.sample_errors", code="watch.sample_errors", severity=Severity.WARNING,
+                    key="sampler:watch.sample_errors", code="watch.sample_errors", severity=severity("watch.sample_errors"),
                     title=f"GPU sampling keeps failing ({self._err_streak} times in a row)",
                     evidence=[res.error or "unknown error"],
                     remedy="NVML returns errors: run `gpuclinic doctor` (driver/library mismatch, lost GPU); "
@@ -236,14 +252,13 @@ class Agent:
         age = now - (self.last_ok if self.last_ok is not None else self.started_at)
         if age >= self.cfg.rules.stale_after_s and res.gpus is None:
             sampler_conds.append(Condition(
-                key="sampler:watch.sampler_stalled", code="watch.sampler_stalled", severity=Severity.CRITICAL,
+                key="sampler:watch.sampler_stalled", code="watch.sampler_stalled", severity=severity("watch.sampler_stalled"),
                 title=f"GPU sampler stalled: no fresh sample for {age:.0f} s",
                 evidence=[res.error or "no sample", f"last good sample {_ago(self.last_ok, now)}"],
                 remedy="NVML calls are hanging - the driver is wedged or a GPU is failing. Check `dmesg` for XIDs, "
                        "run `gpuclinic doctor`; a reboot is usually needed. Metrics are stale until this clears."))
         self.book.reconcile("sampler", sampler_conds, now)
         self.book.expire(now)
-        self.incidents.update(self.book.open_events(), now)
         self._flush()
         if self.store is not None and now - self._last_maint >= self.cfg.agent.rollup_interval_s:
             self._last_maint = now
@@ -294,7 +309,7 @@ class Agent:
                      "still alerting")
             self._store_error_logged = err
         self.book.reconcile("store", [Condition(
-            key="store:watch.store_failed", code="watch.store_failed", severity=Severity.CRITICAL,
+            key="store:watch.store_failed", code="watch.store_failed", severity=severity("watch.store_failed"),
             title=f"watch store cannot write: {err}",
             evidence=[f"store {self.store.path}: {err}", f"{self.store.buffered} sample rows held in memory",
                       "alerts and /metrics keep working; history has a gap until the store is writable"],
@@ -310,11 +325,12 @@ class Agent:
             self.log(f"watch: RESOLVED {ev.code}{gpu}: {ev.title} (after {ev.data.get('duration_s', 0):.0f} s)")
         else:
             self.log(f"watch: {what.upper()} {ev.severity.label} {ev.code}{gpu}: {ev.title}")
-        self.incidents.update(self.book.open_events(), self.clock.now())
+        if not self._batch:
+            self.incidents.update(self.book.open_events(), self.clock.now())
 
     def _on_incident(self, t: TrackedIncident, what: str) -> None:
         """One alert per incident (and one when it resolves); its symptoms ride along in the same message."""
-        inc = t.incident
+        inc = t.shown if what == "resolved" else t.incident
         gpu = f" GPU {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
         self.log(f"watch: INCIDENT {what.upper()} {inc.severity.label} {inc.code}{gpu}: {inc.title}"
                  + (f" (explains {', '.join(inc.symptoms)})" if inc.symptoms else ""))
@@ -364,7 +380,11 @@ class Agent:
                 if self.stop.is_set():
                     return
                 if kev is not None:
+                    self._batch = True  # events read together are grouped before anyone is told
                     self.handle_kernel_event(kev)
+                elif self._batch:  # the follower caught up: group what arrived, alert once per incident
+                    self._batch = False
+                    self.incidents.update(self.book.open_events(), self.clock.now())
         except Exception as e:  # following failed (permissions, journalctl missing): say so, keep sampling
             self.kernel_note = f"kernel log not followed: {type(e).__name__}: {e}"
             self.log(f"watch: {self.kernel_note}")

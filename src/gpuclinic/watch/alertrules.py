@@ -38,13 +38,17 @@ def _camel(code: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in code.replace("*", "any").replace("_", ".").split("."))
 
 
+def agent_alerts(c: K.CodeInfo) -> bool:
+    """Whether the agent can raise ``c`` as an incident (and so needs a Prometheus rule)."""
+    if c.code in _NOT_ALERTED or c.detector == "k8s":  # k8s.*: only `gpuclinic k8s evidence` reports them
+        return False
+    return not c.severities() <= {"info"}
+
+
 def alert_rules() -> list[AlertRule]:
     out = []
     for c in K.all_codes():
-        if c.code in _NOT_ALERTED or c.detector == "k8s":  # k8s.*: only `gpuclinic k8s evidence` reports them
-            continue
-        labels = c.severities()
-        if labels <= {"info"}:
+        if not agent_alerts(c):
             continue
         matcher = 'code=~"xid[.].+"' if c.code == "xid.*" else f'code="{c.code}"'
         step = first_step(c.code)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from gpuclinic.errors import GpuclinicError
+from gpuclinic.errors import GpuclinicError, InputError
 from gpuclinic.facts.gpu import GpuFacts
 
 
@@ -40,7 +40,7 @@ class ScaledClock:
 
     def __init__(self, scale: float = 1.0, start: float | None = None) -> None:
         if scale <= 0:
-            raise GpuclinicError("--time-scale must be positive")
+            raise InputError("--time-scale must be positive")
         self.scale = scale
         self._t0 = time.time() if start is None else start
         self._m0 = time.monotonic()

@@ -38,7 +38,6 @@ class RulesConfig:
 
     disabled: list[str] = field(default_factory=list)  # event codes or prefixes ("watch.idle", "xid.")
     temp_margin_c: float | None = None  # warn within this of slowdown (None: gpu_thresholds temp_slowdown_margin_c)
-    temp_fallback_slowdown_c: float = 90.0  # used when NVML does not report a slowdown threshold
     throttle_min_s: float = 5.0  # a throttle reason must stay active this long to open an event
     throttle_reasons: list[str] = field(default_factory=lambda: [
         "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown", "sw_power_cap",

@@ -186,6 +186,11 @@ class TrackedIncident:
     notified: bool = False
     notified_severity: Severity | None = None
     resolved: float | None = None
+    fired: Incident | None = None  # as it was when it fired: the resolved message names the same cause
+
+    @property
+    def shown(self) -> Incident:
+        return self.fired or self.incident
 
 
 IncidentListener = Callable[[TrackedIncident, str], None]  # (incident, "firing" | "escalated" | "resolved")
@@ -228,10 +233,11 @@ class IncidentTracker:
 
     def update(self, events: list[Event], now: float) -> None:
         """Regroup the open ``events``; fire, escalate or resolve incidents as needed."""
+        from gpuclinic.diagnose import first_step_for
         from gpuclinic.incidents import group
 
         fs = [event_finding(e) for e in events]
-        groups = group(fs)
+        groups = group(fs, first_step=first_step_for)
         notes: list[tuple[TrackedIncident, str]] = []
         with self._lock:
             seen: set[str] = set()
@@ -244,11 +250,13 @@ class IncidentTracker:
                 else:
                     cur.incident, cur.members = inc, keys
                 seen.add(cur.id)
-                if not cur.notified and (inc.severity == Severity.CRITICAL or now - cur.opened >= self.grace_s):
-                    cur.notified, cur.notified_severity = True, inc.severity
+                if inc.severity == Severity.INFO:
+                    pass  # information is shown, never alerted
+                elif not cur.notified and (inc.severity == Severity.CRITICAL or now - cur.opened >= self.grace_s):
+                    cur.notified, cur.notified_severity, cur.fired = True, inc.severity, inc
                     notes.append((cur, "firing"))
                 elif cur.notified and cur.notified_severity is not None and inc.severity > cur.notified_severity:
-                    cur.notified_severity = inc.severity
+                    cur.notified_severity, cur.fired = inc.severity, inc
                     notes.append((cur, "escalated"))
             for tid in [t for t in self._open if t not in seen]:
                 done = self._open.pop(tid)

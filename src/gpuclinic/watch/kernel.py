@@ -1,7 +1,8 @@
 """Kernel-log events for the agent: follow logs live and turn XID/AER/GSP lines into conditions.
 
 Parsing and following belong to the kernel-log subsystem (:mod:`gpuclinic.sources.kernellog`, the
-doctor's parser, every log format in the wild).
+doctor's parser, every log format in the wild); codes and severities to ``knowledge/data/codes.json``
+and the Xid catalog, so a line means the same in ``watch`` as in ``doctor --from`` and ``explain``.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def condition_for(ev: KernelEvent, gpus_by_bus: dict[str, tuple[int, str | None]
         corrected = "corrected" in text and "uncorrected" not in text
         fatal = "fatal" in text and "non-fatal" not in text and "nonfatal" not in text
         code = "pcie.aer_corrected" if corrected else "pcie.aer_uncorrected"
-        sev = severity(code) if fatal or corrected else severity(code, "non_fatal")
+        # one corrected error is "a few" to the doctor too (info); an uncorrected one is critical when fatal
+        sev = severity(code, "few") if corrected else severity(code) if fatal else severity(code, "non_fatal")
         return Condition(key=f"kernel:{code}:{bus or '?'}", code=code, severity=sev,
                          title=f"PCIe AER error at {bus or 'a PCIe device'}", gpu=idx, uuid=uuid, evidence=[line],
                          remedy="PCIe errors point at a marginal link (riser, slot, cable). Run `gpuclinic doctor` for "

@@ -20,6 +20,8 @@ from gpuclinic.watch.config import RulesConfig
 from gpuclinic.watch.events import Condition
 
 GIB = 1024**3
+# the doctor's per-GPU state detectors watch runs on every sample (heat runs through its own functions)
+_STATE_CHECKS = ["memory.row_remap", "memory.retired_pages", "gpu.recovery_action", "gpu.inforom", "power.insufficient"]
 
 # clock event reason -> (code, severity condition in codes.json, title, remedy)
 _THROTTLE = {
@@ -61,6 +63,15 @@ class Known:
 
 def gpu_key(g: GpuFacts) -> str:
     return g.uuid or g.pci_bus_id or f"index-{g.index}"
+
+
+def _limit_lowered(g: GpuFacts) -> bool:
+    """The doctor's power.cap rule: an enforced limit under a fraction of the default, on a busy GPU."""
+    lim = g.power_enforced_limit_w or g.power_limit_w
+    if not lim or not g.power_default_limit_w:
+        return False
+    return lim < g.power_default_limit_w * threshold("power_limit_lowered_fraction") and (
+        (g.utilization_gpu_pct or 0) >= threshold("busy_util_pct"))
 
 
 def _fmt_s(s: float) -> str:
@@ -109,9 +120,8 @@ class RuleEngine:
                 continue
             st = self._st(g)
             conds.extend(self._throttle(now, g, st))
-            conds.extend(self._near_slowdown(g))
+            conds.extend(self._state(g))
             points.extend(self._counters(g, st))
-            conds.extend(self._remap_state(g))
             conds.extend(self._pcie(now, g, st))
             conds.extend(self._stall_idle(now, g, st))
         conds.extend(self._straggler(now, gpus))
@@ -120,6 +130,13 @@ class RuleEngine:
 
     # -- individual rules ---------------------------------------------------------------------------------
     def _lost(self, g: GpuFacts) -> Condition:
+        if (g.lost_reason or "").startswith("unresponsive"):  # the doctor's gpu.unresponsive: hung, not gone
+            return Condition(
+                key=f"rules:gpu.unresponsive:{self.key(g)}", code="gpu.unresponsive",
+                severity=severity("gpu.unresponsive"), gpu=g.index, uuid=g.uuid or self.known[self.key(g)].uuid,
+                title=f"GPU {g.index} does not answer NVML: driver or GPU firmware hung",
+                evidence=[f"GPU {g.index} {g.pci_bus_id or ''}: {g.lost_reason}".strip()],
+                remedy="Drain, stop its processes, reset it (`gpuclinic runbook gpu.unresponsive`).")
         return Condition(
             key=f"rules:gpu.missing:{self.key(g)}", code="gpu.missing", severity=severity("gpu.missing"), gpu=g.index,
             uuid=g.uuid or self.known[self.key(g)].uuid,
@@ -160,13 +177,15 @@ class RuleEngine:
             if now - since < self.cfg.throttle_min_s:
                 continue
             code, when, title, remedy = _THROTTLE[r]
+            if r == "sw_power_cap" and _limit_lowered(g):
+                when, title = "lowered_busy", "capped by a power limit below its default"
             sev = severity(code, when)
             ev = [f"clock event reason {r} active since onset ({R.DESCRIPTION.get(r, r)})"]
             if g.sm_clock_mhz is not None and g.sm_clock_max_mhz:
                 ev.append(f"SM clock {g.sm_clock_mhz:.0f} of {g.sm_clock_max_mhz:.0f} MHz at onset")
             if g.temperature_c is not None:
-                ev.append(f"temperature {g.temperature_c:.0f} C (slowdown at "
-                          f"{g.slowdown_temp_c:.0f} C)" if g.slowdown_temp_c else f"temperature {g.temperature_c:.0f} C")
+                ev.append(f"temperature {g.temperature_c:.0f} °C (slowdown at "
+                          f"{g.slowdown_temp_c:.0f} °C)" if g.slowdown_temp_c else f"temperature {g.temperature_c:.0f} °C")
             if g.power_draw_w is not None and (g.power_enforced_limit_w or g.power_limit_w):
                 ev.append(f"power {g.power_draw_w:.0f} W of {(g.power_enforced_limit_w or g.power_limit_w):.0f} W limit")
             out.append(Condition(
@@ -176,22 +195,19 @@ class RuleEngine:
             ))
         return out
 
-    def _near_slowdown(self, g: GpuFacts) -> list[Condition]:
-        if g.temperature_c is None:
-            return []
-        limit = g.slowdown_temp_c or self.cfg.temp_fallback_slowdown_c
-        margin = self.cfg.temp_margin_c or threshold("temp_slowdown_margin_c")
-        if g.temperature_c < limit - margin:
-            return []
+    def _state(self, g: GpuFacts) -> list[Condition]:
+        """What is wrong with this sample by the doctor's own detectors (heat, HBM row remapping)."""
+        from gpuclinic.checks import run_checks
+        from gpuclinic.checks.thermal import gpu_temperature, hbm_temperature
+        from gpuclinic.facts.snapshot import Snapshot
+
+        found = [f for f in (gpu_temperature(g, self.cfg.temp_margin_c), hbm_temperature(g)) if f is not None]
+        findings, _ = run_checks(Snapshot(gpus=[g], nvml_available=True), only=_STATE_CHECKS)
+        found += findings
         return [Condition(
-            key=f"rules:thermal.near_slowdown:{self.key(g)}", code="thermal.near_slowdown", severity=severity("thermal.near_slowdown"),
-            gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} is within {margin:g} C of thermal slowdown",
-            evidence=[f"temperature {g.temperature_c:.0f} C, slowdown at {limit:.0f} C"
-                      + ("" if g.slowdown_temp_c else " (assumed: NVML gave no threshold)")],
-            remedy="Clocks will be cut soon. Check fans, airflow and inlet temperature; spread load or lower the "
-                   "power limit until cooling is fixed.",
-            data={"temperature_c": g.temperature_c, "slowdown_temp_c": limit},
-        )]
+            key=f"rules:{f.code}:{self.key(g)}" + (f":{f.data['sensor']}" if "sensor" in f.data else ""),
+            code=f.code, severity=f.severity, gpu=g.index, uuid=g.uuid, title=f.title, evidence=list(f.evidence),
+            remedy=f.remedy, data=dict(f.data)) for f in found]
 
     def _counters(self, g: GpuFacts, st: _GpuState) -> list[Condition]:
         out = []
@@ -224,25 +240,6 @@ class RuleEngine:
                     title=f"GPU {g.index}: {title}", evidence=[f"{name.replace('_', ' ')} {prev} -> {int(val)}"],
                     remedy=remedy, data={"from": prev, "to": int(val)}, hold_s=self.cfg.counter_hold_s,
                 ))
-        return out
-
-    def _remap_state(self, g: GpuFacts) -> list[Condition]:
-        out = []
-        if g.remapped_rows_failure:
-            out.append(Condition(
-                key=f"rules:memory.row_remap_failed:{self.key(g)}", code="memory.row_remap_failed",
-                severity=severity("memory.row_remap_failed"),
-                gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: row remapping failed",
-                evidence=["NVML reports a row-remapping failure"],
-                remedy="The GPU has no spare rows left for a failing memory row: drain it and ask for a replacement."))
-        if g.remapped_rows_pending:
-            out.append(Condition(
-                key=f"rules:memory.row_remap_pending:{self.key(g)}", code="memory.row_remap_pending",
-                severity=severity("memory.row_remap_pending"),
-                gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: row remap pending (needs a GPU reset)",
-                evidence=["NVML reports a pending row remap"],
-                remedy="A memory row is marked for remapping and takes effect only after a GPU reset: reset the GPU "
-                       "(or reboot) at the next safe point."))
         return out
 
     def _pcie(self, now: float, g: GpuFacts, st: _GpuState) -> list[Condition]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 import secrets
 import threading
 import urllib.parse
@@ -22,7 +23,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpuclinic.errors import InputError
+from gpuclinic.errors import GpuclinicError, InputError
 from gpuclinic.watch import reasons as R
 from gpuclinic.watch.agent import SERIES_FIELDS, Agent
 from gpuclinic.watch.config import DEFAULT_PORT
@@ -30,7 +31,8 @@ from gpuclinic.watch.metrics import make_registry
 
 _STATIC = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
            "app.css": "text/css; charset=utf-8", "fleet.html": "text/html; charset=utf-8",
-           "fleet.js": "text/javascript; charset=utf-8"}
+           "fleet.js": "text/javascript; charset=utf-8", "room.js": "text/javascript; charset=utf-8",
+           "room.css": "text/css; charset=utf-8"}
 _COOKIE = "gpuclinic_token"
 
 
@@ -64,6 +66,14 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def token_howto(base_url: str) -> str:
+    """How to pass the token, for the 401 page and the agent's start-up lines (never the token itself)."""
+    return (f"Browser: open {base_url}/?token=TOKEN once (it sets a cookie for this dashboard). "
+            f"curl / scripts: -H 'Authorization: Bearer TOKEN'. Prometheus: authorization: {{credentials: TOKEN}} "
+            "(type Bearer). TOKEN is the one `gpuclinic watch` printed at start, or the --token / "
+            "GPUCLINIC_WATCH_TOKEN value it was given.")
 
 
 def new_token() -> str:
@@ -148,7 +158,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         ok, extra = self._authorized(url.path, query)
         if not ok:
-            self._send(HTTPStatus.UNAUTHORIZED, b"token required\n", "text/plain; charset=utf-8",
+            host = self.headers.get("Host") or ""
+            if not re.fullmatch(r"[A-Za-z0-9.:\[\]-]{1,300}", host):  # echo only a plain host[:port]
+                host = self.server.url.split("://", 1)[1]
+            body = f"token required.\n{token_howto('http://' + host)}\n".encode()
+            self._send(HTTPStatus.UNAUTHORIZED, body, "text/plain; charset=utf-8",
                        {"WWW-Authenticate": 'Bearer realm="gpuclinic"'})
             return
         try:
@@ -202,7 +216,8 @@ class _Handler(BaseHTTPRequestHandler):
 def incidents_json(agent: Agent) -> dict[str, Any]:
     """The node verdict and the open incidents (root cause, symptoms, evidence, runbook), worst first."""
     return {"verdict": agent.verdict().value,
-            "incidents": [dict(t.incident.to_dict(), id=t.id, opened=t.opened) for t in agent.incidents.open_incidents()]}
+            "incidents": [dict(t.incident.to_dict(), id=t.id, opened=t.opened, events=sorted(t.members))
+                          for t in agent.incidents.open_incidents()]}
 
 
 def state_json(agent: Agent) -> dict[str, Any]:
@@ -222,6 +237,7 @@ def state_json(agent: Agent) -> dict[str, Any]:
     return {
         "host": agent.host, "backend": st.backend, "driver_version": st.driver_version, "now": st.now,
         "verdict": st.verdict.value, "gpus": gpus, "open_events": [event_json(e) for e in st.open_events],
+        "incidents": incidents_json(agent)["incidents"],
         "reasons": [{"bit": b, "name": n, "description": d} for b, n, d in R.REASONS],
         "status": {"sample_age_s": st.sample_age, "stalled": st.stalled, "samples": st.samples_total,
                    "sample_errors": st.sample_errors_total, "store_error": st.store_error,
@@ -298,6 +314,6 @@ def serve(agent: Agent, listen: str, *, token: str | None = None, metrics_requir
     try:
         srv = WatchHTTPServer((host, port), agent, token=token, metrics_require_token=metrics_require_token)
     except OSError as e:
-        raise InputError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise GpuclinicError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     srv.start()
     return srv, generated

@@ -45,6 +45,9 @@ class Scenario:
     driver_version: str | None = None
     cuda_driver_version: str | None = None
     duration_s: float | None = None
+    room: dict[str, Any] | None = None  # BMC facts (facts.room.RoomFacts as JSON) while the fault lasts
+    room_from: float = 0.0
+    room_until: float | None = None
 
 
 def _scenario_dir() -> Any:
@@ -60,8 +63,8 @@ def list_watch_scenarios() -> list[tuple[str, str]]:
     return out
 
 
-def load_watch_scenario(name_or_path: str) -> Scenario:
-    """A shipped scenario by name, or a JSON file path."""
+def load_watch_scenario(name_or_path: str, *, hold: bool = False) -> Scenario:
+    """A shipped scenario by name, or a JSON file path (``hold``: a fault state never recovers)."""
     p = Path(name_or_path)
     try:
         if p.suffix == ".json" and p.exists():
@@ -69,8 +72,11 @@ def load_watch_scenario(name_or_path: str) -> Scenario:
         else:
             ref = _scenario_dir().joinpath(f"{name_or_path}.json")
             if not ref.is_file():
-                names = ", ".join(n for n, _ in list_watch_scenarios())
-                raise InputError(f"unknown watch scenario {name_or_path!r} (available: {names})")
+                from gpuclinic.sources.scenarios import is_fault_state, unknown_scenario
+
+                if is_fault_state(name_or_path):
+                    return timeline_from_fault_state(name_or_path, hold=hold)
+                raise unknown_scenario(name_or_path)
             raw = json.loads(ref.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise InputError(f"scenario {name_or_path} is not valid JSON: {e}") from None
@@ -102,7 +108,50 @@ def scenario_from_dict(raw: dict[str, Any], default_name: str = "scenario") -> S
         tracks=list(raw.get("tracks") or []), events=sorted(raw.get("events") or [], key=lambda e: float(e["t"])),
         rules=dict(raw.get("rules") or {}), driver_version=raw.get("driver_version"),
         cuda_driver_version=raw.get("cuda_driver_version"), duration_s=raw.get("duration_s"),
+        room=raw.get("room"), room_from=float(raw.get("room_from") or 0.0),
+        room_until=float(raw["room_until"]) if raw.get("room_until") is not None else None,
     )
+
+
+_SKIP = {"nvlinks"}  # per-link facts are the doctor's; the sampler replays GPU-level fields
+
+
+def timeline_from_fault_state(name: str, *, hold: bool = False) -> Scenario:
+    """A doctor scenario as a timeline: the healthy node, the fault at ``fault_at``, recovery if transient.
+
+    ``hold`` keeps a transient fault in place (no recovery): fleet tests and demos need a node that stays
+    faulted for as long as they look at it.
+    """
+    from gpuclinic.sources.scenarios import build_snapshot_dict, timeline
+
+    tl = timeline(name)
+    healthy = build_snapshot_dict("healthy-8xh100-load")
+    faulted = build_snapshot_dict(name)
+    fault_at, recover_at = float(tl["fault_at"] or 0), (None if hold else tl["recover_at"])
+    gpus = [{k: copy.deepcopy(v) for k, v in g.items() if k in _FIELDS and k not in _SKIP} for g in healthy["gpus"]]
+    events: list[dict[str, Any]] = []
+    for i, (h, f) in enumerate(zip(gpus, faulted["gpus"], strict=True)):
+        if f.get("lost"):
+            diff = {"lost": True, "lost_reason": f.get("lost_reason")}
+        else:
+            diff = {k: v for k, v in f.items() if k in _FIELDS and k not in _SKIP and h.get(k) != v}
+        if not diff:
+            continue
+        events.append({"t": fault_at, "gpu": i, "set": copy.deepcopy(diff)})
+        if recover_at is not None:
+            events.append({"t": float(recover_at), "gpu": i, "set": {k: copy.deepcopy(h.get(k)) for k in diff}})
+    lines = [str(e["line"]) for e in faulted["kernel_events"] if e.get("line")]
+    if lines:
+        events.append({"t": fault_at, "kernel": lines})
+    snap = faulted
+    return scenario_from_dict({
+        "name": name, "description": f"{snap['notes'][0].split(': ', 1)[-1]} (fault at {fault_at:g} s"
+        + (f", recovers at {float(recover_at):g} s)" if recover_at is not None else ")"),
+        "gpus": gpus, "events": events, "driver_version": snap.get("driver_version"),
+        "cuda_driver_version": snap.get("cuda_driver_version"), "duration_s": tl["duration_s"],
+        "rules": {"throttle_min_s": 2, "pcie_sustain_s": 5, "straggler_minutes": 0.1},
+        "room": snap.get("room"), "room_from": fault_at, "room_until": recover_at,
+    }, default_name=name)
 
 
 def _targets(spec: Any, n: int) -> list[int]:
@@ -204,6 +253,19 @@ class ScenarioBackend:
                 lines.extend(k if isinstance(k, list) else [k])
                 self._kernel_sent += 1
         return lines
+
+    def room_facts(self) -> Any:
+        """The scripted BMC facts while the fault lasts (None: no BMC in this scenario, or not now)."""
+        sc = self.scenario
+        if not sc.room:
+            return None
+        t = self.elapsed()
+        if t < sc.room_from or (sc.room_until is not None and t >= sc.room_until):
+            return None
+        from gpuclinic.facts.room import RoomFacts
+        from gpuclinic.facts.serial import from_jsonable
+
+        return from_jsonable(RoomFacts, copy.deepcopy(sc.room))
 
     def close(self) -> None:
         self._stop.set()

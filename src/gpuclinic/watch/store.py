@@ -280,19 +280,24 @@ class WatchStore:
     def query(self, metric: str, *, gpu: int | None = None, since: float | None = None,
               until: float | None = None) -> list[tuple[float, int, float | None]]:
         """(ts seconds, gpu, value) rows, raw where kept, 1-minute averages before that, oldest first."""
+        return [(t, g, v) for t, g, v, _ in self.query_marked(metric, gpu=gpu, since=since, until=until)]
+
+    def query_marked(self, metric: str, *, gpu: int | None = None, since: float | None = None,
+                     until: float | None = None) -> list[tuple[float, int, float | None, str]]:
+        """Like ``query``, each row marked "1m" (a 1-minute average) or "raw" (a sample)."""
         m = METRIC_BY_NAME[metric]
         lo = int((since or 0) * 1000)
         hi = int((until if until is not None else time.time() + 86400 * 365) * 1000)
         gpus = [gpu] if gpu is not None else [r[0] for r in self.conn.execute(
             "SELECT DISTINCT gpu FROM samples UNION SELECT DISTINCT gpu FROM samples_1m ORDER BY 1")]
-        out: list[tuple[float, int, float | None]] = []
+        out: list[tuple[float, int, float | None, str]] = []
         for g in gpus:
             first_raw = self.conn.execute("SELECT MIN(ts) FROM samples WHERE gpu=?", (g,)).fetchone()[0]
             if first_raw is None or lo < first_raw:
                 end = min(hi, first_raw) if first_raw is not None else hi
-                out.extend((ts / 1000.0, g, v) for ts, v in self.conn.execute(
+                out.extend((ts / 1000.0, g, v, "1m") for ts, v in self.conn.execute(
                     f"SELECT ts, {m.column} FROM samples_1m WHERE gpu=? AND ts>=? AND ts<? ORDER BY ts", (g, lo, end)))
-            out.extend((ts / 1000.0, g, v) for ts, v in self.conn.execute(
+            out.extend((ts / 1000.0, g, v, "raw") for ts, v in self.conn.execute(
                 f"SELECT ts, {m.column} FROM samples WHERE gpu=? AND ts>=? AND ts<=? ORDER BY ts", (g, lo, hi)))
         if gpu is None:
             out.sort(key=lambda r: (r[0], r[1]))

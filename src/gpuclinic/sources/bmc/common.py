@@ -136,8 +136,10 @@ def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerS
         if s.kind != R.PSU or s.unit is not None:
             continue
         text = ", ".join(s.states).lower()
-        if s.level == "unknown" and text in ("", "disabled", "no reading", "not readable"):
+        if s.level == "unknown" and text in ("", "disabled", "no reading", "not readable", "event-only"):
             continue  # an unused or unreadable PSU slot sensor says nothing about a PSU
+        if _REDUNDANCY.search(text):
+            continue  # HP's "Power Supplies | 10.3 | Non-Redundant: ..." is the redundancy sensor, not a PSU
         name = s.name if names.count(s.name) == 1 else f"{s.name} {s.entity or s.number or ''}".strip()
         if _FAULT_NAME.search(s.name) and ("state asserted" in text or text == "asserted"):
             lost = bool(_INPUT_NAME.search(s.name)) or "lost" in s.name.lower()
@@ -173,7 +175,8 @@ def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerS
 def redundancy_from_sensors(sensors: list[R.RoomSensor]) -> dict[str, str]:
     out: dict[str, str] = {}
     for s in sensors:
-        if s.kind == R.POWER_UNIT and _REDUNDANCY.search(s.name) and s.states:
+        if s.states and ((s.kind == R.POWER_UNIT and _REDUNDANCY.search(s.name))
+                         or (s.kind in (R.POWER_UNIT, R.PSU) and _REDUNDANCY.search(", ".join(s.states)))):
             out[s.name] = ", ".join(s.states)
     return out
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -200,6 +201,31 @@ def _room_families(room: RoomFacts) -> Iterator[Metric]:
                                 value=room.power_consumed_w)
 
 
+def _states(room: RoomFacts) -> dict[tuple[str, str], str]:
+    """(kind, name) -> the severity label the room checks give that sensor, so the dashboard colours
+    what doctor judges and holds no second copy of the thresholds."""
+    from gpuclinic.checks import CheckSkipped
+    from gpuclinic.checks import room as checks
+
+    snap = Snapshot(room=room)
+    out: dict[tuple[str, str], str] = {}
+    for fn, kind, key in ((checks.inlet, "inlet", "sensor"), (checks.fans, "fan", "fan"), (checks.psus, "psu", "psu")):
+        try:
+            found = list(fn(snap))
+        except CheckSkipped:
+            continue
+        for f in found:
+            name = f.data.get(key) if f.data else None
+            if isinstance(name, str):
+                prev = out.get((kind, name))
+                if prev is None or _RANK.index(f.severity.label) > _RANK.index(prev):
+                    out[(kind, name)] = f.severity.label
+    return out
+
+
+_RANK = ("ok", "info", "warning", "critical")
+
+
 def room_state(p: RoomPoller | None) -> dict[str, Any] | None:
     """The latest poll for the dashboard API (``/api/state`` ``room``): inlet, fans, PSUs, when, errors."""
     if p is None:
@@ -208,11 +234,13 @@ def room_state(p: RoomPoller | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"bmc": p.opts.where() if p.opts.host else p.opts.redfish, "polled_at": p.polled_at,
                            "error": p.error, "history": history_points(p)[-60:]}
     if room is not None:
-        out["inlet_c"] = [{"sensor": s.name, "value": s.reading} for s in room.temperatures("inlet")]
-        out["fans"] = [{"fan": f.name, "value": f.reading, "unit": f.unit, "level": f.level} for f in room.fans()
-                       if not f.absent]
-        out["psus"] = [{"psu": x.name, "health": x.health, "present": x.present, "input_voltage": x.input_voltage}
-                       for x in room.psus]
+        st = _states(room)
+        out["inlet_c"] = [{"sensor": s.name, "value": s.reading, "state": st.get(("inlet", s.name), "ok")}
+                          for s in room.temperatures("inlet")]
+        out["fans"] = [{"fan": f.name, "value": f.reading, "unit": f.unit, "level": f.level,
+                        "state": st.get(("fan", f.name), "ok")} for f in room.fans() if not f.absent]
+        out["psus"] = [{"psu": x.name, "health": x.health, "present": x.present, "input_voltage": x.input_voltage,
+                        "state": st.get(("psu", x.name), "ok")} for x in room.psus]
         out["power_w"] = room.power_consumed_w
     return out
 
@@ -260,3 +288,38 @@ def room_history(path: str, since: float = 0.0) -> list[dict[str, Any]]:
         cur = conn.execute("SELECT ts, sensor, kind, role, value, unit FROM room_samples WHERE ts >= ? ORDER BY ts",
                            (since,))
         return [dict(zip(("ts", "sensor", "kind", "role", "value", "unit"), r, strict=True)) for r in cur.fetchall()]
+
+
+# `gpuclinic history` names for what ``record`` writes: name -> (kind, role, unit, help)
+ROOM_METRICS: dict[str, tuple[str, str | None, str, str]] = {
+    "inlet_c": ("temperature", "inlet", "C", "BMC inlet / ambient air temperature, per sensor"),
+    "exhaust_c": ("temperature", "exhaust", "C", "BMC exhaust air temperature, per sensor"),
+    "fan_rpm": ("fan", None, "RPM", "BMC fan speed, per fan (some BMCs report percent)"),
+    "psu_ok": ("psu", None, "1/0", "power supply healthy (1) or not (0), per PSU"),
+    "room_power_w": ("power", None, "W", "whole-system power draw the BMC reports"),
+}
+
+
+def room_query(path: str, metric: str, *, sensor: str | None = None, since: float = 0.0,
+               until: float | None = None) -> list[tuple[float, str, float | None]]:
+    """(ts, sensor, value) rows of one room metric, oldest first; [] when the agent never polled a BMC.
+
+    Read-only: a store without a ``room_samples`` table is not given one."""
+    kind, role, _, _ = ROOM_METRICS[metric]
+    sql = "SELECT ts, sensor, value FROM room_samples WHERE kind = ? AND ts >= ? AND ts <= ?"
+    args: list[Any] = [kind, since, until if until is not None else time.time() + 86400 * 365]
+    if role is not None:
+        sql += " AND role = ?"
+        args.append(role)
+    if sensor is not None:
+        sql += " AND sensor = ? COLLATE NOCASE"
+        args.append(sensor)
+    conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, timeout=5.0)
+    try:
+        return [(float(t), str(s), v) for t, s, v in conn.execute(sql + " ORDER BY ts, sensor", args)]
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return []
+        raise
+    finally:
+        conn.close()

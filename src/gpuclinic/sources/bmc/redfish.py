@@ -25,6 +25,7 @@ _NEW_THR = (("UpperCaution", "unc"), ("UpperCritical", "ucr"), ("UpperFatal", "u
 _HEALTH = {"ok": "ok", "warning": "nc", "critical": "cr"}
 _LOG_IDS = re.compile(r"sel|event|iml|iel|platform|^log\d*$|systemlog|lclog|faultlog", re.I)
 MAX_DOCS = 300
+MAX_SENSORS = 160  # members of one chassis's Sensors collection (a GPU server lists ~100)
 
 
 def _num(v: Any) -> float | None:
@@ -176,6 +177,8 @@ def _sensor(doc: dict[str, Any], src: str) -> R.RoomFacts:
     rtype = str(doc.get("ReadingType") or "")
     unit = {"Temperature": "C", "Rotational": "RPM", "Voltage": "V", "Power": "W", "Current": "A",
             "Percent": "%"}.get(rtype)
+    if unit is None and not rtype:  # ReadingType is optional: the DMTF mockup's temperatures give only units
+        unit = {"Cel": "C", "RPM": "RPM", "V": "V", "W": "W", "A": "A", "%": "%"}.get(str(doc.get("ReadingUnits")))
     if unit is None:
         return R.RoomFacts()
     thr: dict[str, float] = {}
@@ -359,6 +362,8 @@ class RedfishReader:
             room.merge(parse_doc(tm or {}))
         if not room.temperatures() and (p := self.link(chassis, "Thermal")):
             room.merge(parse_doc(self.get(p) or {}))
+        if not (room.temperatures() and room.fans()) and (p := self.link(chassis, "Sensors")):
+            self._sensors(p, room)  # BMCs that publish readings only as Sensor resources
         ps = self.get(p) if (p := self.link(chassis, "PowerSubsystem")) else None
         before = len(room.psus)
         if ps:
@@ -370,6 +375,18 @@ class RedfishReader:
         if len(room.psus) == before and (p := self.link(chassis, "Power")):
             room.merge(parse_doc(self.get(p) or {}))
         return room
+
+    def _sensors(self, path: str, room: R.RoomFacts) -> None:
+        """``Chassis/{id}/Sensors``: temperatures and fans the other documents did not give (a newer BMC
+        may expose readings only here; one that also has Thermal keeps those and gains what was missing)."""
+        have_temp, have_fan = bool(room.temperatures()), bool(room.fans())
+        names = {s.name for s in room.sensors}
+        for m in self.members(path, MAX_SENSORS):
+            part = parse_doc(self.get(m) or {})
+            part.sensors = [x for x in part.sensors if x.name not in names and not (
+                (x.kind == R.TEMPERATURE and have_temp) or (x.kind == R.FAN and have_fan))]
+            names.update(x.name for x in part.sensors)
+            room.merge(part)
 
     def _logs(self, services: str | None, room: R.RoomFacts) -> None:
         for svc_path in self.members(services, 16):

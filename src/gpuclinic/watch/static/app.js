@@ -18,6 +18,27 @@ function el(tag, cls, text) {
   if (text !== undefined && text !== null) e.textContent = text;
   return e;
 }
+// Alert texts mark commands with backticks (`gpuclinic doctor`): show them as code, never as
+// literal backticks; built with text nodes, so a text can never inject markup.
+function richText(tag, cls, text) {
+  const e = el(tag, cls);
+  String(text || "").split(/`([^`]+)`/).forEach((part, i) => {
+    if (i % 2) e.appendChild(el("code", "", part));
+    else if (part) e.appendChild(document.createTextNode(part));
+  });
+  return e;
+}
+// Round axis ticks (1, 2, 2.5, 5 x 10^k), not thirds of the data range (90.3 / 80.9 / 71.5).
+function niceStep(range, n) {
+  const raw = Math.max(range, 1e-9) / n;
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const f = raw / p;
+  return (f < 1.5 ? 1 : f < 2.25 ? 2 : f < 3.5 ? 2.5 : f < 7.5 ? 5 : 10) * p;
+}
+function fmtTick(v, step) {
+  const tenths = Math.round(step * 10 * 1e6) / 1e6;
+  return v.toFixed(Number.isInteger(step) ? 0 : Number.isInteger(tenths) ? 1 : 2);
+}
 function fmtTime(ts) { return new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 19) + "Z"; }
 function fmtDur(s) {
   if (s < 120) return Math.round(s) + " s";
@@ -63,6 +84,7 @@ function render() {
   const st = S.state;
   renderVerdict(st);
   renderOpen(st);
+  if (typeof renderRoom === "function") renderRoom(st);  // room.js: the BMC's inlet, fans and PSUs
   renderGpus(st);
   renderEvents();
   S.renders += 1;
@@ -76,11 +98,13 @@ function renderVerdict(st) {
   v.className = "verdict " + st.verdict;
   v.dataset.verdict = st.verdict;
   $(".label", v).textContent = st.verdict;
-  const open = st.open_events;
+  const open = (st.incidents || []).filter(i => i.severity !== "info");
   const crit = open.filter(e => e.severity === "critical").length;
   const warn = open.filter(e => e.severity === "warning").length;
-  $("#summary").textContent = open.length === 0 ? "No open problems." :
-    `${crit} critical, ${warn} warning open. Worst: ${open[0].title}`;
+  const sm = $("#summary");
+  sm.textContent = "";
+  sm.appendChild(richText("span", "", open.length === 0 ? "No open problems." :
+    `${crit} critical, ${warn} warning incident(s) open. Worst: ${open[0].title}`));
   const m = $("#meta");
   m.textContent = `${st.host} · ${st.backend} · driver ${st.driver_version || "?"} · ${st.gpus.length} GPU(s) · ` +
     `sample ${st.status.sample_age_s.toFixed(1)} s ago · ${st.status.samples} samples`;
@@ -97,13 +121,41 @@ function renderVerdict(st) {
 }
 
 function renderOpen(st) {
+  // one card per incident (root cause), its symptoms and their events folded under it
   const box = $("#open-events");
   box.textContent = "";
-  if (!st.open_events.length) return;
-  box.appendChild(el("h2", "", "Open problems"));
-  const ul = el("ul", "events");
-  for (const e of st.open_events) ul.appendChild(eventNode(e, true));
-  box.appendChild(ul);
+  const incs = (st.incidents || []).filter(i => i.severity !== "info");
+  box.dataset.incidents = String(incs.length);
+  if (!incs.length) return;
+  box.appendChild(el("h2", "", "Open incidents"));
+  const byKey = {};
+  for (const e of st.open_events) byKey[e.key] = e;
+  for (const inc of incs) {
+    const card = el("div", `incident ev ${inc.severity}`);
+    card.dataset.code = inc.code;
+    card.dataset.severity = inc.severity;
+    card.dataset.gpu = inc.gpu && inc.gpu.index !== null ? String(inc.gpu.index) : "";
+    const head = el("div", "head");
+    head.appendChild(el("span", `badge ${inc.severity}`, inc.severity));
+    head.appendChild(el("strong", "title", inc.title));
+    head.appendChild(el("span", "code", inc.code));
+    head.appendChild(el("span", "when", `opened ${fmtTime(inc.opened)}`));
+    card.appendChild(head);
+    if (inc.symptoms.length) card.appendChild(el("div", "symptoms", "Explains: " + inc.symptoms.join(", ")));
+    if (inc.first_step) card.appendChild(richText("div", "remedy", inc.first_step));
+    const gpu = inc.gpu && inc.gpu.index !== null ? ` --gpu ${inc.gpu.index}` : "";
+    card.appendChild(el("div", "runbook", `All steps: gpuclinic runbook ${inc.code}${gpu}`));
+    const evs = (inc.events || []).map(k => byKey[k]).filter(Boolean);
+    if (evs.length) {
+      const det = el("details");
+      det.appendChild(el("summary", "", `${evs.length} event(s) and their evidence`));
+      const ul = el("ul", "events");
+      for (const e of evs) ul.appendChild(eventNode(e, true));
+      det.appendChild(ul);
+      card.appendChild(det);
+    }
+    box.appendChild(card);
+  }
 }
 
 const PLOTS = [
@@ -156,12 +208,21 @@ function renderGpus(st) {
     const card = gpuCard(g);
     card.classList.toggle("lost", !!g.lost);
     card.dataset.lost = g.lost ? "1" : "0";
+    const rows = S.series[String(g.index)] || [];
+    // a lost GPU reports nothing: its plots end at its last good sample, and say so
+    const good = rows.filter(r => r[idx.temp] !== null || r[idx.power] !== null);
+    const lastSeen = good.length ? good[good.length - 1][0] : null;
+    card.dataset.lostSince = g.lost && lastSeen !== null ? String(lastSeen) : "";
+    card.dataset.firstTs = rows.length ? String(rows[0][0]) : "";
     const h = $("h3", card);
     h.textContent = `GPU ${g.index} · ${g.name || "?"} · ${g.pci_bus_id || ""}`;
-    if (g.lost) h.appendChild(el("span", "badge critical", "LOST"));
+    if (g.lost) {
+      h.appendChild(el("span", "badge critical", "LOST"));
+      h.appendChild(el("span", "since", lastSeen === null ? "no data from this GPU" :
+        `no data since ${fmtTime(lastSeen)} (${fmtDur(now - lastSeen)} ago); the values below are from then`));
+    }
     for (const r of g.reasons.filter(r => r !== "gpu_idle")) h.appendChild(el("span", "badge warning", r));
     if (g.processes.length) h.appendChild(el("span", "badge", `${g.processes.length} proc`));
-    const rows = S.series[String(g.index)] || [];
     const span = rows.length ? Math.max(60, Math.min(now - rows[0][0], 900)) : 60;
     const x0 = now - span;
     for (const p of PLOTS) {
@@ -172,10 +233,11 @@ function renderGpus(st) {
       drawPlot(c, pts, refs, x0, now, p);
       const last = pts.length ? pts[pts.length - 1][1] : null;
       c.parentElement.querySelector(".ttl b").textContent = last === null ? "–" :
+        (g.lost ? "last " : "") +
         `${last.toFixed(p.unit === "GiB" ? 1 : 0)} ${p.unit}` + (refs.length ? ` / ${refs[refs.length - 1][1].toFixed(0)}` : "");
     }
     const tc = $("canvas[data-metric='throttle']", card);
-    drawTimeline(tc, rows.filter(r => r[0] >= x0), idx.reasons, x0, now, st.reasons);
+    drawTimeline(tc, rows.filter(r => r[0] >= x0), idx.reasons, x0, now, st.reasons, g.lost ? lastSeen : undefined);
   }
   // GPUs that vanished from the sample (not even "lost") keep their card, marked
   for (const card of document.querySelectorAll(".gpu")) {
@@ -210,14 +272,19 @@ function drawPlot(c, pts, refs, x0, x1, p) {
     lo = p.min0 ? 0 : lo - pad;
     hi += pad;
   }
+  const step = niceStep(hi - lo, 4);
   const X = t => L + (t - x0) / Math.max(1e-9, x1 - x0) * (w - L - R);
   const Y = v => T + (1 - (v - lo) / Math.max(1e-9, hi - lo)) * (h - T - B);
   ctx.strokeStyle = C.grid; ctx.lineWidth = 1; ctx.fillStyle = C.text; ctx.font = "10px system-ui, sans-serif";
-  for (let i = 0; i <= 3; i++) {
-    const v = lo + (hi - lo) * i / 3, y = Y(v);
+  const ticks = [];
+  for (let k = Math.ceil(lo / step - 1e-6); k * step <= hi + step * 1e-6; k++) {
+    const v = k * step, y = Y(v);
     ctx.beginPath(); ctx.moveTo(L, y); ctx.lineTo(w - R, y); ctx.stroke();
-    ctx.fillText(v >= 100 ? v.toFixed(0) : v.toFixed(1), 2, y + 3);
+    const label = fmtTick(v, step);
+    ctx.fillText(label, 2, y + 3);
+    ticks.push(label);
   }
+  c.dataset.ticks = ticks.join(",");
   ctx.fillText(`-${fmtDur(x1 - x0)}`, L, h - 3);
   ctx.fillText("now", w - R - 20, h - 3);
   if (refs.length) {
@@ -245,7 +312,7 @@ function drawPlot(c, pts, refs, x0, x1, p) {
   c.dataset.refDrawn = refs.length ? "1" : "0";
 }
 
-function drawTimeline(c, rows, ri, x0, x1, reasons) {
+function drawTimeline(c, rows, ri, x0, x1, reasons, lostSince) {
   // one row per reason that was active in the window; a bar where it was active
   const active = [];
   for (const r of reasons) {
@@ -259,7 +326,10 @@ function drawTimeline(c, rows, ri, x0, x1, reasons) {
   const summary = [];
   if (!active.length) {
     ctx.fillStyle = C.text;
-    ctx.fillText(rows.length ? "no throttling in this window" : "no data", L + 4, h / 2 + 3);
+    const none = lostSince !== undefined ? (lostSince === null ? "no data: GPU lost" : `GPU lost: no data since ${fmtTime(lostSince)}`)
+      : rows.length ? "no throttling in this window" : "no data";
+    ctx.fillText(none, L + 4, h / 2 + 3);
+    c.dataset.empty = none;
   }
   const rh = active.length ? Math.min(22, (h - T - B) / active.length) : 0;
   active.forEach((r, i) => {
@@ -296,7 +366,7 @@ function eventNode(e, compact) {
   li.dataset.state = e.resolved ? "resolved" : "open";
   const head = el("div", "head");
   head.appendChild(el("span", `badge ${e.severity}`, e.severity));
-  head.appendChild(el("strong", "title", e.title));
+  head.appendChild(richText("strong", "title", e.title));
   head.appendChild(el("span", "code", e.code + (e.count > 1 ? ` ×${e.count}` : "")));
   const when = e.resolved ? `${fmtTime(e.opened)} · resolved after ${fmtDur(e.resolved - e.opened)}` :
     `opened ${fmtTime(e.opened)}`;
@@ -304,9 +374,9 @@ function eventNode(e, compact) {
   li.appendChild(head);
   if (!compact || !e.resolved) {
     const ul = el("ul");
-    for (const x of e.evidence.slice(0, compact ? 2 : 8)) ul.appendChild(el("li", "", x));
+    for (const x of e.evidence.slice(0, compact ? 2 : 8)) ul.appendChild(richText("li", "", x));
     li.appendChild(ul);
-    if (e.remedy) li.appendChild(el("div", "remedy", e.remedy));
+    if (e.remedy) li.appendChild(richText("div", "remedy", e.remedy));
   }
   return li;
 }

@@ -1,0 +1,87 @@
+"""Benchmark: `gpuclinic explain --offline` on a 19 MB training log (target <= 0.3 s wall) next to
+`grep -c -i -F` for the same error words (the floor for one pass over the file) measured in the
+same run.
+
+The log is built from the repository's real error texts (tests/fixtures/software/errors) and
+kernel logs (tests/fixtures/kernel_log) spread through 19 MB of "step N loss X" lines, as a long
+training run leaves them.  Also prints the time of the signature matching alone.
+
+    .venv/bin/python bench/explain_19mb.py [--mb 19] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build(path: Path, mb: int) -> None:
+    rng = random.Random(14)
+    errs = [
+        p.read_text(errors="replace") for p in sorted((ROOT / "tests/fixtures/software/errors").glob("*.txt"))
+    ]
+    kern = [p.read_text(errors="replace") for p in sorted((ROOT / "tests/fixtures/kernel_log").glob("*.log"))]
+    out: list[str] = []
+    size = 0
+    step = 0
+    while size < mb * 1024 * 1024:
+        if rng.random() < 0.002:
+            t = rng.choice(errs + kern)
+        else:
+            step += 1
+            t = (
+                f"[2026-01-05 12:{step % 60:02d}:{step % 60:02d}] step {step} loss "
+                f"{rng.random():.4f} lr 3.0e-04 "
+                f"grad_norm {rng.random() * 3:.3f} tokens/s {rng.randint(1000, 9000)}\n"
+            )
+        out.append(t)
+        size += len(t)
+    path.write_text("".join(out))
+
+
+def wall(cmd: list[str], runs: int) -> float:
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=int, default=19)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "train.log"
+        build(log, args.mb)
+        ours = wall([sys.executable, "-m", "gpuclinic", "explain", "--offline", str(log)], args.runs)
+        peer = wall(
+            ["grep", "-c", "-i", "-F", "-e", "error", "-e", "fail", "-e", "xid", "-e", "nccl", str(log)],
+            args.runs,
+        )
+        from gpuclinic.knowledge import signatures as S
+
+        text = log.read_text()
+        S.signatures()
+        t = time.perf_counter()
+        found = S.match(text)
+        t_match = time.perf_counter() - t
+        print(f"log: {log.stat().st_size / 2**20:.1f} MiB, {len(found)} signatures found")
+        print(f"gpuclinic explain --offline: {ours:.3f} s (median of {args.runs}; target <= 0.3 s)")
+        print(f"  of which signature matching in-process: {t_match:.3f} s")
+        print(f"grep -c -i -F (4 words):     {peer:.3f} s")
+        print(f"ratio explain / grep: {ours / peer:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""GSP firmware detector: GSP RPC timeouts and firmware errors in the kernel log (Xid 119/120 class)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gpuclinic.checks import check
+from gpuclinic.checks._kernel import (  # noqa: F401
+    AER_FREQUENT_COUNT,
+    AER_FREQUENT_PER_HOUR,
+    MAX_EVIDENCE,
+    NVLINK_XIDS,
+    SOURCE,
+    _base_data,
+    _evidence,
+    _is_parent_of,
+    _previous_boot_flags,
+    _require_log,
+    _seconds,
+    _span_s,
+    _steps,
+    _uuid_map,
+    _when,
+    gpu_ref,
+)
+from gpuclinic.facts.kernel import KernelEvent
+from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.knowledge.codes import severity
+from gpuclinic.model import Family, Finding
+
+# --------------------------------------------------------------------------------------------------
+# gsp.error
+# --------------------------------------------------------------------------------------------------
+
+
+@check("kernel.gsp", codes=["gsp.error"], what="GSP firmware errors (kernel log)")
+def gsp_error(snap: Snapshot) -> list[Finding]:
+    gsp = [e for e in snap.kernel_events if e.kind == "gsp" or (e.kind == "xid" and e.xid in (119, 120))]
+    if not gsp:
+        return []
+    uuids = _uuid_map(snap)
+    prev = _previous_boot_flags(gsp, snap)
+    by_bus: dict[str | None, list[KernelEvent]] = {}
+    for e in gsp:
+        by_bus.setdefault(e.pci_bus_id, []).append(e)
+    out: list[Finding] = []
+    for bus, group in by_bus.items():
+        kinds = Counter("rpc_timeout" if e.xid == 119 else "error" if e.xid == 120 else str(e.detail.get("gsp"))
+                        for e in group)
+        serious = {"rpc_timeout", "error", "crash", "heartbeat", "init", "xid_report"} & set(kinds)
+        if not serious:
+            continue  # RPC history dumps alone are context, not a fault
+        sev = severity("gsp.error")
+        data = _base_data(group)
+        data["kinds"] = dict(kinds)
+        inst = sorted({int(i) for e in group if (i := e.detail.get("gpu_instance")) is not None})
+        if inst:
+            data["driver_gpu_numbers"] = inst
+        if all(prev.get(id(e)) for e in group):
+            sev = severity("gsp.error", "before_boot")
+            data["previous_boot"] = True
+        ref = gpu_ref(snap, bus, uuids)
+        label = ref.label() if ref else ("GPU" + (f" (driver GPU{inst[0]})" if inst else ""))
+        what = ("stopped answering the driver (RPC timeout)" if "rpc_timeout" in kinds else
+                "crashed" if "crash" in kinds else "missed its heartbeat" if "heartbeat" in kinds else
+                "failed to start" if "init" in kinds else "reported an error")
+        xids = sorted({int(x) for e in group if (x := e.xid) is not None})
+        if xids:
+            data["xids"] = xids
+        title = f"{label}: the GPU System Processor (GSP firmware) {what}"
+        remedy = _steps(
+            "Stop the jobs on this GPU and reset it (`nvidia-smi -r -i <index>`), or reboot the server.",
+            "Update the NVIDIA driver: several GSP RPC timeouts were driver bugs fixed in later releases "
+            "(e.g. 525.105.17 fixed the 525-series timeouts).",
+            "If it recurs on the current driver, disable GSP offload as a test where the driver allows it "
+            "(`NVreg_EnableGpuFirmware=0`, closed kernel modules only) and report it with `nvidia-bug-report.sh`.",
+        )
+        out.append(Finding(code="gsp.error", severity=sev, family=Family.GPU_FAULT, title=title,
+                           evidence=_evidence(group), remedy=remedy, gpu=ref, data=data, source=SOURCE))
+    return out
+

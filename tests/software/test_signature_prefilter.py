@@ -1,0 +1,92 @@
+"""The long-text prefilter of knowledge.signatures.match must find exactly what a full scan finds,
+with the same line numbers, whether grep is there or not (issue 14: explain on a 19 MB log)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.knowledge import signatures as S
+
+ERRORS = Path(__file__).resolve().parents[1] / "fixtures" / "software" / "errors"
+KERNEL = Path(__file__).resolve().parents[1] / "fixtures" / "kernel_log"
+
+
+def _long_log(seed: int, non_ascii: bool) -> str:
+    rng = random.Random(seed)
+    texts = [
+        p.read_text(errors="replace") for p in sorted(ERRORS.glob("*.txt")) + sorted(KERNEL.glob("*.log"))
+    ]
+    parts: list[str] = []
+    size = 0
+    while size < S.PREFILTER_MIN * 3:
+        if rng.random() < 0.05:
+            t = rng.choice(texts)
+        else:
+            t = "".join(
+                f"[{rng.randint(0, 99999)}] step {rng.randint(0, 10**6)} loss {rng.random():.4f}"
+                + (" 训练 ümlaut" if non_ascii and rng.random() < 0.3 else "")
+                + "\n"
+                for _ in range(rng.randint(50, 400))
+            )
+        parts.append(t)
+        size += len(t)
+    return "".join(parts)
+
+
+def _full(text: str) -> list[dict[str, object]]:
+    return [m.to_dict() for m in S._match(text, text.lower(), 10_000)]
+
+
+def _reference(text: str) -> dict[str, tuple[int, int, str]]:
+    """Signature id -> (first line, number of lines, first line's text) with the table's own patterns
+    only: no prefilter, no rewritten "[^\\n]*" patterns."""
+    lower = text.lower()
+    out: dict[str, tuple[int, int, str]] = {}
+    for sig in S.signatures():
+        if not any(n in lower for n in sig.needles):
+            continue
+        starts = sorted(m.start() for rx in sig.patterns for m in rx.finditer(text))
+        if starts:
+            lines = {text.count("\n", 0, p) + 1 for p in starts}
+            first = text.count("\n", 0, starts[0]) + 1
+            out[sig.id] = (first, len(lines), text.split("\n")[first - 1].strip()[: S.MAX_LINE])
+    return out
+
+
+@pytest.mark.parametrize("grep", [True, False])
+@pytest.mark.parametrize("seed,non_ascii", [(1, False), (2, True), (3, True)])
+def test_prefilter_finds_what_a_full_scan_finds(
+    grep: bool, seed: int, non_ascii: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not grep:
+        monkeypatch.setenv("GPUCLINIC_NO_GREP", "1")
+    text = _long_log(seed, non_ascii)
+    assert len(text) >= S.PREFILTER_MIN
+    got = [m.to_dict() for m in S.match(text)]
+    assert got, "the fixtures hold errors: something must match"
+    assert got == _full(text)
+    ref = _reference(text)
+    for m in got:
+        assert (m["line_no"], m["count"], m["matched_line"]) == ref[str(m["id"])], m["id"]
+    # the line numbers point at the matched line of the whole text
+    lines = text.split("\n")
+    for m in got:
+        assert str(m["matched_line"])[:60] in lines[int(str(m["line_no"])) - 1], m
+
+
+def test_a_long_log_without_any_trigger_matches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "step 1 loss 0.5\n" * (S.PREFILTER_MIN // 8)
+    assert S.match(text) == []
+    monkeypatch.setenv("GPUCLINIC_NO_GREP", "1")
+    assert S.match(text) == []
+
+
+def test_every_needle_contains_a_trigger() -> None:
+    """What the prefilter's correctness rests on."""
+    trig = S._triggers()
+    for sig in S.signatures():
+        for n in sig.needles:
+            assert any(t in n for t in trig), (sig.id, n)
