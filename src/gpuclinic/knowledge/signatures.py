@@ -388,11 +388,10 @@ def rejoined(text: str) -> list[tuple[int, str]]:
     if len(lines) < 2:
         return []
     width = _wrap_width(lines)
-    tables = "|" in text
-    if width is None and not tables:
+    starts = sorted(set(_table_rows(text)) | ({k for k, n in enumerate(map(len, lines[:-1])) if n == width}
+                                             if width is not None else set()))
+    if not starts:
         return []
-    starts = [k for k, ln in enumerate(lines[:-1])
-              if len(ln) == width or (tables and ln.lstrip()[:1] == "|" and ln.rstrip()[-1:] == "|")]
     out: list[tuple[int, str]] = []
     i = 0
     for k in starts:
@@ -416,6 +415,20 @@ def rejoined(text: str) -> list[tuple[int, str]]:
         if j > i:
             out.append((i, "".join(parts)))
         i = j + 1
+    return out
+
+
+_TABLE_PAIR = re.compile(r"\|[ \t]*\r?\n(?=[ \t]*\|(?:[ \t]*\|)+ \S)")  # a row, then a continuation row
+
+
+def _table_rows(text: str) -> list[int]:
+    """0-based numbers of the table rows whose last cell continues on the next row (found at regex speed)."""
+    out: list[int] = []
+    line, pos = 0, 0
+    for m in _TABLE_PAIR.finditer(text):
+        line += text.count("\n", pos, m.start())
+        pos = m.start()
+        out.append(line)
     return out
 
 
