@@ -186,3 +186,23 @@ def test_keywords_reach_grep_as_literals(tmp_path: Path) -> None:
     out = subprocess.run([GREP, "-a", "-n", "-E", "-e", grepscan._ere_literal(word), str(p)],
                          capture_output=True, text=True, check=False).stdout
     assert out.splitlines() == [f"1:zz {word} zz"]
+
+
+def test_keyword_lines_from_a_compressed_log_and_a_grep_that_fails_half_way(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "".join(f"line {i}\n" if i % 3 else f"{i}: CUDA error: boom\n" for i in range(30))
+    want = [(i + 1, f"{i}: CUDA error: boom") for i in range(0, 30, 3)]
+    gz = tmp_path / "k.log.gz"
+    gz.write_bytes(gzip.compress(text.encode()))
+    if GREP is not None:
+        assert list(iter_keyword_lines(str(gz), ["cuda error"])) == want  # decompressed into grep's stdin
+    # a "grep" that prints two right lines, then fails: the Python scan goes on from the third, no repeats
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "grep"
+    fake.write_text("#!/bin/sh\nprintf '1:0: CUDA error: boom\\n4:3: CUDA error: boom\\n'\nexit 2\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))
+    plain = tmp_path / "k.log"
+    plain.write_text(text)
+    assert list(iter_keyword_lines(str(plain), ["cuda error"])) == want

@@ -18,7 +18,9 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 
 from gpuclinic.sources.kernellog.formats import (
     _CONTEXT_LINE_MARKS,
@@ -213,19 +215,23 @@ MAX_KEYWORD_LINES = 200_000  # a log where every line "fails" yields its first l
 
 def iter_keyword_lines(path: str, keywords: Sequence[str], *, opener: object = None) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` for every line holding one of ``keywords`` (any case), at most
-    ``MAX_KEYWORD_LINES``.  grep on plain files; a chunked regex scan of the decompressed stream otherwise."""
+    ``MAX_KEYWORD_LINES``.  grep (compressed files decompressed into its stdin); one find pass per keyword over
+    the decompressed stream when grep is absent or fails."""
     kws = sorted({k.lower() for k in keywords if k})
     if not kws:
         return
     anchors = _anchors(kws)
     grep = grep_binary()
-    if grep is not None and is_plain(path):
+    done = 0  # lines already given: a grep that fails half-way is continued by the Python scan, no repeats
+    if grep is not None and opener is None:
         try:
-            yield from _limit(_verified(_grep_keyword_lines(path, grep, anchors), kws))
+            for item in _limit(_verified(_grep_keyword_lines(path, grep, anchors), kws)):
+                done += 1
+                yield item
             return
         except GrepFallback:
             pass
-    yield from _limit(_verified(_python_keyword_lines(path, anchors, opener), kws))
+    yield from islice(_limit(_verified(_python_keyword_lines(path, anchors, opener), kws)), done, None)
 
 
 # Substrings many keywords share: searching for these (and the keywords holding none of them) finds the
@@ -254,10 +260,21 @@ def _limit(it: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
 
 
 def _grep_keyword_lines(path: str, grep: str, kws: list[str]) -> Iterator[tuple[int, str]]:
+    """grep over the file, or over its decompressed bytes fed on stdin by a thread (gz, xz, bz2)."""
     argv = [grep, "-a", "-n", "-i", "-F"]
     for k in kws:
         argv += ["-e", k]
-    proc = _run([*argv, "--", path])
+    feeder: threading.Thread | None = None
+    if is_plain(path):
+        proc = _run([*argv, "--", path])
+    else:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    env=_ENV)
+        except OSError as e:
+            raise GrepFallback(str(e)) from None
+        feeder = threading.Thread(target=_feed, args=(path, proc), daemon=True)
+        feeder.start()
     assert proc.stdout is not None
     ok = False
     try:
@@ -272,6 +289,29 @@ def _grep_keyword_lines(path: str, grep: str, kws: list[str]) -> Iterator[tuple[
             _finish(proc)
         else:
             _kill(proc)
+        if feeder is not None:
+            feeder.join()
+
+
+def _feed(path: str, proc: subprocess.Popen[bytes]) -> None:
+    """Write the decompressed file to grep's stdin (a thread: grep's output is read meanwhile)."""
+    from gpuclinic.sources.kernellog.scan import _open_binary
+
+    assert proc.stdin is not None
+    try:
+        with _open_binary(path) as fh:
+            while True:
+                chunk = fh.read(CHUNK)
+                if not chunk:
+                    break
+                proc.stdin.write(chunk)
+    except (OSError, ValueError):
+        pass  # grep was stopped, or the file ended early: grep sees the end of its input
+    finally:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
 
 
 def _python_keyword_lines(path: str, kws: list[str], opener: object) -> Iterator[tuple[int, str]]:
