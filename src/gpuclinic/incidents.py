@@ -233,5 +233,5 @@ def first_sentence(text: str) -> str:
     t = (text or "").strip().splitlines()
     if not t:
         return ""
-    line = re.sub(r"^\d+\.\s*", "", t[0])
+    line = re.sub(r"^\d+\.(?!\d)\s*", "", t[0])  # a list marker "1. ", not "5.00 GiB"
     return line.split(". ")[0].rstrip(".") + "." if line else ""

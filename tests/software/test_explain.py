@@ -207,3 +207,12 @@ def test_long_input_keeps_its_start_and_its_end(tmp_path: Path, monkeypatch: pyt
         assert "error.cuda.illegal_address" in [x.code for x in r.findings]
     short = b"RuntimeError: CUDA error: out of memory\n"
     assert ex.read_input("-", stdin=io.BytesIO(short)) == (short.decode(), "<stdin>", False)
+
+
+def test_first_step_keeps_a_leading_decimal_number() -> None:
+    """The OOM fix starts with '5.00 GiB ...': the first step must not lose '5.' as if it were a list marker."""
+    text = ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total capacity; "
+            "70.00 GiB already allocated; 1.50 GiB free; 75.00 GiB reserved in total by PyTorch)")
+    report = explain_text(text)
+    inc = next(i for i in report.incidents if i.code == "error.cuda.oom")
+    assert inc.first_step.startswith("5.00 GiB is reserved"), inc.first_step
