@@ -48,7 +48,7 @@ def _open_store_for_reading(db: str | None) -> Any:
     try:
         return WatchStore(path)
     except StoreError as e:
-        raise GpuclinicError(str(e)) from None
+        raise InputError(str(e)) from None  # not a watch store: an unreadable input file (64), like report --db
 
 
 def _iso(ts: float | None) -> str:
