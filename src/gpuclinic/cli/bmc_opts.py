@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from gpuclinic.cli.params import Seconds
 from gpuclinic.errors import EXIT_USAGE, InputError
 
 if TYPE_CHECKING:  # the BMC client (ssl, httpx) loads only when --bmc/--redfish is given: ~30 ms of doctor's start
@@ -36,7 +37,7 @@ def bmc_options(fn: F) -> F:
                      "Password: REDFISH_PASSWORD, IPMI_PASSWORD or --bmc-password-file."),
         click.option("--redfish-ca", type=click.Path(), metavar="FILE", help="CA bundle for the BMC's certificate."),
         click.option("--redfish-insecure", is_flag=True, help="Do not verify the BMC's TLS certificate (self-signed)."),
-        click.option("--bmc-timeout", type=click.FloatRange(1, 300), default=15.0, show_default=True, metavar="S",
+        click.option("--bmc-timeout", type=Seconds(1, 300), default=15.0, show_default=True, metavar="S",
                      help="Seconds per BMC call."),
     ]
     for o in reversed(opts):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from gpuclinic.cli.params import Seconds
 from gpuclinic.errors import EXIT_USAGE, InputError
 
 
@@ -35,7 +36,7 @@ def _read_secret(path: str, what: str) -> str:
 @click.option("--window", default=None, metavar="DURATION", help="Trend and idle window (default 24h).")
 @click.option("--price-per-gpu-hour", type=click.FloatRange(min=0), metavar="PRICE",
               help="Cost of one GPU-hour: idle GPU-hours get a price.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=Seconds(min=0.1), default=10.0, show_default=True,
               help="Seconds per request.")
 @click.option("--json", "as_json", is_flag=True, help="JSON, schema gpuclinic.fleet/1.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown table.")

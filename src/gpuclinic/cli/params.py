@@ -1,0 +1,33 @@
+"""Click parameter types shared by the commands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+
+class Seconds(click.ParamType):
+    """A duration in seconds within [min, max]: ``90s``, ``5m``, ``2h`` or a bare number (seconds).
+
+    README "Exit codes": durations take a unit in every command; a plain FloatRange refused ``30s``.
+    """
+
+    name = "duration"
+
+    def __init__(self, min: float | None = None, max: float | None = None) -> None:
+        self.min, self.max = min, max
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from gpuclinic.errors import InputError
+        from gpuclinic.watch.config import parse_duration  # lazily: tomllib costs doctor's start-up
+
+        try:
+            s = parse_duration(value)
+        except InputError:
+            self.fail(f"{value!r} is not a duration (e.g. 30s, 5m, 2h; a bare number is seconds)", param, ctx)
+        if (self.min is not None and s < self.min) or (self.max is not None and s > self.max):
+            lo = "" if self.min is None else f"{self.min:g} s"
+            hi = "" if self.max is None else f"{self.max:g} s"
+            self.fail(f"{value!r} is not between {lo or '0 s'} and {hi or 'any length'}", param, ctx)
+        return s
