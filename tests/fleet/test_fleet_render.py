@@ -33,3 +33,15 @@ def test_piped_fleet_table_is_plain_one_line_per_node(capsys: pytest.CaptureFixt
     assert "gpu.fallen_off_bus GPU 2 (39s)" in node and "7/8" in node and "drain" in node
     assert any(ln.startswith("gpu-node-11") and "Connection refused" in ln for ln in lines)
     assert lines[-1].startswith("2 nodes: 1 drain, 1 unreachable")
+
+
+def test_password_in_the_prometheus_url_is_never_printed() -> None:
+    import subprocess
+    import sys
+
+    for fmt in ([], ["--json"]):
+        r = subprocess.run([sys.executable, "-m", "gpuclinic", "fleet", "--prometheus",
+                            "http://ops:pr0m-Secret@127.0.0.1:9", "--timeout", "1", *fmt],
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert r.returncode == 3, r.stderr
+        assert "pr0m-Secret" not in r.stdout + r.stderr and "127.0.0.1:9" in r.stderr

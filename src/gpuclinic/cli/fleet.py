@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from gpuclinic.cli.params import Seconds
+from gpuclinic.cli.params import Seconds, split_credentials
 from gpuclinic.errors import EXIT_USAGE, InputError
 
 
@@ -68,9 +68,10 @@ def fleet(prom_url: str | None, job: str, basic_auth_file: str | None, bearer_to
     if prom_url:
         from gpuclinic.fleet.prom import PromAuth, Prometheus, collect
 
+        prom_url, url_user, url_pw = split_credentials(prom_url)
         if not prom_url.startswith(("http://", "https://")):
             raise InputError(f"--prometheus {prom_url!r}: expected an http(s) URL", exit_code=EXIT_USAGE)
-        auth = PromAuth()
+        auth = PromAuth(basic=(url_user or "", url_pw or "") if url_user or url_pw else None)
         if basic_auth_file:
             user, sep, pw = _read_secret(basic_auth_file, "--basic-auth-file").partition(":")
             if not sep:

@@ -31,3 +31,18 @@ class Seconds(click.ParamType):
             hi = "" if self.max is None else f"{self.max:g} s"
             self.fail(f"{value!r} is not between {lo or '0 s'} and {hi or 'any length'}", param, ctx)
         return s
+
+
+def split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """``https://user:pw@host/x`` -> (``https://host/x``, user, pw): the URL is printed, the password never is."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(url)
+        user, pw = u.username, u.password
+    except ValueError:  # e.g. an unclosed IPv6 bracket: the caller's own check says so
+        return url, None, None
+    if user is None and pw is None:
+        return url, None, None
+    netloc = u.netloc.rpartition("@")[2]
+    return urlunsplit(u._replace(netloc=netloc)), unquote(user) if user else None, unquote(pw) if pw else None
