@@ -203,7 +203,10 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
 
 def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | None) -> Incident:
     root = ms[0]
-    gpu = root.gpu or next((m.gpu for m in ms if m.gpu is not None), None)
+    gpu = root.gpu
+    if gpu is None:  # a GPU-less cause is one GPU's only when all its symptoms are on that GPU (not hot inlet air)
+        refs = [m.gpu for m in ms if m.gpu is not None]
+        gpu = refs[0] if refs and all(same_gpu(refs[0], r) for r in refs) else None
     iid = incident_id(root.code, gpu)
     rest = sorted(ms[1:], key=lambda f: (_first_s(f) is None, _first_s(f) or 0.0))
     evidence: list[str] = []
