@@ -196,3 +196,10 @@ def test_a_gpu_less_cause_takes_the_gpu_its_symptoms_share() -> None:
                    gpu=GpuRef(index=3, pci_bus_id="0000:5d:00.0"))
     (inc,) = group([hot, slow])
     assert inc.code == "room.inlet_hot" and inc.gpu is not None and inc.gpu.index == 3
+
+
+def test_every_code_in_the_correlation_rules_is_a_known_code() -> None:
+    """A rule naming a code no detector emits (a typo, a renamed code) silently never matches."""
+    unknown = [(r["cause"], c) for r in load_data("correlation.json")["rules"] for c in [r["cause"], *r["explains"]]
+               if "*" not in c and "class:" not in c and K.info(c) is None]
+    assert unknown == []
