@@ -237,4 +237,7 @@ def first_sentence(text: str) -> str:
     if not t:
         return ""
     line = re.sub(r"^\d+\.(?!\d)\s*", "", t[0])  # a list marker "1. ", not "5.00 GiB"
-    return line.split(". ")[0].rstrip(".") + "." if line else ""
+    return _SENTENCE_END.split(line, maxsplit=1)[0].rstrip(".") + "." if line else ""
+
+
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)\. ")  # not after "e.g." / "i.e."

@@ -216,3 +216,14 @@ def test_first_step_keeps_a_leading_decimal_number() -> None:
     report = explain_text(text)
     inc = next(i for i in report.incidents if i.code == "error.cuda.oom")
     assert inc.first_step.startswith("5.00 GiB is reserved"), inc.first_step
+
+
+def test_first_step_does_not_stop_at_an_abbreviation() -> None:
+    """'... only if a step takes longer (e.g. a checkpoint save).' must not end as '(e.g.'."""
+    from gpuclinic.incidents import first_sentence
+
+    assert first_sentence("Raise it only if a step takes longer (e.g. a save). Then rerun.") == \
+        "Raise it only if a step takes longer (e.g. a save)."
+    assert first_sentence("Check the driver, i.e. the kernel module. Then reboot.") == \
+        "Check the driver, i.e. the kernel module."
+    assert first_sentence("Drain the node. Reboot it.") == "Drain the node."
