@@ -240,4 +240,4 @@ def first_sentence(text: str) -> str:
     return _SENTENCE_END.split(line, maxsplit=1)[0].rstrip(".") + "." if line else ""
 
 
-_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)\. ")  # not after "e.g." / "i.e."
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)(?<!\.)\. ")  # not "e.g. ", "i.e. ", "... "

@@ -227,3 +227,5 @@ def test_first_step_does_not_stop_at_an_abbreviation() -> None:
     assert first_sentence("Check the driver, i.e. the kernel module. Then reboot.") == \
         "Check the driver, i.e. the kernel module."
     assert first_sentence("Drain the node. Reboot it.") == "Drain the node."
+    assert first_sentence("Read the lines above ('Memory usage ... free'); reinstall. Then rerun.") == \
+        "Read the lines above ('Memory usage ... free'); reinstall."
