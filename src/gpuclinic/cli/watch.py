@@ -116,7 +116,7 @@ def _check_agent_options(listen: str, no_http: bool, kernel_logs: tuple[str, ...
 @click.option("--peers", envvar="GPUCLINIC_WATCH_PEERS", metavar="HOST:PORT,...",
               help="Other agents to show on this dashboard's /fleet page (token: GPUCLINIC_PEER_TOKEN, else --token).")
 @click.option("--peers-file", type=click.Path(dir_okay=False), metavar="FILE", help="Peers, one HOST:PORT per line.")
-@click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors (and, at start, where the dashboard is).")
 @click.option("--bmc-interval", type=Seconds(1, 3600), default=45.0, show_default=True, metavar="S",
               help="Poll the BMC (--bmc/--redfish) this often; 30-60 s suits most BMCs.")
 @bmc_options
