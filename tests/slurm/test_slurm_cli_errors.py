@@ -43,3 +43,11 @@ def test_epilog_that_finds_a_problem_but_cannot_drain_fails() -> None:
                         "--scontrol", "/nonexistent/scontrol", "--node", "n1"],
                        capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 1 and "could not drain" in p.stderr, p.stderr
+
+
+def test_prolog_that_finds_a_problem_but_cannot_drain_still_refuses() -> None:
+    """The GPU was judged bad; only the drain failed (slurmctld down): the job must not start on it."""
+    p = subprocess.run([sys.executable, "-m", "gpuclinic", "slurm", "prolog", "--scenario", "fallen-off-bus",
+                        "--scontrol", "/nonexistent/scontrol", "--node", "n1"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 1 and "gpu.fallen_off_bus" in p.stderr and "could not drain" in p.stderr, p.stderr
