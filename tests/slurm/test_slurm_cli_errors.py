@@ -11,7 +11,7 @@ import pytest
 
 @pytest.mark.parametrize(("args", "rc", "msg"), [
     (["slurm", "healthcheck", "--scenario", "fallen-off-bus", "--node", "a b"], 64, "not a Slurm node name"),
-    (["slurm", "healthcheck", "--scenario", "nosuch", "--report-only"], 3, "unknown scenario 'nosuch'"),
+    (["slurm", "healthcheck", "--scenario", "nosuch", "--report-only"], 64, "unknown scenario 'nosuch'"),
     (["slurm", "healthcheck", "--scenario", "fallen-off-bus", "--scontrol", "/nonexistent/scontrol",
       "--node", "n1"], 3, "cannot run /nonexistent/scontrol"),
     (["k8s", "condition", "--scenario", "healthy-8xh100-load", "--every", "soon", "--dry-run", "client"], 64,
