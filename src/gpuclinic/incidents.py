@@ -203,7 +203,10 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
 
 def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | None) -> Incident:
     root = ms[0]
-    gpu = root.gpu or next((m.gpu for m in ms if m.gpu is not None), None)
+    gpu = root.gpu
+    if gpu is None:  # a GPU-less cause is one GPU's only when all its symptoms are on that GPU (not hot inlet air)
+        refs = [m.gpu for m in ms if m.gpu is not None]
+        gpu = refs[0] if refs and all(same_gpu(refs[0], r) for r in refs) else None
     iid = incident_id(root.code, gpu)
     rest = sorted(ms[1:], key=lambda f: (_first_s(f) is None, _first_s(f) or 0.0))
     evidence: list[str] = []
@@ -233,5 +236,8 @@ def first_sentence(text: str) -> str:
     t = (text or "").strip().splitlines()
     if not t:
         return ""
-    line = re.sub(r"^\d+\.\s*", "", t[0])
-    return line.split(". ")[0].rstrip(".") + "." if line else ""
+    line = re.sub(r"^\d+\.(?!\d)\s*", "", t[0])  # a list marker "1. ", not "5.00 GiB"
+    return _SENTENCE_END.split(line, maxsplit=1)[0].rstrip(".") + "." if line else ""
+
+
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)(?<!\.)\. ")  # not "e.g. ", "i.e. ", "... "

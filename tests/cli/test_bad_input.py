@@ -169,6 +169,8 @@ CASES = [
     Case("history-until-garbage", ["history", "temperature", "--until", "garbage", "--db", "nope.db"], USAGE,
          "bad --until 'garbage'"),
     Case("history-db-missing", ["history", "temperature", "--db", "nope.db"], USAGE, "no watch store"),
+    Case("history-db-not-sqlite", ["history", "temperature", "--db", "binary.bin"], USAGE, "cannot open store"),
+    Case("events-db-not-sqlite", ["events", "--db", "binary.bin"], USAGE, "cannot open store"),
     Case("events-since-garbage", ["events", "--since", "garbage", "--db", "nope.db"], USAGE, "bad --since 'garbage'"),
     Case("watch-kernel-log-missing", ["watch", "--scenario", "demo", "--duration", "1s", "--no-store",
                                       "--kernel-log", "nope.log"], USAGE, "no such file"),

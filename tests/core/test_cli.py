@@ -31,3 +31,30 @@ def test_unknown_command_is_one_line_error() -> None:
 def test_conflicting_formats() -> None:
     r = run_cli("doctor", "--json", "--markdown")
     assert r.returncode == 64 and r.stderr.startswith("gpuclinic: error:")
+
+
+def test_durations_take_a_unit_in_every_command() -> None:
+    """README: durations take a unit (90s, 30m) in every command; a bare number is seconds."""
+    import click
+
+    from gpuclinic.cli import cli
+
+    def param(cmd: click.Command, name: str) -> click.Parameter:
+        return next(p for p in cmd.params if p.name == name)
+
+    ctx = click.Context(cli)
+    doctor = cli.get_command(ctx, "doctor")
+    watch = cli.get_command(ctx, "watch")
+    fleet = cli.get_command(ctx, "fleet")
+    accept = cli.get_command(ctx, "accept")
+    assert doctor and watch and fleet and accept
+    assert param(doctor, "bmc_timeout").type_cast_value(ctx, "30s") == 30.0
+    assert param(watch, "bmc_interval").type_cast_value(ctx, "1m") == 60.0
+    assert param(watch, "interval").type_cast_value(ctx, "2s") == 2.0
+    assert param(watch, "interval").type_cast_value(ctx, "0.5") == 0.5
+    assert param(fleet, "timeout_s").type_cast_value(ctx, "5s") == 5.0
+    assert param(accept, "burn_s").type_cast_value(ctx, "10m") == 600.0
+    r = run_cli("watch", "--interval", "0s", "--duration", "1s", "--no-store")
+    assert r.returncode == 64 and "--interval" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("fleet", "--timeout", "soon", "--agents", "127.0.0.1:1")
+    assert r.returncode == 64 and "not a duration" in r.stderr

@@ -179,3 +179,27 @@ def test_report_findings_round_trip_with_incident_ids() -> None:
     again = [Finding.from_dict(f) for f in d["findings"]]
     assert [f.incident for f in again] == [f.incident for f in rep.findings]
     assert isinstance(rep.snapshot, Snapshot)
+
+
+def test_a_node_wide_cause_is_not_filed_under_one_of_its_gpus() -> None:
+    """Hot inlet air heats all 8 GPUs: the incident is the node's, not GPU 0's (nor `runbook --gpu 0`)."""
+    rep = diagnose(load_scenario("hot-inlet"))
+    inc = next(i for i in rep.incidents if i.code == "room.inlet_hot")
+    assert len({s.gpu.index for s in rep.findings if s.incident == inc.id and s.gpu}) == 8
+    assert inc.gpu is None, inc.gpu
+
+
+def test_a_gpu_less_cause_takes_the_gpu_its_symptoms_share() -> None:
+    """A node-wide cause whose every symptom is on one GPU is still that GPU's incident."""
+    hot = Finding(code="room.inlet_hot", severity=Severity.CRITICAL, family=Family.HEAT, title="inlet hot")
+    slow = Finding(code="thermal.slowdown", severity=Severity.CRITICAL, family=Family.HEAT, title="slowdown",
+                   gpu=GpuRef(index=3, pci_bus_id="0000:5d:00.0"))
+    (inc,) = group([hot, slow])
+    assert inc.code == "room.inlet_hot" and inc.gpu is not None and inc.gpu.index == 3
+
+
+def test_every_code_in_the_correlation_rules_is_a_known_code() -> None:
+    """A rule naming a code no detector emits (a typo, a renamed code) silently never matches."""
+    unknown = [(r["cause"], c) for r in load_data("correlation.json")["rules"] for c in [r["cause"], *r["explains"]]
+               if "*" not in c and "class:" not in c and K.info(c) is None]
+    assert unknown == []

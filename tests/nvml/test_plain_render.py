@@ -41,3 +41,21 @@ def test_render_terminal_uses_plain_path_without_tty(monkeypatch: pytest.MonkeyP
     monkeypatch.delitem(sys.modules, "rich.table", raising=False)
     render_terminal(diagnose(load_scenario("overheating")))
     assert "thermal.slowdown" in buf.getvalue() and "rich.table" not in sys.modules
+
+
+def test_a_gpu_known_only_by_its_bus_id_is_named_once() -> None:
+    """A log names GPU 0000:02:00.0 that NVML does not list: 'GPU 0000:02:00.0', not '... · 0000:02:00.0' again."""
+    from pathlib import Path
+
+    from gpuclinic.explain import explain_text
+
+    text = (Path(__file__).parents[1] / "fixtures/kernel_log/gpu-burn-1-aer-fatal-xid79.log").read_text()
+    buf = io.StringIO()
+    render_plain(explain_text(text), buf)
+    out = buf.getvalue()
+    assert "gpu.fallen_off_bus · GPU 0000:02:00.0" in out
+    assert "GPU 0000:02:00.0 · 0000:02:00.0" not in out
+    from gpuclinic.render.markdown import render_markdown
+
+    md = render_markdown(explain_text(text))
+    assert "(GPU 0000:02:00.0)" in md and "0000:02:00.0, 0000:02:00.0" not in md

@@ -99,3 +99,11 @@ def test_a_given_bmc_password_is_masked_in_every_bundle_file_however_short() -> 
     files = render_files(b, False, env={}, secrets_given={"bmc-password": "calvin", "redfish-password": ""})
     assert all(b"calvin" not in v for v in files.values())
     assert b"[secret:bmc-password]" in files["raw/x.txt"]
+
+
+def test_password_in_the_redfish_url_is_never_printed() -> None:
+    """`--redfish https://user:pw@bmc` is a natural thing to type; the password must not reach the report."""
+    r = _run("doctor", "--quick", "--json", "--redfish", "https://admin:s3cret-Pw9@127.0.0.1:9", "--bmc-timeout", "1")
+    assert r.returncode in (0, 1, 2), r.stderr
+    assert "s3cret-Pw9" not in r.stdout + r.stderr
+    assert "127.0.0.1:9" in r.stdout  # the BMC is still named in the "could not check" line

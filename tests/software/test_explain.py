@@ -207,3 +207,25 @@ def test_long_input_keeps_its_start_and_its_end(tmp_path: Path, monkeypatch: pyt
         assert "error.cuda.illegal_address" in [x.code for x in r.findings]
     short = b"RuntimeError: CUDA error: out of memory\n"
     assert ex.read_input("-", stdin=io.BytesIO(short)) == (short.decode(), "<stdin>", False)
+
+
+def test_first_step_keeps_a_leading_decimal_number() -> None:
+    """The OOM fix starts with '5.00 GiB ...': the first step must not lose '5.' as if it were a list marker."""
+    text = ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total capacity; "
+            "70.00 GiB already allocated; 1.50 GiB free; 75.00 GiB reserved in total by PyTorch)")
+    report = explain_text(text)
+    inc = next(i for i in report.incidents if i.code == "error.cuda.oom")
+    assert inc.first_step.startswith("5.00 GiB is reserved"), inc.first_step
+
+
+def test_first_step_does_not_stop_at_an_abbreviation() -> None:
+    """'... only if a step takes longer (e.g. a checkpoint save).' must not end as '(e.g.'."""
+    from gpuclinic.incidents import first_sentence
+
+    assert first_sentence("Raise it only if a step takes longer (e.g. a save). Then rerun.") == \
+        "Raise it only if a step takes longer (e.g. a save)."
+    assert first_sentence("Check the driver, i.e. the kernel module. Then reboot.") == \
+        "Check the driver, i.e. the kernel module."
+    assert first_sentence("Drain the node. Reboot it.") == "Drain the node."
+    assert first_sentence("Read the lines above ('Memory usage ... free'); reinstall. Then rerun.") == \
+        "Read the lines above ('Memory usage ... free'); reinstall."

@@ -258,3 +258,14 @@ def test_default_preflight_is_quick_and_the_long_one_is_behind_a_flag(
         assert r.exception is None, r.output
         assert seen[-1] is want
     assert seen == [True, False]
+
+
+def test_preflight_prints_one_line_per_incident_not_per_symptom(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """A GPU off the bus is one incident (Xid 79, gpu.missing, AER folded under it) with one runbook."""
+    monkeypatch.setenv("GPUCLINIC_NO_NVML", "1")
+    r = CliRunner().invoke(cli, ["run", "--scenario", "fallen-off-bus", "--db", str(tmp_path / "l.db"), "--", "true"])
+    lines = [ln for ln in r.output.splitlines() if ln.startswith("gpuclinic: pre-flight: GPU")]
+    assert len(lines) == 1, r.output
+    assert "[gpu.fallen_off_bus; explains xid.79, gpu.missing, pcie.aer_uncorrected]" in lines[0]
+    assert "gpuclinic runbook gpu.fallen_off_bus --gpu 4" in lines[0]

@@ -9,6 +9,7 @@ import sys
 import click
 
 from gpuclinic.accept.specs import mode_settings
+from gpuclinic.cli.params import Seconds
 from gpuclinic.errors import EXIT_USAGE, InputError
 
 _Q, _S, _F = (mode_settings(m) for m in ("quick", "standard", "full"))
@@ -26,7 +27,7 @@ _Q, _S, _F = (mode_settings(m) for m in ("quick", "standard", "full"))
               help="Also write a self-contained HTML page with plots of the burn.")
 @click.option("--compare", is_flag=True, help="Show changes against the previous run of this host.")
 @click.option("--force", is_flag=True, help="Load GPUs even when other processes are running on them.")
-@click.option("--burn", "burn_s", type=click.FloatRange(min=0, max=86400), metavar="SECONDS",
+@click.option("--burn", "burn_s", type=Seconds(min=0, max=86400), metavar="SECONDS",
               help=f"Length of the sustained burn (default: {_Q['burn_s']:g} quick, {_S['burn_s']:g}, "
                    f"{_F['burn_s']:g} full; 0 = none).")
 @click.option("--python", "python", metavar="PATH",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from gpuclinic.cli.params import Seconds, split_credentials
 from gpuclinic.errors import EXIT_USAGE, InputError
 
 if TYPE_CHECKING:  # the BMC client (ssl, httpx) loads only when --bmc/--redfish is given: ~30 ms of doctor's start
@@ -36,7 +37,7 @@ def bmc_options(fn: F) -> F:
                      "Password: REDFISH_PASSWORD, IPMI_PASSWORD or --bmc-password-file."),
         click.option("--redfish-ca", type=click.Path(), metavar="FILE", help="CA bundle for the BMC's certificate."),
         click.option("--redfish-insecure", is_flag=True, help="Do not verify the BMC's TLS certificate (self-signed)."),
-        click.option("--bmc-timeout", type=click.FloatRange(1, 300), default=15.0, show_default=True, metavar="S",
+        click.option("--bmc-timeout", type=Seconds(1, 300), default=15.0, show_default=True, metavar="S",
                      help="Seconds per BMC call."),
     ]
     for o in reversed(opts):
@@ -65,8 +66,12 @@ def bmc_target(bmc_host: str | None = None, bmc_user: str | None = None, bmc_pas
             raise InputError(f"--bmc {bmc_host}: port must be a number", exit_code=EXIT_USAGE)
         o.host, o.port = host or bmc_host, int(port) if port else 623
     if redfish_url:
+        redfish_url, url_user, url_pw = split_credentials(redfish_url)
         if not redfish_url.startswith(("https://", "http://")) and "://" in redfish_url:
             raise InputError(f"--redfish {redfish_url}: use https://HOST[:PORT]", exit_code=EXIT_USAGE)
+        bmc_user = bmc_user or url_user
+        if url_pw is not None and not bmc_password_file:
+            o.redfish_password = url_pw
         o.redfish = redfish_url
     o.user = bmc_user or os.environ.get("IPMI_USER") or None
     if bmc_password_file:

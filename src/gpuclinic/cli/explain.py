@@ -22,8 +22,8 @@ def explain(file: str | None, as_json: bool, as_markdown: bool, offline: bool) -
     kernel-log/XID/nvidia-smi parsers on the same text and, on the affected machine, turns the fix into
     exact commands (driver version, torch build, GPU architecture).
 
-    Exit codes: 0 nothing found (or information only), 1 a warning-level cause, 2 a critical cause,
-    3 could not run.
+    Exit codes: 0 nothing found (or information only), 1 a warning-level or any software cause,
+    2 critical hardware evidence, 3 could not run, 64 unreadable or unrecognised input.
     """
     from gpuclinic.explain import explain_text, live_facts, read_input
 

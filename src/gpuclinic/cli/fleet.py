@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from gpuclinic.cli.params import Seconds, split_credentials
 from gpuclinic.errors import EXIT_USAGE, InputError
 
 
@@ -35,7 +36,7 @@ def _read_secret(path: str, what: str) -> str:
 @click.option("--window", default=None, metavar="DURATION", help="Trend and idle window (default 24h).")
 @click.option("--price-per-gpu-hour", type=click.FloatRange(min=0), metavar="PRICE",
               help="Cost of one GPU-hour: idle GPU-hours get a price.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=Seconds(min=0.1), default=10.0, show_default=True,
               help="Seconds per request.")
 @click.option("--json", "as_json", is_flag=True, help="JSON, schema gpuclinic.fleet/1.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown table.")
@@ -67,9 +68,10 @@ def fleet(prom_url: str | None, job: str, basic_auth_file: str | None, bearer_to
     if prom_url:
         from gpuclinic.fleet.prom import PromAuth, Prometheus, collect
 
+        prom_url, url_user, url_pw = split_credentials(prom_url)
         if not prom_url.startswith(("http://", "https://")):
             raise InputError(f"--prometheus {prom_url!r}: expected an http(s) URL", exit_code=EXIT_USAGE)
-        auth = PromAuth()
+        auth = PromAuth(basic=(url_user or "", url_pw or "") if url_user or url_pw else None)
         if basic_auth_file:
             user, sep, pw = _read_secret(basic_auth_file, "--basic-auth-file").partition(":")
             if not sep:

@@ -62,16 +62,22 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
             return True
         return bool({gpu.uuid, gpu.pci_bus_id} & job_keys)
 
-    crit = [f for f in report.findings if f.severity == Severity.CRITICAL]
-    warn = [f for f in report.findings if f.severity == Severity.WARNING]
-    blocking = [f for f in crit if on_job(f)]
-    for f in warn + [f for f in crit if not on_job(f)]:
-        where = f"{f.gpu.label()}: " if f.gpu else ""
-        _say(f"pre-flight warning: {where}{f.title} [{f.code}]")
-    if report.verdict == Verdict.DRAIN and blocking:
-        for f in blocking:
-            where = f"{f.gpu.label()}: " if f.gpu else ""
-            _say(f"pre-flight: {where}{f.title} [{f.code}]" + (f" -> {f.remedy}" if f.remedy else ""))
+    blocking = [f for f in report.findings if f.severity == Severity.CRITICAL and on_job(f)]
+    # one line per incident (its symptoms folded in, its runbook's first step), not one per finding
+    blocking_ids = {f.incident for f in blocking}
+    drain = report.verdict == Verdict.DRAIN and bool(blocking)
+    for inc in report.incidents:
+        if inc.severity < Severity.WARNING:
+            continue
+        where = f"{inc.gpu.label()}: " if inc.gpu else ""
+        what = f"{inc.code}; explains {', '.join(inc.symptoms)}" if inc.symptoms else inc.code
+        if drain and inc.id in blocking_ids:
+            gpu = f" --gpu {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
+            _say(f"pre-flight: {where}{inc.title} [{what}] -> {inc.first_step} "
+                 f"(all steps: `gpuclinic runbook {inc.code}{gpu}`)")
+        else:
+            _say(f"pre-flight warning: {where}{inc.title} [{what}]")
+    if drain:
         if not force:
             raise GpuclinicError(
                 "pre-flight doctor says drain: not starting the job (fix it, or use --force)", exit_code=2

@@ -64,7 +64,7 @@ def _job_check(kind: str, scenario: str | None, node: str | None, scontrol_path:
     """(blocked, message, node_drained) for the job's GPUs; drains this node with a gpuclinic reason when
     blocked.  ``node_drained`` says the node is out of service now (drained here, before, or by others)."""
     from gpuclinic.slurm.health import Judgement, blocking_for_job, job_gpu_tokens, run_doctor
-    from gpuclinic.slurm.scontrol import Scontrol, this_node
+    from gpuclinic.slurm.scontrol import Scontrol, SlurmError, this_node
 
     report = run_doctor(scenario, kernel_logs=kernel_logs)
     var, tokens = job_gpu_tokens()
@@ -78,7 +78,10 @@ def _job_check(kind: str, scenario: str | None, node: str | None, scontrol_path:
     if drain:
         name = this_node(node)
         sc = Scontrol(scontrol_path)
-        st = sc.node(name)
+        try:
+            st = sc.node(name)
+        except SlurmError as e:
+            raise SlurmError(f"{j.reason()}: {e}") from None
         if st.drained and not st.ours:
             msg += f"; node already {st.state} by someone else, not touched"
         elif st.drained and st.reason == j.reason():
@@ -104,18 +107,16 @@ def prolog(scenario: str | None, node: str | None, scontrol_path: str | None, ke
     with a `gpuclinic:` reason so `slurm healthcheck` can resume it once the cause clears. Exit 0 lets
     the job start. If the check itself cannot run, the job starts (exit 0) and the reason is logged;
     a problem found but not drainable here still refuses the job (exit 1: Slurm drains, 'Prolog error').
-    A usage error (a typo in the Prolog line) exits 64 so the admin sees it.
+    A typo in the Prolog line is logged the same way: any non-zero prolog exit would drain every node.
     """
     from gpuclinic.slurm.scontrol import SlurmError
 
     try:
         blocked, msg, _ = _job_check("prolog", scenario, node, scontrol_path, kernel_logs, drain=not no_drain)
-    except SlurmError as e:  # the check found a problem; the drain failed: refuse, Slurm drains the node
-        _say(f"prolog: found a problem but could not drain ({e}); refusing the job")
+    except SlurmError as e:  # Slurm is reached only after a GPU was judged bad: refuse, Slurm drains ("Prolog error")
+        _say(f"prolog: found a problem on the job's GPUs but could not drain ({e}); refusing the job")
         return 1
-    except GpuclinicError as e:
-        if e.exit_code == 64:
-            raise
+    except GpuclinicError as e:  # any non-zero exit drains the node: a check that cannot run must not
         _say(f"prolog: could not check ({e}); letting the job start")
         return 0
     _say(msg)

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
+from gpuclinic.cli.params import Seconds
 from gpuclinic.errors import EXIT_USAGE, GpuclinicError, InputError
 
 
@@ -48,7 +49,7 @@ def _open_store_for_reading(db: str | None) -> Any:
     try:
         return WatchStore(path)
     except StoreError as e:
-        raise GpuclinicError(str(e)) from None
+        raise InputError(str(e)) from None  # not a watch store: an unreadable input file (64), like report --db
 
 
 def _iso(ts: float | None) -> str:
@@ -92,7 +93,7 @@ def _check_agent_options(listen: str, no_http: bool, kernel_logs: tuple[str, ...
               help="With --scenario: run simulated time this many times faster (tests, demos).")
 @click.option("--hold-fault", is_flag=True,
               help="With --scenario: a transient fault (overheating, straggler...) stays instead of recovering.")
-@click.option("--interval", type=click.FloatRange(min=0.05), metavar="SECONDS",
+@click.option("--interval", type=Seconds(min=0.05), metavar="SECONDS",
               help="Sampling interval (default 1 s, or [agent] interval in --config).")
 @click.option("--db", metavar="PATH", help="SQLite store (default $XDG_STATE_HOME/gpuclinic/gpuclinic.db).")
 @click.option("--no-store", is_flag=True, help="Keep nothing on disk (metrics, alerts and dashboard still work).")
@@ -115,8 +116,8 @@ def _check_agent_options(listen: str, no_http: bool, kernel_logs: tuple[str, ...
 @click.option("--peers", envvar="GPUCLINIC_WATCH_PEERS", metavar="HOST:PORT,...",
               help="Other agents to show on this dashboard's /fleet page (token: GPUCLINIC_PEER_TOKEN, else --token).")
 @click.option("--peers-file", type=click.Path(dir_okay=False), metavar="FILE", help="Peers, one HOST:PORT per line.")
-@click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
-@click.option("--bmc-interval", type=click.FloatRange(1, 3600), default=45.0, show_default=True, metavar="S",
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors (and, at start, where the dashboard is).")
+@click.option("--bmc-interval", type=Seconds(1, 3600), default=45.0, show_default=True, metavar="S",
               help="Poll the BMC (--bmc/--redfish) this often; 30-60 s suits most BMCs.")
 @bmc_options
 def watch(scenario: str | None, list_scenarios: bool, time_scale: float, hold_fault: bool, interval: float | None,

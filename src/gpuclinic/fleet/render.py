@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+from typing import TextIO
 
 from gpuclinic.fleet.model import Fleet, FleetIncident, NodeView
 
@@ -106,7 +109,20 @@ def render_json(fleet: Fleet) -> str:
     return json.dumps(fleet.to_dict(), indent=1)
 
 
+def render_plain(fleet: Fleet, file: TextIO | None = None) -> None:
+    """Pipes, logs and NO_COLOR: one line per node (aligned columns, never folded mid-word), then the summary."""
+    table = [HEADER, *rows(fleet)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    f = file or sys.stdout
+    f.write("\n".join([f"gpuclinic fleet: {fleet.source}", *lines, summary_line(fleet)]) + "\n")
+    f.flush()
+
+
 def render_terminal(fleet: Fleet) -> None:
+    if os.environ.get("NO_COLOR") or not sys.stdout.isatty():
+        render_plain(fleet)
+        return
     from rich.console import Console
     from rich.table import Table
 

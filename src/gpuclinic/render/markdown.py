@@ -41,8 +41,8 @@ def render_markdown(report: Report, prelude: list[str] | None = None) -> str:
         out.append(all_clear_line(report, bool(notes)))
         out.append("")
     for inc in bad:
-        where = f" ({inc.gpu.label()}{', ' + inc.gpu.pci_bus_id if inc.gpu and inc.gpu.pci_bus_id else ''})" \
-            if inc.gpu else ""
+        bus = inc.gpu.pci_bus_id if inc.gpu and inc.gpu.pci_bus_id and inc.gpu.index is not None else None
+        where = f" ({inc.gpu.label()}{', ' + bus if bus else ''})" if inc.gpu else ""
         out.append(f"## [{inc.severity.label.upper()}] {inc.title}")
         out.append("")
         out.append(f"Root cause `{inc.code}`{where}.")

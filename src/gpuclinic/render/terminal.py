@@ -207,8 +207,9 @@ def _incident_lines(inc: Incident, findings: list[Finding], width: int) -> list[
     out: list[Line] = []
     sev = inc.severity.label.upper()
     out += _wrap(inc.title, width, f"{sev:9}", " " * 9, _SEV_STYLE[inc.severity])
-    where = " · ".join(x for x in (inc.code, inc.gpu.label() if inc.gpu else "",
-                                   inc.gpu.pci_bus_id if inc.gpu and inc.gpu.pci_bus_id else "") if x)
+    label = inc.gpu.label() if inc.gpu else ""
+    bus = inc.gpu.pci_bus_id if inc.gpu and inc.gpu.pci_bus_id and inc.gpu.pci_bus_id not in label else ""
+    where = " · ".join(x for x in (inc.code, label, bus) if x)
     out += _wrap(where, width, " " * 9, " " * 9, "bold")
     root = next((f for f in findings if f.code == inc.code), None)
     symptoms = [f for f in findings if f is not root]

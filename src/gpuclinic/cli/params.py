@@ -1,0 +1,48 @@
+"""Click parameter types shared by the commands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+
+class Seconds(click.ParamType):
+    """A duration in seconds within [min, max]: ``90s``, ``5m``, ``2h`` or a bare number (seconds).
+
+    README "Exit codes": durations take a unit in every command; a plain FloatRange refused ``30s``.
+    """
+
+    name = "duration"
+
+    def __init__(self, min: float | None = None, max: float | None = None) -> None:
+        self.min, self.max = min, max
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from gpuclinic.errors import InputError
+        from gpuclinic.watch.config import parse_duration  # lazily: tomllib costs doctor's start-up
+
+        try:
+            s = parse_duration(value)
+        except InputError:
+            self.fail(f"{value!r} is not a duration (e.g. 30s, 5m, 2h; a bare number is seconds)", param, ctx)
+        if (self.min is not None and s < self.min) or (self.max is not None and s > self.max):
+            lo = "" if self.min is None else f"{self.min:g} s"
+            hi = "" if self.max is None else f"{self.max:g} s"
+            self.fail(f"{value!r} is not between {lo or '0 s'} and {hi or 'any length'}", param, ctx)
+        return s
+
+
+def split_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """``https://user:pw@host/x`` -> (``https://host/x``, user, pw): the URL is printed, the password never is."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(url)
+        user, pw = u.username, u.password
+    except ValueError:  # e.g. an unclosed IPv6 bracket: the caller's own check says so
+        return url, None, None
+    if user is None and pw is None:
+        return url, None, None
+    netloc = u.netloc.rpartition("@")[2]
+    return urlunsplit(u._replace(netloc=netloc)), unquote(user) if user else None, unquote(pw) if pw else None
