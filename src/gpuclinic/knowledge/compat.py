@@ -221,10 +221,10 @@ def parse_cc(cc: str | tuple[int, int] | None) -> tuple[int, int] | None:
     if isinstance(cc, tuple):
         return cc
     s = str(cc).strip().lower().removeprefix("sm_").removeprefix("compute_")
-    m = re.fullmatch(r"(\d+)\.(\d+)", s)
+    m = re.fullmatch(r"([0-9]+)\.([0-9]+)", s)
     if m:
         return int(m.group(1)), int(m.group(2))
-    if s.isdigit():
+    if s.isascii() and s.isdigit():  # str.isdigit() also accepts '²', which int() refuses
         return _split_cc(s)
     return None
 
