@@ -47,7 +47,15 @@ def test_durations_take_a_unit_in_every_command() -> None:
     watch = cli.get_command(ctx, "watch")
     fleet = cli.get_command(ctx, "fleet")
     accept = cli.get_command(ctx, "accept")
-    assert doctor and watch and fleet and accept
+    net = cli.get_command(ctx, "net")
+    get = cli.get_command(ctx, "get")
+    assert doctor and watch and fleet and accept and net and isinstance(get, click.Group)
+    get_url = get.get_command(ctx, "url")
+    get_hf = get.get_command(ctx, "hf")
+    assert get_url and get_hf
+    assert param(net, "timeout_s").type_cast_value(ctx, "30s") == 30.0
+    assert param(get_url, "stall_timeout").type_cast_value(ctx, "1m") == 60.0
+    assert param(get_hf, "stall_timeout").type_cast_value(ctx, "45") == 45.0
     assert param(doctor, "bmc_timeout").type_cast_value(ctx, "30s") == 30.0
     assert param(watch, "bmc_interval").type_cast_value(ctx, "1m") == 60.0
     assert param(watch, "interval").type_cast_value(ctx, "2s") == 2.0

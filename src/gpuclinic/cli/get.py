@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 import click
 
+from gpuclinic.cli.params import Seconds
 from gpuclinic.errors import InputError, require_writable_dir
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def _say_restart(what: str, job: object) -> None:
 )
 @click.option(
     "--stall-timeout",
-    type=float,
+    type=Seconds(min=0.1, max=86400),
     default=20.0,
     show_default=True,
     metavar="S",
@@ -229,7 +230,7 @@ def url_cmd(
 @click.option("--connections", type=int, metavar="N", help="Fixed number of connections (default: adaptive).")
 @click.option(
     "--stall-timeout",
-    type=float,
+    type=Seconds(min=0.1, max=86400),
     default=20.0,
     show_default=True,
     metavar="S",

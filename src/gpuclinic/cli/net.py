@@ -11,6 +11,7 @@ import click
 from gpuclinic.checks import run_checks
 from gpuclinic.checks.network import LINK_RATIO, PER_CONN_RATIO, fmt_ms, fmt_rate
 from gpuclinic.cli.doctor import emit, output_format
+from gpuclinic.cli.params import Seconds
 from gpuclinic.diagnose import build_report
 from gpuclinic.errors import InputError
 from gpuclinic.facts.network import EndpointProbe, NetworkFacts
@@ -116,7 +117,7 @@ def plain_table(nf: NetworkFacts) -> list[str]:
     "--json", "as_json", is_flag=True, help="Print the versioned JSON report (probes under facts.network)."
 )
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a Markdown table and report.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1.0, max=600.0), metavar="S",
+@click.option("--timeout", "timeout_s", type=Seconds(min=1.0, max=600.0), metavar="S",
               help="Overall deadline in seconds (default 45, or 10 with --quick).")
 @click.option("--quick", is_flag=True, help="Latency only (DNS, connect, TLS, first byte); no throughput samples.")
 @click.option("--connections", "parallel", type=click.IntRange(2, 32), default=4, show_default=True,
