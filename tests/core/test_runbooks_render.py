@@ -94,6 +94,8 @@ def test_plain_output_at_80_columns_via_the_cli() -> None:
     assert max(len(x) for x in r.stdout.splitlines()) <= 80
     assert "CRITICAL GPU 4 fell off the PCIe bus" in r.stdout
     assert r.stdout.count("CRITICAL") == 1  # one incident, its symptoms folded under it
+    # the header names the scenario once and keeps "8 GPUs seen" on its line (it wrapped to "seen" alone)
+    assert r.stdout.splitlines()[1].startswith("scenario fallen-off-bus · ") and "8 GPUs seen" in r.stdout
 
 
 def test_markdown_lists_incidents_with_their_symptoms() -> None:

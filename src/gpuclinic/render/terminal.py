@@ -256,8 +256,10 @@ def _env_width() -> int | None:
 def _meta(report: Report) -> list[str]:
     snap = report.snapshot
     meta = []
-    if snap.origin != "live":
-        meta.append(f"from {snap.origin}: {', '.join(snap.inputs) or '-'}")
+    if snap.origin != "live":  # "scenario:fallen-off-bus" reads "scenario fallen-off-bus", not twice
+        names = [i.removeprefix(f"{snap.origin}:") for i in snap.inputs]
+        meta.append(f"{snap.origin} {', '.join(names)}" if snap.origin == "scenario" and names
+                    else f"from {snap.origin}: {', '.join(names) or '-'}")
     if snap.driver_version:
         meta.append(f"driver {snap.driver_version}")
     if snap.cuda_driver_version:
