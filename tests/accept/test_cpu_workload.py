@@ -114,8 +114,8 @@ def test_python_without_torch_or_cupy_says_why(tmp_path: Path) -> None:
 
 
 def test_device_labels_map_cuda_order_to_nvml_indices() -> None:
-    nvml = [(0, "0000:18:00.0", "GPU-a"), (1, "0000:2a:00.0", "GPU-b"), (2, "0000:3a:00.0", "GPU-c")]
-    devs = [{"index": 0, "bus_id": "0000:3a:00.0", "uuid": None}, {"index": 1, "bus_id": None, "uuid": "GPU-a"},
+    nvml: list[tuple[int, str | None, str | None]] = [(0, "0000:18:00.0", "GPU-a"), (1, "0000:2a:00.0", "GPU-b"), (2, "0000:3a:00.0", "GPU-c")]
+    devs: list[dict[str, Any]] = [{"index": 0, "bus_id": "0000:3a:00.0", "uuid": None}, {"index": 1, "bus_id": None, "uuid": "GPU-a"},
             {"index": 2, "bus_id": None, "uuid": None}]
     assert device_labels(devs, nvml, "cuda") == {0: "2", 1: "0", 2: "1"}  # by bus id, by UUID, the one left
     devs = [{"index": 0, "bus_id": "00000000:2A:00.0", "uuid": None}, {"index": 1, "uuid": "c"}]

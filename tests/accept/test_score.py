@@ -141,7 +141,7 @@ def test_overheating_gpu_stops_the_burn_after_minutes() -> None:
 
 def test_burn_finds_a_gpu_that_slows_down_late_and_hardware_slowdown() -> None:
     n = 300
-    late = BurnSeries(gpu="2", t=[float(t) for t in range(n)], sm_clock_mhz=[1980.0] * 200 + [1500.0] * 100,
+    late = BurnSeries(gpu="2", t=[float(t) for t in range(n)], sm_clock_mhz=[*[1980.0] * 200, *[1500.0] * 100],
                       temperature_c=[70.0] * n, power_w=[690.0] * n,
                       reasons=[[]] * 200 + [["hw_slowdown"]] * 100, tflops_t=[float(t) for t in range(n)],
                       tflops=[790.0] * 200 + [600.0] * 100, slowdown_temp_c=89.0)

@@ -3,6 +3,7 @@ clean one-line "needs the Python package" message (issue 10: no "not available i
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 
@@ -18,14 +19,14 @@ def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], mi
         raise ModuleNotFoundError(f"No module named '{name}'", name=name)
 
     monkeypatch.setitem(cli.COMMANDS, "broken", ("gpuclinic.cli._broken", "cmd", "test"))
-    real = cli.importlib.import_module
+    real = importlib.import_module
 
     def fake(name: str, *a: object) -> types.ModuleType:
         if name == "gpuclinic.cli._broken":
             boom(missing)
         return real(name)
 
-    monkeypatch.setattr(cli.importlib, "import_module", fake)
+    monkeypatch.setattr(importlib, "import_module", fake)
     monkeypatch.delenv("GPUCLINIC_DEBUG", raising=False)
     assert mod is not None
     with pytest.raises(SystemExit) as e:

@@ -259,11 +259,16 @@ def test_wedged_driver_in_parallel_costs_one_timeout(install_fake: Make) -> None
     assert all(g.lost and (g.lost_reason or "").startswith("unresponsive") for g in gpus)
 
 
+def _slow_1000(counter: object) -> int:
+    time.sleep(0.1)
+    return 1000
+
+
 def test_gpus_are_read_in_parallel(install_fake: Make) -> None:
     """Slow per-GPU calls (PCIe throughput samples ~20 ms in NVML) overlap across GPUs."""
     fake = install_fake(8)
     for g in fake.gpus:
-        g.set("nvmlDeviceGetPcieThroughput", lambda counter: time.sleep(0.1) or 1000)
+        g.set("nvmlDeviceGetPcieThroughput", _slow_1000)
     t0 = time.monotonic()
     with NvmlReader() as r:
         gpus, _ = r.read_all()
@@ -379,7 +384,7 @@ def test_collect_with_no_gpus(install_fake: Make) -> None:
 
 
 def test_bytes_from_old_bindings_are_decoded(install_fake: Make) -> None:
-    fake = install_fake(1, driver=b"470.223.02")  # type: ignore[arg-type]
+    fake = install_fake(1, driver=b"470.223.02")
     fake.gpu(0).set("nvmlDeviceGetName", b"Tesla T4").set("nvmlDeviceGetUUID", b"GPU-1")
     with NvmlReader() as r:
         gpus, versions = r.read_all()

@@ -6,13 +6,14 @@ from pathlib import Path
 
 from test_room_checks import SEL_DELL_PCIE, XID79, _gpu, _room
 
-from gpuclinic.diagnose import diagnose
+from gpuclinic.diagnose import Report, diagnose
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge import runbooks
+from gpuclinic.model import Incident
 from gpuclinic.sources.evidence import load_evidence
 
 
-def _bad(rep):  # type: ignore[no-untyped-def]
+def _bad(rep: Report) -> list[Incident]:
     return [i for i in rep.incidents if i.severity.label in ("warning", "critical")]
 
 

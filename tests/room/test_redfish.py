@@ -36,7 +36,8 @@ def tree(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def tls(tmp_path: Path) -> tuple[Path, Path]:
-    return make_cert(require("openssl")["openssl"], tmp_path)
+    pair: tuple[Path, Path] = make_cert(require("openssl")["openssl"], tmp_path)
+    return pair
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from gpuclinic.checks import run_checks
 from gpuclinic.diagnose import diagnose
@@ -50,7 +51,7 @@ def _gpu(i: int, temp: float, util: float = 95, throttle: bool = False) -> GpuFa
                     clock_event_reasons=["hw_thermal_slowdown"] if throttle else [])
 
 
-def _room(inlet: float, **kw: object) -> RoomFacts:
+def _room(inlet: float, **kw: Any) -> RoomFacts:
     r = RoomFacts(sensors=[RoomSensor(name="Inlet Temp", kind="temperature", reading=inlet, unit="C", status="ok",
                                       role="inlet", source="test")], **kw)
     return r

@@ -72,9 +72,9 @@ def test_straggler_and_pcie_and_memory_errors(agent_factory: Callable[..., Agent
     m = agent_factory("memory-errors", scale=60, db=tmp_path / "m.db")
     m.run(duration_s=35)
     assert m.store is not None
-    codes = {e.code for e in m.store.events()}
-    assert {"memory.ecc_correctable_rate", "memory.ecc_uncorrectable", "memory.row_remap_uncorrectable", "memory.row_remap_pending", "xid.48",
-            "xid.63"} <= codes
+    mcodes = {e.code for e in m.store.events()}
+    assert {"memory.ecc_correctable_rate", "memory.ecc_uncorrectable", "memory.row_remap_uncorrectable",
+            "memory.row_remap_pending", "xid.48", "xid.63"} <= mcodes
 
 
 def test_disabled_rules_and_thresholds_from_config(agent_factory: Callable[..., Agent], tmp_path: Path) -> None:

@@ -77,7 +77,10 @@ def test_following_survives_rotation_and_truncation(agent_factory: Callable[...,
     a.tick()
     try:
         time.sleep(0.3)
-        codes = lambda: sorted(e.code for e in a.book.open_events())  # noqa: E731
+
+        def codes() -> list[str]:
+            return sorted(e.code for e in a.book.open_events())
+
         assert codes() == []
         with log.open("a") as fh:
             fh.write(XID13)

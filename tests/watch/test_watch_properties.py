@@ -38,7 +38,7 @@ def test_kernel_parser_never_raises(lines: list[str]) -> None:
 
 
 @given(st.integers(min_value=0, max_value=200), st.sampled_from(["0000:3b:00", "00000000:3B:00.0", "0000:db:00"]),
-       st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=60))
+       st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\n\r"), max_size=60))
 def test_xid_lines(xid: int, bus: str, rest: str) -> None:
     evs = [e for e in LineParser().feed([f"[ 1.0] NVRM: Xid (PCI:{bus}): {xid}, pid=1, name=x, {rest}"])
            if e.kind == "xid"]

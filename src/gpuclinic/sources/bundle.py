@@ -19,9 +19,9 @@ from gpuclinic.sources.evidence import (
     _apply_json,
     _apply_text,
     _decode,
-    _Unrecognised,
     detect,
 )
+from gpuclinic.sources.merge import _Unrecognised
 
 
 def apply_bundle(snap: Snapshot, path: str) -> None:

@@ -30,13 +30,14 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from gpuclinic import __version__
 from gpuclinic.facts.network import Endpoint, EndpointProbe, NetworkFacts, ProxySettings, ThroughputSample
 from gpuclinic.facts.snapshot import Snapshot
 
-Addr = tuple[int, tuple]  # (address family, sockaddr)  # type: ignore[type-arg]
+Addr = tuple[int, tuple[Any, ...]]  # (address family, sockaddr)
 Resolver = Callable[[str, int, float], list[Addr]]
 Connector = Callable[[Addr, float], socket.socket]
 
