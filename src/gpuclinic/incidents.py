@@ -168,8 +168,14 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
                 explained[si] = True
     for si, f in enumerate(findings):  # stated chains: "caused by previous Xid N"
         for x in _stated_causes(f):
-            cause_i = next((i for i, c in enumerate(findings) if c.code == f"xid.{x}" and i != si
-                       and (f.gpu is None or same_gpu(c.gpu, f.gpu))), None)
+            cause_i = next(
+                (
+                    i
+                    for i, c in enumerate(findings)
+                    if c.code == f"xid.{x}" and i != si and (f.gpu is None or same_gpu(c.gpu, f.gpu))
+                ),
+                None,
+            )
             if cause_i is not None and si not in edges[cause_i]:
                 edges[cause_i].insert(0, si)
                 explained[si] = True
@@ -181,7 +187,8 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
     owner = [-1] * n
     groups: list[list[int]] = []
     order = sorted((i for i in range(n) if not explained[i]), key=rank) + sorted(
-        (i for i in range(n) if explained[i]), key=rank)
+        (i for i in range(n) if explained[i]), key=rank
+    )
     for root in order:
         if owner[root] >= 0:
             continue
@@ -211,7 +218,7 @@ def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | Non
     for f in [root, *rest]:
         f.incident = iid
         for e in f.evidence:
-            bare = e[len("kernel: "):] if e.startswith("kernel: ") else e
+            bare = e[len("kernel: ") :] if e.startswith("kernel: ") else e
             if bare not in seen:
                 seen.add(bare)
                 evidence.append(e)
@@ -221,9 +228,14 @@ def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | Non
             symptoms.append(f.code)
     info = K.info(root.code)
     return Incident(
-        id=iid, code=root.code, severity=max(f.severity for f in ms),
+        id=iid,
+        code=root.code,
+        severity=max(f.severity for f in ms),
         family=info.family if info is not None and info.code != "xid.*" else root.family,
-        title=root.title, gpu=gpu, symptoms=symptoms, evidence=evidence,
+        title=root.title,
+        gpu=gpu,
+        symptoms=symptoms,
+        evidence=evidence,
         runbook=K.runbook_id(root.code) if info is not None else "",
         first_step=first_step(root.code, root) if first_step else first_sentence(root.remedy),
     )

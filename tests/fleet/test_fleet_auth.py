@@ -32,7 +32,9 @@ def test_basic_auth(tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         rc, d, err = 3, dict[str, Any](), ""
         while time.monotonic() < deadline:
-            rc, d, err = fleet_json("--prometheus", prom.url, "--basic-auth-file", str(good), "--window", "1h")
+            rc, d, err = fleet_json(
+                "--prometheus", prom.url, "--basic-auth-file", str(good), "--window", "1h"
+            )
             if d:
                 break
             time.sleep(0.5)

@@ -70,7 +70,8 @@ def test_npd_config_follows_npd_validation() -> None:
         assert r["type"] in ("temporary", "permanent")
         if r["type"] == "permanent":
             assert r["condition"] in cond_types
-        assert parse_duration(r["timeout"], what="t") <= glob  # a rule timeout above the global one is invalid
+        # a rule timeout above the global one is invalid
+        assert parse_duration(r["timeout"], what="t") <= glob
         assert r["args"] == ["k8s", "npd"]
     from gpuclinic.knowledge import load_data
 

@@ -29,7 +29,9 @@ def test_inlet_31c_and_four_gpus_in_thermal_slowdown_is_one_incident() -> None:
     assert runbooks.get("room.inlet_hot") is not None
 
 
-def test_xid79_and_sel_pcie_fatal_on_that_slot_is_one_incident_with_slot_and_riser_steps(tmp_path: Path) -> None:
+def test_xid79_and_sel_pcie_fatal_on_that_slot_is_one_incident_with_slot_and_riser_steps(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "dmesg.txt").write_text(XID79)
     (tmp_path / "sel.txt").write_text(SEL_DELL_PCIE)
     rep = diagnose(load_evidence([str(tmp_path / "dmesg.txt"), str(tmp_path / "sel.txt")]))

@@ -62,7 +62,9 @@ def main() -> int:
         # a worker-like grandchild, and one that escapes the process group with setsid
         kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         esc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
-        Path(a.pidfile).write_text(json.dumps({"self": os.getpid(), "pgid": os.getpgid(0), "kids": [kid.pid, esc.pid]}))
+        Path(a.pidfile).write_text(
+            json.dumps({"self": os.getpid(), "pgid": os.getpgid(0), "kids": [kid.pid, esc.pid]})
+        )
 
     if mode == "exception":
         raise ValueError(f"loss is NaN at step {step}")
@@ -77,13 +79,19 @@ def main() -> int:
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "oom_killer":
         with open(a.kernel_log, "a") as f:
-            f.write(f"[ 2059991.491542] Out of memory: Killed process {os.getpid()} (python3) total-vm:53312244kB, "
-                    "anon-rss:31451456kB, file-rss:74816kB, shmem-rss:12296kB, UID:0 pgtables:69068kB oom_score_adj:0\n")
+            f.write(
+                f"[ 2059991.491542] Out of memory: Killed process {os.getpid()} (python3) "
+                "total-vm:53312244kB, "
+                "anon-rss:31451456kB, file-rss:74816kB, shmem-rss:12296kB, UID:0 pgtables:69068kB "
+                "oom_score_adj:0\n"
+            )
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "xid":
         with open(a.kernel_log, "a") as f:
-            f.write(f"[ 8123.456789] NVRM: Xid (PCI:{a.bus}): 79, pid='<unknown>', name=<unknown>, "
-                    "GPU has fallen off the bus.\n")
+            f.write(
+                f"[ 8123.456789] NVRM: Xid (PCI:{a.bus}): 79, pid='<unknown>', name=<unknown>, "
+                "GPU has fallen off the bus.\n"
+            )
         if a.then_hang:
             out("waiting in a collective for the lost GPU")
             time.sleep(600)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, cast
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -17,9 +17,16 @@ T0 = 1_780_000_020.0  # on a minute boundary
 
 
 def gpu(i: int, temp: float, **kw: object) -> GpuFacts:
-    return GpuFacts(index=i, uuid=f"GPU-{i}", temperature_c=temp, utilization_gpu_pct=50.0, power_draw_w=300.0,
-                    clock_event_reasons=["hw_thermal_slowdown"] if temp > 85 else [],
-                    processes=[GpuProcess(pid=1)], **kw)  # type: ignore[arg-type]
+    return GpuFacts(
+        index=i,
+        uuid=f"GPU-{i}",
+        temperature_c=temp,
+        utilization_gpu_pct=50.0,
+        power_draw_w=300.0,
+        clock_event_reasons=["hw_thermal_slowdown"] if temp > 85 else [],
+        processes=[GpuProcess(pid=1)],
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_samples_round_trip_and_query_by_gpu_and_time(tmp_path: Path) -> None:
@@ -65,8 +72,17 @@ def test_rollup_then_retention_keeps_minute_averages(tmp_path: Path) -> None:
 
 def test_events_round_trip_update_and_since(tmp_path: Path) -> None:
     st = WatchStore(tmp_path / "w.db")
-    ev = Event(key="rules:watch.idle:GPU-3", code="watch.idle", severity=Severity.WARNING, title="idle",
-               opened=T0, gpu=3, evidence=["no process"], remedy="release it", last_seen=T0)
+    ev = Event(
+        key="rules:watch.idle:GPU-3",
+        code="watch.idle",
+        severity=Severity.WARNING,
+        title="idle",
+        opened=T0,
+        gpu=3,
+        evidence=["no process"],
+        remedy="release it",
+        last_seen=T0,
+    )
     st.put_event(ev)
     st.flush()
     assert ev.id is not None

@@ -175,15 +175,29 @@ def drive(child: Child, res: ChildResult, nvml: list[tuple[int, str | None, str 
     tail = " | ".join(list(child.stderr)[-3:])[:300]
     if res.backend is None and res.nobackend is None and res.error is None:
         res.error = f"workload exited with {child.proc.returncode} before reporting a backend: {tail}"
-    elif (res.backend is not None and child.proc.returncode not in (0, None) and not res.stopped
-          and not res.interrupted and res.error is None):
-        res.error = f"workload crashed (exit {child.proc.returncode}); items it had not reached are skipped: {tail}"
+    elif (
+        res.backend is not None
+        and child.proc.returncode not in (0, None)
+        and not res.stopped
+        and not res.interrupted
+        and res.error is None
+    ):
+        res.error = (
+            f"workload crashed (exit {child.proc.returncode}); items it had not reached are skipped: {tail}"
+        )
     return res
 
 
-def _handle(ev: dict[str, Any], res: ChildResult, labels: dict[int, str],
-            nvml: list[tuple[int, str | None, str | None]], device: str, monitor: BurnMonitor | None,
-            burn_t0: float | None, progress: Callable[[str], None] | None) -> None:
+def _handle(
+    ev: dict[str, Any],
+    res: ChildResult,
+    labels: dict[int, str],
+    nvml: list[tuple[int, str | None, str | None]],
+    device: str,
+    monitor: BurnMonitor | None,
+    burn_t0: float | None,
+    progress: Callable[[str], None] | None,
+) -> None:
     kind = ev.get("event")
     m = res.m
     if kind == "backend":

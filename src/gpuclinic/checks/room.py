@@ -32,13 +32,15 @@ def remedy(code: str) -> str:
     return str(load_data(SIGNATURES_FILE)["remedies"][code]["text"])
 
 
-@check("room.status", codes=["room.status"], what="the server room (BMC: inlet air, fans, power supplies, events)")
+@check("room.status", codes=["room.status"], what="the server room (BMC: inlet air, fans, power supplies, "
+                                                  "events)")
 def status(snap: Snapshot) -> Iterable[Finding]:
     """What the BMC says when nothing is wrong too: inlet, fans and PSU states in one line."""
     if snap.room is None:
         if any(s.what.startswith("the BMC") for s in snap.skipped):
             return []  # the source already said why
-        raise CheckSkipped("no BMC or hwmon data (give --bmc HOST or --redfish URL, or saved ipmitool/Redfish output)")
+        raise CheckSkipped("no BMC or hwmon data (give --bmc HOST or --redfish URL, or saved "
+                           "ipmitool/Redfish output)")
     room = snap.room
     parts: list[str] = []
     ev: list[str] = []
@@ -103,9 +105,11 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
     hot = max(sensors, key=lambda s: s.reading or 0.0)
     cold = min(sensors, key=lambda s: s.reading or 0.0)
     t = hot.reading or 0.0
-    ranges = (f"ranges: seed room guidance {T('seed_room_min_c'):g}-{T('seed_room_max_c'):g} °C; ASHRAE recommended "
+    ranges = (f"ranges: seed room guidance {T('seed_room_min_c'):g}-{T('seed_room_max_c'):g} °C; ASHRAE "
+              "recommended "
               f"{T('ashrae_recommended_min_c'):g}-{T('ashrae_recommended_max_c'):g} °C, A1 allowable "
-              f"{T('ashrae_a1_allowable_min_c'):g}-{T('ashrae_a1_allowable_max_c'):g} °C; GPU servers rated to "
+              f"{T('ashrae_a1_allowable_min_c'):g}-{T('ashrae_a1_allowable_max_c'):g} °C; GPU servers rated "
+              "to "
               f"~{T('gpu_server_max_inlet_c'):g} °C (DGX 5-30 °C)")
     out: list[Finding] = []
     sev: Severity | None = None
@@ -113,13 +117,15 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
     throttling = _throttling(snap)
     if t > T("ashrae_a1_allowable_max_c") or hot.level in _BAD:
         sev, why = Severity.CRITICAL, (f"above ASHRAE A1's allowable {T('ashrae_a1_allowable_max_c'):g} °C"
-                                       if t > T("ashrae_a1_allowable_max_c") else "past the BMC's critical threshold")
+                                       if t > T("ashrae_a1_allowable_max_c") else "past the BMC's critical "
+                                                                                  "threshold")
     elif t > T("gpu_server_max_inlet_c"):
         sev, why = Severity.WARNING, f"above the ~{T('gpu_server_max_inlet_c'):g} °C GPU servers are rated for"
     elif t > T("ashrae_recommended_max_c"):
         sev, why = Severity.WARNING, f"above ASHRAE's recommended {T('ashrae_recommended_max_c'):g} °C"
     elif t > T("seed_room_max_c"):
-        sev, why = Severity.INFO, (f"above the {T('seed_room_max_c'):g} °C room guidance, inside ASHRAE's recommended "
+        sev, why = Severity.INFO, (f"above the {T('seed_room_max_c'):g} °C room guidance, inside ASHRAE's "
+                                   "recommended "
                                    "range")
     if sev is not None and sev >= Severity.WARNING and throttling:
         sev = Severity.CRITICAL
@@ -142,7 +148,8 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
     if c < T("ashrae_a1_allowable_min_c"):
         out.append(Finding(
             code="room.inlet_cold", severity=Severity.WARNING, family=Family.HEAT,
-            title=f"Inlet air at {c:g} °C ({cold.name}) is below ASHRAE A1's allowable {T('ashrae_a1_allowable_min_c'):g} °C",
+            title=f"Inlet air at {c:g} °C ({cold.name}) is below ASHRAE A1's allowable "
+                  f"{T('ashrae_a1_allowable_min_c'):g} °C",
             evidence=[_fmt(cold), ranges], remedy=remedy("room.inlet_cold"), source="bmc", data={"inlet_c": c},
         ))
     return out
@@ -170,7 +177,8 @@ def fans(snap: Snapshot) -> Iterable[Finding]:
         ))
     if room.chassis.get("Cooling/Fan Fault", "").lower() == "true" and not out:
         out.append(Finding(code="room.fan_failed", severity=Severity.CRITICAL, family=Family.HEAT,
-                           title="The BMC reports a cooling/fan fault", evidence=["chassis status: Cooling/Fan Fault = true"],
+                           title="The BMC reports a cooling/fan fault", evidence=["chassis status: "
+                                                                                  "Cooling/Fan Fault = true"],
                            remedy=remedy("room.fan_failed"), source="bmc", data={}))
     at_max = [f for f in fl if _at_max(f)]
     hot = [g for g in readable(snap) if _hot(g)]
@@ -242,14 +250,16 @@ def gpu_hotter_than_peers(snap: Snapshot) -> Iterable[Finding]:
         out.append(Finding(
             code="room.gpu_hotter_than_peers", severity=Severity.WARNING, family=Family.HEAT,
             title=f"GPU {g.index} runs {g.temperature_c - med:.0f} °C hotter than its peers at the same load",
-            evidence=[f"GPU {g.index}: {g.temperature_c:.0f} °C at {g.utilization_gpu_pct if g.utilization_gpu_pct is not None else '?'}% "
+            evidence=[f"GPU {g.index}: {g.temperature_c:.0f} °C at "
+                      f"{g.utilization_gpu_pct if g.utilization_gpu_pct is not None else '?'}% "
                       f"utilisation; median of {len(peers)} peers {med:.0f} °C",
                       "peers: " + ", ".join(f"GPU {p.index} {p.temperature_c:.0f} °C" for p in peers[:7])],
             remedy=remedy("room.gpu_hotter_than_peers"), gpu=ref(g), source="nvml",
             data={"temperature_c": g.temperature_c, "peer_median_c": med},
         ))
     if len(out) > max(1, len(gpus) // 4):
-        return []  # many GPUs hot together: the air or the fans, not one card's heatsink (room.inlet_hot/fans)
+        # many GPUs hot together: the air or the fans, not one card's heatsink (room.inlet_hot/fans)
+        return []
     return out
 
 
@@ -275,21 +285,26 @@ def psus(snap: Snapshot) -> Iterable[Finding]:
         if p.failed or (p.health == "critical" and not p.input_lost):
             out.append(_pf("room.psu_failed", Severity.CRITICAL, f"Power supply {p.name} has failed", ev, p.name))
         elif p.input_lost or (p.input_voltage == 0 and volts):
-            out.append(_pf("room.psu_input", Severity.CRITICAL, f"Power supply {p.name} has lost its input power (AC lost)", ev,
+            out.append(_pf("room.psu_input", Severity.CRITICAL, f"Power supply {p.name} has lost its input "
+                                                                "power (AC lost)", ev,
                            p.name))
         elif p.input_out_of_range or _voltage_bad(p.input_voltage):
             out.append(_pf("room.psu_input", Severity.WARNING,
                            f"Power supply {p.name} input voltage is out of range" + (
                                f" ({p.input_voltage:g} V)" if p.input_voltage else ""),
-                           [*ev, f"expected {T('psu_input_low_v'):g}-{T('psu_input_gap_low_v'):g} V (low line) or "
+                           [*ev, f"expected {T('psu_input_low_v'):g}-{T('psu_input_gap_low_v'):g} V (low "
+                                 "line) or "
                                  f"{T('psu_input_gap_high_v'):g}-{T('psu_input_high_v'):g} V (high line)"], p.name))
         elif p.predictive_failure or p.health == "warning":
-            out.append(_pf("room.psu_failed", Severity.WARNING, f"Power supply {p.name} predicts failure or is degraded", ev,
+            out.append(_pf("room.psu_failed", Severity.WARNING, f"Power supply {p.name} predicts failure or "
+                                                                "is degraded", ev,
                            p.name))
     for name, state in room.redundancy.items():
         s = state.lower()
-        # "Non-Redundant: Sufficient from Redundant" (IPMI 0x0B offset 0x03): it was redundant and is no longer
-        if any(x in s for x in ("lost", "insufficient", "degraded", "warning", "critical", "sufficient from redundant")) \
+        # "Non-Redundant: Sufficient from Redundant" (IPMI 0x0B offset 0x03): it was redundant and is no
+        # longer
+        if any(x in s for x in ("lost", "insufficient", "degraded", "warning", "critical", "sufficient from "
+                                                                                           "redundant")) \
                 and "fully redundant" not in s:
             sev = Severity.CRITICAL if "insufficient" in s or "critical" in s else Severity.WARNING
             out.append(_pf("room.psu_redundancy", sev, f"Redundancy lost: {name} reports {state}", [f"{name}: {state}"]))
@@ -343,7 +358,8 @@ def power_capacity(snap: Snapshot) -> Iterable[Finding]:
     if load > T("power_capacity_critical_fraction") * total:
         sev, title = Severity.CRITICAL, f"Power draw {load:g} W exceeds what the working PSUs deliver ({total:g} W)"
     elif len(good) >= 2 and load > T("power_capacity_warn_fraction") * n1:
-        sev, title = Severity.WARNING, (f"Power draw {load:g} W is over {T('power_capacity_warn_fraction'):.0%} of the "
+        sev, title = Severity.WARNING, (f"Power draw {load:g} W is over "
+                                        f"{T('power_capacity_warn_fraction'):.0%} of the "
                                         f"{n1:g} W left if one PSU fails: redundancy would not carry the load")
     else:
         return []
@@ -363,7 +379,8 @@ def sensor_critical(snap: Snapshot) -> Iterable[Finding]:
     for s in room.sensors:
         if s.kind in (R.FAN, R.PSU) or s.role == "inlet" or s.absent:
             continue
-        if s.source == "hwmon" and s.kind != R.TEMPERATURE:  # board voltage limits in hwmon are often unset/wrong
+        # board voltage limits in hwmon are often unset/wrong
+        if s.source == "hwmon" and s.kind != R.TEMPERATURE:
             continue
         level = s.level
         if level not in _BAD and s.reading is not None:

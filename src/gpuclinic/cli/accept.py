@@ -15,34 +15,93 @@ _Q, _S, _F = (mode_settings(m) for m in ("quick", "standard", "full"))
 
 
 @click.command("accept")
-@click.option("--quick", is_flag=True, help=f"Short measurements ({_Q['matmul_s']:g} s each), a {_Q['burn_s']:g} s burn, "
-              f"no network probes, dcgmi diag -r {_Q['dcgm_level']}.")
-@click.option("--full", is_flag=True, help=f"Longer measurements ({_F['matmul_s']:g} s each), every GPU pair, a "
-              f"{_F['burn_s']:g} s burn, dcgmi diag -r {_F['dcgm_level']}.")
-@click.option("--scenario", metavar="NAME", help="Simulate a node from the scenario catalog (doctor --list-scenarios).")
-@click.option("--json", "as_json", is_flag=True, help="Print the scorecard as JSON (schema gpuclinic.accept/1).")
+@click.option(
+    "--quick",
+    is_flag=True,
+    help=f"Short measurements ({_Q['matmul_s']:g} s each), a {_Q['burn_s']:g} s burn, "
+    f"no network probes, dcgmi diag -r {_Q['dcgm_level']}.",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help=f"Longer measurements ({_F['matmul_s']:g} s each), every GPU pair, a "
+    f"{_F['burn_s']:g} s burn, dcgmi diag -r {_F['dcgm_level']}.",
+)
+@click.option(
+    "--scenario", metavar="NAME", help="Simulate a node from the scenario catalog (doctor --list-scenarios)."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the scorecard as JSON (schema gpuclinic.accept/1)."
+)
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the scorecard as a Markdown table.")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Also write a self-contained HTML page with plots of the burn.")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also write a self-contained HTML page with plots of the burn.",
+)
 @click.option("--compare", is_flag=True, help="Show changes against the previous run of this host.")
 @click.option("--force", is_flag=True, help="Load GPUs even when other processes are running on them.")
-@click.option("--burn", "burn_s", type=click.FloatRange(min=0, max=86400), metavar="SECONDS",
-              help=f"Length of the sustained burn (default: {_Q['burn_s']:g} quick, {_S['burn_s']:g}, "
-                   f"{_F['burn_s']:g} full; 0 = none).")
-@click.option("--python", "python", metavar="PATH",
-              help="Python whose PyTorch/CuPy runs the workload (default: this one). Nothing is installed.")
-@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
-              help="cpu: run the workload's code path on the CPU (for tests without a GPU).")
-@click.option("--backend", type=click.Choice(["auto", "torch", "cupy"]), default="auto", show_default=True,
-              help="Workload library: PyTorch when importable, else CuPy.")
-@click.option("--data-dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="Where the dataset lives, for the disk read test (default: the current directory).")
-@click.option("--net-endpoint", "net_endpoints", multiple=True, metavar="[SERVICE=]URL",
-              help="Probe this URL instead of the default endpoints (repeatable; as `net --endpoint`).")
+@click.option(
+    "--burn",
+    "burn_s",
+    type=click.FloatRange(min=0, max=86400),
+    metavar="SECONDS",
+    help=f"Length of the sustained burn (default: {_Q['burn_s']:g} quick, {_S['burn_s']:g}, "
+    f"{_F['burn_s']:g} full; 0 = none).",
+)
+@click.option(
+    "--python",
+    "python",
+    metavar="PATH",
+    help="Python whose PyTorch/CuPy runs the workload (default: this one). Nothing is installed.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cuda", "cpu"]),
+    default="cuda",
+    show_default=True,
+    help="cpu: run the workload's code path on the CPU (for tests without a GPU).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "torch", "cupy"]),
+    default="auto",
+    show_default=True,
+    help="Workload library: PyTorch when importable, else CuPy.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Where the dataset lives, for the disk read test (default: the current directory).",
+)
+@click.option(
+    "--net-endpoint",
+    "net_endpoints",
+    multiple=True,
+    metavar="[SERVICE=]URL",
+    help="Probe this URL instead of the default endpoints (repeatable; as `net --endpoint`).",
+)
 @click.option("--no-store", is_flag=True, help="Do not record this run in the local store.")
-def accept(quick: bool, full: bool, scenario: str | None, as_json: bool, as_markdown: bool, html_file: str | None,
-           compare: bool, force: bool, burn_s: float | None, python: str | None, device: str, backend: str,
-           data_dir: str | None, net_endpoints: tuple[str, ...], no_store: bool) -> int:
+def accept(
+    quick: bool,
+    full: bool,
+    scenario: str | None,
+    as_json: bool,
+    as_markdown: bool,
+    html_file: str | None,
+    compare: bool,
+    force: bool,
+    burn_s: float | None,
+    python: str | None,
+    device: str,
+    backend: str,
+    data_dir: str | None,
+    net_endpoints: tuple[str, ...],
+    no_store: bool,
+) -> int:
     """Is this rented server what you paid for?  Measure it and score every item against the GPU's
     datasheet (with its source) or its identical peers: health, network, matmul TFLOPS, memory and
     PCIe bandwidth, GPU<->GPU and NCCL bandwidth, a sustained burn, the host.
@@ -68,11 +127,20 @@ def accept(quick: bool, full: bool, scenario: str | None, as_json: bool, as_mark
 
         names = [n for n, _ in list_scenarios()]
         if scenario not in names:
-            raise InputError(f"unknown scenario {scenario!r}; valid: {', '.join(names)}", exit_code=EXIT_USAGE)
+            raise InputError(
+                f"unknown scenario {scenario!r}; valid: {', '.join(names)}", exit_code=EXIT_USAGE
+            )
     tty = sys.stderr.isatty()
     opts = AcceptOptions(
-        mode="quick" if quick else "full" if full else "standard", scenario=scenario, python=python, device=device,
-        backend=backend, force=force, burn_s=burn_s, data_dir=data_dir, net_endpoints=list(net_endpoints),
+        mode="quick" if quick else "full" if full else "standard",
+        scenario=scenario,
+        python=python,
+        device=device,
+        backend=backend,
+        force=force,
+        burn_s=burn_s,
+        data_dir=data_dir,
+        net_endpoints=list(net_endpoints),
         progress=(lambda s: click.echo(s, err=True)) if tty else None,
     )
     sc = run_accept(opts)

@@ -150,8 +150,11 @@ def _lines(truths: list[Truth], gpus: int, start: int, end: int, step: int, down
             for at in ts:
                 if alive(t, at) and (key == "bmc_up" or t.room["bmc_up"]):
                     yield f"{fam}{{{lab(t)}}} {t.room[key]:g} {at}"
-    for fam, key, part in (("gpuclinic_room_fan_ok", "fan_failed", "fan"), ("gpuclinic_room_psu_ok", "psu_failed", "psu"),
-                           ("gpuclinic_room_psu_present", "", "psu")):
+    for fam, key, part in (
+        ("gpuclinic_room_fan_ok", "fan_failed", "fan"),
+        ("gpuclinic_room_psu_ok", "psu_failed", "psu"),
+        ("gpuclinic_room_psu_present", "", "psu"),
+    ):
         yield f"# TYPE {fam} gauge"
         for t in room:
             assert t.room is not None
@@ -175,8 +178,17 @@ def _lines(truths: list[Truth], gpus: int, start: int, end: int, step: int, down
     yield "# EOF"
 
 
-def write_openmetrics(out: IO[str], *, nodes: int, gpus: int = 8, end: int, duration_s: int = 3600,
-                      step_s: int = 60, down_for_s: int = 600, legacy_every: int = 0) -> list[Truth]:
+def write_openmetrics(
+    out: IO[str],
+    *,
+    nodes: int,
+    gpus: int = 8,
+    end: int,
+    duration_s: int = 3600,
+    step_s: int = 60,
+    down_for_s: int = 600,
+    legacy_every: int = 0,
+) -> list[Truth]:
     """Write the fleet's history ending at ``end`` (Unix seconds); returns the truth per node.
 
     ``legacy_every=3``: every third node is an agent without the idle counter (fleet samples its

@@ -19,13 +19,28 @@ if TYPE_CHECKING:
     from gpuclinic.facts.snapshot import Snapshot
 
 WHAT = "container and Kubernetes GPU setup"
-ENV_KEYS = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA", "NVIDIA_DISABLE_REQUIRE",
-            "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_VERSION", "NVIDIA_MIG_CONFIG_DEVICES",
-            "KUBERNETES_SERVICE_HOST", "PYTORCH_CUDA_ALLOC_CONF", "LD_LIBRARY_PATH")
-_CGROUP_MARKERS = (("kubepods", "kubernetes"), ("docker", "docker"), ("libpod", "podman"), ("containerd", "containerd"),
-                   ("cri-containerd", "containerd"), ("lxc", "lxc"), ("garden", "garden"))
-
-
+ENV_KEYS = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_REQUIRE_CUDA",
+    "NVIDIA_DISABLE_REQUIRE",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_VERSION",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "KUBERNETES_SERVICE_HOST",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "LD_LIBRARY_PATH",
+)
+_CGROUP_MARKERS = (
+    ("kubepods", "kubernetes"),
+    ("docker", "docker"),
+    ("libpod", "podman"),
+    ("containerd", "containerd"),
+    ("cri-containerd", "containerd"),
+    ("lxc", "lxc"),
+    ("garden", "garden"),
+)
 
 
 def detect(root: str | os.PathLike[str], env: Mapping[str, str]) -> tuple[bool, str | None, bool, list[str]]:
@@ -162,7 +177,9 @@ def visible_pids(root: str | os.PathLike[str]) -> set[int] | None:
         return None
 
 
-def read_container(root: str | os.PathLike[str] = "/", env: Mapping[str, str] | None = None) -> ContainerFacts:
+def read_container(
+    root: str | os.PathLike[str] = "/", env: Mapping[str, str] | None = None
+) -> ContainerFacts:
     env = os.environ if env is None else env
     c = ContainerFacts()
     c.in_container, c.runtime, c.kubernetes, c.evidence = detect(root, env)

@@ -80,7 +80,10 @@ def _pip_config_files(env: Mapping[str, str]) -> list[Path]:
     home = Path(env.get("HOME") or Path.home())
     xdg_dirs = (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")
     files = [Path(d) / "pip" / "pip.conf" for d in xdg_dirs if d] + [Path("/etc/pip.conf")]
-    files += [home / ".pip" / "pip.conf", Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "pip" / "pip.conf"]
+    files += [
+        home / ".pip" / "pip.conf",
+        Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "pip" / "pip.conf",
+    ]
     if env.get("VIRTUAL_ENV"):
         files.append(Path(env["VIRTUAL_ENV"]) / "pip.conf")
     if env.get("PIP_CONFIG_FILE") and env["PIP_CONFIG_FILE"] != os.devnull:
@@ -143,8 +146,12 @@ def read_proxy_settings(
         if v:
             ps.env[name] = redact_url(v) or ""
             _check_proxy_url(name, v, ps.problems)
-    for lower, upper in (("http_proxy", "HTTP_PROXY"), ("https_proxy", "HTTPS_PROXY"), ("all_proxy", "ALL_PROXY"),
-                         ("no_proxy", "NO_PROXY")):
+    for lower, upper in (
+        ("http_proxy", "HTTP_PROXY"),
+        ("https_proxy", "HTTPS_PROXY"),
+        ("all_proxy", "ALL_PROXY"),
+        ("no_proxy", "NO_PROXY"),
+    ):
         lv, uv = env.get(lower), env.get(upper)
         if lv and uv and lv.strip() != uv.strip():
             ps.problems.append(
@@ -357,8 +364,12 @@ def describe_error(e: BaseException, timeout: float | None = None) -> str:
     if isinstance(e, ssl.SSLError):
         return f"TLS error: {e.reason or e}"
     if isinstance(e, OSError) and e.errno is not None:
-        names = {errno.ENETUNREACH: "network unreachable (no route)", errno.EHOSTUNREACH: "host unreachable",
-                 errno.EADDRNOTAVAIL: "address not available", errno.ECONNABORTED: "connection aborted"}
+        names = {
+            errno.ENETUNREACH: "network unreachable (no route)",
+            errno.EHOSTUNREACH: "host unreachable",
+            errno.EADDRNOTAVAIL: "address not available",
+            errno.ECONNABORTED: "connection aborted",
+        }
         if e.errno in names:
             return names[e.errno]
         return e.strerror or str(e)
@@ -463,8 +474,9 @@ def _connect_any(addrs: list[Addr], cfg: ProbeConfig, dl: _Deadline) -> tuple[so
     raise ProbeError("connect", describe_error(last, last_t) if last else "no address")
 
 
-def _proxy_connect(sock: socket.socket, host: str, port: int, auth: str | None, cfg: ProbeConfig,
-                   dl: _Deadline) -> None:
+def _proxy_connect(
+    sock: socket.socket, host: str, port: int, auth: str | None, cfg: ProbeConfig, dl: _Deadline
+) -> None:
     """Open an HTTP CONNECT tunnel on ``sock`` (already connected to the proxy)."""
     req = f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: {USER_AGENT}\r\n"
     if auth:
@@ -476,9 +488,15 @@ def _proxy_connect(sock: socket.socket, host: str, port: int, auth: str | None, 
     except OSError as e:
         raise ProbeError("proxy", f"proxy CONNECT failed: {describe_error(e, cfg.http_timeout_s)}") from e
     if status == 407:
-        raise ProbeError("proxy", f"proxy requires authentication for CONNECT {host}:{port} (HTTP 407)"
-                         + (": the credentials given were rejected" if auth else
-                            ": put user:password in the proxy URL (http://USER:PASS@HOST:PORT)"))
+        raise ProbeError(
+            "proxy",
+            f"proxy requires authentication for CONNECT {host}:{port} (HTTP 407)"
+            + (
+                ": the credentials given were rejected"
+                if auth
+                else ": put user:password in the proxy URL (http://USER:PASS@HOST:PORT)"
+            ),
+        )
     if status != 200:
         raise ProbeError("proxy", f"proxy refused CONNECT {host}:{port} with HTTP {status}")
 
@@ -540,13 +558,20 @@ def _resolve(host: str, port: int, cfg: ProbeConfig, dl: _Deadline) -> list[Addr
     return out
 
 
-def _request(sock: socket.socket, url: str, *, method: str = "GET", rng: str | None = None,
-             proxied_plain: bool = False) -> None:
+def _request(
+    sock: socket.socket, url: str, *, method: str = "GET", rng: str | None = None, proxied_plain: bool = False
+) -> None:
     p = urlsplit(url)
     target = url if proxied_plain else (p.path or "/") + (f"?{p.query}" if p.query else "")
     host = p.netloc.rsplit("@", 1)[-1]
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", f"User-Agent: {USER_AGENT}",
-             "Accept: */*", "Accept-Encoding: identity", "Connection: close"]
+    lines = [
+        f"{method} {target} HTTP/1.1",
+        f"Host: {host}",
+        f"User-Agent: {USER_AGENT}",
+        "Accept: */*",
+        "Accept-Encoding: identity",
+        "Connection: close",
+    ]
     if rng:
         lines.append(f"Range: {rng}")
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("ascii", "replace"))
@@ -567,7 +592,9 @@ def probe_latency(ep: Endpoint, cfg: ProbeConfig, dl: _Deadline) -> EndpointProb
     """DNS, connect samples, TLS and TTFB for one endpoint; never raises."""
     t_start = time.monotonic()
     p = urlsplit(ep.url)
-    pr = EndpointProbe(endpoint=ep, host=p.hostname or "", port=p.port or (443 if p.scheme == "https" else 80))
+    pr = EndpointProbe(
+        endpoint=ep, host=p.hostname or "", port=p.port or (443 if p.scheme == "https" else 80)
+    )
     env = cfg.env if cfg.env is not None else os.environ
     route = route_for(ep.url, env)
     first_hop = (pr.host, pr.port)
@@ -605,7 +632,11 @@ def probe_latency(ep: Endpoint, cfg: ProbeConfig, dl: _Deadline) -> EndpointProb
                     raise
                 pr.connect_failures += 1
                 pr.connect_error = str(e)
-                if str(e).startswith("network unreachable") and pr.connect_failures >= 2 and not pr.connect_ms:
+                if (
+                    str(e).startswith("network unreachable")
+                    and pr.connect_failures >= 2
+                    and not pr.connect_ms
+                ):
                     break  # no route: more samples will say the same
                 continue
             s.close()
@@ -689,8 +720,16 @@ class _Stream:
     ready: threading.Event = field(default_factory=threading.Event)
 
 
-def _open_ranged(url: str, start: int, end: int | None, cfg: ProbeConfig, dl: _Deadline,
-                 addrs: dict[str, list[Addr]], st: _Stream, max_redirects: int = 5) -> None:
+def _open_ranged(
+    url: str,
+    start: int,
+    end: int | None,
+    cfg: ProbeConfig,
+    dl: _Deadline,
+    addrs: dict[str, list[Addr]],
+    st: _Stream,
+    max_redirects: int = 5,
+) -> None:
     """GET ``url`` with a Range, following redirects; leaves ``st.sock`` positioned at the body."""
     rng = f"bytes={start}-{'' if end is None else end}"
     for _ in range(max_redirects + 1):
@@ -712,14 +751,19 @@ def _open_ranged(url: str, start: int, end: int | None, cfg: ProbeConfig, dl: _D
             raise ProbeError("http", f"HTTP {status} for the throughput object")
         cr = headers.get("content-range", "")
         m = re.search(r"/(\d+)$", cr)
-        st.size = int(m.group(1)) if m else (int(headers["content-length"]) if headers.get("content-length", "").isdigit() else None)
+        st.size = (
+            int(m.group(1))
+            if m
+            else (int(headers["content-length"]) if headers.get("content-length", "").isdigit() else None)
+        )
         st.sock, st.status, st.final_url, st.buffered = s, status, redact_url(url), len(rd.buf)
         return
     raise ProbeError("http", "too many redirects")
 
 
-def measure_throughput(url: str, connections: int, cfg: ProbeConfig, dl: _Deadline,
-                       size_hint: int | None = None) -> ThroughputSample:
+def measure_throughput(
+    url: str, connections: int, cfg: ProbeConfig, dl: _Deadline, size_hint: int | None = None
+) -> ThroughputSample:
     """Bytes per second over ``connections`` ranged GETs sharing one time window.
 
     Each connection asks for its own byte range (so a server that serves ranges sends different
@@ -782,11 +826,15 @@ def measure_throughput(url: str, connections: int, cfg: ProbeConfig, dl: _Deadli
                 except OSError:
                     pass
 
-    threads = [threading.Thread(target=worker, args=(i, st), daemon=True, name=f"tput-{i}")
-               for i, st in enumerate(streams)]
+    threads = [
+        threading.Thread(target=worker, args=(i, st), daemon=True, name=f"tput-{i}")
+        for i, st in enumerate(streams)
+    ]
     for th in threads:
         th.start()
-    setup_limit = min(dl.left(), cfg.dns_timeout_s + cfg.connect_timeout_s + cfg.tls_timeout_s + cfg.http_timeout_s)
+    setup_limit = min(
+        dl.left(), cfg.dns_timeout_s + cfg.connect_timeout_s + cfg.tls_timeout_s + cfg.http_timeout_s
+    )
     t_setup_end = time.monotonic() + max(0.0, setup_limit)
     for st in streams:
         st.ready.wait(max(0.0, t_setup_end - time.monotonic()))
@@ -844,21 +892,26 @@ def _throughput_order(probes: list[EndpointProbe], cfg: ProbeConfig) -> list[End
     return [p for p in probes if p.endpoint.throughput_path and p.reachable]
 
 
-def probe_endpoints(endpoints: list[Endpoint], cfg: ProbeConfig | None = None,
-                    proxy: ProxySettings | None = None) -> NetworkFacts:
+def probe_endpoints(
+    endpoints: list[Endpoint], cfg: ProbeConfig | None = None, proxy: ProxySettings | None = None
+) -> NetworkFacts:
     """Probe every endpoint (latency in parallel, throughput one endpoint at a time) within the deadline."""
     cfg = cfg or ProbeConfig()
     dl = _Deadline(cfg.deadline_s)
     t0 = time.monotonic()
-    nf = NetworkFacts(proxy=proxy, quick=not cfg.throughput, deadline_s=cfg.deadline_s, parallel_connections=cfg.parallel)
+    nf = NetworkFacts(
+        proxy=proxy, quick=not cfg.throughput, deadline_s=cfg.deadline_s, parallel_connections=cfg.parallel
+    )
     try:
         nf.default_route = cfg.route_check()
     except Exception:
         nf.default_route = None
-    pool = ThreadPoolExecutor(max_workers=max(1, min(cfg.max_workers, len(endpoints) or 1)),
-                              thread_name_prefix="netprobe")
-    futs: list[tuple[Endpoint, Future[EndpointProbe]]] = [(ep, pool.submit(probe_latency, ep, cfg, dl))
-                                                          for ep in endpoints]
+    pool = ThreadPoolExecutor(
+        max_workers=max(1, min(cfg.max_workers, len(endpoints) or 1)), thread_name_prefix="netprobe"
+    )
+    futs: list[tuple[Endpoint, Future[EndpointProbe]]] = [
+        (ep, pool.submit(probe_latency, ep, cfg, dl)) for ep in endpoints
+    ]
     probes: list[EndpointProbe] = []
     for ep, fut in futs:
         try:
@@ -877,7 +930,9 @@ def probe_endpoints(endpoints: list[Endpoint], cfg: ProbeConfig | None = None,
             probe_throughput(pr, cfg, dl)
             rate = pr.best_rate()
             if rate is not None:
-                origin_fast[pr.endpoint.service] = origin_fast.get(pr.endpoint.service, False) or rate >= cfg.fast_enough_bps
+                origin_fast[pr.endpoint.service] = (
+                    origin_fast.get(pr.endpoint.service, False) or rate >= cfg.fast_enough_bps
+                )
         for pr in _throughput_order([p for p in probes if p.endpoint.kind != "origin"], cfg):
             if origin_fast.get(pr.endpoint.service):
                 continue
@@ -905,7 +960,10 @@ def _decide_offline(nf: NetworkFacts) -> None:
         nf.offline, nf.offline_reason = True, "no name resolves: " + (probes[0].dns_error or "")
     elif all(p.dns_error or p.connect_failures for p in probes):
         errs = {p.connect_error or p.dns_error for p in probes}
-        nf.offline, nf.offline_reason = True, "no host accepts connections: " + "; ".join(sorted(e for e in errs if e))[:200]
+        nf.offline, nf.offline_reason = (
+            True,
+            "no host accepts connections: " + "; ".join(sorted(e for e in errs if e))[:200],
+        )
     else:
         nf.offline = False
 
@@ -913,8 +971,15 @@ def _decide_offline(nf: NetworkFacts) -> None:
 def config_for(opts_quick: bool, timeout_s: float | None = None) -> ProbeConfig:
     """Default limits: ``--quick`` measures latency only, with fewer samples."""
     if opts_quick:
-        return ProbeConfig(deadline_s=timeout_s or 10.0, connect_samples=3, throughput=False,
-                           dns_timeout_s=2.0, connect_timeout_s=2.0, tls_timeout_s=3.0, http_timeout_s=3.0)
+        return ProbeConfig(
+            deadline_s=timeout_s or 10.0,
+            connect_samples=3,
+            throughput=False,
+            dns_timeout_s=2.0,
+            connect_timeout_s=2.0,
+            tls_timeout_s=3.0,
+            http_timeout_s=3.0,
+        )
     return ProbeConfig(deadline_s=timeout_s or 45.0)
 
 
@@ -937,12 +1002,30 @@ def configured_endpoints(ps: ProxySettings, known: Iterable[Endpoint] = ()) -> l
         if base in known_urls and eid != "configured:pip":
             return
         known_urls.add(base)
-        out.append(Endpoint(id=eid, url=base, service=service, kind="configured", role="web", name=what,
-                            probe_path=probe, throughput_path=tput, mirror_url=url, source=what))
+        out.append(
+            Endpoint(
+                id=eid,
+                url=base,
+                service=service,
+                kind="configured",
+                role="web",
+                name=what,
+                probe_path=probe,
+                throughput_path=tput,
+                mirror_url=url,
+                source=what,
+            )
+        )
 
     if ps.hf_endpoint:
-        add("configured:HF_ENDPOINT", "huggingface", ps.hf_endpoint.rstrip("/"), "/robots.txt",
-            "/openai-community/gpt2/resolve/main/model.safetensors", f"HF_ENDPOINT={ps.hf_endpoint}")
+        add(
+            "configured:HF_ENDPOINT",
+            "huggingface",
+            ps.hf_endpoint.rstrip("/"),
+            "/robots.txt",
+            "/openai-community/gpt2/resolve/main/model.safetensors",
+            f"HF_ENDPOINT={ps.hf_endpoint}",
+        )
     if ps.pip_index_url:
         path = urlsplit(ps.pip_index_url).path.rstrip("/") + "/pip/"
         add("configured:pip", "pypi", ps.pip_index_url, path, None, f"pip index-url {ps.pip_index_url}")
