@@ -203,7 +203,8 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
 def explain_text(
     text: str, origin: str = "<stdin>", live: Snapshot | None = None, *, truncated: bool = False
 ) -> Report:
-    """Diagnose a pasted text; facts in the paste, else ``live`` (this machine's facts), make the fixes concrete."""
+    """Diagnose a pasted text; facts in the paste, else ``live`` (this machine's facts), make the fixes
+    concrete."""
     snap, notes = _evidence(text, origin)
     pasted = pasted_facts(text, snap)
     if pasted is not None:
@@ -449,10 +450,11 @@ def _arch_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | Non
             from gpuclinic.checks.software import _arch_fix as arch_fix
 
             return arch_fix(t, cc, driver), out_ev
+    ccs = (g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus)
     return (
         "torch itself supports these GPUs: the kernel without an image comes from a compiled extension "
         "(flash-attn, xformers, bitsandbytes, a custom op) - rebuild it with "
-        f"TORCH_CUDA_ARCH_LIST={next((g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus), '?')}"
+        f"TORCH_CUDA_ARCH_LIST={next(ccs, '?')}"
         " or install a wheel built for this GPU",
         out_ev,
     )

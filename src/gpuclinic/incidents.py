@@ -163,7 +163,8 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
                     explained[si] = True
     for ci, c in enumerate(findings):  # one code on one GPU is one problem (watch opens one event per reason)
         for si, s in enumerate(findings):
-            if si > ci and s.code == c.code and c.gpu is not None and same_gpu(c.gpu, s.gpu) and si not in edges[ci]:
+            same = s.code == c.code and c.gpu is not None and same_gpu(c.gpu, s.gpu)
+            if si > ci and same and si not in edges[ci]:
                 edges[ci].append(si)
                 explained[si] = True
     for si, f in enumerate(findings):  # stated chains: "caused by previous Xid N"

@@ -1,4 +1,5 @@
-"""The agent exports the run ledger for the fleet view, promtool-clean; an agent without a ledger exports none."""
+"""The agent exports the run ledger for the fleet view, promtool-clean; an agent without a ledger exports
+none."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Acceptance: a real Prometheus scraping four `gpuclinic watch --scenario` agents, read by `gpuclinic fleet`."""
+"""Acceptance: a real Prometheus scraping four `gpuclinic watch --scenario` agents, read by
+`gpuclinic fleet`."""
 
 from __future__ import annotations
 

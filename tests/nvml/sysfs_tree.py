@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-AER_COR = "RxErr {rx}\nBadTLP 0\nBadDLLP {dllp}\nRollover 0\nTimeout 0\nNonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR {total}\n"
-AER_NONFATAL = "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO {cto}\nCmpltAbrt 0\nUnxCmplt 0\nRxOF 0\nMalfTLP 0\nECRC 0\nUnsupReq 0\nACSViol 0\nUncorrIntErr 0\nBlockedTLP 0\nAtomicOpBlocked 0\nTLPBlockedErr 0\nPoisonTLPBlocked 0\nTOTAL_ERR_NONFATAL {cto}\n"
+AER_COR = (
+    "RxErr {rx}\nBadTLP 0\nBadDLLP {dllp}\nRollover 0\nTimeout 0\nNonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\n"
+    "TOTAL_ERR_COR {total}\n"
+)
+AER_NONFATAL = (
+    "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO {cto}\nCmpltAbrt 0\nUnxCmplt 0\nRxOF 0\nMalfTLP 0\n"
+    "ECRC 0\nUnsupReq 0\nACSViol 0\nUncorrIntErr 0\nBlockedTLP 0\nAtomicOpBlocked 0\nTLPBlockedErr 0\n"
+    "PoisonTLPBlocked 0\nTOTAL_ERR_NONFATAL {cto}\n"
+)
 
 
 class SysfsTree:

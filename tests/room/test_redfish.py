@@ -255,7 +255,8 @@ def test_sensors_collection_is_walked_when_it_is_all_there_is(
 def test_sensors_are_not_read_twice_when_thermal_has_them(
     service: tuple[str, list[str]], tls: tuple[Path, Path]
 ) -> None:
-    """The published mockup has ThermalSubsystem temperatures and fans: its Sensors collection is not walked."""
+    """The published mockup has ThermalSubsystem temperatures and fans: its Sensors collection is
+    not walked."""
     url, log = service
     room = _read(url, tls[0]).room
     assert room is not None and room.fans()

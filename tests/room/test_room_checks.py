@@ -1,4 +1,5 @@
-"""Room checks on facts read from saved outputs: correlation with GPU facts, thresholds from the data files."""
+"""Room checks on facts read from saved outputs: correlation with GPU facts, thresholds from the
+data files."""
 
 from __future__ import annotations
 

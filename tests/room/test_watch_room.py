@@ -1,4 +1,5 @@
-"""watch with a real BMC: ipmi_sim polled by the agent, room events within one poll, promtool-clean /metrics."""
+"""watch with a real BMC: ipmi_sim polled by the agent, room events within one poll, promtool-clean
+/metrics."""
 
 from __future__ import annotations
 

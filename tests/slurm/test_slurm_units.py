@@ -120,7 +120,10 @@ def test_shipped_nhc_check_drains_through_nhc(tmp_path: pytest.TempPathFactory) 
         wrapper = bindir / "gpuclinic"
         wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gpuclinic "$@" --scenario {scenario}\n')
         wrapper.chmod(0o755)
-        script = f'die() {{ echo "DIE $1 $2"; }}; log() {{ echo "LOG $*"; }}; . "{nhc}"; check_gpuclinic; echo "RC $?"'
+        script = (
+            'die() { echo "DIE $1 $2"; }; log() { echo "LOG $*"; }; '
+            f'. "{nhc}"; check_gpuclinic; echo "RC $?"'
+        )
         p = subprocess.run(
             [bash, "-c", script],
             capture_output=True,

@@ -1,4 +1,5 @@
-"""Pieces of the supervisor: argument placeholders, GPU selection, kernel windows, GPU watching, pre-flight."""
+"""Pieces of the supervisor: argument placeholders, GPU selection, kernel windows, GPU watching,
+pre-flight."""
 
 from __future__ import annotations
 

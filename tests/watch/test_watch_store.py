@@ -16,7 +16,7 @@ from gpuclinic.watch.store import METRICS, StoreError, WatchStore
 T0 = 1_780_000_020.0  # on a minute boundary
 
 
-def gpu(i: int, temp: float, **kw: object) -> GpuFacts:
+def gpu(i: int, temp: float, **kw: Any) -> GpuFacts:
     return GpuFacts(
         index=i,
         uuid=f"GPU-{i}",
@@ -26,7 +26,7 @@ def gpu(i: int, temp: float, **kw: object) -> GpuFacts:
         clock_event_reasons=["hw_thermal_slowdown"] if temp > 85 else [],
         processes=[GpuProcess(pid=1)],
         **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_samples_round_trip_and_query_by_gpu_and_time(tmp_path: Path) -> None:

@@ -22,9 +22,11 @@ body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}
 h1{font-size:20px;margin:0 0 6px} .meta{color:#555;margin:2px 0}
 .verdict{font-size:18px;font-weight:600;margin:12px 0;padding:8px 12px;border-radius:6px;display:inline-block}
 .v-pass{background:#e3f5e1}.v-warn{background:#fff3cd}.v-fail{background:#f8d7da}.v-could{background:#eee}
-table{border-collapse:collapse;margin:12px 0;font-size:13px} td,th{padding:3px 8px;border-bottom:1px solid #e5e5e5;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:12px 0;font-size:13px}
+td,th{padding:3px 8px;border-bottom:1px solid #e5e5e5;text-align:left;vertical-align:top}
 th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
-tr.s-fail td:first-child{color:#b00020;font-weight:700} tr.s-warn td:first-child{color:#9a6700;font-weight:700}
+tr.s-fail td:first-child{color:#b00020;font-weight:700}
+tr.s-warn td:first-child{color:#9a6700;font-weight:700}
 tr.s-pass td:first-child{color:#1a7f37} tr.s-skipped td{color:#777}
 .plots{display:flex;flex-wrap:wrap;gap:16px} figure{margin:0} figcaption{font-weight:600;margin-bottom:4px}
 svg{background:#fafafa;border:1px solid #ddd} .legend span{margin-right:10px;font-size:12px}
@@ -109,7 +111,8 @@ def plot(
         f'<span style="color:{COLORS[k % len(COLORS)]}">&#9632; GPU {escape(g)}</span>'
         for k, (g, _, _) in enumerate(lines)
     )
-    return f'<figure><figcaption>{escape(title)}</figcaption>{"".join(parts)}<div class="legend">{legend}</div></figure>'
+    cap = f"<figcaption>{escape(title)}</figcaption>"
+    return f'<figure>{cap}{"".join(parts)}<div class="legend">{legend}</div></figure>'
 
 
 def render_html(sc: Scorecard) -> str:

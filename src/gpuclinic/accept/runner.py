@@ -154,7 +154,12 @@ def drive(child: Child, res: ChildResult, nvml: list[tuple[int, str | None, str 
                 if ev.get("event") == "burn_start":
                     burn_t0 = time.monotonic()
                     next_sample = burn_t0
-            if burn_t0 is not None and sampler is not None and monitor is not None and time.monotonic() >= next_sample:
+            if (
+                burn_t0 is not None
+                and sampler is not None
+                and monitor is not None
+                and time.monotonic() >= next_sample
+            ):
                 t = time.monotonic() - burn_t0
                 try:
                     reason = monitor.on_sample(t, sampler(t))

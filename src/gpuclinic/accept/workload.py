@@ -93,7 +93,8 @@ class TorchBackend:
             p = self.torch.cuda.get_device_properties(i)
             bus = None
             if getattr(p, "pci_bus_id", None) is not None:
-                bus = f"{getattr(p, 'pci_domain_id', 0):04x}:{p.pci_bus_id:02x}:{getattr(p, 'pci_device_id', 0):02x}.0"
+                dom, dev = getattr(p, "pci_domain_id", 0), getattr(p, "pci_device_id", 0)
+                bus = f"{dom:04x}:{p.pci_bus_id:02x}:{dev:02x}.0"
             uuid = getattr(p, "uuid", None)
             out.append(
                 {

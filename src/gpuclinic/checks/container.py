@@ -274,7 +274,8 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
             code="container.cgroup_limits",
             severity=severity("container.cgroup_limits"),
             family=Family.HOST,
-            title=f"Container memory at {100 * c.memory_usage_bytes / c.memory_limit_bytes:.0f}% of its limit",
+            title=f"Container memory at {100 * c.memory_usage_bytes / c.memory_limit_bytes:.0f}% "
+            "of its limit",
             evidence=[
                 f"usage {_gib(c.memory_usage_bytes)} of limit {_gib(c.memory_limit_bytes)} (cgroup "
                 f"v{c.cgroup_version})"

@@ -1,4 +1,5 @@
-"""Driver detector, kernel-log part: NVIDIA kernel module load errors (taint, symbols, signing, API mismatch)."""
+"""Driver detector, kernel-log part: NVIDIA kernel module load errors (taint, symbols, signing, API
+mismatch)."""
 
 from __future__ import annotations
 
@@ -151,7 +152,7 @@ def module_errors(snap: Snapshot) -> list[Finding]:
         title = f"NVIDIA kernel module: {what}"
         if sub == "api_mismatch" and data.get("client_version"):
             title += (
-                f" (libraries {data['client_version'][0]}, module {data.get('kernel_version', ['?'])[0]})"
+                f" (libraries {data['client_version'][0]}, module {data.get('kernel_version', ['?'])[0]})"  # type: ignore[index]
             )
         out.append(
             Finding(

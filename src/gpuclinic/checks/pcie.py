@@ -296,7 +296,8 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
             }
             if fatal or nonfatal:
                 ev = [
-                    f"sysfs {dev.bus_id}/aer_dev_fatal: TOTAL_ERR_FATAL = {fatal}{_aer_detail(dev.aer_fatal)}",
+                    f"sysfs {dev.bus_id}/aer_dev_fatal: TOTAL_ERR_FATAL = "
+                    f"{fatal}{_aer_detail(dev.aer_fatal)}",
                     f"sysfs {dev.bus_id}/aer_dev_nonfatal: TOTAL_ERR_NONFATAL = "
                     f"{nonfatal}{_aer_detail(dev.aer_nonfatal)}",
                     "counters count since boot",

@@ -60,11 +60,17 @@ def straggler(snap: Snapshot) -> Iterable[Finding]:
         if slow_clk:
             assert g.sm_clock_mhz is not None and med_clk is not None
             rel = g.sm_clock_mhz / med_clk
-            lead = f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} vs node median {fmt_mhz(med_clk)} ({rel:.0%}; flag below {clk_ratio:.0%})"
+            lead = (
+                f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} vs node median {fmt_mhz(med_clk)} "
+                f"({rel:.0%}; flag below {clk_ratio:.0%})"
+            )
         else:
             assert g.power_draw_w is not None and med_pw is not None
             rel = g.power_draw_w / med_pw
-            lead = f"power.draw = {fmt_w(g.power_draw_w)} vs node median {fmt_w(med_pw)} ({rel:.0%}; flag below {pw_ratio:.0%})"
+            lead = (
+                f"power.draw = {fmt_w(g.power_draw_w)} vs node median {fmt_w(med_pw)} "
+                f"({rel:.0%}; flag below {pw_ratio:.0%})"
+            )
         ev = [
             lead,
             f"power.draw = {fmt_w(g.power_draw_w)} (median {fmt_w(med_pw)}), limit "

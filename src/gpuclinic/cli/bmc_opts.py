@@ -15,7 +15,8 @@ import click
 
 from gpuclinic.errors import EXIT_USAGE, InputError
 
-if TYPE_CHECKING:  # the BMC client (ssl, httpx) loads only when --bmc/--redfish is given: ~30 ms of doctor's start
+# the BMC client (ssl, httpx) loads only when --bmc/--redfish is given: ~30 ms of doctor's start
+if TYPE_CHECKING:
     from gpuclinic.sources.bmc.live import BmcOptions
 
 F = TypeVar("F", bound=Callable[..., Any])

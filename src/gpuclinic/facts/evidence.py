@@ -40,7 +40,8 @@ class InputRecord:
 
 @dataclass
 class Signal:
-    """A known fault signature seen on one line of the evidence (see ``knowledge/data/evidence_signatures.json``
+    """A known fault signature seen on one line of the evidence (see
+    ``knowledge/data/evidence_signatures.json``
     and ``error_signatures.json``); :mod:`gpuclinic.checks.signals` reports it."""
 
     code: str

@@ -13,7 +13,8 @@ from typing import Any
 
 @dataclass
 class Endpoint:
-    """One place the tools talk to (from ``knowledge/data/endpoints.json``, the config file or ``--endpoint``)."""
+    """One place the tools talk to (from ``knowledge/data/endpoints.json``, the config file or
+    ``--endpoint``)."""
 
     id: str
     url: str  # base URL, e.g. https://huggingface.co

@@ -143,7 +143,8 @@ def _lines(truths: list[Truth], gpus: int, start: int, end: int, step: int, down
                 if alive(t, at):
                     yield f"gpuclinic_gpu_idle_seconds_total{{{glab(t, g)}}} {k * step if idle else 0} {at}"
     room = [t for t in truths if t.room is not None]
-    for fam, key in (("gpuclinic_room_bmc_up", "bmc_up"), ("gpuclinic_room_inlet_temperature_celsius", "inlet")):
+    room_fams = (("gpuclinic_room_bmc_up", "bmc_up"), ("gpuclinic_room_inlet_temperature_celsius", "inlet"))
+    for fam, key in room_fams:
         yield f"# TYPE {fam} gauge"
         for t in room:
             assert t.room is not None

@@ -112,7 +112,8 @@ def _qty(v: Any) -> int | None:
 
 
 def _finding(code: str, **kw: Any) -> Finding:
-    """Severity, family and source from codes.json, the message from cluster.json, the remedy from the runbook."""
+    """Severity, family and source from codes.json, the message from cluster.json, the remedy from the
+    runbook."""
     from gpuclinic.knowledge import codes as K
     from gpuclinic.knowledge.runbooks import first_step
 

@@ -52,7 +52,8 @@ class NodeState:
 
 
 def this_node(explicit: str | None = None) -> str:
-    """The Slurm node name: --node, else SLURMD_NODENAME (set for HealthCheckProgram/Prolog), else hostname -s."""
+    """The Slurm node name: --node, else SLURMD_NODENAME (set for HealthCheckProgram/Prolog), else hostname
+    -s."""
     name = explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     if not name or any(c.isspace() or c in "=,[]" for c in name):
         raise GpuclinicError(f"not a Slurm node name: {name!r}", exit_code=64)

@@ -205,7 +205,8 @@ _FLOAT_FIELDS: dict[type, frozenset[str]] = {}
 
 
 def load_scenario(name: str) -> Snapshot:
-    """A fresh :class:`Snapshot` for scenario ``name`` (a timeline: its faulted state); unknown: InputError."""
+    """A fresh :class:`Snapshot` for scenario ``name`` (a timeline: its faulted state); unknown:
+    InputError."""
     if not is_fault_state(name):
         return _timeline_snapshot(name)
     d = build_snapshot_dict(name)
@@ -234,7 +235,8 @@ def load_scenario(name: str) -> Snapshot:
 
 
 def _timeline_snapshot(name: str) -> Snapshot:
-    """A watch timeline's faulted state: its GPUs at the end of the timeline and every kernel line it logged."""
+    """A watch timeline's faulted state: its GPUs at the end of the timeline and every kernel line
+    it logged."""
     from gpuclinic.sources.kernellog import parse_lines
     from gpuclinic.watch.backend import ScaledClock
     from gpuclinic.watch.simulate import ScenarioBackend, list_watch_scenarios, load_watch_scenario

@@ -112,7 +112,8 @@ def nouveau_blacklisted(root: str | os.PathLike[str]) -> bool:
 
 
 def _has_nvidia_ko(moddir: Path, budget: list[int]) -> bool:
-    """Look for nvidia.ko(.xz/.zst/.gz) under a /lib/modules/<kernel> tree, walking at most ``budget`` dirs."""
+    """Look for nvidia.ko(.xz/.zst/.gz) under a /lib/modules/<kernel> tree, walking at most
+    ``budget`` dirs."""
     try:
         for _dirpath, dirnames, filenames in os.walk(moddir):
             budget[0] -= 1
@@ -422,7 +423,8 @@ def active_env_paths(env: Mapping[str, str]) -> tuple[list[str] | None, str]:
 def deep_torch(python: str = sys.executable, timeout_s: float = 90.0) -> dict[str, object] | None:
     """Ask torch itself (in a child process, so a crash or hang cannot take us down)."""
     code = (
-        "import json,torch;c=torch.cuda;print(json.dumps({'version':torch.__version__,'cuda':torch.version.cuda,"
+        "import json,torch;c=torch.cuda;print(json.dumps({'version':torch.__version__,"
+        "'cuda':torch.version.cuda,"
         "'arch_list':c.get_arch_list() if c.is_available() else [],'available':c.is_available(),"
         "'cudnn':torch.backends.cudnn.version()}))"
     )

@@ -280,7 +280,8 @@ class Agent:
                     evidence=[res.error or "no sample", f"last good sample {_ago(self.last_ok, now)}"],
                     remedy="NVML calls are hanging - the driver is wedged or a GPU is failing. Check `dmesg` "
                     "for XIDs, "
-                    "run `gpuclinic doctor`; a reboot is usually needed. Metrics are stale until this clears.",
+                    "run `gpuclinic doctor`; a reboot is usually needed. "
+                    "Metrics are stale until this clears.",
                 )
             )
         self.book.reconcile("sampler", sampler_conds, now)

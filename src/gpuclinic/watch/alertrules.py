@@ -121,7 +121,10 @@ def render_tests() -> str:
         if sev == "info":
             sev = next(v for v in info.when.values() if v != "info")
         code = "xid.79" if r.code == "xid.*" else r.code
-        labels = f'instance="n1",job="gpuclinic",code="{code}",severity="{sev}",family="{info.family.value}",gpu="3"'
+        labels = (
+            f'instance="n1",job="gpuclinic",code="{code}",severity="{sev}",'
+            f'family="{info.family.value}",gpu="3"'
+        )
         summary = r.summary.replace("{{ $labels.gpu }}", "3").replace("{{ $labels.instance }}", "n1")
         lines += [
             f"  - name: {r.name} fires for an open {code} incident and clears with it",

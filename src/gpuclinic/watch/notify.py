@@ -419,7 +419,8 @@ class Notifier:
         if self.spool_dir is not None:
             try:
                 self.spool_dir.mkdir(parents=True, exist_ok=True)
-                name = f"{int(time.time() * 1000)}-{hashlib.sha256((ch.id + alert.ident).encode()).hexdigest()[:16]}"
+                digest = hashlib.sha256((ch.id + alert.ident).encode()).hexdigest()[:16]
+                name = f"{int(time.time() * 1000)}-{digest}"
                 tmp = self.spool_dir / f".{name}.tmp"
                 tmp.write_text(json.dumps(rec), encoding="utf-8")
                 os.replace(tmp, self.spool_dir / f"{name}.json")

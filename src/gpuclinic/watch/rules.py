@@ -439,7 +439,8 @@ class RuleEngine:
                         ],
                         remedy="A rented GPU doing nothing costs money. Start the next job or release the "
                         "server. (Inside "
-                        "a container without --pid=host, processes are invisible: check utilisation instead.)",
+                        "a container without --pid=host, processes are invisible: "
+                        "check utilisation instead.)",
                         data={"since": st.idle_since},
                     )
                 )

@@ -341,7 +341,8 @@ def claims_verbose(text: str) -> bool:
 
 
 def parse_verbose(text: str, source: str = "ipmitool sensor get / sdr -v") -> R.RoomFacts:
-    """Blocks of ``ipmitool sensor get NAME`` / ``sdr -v``: reading, status, the six thresholds, asserted states."""
+    """Blocks of ``ipmitool sensor get NAME`` / ``sdr -v``: reading, status, the six thresholds, asserted
+    states."""
     room = R.RoomFacts()
     block: list[str] = []
 

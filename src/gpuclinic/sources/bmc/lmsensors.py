@@ -154,7 +154,8 @@ def claims_text(text: str) -> bool:
 
 
 def parse_text(text: str) -> R.RoomFacts:
-    """Plain ``sensors`` output: chip line, ``Adapter:`` line, then ``label: +45.0°C (high = ..., crit = ...)``."""
+    """Plain ``sensors`` output: chip line, ``Adapter:`` line, then ``label: +45.0°C (high = ..., crit =
+    ...)``."""
     data: dict[str, dict[str, Any]] = {}
     chip: str | None = None
     for i, line in enumerate(text.splitlines()):
@@ -200,7 +201,8 @@ _SCALE = {"temp": 1000.0, "in": 1000.0, "curr": 1000.0, "fan": 1.0, "power": 1e6
 
 
 def read_hwmon(root: str = "/sys/class/hwmon") -> R.RoomFacts:
-    """The hwmon tree as ``sensors -j`` would print it (labels from ``*_label`` where the driver gives them)."""
+    """The hwmon tree as ``sensors -j`` would print it (labels from ``*_label`` where the driver
+    gives them)."""
     data: dict[str, dict[str, Any]] = {}
     try:
         entries = sorted(os.listdir(root))

@@ -342,7 +342,8 @@ def _db(path: str) -> sqlite3.Connection:
 
 
 def record(path: str, room: RoomFacts, ts: float) -> int:
-    """Inlet/exhaust temperatures, fan speeds and PSU health (1 ok, 0 not) of one poll; returns rows written."""
+    """Inlet/exhaust temperatures, fan speeds and PSU health (1 ok, 0 not) of one poll; returns rows
+    written."""
     rows: list[tuple[float, str, str, str | None, float | None, str | None]] = []
     for s in room.sensors:
         if s.absent or s.reading is None:
