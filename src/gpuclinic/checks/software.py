@@ -50,7 +50,9 @@ def _nvml_why(snap: Snapshot) -> str | None:
 
 def _driver(snap: Snapshot) -> str | None:
     sw = snap.software
-    return snap.driver_version or (sw.proc_driver_version if sw else None) or (sw.driver_version if sw else None)
+    if sw is None:
+        return snap.driver_version
+    return snap.driver_version or sw.proc_driver_version or sw.driver_version
 
 
 def _gpu_cc(g: GpuFacts) -> str | None:
@@ -82,7 +84,8 @@ def driver_presence(snap: Snapshot) -> Iterator[Finding]:
         ev.append(f"running kernel {sw.running_kernel}")
     if on_pci:
         bound = {d.bus_id: d.driver for d in snap.pci_devices if d.bus_id in on_pci}
-        ev.append("NVIDIA GPUs on the PCI bus: " + ", ".join(f"{b} (driver: {bound[b] or 'none'})" for b in on_pci))
+        ev.append("NVIDIA GPUs on the PCI bus: "
+                  + ", ".join(f"{b} (driver: {bound[b] or 'none'})" for b in on_pci))
         if loaded:
             return  # module loaded but NVML failed: library_mismatch / nvml checks explain it
         causes: list[str] = []
@@ -125,7 +128,8 @@ def driver_presence(snap: Snapshot) -> Iterator[Finding]:
         remedy = ("GPU checks were skipped: this machine has no NVIDIA GPU and no NVIDIA driver. "
                   "Software, network and host checks still ran.")
     yield Finding(
-        code="gpu.none_detected", severity=severity("gpu.none_detected", "no_gpu_expected"), family=Family.SOFTWARE,
+        code="gpu.none_detected", severity=severity("gpu.none_detected", "no_gpu_expected"),
+        family=Family.SOFTWARE,
         title="No NVIDIA GPU or driver found: GPU checks skipped", evidence=ev, remedy=remedy,
         data={"nvml": why, "pci_read": snap.pci_read},
     )
@@ -163,7 +167,8 @@ def library_mismatch(snap: Snapshot) -> Iterator[Finding]:
                 "&& sudo modprobe nvidia`. Prevent it: `sudo apt-mark hold 'nvidia-*' 'libnvidia-*'` or "
                 "exclude them "
                 "in /etc/apt/apt.conf.d/50unattended-upgrades."),
-        data={"kernel_module": kmod, "user_space": libs}, source="https://github.com/lyulyul/shine-cluster/issues/30",
+        data={"kernel_module": kmod, "user_space": libs},
+        source="https://github.com/lyulyul/shine-cluster/issues/30",
     )
 
 
@@ -181,7 +186,8 @@ def module_missing(snap: Snapshot) -> Iterator[Finding]:
           f"kernels with an nvidia module: {', '.join(sw.module_kernels) or 'none'}"]
     ev += [f"dkms: {x}" for x in sw.dkms_status[:6]]
     yield Finding(
-        code="driver.module_missing_for_kernel", severity=severity("driver.module_missing_for_kernel"), family=Family.SOFTWARE,
+        code="driver.module_missing_for_kernel", severity=severity("driver.module_missing_for_kernel"),
+        family=Family.SOFTWARE,
         title=f"No nvidia kernel module for the running kernel {sw.running_kernel}",
         evidence=ev,
         remedy=(f"Build it for this kernel: `sudo apt install linux-headers-{sw.running_kernel}` (RHEL: "
@@ -206,7 +212,8 @@ def nouveau(snap: Snapshot) -> Iterator[Finding]:
                      "then reboot")
     if sw.nouveau_loaded:
         yield Finding(
-            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict"), family=Family.SOFTWARE,
+            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict"),
+            family=Family.SOFTWARE,
             title="The nouveau driver is loaded and blocks the NVIDIA driver",
             evidence=["nouveau in /proc/modules",
                       "nouveau blacklisted: "
@@ -216,7 +223,8 @@ def nouveau(snap: Snapshot) -> Iterator[Finding]:
         )
     elif not sw.nouveau_blacklisted and not sw.kernel_module_loaded and _nvidia_gpus_on_pci(snap):
         yield Finding(
-            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict", "blacklisted_not_loaded"), family=Family.SOFTWARE,
+            code="driver.nouveau_conflict",
+            severity=severity("driver.nouveau_conflict", "blacklisted_not_loaded"), family=Family.SOFTWARE,
             title="nouveau is not blacklisted while the NVIDIA driver is not loaded",
             evidence=["no 'blacklist nouveau' in /etc/modprobe.d or the kernel command line"],
             remedy="Before installing/loading the NVIDIA driver, blacklist nouveau: " + blacklist_cmd + ".",
@@ -249,13 +257,15 @@ def _fix_for(label: str, fw: Framework | None, driver: str, dc: compat.DriverCom
         sug = compat.suggest_torch_variant(tb.version, driver, cc) if tb else None
         if sug:
             return f"install the {sug.variant} build (`{sug.command}`) or {upgrade}"
-        return f"{upgrade}, or install an older torch built for CUDA <= {compat.driver_max_cuda(driver) or '?'}"
+        return (f"{upgrade}, or install an older torch built for CUDA <= "
+                f"{compat.driver_max_cuda(driver) or '?'}")
     if fw is not None and fw.name.startswith("jax"):
         return f"{upgrade} (jax[cuda12] wheels need >= 525.60.13), or use a CPU/older-CUDA jax"
     if fw is not None and fw.name.startswith("cupy"):
         return f"{upgrade}, or install the cupy package for the driver's CUDA (`pip install cupy-cuda11x`)"
     if fw is None:
-        return f"{upgrade}; or build with an older CUDA toolkit (the toolkit only matters for code you compile)"
+        return (f"{upgrade}; or build with an older CUDA toolkit "
+                "(the toolkit only matters for code you compile)")
     return f"{upgrade}, or install a {fw.name} build for CUDA <= {compat.driver_max_cuda(driver) or '?'}"
 
 
@@ -266,7 +276,8 @@ def too_old(snap: Snapshot) -> Iterator[Finding]:
     if not driver:
         raise CheckSkipped("driver version unknown")
     users = _cuda_users(sw)
-    image_cuda = snap.container.env.get("CUDA_VERSION") if snap.container and snap.container.in_container else None
+    in_container = snap.container is not None and snap.container.in_container
+    image_cuda = snap.container.env.get("CUDA_VERSION") if snap.container and in_container else None
     if image_cuda and compat.parse_version(image_cuda):
         users.append((f"the container image's CUDA {image_cuda} (CUDA_VERSION)", image_cuda, None))
     if not users:
@@ -281,13 +292,14 @@ def too_old(snap: Snapshot) -> Iterator[Finding]:
             continue  # "cuda12" packages only promise the family floor
         maxc = compat.driver_max_cuda(driver) or "?"
         if not dc.ok:
-            sev = severity("driver.too_old_for_cuda") if fw is not None else severity("driver.too_old_for_cuda", "toolkit_only")
+            sev = severity("driver.too_old_for_cuda", None if fw is not None else "toolkit_only")
             if fw is None and sw.compat_libs_on_path:
                 continue  # forward-compatibility libraries (cuda-compat) are in use: they bridge the gap
             need = dc.min_driver_family or dc.min_driver_full
             title = f"Driver {driver} is too old for {label} (CUDA {cuda})"
             remedy = (f"driver {driver} supports CUDA <= {maxc}; {label} needs >= {need}"
-                      + (f" (>= {dc.min_driver_full} for full compatibility)" if dc.min_driver_full and dc.min_driver_full != need else "")
+                      + (f" (>= {dc.min_driver_full} for full compatibility)"
+                         if dc.min_driver_full and dc.min_driver_full != need else "")
                       + " — " + _fix_for(label, fw, driver, dc, cc))
         elif dc.mode == "minor_version":
             sev = severity("driver.too_old_for_cuda", "minor_version")
@@ -329,7 +341,9 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
                 if v.via == "ptx" and ("torch", cc) not in seen:
                     seen.add(("torch", cc))
                     yield Finding(
-                        code="cuda.arch_not_supported", severity=severity("cuda.arch_not_supported", "unknown_build"), family=Family.SOFTWARE, gpu=_ref(g),
+                        code="cuda.arch_not_supported",
+                        severity=severity("cuda.arch_not_supported", "unknown_build"), family=Family.SOFTWARE,
+                        gpu=_ref(g),
                         title=f"torch {torch.version} has no native code for {g.name or 'this GPU'} "
                               f"(sm_{cc.replace('.', '')}); it relies on PTX JIT",
                         evidence=[v.detail, f"arch list ({torch.arch_list_source or 'metadata'}): "
@@ -346,7 +360,8 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
                 "compatibility, "
                 "which cannot JIT newer PTX")
             yield Finding(
-                code="cuda.arch_not_supported", severity=severity("cuda.arch_not_supported"), family=Family.SOFTWARE, gpu=_ref(g),
+                code="cuda.arch_not_supported", severity=severity("cuda.arch_not_supported"),
+                family=Family.SOFTWARE, gpu=_ref(g),
                 title=f"torch {torch.version} cannot run on {g.name or 'GPU'} (compute capability {cc}): "
                       "\"no kernel image is available\"",
                 evidence=[why, f"arch list ({torch.arch_list_source or 'metadata'}): "
@@ -364,7 +379,8 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
                 seen.add(("nvcc", cc))
                 lo, hi = rng
                 yield Finding(
-                    code="cuda.toolkit_arch_unsupported", severity=severity("cuda.toolkit_arch_unsupported"), family=Family.SOFTWARE, gpu=_ref(g),
+                    code="cuda.toolkit_arch_unsupported", severity=severity("cuda.toolkit_arch_unsupported"),
+                    family=Family.SOFTWARE, gpu=_ref(g),
                     title=f"nvcc {dflt.version} cannot compile for {g.name or 'this GPU'} "
                           f"(sm_{cc.replace('.', '')})",
                     evidence=[f"CUDA {dflt.version} compiles SASS for compute capability "
@@ -414,19 +430,22 @@ def fabric_manager(snap: Snapshot) -> Iterator[Finding]:
         return
     driver = _driver(snap) or "<driver version>"
     branch = driver.split(".")[0]
-    ev = [f"{nvswitch} NVSwitch device(s) on the PCI bus" if nvswitch else f"{len(sxm)} SXM GPUs (NVSwitch "
-                                                                           "baseboard likely)",
-          f"nv-fabricmanager {'installed but not running' if sw.fabricmanager_installed else 'not installed'}"]
+    fm_state = "installed but not running" if sw.fabricmanager_installed else "not installed"
+    ev = [f"{nvswitch} NVSwitch device(s) on the PCI bus" if nvswitch
+          else f"{len(sxm)} SXM GPUs (NVSwitch baseboard likely)",
+          f"nv-fabricmanager {fm_state}"]
     remedy = ("Without the fabric manager CUDA fails with \"system not yet initialized\" (error 802). "
               + ("`sudo systemctl enable --now nvidia-fabricmanager` and check `journalctl -u "
                  "nvidia-fabricmanager` / "
-                 "/var/log/fabricmanager.log (its version must equal the driver's)" if sw.fabricmanager_installed else
+                 "/var/log/fabricmanager.log (its version must equal the driver's)"
+                 if sw.fabricmanager_installed else
                  f"Install the fabric manager of exactly driver {driver} (Ubuntu: `sudo apt install "
                  f"nvidia-fabricmanager-{branch}="
                  f"{driver}-1`), then `sudo systemctl enable --now nvidia-fabricmanager`")
               + "; `nvidia-smi -q | grep -A2 Fabric` must show State: Completed.")
     yield Finding(
-        code="driver.fabric_manager_missing", severity=severity("driver.fabric_manager_missing"), family=Family.SOFTWARE,
+        code="driver.fabric_manager_missing", severity=severity("driver.fabric_manager_missing"),
+        family=Family.SOFTWARE,
         title="NVSwitch system without a running NVIDIA fabric manager", evidence=ev, remedy=remedy,
         data={"nvswitch_count": nvswitch, "installed": sw.fabricmanager_installed}, source=SRC_FM,
     )
@@ -538,12 +557,16 @@ def smi_errors(snap: Snapshot) -> Iterator[Finding]:
             )
             continue
         for sm in match(err):
-            if sm.id in seen or sm.id in ("nvml.version_mismatch", "nvrm.api_mismatch", "smi.device_handle", "gpu.lost"):
+            if sm.id in seen or sm.id in ("nvml.version_mismatch", "nvrm.api_mismatch", "smi.device_handle",
+                                          "gpu.lost"):
                 continue  # covered by driver.library_mismatch and the GPU-presence checks
             seen.add(sm.id)
             yield Finding(
-                code=f"error.{sm.id}", severity={"info": Severity.INFO, "critical": Severity.CRITICAL}.get(sm.severity, Severity.WARNING),
-                family=Family.SOFTWARE, title=sm.title, evidence=[err, *sm.hints], remedy=sm.fix, source=sm.source,
+                code=f"error.{sm.id}",
+                severity={"info": Severity.INFO, "critical": Severity.CRITICAL}.get(sm.severity,
+                                                                                    Severity.WARNING),
+                family=Family.SOFTWARE, title=sm.title, evidence=[err, *sm.hints], remedy=sm.fix,
+                source=sm.source,
                 data={"signature": sm.id, "category": sm.category},
             )
 
@@ -562,12 +585,14 @@ def inventory(snap: Snapshot) -> Iterator[Finding]:
     if sw.user_lib_versions:
         ev.append(f"NVIDIA user-space libraries {', '.join(sw.user_lib_versions)}")
     for t in sw.cuda_toolkits:
-        ev.append(f"CUDA toolkit {t.version or '?'} at {t.path}" + (" (nvcc)" if t.nvcc else "") + (" [default]" if t.is_default else ""))
+        ev.append(f"CUDA toolkit {t.version or '?'} at {t.path}" + (" (nvcc)" if t.nvcc else "")
+                  + (" [default]" if t.is_default else ""))
     for f in sw.frameworks:
         ev.append(f"{f.name} {f.version}" + (f" built for CUDA {f.cuda}" if f.cuda else " (no CUDA build "
                                                                                         "found)"))
     if sw.python:
-        ev.append(f"Python {sw.python}" + (f" (env: {sw.extra['python_env']})" if sw.extra.get("python_env") else ""))
+        env = f" (env: {sw.extra['python_env']})" if sw.extra.get("python_env") else ""
+        ev.append(f"Python {sw.python}{env}")
     if not ev:
         return
     yield Finding(
@@ -575,5 +600,6 @@ def inventory(snap: Snapshot) -> Iterator[Finding]:
         title="GPU software installed on this machine", evidence=ev,
         remedy="For reference: with a GPU and driver present, doctor checks these against the driver and the "
                "GPUs.",
-        data={"frameworks": [f.name for f in sw.frameworks], "toolkits": [t.version for t in sw.cuda_toolkits]},
+        data={"frameworks": [f.name for f in sw.frameworks],
+              "toolkits": [t.version for t in sw.cuda_toolkits]},
     )
