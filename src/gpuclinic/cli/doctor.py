@@ -157,6 +157,4 @@ def doctor(
             click.echo(unread_text(snap), err=fmt != "terminal")
     except BrokenPipeError:
         sys.stderr.close()
-    if report.verdict is None:
-        raise GpuclinicError("could not run")
     return report.exit_code

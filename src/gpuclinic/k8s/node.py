@@ -22,10 +22,6 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def taint_key() -> str:
-    return str(load_data("cluster.json")["taint"]["key"])
-
-
 def condition_patch(res: PluginResult, current: list[dict[str, Any]] | None = None, now: str | None = None
                     ) -> dict[str, Any]:
     """Strategic-merge patch for ``nodes/<n>/status`` setting the GPUProblem condition.

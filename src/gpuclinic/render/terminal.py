@@ -329,14 +329,6 @@ def _meta(report: Report) -> list[str]:
     return meta
 
 
-def remedy_lines(remedy: str) -> list[str]:
-    """The remedy as display lines: first after '→', continuation lines indented under it."""
-    parts = [p.rstrip() for p in remedy.strip().splitlines() if p.strip()]
-    if not parts:
-        return []
-    return [f"      → {parts[0]}"] + [f"        {p}" for p in parts[1:]]
-
-
 def grouped_skipped(report: Report) -> list[str]:
     """'Could not check' lines, with checks that share one reason folded into one line.
 

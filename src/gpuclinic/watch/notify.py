@@ -457,7 +457,3 @@ class Notifier:
                 p.unlink(missing_ok=True)
             else:
                 break  # still down: try the rest next round, in order
-
-    def retry_spool_now(self) -> None:
-        """Deliver spooled alerts now (tests, and the agent after the network comes back)."""
-        self._retry_spool()

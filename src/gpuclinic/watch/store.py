@@ -407,10 +407,6 @@ class WatchStore:
             )
         return out
 
-    def last_sample_ts(self) -> float | None:
-        r = self.conn.execute("SELECT MAX(ts) FROM samples").fetchone()[0]
-        return r / 1000.0 if r is not None else None
-
     def close(self) -> None:
         try:
             self.conn.close()
