@@ -10,7 +10,7 @@ import click
 
 from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
 from gpuclinic.diagnose import Report, diagnose
-from gpuclinic.errors import EXIT_USAGE, GpuclinicError, InputError
+from gpuclinic.errors import EXIT_USAGE, InputError
 from gpuclinic.facts.snapshot import Snapshot
 
 
