@@ -157,12 +157,25 @@ def _key(labels: dict[str, str]) -> str:
     return labels.get("instance", "")
 
 
-def collect(
-    prom: Prometheus, *, job: str, window_s: float, price: float | None = None, now: float | None = None
-) -> Fleet:
-    t0 = time.monotonic()
-    at = time.time() if now is None else now
-    qs = queries(job, window_s)
+Rows = dict[str, list[dict[str, Any]]]
+
+
+def _val(r: dict[str, Any]) -> float:
+    return float(r["value"][1])
+
+
+class _Nodes(dict[str, NodeView]):
+    """Node views by scrape address, created on first mention."""
+
+    def of(self, labels: dict[str, str]) -> NodeView:
+        k = _key(labels)
+        if k not in self:
+            self[k] = NodeView(node=labels.get("node") or k, address=k)
+        return self[k]
+
+
+def _query_all(prom: Prometheus, qs: dict[str, str], at: float) -> tuple[Rows, dict[str, str]]:
+    """All fleet queries in parallel, and the scrape errors of the targets that are down."""
     with ThreadPoolExecutor(max_workers=6) as pool:
         futs = {name: pool.submit(prom.query, q, at) for name, q in qs.items()}
         errs = pool.submit(prom.target_errors)
@@ -170,21 +183,14 @@ def collect(
         res = {
             name: [r for r in f.result() if math.isfinite(float(r["value"][1]))] for name, f in futs.items()
         }
-        down = errs.result()
-    nodes: dict[str, NodeView] = {}
+        return res, errs.result()
 
-    def node(labels: dict[str, str]) -> NodeView:
-        k = _key(labels)
-        if k not in nodes:
-            nodes[k] = NodeView(node=labels.get("node") or k, address=k)
-        return nodes[k]
 
-    def val(r: dict[str, Any]) -> float:
-        return float(r["value"][1])
-
+def _apply_state(nodes: _Nodes, res: Rows, down: dict[str, str], job: str) -> None:
+    """Reachability, verdict and open incidents per node."""
     for r in res["up"]:
-        n = node(r["metric"])
-        if val(r) < 1:
+        n = nodes.of(r["metric"])
+        if _val(r) < 1:
             n.verdict = "unreachable"
             n.error = down.get(_key(r["metric"]), "scrape failed")
     if not nodes:
@@ -192,13 +198,13 @@ def collect(
             f'Prometheus has no targets with job="{job}" (see docs/fleet.md for the scrape config)'
         )
     for r in res["verdict"]:
-        n = node(r["metric"])
+        n = nodes.of(r["metric"])
         if n.verdict != "unreachable":
-            n.verdict = verdict_name(val(r))
-    ages = {tuple(sorted(r["metric"].items())): val(r) for r in res["incident_age"]}
+            n.verdict = verdict_name(_val(r))
+    ages = {tuple(sorted(r["metric"].items())): _val(r) for r in res["incident_age"]}
     for r in res["incidents"]:
         m = r["metric"]
-        n = node(m)
+        n = nodes.of(m)
         if n.verdict == "unreachable":
             continue
         gpu = m.get("gpu") or None
@@ -214,36 +220,63 @@ def collect(
                 age_s=ages.get(tuple(sorted(m.items())), 0.0),
             )
         )
-    lost = {_key(r["metric"]): val(r) for r in res["gpus_lost"]}
+
+
+def _apply_counts(nodes: _Nodes, res: Rows) -> None:
+    """GPU counts and error trends per node."""
+    lost = {_key(r["metric"]): _val(r) for r in res["gpus_lost"]}
     for r in res["gpus"]:
-        n = node(r["metric"])
-        n.gpus_seen = int(val(r) - lost.get(_key(r["metric"]), 0))
+        n = nodes.of(r["metric"])
+        n.gpus_seen = int(_val(r) - lost.get(_key(r["metric"]), 0))
     for r in res["gpus_expected"]:
-        node(r["metric"]).gpus_expected = int(val(r))
+        nodes.of(r["metric"]).gpus_expected = int(_val(r))
     for name in ("ecc_corrected", "remapped_rows", "pcie_replays", "throttle_s", "xids_per_day"):
         for r in res[name]:
-            setattr(node(r["metric"]).trends, name, val(r))
+            setattr(nodes.of(r["metric"]).trends, name, _val(r))
+
+
+def _apply_idle(prom: Prometheus, nodes: _Nodes, res: Rows, job: str, window_s: float, at: float,
+                price: float | None) -> None:
+    """Idle GPU hours (and their cost) per node, from the agent's counter or, for old agents, utilisation."""
     idle = list(res["idle_gpu_hours"])
     have = {_key(r["metric"]) for r in idle}
     legacy = sorted(k for k, n in nodes.items() if n.verdict != "unreachable" and k not in have)
     if legacy:  # agents from before the idle counter: sample their utilisation instead (costlier)
         idle += prom.query(idle_fallback(job, window_s, legacy), at)
     for r in idle:
-        n = node(r["metric"])
-        n.idle_gpu_hours = val(r)
+        n = nodes.of(r["metric"])
+        n.idle_gpu_hours = _val(r)
         if price is not None:
             n.idle_cost = n.idle_gpu_hours * price
+
+
+def _apply_room(nodes: _Nodes, res: Rows) -> None:
+    """Run interruptions and goodput, then the BMC's room summary, per node."""
     for r in res["interruptions"]:
-        node(r["metric"]).interruptions = int(val(r))
+        nodes.of(r["metric"]).interruptions = int(_val(r))
     for r in res["goodput"]:
-        node(r["metric"]).goodput = val(r)
+        nodes.of(r["metric"]).goodput = _val(r)
     for r in res["bmc_up"]:
-        node(r["metric"]).room = {"bmc_up": val(r) >= 1, "inlet_c": None, "fans_failed": 0, "psus_failed": 0}
+        nodes.of(r["metric"]).room = {"bmc_up": _val(r) >= 1, "inlet_c": None, "fans_failed": 0,
+                                      "psus_failed": 0}
     for name in ("inlet_c", "fans_failed", "psus_failed"):
         for r in res[name]:
-            n = node(r["metric"])
+            n = nodes.of(r["metric"])
             if n.room is not None:
-                n.room[name] = round(val(r), 1) if name == "inlet_c" else int(val(r))
+                n.room[name] = round(_val(r), 1) if name == "inlet_c" else int(_val(r))
+
+
+def collect(
+    prom: Prometheus, *, job: str, window_s: float, price: float | None = None, now: float | None = None
+) -> Fleet:
+    t0 = time.monotonic()
+    at = time.time() if now is None else now
+    res, down = _query_all(prom, queries(job, window_s), at)
+    nodes = _Nodes()
+    _apply_state(nodes, res, down, job)
+    _apply_counts(nodes, res)
+    _apply_idle(prom, nodes, res, job, window_s, at, price)
+    _apply_room(nodes, res)
     for n in nodes.values():
         if n.verdict == "unknown" and not n.error:
             n.error = "no gpuclinic verdict metric from this target"
