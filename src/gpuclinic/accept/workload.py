@@ -386,6 +386,46 @@ def burn(be: Any, ndev: int, n: int, secs: float, interval: float) -> None:
         th.join(timeout=30)
 
 
+def _per_gpu(be: Any, a: argparse.Namespace, tests: list[str], k: int) -> None:
+    """matmul per dtype, HBM bandwidth and PCIe both ways on device ``k``."""
+    secs = a.matmul_s
+    if "matmul" in tests:
+        for dt in [x for x in a.dtypes.split(",") if x]:
+            v = _try("matmul", k, functools.partial(be.matmul, k, dt, a.matmul_n, secs), dtype=dt)
+            if v is not None:
+                emit(event="result", test="matmul", gpu=k, dtype=dt, value=v, unit="TFLOPS")
+            if STOP.is_set():
+                break
+    if "hbm" in tests and not STOP.is_set():
+        v = _try("hbm", k, functools.partial(be.hbm, k, a.mb, secs))
+        if v is not None:
+            emit(event="result", test="hbm", gpu=k, value=v, unit="GB/s")
+    if "pcie" in tests:
+        for direction in ("h2d", "d2h"):
+            if STOP.is_set():
+                break
+            v = _try("pcie", k, functools.partial(be.pcie, k, a.mb, secs, direction), direction=direction)
+            if v is not None:
+                emit(event="result", test="pcie", gpu=k, direction=direction, value=v, unit="GB/s")
+
+
+def _p2p(be: Any, a: argparse.Namespace, ndev: int) -> None:
+    """Peer copies over a ring of devices, or every pair (``--p2p all``, or just two devices)."""
+    if ndev < 2:
+        emit(event="skip", test="p2p", gpu=None, why=f"{ndev} device(s): peer copies need two GPUs")
+        return
+    if a.p2p == "all" or ndev == 2:
+        pairs = [(i, j) for i in range(ndev) for j in range(ndev) if i != j]
+    else:
+        pairs = [(i, (i + 1) % ndev) for i in range(ndev)]
+    for i, j in pairs:
+        if STOP.is_set():
+            break
+        r = _try("p2p", f"{i}-{j}", functools.partial(be.p2p, i, j, a.mb, a.matmul_s / 2))
+        if r is not None:
+            emit(event="result", test="p2p", gpu=f"{i}-{j}", value=r[0], peer_access=r[1], unit="GB/s")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -417,48 +457,16 @@ def main(argv: list[str] | None = None) -> int:
         python=sys.executable,
     )
     tests = [x for x in a.tests.split(",") if x]
-    secs = a.matmul_s
     ndev = len(devs)
     for k in range(ndev):
-        if "matmul" in tests:
-            for dt in [x for x in a.dtypes.split(",") if x]:
-                v = _try("matmul", k, functools.partial(be.matmul, k, dt, a.matmul_n, secs), dtype=dt)
-                if v is not None:
-                    emit(event="result", test="matmul", gpu=k, dtype=dt, value=v, unit="TFLOPS")
-                if STOP.is_set():
-                    break
-        if "hbm" in tests and not STOP.is_set():
-            v = _try("hbm", k, functools.partial(be.hbm, k, a.mb, secs))
-            if v is not None:
-                emit(event="result", test="hbm", gpu=k, value=v, unit="GB/s")
-        if "pcie" in tests:
-            for direction in ("h2d", "d2h"):
-                if STOP.is_set():
-                    break
-                v = _try("pcie", k, functools.partial(be.pcie, k, a.mb, secs, direction), direction=direction)
-                if v is not None:
-                    emit(event="result", test="pcie", gpu=k, direction=direction, value=v, unit="GB/s")
+        _per_gpu(be, a, tests, k)
     if "p2p" in tests and not STOP.is_set():
-        if ndev < 2:
-            emit(event="skip", test="p2p", gpu=None, why=f"{ndev} device(s): peer copies need two GPUs")
-        else:
-            if a.p2p == "all" or ndev == 2:
-                pairs = [(i, j) for i in range(ndev) for j in range(ndev) if i != j]
-            else:
-                pairs = [(i, (i + 1) % ndev) for i in range(ndev)]
-            for i, j in pairs:
-                if STOP.is_set():
-                    break
-                r = _try("p2p", f"{i}-{j}", functools.partial(be.p2p, i, j, a.mb, secs / 2))
-                if r is not None:
-                    emit(
-                        event="result", test="p2p", gpu=f"{i}-{j}", value=r[0], peer_access=r[1], unit="GB/s"
-                    )
+        _p2p(be, a, ndev)
     if "allreduce" in tests and not STOP.is_set():
         if ndev < 2:
             emit(event="skip", test="allreduce", gpu=None, why=f"{ndev} device(s): all-reduce needs two GPUs")
         else:
-            v = _try("allreduce", None, lambda: be.allreduce(ndev, a.mb, secs))
+            v = _try("allreduce", None, lambda: be.allreduce(ndev, a.mb, a.matmul_s))
             if v is not None:
                 emit(event="result", test="allreduce", gpu=None, value=v, unit="GB/s", ndev=ndev)
     if a.burn > 0 and not STOP.is_set():
