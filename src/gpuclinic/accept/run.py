@@ -223,6 +223,47 @@ def _child_args(opts: AcceptOptions, ms: dict[str, object], burn_s: float) -> li
     ]
 
 
+def _busy_skips(sc: Scorecard, gpus: list[GpuFacts], busy: dict[int, str]) -> list[dict[str, Any]]:
+    """Skips for GPUs that run other processes (and for the peer tests, which need them all)."""
+    busy_skips: list[dict[str, Any]] = [
+        {"test": t, "gpu": str(g.index), "why": busy[g.index]}
+        for g in gpus
+        if g.index in busy
+        for t in ("matmul", "hbm", "pcie")
+    ]
+    if busy:
+        busy_skips += [
+            {
+                "test": t,
+                "gpu": None,
+                "why": "some GPUs run other processes; peer tests need them all "
+                "(stop those jobs or use --force)",
+            }
+            for t in ("p2p", "allreduce")
+        ]
+        sc.notes.append(
+            f"GPU(s) {', '.join(str(i) for i in sorted(busy))} run other processes: not loaded, their "
+            "measurements are skipped (stop those jobs, or --force)"
+        )
+    return busy_skips
+
+
+def _absorb_child(sc: Scorecard, res: ChildResult) -> None:
+    """The workload child's backend, errors and burn stop into the scorecard; missing tests as skips."""
+    sc.backend = (sc.backend + "; workload: " if sc.backend else "") + (
+        res.backend or f"none ({res.nobackend or res.error})"
+    )
+    if res.error:
+        sc.notes.append(res.error)
+    if res.stopped:
+        sc.burn_stopped = res.stopped
+    if res.backend is None:
+        why = f"no GPU backend: {res.nobackend}" if res.nobackend else str(res.error)
+        res.m.skips += [{"test": t, "gpu": None, "why": why} for t in GPU_TESTS]
+    elif res.error:
+        res.m.skips += [{"test": t, "gpu": None, "why": res.error} for t in GPU_TESTS]
+
+
 def _gpu(
     opts: AcceptOptions,
     sc: Scorecard,
@@ -268,26 +309,7 @@ def _gpu(
         elif burn_s > 0:
             burn_s = 0  # never burn blind: without NVML nothing would stop an overheating GPU
             sc.notes.append("NVML could not be opened for the burn's temperature watch: burn skipped")
-    busy_skips: list[dict[str, Any]] = [
-        {"test": t, "gpu": str(g.index), "why": busy[g.index]}
-        for g in gpus
-        if g.index in busy
-        for t in ("matmul", "hbm", "pcie")
-    ]
-    if busy:
-        busy_skips += [
-            {
-                "test": t,
-                "gpu": None,
-                "why": "some GPUs run other processes; peer tests need them all "
-                "(stop those jobs or use --force)",
-            }
-            for t in ("p2p", "allreduce")
-        ]
-        sc.notes.append(
-            f"GPU(s) {', '.join(str(i) for i in sorted(busy))} run other processes: not loaded, their "
-            "measurements are skipped (stop those jobs, or --force)"
-        )
+    busy_skips = _busy_skips(sc, gpus, busy)
     m.skips[:0] = busy_skips
     res: ChildResult | None = None
     if opts.device == "cpu" or (not opts.scenario and usable):
@@ -297,18 +319,7 @@ def _gpu(
             if reader is not None:
                 reader.close()
         interrupted = res.interrupted
-        sc.backend = (sc.backend + "; workload: " if sc.backend else "") + (
-            res.backend or f"none ({res.nobackend or res.error})"
-        )
-        if res.error:
-            sc.notes.append(res.error)
-        if res.stopped:
-            sc.burn_stopped = res.stopped
-        if res.backend is None:
-            why = f"no GPU backend: {res.nobackend}" if res.nobackend else str(res.error)
-            res.m.skips += [{"test": t, "gpu": None, "why": why} for t in GPU_TESTS]
-        elif res.error:
-            res.m.skips += [{"test": t, "gpu": None, "why": res.error} for t in GPU_TESTS]
+        _absorb_child(sc, res)
         if opts.device == "cpu":
             items += score_cpu_device(res.m)
         else:
@@ -328,21 +339,35 @@ def _gpu(
     elif opts.device == "cpu" and gpus and not opts.scenario:
         items.append(skipped("gpu", "GPU performance", "gpu", "--device cpu: the GPUs were not measured"))
     sc.burn_stopped = sc.burn_stopped or monitor.stopped
+    burn_items = _burn_items(opts, sc, ms, burn_s, monitor, usable, busy, interrupted)
+    return items, burn_items, interrupted
+
+
+def _burn_items(
+    opts: AcceptOptions,
+    sc: Scorecard,
+    ms: dict[str, object],
+    burn_s: float,
+    monitor: BurnMonitor,
+    usable: list[GpuFacts],
+    busy: dict[int, str],
+    interrupted: bool,
+) -> list[Item]:
+    """The burn's scorecard lines: why it did not run, or its score."""
     if burn_s <= 0:
         why = (
             "--burn 0: no burn"
             if (opts.burn_s == 0 or float(str(ms["burn_s"])) == 0)
             else "no NVML to watch temperatures during a burn"
         )
-        burn_items = [skipped("burn", "sustained burn", "burn", why)]
+        return [skipped("burn", "sustained burn", "burn", why)]
     elif not monitor.series and not usable:
-        burn_items = [
+        return [
             skipped("burn", "sustained burn", "burn", "no GPU could be loaded" if busy else "no GPUs")
         ]
     else:
         sc.burn = [s for s in monitor.series.values() if s.t or s.tflops]
-        burn_items = score_burn(sc.burn, burn_s, sc.burn_stopped, monitor.stopped_gpu, interrupted)
-    return items, burn_items, interrupted
+        return score_burn(sc.burn, burn_s, sc.burn_stopped, monitor.stopped_gpu, interrupted)
 
 
 def _nvml_reader() -> NvmlReader | None:
