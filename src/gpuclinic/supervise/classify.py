@@ -287,23 +287,11 @@ def classify(ev: AttemptEvidence) -> Classification:
     return c
 
 
-def _classify(ev: AttemptEvidence) -> Classification:
-    notes: list[str] = []
-    if ev.kernel_note:
-        notes.append(f"could not check the kernel log: {ev.kernel_note}")
+def _gpu_hardware(ev: AttemptEvidence, notes: list[str]) -> Classification | None:
+    """A GPU hardware fault on the job's GPUs during the run (kernel log, NVML, or the job's output).
 
-    if ev.user_stop_signal is not None:
-        return Classification(
-            "planned",
-            f"stopped on request ({signal_name(ev.user_stop_signal)} forwarded)",
-            [f"exit status {ev.returncode}", *notes],
-            signal=ev.user_stop_signal,
-        )
-
-    if ev.returncode == 0 and not ev.hang_reason:
-        return Classification(COMPLETED, "completed (exit status 0)", notes)
-
-    # GPU hardware on the job's GPUs, during the run
+    Xids that NVIDIA attributes to the application are not hardware: they go to ``notes``.
+    """
     hw: list[tuple[str, GpuRef | None]] = []
     for k in ev.kernel_events:
         if k.kind not in _HW_KINDS:
@@ -328,13 +316,11 @@ def _classify(ev: AttemptEvidence) -> Classification:
             gpu=gpu,
             signal=_signal_of(ev)[0],
         )
+    return None
 
-    if ev.hang_reason:
-        return Classification("hang", f"hang: {ev.hang_reason}", [ev.hang_reason, *notes])
 
-    sig, sig_note = _signal_of(ev)
-
-    # host OOM killer
+def _host_oom(ev: AttemptEvidence, notes: list[str], sig: int | None) -> Classification | None:
+    """The host (or the container's cgroup) OOM killer killed one of the job's processes."""
     victims = [k for k in ev.oom_kills if k.pid in ev.job_pids]
     if victims or ev.cgroup_oom_kills:
         lines = [k.line for k in victims]
@@ -344,6 +330,37 @@ def _classify(ev: AttemptEvidence) -> Classification:
         return Classification(
             "killed", f"host out of memory: the OOM killer killed {who}", lines + notes, signal=sig
         )
+    return None
+
+
+def _classify(ev: AttemptEvidence) -> Classification:
+    notes: list[str] = []
+    if ev.kernel_note:
+        notes.append(f"could not check the kernel log: {ev.kernel_note}")
+
+    if ev.user_stop_signal is not None:
+        return Classification(
+            "planned",
+            f"stopped on request ({signal_name(ev.user_stop_signal)} forwarded)",
+            [f"exit status {ev.returncode}", *notes],
+            signal=ev.user_stop_signal,
+        )
+
+    if ev.returncode == 0 and not ev.hang_reason:
+        return Classification(COMPLETED, "completed (exit status 0)", notes)
+
+    hw = _gpu_hardware(ev, notes)
+    if hw is not None:
+        return hw
+
+    if ev.hang_reason:
+        return Classification("hang", f"hang: {ev.hang_reason}", [ev.hang_reason, *notes])
+
+    sig, sig_note = _signal_of(ev)
+
+    oom = _host_oom(ev, notes, sig)
+    if oom is not None:
+        return oom
 
     matches = match_output(ev.output_tail)
     # "a process was killed" texts say how, not why: the signal branch below handles them
