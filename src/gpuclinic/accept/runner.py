@@ -193,6 +193,35 @@ def drive(child: Child, res: ChildResult, nvml: list[tuple[int, str | None, str 
     return res
 
 
+def _label(labels: dict[int, str], g: Any) -> str | None:
+    """The scorecard label of a child's device index, or of a ``"i-j"`` device pair."""
+    if g is None:
+        return None
+    if isinstance(g, str) and "-" in g:
+        a, b = g.split("-", 1)
+        return f"{labels.get(int(a), a)}-{labels.get(int(b), b)}"
+    return labels.get(int(g), str(g))
+
+
+def _result(ev: dict[str, Any], m: Measurements, g: str | None,
+            progress: Callable[[str], None] | None) -> None:
+    """One measured figure from the child into the measurements."""
+    test, v = ev.get("test"), float(ev.get("value") or 0)
+    if progress:
+        extra = ev.get("dtype") or ev.get("direction") or ""
+        progress(f"  {test} {extra} {'GPU ' + g if g else ''}: {v:.4g} {ev.get('unit', '')}")
+    if test == "matmul" and g is not None:
+        m.matmul[(g, str(ev.get("dtype")))] = v
+    elif test == "hbm" and g is not None:
+        m.hbm[g] = v
+    elif test == "pcie" and g is not None:
+        m.pcie[(g, str(ev.get("direction")))] = v
+    elif test == "p2p" and g is not None:
+        m.p2p[g] = (v, bool(ev.get("peer_access", True)))
+    elif test == "allreduce":
+        m.allreduce, m.allreduce_ndev = v, int(ev.get("ndev") or 0)
+
+
 def _handle(
     ev: dict[str, Any],
     res: ChildResult,
@@ -217,28 +246,10 @@ def _handle(
         return
 
     def lab(g: Any) -> str | None:
-        if g is None:
-            return None
-        if isinstance(g, str) and "-" in g:
-            a, b = g.split("-", 1)
-            return f"{labels.get(int(a), a)}-{labels.get(int(b), b)}"
-        return labels.get(int(g), str(g))
+        return _label(labels, g)
 
     if kind == "result":
-        test, g, v = ev.get("test"), lab(ev.get("gpu")), float(ev.get("value") or 0)
-        if progress:
-            extra = ev.get("dtype") or ev.get("direction") or ""
-            progress(f"  {test} {extra} {'GPU ' + g if g else ''}: {v:.4g} {ev.get('unit', '')}")
-        if test == "matmul" and g is not None:
-            m.matmul[(g, str(ev.get("dtype")))] = v
-        elif test == "hbm" and g is not None:
-            m.hbm[g] = v
-        elif test == "pcie" and g is not None:
-            m.pcie[(g, str(ev.get("direction")))] = v
-        elif test == "p2p" and g is not None:
-            m.p2p[g] = (v, bool(ev.get("peer_access", True)))
-        elif test == "allreduce":
-            m.allreduce, m.allreduce_ndev = v, int(ev.get("ndev") or 0)
+        _result(ev, m, lab(ev.get("gpu")), progress)
     elif kind == "skip":
         s = dict(ev)
         s.pop("event", None)

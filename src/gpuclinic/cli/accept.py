@@ -14,6 +14,29 @@ from gpuclinic.errors import EXIT_USAGE, InputError
 _Q, _S, _F = (mode_settings(m) for m in ("quick", "standard", "full"))
 
 
+def _check_inputs(quick: bool, full: bool, as_json: bool, as_markdown: bool, data_dir: str | None,
+                  html_file: str | None, scenario: str | None) -> None:
+    """Usage errors before anything is measured (exit 64)."""
+    if quick and full:
+        raise InputError("choose one of --quick and --full", exit_code=EXIT_USAGE)
+    if as_json and as_markdown:
+        raise InputError("choose one of --json and --markdown", exit_code=EXIT_USAGE)
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise InputError(f"--data-dir {data_dir}: no such directory", exit_code=EXIT_USAGE)
+    if html_file is not None:
+        parent = os.path.dirname(os.path.abspath(html_file))
+        if not os.path.isdir(parent):
+            raise InputError(f"--html {html_file}: folder {parent} does not exist", exit_code=EXIT_USAGE)
+    if scenario:
+        from gpuclinic.sources.scenarios import list_scenarios
+
+        names = [n for n, _ in list_scenarios()]
+        if scenario not in names:
+            raise InputError(
+                f"unknown scenario {scenario!r}; valid: {', '.join(names)}", exit_code=EXIT_USAGE
+            )
+
+
 @click.command("accept")
 @click.option(
     "--quick",
@@ -112,24 +135,7 @@ def accept(
     """
     from gpuclinic.accept.run import AcceptOptions, run_accept
 
-    if quick and full:
-        raise InputError("choose one of --quick and --full", exit_code=EXIT_USAGE)
-    if as_json and as_markdown:
-        raise InputError("choose one of --json and --markdown", exit_code=EXIT_USAGE)
-    if data_dir is not None and not os.path.isdir(data_dir):
-        raise InputError(f"--data-dir {data_dir}: no such directory", exit_code=EXIT_USAGE)
-    if html_file is not None:
-        parent = os.path.dirname(os.path.abspath(html_file))
-        if not os.path.isdir(parent):
-            raise InputError(f"--html {html_file}: folder {parent} does not exist", exit_code=EXIT_USAGE)
-    if scenario:
-        from gpuclinic.sources.scenarios import list_scenarios
-
-        names = [n for n, _ in list_scenarios()]
-        if scenario not in names:
-            raise InputError(
-                f"unknown scenario {scenario!r}; valid: {', '.join(names)}", exit_code=EXIT_USAGE
-            )
+    _check_inputs(quick, full, as_json, as_markdown, data_dir, html_file, scenario)
     tty = sys.stderr.isatty()
     opts = AcceptOptions(
         mode="quick" if quick else "full" if full else "standard",
