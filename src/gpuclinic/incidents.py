@@ -9,7 +9,7 @@ person then reads one incident per cause and follows one runbook.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -141,26 +141,13 @@ def incident_id(code: str, gpu: GpuRef | None) -> str:
     return f"{code}@{where}"
 
 
-def group(findings: list[Finding], snap: Snapshot | None = None,
-          first_step: Callable[[str, Finding], str] | None = None) -> list[Incident]:
-    """Group ``findings`` (sorted worst first) into incidents; sets each finding's ``incident`` id.
-
-    A finding that another finding explains is never a root; among the rest, causes named earlier in
-    the rules come first.  Each root then takes in, transitively, the unclaimed findings it explains.
-    """
-    rs = rules()
+def _edges(findings: list[Finding], snap: Snapshot | None,
+           rs: Sequence[Rule]) -> tuple[list[list[int]], list[bool]]:
+    """Cause index -> symptom indexes (rule order), and which findings another one explains."""
     n = len(findings)
-    edges: list[list[int]] = [[] for _ in range(n)]  # cause index -> symptom indexes, rule order
+    edges: list[list[int]] = [[] for _ in range(n)]
     explained = [False] * n
-    for r in rs:
-        for ci, c in enumerate(findings):
-            if not code_matches(c.code, r.cause):
-                continue
-            for si, s in enumerate(findings):
-                if si != ci and si not in edges[ci] and any(code_matches(s.code, p) for p in r.explains) \
-                        and _related(r, c, s, snap):
-                    edges[ci].append(si)
-                    explained[si] = True
+    _rule_edges(findings, snap, rs, edges, explained)
     for ci, c in enumerate(findings):  # one code on one GPU is one problem (watch opens one event per reason)
         for si, s in enumerate(findings):
             same = s.code == c.code and c.gpu is not None and same_gpu(c.gpu, s.gpu)
@@ -180,6 +167,33 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
             if cause_i is not None and si not in edges[cause_i]:
                 edges[cause_i].insert(0, si)
                 explained[si] = True
+    return edges, explained
+
+
+def _rule_edges(findings: list[Finding], snap: Snapshot | None, rs: Sequence[Rule], edges: list[list[int]],
+                explained: list[bool]) -> None:
+    """The grouping rules: a cause finding explains the related findings its rule names."""
+    for r in rs:
+        for ci, c in enumerate(findings):
+            if not code_matches(c.code, r.cause):
+                continue
+            for si, s in enumerate(findings):
+                if si != ci and si not in edges[ci] and any(code_matches(s.code, p) for p in r.explains) \
+                        and _related(r, c, s, snap):
+                    edges[ci].append(si)
+                    explained[si] = True
+
+
+def group(findings: list[Finding], snap: Snapshot | None = None,
+          first_step: Callable[[str, Finding], str] | None = None) -> list[Incident]:
+    """Group ``findings`` (sorted worst first) into incidents; sets each finding's ``incident`` id.
+
+    A finding that another finding explains is never a root; among the rest, causes named earlier in
+    the rules come first.  Each root then takes in, transitively, the unclaimed findings it explains.
+    """
+    rs = rules()
+    n = len(findings)
+    edges, explained = _edges(findings, snap, rs)
 
     def rank(i: int) -> tuple[int, int]:
         ri = next((k for k, r in enumerate(rs) if code_matches(findings[i].code, r.cause)), len(rs))

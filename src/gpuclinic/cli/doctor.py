@@ -40,6 +40,17 @@ class _DoctorCommand(click.Command):
         return [self.options_metavar or "[OPTIONS]"]
 
 
+def _check_kernel_logs(kernel_logs: tuple[str, ...], scenario: str | None) -> None:
+    """Named explicitly: a typo is an error, not a "could not check" line."""
+    for k in kernel_logs:
+        if not os.path.exists(k):
+            raise InputError(f"--kernel-log {k}: no such file")
+        if os.path.isdir(k):
+            raise InputError(f"--kernel-log {k}: is a directory; give the log file")
+    if kernel_logs and scenario:
+        raise InputError("--kernel-log cannot be combined with --scenario (a simulated node has its own log)")
+
+
 @click.command("doctor", cls=_DoctorCommand)
 @click.option(
     "--from",
@@ -115,13 +126,7 @@ def doctor(
         raise InputError(
             "--bmc/--redfish read a live BMC; give saved BMC output with --from instead", exit_code=EXIT_USAGE
         )
-    for k in kernel_logs:  # named explicitly: a typo is an error, not a "could not check" line
-        if not os.path.exists(k):
-            raise InputError(f"--kernel-log {k}: no such file")
-        if os.path.isdir(k):
-            raise InputError(f"--kernel-log {k}: is a directory; give the log file")
-    if kernel_logs and scenario:
-        raise InputError("--kernel-log cannot be combined with --scenario (a simulated node has its own log)")
+    _check_kernel_logs(kernel_logs, scenario)
     if kernel_logs and paths:
         paths += [k for k in kernel_logs if k not in paths]  # saved evidence: read like any other file
     snap: Snapshot

@@ -388,6 +388,16 @@ def _serve(agent: Any, cfg: Any, listen: str, token: str | None, peer_list: Any)
     return server
 
 
+def _list_metrics() -> None:
+    from gpuclinic.sources.bmc.poller import ROOM_METRICS
+    from gpuclinic.watch.store import METRICS
+
+    for m in METRICS:
+        click.echo(f"{m.name:24} {m.unit:9} {m.help}")
+    for name, (_, _, unit, text) in ROOM_METRICS.items():
+        click.echo(f"{name:24} {unit:9} {text}")
+
+
 @click.command("history")
 @click.argument("metric", required=False)
 @click.option("--gpu", type=click.IntRange(min=0), metavar="I", help="Only this GPU index.")
@@ -428,10 +438,7 @@ def history(
     from gpuclinic.watch.store import METRIC_BY_NAME, METRICS
 
     if list_metrics or metric is None:
-        for m in METRICS:
-            click.echo(f"{m.name:24} {m.unit:9} {m.help}")
-        for name, (_, _, unit, text) in ROOM_METRICS.items():
-            click.echo(f"{name:24} {unit:9} {text}")
+        _list_metrics()
         if not list_metrics:
             raise InputError(
                 "name a METRIC (the list above), e.g. `gpuclinic history temperature --since 2h`"
