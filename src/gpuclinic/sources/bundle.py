@@ -75,6 +75,18 @@ def apply_bundle_dir(snap: Snapshot, path: str) -> None:
     apply_bundle_members(snap, path, names, read)
 
 
+def _manifest_notes(snap: Snapshot, path: str, manifest: str | None) -> None:
+    """What the capture itself could not collect, as notes on the snapshot."""
+    if manifest:
+        try:
+            man = json.loads(manifest)
+            for f in man.get("failed", []) if isinstance(man, dict) else []:
+                if isinstance(f, dict) and f.get("what"):
+                    snap.notes.append(f"capture could not collect {f.get('what')}: {f.get('why')}")
+        except ValueError:
+            snap.notes.append(f"{path}: manifest.json is not valid JSON")
+
+
 def apply_bundle_members(
     snap: Snapshot, path: str, names: list[str], read: Callable[[str], str | None]
 ) -> None:
@@ -104,15 +116,7 @@ def apply_bundle_members(
                     snap.skip(f"{path}:{name}", str(e))
                 if kind.startswith("smi_") and snap.gpus:
                     wanted -= {"smi_text", "smi_xml", "smi_table", "smi_csv"}
-        manifest = read("manifest.json")
-        if manifest:
-            try:
-                man = json.loads(manifest)
-                for f in man.get("failed", []) if isinstance(man, dict) else []:
-                    if isinstance(f, dict) and f.get("what"):
-                        snap.notes.append(f"capture could not collect {f.get('what')}: {f.get('why')}")
-            except ValueError:
-                snap.notes.append(f"{path}: manifest.json is not valid JSON")
+        _manifest_notes(snap, path, read("manifest.json"))
         return
     used = 0
     for name in names:
