@@ -36,6 +36,31 @@ def loaded_gen(g: GpuFacts) -> int | None:
     return g.pcie_gen
 
 
+def _per_gpu(m: Measurements, g: GpuFacts) -> None:
+    """matmul, HBM and PCIe figures of one GPU: its datasheet peaks times the simulated efficiencies."""
+    lab = str(g.index)
+    spec = match_spec(g.name)
+    if spec is None:
+        for test in ("matmul", "hbm"):
+            m.skips.append(
+                {"test": test, "gpu": lab, "why": f"no spec row for {g.name!r} to simulate from"}
+            )
+    else:
+        f = clock_factor(g)
+        for dt in spec.dtypes():
+            eff = sim("fp8_efficiency") if dt == "fp8" else sim("matmul_efficiency")
+            m.matmul[(lab, dt)] = (spec.peak_tflops(dt) or 0) * eff * f
+        mem_f = (
+            (g.mem_clock_mhz / g.mem_clock_max_mhz) if g.mem_clock_mhz and g.mem_clock_max_mhz else 1.0
+        )
+        if spec.memory_bandwidth_gbs:
+            m.hbm[lab] = spec.memory_bandwidth_gbs * sim("hbm_efficiency") * min(1.0, mem_f)
+    bw = pcie_gbs(loaded_gen(g), g.pcie_width or link_max(g, spec)[1])
+    if bw:
+        for d in ("h2d", "d2h"):
+            m.pcie[(lab, d)] = bw * sim("pcie_efficiency")
+
+
 def measurements(gpus: list[GpuFacts]) -> Measurements:
     m = Measurements()
     usable = [g for g in gpus if not g.lost]
@@ -44,27 +69,7 @@ def measurements(gpus: list[GpuFacts]) -> Measurements:
             for test in ("matmul", "hbm", "pcie"):
                 m.skips.append({"test": test, "gpu": str(g.index), "why": f"GPU lost: {g.lost_reason}"})
     for g in usable:
-        lab = str(g.index)
-        spec = match_spec(g.name)
-        if spec is None:
-            for test in ("matmul", "hbm"):
-                m.skips.append(
-                    {"test": test, "gpu": lab, "why": f"no spec row for {g.name!r} to simulate from"}
-                )
-        else:
-            f = clock_factor(g)
-            for dt in spec.dtypes():
-                eff = sim("fp8_efficiency") if dt == "fp8" else sim("matmul_efficiency")
-                m.matmul[(lab, dt)] = (spec.peak_tflops(dt) or 0) * eff * f
-            mem_f = (
-                (g.mem_clock_mhz / g.mem_clock_max_mhz) if g.mem_clock_mhz and g.mem_clock_max_mhz else 1.0
-            )
-            if spec.memory_bandwidth_gbs:
-                m.hbm[lab] = spec.memory_bandwidth_gbs * sim("hbm_efficiency") * min(1.0, mem_f)
-        bw = pcie_gbs(loaded_gen(g), g.pcie_width or link_max(g, spec)[1])
-        if bw:
-            for d in ("h2d", "d2h"):
-                m.pcie[(lab, d)] = bw * sim("pcie_efficiency")
+        _per_gpu(m, g)
     n = len(usable)
     if n >= 2:
         for i in range(n):

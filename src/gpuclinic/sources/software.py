@@ -451,6 +451,22 @@ def deep_torch(python: str = sys.executable, timeout_s: float = 90.0) -> dict[st
 # ------------------------------------------------------------------ all together
 
 
+def _module_kernels(sw: SoftwareFacts, root: str | os.PathLike[str], krel: str | None) -> None:
+    """Which installed kernels have an nvidia.ko, and whether the running one does."""
+    modroot = _p(root, "lib/modules")
+    if modroot.is_dir():
+        budget = [4000]
+        try:
+            kernels = sorted(k.name for k in modroot.iterdir() if k.is_dir())
+        except OSError:
+            kernels = []
+        for k in kernels[:20]:
+            if _has_nvidia_ko(modroot / k, budget):
+                sw.module_kernels.append(k)
+        if krel:
+            sw.module_for_kernel = krel in sw.module_kernels
+
+
 def read_software(
     root: str | os.PathLike[str] = "/",
     env: Mapping[str, str] | None = None,
@@ -473,18 +489,7 @@ def read_software(
     sw.nouveau_blacklisted = nouveau_blacklisted(root)
     krel = (_read(_p(root, "proc/sys/kernel/osrelease")) or "").strip() or None
     sw.running_kernel = krel
-    modroot = _p(root, "lib/modules")
-    if modroot.is_dir():
-        budget = [4000]
-        try:
-            kernels = sorted(k.name for k in modroot.iterdir() if k.is_dir())
-        except OSError:
-            kernels = []
-        for k in kernels[:20]:
-            if _has_nvidia_ko(modroot / k, budget):
-                sw.module_kernels.append(k)
-        if krel:
-            sw.module_for_kernel = krel in sw.module_kernels
+    _module_kernels(sw, root, krel)
     sw.dkms_status = dkms_status(root)
     sw.secure_boot = secure_boot(root)
     comms = running_comms(root)
