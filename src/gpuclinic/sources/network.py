@@ -129,18 +129,8 @@ def read_git_config(runner: Callable[[list[str]], str | None] | None = None) -> 
     return pairs
 
 
-def read_proxy_settings(
-    env: Mapping[str, str] | None = None,
-    *,
-    git_runner: Callable[[list[str]], str | None] | None = None,
-    pip_files: Iterable[Path] | None = None,
-    hf_hub_version: str | None = None,
-) -> ProxySettings:
-    """Proxy and mirror settings from the environment, pip config, git config and HF variables."""
-    if env is None and hf_hub_version is None:
-        hf_hub_version = _installed_version("huggingface_hub")
-    env = dict(os.environ if env is None else env)
-    ps = ProxySettings()
+def _env_proxies(ps: ProxySettings, env: Mapping[str, str]) -> None:
+    """Proxy variables (redacted), case variants that disagree, and the no-proxy list."""
     for name in _PROXY_VARS:
         v = env.get(name)
         if v:
@@ -166,7 +156,10 @@ def read_proxy_settings(
                 item = item.strip()
                 if item and item not in ps.no_proxy:
                     ps.no_proxy.append(item)
-    # pip: files in precedence order, then PIP_* environment variables win.
+
+
+def _pip_settings(ps: ProxySettings, env: Mapping[str, str], pip_files: Iterable[Path] | None) -> None:
+    """pip: files in precedence order, then PIP_* environment variables win."""
     files = list(pip_files) if pip_files is not None else _pip_config_files(env)
     for f in files:
         if not f.is_file():
@@ -195,7 +188,10 @@ def read_proxy_settings(
         ps.pip_extra_index_urls = [redact_url(u) or "" for u in env["PIP_EXTRA_INDEX_URL"].split() if u]
     if env.get("PIP_PROXY"):
         ps.pip_proxy = redact_url(env["PIP_PROXY"])
-    # git
+
+
+def _git_settings(ps: ProxySettings, git_runner: Callable[[list[str]], str | None] | None) -> None:
+    """git: http(s) proxies and url.<base>.insteadOf rewrites."""
     for key, val in read_git_config(git_runner):
         low = key.lower()
         if low == "http.proxy" or (low.startswith("http.") and low.endswith(".proxy") and "github" in low):
@@ -207,6 +203,23 @@ def read_proxy_settings(
         elif low.startswith("url.") and low.endswith(".insteadof"):
             base = key[4 : -len(".insteadof")]
             ps.git_insteadof[val] = redact_url(base) or base
+
+
+def read_proxy_settings(
+    env: Mapping[str, str] | None = None,
+    *,
+    git_runner: Callable[[list[str]], str | None] | None = None,
+    pip_files: Iterable[Path] | None = None,
+    hf_hub_version: str | None = None,
+) -> ProxySettings:
+    """Proxy and mirror settings from the environment, pip config, git config and HF variables."""
+    if env is None and hf_hub_version is None:
+        hf_hub_version = _installed_version("huggingface_hub")
+    env = dict(os.environ if env is None else env)
+    ps = ProxySettings()
+    _env_proxies(ps, env)
+    _pip_settings(ps, env, pip_files)
+    _git_settings(ps, git_runner)
     # Hugging Face
     ps.hf_endpoint = redact_url(env.get("HF_ENDPOINT")) if env.get("HF_ENDPOINT") else None
     ps.hf_hub_enable_hf_transfer = env.get("HF_HUB_ENABLE_HF_TRANSFER")
@@ -588,6 +601,79 @@ def _is_proxied_plain(url: str, cfg: ProbeConfig) -> bool:
 # One endpoint: latency phases
 
 
+def _connect_samples(pr: EndpointProbe, order: list[Addr], cfg: ProbeConfig, dl: _Deadline) -> list[Addr]:
+    """Connect samples; stick to the first address that works (returned first in the new order)."""
+    for _ in range(max(1, cfg.connect_samples)):
+        pr.connect_attempts += 1
+        try:
+            s, a, secs = _connect_any(order, cfg, dl)
+        except ProbeError as e:
+            if e.phase == "deadline":
+                raise
+            pr.connect_failures += 1
+            pr.connect_error = str(e)
+            if (
+                str(e).startswith("network unreachable")
+                and pr.connect_failures >= 2
+                and not pr.connect_ms
+            ):
+                break  # no route: more samples will say the same
+            continue
+        s.close()
+        order = [a] + [x for x in order if x != a]
+        pr.connect_ms.append(secs * 1000)
+    return order
+
+
+def _tls_and_ttfb(pr: EndpointProbe, ep: Endpoint, s: socket.socket, hop_host: str,
+                  tunnel: tuple[str, int, str | None, str] | None, cfg: ProbeConfig,
+                  dl: _Deadline) -> None:
+    """TLS handshake (through the proxy tunnel if any) and time to first byte, into ``pr``; closes ``s``."""
+    p = urlsplit(ep.url)
+    try:
+        if tunnel is not None:
+            if tunnel[3] == "https":
+                s, _ = _wrap_tls(s, hop_host, cfg, dl)
+            if p.scheme == "https":
+                try:
+                    _proxy_connect(s, tunnel[0], tunnel[1], tunnel[2], cfg, dl)
+                except ProbeError as e:
+                    pr.connect_error = str(e)
+                    pr.http_error = str(e)
+                    return
+        if p.scheme == "https":
+            try:
+                s, secs = _wrap_tls(s, pr.host, cfg, dl)
+            except ProbeError as e:
+                if e.phase == "deadline":
+                    raise
+                pr.tls_error = str(e)
+                return
+            pr.tls_ms = secs * 1000
+            pr.tls_version = s.version() if isinstance(s, ssl.SSLSocket) else None
+        url = ep.url + (ep.probe_path if ep.probe_path.startswith("/") else "/" + ep.probe_path)
+        s.settimeout(dl.cap(cfg.http_timeout_s))
+        t0 = time.perf_counter()
+        try:
+            _request(s, url, rng="bytes=0-1023", proxied_plain=tunnel is not None and p.scheme == "http")
+            first = s.recv(1)
+            if not first:
+                raise ProbeError("http", "connection closed before a response")
+            pr.ttfb_ms = (time.perf_counter() - t0) * 1000
+            rd = _Reader(s)
+            rd.buf = first
+            status, _h = parse_head(rd.read_head())
+            pr.http_status = status
+        except ProbeError as e:
+            if e.phase == "deadline":
+                raise
+            pr.http_error = str(e)
+        except OSError as e:
+            pr.http_error = describe_error(e, cfg.http_timeout_s)
+    finally:
+        s.close()
+
+
 def probe_latency(ep: Endpoint, cfg: ProbeConfig, dl: _Deadline) -> EndpointProbe:
     """DNS, connect samples, TLS and TTFB for one endpoint; never raises."""
     t_start = time.monotonic()
@@ -621,73 +707,12 @@ def probe_latency(ep: Endpoint, cfg: ProbeConfig, dl: _Deadline) -> EndpointProb
         if not addrs:
             pr.dns_error = "no addresses"
             return pr
-        # connect samples; stick to the first address that works
-        order = list(addrs)
-        for _ in range(max(1, cfg.connect_samples)):
-            pr.connect_attempts += 1
-            try:
-                s, a, secs = _connect_any(order, cfg, dl)
-            except ProbeError as e:
-                if e.phase == "deadline":
-                    raise
-                pr.connect_failures += 1
-                pr.connect_error = str(e)
-                if (
-                    str(e).startswith("network unreachable")
-                    and pr.connect_failures >= 2
-                    and not pr.connect_ms
-                ):
-                    break  # no route: more samples will say the same
-                continue
-            s.close()
-            order = [a] + [x for x in order if x != a]
-            pr.connect_ms.append(secs * 1000)
+        order = _connect_samples(pr, list(addrs), cfg, dl)
         if not pr.connect_ms:
             return pr
         # TLS handshake (through the tunnel if proxied), then time to first byte on the same socket
         s, _a, _secs = _connect_any(order, cfg, dl)
-        try:
-            if tunnel is not None:
-                if tunnel[3] == "https":
-                    s, _ = _wrap_tls(s, first_hop[0], cfg, dl)
-                if p.scheme == "https":
-                    try:
-                        _proxy_connect(s, tunnel[0], tunnel[1], tunnel[2], cfg, dl)
-                    except ProbeError as e:
-                        pr.connect_error = str(e)
-                        pr.http_error = str(e)
-                        return pr
-            if p.scheme == "https":
-                try:
-                    s, secs = _wrap_tls(s, pr.host, cfg, dl)
-                except ProbeError as e:
-                    if e.phase == "deadline":
-                        raise
-                    pr.tls_error = str(e)
-                    return pr
-                pr.tls_ms = secs * 1000
-                pr.tls_version = s.version() if isinstance(s, ssl.SSLSocket) else None
-            url = ep.url + (ep.probe_path if ep.probe_path.startswith("/") else "/" + ep.probe_path)
-            s.settimeout(dl.cap(cfg.http_timeout_s))
-            t0 = time.perf_counter()
-            try:
-                _request(s, url, rng="bytes=0-1023", proxied_plain=tunnel is not None and p.scheme == "http")
-                first = s.recv(1)
-                if not first:
-                    raise ProbeError("http", "connection closed before a response")
-                pr.ttfb_ms = (time.perf_counter() - t0) * 1000
-                rd = _Reader(s)
-                rd.buf = first
-                status, _h = parse_head(rd.read_head())
-                pr.http_status = status
-            except ProbeError as e:
-                if e.phase == "deadline":
-                    raise
-                pr.http_error = str(e)
-            except OSError as e:
-                pr.http_error = describe_error(e, cfg.http_timeout_s)
-        finally:
-            s.close()
+        _tls_and_ttfb(pr, ep, s, first_hop[0], tunnel, cfg, dl)
     except ProbeError as e:
         if e.phase == "deadline":
             pr.deadline_hit = True
@@ -761,6 +786,28 @@ def _open_ranged(
     raise ProbeError("http", "too many redirects")
 
 
+def _read_body(st: _Stream, sock: socket.socket, per: int, end: float) -> int:
+    """Read until ``per`` bytes (counting what the head read left buffered) or time ``end``."""
+    buf = bytearray(256 * 1024)
+    got = st.buffered
+    try:
+        while got < per:
+            left = end - time.perf_counter()
+            if left <= 0:
+                break
+            sock.settimeout(min(left, 1.0) + 0.01)
+            try:
+                n = sock.recv_into(buf, min(len(buf), per - got))
+            except TimeoutError:
+                continue
+            if n == 0:
+                break
+            got += n
+    except OSError as e:
+        st.error = describe_error(e)
+    return got
+
+
 def measure_throughput(
     url: str, connections: int, cfg: ProbeConfig, dl: _Deadline, size_hint: int | None = None
 ) -> ThroughputSample:
@@ -799,25 +846,7 @@ def measure_throughput(
                 st.ready.set()
             if not go.wait(cfg.http_timeout_s + cfg.connect_timeout_s + cfg.tls_timeout_s) or st.sock is None:
                 return
-            buf = bytearray(256 * 1024)
-            got = st.buffered
-            end = t_go[0] + window
-            try:
-                while got < per:
-                    left = end - time.perf_counter()
-                    if left <= 0:
-                        break
-                    st.sock.settimeout(min(left, 1.0) + 0.01)
-                    try:
-                        n = st.sock.recv_into(buf, min(len(buf), per - got))
-                    except TimeoutError:
-                        continue
-                    if n == 0:
-                        break
-                    got += n
-            except OSError as e:
-                st.error = describe_error(e)
-            st.bytes = got
+            st.bytes = _read_body(st, st.sock, per, t_go[0] + window)
             st.end_t = time.perf_counter()
         finally:
             if st.sock is not None:
