@@ -126,6 +126,44 @@ _KEYED_BY_FIRST_ARG = {
 _DEVICE_FUNCS = [k for k in h100_values(0)]
 
 
+def _shape(fname: str, v: Any, args: tuple[Any, ...]) -> Any:
+    """The configured value ``v`` as the real binding returns it for ``fname`` and ``args``."""
+    if fname == "nvmlDeviceGetFieldValues":
+        ids = args[0]
+        out = []
+        for fid in ids:
+            x = v.get(fid, err(pynvml.NVML_ERROR_NOT_SUPPORTED)) if isinstance(v, dict) else v
+            if isinstance(x, BaseException):
+                out.append(_fv(fid, None, ret=int(getattr(x, "value", 3))))
+            else:
+                out.append(_fv(fid, x))
+        return out
+    if fname == "nvmlDeviceGetViolationStatus":
+        ns = v[args[0]] if isinstance(v, dict) else v
+        if isinstance(ns, BaseException):
+            raise ns
+        return SimpleNamespace(referenceTime=10**12, violationTime=ns)
+    if fname == "nvmlDeviceGetTotalEccErrors":
+        x = v[(args[0], args[1])] if isinstance(v, dict) else v
+        if isinstance(x, BaseException):
+            raise x
+        return x
+    if fname == "nvmlDeviceGetRetiredPages":
+        x = v[args[0]] if isinstance(v, dict) else v
+        if isinstance(x, BaseException):
+            raise x
+        return [0x1000 * k for k in range(x)]
+    if fname in _KEYED_BY_FIRST_ARG and isinstance(v, dict):
+        if args[0] not in v:
+            raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        x = v[args[0]]
+        if isinstance(x, BaseException):
+            raise x
+        return x
+    return v
+
+
+
 class FakeNvml:
     """The whole library: init behaviour, device count, GPUs, versions, missing functions."""
 
@@ -194,39 +232,7 @@ class FakeNvml:
                 v = v(*args)
             if isinstance(v, BaseException):
                 raise v
-            if fname == "nvmlDeviceGetFieldValues":
-                ids = args[0]
-                out = []
-                for fid in ids:
-                    x = v.get(fid, err(pynvml.NVML_ERROR_NOT_SUPPORTED)) if isinstance(v, dict) else v
-                    if isinstance(x, BaseException):
-                        out.append(_fv(fid, None, ret=int(getattr(x, "value", 3))))
-                    else:
-                        out.append(_fv(fid, x))
-                return out
-            if fname == "nvmlDeviceGetViolationStatus":
-                ns = v[args[0]] if isinstance(v, dict) else v
-                if isinstance(ns, BaseException):
-                    raise ns
-                return SimpleNamespace(referenceTime=10**12, violationTime=ns)
-            if fname == "nvmlDeviceGetTotalEccErrors":
-                x = v[(args[0], args[1])] if isinstance(v, dict) else v
-                if isinstance(x, BaseException):
-                    raise x
-                return x
-            if fname == "nvmlDeviceGetRetiredPages":
-                x = v[args[0]] if isinstance(v, dict) else v
-                if isinstance(x, BaseException):
-                    raise x
-                return [0x1000 * k for k in range(x)]
-            if fname in _KEYED_BY_FIRST_ARG and isinstance(v, dict):
-                if args[0] not in v:
-                    raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-                x = v[args[0]]
-                if isinstance(x, BaseException):
-                    raise x
-                return x
-            return v
+            return _shape(fname, v, args)
 
         return call
 
