@@ -247,3 +247,26 @@ def test_every_catalogued_xid_has_steps() -> None:
     """Even the newest codes without published NVIDIA buckets get a remedy a person can follow."""
     assert [x.xid for x in all_xids() if not x.steps()] == []
     assert lookup(167).severity == Severity.CRITICAL and "reset" in lookup(167).steps()[0]  # type: ignore[union-attr]
+
+
+def test_no_catalog_xid_reads_healthy_unless_purely_informational() -> None:
+    """Every catalog Xid in a kernel log is a finding; only the 'informational' category may leave the node
+    HEALTHY (NVIDIA's IGNORE bucket for a driver, NVLink, C2C or InfoROM fault is still a fault)."""
+    from gpuclinic.diagnose import diagnose
+    from gpuclinic.model import Verdict
+
+    healthy_ok = {i.xid for i in all_xids() if i.category == "informational"}
+    assert healthy_ok and healthy_ok <= {45, 106, 107, 154}
+    wrong = []
+    for info in all_xids():
+        n = info.xid
+        snap = Snapshot(origin="evidence")
+        snap.kernel_events = list(parse_lines(
+            [f"[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): {n}, pid=4242, name=python3, Ch 00000008"], "dmesg"))
+        snap.kernel_log_read = True
+        report = diagnose(snap)
+        codes = {f.code: f.severity for f in report.findings}
+        verdict = Verdict.from_severity(max(codes.values(), default=None))
+        if f"xid.{n}" not in codes or (verdict == Verdict.HEALTHY and n not in healthy_ok):
+            wrong.append((n, info.category, codes.get(f"xid.{n}"), verdict))
+    assert not wrong, wrong

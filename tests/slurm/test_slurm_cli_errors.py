@@ -9,99 +9,47 @@ from pathlib import Path
 import pytest
 
 
-@pytest.mark.parametrize(
-    ("args", "rc", "msg"),
-    [
-        (
-            ["slurm", "healthcheck", "--scenario", "fallen-off-bus", "--node", "a b"],
-            64,
-            "not a Slurm node name",
-        ),
-        (["slurm", "healthcheck", "--scenario", "nosuch", "--report-only"], 3, "unknown scenario 'nosuch'"),
-        (
-            [
-                "slurm",
-                "healthcheck",
-                "--scenario",
-                "fallen-off-bus",
-                "--scontrol",
-                "/nonexistent/scontrol",
-                "--node",
-                "n1",
-            ],
-            3,
-            "cannot run /nonexistent/scontrol",
-        ),
-        (
-            [
-                "k8s",
-                "condition",
-                "--scenario",
-                "healthy-8xh100-load",
-                "--every",
-                "soon",
-                "--dry-run",
-                "client",
-            ],
-            64,
-            "--every",
-        ),
-        (
-            ["k8s", "evidence", "--scenario", "healthy-8xh100-load", "--device-plugin-config", "{bad}"],
-            64,
-            "device-plugin config: expected a mapping",
-        ),
-        (
-            ["k8s", "evidence", "--scenario", "healthy-8xh100-load", "--node-json", "{bad}"],
-            64,
-            "not a Node object",
-        ),
-    ],
-)
+@pytest.mark.parametrize(("args", "rc", "msg"), [
+    (["slurm", "healthcheck", "--scenario", "fallen-off-bus", "--node", "a b"], 64, "not a Slurm node name"),
+    (["slurm", "healthcheck", "--scenario", "nosuch", "--report-only"], 64, "unknown scenario 'nosuch'"),
+    (["slurm", "healthcheck", "--scenario", "fallen-off-bus", "--scontrol", "/nonexistent/scontrol",
+      "--node", "n1"], 3, "cannot run /nonexistent/scontrol"),
+    (["k8s", "condition", "--scenario", "healthy-8xh100-load", "--every", "soon", "--dry-run", "client"], 64,
+     "--every"),
+    (["k8s", "evidence", "--scenario", "healthy-8xh100-load", "--device-plugin-config", "{bad}"], 64,
+     "device-plugin config: expected a mapping"),
+    (["k8s", "evidence", "--scenario", "healthy-8xh100-load", "--node-json", "{bad}"], 64,
+     "not a Node object"),
+])
 def test_bad_input(args: list[str], rc: int, msg: str, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("just a string\n")
     args = [a.replace("{bad}", str(bad)) for a in args]
-    p = subprocess.run(
-        [sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True, timeout=60, check=False
-    )
+    p = subprocess.run([sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True, timeout=60,
+                       check=False)
     assert p.returncode == rc, (p.returncode, p.stderr)
     assert msg in p.stderr and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
 
 
-def test_prolog_that_cannot_check_lets_the_job_start() -> None:
-    """A broken check must not refuse jobs (a failing prolog drains the node and requeues the job)."""
-    p = subprocess.run(
-        [sys.executable, "-m", "gpuclinic", "slurm", "prolog", "--scenario", "nosuch"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert p.returncode == 0 and "could not check" in p.stderr and "letting the job start" in p.stderr, (
-        p.stderr
-    )
+def test_prolog_with_a_typo_is_a_usage_error() -> None:
+    """A typo in the Prolog line is the admin's to see (exit 64, one line), never a silent pass."""
+    p = subprocess.run([sys.executable, "-m", "gpuclinic", "slurm", "prolog", "--scenario", "nosuch"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 64 and "unknown scenario 'nosuch'" in p.stderr, p.stderr
+    assert p.stderr.count("\n") == 1, p.stderr
+
+
+def test_prolog_that_finds_a_problem_but_cannot_drain_refuses_the_job() -> None:
+    """The critical GPU was found: the job is refused even when scontrol cannot drain (Slurm then drains)."""
+    p = subprocess.run([sys.executable, "-m", "gpuclinic", "slurm", "prolog", "--scenario", "fallen-off-bus",
+                        "--scontrol", "/nonexistent/scontrol", "--node", "n1"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 1 and "could not drain" in p.stderr and "refusing the job" in p.stderr, p.stderr
 
 
 def test_epilog_that_finds_a_problem_but_cannot_drain_fails() -> None:
     """Then Slurm drains the node itself ("Epilog error"): the problem is never swallowed."""
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuclinic",
-            "slurm",
-            "epilog",
-            "--scenario",
-            "fallen-off-bus",
-            "--scontrol",
-            "/nonexistent/scontrol",
-            "--node",
-            "n1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    p = subprocess.run([sys.executable, "-m", "gpuclinic", "slurm", "epilog", "--scenario", "fallen-off-bus",
+                        "--scontrol", "/nonexistent/scontrol", "--node", "n1"],
+                       capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 1 and "could not drain" in p.stderr, p.stderr

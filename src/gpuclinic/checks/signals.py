@@ -21,7 +21,8 @@ MAX_EVIDENCE = 4
 
 
 @check("evidence.signals", codes=["driver.fabric_manager_missing", "persistenced.failed", "driver.kernel_module",
-                                  "pcie.iommu_fault", "error.*"], what="fault signatures in the evidence")
+                                  "pcie.iommu_fault", "container.no_gpu_visible", "gpu.missing",
+                                  "driver.not_loaded", "error.*"], what="fault signatures in the evidence")
 def signals(snap: Snapshot) -> Iterable[Finding]:
     groups: dict[tuple[str, str | None], list[Signal]] = {}
     for s in snap.signals:

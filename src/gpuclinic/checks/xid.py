@@ -40,6 +40,10 @@ from gpuclinic.model import Finding, Severity
 _RE_RECOVERY = re.compile(r"from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)")
 
 
+# the catalog category of Xids that report no fault (SMBPBI test messages, recovery-action changes)
+INFORMATIONAL = "informational"
+
+
 @check("xid", codes=["xid.*"], what="Xid errors in the kernel log")
 def xid_findings(snap: Snapshot) -> list[Finding]:
     _require_log(snap)
@@ -64,6 +68,10 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
         sev = info.severity
         family = info.family
         notes: list[str] = []
+        if sev == Severity.INFO and info.category != INFORMATIONAL:
+            # NVIDIA's bucket is IGNORE, but the driver reported a fault: a node with it is not HEALTHY
+            sev = severity(f"xid.{n}", "catalog_ignore_fault")
+            notes.append("NVIDIA's catalog says no immediate action; it is still a fault the driver reported")
         data = _base_data(evs)
         data.update({
             "xid": n, "name": info.name, "description": info.description, "category": info.category,

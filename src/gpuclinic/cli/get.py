@@ -275,3 +275,7 @@ def hf_cmd(
 from gpuclinic.cli.get_git import git_cmd  # noqa: E402  (get git: network area, cli/get_git.py)
 
 get.add_command(git_cmd)
+
+from gpuclinic.cli.get_image import image_cmd  # noqa: E402  (get image: transfer/oci*.py)
+
+get.add_command(image_cmd)

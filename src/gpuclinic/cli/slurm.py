@@ -135,10 +135,17 @@ def prolog(
 
     Exit 1 refuses (Slurm drains the node and requeues the job, held); before that the node is drained
     with a `gpuclinic:` reason so `slurm healthcheck` can resume it once the cause clears. Exit 0 lets
-    the job start. If the check itself cannot run, the job starts (exit 0) and the reason is logged.
+    the job start. If the check itself cannot run, the job starts (exit 0) and the reason is logged;
+    a problem found but not drainable here still refuses the job (exit 1: Slurm drains, 'Prolog error').
+    A usage error (a typo in the Prolog line) exits 64 so the admin sees it.
     """
+    from gpuclinic.slurm.scontrol import SlurmError
+
     try:
         blocked, msg, _ = _job_check("prolog", scenario, node, scontrol_path, kernel_logs, drain=not no_drain)
+    except SlurmError as e:  # the check found a problem; the drain failed: refuse, Slurm drains the node
+        _say(f"prolog: found a problem but could not drain ({e}); refusing the job")
+        return 1
     except GpuclinicError as e:
         if e.exit_code == 64:
             raise

@@ -26,6 +26,15 @@ class FieldRow:
     counter: str | None  # lifetime | since_driver_load | None (a gauge)
     xml_reader: str | None = None  # "schema": the XML reader reads it straight from this row
     text_reader: str | None = None  # "schema": the -q text reader reads it straight from this row
+    nvml_read: NvmlRead | None = None  # how the NVML source reads it, when one call gives the value
+
+
+@dataclass(frozen=True)
+class NvmlRead:
+    fn: str  # the NVML call
+    args: tuple[tuple[str, int], ...]  # (NVML constant name, its value when the binding lacks it)
+    conv: str  # number | intval | milliwatts
+    phase: str  # static (once per GPU) | dynamic (every sample) | full (doctor's full read only)
 
 
 @dataclass(frozen=True)
@@ -42,8 +51,22 @@ def fields() -> tuple[FieldRow, ...]:
     return tuple(FieldRow(fact=r["fact"], parse=r["parse"], query_gpu=tuple(r["query_gpu"]), nvml=r.get("nvml"),
                           smi_text=tuple(r.get("smi_text") or ()), xml=tuple(r.get("xml") or ()),
                           counter=r.get("counter"), xml_reader=r.get("xml_reader"),
-                          text_reader=r.get("text_reader"))
+                          text_reader=r.get("text_reader"), nvml_read=_nvml_read(r.get("nvml_read")))
                  for r in load_data("gpu_fields.json")["fields"])
+
+
+def _nvml_read(spec: dict[str, object] | None) -> NvmlRead | None:
+    if not spec:
+        return None
+    args = spec.get("args") or []
+    assert isinstance(args, list)
+    return NvmlRead(fn=str(spec["fn"]), args=tuple((str(a[0]), int(a[1])) for a in args), conv=str(spec["as"]),
+                    phase=str(spec["phase"]))
+
+
+def nvml_reads(phase: str) -> tuple[tuple[str, NvmlRead], ...]:
+    """(fact, read) for the facts the NVML source reads with one call in ``phase``, in schema order."""
+    return tuple((r.fact, r.nvml_read) for r in fields() if r.nvml_read is not None and r.nvml_read.phase == phase)
 
 
 @cache

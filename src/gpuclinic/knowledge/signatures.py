@@ -15,9 +15,11 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import islice
 from typing import Any
 
 from gpuclinic.knowledge import load_data
@@ -201,7 +203,9 @@ def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
 
     Generic entries are dropped when a more specific one that supersedes them matched too
     (an NCCL watchdog timeout hides the generic "NCCL error" entry).  A long text is first cut
-    down to the lines that can match (``_candidate_spans``); line numbers still refer to ``text``.
+    down to the lines that can match (``_candidate_spans``); line numbers still refer to ``text``.  Lines a
+    terminal hard-wrapped mid-word, or a table cell continued on the next row, are joined again for a second
+    pass (:func:`rejoined`), so a wrapped message is still found at the line where it starts.
     """
     if not text:
         return []
@@ -211,8 +215,29 @@ def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
     found = _match_long(text, max_count) if len(text) >= PREFILTER_MIN else None
     if found is None:
         found = _match(text, text.lower(), max_count)
+    joined = rejoined(text)
+    if joined:
+        found = _with_rejoined(joined, found, max_count)
     _LAST[0] = (text, max_count, tuple(copy.deepcopy(sm) for sm in found))  # one atomic store
     return found
+
+
+def _with_rejoined(joined: list[tuple[int, str]], found: list[SignatureMatch], max_count: int) -> list[SignatureMatch]:
+    """Add what only the rejoined lines show, at the line where each message starts."""
+    jtext = "\n".join(t for _, t in joined)
+    first_line = [n for n, _ in joined]
+    extra = _match(jtext, jtext.lower(), max_count, skip={sm.id for sm in found})
+    if not extra:
+        return found
+    for sm in extra:
+        sm.line_no = first_line[sm.line_no - 1] + 1
+        sm.count = 1
+    both = found + extra
+    by_id = {s.id: s for s in signatures()}
+    hidden = {x for sm in both for x in by_id[sm.id].supersedes if x != sm.id}
+    kept = [sm for sm in both if sm.id not in hidden]
+    kept.sort(key=lambda sm: (-_SEVERITY_RANK.get(sm.severity, 1), sm.line_no))
+    return kept
 
 
 _LAST: list[tuple[str, int, tuple[SignatureMatch, ...]] | None] = [None]  # the last call's text and matches
@@ -259,12 +284,12 @@ def _match_spans(data: bytes, spans: list[tuple[int, int]], max_count: int) -> l
     return found
 
 
-def _match(text: str, lower: str, max_count: int) -> list[SignatureMatch]:
+def _match(text: str, lower: str, max_count: int, skip: frozenset[str] | set[str] = frozenset()) -> list[SignatureMatch]:
     newlines: list[int] | None = None
     found: list[tuple[int, SignatureMatch]] = []
     has = _needle_test(lower)
     for sig in signatures():
-        if not any(has(n) for n in sig.needles):
+        if sig.id in skip or not any(has(n) for n in sig.needles):
             continue
         first, starts = _occurrences(sig, text, max_count)
         if first is None:
@@ -339,6 +364,90 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
             if len(starts) >= max_count:
                 break
     return first, starts
+
+
+WRAP_MIN = 60  # a terminal narrower than this is not a hard wrap worth undoing
+MAX_JOIN = 32  # physical lines per logical line, at most
+_SAMPLE = 64
+_TABLE_CONT = re.compile(r"^(\s*\|(?:\s*\|)+ )\S")  # "|      |     | rest of the last cell |"
+# the start of a log record: two records in a row are two lines, whatever their length
+_RECORD = re.compile(r"^\s*(?:\[|<\d|\d{4}-\d\d-\d\d|\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d |[IWEF]\d{4} |[\w.-]+\[\d+\]:|"
+                     r"\d{4}/\d\d/\d\d|frame #|File \"|Traceback|#\d)")
+
+
+def rejoined(text: str) -> list[tuple[int, str]]:
+    """The logical lines that were cut over several physical lines: (0-based first line, joined text).
+
+    Two cuts are undone: a terminal's hard wrap (the most common long line length, seen at least twice
+    and almost never exceeded, is the terminal width: such a line continues on the next one, mid-word,
+    unless both lines start like log records) and a table cell continued on the next row
+    (``| ... operation no |`` then ``|    |    | t supported |``, as Triton prints).  Only logical lines
+    made of two or more physical lines are returned (none for most texts).
+    """
+    lines = text.split("\n")
+    if len(lines) < 2:
+        return []
+    width = _wrap_width(lines)
+    starts = sorted(set(_table_rows(text)) | ({k for k, n in enumerate(map(len, lines[:-1])) if n == width}
+                                             if width is not None else set()))
+    if not starts:
+        return []
+    out: list[tuple[int, str]] = []
+    i = 0
+    for k in starts:
+        if k < i:
+            continue
+        i = k
+        parts, j = [lines[i].rstrip("\r")], i
+        while j + 1 < len(lines) and j - i < MAX_JOIN:
+            nxt = lines[j + 1].rstrip("\r")
+            last = lines[j].rstrip("\r")
+            if width and len(lines[j]) == width and nxt.strip() and not last.lstrip().startswith(("|", "+")) \
+                    and not (_RECORD.match(nxt) and _RECORD.match(last)):
+                parts.append(nxt)
+            elif last.lstrip().startswith("|") and last.rstrip().endswith("|") and (m := _TABLE_CONT.match(nxt)):
+                head = parts[-1].rstrip()[:-1]
+                parts[-1] = head[:-1] if head.endswith(" ") else head
+                parts.append(nxt[m.end(1):].rstrip().rstrip("|").rstrip())
+            else:
+                break
+            j += 1
+        if j > i:
+            out.append((i, "".join(parts)))
+        i = j + 1
+    return out
+
+
+_TABLE_PAIR = re.compile(r"\|[ \t]*\r?\n(?=[ \t]*\|(?:[ \t]*\|)+ \S)")  # a row, then a continuation row
+
+
+def _table_rows(text: str) -> list[int]:
+    """0-based numbers of the table rows whose last cell continues on the next row (found at regex speed)."""
+    out: list[int] = []
+    line, pos = 0, 0
+    for m in _TABLE_PAIR.finditer(text):
+        line += text.count("\n", pos, m.start())
+        pos = m.start()
+        out.append(line)
+    return out
+
+
+def _wrap_width(lines: list[str]) -> int | None:
+    lens = Counter(map(len, lines))
+    counts = {n: c for n, c in lens.items() if n >= WRAP_MIN}
+    total = sum(counts.values())
+    for width, seen in sorted(counts.items(), key=lambda kv: (-kv[1], -kv[0]))[:3]:
+        if seen < 2:
+            return None
+        if sum(c for n, c in counts.items() if n > width) > max(2, total // 20):
+            continue
+        # tables and logs whose records merely share a length are not wrapped: look at a sample
+        sample = list(islice((k for k, n in enumerate(map(len, lines[:-1])) if n == width), _SAMPLE))
+        tables = sum(1 for k in sample if lines[k].lstrip().startswith(("|", "+")))
+        records = sum(1 for k in sample if _RECORD.match(lines[k]) and _RECORD.match(lines[k + 1]))
+        if (tables + records) * 2 <= len(sample):
+            return width
+    return None
 
 
 def primary(text: str) -> SignatureMatch | None:

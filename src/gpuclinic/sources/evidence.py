@@ -29,6 +29,7 @@ from gpuclinic.sources import (
     kernellog,
     lspci,
     segments,
+    signals,
     smi_csv,
     smi_nvlink,
     smi_table,
@@ -37,6 +38,7 @@ from gpuclinic.sources import (
     smi_xml,
 )
 from gpuclinic.sources.bmc import formats as bmc_formats
+from gpuclinic.sources.kernellog.grepscan import iter_keyword_lines
 from gpuclinic.sources.merge import (
     _apply_nvlink,
     _merge_pci,
@@ -426,7 +428,10 @@ def add_file(snap: Snapshot, path: str) -> str:
         snap.kernel_log_read = True
         if path not in snap.kernel_log_sources:
             snap.kernel_log_sources.append(path)
-        snap.input_records.append(InputRecord(input=path, kind="kernel_log", readers=["kernellog.scan"], streamed=True,
+        readers = ["kernellog.scan"]
+        if _stream_signatures(snap, path):
+            readers.append("fault signatures")
+        snap.input_records.append(InputRecord(input=path, kind="kernel_log", readers=readers, streamed=True,
                                               segments=[Segment(kind="kernel_log")]))
         return "kernel_log"
     if len(text) > limit:
@@ -436,6 +441,20 @@ def add_file(snap: Snapshot, path: str) -> str:
 
 
 SEGMENT_LIMIT = 32 * 1024 * 1024  # larger kernel logs are streamed, not segmented
+
+
+def _stream_signatures(snap: Snapshot, path: str) -> bool:
+    """A streamed log still meets every fault signature: the lines holding any signature's literal needle
+    (found at grep speed) go through the evidence and error signatures, with their line numbers."""
+    numbered = list(iter_keyword_lines(path, signals.signature_needles()))
+    if not numbered:
+        return False
+    # Xid lines the kernel scan already turned into events must not count twice
+    parsed = {n for n, ln in numbered if "xid" in ln.lower()
+              and any(ev.kind in ("xid", "sxid") for ev in kernellog.parse_lines([ln]))}
+    got = signals.scan_lines(snap, numbered, path, parsed_xid_lines=parsed)
+    got |= signals.scan_error_signatures(snap, numbered, path)
+    return bool(got)
 
 
 def _mtime_year(path: str) -> int | None:

@@ -398,7 +398,6 @@ class NvmlReader:
             g.unreadable.update(st.unreadable)
 
     def _read_static(self, rd: _GpuRead) -> _Static:
-        nv = self._nv
         g = rd.g
         before = dict(g.unreadable)
         g.name = rd.text("name", "nvmlDeviceGetName")
@@ -429,18 +428,13 @@ class NvmlReader:
             v = rd.get(fname, "nvmlDeviceGetTemperatureThreshold", const)
             if isinstance(v, (int, float)) and 0 < v < 200:
                 setattr(g, fname, float(v))
-        g.power_default_limit_w = rd.milliwatts("power_default_limit_w", "nvmlDeviceGetPowerManagementDefaultLimit")
+        self._schema_reads(rd, "static")
         cons = rd.get("power_max_limit_w", "nvmlDeviceGetPowerManagementLimitConstraints")
         if cons is not None:
             try:
                 g.power_max_limit_w = float(cons[1]) / 1000.0
             except (TypeError, IndexError, ValueError):
                 pass
-        g.sm_clock_max_mhz = rd.number("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", nv_const(nv, "NVML_CLOCK_SM", 1))
-        g.mem_clock_max_mhz = rd.number("mem_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", nv_const(nv, "NVML_CLOCK_MEM", 2))
-        g.pcie_gen_max = rd.intval("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration")
-        g.pcie_gen_gpu_max = rd.intval("pcie_gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration")
-        g.pcie_width_max = rd.intval("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth")
         ecc = rd.get("ecc_mode_current", "nvmlDeviceGetEccMode")
         if ecc is not None:
             g.ecc_mode_current, g.ecc_mode_pending = bool(ecc[0]), bool(ecc[1])
@@ -473,16 +467,13 @@ class NvmlReader:
         ra = fields.get(FI_RECOVERY_ACTION)
         if isinstance(ra, int):
             g.recovery_action = RECOVERY_ACTIONS.get(ra, f"unknown({ra})")
+        # the one-call facts (power, clocks, PCIe link, fan, throughput), straight from gpu_fields.json
+        self._schema_reads(rd, "dynamic")
         if full:
-            g.fan_percent = rd.number("fan_percent", "nvmlDeviceGetFanSpeed")
-        g.power_draw_w = rd.milliwatts("power_draw_w", "nvmlDeviceGetPowerUsage")
-        g.power_enforced_limit_w = rd.milliwatts("power_enforced_limit_w", "nvmlDeviceGetEnforcedPowerLimit")
-        if full:
-            g.power_limit_w = rd.milliwatts("power_limit_w", "nvmlDeviceGetPowerManagementLimit")
+            # each throughput read samples for ~20 ms inside NVML: doctor only, not the 1 Hz path
+            self._schema_reads(rd, "full")
         if g.power_limit_w is None:
             g.power_limit_w = g.power_enforced_limit_w
-        g.sm_clock_mhz = rd.number("sm_clock_mhz", "nvmlDeviceGetClockInfo", nv_const(nv, "NVML_CLOCK_SM", 1))
-        g.mem_clock_mhz = rd.number("mem_clock_mhz", "nvmlDeviceGetClockInfo", nv_const(nv, "NVML_CLOCK_MEM", 2))
         mask = rd.get("clock_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons", fallback="nvmlDeviceGetCurrentClocksThrottleReasons")
         if isinstance(mask, int):
             g.clock_event_reasons_mask = mask
@@ -504,16 +495,20 @@ class NvmlReader:
         if mem is not None:
             g.memory_used_bytes, g.memory_total_bytes = int(mem.used), int(mem.total)
         self._read_memory_health(rd, full=full)
-        g.pcie_gen = rd.intval("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration")
-        g.pcie_width = rd.intval("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth")
-        g.pcie_replay_count = rd.intval("pcie_replay_count", "nvmlDeviceGetPcieReplayCounter")
         if full:
-            # Each throughput read samples for ~20 ms inside NVML: doctor only, not the 1 Hz path.
-            tx = rd.number("pcie_tx_kbps", "nvmlDeviceGetPcieThroughput", nv_const(nv, "NVML_PCIE_UTIL_TX_BYTES", 0))
-            rx = rd.number("pcie_rx_kbps", "nvmlDeviceGetPcieThroughput", nv_const(nv, "NVML_PCIE_UTIL_RX_BYTES", 1))
-            g.pcie_tx_kbps, g.pcie_rx_kbps = tx, rx
             self._read_nvlinks(rd)
         self._read_processes(rd)
+
+    def _schema_reads(self, rd: _GpuRead, phase: str) -> None:
+        for fact, spec in gpu_fields.nvml_reads(phase):
+            args = [nv_const(self._nv, name, default) for name, default in spec.args]
+            if spec.conv == "milliwatts":
+                value: float | int | None = rd.milliwatts(fact, spec.fn)
+            elif spec.conv == "intval":
+                value = rd.intval(fact, spec.fn, *args)
+            else:
+                value = rd.number(fact, spec.fn, *args)
+            setattr(rd.g, fact, value)
 
     def _read_memory_health(self, rd: _GpuRead, *, full: bool) -> None:
         g = rd.g

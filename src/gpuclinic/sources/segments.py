@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
+from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import signals
@@ -184,7 +185,14 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
         rest_kind = detect(text)
         if _structured(rest_kind):
             try:
-                apply_rest(snap, rest_kind, text, origin)
+                try:
+                    apply_rest(snap, rest_kind, text, origin)
+                except InputError:
+                    if rest_kind not in _FITS:
+                        raise
+                    # a line of prose inside the dump broke its syntax (a '<' in XML): read what fits the format
+                    fits = _FITS[rest_kind]
+                    apply_rest(snap, rest_kind, "\n".join(ln for _, ln in rest if fits.search(ln)), origin)
             except ValueError:
                 rest_kind = None
             else:
@@ -194,6 +202,17 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
                         s.readers.append(s.kind)
                 if rest_kind not in rec.readers:
                     rec.readers.append(rest_kind)
+
+    # 5b. `nvidia-smi -L` (GPU 0: NAME (UUID: GPU-...)): the GPUs, when no other reader named them
+    if not snap.gpus:
+        listed = [(i, m) for i, ln in rest if "UUID: GPU-" in ln and (m := _SMI_L.match(ln))]
+        if listed:
+            from gpuclinic.facts.gpu import GpuFacts
+
+            snap.gpus.extend(GpuFacts(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3))
+                             for _, m in listed)
+            claimed.update(i for i, _ in listed)
+            rec.readers.append("nvidia-smi -L")
 
     # 6. fault signatures on every line; the explain error signatures on the prose parts
     numbered = list(enumerate(lines, start=1))
@@ -224,6 +243,7 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     return rec
 
 
+_SMI_L = re.compile(r"^\s*GPU (\d{1,3}): (.+?) \(UUID: (GPU-[0-9a-fA-F-]{36})\)\s*$")
 _JSON_DRIVER = re.compile(r'"(?:driver_version|driverVersion|DriverVersion|nvidia_driver_version)"\s*:\s*"(\d{3}\.\d+(?:\.\d+)?)"')
 _DCGM_DRIVER = re.compile(r"^\|\s*Driver Version Detected\s*\|\s*(\d+\.\d+(?:\.\d+)?)\s*\|", re.M)
 _DCGM_IDS = re.compile(r"^\|\s*GPU Device IDs Detected\s*\|\s*([0-9a-fA-F, ]+?)\s*\|", re.M)

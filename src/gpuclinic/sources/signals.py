@@ -55,14 +55,25 @@ _LABEL_GPU = re.compile(r'\bgpu="(\d+)"')
 _LABEL_BUS = re.compile(r'pci_bus_id="([0-9a-fA-F:.]+)"')
 
 
-def scan_lines(snap: Snapshot, numbered: Iterable[tuple[int, str]], origin: str) -> set[int]:
+def signature_needles() -> tuple[str, ...]:
+    """The lower-case literal needles of every evidence and error signature: a line holding none of them
+    cannot match any signature (the big-file prefilter)."""
+    from gpuclinic.knowledge.signatures import signatures
+
+    return tuple(sorted({n for s in evidence_signatures() for n in s.needles} | {n for s in signatures() for n in s.needles}))
+
+
+def scan_lines(snap: Snapshot, numbered: Iterable[tuple[int, str]], origin: str,
+               parsed_xid_lines: set[int] | None = None) -> set[int]:
     """Run the evidence signatures over ``(line number, text)`` pairs; returns the line numbers they claimed.
 
-    Xid lines become kernel events unless a parser already produced one for that line (``net`` entries)
-    or the format-specific entry already matched it.
+    Xid lines become kernel events unless a parser already produced one for that line (``net`` entries;
+    ``parsed_xid_lines`` names them when the parser's events carry no line numbers) or the format-specific
+    entry already matched it.
     """
     sigs = evidence_signatures()
     have = {ev.lineno for ev in snap.kernel_events if ev.origin == origin and ev.kind in ("xid", "sxid")}
+    have |= parsed_xid_lines or set()
     pairs = list(numbered)
     claimed: set[int] = set()
     for idx in _needle_lines(pairs, sigs):

@@ -157,48 +157,36 @@ _HEADER_KEYS = {"driver version", "cuda version", "cuda driver version", "timest
 
 
 _TEXT_PARSE: dict[str, Callable[[str | None], Any]] = {
-    "str": c.clean, "bool": c.yes_no, "num": c.num, "int": c.integer,
+    "str": c.clean, "bool": c.yes_no, "num": c.num, "int": c.integer, "mib": c.mib_bytes, "width": c.width,
 }
 _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.text_reader == "schema")
+_NUMERIC = ("num", "int", "mib", "width")
 
 
 def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
     g = GpuFacts(index=index, pci_bus_id=bus)
-    for row in _SCHEMA_ROWS:  # plain scalar facts, straight from knowledge/data/gpu_fields.json
-        raw = next((v for v in (t.val(*p.split("/")) for p in row.smi_text) if v is not None), None)
-        setattr(g, row.fact, _TEXT_PARSE[row.parse](raw))
-        if row.parse in ("num", "int"):
-            c.note_unreadable(g, row.fact, raw)
+    # one row per fact, straight from knowledge/data/gpu_fields.json: the first of its text paths (newest
+    # spelling first, older drivers' after) that holds a readable value; an error printed in its place
+    # ("[Unknown Error]", "[GPU requires reset]") is kept as the reason it is unreadable
+    for row in _SCHEMA_ROWS:
+        parse = _TEXT_PARSE[row.parse]
+        raws = [v for v in (t.val(*p.split("/")) for p in row.smi_text) if v is not None]
+        value = next((x for x in map(parse, raws) if x is not None), None)
+        setattr(g, row.fact, value)
+        if value is None and raws and row.parse in _NUMERIC:
+            c.note_unreadable(g, row.fact, raws[0])
 
+    # what one row cannot say: derived values, counts summed over an era's layout, lists, reason flags
     pci = t.get("PCI")
     if pci is not None:
         bid = c.clean(pci.val("Bus Id"))
         if bid:
             g.pci_bus_id = normalize_bus_id(bid)
-        g.pci_device_id = c.clean(pci.val("Device Id"))
-        gen = pci.get("GPU Link Info")
-        gen_node = gen.get("PCIe Generation") if gen else None
-        if gen_node is not None:
-            cur = gen_node.val(("Current", "Device Current"))
-            g.pcie_gen = c.integer(cur)
-            c.note_unreadable(g, "pcie_gen", cur)
-            g.pcie_gen_max = c.integer(gen_node.val("Max"))
-            g.pcie_gen_gpu_max = c.integer(gen_node.val(("Device Max", "GPU Max")))
-            host_max = c.integer(gen_node.val("Host Max"))
-            if g.pcie_gen_max is None and g.pcie_gen_gpu_max is not None:
-                g.pcie_gen_max = min(g.pcie_gen_gpu_max, host_max) if host_max else g.pcie_gen_gpu_max
-            if g.pcie_gen_gpu_max is None:
-                g.pcie_gen_gpu_max = g.pcie_gen_max
-        lw = gen.get("Link Width") if gen else None
-        if lw is not None:
-            g.pcie_width = c.width(lw.val(("Current", "Device Current")))
-            c.note_unreadable(g, "pcie_width", lw.val(("Current", "Device Current")))
-            g.pcie_width_max = c.width(lw.val(("Max", "Device Max")))
-        rep = pci.val(("Replays Since Reset", "Replays since reset", "Replay Counter"))
-        g.pcie_replay_count = c.integer(rep)
-        c.note_unreadable(g, "pcie_replay_count", rep)
-        g.pcie_tx_kbps = c.num(pci.val("Tx Throughput"))
-        g.pcie_rx_kbps = c.num(pci.val("Rx Throughput"))
+        host_max = c.integer(pci.val("GPU Link Info", "PCIe Generation", "Host Max"))
+        if g.pcie_gen_max is None and g.pcie_gen_gpu_max is not None:
+            g.pcie_gen_max = min(g.pcie_gen_gpu_max, host_max) if host_max else g.pcie_gen_gpu_max
+        if g.pcie_gen_gpu_max is None:
+            g.pcie_gen_gpu_max = g.pcie_gen_max
 
     reasons = t.get("Clocks Event Reasons", "Clocks Throttle Reasons", "Clocks Throttle Reason")
     if reasons is not None:
@@ -217,18 +205,6 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
             if name and ns is not None:
                 g.violation_ns[name] = ns
 
-    fb = t.get("FB Memory Usage")
-    if fb is not None:
-        g.memory_total_bytes = c.mib_bytes(fb.val("Total"))
-        g.memory_used_bytes = c.mib_bytes(fb.val("Used"))
-    util = t.get("Utilization")
-    if util is not None:
-        g.utilization_gpu_pct = c.num(util.val("Gpu"))
-        c.note_unreadable(g, "utilization_gpu_pct", util.val("Gpu"))
-        g.utilization_memory_pct = c.num(util.val("Memory"))
-
-    g.ecc_mode_current = c.yes_no(t.val("ECC Mode", "Current"))
-    g.ecc_mode_pending = c.yes_no(t.val("ECC Mode", "Pending"))
     ecc = t.get("ECC Errors")
     if ecc is not None:
         for scope in ("Volatile", "Aggregate"):
@@ -245,8 +221,6 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
 
     rp = t.get("Retired Pages", "Page Retirement")
     if rp is not None:
-        g.retired_pages_sbe = c.integer(rp.val(("Single Bit ECC", "Single Bit", "Multiple Single Bit Retirement")))
-        g.retired_pages_dbe = c.integer(rp.val(("Double Bit ECC", "Double Bit", "Double Bit Retirement")))
         for n in rp.children:
             if _norm(n.key).startswith("pending"):
                 v = c.yes_no(n.value)
@@ -255,45 +229,12 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
 
     rr = t.get("Remapped Rows")
     if rr is not None:
-        g.remapped_rows_correctable = c.integer(rr.val(("Correctable Error", "Correctable Errors", "Correctable")))
-        g.remapped_rows_uncorrectable = c.integer(rr.val(("Uncorrectable Error", "Uncorrectable Errors", "Uncorrectable")))
-        g.remapped_rows_pending = c.yes_no(rr.val("Pending"))
-        g.remapped_rows_failure = c.yes_no(rr.val(("Remapping Failure Occurred", "Remapping Failure")))
         c.note_unreadable(g, "remapped_rows", rr.value)
 
     temp = t.get("Temperature")
     if temp is not None:
-        cur = temp.val(("GPU Current Temp", "Gpu"))  # "Gpu : 49 C" up to the 3xx drivers
-        g.temperature_c = c.num(cur)
-        c.note_unreadable(g, "temperature_c", cur)
-        g.shutdown_temp_c = c.num(temp.val("GPU Shutdown Temp"))
-        g.slowdown_temp_c = c.num(temp.val("GPU Slowdown Temp"))
-        g.max_operating_temp_c = c.num(temp.val("GPU Max Operating Temp"))
-        g.memory_temperature_c = c.num(temp.val("Memory Current Temp"))
-        g.memory_max_operating_temp_c = c.num(temp.val("Memory Max Operating Temp"))
         c.apply_tlimit(g, c.num(temp.val("GPU T.Limit Temp")), c.num(temp.val("GPU Shutdown T.Limit Temp")),
                        c.num(temp.val("GPU Slowdown T.Limit Temp")), c.num(temp.val("GPU Max Operating T.Limit Temp")))
-
-    pw = t.get("GPU Power Readings", "Power Readings")
-    if pw is not None:
-        draw = pw.val(("Instantaneous Power Draw", "Power Draw", "Average Power Draw"))
-        if c.num(draw) is None:
-            draw = pw.val(("Power Draw", "Average Power Draw")) or draw
-        g.power_draw_w = c.num(draw)
-        c.note_unreadable(g, "power_draw_w", draw)
-        g.power_limit_w = c.num(pw.val(("Current Power Limit", "Power Limit")))
-        g.power_default_limit_w = c.num(pw.val("Default Power Limit"))
-        g.power_enforced_limit_w = c.num(pw.val("Enforced Power Limit"))
-        g.power_max_limit_w = c.num(pw.val("Max Power Limit"))
-
-    clocks = t.get("Clocks")
-    if clocks is not None:
-        g.sm_clock_mhz = c.num(clocks.val(("SM", "Graphics")))
-        g.mem_clock_mhz = c.num(clocks.val("Memory"))
-    mx = t.get("Max Clocks")
-    if mx is not None:
-        g.sm_clock_max_mhz = c.num(mx.val(("SM", "Graphics")))
-        g.mem_clock_max_mhz = c.num(mx.val("Memory"))
 
     rs = t.get("GPU Reset Status")
     if rs is not None:

@@ -111,33 +111,27 @@ def _t(el: ET.Element | None, path: str) -> str | None:
     return (found.text or "").strip()
 
 
-def _first(el: ET.Element | None, *paths: str) -> str | None:
-    for p in paths:
-        v = _t(el, p)
-        if v is not None and c.clean(v) is not None:
-            return v
-    for p in paths:
-        v = _t(el, p)
-        if v is not None:
-            return v
-    return None
-
-
 _XML_PARSE: dict[str, Callable[[str | None], Any]] = {
-    "str": c.clean, "bool": c.yes_no, "num": c.num, "int": c.integer,
+    "str": c.clean, "bool": c.yes_no, "num": c.num, "int": c.integer, "mib": c.mib_bytes, "width": c.width,
 }
 _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.xml_reader == "schema")
+_NUMERIC = ("num", "int", "mib", "width")
 
 
 def _gpu(index: int, el: ET.Element) -> GpuFacts:
     bus = el.get("id")
     g = GpuFacts(index=index, pci_bus_id=normalize_bus_id(bus) if bus else None)
-    for row in _SCHEMA_ROWS:  # plain scalar facts, straight from knowledge/data/gpu_fields.json
-        raw = _first(el, *row.xml)
-        setattr(g, row.fact, _XML_PARSE[row.parse](raw))
-        if row.parse in ("num", "int"):
-            c.note_unreadable(g, row.fact, raw)
+    # one row per fact, straight from knowledge/data/gpu_fields.json: the first of its element paths (newest
+    # DTD first) holding a readable value; an error printed in its place is kept as the reason
+    for row in _SCHEMA_ROWS:
+        parse = _XML_PARSE[row.parse]
+        raws = [v for v in (_t(el, p) for p in row.xml) if v is not None]
+        value = next((x for x in map(parse, raws) if x is not None), None)
+        setattr(g, row.fact, value)
+        if value is None and raws and row.parse in _NUMERIC:
+            c.note_unreadable(g, row.fact, raws[0])
 
+    # what one row cannot say: derived values, counts summed over a DTD's layout, reason flags, lists
     pci = el.find("pci")
     if pci is not None:
         bid = c.clean(_t(pci, "pci_bus_id"))
@@ -146,25 +140,11 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:
         dev = c.clean(_t(pci, "pci_device_id"))
         if dev:
             g.pci_device_id = dev if dev.lower().startswith("0x") else "0x" + dev
-        link = pci.find("pci_gpu_link_info")
-        if link is not None:
-            cur = _first(link, "pcie_gen/current_link_gen", "pcie_gen/device_current_link_gen")
-            g.pcie_gen = c.integer(cur)
-            c.note_unreadable(g, "pcie_gen", cur)
-            g.pcie_gen_max = c.integer(_t(link, "pcie_gen/max_link_gen"))
-            g.pcie_gen_gpu_max = c.integer(_first(link, "pcie_gen/max_device_link_gen", "pcie_gen/device_max_link_gen"))
-            host = c.integer(_t(link, "pcie_gen/max_host_link_gen"))
-            if g.pcie_gen_max is None and g.pcie_gen_gpu_max is not None:
-                g.pcie_gen_max = min(g.pcie_gen_gpu_max, host) if host else g.pcie_gen_gpu_max
-            if g.pcie_gen_gpu_max is None:
-                g.pcie_gen_gpu_max = g.pcie_gen_max
-            g.pcie_width = c.width(_t(link, "link_widths/current_link_width"))
-            c.note_unreadable(g, "pcie_width", _t(link, "link_widths/current_link_width"))
-            g.pcie_width_max = c.width(_t(link, "link_widths/max_link_width"))
-        g.pcie_replay_count = c.integer(_t(pci, "replay_counter"))
-        c.note_unreadable(g, "pcie_replay_count", _t(pci, "replay_counter"))
-        g.pcie_tx_kbps = c.num(_t(pci, "tx_util"))
-        g.pcie_rx_kbps = c.num(_t(pci, "rx_util"))
+        host = c.integer(_t(pci, "pci_gpu_link_info/pcie_gen/max_host_link_gen"))
+        if g.pcie_gen_max is None and g.pcie_gen_gpu_max is not None:
+            g.pcie_gen_max = min(g.pcie_gen_gpu_max, host) if host else g.pcie_gen_gpu_max
+        if g.pcie_gen_gpu_max is None:
+            g.pcie_gen_gpu_max = g.pcie_gen_max
 
     reasons = el.find("clocks_event_reasons")
     if reasons is None:
@@ -189,14 +169,6 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:
             if name and ns is not None:
                 g.violation_ns[name] = ns
 
-    g.memory_total_bytes = c.mib_bytes(_t(el, "fb_memory_usage/total"))
-    g.memory_used_bytes = c.mib_bytes(_t(el, "fb_memory_usage/used"))
-    g.utilization_gpu_pct = c.num(_t(el, "utilization/gpu_util"))
-    c.note_unreadable(g, "utilization_gpu_pct", _t(el, "utilization/gpu_util"))
-    g.utilization_memory_pct = c.num(_t(el, "utilization/memory_util"))
-
-    g.ecc_mode_current = c.yes_no(_t(el, "ecc_mode/current_ecc"))
-    g.ecc_mode_pending = c.yes_no(_t(el, "ecc_mode/pending_ecc"))
     for scope in ("volatile", "aggregate"):
         node = el.find(f"ecc_errors/{scope}")
         if node is None:
@@ -209,52 +181,20 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:
 
     rp = el.find("retired_pages")
     if rp is not None:
-        g.retired_pages_sbe = c.integer(_t(rp, "multiple_single_bit_retirement/retired_count"))
-        g.retired_pages_dbe = c.integer(_t(rp, "double_bit_retirement/retired_count"))
         pend = [c.yes_no(_t(rp, p)) for p in ("pending_blacklist", "pending_retirement")]
         known = [p for p in pend if p is not None]
         if known:
             g.retired_pages_pending = any(known)
 
     rr = el.find("remapped_rows")
-    if rr is not None:
-        if len(rr):
-            g.remapped_rows_correctable = c.integer(_t(rr, "remapped_row_corr"))
-            g.remapped_rows_uncorrectable = c.integer(_t(rr, "remapped_row_unc"))
-            g.remapped_rows_pending = c.yes_no(_t(rr, "remapped_row_pending"))
-            g.remapped_rows_failure = c.yes_no(_t(rr, "remapped_row_failure"))
-        else:
-            c.note_unreadable(g, "remapped_rows", rr.text)
+    if rr is not None and not len(rr):
+        c.note_unreadable(g, "remapped_rows", rr.text)
 
     temp = el.find("temperature")
     if temp is not None:
-        g.temperature_c = c.num(_t(temp, "gpu_temp"))
-        c.note_unreadable(g, "temperature_c", _t(temp, "gpu_temp"))
-        g.shutdown_temp_c = c.num(_t(temp, "gpu_temp_max_threshold"))
-        g.slowdown_temp_c = c.num(_t(temp, "gpu_temp_slow_threshold"))
-        g.max_operating_temp_c = c.num(_t(temp, "gpu_temp_max_gpu_threshold"))
-        g.memory_temperature_c = c.num(_t(temp, "memory_temp"))
-        g.memory_max_operating_temp_c = c.num(_t(temp, "gpu_temp_max_mem_threshold"))
         c.apply_tlimit(g, c.num(_t(temp, "gpu_temp_tlimit")), c.num(_t(temp, "gpu_temp_max_tlimit_threshold")),
                        c.num(_t(temp, "gpu_temp_slow_tlimit_threshold")),
                        c.num(_t(temp, "gpu_temp_max_gpu_tlimit_threshold")))
-
-    pw = el.find("gpu_power_readings")
-    if pw is None:
-        pw = el.find("power_readings")
-    if pw is not None:
-        draw = _first(pw, "instant_power_draw", "power_draw", "average_power_draw")
-        g.power_draw_w = c.num(draw)
-        c.note_unreadable(g, "power_draw_w", draw)
-        g.power_limit_w = c.num(_first(pw, "current_power_limit", "power_limit"))
-        g.power_default_limit_w = c.num(_t(pw, "default_power_limit"))
-        g.power_enforced_limit_w = c.num(_t(pw, "enforced_power_limit"))
-        g.power_max_limit_w = c.num(_t(pw, "max_power_limit"))
-
-    g.sm_clock_mhz = c.num(_first(el, "clocks/sm_clock", "clocks/graphics_clock"))
-    g.mem_clock_mhz = c.num(_t(el, "clocks/mem_clock"))
-    g.sm_clock_max_mhz = c.num(_first(el, "max_clocks/sm_clock", "max_clocks/graphics_clock"))
-    g.mem_clock_max_mhz = c.num(_t(el, "max_clocks/mem_clock"))
 
     if c.yes_no(_t(el, "gpu_reset_status/drain_and_reset_recommended")):
         g.recovery_action = "drain_and_reset"

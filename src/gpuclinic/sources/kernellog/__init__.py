@@ -15,10 +15,30 @@ any input), ``watch`` and ``run`` (:func:`.follow.follow`).
 
 from __future__ import annotations
 
-from gpuclinic.sources.kernellog.formats import is_kernel_line, split_prefix
-from gpuclinic.sources.kernellog.parse import KernelLogParser, parse_lines, parse_numbered
-from gpuclinic.sources.kernellog.patterns import looks_like_kernel_log
-from gpuclinic.sources.kernellog.scan import iter_candidate_lines, mark_previous_boots, scan_path
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuclinic.sources.kernellog.formats import is_kernel_line, split_prefix
+    from gpuclinic.sources.kernellog.parse import KernelLogParser, parse_lines, parse_numbered
+    from gpuclinic.sources.kernellog.patterns import looks_like_kernel_log
+    from gpuclinic.sources.kernellog.scan import iter_candidate_lines, mark_previous_boots, scan_path
+
+# Names load their module on first use: `scan_path` alone must not import the parser before grep runs.
+_HOME = {
+    "is_kernel_line": "formats", "split_prefix": "formats", "KernelLogParser": "parse", "parse_lines": "parse",
+    "parse_numbered": "parse", "looks_like_kernel_log": "patterns", "iter_candidate_lines": "scan",
+    "mark_previous_boots": "scan", "scan_path": "scan",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "KernelLogParser", "is_kernel_line", "iter_candidate_lines", "looks_like_kernel_log", "mark_previous_boots",

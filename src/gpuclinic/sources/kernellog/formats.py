@@ -176,44 +176,47 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
         p.time = _iso(int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), int(g[6]), g[7], _tz(g[8]))
         s = s[m.end():]
     for _ in range(8):
-        m = _RE_KMSG.match(s)
+        # each prefix regex is anchored and starts with one kind of character: try only those that can match
+        c0 = s[:1]
+        digit, upper, bracket = c0.isdigit(), c0.isupper(), c0 == "["
+        m = _RE_KMSG.match(s) if digit else None
         if m:
             p.uptime = int(m.group(3)) / 1e6
             s = s[m.end():]
             continue
-        m = _RE_PRIO.match(s) or _RE_FACLEV.match(s)
+        m = _RE_PRIO.match(s) if c0 == "<" else _RE_FACLEV.match(s) if c0.islower() else None
         if m:
             s = s[m.end():]
             continue
-        m = _RE_UPTIME.match(s)
+        m = _RE_UPTIME.match(s) if bracket else None
         if m:
             p.uptime = float(m.group(1))
             s = s[m.end():]
             continue
-        m = _RE_RELTIME.match(s)
+        m = _RE_RELTIME.match(s) if bracket else None
         if m:
             s = s[m.end():]
             continue
         if p.time is None and p.time_text is None:
-            m = _RE_ISO.match(s)
+            m = _RE_ISO.match(s) if digit else None
             if m:
                 g = m.groups()
                 p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), g[6], _tz(g[7]))
                 s = _strip_host(s[m.end():], p)
                 continue
-            m = _RE_FULL.match(s)
+            m = _RE_FULL.match(s) if upper else None
             if m:
                 g = m.groups()
                 p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), None, _tz(g[6]))
                 s = _strip_host(s[m.end():], p)
                 continue
-            m = _RE_CTIME.match(s)
+            m = _RE_CTIME.match(s) if bracket else None
             if m and m.group(1) in _MONTHS:
                 g = m.groups()
                 p.time = _iso(int(g[5]), _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]))
                 s = s[m.end():]
                 continue
-            m = _RE_SYSLOG.match(s)
+            m = _RE_SYSLOG.match(s) if upper else None
             if m and m.group(1) in _MONTHS:
                 g = m.groups()
                 p.time_text = s[: m.end()].strip()

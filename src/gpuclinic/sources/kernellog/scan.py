@@ -11,9 +11,8 @@ import lzma
 import os
 import zlib
 from collections.abc import Generator, Iterator
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
-from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.sources.kernellog.formats import (
     _CONTEXT_LINE_MARKS,
     _CONTEXT_MARKERS,
@@ -26,9 +25,13 @@ from gpuclinic.sources.kernellog.formats import (
     SCAN_KEYWORDS,
     WINDOW,
 )
-from gpuclinic.sources.kernellog.parse import (
-    KernelLogParser,
-)
+from gpuclinic.sources.kernellog.grepscan import GrepFallback, grep_binary, is_plain, start_grep_candidates
+
+if TYPE_CHECKING:
+    from gpuclinic.facts.kernel import KernelEvent
+
+# The parser (and the facts it builds) is imported when a scan starts, after grep was started: its import
+# then overlaps grep's work instead of preceding it.
 
 # --------------------------------------------------------------------------------------------------
 # Files
@@ -287,6 +290,14 @@ def scan_path(path: str | os.PathLike[str], *, tail_bytes: int | None = None) ->
     cover this boot and only recent history is wanted).  Raises OSError when the file cannot be read.
     """
     p = os.fspath(path)
+    grep = grep_binary() if tail_bytes is None else None
+    if grep is not None and is_plain(p):
+        try:  # grep's multi-pattern search finds the same candidate lines, faster
+            return _finish(p, _parse(p, start_grep_candidates(p, grep)))
+        except GrepFallback:
+            pass
+    from gpuclinic.sources.kernellog.parse import KernelLogParser
+
     parser = KernelLogParser(origin=p, year=_year_hint(p))
     out: list[KernelEvent] = []
     with _open_binary(p) as fh:
@@ -298,6 +309,21 @@ def scan_path(path: str | os.PathLike[str], *, tail_bytes: int | None = None) ->
         for line in iter_candidate_lines(fh):
             out.extend(parser.feed(line))
     out.extend(parser.flush())
+    return _finish(p, out)
+
+
+def _parse(p: str, lines: Iterator[str]) -> list[KernelEvent]:
+    from gpuclinic.sources.kernellog.parse import KernelLogParser
+
+    parser = KernelLogParser(origin=p, year=_year_hint(p))
+    out: list[KernelEvent] = []
+    for line in lines:
+        out.extend(parser.feed(line))
+    out.extend(parser.flush())
+    return out
+
+
+def _finish(p: str, out: list[KernelEvent]) -> list[KernelEvent]:
     _fix_syslog_years(out, _mtime(p))
     mark_previous_boots(out)
     return out

@@ -1,0 +1,358 @@
+"""Candidate lines of big files at ``grep`` speed: GNU grep's multi-pattern fixed-string search runs as a
+subprocess (no shell) and Python parses only the lines it prints.
+
+Two uses:
+
+* :func:`iter_grep_candidates` - the kernel-log scan's candidate lines (the same lines, in the same order,
+  as the memmem scan in :mod:`.scan` yields, which stays the fallback when grep is absent, fails, the file
+  is compressed, or a line is longer than the scan windows);
+* :func:`iter_keyword_lines` - numbered lines holding any of many case-insensitive keywords (the literal
+  needles of every fault signature), so a log too big to segment still meets every signature.
+
+``GPUCLINIC_NO_GREP=1`` turns grep off (tests compare both paths).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+
+from gpuclinic.sources.kernellog.formats import (
+    _CONTEXT_LINE_MARKS,
+    _CONTEXT_MARKERS,
+    _QUALIFY,
+    CHUNK,
+    CONTEXT_KEYWORDS,
+    CONTEXT_LINES,
+    MAX_LINE_CHARS,
+    SCAN_KEYWORDS,
+)
+
+_MAGIC = (b"\x1f\x8b", b"\xfd7zXZ\x00", b"BZh")
+_ENV = {**os.environ, "LC_ALL": "C"}  # bytes, not characters: fastest, and never an encoding error
+
+
+_MARKS = re.compile(b"|".join(re.escape(m) for m in _CONTEXT_LINE_MARKS))
+
+
+class GrepFallback(Exception):
+    """grep could not give the exact candidate lines (absent, failed, or an overlong line)."""
+
+
+def grep_binary() -> str | None:
+    if os.environ.get("GPUCLINIC_NO_GREP"):
+        return None
+    return shutil.which("grep")
+
+
+def is_plain(path: str) -> bool:
+    """Not gzip/xz/bzip2 (grep reads plain bytes only)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError:
+        return False
+    return not any(head.startswith(m) for m in _MAGIC)
+
+
+def _run(argv: list[str]) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_ENV)
+    except OSError as e:
+        raise GrepFallback(str(e)) from None
+
+
+def _finish(proc: subprocess.Popen[bytes]) -> None:
+    """grep exits 0 (lines found) or 1 (none); anything else is a failure."""
+    if proc.stdout is not None:
+        proc.stdout.close()
+    rc = proc.wait()
+    if rc not in (0, 1):
+        raise GrepFallback(f"grep exited {rc}")
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    if proc.stdout is not None:
+        proc.stdout.close()
+    proc.wait()
+
+
+_ERE_SPECIAL = re.compile(r"([.\[\]()*+?{}|^$\\])")
+
+
+def _ere_literal(word: str) -> str:
+    """``word`` as a POSIX extended regex matching exactly it."""
+    return _ERE_SPECIAL.sub(r"\\\1", word)
+
+
+def grep_patterns() -> list[str]:
+    """What grep looks for: each scan keyword, or for a qualified one (``bandwidth`` counts only with
+    ``limited by``) its qualifiers, which every line it keeps holds anyway and which are rarer."""
+    out: list[str] = []
+    for kw in SCAN_KEYWORDS:
+        for pat in _QUALIFY.get(kw, (kw,)):
+            if pat.decode() not in out:
+                out.append(pat.decode())
+    return out
+
+
+def _is_hit(line: bytes) -> tuple[bool, bool]:
+    """(candidate, starts AER context) exactly as the memmem scan decides for a line of normal length."""
+    hit = ctx = False
+    for kw in SCAN_KEYWORDS:
+        if kw not in line:
+            continue
+        quals = _QUALIFY.get(kw)
+        if quals is not None and not any(q in line for q in quals):
+            continue
+        hit = True
+        if kw in CONTEXT_KEYWORDS and any(q in line for q in _CONTEXT_MARKERS):
+            ctx = True
+    return hit, ctx
+
+
+def _context(fh: object, pos: int, count: int) -> list[tuple[int, bytes]]:
+    """The lines after an AER header (from byte ``pos``) that belong to its record, as the memmem scan picks."""
+    assert hasattr(fh, "seek") and hasattr(fh, "read")
+    fh.seek(pos)
+    most = count * (MAX_LINE_CHARS + 1) + 1
+    block: bytes = fh.read(min(most, 4096))  # detail lines are short: read more only when they are not
+    while block.count(b"\n") < count and len(block) < most:
+        more: bytes = fh.read(min(most - len(block), 65536))
+        if not more:
+            break
+        block += more
+    out: list[tuple[int, bytes]] = []
+    p, n = 0, len(block)
+    for _ in range(count):
+        if p >= n:
+            break
+        e = block.find(b"\n", p)
+        if e == -1:
+            e = n
+        if e - p > MAX_LINE_CHARS:
+            e = p + MAX_LINE_CHARS
+        seg = block[p:e]
+        if _MARKS.search(seg):
+            out.append((pos + p, seg))
+        p = e + 1
+    return out
+
+
+def iter_grep_candidates(path: str, grep: str) -> Iterator[str]:
+    """The kernel-log candidate lines of a plain file, found by ``grep -a -b -E``.
+
+    Raises :class:`GrepFallback` (possibly after yielding lines: the caller starts over) when the result
+    could differ from the memmem scan's.
+    """
+    yield from start_grep_candidates(path, grep)
+
+
+def start_grep_candidates(path: str, grep: str) -> Iterator[str]:
+    """:func:`iter_grep_candidates`, with grep started now (the caller prepares while it runs)."""
+    # one extended regex of literal alternatives: GNU grep searches it a little faster than -F with -e per word
+    argv = [grep, "-a", "-b", "-E", "-e", "|".join(_ere_literal(p) for p in grep_patterns())]
+    return _candidates(path, _run([*argv, "--", path]))
+
+
+def _candidates(path: str, proc: subprocess.Popen[bytes]) -> Iterator[str]:
+    assert proc.stdout is not None
+    pending: dict[int, bytes] = {}  # context lines not yet yielded, by offset
+    done: set[int] = set()  # offsets of context lines already yielded
+    ok = False
+    try:
+        with open(path, "rb") as fh:
+            for raw in proc.stdout:
+                colon = raw.find(b":")
+                if colon <= 0:
+                    raise GrepFallback("unexpected grep output")
+                off = int(raw[:colon])
+                line = raw[colon + 1:].rstrip(b"\n")
+                if len(line) > MAX_LINE_CHARS:
+                    raise GrepFallback("overlong line")  # the memmem scan windows it
+                if pending:
+                    for o in sorted(k for k in pending if k < off):
+                        done.add(o)
+                        yield _decode(pending.pop(o))
+                hit, ctx = _is_hit(line)
+                if ctx:
+                    for o, seg in _context(fh, off + len(line) + 1, CONTEXT_LINES):
+                        if o not in done and o != off:
+                            pending.setdefault(o, seg)
+                if off in done:
+                    continue
+                if hit or off in pending:
+                    pending.pop(off, None)
+                    done.add(off)
+                    yield _decode(line)
+            for o in sorted(pending):
+                yield _decode(pending[o])
+        ok = True
+    finally:
+        if ok:
+            _finish(proc)
+        else:
+            _kill(proc)
+
+
+def _decode(b: bytes) -> str:
+    return b.decode("utf-8", "replace").rstrip("\r")
+
+
+# --------------------------------------------------------------------------------------------------
+# Numbered lines holding any of many keywords (case-insensitive)
+# --------------------------------------------------------------------------------------------------
+
+MAX_KEYWORD_LINES = 200_000  # a log where every line "fails" yields its first lines, not all of them
+
+
+def iter_keyword_lines(path: str, keywords: Sequence[str], *, opener: object = None) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` for every line holding one of ``keywords`` (any case), at most
+    ``MAX_KEYWORD_LINES``.  grep (compressed files decompressed into its stdin); one find pass per keyword over
+    the decompressed stream when grep is absent or fails."""
+    kws = sorted({k.lower() for k in keywords if k})
+    if not kws:
+        return
+    anchors = _anchors(kws)
+    grep = grep_binary()
+    done = 0  # lines already given: a grep that fails half-way is continued by the Python scan, no repeats
+    if grep is not None and opener is None:
+        try:
+            for item in _limit(_verified(_grep_keyword_lines(path, grep, anchors), kws)):
+                done += 1
+                yield item
+            return
+        except GrepFallback:
+            pass
+    yield from islice(_limit(_verified(_python_keyword_lines(path, anchors, opener), kws)), done, None)
+
+
+# Substrings many keywords share: searching for these (and the keywords holding none of them) finds the
+# same lines with far fewer passes; each line found is then checked for a real keyword.
+# Only specific words: "gpu", "error" or "device" would make every line of a host named gpu-node-7 a candidate.
+_ANCHOR_KEYS = ("cuda", "nccl", "nvml", "cublas", "cudnn", "nvidia", "xid", "nvrm")
+
+
+def _anchors(kws: list[str]) -> list[str]:
+    picked = {next((a for a in _ANCHOR_KEYS if a in k), k) for k in kws}
+    return sorted(a for a in picked if not any(b != a and b in a for b in picked))
+
+
+def _verified(lines: Iterable[tuple[int, str]], kws: list[str]) -> Iterator[tuple[int, str]]:
+    for n, line in lines:
+        low = line.lower()
+        if any(k in low for k in kws):
+            yield n, line
+
+
+def _limit(it: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    for k, item in enumerate(it):
+        if k >= MAX_KEYWORD_LINES:
+            return
+        yield item
+
+
+def _grep_keyword_lines(path: str, grep: str, kws: list[str]) -> Iterator[tuple[int, str]]:
+    """grep over the file, or over its decompressed bytes fed on stdin by a thread (gz, xz, bz2)."""
+    argv = [grep, "-a", "-n", "-i", "-F"]
+    for k in kws:
+        argv += ["-e", k]
+    feeder: threading.Thread | None = None
+    if is_plain(path):
+        proc = _run([*argv, "--", path])
+    else:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    env=_ENV)
+        except OSError as e:
+            raise GrepFallback(str(e)) from None
+        feeder = threading.Thread(target=_feed, args=(path, proc), daemon=True)
+        feeder.start()
+    assert proc.stdout is not None
+    ok = False
+    try:
+        for raw in proc.stdout:
+            colon = raw.find(b":")
+            if colon <= 0:
+                raise GrepFallback("unexpected grep output")
+            yield int(raw[:colon]), _decode(raw[colon + 1: colon + 1 + MAX_LINE_CHARS].rstrip(b"\n"))
+        ok = True
+    finally:
+        if ok:
+            _finish(proc)
+        else:
+            _kill(proc)
+        if feeder is not None:
+            feeder.join()
+
+
+def _feed(path: str, proc: subprocess.Popen[bytes]) -> None:
+    """Write the decompressed file to grep's stdin (a thread: grep's output is read meanwhile)."""
+    from gpuclinic.sources.kernellog.scan import _open_binary
+
+    assert proc.stdin is not None
+    try:
+        with _open_binary(path) as fh:
+            while True:
+                chunk = fh.read(CHUNK)
+                if not chunk:
+                    break
+                proc.stdin.write(chunk)
+    except (OSError, ValueError):
+        pass  # grep was stopped, or the file ended early: grep sees the end of its input
+    finally:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+
+
+def _python_keyword_lines(path: str, kws: list[str], opener: object) -> Iterator[tuple[int, str]]:
+    from gpuclinic.sources.kernellog.scan import _open_binary
+
+    needles = [k.encode() for k in kws]
+    open_ = opener if callable(opener) else _open_binary
+    lineno = 1  # number of the first line of ``buf``
+    carry = b""
+    with open_(path) as fh:
+        while True:
+            data = fh.read(CHUNK)
+            if not data and not carry:
+                break
+            buf = carry + data
+            if data:
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0 and len(buf) < 4 * CHUNK:
+                    carry = buf
+                    continue
+                buf, carry = (buf[:cut], buf[cut:]) if cut else (buf, b"")
+            else:
+                carry = b""
+            low = buf.lower()
+            starts: set[int] = set()
+            for nd in needles:  # one C-speed find pass per keyword over the chunk
+                i = low.find(nd)
+                while i != -1:
+                    s = buf.rfind(b"\n", 0, i) + 1
+                    starts.add(s)
+                    e = buf.find(b"\n", i)
+                    if e == -1:
+                        break
+                    i = low.find(nd, e + 1)
+            pos, line_at = 0, lineno
+            for s in sorted(starts):
+                line_at += buf.count(b"\n", pos, s)
+                pos = s
+                e = buf.find(b"\n", s)
+                e = len(buf) if e == -1 else e
+                yield line_at, _decode(buf[s: min(e, s + MAX_LINE_CHARS)])
+            lineno += buf.count(b"\n")
+            if not data:
+                break

@@ -1,0 +1,123 @@
+"""``net --registries`` and ``net --ssh`` against loopback servers only: two docker-registry instances
+(an origin and a mirror of it), a dead mirror, and the host's mirror config in a temporary root."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.cli.net_registry import best_mirror, parse_ratelimit, switch_lines
+from gpuclinic.sources.registry import RegistryProbe, configured_specs, read_mirror_config
+from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
+from realtools import require
+from transfer.oci_env import MiB, Registry, build_image, free_port, push
+
+GPUCLINIC = [sys.executable, "-m", "gpuclinic"]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    tools = require("docker-registry", "skopeo")
+    root = tmp_path_factory.mktemp("reg")
+    reg = Registry(tools["docker-registry"], root / "registry")
+    try:
+        build_image(root / "src", [24 * MiB, 1000])
+        push(tools["skopeo"], root / "src", f"{reg.host}/library/alpine:latest")
+        yield reg
+    finally:
+        reg.stop()
+
+
+def _write_config(root: Path, mirror: str, dead: str) -> None:
+    (root / "etc/docker").mkdir(parents=True)
+    (root / "etc/docker/daemon.json").write_text(json.dumps({
+        "registry-mirrors": [mirror, dead], "proxies": {"https-proxy": "http://user:secretpw@proxy.corp:3128"}}))
+    (root / "etc/containerd/certs.d/docker.io").mkdir(parents=True)
+    (root / "etc/containerd/config.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n')
+    (root / "etc/containerd/certs.d/docker.io/hosts.toml").write_text(
+        f'server = "https://registry-1.docker.io"\n[host."{mirror}"]\n  capabilities = ["pull", "resolve"]\n')
+    (root / "etc/containers").mkdir(parents=True)
+    (root / "etc/containers/registries.conf").write_text(
+        '[[registry]]\nprefix = "docker.io"\nlocation = "docker.io"\n[[registry.mirror]]\n'
+        f'location = "{dead.split("://")[1]}"\ninsecure = true\n')
+
+
+def test_mirror_config_readers(tmp_path: Path) -> None:
+    _write_config(tmp_path, "http://127.0.0.1:5001", "http://127.0.0.1:5002")
+    mc = read_mirror_config(tmp_path)
+    got = {(u, Path(w).name) for u, w in mc.mirrors["docker.io"]}
+    assert got == {("http://127.0.0.1:5001", "daemon.json"), ("http://127.0.0.1:5002", "daemon.json"),
+                   ("http://127.0.0.1:5001", "hosts.toml"), ("http://127.0.0.1:5002", "registries.conf")}
+    assert mc.proxies and "secretpw" not in str(mc.proxies)
+    specs = configured_specs(mc, [])
+    assert sorted(s.url for s in specs) == ["http://127.0.0.1:5001", "http://127.0.0.1:5002"]
+    (tmp_path / "etc/docker/daemon.json").write_text("{not json")
+    assert any("not valid JSON" in p for p in read_mirror_config(tmp_path).problems)
+
+
+def test_ratelimit_header_and_choice() -> None:
+    assert parse_ratelimit("76;w=21600") == (76, 21600)
+    assert parse_ratelimit("100") == (100, None) and parse_ratelimit(None) is None
+    a = RegistryProbe("a", "https://a.example", "docker.io", [], ok=True, one_conn=1e6, n_conn=4e6)
+    b = RegistryProbe("b", "https://b.example", "docker.io", [], ok=True, one_conn=2e6, n_conn=8e6)
+    c = RegistryProbe("c", "https://c.example", "docker.io", [], ok=False, error="dead")
+    assert best_mirror([a, b, c], "docker.io") is b
+    lines = {s["runtime"]: s for s in switch_lines(b, "docker.io")}
+    assert lines["docker"]["lines"][1] == '  "registry-mirrors": ["https://b.example"]'
+    assert lines["docker"]["restart"] == "sudo systemctl restart docker"
+    assert lines["containerd"]["file"] == "/etc/containerd/certs.d/docker.io/hosts.toml"
+    assert 'server = "https://registry-1.docker.io"' in lines["containerd"]["lines"]
+    assert 'location = "b.example"' in lines["podman"]["lines"]
+
+
+def test_net_registries_end_to_end(registry: Registry, tmp_path: Path) -> None:
+    # the mirror is the same registry behind a per-connection cap; a dead port is configured too
+    with TcpProxy("127.0.0.1", registry.port, ProxyKnobs(rate_per_conn=2 * MiB)) as mirror:
+        dead = f"http://127.0.0.1:{free_port()}"
+        _write_config(tmp_path, mirror.url, dead)
+        r = subprocess.run([*GPUCLINIC, "net", "--registries", "--json",
+                            "--endpoint", f"http://{registry.host}#library/alpine:latest"],
+                           capture_output=True, text=True, timeout=120,
+                           env={**__import__("os").environ, "GPUCLINIC_CONFIG_ROOT": str(tmp_path)})
+    assert r.returncode == 1, r.stderr  # warnings: a dead configured mirror, a per-connection cap
+    doc = json.loads(r.stdout)
+    probes = {p["url"]: p for p in doc["probes"]}
+    origin = probes[f"http://{registry.host}"]
+    assert origin["ok"] and origin["blob_first_byte_ms"] is not None and origin["one_conn"] > 0
+    m = probes[mirror.url]
+    assert m["ok"] and m["mirror_of"] == "docker.io" and m["n_conn"] > 2 * m["one_conn"]
+    assert not probes[dead]["ok"] and probes[dead]["stage"] == "v2"
+    assert any("does not work" in f and dead in f for f in doc["findings"])
+    assert any("per-connection cap" in f for f in doc["findings"])
+    rec = doc["recommendations"][0]
+    assert rec["upstream"] == "docker.io" and rec["mirror"] == mirror.url
+    docker = next(s for s in rec["switch"] if s["runtime"] == "docker")
+    assert f'"registry-mirrors": ["{mirror.url}"]' in "\n".join(docker["lines"])
+    assert "secretpw" not in r.stdout
+
+
+def test_net_ssh_probe(tmp_path: Path) -> None:
+    tools = require("sshd", "ssh", "ssh-keygen")
+    from transfer.ssh_env import Sshd
+
+    sshd = Sshd(tools["sshd"], tools["ssh-keygen"], tmp_path / "sshd")
+    try:
+        with TcpProxy("127.0.0.1", sshd.port, ProxyKnobs(rate_per_conn=1 * MiB, latency=0.02)) as px:
+            cfg = sshd.client_config(px.port)
+            r = subprocess.run([*GPUCLINIC, "net", "--ssh", "testbox", "-e", f"ssh -F {cfg}", "--json"],
+                               capture_output=True, text=True, timeout=120)
+    finally:
+        sshd.stop()
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["target"].endswith(f"@127.0.0.1:{px.port}")
+    assert doc["per_connection_cap"] is True and doc["gain"] > 4
+    assert 0.9 * MiB < doc["probe"]["one_stream"] < 1.2 * MiB
+    assert doc["probe"]["rtt_s"] >= 0.02
+    assert any("ControlMaster" in n for n in doc["notes"])
