@@ -7,7 +7,8 @@ counters, unreachable nodes) is written as OpenMetrics, turned into TSDB blocks 
 `promtool tsdb create-blocks-from openmetrics`, and served by a real Prometheus on 127.0.0.1.
 Measured in the same run:
 
-* gpuclinic fleet, in process (its ~20 aggregated instant queries in parallel), best of 5, and the CPU it costs;
+* gpuclinic fleet, in process (its ~20 aggregated instant queries in parallel), best of 5, and the CPU it
+costs;
 * gpuclinic fleet, end to end (`python -m gpuclinic fleet --json`, process start included);
 * the peer: the obvious script, the same figures asked per node (the same queries per node, in sequence),
   timed on 25 nodes and scaled to the fleet (marked "extrapolated").
@@ -64,14 +65,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fleet-scale-") as d:
         tmp = Path(d)
         t0 = time.perf_counter()
-        truth, took_blocks = backfill(promtool, a.nodes, tmp / "tsdb", tmp, end=int(time.time()) - 30,
-                                      duration_s=dur, step_s=a.step)
+        truth, took_blocks = backfill(
+            promtool, a.nodes, tmp / "tsdb", tmp, end=int(time.time()) - 30, duration_s=dur, step_s=a.step
+        )
         gen = time.perf_counter() - t0 - took_blocks
         series = a.nodes * (5 + a.gpus * 7)  # per node: up, verdict, GPUs, expected; per GPU: 7 families
         samples = series * (dur // a.step + 1)
-        print(f"synthetic fleet: {a.nodes} nodes x {a.gpus} GPUs, {a.hours:g} h at {a.step} s: ~{series:,} series, "
-              f"~{samples / 1e6:.1f} M samples")
-        print(f"  OpenMetrics written in {gen:.1f} s; promtool create-blocks-from openmetrics {took_blocks:.1f} s")
+        print(
+            f"synthetic fleet: {a.nodes} nodes x {a.gpus} GPUs, {a.hours:g} h at {a.step} s: ~{series:,} "
+            "series, "
+            f"~{samples / 1e6:.1f} M samples"
+        )
+        print(
+            f"  OpenMetrics written in {gen:.1f} s; promtool create-blocks-from openmetrics "
+            f"{took_blocks:.1f} s"
+        )
         srv = PrometheusServer(prom_bin, tmp, [], tsdb=tmp / "tsdb")
         try:
             t1 = time.perf_counter()
@@ -92,28 +100,57 @@ def main() -> int:
             e2es = []
             for _ in range(3):
                 t2 = time.perf_counter()
-                p = subprocess.run([sys.executable, "-m", "gpuclinic", "fleet", "--prometheus", srv.url, "--window",
-                                    window, "--json"], capture_output=True, text=True, timeout=120, check=False)
+                p = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "gpuclinic",
+                        "fleet",
+                        "--prometheus",
+                        srv.url,
+                        "--window",
+                        window,
+                        "--json",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    check=False,
+                )
                 e2es.append(time.perf_counter() - t2)
             e2e = sorted(e2es)[1]
             out = json.loads(p.stdout)
             names = [n["node"] for n in out["nodes"]]
-            ok = (len(names) == a.nodes and names[0] == "n0000" and out["nodes"][0]["verdict"] == "drain"
-                  and sum(1 for t in truth if t.verdict == "unreachable") == out["summary"]["by_verdict"]["unreachable"])
+            ok = (
+                len(names) == a.nodes
+                and names[0] == "n0000"
+                and out["nodes"][0]["verdict"] == "drain"
+                and sum(1 for t in truth if t.verdict == "unreachable")
+                == out["summary"]["by_verdict"]["unreachable"]
+            )
             sample = [t.node for t in truth[: a.peer_sample]]
             peer = per_node_peer(prom, sample, dur) * a.nodes / len(sample)
             prom.close()
         finally:
             srv.stop()
-    print(f"gpuclinic fleet (in process, {len(queries('gpuclinic', dur))} queries): best {best:.3f} s, "
-          f"worst {worst:.3f} s of 5")
-    print(f"CPU per answer (independent of the machine's load): Prometheus {prom_cpu:.3f} s, "
-          f"gpuclinic {client_cpu:.3f} s")
-    print(f"gpuclinic fleet --json end to end (process start included): median {e2e:.3f} s, best {min(e2es):.3f} s "
-          f"of 3 (exit {p.returncode})")
+    print(
+        f"gpuclinic fleet (in process, {len(queries('gpuclinic', dur))} queries): best {best:.3f} s, "
+        f"worst {worst:.3f} s of 5"
+    )
+    print(
+        f"CPU per answer (independent of the machine's load): Prometheus {prom_cpu:.3f} s, "
+        f"gpuclinic {client_cpu:.3f} s"
+    )
+    print(
+        f"gpuclinic fleet --json end to end (process start included): median {e2e:.3f} s, best "
+        f"{min(e2es):.3f} s "
+        f"of 3 (exit {p.returncode})"
+    )
     print(f"machine load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"peer, per-node queries in sequence (extrapolated from {a.peer_sample} nodes): {peer:.1f} s "
-          f"-> gpuclinic fleet is {peer / best:.0f}x faster")
+    print(
+        f"peer, per-node queries in sequence (extrapolated from {a.peer_sample} nodes): {peer:.1f} s "
+        f"-> gpuclinic fleet is {peer / best:.0f}x faster"
+    )
     print(f"answer correct (drain node first, unreachable count): {ok}")
     target = e2e < 2.0
     print(f"target < 2 s for {a.nodes} nodes (end to end, median): {'MET' if target else 'MISSED'}")

@@ -49,7 +49,10 @@ def _torch_python() -> str | None:
     if not os.access(TORCH_PYTHON, os.X_OK):
         return None
     try:
-        ok = subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
+        ok = (
+            subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True, timeout=120).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return TORCH_PYTHON if ok else None

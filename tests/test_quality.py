@@ -8,11 +8,18 @@ from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_ruff_clean() -> None:
@@ -22,5 +29,22 @@ def test_ruff_clean() -> None:
 
 @pytest.mark.timeout(600)
 def test_mypy_clean() -> None:
+    """One run over src, tests and bench (the file list is in pyproject.toml)."""
     r = _run("mypy")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_checks_stay_strict() -> None:
+    """Line length, complexity and strict typing are enforced, not merely configured."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    lint = cfg["tool"]["ruff"]["lint"]
+    assert cfg["tool"]["ruff"]["line-length"] == 110
+    assert {"E", "C90"} <= set(lint["select"]) and "E501" not in lint.get("ignore", [])
+    assert lint["mccabe"]["max-complexity"] <= 15
+    # only files being edited in parallel may opt out, and only until they are formatted at merge
+    for path, codes in lint.get("per-file-ignores", {}).items():
+        assert set(codes) <= {"E501", "C901"}, path
+    mypy = cfg["tool"]["mypy"]
+    assert mypy["strict"] is True and mypy["warn_unreachable"] is True
+    assert {"src/gpuclinic", "tests", "bench"} <= set(mypy["files"])
+    assert not any(o.get("ignore_errors") for o in mypy.get("overrides", []))

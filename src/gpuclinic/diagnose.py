@@ -98,7 +98,9 @@ def _attach_gpu(snap: Snapshot, f: Finding) -> None:
         f.gpu = GpuRef(index=f.gpu.index, pci_bus_id=normalize_bus_id(f.gpu.pci_bus_id), uuid=f.gpu.uuid)
 
 
-def build_report(snap: Snapshot, findings: list[Finding], skipped: list[Skipped], command: str = "doctor") -> Report:
+def build_report(
+    snap: Snapshot, findings: list[Finding], skipped: list[Skipped], command: str = "doctor"
+) -> Report:
     """Rank findings, compute node and per-GPU verdicts."""
     for f in findings:
         _attach_gpu(snap, f)
@@ -111,18 +113,29 @@ def build_report(snap: Snapshot, findings: list[Finding], skipped: list[Skipped]
         ref = GpuRef(index=g.index, pci_bus_id=g.pci_bus_id, uuid=g.uuid)
         mine = [f for f in findings if f.gpu is not None and _same_gpu(f.gpu, ref)]
         sev = max((f.severity for f in mine), default=None)
-        gvs.append(GpuVerdict(ref=ref, name=g.name, verdict=Verdict.from_severity(sev), codes=[f.code for f in mine]))
+        gvs.append(
+            GpuVerdict(ref=ref, name=g.name, verdict=Verdict.from_severity(sev), codes=[f.code for f in mine])
+        )
         if g.pci_bus_id:
             seen.add(normalize_bus_id(g.pci_bus_id))
     # GPUs known only from findings (e.g. a log names a bus id NVML no longer shows)
     for f in findings:
-        if f.gpu and f.gpu.index is None and f.gpu.pci_bus_id and normalize_bus_id(f.gpu.pci_bus_id) not in seen:
+        if (
+            f.gpu
+            and f.gpu.index is None
+            and f.gpu.pci_bus_id
+            and normalize_bus_id(f.gpu.pci_bus_id) not in seen
+        ):
             bid = normalize_bus_id(f.gpu.pci_bus_id)
             seen.add(bid)
             ref = GpuRef(pci_bus_id=bid, uuid=f.gpu.uuid)
             mine = [x for x in findings if x.gpu is not None and _same_gpu(x.gpu, ref)]
             sev = max((x.severity for x in mine), default=None)
-            gvs.append(GpuVerdict(ref=ref, name=None, verdict=Verdict.from_severity(sev), codes=[x.code for x in mine]))
+            gvs.append(
+                GpuVerdict(
+                    ref=ref, name=None, verdict=Verdict.from_severity(sev), codes=[x.code for x in mine]
+                )
+            )
     incidents = group(findings, snap, first_step=first_step_for)
     _point_symptoms_at_their_cause(findings, incidents)
     if command == "explain":
@@ -147,8 +160,11 @@ def _point_symptoms_at_their_cause(findings: list[Finding], incidents: list[Inci
         if inc is None or inc.code == f.code:
             continue
         gpu = f" --gpu {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
-        f.remedy = (f"A symptom of {inc.code} ({inc.title}): follow its runbook, `gpuclinic runbook {inc.code}{gpu}`. "
-                    f"First step: {inc.first_step}")
+        f.remedy = (
+            f"A symptom of {inc.code} ({inc.title}): follow its runbook, `gpuclinic runbook "
+            f"{inc.code}{gpu}`. "
+            f"First step: {inc.first_step}"
+        )
 
 
 def cause_kind(f: Finding) -> str:

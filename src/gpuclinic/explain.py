@@ -47,7 +47,9 @@ def decode(data: bytes) -> str:
         except (OSError, EOFError, gzip.BadGzipFile):
             pass
     sample = data[2:402]
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff") and sample.count(b"\x00") * 3 >= len(sample):  # UTF-16 text (PowerShell)
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") and sample.count(b"\x00") * 3 >= len(
+        sample
+    ):  # UTF-16 text (PowerShell)
         text = data.decode("utf-16", "replace")
     else:
         text = data.decode("utf-8", "replace")
@@ -70,7 +72,9 @@ def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, st
         except FileNotFoundError:
             raise InputError(f"{path}: no such file") from None
         except PermissionError:
-            raise InputError(f"{path}: permission denied (try sudo, or pipe it: sudo cat {path} | gpuclinic explain -)") from None
+            raise InputError(
+                f"{path}: permission denied (try sudo, or pipe it: sudo cat {path} | gpuclinic explain -)"
+            ) from None
         except OSError as e:
             raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
         origin = path
@@ -141,7 +145,11 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
     from gpuclinic.facts.software import Framework
 
     driver = None
-    has_env = "Nvidia driver version:" in text or "PyTorch version:" in text or "GPU models and configuration:" in text
+    has_env = (
+        "Nvidia driver version:" in text
+        or "PyTorch version:" in text
+        or "GPU models and configuration:" in text
+    )
     m: re.Match[str] | None = None
     if has_env:
         m = re.search(r"^Nvidia driver version:\s*(\d+\.\d+(?:\.\d+)?)\s*$", text, re.M)
@@ -164,10 +172,21 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
         if block:
             for gm in re.finditer(r"GPU (\d+):\s*([^\n(]+?)\s*(?:\(UUID[^)]*\))?\s*$", block.group(1), re.M):
                 name = gm.group(2).strip()
-                gpus.append(GpuFacts(index=int(gm.group(1)), name=name, compute_capability=compat.compute_capability_for(name)))
+                gpus.append(
+                    GpuFacts(
+                        index=int(gm.group(1)),
+                        name=name,
+                        compute_capability=compat.compute_capability_for(name),
+                    )
+                )
     if not (driver or torch_v or gpus):
         return None
-    out = Snapshot(origin="evidence", driver_version=driver, gpus=gpus, software=SoftwareFacts(proc_driver_version=driver))
+    out = Snapshot(
+        origin="evidence",
+        driver_version=driver,
+        gpus=gpus,
+        software=SoftwareFacts(proc_driver_version=driver),
+    )
     if torch_v:
         fw = Framework(name="torch", version=torch_v, cuda=cuda)
         tb = compat.parse_torch_version(torch_v, cuda)
@@ -181,8 +200,11 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
     return out
 
 
-def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = None, *, truncated: bool = False) -> Report:
-    """Diagnose a pasted text; facts in the paste, else ``live`` (this machine's facts), make the fixes concrete."""
+def explain_text(
+    text: str, origin: str = "<stdin>", live: Snapshot | None = None, *, truncated: bool = False
+) -> Report:
+    """Diagnose a pasted text; facts in the paste, else ``live`` (this machine's facts), make the fixes
+    concrete."""
     snap, notes = _evidence(text, origin)
     pasted = pasted_facts(text, snap)
     if pasted is not None:
@@ -190,9 +212,17 @@ def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = Non
         notes.append("fixes use the facts in the pasted text: " + _live_summary(pasted))
     findings: list[Finding] = []
     skipped: list[Skipped] = []
-    if snap.gpus or snap.kernel_events or snap.signals or snap.room or (snap.software and snap.software.nvidia_smi_errors):
+    if (
+        snap.gpus
+        or snap.kernel_events
+        or snap.signals
+        or snap.room
+        or (snap.software and snap.software.nvidia_smi_errors)
+    ):
         try:
-            fs, _sk = run_checks(snap)  # checks that lack facts in a paste are not news: their skips are dropped
+            fs, _sk = run_checks(
+                snap
+            )  # checks that lack facts in a paste are not news: their skips are dropped
             findings += [f for f in fs if f.code not in ("gpu.none_detected",)]
         except Exception as e:  # the evidence checks are a bonus; signatures still answer
             notes.append(f"evidence checks failed: {type(e).__name__}: {e}")
@@ -203,19 +233,30 @@ def explain_text(text: str, origin: str = "<stdin>", live: Snapshot | None = Non
             continue  # the evidence checks already diagnosed it, with the doctor's code
         findings.append(_finding(sm, live))
     if truncated:
-        notes.append(f"input over {MAX_INPUT // (1 << 20)} MiB: read its first {HEAD_KEEP // (1 << 20)} MiB and its end")
+        notes.append(
+            f"input over {MAX_INPUT // (1 << 20)} MiB: read its first {HEAD_KEEP // (1 << 20)} MiB and its "
+            "end"
+        )
     snap.notes += notes
     if live is not None and pasted is None:
         snap.notes.append("fixes use this machine's facts: " + _live_summary(live))
     if not findings:
         lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
-        findings.append(Finding(
-            code="explain.no_match", severity=Severity.INFO, family=Family.SOFTWARE,
-            title="No known error, GPU event or nvidia-smi problem found in the input",
-            evidence=[f"{origin}: {lines} line(s), {len(text)} characters scanned"],
-            remedy=("Paste the full traceback or log (the first error is usually above the last one), the kernel log "
-                    "(`sudo dmesg -T`), or `nvidia-smi -q`; or run `gpuclinic doctor` on the affected machine."),
-        ))
+        findings.append(
+            Finding(
+                code="explain.no_match",
+                severity=Severity.INFO,
+                family=Family.SOFTWARE,
+                title="No known error, GPU event or nvidia-smi problem found in the input",
+                evidence=[f"{origin}: {lines} line(s), {len(text)} characters scanned"],
+                remedy=(
+                    "Paste the full traceback or log (the first error is usually above the last one), the "
+                    "kernel log "
+                    "(`sudo dmesg -T`), or `nvidia-smi -q`; or run `gpuclinic doctor` on the affected "
+                    "machine."
+                ),
+            )
+        )
     return build_report(snap, findings, skipped, command="explain")
 
 
@@ -255,7 +296,10 @@ def _live_summary(live: Snapshot) -> str:
     if t:
         parts.append(f"torch {t.version}" + (f" (CUDA {t.cuda})" if t.cuda else " (CPU build)"))
     for g in live.gpus[:2]:
-        parts.append(f"GPU {g.index} {g.name or '?'} cc {g.compute_capability or compat.compute_capability_for(g.name) or '?'}")
+        parts.append(
+            f"GPU {g.index} {g.name or '?'} cc "
+            f"{g.compute_capability or compat.compute_capability_for(g.name) or '?'}"
+        )
     return ", ".join(parts) or "none available"
 
 
@@ -283,8 +327,15 @@ def _finding(sm: SignatureMatch, live: Snapshot | None) -> Finding:
             ev += lev
             data["live"] = True
     return Finding(
-        code=f"error.{sm.id}", severity=_SEV.get(sm.severity, Severity.WARNING), family=_FAMILY.get(sm.category, Family.SOFTWARE),
-        title=sm.title, evidence=ev, remedy=remedy, gpu=gpu, data=data, source=sm.source,
+        code=f"error.{sm.id}",
+        severity=_SEV.get(sm.severity, Severity.WARNING),
+        family=_FAMILY.get(sm.category, Family.SOFTWARE),
+        title=sm.title,
+        evidence=ev,
+        remedy=remedy,
+        gpu=gpu,
+        data=data,
+        source=sm.source,
     )
 
 
@@ -321,29 +372,61 @@ def _driver_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | N
             return None
         fam = compat.family_min_driver((compat.parse_version(cuda) or (0,))[0])
         old = compat.suggest_torch_variant(tb.version, "450.80.02")
-        alt = f"; on an older driver use the {old.variant} build (`{old.command}`)" if old and old.variant != tb.variant else ""
-        return (f"torch {version} (CUDA {cuda}) needs driver >= {fam} (>= {compat.min_driver(cuda)} for full "
-                f"compatibility): compare with `nvidia-smi`{alt}", [f"{_who(live)}: torch {version} built for CUDA {cuda}"])
+        alt = (
+            f"; on an older driver use the {old.variant} build (`{old.command}`)"
+            if old and old.variant != tb.variant
+            else ""
+        )
+        return (
+            f"torch {version} (CUDA {cuda}) needs driver >= {fam} (>= {compat.min_driver(cuda)} for full "
+            f"compatibility): compare with `nvidia-smi`{alt}",
+            [f"{_who(live)}: torch {version} built for CUDA {cuda}"],
+        )
     ev = [f"{_who(live)}: driver {driver} (supports CUDA <= {compat.driver_max_cuda(driver) or '?'})"]
     if not (version and tb and cuda):
         cc0 = next((g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus), None)
         newest = compat.newest_torch_for_driver(driver, cc0)
-        pick = (f"; the newest PyTorch it can run is {newest[0]} with {newest[1]}: `pip install 'torch=={newest[0]}.*' "
-                f"--index-url https://download.pytorch.org/whl/{newest[1]}`") if newest else ""
-        return (f"driver {driver} supports CUDA <= {compat.driver_max_cuda(driver) or '?'}{pick}; or upgrade the driver", ev)
+        pick = (
+            (
+                f"; the newest PyTorch it can run is {newest[0]} with {newest[1]}: `pip install "
+                f"'torch=={newest[0]}.*' "
+                f"--index-url https://download.pytorch.org/whl/{newest[1]}`"
+            )
+            if newest
+            else ""
+        )
+        return (
+            f"driver {driver} supports CUDA <= {compat.driver_max_cuda(driver) or '?'}{pick}; or upgrade the "
+            "driver",
+            ev,
+        )
     ev.append(f"{_who(live)}: torch {version} built for CUDA {cuda}")
     dc = compat.driver_supports_cuda(driver, cuda)
     cc = next((g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus), None)
     need = dc.min_driver_family or dc.min_driver_full
-    full = f" (>= {dc.min_driver_full} for full compatibility)" if dc.min_driver_full and dc.min_driver_full != need else ""
+    full = (
+        f" (>= {dc.min_driver_full} for full compatibility)"
+        if dc.min_driver_full and dc.min_driver_full != need
+        else ""
+    )
     sug = compat.suggest_torch_variant(tb.version, driver, cc)
-    alt = f"install the {sug.variant} build (`{sug.command}`) or " if sug and sug.variant != tb.variant else ""
+    alt = (
+        f"install the {sug.variant} build (`{sug.command}`) or " if sug and sug.variant != tb.variant else ""
+    )
     if dc.ok and sm.id != "cuda.unsupported_ptx":
-        return (f"driver {driver} can run torch {version} (CUDA {cuda}, {dc.mode.replace('_', '-')} compatibility): the "
-                "failing binary is not this torch - check other CUDA libraries in the environment "
-                "(`pip list | grep -i -e nvidia -e cuda`, LD_LIBRARY_PATH) and containers' CUDA_VERSION", ev)
-    return (f"driver {driver} supports CUDA <= {compat.driver_max_cuda(driver) or '?'}; torch {version} needs >= {need}{full}"
-            f" — {alt}upgrade the driver to >= {dc.min_driver_full or need}", ev)
+        return (
+            f"driver {driver} can run torch {version} (CUDA {cuda}, {dc.mode.replace('_', '-')} "
+            "compatibility): the "
+            "failing binary is not this torch - check other CUDA libraries in the environment "
+            "(`pip list | grep -i -e nvidia -e cuda`, LD_LIBRARY_PATH) and containers' CUDA_VERSION",
+            ev,
+        )
+    return (
+        f"driver {driver} supports CUDA <= {compat.driver_max_cuda(driver) or '?'}; torch {version} needs >= "
+        f"{need}{full}"
+        f" — {alt}upgrade the driver to >= {dc.min_driver_full or need}",
+        ev,
+    )
 
 
 def _arch_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
@@ -354,7 +437,9 @@ def _arch_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | Non
         return None
     driver = live.driver_version
     al = compat.ArchList.parse(t.arch_list) if t.arch_list else compat.torch_arch_list(tb.version, tb.variant)
-    out_ev: list[str] = [f"{_who(live)}: torch {version}, arch list {', '.join(al.names()) if al else 'unknown'}"]
+    out_ev: list[str] = [
+        f"{_who(live)}: torch {version}, arch list {', '.join(al.names()) if al else 'unknown'}"
+    ]
     for g in live.gpus:
         cc = g.compute_capability or compat.compute_capability_for(g.name)
         if not cc or al is None:
@@ -365,10 +450,14 @@ def _arch_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | Non
             from gpuclinic.checks.software import _arch_fix as arch_fix
 
             return arch_fix(t, cc, driver), out_ev
-    return ("torch itself supports these GPUs: the kernel without an image comes from a compiled extension "
-            "(flash-attn, xformers, bitsandbytes, a custom op) - rebuild it with "
-            f"TORCH_CUDA_ARCH_LIST={next((g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus), '?')}"
-            " or install a wheel built for this GPU", out_ev)
+    ccs = (g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus)
+    return (
+        "torch itself supports these GPUs: the kernel without an image comes from a compiled extension "
+        "(flash-attn, xformers, bitsandbytes, a custom op) - rebuild it with "
+        f"TORCH_CUDA_ARCH_LIST={next(ccs, '?')}"
+        " or install a wheel built for this GPU",
+        out_ev,
+    )
 
 
 def _oom_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
@@ -383,9 +472,15 @@ def _oom_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None
     if not others:
         return None
     tot = sum(p.used_memory_bytes or 0 for p in others)
-    lst = ", ".join(f"{p.pid} ({p.name or '?'}, {(p.used_memory_bytes or 0) / (1 << 30):.1f} GiB)" for p in others[:5])
-    return (f"GPU {idx} is in use by {len(others)} process(es) holding {tot / (1 << 30):.1f} GiB now: {lst} - stop them "
-            f"or run on another GPU (CUDA_VISIBLE_DEVICES)", [f"{_who(live)}: GPU {idx} processes: {lst}"])
+    lst = ", ".join(
+        f"{p.pid} ({p.name or '?'}, {(p.used_memory_bytes or 0) / (1 << 30):.1f} GiB)" for p in others[:5]
+    )
+    return (
+        f"GPU {idx} is in use by {len(others)} process(es) holding {tot / (1 << 30):.1f} GiB now: {lst} - "
+        "stop them "
+        f"or run on another GPU (CUDA_VISIBLE_DEVICES)",
+        [f"{_who(live)}: GPU {idx} processes: {lst}"],
+    )
 
 
 def _shm_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
@@ -395,9 +490,13 @@ def _shm_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None
     size = f"{c.shm_bytes / (1 << 20):.0f} MiB"
     if c.shm_bytes >= 1 << 30 and sm.category == "container":
         return None
-    where = "Kubernetes: mount an emptyDir with medium: Memory at /dev/shm" if c.kubernetes else \
-        "restart the container with `--ipc=host` or `--shm-size=16g`" if c.in_container else \
-        "`sudo mount -o remount,size=16G /dev/shm`"
+    where = (
+        "Kubernetes: mount an emptyDir with medium: Memory at /dev/shm"
+        if c.kubernetes
+        else "restart the container with `--ipc=host` or `--shm-size=16g`"
+        if c.in_container
+        else "`sudo mount -o remount,size=16G /dev/shm`"
+    )
     return f"/dev/shm here is only {size}: {where}", [f"{_who(live)}: /dev/shm {size}"]
 
 
@@ -407,8 +506,12 @@ def _nvml_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | Non
         return None
     libs = ", ".join(sw.user_lib_versions) or "?"
     if sw.user_lib_versions and sw.proc_driver_version not in sw.user_lib_versions:
-        return (f"kernel module {sw.proc_driver_version} is loaded but the libraries are {libs}: reboot (or reload the "
-                "nvidia modules) to load the new module", [f"{_who(live)}: module {sw.proc_driver_version}, libnvidia-ml {libs}"])
+        return (
+            f"kernel module {sw.proc_driver_version} is loaded but the libraries are {libs}: reboot (or "
+            "reload the "
+            "nvidia modules) to load the new module",
+            [f"{_who(live)}: module {sw.proc_driver_version}, libnvidia-ml {libs}"],
+        )
     return None
 
 
@@ -416,9 +519,11 @@ def _nofile_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | N
     h = live.host
     if h is None or h.nofile_soft is None:
         return None
-    return (f"the open-files limit here is {h.nofile_soft} (hard {h.nofile_hard or 'unlimited'}): `ulimit -n "
-            f"{h.nofile_hard or 1048576}` before starting, or set_sharing_strategy('file_system')",
-            [f"{_who(live)}: ulimit -n = {h.nofile_soft}"])
+    return (
+        f"the open-files limit here is {h.nofile_soft} (hard {h.nofile_hard or 'unlimited'}): `ulimit -n "
+        f"{h.nofile_hard or 1048576}` before starting, or set_sharing_strategy('file_system')",
+        [f"{_who(live)}: ulimit -n = {h.nofile_soft}"],
+    )
 
 
 def _fm_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
@@ -426,10 +531,17 @@ def _fm_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | None:
     if sw is None or sw.fabricmanager_running is None:
         return None
     if sw.fabricmanager_running:
-        return ("nv-fabricmanager is running: check its version equals the driver's and /var/log/fabricmanager.log",
-                [f"{_who(live)}: nv-fabricmanager running"])
-    return ("nv-fabricmanager is not running here: `sudo systemctl enable --now nvidia-fabricmanager` (install the package "
-            f"of driver version {live.driver_version or '?'} if missing)", [f"{_who(live)}: nv-fabricmanager not running"])
+        return (
+            "nv-fabricmanager is running: check its version equals the driver's and "
+            "/var/log/fabricmanager.log",
+            [f"{_who(live)}: nv-fabricmanager running"],
+        )
+    return (
+        "nv-fabricmanager is not running here: `sudo systemctl enable --now nvidia-fabricmanager` (install "
+        "the package "
+        f"of driver version {live.driver_version or '?'} if missing)",
+        [f"{_who(live)}: nv-fabricmanager not running"],
+    )
 
 
 _COMBINE: dict[str, Callable[[SignatureMatch, Snapshot], tuple[str, list[str]] | None]] = {

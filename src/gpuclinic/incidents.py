@@ -9,7 +9,7 @@ person then reads one incident per cause and follows one runbook.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -141,17 +141,38 @@ def incident_id(code: str, gpu: GpuRef | None) -> str:
     return f"{code}@{where}"
 
 
-def group(findings: list[Finding], snap: Snapshot | None = None,
-          first_step: Callable[[str, Finding], str] | None = None) -> list[Incident]:
-    """Group ``findings`` (sorted worst first) into incidents; sets each finding's ``incident`` id.
-
-    A finding that another finding explains is never a root; among the rest, causes named earlier in
-    the rules come first.  Each root then takes in, transitively, the unclaimed findings it explains.
-    """
-    rs = rules()
+def _edges(findings: list[Finding], snap: Snapshot | None,
+           rs: Sequence[Rule]) -> tuple[list[list[int]], list[bool]]:
+    """Cause index -> symptom indexes (rule order), and which findings another one explains."""
     n = len(findings)
-    edges: list[list[int]] = [[] for _ in range(n)]  # cause index -> symptom indexes, rule order
+    edges: list[list[int]] = [[] for _ in range(n)]
     explained = [False] * n
+    _rule_edges(findings, snap, rs, edges, explained)
+    for ci, c in enumerate(findings):  # one code on one GPU is one problem (watch opens one event per reason)
+        for si, s in enumerate(findings):
+            same = s.code == c.code and c.gpu is not None and same_gpu(c.gpu, s.gpu)
+            if si > ci and same and si not in edges[ci]:
+                edges[ci].append(si)
+                explained[si] = True
+    for si, f in enumerate(findings):  # stated chains: "caused by previous Xid N"
+        for x in _stated_causes(f):
+            cause_i = next(
+                (
+                    i
+                    for i, c in enumerate(findings)
+                    if c.code == f"xid.{x}" and i != si and (f.gpu is None or same_gpu(c.gpu, f.gpu))
+                ),
+                None,
+            )
+            if cause_i is not None and si not in edges[cause_i]:
+                edges[cause_i].insert(0, si)
+                explained[si] = True
+    return edges, explained
+
+
+def _rule_edges(findings: list[Finding], snap: Snapshot | None, rs: Sequence[Rule], edges: list[list[int]],
+                explained: list[bool]) -> None:
+    """The grouping rules: a cause finding explains the related findings its rule names."""
     for r in rs:
         for ci, c in enumerate(findings):
             if not code_matches(c.code, r.cause):
@@ -161,18 +182,18 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
                         and _related(r, c, s, snap):
                     edges[ci].append(si)
                     explained[si] = True
-    for ci, c in enumerate(findings):  # one code on one GPU is one problem (watch opens one event per reason)
-        for si, s in enumerate(findings):
-            if si > ci and s.code == c.code and c.gpu is not None and same_gpu(c.gpu, s.gpu) and si not in edges[ci]:
-                edges[ci].append(si)
-                explained[si] = True
-    for si, f in enumerate(findings):  # stated chains: "caused by previous Xid N"
-        for x in _stated_causes(f):
-            cause_i = next((i for i, c in enumerate(findings) if c.code == f"xid.{x}" and i != si
-                       and (f.gpu is None or same_gpu(c.gpu, f.gpu))), None)
-            if cause_i is not None and si not in edges[cause_i]:
-                edges[cause_i].insert(0, si)
-                explained[si] = True
+
+
+def group(findings: list[Finding], snap: Snapshot | None = None,
+          first_step: Callable[[str, Finding], str] | None = None) -> list[Incident]:
+    """Group ``findings`` (sorted worst first) into incidents; sets each finding's ``incident`` id.
+
+    A finding that another finding explains is never a root; among the rest, causes named earlier in
+    the rules come first.  Each root then takes in, transitively, the unclaimed findings it explains.
+    """
+    rs = rules()
+    n = len(findings)
+    edges, explained = _edges(findings, snap, rs)
 
     def rank(i: int) -> tuple[int, int]:
         ri = next((k for k, r in enumerate(rs) if code_matches(findings[i].code, r.cause)), len(rs))
@@ -181,7 +202,8 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
     owner = [-1] * n
     groups: list[list[int]] = []
     order = sorted((i for i in range(n) if not explained[i]), key=rank) + sorted(
-        (i for i in range(n) if explained[i]), key=rank)
+        (i for i in range(n) if explained[i]), key=rank
+    )
     for root in order:
         if owner[root] >= 0:
             continue
@@ -204,7 +226,8 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
 def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | None) -> Incident:
     root = ms[0]
     gpu = root.gpu
-    if gpu is None:  # a GPU-less cause is one GPU's only when all its symptoms are on that GPU (not hot inlet air)
+    # a GPU-less cause is one GPU's only when all its symptoms are on that GPU (not hot inlet air)
+    if gpu is None:
         refs = [m.gpu for m in ms if m.gpu is not None]
         gpu = refs[0] if refs and all(same_gpu(refs[0], r) for r in refs) else None
     iid = incident_id(root.code, gpu)
@@ -214,7 +237,7 @@ def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | Non
     for f in [root, *rest]:
         f.incident = iid
         for e in f.evidence:
-            bare = e[len("kernel: "):] if e.startswith("kernel: ") else e
+            bare = e[len("kernel: ") :] if e.startswith("kernel: ") else e
             if bare not in seen:
                 seen.add(bare)
                 evidence.append(e)
@@ -224,9 +247,14 @@ def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | Non
             symptoms.append(f.code)
     info = K.info(root.code)
     return Incident(
-        id=iid, code=root.code, severity=max(f.severity for f in ms),
+        id=iid,
+        code=root.code,
+        severity=max(f.severity for f in ms),
         family=info.family if info is not None and info.code != "xid.*" else root.family,
-        title=root.title, gpu=gpu, symptoms=symptoms, evidence=evidence,
+        title=root.title,
+        gpu=gpu,
+        symptoms=symptoms,
+        evidence=evidence,
         runbook=K.runbook_id(root.code) if info is not None else "",
         first_step=first_step(root.code, root) if first_step else first_sentence(root.remedy),
     )
@@ -240,4 +268,6 @@ def first_sentence(text: str) -> str:
     return _SENTENCE_END.split(line, maxsplit=1)[0].rstrip(".") + "." if line else ""
 
 
-_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)(?<!\.)\. ")  # not "e.g. ", "i.e. ", "... "
+_SENTENCE_END = re.compile(
+    r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)(?<!\.)\. "
+)  # not "e.g. ", "i.e. ", "... "

@@ -177,9 +177,16 @@ class Incident:
     def from_dict(cls, d: dict[str, Any]) -> Incident:
         g = d.get("gpu")
         return cls(
-            id=d["id"], code=d["code"], severity=Severity[d["severity"].upper()], family=Family(d["family"]),
-            title=d.get("title", ""), gpu=GpuRef(**g) if g else None, symptoms=list(d.get("symptoms") or []),
-            evidence=list(d.get("evidence") or []), runbook=d.get("runbook", ""), first_step=d.get("first_step", ""),
+            id=d["id"],
+            code=d["code"],
+            severity=Severity[d["severity"].upper()],
+            family=Family(d["family"]),
+            title=d.get("title", ""),
+            gpu=GpuRef(**g) if g else None,
+            symptoms=list(d.get("symptoms") or []),
+            evidence=list(d.get("evidence") or []),
+            runbook=d.get("runbook", ""),
+            first_step=d.get("first_step", ""),
         )
 
 

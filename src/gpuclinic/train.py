@@ -149,11 +149,6 @@ def clear_checkpoint_request() -> None:
     _last_signal = None
 
 
-def request_checkpoint() -> None:
-    """Set the flag from code (tests, custom triggers)."""
-    _requested.set()
-
-
 # ---------------------------------------------------------------- saving
 
 

@@ -15,8 +15,9 @@ from gpuclinic.accept.model import Scorecard
 
 
 def accept(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuclinic", "accept", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "accept", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def items(doc: dict[str, Any], iid: str) -> dict[str, dict[str, Any]]:
@@ -75,15 +76,18 @@ def test_terminal_and_markdown_output() -> None:
     assert "| FAIL | gpu.pcie.h2d | 6 | 25.2 | 63.0 | GB/s |" in p.stdout
 
 
-@pytest.mark.parametrize(("args", "msg"), [
-    (["--quick", "--full"], "choose one of --quick and --full"),
-    (["--json", "--markdown", "--scenario", "straggler"], "choose one of --json and --markdown"),
-    (["--scenario", "no-such"], "unknown scenario 'no-such'"),
-    (["--python", "/nonexistent/python3"], "--python /nonexistent/python3: no such file"),
-    (["--burn", "-5"], "--burn"),
-    (["--data-dir", "/nonexistent-dir"], "--data-dir /nonexistent-dir: no such directory"),
-    (["--html", "/nonexistent-dir/x.html", "--scenario", "straggler"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    ("args", "msg"),
+    [
+        (["--quick", "--full"], "choose one of --quick and --full"),
+        (["--json", "--markdown", "--scenario", "straggler"], "choose one of --json and --markdown"),
+        (["--scenario", "no-such"], "unknown scenario 'no-such'"),
+        (["--python", "/nonexistent/python3"], "--python /nonexistent/python3: no such file"),
+        (["--burn", "-5"], "--burn"),
+        (["--data-dir", "/nonexistent-dir"], "--data-dir /nonexistent-dir: no such directory"),
+        (["--html", "/nonexistent-dir/x.html", "--scenario", "straggler"], "does not exist"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_64(args: list[str], msg: str) -> None:
     p = accept(*args)
     assert p.returncode in (64, 2) if args[0] == "--burn" else p.returncode == 64, p.stderr
@@ -96,7 +100,9 @@ def test_runs_are_stored_compared_and_served_to_fleet(tmp_path: Path) -> None:
     doc1 = json.loads(p1.stdout)
     assert doc1["run_id"] == 1
     p2 = accept("--scenario", "straggler", "--force", "--burn", "5", "--compare")
-    assert "compare with run 1 of" in p2.stdout and "no differences" in p2.stdout  # the model is deterministic
+    assert (
+        "compare with run 1 of" in p2.stdout and "no differences" in p2.stdout
+    )  # the model is deterministic
     latest = latest_run(include_scenarios=True)
     assert latest is not None and latest["run_id"] == 2 and latest["schema"] == "gpuclinic.accept/1"
     assert latest_run() is None  # simulated runs are not fleet facts unless asked for
@@ -118,4 +124,6 @@ def test_scorecard_round_trips_through_json() -> None:
     sc = Scorecard.from_dict(doc)
     again = sc.to_dict()
     assert again["items"] == doc["items"] and again["burn"] == doc["burn"]
-    assert doc["burn"]["stopped"] == "GPU 3 reached 87 C at 158 s, within 2 C of its 89 C slowdown temperature"
+    assert (
+        doc["burn"]["stopped"] == "GPU 3 reached 87 C at 158 s, within 2 C of its 89 C slowdown temperature"
+    )

@@ -20,8 +20,9 @@ from realtools import require
 
 
 def accept(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuclinic", "accept", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "accept", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def by_id(doc: dict[str, Any], iid: str) -> dict[str, dict[str, Any]]:
@@ -30,8 +31,19 @@ def by_id(doc: dict[str, Any], iid: str) -> dict[str, dict[str, Any]]:
 
 def test_live_cpu_run_with_torch_measures_and_judges_the_host(tmp_path: Path) -> None:
     py = require("python3-torch")["python3-torch"]
-    p = accept("--quick", "--device", "cpu", "--python", py, "--burn", "4", "--json", "--data-dir", str(tmp_path),
-               "--no-store")
+    p = accept(
+        "--quick",
+        "--device",
+        "cpu",
+        "--python",
+        py,
+        "--burn",
+        "4",
+        "--json",
+        "--data-dir",
+        str(tmp_path),
+        "--no-store",
+    )
     assert p.returncode in (0, 1, 2), p.stderr
     doc = json.loads(p.stdout)
     assert doc["backend"].startswith("torch ") and doc["backend"].endswith("(cpu)")
@@ -56,8 +68,19 @@ def test_live_cpu_run_with_torch_measures_and_judges_the_host(tmp_path: Path) ->
 
 def test_scenario_with_cpu_workload_runs_both(tmp_path: Path) -> None:
     py = require("python3-torch")["python3-torch"]
-    p = accept("--scenario", "straggler", "--force", "--device", "cpu", "--python", py, "--burn", "3", "--json",
-               "--no-store")
+    p = accept(
+        "--scenario",
+        "straggler",
+        "--force",
+        "--device",
+        "cpu",
+        "--python",
+        py,
+        "--burn",
+        "3",
+        "--json",
+        "--no-store",
+    )
     assert p.returncode == 2, p.stderr
     doc = json.loads(p.stdout)
     assert doc["backend"].startswith("simulated") and "workload: torch" in doc["backend"]
@@ -71,15 +94,36 @@ def test_scenario_with_cpu_workload_runs_both(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_the_workload_at_once(tmp_path: Path) -> None:
     py = require("python3-torch")["python3-torch"]
-    proc = subprocess.Popen([sys.executable, "-m", "gpuclinic", "accept", "--quick", "--device", "cpu", "--python", py,
-                             "--burn", "120", "--json", "--no-store", "--data-dir", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "accept",
+            "--quick",
+            "--device",
+            "cpu",
+            "--python",
+            py,
+            "--burn",
+            "120",
+            "--json",
+            "--no-store",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         me = psutil.Process(proc.pid)
         child = None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and child is None:
-            child = next((c for c in me.children(recursive=True) if "workload.py" in " ".join(c.cmdline())), None)
+            child = next(
+                (c for c in me.children(recursive=True) if "workload.py" in " ".join(c.cmdline())), None
+            )
             time.sleep(0.2)
         assert child is not None, "the workload never started"
         time.sleep(6)  # past the short measurements, into the burn
@@ -100,32 +144,71 @@ def test_ctrl_c_stops_the_workload_at_once(tmp_path: Path) -> None:
 
 def test_python_without_torch_or_cupy_says_why(tmp_path: Path) -> None:
     # an interpreter with neither library: the venv's own python (the project does not depend on torch)
-    probe = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(bool(u.find_spec('torch') or "
-                            "u.find_spec('cupy')))"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util as u; print(bool(u.find_spec('torch') or u.find_spec('cupy')))",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if probe.stdout.strip() == "True":
         import pytest
 
         pytest.skip("this interpreter has torch or cupy")
-    p = accept("--scenario", "straggler", "--force", "--device", "cpu", "--python", sys.executable, "--burn", "0",
-               "--json", "--no-store")
+    p = accept(
+        "--scenario",
+        "straggler",
+        "--force",
+        "--device",
+        "cpu",
+        "--python",
+        sys.executable,
+        "--burn",
+        "0",
+        "--json",
+        "--no-store",
+    )
     doc = json.loads(p.stdout)
     assert "workload: none (torch not importable" in doc["backend"]
     assert "cupy" in doc["backend"]
 
 
 def test_device_labels_map_cuda_order_to_nvml_indices() -> None:
-    nvml = [(0, "0000:18:00.0", "GPU-a"), (1, "0000:2a:00.0", "GPU-b"), (2, "0000:3a:00.0", "GPU-c")]
-    devs = [{"index": 0, "bus_id": "0000:3a:00.0", "uuid": None}, {"index": 1, "bus_id": None, "uuid": "GPU-a"},
-            {"index": 2, "bus_id": None, "uuid": None}]
+    nvml: list[tuple[int, str | None, str | None]] = [
+        (0, "0000:18:00.0", "GPU-a"),
+        (1, "0000:2a:00.0", "GPU-b"),
+        (2, "0000:3a:00.0", "GPU-c"),
+    ]
+    devs: list[dict[str, Any]] = [
+        {"index": 0, "bus_id": "0000:3a:00.0", "uuid": None},
+        {"index": 1, "bus_id": None, "uuid": "GPU-a"},
+        {"index": 2, "bus_id": None, "uuid": None},
+    ]
     assert device_labels(devs, nvml, "cuda") == {0: "2", 1: "0", 2: "1"}  # by bus id, by UUID, the one left
     devs = [{"index": 0, "bus_id": "00000000:2A:00.0", "uuid": None}, {"index": 1, "uuid": "c"}]
-    assert device_labels(devs, nvml, "cuda") == {0: "1", 1: "2"}  # NVML's bus-id spelling; UUID without "GPU-"
+    assert device_labels(devs, nvml, "cuda") == {
+        0: "1",
+        1: "2",
+    }  # NVML's bus-id spelling; UUID without "GPU-"
     assert device_labels([{"index": 0}], [], "cpu") == {0: "cpu"}
 
 
 def test_a_python_that_is_not_python_is_reported(tmp_path: Path) -> None:
-    p = accept("--quick", "--burn", "0", "--python", "/bin/true", "--json", "--no-store", "--data-dir", str(tmp_path),
-               "--device", "cpu")
+    p = accept(
+        "--quick",
+        "--burn",
+        "0",
+        "--python",
+        "/bin/true",
+        "--json",
+        "--no-store",
+        "--data-dir",
+        str(tmp_path),
+        "--device",
+        "cpu",
+    )
     doc = json.loads(p.stdout)
     assert "workload exited with 0 before reporting a backend" in doc["backend"]
     assert "workload exited with 0" in by_id(doc, "gpu.matmul")["cpu"]["why"]

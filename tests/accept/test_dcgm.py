@@ -20,12 +20,17 @@ def test_real_dcgmi_output_parses_to_items() -> None:
 def test_a_failing_and_a_skipped_test() -> None:
     # derived from the real document: GPU 5's software result fails, Inforom is skipped
     text = FIXTURE.read_text()
-    text = text.replace('"gpu_ids" : 5,\n\t\t\t\t\t\t\t"status" : "PASS"', '"gpu_ids" : 5,\n\t\t\t\t\t\t\t"status" : "FAIL",'
-                        '\n\t\t\t\t\t\t\t"warnings" : [{"warning": "Found 1 uncorrectable memory error"}]')
-    text = text.replace('"name" : "Inforom",\n\t\t\t\t\t"results" :\n\t\t\t\t\t[\n\t\t\t\t\t\t{\n'
-                        '\t\t\t\t\t\t\t"gpu_ids" : "0,1,2,3,4,5,6,7",\n\t\t\t\t\t\t\t"status" : "PASS"',
-                        '"name" : "Inforom",\n\t\t\t\t\t"results" :\n\t\t\t\t\t[\n\t\t\t\t\t\t{\n'
-                        '\t\t\t\t\t\t\t"gpu_ids" : "0,1,2,3,4,5,6,7",\n\t\t\t\t\t\t\t"status" : "SKIP"')
+    text = text.replace(
+        '"gpu_ids" : 5,\n\t\t\t\t\t\t\t"status" : "PASS"',
+        '"gpu_ids" : 5,\n\t\t\t\t\t\t\t"status" : "FAIL",'
+        '\n\t\t\t\t\t\t\t"warnings" : [{"warning": "Found 1 uncorrectable memory error"}]',
+    )
+    text = text.replace(
+        '"name" : "Inforom",\n\t\t\t\t\t"results" :\n\t\t\t\t\t[\n\t\t\t\t\t\t{\n'
+        '\t\t\t\t\t\t\t"gpu_ids" : "0,1,2,3,4,5,6,7",\n\t\t\t\t\t\t\t"status" : "PASS"',
+        '"name" : "Inforom",\n\t\t\t\t\t"results" :\n\t\t\t\t\t[\n\t\t\t\t\t\t{\n'
+        '\t\t\t\t\t\t\t"gpu_ids" : "0,1,2,3,4,5,6,7",\n\t\t\t\t\t\t\t"status" : "SKIP"',
+    )
     items = {i.id: i for i in parse_dcgmi(text)}
     sw = items["dcgm.software"]
     assert sw.status == "fail" and "uncorrectable memory error" in sw.why and sw.measured == "fail/pass"

@@ -16,8 +16,13 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device-check"
 def test_device_check_with_a_scenario(tmp_path: Path) -> None:
     out = tmp_path / "dc"
     env = dict(os.environ, OUT=str(out))
-    p = subprocess.run([str(SCRIPT), "--scenario", "pcie-x8-under-load"], capture_output=True, text=True, env=env,
-                       timeout=280)
+    p = subprocess.run(
+        [str(SCRIPT), "--scenario", "pcie-x8-under-load"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=280,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     summary = (out / "summary.txt").read_text()
     for step in ("doctor ", "watch ", "doctor-from ", "accept "):
@@ -39,5 +44,7 @@ def test_device_check_with_a_scenario(tmp_path: Path) -> None:
 
 
 def test_device_check_rejects_unknown_arguments(tmp_path: Path) -> None:
-    p = subprocess.run([str(SCRIPT), "--bogus"], capture_output=True, text=True, env=dict(os.environ, OUT=str(tmp_path)))
+    p = subprocess.run(
+        [str(SCRIPT), "--bogus"], capture_output=True, text=True, env=dict(os.environ, OUT=str(tmp_path))
+    )
     assert p.returncode == 64 and "unknown argument --bogus" in p.stderr

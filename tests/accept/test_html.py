@@ -22,7 +22,11 @@ class _Dom(HTMLParser):
         self.nodes.append((tag, {k: v or "" for k, v in attrs}))
 
     def find(self, tag: str, **want: str) -> list[dict[str, str]]:
-        return [a for t, a in self.nodes if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in want.items())]
+        return [
+            a
+            for t, a in self.nodes
+            if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in want.items())
+        ]
 
 
 def _artifacts() -> Path:
@@ -33,16 +37,46 @@ def _artifacts() -> Path:
 
 def _chromium(exe: str, args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-         f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=90)
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 def test_html_page_renders_burn_plots_and_scorecard(tmp_path: Path) -> None:
     exe = require("chromium")["chromium"]
     page = tmp_path / "accept.html"
-    p = subprocess.run([sys.executable, "-m", "gpuclinic", "accept", "--scenario", "overheating", "--force", "--full",
-                        "--html", str(page), "--no-store"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "accept",
+            "--scenario",
+            "overheating",
+            "--force",
+            "--full",
+            "--html",
+            str(page),
+            "--no-store",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2, p.stderr
     html = page.read_text()
     # self-contained: no scripts, no external stylesheets, images or fonts
@@ -67,7 +101,10 @@ def test_html_page_renders_burn_plots_and_scorecard(tmp_path: Path) -> None:
     assert len(dom.find("polyline")) == 4 * 8
     assert len(dom.find("line", **{"class": "ref"})) == 1  # the slowdown line on the temperature plot
     fails = dom.find("tr", data_status="fail")
-    assert {(f["data-id"], f["data-gpu"]) for f in fails} >= {("burn.temperature", "3"), ("gpu.matmul.bf16", "3")}
+    assert {(f["data-id"], f["data-gpu"]) for f in fails} >= {
+        ("burn.temperature", "3"),
+        ("gpu.matmul.bf16", "3"),
+    }
 
     shot = _artifacts() / "accept-scorecard.png"
     if shot.exists():

@@ -28,12 +28,21 @@ def test_busy_gpus_hidden_and_cpu_torch_reported(tmp_path: Path, monkeypatch: py
     # the user's "python": records the environment accept gives it, then runs Debian's torch
     seen = tmp_path / "env.txt"
     shim = tmp_path / "python"
-    shim.write_text(f'#!/bin/sh\necho "$CUDA_VISIBLE_DEVICES|$CUDA_DEVICE_ORDER" > {seen}\nexec {torch_py} "$@"\n')
+    shim.write_text(
+        f'#!/bin/sh\necho "$CUDA_VISIBLE_DEVICES|$CUDA_DEVICE_ORDER" > {seen}\nexec {torch_py} "$@"\n'
+    )
     shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     sc = run_accept(AcceptOptions(mode="quick", python=str(shim), burn_s=2, data_dir=str(tmp_path)))
-    assert seen.read_text().strip() == "GPU-00000000-aaaa-bbbb-cccc-000000000000,GPU-00000001-aaaa-bbbb-cccc-000000000001|PCI_BUS_ID"
-    assert sc.backend is not None and "cannot use CUDA here" in sc.backend and "cupy not importable" in sc.backend
+    assert (
+        seen.read_text().strip()
+        == "GPU-00000000-aaaa-bbbb-cccc-000000000000,GPU-00000001-aaaa-bbbb-cccc-000000000001|PCI_BUS_ID"
+    )
+    assert (
+        sc.backend is not None
+        and "cannot use CUDA here" in sc.backend
+        and "cupy not importable" in sc.backend
+    )
     items = {(i.id, i.gpu): i for i in sc.items}
     assert "no GPU backend: torch: RuntimeError: torch" in items[("gpu.matmul.bf16", "0")].why
     assert "GPU 2 is running other processes (pid 4244" in items[("gpu.matmul.bf16", "2")].why

@@ -43,13 +43,36 @@ def _closed_port() -> int:
 @pytest.mark.timeout(120)
 def test_reachable_and_dead_endpoints(server: str, tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{_closed_port()}/"
-    p = subprocess.run([sys.executable, "-m", "gpuclinic", "accept", "--quick", "--burn", "0", "--no-store", "--json",
-                        "--data-dir", str(tmp_path), "--net-endpoint", server + "/robots.txt",
-                        "--net-endpoint", dead], capture_output=True, text=True, timeout=100)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "accept",
+            "--quick",
+            "--burn",
+            "0",
+            "--no-store",
+            "--json",
+            "--data-dir",
+            str(tmp_path),
+            "--net-endpoint",
+            server + "/robots.txt",
+            "--net-endpoint",
+            dead,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     doc = json.loads(p.stdout)
     net = [i for i in doc["items"] if i["category"] == "network"]
     by_title = {i["title"]: i for i in net}  # both probes are "reach 127.0.0.1": told apart by status below
-    up = [i for i in net if i["id"].startswith("network.") and i["status"] == "pass" and i["id"] != "network.diagnosis"]
+    up = [
+        i
+        for i in net
+        if i["id"].startswith("network.") and i["status"] == "pass" and i["id"] != "network.diagnosis"
+    ]
     down = [i for i in net if i["status"] == "fail" and i["id"] != "network.diagnosis"]
     assert len(up) == 1 and up[0]["unit"] == "ms TTFB" and up[0]["measured"] >= 0
     assert len(down) == 1 and down[0]["measured"] == "unreachable" and "refused" in down[0]["why"].lower()

@@ -21,7 +21,9 @@ def _one(items: list[Item], iid: str, gpu: str) -> Item:
 
 
 def _h100(i: int, **kw: object) -> GpuFacts:
-    g = GpuFacts(index=i, name="NVIDIA H100 80GB HBM3", pcie_gen=5, pcie_gen_max=5, pcie_width=16, pcie_width_max=16)
+    g = GpuFacts(
+        index=i, name="NVIDIA H100 80GB HBM3", pcie_gen=5, pcie_gen_max=5, pcie_width=16, pcie_width_max=16
+    )
     for k, v in kw.items():
         setattr(g, k, v)
     return g
@@ -78,7 +80,9 @@ def test_x8_link_fails_host_device_bandwidth() -> None:
 
 
 def test_gen3_link_on_a_gen4_gpu_fails_and_a_measured_healthy_link_passes() -> None:
-    g = GpuFacts(index=0, name="NVIDIA A100-SXM4-80GB", pcie_gen=3, pcie_gen_max=4, pcie_width=16, pcie_width_max=16)
+    g = GpuFacts(
+        index=0, name="NVIDIA A100-SXM4-80GB", pcie_gen=3, pcie_gen_max=4, pcie_width=16, pcie_width_max=16
+    )
     lane4 = 16 * 128 / 130 / 8  # 1.969 GB/s -> x16 = 31.5
     items = score_pcie([g], Measurements(pcie={("0", "h2d"): 12.6, ("0", "d2h"): 26.0}))
     h2d, d2h = _one(items, "gpu.pcie.h2d", "0"), _one(items, "gpu.pcie.d2h", "0")
@@ -90,8 +94,9 @@ def test_gen3_link_on_a_gen4_gpu_fails_and_a_measured_healthy_link_passes() -> N
     assert _one(items, "gpu.pcie.d2h", "0").status == "skipped"
 
 
-@pytest.mark.parametrize(("mbs", "status"), [(150.0, "warn"), (199.9, "warn"), (200.0, "pass"), (40.0, "fail"),
-                                             (2500.0, "pass")])
+@pytest.mark.parametrize(
+    ("mbs", "status"), [(150.0, "warn"), (199.9, "warn"), (200.0, "pass"), (40.0, "fail"), (2500.0, "pass")]
+)
 def test_disk_below_200_mbs_warns(mbs: float, status: str) -> None:
     (seq, rnd) = score_disk(DiskResult(seq_mbs=mbs, rand_iops=900.0, tool="fio", note="O_DIRECT"), "/data")
     assert seq.id == "host.disk.seq" and seq.status == status and seq.expected == 200
@@ -99,8 +104,8 @@ def test_disk_below_200_mbs_warns(mbs: float, status: str) -> None:
 
 
 def test_small_shm_warns() -> None:
-    assert score_shm(64 * 2 ** 20).status == "warn"  # docker's default 64 MB
-    assert score_shm(16 * 2 ** 30).status == "pass"
+    assert score_shm(64 * 2**20).status == "warn"  # docker's default 64 MB
+    assert score_shm(16 * 2**30).status == "pass"
     assert score_shm(None).status == "skipped"
 
 
@@ -136,18 +141,36 @@ def test_overheating_gpu_stops_the_burn_after_minutes() -> None:
     mon = BurnMonitor({g.index: str(g.index) for g in gpus}, {str(g.index): g for g in gpus})
     simulate(mon, sb.sample, lambda i, s: None, 20)
     assert mon.stopped is None
-    assert _one(score_burn(list(mon.series.values()), 20, None, None, False), "burn.temperature", "3").status == "pass"
+    assert (
+        _one(score_burn(list(mon.series.values()), 20, None, None, False), "burn.temperature", "3").status
+        == "pass"
+    )
 
 
 def test_burn_finds_a_gpu_that_slows_down_late_and_hardware_slowdown() -> None:
     n = 300
-    late = BurnSeries(gpu="2", t=[float(t) for t in range(n)], sm_clock_mhz=[1980.0] * 200 + [1500.0] * 100,
-                      temperature_c=[70.0] * n, power_w=[690.0] * n,
-                      reasons=[[]] * 200 + [["hw_slowdown"]] * 100, tflops_t=[float(t) for t in range(n)],
-                      tflops=[790.0] * 200 + [600.0] * 100, slowdown_temp_c=89.0)
-    steady = BurnSeries(gpu="0", t=[float(t) for t in range(n)], sm_clock_mhz=[1980.0] * n, temperature_c=[70.0] * n,
-                        power_w=[700.0] * n, reasons=[["sw_power_cap"]] * n, tflops_t=[float(t) for t in range(n)],
-                        tflops=[790.0] * n, slowdown_temp_c=89.0)
+    late = BurnSeries(
+        gpu="2",
+        t=[float(t) for t in range(n)],
+        sm_clock_mhz=[*[1980.0] * 200, *[1500.0] * 100],
+        temperature_c=[70.0] * n,
+        power_w=[690.0] * n,
+        reasons=[[]] * 200 + [["hw_slowdown"]] * 100,
+        tflops_t=[float(t) for t in range(n)],
+        tflops=[790.0] * 200 + [600.0] * 100,
+        slowdown_temp_c=89.0,
+    )
+    steady = BurnSeries(
+        gpu="0",
+        t=[float(t) for t in range(n)],
+        sm_clock_mhz=[1980.0] * n,
+        temperature_c=[70.0] * n,
+        power_w=[700.0] * n,
+        reasons=[["sw_power_cap"]] * n,
+        tflops_t=[float(t) for t in range(n)],
+        tflops=[790.0] * n,
+        slowdown_temp_c=89.0,
+    )
     items = score_burn([steady, late], 300, None, None, False)
     # last quarter 1500 MHz vs first quarter 1980: 76% < 85%
     clocks = _one(items, "burn.clocks", "2")
@@ -159,15 +182,29 @@ def test_burn_finds_a_gpu_that_slows_down_late_and_hardware_slowdown() -> None:
     assert ok.status == "pass" and "power cap under full load is normal" in ok.why
     assert _one(items, "burn.temperature", "0").status == "pass"
     # warm but not throttling: within 5 C of slowdown warns
-    warm = BurnSeries(gpu="1", t=[0.0, 1.0, 2.0, 3.0], temperature_c=[80.0, 84.0, 85.0, 85.5], slowdown_temp_c=89.0,
-                      sm_clock_mhz=[1980.0] * 4, reasons=[[]] * 4)
+    warm = BurnSeries(
+        gpu="1",
+        t=[0.0, 1.0, 2.0, 3.0],
+        temperature_c=[80.0, 84.0, 85.0, 85.5],
+        slowdown_temp_c=89.0,
+        sm_clock_mhz=[1980.0] * 4,
+        reasons=[[]] * 4,
+    )
     assert _one(score_burn([warm], 4, None, None, False), "burn.temperature", "1").status == "warn"
     assert {i.status for i in score_burn([warm], 4, None, None, True)} == {"skipped"}  # Ctrl-C
 
 
 def test_simulated_gpu_throttles_once_it_reaches_slowdown() -> None:
-    g = _h100(0, temperature_c=95.0, slowdown_temp_c=89.0, sm_clock_mhz=1980.0, sm_clock_max_mhz=1980.0,
-              utilization_gpu_pct=100.0, power_enforced_limit_w=700.0, power_default_limit_w=700.0)
+    g = _h100(
+        0,
+        temperature_c=95.0,
+        slowdown_temp_c=89.0,
+        sm_clock_mhz=1980.0,
+        sm_clock_max_mhz=1980.0,
+        utilization_gpu_pct=100.0,
+        power_enforced_limit_w=700.0,
+        power_default_limit_w=700.0,
+    )
     sb = ScenarioBurn([g])
     (cool,) = sb.sample(30)  # 35 + 60 (1 - e^-0.5) = 58.6 C
     assert cool.temperature_c == pytest.approx(58.6, abs=0.05) and cool.sm_clock_mhz == 1980

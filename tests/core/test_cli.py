@@ -6,11 +6,19 @@ import subprocess
 import sys
 
 
-def run_cli(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, input: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True,
-                          input=input, env=e, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuclinic", *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        env=e,
+        timeout=120,
+    )
 
 
 def test_doctor_runs_without_gpu_and_says_why() -> None:

@@ -85,8 +85,18 @@ def test_single_fault_scenario_is_one_incident_with_its_root_cause(name: str) ->
 def test_incident_json_has_the_contract_fields() -> None:
     d = diagnose(load_scenario("gsp-timeout")).to_dict(include_facts=False)
     for inc in d["incidents"]:
-        assert list(inc) == ["id", "code", "severity", "family", "gpu", "title", "symptoms", "evidence", "runbook",
-                             "first_step"]
+        assert list(inc) == [
+            "id",
+            "code",
+            "severity",
+            "family",
+            "gpu",
+            "title",
+            "symptoms",
+            "evidence",
+            "runbook",
+            "first_step",
+        ]
     assert all("incident" in f for f in d["findings"])
 
 
@@ -102,46 +112,88 @@ def test_fallen_off_bus_is_one_incident_filed_as_a_gpu_fault() -> None:
     assert {"xid.79", "gpu.missing", "pcie.aer_uncorrected"} <= set(inc.symptoms)
 
 
-def _f(code: str, sev: Severity, bus: str | None = "0000:01:00.0", t: float | None = None,
-       **data: object) -> Finding:
+def _f(
+    code: str, sev: Severity, bus: str | None = "0000:01:00.0", t: float | None = None, **data: object
+) -> Finding:
     d = dict(data)
     if t is not None:
         d["first_s"] = t
-    return Finding(code=code, severity=sev, family=Family.GPU_FAULT, title=code,
-                   gpu=GpuRef(pci_bus_id=bus) if bus else None, data=d, evidence=[f"{code} line"])
+    return Finding(
+        code=code,
+        severity=sev,
+        family=Family.GPU_FAULT,
+        title=code,
+        gpu=GpuRef(pci_bus_id=bus) if bus else None,
+        data=d,
+        evidence=[f"{code} line"],
+    )
 
 
 def test_gsp_timeout_then_fall_roots_on_gsp_and_the_reverse_roots_on_the_fall() -> None:
-    first = group([_f("gpu.fallen_off_bus", Severity.CRITICAL, t=20.0), _f("gsp.error", Severity.CRITICAL, t=10.0),
-                   _f("xid.79", Severity.CRITICAL, t=20.0)])
+    first = group(
+        [
+            _f("gpu.fallen_off_bus", Severity.CRITICAL, t=20.0),
+            _f("gsp.error", Severity.CRITICAL, t=10.0),
+            _f("xid.79", Severity.CRITICAL, t=20.0),
+        ]
+    )
     assert [(i.code, sorted(i.symptoms)) for i in first] == [("gsp.error", ["gpu.fallen_off_bus", "xid.79"])]
-    later = group([_f("gpu.fallen_off_bus", Severity.CRITICAL, t=10.0), _f("gsp.error", Severity.CRITICAL, t=20.0)])
+    later = group(
+        [_f("gpu.fallen_off_bus", Severity.CRITICAL, t=10.0), _f("gsp.error", Severity.CRITICAL, t=20.0)]
+    )
     assert [(i.code, i.symptoms) for i in later] == [("gpu.fallen_off_bus", ["gsp.error"])]
 
 
 def test_other_gpus_are_not_pulled_into_an_incident() -> None:
-    incs = group([_f("gpu.fallen_off_bus", Severity.CRITICAL), _f("xid.79", Severity.CRITICAL, bus="0000:02:00.0"),
-                  _f("gpu.missing", Severity.CRITICAL, bus=None)])
+    incs = group(
+        [
+            _f("gpu.fallen_off_bus", Severity.CRITICAL),
+            _f("xid.79", Severity.CRITICAL, bus="0000:02:00.0"),
+            _f("gpu.missing", Severity.CRITICAL, bus=None),
+        ]
+    )
     assert sorted((i.code, tuple(i.symptoms)) for i in incs) == [
-        ("gpu.fallen_off_bus", ("gpu.missing",)), ("xid.79", ())]
+        ("gpu.fallen_off_bus", ("gpu.missing",)),
+        ("xid.79", ()),
+    ]
 
 
 def test_stated_cause_and_45_after_79_and_48_then_63() -> None:
     incs = group([_f("xid.45", Severity.INFO, caused_by=[79]), _f("xid.79", Severity.CRITICAL)])
     assert [(i.code, i.symptoms) for i in incs] == [("xid.79", ["xid.45"])]
-    incs = group([_f("xid.63", Severity.WARNING, t=5.0), _f("xid.48", Severity.CRITICAL, t=1.0),
-                  _f("xid.64", Severity.CRITICAL, t=6.0)])
+    incs = group(
+        [
+            _f("xid.63", Severity.WARNING, t=5.0),
+            _f("xid.48", Severity.CRITICAL, t=1.0),
+            _f("xid.64", Severity.CRITICAL, t=6.0),
+        ]
+    )
     assert [(i.code, sorted(i.symptoms)) for i in incs] == [("xid.48", ["xid.63", "xid.64"])]
-    incs = group([_f("xid.149", Severity.CRITICAL),
-                  Finding(code="xid.145", severity=Severity.WARNING, family=Family.GPU_FAULT, title="",
-                          gpu=GpuRef(pci_bus_id="0000:01:00.0"),
-                          evidence=["NVRM: Xid (PCI:0000:01:00): 145, ... caused by previous Xid 149"])])
+    incs = group(
+        [
+            _f("xid.149", Severity.CRITICAL),
+            Finding(
+                code="xid.145",
+                severity=Severity.WARNING,
+                family=Family.GPU_FAULT,
+                title="",
+                gpu=GpuRef(pci_bus_id="0000:01:00.0"),
+                evidence=["NVRM: Xid (PCI:0000:01:00): 145, ... caused by previous Xid 149"],
+            ),
+        ]
+    )
     assert [(i.code, i.symptoms) for i in incs] == [("xid.149", ["xid.145"])]
 
 
 def test_heat_symptoms_fold_into_one_heat_incident() -> None:
-    incs = group([_f("thermal.throttle", Severity.CRITICAL), _f("thermal.throttle", Severity.WARNING),
-                  _f("thermal.slowdown", Severity.CRITICAL), _f("perf.straggler", Severity.WARNING)])
+    incs = group(
+        [
+            _f("thermal.throttle", Severity.CRITICAL),
+            _f("thermal.throttle", Severity.WARNING),
+            _f("thermal.slowdown", Severity.CRITICAL),
+            _f("perf.straggler", Severity.WARNING),
+        ]
+    )
     assert len(incs) == 1 and incs[0].code == "thermal.slowdown"
     assert incs[0].severity == Severity.CRITICAL
 
@@ -167,7 +219,9 @@ def test_run_uses_the_same_xid_classes() -> None:
 def test_watch_kernel_conditions_use_the_doctor_codes_and_severities() -> None:
     from gpuclinic.watch.kernel import condition_for
 
-    gsp = condition_for(KernelEvent(kind="gsp", line="NVRM: GSP RPC timeout", pci_bus_id="0000:01:00.0"), {}, 60.0)
+    gsp = condition_for(
+        KernelEvent(kind="gsp", line="NVRM: GSP RPC timeout", pci_bus_id="0000:01:00.0"), {}, 60.0
+    )
     assert gsp is not None and (gsp.code, gsp.severity) == ("gsp.error", K.severity("gsp.error"))
     x79 = condition_for(KernelEvent(kind="xid", line="Xid 79", xid=79, pci_bus_id="0000:01:00.0"), {}, 60.0)
     assert x79 is not None and x79.severity == Severity.CRITICAL
@@ -200,6 +254,10 @@ def test_a_gpu_less_cause_takes_the_gpu_its_symptoms_share() -> None:
 
 def test_every_code_in_the_correlation_rules_is_a_known_code() -> None:
     """A rule naming a code no detector emits (a typo, a renamed code) silently never matches."""
-    unknown = [(r["cause"], c) for r in load_data("correlation.json")["rules"] for c in [r["cause"], *r["explains"]]
-               if "*" not in c and "class:" not in c and K.info(c) is None]
+    unknown = [
+        (r["cause"], c)
+        for r in load_data("correlation.json")["rules"]
+        for c in [r["cause"], *r["explains"]]
+        if "*" not in c and "class:" not in c and K.info(c) is None
+    ]
     assert unknown == []

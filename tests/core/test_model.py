@@ -24,7 +24,9 @@ def test_snapshot_roundtrip() -> None:
                               temperature_c=61.0, clock_event_reasons=["sw_power_cap"],
                               nvlinks=[NvLinkFacts(link=0, active=True, replay_errors=3)],
                               violation_ns={"power": 12}))
-    snap.kernel_events.append(KernelEvent(kind="xid", line="NVRM: Xid ...", xid=79, pci_bus_id="0000:1b:00.0"))
+    snap.kernel_events.append(
+        KernelEvent(kind="xid", line="NVRM: Xid ...", xid=79, pci_bus_id="0000:1b:00.0")
+    )
     snap.skip("the kernel log", "permission denied")
     d = json.loads(snap.to_json())
     assert d["schema"] == "gpuclinic.snapshot/1"
@@ -33,16 +35,22 @@ def test_snapshot_roundtrip() -> None:
 
 
 def test_snapshot_from_dict_tolerates_bad_shapes() -> None:
-    back = Snapshot.from_dict({"gpus": [{"index": 0, "temperature_c": "hot", "unknown_field": 1}], "hostname": 5})
+    back = Snapshot.from_dict(
+        {"gpus": [{"index": 0, "temperature_c": "hot", "unknown_field": 1}], "hostname": 5}
+    )
     assert back.gpus[0].temperature_c is None
     assert back.hostname is None
 
 
 def test_verdicts_and_ranking() -> None:
-    snap = Snapshot(gpus=[GpuFacts(index=0, pci_bus_id="0000:01:00.0"), GpuFacts(index=1, pci_bus_id="0000:02:00.0")])
+    snap = Snapshot(
+        gpus=[GpuFacts(index=0, pci_bus_id="0000:01:00.0"), GpuFacts(index=1, pci_bus_id="0000:02:00.0")]
+    )
     fs = [
         Finding("thermal.throttle", Severity.WARNING, Family.HEAT, "hot", gpu=GpuRef(index=1)),
-        Finding("xid.79", Severity.CRITICAL, Family.GPU_FAULT, "fell off", gpu=GpuRef(pci_bus_id="PCI:0000:01:00")),
+        Finding(
+            "xid.79", Severity.CRITICAL, Family.GPU_FAULT, "fell off", gpu=GpuRef(pci_bus_id="PCI:0000:01:00")
+        ),
         Finding("driver.persistence_off", Severity.INFO, Family.SOFTWARE, "info"),
     ]
     rep = build_report(snap, fs, [])
@@ -64,18 +72,48 @@ def test_info_only_is_healthy() -> None:
 
 
 def test_finding_dict_roundtrip() -> None:
-    f = Finding("pcie.aer_corrected", Severity.WARNING, Family.PCIE_POWER, "t", ["e"], "r", GpuRef(0, "0000:01:00.0"), {"n": 2})
+    f = Finding(
+        "pcie.aer_corrected",
+        Severity.WARNING,
+        Family.PCIE_POWER,
+        "t",
+        ["e"],
+        "r",
+        GpuRef(0, "0000:01:00.0"),
+        {"n": 2},
+    )
     assert Finding.from_dict(f.to_dict()) == f
 
 
 def test_same_code_same_gpu_merges_evidence() -> None:
     snap = Snapshot(gpus=[GpuFacts(index=0, pci_bus_id="0000:01:00.0")])
     fs = [
-        Finding("pcie.aer_corrected", Severity.WARNING, Family.PCIE_POWER, "from sysfs", ["aer_dev_correctable RxErr = 40"],
-                gpu=GpuRef(index=0), data={"sysfs": 40}),
-        Finding("pcie.aer_corrected", Severity.CRITICAL, Family.PCIE_POWER, "from kernel log", ["pcieport ... AER: Corrected"],
-                gpu=GpuRef(pci_bus_id="0000:01:00.0"), data={"log": 3}),
-        Finding("pcie.aer_corrected", Severity.WARNING, Family.PCIE_POWER, "other gpu", ["x"], gpu=GpuRef(pci_bus_id="0000:02:00.0")),
+        Finding(
+            "pcie.aer_corrected",
+            Severity.WARNING,
+            Family.PCIE_POWER,
+            "from sysfs",
+            ["aer_dev_correctable RxErr = 40"],
+            gpu=GpuRef(index=0),
+            data={"sysfs": 40},
+        ),
+        Finding(
+            "pcie.aer_corrected",
+            Severity.CRITICAL,
+            Family.PCIE_POWER,
+            "from kernel log",
+            ["pcieport ... AER: Corrected"],
+            gpu=GpuRef(pci_bus_id="0000:01:00.0"),
+            data={"log": 3},
+        ),
+        Finding(
+            "pcie.aer_corrected",
+            Severity.WARNING,
+            Family.PCIE_POWER,
+            "other gpu",
+            ["x"],
+            gpu=GpuRef(pci_bus_id="0000:02:00.0"),
+        ),
     ]
     rep = build_report(snap, fs, [])
     codes = [(f.code, f.gpu.pci_bus_id if f.gpu else None) for f in rep.findings]

@@ -21,8 +21,13 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "gpuclinic", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_every_code_has_one_runbook_with_steps_evidence_and_verification() -> None:
@@ -57,13 +62,23 @@ def test_xid_codes_resolve_to_their_class_runbook_and_fill_in_the_gpu() -> None:
 
 def test_runbook_command() -> None:
     r = _cli("runbook", "memory.row_remap_failed", "--gpu", "7")
-    assert r.returncode == 0 and "Who acts: RMA" in r.stdout and "-i 7" in r.stdout and "Verify the fix" in r.stdout
+    assert (
+        r.returncode == 0
+        and "Who acts: RMA" in r.stdout
+        and "-i 7" in r.stdout
+        and "Verify the fix" in r.stdout
+    )
     md = _cli("runbook", "xid.79", "--markdown")
     assert md.returncode == 0 and md.stdout.startswith("# Xid that needs a node reboot (xid.79)")
     lst = _cli("runbook", "--list")
     assert lst.returncode == 0 and len(lst.stdout.splitlines()) == len(all_runbooks())
     bad = _cli("runbook", "no.such_code")
-    assert bad.returncode == 64 and bad.stdout == "" and "no runbook" in bad.stderr and "Traceback" not in bad.stderr
+    assert (
+        bad.returncode == 64
+        and bad.stdout == ""
+        and "no runbook" in bad.stderr
+        and "Traceback" not in bad.stderr
+    )
 
 
 def test_code_table_in_the_docs_is_current() -> None:

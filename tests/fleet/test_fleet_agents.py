@@ -27,14 +27,22 @@ def test_agents_mode(agents: dict[str, Agent], tmp_path: Path) -> None:
     listing.write_text(f"# fleet\n{agents['ok'].addr}\n\n{dead}\n")
     args = ["--agents", agents["fob"].addr, "--agents-file", str(listing), "--timeout", "2"]
     # incident ages are on the agent's clock (10x simulated time here): they must grow
-    rc, d = wait_fleet(args, lambda d: any(n["verdict"] == "drain" and any((i["age_s"] or 0) > 20 for i in n["incidents"])
-                                           for n in d["nodes"]), timeout=60)
+    rc, d = wait_fleet(
+        args,
+        lambda d: any(
+            n["verdict"] == "drain" and any((i["age_s"] or 0) > 20 for i in n["incidents"])
+            for n in d["nodes"]
+        ),
+        timeout=60,
+    )
     assert rc == 2 and len(d["nodes"]) == 3
     first, second, third = d["nodes"]
     assert first["verdict"] == "drain" and first["address"] == agents["fob"].addr
     assert any(i["code"] == "gpu.fallen_off_bus" and i["gpu"] == 4 for i in first["incidents"])
     assert (first["gpus_seen"], first["gpus_expected"]) == (7, 8)
-    assert second["verdict"] == "unreachable" and second["address"] == dead and "ConnectError" in second["error"]
+    assert (
+        second["verdict"] == "unreachable" and second["address"] == dead and "ConnectError" in second["error"]
+    )
     assert third["verdict"] == "healthy" and third["incidents"] == []
     assert by_node(d)[third["node"]]["idle_gpu_hours"] is None  # needs history: only through Prometheus
 
@@ -44,24 +52,45 @@ def test_markdown_and_table(agents: dict[str, Agent]) -> None:
 
     time.sleep(2)
     for fmt, marker in (("--markdown", "| node | verdict |"), (None, "gpuclinic fleet")):
-        cmd = [sys.executable, "-m", "gpuclinic", "fleet", "--agents", f"{agents['ok'].addr},{agents['fob'].addr}"]
-        p = subprocess.run(cmd + ([fmt] if fmt else []), capture_output=True, text=True, timeout=60, check=False,
-                           env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
+        cmd = [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "fleet",
+            "--agents",
+            f"{agents['ok'].addr},{agents['fob'].addr}",
+        ]
+        p = subprocess.run(
+            cmd + ([fmt] if fmt else []),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+        )
         assert marker in p.stdout, p.stdout + p.stderr
         assert "2 nodes:" in p.stdout
 
 
-@pytest.mark.parametrize(("args", "msg"), [
-    ([], "give either --prometheus URL or --agents"),
-    (["--agents", "nohost"], "expected HOST:PORT"),
-    (["--prometheus", "127.0.0.1:9090"], "expected an http(s) URL"),
-    (["--prometheus", "http://127.0.0.1:1", "--window", "10s"], "--window: at least 1m"),
-    (["--prometheus", "http://127.0.0.1:1", "--window", "soon"], "bad --window 'soon'"),
-    (["--prometheus", "http://127.0.0.1:1", "--bearer-token-file", "/nonexistent/token"], "cannot read"),
-])
+@pytest.mark.parametrize(
+    ("args", "msg"),
+    [
+        ([], "give either --prometheus URL or --agents"),
+        (["--agents", "nohost"], "expected HOST:PORT"),
+        (["--prometheus", "127.0.0.1:9090"], "expected an http(s) URL"),
+        (["--prometheus", "http://127.0.0.1:1", "--window", "10s"], "--window: at least 1m"),
+        (["--prometheus", "http://127.0.0.1:1", "--window", "soon"], "bad --window 'soon'"),
+        (["--prometheus", "http://127.0.0.1:1", "--bearer-token-file", "/nonexistent/token"], "cannot read"),
+    ],
+)
 def test_bad_input_is_one_line_exit_64(args: list[str], msg: str) -> None:
-    p = subprocess.run([sys.executable, "-m", "gpuclinic", "fleet", *args], capture_output=True, text=True,
-                       timeout=60, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "fleet", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 64 and msg in p.stderr and p.stderr.count("\n") == 1, p.stderr
 
 
@@ -83,7 +112,11 @@ def test_room_from_an_agents_metrics() -> None:
             yield fan
             ok = GaugeMetricFamily("gpuclinic_room_psu_ok", "", labels=["psu"])
             present = GaugeMetricFamily("gpuclinic_room_psu_present", "", labels=["psu"])
-            for name, o, p in (("PSU1", 1, 1), ("PSU2", 0, 1), ("PSU3", 0, 0)):  # PSU3: empty bay, not a fault
+            for name, o, p in (
+                ("PSU1", 1, 1),
+                ("PSU2", 0, 1),
+                ("PSU3", 0, 0),
+            ):  # PSU3: empty bay, not a fault
                 ok.add_metric([name], o)
                 present.add_metric([name], p)
             yield ok

@@ -26,9 +26,18 @@ def test_amtool_accepts_the_alertmanager_example() -> None:
 def test_routes_by_severity() -> None:
     amtool = require("amtool")["amtool"]
     for sev, receiver in (("critical", "gpu-oncall"), ("warning", "gpu-team"), ("info", "blackhole")):
-        p = _run(amtool, "config", "routes", "test", f"--config.file={DEPLOY / 'alertmanager.yml'}",
-                 f"--verify.receivers={receiver}", "alertname=GpuclinicGpuFallenOffBus", f"severity={sev}", "node=gpu-07",
-                 "code=gpu.fallen_off_bus")
+        p = _run(
+            amtool,
+            "config",
+            "routes",
+            "test",
+            f"--config.file={DEPLOY / 'alertmanager.yml'}",
+            f"--verify.receivers={receiver}",
+            "alertname=GpuclinicGpuFallenOffBus",
+            f"severity={sev}",
+            "node=gpu-07",
+            "code=gpu.fallen_off_bus",
+        )
         assert p.returncode == 0 and p.stdout.strip() == receiver, (sev, p.stdout, p.stderr)
 
 
@@ -41,8 +50,11 @@ def test_groups_by_node_and_incident(tmp_path: Path) -> None:
     assert all("group_by" not in r for r in cfg["route"]["routes"])  # children inherit it
     amtool = require("amtool")["amtool"]
     broken = tmp_path / "am.yml"
-    broken.write_text((DEPLOY / "alertmanager.yml").read_text().replace("receiver: gpu-team\n  group_by",
-                                                                        "receiver: nobody\n  group_by"))
+    broken.write_text(
+        (DEPLOY / "alertmanager.yml")
+        .read_text()
+        .replace("receiver: gpu-team\n  group_by", "receiver: nobody\n  group_by")
+    )
     p = _run(amtool, "check-config", str(broken))
     assert p.returncode != 0 and "nobody" in (p.stdout + p.stderr)
 
@@ -65,9 +77,17 @@ def test_fleet_rules_load_with_the_agents_incident_rules(tmp_path: Path) -> None
     agent_rules = Path(str(resources.files("gpuclinic.watch").joinpath("deploy"))) / "gpuclinic-rules.yml"
     p = _run(promtool, "check", "rules", str(agent_rules), str(DEPLOY / "gpuclinic-fleet-rules.yml"))
     assert p.returncode == 0, p.stdout + p.stderr
-    names = [r["alert"] for f in (agent_rules, DEPLOY / "gpuclinic-fleet-rules.yml")
-             for g in yaml.safe_load(f.read_text())["groups"] for r in g["rules"] if "alert" in r]
+    names = [
+        r["alert"]
+        for f in (agent_rules, DEPLOY / "gpuclinic-fleet-rules.yml")
+        for g in yaml.safe_load(f.read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    ]
     assert len(names) == len(set(names))
-    fleet_exprs = [r["expr"] for g in yaml.safe_load((DEPLOY / "gpuclinic-fleet-rules.yml").read_text())["groups"]
-                   for r in g["rules"]]
+    fleet_exprs = [
+        r["expr"]
+        for g in yaml.safe_load((DEPLOY / "gpuclinic-fleet-rules.yml").read_text())["groups"]
+        for r in g["rules"]
+    ]
     assert not any("gpuclinic_incident_open" in e for e in fleet_exprs)  # the agent's rules own incidents

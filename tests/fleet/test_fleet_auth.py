@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,9 +30,11 @@ def test_basic_auth(tmp_path: Path) -> None:
     bad.write_text("fleet:wrong-password\n")
     try:
         deadline = time.monotonic() + 30
-        rc, d, err = 3, {}, ""
+        rc, d, err = 3, dict[str, Any](), ""
         while time.monotonic() < deadline:
-            rc, d, err = fleet_json("--prometheus", prom.url, "--basic-auth-file", str(good), "--window", "1h")
+            rc, d, err = fleet_json(
+                "--prometheus", prom.url, "--basic-auth-file", str(good), "--window", "1h"
+            )
             if d:
                 break
             time.sleep(0.5)

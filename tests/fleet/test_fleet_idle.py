@@ -1,4 +1,5 @@
-"""The agent's idle-seconds counter: time below the idle line between samples, gaps and lost GPUs not counted."""
+"""The agent's idle-seconds counter: time below the idle line between samples, gaps and lost GPUs
+not counted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The agent exports the run ledger for the fleet view, promtool-clean; an agent without a ledger exports none."""
+"""The agent exports the run ledger for the fleet view, promtool-clean; an agent without a ledger exports
+none."""
 
 from __future__ import annotations
 
@@ -25,9 +26,21 @@ def _ledger(db: Path, lost_after_s: float = 1800) -> None:
     rid = led.start_run(started_at=now - 3600, host="h", command=["train.py"], cwd="/", gpus=[], log_path="-")
     led.attempt_started(rid, 1, now - 3600)
     for cls in ("gpu_hardware", "planned"):
-        led.add_interruption(rid, attempt=1, attempt_started_at=now - 3600, at=now - lost_after_s, cls=cls,
-                             summary=cls, evidence=[], gpu=None, exit_code=1, signal=None, action="restart",
-                             last_checkpoint_at=now - lost_after_s - 600, checkpoint=None)
+        led.add_interruption(
+            rid,
+            attempt=1,
+            attempt_started_at=now - 3600,
+            at=now - lost_after_s,
+            cls=cls,
+            summary=cls,
+            evidence=[],
+            gpu=None,
+            exit_code=1,
+            signal=None,
+            action="restart",
+            last_checkpoint_at=now - lost_after_s - 600,
+            checkpoint=None,
+        )
     led.finish_run(rid, ended_at=now, status="completed", exit_code=0)
     led.conn.close()
 
@@ -43,7 +56,9 @@ def test_collector(tmp_path: Path) -> None:
     empty = tmp_path / "watch-only.db"
     connect(empty).execute("CREATE TABLE samples (x)")
     assert _scrape(empty) == ""
-    assert not {"runs"} & {r[0] for r in connect(empty).execute("SELECT name FROM sqlite_master")}  # not created
+    assert not {"runs"} & {
+        r[0] for r in connect(empty).execute("SELECT name FROM sqlite_master")
+    }  # not created
     db = tmp_path / "g.db"
     _ledger(db)
     text = _scrape(db)
@@ -61,8 +76,9 @@ def test_agent_metrics_are_promtool_clean(tmp_path: Path) -> None:
     try:
         text = ""
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not ("gpuclinic_run_goodput_ratio" in text
-                                                   and "gpuclinic_gpus 8.0" in text):  # after the first sample
+        while time.monotonic() < deadline and not (
+            "gpuclinic_run_goodput_ratio" in text and "gpuclinic_gpus 8.0" in text
+        ):  # after the first sample
             try:
                 text = httpx.get(f"http://{a.addr}/metrics", timeout=2, trust_env=False).text
             except httpx.HTTPError:
@@ -72,6 +88,12 @@ def test_agent_metrics_are_promtool_clean(tmp_path: Path) -> None:
         a.stop()
     assert "gpuclinic_run_goodput_ratio" in text and "gpuclinic_gpus 8.0" in text
     ledger_part = "\n".join(ln for ln in text.splitlines() if "gpuclinic_run_" in ln) + "\n"
-    p = subprocess.run([promtool, "check", "metrics"], input=ledger_part, capture_output=True, text=True, timeout=30,
-                       check=False)
+    p = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=ledger_part,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert p.returncode == 0 and p.stdout.strip() == "" and p.stderr.strip() == "", p.stdout + p.stderr

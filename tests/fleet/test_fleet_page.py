@@ -76,11 +76,29 @@ def test_fleet_page_in_a_browser(pair: tuple[Agent, Agent, str], tmp_path: Path)
     require("chromium")
     chromium = next(p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p)
     me, _peer, _dead = pair
-    _fleet(me, lambda d: d["nodes"][0]["verdict"] == "drain" and d["nodes"][2]["verdict"] == "healthy", timeout=60)
-    p = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                        "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chrome'}",
-                        "--virtual-time-budget=5000", "--dump-dom", f"http://{me.addr}/fleet"],
-                       capture_output=True, text=True, timeout=90, check=False)
+    _fleet(
+        me,
+        lambda d: d["nodes"][0]["verdict"] == "drain" and d["nodes"][2]["verdict"] == "healthy",
+        timeout=60,
+    )
+    p = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp_path / 'chrome'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            f"http://{me.addr}/fleet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
     dom = _Rows()
     dom.feed(p.stdout)
     assert dom.ready, p.stdout[-2000:] + p.stderr[-2000:]

@@ -14,13 +14,16 @@ def _fleet() -> Fleet:
     node = NodeView(node="gpu-node-07", verdict="drain", gpus_seen=7, gpus_expected=8,
                     incidents=[FleetIncident("gpu.fallen_off_bus", "critical", "2", 39.0),
                                FleetIncident("thermal.slowdown", "critical", "0", 46.0)])
-    down = NodeView(node="gpu-node-11", verdict="unreachable", error="ConnectError: [Errno 111] Connection refused")
+    down = NodeView(
+        node="gpu-node-11", verdict="unreachable", error="ConnectError: [Errno 111] Connection refused"
+    )
     return Fleet(source="2 agents", window_s=86400, nodes=[node, down], generated_at=time.time())
 
 
 @pytest.mark.parametrize("no_color", [None, "1"])
-def test_piped_fleet_table_is_plain_one_line_per_node(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-                                                      no_color: str | None) -> None:
+def test_piped_fleet_table_is_plain_one_line_per_node(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, no_color: str | None
+) -> None:
     monkeypatch.delenv("NO_COLOR", raising=False)
     monkeypatch.setenv("COLUMNS", "80")
     if no_color:
@@ -40,8 +43,22 @@ def test_password_in_the_prometheus_url_is_never_printed() -> None:
     import sys
 
     for fmt in ([], ["--json"]):
-        r = subprocess.run([sys.executable, "-m", "gpuclinic", "fleet", "--prometheus",
-                            "http://ops:pr0m-Secret@127.0.0.1:9", "--timeout", "1", *fmt],
-                           capture_output=True, text=True, timeout=60, check=False)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuclinic",
+                "fleet",
+                "--prometheus",
+                "http://ops:pr0m-Secret@127.0.0.1:9",
+                "--timeout",
+                "1",
+                *fmt,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert r.returncode == 3, r.stderr
         assert "pr0m-Secret" not in r.stdout + r.stderr and "127.0.0.1:9" in r.stderr

@@ -37,12 +37,20 @@ def test_order_and_verdicts(synthetic: dict[str, Any]) -> None:
     warn = [n["node"] for n in d["nodes"][2:6]]
     assert sorted(warn) == ["n0024", "n0049", "n0074", "n0099"] and all(
         synthetic["nodes"][w]["verdict"] == "warning" for w in warn)
-    assert d["summary"]["by_verdict"] == {"healthy": 94, "warning": 4, "drain": 1, "unreachable": 1, "unknown": 0}
+    assert d["summary"]["by_verdict"] == {
+        "healthy": 94,
+        "warning": 4,
+        "drain": 1,
+        "unreachable": 1,
+        "unknown": 0,
+    }
 
 
 def test_drain_node(synthetic: dict[str, Any]) -> None:
     n = synthetic["nodes"]["n0000"]
-    assert [(i["code"], i["gpu"], i["severity"]) for i in n["incidents"]] == [("gpu.fallen_off_bus", 4, "critical")]
+    assert [(i["code"], i["gpu"], i["severity"]) for i in n["incidents"]] == [
+        ("gpu.fallen_off_bus", 4, "critical")
+    ]
     assert 1700 <= n["incidents"][0]["age_s"] <= 1900  # opened 30 minutes before the end of the data
     assert (n["gpus_seen"], n["gpus_expected"]) == (7, 8)
 
@@ -58,7 +66,12 @@ def test_trends(synthetic: dict[str, Any]) -> None:
     assert t["throttle_s"] == pytest.approx(180, rel=0.1)
     assert t["remapped_rows"] == pytest.approx(1, rel=0.15)
     assert t["xids_per_day"] == pytest.approx(24, rel=0.15)  # one XID in the hour
-    assert synthetic["nodes"]["n0024"]["degrading"] == ["ecc_corrected", "remapped_rows", "throttle_s", "xids_per_day"]
+    assert synthetic["nodes"]["n0024"]["degrading"] == [
+        "ecc_corrected",
+        "remapped_rows",
+        "throttle_s",
+        "xids_per_day",
+    ]
     calm = synthetic["nodes"]["n0001"]
     assert calm["degrading"] == [] and calm["trends"]["ecc_corrected"] == 0
 

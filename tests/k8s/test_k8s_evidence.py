@@ -64,8 +64,11 @@ def test_fenced_gpu_and_mps() -> None:
 
 
 def test_labels_and_mig() -> None:
-    fs = node_findings(node(8, 8, {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "2"}),
-                       None, 4)
+    fs = node_findings(
+        node(8, 8, {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "2"}),
+        None,
+        4,
+    )
     assert codes(fs) == ["k8s.gpu_time_sliced"]
     fs = node_findings(node(28, 28, {"nvidia.com/mig.strategy": "single"}), None, 4)
     assert codes(fs) == ["k8s.mig_strategy"]  # MIG devices are counted, not GPUs: no count check
@@ -75,9 +78,26 @@ def test_labels_and_mig() -> None:
 def test_cli_evidence_json(tmp_path: Path) -> None:
     (tmp_path / "node.json").write_text(json.dumps(node(8, 7)))
     (tmp_path / "cm.yaml").write_text(OPERATOR_CM)
-    p = subprocess.run([sys.executable, "-m", "gpuclinic", "k8s", "evidence", "--scenario", "healthy-8xh100-load",
-                        "--node-json", str(tmp_path / "node.json"), "--device-plugin-config", str(tmp_path / "cm.yaml"),
-                        "--json"], capture_output=True, text=True, timeout=60, check=False)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "k8s",
+            "evidence",
+            "--scenario",
+            "healthy-8xh100-load",
+            "--node-json",
+            str(tmp_path / "node.json"),
+            "--device-plugin-config",
+            str(tmp_path / "cm.yaml"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     d = json.loads(p.stdout)
     got = {f["code"] for f in d["findings"]}
     # 8 offered with 4 replicas per GPU but 8 GPUs seen (32 expected), and one withheld
@@ -87,6 +107,11 @@ def test_cli_evidence_json(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [["--node-json", "/nonexistent.json"], []])
 def test_cli_evidence_bad_input(args: list[str]) -> None:
-    p = subprocess.run([sys.executable, "-m", "gpuclinic", "k8s", "evidence", "--scenario", "healthy-8xh100-load",
-                        *args], capture_output=True, text=True, timeout=60, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "k8s", "evidence", "--scenario", "healthy-8xh100-load", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 64 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr

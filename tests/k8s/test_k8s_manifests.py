@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any, cast
 
 import kubernetes_validate
 import pytest
@@ -51,8 +52,8 @@ def test_rbac_is_minimal() -> None:
     assert sorted(rules) == [(["nodes"], ["patch"]), (["nodes/status"], ["get", "patch"])]
 
 
-def _npd() -> dict:  # type: ignore[type-arg]
-    return json.loads((DEPLOY[0] / "npd-gpuclinic.json").read_text())
+def _npd() -> dict[str, Any]:
+    return cast(dict[str, Any], json.loads((DEPLOY[0] / "npd-gpuclinic.json").read_text()))
 
 
 def test_npd_config_follows_npd_validation() -> None:
@@ -69,7 +70,8 @@ def test_npd_config_follows_npd_validation() -> None:
         assert r["type"] in ("temporary", "permanent")
         if r["type"] == "permanent":
             assert r["condition"] in cond_types
-        assert parse_duration(r["timeout"], what="t") <= glob  # a rule timeout above the global one is invalid
+        # a rule timeout above the global one is invalid
+        assert parse_duration(r["timeout"], what="t") <= glob
         assert r["args"] == ["k8s", "npd"]
     from gpuclinic.knowledge import load_data
 

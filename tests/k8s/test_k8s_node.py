@@ -36,7 +36,9 @@ def test_condition_patch_and_transition_time() -> None:
                                                                   BAD.message)
     old = [{"type": "GPUProblem", "status": "True", "lastTransitionTime": "2025-12-31T00:00:00Z"}]
     again = condition_patch(BAD, old, now="2026-01-01T00:05:00Z")["status"]["conditions"][0]
-    assert again["lastTransitionTime"] == "2025-12-31T00:00:00Z" and again["lastHeartbeatTime"].endswith("05:00Z")
+    assert again["lastTransitionTime"] == "2025-12-31T00:00:00Z" and again["lastHeartbeatTime"].endswith(
+        "05:00Z"
+    )
     cleared = condition_patch(OK, old, now="2026-01-01T00:10:00Z")["status"]["conditions"][0]
     assert cleared["status"] == "False" and cleared["lastTransitionTime"] == "2026-01-01T00:10:00Z"
     assert condition_patch(UNKNOWN)["status"]["conditions"][0]["status"] == "Unknown"
@@ -61,18 +63,31 @@ class ApiServer:
     def __init__(self, taints: list[dict[str, Any]]) -> None:
         self.requests: list[tuple[str, str, str, Any]] = []
         self.node: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Node",
+            "apiVersion": "v1",
+            "kind": "Node",
             "metadata": {"name": "gpu-node-1", "resourceVersion": "4711"},
             "spec": {"taints": taints},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-                       "capacity": {"nvidia.com/gpu": "32"}, "allocatable": {"nvidia.com/gpu": "28"}},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ],
+                "capacity": {"nvidia.com/gpu": "32"},
+                "allocatable": {"nvidia.com/gpu": "28"},
+            },
         }
         self.config_map: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "ConfigMap",
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
             "metadata": {"name": "time-slicing-config-all", "namespace": "gpu-operator"},
-            "data": {"any": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
-                            "    - name: nvidia.com/gpu\n      replicas: 4\n"},
+            "data": {
+                "any": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+                "    - name: nvidia.com/gpu\n      replicas: 4\n"
+            },
         }
         srv = self
 
@@ -92,7 +107,9 @@ class ApiServer:
                 srv.requests.append(("GET", self.path, "", None))
                 if self.path.startswith("/api/v1/nodes/gpu-node-1"):
                     self._reply(200, srv.node)
-                elif self.path.startswith("/api/v1/namespaces/gpu-operator/configmaps/time-slicing-config-all"):
+                elif self.path.startswith(
+                    "/api/v1/namespaces/gpu-operator/configmaps/time-slicing-config-all"
+                ):
                     self._reply(200, srv.config_map)
                 else:
                     self._reply(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
@@ -108,12 +125,18 @@ class ApiServer:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def kubeconfig(self, path: Path) -> str:
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "t",
-            "clusters": [{"name": "t", "cluster": {"server": self.url}}],
-            "users": [{"name": "t", "user": {"token": "test-token-not-secret"}}],
-            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "t",
+                    "clusters": [{"name": "t", "cluster": {"server": self.url}}],
+                    "users": [{"name": "t", "user": {"token": "test-token-not-secret"}}],
+                    "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+                }
+            )
+        )
         return str(path)
 
 
@@ -128,18 +151,25 @@ def api() -> Iterator[ApiServer]:
 def test_client_patches_status_and_taints(api: ApiServer, tmp_path: Path) -> None:
     done = apply("gpu-node-1", BAD, taint=True, kubeconfig=api.kubeconfig(tmp_path / "kc"))
     patches = [r for r in api.requests if r[0] == "PATCH"]
-    assert [r[1].split("?")[0] for r in patches] == ["/api/v1/nodes/gpu-node-1/status", "/api/v1/nodes/gpu-node-1"]
+    assert [r[1].split("?")[0] for r in patches] == [
+        "/api/v1/nodes/gpu-node-1/status",
+        "/api/v1/nodes/gpu-node-1",
+    ]
     assert all(r[2] == "application/strategic-merge-patch+json" for r in patches), patches
     assert patches[0][3] == done.condition
     assert patches[1][3]["metadata"] == {"resourceVersion": "4711"}
-    assert patches[1][3]["spec"]["taints"] == [ADMIN, {"key": "gpuclinic.io/gpu-problem",
-                                                       "value": "gpu.fallen_off_bus", "effect": "NoSchedule"}]
+    assert patches[1][3]["spec"]["taints"] == [
+        ADMIN,
+        {"key": "gpuclinic.io/gpu-problem", "value": "gpu.fallen_off_bus", "effect": "NoSchedule"},
+    ]
     assert api.requests[0][:2] == ("GET", "/api/v1/nodes/gpu-node-1/status")
 
 
 def test_client_without_taint_flag_never_touches_the_spec(api: ApiServer, tmp_path: Path) -> None:
     apply("gpu-node-1", BAD, taint=False, kubeconfig=api.kubeconfig(tmp_path / "kc"))
-    assert [r[1].split("?")[0] for r in api.requests if r[0] == "PATCH"] == ["/api/v1/nodes/gpu-node-1/status"]
+    assert [r[1].split("?")[0] for r in api.requests if r[0] == "PATCH"] == [
+        "/api/v1/nodes/gpu-node-1/status"
+    ]
 
 
 def test_unknown_node_is_one_line_error(api: ApiServer, tmp_path: Path) -> None:
@@ -148,8 +178,13 @@ def test_unknown_node_is_one_line_error(api: ApiServer, tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuclinic", "k8s", "condition", *args], capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "k8s", "condition", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_cli_dry_run_client_contacts_nothing() -> None:
@@ -163,8 +198,15 @@ def test_cli_dry_run_client_contacts_nothing() -> None:
 def test_cli_healthy_node_untaints_only_ours(api: ApiServer, tmp_path: Path) -> None:
     mine = {"key": "gpuclinic.io/gpu-problem", "value": "gpu.fallen_off_bus", "effect": "NoSchedule"}
     api.node["spec"]["taints"] = [ADMIN, mine]
-    p = _cli("--scenario", "healthy-8xh100-load", "--taint", "--node", "gpu-node-1",
-             "--kubeconfig", api.kubeconfig(tmp_path / "kc"))
+    p = _cli(
+        "--scenario",
+        "healthy-8xh100-load",
+        "--taint",
+        "--node",
+        "gpu-node-1",
+        "--kubeconfig",
+        api.kubeconfig(tmp_path / "kc"),
+    )
     assert p.returncode == 0, p.stderr
     patches = [r for r in api.requests if r[0] == "PATCH"]
     assert patches[0][3]["status"]["conditions"][0]["status"] == "False"
@@ -173,14 +215,34 @@ def test_cli_healthy_node_untaints_only_ours(api: ApiServer, tmp_path: Path) -> 
 
 
 def test_evidence_reads_node_and_configmap_from_the_api(api: ApiServer, tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "gpuclinic", "k8s", "evidence", "--scenario", "healthy-8xh100-load",
-                        "--node", "gpu-node-1", "--config-map", "gpu-operator/time-slicing-config-all",
-                        "--kubeconfig", api.kubeconfig(tmp_path / "kc"), "--json"],
-                       capture_output=True, text=True, timeout=60, check=False)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "k8s",
+            "evidence",
+            "--scenario",
+            "healthy-8xh100-load",
+            "--node",
+            "gpu-node-1",
+            "--config-map",
+            "gpu-operator/time-slicing-config-all",
+            "--kubeconfig",
+            api.kubeconfig(tmp_path / "kc"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     d = json.loads(p.stdout)
     got = {f["code"]: f for f in d["findings"] if f["code"].startswith("k8s.")}
     # 8 GPUs x 4 replicas = 32 offered (consistent), 4 withheld by the plugin
     assert set(got) == {"k8s.gpu_fenced", "k8s.gpu_time_sliced"}, got
     assert "withholds 4 of 32" in got["k8s.gpu_fenced"]["title"] and p.returncode == 2
     assert [r[1].split("?")[0] for r in api.requests] == [
-        "/api/v1/nodes/gpu-node-1", "/api/v1/namespaces/gpu-operator/configmaps/time-slicing-config-all"]
+        "/api/v1/nodes/gpu-node-1",
+        "/api/v1/namespaces/gpu-operator/configmaps/time-slicing-config-all",
+    ]

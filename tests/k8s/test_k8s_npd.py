@@ -12,16 +12,25 @@ from gpuclinic.k8s.npd import cut, plugin_result
 
 
 def npd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuclinic", "k8s", "npd", *args], capture_output=True, text=True,
-                          timeout=60, check=False, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "k8s", "npd", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
 
 
-@pytest.mark.parametrize(("scenario", "rc", "msg"), [
-    ("fallen-off-bus", 1, "drain: gpu.fallen_off_bus GPU 4"),
-    ("overheating", 1, "drain: thermal.slowdown GPU 3"),
-    ("straggler", 0, "warning: perf.straggler GPU 6 (+1 more)"),
-    ("healthy-8xh100-load", 0, "healthy: 8 GPUs"),
-])
+@pytest.mark.parametrize(
+    ("scenario", "rc", "msg"),
+    [
+        ("fallen-off-bus", 1, "drain: gpu.fallen_off_bus GPU 4"),
+        ("overheating", 1, "drain: thermal.slowdown GPU 3"),
+        ("straggler", 0, "warning: perf.straggler GPU 6 (+1 more)"),
+        ("healthy-8xh100-load", 0, "healthy: 8 GPUs"),
+    ],
+)
 def test_exit_and_message(scenario: str, rc: int, msg: str) -> None:
     p = npd("--scenario", scenario)
     assert (p.returncode, p.stdout) == (rc, msg + "\n"), p.stderr

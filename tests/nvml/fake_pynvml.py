@@ -30,8 +30,12 @@ def err(code: int) -> pynvml.NVMLError:
 
 def _fv(field_id: int, value: int | float | None, ret: int = 0) -> SimpleNamespace:
     if isinstance(value, float):
-        return SimpleNamespace(fieldId=field_id, nvmlReturn=ret, valueType=0, value=SimpleNamespace(dVal=value))
-    return SimpleNamespace(fieldId=field_id, nvmlReturn=ret, valueType=1, value=SimpleNamespace(uiVal=value or 0))
+        return SimpleNamespace(
+            fieldId=field_id, nvmlReturn=ret, valueType=0, value=SimpleNamespace(dVal=value)
+        )
+    return SimpleNamespace(
+        fieldId=field_id, nvmlReturn=ret, valueType=1, value=SimpleNamespace(uiVal=value or 0)
+    )
 
 
 def h100_values(i: int) -> dict[str, Any]:
@@ -68,7 +72,9 @@ def h100_values(i: int) -> dict[str, Any]:
         "nvmlDeviceGetViolationStatus": {p: 0 for p in (0, 1, 2, 3, 4, 5, 10, 11)},
         "nvmlDeviceGetPerformanceState": 0,
         "nvmlDeviceGetUtilizationRates": SimpleNamespace(gpu=98, memory=61),
-        "nvmlDeviceGetMemoryInfo": SimpleNamespace(total=85_520_809_984, used=74_000_000_000, free=11_520_809_984),
+        "nvmlDeviceGetMemoryInfo": SimpleNamespace(
+            total=85_520_809_984, used=74_000_000_000, free=11_520_809_984
+        ),
         "nvmlDeviceGetTotalEccErrors": {(0, 0): 0, (1, 0): 0, (0, 1): 0, (1, 1): 0},
         "nvmlDeviceGetRemappedRows": (0, 0, 0, 0),
         "nvmlDeviceGetRetiredPages": err(pynvml.NVML_ERROR_NOT_SUPPORTED),
@@ -111,18 +117,67 @@ class FakeHandle:
 
 # Functions the fake answers from the per-GPU table: name -> how the arguments select a value.
 _KEYED_BY_FIRST_ARG = {
-    "nvmlDeviceGetTemperatureThreshold", "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetClockInfo",
-    "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetTemperatureThreshold",
+    "nvmlDeviceGetMaxClockInfo",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetPcieThroughput",
+    "nvmlDeviceGetNvLinkState",
 }
 _DEVICE_FUNCS = [k for k in h100_values(0)]
+
+
+def _shape(fname: str, v: Any, args: tuple[Any, ...]) -> Any:
+    """The configured value ``v`` as the real binding returns it for ``fname`` and ``args``."""
+    if fname == "nvmlDeviceGetFieldValues":
+        ids = args[0]
+        out = []
+        for fid in ids:
+            x = v.get(fid, err(pynvml.NVML_ERROR_NOT_SUPPORTED)) if isinstance(v, dict) else v
+            if isinstance(x, BaseException):
+                out.append(_fv(fid, None, ret=int(getattr(x, "value", 3))))
+            else:
+                out.append(_fv(fid, x))
+        return out
+    if fname == "nvmlDeviceGetViolationStatus":
+        ns = v[args[0]] if isinstance(v, dict) else v
+        if isinstance(ns, BaseException):
+            raise ns
+        return SimpleNamespace(referenceTime=10**12, violationTime=ns)
+    if fname == "nvmlDeviceGetTotalEccErrors":
+        x = v[(args[0], args[1])] if isinstance(v, dict) else v
+        if isinstance(x, BaseException):
+            raise x
+        return x
+    if fname == "nvmlDeviceGetRetiredPages":
+        x = v[args[0]] if isinstance(v, dict) else v
+        if isinstance(x, BaseException):
+            raise x
+        return [0x1000 * k for k in range(x)]
+    if fname in _KEYED_BY_FIRST_ARG and isinstance(v, dict):
+        if args[0] not in v:
+            raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        x = v[args[0]]
+        if isinstance(x, BaseException):
+            raise x
+        return x
+    return v
+
 
 
 class FakeNvml:
     """The whole library: init behaviour, device count, GPUs, versions, missing functions."""
 
-    def __init__(self, gpus: Iterable[FakeGpu] | int = 8, *, init_error: int | None = None,
-                 init_hang: bool = False, missing: Iterable[str] = (), driver: str = "550.54.15",
-                 cuda: int = 12040, count_error: int | None = None) -> None:
+    def __init__(
+        self,
+        gpus: Iterable[FakeGpu] | int = 8,
+        *,
+        init_error: int | None = None,
+        init_hang: bool = False,
+        missing: Iterable[str] = (),
+        driver: str = "550.54.15",
+        cuda: int = 12040,
+        count_error: int | None = None,
+    ) -> None:
         self.gpus = [FakeGpu(i) for i in range(gpus)] if isinstance(gpus, int) else list(gpus)
         self.init_error = init_error
         self.init_hang = init_hang
@@ -177,39 +232,7 @@ class FakeNvml:
                 v = v(*args)
             if isinstance(v, BaseException):
                 raise v
-            if fname == "nvmlDeviceGetFieldValues":
-                ids = args[0]
-                out = []
-                for fid in ids:
-                    x = v.get(fid, err(pynvml.NVML_ERROR_NOT_SUPPORTED)) if isinstance(v, dict) else v
-                    if isinstance(x, BaseException):
-                        out.append(_fv(fid, None, ret=int(getattr(x, "value", 3))))
-                    else:
-                        out.append(_fv(fid, x))
-                return out
-            if fname == "nvmlDeviceGetViolationStatus":
-                ns = v[args[0]] if isinstance(v, dict) else v
-                if isinstance(ns, BaseException):
-                    raise ns
-                return SimpleNamespace(referenceTime=10**12, violationTime=ns)
-            if fname == "nvmlDeviceGetTotalEccErrors":
-                x = v[(args[0], args[1])] if isinstance(v, dict) else v
-                if isinstance(x, BaseException):
-                    raise x
-                return x
-            if fname == "nvmlDeviceGetRetiredPages":
-                x = v[args[0]] if isinstance(v, dict) else v
-                if isinstance(x, BaseException):
-                    raise x
-                return [0x1000 * k for k in range(x)]
-            if fname in _KEYED_BY_FIRST_ARG and isinstance(v, dict):
-                if args[0] not in v:
-                    raise err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-                x = v[args[0]]
-                if isinstance(x, BaseException):
-                    raise x
-                return x
-            return v
+            return _shape(fname, v, args)
 
         return call
 
@@ -233,8 +256,17 @@ class FakeNvml:
                 monkeypatch.setattr(pynvml, name, fn)
         # Any state-changing call is a bug: record it and fail loudly.
         for name in dir(pynvml):
-            if name.startswith(("nvmlDeviceSet", "nvmlDeviceReset", "nvmlDeviceClear", "nvmlSystemSet",
-                                "nvmlDeviceModify", "nvmlGpuInstanceDestroy", "nvmlDeviceCreate")):
+            if name.startswith(
+                (
+                    "nvmlDeviceSet",
+                    "nvmlDeviceReset",
+                    "nvmlDeviceClear",
+                    "nvmlSystemSet",
+                    "nvmlDeviceModify",
+                    "nvmlGpuInstanceDestroy",
+                    "nvmlDeviceCreate",
+                )
+            ):
                 monkeypatch.setattr(pynvml, name, self._forbidden(name))
         return self
 

@@ -13,14 +13,33 @@ from gpuclinic.facts.software import ContainerFacts
 from gpuclinic.model import Finding, Severity
 from gpuclinic.sources.scenarios import load_scenario
 
-MY_CHECKS = ["gpu.presence", "gpu.unresponsive", "gpu.recovery_action", "gpu.inforom", "memory.ecc_uncorrectable",
-             "memory.ecc_correctable_rate", "memory.row_remap", "memory.retired_pages", "thermal.slowdown",
-             "thermal.throttle", "power.brake", "power.cap", "power.insufficient", "pcie.link_degraded", "pcie.replay", "pcie.aer_counters",
-             "nvlink.error", "perf.straggler"]
+MY_CHECKS = [
+    "gpu.presence",
+    "gpu.unresponsive",
+    "gpu.recovery_action",
+    "gpu.inforom",
+    "memory.ecc_uncorrectable",
+    "memory.ecc_correctable_rate",
+    "memory.row_remap",
+    "memory.retired_pages",
+    "thermal.slowdown",
+    "thermal.throttle",
+    "power.brake",
+    "power.cap",
+    "power.insufficient",
+    "pcie.link_degraded",
+    "pcie.replay",
+    "pcie.aer_counters",
+    "nvlink.error",
+    "perf.straggler",
+]
 
 
-def node(edit: Callable[[GpuFacts], None] | None = None, idx: int = 3, all_gpus: Callable[[GpuFacts], None] | None = None
-         ) -> Snapshot:
+def node(
+    edit: Callable[[GpuFacts], None] | None = None,
+    idx: int = 3,
+    all_gpus: Callable[[GpuFacts], None] | None = None,
+) -> Snapshot:
     snap = load_scenario("healthy-8xh100-load")
     if all_gpus:
         for g in snap.gpus:
@@ -51,6 +70,7 @@ def setter(**kw: object) -> Callable[[GpuFacts], None]:
     def f(g: GpuFacts) -> None:
         for k, v in kw.items():
             setattr(g, k, v)
+
     return f
 
 
@@ -64,8 +84,18 @@ def test_healthy_node_is_silent() -> None:
 
 # -- thermal ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("temp", "sev"), [(83, None), (84, Severity.WARNING), (87, Severity.WARNING),
-                                           (88.9, Severity.WARNING), (89, Severity.CRITICAL), (95, Severity.CRITICAL)])
+
+@pytest.mark.parametrize(
+    ("temp", "sev"),
+    [
+        (83, None),
+        (84, Severity.WARNING),
+        (87, Severity.WARNING),
+        (88.9, Severity.WARNING),
+        (89, Severity.CRITICAL),
+        (95, Severity.CRITICAL),
+    ],
+)
 def test_gpu_temperature_against_its_own_slowdown(temp: float, sev: Severity | None) -> None:
     snap = node(setter(temperature_c=temp))
     if sev is None:
@@ -78,13 +108,17 @@ def test_gpu_temperature_against_its_own_slowdown(temp: float, sev: Severity | N
 
 def test_own_threshold_beats_generic_numbers() -> None:
     # A GPU whose slowdown is 100 C is fine at 90; a generic 85 C rule would cry wolf.
-    snap = node(setter(temperature_c=90, slowdown_temp_c=100.0, max_operating_temp_c=98.0, shutdown_temp_c=105.0))
+    snap = node(
+        setter(temperature_c=90, slowdown_temp_c=100.0, max_operating_temp_c=98.0, shutdown_temp_c=105.0)
+    )
     none(snap, "thermal.slowdown")
 
 
 @pytest.mark.parametrize(("temp", "sev"), [(84, None), (85, Severity.WARNING), (95, Severity.CRITICAL)])
 def test_generic_fallback_without_thresholds(temp: float, sev: Severity | None) -> None:
-    snap = node(setter(temperature_c=temp, slowdown_temp_c=None, max_operating_temp_c=None, shutdown_temp_c=None))
+    snap = node(
+        setter(temperature_c=temp, slowdown_temp_c=None, max_operating_temp_c=None, shutdown_temp_c=None)
+    )
     fs = findings(snap, "thermal.slowdown")
     assert [f.severity for f in fs] == ([] if sev is None else [sev])
 
@@ -98,9 +132,16 @@ def test_hbm_temperature_against_mem_max(temp: float, sev: Severity | None) -> N
         assert fs[0].data["sensor"] == "hbm" and "memory max operating 95 °C" in fs[0].evidence[1]
 
 
-@pytest.mark.parametrize(("reasons", "sev"), [
-    (["sw_thermal_slowdown"], Severity.WARNING), (["hw_thermal_slowdown"], Severity.CRITICAL),
-    (["idle"], None), (["sw_power_cap"], None), ([], None)])
+@pytest.mark.parametrize(
+    ("reasons", "sev"),
+    [
+        (["sw_thermal_slowdown"], Severity.WARNING),
+        (["hw_thermal_slowdown"], Severity.CRITICAL),
+        (["idle"], None),
+        (["sw_power_cap"], None),
+        ([], None),
+    ],
+)
 def test_thermal_throttle_reasons(reasons: list[str], sev: Severity | None) -> None:
     snap = node(setter(clock_event_reasons=reasons, violation_ns={"thermal": 2_500_000_000}))
     fs = findings(snap, "thermal.throttle")
@@ -111,10 +152,13 @@ def test_thermal_throttle_reasons(reasons: list[str], sev: Severity | None) -> N
 
 # -- memory ----------------------------------------------------------------------------------------
 
+
 def test_volatile_dbe_is_critical_aggregate_only_warning() -> None:
     none(node(setter(ecc_volatile_uncorrected=0, ecc_aggregate_uncorrected=0)), "memory.ecc_uncorrectable")
     f = one(node(setter(ecc_volatile_uncorrected=1, ecc_aggregate_uncorrected=4)), "memory.ecc_uncorrectable")
-    assert f.severity == Severity.CRITICAL and f.evidence[0].startswith("ecc.errors.uncorrected.volatile.total = 1")
+    assert f.severity == Severity.CRITICAL and f.evidence[0].startswith(
+        "ecc.errors.uncorrected.volatile.total = 1"
+    )
     f = one(node(setter(ecc_volatile_uncorrected=0, ecc_aggregate_uncorrected=3)), "memory.ecc_uncorrectable")
     assert f.severity == Severity.WARNING and f.data == {"volatile": 0, "aggregate": 3}
 
@@ -146,25 +190,41 @@ def test_row_remap_pending_failed_and_spares() -> None:
 
 
 def test_retired_pages_thresholds() -> None:
-    f = one(node(setter(retired_pages_pending=True, retired_pages_sbe=1, retired_pages_dbe=0)), "memory.retired")
+    f = one(
+        node(setter(retired_pages_pending=True, retired_pages_sbe=1, retired_pages_dbe=0)), "memory.retired"
+    )
     assert (f.code, f.severity) == ("memory.retired_pages_pending", Severity.WARNING)
     none(node(setter(retired_pages_sbe=47, retired_pages_dbe=15)), "memory.retired")
-    assert one(node(setter(retired_pages_sbe=48, retired_pages_dbe=15)), "memory.retired").code == "memory.retired_pages"
-    assert one(node(setter(retired_pages_sbe=0, retired_pages_dbe=16)), "memory.retired").severity == Severity.CRITICAL
+    assert (
+        one(node(setter(retired_pages_sbe=48, retired_pages_dbe=15)), "memory.retired").code
+        == "memory.retired_pages"
+    )
+    assert (
+        one(node(setter(retired_pages_sbe=0, retired_pages_dbe=16)), "memory.retired").severity
+        == Severity.CRITICAL
+    )
 
 
 def test_memory_kernel_evidence_only_memory_xids() -> None:
     from gpuclinic.facts.kernel import KernelEvent
 
     snap = load_scenario("uncorrectable-ecc")
-    snap.kernel_events.insert(0, KernelEvent(kind="xid", xid=13, pci_bus_id="0000:3a:00.0",
-                                             line="NVRM: Xid (PCI:0000:3a:00): 13, Graphics Exception"))
+    snap.kernel_events.insert(
+        0,
+        KernelEvent(
+            kind="xid",
+            xid=13,
+            pci_bus_id="0000:3a:00.0",
+            line="NVRM: Xid (PCI:0000:3a:00): 13, Graphics Exception",
+        ),
+    )
     f = next(x for x in findings(snap, "memory.ecc_uncorrectable"))
     lines = [e for e in f.evidence if e.startswith("kernel:")]
     assert len(lines) == 2 and any("): 94," in x for x in lines) and not any("): 13," in x for x in lines)
 
 
 # -- power -----------------------------------------------------------------------------------------
+
 
 def test_power_brake() -> None:
     f = one(node(setter(clock_event_reasons=["hw_slowdown", "hw_power_brake_slowdown"])), "power.brake")
@@ -175,10 +235,13 @@ def test_power_brake() -> None:
     none(node(setter(clock_event_reasons=["hw_slowdown"], temperature_c=90)), "power.brake")
 
 
-@pytest.mark.parametrize(("limit", "util", "sev"), [(665.0, 98, None), (664.0, 98, Severity.WARNING),
-                                                   (664.0, 0, Severity.INFO)])
+@pytest.mark.parametrize(
+    ("limit", "util", "sev"), [(665.0, 98, None), (664.0, 98, Severity.WARNING), (664.0, 0, Severity.INFO)]
+)
 def test_lowered_power_limit(limit: float, util: float, sev: Severity | None) -> None:
-    snap = node(setter(power_enforced_limit_w=limit, power_limit_w=limit, utilization_gpu_pct=util, processes=[]))
+    snap = node(
+        setter(power_enforced_limit_w=limit, power_limit_w=limit, utilization_gpu_pct=util, processes=[])
+    )
     fs = findings(snap, "power.cap")
     assert [f.severity for f in fs] == ([] if sev is None else [sev])
     if fs:
@@ -192,26 +255,45 @@ def test_power_cap_at_default_limit_is_info_only_when_busy() -> None:
 
 
 def test_insufficient_external_power() -> None:
-    snap = node(lambda g: g.unreadable.update(
-        power_draw_w="insufficient external power: a GPU power cable is not connected or a PSU failed"))
+    snap = node(
+        lambda g: g.unreadable.update(
+            power_draw_w="insufficient external power: a GPU power cable is not connected or a PSU failed"
+        )
+    )
     assert one(snap, "power.insufficient").severity == Severity.CRITICAL
 
 
 # -- pcie ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("gen", "width", "util", "sev"), [
-    (5, 16, 98, None), (5, 8, 98, Severity.WARNING), (4, 16, 98, Severity.WARNING), (5, 4, 98, Severity.CRITICAL),
-    (3, 16, 98, Severity.CRITICAL), (1, 16, 0, Severity.INFO), (5, 8, 0, Severity.WARNING), (2, 8, 0, Severity.WARNING),
-])
+
+@pytest.mark.parametrize(
+    ("gen", "width", "util", "sev"),
+    [
+        (5, 16, 98, None),
+        (5, 8, 98, Severity.WARNING),
+        (4, 16, 98, Severity.WARNING),
+        (5, 4, 98, Severity.CRITICAL),
+        (3, 16, 98, Severity.CRITICAL),
+        (1, 16, 0, Severity.INFO),
+        (5, 8, 0, Severity.WARNING),
+        (2, 8, 0, Severity.WARNING),
+    ],
+)
 def test_link_degraded_busy_vs_idle(gen: int, width: int, util: float, sev: Severity | None) -> None:
-    snap = node(setter(pcie_gen=gen, pcie_width=width, utilization_gpu_pct=util, processes=[] if util == 0 else None))
+    snap = node(
+        setter(pcie_gen=gen, pcie_width=width, utilization_gpu_pct=util, processes=[] if util == 0 else None)
+    )
     if util == 0:
         snap.gpus[3].processes = []
     fs = findings(snap, "pcie.link_degraded")
     assert [f.severity for f in fs] == ([] if sev is None else [sev])
     if fs:
         assert fs[0].data["busy"] is (util > 0)
-        assert fs[0].evidence[0].startswith(f"pcie.link.gen.current = {gen} (max 5), pcie.link.width.current = x{width}")
+        assert (
+            fs[0]
+            .evidence[0]
+            .startswith(f"pcie.link.gen.current = {gen} (max 5), pcie.link.width.current = x{width}")
+        )
 
 
 def test_platform_limited_link_is_info() -> None:
@@ -235,9 +317,11 @@ def test_pcie_replay(n: int, fires: bool) -> None:
 
 # -- nvlink ----------------------------------------------------------------------------------------
 
+
 def test_nvlink_down_and_counters() -> None:
     def down(g: GpuFacts) -> None:
         g.nvlinks[2].active = False
+
     f = one(node(down), "nvlink.error")
     assert f.severity == Severity.CRITICAL and f.data["down"] == [2] and "17 of 18 active" in f.evidence[0]
 
@@ -245,7 +329,9 @@ def test_nvlink_down_and_counters() -> None:
         def e(g: GpuFacts) -> None:
             g.nvlinks[7].replay_errors = rep
             g.nvlinks[7].crc_flit_errors = crc
+
         return e
+
     none(node(counters(0, 99)), "nvlink.error")
     f = one(node(counters(0, 100)), "nvlink.error")
     assert f.severity == Severity.WARNING and "nvlink 7 error counters: crc flit+data = 100" in f.evidence[0]
@@ -256,11 +342,13 @@ def test_nvlink_ignored_in_mig_mode_and_without_links() -> None:
     def mig_down(g: GpuFacts) -> None:
         g.mig_mode_current = True
         g.nvlinks[0].active = False
+
     none(node(mig_down), "nvlink.error")
     none(node(all_gpus=setter(nvlinks=[])), "nvlink.error")
 
 
 # -- perf ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(("clock", "fires"), [(1683.0, False), (1682.0, True)])
 def test_straggler_clock_boundary(clock: float, fires: bool) -> None:
@@ -286,6 +374,7 @@ def test_straggler_power_fallback_without_clocks() -> None:
 
 # -- presence --------------------------------------------------------------------------------------
 
+
 def test_lost_gpu_is_missing_with_pci_and_kernel_evidence() -> None:
     snap = load_scenario("fallen-off-bus")
     f = one(snap, "gpu.missing")
@@ -301,13 +390,23 @@ def test_unresponsive_is_its_own_code() -> None:
     assert f.severity == Severity.CRITICAL and "did not return within 5s" in f.evidence[0]
 
 
-@pytest.mark.parametrize(("driver", "in_container", "sev", "reason"), [
-    ("nvidia", False, Severity.CRITICAL, "pci_only"), (None, False, Severity.WARNING, "other_driver"),
-    ("nouveau", False, Severity.WARNING, "other_driver"), ("vfio-pci", False, Severity.INFO, "vfio"),
-    ("nvidia", True, Severity.INFO, "not_in_container")])
-def test_gpu_on_pci_but_not_in_nvml(driver: str | None, in_container: bool, sev: Severity, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("driver", "in_container", "sev", "reason"),
+    [
+        ("nvidia", False, Severity.CRITICAL, "pci_only"),
+        (None, False, Severity.WARNING, "other_driver"),
+        ("nouveau", False, Severity.WARNING, "other_driver"),
+        ("vfio-pci", False, Severity.INFO, "vfio"),
+        ("nvidia", True, Severity.INFO, "not_in_container"),
+    ],
+)
+def test_gpu_on_pci_but_not_in_nvml(
+    driver: str | None, in_container: bool, sev: Severity, reason: str
+) -> None:
     snap = node()
-    snap.pci_devices.append(PciDevice(bus_id="0000:c1:00.0", device_id="0x2330", class_code="0x030200", driver=driver))
+    snap.pci_devices.append(
+        PciDevice(bus_id="0000:c1:00.0", device_id="0x2330", class_code="0x030200", driver=driver)
+    )
     if in_container:
         snap.container = ContainerFacts(in_container=True)
     f = one(snap, "gpu.missing")
@@ -336,24 +435,39 @@ def test_presence_skipped_without_any_gpu_facts() -> None:
     assert skipped and "no GPU readings" in skipped[0].why
 
 
-@pytest.mark.parametrize(("action", "sev"), [("none", None), ("drain_p2p", Severity.WARNING),
-                                             ("gpu_reset", Severity.CRITICAL), ("node_reboot", Severity.CRITICAL),
-                                             ("unknown(9)", Severity.CRITICAL)])
+@pytest.mark.parametrize(
+    ("action", "sev"),
+    [
+        ("none", None),
+        ("drain_p2p", Severity.WARNING),
+        ("gpu_reset", Severity.CRITICAL),
+        ("node_reboot", Severity.CRITICAL),
+        ("unknown(9)", Severity.CRITICAL),
+    ],
+)
 def test_recovery_action(action: str, sev: Severity | None) -> None:
     fs = findings(node(setter(recovery_action=action)), "gpu.recovery_action")
     assert [f.severity for f in fs] == ([] if sev is None else [sev])
 
 
 def test_reset_required_and_inforom_from_nvml_errors() -> None:
-    snap = node(lambda g: g.unreadable.update(remapped_rows="GPU requires a reset", serial="corrupted InfoROM",
-                                              ecc_aggregate_corrected="corrupted InfoROM"))
+    snap = node(
+        lambda g: g.unreadable.update(
+            remapped_rows="GPU requires a reset",
+            serial="corrupted InfoROM",
+            ecc_aggregate_corrected="corrupted InfoROM",
+        )
+    )
     f = one(snap, "gpu.recovery_action")
     assert f.severity == Severity.CRITICAL and f.data["action"] == "reset_required" and "-i 3" in f.remedy
     f = one(snap, "gpu.inforom")
-    assert f.severity == Severity.WARNING and f.evidence == ["NVML_ERROR_CORRUPTED_INFOROM on: ecc_aggregate_corrected, serial"]
+    assert f.severity == Severity.WARNING and f.evidence == [
+        "NVML_ERROR_CORRUPTED_INFOROM on: ecc_aggregate_corrected, serial"
+    ]
 
 
 # -- sysfs AER counters ----------------------------------------------------------------------------
+
 
 def _aer(bus: str, **kw: dict[str, int]) -> Snapshot:
     snap = node()
@@ -365,7 +479,9 @@ def _aer(bus: str, **kw: dict[str, int]) -> Snapshot:
 
 @pytest.mark.parametrize(("n", "fires"), [(99, False), (100, True)])
 def test_aer_corrected_counter(n: int, fires: bool) -> None:
-    fs = findings(_aer("0000:5d:00.0", aer_corrected={"RxErr": n, "BadTLP": 0, "TOTAL_ERR_COR": n}), "pcie.aer")
+    fs = findings(
+        _aer("0000:5d:00.0", aer_corrected={"RxErr": n, "BadTLP": 0, "TOTAL_ERR_COR": n}), "pcie.aer"
+    )
     assert len(fs) == (1 if fires else 0)
     if fs:
         assert fs[0].code == "pcie.aer_corrected" and fs[0].severity == Severity.WARNING
@@ -386,8 +502,14 @@ def test_aer_counters_defer_to_kernel_log_lines() -> None:
     from gpuclinic.facts.kernel import KernelEvent
 
     snap = _aer("0000:99:00.0", aer_fatal={"SDES": 1, "TOTAL_ERR_FATAL": 1})
-    snap.kernel_events.append(KernelEvent(kind="aer", line="pcieport 0000:99:00.0: AER: ...", pci_bus_id="0000:99:00.0",
-                                          detail={"severity": "fatal", "device": "0000:99:00.0"}))
+    snap.kernel_events.append(
+        KernelEvent(
+            kind="aer",
+            line="pcieport 0000:99:00.0: AER: ...",
+            pci_bus_id="0000:99:00.0",
+            detail={"severity": "fatal", "device": "0000:99:00.0"},
+        )
+    )
     fs, _ = run_checks(snap, only=["pcie.aer_counters"])
     assert fs == []
 
@@ -399,11 +521,17 @@ def test_median_helper() -> None:
     assert median([4.0, 1.0, 3.0, 2.0]) == 2.5 and median([5.0, 1.0, 3.0]) == 3.0
 
 
-@pytest.mark.parametrize(("reason", "title"), [
-    ("GPU is lost (NVML_ERROR_GPU_IS_LOST during nvmlDeviceGetName); it has fallen off the bus", "fallen off the bus"),
-    ("nvidia-smi: Unable to determine the device handle: Unknown Error", "cannot get a handle"),
-    ("nvidia-smi printed ERR! for most of the GPU's readings (GPU not responding)", "is not responding"),
-])
+@pytest.mark.parametrize(
+    ("reason", "title"),
+    [
+        (
+            "GPU is lost (NVML_ERROR_GPU_IS_LOST during nvmlDeviceGetName); it has fallen off the bus",
+            "fallen off the bus",
+        ),
+        ("nvidia-smi: Unable to determine the device handle: Unknown Error", "cannot get a handle"),
+        ("nvidia-smi printed ERR! for most of the GPU's readings (GPU not responding)", "is not responding"),
+    ],
+)
 def test_lost_gpu_title_says_what_was_seen(reason: str, title: str) -> None:
     f = one(node(setter(lost=True, lost_reason=reason)), "gpu.missing")
     assert title in f.title and f.evidence[0] == reason and f.severity == Severity.CRITICAL

@@ -27,8 +27,20 @@ def test_plain_matches_rich_without_tty(name: str) -> None:
 
 
 def test_plain_table_shrinks_the_widest_column_only() -> None:
-    rows = [["0", "A" * 80, "0000:18:00.0", "58°C HBM 66°C", "662W/700W", "99%", "69.0/80 GiB", "Gen5 x16", "healthy"],
-            ["1", "short", "0000:2a:00.0", "61°C", "6W", "9%", "-", "-", "drain (lost)"]]
+    rows = [
+        [
+            "0",
+            "A" * 80,
+            "0000:18:00.0",
+            "58°C HBM 66°C",
+            "662W/700W",
+            "99%",
+            "69.0/80 GiB",
+            "Gen5 x16",
+            "healthy",
+        ],
+        ["1", "short", "0000:2a:00.0", "61°C", "6W", "9%", "-", "-", "drain (lost)"],
+    ]
     lines = _plain_table(rows)
     assert max(len(x) for x in lines) <= 120
     assert lines[0].split() == ["GPU", "Name", "Bus", "Temp", "Power", "Util", "Memory", "PCIe", "Verdict"]
@@ -44,7 +56,8 @@ def test_render_terminal_uses_plain_path_without_tty(monkeypatch: pytest.MonkeyP
 
 
 def test_a_gpu_known_only_by_its_bus_id_is_named_once() -> None:
-    """A log names GPU 0000:02:00.0 that NVML does not list: 'GPU 0000:02:00.0', not '... · 0000:02:00.0' again."""
+    """A log names GPU 0000:02:00.0 that NVML does not list: 'GPU 0000:02:00.0', not
+    '... · 0000:02:00.0' again."""
     from pathlib import Path
 
     from gpuclinic.explain import explain_text

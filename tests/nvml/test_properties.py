@@ -12,10 +12,26 @@ from gpuclinic.facts.gpu import GpuFacts, NvLinkFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import pci
 
-CHECKS = ["gpu.presence", "gpu.unresponsive", "gpu.recovery_action", "gpu.inforom", "memory.ecc_uncorrectable",
-          "memory.ecc_correctable_rate", "memory.row_remap", "memory.retired_pages", "thermal.slowdown",
-          "thermal.throttle", "power.brake", "power.cap", "power.insufficient", "pcie.link_degraded", "pcie.replay",
-          "pcie.aer_counters", "nvlink.error", "perf.straggler"]
+CHECKS = [
+    "gpu.presence",
+    "gpu.unresponsive",
+    "gpu.recovery_action",
+    "gpu.inforom",
+    "memory.ecc_uncorrectable",
+    "memory.ecc_correctable_rate",
+    "memory.row_remap",
+    "memory.retired_pages",
+    "thermal.slowdown",
+    "thermal.throttle",
+    "power.brake",
+    "power.cap",
+    "power.insufficient",
+    "pcie.link_degraded",
+    "pcie.replay",
+    "pcie.aer_counters",
+    "nvlink.error",
+    "perf.straggler",
+]
 
 
 @given(st.text(max_size=200))
@@ -47,20 +63,55 @@ def test_read_devices_survives_garbage_files(tmp_path: Path, junk: bytes) -> Non
 opt_f = st.none() | st.floats(min_value=-1e6, max_value=1e9, allow_nan=False)
 opt_i = st.none() | st.integers(min_value=-5, max_value=10**9)
 opt_b = st.none() | st.booleans()
-reasons = st.lists(st.sampled_from(["idle", "sw_power_cap", "hw_slowdown", "sw_thermal_slowdown",
-                                    "hw_thermal_slowdown", "hw_power_brake_slowdown", "bit_0x400"]), max_size=4)
+reasons = st.lists(
+    st.sampled_from(
+        [
+            "idle",
+            "sw_power_cap",
+            "hw_slowdown",
+            "sw_thermal_slowdown",
+            "hw_thermal_slowdown",
+            "hw_power_brake_slowdown",
+            "bit_0x400",
+        ]
+    ),
+    max_size=4,
+)
 
 
 @st.composite
 def gpus(draw: st.DrawFn, index: int) -> GpuFacts:
     g = GpuFacts(index=index, pci_bus_id=f"0000:{0x18 + index:02x}:00.0")
-    for f in ("temperature_c", "memory_temperature_c", "slowdown_temp_c", "shutdown_temp_c", "max_operating_temp_c",
-              "memory_max_operating_temp_c", "power_draw_w", "power_limit_w", "power_default_limit_w",
-              "power_enforced_limit_w", "sm_clock_mhz", "sm_clock_max_mhz", "utilization_gpu_pct"):
+    for f in (
+        "temperature_c",
+        "memory_temperature_c",
+        "slowdown_temp_c",
+        "shutdown_temp_c",
+        "max_operating_temp_c",
+        "memory_max_operating_temp_c",
+        "power_draw_w",
+        "power_limit_w",
+        "power_default_limit_w",
+        "power_enforced_limit_w",
+        "sm_clock_mhz",
+        "sm_clock_max_mhz",
+        "utilization_gpu_pct",
+    ):
         setattr(g, f, draw(opt_f))
-    for f in ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_uncorrected",
-              "remapped_rows_uncorrectable", "retired_pages_sbe", "retired_pages_dbe", "pcie_gen", "pcie_gen_max",
-              "pcie_gen_gpu_max", "pcie_width", "pcie_width_max", "pcie_replay_count"):
+    for f in (
+        "ecc_volatile_corrected",
+        "ecc_volatile_uncorrected",
+        "ecc_aggregate_uncorrected",
+        "remapped_rows_uncorrectable",
+        "retired_pages_sbe",
+        "retired_pages_dbe",
+        "pcie_gen",
+        "pcie_gen_max",
+        "pcie_gen_gpu_max",
+        "pcie_width",
+        "pcie_width_max",
+        "pcie_replay_count",
+    ):
         setattr(g, f, draw(opt_i))
     for f in ("remapped_rows_pending", "remapped_rows_failure", "retired_pages_pending", "mig_mode_current"):
         setattr(g, f, draw(opt_b))
@@ -68,8 +119,10 @@ def gpus(draw: st.DrawFn, index: int) -> GpuFacts:
     g.lost = draw(st.booleans())
     g.lost_reason = draw(st.none() | st.sampled_from(["unresponsive: x", "GPU is lost", "nvidia-smi: ERR!"]))
     g.recovery_action = draw(st.none() | st.sampled_from(["none", "gpu_reset", "drain_p2p", "unknown(9)"]))
-    g.nvlinks = [NvLinkFacts(link=i, active=draw(opt_b), replay_errors=draw(opt_i), crc_flit_errors=draw(opt_i))
-                 for i in range(draw(st.integers(0, 3)))]
+    g.nvlinks = [
+        NvLinkFacts(link=i, active=draw(opt_b), replay_errors=draw(opt_i), crc_flit_errors=draw(opt_i))
+        for i in range(draw(st.integers(0, 3)))
+    ]
     g.violation_ns = draw(st.dictionaries(st.sampled_from(["power", "thermal"]), st.integers(0, 10**15)))
     return g
 
@@ -78,11 +131,20 @@ def gpus(draw: st.DrawFn, index: int) -> GpuFacts:
 @given(st.data())
 def test_checks_never_break_on_odd_facts(data: st.DataObject) -> None:
     n = data.draw(st.integers(0, 5))
-    snap = Snapshot(nvml_available=data.draw(opt_b), pci_read=data.draw(st.booleans()),
-                    expect_gpus=data.draw(st.none() | st.integers(0, 9)))
+    snap = Snapshot(
+        nvml_available=data.draw(opt_b),
+        pci_read=data.draw(st.booleans()),
+        expect_gpus=data.draw(st.none() | st.integers(0, 9)),
+    )
     snap.gpus = [data.draw(gpus(i)) for i in range(n)]
-    snap.pci_devices = [PciDevice(bus_id="0000:c1:00.0", class_code="0x030200", driver=data.draw(
-        st.none() | st.sampled_from(["nvidia", "vfio-pci"])), aer_fatal={"TOTAL_ERR_FATAL": data.draw(st.integers(0, 3))})]
+    snap.pci_devices = [
+        PciDevice(
+            bus_id="0000:c1:00.0",
+            class_code="0x030200",
+            driver=data.draw(st.none() | st.sampled_from(["nvidia", "vfio-pci"])),
+            aer_fatal={"TOTAL_ERR_FATAL": data.draw(st.integers(0, 3))},
+        )
+    ]
     findings, skipped = run_checks(snap, only=CHECKS)
     assert not [s for s in skipped if "failed" in s.why], skipped
     for f in findings:

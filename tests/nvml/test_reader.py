@@ -39,17 +39,36 @@ def test_reads_every_field_of_a_healthy_h100(install_fake: Make) -> None:
     assert g.power_draw_w == pytest.approx(655.123)
     assert (g.power_limit_w, g.power_default_limit_w, g.power_enforced_limit_w, g.power_max_limit_w) == (
         700.0, 700.0, 700.0, 700.0)
-    assert (g.sm_clock_mhz, g.sm_clock_max_mhz, g.mem_clock_mhz, g.mem_clock_max_mhz) == (1980, 1980, 2619, 2619)
+    assert (g.sm_clock_mhz, g.sm_clock_max_mhz, g.mem_clock_mhz, g.mem_clock_max_mhz) == (
+        1980,
+        1980,
+        2619,
+        2619,
+    )
     assert g.clock_event_reasons == [] and g.clock_event_reasons_mask == 0
-    assert set(g.violation_ns) == {"power", "thermal", "sync_boost", "board_limit", "low_utilization",
-                                   "reliability", "total_app_clocks", "total_base_clocks"}
+    assert set(g.violation_ns) == {
+        "power",
+        "thermal",
+        "sync_boost",
+        "board_limit",
+        "low_utilization",
+        "reliability",
+        "total_app_clocks",
+        "total_base_clocks",
+    }
     assert g.performance_state == "P0"
     assert (g.utilization_gpu_pct, g.utilization_memory_pct) == (98.0, 61.0)
     assert g.memory_total_bytes == 85_520_809_984
     assert g.ecc_mode_current is True and g.ecc_volatile_uncorrected == 0 and g.ecc_aggregate_corrected == 0
     assert g.remapped_rows_pending is False and g.remapped_rows_failure is False
     assert g.retired_pages_sbe is None  # Hopper: page retirement is not read
-    assert (g.pcie_gen, g.pcie_gen_max, g.pcie_gen_gpu_max, g.pcie_width, g.pcie_width_max) == (5, 5, 5, 16, 16)
+    assert (g.pcie_gen, g.pcie_gen_max, g.pcie_gen_gpu_max, g.pcie_width, g.pcie_width_max) == (
+        5,
+        5,
+        5,
+        16,
+        16,
+    )
     assert g.pcie_replay_count == 0 and g.pcie_tx_kbps == 1_200_000
     assert len(g.nvlinks) == 18 and all(link.active for link in g.nvlinks)
     assert g.nvlinks[0].remote_pci_bus_id == "0000:05:00.0" and g.nvlinks[0].version == 4
@@ -82,14 +101,17 @@ def test_decode_reasons_unknown_bits() -> None:
     assert decode_reasons(0) == []
 
 
-@pytest.mark.parametrize(("code", "expect"), [
-    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML library not found: no NVIDIA driver installed?"),
-    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "driver not loaded"),
-    (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
-    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "versions differ"),
-    (pynvml.NVML_ERROR_UNKNOWN, "unknown error"),
-    (pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, "NVML failed to initialise"),
-])
+@pytest.mark.parametrize(
+    ("code", "expect"),
+    [
+        (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML library not found: no NVIDIA driver installed?"),
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "driver not loaded"),
+        (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
+        (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "versions differ"),
+        (pynvml.NVML_ERROR_UNKNOWN, "unknown error"),
+        (pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, "NVML failed to initialise"),
+    ],
+)
 def test_init_errors_give_precise_reasons(install_fake: Make, code: int, expect: str) -> None:
     install_fake(1, init_error=code)
     with pytest.raises(NvmlUnavailable) as ei:
@@ -156,16 +178,19 @@ def test_gpu_lost_inside_field_values(install_fake: Make) -> None:
     assert g.lost and g.memory_temperature_c is None
 
 
-@pytest.mark.parametrize(("code", "needle"), [
-    (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
-    (pynvml.NVML_ERROR_UNKNOWN, "unknown error"),
-    (pynvml.NVML_ERROR_INSUFFICIENT_POWER, "insufficient external power"),
-    (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, "function not found"),
-    (pynvml.NVML_ERROR_CORRUPTED_INFOROM, "InfoROM"),
-    (pynvml.NVML_ERROR_RESET_REQUIRED, "requires a reset"),
-    (pynvml.NVML_ERROR_TIMEOUT, "timed out"),
-    (pynvml.NVML_ERROR_IRQ_ISSUE, "NVML error 11"),
-])
+@pytest.mark.parametrize(
+    ("code", "needle"),
+    [
+        (pynvml.NVML_ERROR_NO_PERMISSION, "no permission"),
+        (pynvml.NVML_ERROR_UNKNOWN, "unknown error"),
+        (pynvml.NVML_ERROR_INSUFFICIENT_POWER, "insufficient external power"),
+        (pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, "function not found"),
+        (pynvml.NVML_ERROR_CORRUPTED_INFOROM, "InfoROM"),
+        (pynvml.NVML_ERROR_RESET_REQUIRED, "requires a reset"),
+        (pynvml.NVML_ERROR_TIMEOUT, "timed out"),
+        (pynvml.NVML_ERROR_IRQ_ISSUE, "NVML error 11"),
+    ],
+)
 def test_per_call_errors_are_recorded_and_reading_goes_on(install_fake: Make, code: int, needle: str) -> None:
     fake = install_fake(1)
     fake.gpu(0).set("nvmlDeviceGetRemappedRows", err(code))
@@ -176,8 +201,9 @@ def test_per_call_errors_are_recorded_and_reading_goes_on(install_fake: Make, co
     assert g.pcie_gen == 5 and g.processes  # later reads still happened
 
 
-@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NOT_FOUND,
-                                  pynvml.NVML_ERROR_INVALID_ARGUMENT])
+@pytest.mark.parametrize(
+    "code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT]
+)
 def test_not_supported_noise_is_not_recorded(install_fake: Make, code: int) -> None:
     fake = install_fake(1)
     for f in ("nvmlDeviceGetRemappedRows", "nvmlDeviceGetPcieReplayCounter", "nvmlDeviceGetViolationStatus"):
@@ -189,8 +215,15 @@ def test_not_supported_noise_is_not_recorded(install_fake: Make, code: int) -> N
 
 
 def test_missing_functions_in_old_binding(install_fake: Make) -> None:
-    install_fake(1, missing={"nvmlDeviceGetRemappedRows", "nvmlDeviceGetArchitecture",
-                             "nvmlSystemGetCudaDriverVersion_v2", "nvmlDeviceGetGpuMaxPcieLinkGeneration"})
+    install_fake(
+        1,
+        missing={
+            "nvmlDeviceGetRemappedRows",
+            "nvmlDeviceGetArchitecture",
+            "nvmlSystemGetCudaDriverVersion_v2",
+            "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+        },
+    )
     with NvmlReader() as r:
         gpus, versions = r.read_all()
     g = gpus[0]
@@ -259,11 +292,16 @@ def test_wedged_driver_in_parallel_costs_one_timeout(install_fake: Make) -> None
     assert all(g.lost and (g.lost_reason or "").startswith("unresponsive") for g in gpus)
 
 
+def _slow_1000(counter: object) -> int:
+    time.sleep(0.1)
+    return 1000
+
+
 def test_gpus_are_read_in_parallel(install_fake: Make) -> None:
     """Slow per-GPU calls (PCIe throughput samples ~20 ms in NVML) overlap across GPUs."""
     fake = install_fake(8)
     for g in fake.gpus:
-        g.set("nvmlDeviceGetPcieThroughput", lambda counter: time.sleep(0.1) or 1000)
+        g.set("nvmlDeviceGetPcieThroughput", _slow_1000)
     t0 = time.monotonic()
     with NvmlReader() as r:
         gpus, _ = r.read_all()
@@ -272,12 +310,17 @@ def test_gpus_are_read_in_parallel(install_fake: Make) -> None:
 
 
 def test_pre_ampere_reads_retired_pages_not_remaps(install_fake: Make) -> None:
-    v100 = FakeGpu(0, values={
-        "nvmlDeviceGetName": "Tesla V100-SXM2-32GB", "nvmlDeviceGetArchitecture": 5,
-        "nvmlDeviceGetRetiredPages": {0: 3, 1: 1}, "nvmlDeviceGetRetiredPagesPendingStatus": 1,
-        "nvmlDeviceGetRemappedRows": err(pynvml.NVML_ERROR_UNKNOWN),
-        "nvmlDeviceGetNvLinkState": err(pynvml.NVML_ERROR_NOT_SUPPORTED),
-    })
+    v100 = FakeGpu(
+        0,
+        values={
+            "nvmlDeviceGetName": "Tesla V100-SXM2-32GB",
+            "nvmlDeviceGetArchitecture": 5,
+            "nvmlDeviceGetRetiredPages": {0: 3, 1: 1},
+            "nvmlDeviceGetRetiredPagesPendingStatus": 1,
+            "nvmlDeviceGetRemappedRows": err(pynvml.NVML_ERROR_UNKNOWN),
+            "nvmlDeviceGetNvLinkState": err(pynvml.NVML_ERROR_NOT_SUPPORTED),
+        },
+    )
     install_fake([v100])
     with NvmlReader() as r:
         g = r.read_all()[0][0]
@@ -320,14 +363,23 @@ def test_processes_named_via_psutil(install_fake: Make) -> None:
     import os
 
     fake = install_fake(1)
-    fake.gpu(0).set("nvmlDeviceGetComputeRunningProcesses",
-                    [SimpleNamespace(pid=os.getpid(), usedGpuMemory=1 << 30),
-                     SimpleNamespace(pid=2**22 + 7, usedGpuMemory=None)])
-    fake.gpu(0).set("nvmlDeviceGetGraphicsRunningProcesses", [SimpleNamespace(pid=os.getpid(), usedGpuMemory=5)])
+    fake.gpu(0).set(
+        "nvmlDeviceGetComputeRunningProcesses",
+        [
+            SimpleNamespace(pid=os.getpid(), usedGpuMemory=1 << 30),
+            SimpleNamespace(pid=2**22 + 7, usedGpuMemory=None),
+        ],
+    )
+    fake.gpu(0).set(
+        "nvmlDeviceGetGraphicsRunningProcesses", [SimpleNamespace(pid=os.getpid(), usedGpuMemory=5)]
+    )
     with NvmlReader() as r:
         g = r.read_all()[0][0]
-    assert [(p.pid, p.kind) for p in g.processes] == [(os.getpid(), "compute"), (2**22 + 7, "compute"),
-                                                      (os.getpid(), "graphics")]
+    assert [(p.pid, p.kind) for p in g.processes] == [
+        (os.getpid(), "compute"),
+        (2**22 + 7, "compute"),
+        (os.getpid(), "graphics"),
+    ]
     assert g.processes[0].name and "python" in g.processes[0].name.lower()
     assert g.processes[1].name is None and g.processes[1].used_memory_bytes is None
 
@@ -366,7 +418,11 @@ def test_collect_fills_snapshot(install_fake: Make) -> None:
     snap = Snapshot()
     nvml.collect(snap, CollectOptions())
     assert snap.nvml_available is True and len(snap.gpus) == 8
-    assert (snap.driver_version, snap.nvml_version, snap.cuda_driver_version) == ("550.54.15", "12.550.54.15", "12.4")
+    assert (snap.driver_version, snap.nvml_version, snap.cuda_driver_version) == (
+        "550.54.15",
+        "12.550.54.15",
+        "12.4",
+    )
     assert snap.skipped == []
 
 
@@ -379,17 +435,23 @@ def test_collect_with_no_gpus(install_fake: Make) -> None:
 
 
 def test_bytes_from_old_bindings_are_decoded(install_fake: Make) -> None:
-    fake = install_fake(1, driver=b"470.223.02")  # type: ignore[arg-type]
+    fake = install_fake(1, driver=b"470.223.02")
     fake.gpu(0).set("nvmlDeviceGetName", b"Tesla T4").set("nvmlDeviceGetUUID", b"GPU-1")
     with NvmlReader() as r:
         gpus, versions = r.read_all()
     assert versions.driver == "470.223.02" and gpus[0].name == "Tesla T4" and gpus[0].uuid == "GPU-1"
 
 
-@pytest.mark.parametrize(("code", "lost"), [(pynvml.NVML_ERROR_UNKNOWN, True), (pynvml.NVML_ERROR_NO_PERMISSION, False),
-                                            (pynvml.NVML_ERROR_INSUFFICIENT_POWER, True)])
+@pytest.mark.parametrize(
+    ("code", "lost"),
+    [
+        (pynvml.NVML_ERROR_UNKNOWN, True),
+        (pynvml.NVML_ERROR_NO_PERMISSION, False),
+        (pynvml.NVML_ERROR_INSUFFICIENT_POWER, True),
+    ],
+)
 def test_handle_failure(install_fake: Make, code: int, lost: bool) -> None:
-    """"Unable to determine the device handle for GPU ...: Unknown Error" means the GPU is gone."""
+    """ "Unable to determine the device handle for GPU ...: Unknown Error" means the GPU is gone."""
     fake = install_fake(2)
     fake.gpu(0).set("nvmlDeviceGetHandleByIndex", err(code))
     with NvmlReader() as r:

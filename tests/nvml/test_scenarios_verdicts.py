@@ -15,8 +15,20 @@ from gpuclinic.sources.scenarios import expected, list_scenarios, load_scenario
 
 NAMES = [n for n, _ in list_scenarios()]
 # codes produced by this area's checks: anything else in `expect` belongs to other areas' checks
-MINE = ("gpu.missing", "gpu.unresponsive", "gpu.recovery_action", "gpu.inforom", "memory.", "thermal.", "power.", "pcie.link_degraded",
-        "pcie.replay", "pcie.aer_", "nvlink.error", "perf.straggler")
+MINE = (
+    "gpu.missing",
+    "gpu.unresponsive",
+    "gpu.recovery_action",
+    "gpu.inforom",
+    "memory.",
+    "thermal.",
+    "power.",
+    "pcie.link_degraded",
+    "pcie.replay",
+    "pcie.aer_",
+    "nvlink.error",
+    "perf.straggler",
+)
 
 
 def _registered(code: str) -> bool:
@@ -50,7 +62,9 @@ def test_healthy_scenario_has_no_findings_from_this_area() -> None:
 
 
 def test_cli_scenario_json_and_exit_codes() -> None:
-    r = CliRunner().invoke(cli, ["doctor", "--scenario", "pcie-x8-under-load", "--json"], standalone_mode=False)
+    r = CliRunner().invoke(
+        cli, ["doctor", "--scenario", "pcie-x8-under-load", "--json"], standalone_mode=False
+    )
     assert r.exception is None, r.output
     d = json.loads(r.output)
     assert d["verdict"] == "warning" and r.return_value == 1

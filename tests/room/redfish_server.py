@@ -18,9 +18,29 @@ from pathlib import Path
 
 def make_cert(openssl: str, d: Path) -> tuple[Path, Path]:
     cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -42,7 +62,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not path.startswith("/redfish/v1"):
             self.send_error(404)
             return
-        rel = path[len("/redfish/v1"):].strip("/")
+        rel = path[len("/redfish/v1") :].strip("/")
         f = (self.root / rel / "index.json").resolve()
         if self.root.resolve() not in f.parents or not f.is_file():
             self.send_error(404)

@@ -26,14 +26,62 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
         return int(s.getsockname()[1])
 
 
-def full_sdr(rid: int, num: int, stype: int, entity: int, unit: int, name: str, *, event_type: int = 0x01,
-             m: int = 1, thr: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0), mask: int = 0x3F3F) -> str:
+def full_sdr(
+    rid: int,
+    num: int,
+    stype: int,
+    entity: int,
+    unit: int,
+    name: str,
+    *,
+    event_type: int = 0x01,
+    m: int = 1,
+    thr: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0),
+    mask: int = 0x3F3F,
+) -> str:
     """A type 01h full sensor record; ``thr`` is (unr, ucr, unc, lnr, lcr, lnc) in raw units."""
     nb = name.encode()
-    body = [BMC, 0, num, entity, 1, 0x7F, 0x68, stype, event_type,
-            mask & 0xFF, mask >> 8, mask & 0xFF, mask >> 8, mask & 0xFF, mask >> 8,
-            0x00 if event_type == 0x01 else 0xC0, unit, 0, 0, m & 0xFF, 0, 0, 0, 0, 0, 0,
-            0, 0, 0, 0xFF, 0, *thr, 0, 0, 0, 0, 0, 0xC0 | len(nb), *nb]
+    body = [
+        BMC,
+        0,
+        num,
+        entity,
+        1,
+        0x7F,
+        0x68,
+        stype,
+        event_type,
+        mask & 0xFF,
+        mask >> 8,
+        mask & 0xFF,
+        mask >> 8,
+        mask & 0xFF,
+        mask >> 8,
+        0x00 if event_type == 0x01 else 0xC0,
+        unit,
+        0,
+        0,
+        m & 0xFF,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0xFF,
+        0,
+        *thr,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0xC0 | len(nb),
+        *nb,
+    ]
     hdr = [rid & 0xFF, rid >> 8, 0x51, 0x01, len(body)]
     return " ".join(f"0x{b:02x}" for b in hdr + body)
 
@@ -71,23 +119,28 @@ set_working_mc 0x20
             "sel_enable 0x20 1000 0x0a",
             f'sensor_add 0x20 0 1 0x01 0x01 poll 500 file "{root}/inlet.val"',
             "sensor_set_threshold 0x20 0 1 settable 111000 45 42 40 00 00 00",
-            "sensor_set_event_support 0x20 0 1 enable scanning per-state " + " ".join(["000111111000000"] * 4),
+            "sensor_set_event_support 0x20 0 1 enable scanning per-state "
+            + " ".join(["000111111000000"] * 4),
             "main_sdr_add 0x20 " + full_sdr(1, 1, 0x01, 0x40, 1, "Inlet Temp", thr=(45, 42, 40, 0, 0, 0)),
             f'sensor_add 0x20 0 2 0x04 0x01 poll 500 file "{root}/fan1.val"',
             "sensor_set_threshold 0x20 0 2 settable 000111 00 00 00 00 10 15",
-            "sensor_set_event_support 0x20 0 2 enable scanning per-state " + " ".join(["000000000010101"] * 4),
+            "sensor_set_event_support 0x20 0 2 enable scanning per-state "
+            + " ".join(["000000000010101"] * 4),
             "main_sdr_add 0x20 " + full_sdr(2, 2, 0x04, 0x1D, 18, "FAN1", m=60, thr=(0, 0, 0, 0, 10, 15)),
             f'sensor_add 0x20 0 3 0x04 0x01 poll 500 file "{root}/fan2.val"',
             "sensor_set_threshold 0x20 0 3 settable 000111 00 00 00 00 10 15",
-            "sensor_set_event_support 0x20 0 3 enable scanning per-state " + " ".join(["000000000010101"] * 4),
+            "sensor_set_event_support 0x20 0 3 enable scanning per-state "
+            + " ".join(["000000000010101"] * 4),
             "main_sdr_add 0x20 " + full_sdr(3, 3, 0x04, 0x1D, 18, "FAN2", m=60, thr=(0, 0, 0, 0, 10, 15)),
             "sensor_add 0x20 0 4 0x08 0x6f",
             "sensor_set_bit_clr_rest 0x20 0 4 0 1 0",
-            "sensor_set_event_support 0x20 0 4 enable scanning per-state " + " ".join(["000000001111111"] * 4),
+            "sensor_set_event_support 0x20 0 4 enable scanning per-state "
+            + " ".join(["000000001111111"] * 4),
             "main_sdr_add 0x20 " + full_sdr(4, 4, 0x08, 0x0A, 0, "PS1 Status", event_type=0x6F, mask=0x007F),
             "sensor_add 0x20 0 5 0x08 0x6f",
             "sensor_set_bit_clr_rest 0x20 0 5 0 1 0",
-            "sensor_set_event_support 0x20 0 5 enable scanning per-state " + " ".join(["000000001111111"] * 4),
+            "sensor_set_event_support 0x20 0 5 enable scanning per-state "
+            + " ".join(["000000001111111"] * 4),
             "main_sdr_add 0x20 " + full_sdr(5, 5, 0x08, 0x0A, 0, "PS2 Status", event_type=0x6F, mask=0x007F),
             "mc_enable 0x20",
         ]
@@ -98,15 +151,52 @@ set_working_mc 0x20
 
     def start(self, ipmi_sim: str, ipmitool: str) -> None:
         log = open(self.root / "sim.log", "wb")
-        self.proc = subprocess.Popen([ipmi_sim, "-n", "-c", str(self.root / "lan.conf"), "-f", str(self.root / "cmds"),
-                                      "-s", str(self.root / "state")], stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=self.root)
+        self.proc = subprocess.Popen(
+            [
+                ipmi_sim,
+                "-n",
+                "-c",
+                str(self.root / "lan.conf"),
+                "-f",
+                str(self.root / "cmds"),
+                "-s",
+                str(self.root / "state"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.root,
+        )
         deadline = time.monotonic() + 15
         env = {**os.environ, "IPMI_PASSWORD": self.password}
         while time.monotonic() < deadline:
-            r = subprocess.run([ipmitool, "-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", str(self.port), "-U", USER,
-                                "-E", "-N", "1", "-R", "1", "sdr", "elist"], capture_output=True, text=True, env=env,
-                               timeout=10, check=False)
+            r = subprocess.run(
+                [
+                    ipmitool,
+                    "-I",
+                    "lanplus",
+                    "-C",
+                    "3",
+                    "-H",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-U",
+                    USER,
+                    "-E",
+                    "-N",
+                    "1",
+                    "-R",
+                    "1",
+                    "sdr",
+                    "elist",
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=10,
+                check=False,
+            )
             if r.returncode == 0 and "FAN2" in r.stdout and "PS2 Status" in r.stdout:
                 time.sleep(0.6)  # let the file-polled sensors take their first value
                 return

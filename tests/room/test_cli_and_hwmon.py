@@ -14,20 +14,29 @@ from gpuclinic.sources.bmc.lmsensors import read_hwmon
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuclinic", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
-@pytest.mark.parametrize("args", [
-    ["doctor", "--bmc", "10.0.0.5", "--bmc-password-file", "/nonexistent/pw"],
-    ["doctor", "--bmc", "10.0.0.5:notaport"],
-    ["doctor", "--redfish", "ftp://10.0.0.5"],
-    ["doctor", "--redfish", "https://10.0.0.5", "--redfish-ca", "/nonexistent/ca.pem"],
-    ["doctor", "--from", "/etc/hostname", "--bmc", "10.0.0.5"],
-    ["doctor", "--bmc-cipher", "99"],
-    ["doctor", "--bmc-timeout", "0"],
-    ["doctor", "--no-such-flag"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["doctor", "--bmc", "10.0.0.5", "--bmc-password-file", "/nonexistent/pw"],
+        ["doctor", "--bmc", "10.0.0.5:notaport"],
+        ["doctor", "--redfish", "ftp://10.0.0.5"],
+        ["doctor", "--redfish", "https://10.0.0.5", "--redfish-ca", "/nonexistent/ca.pem"],
+        ["doctor", "--from", "/etc/hostname", "--bmc", "10.0.0.5"],
+        ["doctor", "--bmc-cipher", "99"],
+        ["doctor", "--bmc-timeout", "0"],
+        ["doctor", "--no-such-flag"],
+    ],
+)
 def test_bad_bmc_flags_are_one_line_usage_errors(args: list[str]) -> None:
     r = _run(*args)
     # click's own range and option errors exit 64 like ours: click's 2 would read as "drain"
@@ -37,8 +46,18 @@ def test_bad_bmc_flags_are_one_line_usage_errors(args: list[str]) -> None:
 
 def test_unreachable_bmc_is_a_could_not_check_line_not_an_error(tmp_path: Path) -> None:
     # nothing listens on this loopback port: ipmitool times out, the rest of the doctor run stands
-    r = _run("doctor", "--quick", "--json", "--bmc", "127.0.0.1:9", "--bmc-user", "u", "--bmc-timeout", "3",
-             env={"IPMI_PASSWORD": "unreachable-secret-77"})
+    r = _run(
+        "doctor",
+        "--quick",
+        "--json",
+        "--bmc",
+        "127.0.0.1:9",
+        "--bmc-user",
+        "u",
+        "--bmc-timeout",
+        "3",
+        env={"IPMI_PASSWORD": "unreachable-secret-77"},
+    )
     assert r.returncode in (0, 1, 2, 3), r.stderr
     assert "unreachable-secret-77" not in r.stdout + r.stderr
     import json
@@ -74,7 +93,9 @@ def test_hwmon_tree(tmp_path: Path) -> None:
     room = read_hwmon(str(tmp_path))
     by = {s.name: s for s in room.sensors}
     assert by["SYSTIN"].reading == 31.0 and by["SYSTIN"].unit == "C"
-    assert by["fan1"].reading == 0 and by["fan1"].level == "critical" and by["fan1"].thresholds == {"lcr": 300.0}
+    assert (
+        by["fan1"].reading == 0 and by["fan1"].level == "critical" and by["fan1"].thresholds == {"lcr": 300.0}
+    )
     assert by["fan2"].reading == 1450 and by["fan2"].level == "ok"
     assert by["in0"].reading == pytest.approx(0.912)
     assert by["fan3"].absent and not by["fan1"].absent
@@ -92,8 +113,11 @@ def test_a_given_bmc_password_is_masked_in_every_bundle_file_however_short() -> 
     from gpuclinic.facts.snapshot import Snapshot
     from gpuclinic.sources.capture import Bundle, RawOutput, render_files
 
-    b = Bundle(snapshot=Snapshot(), raw=[RawOutput("raw/x.txt", None, "login calvin ok\n")],
-               failed=[{"what": "bmc", "why": "refused calvin"}])
+    b = Bundle(
+        snapshot=Snapshot(),
+        raw=[RawOutput("raw/x.txt", None, "login calvin ok\n")],
+        failed=[{"what": "bmc", "why": "refused calvin"}],
+    )
     plain = render_files(b, False, env={})
     assert any(b"calvin" in v for v in plain.values())  # the test can fail: the word is there unmasked
     files = render_files(b, False, env={}, secrets_given={"bmc-password": "calvin", "redfish-password": ""})
@@ -103,7 +127,8 @@ def test_a_given_bmc_password_is_masked_in_every_bundle_file_however_short() -> 
 
 def test_password_in_the_redfish_url_is_never_printed() -> None:
     """`--redfish https://user:pw@bmc` is a natural thing to type; the password must not reach the report."""
-    r = _run("doctor", "--quick", "--json", "--redfish", "https://admin:s3cret-Pw9@127.0.0.1:9", "--bmc-timeout", "1")
+    r = _run("doctor", "--quick", "--json", "--redfish", "https://admin:s3cret-Pw9@127.0.0.1:9",
+             "--bmc-timeout", "1")
     assert r.returncode in (0, 1, 2), r.stderr
     assert "s3cret-Pw9" not in r.stdout + r.stderr
     assert "127.0.0.1:9" in r.stdout  # the BMC is still named in the "could not check" line

@@ -18,8 +18,14 @@ from gpuclinic.watch.store import WatchStore
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ), check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuclinic", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+        check=False,
+    )
 
 
 def _store(tmp_path: Path) -> str:

@@ -6,13 +6,14 @@ from pathlib import Path
 
 from test_room_checks import SEL_DELL_PCIE, XID79, _gpu, _room
 
-from gpuclinic.diagnose import diagnose
+from gpuclinic.diagnose import Report, diagnose
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge import runbooks
+from gpuclinic.model import Incident
 from gpuclinic.sources.evidence import load_evidence
 
 
-def _bad(rep):  # type: ignore[no-untyped-def]
+def _bad(rep: Report) -> list[Incident]:
     return [i for i in rep.incidents if i.severity.label in ("warning", "critical")]
 
 
@@ -28,7 +29,9 @@ def test_inlet_31c_and_four_gpus_in_thermal_slowdown_is_one_incident() -> None:
     assert runbooks.get("room.inlet_hot") is not None
 
 
-def test_xid79_and_sel_pcie_fatal_on_that_slot_is_one_incident_with_slot_and_riser_steps(tmp_path: Path) -> None:
+def test_xid79_and_sel_pcie_fatal_on_that_slot_is_one_incident_with_slot_and_riser_steps(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "dmesg.txt").write_text(XID79)
     (tmp_path / "sel.txt").write_text(SEL_DELL_PCIE)
     rep = diagnose(load_evidence([str(tmp_path / "dmesg.txt"), str(tmp_path / "sel.txt")]))

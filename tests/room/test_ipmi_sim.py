@@ -85,8 +85,14 @@ def test_wrong_password_is_a_could_not_check_line(sim: SimBmc) -> None:
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuclinic", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("how", ["env", "flag", "file"])
@@ -124,8 +130,18 @@ def test_capture_takes_the_bmc_and_never_holds_the_password(sim: SimBmc, tmp_pat
     import tarfile
 
     out = tmp_path / "cap.tar.gz"
-    args = ["capture", "--quick", "-o", str(out), "--bmc", f"127.0.0.1:{sim.port}", "--bmc-user", USER,
-            "--bmc-cipher", "3"]
+    args = [
+        "capture",
+        "--quick",
+        "-o",
+        str(out),
+        "--bmc",
+        f"127.0.0.1:{sim.port}",
+        "--bmc-user",
+        USER,
+        "--bmc-cipher",
+        "3",
+    ]
     if how == "flag":
         args += ["--bmc-password", PASSWORD]
     else:

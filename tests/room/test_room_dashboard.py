@@ -33,7 +33,11 @@ class _Dom(HTMLParser):
         self.text.append(data)
 
     def find(self, tag: str, **want: str) -> list[dict[str, str]]:
-        return [a for t, a in self.nodes if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in want.items())]
+        return [
+            a
+            for t, a in self.nodes
+            if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in want.items())
+        ]
 
 
 def _free_port() -> int:
@@ -44,33 +48,79 @@ def _free_port() -> int:
 
 def _chromium(chromium: str, args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-         f"--user-data-dir={tmp}", "--virtual-time-budget=6000", *args],
-        capture_output=True, text=True, timeout=90)
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp}",
+            "--virtual-time-budget=6000",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 def test_room_panel_draws_inlet_fans_and_psus_with_their_states(tmp_path: Path) -> None:
     tools = require("chromium", "ipmi_sim", "ipmitool")
     chromium = tools["chromium"]
-    artifacts = Path(os.environ.get("GPUCLINIC_ARTIFACTS") or Path(__file__).resolve().parents[2] / "artifacts")
+    artifacts = Path(
+        os.environ.get("GPUCLINIC_ARTIFACTS") or Path(__file__).resolve().parents[2] / "artifacts"
+    )
     artifacts.mkdir(parents=True, exist_ok=True)
     with running(tmp_path / "sim", PASSWORD, tools["ipmi_sim"], tools["ipmitool"], inlet_c=31) as sim:
         sim.set_value("fan2", 0)  # a stopped fan: critical
         port = _free_port()
         agent = subprocess.Popen(
-            [sys.executable, "-m", "gpuclinic", "watch", "--scenario", "demo", "--time-scale", "10", "--no-store",
-             "--listen", f"127.0.0.1:{port}", "--token", TOKEN, "--quiet", "--doctor-interval", "0",
-             "--bmc", f"127.0.0.1:{sim.port}", "--bmc-user", USER, "--bmc-cipher", "3", "--bmc-interval", "1"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "IPMI_PASSWORD": PASSWORD})
+            [
+                sys.executable,
+                "-m",
+                "gpuclinic",
+                "watch",
+                "--scenario",
+                "demo",
+                "--time-scale",
+                "10",
+                "--no-store",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--token",
+                TOKEN,
+                "--quiet",
+                "--doctor-interval",
+                "0",
+                "--bmc",
+                f"127.0.0.1:{sim.port}",
+                "--bmc-user",
+                USER,
+                "--bmc-cipher",
+                "3",
+                "--bmc-interval",
+                "1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "IPMI_PASSWORD": PASSWORD},
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 40
             room = None
             while time.monotonic() < deadline:
                 try:
-                    st = httpx.get(url + "/api/state", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=2,
-                                   trust_env=False).json()
+                    st = httpx.get(
+                        url + "/api/state",
+                        headers={"Authorization": f"Bearer {TOKEN}"},
+                        timeout=2,
+                        trust_env=False,
+                    ).json()
                     room = st.get("room") or {}
                     if any(f.get("state") == "critical" for f in room.get("fans") or []):
                         break  # the poll after the simulator stopped FAN2
@@ -91,17 +141,26 @@ def test_room_panel_draws_inlet_fans_and_psus_with_their_states(tmp_path: Path) 
             assert float(sec["data-inlet"]) == 31.0
             assert (sec["data-fans"], sec["data-fans-bad"]) == ("2", "1")
             assert (sec["data-psus"], sec["data-psus-bad"]) == ("2", "0")
-            chips = {(a["data-kind"], a["data-name"]): a["data-state"] for a in dom.find("span")
-                     if "data-kind" in a}
+            chips = {
+                (a["data-kind"], a["data-name"]): a["data-state"]
+                for a in dom.find("span")
+                if "data-kind" in a
+            }
             assert chips[("fan", "FAN2")] == "critical" and chips[("fan", "FAN1")] == "ok"
             assert chips[("inlet", next(n for k, n in chips if k == "inlet"))] == "warning"  # 31 °C > ~30 °C
-            assert {n: s for (k, n), s in chips.items() if k == "psu"} == {"PS1 Status": "ok", "PS2 Status": "ok"}
+            assert {n: s for (k, n), s in chips.items() if k == "psu"} == {
+                "PS1 Status": "ok",
+                "PS2 Status": "ok",
+            }
             assert "Server room" in " ".join(dom.text)
             assert PASSWORD not in r.stdout
 
             shot = artifacts / "watch-dashboard-room.png"
-            r2 = _chromium(chromium, [f"--screenshot={shot}", "--window-size=1400,2600", f"{url}/?token={TOKEN}"],
-                           tmp_path / "p2")
+            r2 = _chromium(
+                chromium,
+                [f"--screenshot={shot}", "--window-size=1400,2600", f"{url}/?token={TOKEN}"],
+                tmp_path / "p2",
+            )
             assert r2.returncode == 0, r2.stderr[-2000:]
             assert shot.stat().st_size > 20_000
         finally:

@@ -1,4 +1,5 @@
-"""watch with a real BMC: ipmi_sim polled by the agent, room events within one poll, promtool-clean /metrics."""
+"""watch with a real BMC: ipmi_sim polled by the agent, room events within one poll, promtool-clean
+/metrics."""
 
 from __future__ import annotations
 
@@ -39,11 +40,26 @@ def _agent(sim: SimBmc, logs: list[str], db: Path | None = None) -> Agent:
     cfg = config_from_dict({"rules": sc.rules})
     cfg.agent.doctor_interval_s = 0
     clock = ScaledClock(20)
-    opts = BmcOptions(host="127.0.0.1", port=sim.port, user=USER, password=PASSWORD, cipher=3, in_band=False,
-                      hwmon=False, timeout_s=10)
+    opts = BmcOptions(
+        host="127.0.0.1",
+        port=sim.port,
+        user=USER,
+        password=PASSWORD,
+        cipher=3,
+        in_band=False,
+        hwmon=False,
+        timeout_s=10,
+    )
     store = WatchStore(db) if db else None
-    return Agent(cfg, ScenarioBackend(sc, clock), clock=clock, store=store, log=logs.append, bmc=opts,
-                 bmc_interval_s=1.0)
+    return Agent(
+        cfg,
+        ScenarioBackend(sc, clock),
+        clock=clock,
+        store=store,
+        log=logs.append,
+        bmc=opts,
+        bmc_interval_s=1.0,
+    )
 
 
 def _room_events(a: Agent) -> dict[str, str]:
@@ -66,9 +82,13 @@ def test_agent_polls_bmc_and_raises_room_events_within_one_poll(sim: SimBmc, tmp
         fams = {f.name: f for f in text_string_to_metric_families(generate_latest(make_registry(a)).decode())}
         assert fams["gpuclinic_room_inlet_temperature_celsius"].samples[0].value == 24
         assert {s.labels["fan"]: s.value for s in fams["gpuclinic_room_fan_speed_rpm"].samples} == {
-            "FAN1": 9000, "FAN2": 9000}
+            "FAN1": 9000,
+            "FAN2": 9000,
+        }
         assert {s.labels["psu"]: s.value for s in fams["gpuclinic_room_psu_ok"].samples} == {
-            "PS1 Status": 1, "PS2 Status": 1}
+            "PS1 Status": 1,
+            "PS2 Status": 1,
+        }
         assert fams["gpuclinic_room_bmc_up"].samples[0].value == 1
 
         polls = a.room_poller.polls_total
@@ -83,21 +103,31 @@ def test_agent_polls_bmc_and_raises_room_events_within_one_poll(sim: SimBmc, tmp
         assert a.verdict().value == "drain"
         inc = {i["code"]: i for i in incidents_json(a)["incidents"]}
         assert {"room.fan_failed", "room.psu_failed"} <= set(inc), list(inc)
-        assert "room.sel.fan_critical" in inc["room.fan_failed"]["symptoms"]  # the SEL lines join the fan incident
+        assert (
+            "room.sel.fan_critical" in inc["room.fan_failed"]["symptoms"]
+        )  # the SEL lines join the fan incident
         text = generate_latest(make_registry(a)).decode()
         fams = {f.name: f for f in text_string_to_metric_families(text)}
-        assert {s.labels["fan"]: s.value for s in fams["gpuclinic_room_fan_ok"].samples} == {"FAN1": 0, "FAN2": 1}
+        assert {s.labels["fan"]: s.value for s in fams["gpuclinic_room_fan_ok"].samples} == {
+            "FAN1": 0,
+            "FAN2": 1,
+        }
         assert {s.labels["psu"]: s.value for s in fams["gpuclinic_room_psu_ok"].samples}["PS1 Status"] == 0
-        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+        )
         assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
         hist = history_points(a.room_poller)
         assert hist[0]["min_fan_rpm"] == 9000 and hist[-1]["min_fan_rpm"] == 0 and hist[-1]["psus_ok"] == 1
         assert PASSWORD not in "\n".join(logs) + text
         state = state_json(a)["room"]
         assert state["bmc"] == f"127.0.0.1:{sim.port}" and state["inlet_c"] == [
-            {"sensor": "Inlet Temp", "value": 24.0, "state": "ok"}]
+            {"sensor": "Inlet Temp", "value": 24.0, "state": "ok"}
+        ]
         assert {f["fan"]: (f["value"], f["state"]) for f in state["fans"]} == {
-            "FAN1": (0.0, "critical"), "FAN2": (9000.0, "ok")}  # the dashboard's colours: doctor's judgement
+            "FAN1": (0.0, "critical"),
+            "FAN2": (9000.0, "ok"),
+        }  # the dashboard's colours: doctor's judgement
         stored = room_history(str(tmp_path / "watch.db"))
         fan1 = [r["value"] for r in stored if r["sensor"] == "FAN1"]
         assert fan1[0] == 9000 and fan1[-1] == 0

@@ -90,13 +90,21 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.root / f"{name}.out", "wb")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
+        p = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env
+        )
         log.close()
         self.procs.append((name, p))
 
     def scontrol(self, *args: str, check: bool = True) -> str:
-        p = subprocess.run([self.tools["scontrol"], *args], capture_output=True, text=True, env=self.env,
-                           timeout=20, check=False)
+        p = subprocess.run(
+            [self.tools["scontrol"], *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=20,
+            check=False,
+        )
         if check and p.returncode != 0:
             raise AssertionError(f"scontrol {' '.join(args)}: {p.stderr.strip()}")
         return p.stdout
@@ -126,7 +134,9 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         while time.monotonic() < deadline:
             for name, p in self.procs:
                 if p.poll() is not None:
-                    raise RuntimeError(f"{name} exited ({p.returncode}) while waiting for {what}\n{self.logs()}")
+                    raise RuntimeError(
+                        f"{name} exited ({p.returncode}) while waiting for {what}\n{self.logs()}"
+                    )
             try:
                 last = pred() if callable(pred) else None
                 if last:
@@ -139,15 +149,28 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
     def start(self) -> None:
         self._write()
         r = self.root
-        self._spawn("munge", [self.tools["munged"], "-F", "--force", f"--key-file={r}/munge/munge.key",
-                              f"--socket={r}/munge/munge.sock", f"--pid-file={r}/munge/munged.pid",
-                              f"--log-file={r}/munge/munged.log", f"--seed-file={r}/munge/munged.seed"])
+        self._spawn(
+            "munge",
+            [
+                self.tools["munged"],
+                "-F",
+                "--force",
+                f"--key-file={r}/munge/munge.key",
+                f"--socket={r}/munge/munge.sock",
+                f"--pid-file={r}/munge/munged.pid",
+                f"--log-file={r}/munge/munged.log",
+                f"--seed-file={r}/munge/munged.seed",
+            ],
+        )
         self.wait(lambda: (r / "munge" / "munge.sock").exists(), "the munge socket", 15)
         self._spawn("slurmctld", [self.tools["slurmctld"], "-D", "-f", str(self.conf)])
         self.wait(lambda: "UP" in self.scontrol("ping", check=False), "slurmctld (scontrol ping)", 30)
         self._spawn("slurmd", [self.tools["slurmd"], "-D", "-f", str(self.conf)])
-        self.wait(lambda: self.state().startswith("IDLE") and "NOT_RESPONDING" not in self.state(),
-                  "the node to register IDLE", 40)
+        self.wait(
+            lambda: self.state().startswith("IDLE") and "NOT_RESPONDING" not in self.state(),
+            "the node to register IDLE",
+            40,
+        )
 
     def reset_node(self) -> None:
         """Back to IDLE with no reason, whatever the last test did."""

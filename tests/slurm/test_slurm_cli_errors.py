@@ -18,7 +18,8 @@ import pytest
      "--every"),
     (["k8s", "evidence", "--scenario", "healthy-8xh100-load", "--device-plugin-config", "{bad}"], 64,
      "device-plugin config: expected a mapping"),
-    (["k8s", "evidence", "--scenario", "healthy-8xh100-load", "--node-json", "{bad}"], 64, "not a Node object"),
+    (["k8s", "evidence", "--scenario", "healthy-8xh100-load", "--node-json", "{bad}"], 64,
+     "not a Node object"),
 ])
 def test_bad_input(args: list[str], rc: int, msg: str, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
@@ -34,20 +35,54 @@ def test_prolog_that_cannot_check_lets_the_job_start() -> None:
     """A broken check must not refuse jobs (a failing prolog drains the node and requeues the job)."""
     p = subprocess.run([sys.executable, "-m", "gpuclinic", "slurm", "prolog", "--scenario", "nosuch"],
                        capture_output=True, text=True, timeout=60, check=False)
-    assert p.returncode == 0 and "could not check" in p.stderr and "letting the job start" in p.stderr, p.stderr
+    assert p.returncode == 0 and "could not check" in p.stderr and "letting the job start" in p.stderr, (
+        p.stderr
+    )
 
 
 def test_epilog_that_finds_a_problem_but_cannot_drain_fails() -> None:
     """Then Slurm drains the node itself ("Epilog error"): the problem is never swallowed."""
-    p = subprocess.run([sys.executable, "-m", "gpuclinic", "slurm", "epilog", "--scenario", "fallen-off-bus",
-                        "--scontrol", "/nonexistent/scontrol", "--node", "n1"],
-                       capture_output=True, text=True, timeout=60, check=False)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "slurm",
+            "epilog",
+            "--scenario",
+            "fallen-off-bus",
+            "--scontrol",
+            "/nonexistent/scontrol",
+            "--node",
+            "n1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 1 and "could not drain" in p.stderr, p.stderr
 
 
 def test_prolog_that_finds_a_problem_but_cannot_drain_still_refuses() -> None:
     """The GPU was judged bad; only the drain failed (slurmctld down): the job must not start on it."""
-    p = subprocess.run([sys.executable, "-m", "gpuclinic", "slurm", "prolog", "--scenario", "fallen-off-bus",
-                        "--scontrol", "/nonexistent/scontrol", "--node", "n1"],
-                       capture_output=True, text=True, timeout=60, check=False)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "slurm",
+            "prolog",
+            "--scenario",
+            "fallen-off-bus",
+            "--scontrol",
+            "/nonexistent/scontrol",
+            "--node",
+            "n1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 1 and "gpu.fallen_off_bus" in p.stderr and "could not drain" in p.stderr, p.stderr

@@ -15,9 +15,17 @@ from .slurmcluster import SlurmCluster
 pytestmark = pytest.mark.timeout(180)
 
 
-def gpuclinic(c: SlurmCluster, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True, timeout=60,
-                          env={**c.env, **(env or {})}, check=False)
+def gpuclinic(
+    c: SlurmCluster, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuclinic", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**c.env, **(env or {})},
+        check=False,
+    )
 
 
 def test_healthcheck_drains_then_resumes_its_own_drain(cluster: SlurmCluster) -> None:
@@ -78,8 +86,14 @@ def test_prolog_refuses_a_job_on_a_bad_gpu(cluster: SlurmCluster) -> None:
     require("sbatch", "scancel")
     cluster.prolog_scenario.write_text("fallen-off-bus")
     marker = cluster.root / "job-ran"
-    out = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", f"touch {marker}"],
-                         capture_output=True, text=True, env=cluster.env, timeout=20, check=True).stdout
+    out = subprocess.run(
+        ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", f"touch {marker}"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        timeout=20,
+        check=True,
+    ).stdout
     job = out.strip().split(";")[0]
     cluster.wait(lambda: "DRAIN" in cluster.state(), "the prolog to drain the node", 40)
     cluster.wait(lambda: _job_state(cluster, job) == "PENDING", "the job to be requeued", 30)
@@ -95,8 +109,14 @@ def test_prolog_lets_a_job_on_good_gpus_run(cluster: SlurmCluster) -> None:
     require("sbatch")
     cluster.prolog_scenario.write_text("healthy-8xh100-load")
     marker = cluster.root / "job-ran-ok"
-    out = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", f"touch {marker}"],
-                         capture_output=True, text=True, env=cluster.env, timeout=20, check=True).stdout
+    out = subprocess.run(
+        ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", f"touch {marker}"],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        timeout=20,
+        check=True,
+    ).stdout
     job = out.strip().split(";")[0]
     cluster.wait(lambda: marker.exists(), "the job to run", 40)
     cluster.wait(lambda: _job_state(cluster, job) == "COMPLETED", "the job to complete", 30)
@@ -125,11 +145,22 @@ def test_prolog_and_epilog_look_at_the_jobs_gpus_only(cluster: SlurmCluster) -> 
         assert p.returncode == 0 and f"{kind}: job GPUs ok (SLURM_JOB_GPUS=0,1" in p.stderr, p.stderr
     assert cluster.state() == "IDLE"
     # a job that used GPU 4: the epilog drains the node with gpuclinic's reason and exits 0
-    p = gpuclinic(cluster, "slurm", "epilog", "--scenario", "fallen-off-bus", env={**env, "SLURM_JOB_GPUS": "3,4"})
+    p = gpuclinic(
+        cluster, "slurm", "epilog", "--scenario", "fallen-off-bus", env={**env, "SLURM_JOB_GPUS": "3,4"}
+    )
     assert p.returncode == 0 and "drained" in p.stderr, p.stderr
-    assert "DRAIN" in cluster.state() and (cluster.reason() or "").startswith("gpuclinic: gpu.fallen_off_bus GPU 4")
+    assert "DRAIN" in cluster.state() and (cluster.reason() or "").startswith(
+        "gpuclinic: gpu.fallen_off_bus GPU 4"
+    )
     # --no-drain: the problem is reported by the exit status and Slurm does the draining
     cluster.reset_node()
-    p = gpuclinic(cluster, "slurm", "epilog", "--no-drain", "--scenario", "fallen-off-bus",
-                  env={**env, "SLURM_JOB_GPUS": "4"})
+    p = gpuclinic(
+        cluster,
+        "slurm",
+        "epilog",
+        "--no-drain",
+        "--scenario",
+        "fallen-off-bus",
+        env={**env, "SLURM_JOB_GPUS": "4"},
+    )
     assert p.returncode == 1 and cluster.state() == "IDLE", p.stderr

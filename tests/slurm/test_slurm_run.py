@@ -42,13 +42,30 @@ def test_gpu_fault_in_a_slurm_job_drains_and_requeues(cluster: SlurmCluster, tmp
              "--db", str(db), "--backoff", "0", "--stop-timeout", "2s", "--sample-interval", "0.1s",
              "--", sys.executable, str(TRAINER), "--ckpt", str(tmp_path / "ckpt"), "--fail", "exit3",
              "--fail-attempts", "9"]
-    out = subprocess.run(["sbatch", "--parsable", "--requeue", "-o", str(tmp_path / "job-%j.out"),
-                          "--wrap", shlex.join(inner)], capture_output=True, text=True, timeout=20, check=True,
-                         env={**cluster.env, "GPUCLINIC_NO_NVML": "1"}).stdout
+    out = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--requeue",
+            "-o",
+            str(tmp_path / "job-%j.out"),
+            "--wrap",
+            shlex.join(inner),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+        env={**cluster.env, "GPUCLINIC_NO_NVML": "1"},
+    ).stdout
     job = out.strip().split(";")[0]
     try:
-        cluster.wait(lambda: "Restarts=1" in cluster.scontrol("-o", "show", "job", job), "the job to be requeued", 60)
-        assert (cluster.reason() or "").startswith(f"gpuclinic: run: gpu_hardware GPU 4 (job {job})"), cluster.reason()
+        cluster.wait(
+            lambda: "Restarts=1" in cluster.scontrol("-o", "show", "job", job), "the job to be requeued", 60
+        )
+        assert (cluster.reason() or "").startswith(f"gpuclinic: run: gpu_hardware GPU 4 (job {job})"), (
+            cluster.reason()
+        )
         assert "DRAIN" in cluster.state()
         assert _rows(db) == [("gpu_hardware", "requeue")]
         log = next(tmp_path.glob("job-*.out")).read_text()
@@ -59,8 +76,14 @@ def test_gpu_fault_in_a_slurm_job_drains_and_requeues(cluster: SlurmCluster, tmp
 
 def test_outside_slurm_and_local_decisions() -> None:
     assert slurm_job_from_env({}) is None
-    job = slurm_job_from_env({"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "n1", "SLURM_JOB_GPUS": "2,3",
-                              "CUDA_VISIBLE_DEVICES": "0,1"})
+    job = slurm_job_from_env(
+        {
+            "SLURM_JOB_ID": "42",
+            "SLURMD_NODENAME": "n1",
+            "SLURM_JOB_GPUS": "2,3",
+            "CUDA_VISIBLE_DEVICES": "0,1",
+        }
+    )
     assert job is not None and job.gpus == ["2", "3"] and job.gpu_var == "SLURM_JOB_GPUS"
     sup = SlurmSupervisor(RunOptions(cmd=["true"], exclude_bad_gpu=False), job=job)
     hw = Classification(cls="gpu_hardware", summary="x", gpu=GpuRef(index=2))

@@ -30,8 +30,12 @@ LINE = ("NodeName=vm Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=1 CPUTot=
 
 def test_parse_node_line() -> None:
     n = parse_node_line(LINE)
-    assert (n.name, n.state, n.reason, n.reason_user) == ("vm", "IDLE+DRAIN", "gpuclinic: gpu.fallen_off_bus GPU 4",
-                                                          "root")
+    assert (n.name, n.state, n.reason, n.reason_user) == (
+        "vm",
+        "IDLE+DRAIN",
+        "gpuclinic: gpu.fallen_off_bus GPU 4",
+        "root",
+    )
     assert n.drained and n.ours
     idle = parse_node_line(LINE.replace("State=IDLE+DRAIN", "State=IDLE").split(" Reason=")[0])
     assert not idle.drained and idle.reason is None and not idle.ours
@@ -58,28 +62,36 @@ def _node(state: str, reason: str | None) -> NodeState:
     return NodeState(name="n1", state=state, reason=reason)
 
 
-@pytest.mark.parametrize(("verdict", "state", "reason", "kind"), [
-    (Verdict.DRAIN, "IDLE", None, "drained"),
-    (Verdict.DRAIN, "IDLE+DRAIN", "gpuclinic: a GPU 1", "kept"),
-    (Verdict.DRAIN, "IDLE+DRAIN", "gpuclinic: b GPU 2", "redrained"),
-    (Verdict.DRAIN, "MIXED+DRAIN", "admin: maint", "left_alone"),
-    (Verdict.DRAIN, "DOWN+NOT_RESPONDING", "Not responding", "left_alone"),
-    (Verdict.HEALTHY, "IDLE+DRAIN", "gpuclinic: a GPU 1", "resumed"),
-    (Verdict.WARNING, "IDLE+DRAIN", "gpuclinic: a GPU 1", "resumed"),
-    (Verdict.HEALTHY, "IDLE+DRAIN", "admin: maint", "left_alone"),
-    (Verdict.HEALTHY, "IDLE", None, "none"),
-    (None, "IDLE+DRAIN", "gpuclinic: a GPU 1", "none"),
-])
+@pytest.mark.parametrize(
+    ("verdict", "state", "reason", "kind"),
+    [
+        (Verdict.DRAIN, "IDLE", None, "drained"),
+        (Verdict.DRAIN, "IDLE+DRAIN", "gpuclinic: a GPU 1", "kept"),
+        (Verdict.DRAIN, "IDLE+DRAIN", "gpuclinic: b GPU 2", "redrained"),
+        (Verdict.DRAIN, "MIXED+DRAIN", "admin: maint", "left_alone"),
+        (Verdict.DRAIN, "DOWN+NOT_RESPONDING", "Not responding", "left_alone"),
+        (Verdict.HEALTHY, "IDLE+DRAIN", "gpuclinic: a GPU 1", "resumed"),
+        (Verdict.WARNING, "IDLE+DRAIN", "gpuclinic: a GPU 1", "resumed"),
+        (Verdict.HEALTHY, "IDLE+DRAIN", "admin: maint", "left_alone"),
+        (Verdict.HEALTHY, "IDLE", None, "none"),
+        (None, "IDLE+DRAIN", "gpuclinic: a GPU 1", "none"),
+    ],
+)
 def test_reconcile(verdict: Verdict | None, state: str, reason: str | None, kind: str) -> None:
     from gpuclinic.model import GpuRef
 
-    j = Judgement(verdict=verdict, problems=[Problem("a", GpuRef(index=1), "t")] if verdict == Verdict.DRAIN else [])
+    j = Judgement(
+        verdict=verdict, problems=[Problem("a", GpuRef(index=1), "t")] if verdict == Verdict.DRAIN else []
+    )
     assert reconcile(j, _node(state, reason), None).kind == kind
 
 
 def test_job_gpus_from_the_environment() -> None:
     assert job_gpu_tokens({}) == (None, None)
-    assert job_gpu_tokens({"SLURM_JOB_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "0,1"}) == ("SLURM_JOB_GPUS", ["4", "5"])
+    assert job_gpu_tokens({"SLURM_JOB_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "0,1"}) == (
+        "SLURM_JOB_GPUS",
+        ["4", "5"],
+    )
     assert job_gpu_tokens({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}) == ("CUDA_VISIBLE_DEVICES", [])
     rep = run_doctor("fallen-off-bus")
     assert [p.code for p in blocking_for_job(rep, ["4"])] == ["gpu.fallen_off_bus"]
@@ -108,18 +120,37 @@ def test_shipped_nhc_check_drains_through_nhc(tmp_path: pytest.TempPathFactory) 
         wrapper = bindir / "gpuclinic"
         wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gpuclinic "$@" --scenario {scenario}\n')
         wrapper.chmod(0o755)
-        script = f'die() {{ echo "DIE $1 $2"; }}; log() {{ echo "LOG $*"; }}; . "{nhc}"; check_gpuclinic; echo "RC $?"'
-        p = subprocess.run([bash, "-c", script], capture_output=True, text=True, timeout=60, check=False,
-                           env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
+        script = (
+            'die() { echo "DIE $1 $2"; }; log() { echo "LOG $*"; }; '
+            f'. "{nhc}"; check_gpuclinic; echo "RC $?"'
+        )
+        p = subprocess.run(
+            [bash, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
+        )
         out.append(p.stdout)
     assert out[0] == "DIE 1 gpuclinic: gpu.fallen_off_bus GPU 4\nRC 1\n", out
     assert out[1] == "RC 0\n", out
     # a broken install (here: an option this gpuclinic does not know) must not drain the node
     bindir = Path(str(tmp_path)) / "broken"
     bindir.mkdir()
-    (bindir / "gpuclinic").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gpuclinic "$@" --no-such-option\n')
+    (bindir / "gpuclinic").write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -m gpuclinic "$@" --no-such-option\n'
+    )
     (bindir / "gpuclinic").chmod(0o755)
-    script = f'die() {{ echo "DIE $1 $2"; }}; log() {{ echo "LOG $*"; }}; . "{nhc}"; check_gpuclinic; echo "RC $?"'
-    p = subprocess.run([bash, "-c", script], capture_output=True, text=True, timeout=60, check=False,
-                       env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
+    script = (
+        f'die() {{ echo "DIE $1 $2"; }}; log() {{ echo "LOG $*"; }}; . "{nhc}"; check_gpuclinic; echo "RC $?"'
+    )
+    p = subprocess.run(
+        [bash, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"},
+    )
     assert "DIE" not in p.stdout and p.stdout.endswith("RC 0\n"), p.stdout

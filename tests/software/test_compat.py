@@ -8,7 +8,10 @@ from gpuclinic.knowledge import compat, load_data
 
 
 def test_every_entry_has_a_source() -> None:
-    for name, key in (("cuda_driver.json", "cuda_min_driver"), ("cuda_arch_support.json", "cuda_arch_support")):
+    for name, key in (
+        ("cuda_driver.json", "cuda_min_driver"),
+        ("cuda_arch_support.json", "cuda_arch_support"),
+    ):
         for k, e in load_data(name)[key].items():
             assert e["source"], (name, k)
     for e in load_data("gpu_compute_capability.json")["gpus"]:
@@ -19,10 +22,19 @@ def test_every_entry_has_a_source() -> None:
         assert e["source"].startswith("https://docs.nvidia.com/"), k
 
 
-@pytest.mark.parametrize(("cuda", "driver"), [
-    ("12.1", "530.30.02"), ("12.4", "550.54.14"), ("11.8", "520.61.05"), ("12.8", "570.26"), ("13.0", "580.65.06"),
-    ("cu121", "530.30.02"), ("12.4.1", "550.54.15"), ("12.4.99", "550.54.14"),
-])
+@pytest.mark.parametrize(
+    ("cuda", "driver"),
+    [
+        ("12.1", "530.30.02"),
+        ("12.4", "550.54.14"),
+        ("11.8", "520.61.05"),
+        ("12.8", "570.26"),
+        ("13.0", "580.65.06"),
+        ("cu121", "530.30.02"),
+        ("12.4.1", "550.54.15"),
+        ("12.4.99", "550.54.14"),
+    ],
+)
 def test_min_driver(cuda: str, driver: str) -> None:
     assert compat.min_driver(cuda) == driver
 
@@ -55,14 +67,30 @@ def test_driver_max_cuda() -> None:
     assert compat.driver_max_cuda("390.1") is None
 
 
-@pytest.mark.parametrize(("name", "cc"), [
-    ("NVIDIA H100 80GB HBM3", "9.0"), ("Tesla V100-SXM2-32GB", "7.0"), ("NVIDIA GeForce RTX 4090", "8.9"),
-    ("NVIDIA A100-SXM4-80GB", "8.0"), ("NVIDIA A100-PCIE-40GB", "8.0"), ("Tesla T4", "7.5"), ("NVIDIA A10G", "8.6"),
-    ("NVIDIA L40S", "8.9"), ("NVIDIA GeForce RTX 5090", "12.0"), ("Quadro RTX 6000", "7.5"),
-    ("NVIDIA RTX 6000 Ada Generation", "8.9"), ("NVIDIA RTX A6000", "8.6"), ("Tesla P100-PCIE-16GB", "6.0"),
-    ("NVIDIA GeForce RTX 3070 Ti", "8.6"), ("NVIDIA H200", "9.0"), ("NVIDIA B200", "10.0"), ("Tesla K80", "3.7"),
-    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0"), ("NVIDIA GeForce GTX 1080 Ti", "6.1"),
-])
+@pytest.mark.parametrize(
+    ("name", "cc"),
+    [
+        ("NVIDIA H100 80GB HBM3", "9.0"),
+        ("Tesla V100-SXM2-32GB", "7.0"),
+        ("NVIDIA GeForce RTX 4090", "8.9"),
+        ("NVIDIA A100-SXM4-80GB", "8.0"),
+        ("NVIDIA A100-PCIE-40GB", "8.0"),
+        ("Tesla T4", "7.5"),
+        ("NVIDIA A10G", "8.6"),
+        ("NVIDIA L40S", "8.9"),
+        ("NVIDIA GeForce RTX 5090", "12.0"),
+        ("Quadro RTX 6000", "7.5"),
+        ("NVIDIA RTX 6000 Ada Generation", "8.9"),
+        ("NVIDIA RTX A6000", "8.6"),
+        ("Tesla P100-PCIE-16GB", "6.0"),
+        ("NVIDIA GeForce RTX 3070 Ti", "8.6"),
+        ("NVIDIA H200", "9.0"),
+        ("NVIDIA B200", "10.0"),
+        ("Tesla K80", "3.7"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0"),
+        ("NVIDIA GeForce GTX 1080 Ti", "6.1"),
+    ],
+)
 def test_compute_capability_from_nvml_names(name: str, cc: str) -> None:
     assert compat.compute_capability_for(name) == cc
 
@@ -107,7 +135,9 @@ def test_v100_with_cu128_of_2_7_or_2_11_is_not_supported() -> None:
 def test_torch_version_parsing() -> None:
     tb = compat.parse_torch_version("2.4.1+cu121")
     assert tb and tb.minor == "2.4" and tb.variant == "cu121"
-    tb2 = compat.parse_torch_version("2.4.1", "12.1")  # PyPI wheel: no local label, CUDA from torch/version.py
+    tb2 = compat.parse_torch_version(
+        "2.4.1", "12.1"
+    )  # PyPI wheel: no local label, CUDA from torch/version.py
     assert tb2 and tb2.variant == "cu121"
     tb3 = compat.parse_torch_version("2.5.0a0+872d972e41.nv24.08", "12.6")  # NGC build
     assert tb3 and tb3.minor == "2.5" and tb3.variant == "cu126"

@@ -14,15 +14,29 @@ def _explain(text: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
 
 
-@pytest.mark.parametrize(("text", "head", "rc"), [  # rc: 0 nothing known, 1 software cause, 2 hardware
-    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nFooBarError: something odd\n",
-     "NO KNOWN CAUSE FOUND", 0),
-    ("ModuleNotFoundError: No module named 'foo_bar_baz'\n", "NO KNOWN CAUSE FOUND", 0),  # was HEALTHY
-    ("RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
-     "CAUSE FOUND: software (critical)", 1),
-    ("[ 8812.4] NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n",
-     "CAUSE FOUND: hardware (critical) - DRAIN", 2),
-])
+@pytest.mark.parametrize(
+    ("text", "head", "rc"),
+    [  # rc: 0 nothing known, 1 software cause, 2 hardware
+        (
+            'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nFooBarError: something '
+            'odd\n',
+            "NO KNOWN CAUSE FOUND",
+            0,
+        ),
+        ("ModuleNotFoundError: No module named 'foo_bar_baz'\n", "NO KNOWN CAUSE FOUND", 0),  # was HEALTHY
+        (
+            "RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
+            "CAUSE FOUND: software (critical)",
+            1,
+        ),
+        (
+            "[ 8812.4] NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
+            "the bus.\n",
+            "CAUSE FOUND: hardware (critical) - DRAIN",
+            2,
+        ),
+    ],
+)
 def test_explain_verdict_fits_what_it_read(text: str, head: str, rc: int) -> None:
     r = _explain(text)
     first = r.stdout.splitlines()[0]

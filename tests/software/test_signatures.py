@@ -66,22 +66,30 @@ def test_oom_that_cannot_fit_is_not_called_fragmentation() -> None:
     m = primary((ERRORS / "oom_too_big_neurolens_2.txt").read_text())
     assert m is not None and m.data["diagnosis"] == "allocation_exceeds_gpu"
     m2 = primary((ERRORS / "oom_new_cads_4.txt").read_text())
-    assert m2 is not None and m2.data["diagnosis"] == "model_too_large"  # 12.73 free + 9.35 cached < 22.78 asked
+    assert (
+        m2 is not None and m2.data["diagnosis"] == "model_too_large"
+    )  # 12.73 free + 9.35 cached < 22.78 asked
 
 
 def test_oom_old_format_derives_reserved_minus_allocated() -> None:
-    m = primary("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 23.65 GiB total capacity; "
-                "12.00 GiB already allocated; 1.00 GiB free; 20.00 GiB reserved in total by PyTorch)")
+    m = primary(
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 23.65 GiB total capacity; "
+        "12.00 GiB already allocated; 1.00 GiB free; 20.00 GiB reserved in total by PyTorch)"
+    )
     assert m is not None
     assert m.data["reserved_unallocated_bytes"] == parse_size("8", "GiB")
     assert m.data["diagnosis"] == "fragmentation"
 
 
 def test_oom_other_processes() -> None:
-    text = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of "
-            "79.15 GiB of which 300.00 MiB is free. Process 4242 has 60.00 GiB memory in use. Including non-PyTorch "
-            "memory, this process has 18.80 GiB memory in use. Of the allocated memory 18.00 GiB is allocated by "
-            "PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.")
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity "
+        "of "
+        "79.15 GiB of which 300.00 MiB is free. Process 4242 has 60.00 GiB memory in use. Including "
+        "non-PyTorch "
+        "memory, this process has 18.80 GiB memory in use. Of the allocated memory 18.00 GiB is allocated by "
+        "PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated."
+    )
     m = primary(text)
     assert m is not None and m.data["diagnosis"] == "other_processes"
     assert m.data["other_processes"] == [{"pid": 4242, "bytes": parse_size("60", "GiB")}]
@@ -103,7 +111,9 @@ def test_specific_hides_generic() -> None:
 
 
 def test_critical_ranks_before_warning_and_order_of_appearance() -> None:
-    text = "RuntimeError: CUDA error: device-side assert triggered\nlater: uncorrectable ECC error encountered\n"
+    text = (
+        "RuntimeError: CUDA error: device-side assert triggered\nlater: uncorrectable ECC error encountered\n"
+    )
     assert [m.id for m in match(text)] == ["cuda.ecc_uncorrectable", "cuda.device_assert"]
 
 

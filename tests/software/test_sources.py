@@ -11,10 +11,14 @@ from gpuclinic.sources import host as hsrc
 from gpuclinic.sources import software as ssrc
 
 # /proc/driver/nvidia/version as printed by real drivers (open and proprietary module)
-OPEN_VERSION = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.104.05  Release Build  "
-                "(dvs-builder@U16-I3-B03-4-3)  Tue Aug 22 20:06:56 UTC 2023\nGCC version:  gcc version 12.3.0\n")
-PROP_VERSION = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.82.01  Wed Oct 27 02:51:05 UTC 2021\n"
-                "GCC version:  gcc version 9.3.0 (Ubuntu 9.3.0-17ubuntu1~20.04)\n")
+OPEN_VERSION = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.104.05  Release Build  "
+    "(dvs-builder@U16-I3-B03-4-3)  Tue Aug 22 20:06:56 UTC 2023\nGCC version:  gcc version 12.3.0\n"
+)
+PROP_VERSION = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.82.01  Wed Oct 27 02:51:05 UTC 2021\n"
+    "GCC version:  gcc version 9.3.0 (Ubuntu 9.3.0-17ubuntu1~20.04)\n"
+)
 
 
 def w(root: Path, rel: str, text: str | bytes = "") -> Path:
@@ -27,9 +31,13 @@ def w(root: Path, rel: str, text: str | bytes = "") -> Path:
     return p
 
 
-def dist(site: Path, name: str, version: str, requires: tuple[str, ...] = (), files: dict[str, str] | None = None) -> None:
+def dist(
+    site: Path, name: str, version: str, requires: tuple[str, ...] = (), files: dict[str, str] | None = None
+) -> None:
     di = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
     w(di.parent, f"{di.name}/METADATA", meta)
     for rel, text in (files or {}).items():
         w(site, rel, text)
@@ -44,10 +52,18 @@ def test_parse_proc_driver_version() -> None:
 def test_software_tree(tmp_path: Path) -> None:
     r = tmp_path
     w(r, "proc/driver/nvidia/version", PROP_VERSION)
-    w(r, "proc/modules", "nvidia_uvm 1437696 0 - Live 0x0\nnvidia 35315712 2 nvidia_uvm, Live 0x0\ni2c_core 1 - Live\n")
+    w(
+        r,
+        "proc/modules",
+        "nvidia_uvm 1437696 0 - Live 0x0\nnvidia 35315712 2 nvidia_uvm, Live 0x0\ni2c_core 1 - Live\n",
+    )
     w(r, "proc/sys/kernel/osrelease", "5.15.0-91-generic\n")
     w(r, "proc/cmdline", "BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro quiet\n")
-    w(r, "etc/modprobe.d/blacklist-nouveau.conf", "# added by installer\nblacklist nouveau\noptions nouveau modeset=0\n")
+    w(
+        r,
+        "etc/modprobe.d/blacklist-nouveau.conf",
+        "# added by installer\nblacklist nouveau\noptions nouveau modeset=0\n",
+    )
     w(r, "lib/modules/5.15.0-91-generic/updates/dkms/nvidia.ko", "x")
     w(r, "lib/modules/5.15.0-88-generic/updates/dkms/nvidia.ko.zst", "x")
     (r / "var/lib/dkms/nvidia/470.82.01/5.15.0-91-generic/x86_64").mkdir(parents=True)
@@ -63,17 +79,33 @@ def test_software_tree(tmp_path: Path) -> None:
     os.symlink(r / "usr/local/cuda-12.1", r / "usr/local/cuda")
     w(r, "etc/os-release", 'PRETTY_NAME="Ubuntu 20.04.6 LTS"\nID=ubuntu\nVERSION_ID="20.04"\n')
     site = tmp_path / "site"
-    dist(site, "torch", "2.4.1+cu121", ("nvidia-cudnn-cu12==9.1.0.70; platform_system == \"Linux\"", "filelock"),
-         {"torch/version.py": "from typing import Optional\n__version__ = '2.4.1+cu121'\ndebug = False\n"
-                              "cuda: Optional[str] = '12.1'\ngit_version = 'abc'\nhip: Optional[str] = None\n"})
+    dist(
+        site,
+        "torch",
+        "2.4.1+cu121",
+        ('nvidia-cudnn-cu12==9.1.0.70; platform_system == "Linux"', "filelock"),
+        {
+            "torch/version.py": "from typing import Optional\n__version__ = '2.4.1+cu121'\ndebug = False\n"
+            "cuda: Optional[str] = '12.1'\ngit_version = 'abc'\nhip: Optional[str] = None\n"
+        },
+    )
     dist(site, "nvidia-cudnn-cu12", "9.1.0.70")
     dist(site, "jaxlib", "0.4.13+cuda12.cudnn89")
     dist(site, "cupy-cuda12x", "13.3.0")
-    dist(site, "tensorflow", "2.17.0", files={"tensorflow/python/platform/build_info.py":
-                                              "build_info = {'cpu_compiler': 'gcc', 'cuda_version': '12.3', 'cudnn_version': '8', 'is_cuda_build': True}\n"})
+    dist(
+        site,
+        "tensorflow",
+        "2.17.0",
+        files={
+            "tensorflow/python/platform/build_info.py": "build_info = {'cpu_compiler': 'gcc', "
+            "'cuda_version': '12.3', 'cudnn_version': '8', 'is_cuda_build': True}\n"
+        },
+    )
     dist(site, "paddlepaddle-gpu", "2.6.1.post120")
     dist(site, "requests", "2.32.0")
-    sw = ssrc.read_software(r, env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.1/compat:/opt/x"}, python_paths=[str(site)])
+    sw = ssrc.read_software(
+        r, env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.1/compat:/opt/x"}, python_paths=[str(site)]
+    )
     assert sw.proc_driver_version == "470.82.01" and sw.kernel_module_flavor == "proprietary"
     assert sw.kernel_module_loaded is True and sw.nouveau_loaded is False and sw.nouveau_blacklisted is True
     assert sw.running_kernel == "5.15.0-91-generic" and sw.module_for_kernel is True
@@ -130,19 +162,32 @@ def test_container_docker_cgroup_v2(tmp_path: Path) -> None:
     w(r, "dev/shm.size", str(64 * 1024 * 1024))
     w(r, "dev/nvidia0")
     w(r, "dev/nvidiactl")
-    env = {"NVIDIA_VISIBLE_DEVICES": "GPU-1a2b", "NVIDIA_DRIVER_CAPABILITIES": "utility", "CUDA_VISIBLE_DEVICES": "0,7", "HOME": "/root"}
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-1a2b",
+        "NVIDIA_DRIVER_CAPABILITIES": "utility",
+        "CUDA_VISIBLE_DEVICES": "0,7",
+        "HOME": "/root",
+    }
     c = csrc.read_container(r, env)
     assert c.in_container and c.runtime == "docker" and not c.kubernetes
     assert c.cgroup_version == 2 and c.cpu_quota_cores == 4.0
     assert c.memory_limit_bytes == 17179869184 and c.memory_usage_bytes == 16500000000
     assert c.shm_bytes == 64 * 1024 * 1024
     assert c.dev_nvidia == ["/dev/nvidia0", "/dev/nvidiactl"]
-    assert c.env == {"NVIDIA_VISIBLE_DEVICES": "GPU-1a2b", "NVIDIA_DRIVER_CAPABILITIES": "utility", "CUDA_VISIBLE_DEVICES": "0,7"}
+    assert c.env == {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-1a2b",
+        "NVIDIA_DRIVER_CAPABILITIES": "utility",
+        "CUDA_VISIBLE_DEVICES": "0,7",
+    }
 
 
 def test_container_kubernetes_cgroup_v1(tmp_path: Path) -> None:
     r = tmp_path
-    w(r, "proc/1/cgroup", "12:memory:/kubepods/burstable/pod1234/abcd\n11:cpu,cpuacct:/kubepods/burstable/pod1234/abcd\n")
+    w(
+        r,
+        "proc/1/cgroup",
+        "12:memory:/kubepods/burstable/pod1234/abcd\n11:cpu,cpuacct:/kubepods/burstable/pod1234/abcd\n",
+    )
     w(r, "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n")
     w(r, "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "200000\n")
     w(r, "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n")
@@ -158,8 +203,11 @@ def test_not_a_container(tmp_path: Path) -> None:
 
 
 def _stat(user: int, system: int, idle: int, iowait: int, steal: int) -> str:
-    return (f"cpu  {user} 0 {system} {idle} {iowait} 0 0 {steal} 0 0\n"
-            f"cpu0 1 0 1 1 0 0 0 0 0 0\ncpu1 1 0 1 1 0 0 0 0 0 0\ncpu2 1 0 1 1 0 0 0 0 0 0\ncpu3 1 0 1 1 0 0 0 0 0 0\n")
+    return (
+        f"cpu  {user} 0 {system} {idle} {iowait} 0 0 {steal} 0 0\n"
+        "cpu0 1 0 1 1 0 0 0 0 0 0\ncpu1 1 0 1 1 0 0 0 0 0 0\ncpu2 1 0 1 1 0 0 0 0 0 0\ncpu3 1 0 1 1 0 0 0 0 "
+        "0 0\n"
+    )
 
 
 def test_host_window(tmp_path: Path) -> None:
@@ -167,11 +215,28 @@ def test_host_window(tmp_path: Path) -> None:
     w(r, "proc/stat", _stat(1000, 500, 8000, 100, 0))
     w(r, "proc/vmstat", "nr_free_pages 1\npswpin 100\npswpout 200\n")
     w(r, "proc/loadavg", "9.50 7.00 5.00 3/400 1234\n")
-    w(r, "proc/pressure/cpu", "some avg10=55.00 avg60=30.00 avg300=10.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
-    w(r, "proc/pressure/memory", "some avg10=1.00 avg60=0.50 avg300=0.10 total=1\nfull avg10=0.20 avg60=0.10 avg300=0.00 total=1\n")
-    w(r, "proc/meminfo", "MemTotal:       65536000 kB\nMemFree:  100 kB\nMemAvailable:    1024000 kB\nSwapTotal: 8388608 kB\nSwapFree: 4194304 kB\n")
-    w(r, "proc/self/limits", "Limit                     Soft Limit           Hard Limit           Units\n"
-                             "Max open files            1024                 524288               files\n")
+    w(
+        r,
+        "proc/pressure/cpu",
+        "some avg10=55.00 avg60=30.00 avg300=10.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+    )
+    w(
+        r,
+        "proc/pressure/memory",
+        "some avg10=1.00 avg60=0.50 avg300=0.10 total=1\nfull avg10=0.20 avg60=0.10 avg300=0.00 total=1\n",
+    )
+    w(
+        r,
+        "proc/meminfo",
+        "MemTotal:       65536000 kB\nMemFree:  100 kB\nMemAvailable:    1024000 kB\nSwapTotal: 8388608 "
+        "kB\nSwapFree: 4194304 kB\n",
+    )
+    w(
+        r,
+        "proc/self/limits",
+        "Limit                     Soft Limit           Hard Limit           Units\n"
+        "Max open files            1024                 524288               files\n",
+    )
     w(r, "proc/self/status", "Name:\tpython\nCpus_allowed_list:\t0-1\n")
     w(r, "sys/devices/system/node/node0/cpulist", "0-1\n")
     w(r, "sys/devices/system/node/node1/cpulist", "2-3\n")

@@ -33,7 +33,9 @@ def test_sigkill_is_retried_and_resumes_from_newest_complete_checkpoint(
     assert run["status"] == "completed" and run["attempts"] == 2 and run["exit_code"] == 0
 
 
-def test_resume_placeholder_ignores_partial_files(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+def test_resume_placeholder_ignores_partial_files(
+    gpuclinic_run: Callable[..., RunResult], tmp_path: Path
+) -> None:
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "step-0001.ckpt").write_text("1")
@@ -41,7 +43,9 @@ def test_resume_placeholder_ignores_partial_files(gpuclinic_run: Callable[..., R
     # newer, but unfinished writes: must never be resumed from
     (ckpt / ".step-0009.ckpt.tmp-abc").write_text("9")
     (ckpt / "step-0008.ckpt.partial").write_text("8")
-    r = gpuclinic_run(["--checkpoint-dir", str(ckpt)], ["--resume", "{resume}", "--fail", "none", "--steps", "1"])
+    r = gpuclinic_run(
+        ["--checkpoint-dir", str(ckpt)], ["--resume", "{resume}", "--fail", "none", "--steps", "1"]
+    )
     assert r.rc == 0, r.err
     assert f"attempt=1 resume={ckpt / 'step-0001.ckpt'} start=1" in r.out
 
@@ -81,11 +85,14 @@ def test_max_restarts_is_respected(gpuclinic_run: Callable[..., RunResult]) -> N
     assert [x["action"] for x in rows] == ["restart", "give_up"]
 
 
-def test_xid_in_followed_kernel_log_excludes_the_bad_gpu(gpuclinic_run: Callable[..., RunResult],
-                                                         tmp_path: Path) -> None:
+def test_xid_in_followed_kernel_log_excludes_the_bad_gpu(
+    gpuclinic_run: Callable[..., RunResult], tmp_path: Path
+) -> None:
     klog = tmp_path / "kern.log"
-    klog.write_text("[    1.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n"
-                    "[    2.000000] NVRM: Xid (PCI:0000:86:00): 79, pid=1, name=old, GPU has fallen off the bus.\n")
+    klog.write_text(
+        "[    1.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n"
+        "[    2.000000] NVRM: Xid (PCI:0000:86:00): 79, pid=1, name=old, GPU has fallen off the bus.\n"
+    )
     facts = gpu_facts_file(tmp_path / "gpus.json")
     r = gpuclinic_run(
         ["--kernel-log", str(klog), "--gpu-facts", str(facts), "--exclude-bad-gpu", "--max-restarts", "2"],
@@ -120,8 +127,10 @@ def test_xid_with_min_gpus_gives_up(gpuclinic_run: Callable[..., RunResult], tmp
 
 def test_gpu_lost_seen_by_sampling(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
     facts = gpu_facts_file(tmp_path / "gpus.json")
-    r = gpuclinic_run(["--gpu-facts", str(facts), "--max-restarts", "0"],
-                      ["--fail", "gpu_lost", "--gpu-facts", str(facts), "--lose-index", "1"])
+    r = gpuclinic_run(
+        ["--gpu-facts", str(facts), "--max-restarts", "0"],
+        ["--fail", "gpu_lost", "--gpu-facts", str(facts), "--lose-index", "1"],
+    )
     rows = r.interruptions()
     assert [x["class"] for x in rows] == ["gpu_hardware"], r.err
     assert json.loads(rows[0]["gpu"])["uuid"] == "GPU-9d7e2b10-aaaa-bbbb-cccc-ddddeeeeffff"
@@ -131,18 +140,23 @@ def test_gpu_lost_seen_by_sampling(gpuclinic_run: Callable[..., RunResult], tmp_
 def test_oom_killer_in_kernel_log(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
     klog = tmp_path / "kern.log"
     klog.write_text("")
-    r = gpuclinic_run(["--kernel-log", str(klog), "--max-restarts", "0"],
-                      ["--fail", "oom_killer", "--kernel-log", str(klog)])
+    r = gpuclinic_run(
+        ["--kernel-log", str(klog), "--max-restarts", "0"],
+        ["--fail", "oom_killer", "--kernel-log", str(klog)],
+    )
     rows = r.interruptions()
     assert rows[0]["class"] == "killed"
     assert "OOM killer killed pid" in rows[0]["summary"]
 
 
-def test_hang_by_stale_heartbeat_is_killed_and_retried(gpuclinic_run: Callable[..., RunResult],
-                                                       tmp_path: Path) -> None:
+def test_hang_by_stale_heartbeat_is_killed_and_retried(
+    gpuclinic_run: Callable[..., RunResult], tmp_path: Path
+) -> None:
     pidfile = tmp_path / "pids.json"
-    r = gpuclinic_run(["--hang-timeout", "1s", "--max-restarts", "1", "--stop-timeout", "0.5s"],
-                      ["--fail", "hang", "--pidfile", str(pidfile)])
+    r = gpuclinic_run(
+        ["--hang-timeout", "1s", "--max-restarts", "1", "--stop-timeout", "0.5s"],
+        ["--fail", "hang", "--pidfile", str(pidfile)],
+    )
     assert r.rc == 0, r.err
     rows = r.interruptions()
     assert [x["class"] for x in rows] == ["hang"]
@@ -152,8 +166,10 @@ def test_hang_by_stale_heartbeat_is_killed_and_retried(gpuclinic_run: Callable[.
 
 
 def test_hang_by_silence_without_heartbeat(gpuclinic_run: Callable[..., RunResult]) -> None:
-    r = gpuclinic_run(["--hang-timeout", "1s", "--max-restarts", "0", "--stop-timeout", "0.5s"],
-                      ["--fail", "hang", "--no-beat"])
+    r = gpuclinic_run(
+        ["--hang-timeout", "1s", "--max-restarts", "0", "--stop-timeout", "0.5s"],
+        ["--fail", "hang", "--no-beat"],
+    )
     # the fake trainer turns SIGTERM into a checkpoint request and keeps sleeping: SIGKILL after 0.5s
     assert r.rc == 128 + signal.SIGKILL
     rows = r.interruptions()
@@ -161,8 +177,13 @@ def test_hang_by_silence_without_heartbeat(gpuclinic_run: Callable[..., RunResul
 
 
 def _start(tmp_path: Path, run_args: list[str], trainer_args: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(run_cmd(tmp_path, ["--log", str(tmp_path / "job.log"), *run_args], trainer_args),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    return subprocess.Popen(
+        run_cmd(tmp_path, ["--log", str(tmp_path / "job.log"), *run_args], trainer_args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
 
 
 def _wait_for(path: Path, text: str, timeout: float = 20.0) -> None:
@@ -176,8 +197,11 @@ def _wait_for(path: Path, text: str, timeout: float = 20.0) -> None:
 
 def test_sigterm_is_forwarded_and_job_stops_gracefully(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids.json"
-    p = _start(tmp_path, ["--checkpoint-dir", str(tmp_path / "ckpt")],
-               ["--fail", "wait_for_stop", "--pidfile", str(pidfile)])
+    p = _start(
+        tmp_path,
+        ["--checkpoint-dir", str(tmp_path / "ckpt")],
+        ["--fail", "wait_for_stop", "--pidfile", str(pidfile)],
+    )
     _wait_for(tmp_path / "job.log", "training until stopped")
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=20)
@@ -214,16 +238,25 @@ def test_log_file_gets_raw_output(gpuclinic_run: Callable[..., RunResult], tmp_p
 
 
 def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
-    for args, msg in ((["--retry-on", "gpu_hardware,bogus"], "unknown class 'bogus'"),
-                      (["--hang-timeout", "soon"], "not a duration"),
-                      (["--kernel-log", str(tmp_path / "nope.log")], "no such file")):
-        r = subprocess.run(run_cmd(tmp_path, args, []), capture_output=True, text=True, env=child_env(), timeout=30)
+    for args, msg in (
+        (["--retry-on", "gpu_hardware,bogus"], "unknown class 'bogus'"),
+        (["--hang-timeout", "soon"], "not a duration"),
+        (["--kernel-log", str(tmp_path / "nope.log")], "no such file"),
+    ):
+        r = subprocess.run(
+            run_cmd(tmp_path, args, []), capture_output=True, text=True, env=child_env(), timeout=30
+        )
         assert r.returncode != 0
         assert msg in r.stderr and "Traceback" not in r.stderr
     # a program that is not there: one line before anything starts, shell-style exit codes
     for prog, rc in (("/nonexistent/binary", 127), ("no-such-command-xyz", 127), (str(tmp_path), 126)):
-        r = subprocess.run(run_cmd(tmp_path, [], [])[:-5] + ["--", prog], capture_output=True,
-                           text=True, env=child_env(), timeout=30)
+        r = subprocess.run(
+            run_cmd(tmp_path, [], [])[:-5] + ["--", prog],
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=30,
+        )
         assert r.returncode == rc and r.stderr.startswith(f"gpuclinic: error: cannot run {prog}: "), r.stderr
         assert r.stderr.count("\n") == 1
     assert not os.path.exists(tmp_path / "ledger.db")
@@ -231,8 +264,9 @@ def test_bad_options_are_one_line_errors(tmp_path: Path) -> None:
 
 def test_xid_on_its_gpu_through_the_scenario_backend(gpuclinic_run: Callable[..., RunResult]) -> None:
     # simulated 8-GPU node where GPU 4 falls off the bus (XID 79) while the job runs
-    r = gpuclinic_run(["--scenario", "fallen-off-bus", "--exclude-bad-gpu", "--max-restarts", "1"],
-                      ["--fail", "exit3"])
+    r = gpuclinic_run(
+        ["--scenario", "fallen-off-bus", "--exclude-bad-gpu", "--max-restarts", "1"], ["--fail", "exit3"]
+    )
     assert r.rc == 0, r.err
     rows = r.interruptions()
     assert [x["class"] for x in rows] == ["gpu_hardware"]
@@ -248,13 +282,16 @@ def test_preflight_on_the_scenario_backend(tmp_path: Path) -> None:
     r = subprocess.run(base, capture_output=True, text=True, env=child_env(), timeout=40)
     assert r.returncode == 2 and "pre-flight doctor says drain" in r.stderr and "attempt=1" not in r.stdout
     # GPU 4 is not one of this job's GPUs: warn and run
-    r = subprocess.run(base, capture_output=True, text=True, env=child_env({"CUDA_VISIBLE_DEVICES": "0,1"}),
-                       timeout=40)
+    r = subprocess.run(
+        base, capture_output=True, text=True, env=child_env({"CUDA_VISIBLE_DEVICES": "0,1"}), timeout=40
+    )
     assert r.returncode == 0, r.stderr
     assert "pre-flight warning: GPU 4" in r.stderr and "training complete" in r.stdout
 
 
-def test_interruptions_go_through_watch_notifiers(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+def test_interruptions_go_through_watch_notifiers(
+    gpuclinic_run: Callable[..., RunResult], tmp_path: Path
+) -> None:
     import http.server
     import threading
 
@@ -273,7 +310,9 @@ def test_interruptions_go_through_watch_notifiers(gpuclinic_run: Callable[..., R
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         cfg = tmp_path / "watch.toml"
-        cfg.write_text(f"[[notify.channel]]\ntype = 'webhook'\nurl = 'http://127.0.0.1:{srv.server_port}/hook'\n")
+        cfg.write_text(
+            f"[[notify.channel]]\ntype = 'webhook'\nurl = 'http://127.0.0.1:{srv.server_port}/hook'\n"
+        )
         r = gpuclinic_run(["--config", str(cfg), "--max-restarts", "0"], ["--fail", "sigkill"])
     finally:
         srv.shutdown()
@@ -284,36 +323,63 @@ def test_interruptions_go_through_watch_notifiers(gpuclinic_run: Callable[..., R
     assert "give_up" in str(alert["title"]) and alert["source"] == "gpuclinic run"
 
 
-def test_fatal_fault_seen_live_stops_a_job_stuck_on_the_lost_gpu(gpuclinic_run: Callable[..., RunResult],
-                                                                  tmp_path: Path) -> None:
+def test_fatal_fault_seen_live_stops_a_job_stuck_on_the_lost_gpu(
+    gpuclinic_run: Callable[..., RunResult], tmp_path: Path
+) -> None:
     # the job would wait out an NCCL timeout (10-30 min); gpuclinic stops it after the grace period
     facts = gpu_facts_file(tmp_path / "gpus.json")
     t0 = time.monotonic()
-    r = gpuclinic_run(["--gpu-facts", str(facts), "--gpu-fault-grace", "0.3s", "--stop-timeout", "0.5s",
-                       "--exclude-bad-gpu", "--max-restarts", "1"],
-                      ["--fail", "gpu_lost", "--then-hang", "--gpu-facts", str(facts), "--lose-index", "0"],
-                      env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    r = gpuclinic_run(
+        [
+            "--gpu-facts",
+            str(facts),
+            "--gpu-fault-grace",
+            "0.3s",
+            "--stop-timeout",
+            "0.5s",
+            "--exclude-bad-gpu",
+            "--max-restarts",
+            "1",
+        ],
+        ["--fail", "gpu_lost", "--then-hang", "--gpu-facts", str(facts), "--lose-index", "0"],
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+    )
     assert r.rc == 0, r.err
     assert time.monotonic() - t0 < 20
     assert "fatal GPU fault on the job's GPU" in r.err
     rows = r.interruptions()
     assert [(x["class"], x["action"]) for x in rows] == [
-        ("gpu_hardware", "restart without GPU-0c5a4f3e-1111-2222-3333-444455556666")]
+        ("gpu_hardware", "restart without GPU-0c5a4f3e-1111-2222-3333-444455556666")
+    ]
     assert "attempt=2 resume=None start=0 cvd=GPU-9d7e2b10-aaaa-bbbb-cccc-ddddeeeeffff ngpus=1" in r.out
 
 
-def test_fatal_xid_followed_live_from_kernel_log(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+def test_fatal_xid_followed_live_from_kernel_log(
+    gpuclinic_run: Callable[..., RunResult], tmp_path: Path
+) -> None:
     klog = tmp_path / "kern.log"
     klog.write_text("")
-    r = gpuclinic_run(["--kernel-log", str(klog), "--gpu-fault-grace", "0s", "--stop-timeout", "0.5s",
-                       "--max-restarts", "0"],
-                      ["--fail", "xid", "--then-hang", "--kernel-log", str(klog)])
+    r = gpuclinic_run(
+        [
+            "--kernel-log",
+            str(klog),
+            "--gpu-fault-grace",
+            "0s",
+            "--stop-timeout",
+            "0.5s",
+            "--max-restarts",
+            "0",
+        ],
+        ["--fail", "xid", "--then-hang", "--kernel-log", str(klog)],
+    )
     assert "fatal GPU fault on the job's GPU" in r.err, r.err
     rows = r.interruptions()
     assert rows[0]["class"] == "gpu_hardware" and "Xid (PCI:0000:3b:00): 79" in rows[0]["evidence"]
 
 
-def test_silent_job_with_busy_gpus_is_not_a_hang(gpuclinic_run: Callable[..., RunResult], tmp_path: Path) -> None:
+def test_silent_job_with_busy_gpus_is_not_a_hang(
+    gpuclinic_run: Callable[..., RunResult], tmp_path: Path
+) -> None:
     facts = gpu_facts_file(tmp_path / "gpus.json")  # both GPUs at ~97% utilization
     r = gpuclinic_run(["--gpu-facts", str(facts), "--hang-timeout", "1s"], ["--fail", "quiet", "--no-beat"])
     assert r.rc == 0, r.err
@@ -321,8 +387,11 @@ def test_silent_job_with_busy_gpus_is_not_a_hang(gpuclinic_run: Callable[..., Ru
 
 
 def test_progress_bars_pass_through_byte_for_byte(tmp_path: Path) -> None:
-    code = ("import sys\nfor i in range(3):\n    sys.stderr.write(f'\\r{i * 50:3d}%|' + '#' * i + ' ' * (2 - i) + '|')\n"
-            "    sys.stderr.flush()\nsys.stdout.buffer.write(bytes([0xff, 0xfe]) + b'binary\\n')\n")
+    code = (
+        "import sys\nfor i in range(3):\n    sys.stderr.write(f'\\r{i * 50:3d}%|' + '#' * i + ' ' * (2 - i) "
+        "+ '|')\n"
+        "    sys.stderr.flush()\nsys.stdout.buffer.write(bytes([0xff, 0xfe]) + b'binary\\n')\n"
+    )
     log = tmp_path / "out.log"
     cmd = run_cmd(tmp_path, ["--log", str(log)], [])[:-5] + ["--", sys.executable, "-c", code]
     r = subprocess.run(cmd, capture_output=True, env=child_env(), timeout=30)

@@ -1,4 +1,5 @@
-"""Pieces of the supervisor: argument placeholders, GPU selection, kernel windows, GPU watching, pre-flight."""
+"""Pieces of the supervisor: argument placeholders, GPU selection, kernel windows, GPU watching,
+pre-flight."""
 
 from __future__ import annotations
 
@@ -28,10 +29,22 @@ GPUS = [
 def test_substitute_placeholders() -> None:
     cmd = ["torchrun", "--nproc-per-node", "{ngpus}", "train.py", "--resume", "{resume}", "--tag=a{attempt}"]
     assert substitute(cmd, resume="/c/s-3", ngpus=2, attempt=2) == [
-        "torchrun", "--nproc-per-node", "2", "train.py", "--resume", "/c/s-3", "--tag=a2"]
+        "torchrun",
+        "--nproc-per-node",
+        "2",
+        "train.py",
+        "--resume",
+        "/c/s-3",
+        "--tag=a2",
+    ]
     # no checkpoint yet: the option and its placeholder disappear
     assert substitute(cmd, resume=None, ngpus=8, attempt=1) == [
-        "torchrun", "--nproc-per-node", "8", "train.py", "--tag=a1"]
+        "torchrun",
+        "--nproc-per-node",
+        "8",
+        "train.py",
+        "--tag=a1",
+    ]
     assert substitute(["x", "--resume-from={resume}"], resume=None, ngpus=1, attempt=1) == ["x"]
     assert substitute(["x", "{resume}"], resume=None, ngpus=1, attempt=1) == ["x"]
 
@@ -97,8 +110,16 @@ class _Src:
     name = "test"
 
     def __init__(self) -> None:
-        self.gpus = [GpuFacts(index=g.index, uuid=g.uuid, pci_bus_id=g.pci_bus_id, utilization_gpu_pct=0.0,
-                              ecc_volatile_uncorrected=0) for g in GPUS]
+        self.gpus = [
+            GpuFacts(
+                index=g.index,
+                uuid=g.uuid,
+                pci_bus_id=g.pci_bus_id,
+                utilization_gpu_pct=0.0,
+                ecc_volatile_uncorrected=0,
+            )
+            for g in GPUS
+        ]
 
     def identities(self) -> list[GpuFacts]:
         return self.gpus
@@ -134,15 +155,22 @@ def _drain_report(monkeypatch: pytest.MonkeyPatch, gpu: GpuRef | None) -> None:
     import gpuclinic.diagnose
 
     snap = Snapshot(gpus=[GpuFacts(index=g.index, uuid=g.uuid, pci_bus_id=g.pci_bus_id) for g in GPUS])
-    finding = Finding("xid.79", Severity.CRITICAL, Family.GPU_FAULT, "GPU has fallen off the bus", gpu=gpu,
-                      remedy="reboot the node")
+    finding = Finding(
+        "xid.79",
+        Severity.CRITICAL,
+        Family.GPU_FAULT,
+        "GPU has fallen off the bus",
+        gpu=gpu,
+        remedy="reboot the node",
+    )
     import gpuclinic.supervise.runner
 
     # in-process run: keep pytest itself from becoming a subreaper
     monkeypatch.setattr(gpuclinic.supervise.runner, "become_subreaper", lambda: False)
     monkeypatch.setattr(gpuclinic.collect, "collect_live", lambda opts=None: snap)
-    monkeypatch.setattr(gpuclinic.diagnose, "diagnose",
-                        lambda s: gpuclinic.diagnose.build_report(s, [finding], []))
+    monkeypatch.setattr(
+        gpuclinic.diagnose, "diagnose", lambda s: gpuclinic.diagnose.build_report(s, [finding], [])
+    )
 
 
 def test_preflight_refuses_on_drain_unless_forced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -157,8 +185,9 @@ def test_preflight_refuses_on_drain_unless_forced(monkeypatch: pytest.MonkeyPatc
     assert marker.exists()
 
 
-def test_preflight_drain_on_a_gpu_the_job_does_not_use_only_warns(monkeypatch: pytest.MonkeyPatch,
-                                                                  tmp_path: Path) -> None:
+def test_preflight_drain_on_a_gpu_the_job_does_not_use_only_warns(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     _drain_report(monkeypatch, GpuRef(index=2, pci_bus_id="0000:af:00.0", uuid="GPU-9d7e2b10-3333"))
     monkeypatch.setenv("GPUCLINIC_NO_NVML", "1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
@@ -204,13 +233,40 @@ def test_follower_follows_appends_and_rotation(tmp_path: Path) -> None:
 def test_redact_argv_hides_tokens() -> None:
     from gpuclinic.supervise.runner import redact_argv
 
-    argv = ["python", "train.py", "--hf-token", "hf_abcdefghijklmnopqrstuvwxyz012345", "--api_key=sk-live123",
-            "--wandb-key", "x" * 40, "--lr", "3e-4", "--push", "https://user:ghp_abcdefghijklmnopqrstuvwx1234@github.com/r"]
+    argv = [
+        "python",
+        "train.py",
+        "--hf-token",
+        "hf_abcdefghijklmnopqrstuvwxyz012345",
+        "--api_key=sk-live123",
+        "--wandb-key",
+        "x" * 40,
+        "--lr",
+        "3e-4",
+        "--push",
+        "https://user:ghp_abcdefghijklmnopqrstuvwx1234@github.com/r",
+    ]
     out = redact_argv(argv)
-    assert out == ["python", "train.py", "--hf-token", "***", "--api_key=***", "--wandb-key", "***", "--lr", "3e-4",
-                   "--push", "https://user:***@github.com/r"]
+    assert out == [
+        "python",
+        "train.py",
+        "--hf-token",
+        "***",
+        "--api_key=***",
+        "--wandb-key",
+        "***",
+        "--lr",
+        "3e-4",
+        "--push",
+        "https://user:***@github.com/r",
+    ]
     assert redact_argv(["--tokenizer", "gpt2", "--keep", "3", "--hftoken=abc"]) == [
-        "--tokenizer", "gpt2", "--keep", "3", "--hftoken=***"]
+        "--tokenizer",
+        "gpt2",
+        "--keep",
+        "3",
+        "--hftoken=***",
+    ]
 
 
 def test_tracker_ignores_helpers_started_before_the_job() -> None:
@@ -236,7 +292,8 @@ def test_tracker_ignores_helpers_started_before_the_job() -> None:
 
 
 def test_default_preflight_is_quick_and_the_long_one_is_behind_a_flag(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Issue 14: the pre-flight added 2-3 s to every job start (the doctor's timed measurements)."""
     from click.testing import CliRunner
 
@@ -253,8 +310,11 @@ def test_default_preflight_is_quick_and_the_long_one_is_behind_a_flag(
     monkeypatch.setattr(collect, "collect_live", fake_collect)
     monkeypatch.setenv("GPUCLINIC_NO_NVML", "1")
     for extra, want in (([], True), (["--full-preflight"], False)):
-        r = CliRunner().invoke(run, [*extra, "--force", "--db", str(tmp_path / "l.db"), "--max-restarts", "0",
-                                     "--", "true"], standalone_mode=False)
+        r = CliRunner().invoke(
+            run,
+            [*extra, "--force", "--db", str(tmp_path / "l.db"), "--max-restarts", "0", "--", "true"],
+            standalone_mode=False,
+        )
         assert r.exception is None, r.output
         assert seen[-1] is want
     assert seen == [True, False]
@@ -264,7 +324,8 @@ def test_preflight_prints_one_line_per_incident_not_per_symptom(monkeypatch: pyt
                                                                tmp_path: Path) -> None:
     """A GPU off the bus is one incident (Xid 79, gpu.missing, AER folded under it) with one runbook."""
     monkeypatch.setenv("GPUCLINIC_NO_NVML", "1")
-    r = CliRunner().invoke(cli, ["run", "--scenario", "fallen-off-bus", "--db", str(tmp_path / "l.db"), "--", "true"])
+    r = CliRunner().invoke(
+        cli, ["run", "--scenario", "fallen-off-bus", "--db", str(tmp_path / "l.db"), "--", "true"])
     lines = [ln for ln in r.output.splitlines() if ln.startswith("gpuclinic: pre-flight: GPU")]
     assert len(lines) == 1, r.output
     assert "[gpu.fallen_off_bus; explains xid.79, gpu.missing, pcie.aer_uncorrected]" in lines[0]

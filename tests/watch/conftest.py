@@ -102,7 +102,9 @@ class Receiver:
         self.server = ThreadingHTTPServer(("127.0.0.1", port), H)
         self.port = int(self.server.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
 
     def bodies(self) -> list[Any]:

@@ -14,7 +14,9 @@ def _codes(agent: Agent) -> dict[str, list[tuple[int | None, float, float | None
     out: dict[str, list[tuple[int | None, float, float | None]]] = {}
     t0 = agent.started_at
     for e in agent.store.events():
-        out.setdefault(e.code, []).append((e.gpu, e.opened - t0, None if e.resolved is None else e.resolved - t0))
+        out.setdefault(e.code, []).append(
+            (e.gpu, e.opened - t0, None if e.resolved is None else e.resolved - t0)
+        )
     return out
 
 
@@ -44,7 +46,9 @@ def test_demo_scenario_heat_xid_stall_idle(agent_factory: Callable[..., Agent], 
     assert next(iter(a.xids))[0].startswith("GPU-5a1c0002")
 
 
-def test_throttle_event_records_reason_and_duration(agent_factory: Callable[..., Agent], tmp_path: Path) -> None:
+def test_throttle_event_records_reason_and_duration(
+    agent_factory: Callable[..., Agent], tmp_path: Path
+) -> None:
     a = agent_factory("power-brake-2x", scale=60, db=tmp_path / "w.db")
     a.run(duration_s=60)
     assert a.store is not None
@@ -72,14 +76,26 @@ def test_straggler_and_pcie_and_memory_errors(agent_factory: Callable[..., Agent
     m = agent_factory("memory-errors", scale=60, db=tmp_path / "m.db")
     m.run(duration_s=35)
     assert m.store is not None
-    codes = {e.code for e in m.store.events()}
-    assert {"memory.ecc_correctable_rate", "memory.ecc_uncorrectable", "memory.row_remap_uncorrectable", "memory.row_remap_pending", "xid.48",
-            "xid.63"} <= codes
+    mcodes = {e.code for e in m.store.events()}
+    assert {
+        "memory.ecc_correctable_rate",
+        "memory.ecc_uncorrectable",
+        "memory.row_remap_uncorrectable",
+        "memory.row_remap_pending",
+        "xid.48",
+        "xid.63",
+    } <= mcodes
 
 
-def test_disabled_rules_and_thresholds_from_config(agent_factory: Callable[..., Agent], tmp_path: Path) -> None:
-    a = agent_factory("demo", scale=60, db=tmp_path / "w.db", rules={"disabled": ["watch.idle", "xid."],
-                                                                      "temp_margin_c": 1.0})
+def test_disabled_rules_and_thresholds_from_config(
+    agent_factory: Callable[..., Agent], tmp_path: Path
+) -> None:
+    a = agent_factory(
+        "demo",
+        scale=60,
+        db=tmp_path / "w.db",
+        rules={"disabled": ["watch.idle", "xid."], "temp_margin_c": 1.0},
+    )
     a.run(duration_s=70)
     assert a.store is not None
     codes = {e.code for e in a.store.events()}

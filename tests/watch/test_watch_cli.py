@@ -24,20 +24,44 @@ def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("w") / "w.db"
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "watch", "--scenario", "demo", "--time-scale", "60",
-                        "--db", str(db), "--no-http", "--duration", "70s", "--quiet"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "watch",
+            "--scenario",
+            "demo",
+            "--time-scale",
+            "60",
+            "--db",
+            str(db),
+            "--no-http",
+            "--duration",
+            "70s",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     return db
 
 
 def test_history_formats(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = _run(["history", "temperature", "--gpu", "0", "--since", "2h", "--format", "csv", "--db",
-                       str(demo_db)], capsys)
+    rc, out, _ = _run(
+        ["history", "temperature", "--gpu", "0", "--since", "2h", "--format", "csv", "--db", str(demo_db)],
+        capsys,
+    )
     assert rc == 0
     rows = list(csv.reader(io.StringIO(out)))
     assert rows[0] == ["time", "gpu", "kind", "temperature_celsius"]
-    assert len(rows) > 60 and {r[1] for r in rows[1:]} == {"0"} and "raw" in {r[2] for r in rows[1:]} <= {"1m", "raw"}
+    assert (
+        len(rows) > 60
+        and {r[1] for r in rows[1:]} == {"0"}
+        and "raw" in {r[2] for r in rows[1:]} <= {"1m", "raw"}
+    )
     assert max(float(r[3]) for r in rows[1:]) > 86
     rc, out, _ = _run(["history", "power", "--format", "json", "--db", str(demo_db), "--since", "2h"], capsys)
     d = json.loads(out)
@@ -58,16 +82,20 @@ def test_events_text_and_json(demo_db: Path, capsys: pytest.CaptureFixture[str])
     assert all(e["remedy"] for e in evs)
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["history", "temprature", "--db", "{db}"], "unknown metric 'temprature'"),
-    (["history", "temperature", "--since", "yesterday", "--db", "{db}"], "bad --since"),
-    (["events", "--db", "{missing}"], "no watch store at"),
-    (["watch", "--scenario", "nope", "--no-http"], "unknown scenario 'nope'"),
-    (["watch", "--scenario", "demo", "--listen", "127.0.0.1:99999"], "port must be"),
-    (["watch", "--config", "{missing}"], "config file not found"),
-])
-def test_bad_input_is_one_line(args: list[str], msg: str, demo_db: Path, tmp_path: Path,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["history", "temprature", "--db", "{db}"], "unknown metric 'temprature'"),
+        (["history", "temperature", "--since", "yesterday", "--db", "{db}"], "bad --since"),
+        (["events", "--db", "{missing}"], "no watch store at"),
+        (["watch", "--scenario", "nope", "--no-http"], "unknown scenario 'nope'"),
+        (["watch", "--scenario", "demo", "--listen", "127.0.0.1:99999"], "port must be"),
+        (["watch", "--config", "{missing}"], "config file not found"),
+    ],
+)
+def test_bad_input_is_one_line(
+    args: list[str], msg: str, demo_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = [a.format(db=demo_db, missing=tmp_path / "nope" / "x.db") for a in args]
     rc, out, err = _run(args, capsys)
     assert rc != 0 and msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -89,7 +117,9 @@ def test_config_errors_are_specific(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_list_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(["watch", "--list-scenarios"], capsys)
-    assert rc == 0 and {"demo", "steady8", "straggler", "power-brake", "straggler-4x", "fallen-off-bus"} <= {ln.split()[0] for ln in out.splitlines()}
+    assert rc == 0 and {"demo", "steady8", "straggler", "power-brake", "straggler-4x", "fallen-off-bus"} <= {
+        ln.split()[0] for ln in out.splitlines()
+    }
 
 
 def test_no_gpu_is_one_line_and_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,7 +135,8 @@ def test_no_gpu_is_one_line_and_creates_nothing(tmp_path: Path, capsys: pytest.C
 
 
 def test_history_json_flag_marks_rollups_and_formats_numbers_alike(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 14: `--json` like every other command; 1-minute rollup rows were not told apart from raw
     samples, and numbers came out as "41" next to "40.52"."""
     import time
@@ -125,8 +156,12 @@ def test_history_json_flag_marks_rollups_and_formats_numbers_alike(
     assert rc == 0
     pts = json.loads(out)["points"]
     assert {p["kind"] for p in pts} == {"1m", "raw"}
-    assert [p["kind"] for p in pts] == sorted((p["kind"] for p in pts), key=lambda k: k != "1m")  # rollups first
-    rc2, out2, _ = _run(["history", "temperature", "--format", "json", "--db", str(db), "--since", "1h"], capsys)
+    assert [p["kind"] for p in pts] == sorted(
+        (p["kind"] for p in pts), key=lambda k: k != "1m"
+    )  # rollups first
+    rc2, out2, _ = _run(
+        ["history", "temperature", "--format", "json", "--db", str(db), "--since", "1h"], capsys
+    )
     assert json.loads(out2)["points"] == pts
     rc, out, _ = _run(["history", "temperature", "--db", str(db), "--since", "1h"], capsys)
     lines = out.splitlines()

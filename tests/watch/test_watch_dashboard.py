@@ -40,34 +40,75 @@ class _Dom(HTMLParser):
         self.text.append(data)
 
     def find(self, tag: str, **want: str) -> list[dict[str, str]]:
-        return [a for t, a in self.nodes if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in want.items())]
+        return [
+            a
+            for t, a in self.nodes
+            if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in want.items())
+        ]
 
 
 def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-         f"--user-data-dir={tmp}", "--virtual-time-budget=6000", *args],
-        capture_output=True, text=True, timeout=90)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={tmp}",
+            "--virtual-time-budget=6000",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
 
 
 @pytest.mark.timeout(150)
-def test_dashboard_renders_plots_timeline_and_events(tmp_path: Path, free_port: Callable[[], int],
-                                                    artifacts: Path) -> None:
+def test_dashboard_renders_plots_timeline_and_events(
+    tmp_path: Path, free_port: Callable[[], int], artifacts: Path
+) -> None:
     port = free_port()
     agent = subprocess.Popen(
-        [sys.executable, "-m", "gpuclinic", "watch", "--scenario", "demo", "--time-scale", "10", "--no-store",
-         "--listen", f"127.0.0.1:{port}", "--token", TOKEN, "--quiet", "--doctor-interval", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "watch",
+            "--scenario",
+            "demo",
+            "--time-scale",
+            "10",
+            "--no-store",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--token",
+            TOKEN,
+            "--quiet",
+            "--doctor-interval",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         # wait for simulated t >= 45 s: XID 79 at 30 s, thermal slowdown from ~34 s
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                st = httpx.get(url + "/api/state", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=1,
-                               trust_env=False).json()
+                st = httpx.get(
+                    url + "/api/state",
+                    headers={"Authorization": f"Bearer {TOKEN}"},
+                    timeout=1,
+                    trust_env=False,
+                ).json()
                 if st["status"]["samples"] >= 46:
                     break
             except (httpx.HTTPError, ValueError):
@@ -109,7 +150,9 @@ def test_dashboard_renders_plots_timeline_and_events(tmp_path: Path, free_port: 
         assert 25 <= float(gpu2["data-lost-since"]) - float(gpu2["data-first-ts"]) <= 40  # lost at t=30
         (tl2,) = dom.find("canvas", data_metric="throttle", data_gpu="2")
         assert tl2["data-empty"].startswith("GPU lost: no data since"), tl2
-        assert "no data since" in " ".join(dom.text) and "the values below are from then" in " ".join(dom.text)
+        assert "no data since" in " ".join(dom.text) and "the values below are from then" in " ".join(
+            dom.text
+        )
         # round y-axis ticks: evenly spaced by 1, 2, 2.5 or 5 x 10^k
         for c in dom.find("canvas"):
             if c.get("data-ticks"):
@@ -128,14 +171,19 @@ def test_dashboard_renders_plots_timeline_and_events(tmp_path: Path, free_port: 
         assert xid and xid[0]["data-severity"] == "critical" and xid[0]["data-state"] == "open"
         assert dom.find("li", data_code="thermal.throttle") and dom.find("li", data_code="gpu.missing")
         # one card per incident: the fall off the bus carries its Xid 79 and the lost GPU folded under it
-        cards = [c for c in dom.find("div", data_code="gpu.fallen_off_bus") + dom.find("div", data_code="xid.79")
-                 if "incident" in c.get("class", "")]
+        cards = [
+            c
+            for c in dom.find("div", data_code="gpu.fallen_off_bus") + dom.find("div", data_code="xid.79")
+            if "incident" in c.get("class", "")
+        ]
         assert len(cards) == 1 and cards[0]["data-gpu"] == "2" and cards[0]["data-severity"] == "critical"
         text = " ".join(dom.text)
         assert "GPU has fallen off the bus" in text and "Drain the node" in text  # evidence and remedy
 
         shot = artifacts / "watch-dashboard.png"
-        r2 = _chromium([f"--screenshot={shot}", "--window-size=1400,2000", f"{url}/?token={TOKEN}"], tmp_path / "p2")
+        r2 = _chromium(
+            [f"--screenshot={shot}", "--window-size=1400,2000", f"{url}/?token={TOKEN}"], tmp_path / "p2"
+        )
         assert r2.returncode == 0, r2.stderr[-2000:]
         assert shot.stat().st_size > 20_000
     finally:

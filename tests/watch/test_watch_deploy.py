@@ -32,8 +32,12 @@ _NAME = re.compile(r"\b(gpuclinic_[a-z0-9_]+)")
 
 @needs_promtool
 def test_promtool_check_rules() -> None:
-    r = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "gpuclinic-rules.yml")], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        ["promtool", "check", "rules", str(DEPLOY / "gpuclinic-rules.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
 
 
@@ -41,8 +45,13 @@ def test_promtool_check_rules() -> None:
 def test_promtool_rule_unit_tests(tmp_path: Path) -> None:
     for f in ("gpuclinic-rules.yml", "gpuclinic-rules.test.yml"):
         shutil.copy(DEPLOY / f, tmp_path / f)
-    r = subprocess.run(["promtool", "test", "rules", "gpuclinic-rules.test.yml"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        ["promtool", "test", "rules", "gpuclinic-rules.test.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
 
 
@@ -65,7 +74,11 @@ def test_rules_and_dashboard_only_use_exported_metrics(agent_factory: Callable[.
     exprs += [v["definition"] for v in dash["templating"]["list"] if "definition" in v]
     used = rules | {n for e in exprs for n in _NAME.findall(e)}
     assert used - names == set()
-    assert len(exprs) >= 15 and {p["type"] for p in dash["panels"]} >= {"stat", "timeseries", "state-timeline"}
+    assert len(exprs) >= 15 and {p["type"] for p in dash["panels"]} >= {
+        "stat",
+        "timeseries",
+        "state-timeline",
+    }
 
 
 def test_systemd_unit_and_daemonset_run_the_agent() -> None:

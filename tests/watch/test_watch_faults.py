@@ -27,7 +27,9 @@ from gpuclinic.watch.store import WatchStore
 class FlakyBackend:
     """The steady8 scenario, but chosen sample calls raise a real NVMLError or block like a hung driver."""
 
-    def __init__(self, clock: Any, fail: set[int] | None = None, hang: dict[int, float] | None = None) -> None:
+    def __init__(
+        self, clock: Any, fail: set[int] | None = None, hang: dict[int, float] | None = None
+    ) -> None:
         self.inner = ScenarioBackend(load_watch_scenario("steady8"), clock)
         self.fail = fail or set()
         self.hang = hang or {}
@@ -103,9 +105,12 @@ def test_hung_driver_never_blocks_the_agent(agent_factory: Callable[..., Agent])
 
 def test_gpu_lost_and_gpu_gone(agent_factory: Callable[..., Agent], tmp_path: Path) -> None:
     sc = load_watch_scenario("steady8")
-    raw: dict[str, Any] = {"name": "gone", "gpu_count": 4, "gpu_template": sc.gpus[0] | {"uuid": "GPU-{i}"},
-                           "events": [{"t": 5, "gpu": 1, "set": {"lost": True}},
-                                      {"t": 10, "gpu": 3, "set": {"absent": True}}]}
+    raw: dict[str, Any] = {
+        "name": "gone",
+        "gpu_count": 4,
+        "gpu_template": sc.gpus[0] | {"uuid": "GPU-{i}"},
+        "events": [{"t": 5, "gpu": 1, "set": {"lost": True}}, {"t": 10, "gpu": 3, "set": {"absent": True}}],
+    }
     raw["gpu_template"].pop("index")
     raw["gpu_template"].pop("pci_bus_id")
     a = agent_factory(raw, scale=30, db=tmp_path / "w.db")
@@ -122,8 +127,22 @@ def test_gpu_lost_and_gpu_gone(agent_factory: Callable[..., Agent], tmp_path: Pa
 @pytest.mark.timeout(60)
 def test_sigkill_then_restart_loses_at_most_a_second(tmp_path: Path) -> None:
     db = tmp_path / "w.db"
-    cmd = [sys.executable, "-m", "gpuclinic", "watch", "--scenario", "steady8", "--interval", "0.2", "--db", str(db),
-           "--no-http", "--quiet", "--doctor-interval", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpuclinic",
+        "watch",
+        "--scenario",
+        "steady8",
+        "--interval",
+        "0.2",
+        "--db",
+        str(db),
+        "--no-http",
+        "--quiet",
+        "--doctor-interval",
+        "0",
+    ]
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE)
     # wait until it is writing, then let it run a bit
     deadline = time.monotonic() + 20
@@ -178,13 +197,22 @@ def test_disk_full_keeps_alerting_and_says_so(tmp_path: Path, receiver: Any) -> 
     store = WatchStore(tmp_path / "w.db")
     disk = _FullDisk(store.conn)
     store.conn = disk  # type: ignore[assignment]
-    notifier = Notifier(NotifyConfig(channels=[ChannelConfig(type="webhook", url=receiver.url)], backoff_s=0.01),
-                        spool_dir=tmp_path / "spool")
-    cfg = config_from_dict({"agent": {"doctor_interval": 0}, "store": {"flush_interval": 0},
-                            "rules": {"resolve_after": 0}})
+    notifier = Notifier(
+        NotifyConfig(channels=[ChannelConfig(type="webhook", url=receiver.url)], backoff_s=0.01),
+        spool_dir=tmp_path / "spool",
+    )
+    cfg = config_from_dict(
+        {"agent": {"doctor_interval": 0}, "store": {"flush_interval": 0}, "rules": {"resolve_after": 0}}
+    )
     logs: list[str] = []
-    a = Agent(cfg, ScenarioBackend(load_watch_scenario("steady8"), clock), clock=clock, store=store,
-              notifier=notifier, log=logs.append)
+    a = Agent(
+        cfg,
+        ScenarioBackend(load_watch_scenario("steady8"), clock),
+        clock=clock,
+        store=store,
+        notifier=notifier,
+        log=logs.append,
+    )
     a.start()
     for _ in range(3):
         a.tick()
@@ -206,7 +234,9 @@ def test_disk_full_keeps_alerting_and_says_so(tmp_path: Path, receiver: Any) -> 
     assert store.error is None and store.buffered == 0
     assert len(store.query("temperature", gpu=0, since=0)) == 5
     assert any(b["code"] == "watch.store_failed" and b["status"] == "resolved" for b in receiver.bodies())
-    assert [e.code for e in store.events() if e.code == "xid.79"] == ["xid.79"]  # written once space came back
+    assert [e.code for e in store.events() if e.code == "xid.79"] == [
+        "xid.79"
+    ]  # written once space came back
     a.shutdown()
     notifier.close()
 
@@ -216,7 +246,10 @@ def test_lost_gpu_without_uuid_is_not_counted_twice() -> None:
     from gpuclinic.watch.rules import RuleEngine
 
     eng = RuleEngine(RulesConfig())
-    gs = [GpuFacts(index=i, uuid=f"GPU-{i}", pci_bus_id=f"0000:{i + 1:02x}:00.0", temperature_c=40.0) for i in range(4)]
+    gs = [
+        GpuFacts(index=i, uuid=f"GPU-{i}", pci_bus_id=f"0000:{i + 1:02x}:00.0", temperature_c=40.0)
+        for i in range(4)
+    ]
     eng.evaluate(0.0, gs)
     gs[2] = GpuFacts(index=2, pci_bus_id="0000:03:00.0", lost=True)  # NVML no longer gives its UUID
     conds, _ = eng.evaluate(1.0, gs)

@@ -18,9 +18,28 @@ SINGLE_FAULT = sorted(n for n, s in SCENARIOS.items() if s["expect"].get("root")
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name", [*SINGLE_FAULT, "healthy-8xh100-load"])
 def test_one_alert_per_incident_and_one_resolved(name: str, receiver: Any) -> None:
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "watch", "--scenario", name, "--time-scale", "20",
-                        "--duration", "50s", "--no-store", "--doctor-interval", "0", "--webhook", receiver.url],
-                       capture_output=True, text=True, timeout=50)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "watch",
+            "--scenario",
+            name,
+            "--time-scale",
+            "20",
+            "--duration",
+            "50s",
+            "--no-store",
+            "--doctor-interval",
+            "0",
+            "--webhook",
+            receiver.url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert r.returncode in (0, 1, 2), r.stderr
     bodies = [b for b in receiver.bodies() if isinstance(b, dict)]
     firing = [b for b in bodies if b["status"] == "firing"]
@@ -37,19 +56,36 @@ def test_one_alert_per_incident_and_one_resolved(name: str, receiver: Any) -> No
 
 
 def test_every_name_works_in_every_command() -> None:
-    lists = {c: subprocess.run([sys.executable, "-m", "gpuclinic", c, "--list-scenarios"], capture_output=True,
-                               text=True, timeout=30).stdout for c in ("doctor", "watch", "run")}
+    lists = {
+        c: subprocess.run(
+            [sys.executable, "-m", "gpuclinic", c, "--list-scenarios"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        for c in ("doctor", "watch", "run")
+    }
     assert lists["doctor"] == lists["watch"] == lists["run"]
     names = [ln.split()[0] for ln in lists["doctor"].splitlines()]
     assert {"fallen-off-bus", "demo", "memory-errors", "straggler-4x"} <= set(names)
     for n in ("demo", "memory-errors"):  # a watch timeline: doctor reads its faulted state
-        d = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--scenario", n], capture_output=True,
-                           text=True, timeout=30)
+        d = subprocess.run(
+            [sys.executable, "-m", "gpuclinic", "doctor", "--scenario", n],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert d.returncode == 2, d.stderr
-    errs = {c: subprocess.run([sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True, timeout=30)
-            for c, args in {"doctor": ["doctor", "--scenario", "nosuch"],
-                            "watch": ["watch", "--scenario", "nosuch", "--duration", "1s", "--no-store"],
-                            "run": ["run", "--skip-preflight", "--scenario", "nosuch", "--", "true"]}.items()}
+    errs = {
+        c: subprocess.run(
+            [sys.executable, "-m", "gpuclinic", *args], capture_output=True, text=True, timeout=30
+        )
+        for c, args in {
+            "doctor": ["doctor", "--scenario", "nosuch"],
+            "watch": ["watch", "--scenario", "nosuch", "--duration", "1s", "--no-store"],
+            "run": ["run", "--skip-preflight", "--scenario", "nosuch", "--", "true"],
+        }.items()
+    }
     assert len({e.stderr for e in errs.values()}) == 1 and all(e.returncode == 64 for e in errs.values())
 
 
@@ -68,6 +104,8 @@ def test_api_incidents_and_metrics_export_one_incident(agent_factory: Any) -> No
     assert {"xid.79", "gpu.missing"} <= set(inc["symptoms"]) and inc["runbook"] == "gpu.fallen_off_bus"
     text = generate_latest(make_registry(a)).decode()
     lines = [ln for ln in text.splitlines() if ln.startswith("gpuclinic_incident_open{")]
-    assert lines == ['gpuclinic_incident_open{code="gpu.fallen_off_bus",family="gpu_fault",gpu="4",'
-                     'severity="critical"} 1.0']
+    assert lines == [
+        'gpuclinic_incident_open{code="gpu.fallen_off_bus",family="gpu_fault",gpu="4",'
+        'severity="critical"} 1.0'
+    ]
     assert "gpuclinic_node_verdict 2.0" in text

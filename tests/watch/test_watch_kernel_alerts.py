@@ -29,16 +29,36 @@ def test_webhook_gets_the_alert_within_2s_of_the_xid_line(tmp_path: Path, receiv
     log.write_text("[    0.000000] Linux version 6.8.0 (buildd@lcy02-amd64-080)\n")
     port = free_port()
     agent = subprocess.Popen(
-        [sys.executable, "-m", "gpuclinic", "watch", "--scenario", "steady8", "--kernel-log", str(log),
-         "--webhook", receiver.url + "/alert", "--listen", f"127.0.0.1:{port}", "--db", str(tmp_path / "w.db"),
-         "--doctor-interval", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "watch",
+            "--scenario",
+            "steady8",
+            "--kernel-log",
+            str(log),
+            "--webhook",
+            receiver.url + "/alert",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--db",
+            str(tmp_path / "w.db"),
+            "--doctor-interval",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 20
         ready = False
         while time.monotonic() < deadline and not ready:
             try:
-                ready = httpx.get(f"http://127.0.0.1:{port}/api/state", timeout=1, trust_env=False).json()["gpus"] != []
+                ready = (
+                    httpx.get(f"http://127.0.0.1:{port}/api/state", timeout=1, trust_env=False).json()["gpus"]
+                    != []
+                )
             except (httpx.HTTPError, ValueError):
                 time.sleep(0.1)
         assert ready, "agent did not start"
@@ -69,7 +89,9 @@ def _wait(pred: Callable[[], bool], timeout: float = 5.0) -> bool:
     return False
 
 
-def test_following_survives_rotation_and_truncation(agent_factory: Callable[..., Agent], tmp_path: Path) -> None:
+def test_following_survives_rotation_and_truncation(
+    agent_factory: Callable[..., Agent], tmp_path: Path
+) -> None:
     log = tmp_path / "kern.log"
     log.write_text("old line\n" + XID13)  # already there before the agent started: not an event
     a = agent_factory("steady8", scale=1, kernel_logs=[str(log)])
@@ -77,7 +99,10 @@ def test_following_survives_rotation_and_truncation(agent_factory: Callable[...,
     a.tick()
     try:
         time.sleep(0.3)
-        codes = lambda: sorted(e.code for e in a.book.open_events())  # noqa: E731
+
+        def codes() -> list[str]:
+            return sorted(e.code for e in a.book.open_events())
+
         assert codes() == []
         with log.open("a") as fh:
             fh.write(XID13)

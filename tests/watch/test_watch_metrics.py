@@ -40,7 +40,10 @@ def test_metric_names_units_and_labels(agent_factory: Callable[..., Agent], tmp_
     assert s.labels["xid"] == "79" and s.value == 1 and s.labels["uuid"].startswith("GPU-5a1c0002")
     (last,) = fams["gpuclinic_gpu_xid_last_seen_timestamp_seconds"].samples
     assert last.value > 1.7e9
-    thr = {(s.labels["index"], s.labels["reason"]): s.value for s in fams["gpuclinic_gpu_clock_event_active"].samples}
+    thr = {
+        (s.labels["index"], s.labels["reason"]): s.value
+        for s in fams["gpuclinic_gpu_clock_event_active"].samples
+    }
     assert thr[("0", "hw_thermal_slowdown")] == 1 and thr[("1", "hw_thermal_slowdown")] == 0
     opened = {(s.labels["code"], s.labels["index"]) for s in fams["gpuclinic_event_open"].samples}
     assert ("xid.79", "2") in opened
@@ -53,6 +56,8 @@ def test_promtool_check_metrics_clean(agent_factory: Callable[..., Agent]) -> No
     a = agent_factory("demo", scale=60)
     a.run(duration_s=40)
     text = _exposition(a)
-    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip() == "" and r.stderr.strip() == "", r.stdout + r.stderr

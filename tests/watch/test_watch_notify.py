@@ -33,7 +33,9 @@ def _cfg(*channels: ChannelConfig, **kw: Any) -> NotifyConfig:
 
 
 def test_webhook_payload_dedup_and_resolved(receiver: Any, tmp_path: Path) -> None:
-    n = Notifier(_cfg(ChannelConfig(type="webhook", url=receiver.url + "/hook")), spool_dir=tmp_path / "spool")
+    n = Notifier(
+        _cfg(ChannelConfig(type="webhook", url=receiver.url + "/hook")), spool_dir=tmp_path / "spool"
+    )
     try:
         n.send(_alert())
         n.send(_alert())  # duplicate: dropped
@@ -62,10 +64,16 @@ def test_min_severity_per_channel(receiver: Any) -> None:
 
 
 def test_vendor_payloads(receiver: Any) -> None:
-    chans = [ChannelConfig(type="slack", url=receiver.url + "/services/T000/B000/XXXXSECRETXXXX"),
-             ChannelConfig(type="wecom", url=receiver.url + "/cgi-bin/webhook/send?key=wecomsecretkey"),
-             ChannelConfig(type="feishu", url=receiver.url + "/open-apis/bot/v2/hook/feishu-token", secret="fsecret"),
-             ChannelConfig(type="dingtalk", url=receiver.url + "/robot/send?access_token=dtoken1234", secret="SECdt")]
+    chans = [
+        ChannelConfig(type="slack", url=receiver.url + "/services/T000/B000/XXXXSECRETXXXX"),
+        ChannelConfig(type="wecom", url=receiver.url + "/cgi-bin/webhook/send?key=wecomsecretkey"),
+        ChannelConfig(
+            type="feishu", url=receiver.url + "/open-apis/bot/v2/hook/feishu-token", secret="fsecret"
+        ),
+        ChannelConfig(
+            type="dingtalk", url=receiver.url + "/robot/send?access_token=dtoken1234", secret="SECdt"
+        ),
+    ]
     n = Notifier(_cfg(*chans))
     try:
         t0 = time.time()
@@ -73,7 +81,10 @@ def test_vendor_payloads(receiver: Any) -> None:
         n.flush(5)
         by_path = {urllib.parse.urlsplit(p).path: (p, b) for _, p, b in receiver.requests}
         slack = by_path["/services/T000/B000/XXXXSECRETXXXX"][1]
-        assert slack["text"].startswith("*[CRITICAL] node7: XID 79") and "What to do: Drain the node." in slack["text"]
+        assert (
+            slack["text"].startswith("*[CRITICAL] node7: XID 79")
+            and "What to do: Drain the node." in slack["text"]
+        )
         wecom = by_path["/cgi-bin/webhook/send"][1]
         assert wecom["msgtype"] == "markdown" and "XID 79" in wecom["markdown"]["content"]
         feishu = by_path["/open-apis/bot/v2/hook/feishu-token"][1]
@@ -95,8 +106,15 @@ def test_vendor_payloads(receiver: Any) -> None:
 def test_vendor_error_codes_fail_delivery(receiver: Any, tmp_path: Path) -> None:
     receiver.reply = b'{"errcode": 310000, "errmsg": "sign not match"}'
     logs: list[str] = []
-    n = Notifier(_cfg(ChannelConfig(type="dingtalk", url=receiver.url + "/robot/send?access_token=tok-abcdef",
-                                    secret="SECxyz")), spool_dir=tmp_path / "s", log=logs.append)
+    n = Notifier(
+        _cfg(
+            ChannelConfig(
+                type="dingtalk", url=receiver.url + "/robot/send?access_token=tok-abcdef", secret="SECxyz"
+            )
+        ),
+        spool_dir=tmp_path / "s",
+        log=logs.append,
+    )
     try:
         n.send(_alert())
         n.flush(5)
@@ -111,8 +129,11 @@ def test_secrets_never_in_logs_even_when_the_server_echoes_them(receiver: Any, t
     receiver.status = 500  # replies "error for <path with the token>"
     url = receiver.url + "/hooks/very-secret-token-123?access_token=qtoken-456"
     logs: list[str] = []
-    n = Notifier(_cfg(ChannelConfig(type="webhook", url=url, headers={"Authorization": "Bearer hdr-secret-789"})),
-                 spool_dir=tmp_path / "s", log=logs.append)
+    n = Notifier(
+        _cfg(ChannelConfig(type="webhook", url=url, headers={"Authorization": "Bearer hdr-secret-789"})),
+        spool_dir=tmp_path / "s",
+        log=logs.append,
+    )
     try:
         n.send(_alert())
         n.flush(5)
@@ -146,7 +167,9 @@ def test_outage_spools_then_delivers_after_restart(tmp_path: Path, receiver_cls:
     # the network comes back; a new agent process delivers the spool in order
     rec = receiver_cls(port)
     try:
-        n2 = Notifier(_cfg(ChannelConfig(type="webhook", url=url), spool_retry_s=0.05), spool_dir=tmp_path / "spool")
+        n2 = Notifier(
+            _cfg(ChannelConfig(type="webhook", url=url), spool_retry_s=0.05), spool_dir=tmp_path / "spool"
+        )
         got = rec.wait_for(lambda b: b["key"] == "k2", timeout=5)
         n2.close()
         assert got is not None
@@ -157,8 +180,9 @@ def test_outage_spools_then_delivers_after_restart(tmp_path: Path, receiver_cls:
 
 
 def test_rate_limit_holds_excess_alerts_in_the_spool(receiver: Any, tmp_path: Path) -> None:
-    n = Notifier(_cfg(ChannelConfig(type="webhook", url=receiver.url), rate_limit_per_hour=2),
-                 spool_dir=tmp_path / "s")
+    n = Notifier(
+        _cfg(ChannelConfig(type="webhook", url=receiver.url), rate_limit_per_hour=2), spool_dir=tmp_path / "s"
+    )
     try:
         for i in range(4):
             n.send(_alert(key=f"k{i}"))
@@ -207,9 +231,24 @@ def test_email_via_smtp() -> None:
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     port = srv.server_address[1]
     try:
-        cfg = config_from_dict({"notify": {"channel": [{
-            "type": "email", "smtp_host": "127.0.0.1", "smtp_port": port, "starttls": False,
-            "username": "u", "password": "smtp-pass-xyz", "sender": "gpu@example.org", "to": ["ops@example.org"]}]}})
+        cfg = config_from_dict(
+            {
+                "notify": {
+                    "channel": [
+                        {
+                            "type": "email",
+                            "smtp_host": "127.0.0.1",
+                            "smtp_port": port,
+                            "starttls": False,
+                            "username": "u",
+                            "password": "smtp-pass-xyz",
+                            "sender": "gpu@example.org",
+                            "to": ["ops@example.org"],
+                        }
+                    ]
+                }
+            }
+        )
         n = Notifier(cfg.notify)
         n.send(_alert())
         n.flush(5)
@@ -227,8 +266,16 @@ def test_email_starttls_refused_is_reported_without_password(tmp_path: Path) -> 
     srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Smtp)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        ch = ChannelConfig(type="email", smtp_host="127.0.0.1", smtp_port=srv.server_address[1], starttls=True,
-                           username="u", password="smtp-pass-xyz", sender="a@b.c", to=["d@e.f"])
+        ch = ChannelConfig(
+            type="email",
+            smtp_host="127.0.0.1",
+            smtp_port=srv.server_address[1],
+            starttls=True,
+            username="u",
+            password="smtp-pass-xyz",
+            sender="a@b.c",
+            to=["d@e.f"],
+        )
         logs: list[str] = []
         n = Notifier(_cfg(ch), spool_dir=tmp_path / "s", log=logs.append)
         n.send(_alert())
@@ -245,7 +292,8 @@ def test_email_starttls_refused_is_reported_without_password(tmp_path: Path) -> 
 def test_channel_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DT_URL", "https://oapi.dingtalk.com/robot/send?access_token=abc")
     monkeypatch.setenv("DT_SECRET", "SEC123")
-    cfg = config_from_dict({"notify": {"channel": [{"type": "dingtalk", "url_env": "DT_URL",
-                                                    "secret_env": "DT_SECRET"}]}})
+    cfg = config_from_dict(
+        {"notify": {"channel": [{"type": "dingtalk", "url_env": "DT_URL", "secret_env": "DT_SECRET"}]}}
+    )
     ch = cfg.notify.channels[0]
     assert ch.url and ch.url.endswith("abc") and ch.secret == "SEC123"

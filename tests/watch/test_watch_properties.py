@@ -37,11 +37,17 @@ def test_kernel_parser_never_raises(lines: list[str]) -> None:
         assert c is None or c.code.split(".")[0] in ("xid", "gpu", "pcie", "gsp")
 
 
-@given(st.integers(min_value=0, max_value=200), st.sampled_from(["0000:3b:00", "00000000:3B:00.0", "0000:db:00"]),
-       st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=60))
+@given(
+    st.integers(min_value=0, max_value=200),
+    st.sampled_from(["0000:3b:00", "00000000:3B:00.0", "0000:db:00"]),
+    st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\n\r"), max_size=60),
+)
 def test_xid_lines(xid: int, bus: str, rest: str) -> None:
-    evs = [e for e in LineParser().feed([f"[ 1.0] NVRM: Xid (PCI:{bus}): {xid}, pid=1, name=x, {rest}"])
-           if e.kind == "xid"]
+    evs = [
+        e
+        for e in LineParser().feed([f"[ 1.0] NVRM: Xid (PCI:{bus}): {xid}, pid=1, name=x, {rest}"])
+        if e.kind == "xid"
+    ]
     (ev,) = evs
     assert ev.xid == xid and ev.pci_bus_id and ev.pci_bus_id.endswith(".0")
     c = condition_for(ev, {}, 60)
@@ -53,8 +59,10 @@ def test_reason_mask_round_trip(mask: int) -> None:
     assert mask_of(decode(mask)) == mask & sum(b for b, _, _ in REASONS)
 
 
-@given(st.text(alphabet="abcdefghijklmnop0123456789+/=&?%", min_size=4, max_size=40),
-       st.text(alphabet="XYZ -:", max_size=40))
+@given(
+    st.text(alphabet="abcdefghijklmnop0123456789+/=&?%", min_size=4, max_size=40),
+    st.text(alphabet="XYZ -:", max_size=40),
+)
 def test_redact_removes_secret_and_its_url_encoding(secret: str, around: str) -> None:
     text = f"{around}{secret}{around} url?t={urllib.parse.quote(secret, safe='')} {around}"
     out = redact(text, [secret])

@@ -145,9 +145,26 @@ def test_watch_off_loopback_prints_how_to_pass_the_token() -> None:
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "watch", "--scenario", "demo", "--time-scale", "60",
-                        "--duration", "2s", "--no-store", "--listen", "0.0.0.0:0"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "watch",
+            "--scenario",
+            "demo",
+            "--time-scale",
+            "60",
+            "--duration",
+            "2s",
+            "--no-store",
+            "--listen",
+            "0.0.0.0:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert "access token (shown once)" in r.stderr
     assert "/?token=TOKEN" in r.stderr and "Authorization: Bearer TOKEN" in r.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -15,10 +16,17 @@ from gpuclinic.watch.store import METRICS, StoreError, WatchStore
 T0 = 1_780_000_020.0  # on a minute boundary
 
 
-def gpu(i: int, temp: float, **kw: object) -> GpuFacts:
-    return GpuFacts(index=i, uuid=f"GPU-{i}", temperature_c=temp, utilization_gpu_pct=50.0, power_draw_w=300.0,
-                    clock_event_reasons=["hw_thermal_slowdown"] if temp > 85 else [],
-                    processes=[GpuProcess(pid=1)], **kw)  # type: ignore[arg-type]
+def gpu(i: int, temp: float, **kw: Any) -> GpuFacts:
+    return GpuFacts(
+        index=i,
+        uuid=f"GPU-{i}",
+        temperature_c=temp,
+        utilization_gpu_pct=50.0,
+        power_draw_w=300.0,
+        clock_event_reasons=["hw_thermal_slowdown"] if temp > 85 else [],
+        processes=[GpuProcess(pid=1)],
+        **kw,
+    )
 
 
 def test_samples_round_trip_and_query_by_gpu_and_time(tmp_path: Path) -> None:
@@ -64,8 +72,17 @@ def test_rollup_then_retention_keeps_minute_averages(tmp_path: Path) -> None:
 
 def test_events_round_trip_update_and_since(tmp_path: Path) -> None:
     st = WatchStore(tmp_path / "w.db")
-    ev = Event(key="rules:watch.idle:GPU-3", code="watch.idle", severity=Severity.WARNING, title="idle",
-               opened=T0, gpu=3, evidence=["no process"], remedy="release it", last_seen=T0)
+    ev = Event(
+        key="rules:watch.idle:GPU-3",
+        code="watch.idle",
+        severity=Severity.WARNING,
+        title="idle",
+        opened=T0,
+        gpu=3,
+        evidence=["no process"],
+        remedy="release it",
+        last_seen=T0,
+    )
     st.put_event(ev)
     st.flush()
     assert ev.id is not None
@@ -86,7 +103,7 @@ class _FullDisk:
         self.conn = conn
         self.full = True
 
-    def execute(self, sql: str, *a: object) -> object:
+    def execute(self, sql: str, *a: Any) -> object:
         if self.full and sql.startswith(("INSERT", "UPDATE")):
             raise sqlite3.OperationalError("database or disk is full")
         return self.conn.execute(sql, *a)
@@ -111,7 +128,7 @@ def test_disk_full_keeps_rows_in_memory_and_writes_them_later(tmp_path: Path) ->
     assert st.buffered == 5 and st.error == "database or disk is full" and st.errors_total == 5
     fake.full = False
     assert st.flush() == 5
-    assert st.error is None and st.buffered == 0
+    assert cast("str | None", st.error) is None and st.buffered == 0  # flush() reset what mypy narrowed
     assert len(st.query("temperature", gpu=0, since=T0)) == 5
     assert st.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 

@@ -71,14 +71,17 @@ class BurnMonitor:
                 self._hot[lab] += 1
                 if self._hot[lab] >= 2:
                     self.stopped_gpu = lab
-                    self.stopped = f"GPU {lab} in thermal slowdown at {t:.0f} s ({', '.join(g.clock_event_reasons)})"
+                    self.stopped = (
+                        f"GPU {lab} in thermal slowdown at {t:.0f} s ({', '.join(g.clock_event_reasons)})"
+                    )
             else:
                 self._hot[lab] = 0
         return self.stopped
 
 
-def simulate(monitor: BurnMonitor, sampler: Sampler, tflops: Callable[[int, GpuFacts], float | None],
-             seconds: float) -> None:
+def simulate(
+    monitor: BurnMonitor, sampler: Sampler, tflops: Callable[[int, GpuFacts], float | None], seconds: float
+) -> None:
     """A burn in virtual time (scenarios): one sample per simulated second, no waiting."""
     t = 0.0
     while t <= seconds:
@@ -100,25 +103,45 @@ def _quarters(vals: list[float]) -> tuple[float, float] | None:
     return statistics.median(vals[:q]), statistics.median(vals[-q:])
 
 
-def score_burn(series: list[BurnSeries], seconds: float, stopped: str | None, stopped_gpu: str | None,
-               interrupted: bool) -> list[Item]:
+def score_burn(
+    series: list[BurnSeries], seconds: float, stopped: str | None, stopped_gpu: str | None, interrupted: bool
+) -> list[Item]:
     items: list[Item] = []
     if not series:
         return [skipped("burn", "sustained burn", "burn", "no burn ran")]
     for s in series:
         lab = s.gpu
         if interrupted:
-            items.append(skipped("burn", "sustained burn", "burn",
-                                 f"interrupted (Ctrl-C) after {max(s.t or s.tflops_t or [0]):.0f} s", lab))
+            items.append(
+                skipped(
+                    "burn",
+                    "sustained burn",
+                    "burn",
+                    f"interrupted (Ctrl-C) after {max(s.t or s.tflops_t or [0]):.0f} s",
+                    lab,
+                )
+            )
             continue
         clocks = [c for c in s.sm_clock_mhz if c]
         q = _quarters(clocks)
         if q:
             first, last = q
             st = ratio_status(last / first, "burn_clock_warn", "burn_clock_fail") if first else "pass"
-            items.append(Item("burn.clocks", "SM clock held", "burn", st, lab, round(last), round(first), "MHz",
-                              "clock in the first quarter of the burn", threshold_source("burn_clock_fail"),
-                              f"{last / first * 100:.0f}% of the early clock over {s.t[-1]:.0f} s" if first else ""))
+            items.append(
+                Item(
+                    "burn.clocks",
+                    "SM clock held",
+                    "burn",
+                    st,
+                    lab,
+                    round(last),
+                    round(first),
+                    "MHz",
+                    "clock in the first quarter of the burn",
+                    threshold_source("burn_clock_fail"),
+                    f"{last / first * 100:.0f}% of the early clock over {s.t[-1]:.0f} s" if first else "",
+                )
+            )
         elif s.t:
             items.append(skipped("burn.clocks", "SM clock held", "burn", "too few clock samples", lab, "MHz"))
         temps = [x for x in s.temperature_c if x is not None]
@@ -129,36 +152,104 @@ def score_burn(series: list[BurnSeries], seconds: float, stopped: str | None, st
             if slow:
                 warn_at = slow - threshold("burn_temp_warn_margin_c")
                 if stopped_gpu == lab or reasons & set(THERMAL):
-                    st, why = "fail", stopped if stopped_gpu == lab and stopped else "thermal slowdown during the burn"
+                    st, why = (
+                        "fail",
+                        stopped if stopped_gpu == lab and stopped else "thermal slowdown during the burn",
+                    )
                 elif hi >= warn_at:
                     st, why = "warn", f"peaked {slow - hi:g} C below its {slow:g} C slowdown"
                 else:
                     st, why = "pass", f"peaked {slow - hi:g} C below its {slow:g} C slowdown"
-                items.append(Item("burn.temperature", "peak temperature vs slowdown", "burn", st, lab, hi,
-                                  round(warn_at, 1), "C", f"slowdown {slow:g} C - margin",
-                                  threshold_source("burn_temp_warn_margin_c"), why))
+                items.append(
+                    Item(
+                        "burn.temperature",
+                        "peak temperature vs slowdown",
+                        "burn",
+                        st,
+                        lab,
+                        hi,
+                        round(warn_at, 1),
+                        "C",
+                        f"slowdown {slow:g} C - margin",
+                        threshold_source("burn_temp_warn_margin_c"),
+                        why,
+                    )
+                )
             else:
-                items.append(Item("burn.temperature", "peak temperature vs slowdown", "burn", "pass", lab, hi, None,
-                                  "C", "no slowdown threshold reported", "", "measured only"))
+                items.append(
+                    Item(
+                        "burn.temperature",
+                        "peak temperature vs slowdown",
+                        "burn",
+                        "pass",
+                        lab,
+                        hi,
+                        None,
+                        "C",
+                        "no slowdown threshold reported",
+                        "",
+                        "measured only",
+                    )
+                )
         if s.reasons:
             cnt: Counter[str] = Counter(r for rs in s.reasons for r in rs if r != "idle")
             bad = sorted(r for r in cnt if r in BAD_REASONS)
             text = ", ".join(f"{r} {n * 100 // len(s.reasons)}%" for r, n in cnt.most_common()) or "none"
-            why = ("hardware/thermal slowdown: " + ", ".join(bad)) if bad else (
-                "power cap under full load is normal" if "sw_power_cap" in cnt else "no throttling")
-            items.append(Item("burn.throttle", "throttle reasons over time", "burn", "fail" if bad else "pass", lab,
-                              text, "no hw/thermal slowdown", "", "clock-event reasons",
-                              "NVML nvmlDeviceGetCurrentClocksEventReasons", why))
+            why = (
+                ("hardware/thermal slowdown: " + ", ".join(bad))
+                if bad
+                else ("power cap under full load is normal" if "sw_power_cap" in cnt else "no throttling")
+            )
+            items.append(
+                Item(
+                    "burn.throttle",
+                    "throttle reasons over time",
+                    "burn",
+                    "fail" if bad else "pass",
+                    lab,
+                    text,
+                    "no hw/thermal slowdown",
+                    "",
+                    "clock-event reasons",
+                    "NVML nvmlDeviceGetCurrentClocksEventReasons",
+                    why,
+                )
+            )
         q2 = _quarters([v for v in s.tflops if v > 0])
         if q2:
             first, last = q2
-            st = ratio_status(last / first, "burn_throughput_warn", "burn_throughput_fail") if first else "pass"
-            items.append(Item("burn.throughput", "matmul throughput held", "burn", st, lab, round(last, 3),
-                              round(first, 3), "TFLOPS", "throughput in the first quarter",
-                              threshold_source("burn_throughput_fail"),
-                              f"{last / first * 100:.0f}% of the early throughput" if first else ""))
+            st = (
+                ratio_status(last / first, "burn_throughput_warn", "burn_throughput_fail")
+                if first
+                else "pass"
+            )
+            items.append(
+                Item(
+                    "burn.throughput",
+                    "matmul throughput held",
+                    "burn",
+                    st,
+                    lab,
+                    round(last, 3),
+                    round(first, 3),
+                    "TFLOPS",
+                    "throughput in the first quarter",
+                    threshold_source("burn_throughput_fail"),
+                    f"{last / first * 100:.0f}% of the early throughput" if first else "",
+                )
+            )
         elif not s.t:
-            items.append(skipped("burn.throughput", "matmul throughput held", "burn",
-                                 f"burn too short ({len(s.tflops)} samples of {seconds:g} s)", lab, "TFLOPS"))
+            items.append(
+                skipped(
+                    "burn.throughput",
+                    "matmul throughput held",
+                    "burn",
+                    f"burn too short ({len(s.tflops)} samples of {seconds:g} s)",
+                    lab,
+                    "TFLOPS",
+                )
+            )
     order = ["burn", "burn.clocks", "burn.temperature", "burn.throttle", "burn.throughput"]
-    return sorted(items, key=lambda i: order.index(i.id) if i.id in order else len(order))  # stable: GPU order kept
+    return sorted(
+        items, key=lambda i: order.index(i.id) if i.id in order else len(order)
+    )  # stable: GPU order kept

@@ -39,20 +39,60 @@ def network_items(nf: NetworkFacts, report: Report | None) -> list[Item]:
         title = f"reach {p.host}"
         rate = p.best_rate()
         if p.reachable:
-            meas: float | str | None = round(rate / 1e6, 1) if rate else (round(p.ttfb_ms) if p.ttfb_ms else "ok")
+            meas: float | str | None = (
+                round(rate / 1e6, 1) if rate else (round(p.ttfb_ms) if p.ttfb_ms else "ok")
+            )
             unit = "MB/s" if rate else "ms TTFB"
-            items.append(Item(iid, title, "network", "pass", None, meas, None, unit, p.endpoint.kind, p.endpoint.source,
-                              ""))
+            items.append(
+                Item(
+                    iid,
+                    title,
+                    "network",
+                    "pass",
+                    None,
+                    meas,
+                    None,
+                    unit,
+                    p.endpoint.kind,
+                    p.endpoint.source,
+                    "",
+                )
+            )
         else:
             why = p.error() or ("deadline hit" if p.deadline_hit else "no answer")
-            items.append(Item(iid, title, "network", "fail" if p.endpoint.kind == "origin" else "warn", None,
-                              "unreachable", "reachable", "", p.endpoint.kind, p.endpoint.source, str(why)))
+            items.append(
+                Item(
+                    iid,
+                    title,
+                    "network",
+                    "fail" if p.endpoint.kind == "origin" else "warn",
+                    None,
+                    "unreachable",
+                    "reachable",
+                    "",
+                    p.endpoint.kind,
+                    p.endpoint.source,
+                    str(why),
+                )
+            )
     if report is not None:
         st = {"healthy": "pass", "warning": "warn", "drain": "fail"}[report.verdict.value]
         top = [f for f in report.findings if f.severity >= Severity.WARNING]
-        items.append(Item("network.diagnosis", "network checks", "network", st, None, report.verdict.value, "healthy",
-                          "", "gpuclinic net checks", "gpuclinic net",
-                          "; ".join(f"{f.code}: {f.title}" for f in top[:3]) or f"{len(nf.probes)} endpoints probed"))
+        items.append(
+            Item(
+                "network.diagnosis",
+                "network checks",
+                "network",
+                st,
+                None,
+                report.verdict.value,
+                "healthy",
+                "",
+                "gpuclinic net checks",
+                "gpuclinic net",
+                "; ".join(f"{f.code}: {f.title}" for f in top[:3]) or f"{len(nf.probes)} endpoints probed",
+            )
+        )
     return items
 
 
@@ -75,7 +115,7 @@ def _walk_dcgm(obj: Any, out: list[tuple[str, str, str]], name: str = "") -> Non
 
 
 def parse_dcgmi(text: str) -> list[Item]:
-    data = json.loads(text[text.find("{"):])
+    data = json.loads(text[text.find("{") :])
     found: list[tuple[str, str, str]] = []
     _walk_dcgm(data, found)
     per: dict[str, list[tuple[str, str]]] = {}
@@ -84,10 +124,23 @@ def parse_dcgmi(text: str) -> list[Item]:
     items = []
     for nm, res in per.items():
         sts = {s for s, _ in res}
-        st = ("fail" if "fail" in sts else "warn" if "warn" in sts else "pass" if "pass" in sts else "skipped")
+        st = "fail" if "fail" in sts else "warn" if "warn" in sts else "pass" if "pass" in sts else "skipped"
         why = "; ".join(i for s, i in res if i and s in ("fail", "warn"))[:300] or ", ".join(sorted(sts))
-        items.append(Item(f"dcgm.{nm.lower().replace(' ', '_')}", f"dcgmi diag: {nm}", "dcgm", st, "all",
-                          "/".join(sorted(sts)), "pass", "", "DCGM diagnostic", "dcgmi diag -j", why))
+        items.append(
+            Item(
+                f"dcgm.{nm.lower().replace(' ', '_')}",
+                f"dcgmi diag: {nm}",
+                "dcgm",
+                st,
+                "all",
+                "/".join(sorted(sts)),
+                "pass",
+                "",
+                "DCGM diagnostic",
+                "dcgmi diag -j",
+                why,
+            )
+        )
     return items
 
 
@@ -96,7 +149,9 @@ def dcgm_items(level: int, timeout_s: float = 900.0) -> list[Item]:
     if not exe:
         return [skipped("dcgm", "dcgmi diag", "dcgm", "dcgmi not installed (NVIDIA DCGM); nothing to add")]
     try:
-        p = subprocess.run([exe, "diag", "-r", str(level), "-j"], capture_output=True, text=True, timeout=timeout_s)
+        p = subprocess.run(
+            [exe, "diag", "-r", str(level), "-j"], capture_output=True, text=True, timeout=timeout_s
+        )
     except subprocess.TimeoutExpired:
         return [skipped("dcgm", f"dcgmi diag -r {level}", "dcgm", f"did not finish within {timeout_s:.0f} s")]
     except OSError as e:

@@ -45,8 +45,17 @@ def save_run(sc: Scorecard, db: str | os.PathLike[str] | None = None) -> int:
         cur = c.execute(
             "INSERT INTO accept_runs (started_at, hostname, origin, scenario, mode, verdict, exit_code, doc) "
             "VALUES (?,?,?,?,?,?,?,?)",
-            (sc.started_at or "", sc.hostname, sc.origin, sc.scenario, sc.mode, sc.summary()["verdict"], sc.exit_code,
-             "{}"))
+            (
+                sc.started_at or "",
+                sc.hostname,
+                sc.origin,
+                sc.scenario,
+                sc.mode,
+                sc.summary()["verdict"],
+                sc.exit_code,
+                "{}",
+            ),
+        )
         sc.run_id = int(cur.lastrowid or 0)
         c.execute("UPDATE accept_runs SET doc=? WHERE id=?", (json.dumps(sc.to_dict()), sc.run_id))
         return sc.run_id
@@ -61,14 +70,16 @@ def previous_run(sc: Scorecard, db: str | os.PathLike[str] | None = None) -> dic
         row = c.execute(
             "SELECT doc FROM accept_runs WHERE hostname IS ? AND origin=? AND scenario IS ? AND id < ? "
             "ORDER BY id DESC LIMIT 1",
-            (sc.hostname, sc.origin, sc.scenario, sc.run_id if sc.run_id is not None else 2 ** 62)).fetchone()
+            (sc.hostname, sc.origin, sc.scenario, sc.run_id if sc.run_id is not None else 2**62),
+        ).fetchone()
     finally:
         c.close()
     return json.loads(row[0]) if row else None
 
 
-def latest_run(hostname: str | None = None, db: str | os.PathLike[str] | None = None,
-               include_scenarios: bool = False) -> dict[str, Any] | None:
+def latest_run(
+    hostname: str | None = None, db: str | os.PathLike[str] | None = None, include_scenarios: bool = False
+) -> dict[str, Any] | None:
     """The newest stored scorecard (``gpuclinic.accept/1`` dict), optionally for one host; for ``fleet``.
 
     Simulated runs are left out unless ``include_scenarios``.
@@ -108,6 +119,16 @@ def compare(prev: dict[str, Any], cur: Scorecard) -> list[dict[str, Any]]:
         same_status = p.get("status") == it.status
         if same_status and (delta is None and a == b or delta is not None and abs(delta) < min_pct):
             continue
-        rows.append({"key": it.key, "title": it.title, "unit": it.unit, "previous": a, "current": b,
-                     "delta_pct": delta, "previous_status": p.get("status"), "status": it.status})
+        rows.append(
+            {
+                "key": it.key,
+                "title": it.title,
+                "unit": it.unit,
+                "previous": a,
+                "current": b,
+                "delta_pct": delta,
+                "previous_status": p.get("status"),
+                "status": it.status,
+            }
+        )
     return rows

@@ -130,16 +130,49 @@ def measure_disk(directory: str, mb: int) -> DiskResult:
 
 def score_disk(d: DiskResult, directory: str) -> list[Item]:
     if d.error or d.seq_mbs is None:
-        return [skipped("host.disk.seq", "dataset disk sequential read", "host", d.error or "not measured", None,
-                        "MB/s")]
+        return [
+            skipped(
+                "host.disk.seq",
+                "dataset disk sequential read",
+                "host",
+                d.error or "not measured",
+                None,
+                "MB/s",
+            )
+        ]
     warn, fail = threshold("disk_seq_read_warn_mbs"), threshold("disk_seq_read_fail_mbs")
     st = "fail" if d.seq_mbs < fail else "warn" if d.seq_mbs < warn else "pass"
-    items = [Item("host.disk.seq", "dataset disk sequential read", "host", st, None, round(d.seq_mbs, 1), warn,
-                  "MB/s", f"data loader floor ({directory})", threshold_source("disk_seq_read_warn_mbs"),
-                  f"{d.tool}: {d.note}; warn < {warn:g}, fail < {fail:g} MB/s")]
+    items = [
+        Item(
+            "host.disk.seq",
+            "dataset disk sequential read",
+            "host",
+            st,
+            None,
+            round(d.seq_mbs, 1),
+            warn,
+            "MB/s",
+            f"data loader floor ({directory})",
+            threshold_source("disk_seq_read_warn_mbs"),
+            f"{d.tool}: {d.note}; warn < {warn:g}, fail < {fail:g} MB/s",
+        )
+    ]
     if d.rand_iops is not None:
-        items.append(Item("host.disk.rand", "dataset disk random 4 KiB read", "host", "pass", None,
-                          round(d.rand_iops), None, "IOPS", "measured only", "", f"{d.tool}: {d.note}"))
+        items.append(
+            Item(
+                "host.disk.rand",
+                "dataset disk random 4 KiB read",
+                "host",
+                "pass",
+                None,
+                round(d.rand_iops),
+                None,
+                "IOPS",
+                "measured only",
+                "",
+                f"{d.tool}: {d.note}",
+            )
+        )
     return items
 
 
@@ -156,9 +189,19 @@ def score_shm(size: int | None) -> Item:
         return skipped("host.shm", "/dev/shm size", "host", "/dev/shm is missing", None, "GiB")
     lim = threshold("shm_warn_bytes")
     st = "warn" if size < lim else "pass"
-    return Item("host.shm", "/dev/shm size", "host", st, None, round(size / GiB, 2), round(lim / GiB, 2), "GiB",
-                "DataLoader workers share tensors through it", threshold_source("shm_warn_bytes"),
-                "too small for multi-process data loading" if st == "warn" else "")
+    return Item(
+        "host.shm",
+        "/dev/shm size",
+        "host",
+        st,
+        None,
+        round(size / GiB, 2),
+        round(lim / GiB, 2),
+        "GiB",
+        "DataLoader workers share tensors through it",
+        threshold_source("shm_warn_bytes"),
+        "too small for multi-process data loading" if st == "warn" else "",
+    )
 
 
 def score_cpu(h: HostFacts | None, ngpus: int, model: str | None) -> Item:
@@ -166,14 +209,35 @@ def score_cpu(h: HostFacts | None, ngpus: int, model: str | None) -> Item:
         return skipped("host.cpu", "CPUs per GPU", "host", "CPU count unknown")
     usable = len(h.cpus_allowed) or h.cpu_count
     if not ngpus:
-        return Item("host.cpu", "CPUs", "host", "pass", None, usable, None, "CPUs", "no GPUs to share them",
-                    "", model or "")
+        return Item(
+            "host.cpu",
+            "CPUs",
+            "host",
+            "pass",
+            None,
+            usable,
+            None,
+            "CPUs",
+            "no GPUs to share them",
+            "",
+            model or "",
+        )
     per = usable / ngpus
     lim = threshold("cpus_per_gpu_warn")
     st = "warn" if per < lim else "pass"
-    return Item("host.cpu", "CPUs per GPU", "host", st, None, round(per, 1), lim, "CPUs/GPU",
-                "DataLoader workers per GPU", threshold_source("cpus_per_gpu_warn"),
-                f"{usable} usable CPUs for {ngpus} GPUs" + (f"; {model}" if model else ""))
+    return Item(
+        "host.cpu",
+        "CPUs per GPU",
+        "host",
+        st,
+        None,
+        round(per, 1),
+        lim,
+        "CPUs/GPU",
+        "DataLoader workers per GPU",
+        threshold_source("cpus_per_gpu_warn"),
+        f"{usable} usable CPUs for {ngpus} GPUs" + (f"; {model}" if model else ""),
+    )
 
 
 def score_ram(h: HostFacts | None, gpus: list[GpuFacts]) -> Item:
@@ -182,20 +246,54 @@ def score_ram(h: HostFacts | None, gpus: list[GpuFacts]) -> Item:
         return skipped("host.ram", "host RAM vs GPU memory", "host", "memory size unknown", None, "GiB")
     lim = threshold("host_mem_per_gpu_mem_warn")
     if not gpu_mem:
-        return Item("host.ram", "host RAM", "host", "pass", None, round(h.mem_total_bytes / GiB, 1), None, "GiB",
-                    "no GPU memory figure", "", "measured only")
+        return Item(
+            "host.ram",
+            "host RAM",
+            "host",
+            "pass",
+            None,
+            round(h.mem_total_bytes / GiB, 1),
+            None,
+            "GiB",
+            "no GPU memory figure",
+            "",
+            "measured only",
+        )
     st = "warn" if h.mem_total_bytes < lim * gpu_mem else "pass"
-    return Item("host.ram", "host RAM vs GPU memory", "host", st, None, round(h.mem_total_bytes / GiB, 1),
-                round(lim * gpu_mem / GiB, 1), "GiB", "total GPU memory", threshold_source("host_mem_per_gpu_mem_warn"),
-                f"{gpu_mem / GiB:.0f} GiB of GPU memory")
+    return Item(
+        "host.ram",
+        "host RAM vs GPU memory",
+        "host",
+        st,
+        None,
+        round(h.mem_total_bytes / GiB, 1),
+        round(lim * gpu_mem / GiB, 1),
+        "GiB",
+        "total GPU memory",
+        threshold_source("host_mem_per_gpu_mem_warn"),
+        f"{gpu_mem / GiB:.0f} GiB of GPU memory",
+    )
 
 
 def score_memcpy(gbs: float | None, why: str = "") -> Item:
     if gbs is None:
-        return skipped("host.membw", "host memory copy (1 thread)", "host", why or "not measured", None, "GB/s")
+        return skipped(
+            "host.membw", "host memory copy (1 thread)", "host", why or "not measured", None, "GB/s"
+        )
     lim = threshold("host_memcpy_warn_gbs")
-    return Item("host.membw", "host memory copy (1 thread)", "host", "warn" if gbs < lim else "pass", None,
-                round(gbs, 1), lim, "GB/s", "floor", threshold_source("host_memcpy_warn_gbs"), "")
+    return Item(
+        "host.membw",
+        "host memory copy (1 thread)",
+        "host",
+        "warn" if gbs < lim else "pass",
+        None,
+        round(gbs, 1),
+        lim,
+        "GB/s",
+        "floor",
+        threshold_source("host_memcpy_warn_gbs"),
+        "",
+    )
 
 
 def score_numa(h: HostFacts | None, gpus: list[GpuFacts]) -> Item:
@@ -204,15 +302,38 @@ def score_numa(h: HostFacts | None, gpus: list[GpuFacts]) -> Item:
     allowed = set(h.cpus_allowed)
     nodes = sorted(set(h.gpu_numa.values()))
     far = [n for n in nodes if allowed and not allowed & set(h.numa_cpus.get(str(n), []))]
-    text = ", ".join(f"node {n}: GPUs {','.join(str(g.index) for g in gpus if h.gpu_numa.get(g.pci_bus_id or '') == n)}"
-                     for n in nodes)
+    text = ", ".join(
+        f"node {n}: GPUs {','.join(str(g.index) for g in gpus if h.gpu_numa.get(g.pci_bus_id or '') == n)}"
+        for n in nodes
+    )
     if far:
-        return Item("host.numa", "NUMA affinity to the GPUs", "host", "warn", None, f"{len(nodes) - len(far)}/"
-                    f"{len(nodes)} nodes", f"{len(nodes)}/{len(nodes)} nodes", "", "", "",
-                    f"this process may not run on NUMA node(s) {far}: data for their GPUs crosses the socket link; "
-                    f"widen the CPU set (taskset/cgroup); {text}")
-    return Item("host.numa", "NUMA affinity to the GPUs", "host", "pass", None, f"{len(nodes)}/{len(nodes)} nodes",
-                f"{len(nodes)}/{len(nodes)} nodes", "", "reachable GPU NUMA nodes", "", text)
+        return Item(
+            "host.numa",
+            "NUMA affinity to the GPUs",
+            "host",
+            "warn",
+            None,
+            f"{len(nodes) - len(far)}/{len(nodes)} nodes",
+            f"{len(nodes)}/{len(nodes)} nodes",
+            "",
+            "",
+            "",
+            f"this process may not run on NUMA node(s) {far}: data for their GPUs crosses the socket link; "
+            f"widen the CPU set (taskset/cgroup); {text}",
+        )
+    return Item(
+        "host.numa",
+        "NUMA affinity to the GPUs",
+        "host",
+        "pass",
+        None,
+        f"{len(nodes)}/{len(nodes)} nodes",
+        f"{len(nodes)}/{len(nodes)} nodes",
+        "",
+        "reachable GPU NUMA nodes",
+        "",
+        text,
+    )
 
 
 def cpu_model() -> str | None:

@@ -115,9 +115,14 @@ class Scorecard:
         verdict = {"fail": "fail", "warn": "warn", "pass": "pass", "skipped": "could not judge"}[worst]
         if worst != "fail" and not self.gpu_judged:
             verdict = "could not judge"
-        return {"verdict": verdict, "counts": counts, "exit_code": self.exit_code, "gpus_judged": self.gpu_judged,
-                "failed": [i.key for i in self.items if i.status == "fail"],
-                "warned": [i.key for i in self.items if i.status == "warn"]}
+        return {
+            "verdict": verdict,
+            "counts": counts,
+            "exit_code": self.exit_code,
+            "gpus_judged": self.gpu_judged,
+            "failed": [i.key for i in self.items if i.status == "fail"],
+            "warned": [i.key for i in self.items if i.status == "warn"],
+        }
 
     @property
     def gpu_judged(self) -> bool:
@@ -137,21 +142,41 @@ class Scorecard:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": ACCEPT_SCHEMA, "mode": self.mode, "hostname": self.hostname, "origin": self.origin,
-            "scenario": self.scenario, "backend": self.backend, "device": self.device, "python": self.python,
-            "started_at": self.started_at, "elapsed_s": self.elapsed_s, "run_id": self.run_id,
-            "gpus": self.gpus, "items": [i.to_dict() for i in self.items], "summary": self.summary(),
+            "schema": ACCEPT_SCHEMA,
+            "mode": self.mode,
+            "hostname": self.hostname,
+            "origin": self.origin,
+            "scenario": self.scenario,
+            "backend": self.backend,
+            "device": self.device,
+            "python": self.python,
+            "started_at": self.started_at,
+            "elapsed_s": self.elapsed_s,
+            "run_id": self.run_id,
+            "gpus": self.gpus,
+            "items": [i.to_dict() for i in self.items],
+            "summary": self.summary(),
             "burn": {"stopped": self.burn_stopped, "series": [b.to_dict() for b in self.burn]},
             "notes": self.notes,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Scorecard:
-        sc = cls(items=[Item.from_dict(x) for x in d.get("items", [])], mode=d.get("mode", "standard"),
-                 hostname=d.get("hostname"), origin=d.get("origin", "live"), scenario=d.get("scenario"),
-                 backend=d.get("backend"), device=d.get("device", "cuda"), python=d.get("python"),
-                 started_at=d.get("started_at"), elapsed_s=d.get("elapsed_s"), gpus=list(d.get("gpus", [])),
-                 notes=list(d.get("notes", [])), run_id=d.get("run_id"))
+        sc = cls(
+            items=[Item.from_dict(x) for x in d.get("items", [])],
+            mode=d.get("mode", "standard"),
+            hostname=d.get("hostname"),
+            origin=d.get("origin", "live"),
+            scenario=d.get("scenario"),
+            backend=d.get("backend"),
+            device=d.get("device", "cuda"),
+            python=d.get("python"),
+            started_at=d.get("started_at"),
+            elapsed_s=d.get("elapsed_s"),
+            gpus=list(d.get("gpus", [])),
+            notes=list(d.get("notes", [])),
+            run_id=d.get("run_id"),
+        )
         burn = d.get("burn") or {}
         sc.burn_stopped = burn.get("stopped")
         sc.burn = [BurnSeries(**s) for s in burn.get("series", [])]

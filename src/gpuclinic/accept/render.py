@@ -105,11 +105,16 @@ def render_compare(prev: dict[str, Any] | None, deltas: list[dict[str, Any]]) ->
         return "compare: no earlier run of this host in the store"
     lines = [f"compare with run {prev.get('run_id')} of {prev.get('started_at')} ({prev.get('mode')} mode):"]
     if not deltas:
-        return lines[0] + f" no differences (numbers within {threshold('compare_min_change_pct'):g}%, same statuses)"
+        return (
+            lines[0]
+            + f" no differences (numbers within {threshold('compare_min_change_pct'):g}%, same statuses)"
+        )
     w = max(len(d["key"]) for d in deltas)
     for d in deltas:
         ch = f"{d['delta_pct']:+.1f}%" if d["delta_pct"] is not None else ""
         st = "" if d["previous_status"] == d["status"] else f"  {d['previous_status']} -> {d['status']}"
-        lines.append(f"  {d['key'].ljust(w)}  {fmt_value(d['previous'])} -> {fmt_value(d['current'])} "
-                     f"{d['unit']}  {ch}{st}".rstrip())
+        lines.append(
+            f"  {d['key'].ljust(w)}  {fmt_value(d['previous'])} -> {fmt_value(d['current'])} "
+            f"{d['unit']}  {ch}{st}".rstrip()
+        )
     return "\n".join(lines)

@@ -154,7 +154,12 @@ def drive(child: Child, res: ChildResult, nvml: list[tuple[int, str | None, str 
                 if ev.get("event") == "burn_start":
                     burn_t0 = time.monotonic()
                     next_sample = burn_t0
-            if burn_t0 is not None and sampler is not None and monitor is not None and time.monotonic() >= next_sample:
+            if (
+                burn_t0 is not None
+                and sampler is not None
+                and monitor is not None
+                and time.monotonic() >= next_sample
+            ):
                 t = time.monotonic() - burn_t0
                 try:
                     reason = monitor.on_sample(t, sampler(t))
@@ -175,15 +180,58 @@ def drive(child: Child, res: ChildResult, nvml: list[tuple[int, str | None, str 
     tail = " | ".join(list(child.stderr)[-3:])[:300]
     if res.backend is None and res.nobackend is None and res.error is None:
         res.error = f"workload exited with {child.proc.returncode} before reporting a backend: {tail}"
-    elif (res.backend is not None and child.proc.returncode not in (0, None) and not res.stopped
-          and not res.interrupted and res.error is None):
-        res.error = f"workload crashed (exit {child.proc.returncode}); items it had not reached are skipped: {tail}"
+    elif (
+        res.backend is not None
+        and child.proc.returncode not in (0, None)
+        and not res.stopped
+        and not res.interrupted
+        and res.error is None
+    ):
+        res.error = (
+            f"workload crashed (exit {child.proc.returncode}); items it had not reached are skipped: {tail}"
+        )
     return res
 
 
-def _handle(ev: dict[str, Any], res: ChildResult, labels: dict[int, str],
-            nvml: list[tuple[int, str | None, str | None]], device: str, monitor: BurnMonitor | None,
-            burn_t0: float | None, progress: Callable[[str], None] | None) -> None:
+def _label(labels: dict[int, str], g: Any) -> str | None:
+    """The scorecard label of a child's device index, or of a ``"i-j"`` device pair."""
+    if g is None:
+        return None
+    if isinstance(g, str) and "-" in g:
+        a, b = g.split("-", 1)
+        return f"{labels.get(int(a), a)}-{labels.get(int(b), b)}"
+    return labels.get(int(g), str(g))
+
+
+def _result(ev: dict[str, Any], m: Measurements, g: str | None,
+            progress: Callable[[str], None] | None) -> None:
+    """One measured figure from the child into the measurements."""
+    test, v = ev.get("test"), float(ev.get("value") or 0)
+    if progress:
+        extra = ev.get("dtype") or ev.get("direction") or ""
+        progress(f"  {test} {extra} {'GPU ' + g if g else ''}: {v:.4g} {ev.get('unit', '')}")
+    if test == "matmul" and g is not None:
+        m.matmul[(g, str(ev.get("dtype")))] = v
+    elif test == "hbm" and g is not None:
+        m.hbm[g] = v
+    elif test == "pcie" and g is not None:
+        m.pcie[(g, str(ev.get("direction")))] = v
+    elif test == "p2p" and g is not None:
+        m.p2p[g] = (v, bool(ev.get("peer_access", True)))
+    elif test == "allreduce":
+        m.allreduce, m.allreduce_ndev = v, int(ev.get("ndev") or 0)
+
+
+def _handle(
+    ev: dict[str, Any],
+    res: ChildResult,
+    labels: dict[int, str],
+    nvml: list[tuple[int, str | None, str | None]],
+    device: str,
+    monitor: BurnMonitor | None,
+    burn_t0: float | None,
+    progress: Callable[[str], None] | None,
+) -> None:
     kind = ev.get("event")
     m = res.m
     if kind == "backend":
@@ -198,28 +246,10 @@ def _handle(ev: dict[str, Any], res: ChildResult, labels: dict[int, str],
         return
 
     def lab(g: Any) -> str | None:
-        if g is None:
-            return None
-        if isinstance(g, str) and "-" in g:
-            a, b = g.split("-", 1)
-            return f"{labels.get(int(a), a)}-{labels.get(int(b), b)}"
-        return labels.get(int(g), str(g))
+        return _label(labels, g)
 
     if kind == "result":
-        test, g, v = ev.get("test"), lab(ev.get("gpu")), float(ev.get("value") or 0)
-        if progress:
-            extra = ev.get("dtype") or ev.get("direction") or ""
-            progress(f"  {test} {extra} {'GPU ' + g if g else ''}: {v:.4g} {ev.get('unit', '')}")
-        if test == "matmul" and g is not None:
-            m.matmul[(g, str(ev.get("dtype")))] = v
-        elif test == "hbm" and g is not None:
-            m.hbm[g] = v
-        elif test == "pcie" and g is not None:
-            m.pcie[(g, str(ev.get("direction")))] = v
-        elif test == "p2p" and g is not None:
-            m.p2p[g] = (v, bool(ev.get("peer_access", True)))
-        elif test == "allreduce":
-            m.allreduce, m.allreduce_ndev = v, int(ev.get("ndev") or 0)
+        _result(ev, m, lab(ev.get("gpu")), progress)
     elif kind == "skip":
         s = dict(ev)
         s.pop("event", None)

@@ -109,13 +109,27 @@ def score_matmul(gpus: list[GpuFacts], m: Measurements) -> list[Item]:
                 iid, title = f"gpu.matmul.{dt}", f"dense matmul {dt}"
                 v = m.matmul.get((lab, dt))
                 if v is None:
-                    items.append(skipped(iid, title, "gpu", m.skip_why("matmul", lab, dtype=dt) or "not measured",
-                                         lab, "TFLOPS"))
+                    items.append(
+                        skipped(
+                            iid,
+                            title,
+                            "gpu",
+                            m.skip_why("matmul", lab, dtype=dt) or "not measured",
+                            lab,
+                            "TFLOPS",
+                        )
+                    )
                     continue
                 peak = spec.peak_tflops(dt) if spec else None
                 st, exp, basis, src, why = judge(
-                    v, peak, f"{spec.sku} dense {dt} peak" if spec else "", spec.source if spec else "", med,
-                    ("matmul_spec_warn", "matmul_spec_fail"), npeers=len(vals))
+                    v,
+                    peak,
+                    f"{spec.sku} dense {dt} peak" if spec else "",
+                    spec.source if spec else "",
+                    med,
+                    ("matmul_spec_warn", "matmul_spec_fail"),
+                    npeers=len(vals),
+                )
                 items.append(Item(iid, title, "gpu", st, lab, round(v, 1), exp, "TFLOPS", basis, src, why))
     return items
 
@@ -130,15 +144,42 @@ def score_hbm(gpus: list[GpuFacts], m: Measurements) -> list[Item]:
             lab = _label(g)
             v = m.hbm.get(lab)
             if v is None:
-                items.append(skipped("gpu.hbm", "memory bandwidth (copy)", "gpu",
-                                     m.skip_why("hbm", lab) or "not measured", lab, "GB/s"))
+                items.append(
+                    skipped(
+                        "gpu.hbm",
+                        "memory bandwidth (copy)",
+                        "gpu",
+                        m.skip_why("hbm", lab) or "not measured",
+                        lab,
+                        "GB/s",
+                    )
+                )
                 continue
             bw = spec.memory_bandwidth_gbs if spec else None
-            st, exp, basis, src, why = judge(v, bw, f"{spec.sku} memory bandwidth" if spec else "",
-                                             spec.source if spec else "", med, ("hbm_spec_warn", "hbm_spec_fail"),
-                                             npeers=len(vals))
-            items.append(Item("gpu.hbm", "memory bandwidth (copy)", "gpu", st, lab, round(v, 1), exp, "GB/s",
-                              basis, src, why))
+            st, exp, basis, src, why = judge(
+                v,
+                bw,
+                f"{spec.sku} memory bandwidth" if spec else "",
+                spec.source if spec else "",
+                med,
+                ("hbm_spec_warn", "hbm_spec_fail"),
+                npeers=len(vals),
+            )
+            items.append(
+                Item(
+                    "gpu.hbm",
+                    "memory bandwidth (copy)",
+                    "gpu",
+                    st,
+                    lab,
+                    round(v, 1),
+                    exp,
+                    "GB/s",
+                    basis,
+                    src,
+                    why,
+                )
+            )
     return items
 
 
@@ -151,8 +192,9 @@ def link_max(g: GpuFacts, spec: GpuSpec | None) -> tuple[int | None, int | None]
 
 def score_pcie(gpus: list[GpuFacts], m: Measurements) -> list[Item]:
     items: list[Item] = []
-    for (d, title), g in ((dt, g) for dt in (("h2d", "PCIe host->device"), ("d2h", "PCIe device->host"))
-                          for g in gpus):
+    for (d, title), g in (
+        (dt, g) for dt in (("h2d", "PCIe host->device"), ("d2h", "PCIe device->host")) for g in gpus
+    ):
         lab = _label(g)
         spec = match_spec(g.name)
         gen, width = link_max(g, spec)
@@ -160,21 +202,53 @@ def score_pcie(gpus: list[GpuFacts], m: Measurements) -> list[Item]:
         iid = f"gpu.pcie.{d}"
         v = m.pcie.get((lab, d))
         if v is None:
-            items.append(skipped(iid, title, "gpu", m.skip_why("pcie", lab, direction=d) or "not measured",
-                                 lab, "GB/s"))
+            items.append(
+                skipped(
+                    iid, title, "gpu", m.skip_why("pcie", lab, direction=d) or "not measured", lab, "GB/s"
+                )
+            )
             continue
-        now = f"now Gen{g.pcie_gen} x{g.pcie_width}" if g.pcie_gen and g.pcie_width else "current link unknown"
+        now = (
+            f"now Gen{g.pcie_gen} x{g.pcie_width}" if g.pcie_gen and g.pcie_width else "current link unknown"
+        )
         if exp is None:
-            items.append(Item(iid, title, "gpu", "pass", lab, round(v, 1), None, "GB/s",
-                              "link generation/width unknown", "", f"measured only ({now})"))
+            items.append(
+                Item(
+                    iid,
+                    title,
+                    "gpu",
+                    "pass",
+                    lab,
+                    round(v, 1),
+                    None,
+                    "GB/s",
+                    "link generation/width unknown",
+                    "",
+                    f"measured only ({now})",
+                )
+            )
             continue
         r = v / exp
         st = ratio_status(r, "pcie_link_warn", "pcie_link_fail")
-        why = (f"{_pct(r)} of a Gen{gen} x{width} link's {exp:.1f} GB/s per direction ({now}; "
-               f"warn < {_pct(threshold('pcie_link_warn'))}, fail < {_pct(threshold('pcie_link_fail'))})")
-        items.append(Item(iid, title, "gpu", st, lab, round(v, 1), round(exp, 1), "GB/s",
-                          f"Gen{gen} x{width} link rate", "PCIe base spec: 2.5/5/8/16/32/64 GT/s per lane; "
-                          "8b/10b to Gen2, 128b/130b from Gen3", why))
+        why = (
+            f"{_pct(r)} of a Gen{gen} x{width} link's {exp:.1f} GB/s per direction ({now}; "
+            f"warn < {_pct(threshold('pcie_link_warn'))}, fail < {_pct(threshold('pcie_link_fail'))})"
+        )
+        items.append(
+            Item(
+                iid,
+                title,
+                "gpu",
+                st,
+                lab,
+                round(v, 1),
+                round(exp, 1),
+                "GB/s",
+                f"Gen{gen} x{width} link rate",
+                "PCIe base spec: 2.5/5/8/16/32/64 GT/s per lane; 8b/10b to Gen2, 128b/130b from Gen3",
+                why,
+            )
+        )
     return items
 
 
@@ -197,7 +271,9 @@ def score_nvlink_state(gpus: list[GpuFacts]) -> list[Item]:
         lab = _label(g)
         act, tot = _nvlink_counts(g)
         if not tot:
-            items.append(skipped("gpu.nvlink", "NVLink links up", "links", "no NVLink reported for this GPU", lab))
+            items.append(
+                skipped("gpu.nvlink", "NVLink links up", "links", "no NVLink reported for this GPU", lab)
+            )
             continue
         if g.mig_mode_current:
             st, why = "pass", "MIG mode: links are not used"
@@ -206,8 +282,21 @@ def score_nvlink_state(gpus: list[GpuFacts]) -> list[Item]:
         else:
             down = [x.link for x in g.nvlinks if not x.active]
             st, why = "fail", f"link(s) {', '.join(map(str, down))} down while {act} are up"
-        items.append(Item("gpu.nvlink", "NVLink links up", "links", st, lab, f"{act}/{tot}", f"{tot}/{tot}", "links",
-                          "links the GPU reports", "NVML nvmlDeviceGetNvLinkState", why))
+        items.append(
+            Item(
+                "gpu.nvlink",
+                "NVLink links up",
+                "links",
+                st,
+                lab,
+                f"{act}/{tot}",
+                f"{tot}/{tot}",
+                "links",
+                "links the GPU reports",
+                "NVML nvmlDeviceGetNvLinkState",
+                why,
+            )
+        )
     return items
 
 
@@ -228,15 +317,38 @@ def score_p2p(gpus: list[GpuFacts], m: Measurements) -> list[Item]:
                 la, lb = pcie_gbs(*link_max(a, spec_a)), pcie_gbs(*link_max(b, spec_b))
                 if la and lb:
                     exp, basis = min(la, lb), "PCIe link per direction (no NVLink between them)"
-        st, expv, basis2, src, why = judge(v, exp, basis, "gpu_specs.json nvlink_total_gbs / PCIe link rate", med,
-                                           ("p2p_warn", "p2p_fail"), npeers=len(vals))
+        st, expv, basis2, src, why = judge(
+            v,
+            exp,
+            basis,
+            "gpu_specs.json nvlink_total_gbs / PCIe link rate",
+            med,
+            ("p2p_warn", "p2p_fail"),
+            npeers=len(vals),
+        )
         if not peer:
             st = worst([st, "warn"])
             why = "no peer access (copies bounce through host memory); " + why
-        items.append(Item("gpu.p2p", "GPU<->GPU copy", "gpu", st, pair, round(v, 1), expv, "GB/s", basis2, src, why,
-                          data={"peer_access": peer}))
+        items.append(
+            Item(
+                "gpu.p2p",
+                "GPU<->GPU copy",
+                "gpu",
+                st,
+                pair,
+                round(v, 1),
+                expv,
+                "GB/s",
+                basis2,
+                src,
+                why,
+                data={"peer_access": peer},
+            )
+        )
     if not m.p2p:
-        items.append(skipped("gpu.p2p", "GPU<->GPU copy", "gpu", m.skip_why("p2p") or "not measured", "all", "GB/s"))
+        items.append(
+            skipped("gpu.p2p", "GPU<->GPU copy", "gpu", m.skip_why("p2p") or "not measured", "all", "GB/s")
+        )
     return items
 
 
@@ -256,29 +368,83 @@ def score_allreduce(gpus: list[GpuFacts], m: Measurements) -> Item:
                 links.append(pc)
                 basis = "slowest link per direction (PCIe)"
     exp = min(links) if links and len(links) == len(gpus) else None
-    st, expv, basis2, src, why = judge(m.allreduce, exp, basis, "nccl-tests doc/PERFORMANCE.md (busBw)", None,
-                                       ("allreduce_warn", "allreduce_fail"))
-    return Item(iid, title, "gpu", st, "all", round(m.allreduce, 1), expv, "GB/s", basis2, src,
-                f"{m.allreduce_ndev} GPUs; " + why)
+    st, expv, basis2, src, why = judge(
+        m.allreduce,
+        exp,
+        basis,
+        "nccl-tests doc/PERFORMANCE.md (busBw)",
+        None,
+        ("allreduce_warn", "allreduce_fail"),
+    )
+    return Item(
+        iid,
+        title,
+        "gpu",
+        st,
+        "all",
+        round(m.allreduce, 1),
+        expv,
+        "GB/s",
+        basis2,
+        src,
+        f"{m.allreduce_ndev} GPUs; " + why,
+    )
 
 
 def score_gpu_perf(gpus: list[GpuFacts], m: Measurements) -> list[Item]:
     """Every GPU-performance item, in scorecard order."""
-    return (score_matmul(gpus, m) + score_hbm(gpus, m) + score_pcie(gpus, m) + score_nvlink_state(gpus)
-            + score_p2p(gpus, m) + [score_allreduce(gpus, m)])
+    return (
+        score_matmul(gpus, m)
+        + score_hbm(gpus, m)
+        + score_pcie(gpus, m)
+        + score_nvlink_state(gpus)
+        + score_p2p(gpus, m)
+        + [score_allreduce(gpus, m)]
+    )
 
 
 def score_cpu_device(m: Measurements) -> list[Item]:
     """The ``--device cpu`` code-path run: numbers are real, but there is nothing to judge them against."""
     why = "device cpu: the workload's code path on the CPU; no expectation for a CPU"
-    items = [Item(f"gpu.matmul.{dt}", f"dense matmul {dt}", "gpu", "skipped", "cpu", round(v, 4), None, "TFLOPS",
-                  "", "", why) for (lab, dt), v in sorted(m.matmul.items()) if lab == "cpu"]
+    items = [
+        Item(
+            f"gpu.matmul.{dt}",
+            f"dense matmul {dt}",
+            "gpu",
+            "skipped",
+            "cpu",
+            round(v, 4),
+            None,
+            "TFLOPS",
+            "",
+            "",
+            why,
+        )
+        for (lab, dt), v in sorted(m.matmul.items())
+        if lab == "cpu"
+    ]
     if "cpu" in m.hbm:
-        items.append(Item("gpu.hbm", "memory bandwidth (copy)", "gpu", "skipped", "cpu", round(m.hbm["cpu"], 1),
-                          None, "GB/s", "", "", why))
+        items.append(
+            Item(
+                "gpu.hbm",
+                "memory bandwidth (copy)",
+                "gpu",
+                "skipped",
+                "cpu",
+                round(m.hbm["cpu"], 1),
+                None,
+                "GB/s",
+                "",
+                "",
+                why,
+            )
+        )
     for s in m.skips:
         if s.get("gpu") in ("cpu", None):
-            sid = f"gpu.{s['test']}" + (f".{s['dtype']}" if s.get("dtype") else "") + (
-                f".{s['direction']}" if s.get("direction") else "")
+            sid = (
+                f"gpu.{s['test']}"
+                + (f".{s['dtype']}" if s.get("dtype") else "")
+                + (f".{s['direction']}" if s.get("direction") else "")
+            )
             items.append(skipped(sid, str(s["test"]), "gpu", str(s["why"]), "cpu"))
     return items

@@ -36,6 +36,31 @@ def loaded_gen(g: GpuFacts) -> int | None:
     return g.pcie_gen
 
 
+def _per_gpu(m: Measurements, g: GpuFacts) -> None:
+    """matmul, HBM and PCIe figures of one GPU: its datasheet peaks times the simulated efficiencies."""
+    lab = str(g.index)
+    spec = match_spec(g.name)
+    if spec is None:
+        for test in ("matmul", "hbm"):
+            m.skips.append(
+                {"test": test, "gpu": lab, "why": f"no spec row for {g.name!r} to simulate from"}
+            )
+    else:
+        f = clock_factor(g)
+        for dt in spec.dtypes():
+            eff = sim("fp8_efficiency") if dt == "fp8" else sim("matmul_efficiency")
+            m.matmul[(lab, dt)] = (spec.peak_tflops(dt) or 0) * eff * f
+        mem_f = (
+            (g.mem_clock_mhz / g.mem_clock_max_mhz) if g.mem_clock_mhz and g.mem_clock_max_mhz else 1.0
+        )
+        if spec.memory_bandwidth_gbs:
+            m.hbm[lab] = spec.memory_bandwidth_gbs * sim("hbm_efficiency") * min(1.0, mem_f)
+    bw = pcie_gbs(loaded_gen(g), g.pcie_width or link_max(g, spec)[1])
+    if bw:
+        for d in ("h2d", "d2h"):
+            m.pcie[(lab, d)] = bw * sim("pcie_efficiency")
+
+
 def measurements(gpus: list[GpuFacts]) -> Measurements:
     m = Measurements()
     usable = [g for g in gpus if not g.lost]
@@ -44,23 +69,7 @@ def measurements(gpus: list[GpuFacts]) -> Measurements:
             for test in ("matmul", "hbm", "pcie"):
                 m.skips.append({"test": test, "gpu": str(g.index), "why": f"GPU lost: {g.lost_reason}"})
     for g in usable:
-        lab = str(g.index)
-        spec = match_spec(g.name)
-        if spec is None:
-            for test in ("matmul", "hbm"):
-                m.skips.append({"test": test, "gpu": lab, "why": f"no spec row for {g.name!r} to simulate from"})
-        else:
-            f = clock_factor(g)
-            for dt in spec.dtypes():
-                eff = sim("fp8_efficiency") if dt == "fp8" else sim("matmul_efficiency")
-                m.matmul[(lab, dt)] = (spec.peak_tflops(dt) or 0) * eff * f
-            mem_f = (g.mem_clock_mhz / g.mem_clock_max_mhz) if g.mem_clock_mhz and g.mem_clock_max_mhz else 1.0
-            if spec.memory_bandwidth_gbs:
-                m.hbm[lab] = spec.memory_bandwidth_gbs * sim("hbm_efficiency") * min(1.0, mem_f)
-        bw = pcie_gbs(loaded_gen(g), g.pcie_width or link_max(g, spec)[1])
-        if bw:
-            for d in ("h2d", "d2h"):
-                m.pcie[(lab, d)] = bw * sim("pcie_efficiency")
+        _per_gpu(m, g)
     n = len(usable)
     if n >= 2:
         for i in range(n):
@@ -83,7 +92,9 @@ def measurements(gpus: list[GpuFacts]) -> Measurements:
         m.skips.append({"test": "p2p", "gpu": None, "why": f"{n} usable GPU(s): peer copies need two"})
         m.skips.append({"test": "allreduce", "gpu": None, "why": f"{n} usable GPU(s): all-reduce needs two"})
     if len(usable) < len(gpus) and n >= 2:
-        m.skips.append({"test": "note", "gpu": None, "why": f"{len(gpus) - n} lost GPU(s) left out of peer tests"})
+        m.skips.append(
+            {"test": "note", "gpu": None, "why": f"{len(gpus) - n} lost GPU(s) left out of peer tests"}
+        )
     return m
 
 
@@ -108,7 +119,9 @@ class ScenarioBurn:
         for g in self.gpus:
             s = copy.copy(g)
             s.temperature_c = self.temperature(g, t)
-            hot = bool(s.temperature_c is not None and g.slowdown_temp_c and s.temperature_c >= g.slowdown_temp_c)
+            hot = bool(
+                s.temperature_c is not None and g.slowdown_temp_c and s.temperature_c >= g.slowdown_temp_c
+            )
             reasons = [r for r in g.clock_event_reasons if r not in _THERMAL and r != "idle"]
             top = g.sm_clock_max_mhz or g.sm_clock_mhz or 0
             if any(r in _THERMAL for r in g.clock_event_reasons):  # slow only because it is hot

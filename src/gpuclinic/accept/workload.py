@@ -45,7 +45,9 @@ def emit(**kw: Any) -> None:
         sys.stdout.flush()
 
 
-def _timed(fn: Callable[[], None], sync: Callable[[], None], secs: float, min_iters: int = 3) -> tuple[int, float]:
+def _timed(
+    fn: Callable[[], None], sync: Callable[[], None], secs: float, min_iters: int = 3
+) -> tuple[int, float]:
     """Run ``fn`` repeatedly for about ``secs`` (after one warm-up); return (iterations, seconds)."""
     fn()
     sync()
@@ -78,8 +80,10 @@ class TorchBackend:
         self.device = device
         self.version = str(torch.__version__)
         if device == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(f"torch {self.version} cannot use CUDA here "
-                               f"(built for CUDA {torch.version.cuda}; torch.cuda.is_available() is False)")
+            raise RuntimeError(
+                f"torch {self.version} cannot use CUDA here "
+                f"(built for CUDA {torch.version.cuda}; torch.cuda.is_available() is False)"
+            )
 
     def devices(self) -> list[dict[str, Any]]:
         if self.device == "cpu":
@@ -89,10 +93,18 @@ class TorchBackend:
             p = self.torch.cuda.get_device_properties(i)
             bus = None
             if getattr(p, "pci_bus_id", None) is not None:
-                bus = f"{getattr(p, 'pci_domain_id', 0):04x}:{p.pci_bus_id:02x}:{getattr(p, 'pci_device_id', 0):02x}.0"
+                dom, dev = getattr(p, "pci_domain_id", 0), getattr(p, "pci_device_id", 0)
+                bus = f"{dom:04x}:{p.pci_bus_id:02x}:{dev:02x}.0"
             uuid = getattr(p, "uuid", None)
-            out.append({"index": i, "name": p.name, "bus_id": bus, "uuid": str(uuid) if uuid is not None else None,
-                        "memory_bytes": int(p.total_memory)})
+            out.append(
+                {
+                    "index": i,
+                    "name": p.name,
+                    "bus_id": bus,
+                    "uuid": str(uuid) if uuid is not None else None,
+                    "memory_bytes": int(p.total_memory),
+                }
+            )
         return out
 
     def dev(self, i: int) -> Any:
@@ -120,7 +132,7 @@ class TorchBackend:
         b = t.randn(n, n, device=d).to(tdt)
         c = t.empty(n, n, device=d, dtype=tdt)
         iters, el = _timed(lambda: t.matmul(a, b, out=c), lambda: self.sync(i), secs)
-        return 2.0 * n ** 3 * iters / el / 1e12
+        return 2.0 * n**3 * iters / el / 1e12
 
     def _fp8(self, i: int, n: int, secs: float) -> float:
         t = self.torch
@@ -130,13 +142,16 @@ class TorchBackend:
         a = t.randn(n, n, device=d).to(t.float8_e4m3fn)
         b = t.randn(n, n, device=d).to(t.float8_e4m3fn).t()  # _scaled_mm wants column-major B
         one = t.tensor(1.0, device=d)
-        iters, el = _timed(lambda: t._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=t.bfloat16),
-                           lambda: self.sync(i), secs)
-        return 2.0 * n ** 3 * iters / el / 1e12
+        iters, el = _timed(
+            lambda: t._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=t.bfloat16),
+            lambda: self.sync(i),
+            secs,
+        )
+        return 2.0 * n**3 * iters / el / 1e12
 
     def hbm(self, i: int, mb: int, secs: float) -> float:
         t = self.torch
-        nbytes = mb * 2 ** 20
+        nbytes = mb * 2**20
         src = t.empty(nbytes, dtype=t.uint8, device=self.dev(i))
         src.fill_(1)
         dst = t.empty_like(src)
@@ -147,7 +162,7 @@ class TorchBackend:
         t = self.torch
         if self.device == "cpu":
             raise RuntimeError("no host<->device link on the cpu device")
-        nbytes = mb * 2 ** 20
+        nbytes = mb * 2**20
         host = t.empty(nbytes, dtype=t.uint8).pin_memory()
         devt = t.empty(nbytes, dtype=t.uint8, device=self.dev(i))
         if direction == "h2d":
@@ -162,7 +177,7 @@ class TorchBackend:
         if self.device == "cpu":
             raise RuntimeError("no GPU peers on the cpu device")
         peer = bool(t.cuda.can_device_access_peer(i, j))
-        nbytes = mb * 2 ** 20
+        nbytes = mb * 2**20
         src = t.empty(nbytes, dtype=t.uint8, device=self.dev(i))
         dst = t.empty(nbytes, dtype=t.uint8, device=self.dev(j))
 
@@ -179,7 +194,7 @@ class TorchBackend:
             raise RuntimeError("NCCL needs CUDA GPUs")
         import torch.cuda.nccl as nccl
 
-        n = mb * 2 ** 20 // 4
+        n = mb * 2**20 // 4
         ts = [t.ones(n, dtype=t.float32, device=self.dev(k)) for k in range(ndev)]
         if not nccl.is_available(ts):
             raise RuntimeError("NCCL is not available in this torch build")
@@ -198,7 +213,7 @@ class TorchBackend:
             for _ in range(4 if self.device == "cpu" else 16):
                 t.matmul(a, b, out=c)
             self.sync(i)
-            counter[0] += (4 if self.device == "cpu" else 16) * 2.0 * n ** 3
+            counter[0] += (4 if self.device == "cpu" else 16) * 2.0 * n**3
 
 
 # --------------------------------------------------------------------------------------------------
@@ -225,7 +240,15 @@ class CupyBackend:
             p = cp.cuda.runtime.getDeviceProperties(i)
             name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
             bus = f"{p.get('pciDomainID', 0):04x}:{p.get('pciBusID', 0):02x}:{p.get('pciDeviceID', 0):02x}.0"
-            out.append({"index": i, "name": name, "bus_id": bus, "uuid": None, "memory_bytes": int(p["totalGlobalMem"])})
+            out.append(
+                {
+                    "index": i,
+                    "name": name,
+                    "bus_id": bus,
+                    "uuid": None,
+                    "memory_bytes": int(p["totalGlobalMem"]),
+                }
+            )
         return out
 
     def sync(self, i: int | None = None) -> None:
@@ -237,18 +260,20 @@ class CupyBackend:
     def matmul(self, i: int, dtype: str, n: int, secs: float) -> float:
         cp = self.cp
         if dtype not in ("fp16", "fp32"):
-            raise RuntimeError(f"{dtype} matmul is measured with PyTorch only (CuPy has no {dtype} GEMM path here)")
+            raise RuntimeError(
+                f"{dtype} matmul is measured with PyTorch only (CuPy has no {dtype} GEMM path here)"
+            )
         with cp.cuda.Device(i):
             dt = cp.float16 if dtype == "fp16" else cp.float32
             a = cp.random.standard_normal((n, n), dtype=cp.float32).astype(dt)
             b = cp.random.standard_normal((n, n), dtype=cp.float32).astype(dt)
             c = cp.empty((n, n), dtype=dt)
             iters, el = _timed(lambda: cp.matmul(a, b, out=c), lambda: self.sync(i), secs)
-        return 2.0 * n ** 3 * iters / el / 1e12
+        return 2.0 * n**3 * iters / el / 1e12
 
     def hbm(self, i: int, mb: int, secs: float) -> float:
         cp = self.cp
-        nbytes = mb * 2 ** 20
+        nbytes = mb * 2**20
         with cp.cuda.Device(i):
             src = cp.ones(nbytes, dtype=cp.uint8)
             dst = cp.empty_like(src)
@@ -257,18 +282,20 @@ class CupyBackend:
 
     def pcie(self, i: int, mb: int, secs: float, direction: str) -> float:
         cp = self.cp
-        nbytes = mb * 2 ** 20
+        nbytes = mb * 2**20
         with cp.cuda.Device(i):
             mem = cp.cuda.alloc_pinned_memory(nbytes)
             devm = cp.cuda.alloc(nbytes)
             kind = 1 if direction == "h2d" else 2  # cudaMemcpyHostToDevice / DeviceToHost
             dst, src = (devm.ptr, mem.ptr) if direction == "h2d" else (mem.ptr, devm.ptr)
-            iters, el = _timed(lambda: cp.cuda.runtime.memcpy(dst, src, nbytes, kind), lambda: self.sync(i), secs)
+            iters, el = _timed(
+                lambda: cp.cuda.runtime.memcpy(dst, src, nbytes, kind), lambda: self.sync(i), secs
+            )
         return nbytes * iters / el / 1e9
 
     def p2p(self, i: int, j: int, mb: int, secs: float) -> tuple[float, bool]:
         cp = self.cp
-        nbytes = mb * 2 ** 20
+        nbytes = mb * 2**20
         peer = bool(cp.cuda.runtime.deviceCanAccessPeer(i, j))
         with cp.cuda.Device(i):
             src = cp.cuda.alloc(nbytes)
@@ -295,13 +322,13 @@ class CupyBackend:
                 for _ in range(16):
                     cp.matmul(a, b, out=c)
                 self.sync(i)
-                counter[0] += 16 * 2.0 * n ** 3
+                counter[0] += 16 * 2.0 * n**3
 
 
 def pick_backend(name: str, device: str) -> Any:
     """PyTorch when importable, else CuPy; the reasons each was not used go into the error."""
     whys = []
-    for cand in (["torch", "cupy"] if name == "auto" else [name]):
+    for cand in ["torch", "cupy"] if name == "auto" else [name]:
         try:
             return TorchBackend(device) if cand == "torch" else CupyBackend(device)
         except ImportError as e:
@@ -333,8 +360,12 @@ _BACKEND: list[Any] = [None]
 
 def burn(be: Any, ndev: int, n: int, secs: float, interval: float) -> None:
     counters = [[0.0] for _ in range(ndev)]
-    threads = [threading.Thread(target=_try, args=("burn", k, functools.partial(be.burn_loop, k, n, counters[k])),
-                                daemon=True) for k in range(ndev)]
+    threads = [
+        threading.Thread(
+            target=_try, args=("burn", k, functools.partial(be.burn_loop, k, n, counters[k])), daemon=True
+        )
+        for k in range(ndev)
+    ]
     for th in threads:
         th.start()
     t0 = time.perf_counter()
@@ -353,6 +384,46 @@ def burn(be: Any, ndev: int, n: int, secs: float, interval: float) -> None:
     STOP.set()
     for th in threads:
         th.join(timeout=30)
+
+
+def _per_gpu(be: Any, a: argparse.Namespace, tests: list[str], k: int) -> None:
+    """matmul per dtype, HBM bandwidth and PCIe both ways on device ``k``."""
+    secs = a.matmul_s
+    if "matmul" in tests:
+        for dt in [x for x in a.dtypes.split(",") if x]:
+            v = _try("matmul", k, functools.partial(be.matmul, k, dt, a.matmul_n, secs), dtype=dt)
+            if v is not None:
+                emit(event="result", test="matmul", gpu=k, dtype=dt, value=v, unit="TFLOPS")
+            if STOP.is_set():
+                break
+    if "hbm" in tests and not STOP.is_set():
+        v = _try("hbm", k, functools.partial(be.hbm, k, a.mb, secs))
+        if v is not None:
+            emit(event="result", test="hbm", gpu=k, value=v, unit="GB/s")
+    if "pcie" in tests:
+        for direction in ("h2d", "d2h"):
+            if STOP.is_set():
+                break
+            v = _try("pcie", k, functools.partial(be.pcie, k, a.mb, secs, direction), direction=direction)
+            if v is not None:
+                emit(event="result", test="pcie", gpu=k, direction=direction, value=v, unit="GB/s")
+
+
+def _p2p(be: Any, a: argparse.Namespace, ndev: int) -> None:
+    """Peer copies over a ring of devices, or every pair (``--p2p all``, or just two devices)."""
+    if ndev < 2:
+        emit(event="skip", test="p2p", gpu=None, why=f"{ndev} device(s): peer copies need two GPUs")
+        return
+    if a.p2p == "all" or ndev == 2:
+        pairs = [(i, j) for i in range(ndev) for j in range(ndev) if i != j]
+    else:
+        pairs = [(i, (i + 1) % ndev) for i in range(ndev)]
+    for i, j in pairs:
+        if STOP.is_set():
+            break
+        r = _try("p2p", f"{i}-{j}", functools.partial(be.p2p, i, j, a.mb, a.matmul_s / 2))
+        if r is not None:
+            emit(event="result", test="p2p", gpu=f"{i}-{j}", value=r[0], peer_access=r[1], unit="GB/s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,49 +448,25 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     _BACKEND[0] = be
     devs = be.devices()
-    emit(event="backend", backend=be.name, version=be.version, device=a.device, devices=devs,
-         python=sys.executable)
+    emit(
+        event="backend",
+        backend=be.name,
+        version=be.version,
+        device=a.device,
+        devices=devs,
+        python=sys.executable,
+    )
     tests = [x for x in a.tests.split(",") if x]
-    secs = a.matmul_s
     ndev = len(devs)
     for k in range(ndev):
-        if "matmul" in tests:
-            for dt in [x for x in a.dtypes.split(",") if x]:
-                v = _try("matmul", k, functools.partial(be.matmul, k, dt, a.matmul_n, secs), dtype=dt)
-                if v is not None:
-                    emit(event="result", test="matmul", gpu=k, dtype=dt, value=v, unit="TFLOPS")
-                if STOP.is_set():
-                    break
-        if "hbm" in tests and not STOP.is_set():
-            v = _try("hbm", k, functools.partial(be.hbm, k, a.mb, secs))
-            if v is not None:
-                emit(event="result", test="hbm", gpu=k, value=v, unit="GB/s")
-        if "pcie" in tests:
-            for direction in ("h2d", "d2h"):
-                if STOP.is_set():
-                    break
-                v = _try("pcie", k, functools.partial(be.pcie, k, a.mb, secs, direction), direction=direction)
-                if v is not None:
-                    emit(event="result", test="pcie", gpu=k, direction=direction, value=v, unit="GB/s")
+        _per_gpu(be, a, tests, k)
     if "p2p" in tests and not STOP.is_set():
-        if ndev < 2:
-            emit(event="skip", test="p2p", gpu=None, why=f"{ndev} device(s): peer copies need two GPUs")
-        else:
-            if a.p2p == "all" or ndev == 2:
-                pairs = [(i, j) for i in range(ndev) for j in range(ndev) if i != j]
-            else:
-                pairs = [(i, (i + 1) % ndev) for i in range(ndev)]
-            for i, j in pairs:
-                if STOP.is_set():
-                    break
-                r = _try("p2p", f"{i}-{j}", functools.partial(be.p2p, i, j, a.mb, secs / 2))
-                if r is not None:
-                    emit(event="result", test="p2p", gpu=f"{i}-{j}", value=r[0], peer_access=r[1], unit="GB/s")
+        _p2p(be, a, ndev)
     if "allreduce" in tests and not STOP.is_set():
         if ndev < 2:
             emit(event="skip", test="allreduce", gpu=None, why=f"{ndev} device(s): all-reduce needs two GPUs")
         else:
-            v = _try("allreduce", None, lambda: be.allreduce(ndev, a.mb, secs))
+            v = _try("allreduce", None, lambda: be.allreduce(ndev, a.mb, a.matmul_s))
             if v is not None:
                 emit(event="result", test="allreduce", gpu=None, value=v, unit="GB/s", ndev=ndev)
     if a.burn > 0 and not STOP.is_set():

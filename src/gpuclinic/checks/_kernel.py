@@ -55,8 +55,11 @@ def _previous_boot_flags(events: Sequence[KernelEvent], snap: Snapshot) -> dict[
     for e in snap.kernel_events:
         b = int(e.detail.get("boot", 0) or 0)
         last[e.origin] = max(last.get(e.origin, 0), b)
-    return {id(e): bool(e.detail.get("previous_boot")) or int(e.detail.get("boot", 0) or 0) < last.get(e.origin, 0)
-            for e in events}
+    return {
+        id(e): bool(e.detail.get("previous_boot"))
+        or int(e.detail.get("boot", 0) or 0) < last.get(e.origin, 0)
+        for e in events
+    }
 
 
 def _when(e: KernelEvent) -> str | None:
@@ -89,7 +92,9 @@ def _span_s(events: Sequence[KernelEvent]) -> float | None:
     return max(secs) - min(secs)
 
 
-def _evidence(events: Sequence[KernelEvent], extra: Iterable[str] = (), limit: int = MAX_EVIDENCE) -> list[str]:
+def _evidence(
+    events: Sequence[KernelEvent], extra: Iterable[str] = (), limit: int = MAX_EVIDENCE
+) -> list[str]:
     """Real log lines: the first ones and the last one, then a count of the rest."""
     lines: list[str] = []
     seen: set[str] = set()
@@ -137,12 +142,14 @@ def _base_data(events: Sequence[KernelEvent]) -> dict[str, object]:
     return d
 
 
-
 def _is_parent_of(snap: Snapshot, bridge: str | None, gpu_bus: str) -> bool:
     if not bridge:
         return False
     for d in snap.pci_devices:
-        if normalize_bus_id(d.bus_id) == gpu_bus and d.parent_bus_id and normalize_bus_id(d.parent_bus_id) == bridge:
+        if (
+            normalize_bus_id(d.bus_id) == gpu_bus
+            and d.parent_bus_id
+            and normalize_bus_id(d.parent_bus_id) == bridge
+        ):
             return True
     return False
-

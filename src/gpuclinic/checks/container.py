@@ -47,31 +47,54 @@ def visibility(snap: Snapshot) -> Iterator[Finding]:
         if nvd in ("void", "none", ""):
             ev.append("NVIDIA_VISIBLE_DEVICES explicitly gives this container no GPU")
         yield Finding(
-            code="container.no_gpu_visible", severity=severity("container.no_gpu_visible") if intended else severity("container.no_gpu_visible", "not_intended"),
-            family=Family.SOFTWARE, title="This container has no GPU device",
+            code="container.no_gpu_visible",
+            severity=severity("container.no_gpu_visible")
+            if intended
+            else severity("container.no_gpu_visible", "not_intended"),
+            family=Family.SOFTWARE,
+            title="This container has no GPU device",
             evidence=ev,
-            remedy=("Docker: `docker run --gpus all ...` (or `--gpus '\"device=0,1\"'`) with the NVIDIA Container Toolkit "
-                    "(`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`); "
-                    "Podman/CDI: `--device nvidia.com/gpu=all`; Kubernetes: set `resources.limits: {nvidia.com/gpu: 1}`."),
-            data={"NVIDIA_VISIBLE_DEVICES": nvd}, source=SRC_TOOLKIT,
+            remedy=(
+                "Docker: `docker run --gpus all ...` (or `--gpus '\"device=0,1\"'`) with the NVIDIA "
+                "Container Toolkit "
+                "(`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`); "
+                "Podman/CDI: `--device nvidia.com/gpu=all`; Kubernetes: set `resources.limits: "
+                "{nvidia.com/gpu: 1}`."
+            ),
+            data={"NVIDIA_VISIBLE_DEVICES": nvd},
+            source=SRC_TOOLKIT,
         )
     if caps is not None:
         toks = {t.strip().lower() for t in caps.split(",") if t.strip()}
         if "all" not in toks and "compute" not in toks:
             yield Finding(
-                code="container.driver_capabilities", severity=severity("container.driver_capabilities", "no_compute"), family=Family.SOFTWARE,
+                code="container.driver_capabilities",
+                severity=severity("container.driver_capabilities", "no_compute"),
+                family=Family.SOFTWARE,
                 title="NVIDIA_DRIVER_CAPABILITIES lacks 'compute': CUDA is not available in this container",
-                evidence=[f"NVIDIA_DRIVER_CAPABILITIES={caps}",
-                          "nvidia-smi works with 'utility' alone, but libcuda is only injected with 'compute'"],
-                remedy="Start the container with `-e NVIDIA_DRIVER_CAPABILITIES=compute,utility` (or `all`); CUDA base images set it.",
+                evidence=[
+                    f"NVIDIA_DRIVER_CAPABILITIES={caps}",
+                    "nvidia-smi works with 'utility' alone, but libcuda is only injected with 'compute'",
+                ],
+                remedy="Start the container with `-e NVIDIA_DRIVER_CAPABILITIES=compute,utility` (or `all`); "
+                       "CUDA base images set it.",
                 source=SRC_TOOLKIT,
             )
-    elif nvd not in (None, "", "void", "none") and snap.software is not None and not snap.software.libcuda_versions:
+    elif (
+        nvd not in (None, "", "void", "none")
+        and snap.software is not None
+        and not snap.software.libcuda_versions
+    ):
         yield Finding(
-            code="container.driver_capabilities", severity=severity("container.driver_capabilities"), family=Family.SOFTWARE,
+            code="container.driver_capabilities",
+            severity=severity("container.driver_capabilities"),
+            family=Family.SOFTWARE,
             title="NVIDIA_DRIVER_CAPABILITIES is unset and no libcuda was injected",
-            evidence=[f"NVIDIA_VISIBLE_DEVICES={nvd}", "NVIDIA_DRIVER_CAPABILITIES unset (defaults to 'utility')",
-                      "no libcuda.so.* in the library directories"],
+            evidence=[
+                f"NVIDIA_VISIBLE_DEVICES={nvd}",
+                "NVIDIA_DRIVER_CAPABILITIES unset (defaults to 'utility')",
+                "no libcuda.so.* in the library directories",
+            ],
             remedy="Set `-e NVIDIA_DRIVER_CAPABILITIES=compute,utility` when starting the container.",
             source=SRC_TOOLKIT,
         )
@@ -81,8 +104,11 @@ def parse_visible(value: str) -> list[str]:
     return [t.strip() for t in value.split(",")] if value.strip() else []
 
 
-@check("container.cuda_visible_devices", codes=["container.cuda_visible_devices_invalid", "container.cuda_device_order"],
-       what="CUDA_VISIBLE_DEVICES")
+@check(
+    "container.cuda_visible_devices",
+    codes=["container.cuda_visible_devices_invalid", "container.cuda_device_order"],
+    what="CUDA_VISIBLE_DEVICES",
+)
 def cuda_visible(snap: Snapshot) -> Iterator[Finding]:
     c = _c(snap)
     cvd = c.env.get("CUDA_VISIBLE_DEVICES")
@@ -102,7 +128,11 @@ def cuda_visible(snap: Snapshot) -> Iterator[Finding]:
                     break
                 usable.append(t)
             elif _UUID.fullmatch(t):
-                if t.upper().startswith("GPU-") and uuids and not any(u.lower().startswith(t.lower()) for u in uuids):
+                if (
+                    t.upper().startswith("GPU-")
+                    and uuids
+                    and not any(u.lower().startswith(t.lower()) for u in uuids)
+                ):
                     problems.append(f"{t} matches no GPU UUID here")
                     break
                 usable.append(t)
@@ -113,21 +143,34 @@ def cuda_visible(snap: Snapshot) -> Iterator[Finding]:
             problems.append("CUDA_VISIBLE_DEVICES is empty: CUDA sees no GPU at all")
         if problems:
             yield Finding(
-                code="container.cuda_visible_devices_invalid", severity=severity("container.cuda_visible_devices_invalid"), family=Family.SOFTWARE,
+                code="container.cuda_visible_devices_invalid",
+                severity=severity("container.cuda_visible_devices_invalid"),
+                family=Family.SOFTWARE,
                 title="CUDA_VISIBLE_DEVICES hides GPUs unintentionally",
-                evidence=[f"CUDA_VISIBLE_DEVICES={cvd}", *problems,
-                          f"CUDA stops at the first invalid entry: usable here: {', '.join(usable) or 'none'}"],
-                remedy=("Use valid indices (0..n-1, as nvidia-smi numbers them with CUDA_DEVICE_ORDER=PCI_BUS_ID) or full UUIDs "
-                        "from `nvidia-smi -L`; unset it to use every GPU."),
+                evidence=[
+                    f"CUDA_VISIBLE_DEVICES={cvd}",
+                    *problems,
+                    f"CUDA stops at the first invalid entry: usable here: {', '.join(usable) or 'none'}",
+                ],
+                remedy=(
+                    "Use valid indices (0..n-1, as nvidia-smi numbers them with "
+                    "CUDA_DEVICE_ORDER=PCI_BUS_ID) or full UUIDs "
+                    "from `nvidia-smi -L`; unset it to use every GPU."
+                ),
                 data={"value": cvd, "usable": usable},
                 source="https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
             )
     names = {g.name for g in snap.gpus if g.name}
     if len(names) > 1 and c.env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
         yield Finding(
-            code="container.cuda_device_order", severity=severity("container.cuda_device_order"), family=Family.SOFTWARE,
+            code="container.cuda_device_order",
+            severity=severity("container.cuda_device_order"),
+            family=Family.SOFTWARE,
             title="Mixed GPU models: cuda:N may not be nvidia-smi GPU N",
-            evidence=[f"GPU models: {', '.join(sorted(names))}", "CUDA_DEVICE_ORDER is not PCI_BUS_ID (CUDA default: FASTEST_FIRST)"],
+            evidence=[
+                f"GPU models: {', '.join(sorted(names))}",
+                "CUDA_DEVICE_ORDER is not PCI_BUS_ID (CUDA default: FASTEST_FIRST)",
+            ],
             remedy="`export CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers GPUs like nvidia-smi and NVML.",
             source="https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
         )
@@ -142,18 +185,32 @@ def shm(snap: Snapshot) -> Iterator[Finding]:
         return
     torch = bool(snap.software and snap.software.framework("torch"))
     yield Finding(
-        code="container.shm_small", severity=severity("container.shm_small") if (torch or c.in_container) else severity("container.shm_small", "not_needed"),
-        family=Family.SOFTWARE, title=f"/dev/shm is only {_gib(c.shm_bytes)}",
-        evidence=[f"/dev/shm size {c.shm_bytes} bytes (< 1 GiB)",
-                  "PyTorch DataLoader workers and NCCL's shared-memory transport need more; symptoms: 'Bus error', "
-                  "'unhandled system error'"],
-        remedy=("Docker: `--ipc=host` or `--shm-size=16g`; Kubernetes: mount `emptyDir: {medium: Memory, sizeLimit: 16Gi}` "
-                "at /dev/shm; on a host: `sudo mount -o remount,size=16G /dev/shm`."),
-        data={"shm_bytes": c.shm_bytes}, source="https://github.com/pytorch/pytorch/issues/5040",
+        code="container.shm_small",
+        severity=severity("container.shm_small")
+        if (torch or c.in_container)
+        else severity("container.shm_small", "not_needed"),
+        family=Family.SOFTWARE,
+        title=f"/dev/shm is only {_gib(c.shm_bytes)}",
+        evidence=[
+            f"/dev/shm size {c.shm_bytes} bytes (< 1 GiB)",
+            "PyTorch DataLoader workers and NCCL's shared-memory transport need more; symptoms: 'Bus error', "
+            "'unhandled system error'",
+        ],
+        remedy=(
+            "Docker: `--ipc=host` or `--shm-size=16g`; Kubernetes: mount `emptyDir: {medium: Memory, "
+            "sizeLimit: 16Gi}` "
+            "at /dev/shm; on a host: `sudo mount -o remount,size=16G /dev/shm`."
+        ),
+        data={"shm_bytes": c.shm_bytes},
+        source="https://github.com/pytorch/pytorch/issues/5040",
     )
 
 
-@check("container.pid_namespace", codes=["container.pid_namespace"], what="GPU processes outside this PID namespace")
+@check(
+    "container.pid_namespace",
+    codes=["container.pid_namespace"],
+    what="GPU processes outside this PID namespace",
+)
 def pid_namespace(snap: Snapshot) -> Iterator[Finding]:
     c = _c(snap)
     if not snap.gpus:
@@ -169,39 +226,63 @@ def pid_namespace(snap: Snapshot) -> Iterator[Finding]:
                 used += p.used_memory_bytes or 0
                 per_gpu[g.index] = per_gpu.get(g.index, 0) + 1
     yield Finding(
-        code="container.pid_namespace", severity=severity("container.pid_namespace"), family=Family.SOFTWARE,
+        code="container.pid_namespace",
+        severity=severity("container.pid_namespace"),
+        family=Family.SOFTWARE,
         title=f"{len(hidden)} GPU process(es) are not visible in this container's PID namespace",
-        evidence=[f"NVML lists pids {', '.join(map(str, sorted(hidden)[:10]))} which are not in this container's /proc",
-                  *(f"GPU {i}: {k} such process(es)" for i, k in sorted(per_gpu.items())),
-                  f"they hold {_gib(used)} of GPU memory" if used else "memory use unknown"],
-        remedy=("NVML reports host PIDs: nvidia-smi here cannot name or kill them, and if they are not this container's "
-                "own workers the GPU is shared with another container or the host (less memory and throughput). "
-                "Check `nvidia-smi` on the host; ask for an exclusive GPU if it is shared."),
+        evidence=[
+            f"NVML lists pids {', '.join(map(str, sorted(hidden)[:10]))} which are not in this container's "
+            "/proc",
+            *(f"GPU {i}: {k} such process(es)" for i, k in sorted(per_gpu.items())),
+            f"they hold {_gib(used)} of GPU memory" if used else "memory use unknown",
+        ],
+        remedy=(
+            "NVML reports host PIDs: nvidia-smi here cannot name or kill them, and if they are not this "
+            "container's "
+            "own workers the GPU is shared with another container or the host (less memory and throughput). "
+            "Check `nvidia-smi` on the host; ask for an exclusive GPU if it is shared."
+        ),
         data={"pids": sorted(hidden), "bytes": used},
     )
 
 
-@check("container.cgroup_limits", codes=["container.cgroup_limits", "container.gpu_sharing"],
-       what="container CPU/memory limits and GPU sharing")
+@check(
+    "container.cgroup_limits",
+    codes=["container.cgroup_limits", "container.gpu_sharing"],
+    what="container CPU/memory limits and GPU sharing",
+)
 def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
     c = _c(snap)
     ngpu = len(snap.gpus)
     if c.cpu_quota_cores is not None and ngpu and c.cpu_quota_cores < 2 * ngpu:
         yield Finding(
-            code="container.cgroup_limits", severity=severity("container.cgroup_limits"), family=Family.HOST,
+            code="container.cgroup_limits",
+            severity=severity("container.cgroup_limits"),
+            family=Family.HOST,
             title=f"CPU quota of {c.cpu_quota_cores:g} core(s) for {ngpu} GPU(s)",
-            evidence=[f"cgroup v{c.cgroup_version} CPU quota: {c.cpu_quota_cores:g} cores",
-                      "data loading, tokenisation and the Python loop need CPU per GPU; throttled containers starve GPUs"],
-            remedy="Raise the container's CPU limit (Kubernetes `resources.limits.cpu`, Docker `--cpus`) to >= 4 per GPU.",
+            evidence=[
+                f"cgroup v{c.cgroup_version} CPU quota: {c.cpu_quota_cores:g} cores",
+                "data loading, tokenisation and the Python loop need CPU per GPU; throttled containers "
+                "starve GPUs",
+            ],
+            remedy="Raise the container's CPU limit (Kubernetes `resources.limits.cpu`, Docker `--cpus`) to "
+                   ">= 4 per GPU.",
             data={"cpu_quota_cores": c.cpu_quota_cores},
         )
     if c.memory_limit_bytes and c.memory_usage_bytes and c.memory_usage_bytes > 0.9 * c.memory_limit_bytes:
         yield Finding(
-            code="container.cgroup_limits", severity=severity("container.cgroup_limits"), family=Family.HOST,
-            title=f"Container memory at {100 * c.memory_usage_bytes / c.memory_limit_bytes:.0f}% of its limit",
-            evidence=[f"usage {_gib(c.memory_usage_bytes)} of limit {_gib(c.memory_limit_bytes)} (cgroup v{c.cgroup_version})"],
-            remedy="The OOM killer will SIGKILL the job (exit 137) at the limit: raise the memory limit or reduce "
-                   "DataLoader workers / in-memory datasets.",
+            code="container.cgroup_limits",
+            severity=severity("container.cgroup_limits"),
+            family=Family.HOST,
+            title=f"Container memory at {100 * c.memory_usage_bytes / c.memory_limit_bytes:.0f}% "
+            "of its limit",
+            evidence=[
+                f"usage {_gib(c.memory_usage_bytes)} of limit {_gib(c.memory_limit_bytes)} (cgroup "
+                f"v{c.cgroup_version})"
+            ],
+            remedy="The OOM killer will SIGKILL the job (exit 137) at the limit: raise the memory limit or "
+            "reduce "
+            "DataLoader workers / in-memory datasets.",
             data={"limit": c.memory_limit_bytes, "usage": c.memory_usage_bytes},
         )
     nvd = c.env.get("NVIDIA_VISIBLE_DEVICES", "")
@@ -209,18 +290,27 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
     mig_gpus = [g.index for g in snap.gpus if g.mig_mode_current]
     if mig or mig_gpus:
         yield Finding(
-            code="container.gpu_sharing", severity=severity("container.gpu_sharing"), family=Family.SOFTWARE,
+            code="container.gpu_sharing",
+            severity=severity("container.gpu_sharing"),
+            family=Family.SOFTWARE,
             title="GPU is partitioned with MIG",
-            evidence=[*(f"MIG device {t}" for t in mig[:4]), *(f"GPU {i}: MIG mode enabled" for i in mig_gpus)],
-            remedy="A MIG slice has a fraction of the GPU's memory and SMs; NCCL/P2P between slices is not supported.",
+            evidence=[
+                *(f"MIG device {t}" for t in mig[:4]),
+                *(f"GPU {i}: MIG mode enabled" for i in mig_gpus),
+            ],
+            remedy="A MIG slice has a fraction of the GPU's memory and SMs; NCCL/P2P between slices is not "
+            "supported.",
             source="https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html",
         )
     elif c.kubernetes and c.hidden_gpu_pids:
         yield Finding(
-            code="container.gpu_sharing", severity=severity("container.gpu_sharing"), family=Family.SOFTWARE,
+            code="container.gpu_sharing",
+            severity=severity("container.gpu_sharing"),
+            family=Family.SOFTWARE,
             title="Pod shares its GPU with other workloads (time-slicing or MPS likely)",
             evidence=[f"{len(c.hidden_gpu_pids)} foreign GPU process(es) visible through NVML"],
-            remedy="Time-slicing gives no memory or fault isolation: another pod can OOM or crash yours. Request an "
-                   "exclusive GPU or a MIG slice for production jobs.",
+            remedy="Time-slicing gives no memory or fault isolation: another pod can OOM or crash yours. "
+            "Request an "
+            "exclusive GPU or a MIG slice for production jobs.",
             source="https://github.com/NVIDIA/k8s-device-plugin",
         )

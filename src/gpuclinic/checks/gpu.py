@@ -32,8 +32,10 @@ from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 _LOST_REMEDY = (
     "Drain the node (stop scheduling work on it). Save the evidence first: `sudo nvidia-bug-report.sh` and "
-    "`sudo dmesg -T | grep -E 'NVRM|Xid|AER'`. Then reboot the node: a GPU that fell off the bus or stopped responding "
-    "rarely comes back with `nvidia-smi -r`. If it happens again after the reboot, have the GPU reseated and its power "
+    "`sudo dmesg -T | grep -E 'NVRM|Xid|AER'`. Then reboot the node: a GPU that fell off the bus or stopped "
+    "responding "
+    "rarely comes back with `nvidia-smi -r`. If it happens again after the reboot, have the GPU reseated and "
+    "its power "
     "cables/riser and cooling checked, and open an RMA with your provider."
 )
 
@@ -46,15 +48,26 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
     for g in snap.gpus:
         if g.lost and not (g.lost_reason or "").startswith("unresponsive"):
             ev = [g.lost_reason or "GPU is lost"]
-            pd = next((d for d in snap.pci_devices if g.pci_bus_id and d.bus_id == normalize_bus_id(g.pci_bus_id)), None)
+            pd = next(
+                (d for d in snap.pci_devices if g.pci_bus_id and d.bus_id == normalize_bus_id(g.pci_bus_id)),
+                None,
+            )
             if pd is not None:
                 ev.append(f"PCI: {pd.bus_id} still listed in sysfs (driver {pd.driver or 'none'})")
             ev += kernel_lines(snap, g.pci_bus_id, ("xid", "fallen_off_bus"))
-            out.append(Finding(
-                code="gpu.missing", severity=severity("gpu.missing"), family=Family.GPU_FAULT,
-                title=_lost_title(g.index, g.pci_bus_id, g.lost_reason or ""),
-                evidence=ev, remedy=_LOST_REMEDY, gpu=ref(g), data={"reason": "lost"}, source="nvml",
-            ))
+            out.append(
+                Finding(
+                    code="gpu.missing",
+                    severity=severity("gpu.missing"),
+                    family=Family.GPU_FAULT,
+                    title=_lost_title(g.index, g.pci_bus_id, g.lost_reason or ""),
+                    evidence=ev,
+                    remedy=_LOST_REMEDY,
+                    gpu=ref(g),
+                    data={"reason": "lost"},
+                    source="nvml",
+                )
+            )
     nvml_buses = {normalize_bus_id(g.pci_bus_id) for g in snap.gpus if g.pci_bus_id}
     in_container = bool(snap.container and snap.container.in_container)
     if snap.nvml_available and snap.pci_read:
@@ -68,18 +81,30 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
             ev = [f"usable GPUs (NVML) = {len(usable)}, expected (--expect-gpus) = {snap.expect_gpus}"]
             lost = [g for g in snap.gpus if g.lost]
             if lost:
-                ev.append("lost/unresponsive: " + ", ".join(f"GPU {g.index} {g.pci_bus_id or ''}".strip() for g in lost))
+                ev.append(
+                    "lost/unresponsive: "
+                    + ", ".join(f"GPU {g.index} {g.pci_bus_id or ''}".strip() for g in lost)
+                )
             if snap.pci_read:
                 ev.append(f"NVIDIA GPUs on the PCI bus = {sum(1 for d in snap.pci_devices if d.is_gpu)}")
-            out.append(Finding(
-                code="gpu.missing", severity=severity("gpu.missing"), family=Family.GPU_FAULT,
-                title=f"Only {len(usable)} of {snap.expect_gpus} expected GPUs are usable",
-                evidence=ev,
-                remedy=("Drain the node. Compare `nvidia-smi -L` with `lspci -d 10de:` to see which GPU is gone; check "
-                        "`dmesg -T | grep -E 'NVRM|Xid'` for Xid 79/RmInitAdapter failures. Reboot; if the GPU is still "
-                        "missing, have it reseated and its power checked, then RMA."),
-                data={"usable": len(usable), "expected": snap.expect_gpus}, source="nvml",
-            ))
+            out.append(
+                Finding(
+                    code="gpu.missing",
+                    severity=severity("gpu.missing"),
+                    family=Family.GPU_FAULT,
+                    title=f"Only {len(usable)} of {snap.expect_gpus} expected GPUs are usable",
+                    evidence=ev,
+                    remedy=(
+                        "Drain the node. Compare `nvidia-smi -L` with `lspci -d 10de:` to see which GPU is "
+                        "gone; check "
+                        "`dmesg -T | grep -E 'NVRM|Xid'` for Xid 79/RmInitAdapter failures. Reboot; if the "
+                        "GPU is still "
+                        "missing, have it reseated and its power checked, then RMA."
+                    ),
+                    data={"usable": len(usable), "expected": snap.expect_gpus},
+                    source="nvml",
+                )
+            )
     return personalize(out)
 
 
@@ -95,39 +120,69 @@ def _lost_title(index: int, bus: str | None, reason: str) -> str:
 
 
 def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container: bool) -> Finding:
-    ev = [f"PCI: {bus} NVIDIA GPU (device {device_id or '?'}) bound to driver {driver or 'none'}",
-          "NVML: no GPU with this bus id"]
+    ev = [
+        f"PCI: {bus} NVIDIA GPU (device {device_id or '?'}) bound to driver {driver or 'none'}",
+        "NVML: no GPU with this bus id",
+    ]
     gref = GpuRef(pci_bus_id=bus)
     if in_container:
         return Finding(
-            code="gpu.missing", severity=severity("gpu.missing", "not_in_container"), family=Family.GPU_FAULT,
+            code="gpu.missing",
+            severity=severity("gpu.missing", "not_in_container"),
+            family=Family.GPU_FAULT,
             title=f"GPU {bus} is on the host's PCI bus but not visible in this container",
-            evidence=ev, gpu=gref, data={"reason": "not_in_container"}, source="pci",
+            evidence=ev,
+            gpu=gref,
+            data={"reason": "not_in_container"},
+            source="pci",
             remedy="Expected when the container was given only some GPUs (--gpus / NVIDIA_VISIBLE_DEVICES); "
-                   "run gpuclinic on the host to check every GPU.",
+            "run gpuclinic on the host to check every GPU.",
         )
     if driver == "vfio-pci":
         return Finding(
-            code="gpu.missing", severity=severity("gpu.missing", "vfio"), family=Family.GPU_FAULT,
+            code="gpu.missing",
+            severity=severity("gpu.missing", "vfio"),
+            family=Family.GPU_FAULT,
             title=f"GPU {bus} is bound to vfio-pci (passed through to a VM), not to the nvidia driver",
-            evidence=ev, gpu=gref, data={"reason": "vfio"}, source="pci",
+            evidence=ev,
+            gpu=gref,
+            data={"reason": "vfio"},
+            source="pci",
             remedy="Nothing to do if it is assigned to a VM on purpose; otherwise unbind it from vfio-pci.",
         )
     if driver == "nvidia":
         return Finding(
-            code="gpu.missing", severity=severity("gpu.missing"), family=Family.GPU_FAULT,
+            code="gpu.missing",
+            severity=severity("gpu.missing"),
+            family=Family.GPU_FAULT,
             title=f"GPU {bus} is on the PCI bus and bound to nvidia, but NVML cannot see it",
-            evidence=ev, gpu=gref, data={"reason": "pci_only"}, source="pci",
-            remedy=("The driver failed to initialise this GPU or lost it. Check `dmesg -T | grep -E 'NVRM|Xid'` for "
-                    "RmInitAdapter failed / Xid 79 lines. Drain and reboot; if it stays invisible, reseat the GPU, "
-                    "check its power cables, then RMA."),
+            evidence=ev,
+            gpu=gref,
+            data={"reason": "pci_only"},
+            source="pci",
+            remedy=(
+                "The driver failed to initialise this GPU or lost it. Check `dmesg -T | grep -E 'NVRM|Xid'` "
+                "for "
+                "RmInitAdapter failed / Xid 79 lines. Drain and reboot; if it stays invisible, reseat the "
+                "GPU, "
+                "check its power cables, then RMA."
+            ),
         )
     return Finding(
-        code="gpu.missing", severity=severity("gpu.missing", "other_driver"), family=Family.GPU_FAULT,
+        code="gpu.missing",
+        severity=severity("gpu.missing", "other_driver"),
+        family=Family.GPU_FAULT,
         title=f"GPU {bus} is on the PCI bus but bound to {driver or 'no driver'}, so NVML cannot use it",
-        evidence=ev, gpu=gref, data={"reason": "other_driver", "driver": driver}, source="pci",
-        remedy=("Bind it to the nvidia driver: if nouveau holds it, blacklist nouveau and rebuild the initramfs; if no "
-                "driver is bound, check `dmesg | grep -i nvidia` for probe errors (e.g. 'NVRM: probe routine failed')."),
+        evidence=ev,
+        gpu=gref,
+        data={"reason": "other_driver", "driver": driver},
+        source="pci",
+        remedy=(
+            "Bind it to the nvidia driver: if nouveau holds it, blacklist nouveau and rebuild the initramfs; "
+            "if no "
+            "driver is bound, check `dmesg | grep -i nvidia` for probe errors (e.g. 'NVRM: probe routine "
+            "failed')."
+        ),
     )
 
 
@@ -137,30 +192,66 @@ def gpu_unresponsive(snap: Snapshot) -> Iterable[Finding]:
     for g in snap.gpus:
         if g.lost and (g.lost_reason or "").startswith("unresponsive"):
             ev = [g.lost_reason or "unresponsive"] + kernel_lines(snap, g.pci_bus_id, ("xid", "gsp"))
-            out.append(Finding(
-                code="gpu.unresponsive", severity=severity("gpu.unresponsive"), family=Family.GPU_FAULT,
-                title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) does not answer NVML: driver or GPU firmware hung",
-                evidence=ev, gpu=ref(g), source="nvml",
-                remedy=("Drain the node. Look for GSP timeouts (Xid 119/120) with `dmesg -T | grep -E 'NVRM|Xid'` and for "
-                        "processes stuck in D state (`ps -eo pid,stat,cmd | awk '$2 ~ /D/'`). After stopping all GPU "
-                        "processes try `sudo nvidia-smi -r -i <index>`; if that hangs or fails, reboot. If it recurs, "
-                        "update the driver and report the Xid to your provider."),
-            ))
+            out.append(
+                Finding(
+                    code="gpu.unresponsive",
+                    severity=severity("gpu.unresponsive"),
+                    family=Family.GPU_FAULT,
+                    title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) does not answer NVML: driver or GPU "
+                          "firmware hung",
+                    evidence=ev,
+                    gpu=ref(g),
+                    source="nvml",
+                    remedy=(
+                        "Drain the node. Look for GSP timeouts (Xid 119/120) with `dmesg -T | grep -E "
+                        "'NVRM|Xid'` and for "
+                        "processes stuck in D state (`ps -eo pid,stat,cmd | awk '$2 ~ /D/'`). After stopping "
+                        "all GPU "
+                        "processes try `sudo nvidia-smi -r -i <index>`; if that hangs or fails, reboot. If "
+                        "it recurs, "
+                        "update the driver and report the Xid to your provider."
+                    ),
+                )
+            )
     return personalize(out)
 
 
 _ACTION_TEXT = {
-    "gpu_reset": ("the GPU needs a reset", severity("gpu.recovery_action"),
-                  "Drain, stop all processes on the GPU, then `sudo nvidia-smi -r -i <index>` (or reboot)."),
-    "node_reboot": ("the node needs a reboot", severity("gpu.recovery_action"), "Drain the node and reboot it."),
-    "drain_p2p": ("peer-to-peer traffic must be drained", severity("gpu.recovery_action", "drain_p2p"),
-                  "Let running jobs finish without new P2P/NVLink work, then reset the GPU or reboot."),
-    "drain_and_reset": ("the GPU must be drained and reset", severity("gpu.recovery_action"),
-                        "Drain, then `sudo nvidia-smi -r -i <index>` once idle (or reboot)."),
-    "recover_imex_domain": ("the IMEX domain must be recovered", severity("gpu.recovery_action"),
-                            "Restart the IMEX daemon/domain per your NVLink-domain runbook, then re-check."),
-    "bus_reset": ("the GPU needs a PCIe bus reset", severity("gpu.recovery_action"), "Drain and reboot the node."),
-    "system_reboot": ("the system needs a reboot", severity("gpu.recovery_action"), "Drain the node and reboot it."),
+    "gpu_reset": (
+        "the GPU needs a reset",
+        severity("gpu.recovery_action"),
+        "Drain, stop all processes on the GPU, then `sudo nvidia-smi -r -i <index>` (or reboot).",
+    ),
+    "node_reboot": (
+        "the node needs a reboot",
+        severity("gpu.recovery_action"),
+        "Drain the node and reboot it.",
+    ),
+    "drain_p2p": (
+        "peer-to-peer traffic must be drained",
+        severity("gpu.recovery_action", "drain_p2p"),
+        "Let running jobs finish without new P2P/NVLink work, then reset the GPU or reboot.",
+    ),
+    "drain_and_reset": (
+        "the GPU must be drained and reset",
+        severity("gpu.recovery_action"),
+        "Drain, then `sudo nvidia-smi -r -i <index>` once idle (or reboot).",
+    ),
+    "recover_imex_domain": (
+        "the IMEX domain must be recovered",
+        severity("gpu.recovery_action"),
+        "Restart the IMEX daemon/domain per your NVLink-domain runbook, then re-check.",
+    ),
+    "bus_reset": (
+        "the GPU needs a PCIe bus reset",
+        severity("gpu.recovery_action"),
+        "Drain and reboot the node.",
+    ),
+    "system_reboot": (
+        "the system needs a reboot",
+        severity("gpu.recovery_action"),
+        "Drain the node and reboot it.",
+    ),
 }
 
 
@@ -170,25 +261,44 @@ def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
     for g in snap.gpus:
         reset = sorted(k for k, v in g.unreadable.items() if "requires a reset" in v)
         if reset:
-            out.append(Finding(
-                code="gpu.recovery_action", severity=severity("gpu.recovery_action"), family=Family.GPU_FAULT,
-                title=f"GPU {g.index}: NVML answers 'GPU requires reset'",
-                evidence=[f"NVML_ERROR_RESET_REQUIRED on: {', '.join(reset)}"], gpu=ref(g), source="nvml",
-                data={"action": "reset_required"},
-                remedy=_ACTION_TEXT["gpu_reset"][2] + " If the reset fails, reboot the node.",
-            ))
+            out.append(
+                Finding(
+                    code="gpu.recovery_action",
+                    severity=severity("gpu.recovery_action"),
+                    family=Family.GPU_FAULT,
+                    title=f"GPU {g.index}: NVML answers 'GPU requires reset'",
+                    evidence=[f"NVML_ERROR_RESET_REQUIRED on: {', '.join(reset)}"],
+                    gpu=ref(g),
+                    source="nvml",
+                    data={"action": "reset_required"},
+                    remedy=_ACTION_TEXT["gpu_reset"][2] + " If the reset fails, reboot the node.",
+                )
+            )
         act = g.recovery_action
         if not act or act == "none":
             continue
-        text, sev, remedy = _ACTION_TEXT.get(act, (f"the driver asks for recovery action {act}", severity("gpu.recovery_action"),
-                                                   "Drain the node and follow NVIDIA's recovery guidance."))
-        out.append(Finding(
-            code="gpu.recovery_action", severity=sev, family=Family.GPU_FAULT,
-            title=f"GPU {g.index}: the driver reports {text}",
-            evidence=[f"NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = {act}"],
-            remedy=remedy + " (DCGM treats DRAIN_P2P as warn and GPU_RESET/NODE_REBOOT/DRAIN_AND_RESET as fail.)",
-            gpu=ref(g), data={"action": act}, source="nvml",
-        ))
+        text, sev, remedy = _ACTION_TEXT.get(
+            act,
+            (
+                f"the driver asks for recovery action {act}",
+                severity("gpu.recovery_action"),
+                "Drain the node and follow NVIDIA's recovery guidance.",
+            ),
+        )
+        out.append(
+            Finding(
+                code="gpu.recovery_action",
+                severity=sev,
+                family=Family.GPU_FAULT,
+                title=f"GPU {g.index}: the driver reports {text}",
+                evidence=[f"NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = {act}"],
+                remedy=remedy
+                + " (DCGM treats DRAIN_P2P as warn and GPU_RESET/NODE_REBOOT/DRAIN_AND_RESET as fail.)",
+                gpu=ref(g),
+                data={"action": act},
+                source="nvml",
+            )
+        )
     return personalize(out)
 
 
@@ -198,14 +308,24 @@ def gpu_inforom(snap: Snapshot) -> Iterable[Finding]:
     for g in snap.gpus:
         bad = sorted(k for k, v in g.unreadable.items() if "corrupted InfoROM" in v)
         if bad:
-            out.append(Finding(
-                code="gpu.inforom", severity=severity("gpu.inforom"), family=Family.GPU_FAULT,
-                title=f"GPU {g.index} InfoROM is corrupted: ECC and error history cannot be trusted",
-                evidence=[f"NVML_ERROR_CORRUPTED_INFOROM on: {', '.join(bad)}"], gpu=ref(g), source="nvml",
-                remedy=("Check `nvidia-smi -q | grep -A4 -i inforom` and dmesg for Xid 93. An InfoROM that stays corrupt "
-                        "after a reboot needs an InfoROM/VBIOS reflash by the vendor or an RMA; ask the provider. "
-                        "(DCGM treats an invalid InfoROM as a warning.)"),
-            ))
+            out.append(
+                Finding(
+                    code="gpu.inforom",
+                    severity=severity("gpu.inforom"),
+                    family=Family.GPU_FAULT,
+                    title=f"GPU {g.index} InfoROM is corrupted: ECC and error history cannot be trusted",
+                    evidence=[f"NVML_ERROR_CORRUPTED_INFOROM on: {', '.join(bad)}"],
+                    gpu=ref(g),
+                    source="nvml",
+                    remedy=(
+                        "Check `nvidia-smi -q | grep -A4 -i inforom` and dmesg for Xid 93. An InfoROM that "
+                        "stays corrupt "
+                        "after a reboot needs an InfoROM/VBIOS reflash by the vendor or an RMA; ask the "
+                        "provider. "
+                        "(DCGM treats an invalid InfoROM as a warning.)"
+                    ),
+                )
+            )
     return personalize(out)
 
 
@@ -228,9 +348,16 @@ def fallen_off_bus(snap: Snapshot) -> list[Finding]:
     out: list[Finding] = []
     for bus, group in by_bus.items():
         ref = gpu_ref(snap, bus, uuids)
-        related = [e for e in aer if bus and (bus in (e.pci_bus_id, e.detail.get("device"), e.detail.get("reporter"))
-                                              or bus in (e.detail.get("downstream") or [])
-                                              or _is_parent_of(snap, e.detail.get("device") or e.pci_bus_id, bus))]
+        related = [
+            e
+            for e in aer
+            if bus
+            and (
+                bus in (e.pci_bus_id, e.detail.get("device"), e.detail.get("reporter"))
+                or bus in (e.detail.get("downstream") or [])
+                or _is_parent_of(snap, e.detail.get("device") or e.pci_bus_id, bus)
+            )
+        ]
         data = _base_data(group)
         data["xid79"] = any(e.kind == "xid" for e in group)
         data["aer_events_on_path"] = len(related)
@@ -253,12 +380,20 @@ def fallen_off_bus(snap: Snapshot) -> list[Finding]:
             "If it happens again: check GPU power cables and PSU capacity, temperatures, reseat the GPU, "
             "update the system BIOS and the driver; then ask the provider to replace the GPU.",
         )
-        out.append(Finding(
-            code="gpu.fallen_off_bus", severity=sev, family=Family.GPU_FAULT, title=title,
-            evidence=_evidence(group, [e.line for e in related[-2:]]), remedy=remedy, gpu=ref, data=data,
-            source=SOURCE))
+        out.append(
+            Finding(
+                code="gpu.fallen_off_bus",
+                severity=sev,
+                family=Family.GPU_FAULT,
+                title=title,
+                evidence=_evidence(group, [e.line for e in related[-2:]]),
+                remedy=remedy,
+                gpu=ref,
+                data=data,
+                source=SOURCE,
+            )
+        )
     return out
-
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,16 +438,30 @@ def init_failed(snap: Snapshot) -> list[Finding]:
         title = f"{label} failed to initialise in the NVIDIA driver ({', '.join(whats)})"
         remedy = _steps(
             "Check the GPU's auxiliary power cables and the power supply: the driver says they are missing."
-            if power else None,
+            if power
+            else None,
             "Run `nvidia-smi`; if the GPU is missing, reload the driver (`modprobe -r nvidia_uvm nvidia_drm "
-            "nvidia_modeset nvidia && modprobe nvidia`) or reboot, and read the NVRM lines printed just before.",
-            "Make sure the driver supports this GPU and that its firmware matches (GSP firmware ships with the "
+            "nvidia_modeset nvidia && modprobe nvidia`) or reboot, and read the NVRM lines printed just "
+            "before.",
+            "Make sure the driver supports this GPU and that its firmware matches (GSP firmware ships with "
+            "the "
             "driver; a partial upgrade breaks it) — reinstall the driver package if unsure.",
-            "In the system BIOS enable Above 4G decoding / large BAR support; a GPU without its memory window "
+            "In the system BIOS enable Above 4G decoding / large BAR support; a GPU without its memory "
+            "window "
             "cannot initialise.",
             "If it keeps failing on one GPU only, reseat it or ask the provider to replace it.",
         )
-        out.append(Finding(code="gpu.init_failed", severity=sev, family=Family.GPU_FAULT, title=title,
-                           evidence=_evidence(group), remedy=remedy, gpu=ref, data=data, source=SOURCE))
+        out.append(
+            Finding(
+                code="gpu.init_failed",
+                severity=sev,
+                family=Family.GPU_FAULT,
+                title=title,
+                evidence=_evidence(group),
+                remedy=remedy,
+                gpu=ref,
+                data=data,
+                source=SOURCE,
+            )
+        )
     return out
-

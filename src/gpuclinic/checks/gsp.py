@@ -45,8 +45,10 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
         by_bus.setdefault(e.pci_bus_id, []).append(e)
     out: list[Finding] = []
     for bus, group in by_bus.items():
-        kinds = Counter("rpc_timeout" if e.xid == 119 else "error" if e.xid == 120 else str(e.detail.get("gsp"))
-                        for e in group)
+        kinds = Counter(
+            "rpc_timeout" if e.xid == 119 else "error" if e.xid == 120 else str(e.detail.get("gsp"))
+            for e in group
+        )
         serious = {"rpc_timeout", "error", "crash", "heartbeat", "init", "xid_report"} & set(kinds)
         if not serious:
             continue  # RPC history dumps alone are context, not a fault
@@ -61,9 +63,17 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
             data["previous_boot"] = True
         ref = gpu_ref(snap, bus, uuids)
         label = ref.label() if ref else ("GPU" + (f" (driver GPU{inst[0]})" if inst else ""))
-        what = ("stopped answering the driver (RPC timeout)" if "rpc_timeout" in kinds else
-                "crashed" if "crash" in kinds else "missed its heartbeat" if "heartbeat" in kinds else
-                "failed to start" if "init" in kinds else "reported an error")
+        what = (
+            "stopped answering the driver (RPC timeout)"
+            if "rpc_timeout" in kinds
+            else "crashed"
+            if "crash" in kinds
+            else "missed its heartbeat"
+            if "heartbeat" in kinds
+            else "failed to start"
+            if "init" in kinds
+            else "reported an error"
+        )
         xids = sorted({int(x) for e in group if (x := e.xid) is not None})
         if xids:
             data["xids"] = xids
@@ -73,9 +83,20 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
             "Update the NVIDIA driver: several GSP RPC timeouts were driver bugs fixed in later releases "
             "(e.g. 525.105.17 fixed the 525-series timeouts).",
             "If it recurs on the current driver, disable GSP offload as a test where the driver allows it "
-            "(`NVreg_EnableGpuFirmware=0`, closed kernel modules only) and report it with `nvidia-bug-report.sh`.",
+            "(`NVreg_EnableGpuFirmware=0`, closed kernel modules only) and report it with "
+            "`nvidia-bug-report.sh`.",
         )
-        out.append(Finding(code="gsp.error", severity=sev, family=Family.GPU_FAULT, title=title,
-                           evidence=_evidence(group), remedy=remedy, gpu=ref, data=data, source=SOURCE))
+        out.append(
+            Finding(
+                code="gsp.error",
+                severity=sev,
+                family=Family.GPU_FAULT,
+                title=title,
+                evidence=_evidence(group),
+                remedy=remedy,
+                gpu=ref,
+                data=data,
+                source=SOURCE,
+            )
+        )
     return out
-

@@ -44,44 +44,59 @@ def _ncpu(h: HostFacts) -> int | None:
     return len(h.cpus_allowed) or h.cpu_count
 
 
-@check("host.cpu", codes=["host.cpu_steal", "host.iowait", "host.load"], what="host CPU (steal, I/O wait, load)")
+@check(
+    "host.cpu", codes=["host.cpu_steal", "host.iowait", "host.load"], what="host CPU (steal, I/O wait, load)"
+)
 def cpu(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
     n = _ncpu(h)
     if h.load and n:
         if h.load[0] > LOAD_FACTOR * n:
             yield Finding(
-                code="host.load", severity=severity("host.load"), family=Family.HOST,
+                code="host.load",
+                severity=severity("host.load"),
+                family=Family.HOST,
                 title=f"Load average {h.load[0]:.1f} on {n} usable CPU(s)",
                 evidence=[f"load 1/5/15 min: {' / '.join(f'{x:.1f}' for x in h.load)}", f"usable CPUs: {n}"],
-                remedy="More runnable tasks than CPUs: data loading and the training loop wait for CPU. Reduce "
-                       "DataLoader workers to about the CPUs per GPU, stop competing jobs (`top`), or get more cores.",
+                remedy="More runnable tasks than CPUs: data loading and the training loop wait for CPU. "
+                       "Reduce "
+                "DataLoader workers to about the CPUs per GPU, stop competing jobs (`top`), or get more "
+                "cores.",
                 data={"load": h.load, "cpus": n},
             )
     _measured(h)
     steal = h.cpu_pct.get("steal", 0.0)
     if steal >= STEAL_WARN:
         yield Finding(
-            code="host.cpu_steal", severity=severity("host.cpu_steal"), family=Family.HOST,
+            code="host.cpu_steal",
+            severity=severity("host.cpu_steal"),
+            family=Family.HOST,
             title=f"CPU steal {steal:.0f}%: the hypervisor gives this VM's CPU time to other tenants",
             evidence=[f"steal {steal:.1f}% over {h.window_s:g}s (/proc/stat)"],
-            remedy="A noisy neighbour or an overcommitted host: the GPU waits for CPU work. Ask the provider for a "
-                   "dedicated-CPU instance or move to another host.",
+            remedy="A noisy neighbour or an overcommitted host: the GPU waits for CPU work. Ask the provider "
+                   "for a "
+            "dedicated-CPU instance or move to another host.",
             data={"steal_pct": steal},
         )
     iow = h.cpu_pct.get("iowait", 0.0)
     if iow >= IOWAIT_WARN:
         yield Finding(
-            code="host.iowait", severity=severity("host.iowait"), family=Family.HOST,
+            code="host.iowait",
+            severity=severity("host.iowait"),
+            family=Family.HOST,
             title=f"I/O wait {iow:.0f}%: CPUs idle waiting for storage",
             evidence=[f"iowait {iow:.1f}% over {h.window_s:g}s"],
-            remedy="Data or checkpoints come from slow storage (network disk, throttled volume): copy the dataset to "
-                   "local NVMe, increase DataLoader prefetch, or checkpoint less often/asynchronously. `iostat -x 1` names the disk.",
+            remedy="Data or checkpoints come from slow storage (network disk, throttled volume): copy the "
+                   "dataset to "
+            "local NVMe, increase DataLoader prefetch, or checkpoint less often/asynchronously. `iostat -x "
+            "1` names the disk.",
             data={"iowait_pct": iow},
         )
 
 
-@check("host.psi", codes=["host.psi_cpu", "host.psi_memory", "host.psi_io"], what="pressure stall information")
+@check(
+    "host.psi", codes=["host.psi_cpu", "host.psi_memory", "host.psi_io"], what="pressure stall information"
+)
 def psi(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
     if not h.psi:
@@ -92,13 +107,22 @@ def psi(snap: Snapshot) -> Iterator[Finding]:
             continue
         res = key.split(".")[0]
         yield Finding(
-            code=f"host.psi_{res}", severity=severity(f"host.psi_{res}"), family=Family.HOST,
+            code=f"host.psi_{res}",
+            severity=severity(f"host.psi_{res}"),
+            family=Family.HOST,
             title=f"{res.upper()} pressure: tasks stalled {v:.0f}% of the last 10 s ({key.split('.')[1]})",
-            evidence=[f"/proc/pressure/{res}: {key.split('.')[1]} avg10={v:.2f} avg60={h.psi.get(f'{key}.avg60', 0):.2f}"],
-            remedy={"cpu": "Too little CPU for the work: fewer workers/processes or more cores.",
-                    "memory": "Memory reclaim stalls tasks: free host RAM (smaller in-memory datasets, fewer workers) or add RAM.",
-                    "io": "Storage is the bottleneck: faster local disk, caching, fewer concurrent readers."}[res],
-            data={"psi": key, "avg10": v}, source=SRC_PSI,
+            evidence=[
+                f"/proc/pressure/{res}: {key.split('.')[1]} avg10={v:.2f} "
+                f"avg60={h.psi.get(f'{key}.avg60', 0):.2f}"
+            ],
+            remedy={
+                "cpu": "Too little CPU for the work: fewer workers/processes or more cores.",
+                "memory": "Memory reclaim stalls tasks: free host RAM (smaller in-memory datasets, fewer "
+                          "workers) or add RAM.",
+                "io": "Storage is the bottleneck: faster local disk, caching, fewer concurrent readers.",
+            }[res],
+            data={"psi": key, "avg10": v},
+            source=SRC_PSI,
         )
 
 
@@ -106,13 +130,19 @@ def psi(snap: Snapshot) -> Iterator[Finding]:
 def memory(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
     tot, avail = h.mem_total_bytes, h.mem_available_bytes
-    if tot and avail is not None and (avail < MEM_LOW_FRACTION * tot or avail < min(MEM_LOW_BYTES, 0.25 * tot)):
+    if (
+        tot
+        and avail is not None
+        and (avail < MEM_LOW_FRACTION * tot or avail < min(MEM_LOW_BYTES, 0.25 * tot))
+    ):
         yield Finding(
-            code="host.memory_low", severity=severity("host.memory_low"), family=Family.HOST,
+            code="host.memory_low",
+            severity=severity("host.memory_low"),
+            family=Family.HOST,
             title=f"Only {avail / (1 << 30):.1f} GiB of {tot / (1 << 30):.0f} GiB host memory available",
             evidence=[f"MemAvailable {avail} of MemTotal {tot} bytes"],
             remedy="The OOM killer is next (jobs die with SIGKILL / exit 137): reduce DataLoader workers and "
-                   "pinned-memory buffers, memory-map datasets, or stop other processes.",
+            "pinned-memory buffers, memory-map datasets, or stop other processes.",
             data={"available": avail, "total": tot},
         )
     if h.swap_in_per_s is None or h.swap_out_per_s is None:
@@ -120,11 +150,17 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
     rate = h.swap_in_per_s + h.swap_out_per_s
     if rate >= SWAP_WARN:
         yield Finding(
-            code="host.swapping", severity=severity("host.swapping"), family=Family.HOST,
+            code="host.swapping",
+            severity=severity("host.swapping"),
+            family=Family.HOST,
             title=f"Host is swapping ({rate:.0f} pages/s)",
-            evidence=[f"pswpin {h.swap_in_per_s:.0f}/s, pswpout {h.swap_out_per_s:.0f}/s over {h.window_s:g}s (/proc/vmstat)"],
-            remedy="Host RAM is exhausted: everything slows down by orders of magnitude. Reduce memory use (workers, "
-                   "in-memory datasets) or add RAM.",
+            evidence=[
+                f"pswpin {h.swap_in_per_s:.0f}/s, pswpout {h.swap_out_per_s:.0f}/s over {h.window_s:g}s "
+                "(/proc/vmstat)"
+            ],
+            remedy="Host RAM is exhausted: everything slows down by orders of magnitude. Reduce memory use "
+                   "(workers, "
+            "in-memory datasets) or add RAM.",
             data={"pages_per_s": rate},
         )
 
@@ -144,13 +180,23 @@ def nofile(snap: Snapshot) -> Iterator[Finding]:
             return
         soft, who = h.nofile_soft, "this shell/session"
     yield Finding(
-        code="host.nofile_low", severity=severity("host.nofile_low"), family=Family.HOST,
+        code="host.nofile_low",
+        severity=severity("host.nofile_low"),
+        family=Family.HOST,
         title=f"Open-files limit is {soft} for {who}",
-        evidence=[f"soft limit {soft}" + (f", hard limit {h.nofile_hard}" if h.nofile_hard and not h.proc_nofile else "")],
-        remedy=(f"DataLoader workers, NCCL and datasets open many files ('Too many open files', 'received 0 items of "
-                f"ancdata'): `ulimit -n {h.nofile_hard or 1048576}` in the job's shell, LimitNOFILE= for systemd units, "
-                "`--ulimit nofile=1048576:1048576` for Docker."),
-        data={"soft": soft, "hard": h.nofile_hard, "pids": sorted(low)}, source="https://github.com/pytorch/pytorch/issues/973",
+        evidence=[
+            f"soft limit {soft}"
+            + (f", hard limit {h.nofile_hard}" if h.nofile_hard and not h.proc_nofile else "")
+        ],
+        remedy=(
+            "DataLoader workers, NCCL and datasets open many files ('Too many open files', 'received 0 "
+            "items of "
+            f"ancdata'): `ulimit -n {h.nofile_hard or 1048576}` in the job's shell, LimitNOFILE= for systemd "
+            "units, "
+            "`--ulimit nofile=1048576:1048576` for Docker."
+        ),
+        data={"soft": soft, "hard": h.nofile_hard, "pids": sorted(low)},
+        source="https://github.com/pytorch/pytorch/issues/973",
     )
 
 
@@ -175,16 +221,20 @@ def numa(snap: Snapshot) -> Iterator[Finding]:
         node = h.gpu_numa.get(bus)
         local = set(h.numa_cpus.get(str(node), [])) if node is not None else set()
         if local and not (allowed & local):
-            bad.append(f"GPU {bus} is on NUMA node {node} (CPUs {_ranges(sorted(local))}) but {who} may only run on "
-                       f"CPUs {_ranges(sorted(allowed))}")
+            bad.append(
+                f"GPU {bus} is on NUMA node {node} (CPUs {_ranges(sorted(local))}) but {who} may only run on "
+                f"CPUs {_ranges(sorted(allowed))}"
+            )
     if not bad:
         return
     yield Finding(
-        code="host.numa_mismatch", severity=severity("host.numa_mismatch"), family=Family.HOST,
+        code="host.numa_mismatch",
+        severity=severity("host.numa_mismatch"),
+        family=Family.HOST,
         title="GPU work runs only on CPUs of another NUMA node",
         evidence=bad[:8],
         remedy="Every host<->GPU copy crosses the socket interconnect: pin each rank to its GPU's node "
-               "(`numactl --cpunodebind=N --membind=N`, torchrun with `--numa-binding`, or fix the cpuset).",
+        "(`numactl --cpunodebind=N --membind=N`, torchrun with `--numa-binding`, or fix the cpuset).",
         data={"gpu_numa": h.gpu_numa},
     )
 
@@ -196,16 +246,24 @@ def dataloader(snap: Snapshot) -> Iterator[Finding]:
     if h.gpu_util_pct is None or not snap.gpus:
         raise CheckSkipped("GPU utilisation not sampled")
     busy = h.cpu_pct.get("user", 0.0) + h.cpu_pct.get("system", 0.0)
-    has_work = any(g.processes for g in snap.gpus) or h.gpu_util_pct > 0  # in containers NVML may list no processes
+    has_work = (
+        any(g.processes for g in snap.gpus) or h.gpu_util_pct > 0
+    )  # in containers NVML may list no processes
     if h.gpu_util_pct >= STARVED_GPU_UTIL or busy < STARVED_CPU_BUSY or not has_work:
         return
     yield Finding(
-        code="host.dataloader_starved", severity=severity("host.dataloader_starved"), family=Family.HOST,
-        title=f"GPUs {h.gpu_util_pct:.0f}% busy while host CPUs are {busy:.0f}% busy: the input pipeline starves the GPUs",
-        evidence=[f"mean GPU utilisation {h.gpu_util_pct:.0f}% with GPU processes running",
-                  f"CPU user+system {busy:.0f}% over {h.window_s:g}s"],
-        remedy="Move preprocessing off the hot path: more DataLoader workers if cores allow, `pin_memory=True`, "
-               "pre-tokenised/pre-decoded data, GPU decoding (DALI/nvJPEG), or a bigger instance CPU-wise.",
+        code="host.dataloader_starved",
+        severity=severity("host.dataloader_starved"),
+        family=Family.HOST,
+        title=f"GPUs {h.gpu_util_pct:.0f}% busy while host CPUs are {busy:.0f}% busy: the input pipeline "
+              "starves the GPUs",
+        evidence=[
+            f"mean GPU utilisation {h.gpu_util_pct:.0f}% with GPU processes running",
+            f"CPU user+system {busy:.0f}% over {h.window_s:g}s",
+        ],
+        remedy="Move preprocessing off the hot path: more DataLoader workers if cores allow, "
+               "`pin_memory=True`, "
+        "pre-tokenised/pre-decoded data, GPU decoding (DALI/nvJPEG), or a bigger instance CPU-wise.",
         data={"gpu_util_pct": h.gpu_util_pct, "cpu_busy_pct": busy},
     )
 

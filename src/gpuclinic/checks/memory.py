@@ -38,25 +38,50 @@ def ecc_uncorrectable(snap: Snapshot) -> Iterable[Finding]:
                 ev.append(f"ecc.errors.uncorrected.aggregate.total = {agg} (lifetime)")
             ev += _remap_lines(g.remapped_rows_pending, g.remapped_rows_uncorrectable)
             ev += kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS)
-            out.append(Finding(
-                code="memory.ecc_uncorrectable", severity=severity("memory.ecc_uncorrectable"), family=Family.GPU_FAULT,
-                title=f"GPU {g.index} had {vol} uncorrectable memory (ECC) error(s) since the driver loaded",
-                evidence=ev, gpu=ref(g), data={"volatile": vol, "aggregate": agg}, source="nvml",
-                remedy=("Drain the GPU: the process that hit the error was killed and results may be corrupt. Once idle, "
-                        "reset it (`sudo nvidia-smi -r -i <index>`) or reboot so a pending row remap/page retirement takes "
-                        "effect, then check `nvidia-smi -q -d ECC,ROW_REMAPPER`. If uncorrectable errors return or "
-                        "remapping fails, RMA the GPU."),
-            ))
+            out.append(
+                Finding(
+                    code="memory.ecc_uncorrectable",
+                    severity=severity("memory.ecc_uncorrectable"),
+                    family=Family.GPU_FAULT,
+                    title=f"GPU {g.index} had {vol} uncorrectable memory (ECC) error(s) since the driver "
+                          "loaded",
+                    evidence=ev,
+                    gpu=ref(g),
+                    data={"volatile": vol, "aggregate": agg},
+                    source="nvml",
+                    remedy=(
+                        "Drain the GPU: the process that hit the error was killed and results may be "
+                        "corrupt. Once idle, "
+                        "reset it (`sudo nvidia-smi -r -i <index>`) or reboot so a pending row remap/page "
+                        "retirement takes "
+                        "effect, then check `nvidia-smi -q -d ECC,ROW_REMAPPER`. If uncorrectable errors "
+                        "return or "
+                        "remapping fails, RMA the GPU."
+                    ),
+                )
+            )
         elif agg:
-            out.append(Finding(
-                code="memory.ecc_uncorrectable", severity=severity("memory.ecc_uncorrectable", "aggregate_only"), family=Family.GPU_FAULT,
-                title=f"GPU {g.index} has {agg} uncorrectable ECC error(s) in its lifetime (none since the driver loaded)",
-                evidence=[f"ecc.errors.uncorrected.aggregate.total = {agg} (lifetime)",
-                          f"ecc.errors.uncorrected.volatile.total = {vol if vol is not None else '?'}"],
-                gpu=ref(g), data={"volatile": vol, "aggregate": agg}, source="nvml",
-                remedy=("Past errors, repaired by remapping/retirement if those show no pending/failure. Watch for new ones "
-                        "(`nvidia-smi -q -d ECC`); if the count grows, drain and RMA."),
-            ))
+            out.append(
+                Finding(
+                    code="memory.ecc_uncorrectable",
+                    severity=severity("memory.ecc_uncorrectable", "aggregate_only"),
+                    family=Family.GPU_FAULT,
+                    title=f"GPU {g.index} has {agg} uncorrectable ECC error(s) in its lifetime (none since "
+                          "the driver loaded)",
+                    evidence=[
+                        f"ecc.errors.uncorrected.aggregate.total = {agg} (lifetime)",
+                        f"ecc.errors.uncorrected.volatile.total = {vol if vol is not None else '?'}",
+                    ],
+                    gpu=ref(g),
+                    data={"volatile": vol, "aggregate": agg},
+                    source="nvml",
+                    remedy=(
+                        "Past errors, repaired by remapping/retirement if those show no pending/failure. "
+                        "Watch for new ones "
+                        "(`nvidia-smi -q -d ECC`); if the count grows, drain and RMA."
+                    ),
+                )
+            )
     return personalize(out)
 
 
@@ -69,7 +94,9 @@ def _remap_lines(pending: bool | None, unc: int | None) -> list[str]:
     return out
 
 
-@check("memory.ecc_correctable_rate", codes=["memory.ecc_correctable_rate"], what="correctable ECC error counts")
+@check(
+    "memory.ecc_correctable_rate", codes=["memory.ecc_correctable_rate"], what="correctable ECC error counts"
+)
 def ecc_correctable(snap: Snapshot) -> Iterable[Finding]:
     gpus = [g for g in readable(snap) if g.ecc_volatile_corrected is not None]
     warn = threshold("ecc_corrected_volatile_warn")
@@ -87,59 +114,107 @@ def ecc_correctable(snap: Snapshot) -> Iterable[Finding]:
         if g.ecc_aggregate_corrected is not None:
             ev.append(f"ecc.errors.corrected.aggregate.total = {g.ecc_aggregate_corrected} (lifetime)")
         ev += _remap_lines(g.remapped_rows_pending, None)
-        out.append(Finding(
-            code="memory.ecc_correctable_rate", severity=severity("memory.ecc_correctable_rate"), family=Family.GPU_FAULT,
-            title=f"GPU {g.index} has many corrected memory errors ({n} since the driver loaded)",
-            evidence=ev, gpu=ref(g), data={"volatile": n, "node_median": med}, source="nvml",
-            remedy=("Corrected errors are fixed on the fly, but a high or growing count is how failing HBM shows first. "
-                    "Track it (`nvidia-smi -q -d ECC` now and in an hour, or `gpuclinic watch`); reset the GPU when idle "
-                    "so pending remaps apply; if it keeps climbing or uncorrectable errors appear, plan an RMA."),
-        ))
+        out.append(
+            Finding(
+                code="memory.ecc_correctable_rate",
+                severity=severity("memory.ecc_correctable_rate"),
+                family=Family.GPU_FAULT,
+                title=f"GPU {g.index} has many corrected memory errors ({n} since the driver loaded)",
+                evidence=ev,
+                gpu=ref(g),
+                data={"volatile": n, "node_median": med},
+                source="nvml",
+                remedy=(
+                    "Corrected errors are fixed on the fly, but a high or growing count is how failing HBM "
+                    "shows first. "
+                    "Track it (`nvidia-smi -q -d ECC` now and in an hour, or `gpuclinic watch`); reset the "
+                    "GPU when idle "
+                    "so pending remaps apply; if it keeps climbing or uncorrectable errors appear, plan an "
+                    "RMA."
+                ),
+            )
+        )
     return personalize(out)
 
 
-@check("memory.row_remap", codes=["memory.row_remap_pending", "memory.row_remap_failed", "memory.row_remap_spares_low"],
-       what="HBM row remapping")
+@check(
+    "memory.row_remap",
+    codes=["memory.row_remap_pending", "memory.row_remap_failed", "memory.row_remap_spares_low"],
+    what="HBM row remapping",
+)
 def row_remap(snap: Snapshot) -> Iterable[Finding]:
     out = []
     limit = threshold("remapped_rows_max")
     warn_unc = threshold("remapped_rows_uncorrectable_warn")
     for g in readable(snap):
-        counts = (f"remapped_rows.correctable = {g.remapped_rows_correctable}, "
-                  f"remapped_rows.uncorrectable = {g.remapped_rows_uncorrectable}")
+        counts = (
+            f"remapped_rows.correctable = {g.remapped_rows_correctable}, "
+            f"remapped_rows.uncorrectable = {g.remapped_rows_uncorrectable}"
+        )
         if g.remapped_rows_failure:
-            out.append(Finding(
-                code="memory.row_remap_failed", severity=severity("memory.row_remap_failed"), family=Family.GPU_FAULT,
-                title=f"GPU {g.index}: HBM row remapping failed (no spare rows left): RMA condition",
-                evidence=["remapped_rows.failure = yes", counts] + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
-                gpu=ref(g), source="nvml",
-                remedy=("Drain the GPU and open an RMA with your provider: NVIDIA's memory error guide treats a row-remap "
-                        "failure as an RMA condition. Attach `nvidia-smi -q -d ROW_REMAPPER,ECC` and `nvidia-bug-report.sh`."),
-            ))
+            out.append(
+                Finding(
+                    code="memory.row_remap_failed",
+                    severity=severity("memory.row_remap_failed"),
+                    family=Family.GPU_FAULT,
+                    title=f"GPU {g.index}: HBM row remapping failed (no spare rows left): RMA condition",
+                    evidence=["remapped_rows.failure = yes", counts]
+                    + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
+                    gpu=ref(g),
+                    source="nvml",
+                    remedy=(
+                        "Drain the GPU and open an RMA with your provider: NVIDIA's memory error guide "
+                        "treats a row-remap "
+                        "failure as an RMA condition. Attach `nvidia-smi -q -d ROW_REMAPPER,ECC` and "
+                        "`nvidia-bug-report.sh`."
+                    ),
+                )
+            )
         elif g.remapped_rows_pending:
-            out.append(Finding(
-                code="memory.row_remap_pending", severity=severity("memory.row_remap_pending"), family=Family.GPU_FAULT,
-                title=f"GPU {g.index}: an HBM row is waiting to be remapped; reset the GPU when convenient",
-                evidence=["remapped_rows.pending = yes", counts] + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
-                gpu=ref(g), source="nvml",
-                remedy=("Running jobs can continue and new work can start. At the next idle moment stop the GPU's "
-                        "processes and reset it (`sudo nvidia-smi -r -i <index>`) or reboot, so the spare row takes over; "
-                        "then confirm `nvidia-smi -q -d ROW_REMAPPER` shows Pending: No."),
-            ))
+            out.append(
+                Finding(
+                    code="memory.row_remap_pending",
+                    severity=severity("memory.row_remap_pending"),
+                    family=Family.GPU_FAULT,
+                    title=f"GPU {g.index}: an HBM row is waiting to be remapped; reset the GPU when "
+                          "convenient",
+                    evidence=["remapped_rows.pending = yes", counts]
+                    + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
+                    gpu=ref(g),
+                    source="nvml",
+                    remedy=(
+                        "Running jobs can continue and new work can start. At the next idle moment stop the "
+                        "GPU's "
+                        "processes and reset it (`sudo nvidia-smi -r -i <index>`) or reboot, so the spare "
+                        "row takes over; "
+                        "then confirm `nvidia-smi -q -d ROW_REMAPPER` shows Pending: No."
+                    ),
+                )
+            )
         unc = g.remapped_rows_uncorrectable
         if unc is not None and unc >= warn_unc and not g.remapped_rows_failure:
-            out.append(Finding(
-                code="memory.row_remap_spares_low", severity=severity("memory.row_remap_spares_low"), family=Family.GPU_FAULT,
-                title=f"GPU {g.index} has used {unc} of {limit:.0f} row remaps for uncorrectable errors",
-                evidence=[counts, f"warn at {warn_unc:.0f}, limit {limit:.0f} ({THRESHOLDS_SOURCE})"],
-                gpu=ref(g), data={"uncorrectable": unc}, source="nvml",
-                remedy="This GPU is close to running out of spare HBM rows: plan an RMA before it fails in a job.",
-            ))
+            out.append(
+                Finding(
+                    code="memory.row_remap_spares_low",
+                    severity=severity("memory.row_remap_spares_low"),
+                    family=Family.GPU_FAULT,
+                    title=f"GPU {g.index} has used {unc} of {limit:.0f} row remaps for uncorrectable errors",
+                    evidence=[counts, f"warn at {warn_unc:.0f}, limit {limit:.0f} ({THRESHOLDS_SOURCE})"],
+                    gpu=ref(g),
+                    data={"uncorrectable": unc},
+                    source="nvml",
+                    remedy="This GPU is close to running out of spare HBM rows: plan an RMA before it fails "
+                           "in a job.",
+                )
+            )
     return personalize(out)
 
 
-@check("memory.retired_pages", codes=["memory.retired_pages_pending", "memory.retired_pages"],
-       what="retired memory pages (pre-Ampere)")
+@check(
+    "memory.retired_pages",
+    codes=["memory.retired_pages_pending", "memory.retired_pages"],
+    what="retired memory pages (pre-Ampere)",
+)
 def retired_pages(snap: Snapshot) -> Iterable[Finding]:
     out = []
     crit, dbe_crit = threshold("retired_pages_critical"), threshold("retired_pages_dbe_critical")
@@ -147,20 +222,39 @@ def retired_pages(snap: Snapshot) -> Iterable[Finding]:
         sbe, dbe = g.retired_pages_sbe or 0, g.retired_pages_dbe or 0
         counts = f"retired_pages.sbe = {g.retired_pages_sbe}, retired_pages.dbe = {g.retired_pages_dbe}"
         if g.retired_pages_pending:
-            out.append(Finding(
-                code="memory.retired_pages_pending", severity=severity("memory.retired_pages_pending"), family=Family.GPU_FAULT,
-                title=f"GPU {g.index}: memory pages are waiting to be retired; reload the driver or reboot",
-                evidence=["retired_pages.pending = yes", counts] + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
-                gpu=ref(g), source="nvml",
-                remedy=("Retirement takes effect when the driver reloads: when idle, reset the GPU "
-                        "(`sudo nvidia-smi -r -i <index>`) or reboot, then check `nvidia-smi -q -d PAGE_RETIREMENT`."),
-            ))
+            out.append(
+                Finding(
+                    code="memory.retired_pages_pending",
+                    severity=severity("memory.retired_pages_pending"),
+                    family=Family.GPU_FAULT,
+                    title=f"GPU {g.index}: memory pages are waiting to be retired; reload the driver or "
+                          "reboot",
+                    evidence=["retired_pages.pending = yes", counts]
+                    + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
+                    gpu=ref(g),
+                    source="nvml",
+                    remedy=(
+                        "Retirement takes effect when the driver reloads: when idle, reset the GPU "
+                        "(`sudo nvidia-smi -r -i <index>`) or reboot, then check `nvidia-smi -q -d "
+                        "PAGE_RETIREMENT`."
+                    ),
+                )
+            )
         if sbe + dbe >= crit or dbe > dbe_crit:
-            out.append(Finding(
-                code="memory.retired_pages", severity=severity("memory.retired_pages"), family=Family.GPU_FAULT,
-                title=f"GPU {g.index} has retired {sbe + dbe} memory pages ({dbe} for double-bit errors)",
-                evidence=[counts, f"fail at >= {crit:.0f} total or > {dbe_crit:.0f} DBE pages ({THRESHOLDS_SOURCE})"],
-                gpu=ref(g), data={"sbe": sbe, "dbe": dbe}, source="nvml",
-                remedy="The GPU is at its page-retirement limit (max 64): drain it and open an RMA.",
-            ))
+            out.append(
+                Finding(
+                    code="memory.retired_pages",
+                    severity=severity("memory.retired_pages"),
+                    family=Family.GPU_FAULT,
+                    title=f"GPU {g.index} has retired {sbe + dbe} memory pages ({dbe} for double-bit errors)",
+                    evidence=[
+                        counts,
+                        f"fail at >= {crit:.0f} total or > {dbe_crit:.0f} DBE pages ({THRESHOLDS_SOURCE})",
+                    ],
+                    gpu=ref(g),
+                    data={"sbe": sbe, "dbe": dbe},
+                    source="nvml",
+                    remedy="The GPU is at its page-retirement limit (max 64): drain it and open an RMA.",
+                )
+            )
     return personalize(out)

@@ -29,11 +29,15 @@ from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, Severity
 
-_REMEDY = ("Check `nvidia-smi nvlink -s -i <index>` (link state) and `nvidia-smi nvlink -e -i <index>` (error counters); "
-           "on NVSwitch systems make sure nvidia-fabricmanager is running (`systemctl status nvidia-fabricmanager`) "
-           "and look for SXid lines in `dmesg`. A link that is down or keeps replaying/recovering slows or hangs NCCL: "
-           "drain the node, reset the GPU or reboot; if the link stays down or errors return, the GPU/baseboard "
-           "needs inspection (RMA via the provider).")
+_REMEDY = (
+    "Check `nvidia-smi nvlink -s -i <index>` (link state) and `nvidia-smi nvlink -e -i <index>` (error "
+    "counters); "
+    "on NVSwitch systems make sure nvidia-fabricmanager is running (`systemctl status nvidia-fabricmanager`) "
+    "and look for SXid lines in `dmesg`. A link that is down or keeps replaying/recovering slows or hangs "
+    "NCCL: "
+    "drain the node, reset the GPU or reboot; if the link stays down or errors return, the GPU/baseboard "
+    "needs inspection (RMA via the provider)."
+)
 
 
 @check("nvlink.error", codes=["nvlink.error"], what="NVLink state and error counters")
@@ -42,8 +46,11 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
     if not gpus:
         return []
     max_active = max(sum(1 for link in g.nvlinks if link.active) for g in gpus)
-    crc_warn, rep_warn, rec_warn = (threshold("nvlink_crc_warn"), threshold("nvlink_replay_warn"),
-                                    threshold("nvlink_recovery_warn"))
+    crc_warn, rep_warn, rec_warn = (
+        threshold("nvlink_crc_warn"),
+        threshold("nvlink_replay_warn"),
+        threshold("nvlink_recovery_warn"),
+    )
     out = []
     for g in gpus:
         if g.mig_mode_current:
@@ -54,8 +61,10 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
         down = [link for link in g.nvlinks if link.active is False]
         if down and (active or max_active > 0):
             sev = severity("nvlink.error")
-            ev.append(f"nvlink links down: {', '.join(str(x.link) for x in down)} "
-                      f"({len(active)} of {len(g.nvlinks)} active; best GPU on this node has {max_active} active)")
+            ev.append(
+                f"nvlink links down: {', '.join(str(x.link) for x in down)} "
+                f"({len(active)} of {len(g.nvlinks)} active; best GPU on this node has {max_active} active)"
+            )
         for link in g.nvlinks:
             parts = []
             if (link.replay_errors or 0) >= rep_warn:
@@ -72,16 +81,31 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
                 sev = sev or severity("nvlink.error", "counters_only")
         if sev is None:
             continue
-        ev.append(f"thresholds: replay >= {rep_warn:.0f}, recovery >= {rec_warn:.0f}, CRC >= {crc_warn:.0f} "
-                  f"(cumulative since driver load; {THRESHOLDS_SOURCE})")
-        ev += kernel_lines(snap, g.pci_bus_id, ("xid", "nvlink"), xids=(74, 144, 145, 146, 147, 148, 149, 150))
-        title = (f"GPU {g.index} has NVLink link(s) down" if sev == Severity.CRITICAL
-                 else f"GPU {g.index} NVLink links are logging errors")
-        out.append(Finding(
-            code="nvlink.error", severity=sev, family=Family.GPU_FAULT, title=title, evidence=ev, remedy=_REMEDY,
-            gpu=ref(g), source="nvml",
-            data={"down": [x.link for x in down], "active": len(active), "links": len(g.nvlinks)},
-        ))
+        ev.append(
+            f"thresholds: replay >= {rep_warn:.0f}, recovery >= {rec_warn:.0f}, CRC >= {crc_warn:.0f} "
+            f"(cumulative since driver load; {THRESHOLDS_SOURCE})"
+        )
+        ev += kernel_lines(
+            snap, g.pci_bus_id, ("xid", "nvlink"), xids=(74, 144, 145, 146, 147, 148, 149, 150)
+        )
+        title = (
+            f"GPU {g.index} has NVLink link(s) down"
+            if sev == Severity.CRITICAL
+            else f"GPU {g.index} NVLink links are logging errors"
+        )
+        out.append(
+            Finding(
+                code="nvlink.error",
+                severity=sev,
+                family=Family.GPU_FAULT,
+                title=title,
+                evidence=ev,
+                remedy=_REMEDY,
+                gpu=ref(g),
+                source="nvml",
+                data={"down": [x.link for x in down], "active": len(active), "links": len(g.nvlinks)},
+            )
+        )
     return personalize(out)
 
 
@@ -92,8 +116,11 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
 
 @check("kernel.nvlink", codes=["nvlink.error"], what="NVLink and NVSwitch errors (kernel log)")
 def nvlink_errors(snap: Snapshot) -> list[Finding]:
-    evs = [e for e in snap.kernel_events
-           if e.kind in ("nvlink", "sxid") or (e.kind == "xid" and e.xid in NVLINK_XIDS)]
+    evs = [
+        e
+        for e in snap.kernel_events
+        if e.kind in ("nvlink", "sxid") or (e.kind == "xid" and e.xid in NVLINK_XIDS)
+    ]
     if not evs:
         return []
     uuids = _uuid_map(snap)
@@ -104,8 +131,11 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
     out: list[Finding] = []
     for (where, bus), group in groups.items():
         links = sorted({int(lk) for e in group if (lk := e.detail.get("link")) is not None})
-        fatal = any(e.detail.get("fatal") is True or (e.kind == "xid" and e.xid == 74 and "fatal" in (e.message or "").lower())
-                    for e in group)
+        fatal = any(
+            e.detail.get("fatal") is True
+            or (e.kind == "xid" and e.xid == 74 and "fatal" in (e.message or "").lower())
+            for e in group
+        )
         nonfatal_only = all(e.detail.get("fatal") is False for e in group)
         sev = severity("nvlink.error") if fatal else severity("nvlink.error", "non_fatal")
         if nonfatal_only and len(group) < 10:
@@ -114,21 +144,30 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
         data["links"] = links
         data["fatal"] = fatal
         if all(prev.get(id(e)) for e in group):
-            sev = severity("nvlink.error", "before_boot") if fatal else severity("nvlink.error", "before_boot_minor")
+            sev = (
+                severity("nvlink.error", "before_boot")
+                if fatal
+                else severity("nvlink.error", "before_boot_minor")
+            )
             data["previous_boot"] = True
         if where == "switch":
             sxids = sorted({int(e.detail["sxid"]) for e in group if "sxid" in e.detail})
             switches = sorted({int(s) for e in group if (s := e.detail.get("nvswitch")) is not None})
             data["sxids"] = sxids
             data["nvswitches"] = switches
-            title = (f"NVSwitch {bus} reported {'fatal ' if fatal else ''}SXid "
-                     + ", ".join(map(str, sxids)) + (f" on link(s) {', '.join(map(str, links))}" if links else ""))
+            title = (
+                f"NVSwitch {bus} reported {'fatal ' if fatal else ''}SXid "
+                + ", ".join(map(str, sxids))
+                + (f" on link(s) {', '.join(map(str, links))}" if links else "")
+            )
             ref = None
             remedy = _steps(
-                "Check `nvidia-smi nvlink -s` and Fabric Manager's log (`journalctl -u nvidia-fabricmanager`).",
+                "Check `nvidia-smi nvlink -s` and Fabric Manager's log (`journalctl -u "
+                "nvidia-fabricmanager`).",
                 "A fatal SXid needs the GPUs on that switch reset (or the node rebooted) and Fabric Manager "
                 "restarted; drain the node first.",
-                "Repeated SXids on the same link point at the NVLink cable/tray: report it to the provider with "
+                "Repeated SXids on the same link point at the NVLink cable/tray: report it to the provider "
+                "with "
                 "`nvidia-bug-report.sh` output.",
             )
         else:
@@ -136,16 +175,30 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
             data["xids"] = xids
             ref = gpu_ref(snap, bus, uuids)
             label = ref.label() if ref else "A GPU"
-            title = (f"{label}: {'fatal ' if fatal else ''}NVLink errors"
-                     + (f" on link(s) {', '.join(map(str, links))}" if links else "")
-                     + (f" (Xid {', '.join(map(str, xids))})" if xids else ""))
+            title = (
+                f"{label}: {'fatal ' if fatal else ''}NVLink errors"
+                + (f" on link(s) {', '.join(map(str, links))}" if links else "")
+                + (f" (Xid {', '.join(map(str, xids))})" if xids else "")
+            )
             remedy = _steps(
-                "Check link state and error counters: `nvidia-smi nvlink -s -i <index>` and `nvidia-smi nvlink -e`.",
-                "Fatal NVLink errors need a GPU reset (or reboot) before multi-GPU jobs work again; drain first.",
+                "Check link state and error counters: `nvidia-smi nvlink -s -i <index>` and `nvidia-smi "
+                "nvlink -e`.",
+                "Fatal NVLink errors need a GPU reset (or reboot) before multi-GPU jobs work again; drain "
+                "first.",
                 "If the same link keeps failing, reseat the NVLink bridge/cable or GPU tray and run "
                 "`dcgmi diag -r 3`; then ask the provider to inspect it.",
             )
-        out.append(Finding(code="nvlink.error", severity=sev, family=Family.GPU_FAULT, title=title,
-                           evidence=_evidence(group), remedy=remedy, gpu=ref, data=data, source=SOURCE))
+        out.append(
+            Finding(
+                code="nvlink.error",
+                severity=sev,
+                family=Family.GPU_FAULT,
+                title=title,
+                evidence=_evidence(group),
+                remedy=remedy,
+                gpu=ref,
+                data=data,
+                source=SOURCE,
+            )
+        )
     return out
-

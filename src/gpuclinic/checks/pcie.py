@@ -42,11 +42,13 @@ GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 # DCGM replay budget: errors per minute per lane at BER 1e-12 (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp)
 REPLAY_PER_LANE_PER_MIN = {1: 0.15, 2: 0.30, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
 
-_SEATING = ("Confirm under load: `nvidia-smi -q -d PCIE -i <index>` (Link Width/Generation Current vs Max) and "
-            "`sudo lspci -vvv -s <bus> | grep -E 'LnkCap|LnkSta'` (look for '(downgraded)'); check "
-            "`dmesg -T | grep -iE 'AER|limited by'`. A link that trains narrow or slow under load points at the "
-            "GPU's seating, the riser/retimer or cable, or the slot: ask the provider to reseat/inspect it. Also "
-            "check BIOS PCIe settings (slot forced to a lower Gen, bifurcation).")
+_SEATING = (
+    "Confirm under load: `nvidia-smi -q -d PCIE -i <index>` (Link Width/Generation Current vs Max) and "
+    "`sudo lspci -vvv -s <bus> | grep -E 'LnkCap|LnkSta'` (look for '(downgraded)'); check "
+    "`dmesg -T | grep -iE 'AER|limited by'`. A link that trains narrow or slow under load points at the "
+    "GPU's seating, the riser/retimer or cable, or the slot: ask the provider to reseat/inspect it. Also "
+    "check BIOS PCIe settings (slot forced to a lower Gen, bifurcation)."
+)
 
 
 def _bw(gen: int | None, width: int | None) -> float | None:
@@ -69,13 +71,20 @@ def link_degraded(snap: Snapshot) -> Iterable[Finding]:
             out.append(f)
     if len(idle) > 1:  # one line for a whole idle node, not one per GPU
         gens = sorted({f.data["gen"] for f in idle})
-        out.append(Finding(
-            code="pcie.link_degraded", severity=severity("pcie.link_degraded", "idle"), family=Family.PCIE_POWER,
-            title=f"{len(idle)} idle GPUs have their PCIe links at Gen{'/'.join(map(str, gens))} (power saving)",
-            evidence=_grouped(idle) + ["idle GPUs lower the link generation to save power; this is expected at idle"],
-            remedy=idle[0].remedy, source=idle[0].source,
-            data={"reason": "idle_gen", "gpus": [f.gpu.index for f in idle if f.gpu]},
-        ))
+        out.append(
+            Finding(
+                code="pcie.link_degraded",
+                severity=severity("pcie.link_degraded", "idle"),
+                family=Family.PCIE_POWER,
+                title=f"{len(idle)} idle GPUs have their PCIe links at Gen{'/'.join(map(str, gens))} (power "
+                      "saving)",
+                evidence=_grouped(idle)
+                + ["idle GPUs lower the link generation to save power; this is expected at idle"],
+                remedy=idle[0].remedy,
+                source=idle[0].source,
+                data={"reason": "idle_gen", "gpus": [f.gpu.index for f in idle if f.gpu]},
+            )
+        )
     else:
         out.extend(idle)
     return personalize(out)
@@ -94,52 +103,95 @@ def _link(g: GpuFacts) -> Finding | None:
     gen_low = gen is not None and gmax is not None and gen < gmax
     width_low = w is not None and wmax is not None and w < wmax
     is_busy = busy(g)
-    link = f"pcie.link.gen.current = {gen if gen is not None else '?'} (max {gmax if gmax is not None else '?'}), " \
-           f"pcie.link.width.current = x{w if w is not None else '?'} (max x{wmax if wmax is not None else '?'})"
+    link = (
+        f"pcie.link.gen.current = {gen if gen is not None else '?'} (max "
+        f"{gmax if gmax is not None else '?'}), "
+        f"pcie.link.width.current = x{w if w is not None else '?'} (max x{wmax if wmax is not None else '?'})"
+    )
     ev = [link, load_line(g)]
     src = "nvml" if "nvml" not in g.unreadable else "pci"
     if not gen_low and not width_low:
         gpu_max = g.pcie_gen_gpu_max
         if gpu_max is not None and gmax is not None and gpu_max > gmax:
             return Finding(
-                code="pcie.link_degraded", severity=severity("pcie.link_degraded", "power_saving"),
-                family=Family.PCIE_POWER, title=f"GPU {g.index} supports PCIe Gen{gpu_max} but the slot/platform only Gen{gmax}",
-                evidence=[link, f"GPU max generation = {gpu_max}"], gpu=ref(g), source=src,
+                code="pcie.link_degraded",
+                severity=severity("pcie.link_degraded", "power_saving"),
+                family=Family.PCIE_POWER,
+                title=f"GPU {g.index} supports PCIe Gen{gpu_max} but the slot/platform only Gen{gmax}",
+                evidence=[link, f"GPU max generation = {gpu_max}"],
+                gpu=ref(g),
+                source=src,
                 data={"reason": "platform_limited", "gen_max": gmax, "gpu_gen_max": gpu_max},
-                remedy="Expected in an older-generation slot or riser; use a Gen" f"{gpu_max} slot if host<->GPU transfers matter.",
+                remedy="Expected in an older-generation slot or riser; use a Gen"
+                f"{gpu_max} slot if host<->GPU transfers matter.",
             )
         return None
     cur_bw, max_bw = _bw(gen, w), _bw(gmax, wmax)
     frac = (cur_bw / max_bw) if cur_bw and max_bw else None
     if frac is not None:
         ev.append(f"link bandwidth ≈ {frac:.0%} of what GPU and slot support")
-    what = " and ".join(x for x in (
-        f"Gen{gen} instead of Gen{gmax}" if gen_low else "", f"x{w} instead of x{wmax}" if width_low else "") if x)
-    data = {"gen": gen, "gen_max": gmax, "width": w, "width_max": wmax, "busy": is_busy, "bandwidth_fraction": frac}
+    what = " and ".join(
+        x
+        for x in (
+            f"Gen{gen} instead of Gen{gmax}" if gen_low else "",
+            f"x{w} instead of x{wmax}" if width_low else "",
+        )
+        if x
+    )
+    data = {
+        "gen": gen,
+        "gen_max": gmax,
+        "width": w,
+        "width_max": wmax,
+        "busy": is_busy,
+        "bandwidth_fraction": frac,
+    }
     if is_busy:
         starved = frac is not None and frac <= threshold("pcie_bandwidth_critical_fraction")
         sev = severity("pcie.link_degraded", "starved") if starved else severity("pcie.link_degraded")
         if starved:
-            ev.append(f"critical at <= {threshold('pcie_bandwidth_critical_fraction'):.0%} ({THRESHOLDS_SOURCE})")
+            ev.append(
+                f"critical at <= {threshold('pcie_bandwidth_critical_fraction'):.0%} ({THRESHOLDS_SOURCE})"
+            )
         return Finding(
-            code="pcie.link_degraded", severity=sev, family=Family.PCIE_POWER,
+            code="pcie.link_degraded",
+            severity=sev,
+            family=Family.PCIE_POWER,
             title=f"GPU {g.index} PCIe link runs at {what} while busy",
-            evidence=ev, remedy=_SEATING, gpu=ref(g), source=src, data=data,
+            evidence=ev,
+            remedy=_SEATING,
+            gpu=ref(g),
+            source=src,
+            data=data,
         )
     if width_low:
-        ev.append("idle power saving lowers link speed, not width: a narrow link at idle usually trained narrow")
+        ev.append(
+            "idle power saving lowers link speed, not width: a narrow link at idle usually trained narrow"
+        )
         return Finding(
-            code="pcie.link_degraded", severity=severity("pcie.link_degraded"), family=Family.PCIE_POWER,
+            code="pcie.link_degraded",
+            severity=severity("pcie.link_degraded"),
+            family=Family.PCIE_POWER,
             title=f"GPU {g.index} PCIe link is {what} (at idle; width loss is not explained by power saving)",
-            evidence=ev, remedy=_SEATING, gpu=ref(g), source=src, data=data,
+            evidence=ev,
+            remedy=_SEATING,
+            gpu=ref(g),
+            source=src,
+            data=data,
         )
     ev.append("idle GPUs lower the link generation to save power; this is expected at idle")
     return Finding(
-        code="pcie.link_degraded", severity=severity("pcie.link_degraded", "idle"), family=Family.PCIE_POWER,
+        code="pcie.link_degraded",
+        severity=severity("pcie.link_degraded", "idle"),
+        family=Family.PCIE_POWER,
         title=f"GPU {g.index} PCIe link at {what} while idle (power saving)",
-        evidence=ev, gpu=ref(g), source=src, data={**data, "reason": "idle_gen"},
-        remedy="Nothing to do at idle. Re-run `gpuclinic doctor` while a job runs; it is a problem only if the link "
-               "stays below max under load.",
+        evidence=ev,
+        gpu=ref(g),
+        source=src,
+        data={**data, "reason": "idle_gen"},
+        remedy="Nothing to do at idle. Re-run `gpuclinic doctor` while a job runs; it is a problem only if "
+               "the link "
+        "stays below max under load.",
     )
 
 
@@ -163,17 +215,31 @@ def replay(snap: Snapshot) -> Iterable[Finding]:
         if rate is not None:
             ev.append(f"measured rate: {rate:.1f} replays per minute")
         else:
-            ev.append("no rate: sample the counter twice (`nvidia-smi -q -d PCIE` a minute apart, or `gpuclinic watch`)")
-        out.append(Finding(
-            code="pcie.replay", severity=severity("pcie.replay") if over else severity("pcie.replay", "lifetime_count"),
-            family=Family.PCIE_POWER,
-            title=f"GPU {g.index} PCIe link is retransmitting ({n} replays)",
-            evidence=ev, gpu=ref(g), source="nvml", data={"replays": n, "rate_per_min": rate},
-            remedy=("Replays are link-level retries after bit errors: the link works but is marginal. Check whether the "
-                    "count grows (`nvidia-smi -q -d PCIE` twice, a minute apart, or `gpuclinic watch`) and look for AER "
-                    "lines (`dmesg -T | grep -i AER`). A growing count means reseating the GPU or replacing the "
-                    "riser/retimer/cable; it can precede Xid 79 (fallen off the bus)."),
-        ))
+            ev.append(
+                "no rate: sample the counter twice (`nvidia-smi -q -d PCIE` a minute apart, or `gpuclinic "
+                "watch`)"
+            )
+        out.append(
+            Finding(
+                code="pcie.replay",
+                severity=severity("pcie.replay") if over else severity("pcie.replay", "lifetime_count"),
+                family=Family.PCIE_POWER,
+                title=f"GPU {g.index} PCIe link is retransmitting ({n} replays)",
+                evidence=ev,
+                gpu=ref(g),
+                source="nvml",
+                data={"replays": n, "rate_per_min": rate},
+                remedy=(
+                    "Replays are link-level retries after bit errors: the link works but is marginal. Check "
+                    "whether the "
+                    "count grows (`nvidia-smi -q -d PCIE` twice, a minute apart, or `gpuclinic watch`) and "
+                    "look for AER "
+                    "lines (`dmesg -T | grep -i AER`). A growing count means reseating the GPU or replacing "
+                    "the "
+                    "riser/retimer/cable; it can precede Xid 79 (fallen off the bus)."
+                ),
+            )
+        )
     return personalize(out)
 
 
@@ -188,7 +254,11 @@ def _aer_detail(counters: dict[str, int]) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-@check("pcie.aer_counters", codes=["pcie.aer_corrected", "pcie.aer_uncorrected"], what="PCIe AER counters (sysfs)")
+@check(
+    "pcie.aer_counters",
+    codes=["pcie.aer_corrected", "pcie.aer_uncorrected"],
+    what="PCIe AER counters (sysfs)",
+)
 def aer_counters(snap: Snapshot) -> Iterable[Finding]:
     """AER counters in sysfs (since boot): readable in containers where the kernel log is not.
 
@@ -216,35 +286,71 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
             corr = _aer_total(dev.aer_corrected, "TOTAL_ERR_COR")
             gref = GpuRef(pci_bus_id=gpu_dev.bus_id)
             label = f"GPU {gpu_dev.bus_id}"
-            data = {"device": dev.bus_id, "gpu_bus_id": gpu_dev.bus_id, "where": "bridge_above_gpu" if where else "gpu",
-                    "fatal": fatal, "nonfatal": nonfatal, "corrected": corr}
+            data = {
+                "device": dev.bus_id,
+                "gpu_bus_id": gpu_dev.bus_id,
+                "where": "bridge_above_gpu" if where else "gpu",
+                "fatal": fatal,
+                "nonfatal": nonfatal,
+                "corrected": corr,
+            }
             if fatal or nonfatal:
-                ev = [f"sysfs {dev.bus_id}/aer_dev_fatal: TOTAL_ERR_FATAL = {fatal}{_aer_detail(dev.aer_fatal)}",
-                      f"sysfs {dev.bus_id}/aer_dev_nonfatal: TOTAL_ERR_NONFATAL = {nonfatal}{_aer_detail(dev.aer_nonfatal)}",
-                      "counters count since boot"]
-                out.append(Finding(
-                    code="pcie.aer_uncorrected",
-                    severity=severity("pcie.aer_uncorrected") if fatal else severity("pcie.aer_uncorrected", "non_fatal"),
-                    family=Family.PCIE_POWER, gpu=gref, source="pci", data=data, evidence=ev,
-                    title=f"{label}: PCIe uncorrected ({'fatal' if fatal else 'non-fatal'}) errors counted{where}",
-                    remedy=("Uncorrected PCIe errors can corrupt transfers or drop the GPU off the bus"
+                ev = [
+                    f"sysfs {dev.bus_id}/aer_dev_fatal: TOTAL_ERR_FATAL = "
+                    f"{fatal}{_aer_detail(dev.aer_fatal)}",
+                    f"sysfs {dev.bus_id}/aer_dev_nonfatal: TOTAL_ERR_NONFATAL = "
+                    f"{nonfatal}{_aer_detail(dev.aer_nonfatal)}",
+                    "counters count since boot",
+                ]
+                out.append(
+                    Finding(
+                        code="pcie.aer_uncorrected",
+                        severity=severity("pcie.aer_uncorrected")
+                        if fatal
+                        else severity("pcie.aer_uncorrected", "non_fatal"),
+                        family=Family.PCIE_POWER,
+                        gpu=gref,
+                        source="pci",
+                        data=data,
+                        evidence=ev,
+                        title=f"{label}: PCIe uncorrected ({'fatal' if fatal else 'non-fatal'}) errors "
+                        f"counted{where}",
+                        remedy=(
+                            "Uncorrected PCIe errors can corrupt transfers or drop the GPU off the bus"
                             + (": drain the node. " if fatal else ". ")
                             + "Read the details with `sudo dmesg -T | grep -i -A3 AER` and "
-                            f"`sudo lspci -vvv -s {dev.bus_id}`; reboot to retrain the link; reseat the GPU/riser/cable "
-                            "and update the system BIOS; if it recurs, ask the provider to inspect the slot."),
-                ))
+                            f"`sudo lspci -vvv -s {dev.bus_id}`; reboot to retrain the link; reseat the "
+                            "GPU/riser/cable "
+                            "and update the system BIOS; if it recurs, ask the provider to inspect the slot."
+                        ),
+                    )
+                )
             if corr >= warn_cor:
-                out.append(Finding(
-                    code="pcie.aer_corrected", severity=severity("pcie.aer_corrected"), family=Family.PCIE_POWER, gpu=gref,
-                    source="pci", data=data,
-                    title=f"{label}: {corr} PCIe corrected errors counted since boot{where}",
-                    evidence=[f"sysfs {dev.bus_id}/aer_dev_correctable: TOTAL_ERR_COR = {corr}{_aer_detail(dev.aer_corrected)}",
-                              f"warn at {warn_cor:.0f} ({THRESHOLDS_SOURCE})"],
-                    remedy=("Each corrected error costs a link replay; many mean a marginal link. Check whether the count "
-                            f"grows (`cat /sys/bus/pci/devices/{dev.bus_id}/aer_dev_correctable` a minute apart) and "
-                            "compare with the replay counter in `nvidia-smi -q -d PCIE`; if it keeps growing, reseat the "
-                            "GPU/riser/cable or ask the provider to inspect the slot."),
-                ))
+                out.append(
+                    Finding(
+                        code="pcie.aer_corrected",
+                        severity=severity("pcie.aer_corrected"),
+                        family=Family.PCIE_POWER,
+                        gpu=gref,
+                        source="pci",
+                        data=data,
+                        title=f"{label}: {corr} PCIe corrected errors counted since boot{where}",
+                        evidence=[
+                            f"sysfs {dev.bus_id}/aer_dev_correctable: TOTAL_ERR_COR = "
+                            f"{corr}{_aer_detail(dev.aer_corrected)}",
+                            f"warn at {warn_cor:.0f} ({THRESHOLDS_SOURCE})",
+                        ],
+                        remedy=(
+                            "Each corrected error costs a link replay; many mean a marginal link. Check "
+                            "whether the count "
+                            f"grows (`cat /sys/bus/pci/devices/{dev.bus_id}/aer_dev_correctable` a minute "
+                            "apart) and "
+                            "compare with the replay counter in `nvidia-smi -q -d PCIE`; if it keeps "
+                            "growing, reseat the "
+                            "GPU/riser/cable or ask the provider to inspect the slot."
+                        ),
+                    )
+                )
     return personalize(out)
 
 
@@ -279,7 +385,9 @@ def _aer_target(snap: Snapshot, e: KernelEvent) -> tuple[str | None, str]:
     return dev, "other"
 
 
-@check("kernel.aer", codes=["pcie.aer_corrected", "pcie.aer_uncorrected"], what="PCIe AER errors (kernel log)")
+@check(
+    "kernel.aer", codes=["pcie.aer_corrected", "pcie.aer_uncorrected"], what="PCIe AER errors (kernel log)"
+)
 def aer_errors(snap: Snapshot) -> list[Finding]:
     evs = [e for e in snap.kernel_events if e.kind == "aer" and e.detail.get("severity") != "recovery"]
     if not evs:
@@ -315,20 +423,27 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
         data["rate_per_hour"] = round(rate_h, 2) if rate_h is not None else None
         ref = gpu_ref(snap, target, uuids) if where != "other" else None
         label = ref.label() if ref else f"PCIe device {target or '?'}"
-        place = {"gpu": "", "bridge_above_gpu": " (on the PCIe bridge/switch port above it)", "other": ""}[where]
-        rate_txt = (f"{count} in {span / 3600:.1f} h ({rate_h:.1f}/h)" if rate_h is not None and span
-                    else f"{count} logged")
+        place = {"gpu": "", "bridge_above_gpu": " (on the PCIe bridge/switch port above it)", "other": ""}[
+            where
+        ]
+        rate_txt = (
+            f"{count} in {span / 3600:.1f} h ({rate_h:.1f}/h)"
+            if rate_h is not None and span
+            else f"{count} logged"
+        )
         lines = [ln for e in group[:2] for ln in (e.detail.get("lines") or [])][:3]
         if cls == "corrected":
-            frequent = count >= AER_FREQUENT_COUNT or (rate_h is not None and count >= 10
-                                                        and rate_h >= AER_FREQUENT_PER_HOUR)
+            frequent = count >= AER_FREQUENT_COUNT or (
+                rate_h is not None and count >= 10 and rate_h >= AER_FREQUENT_PER_HOUR
+            )
             sev = severity("pcie.aer_corrected") if frequent else severity("pcie.aer_corrected", "few")
             data["frequent"] = frequent
             title = f"{label}: PCIe corrected errors (AER){place}: {rate_txt}"
             remedy = _steps(
                 "Corrected errors are fixed by the link itself, but each one costs a replay; frequent ones "
-                "mean a marginal link that can degrade or drop." if frequent else
-                "A few corrected errors are normal; watch whether the count grows.",
+                "mean a marginal link that can degrade or drop."
+                if frequent
+                else "A few corrected errors are normal; watch whether the count grows.",
                 "Compare with `nvidia-smi -q -d PCIE` (replay counter, current vs max link gen/width).",
                 "If they keep coming: reseat the GPU/riser/cable, check the slot, update the system BIOS; "
                 "ask the provider to move the job or inspect the slot.",
@@ -348,18 +463,30 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
             title = f"{label}: PCIe uncorrected ({kind}) errors (AER){place}: {rate_txt}"
             remedy = _steps(
                 "Drain the server: an uncorrected PCIe error can corrupt transfers or make the GPU fall off "
-                "the bus." if fatal else
-                "Check that jobs on this GPU still complete correctly; a non-fatal uncorrected error can "
+                "the bus."
+                if fatal
+                else "Check that jobs on this GPU still complete correctly; a non-fatal uncorrected error "
+                "can "
                 "abort transfers.",
                 "Reboot to retrain the link, then watch `dmesg` for new AER lines.",
                 "Reseat the GPU/riser/cable, check its power, update the system BIOS; if it recurs, ask the "
                 "provider to inspect the slot or replace the GPU.",
             )
             code = "pcie.aer_uncorrected"
-        out.append(Finding(code=code, severity=sev, family=Family.PCIE_POWER, title=title,
-                           evidence=_evidence(group, lines), remedy=remedy, gpu=ref, data=data, source=SOURCE))
+        out.append(
+            Finding(
+                code=code,
+                severity=sev,
+                family=Family.PCIE_POWER,
+                title=title,
+                evidence=_evidence(group, lines),
+                remedy=remedy,
+                gpu=ref,
+                data=data,
+                source=SOURCE,
+            )
+        )
     return out
-
 
 
 # --------------------------------------------------------------------------------------------------
@@ -367,7 +494,9 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
 # --------------------------------------------------------------------------------------------------
 
 
-@check("kernel.pcie_limited", codes=["pcie.bandwidth_limited"], what="PCIe bandwidth limits at boot (kernel log)")
+@check(
+    "kernel.pcie_limited", codes=["pcie.bandwidth_limited"], what="PCIe bandwidth limits at boot (kernel log)"
+)
 def bandwidth_limited(snap: Snapshot) -> list[Finding]:
     evs = [e for e in snap.kernel_events if e.kind == "pcie_limited"]
     if not evs:
@@ -378,8 +507,11 @@ def bandwidth_limited(snap: Snapshot) -> list[Finding]:
     for e in evs:
         if not e.pci_bus_id:
             continue
-        is_gpu = (snap.gpu_by_bus_id(e.pci_bus_id) is not None or e.pci_bus_id in nvidia_pci
-                  or bool(e.detail.get("nvidia")))
+        is_gpu = (
+            snap.gpu_by_bus_id(e.pci_bus_id) is not None
+            or e.pci_bus_id in nvidia_pci
+            or bool(e.detail.get("nvidia"))
+        )
         if is_gpu:
             latest[e.pci_bus_id] = e
     out: list[Finding] = []
@@ -387,21 +519,36 @@ def bandwidth_limited(snap: Snapshot) -> list[Finding]:
         d = e.detail
         width, cap_w = int(d.get("width", 0)), int(d.get("capable_width", 0))
         narrow = width and cap_w and width < cap_w
-        sev = severity("pcie.bandwidth_limited") if narrow else severity("pcie.bandwidth_limited", "not_narrow")
+        sev = (
+            severity("pcie.bandwidth_limited") if narrow else severity("pcie.bandwidth_limited", "not_narrow")
+        )
         ref = gpu_ref(snap, bus, uuids)
         label = ref.label() if ref else f"GPU {bus}"
-        title = (f"{label}: kernel reports {d.get('available_gbps')} Gb/s available PCIe bandwidth, limited by "
-                 f"a {d.get('speed_gts')} GT/s x{width} link at {d.get('limited_at')} (capable of "
-                 f"{d.get('capable_gbps')} Gb/s at {d.get('capable_speed_gts')} GT/s x{cap_w})")
+        title = (
+            f"{label}: kernel reports {d.get('available_gbps')} Gb/s available PCIe bandwidth, limited by "
+            f"a {d.get('speed_gts')} GT/s x{width} link at {d.get('limited_at')} (capable of "
+            f"{d.get('capable_gbps')} Gb/s at {d.get('capable_speed_gts')} GT/s x{cap_w})"
+        )
         remedy = _steps(
             "The link trained narrower than the GPU supports: check the slot (x16 electrical?), riser and "
-            "seating, and the BIOS lane bifurcation settings." if narrow else
-            "GPUs lower their link speed when idle, so a speed limit at boot is usually harmless; compare "
+            "seating, and the BIOS lane bifurcation settings."
+            if narrow
+            else "GPUs lower their link speed when idle, so a speed limit at boot is usually harmless; "
+            "compare "
             "`nvidia-smi -q -d PCIE` under load.",
             "Under load, `nvidia-smi -q -d PCIE` should show the maximum generation and width.",
         )
-        out.append(Finding(code="pcie.bandwidth_limited", severity=sev, family=Family.PCIE_POWER, title=title,
-                           evidence=[e.line], remedy=remedy, gpu=ref, data={**d, "narrow": bool(narrow)},
-                           source=SOURCE))
+        out.append(
+            Finding(
+                code="pcie.bandwidth_limited",
+                severity=sev,
+                family=Family.PCIE_POWER,
+                title=title,
+                evidence=[e.line],
+                remedy=remedy,
+                gpu=ref,
+                data={**d, "narrow": bool(narrow)},
+                source=SOURCE,
+            )
+        )
     return out
-

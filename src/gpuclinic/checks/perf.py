@@ -28,11 +28,14 @@ from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding
 
-_REMEDY = ("Every multi-GPU step waits for this GPU. Fix the cause named in the other findings for it (heat, power "
-           "brake, lowered power limit); otherwise read its Clocks Event Reasons with "
-           "`nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE -i <index>` and compare it with a peer. If nothing explains "
-           "it, run a stress test on that GPU alone (`dcgmi diag -r 2 -i <index>` or gpu-burn) and report it to the "
-           "provider; meanwhile exclude it (CUDA_VISIBLE_DEVICES) from multi-GPU jobs.")
+_REMEDY = (
+    "Every multi-GPU step waits for this GPU. Fix the cause named in the other findings for it (heat, power "
+    "brake, lowered power limit); otherwise read its Clocks Event Reasons with "
+    "`nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE -i <index>` and compare it with a peer. If nothing "
+    "explains "
+    "it, run a stress test on that GPU alone (`dcgmi diag -r 2 -i <index>` or gpu-burn) and report it to the "
+    "provider; meanwhile exclude it (CUDA_VISIBLE_DEVICES) from multi-GPU jobs."
+)
 
 
 @check("perf.straggler", codes=["perf.straggler"], what="GPU stragglers")
@@ -46,29 +49,52 @@ def straggler(snap: Snapshot) -> Iterable[Finding]:
     out = []
     for g in gpus:
         slow_clk = g.sm_clock_mhz is not None and med_clk is not None and g.sm_clock_mhz < med_clk * clk_ratio
-        slow_pw = (g.sm_clock_mhz is None and g.power_draw_w is not None and med_pw is not None
-                   and g.power_draw_w < med_pw * pw_ratio)
+        slow_pw = (
+            g.sm_clock_mhz is None
+            and g.power_draw_w is not None
+            and med_pw is not None
+            and g.power_draw_w < med_pw * pw_ratio
+        )
         if not slow_clk and not slow_pw:
             continue
         if slow_clk:
             assert g.sm_clock_mhz is not None and med_clk is not None
             rel = g.sm_clock_mhz / med_clk
-            lead = f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} vs node median {fmt_mhz(med_clk)} ({rel:.0%}; flag below {clk_ratio:.0%})"
+            lead = (
+                f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} vs node median {fmt_mhz(med_clk)} "
+                f"({rel:.0%}; flag below {clk_ratio:.0%})"
+            )
         else:
             assert g.power_draw_w is not None and med_pw is not None
             rel = g.power_draw_w / med_pw
-            lead = f"power.draw = {fmt_w(g.power_draw_w)} vs node median {fmt_w(med_pw)} ({rel:.0%}; flag below {pw_ratio:.0%})"
-        ev = [lead,
-              f"power.draw = {fmt_w(g.power_draw_w)} (median {fmt_w(med_pw)}), limit {fmt_w(g.power_enforced_limit_w or g.power_limit_w)}",
-              f"clocks_event_reasons.active = {', '.join(g.clock_event_reasons) or 'none'}",
-              f"temperature.gpu = {fmt_c(g.temperature_c)}, utilization.gpu = "
-              f"{fmt_pct(g.utilization_gpu_pct)}",
-              f"compared with {len(gpus)} busy GPUs ({THRESHOLDS_SOURCE})"]
-        out.append(Finding(
-            code="perf.straggler", severity=severity("perf.straggler"), family=Family.GPU_FAULT,
-            title=f"GPU {g.index} runs at {rel:.0%} of its peers' speed under the same load (straggler)",
-            evidence=ev, remedy=_REMEDY, gpu=ref(g), source="nvml",
-            data={"ratio": round(rel, 3), "sm_clock_mhz": g.sm_clock_mhz, "median_sm_clock_mhz": med_clk,
-                  "reasons": list(g.clock_event_reasons)},
-        ))
+            lead = (
+                f"power.draw = {fmt_w(g.power_draw_w)} vs node median {fmt_w(med_pw)} "
+                f"({rel:.0%}; flag below {pw_ratio:.0%})"
+            )
+        ev = [
+            lead,
+            f"power.draw = {fmt_w(g.power_draw_w)} (median {fmt_w(med_pw)}), limit "
+            f"{fmt_w(g.power_enforced_limit_w or g.power_limit_w)}",
+            f"clocks_event_reasons.active = {', '.join(g.clock_event_reasons) or 'none'}",
+            f"temperature.gpu = {fmt_c(g.temperature_c)}, utilization.gpu = {fmt_pct(g.utilization_gpu_pct)}",
+            f"compared with {len(gpus)} busy GPUs ({THRESHOLDS_SOURCE})",
+        ]
+        out.append(
+            Finding(
+                code="perf.straggler",
+                severity=severity("perf.straggler"),
+                family=Family.GPU_FAULT,
+                title=f"GPU {g.index} runs at {rel:.0%} of its peers' speed under the same load (straggler)",
+                evidence=ev,
+                remedy=_REMEDY,
+                gpu=ref(g),
+                source="nvml",
+                data={
+                    "ratio": round(rel, 3),
+                    "sm_clock_mhz": g.sm_clock_mhz,
+                    "median_sm_clock_mhz": med_clk,
+                    "reasons": list(g.clock_event_reasons),
+                },
+            )
+        )
     return personalize(out)

@@ -26,10 +26,12 @@ from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding
 
-_PSU = ("Check the node's power delivery: PSU health and redundancy (`ipmitool sdr type 'Power Supply'`, "
-        "`ipmitool sel elist | tail -50` for PSU/power events), PDU/circuit load, and the GPU's power cables. "
-        "Confirm with `nvidia-smi -q -d PERFORMANCE -i <index>` (Clocks Event Reasons). Drain the node if it "
-        "persists under load; ask the provider to inspect the PSUs/power brake signal.")
+_PSU = (
+    "Check the node's power delivery: PSU health and redundancy (`ipmitool sdr type 'Power Supply'`, "
+    "`ipmitool sel elist | tail -50` for PSU/power events), PDU/circuit load, and the GPU's power cables. "
+    "Confirm with `nvidia-smi -q -d PERFORMANCE -i <index>` (Clocks Event Reasons). Drain the node if it "
+    "persists under load; ask the provider to inspect the PSUs/power brake signal."
+)
 
 
 def _reasons_line(g: GpuFacts) -> str:
@@ -38,8 +40,11 @@ def _reasons_line(g: GpuFacts) -> str:
 
 
 def _power_line(g: GpuFacts) -> str:
-    return (f"power.draw = {fmt_w(g.power_draw_w)}, enforced limit {fmt_w(g.power_enforced_limit_w or g.power_limit_w)}, "
-            f"default {fmt_w(g.power_default_limit_w)}")
+    return (
+        f"power.draw = {fmt_w(g.power_draw_w)}, enforced limit "
+        f"{fmt_w(g.power_enforced_limit_w or g.power_limit_w)}, "
+        f"default {fmt_w(g.power_default_limit_w)}"
+    )
 
 
 @check("power.brake", codes=["power.brake"], what="hardware power brake / slowdown")
@@ -48,29 +53,60 @@ def power_brake(snap: Snapshot) -> Iterable[Finding]:
     for g in readable(snap):
         reasons = set(g.clock_event_reasons)
         viol = g.violation_ns.get("power") or 0
-        ev = [_reasons_line(g), f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of max {fmt_mhz(g.sm_clock_max_mhz)}",
-              _power_line(g)]
+        ev = [
+            _reasons_line(g),
+            f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of max {fmt_mhz(g.sm_clock_max_mhz)}",
+            _power_line(g),
+        ]
         if viol:
             ev.append(f"power violation time = {viol / 1e9:.1f} s since the driver loaded")
         ev.append(load_line(g))
         if "hw_power_brake_slowdown" in reasons:
-            out.append(Finding(
-                code="power.brake", severity=severity("power.brake"), family=Family.PCIE_POWER,
-                title=f"GPU {g.index} clocks are forced down by the hardware power brake (external power signal)",
-                evidence=ev, remedy=_PSU, gpu=ref(g), source="nvml", data={"reason": "hw_power_brake_slowdown"},
-            ))
+            out.append(
+                Finding(
+                    code="power.brake",
+                    severity=severity("power.brake"),
+                    family=Family.PCIE_POWER,
+                    title=f"GPU {g.index} clocks are forced down by the hardware power brake (external power "
+                          "signal)",
+                    evidence=ev,
+                    remedy=_PSU,
+                    gpu=ref(g),
+                    source="nvml",
+                    data={"reason": "hw_power_brake_slowdown"},
+                )
+            )
             continue
         thermal = "hw_thermal_slowdown" in reasons or (
-            g.temperature_c is not None and g.slowdown_temp_c is not None and g.temperature_c >= g.slowdown_temp_c)
+            g.temperature_c is not None
+            and g.slowdown_temp_c is not None
+            and g.temperature_c >= g.slowdown_temp_c
+        )
         if "hw_slowdown" in reasons and not thermal:
-            ev.insert(1, f"temperature.gpu = {fmt_c(g.temperature_c)} (slowdown {fmt_c(g.slowdown_temp_c)}): not thermal")
-            out.append(Finding(
-                code="power.brake", severity=severity("power.brake", "hw_slowdown"), family=Family.PCIE_POWER,
-                title=f"GPU {g.index} is in hardware slowdown that heat does not explain (power delivery or external signal)",
-                evidence=ev, gpu=ref(g), source="nvml", data={"reason": "hw_slowdown"},
-                remedy=("HW slowdown cuts clocks by half or more; without high temperature the cause is power: a power "
-                        "spike over what the board allows, a failing PSU, or the system's slowdown signal. " + _PSU),
-            ))
+            ev.insert(
+                1,
+                f"temperature.gpu = {fmt_c(g.temperature_c)} (slowdown {fmt_c(g.slowdown_temp_c)}): not "
+                "thermal",
+            )
+            out.append(
+                Finding(
+                    code="power.brake",
+                    severity=severity("power.brake", "hw_slowdown"),
+                    family=Family.PCIE_POWER,
+                    title=f"GPU {g.index} is in hardware slowdown that heat does not explain (power delivery "
+                          "or external signal)",
+                    evidence=ev,
+                    gpu=ref(g),
+                    source="nvml",
+                    data={"reason": "hw_slowdown"},
+                    remedy=(
+                        "HW slowdown cuts clocks by half or more; without high temperature the cause is "
+                        "power: a power "
+                        "spike over what the board allows, a failing PSU, or the system's slowdown signal. "
+                        + _PSU
+                    ),
+                )
+            )
     return personalize(out)
 
 
@@ -84,30 +120,54 @@ def power_cap(snap: Snapshot) -> Iterable[Finding]:
         capped = "sw_power_cap" in g.clock_event_reasons
         is_busy = busy(g)
         lowered = limit is not None and default is not None and limit < default * frac
-        ev = [_power_line(g), _reasons_line(g), f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of max {fmt_mhz(g.sm_clock_max_mhz)}",
-              load_line(g)]
+        ev = [
+            _power_line(g),
+            _reasons_line(g),
+            f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of max {fmt_mhz(g.sm_clock_max_mhz)}",
+            load_line(g),
+        ]
         if lowered:
             assert limit is not None and default is not None
             sev = severity("power.cap", "lowered_busy") if is_busy else severity("power.cap")
             ev.append(f"limit lowered when enforced < {frac:.0%} of default ({THRESHOLDS_SOURCE})")
-            out.append(Finding(
-                code="power.cap", severity=sev, family=Family.PCIE_POWER,
-                title=f"GPU {g.index} power limit is {limit:.0f} W, below its default {default:.0f} W"
-                      + (" and it is capping clocks under load" if capped and is_busy else ""),
-                evidence=ev, gpu=ref(g), source="nvml",
-                data={"enforced_w": limit, "default_w": default, "sw_power_cap": capped, "busy": is_busy},
-                remedy=("Someone lowered the limit (`nvidia-smi -pl`), or a host/BMC/DCGM power policy caps it. "
-                        "Check with `nvidia-smi -q -d POWER -i <index>`. If unintended, an admin can restore the default "
-                        f"with `sudo nvidia-smi -i <index> -pl {default:.0f}` (gpuclinic never changes it); if the "
-                        "provider caps power, ask them, since this GPU now limits multi-GPU jobs."),
-            ))
+            out.append(
+                Finding(
+                    code="power.cap",
+                    severity=sev,
+                    family=Family.PCIE_POWER,
+                    title=f"GPU {g.index} power limit is {limit:.0f} W, below its default {default:.0f} W"
+                    + (" and it is capping clocks under load" if capped and is_busy else ""),
+                    evidence=ev,
+                    gpu=ref(g),
+                    source="nvml",
+                    data={"enforced_w": limit, "default_w": default, "sw_power_cap": capped, "busy": is_busy},
+                    remedy=(
+                        "Someone lowered the limit (`nvidia-smi -pl`), or a host/BMC/DCGM power policy caps "
+                        "it. "
+                        "Check with `nvidia-smi -q -d POWER -i <index>`. If unintended, an admin can restore "
+                        "the default "
+                        f"with `sudo nvidia-smi -i <index> -pl {default:.0f}` (gpuclinic never changes it); "
+                        "if the "
+                        "provider caps power, ask them, since this GPU now limits multi-GPU jobs."
+                    ),
+                )
+            )
         elif capped and is_busy:
-            out.append(Finding(
-                code="power.cap", severity=severity("power.cap"), family=Family.PCIE_POWER,
-                title=f"GPU {g.index} is running at its power limit ({fmt_w(limit)}): normal under heavy load",
-                evidence=ev, gpu=ref(g), source="nvml", data={"enforced_w": limit, "sw_power_cap": True, "busy": True},
-                remedy="Nothing to fix; SW power capping at the default limit is how the GPU holds its power budget.",
-            ))
+            out.append(
+                Finding(
+                    code="power.cap",
+                    severity=severity("power.cap"),
+                    family=Family.PCIE_POWER,
+                    title=f"GPU {g.index} is running at its power limit ({fmt_w(limit)}): normal under heavy "
+                          "load",
+                    evidence=ev,
+                    gpu=ref(g),
+                    source="nvml",
+                    data={"enforced_w": limit, "sw_power_cap": True, "busy": True},
+                    remedy="Nothing to fix; SW power capping at the default limit is how the GPU holds its "
+                           "power budget.",
+                )
+            )
     return personalize(out)
 
 
@@ -117,12 +177,20 @@ def power_insufficient(snap: Snapshot) -> Iterable[Finding]:
     for g in snap.gpus:
         fields = [k for k, v in g.unreadable.items() if "insufficient external power" in v]
         if fields:
-            out.append(Finding(
-                code="power.insufficient", severity=severity("power.insufficient"), family=Family.PCIE_POWER,
-                title=f"GPU {g.index}: NVML reports insufficient external power (power cable or PSU)",
-                evidence=[f"NVML_ERROR_INSUFFICIENT_POWER on: {', '.join(sorted(fields))}"],
-                gpu=ref(g), source="nvml",
-                remedy=("Drain the node and have the GPU's auxiliary power cables and the PSUs checked; the GPU will not "
-                        "run at full power (or at all) until they are fixed."),
-            ))
+            out.append(
+                Finding(
+                    code="power.insufficient",
+                    severity=severity("power.insufficient"),
+                    family=Family.PCIE_POWER,
+                    title=f"GPU {g.index}: NVML reports insufficient external power (power cable or PSU)",
+                    evidence=[f"NVML_ERROR_INSUFFICIENT_POWER on: {', '.join(sorted(fields))}"],
+                    gpu=ref(g),
+                    source="nvml",
+                    remedy=(
+                        "Drain the node and have the GPU's auxiliary power cables and the PSUs checked; the "
+                        "GPU will not "
+                        "run at full power (or at all) until they are fixed."
+                    ),
+                )
+            )
     return personalize(out)

@@ -32,13 +32,15 @@ def remedy(code: str) -> str:
     return str(load_data(SIGNATURES_FILE)["remedies"][code]["text"])
 
 
-@check("room.status", codes=["room.status"], what="the server room (BMC: inlet air, fans, power supplies, events)")
+@check("room.status", codes=["room.status"], what="the server room (BMC: inlet air, fans, power supplies, "
+                                                  "events)")
 def status(snap: Snapshot) -> Iterable[Finding]:
     """What the BMC says when nothing is wrong too: inlet, fans and PSU states in one line."""
     if snap.room is None:
         if any(s.what.startswith("the BMC") for s in snap.skipped):
             return []  # the source already said why
-        raise CheckSkipped("no BMC or hwmon data (give --bmc HOST or --redfish URL, or saved ipmitool/Redfish output)")
+        raise CheckSkipped("no BMC or hwmon data (give --bmc HOST or --redfish URL, or saved "
+                           "ipmitool/Redfish output)")
     room = snap.room
     parts: list[str] = []
     ev: list[str] = []
@@ -103,9 +105,11 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
     hot = max(sensors, key=lambda s: s.reading or 0.0)
     cold = min(sensors, key=lambda s: s.reading or 0.0)
     t = hot.reading or 0.0
-    ranges = (f"ranges: seed room guidance {T('seed_room_min_c'):g}-{T('seed_room_max_c'):g} °C; ASHRAE recommended "
+    ranges = (f"ranges: seed room guidance {T('seed_room_min_c'):g}-{T('seed_room_max_c'):g} °C; ASHRAE "
+              "recommended "
               f"{T('ashrae_recommended_min_c'):g}-{T('ashrae_recommended_max_c'):g} °C, A1 allowable "
-              f"{T('ashrae_a1_allowable_min_c'):g}-{T('ashrae_a1_allowable_max_c'):g} °C; GPU servers rated to "
+              f"{T('ashrae_a1_allowable_min_c'):g}-{T('ashrae_a1_allowable_max_c'):g} °C; GPU servers rated "
+              "to "
               f"~{T('gpu_server_max_inlet_c'):g} °C (DGX 5-30 °C)")
     out: list[Finding] = []
     sev: Severity | None = None
@@ -113,13 +117,16 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
     throttling = _throttling(snap)
     if t > T("ashrae_a1_allowable_max_c") or hot.level in _BAD:
         sev, why = Severity.CRITICAL, (f"above ASHRAE A1's allowable {T('ashrae_a1_allowable_max_c'):g} °C"
-                                       if t > T("ashrae_a1_allowable_max_c") else "past the BMC's critical threshold")
+                                       if t > T("ashrae_a1_allowable_max_c") else "past the BMC's critical "
+                                                                                  "threshold")
     elif t > T("gpu_server_max_inlet_c"):
-        sev, why = Severity.WARNING, f"above the ~{T('gpu_server_max_inlet_c'):g} °C GPU servers are rated for"
+        sev, why = Severity.WARNING, (f"above the ~{T('gpu_server_max_inlet_c'):g} °C GPU servers are "
+                                      "rated for")
     elif t > T("ashrae_recommended_max_c"):
         sev, why = Severity.WARNING, f"above ASHRAE's recommended {T('ashrae_recommended_max_c'):g} °C"
     elif t > T("seed_room_max_c"):
-        sev, why = Severity.INFO, (f"above the {T('seed_room_max_c'):g} °C room guidance, inside ASHRAE's recommended "
+        sev, why = Severity.INFO, (f"above the {T('seed_room_max_c'):g} °C room guidance, inside ASHRAE's "
+                                   "recommended "
                                    "range")
     if sev is not None and sev >= Severity.WARNING and throttling:
         sev = Severity.CRITICAL
@@ -128,22 +135,25 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
         ev = [_fmt(hot), ranges]
         ev += [_fmt(s) for s in sensors if s is not hot][:3]
         if throttling:
-            ev.append("GPUs in thermal slowdown: " + ", ".join(f"GPU {g.index} ({g.temperature_c:.0f} °C)"
-                                                              if g.temperature_c is not None else f"GPU {g.index}"
-                                                              for g in throttling))
+            ev.append("GPUs in thermal slowdown: "
+                      + ", ".join(f"GPU {g.index} ({g.temperature_c:.0f} °C)"
+                                  if g.temperature_c is not None else f"GPU {g.index}" for g in throttling))
         lead = "Inlet air too hot" if sev >= Severity.WARNING else "Inlet air warm"
         out.append(Finding(
             code="room.inlet_hot", severity=sev, family=Family.HEAT,
             title=f"{lead}: {hot.name} at {t:g} °C is {why}", evidence=ev, remedy=remedy("room.inlet_hot"),
-            source="bmc", data={"inlet_c": t, "sensor": hot.name, "gpus_throttling": [g.index for g in throttling],
+            source="bmc",
+            data={"inlet_c": t, "sensor": hot.name, "gpus_throttling": [g.index for g in throttling],
                                 "symptoms": ["thermal.throttle"] if throttling else []},
         ))
     c = cold.reading or 0.0
     if c < T("ashrae_a1_allowable_min_c"):
         out.append(Finding(
             code="room.inlet_cold", severity=Severity.WARNING, family=Family.HEAT,
-            title=f"Inlet air at {c:g} °C ({cold.name}) is below ASHRAE A1's allowable {T('ashrae_a1_allowable_min_c'):g} °C",
-            evidence=[_fmt(cold), ranges], remedy=remedy("room.inlet_cold"), source="bmc", data={"inlet_c": c},
+            title=f"Inlet air at {c:g} °C ({cold.name}) is below ASHRAE A1's allowable "
+                  f"{T('ashrae_a1_allowable_min_c'):g} °C",
+            evidence=[_fmt(cold), ranges], remedy=remedy("room.inlet_cold"), source="bmc",
+            data={"inlet_c": c},
         ))
     return out
 
@@ -170,7 +180,8 @@ def fans(snap: Snapshot) -> Iterable[Finding]:
         ))
     if room.chassis.get("Cooling/Fan Fault", "").lower() == "true" and not out:
         out.append(Finding(code="room.fan_failed", severity=Severity.CRITICAL, family=Family.HEAT,
-                           title="The BMC reports a cooling/fan fault", evidence=["chassis status: Cooling/Fan Fault = true"],
+                           title="The BMC reports a cooling/fan fault", evidence=["chassis status: "
+                                                                                  "Cooling/Fan Fault = true"],
                            remedy=remedy("room.fan_failed"), source="bmc", data={}))
     at_max = [f for f in fl if _at_max(f)]
     hot = [g for g in readable(snap) if _hot(g)]
@@ -181,7 +192,8 @@ def fans(snap: Snapshot) -> Iterable[Finding]:
             title=f"Fans at full speed ({len(at_max)} of {len(working)}) while {len(hot)} GPU(s) are hot: "
                   "cooling capacity, dust or airflow",
             evidence=[_fmt(f) for f in at_max[:4]] + [
-                f"GPU {g.index} at {g.temperature_c:.0f} °C (slowdown {g.slowdown_temp_c or '?'} °C)" for g in hot[:4]],
+                f"GPU {g.index} at {g.temperature_c:.0f} °C (slowdown {g.slowdown_temp_c or '?'} °C)"
+                for g in hot[:4]],
             remedy=remedy("room.fans_max"), source="bmc",
             data={"fans_at_max": [f.name for f in at_max], "hot_gpus": [g.index for g in hot]},
         ))
@@ -194,14 +206,16 @@ def _fan_state(f: R.RoomSensor) -> tuple[Severity | None, str]:
     if f.unit == "RPM" and f.reading is not None:
         if f.reading <= 0 and f.level != "unknown":
             if f.level == "ok":  # the BMC does not alarm on it: an empty fan header, or a stopped fan
-                return Severity.WARNING, "reads 0 RPM although the BMC reports it ok (stopped, or not installed)"
+                return Severity.WARNING, ("reads 0 RPM although the BMC reports it ok "
+                                          "(stopped, or not installed)")
             return Severity.CRITICAL, "is at 0 RPM (stopped or failed)"
         lcr = f.thresholds.get("lcr") or f.thresholds.get("lnr")
         if lcr is not None and lcr > 0 and f.reading < lcr:
             return Severity.CRITICAL, f"is below its lower critical threshold ({f.reading:g} < {lcr:g} RPM)"
         lnc = f.thresholds.get("lnc")
         if lnc is not None and lnc > 0 and f.reading < lnc:
-            return Severity.WARNING, f"is below its lower non-critical threshold ({f.reading:g} < {lnc:g} RPM)"
+            return Severity.WARNING, (f"is below its lower non-critical threshold "
+                                      f"({f.reading:g} < {lnc:g} RPM)")
     if f.level == "noncritical":
         return Severity.WARNING, "is past a non-critical threshold (BMC)"
     text = " ".join(f.states).lower()
@@ -242,14 +256,16 @@ def gpu_hotter_than_peers(snap: Snapshot) -> Iterable[Finding]:
         out.append(Finding(
             code="room.gpu_hotter_than_peers", severity=Severity.WARNING, family=Family.HEAT,
             title=f"GPU {g.index} runs {g.temperature_c - med:.0f} °C hotter than its peers at the same load",
-            evidence=[f"GPU {g.index}: {g.temperature_c:.0f} °C at {g.utilization_gpu_pct if g.utilization_gpu_pct is not None else '?'}% "
+            evidence=[f"GPU {g.index}: {g.temperature_c:.0f} °C at "
+                      f"{g.utilization_gpu_pct if g.utilization_gpu_pct is not None else '?'}% "
                       f"utilisation; median of {len(peers)} peers {med:.0f} °C",
                       "peers: " + ", ".join(f"GPU {p.index} {p.temperature_c:.0f} °C" for p in peers[:7])],
             remedy=remedy("room.gpu_hotter_than_peers"), gpu=ref(g), source="nvml",
             data={"temperature_c": g.temperature_c, "peer_median_c": med},
         ))
     if len(out) > max(1, len(gpus) // 4):
-        return []  # many GPUs hot together: the air or the fans, not one card's heatsink (room.inlet_hot/fans)
+        # many GPUs hot together: the air or the fans, not one card's heatsink (room.inlet_hot/fans)
+        return []
     return out
 
 
@@ -270,29 +286,38 @@ def psus(snap: Snapshot) -> Iterable[Finding]:
         ev = [_psu_line(p)]
         if p.present is False:
             if present:
-                out.append(_pf("room.psu_absent", Severity.WARNING, f"Power supply {p.name} is absent", ev, p.name))
+                out.append(_pf("room.psu_absent", Severity.WARNING, f"Power supply {p.name} is absent", ev,
+                               p.name))
             continue
         if p.failed or (p.health == "critical" and not p.input_lost):
-            out.append(_pf("room.psu_failed", Severity.CRITICAL, f"Power supply {p.name} has failed", ev, p.name))
+            out.append(_pf("room.psu_failed", Severity.CRITICAL, f"Power supply {p.name} has failed", ev,
+                           p.name))
         elif p.input_lost or (p.input_voltage == 0 and volts):
-            out.append(_pf("room.psu_input", Severity.CRITICAL, f"Power supply {p.name} has lost its input power (AC lost)", ev,
+            out.append(_pf("room.psu_input", Severity.CRITICAL, f"Power supply {p.name} has lost its input "
+                                                                "power (AC lost)", ev,
                            p.name))
         elif p.input_out_of_range or _voltage_bad(p.input_voltage):
             out.append(_pf("room.psu_input", Severity.WARNING,
                            f"Power supply {p.name} input voltage is out of range" + (
                                f" ({p.input_voltage:g} V)" if p.input_voltage else ""),
-                           [*ev, f"expected {T('psu_input_low_v'):g}-{T('psu_input_gap_low_v'):g} V (low line) or "
-                                 f"{T('psu_input_gap_high_v'):g}-{T('psu_input_high_v'):g} V (high line)"], p.name))
+                           [*ev, f"expected {T('psu_input_low_v'):g}-{T('psu_input_gap_low_v'):g} V (low "
+                                 "line) or "
+                                 f"{T('psu_input_gap_high_v'):g}-{T('psu_input_high_v'):g} V (high line)"],
+                           p.name))
         elif p.predictive_failure or p.health == "warning":
-            out.append(_pf("room.psu_failed", Severity.WARNING, f"Power supply {p.name} predicts failure or is degraded", ev,
+            out.append(_pf("room.psu_failed", Severity.WARNING, f"Power supply {p.name} predicts failure or "
+                                                                "is degraded", ev,
                            p.name))
     for name, state in room.redundancy.items():
         s = state.lower()
-        # "Non-Redundant: Sufficient from Redundant" (IPMI 0x0B offset 0x03): it was redundant and is no longer
-        if any(x in s for x in ("lost", "insufficient", "degraded", "warning", "critical", "sufficient from redundant")) \
+        # "Non-Redundant: Sufficient from Redundant" (IPMI 0x0B offset 0x03): it was redundant and is no
+        # longer
+        if any(x in s for x in ("lost", "insufficient", "degraded", "warning", "critical", "sufficient from "
+                                                                                           "redundant")) \
                 and "fully redundant" not in s:
             sev = Severity.CRITICAL if "insufficient" in s or "critical" in s else Severity.WARNING
-            out.append(_pf("room.psu_redundancy", sev, f"Redundancy lost: {name} reports {state}", [f"{name}: {state}"]))
+            out.append(_pf("room.psu_redundancy", sev, f"Redundancy lost: {name} reports {state}",
+                           [f"{name}: {state}"]))
     for key in ("Main Power Fault", "Power Overload", "Power Control Fault"):
         if room.chassis.get(key, "").lower() == "true":
             out.append(_pf("room.psu_failed", Severity.CRITICAL, f"The BMC reports {key.lower()}",
@@ -303,7 +328,8 @@ def psus(snap: Snapshot) -> Iterable[Finding]:
 def _voltage_bad(v: float | None) -> bool:
     if not v:
         return False
-    return v < T("psu_input_low_v") or v > T("psu_input_high_v") or T("psu_input_gap_low_v") < v < T("psu_input_gap_high_v")
+    return (v < T("psu_input_low_v") or v > T("psu_input_high_v")
+            or T("psu_input_gap_low_v") < v < T("psu_input_gap_high_v"))
 
 
 def _psu_line(p: R.PowerSupply) -> str:
@@ -325,7 +351,8 @@ def power_capacity(snap: Snapshot) -> Iterable[Finding]:
     room = snap.room
     if room is None:  # only room.status says so: one "could not check" line, not seven
         return []
-    good = [p for p in room.psus if p.present is not False and not p.failed and not p.input_lost and p.capacity_w]
+    good = [p for p in room.psus
+            if p.present is not False and not p.failed and not p.input_lost and p.capacity_w]
     total = sum(p.capacity_w or 0.0 for p in good)
     degraded = any(p.failed or p.input_lost for p in room.psus)
     if room.power_capacity_w and (not total or (room.power_capacity_w > total and not degraded)):
@@ -341,13 +368,17 @@ def power_capacity(snap: Snapshot) -> Iterable[Finding]:
     ev = [f"draw: system {system_w:g} W (BMC), GPUs {gpu_w:g} W (NVML)",
           f"capacity: {total:g} W from {len(good)} working PSU(s); {n1:g} W if one more fails"]
     if load > T("power_capacity_critical_fraction") * total:
-        sev, title = Severity.CRITICAL, f"Power draw {load:g} W exceeds what the working PSUs deliver ({total:g} W)"
+        sev, title = Severity.CRITICAL, (f"Power draw {load:g} W exceeds what the working PSUs deliver "
+                                         f"({total:g} W)")
     elif len(good) >= 2 and load > T("power_capacity_warn_fraction") * n1:
-        sev, title = Severity.WARNING, (f"Power draw {load:g} W is over {T('power_capacity_warn_fraction'):.0%} of the "
-                                        f"{n1:g} W left if one PSU fails: redundancy would not carry the load")
+        sev, title = Severity.WARNING, (f"Power draw {load:g} W is over "
+                                        f"{T('power_capacity_warn_fraction'):.0%} of the "
+                                        f"{n1:g} W left if one PSU fails: redundancy would not carry the "
+                                        "load")
     else:
         return []
-    return [Finding(code="room.power_capacity", severity=sev, family=Family.PCIE_POWER, title=title, evidence=ev,
+    return [Finding(code="room.power_capacity", severity=sev, family=Family.PCIE_POWER, title=title,
+                    evidence=ev,
                     remedy=remedy("room.power_capacity"), source="bmc",
                     data={"load_w": load, "capacity_w": total, "capacity_n_minus_1_w": n1})]
 
@@ -363,7 +394,8 @@ def sensor_critical(snap: Snapshot) -> Iterable[Finding]:
     for s in room.sensors:
         if s.kind in (R.FAN, R.PSU) or s.role == "inlet" or s.absent:
             continue
-        if s.source == "hwmon" and s.kind != R.TEMPERATURE:  # board voltage limits in hwmon are often unset/wrong
+        # board voltage limits in hwmon are often unset/wrong
+        if s.source == "hwmon" and s.kind != R.TEMPERATURE:
             continue
         level = s.level
         if level not in _BAD and s.reading is not None:
@@ -381,7 +413,8 @@ def sensor_critical(snap: Snapshot) -> Iterable[Finding]:
             Family.HEAT if s.kind == R.TEMPERATURE else Family.HOST)
         out.append(Finding(code="room.sensor_critical", severity=sev, family=fam,
                            title=f"{s.name} is past its {word} threshold (BMC)", evidence=[_fmt(s)],
-                           remedy=remedy("room.sensor_critical"), source="bmc", data={"sensor": s.name, "level": level}))
+                           remedy=remedy("room.sensor_critical"), source="bmc",
+                           data={"sensor": s.name, "level": level}))
     return out
 
 
@@ -397,7 +430,8 @@ def _sane_thresholds(s: R.RoomSensor) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------ SEL
 
-_FAMILY = {"pcie_fatal": Family.PCIE_POWER, "pcie_degraded": Family.PCIE_POWER, "memory_uncorrectable": Family.HOST,
+_FAMILY = {"pcie_fatal": Family.PCIE_POWER, "pcie_degraded": Family.PCIE_POWER,
+           "memory_uncorrectable": Family.HOST,
            "memory_correctable": Family.HOST, "cpu_ierr": Family.HOST, "sel_full": Family.HOST,
            "thermal_trip": Family.HEAT, "temperature_critical": Family.HEAT, "fan_critical": Family.HEAT}
 
@@ -449,7 +483,9 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
             continue
         recent = [e for e in evs if now is None or (t := _when(e.time)) is None or now - t <= window]
         open_ = [e for e in recent if (e.sensor, e.description) not in cleared]
-        sev = (Severity.CRITICAL if ec.severity == "critical" else Severity.WARNING) if open_ else Severity.INFO
+        sev = Severity.INFO
+        if open_:
+            sev = Severity.CRITICAL if ec.severity == "critical" else Severity.WARNING
         last = evs[-1]
         lines = [f"SEL {e.id} {e.time or '?'}: {e.sensor_type or ''} {e.sensor or ''} | {e.description}"
                  + ("" if e.asserted else " (deasserted)") for e in evs[-5:]]
@@ -463,10 +499,12 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
             if xid_lines:
                 lines += xid_lines
                 data["symptoms"] = ["xid.79"]
-                title = "PCIe fatal error logged by the BMC, and a GPU fell off the bus (XID 79): one slot fault"
+                title = ("PCIe fatal error logged by the BMC, and a GPU fell off the bus (XID 79): "
+                         "one slot fault")
                 sev = Severity.CRITICAL
         out.append(Finding(code=f"room.sel.{kind}", severity=sev, family=_FAMILY.get(kind, Family.PCIE_POWER),
-                           title=title, evidence=lines, remedy=remedy(f"room.sel.{kind}"), gpu=gpu, source="bmc",
+                           title=title, evidence=lines, remedy=remedy(f"room.sel.{kind}"), gpu=gpu,
+                           source="bmc",
                            data=data))
     return out
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuclinic.checks import check
-from gpuclinic.checks.xid import gpu_ref
+from gpuclinic.checks._kernel import gpu_ref
 from gpuclinic.facts.evidence import Signal
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.model import Family, Finding, Severity

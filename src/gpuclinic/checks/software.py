@@ -50,7 +50,9 @@ def _nvml_why(snap: Snapshot) -> str | None:
 
 def _driver(snap: Snapshot) -> str | None:
     sw = snap.software
-    return snap.driver_version or (sw.proc_driver_version if sw else None) or (sw.driver_version if sw else None)
+    if sw is None:
+        return snap.driver_version
+    return snap.driver_version or sw.proc_driver_version or sw.driver_version
 
 
 def _gpu_cc(g: GpuFacts) -> str | None:
@@ -64,7 +66,8 @@ def _ref(g: GpuFacts) -> GpuRef:
 # ------------------------------------------------------------------ driver presence
 
 
-@check("driver.presence", codes=["driver.not_loaded", "gpu.none_detected"], what="whether the NVIDIA driver is loaded")
+@check("driver.presence", codes=["driver.not_loaded", "gpu.none_detected"], what="whether the NVIDIA driver "
+                                                                                 "is loaded")
 def driver_presence(snap: Snapshot) -> Iterator[Finding]:
     if snap.gpus:
         return
@@ -81,17 +84,20 @@ def driver_presence(snap: Snapshot) -> Iterator[Finding]:
         ev.append(f"running kernel {sw.running_kernel}")
     if on_pci:
         bound = {d.bus_id: d.driver for d in snap.pci_devices if d.bus_id in on_pci}
-        ev.append("NVIDIA GPUs on the PCI bus: " + ", ".join(f"{b} (driver: {bound[b] or 'none'})" for b in on_pci))
+        ev.append("NVIDIA GPUs on the PCI bus: "
+                  + ", ".join(f"{b} (driver: {bound[b] or 'none'})" for b in on_pci))
         if loaded:
             return  # module loaded but NVML failed: library_mismatch / nvml checks explain it
         causes: list[str] = []
         if sw.module_for_kernel is False:
             built = ", ".join(sw.module_kernels) or "no kernel"
-            causes.append(f"no nvidia.ko for kernel {sw.running_kernel} (built for: {built}) - see driver.module_missing_for_kernel")
+            causes.append(f"no nvidia.ko for kernel {sw.running_kernel} (built for: {built}) - see "
+                          "driver.module_missing_for_kernel")
         if sw.nouveau_loaded:
             causes.append("nouveau owns the GPU - see driver.nouveau_conflict")
         if sw.secure_boot and sw.module_for_kernel:
-            causes.append("Secure Boot is on: an unsigned (DKMS) module is refused - `mokutil --sb-state`, enroll the DKMS key")
+            causes.append("Secure Boot is on: an unsigned (DKMS) module is refused - `mokutil --sb-state`, "
+                          "enroll the DKMS key")
         if any(v == "vfio-pci" for v in bound.values()):
             causes.append("GPUs are bound to vfio-pci (reserved for VM passthrough)")
         remedy = "; ".join(causes) if causes else (
@@ -113,7 +119,8 @@ def driver_presence(snap: Snapshot) -> Iterator[Finding]:
     if _in_container(snap):
         c = snap.container
         assert c is not None
-        ev.append(f"inside a {c.runtime or 'container'}; /dev/nvidia* nodes: {', '.join(c.dev_nvidia) or 'none'}")
+        ev.append(f"inside a {c.runtime or 'container'}; /dev/nvidia* nodes: "
+                  f"{', '.join(c.dev_nvidia) or 'none'}")
         remedy = ("GPU checks were skipped. If this container should have GPUs, start it with `--gpus all` "
                   "(Docker + NVIDIA Container Toolkit) or request `nvidia.com/gpu` in the pod's limits; "
                   "run `gpuclinic doctor` on the host to check the driver.")
@@ -121,13 +128,15 @@ def driver_presence(snap: Snapshot) -> Iterator[Finding]:
         remedy = ("GPU checks were skipped: this machine has no NVIDIA GPU and no NVIDIA driver. "
                   "Software, network and host checks still ran.")
     yield Finding(
-        code="gpu.none_detected", severity=severity("gpu.none_detected", "no_gpu_expected"), family=Family.SOFTWARE,
+        code="gpu.none_detected", severity=severity("gpu.none_detected", "no_gpu_expected"),
+        family=Family.SOFTWARE,
         title="No NVIDIA GPU or driver found: GPU checks skipped", evidence=ev, remedy=remedy,
         data={"nvml": why, "pci_read": snap.pci_read},
     )
 
 
-@check("driver.library_mismatch", codes=["driver.library_mismatch"], what="driver kernel module vs user-space libraries")
+@check("driver.library_mismatch", codes=["driver.library_mismatch"], what="driver kernel module vs "
+                                                                          "user-space libraries")
 def library_mismatch(snap: Snapshot) -> Iterator[Finding]:
     sw = _sw(snap)
     kmod = sw.proc_driver_version
@@ -153,10 +162,13 @@ def library_mismatch(snap: Snapshot) -> Iterator[Finding]:
                else "Driver kernel module and user-space libraries differ (NVML version mismatch)"),
         evidence=ev,
         remedy=("The driver packages were upgraded without reloading the module (often unattended-upgrades). "
-                "Reboot, or with no GPU process running: `sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia "
-                "&& sudo modprobe nvidia`. Prevent it: `sudo apt-mark hold 'nvidia-*' 'libnvidia-*'` or exclude them "
+                "Reboot, or with no GPU process running: `sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset "
+                "nvidia "
+                "&& sudo modprobe nvidia`. Prevent it: `sudo apt-mark hold 'nvidia-*' 'libnvidia-*'` or "
+                "exclude them "
                 "in /etc/apt/apt.conf.d/50unattended-upgrades."),
-        data={"kernel_module": kmod, "user_space": libs}, source="https://github.com/lyulyul/shine-cluster/issues/30",
+        data={"kernel_module": kmod, "user_space": libs},
+        source="https://github.com/lyulyul/shine-cluster/issues/30",
     )
 
 
@@ -174,13 +186,16 @@ def module_missing(snap: Snapshot) -> Iterator[Finding]:
           f"kernels with an nvidia module: {', '.join(sw.module_kernels) or 'none'}"]
     ev += [f"dkms: {x}" for x in sw.dkms_status[:6]]
     yield Finding(
-        code="driver.module_missing_for_kernel", severity=severity("driver.module_missing_for_kernel"), family=Family.SOFTWARE,
+        code="driver.module_missing_for_kernel", severity=severity("driver.module_missing_for_kernel"),
+        family=Family.SOFTWARE,
         title=f"No nvidia kernel module for the running kernel {sw.running_kernel}",
         evidence=ev,
         remedy=(f"Build it for this kernel: `sudo apt install linux-headers-{sw.running_kernel}` (RHEL: "
                 f"`sudo dnf install kernel-devel-{sw.running_kernel}`) then `sudo dkms autoinstall` and "
-                "`sudo modprobe nvidia`; if the build fails the driver branch may not support this kernel - boot the "
-                "previous kernel or install a newer driver branch. Build log: /var/lib/dkms/nvidia/<version>/build/make.log."),
+                "`sudo modprobe nvidia`; if the build fails the driver branch may not support this kernel - "
+                "boot the "
+                "previous kernel or install a newer driver branch. Build log: "
+                "/var/lib/dkms/nvidia/<version>/build/make.log."),
         data={"running_kernel": sw.running_kernel, "module_kernels": sw.module_kernels},
         source="https://github.com/junxnone/tio/issues/206",
     )
@@ -192,20 +207,24 @@ def nouveau(snap: Snapshot) -> Iterator[Finding]:
     if sw.nouveau_loaded is None:
         raise CheckSkipped("/proc/modules not readable")
     blacklist_cmd = ("`printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee "
-                     "/etc/modprobe.d/blacklist-nouveau.conf && sudo update-initramfs -u` (RHEL: `sudo dracut -f`), "
+                     "/etc/modprobe.d/blacklist-nouveau.conf && sudo update-initramfs -u` (RHEL: `sudo "
+                     "dracut -f`), "
                      "then reboot")
     if sw.nouveau_loaded:
         yield Finding(
-            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict"), family=Family.SOFTWARE,
+            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict"),
+            family=Family.SOFTWARE,
             title="The nouveau driver is loaded and blocks the NVIDIA driver",
             evidence=["nouveau in /proc/modules",
-                      f"nouveau blacklisted: {'yes (initramfs not rebuilt?)' if sw.nouveau_blacklisted else 'no'}"],
+                      "nouveau blacklisted: "
+                      f"{'yes (initramfs not rebuilt?)' if sw.nouveau_blacklisted else 'no'}"],
             remedy="Blacklist nouveau: " + blacklist_cmd + ".",
             source="https://github.com/mattshma/bigdata/issues/133",
         )
     elif not sw.nouveau_blacklisted and not sw.kernel_module_loaded and _nvidia_gpus_on_pci(snap):
         yield Finding(
-            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict", "blacklisted_not_loaded"), family=Family.SOFTWARE,
+            code="driver.nouveau_conflict",
+            severity=severity("driver.nouveau_conflict", "blacklisted_not_loaded"), family=Family.SOFTWARE,
             title="nouveau is not blacklisted while the NVIDIA driver is not loaded",
             evidence=["no 'blacklist nouveau' in /etc/modprobe.d or the kernel command line"],
             remedy="Before installing/loading the NVIDIA driver, blacklist nouveau: " + blacklist_cmd + ".",
@@ -238,13 +257,15 @@ def _fix_for(label: str, fw: Framework | None, driver: str, dc: compat.DriverCom
         sug = compat.suggest_torch_variant(tb.version, driver, cc) if tb else None
         if sug:
             return f"install the {sug.variant} build (`{sug.command}`) or {upgrade}"
-        return f"{upgrade}, or install an older torch built for CUDA <= {compat.driver_max_cuda(driver) or '?'}"
+        return (f"{upgrade}, or install an older torch built for CUDA <= "
+                f"{compat.driver_max_cuda(driver) or '?'}")
     if fw is not None and fw.name.startswith("jax"):
         return f"{upgrade} (jax[cuda12] wheels need >= 525.60.13), or use a CPU/older-CUDA jax"
     if fw is not None and fw.name.startswith("cupy"):
         return f"{upgrade}, or install the cupy package for the driver's CUDA (`pip install cupy-cuda11x`)"
     if fw is None:
-        return f"{upgrade}; or build with an older CUDA toolkit (the toolkit only matters for code you compile)"
+        return (f"{upgrade}; or build with an older CUDA toolkit "
+                "(the toolkit only matters for code you compile)")
     return f"{upgrade}, or install a {fw.name} build for CUDA <= {compat.driver_max_cuda(driver) or '?'}"
 
 
@@ -255,7 +276,8 @@ def too_old(snap: Snapshot) -> Iterator[Finding]:
     if not driver:
         raise CheckSkipped("driver version unknown")
     users = _cuda_users(sw)
-    image_cuda = snap.container.env.get("CUDA_VERSION") if snap.container and snap.container.in_container else None
+    in_container = snap.container is not None and snap.container.in_container
+    image_cuda = snap.container.env.get("CUDA_VERSION") if snap.container and in_container else None
     if image_cuda and compat.parse_version(image_cuda):
         users.append((f"the container image's CUDA {image_cuda} (CUDA_VERSION)", image_cuda, None))
     if not users:
@@ -270,13 +292,14 @@ def too_old(snap: Snapshot) -> Iterator[Finding]:
             continue  # "cuda12" packages only promise the family floor
         maxc = compat.driver_max_cuda(driver) or "?"
         if not dc.ok:
-            sev = severity("driver.too_old_for_cuda") if fw is not None else severity("driver.too_old_for_cuda", "toolkit_only")
+            sev = severity("driver.too_old_for_cuda", None if fw is not None else "toolkit_only")
             if fw is None and sw.compat_libs_on_path:
                 continue  # forward-compatibility libraries (cuda-compat) are in use: they bridge the gap
             need = dc.min_driver_family or dc.min_driver_full
             title = f"Driver {driver} is too old for {label} (CUDA {cuda})"
             remedy = (f"driver {driver} supports CUDA <= {maxc}; {label} needs >= {need}"
-                      + (f" (>= {dc.min_driver_full} for full compatibility)" if dc.min_driver_full and dc.min_driver_full != need else "")
+                      + (f" (>= {dc.min_driver_full} for full compatibility)"
+                         if dc.min_driver_full and dc.min_driver_full != need else "")
                       + " — " + _fix_for(label, fw, driver, dc, cc))
         elif dc.mode == "minor_version":
             sev = severity("driver.too_old_for_cuda", "minor_version")
@@ -318,22 +341,31 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
                 if v.via == "ptx" and ("torch", cc) not in seen:
                     seen.add(("torch", cc))
                     yield Finding(
-                        code="cuda.arch_not_supported", severity=severity("cuda.arch_not_supported", "unknown_build"), family=Family.SOFTWARE, gpu=_ref(g),
-                        title=f"torch {torch.version} has no native code for {g.name or 'this GPU'} (sm_{cc.replace('.', '')}); it relies on PTX JIT",
-                        evidence=[v.detail, f"arch list ({torch.arch_list_source or 'metadata'}): {', '.join(torch.arch_list)}"],
-                        remedy="Kernels are JIT-compiled at first use (slow start, some libraries fail); install a build with native "
+                        code="cuda.arch_not_supported",
+                        severity=severity("cuda.arch_not_supported", "unknown_build"), family=Family.SOFTWARE,
+                        gpu=_ref(g),
+                        title=f"torch {torch.version} has no native code for {g.name or 'this GPU'} "
+                              f"(sm_{cc.replace('.', '')}); it relies on PTX JIT",
+                        evidence=[v.detail, f"arch list ({torch.arch_list_source or 'metadata'}): "
+                                            f"{', '.join(torch.arch_list)}"],
+                        remedy="Kernels are JIT-compiled at first use (slow start, some libraries fail); "
+                               "install a build with native "
                                "code for this GPU: " + _arch_fix(torch, cc, driver),
                         data={"compute_capability": cc, "via": "ptx"},
                     )
                 continue
             tb = compat.parse_torch_version(torch.version, torch.cuda)
             why = v.detail if not v.ok else (
-                f"{v.detail}, but driver {driver} runs CUDA {torch.cuda} only through minor-version compatibility, "
+                f"{v.detail}, but driver {driver} runs CUDA {torch.cuda} only through minor-version "
+                "compatibility, "
                 "which cannot JIT newer PTX")
             yield Finding(
-                code="cuda.arch_not_supported", severity=severity("cuda.arch_not_supported"), family=Family.SOFTWARE, gpu=_ref(g),
-                title=f"torch {torch.version} cannot run on {g.name or 'GPU'} (compute capability {cc}): \"no kernel image is available\"",
-                evidence=[why, f"arch list ({torch.arch_list_source or 'metadata'}): {', '.join(torch.arch_list)}"],
+                code="cuda.arch_not_supported", severity=severity("cuda.arch_not_supported"),
+                family=Family.SOFTWARE, gpu=_ref(g),
+                title=f"torch {torch.version} cannot run on {g.name or 'GPU'} (compute capability {cc}): "
+                      "\"no kernel image is available\"",
+                evidence=[why, f"arch list ({torch.arch_list_source or 'metadata'}): "
+                               f"{', '.join(torch.arch_list)}"],
                 remedy=_arch_fix(torch, cc, driver),
                 data={"compute_capability": cc, "torch": torch.version, "variant": tb.variant if tb else None,
                       "arch_list": torch.arch_list},
@@ -347,11 +379,15 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
                 seen.add(("nvcc", cc))
                 lo, hi = rng
                 yield Finding(
-                    code="cuda.toolkit_arch_unsupported", severity=severity("cuda.toolkit_arch_unsupported"), family=Family.SOFTWARE, gpu=_ref(g),
-                    title=f"nvcc {dflt.version} cannot compile for {g.name or 'this GPU'} (sm_{cc.replace('.', '')})",
-                    evidence=[f"CUDA {dflt.version} compiles SASS for compute capability {lo[0]}.{lo[1]}..{hi[0]}.{hi[1]}",
+                    code="cuda.toolkit_arch_unsupported", severity=severity("cuda.toolkit_arch_unsupported"),
+                    family=Family.SOFTWARE, gpu=_ref(g),
+                    title=f"nvcc {dflt.version} cannot compile for {g.name or 'this GPU'} "
+                          f"(sm_{cc.replace('.', '')})",
+                    evidence=[f"CUDA {dflt.version} compiles SASS for compute capability "
+                              f"{lo[0]}.{lo[1]}..{hi[0]}.{hi[1]}",
                               f"default toolkit: {dflt.path}"],
-                    remedy=("Extensions you build here (flash-attn, apex, custom ops) will fail or lack this GPU: install a CUDA "
+                    remedy=("Extensions you build here (flash-attn, apex, custom ops) will fail or lack this "
+                            "GPU: install a CUDA "
                             "toolkit whose range covers it and point CUDA_HOME at it, and set "
                             f"TORCH_CUDA_ARCH_LIST={cc} when building."),
                     data={"toolkit": dflt.version, "compute_capability": cc},
@@ -367,10 +403,12 @@ def _arch_fix(torch: Framework, cc: str, driver: str | None) -> str:
     first = compat.first_torch_for(cc, driver)
     if first:
         minor, var = first
-        return (f"no {tb.variant if tb else ''} wheel of torch {tb.minor if tb else torch.version} covers sm_{cc.replace('.', '')}; "
+        return (f"no {tb.variant if tb else ''} wheel of torch {tb.minor if tb else torch.version} covers "
+                f"sm_{cc.replace('.', '')}; "
                 f"use torch >= {minor} with {var}: `pip install 'torch>={minor}' --index-url https://download.pytorch.org/whl/{var}`"
                 + ("" if not driver else f" (needs driver >= {compat.min_driver(var)})"))
-    return (f"no official torch wheel in the table covers sm_{cc.replace('.', '')} with driver {driver}; upgrade the driver "
+    return (f"no official torch wheel in the table covers sm_{cc.replace('.', '')} with driver {driver}; "
+            "upgrade the driver "
             f"and use the newest torch, or build torch with TORCH_CUDA_ARCH_LIST={cc}")
 
 
@@ -392,16 +430,22 @@ def fabric_manager(snap: Snapshot) -> Iterator[Finding]:
         return
     driver = _driver(snap) or "<driver version>"
     branch = driver.split(".")[0]
-    ev = [f"{nvswitch} NVSwitch device(s) on the PCI bus" if nvswitch else f"{len(sxm)} SXM GPUs (NVSwitch baseboard likely)",
-          f"nv-fabricmanager {'installed but not running' if sw.fabricmanager_installed else 'not installed'}"]
+    fm_state = "installed but not running" if sw.fabricmanager_installed else "not installed"
+    ev = [f"{nvswitch} NVSwitch device(s) on the PCI bus" if nvswitch
+          else f"{len(sxm)} SXM GPUs (NVSwitch baseboard likely)",
+          f"nv-fabricmanager {fm_state}"]
     remedy = ("Without the fabric manager CUDA fails with \"system not yet initialized\" (error 802). "
-              + ("`sudo systemctl enable --now nvidia-fabricmanager` and check `journalctl -u nvidia-fabricmanager` / "
-                 "/var/log/fabricmanager.log (its version must equal the driver's)" if sw.fabricmanager_installed else
-                 f"Install the fabric manager of exactly driver {driver} (Ubuntu: `sudo apt install nvidia-fabricmanager-{branch}="
+              + ("`sudo systemctl enable --now nvidia-fabricmanager` and check `journalctl -u "
+                 "nvidia-fabricmanager` / "
+                 "/var/log/fabricmanager.log (its version must equal the driver's)"
+                 if sw.fabricmanager_installed else
+                 f"Install the fabric manager of exactly driver {driver} (Ubuntu: `sudo apt install "
+                 f"nvidia-fabricmanager-{branch}="
                  f"{driver}-1`), then `sudo systemctl enable --now nvidia-fabricmanager`")
               + "; `nvidia-smi -q | grep -A2 Fabric` must show State: Completed.")
     yield Finding(
-        code="driver.fabric_manager_missing", severity=severity("driver.fabric_manager_missing"), family=Family.SOFTWARE,
+        code="driver.fabric_manager_missing", severity=severity("driver.fabric_manager_missing"),
+        family=Family.SOFTWARE,
         title="NVSwitch system without a running NVIDIA fabric manager", evidence=ev, remedy=remedy,
         data={"nvswitch_count": nvswitch, "installed": sw.fabricmanager_installed}, source=SRC_FM,
     )
@@ -421,7 +465,8 @@ def persistence(snap: Snapshot) -> Iterator[Finding]:
         code="driver.persistence_off", severity=severity("driver.persistence_off"), family=Family.SOFTWARE,
         title=f"Persistence is off on {len(off)} GPU(s) and nvidia-persistenced is not running",
         evidence=[f"GPU {g.index}: persistence mode disabled" for g in off[:8]],
-        remedy=("Each new CUDA/NVML client re-initialises the GPU (seconds on big GPUs) and settings reset when idle; "
+        remedy=("Each new CUDA/NVML client re-initialises the GPU (seconds on big GPUs) and settings reset "
+                "when idle; "
                 "run the daemon: `sudo systemctl enable --now nvidia-persistenced`."),
         source="https://docs.nvidia.com/deploy/driver-persistence/index.html",
     )
@@ -453,7 +498,8 @@ def os_support(snap: Snapshot) -> Iterator[Finding]:
     yield Finding(
         code="os.unsupported", severity=severity("os.unsupported"), family=Family.SOFTWARE,
         title=f"{sw.os_pretty or sw.os_id + ' ' + ver} is not supported by current NVIDIA drivers/CUDA",
-        evidence=[f"ID={sw.os_id} VERSION_ID={ver}", f"supported {sw.os_id} versions: {', '.join(entry['versions'])}"],
+        evidence=[f"ID={sw.os_id} VERSION_ID={ver}", f"supported {sw.os_id} versions: "
+                                                     f"{', '.join(entry['versions'])}"],
         remedy="Upgrade the OS to a supported release before upgrading the driver or CUDA (newer CUDA/driver "
                "packages are not published for it).",
         source=entry["source"],
@@ -486,10 +532,14 @@ def smi_errors(snap: Snapshot) -> Iterator[Finding]:
                 code="driver.not_loaded", severity=severity("driver.not_loaded"), family=Family.SOFTWARE,
                 title="nvidia-smi cannot talk to the NVIDIA driver: the kernel module is not loaded",
                 evidence=[err],
-                remedy=("Usual causes, in order: the module was not built for the running kernel after a kernel update "
-                        "(`dkms status`, `sudo apt install linux-headers-$(uname -r) && sudo dkms autoinstall`), Secure Boot "
-                        "refuses the unsigned module (`mokutil --sb-state`), nouveau owns the GPU (`lsmod | grep nouveau`). "
-                        "Then `sudo modprobe nvidia`; run `gpuclinic doctor` on the machine for the exact cause."),
+                remedy=("Usual causes, in order: the module was not built for the running kernel after a "
+                        "kernel update "
+                        "(`dkms status`, `sudo apt install linux-headers-$(uname -r) && sudo dkms "
+                        "autoinstall`), Secure Boot "
+                        "refuses the unsigned module (`mokutil --sb-state`), nouveau owns the GPU (`lsmod | "
+                        "grep nouveau`). "
+                        "Then `sudo modprobe nvidia`; run `gpuclinic doctor` on the machine for the exact "
+                        "cause."),
                 source="https://github.com/junxnone/tio/issues/206",
             )
             continue
@@ -499,18 +549,24 @@ def smi_errors(snap: Snapshot) -> Iterator[Finding]:
                 code="gpu.none_detected", severity=severity("gpu.none_detected"), family=Family.SOFTWARE,
                 title="The NVIDIA driver is loaded but found no GPU",
                 evidence=[err],
-                remedy=("The GPU is not usable by the driver: check `lspci -nn | grep -i nvidia` (is it on the bus?), "
-                        "`sudo dmesg | grep -i -e NVRM -e Xid` (RmInitAdapter failed, Xid 79), and whether the GPU is bound "
+                remedy=("The GPU is not usable by the driver: check `lspci -nn | grep -i nvidia` (is it on "
+                        "the bus?), "
+                        "`sudo dmesg | grep -i -e NVRM -e Xid` (RmInitAdapter failed, Xid 79), and whether "
+                        "the GPU is bound "
                         "to vfio-pci or a MIG/vGPU setup; reboot or power-cycle if it fell off the bus."),
             )
             continue
         for sm in match(err):
-            if sm.id in seen or sm.id in ("nvml.version_mismatch", "nvrm.api_mismatch", "smi.device_handle", "gpu.lost"):
+            if sm.id in seen or sm.id in ("nvml.version_mismatch", "nvrm.api_mismatch", "smi.device_handle",
+                                          "gpu.lost"):
                 continue  # covered by driver.library_mismatch and the GPU-presence checks
             seen.add(sm.id)
             yield Finding(
-                code=f"error.{sm.id}", severity={"info": Severity.INFO, "critical": Severity.CRITICAL}.get(sm.severity, Severity.WARNING),
-                family=Family.SOFTWARE, title=sm.title, evidence=[err, *sm.hints], remedy=sm.fix, source=sm.source,
+                code=f"error.{sm.id}",
+                severity={"info": Severity.INFO, "critical": Severity.CRITICAL}.get(sm.severity,
+                                                                                    Severity.WARNING),
+                family=Family.SOFTWARE, title=sm.title, evidence=[err, *sm.hints], remedy=sm.fix,
+                source=sm.source,
                 data={"signature": sm.id, "category": sm.category},
             )
 
@@ -529,16 +585,21 @@ def inventory(snap: Snapshot) -> Iterator[Finding]:
     if sw.user_lib_versions:
         ev.append(f"NVIDIA user-space libraries {', '.join(sw.user_lib_versions)}")
     for t in sw.cuda_toolkits:
-        ev.append(f"CUDA toolkit {t.version or '?'} at {t.path}" + (" (nvcc)" if t.nvcc else "") + (" [default]" if t.is_default else ""))
+        ev.append(f"CUDA toolkit {t.version or '?'} at {t.path}" + (" (nvcc)" if t.nvcc else "")
+                  + (" [default]" if t.is_default else ""))
     for f in sw.frameworks:
-        ev.append(f"{f.name} {f.version}" + (f" built for CUDA {f.cuda}" if f.cuda else " (no CUDA build found)"))
+        ev.append(f"{f.name} {f.version}" + (f" built for CUDA {f.cuda}" if f.cuda else " (no CUDA build "
+                                                                                        "found)"))
     if sw.python:
-        ev.append(f"Python {sw.python}" + (f" (env: {sw.extra['python_env']})" if sw.extra.get("python_env") else ""))
+        env = f" (env: {sw.extra['python_env']})" if sw.extra.get("python_env") else ""
+        ev.append(f"Python {sw.python}{env}")
     if not ev:
         return
     yield Finding(
         code="software.inventory", severity=severity("software.inventory"), family=Family.SOFTWARE,
         title="GPU software installed on this machine", evidence=ev,
-        remedy="For reference: with a GPU and driver present, doctor checks these against the driver and the GPUs.",
-        data={"frameworks": [f.name for f in sw.frameworks], "toolkits": [t.version for t in sw.cuda_toolkits]},
+        remedy="For reference: with a GPU and driver present, doctor checks these against the driver and the "
+               "GPUs.",
+        data={"frameworks": [f.name for f in sw.frameworks],
+              "toolkits": [t.version for t in sw.cuda_toolkits]},
     )

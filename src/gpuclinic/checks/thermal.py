@@ -16,10 +16,13 @@ from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, Severity
 
-_COOLING = ("Check cooling now: `nvidia-smi -q -d TEMPERATURE,PERFORMANCE` for the readings; inlet air temperature "
-            "and fan/BMC status (`ipmitool sdr type Fan`, `ipmitool sdr type Temperature`); blocked or failed fans, "
-            "missing blanking panels, a hot aisle. If one GPU runs much hotter than its neighbours under the same load, "
-            "its heatsink contact or thermal interface is suspect: ask the provider to inspect it.")
+_COOLING = (
+    "Check cooling now: `nvidia-smi -q -d TEMPERATURE,PERFORMANCE` for the readings; inlet air temperature "
+    "and fan/BMC status (`ipmitool sdr type Fan`, `ipmitool sdr type Temperature`); blocked or failed fans, "
+    "missing blanking panels, a hot aisle. If one GPU runs much hotter than its neighbours under the same "
+    "load, "
+    "its heatsink contact or thermal interface is suspect: ask the provider to inspect it."
+)
 
 
 @check("thermal.slowdown", codes=["thermal.slowdown"], what="GPU and HBM temperatures")
@@ -41,8 +44,10 @@ def gpu_temperature(g: GpuFacts, margin_c: float | None = None) -> Finding | Non
     if t is None:
         return None
     margin = margin_c if margin_c is not None else threshold("temp_slowdown_margin_c")
-    thresholds = (f"thresholds: slowdown {fmt_c(g.slowdown_temp_c)}, max operating {fmt_c(g.max_operating_temp_c)}, "
-                  f"shutdown {fmt_c(g.shutdown_temp_c)} (the GPU's own, from NVML)")
+    thresholds = (
+        f"thresholds: slowdown {fmt_c(g.slowdown_temp_c)}, max operating {fmt_c(g.max_operating_temp_c)}, "
+        f"shutdown {fmt_c(g.shutdown_temp_c)} (the GPU's own, from NVML)"
+    )
     sev: Severity | None = None
     why = ""
     if g.slowdown_temp_c is not None and t >= g.slowdown_temp_c:
@@ -52,9 +57,15 @@ def gpu_temperature(g: GpuFacts, margin_c: float | None = None) -> Finding | Non
     elif g.slowdown_temp_c is None and g.shutdown_temp_c is not None and t >= g.shutdown_temp_c - margin:
         sev, why = severity("thermal.slowdown"), f"within {margin:.0f} °C of its shutdown temperature"
     elif g.max_operating_temp_c is not None and t >= g.max_operating_temp_c:
-        sev, why = severity("thermal.slowdown", "above_max_operating"), "above its max operating temperature (clocks may drop below base)"
+        sev, why = (
+            severity("thermal.slowdown", "above_max_operating"),
+            "above its max operating temperature (clocks may drop below base)",
+        )
     elif g.slowdown_temp_c is not None and t >= g.slowdown_temp_c - margin:
-        sev, why = severity("thermal.slowdown", "near_limit"), f"within {margin:.0f} °C of its slowdown temperature"
+        sev, why = (
+            severity("thermal.slowdown", "near_limit"),
+            f"within {margin:.0f} °C of its slowdown temperature",
+        )
     elif g.slowdown_temp_c is None and g.max_operating_temp_c is None:
         crit, warn = threshold("temp_fallback_critical_c"), threshold("temp_fallback_warn_c")
         thresholds = f"GPU reports no thresholds; generic limits warn {warn:.0f} °C, critical {crit:.0f} °C"
@@ -65,12 +76,25 @@ def gpu_temperature(g: GpuFacts, margin_c: float | None = None) -> Finding | Non
     if sev is None:
         return None
     return Finding(
-        code="thermal.slowdown", severity=sev, family=Family.HEAT,
+        code="thermal.slowdown",
+        severity=sev,
+        family=Family.HEAT,
         title=f"GPU {g.index} at {t:.0f} °C is {why}",
-        evidence=[f"temperature.gpu = {t:.0f} °C", thresholds, f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of "
-                  f"{fmt_mhz(g.sm_clock_max_mhz)}", load_line(g)],
-        remedy=_COOLING, gpu=ref(g), source="nvml",
-        data={"sensor": "gpu", "temperature_c": t, "slowdown_c": g.slowdown_temp_c, "shutdown_c": g.shutdown_temp_c},
+        evidence=[
+            f"temperature.gpu = {t:.0f} °C",
+            thresholds,
+            f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of {fmt_mhz(g.sm_clock_max_mhz)}",
+            load_line(g),
+        ],
+        remedy=_COOLING,
+        gpu=ref(g),
+        source="nvml",
+        data={
+            "sensor": "gpu",
+            "temperature_c": t,
+            "slowdown_c": g.slowdown_temp_c,
+            "shutdown_c": g.shutdown_temp_c,
+        },
     )
 
 
@@ -91,16 +115,23 @@ def hbm_temperature(g: GpuFacts) -> Finding | None:
         return None
     sev = severity("thermal.slowdown") if t >= crit else severity("thermal.slowdown", "near_limit")
     return Finding(
-        code="thermal.slowdown", severity=sev, family=Family.HEAT,
-        title=f"GPU {g.index} HBM memory at {t:.0f} °C is " + ("at/over its limit" if sev == Severity.CRITICAL
-                                                               else "close to its limit"),
+        code="thermal.slowdown",
+        severity=sev,
+        family=Family.HEAT,
+        title=f"GPU {g.index} HBM memory at {t:.0f} °C is "
+        + ("at/over its limit" if sev == Severity.CRITICAL else "close to its limit"),
         evidence=[f"temperature.memory = {t:.0f} °C", src, load_line(g)],
-        remedy=_COOLING, gpu=ref(g), source="nvml",
+        remedy=_COOLING,
+        gpu=ref(g),
+        source="nvml",
         data={"sensor": "hbm", "temperature_c": t, "limit_c": crit},
     )
 
 
-_THERMAL_REASONS = {"hw_thermal_slowdown": "HW thermal slowdown", "sw_thermal_slowdown": "SW thermal slowdown"}
+_THERMAL_REASONS = {
+    "hw_thermal_slowdown": "HW thermal slowdown",
+    "sw_thermal_slowdown": "SW thermal slowdown",
+}
 
 
 @check("thermal.throttle", codes=["thermal.throttle"], what="thermal clock slowdown")
@@ -113,19 +144,29 @@ def thermal_throttle(snap: Snapshot) -> Iterable[Finding]:
             continue
         hw_active = "hw_thermal_slowdown" in active
         sev = severity("thermal.throttle") if hw_active else severity("thermal.throttle", "software")
-        ev = [f"clocks_event_reasons.active = {', '.join(g.clock_event_reasons)}"
-              + (f" (0x{g.clock_event_reasons_mask:x})" if g.clock_event_reasons_mask is not None else ""),
-              f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of max {fmt_mhz(g.sm_clock_max_mhz)}",
-              f"temperature.gpu = {fmt_c(g.temperature_c)} (slowdown {fmt_c(g.slowdown_temp_c)}), "
-              f"temperature.memory = {fmt_c(g.memory_temperature_c)} (max {fmt_c(g.memory_max_operating_temp_c)})"]
+        ev = [
+            f"clocks_event_reasons.active = {', '.join(g.clock_event_reasons)}"
+            + (f" (0x{g.clock_event_reasons_mask:x})" if g.clock_event_reasons_mask is not None else ""),
+            f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of max {fmt_mhz(g.sm_clock_max_mhz)}",
+            f"temperature.gpu = {fmt_c(g.temperature_c)} (slowdown {fmt_c(g.slowdown_temp_c)}), "
+            f"temperature.memory = {fmt_c(g.memory_temperature_c)} (max "
+            f"{fmt_c(g.memory_max_operating_temp_c)})",
+        ]
         if viol_ns:
             ev.append(f"thermal violation time = {viol_ns / 1e9:.1f} s since the driver loaded")
         ev.append(load_line(g))
         hw = "hardware" if hw_active else "software"
-        out.append(Finding(
-            code="thermal.throttle", severity=sev, family=Family.HEAT,
-            title=f"GPU {g.index} is cutting its clocks because it is too hot ({hw} thermal slowdown)",
-            evidence=ev, remedy=_COOLING + " Watch it with `nvidia-smi -q -d PERFORMANCE` (Clocks Event Reasons).",
-            gpu=ref(g), source="nvml", data={"reasons": active, "thermal_violation_ns": viol_ns},
-        ))
+        out.append(
+            Finding(
+                code="thermal.throttle",
+                severity=sev,
+                family=Family.HEAT,
+                title=f"GPU {g.index} is cutting its clocks because it is too hot ({hw} thermal slowdown)",
+                evidence=ev,
+                remedy=_COOLING + " Watch it with `nvidia-smi -q -d PERFORMANCE` (Clocks Event Reasons).",
+                gpu=ref(g),
+                source="nvml",
+                data={"reasons": active, "thermal_violation_ns": viol_ns},
+            )
+        )
     return personalize(out)

@@ -27,21 +27,53 @@ NoArgsIsHelp: type[click.UsageError] = getattr(click.exceptions, "NoArgsIsHelpEr
 
 # command name -> (module, attribute, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "doctor": ("gpuclinic.cli.doctor", "doctor", "Diagnose this server (or saved logs): GPU faults, heat, PCIe, software, host."),
-    "capture": ("gpuclinic.cli.capture", "capture", "Save a snapshot and its raw outputs as one tar.gz for `doctor --from`."),
-    "explain": ("gpuclinic.cli.explain", "explain", "Paste an error or log: get the cause and the exact fix."),
+    "doctor": (
+        "gpuclinic.cli.doctor",
+        "doctor",
+        "Diagnose this server (or saved logs): GPU faults, heat, PCIe, software, host.",
+    ),
+    "capture": (
+        "gpuclinic.cli.capture",
+        "capture",
+        "Save a snapshot and its raw outputs as one tar.gz for `doctor --from`.",
+    ),
+    "explain": (
+        "gpuclinic.cli.explain",
+        "explain",
+        "Paste an error or log: get the cause and the exact fix.",
+    ),
     "net": ("gpuclinic.cli.net", "net", "Diagnose the network path to GitHub, Hugging Face and PyPI."),
-    "get": ("gpuclinic.cli.get", "get", "Fast, resumable, verified downloads: Hugging Face repos, URLs, git."),
-    "watch": ("gpuclinic.cli.watch", "watch", "Always-on agent: history, alerts, Prometheus metrics, dashboard."),
+    "get": (
+        "gpuclinic.cli.get",
+        "get",
+        "Fast, resumable, verified downloads: Hugging Face repos, URLs, git.",
+    ),
+    "watch": (
+        "gpuclinic.cli.watch",
+        "watch",
+        "Always-on agent: history, alerts, Prometheus metrics, dashboard.",
+    ),
     "history": ("gpuclinic.cli.watch", "history", "Print or export a metric's history from the watch store."),
     "events": ("gpuclinic.cli.watch", "events", "List events recorded by the watch agent."),
     "run": ("gpuclinic.cli.run", "run", "Run a training job and keep it alive through GPU faults."),
     "report": ("gpuclinic.cli.run", "report", "Reports over the ledger (e.g. `report interruptions`)."),
     "runbook": ("gpuclinic.cli.runbook", "runbook", "Print the step-by-step procedure for a failure code."),
-    "accept": ("gpuclinic.cli.accept", "accept", "Acceptance scorecard: is this rented server what you paid for?"),
-    "fleet": ("gpuclinic.cli.fleet", "fleet", "Many nodes at once: verdicts, incidents, trends, idle GPU-hours."),
+    "accept": (
+        "gpuclinic.cli.accept",
+        "accept",
+        "Acceptance scorecard: is this rented server what you paid for?",
+    ),
+    "fleet": (
+        "gpuclinic.cli.fleet",
+        "fleet",
+        "Many nodes at once: verdicts, incidents, trends, idle GPU-hours.",
+    ),
     "slurm": ("gpuclinic.cli.slurm", "slurm", "Slurm integration: health check, prolog and epilog."),
-    "k8s": ("gpuclinic.cli.k8s", "k8s", "Kubernetes integration: node-problem-detector plugin, node condition."),
+    "k8s": (
+        "gpuclinic.cli.k8s",
+        "k8s",
+        "Kubernetes integration: node-problem-detector plugin, node condition.",
+    ),
     "sync": ("gpuclinic.cli.sync", "sync", "Fast laptop <-> server sync over SSH (parallel rsync streams)."),
 }
 
@@ -111,6 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:
         if os.environ.get("GPUCLINIC_DEBUG"):
             raise
-        click.echo(f"gpuclinic: internal error: {type(e).__name__}: {e} (set GPUCLINIC_DEBUG=1 for details)", err=True)
+        click.echo(
+            f"gpuclinic: internal error: {type(e).__name__}: {e} (set GPUCLINIC_DEBUG=1 for details)",
+            err=True,
+        )
         sys.exit(3)
     sys.exit(rv if isinstance(rv, int) else 0)

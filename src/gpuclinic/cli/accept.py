@@ -15,45 +15,9 @@ from gpuclinic.errors import EXIT_USAGE, InputError
 _Q, _S, _F = (mode_settings(m) for m in ("quick", "standard", "full"))
 
 
-@click.command("accept")
-@click.option("--quick", is_flag=True, help=f"Short measurements ({_Q['matmul_s']:g} s each), a {_Q['burn_s']:g} s burn, "
-              f"no network probes, dcgmi diag -r {_Q['dcgm_level']}.")
-@click.option("--full", is_flag=True, help=f"Longer measurements ({_F['matmul_s']:g} s each), every GPU pair, a "
-              f"{_F['burn_s']:g} s burn, dcgmi diag -r {_F['dcgm_level']}.")
-@click.option("--scenario", metavar="NAME", help="Simulate a node from the scenario catalog (doctor --list-scenarios).")
-@click.option("--json", "as_json", is_flag=True, help="Print the scorecard as JSON (schema gpuclinic.accept/1).")
-@click.option("--markdown", "as_markdown", is_flag=True, help="Print the scorecard as a Markdown table.")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Also write a self-contained HTML page with plots of the burn.")
-@click.option("--compare", is_flag=True, help="Show changes against the previous run of this host.")
-@click.option("--force", is_flag=True, help="Load GPUs even when other processes are running on them.")
-@click.option("--burn", "burn_s", type=Seconds(min=0, max=86400), metavar="SECONDS",
-              help=f"Length of the sustained burn (default: {_Q['burn_s']:g} quick, {_S['burn_s']:g}, "
-                   f"{_F['burn_s']:g} full; 0 = none).")
-@click.option("--python", "python", metavar="PATH",
-              help="Python whose PyTorch/CuPy runs the workload (default: this one). Nothing is installed.")
-@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
-              help="cpu: run the workload's code path on the CPU (for tests without a GPU).")
-@click.option("--backend", type=click.Choice(["auto", "torch", "cupy"]), default="auto", show_default=True,
-              help="Workload library: PyTorch when importable, else CuPy.")
-@click.option("--data-dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="Where the dataset lives, for the disk read test (default: the current directory).")
-@click.option("--net-endpoint", "net_endpoints", multiple=True, metavar="[SERVICE=]URL",
-              help="Probe this URL instead of the default endpoints (repeatable; as `net --endpoint`).")
-@click.option("--no-store", is_flag=True, help="Do not record this run in the local store.")
-def accept(quick: bool, full: bool, scenario: str | None, as_json: bool, as_markdown: bool, html_file: str | None,
-           compare: bool, force: bool, burn_s: float | None, python: str | None, device: str, backend: str,
-           data_dir: str | None, net_endpoints: tuple[str, ...], no_store: bool) -> int:
-    """Is this rented server what you paid for?  Measure it and score every item against the GPU's
-    datasheet (with its source) or its identical peers: health, network, matmul TFLOPS, memory and
-    PCIe bandwidth, GPU<->GPU and NCCL bandwidth, a sustained burn, the host.
-
-    Never changes clocks or power limits; refuses to load GPUs running other processes unless
-    --force.  Exit codes: 0 all pass, 1 warning, 2 failure, 3 no GPU item could be judged (no GPU, no
-    backend, GPUs busy), 64 bad input, 130 Ctrl-C.
-    """
-    from gpuclinic.accept.run import AcceptOptions, run_accept
-
+def _check_inputs(quick: bool, full: bool, as_json: bool, as_markdown: bool, data_dir: str | None,
+                  html_file: str | None, scenario: str | None) -> None:
+    """Usage errors before anything is measured (exit 64)."""
     if quick and full:
         raise InputError("choose one of --quick and --full", exit_code=EXIT_USAGE)
     if as_json and as_markdown:
@@ -69,11 +33,121 @@ def accept(quick: bool, full: bool, scenario: str | None, as_json: bool, as_mark
 
         names = [n for n, _ in list_scenarios()]
         if scenario not in names:
-            raise InputError(f"unknown scenario {scenario!r}; valid: {', '.join(names)}", exit_code=EXIT_USAGE)
+            raise InputError(
+                f"unknown scenario {scenario!r}; valid: {', '.join(names)}", exit_code=EXIT_USAGE
+            )
+
+
+@click.command("accept")
+@click.option(
+    "--quick",
+    is_flag=True,
+    help=f"Short measurements ({_Q['matmul_s']:g} s each), a {_Q['burn_s']:g} s burn, "
+    f"no network probes, dcgmi diag -r {_Q['dcgm_level']}.",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help=f"Longer measurements ({_F['matmul_s']:g} s each), every GPU pair, a "
+    f"{_F['burn_s']:g} s burn, dcgmi diag -r {_F['dcgm_level']}.",
+)
+@click.option(
+    "--scenario", metavar="NAME", help="Simulate a node from the scenario catalog (doctor --list-scenarios)."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the scorecard as JSON (schema gpuclinic.accept/1)."
+)
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print the scorecard as a Markdown table.")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also write a self-contained HTML page with plots of the burn.",
+)
+@click.option("--compare", is_flag=True, help="Show changes against the previous run of this host.")
+@click.option("--force", is_flag=True, help="Load GPUs even when other processes are running on them.")
+@click.option(
+    "--burn",
+    "burn_s",
+    type=Seconds(min=0, max=86400),
+    metavar="SECONDS",
+    help=f"Length of the sustained burn (default: {_Q['burn_s']:g} quick, {_S['burn_s']:g}, "
+    f"{_F['burn_s']:g} full; 0 = none).",
+)
+@click.option(
+    "--python",
+    "python",
+    metavar="PATH",
+    help="Python whose PyTorch/CuPy runs the workload (default: this one). Nothing is installed.",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cuda", "cpu"]),
+    default="cuda",
+    show_default=True,
+    help="cpu: run the workload's code path on the CPU (for tests without a GPU).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "torch", "cupy"]),
+    default="auto",
+    show_default=True,
+    help="Workload library: PyTorch when importable, else CuPy.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Where the dataset lives, for the disk read test (default: the current directory).",
+)
+@click.option(
+    "--net-endpoint",
+    "net_endpoints",
+    multiple=True,
+    metavar="[SERVICE=]URL",
+    help="Probe this URL instead of the default endpoints (repeatable; as `net --endpoint`).",
+)
+@click.option("--no-store", is_flag=True, help="Do not record this run in the local store.")
+def accept(
+    quick: bool,
+    full: bool,
+    scenario: str | None,
+    as_json: bool,
+    as_markdown: bool,
+    html_file: str | None,
+    compare: bool,
+    force: bool,
+    burn_s: float | None,
+    python: str | None,
+    device: str,
+    backend: str,
+    data_dir: str | None,
+    net_endpoints: tuple[str, ...],
+    no_store: bool,
+) -> int:
+    """Is this rented server what you paid for?  Measure it and score every item against the GPU's
+    datasheet (with its source) or its identical peers: health, network, matmul TFLOPS, memory and
+    PCIe bandwidth, GPU<->GPU and NCCL bandwidth, a sustained burn, the host.
+
+    Never changes clocks or power limits; refuses to load GPUs running other processes unless
+    --force.  Exit codes: 0 all pass, 1 warning, 2 failure, 3 no GPU item could be judged (no GPU, no
+    backend, GPUs busy), 64 bad input, 130 Ctrl-C.
+    """
+    from gpuclinic.accept.run import AcceptOptions, run_accept
+
+    _check_inputs(quick, full, as_json, as_markdown, data_dir, html_file, scenario)
     tty = sys.stderr.isatty()
     opts = AcceptOptions(
-        mode="quick" if quick else "full" if full else "standard", scenario=scenario, python=python, device=device,
-        backend=backend, force=force, burn_s=burn_s, data_dir=data_dir, net_endpoints=list(net_endpoints),
+        mode="quick" if quick else "full" if full else "standard",
+        scenario=scenario,
+        python=python,
+        device=device,
+        backend=backend,
+        force=force,
+        burn_s=burn_s,
+        data_dir=data_dir,
+        net_endpoints=list(net_endpoints),
         progress=(lambda s: click.echo(s, err=True)) if tty else None,
     )
     sc = run_accept(opts)

@@ -16,7 +16,8 @@ import click
 from gpuclinic.cli.params import Seconds, split_credentials
 from gpuclinic.errors import EXIT_USAGE, InputError
 
-if TYPE_CHECKING:  # the BMC client (ssl, httpx) loads only when --bmc/--redfish is given: ~30 ms of doctor's start
+# the BMC client (ssl, httpx) loads only when --bmc/--redfish is given: ~30 ms of doctor's start
+if TYPE_CHECKING:
     from gpuclinic.sources.bmc.live import BmcOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -24,21 +25,52 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def bmc_options(fn: F) -> F:
     opts = [
-        click.option("--bmc", "bmc_host", metavar="HOST[:PORT]", help="Read this BMC over IPMI LAN (ipmitool lanplus). "
-                     "Password: IPMI_PASSWORD or --bmc-password-file."),
+        click.option(
+            "--bmc",
+            "bmc_host",
+            metavar="HOST[:PORT]",
+            help="Read this BMC over IPMI LAN (ipmitool lanplus). "
+            "Password: IPMI_PASSWORD or --bmc-password-file.",
+        ),
         click.option("--bmc-user", metavar="USER", help="BMC user name (IPMI and Redfish)."),
-        click.option("--bmc-password-file", type=click.Path(), metavar="FILE",
-                     help="File whose first line is the BMC password."),
-        click.option("--bmc-password", metavar="PASSWORD", help="BMC password (visible to other users in ps; "
-                     "prefer IPMI_PASSWORD or --bmc-password-file)."),
-        click.option("--bmc-cipher", type=click.IntRange(0, 17), metavar="N", help="IPMI cipher suite (default: "
-                     "ipmitool's, then 3 if the BMC refuses it)."),
-        click.option("--redfish", "redfish_url", metavar="URL", help="Read this BMC over Redfish (https://HOST[:PORT]). "
-                     "Password: REDFISH_PASSWORD, IPMI_PASSWORD or --bmc-password-file."),
-        click.option("--redfish-ca", type=click.Path(), metavar="FILE", help="CA bundle for the BMC's certificate."),
-        click.option("--redfish-insecure", is_flag=True, help="Do not verify the BMC's TLS certificate (self-signed)."),
-        click.option("--bmc-timeout", type=Seconds(1, 300), default=15.0, show_default=True, metavar="S",
-                     help="Seconds per BMC call."),
+        click.option(
+            "--bmc-password-file",
+            type=click.Path(),
+            metavar="FILE",
+            help="File whose first line is the BMC password.",
+        ),
+        click.option(
+            "--bmc-password",
+            metavar="PASSWORD",
+            help="BMC password (visible to other users in ps; prefer IPMI_PASSWORD or --bmc-password-file).",
+        ),
+        click.option(
+            "--bmc-cipher",
+            type=click.IntRange(0, 17),
+            metavar="N",
+            help="IPMI cipher suite (default: ipmitool's, then 3 if the BMC refuses it).",
+        ),
+        click.option(
+            "--redfish",
+            "redfish_url",
+            metavar="URL",
+            help="Read this BMC over Redfish (https://HOST[:PORT]). "
+            "Password: REDFISH_PASSWORD, IPMI_PASSWORD or --bmc-password-file.",
+        ),
+        click.option(
+            "--redfish-ca", type=click.Path(), metavar="FILE", help="CA bundle for the BMC's certificate."
+        ),
+        click.option(
+            "--redfish-insecure", is_flag=True, help="Do not verify the BMC's TLS certificate (self-signed)."
+        ),
+        click.option(
+            "--bmc-timeout",
+            type=Seconds(1, 300),
+            default=15.0,
+            show_default=True,
+            metavar="S",
+            help="Seconds per BMC call.",
+        ),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -50,12 +82,22 @@ def _read_password_file(path: str) -> str:
         with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.readline().rstrip("\r\n")
     except OSError as e:
-        raise InputError(f"--bmc-password-file {path}: {e.strerror or 'unreadable'}", exit_code=EXIT_USAGE) from None
+        raise InputError(
+            f"--bmc-password-file {path}: {e.strerror or 'unreadable'}", exit_code=EXIT_USAGE
+        ) from None
 
 
-def bmc_target(bmc_host: str | None = None, bmc_user: str | None = None, bmc_password_file: str | None = None,
-               bmc_password: str | None = None, bmc_cipher: int | None = None, redfish_url: str | None = None,
-               redfish_ca: str | None = None, redfish_insecure: bool = False, bmc_timeout: float = 15.0) -> BmcOptions:
+def bmc_target(
+    bmc_host: str | None = None,
+    bmc_user: str | None = None,
+    bmc_password_file: str | None = None,
+    bmc_password: str | None = None,
+    bmc_cipher: int | None = None,
+    redfish_url: str | None = None,
+    redfish_ca: str | None = None,
+    redfish_insecure: bool = False,
+    bmc_timeout: float = 15.0,
+) -> BmcOptions:
     """BmcOptions from the CLI flags and the environment (usage errors are one line, exit 64)."""
     from gpuclinic.sources.bmc.live import BmcOptions
 
@@ -80,7 +122,9 @@ def bmc_target(bmc_host: str | None = None, bmc_user: str | None = None, bmc_pas
         o.password_file = bmc_password_file
         o.redfish_password = _read_password_file(bmc_password_file)
     if bmc_password is not None:
-        click.echo("gpuclinic: note: --bmc-password is visible to other users in ps; prefer IPMI_PASSWORD", err=True)
+        click.echo(
+            "gpuclinic: note: --bmc-password is visible to other users in ps; prefer IPMI_PASSWORD", err=True
+        )
         o.password = bmc_password
         o.password_file = None
     elif not bmc_password_file and os.environ.get("IPMI_PASSWORD") is not None:

@@ -10,7 +10,7 @@ import click
 
 from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
 from gpuclinic.diagnose import Report, diagnose
-from gpuclinic.errors import EXIT_USAGE, GpuclinicError, InputError
+from gpuclinic.errors import EXIT_USAGE, InputError
 from gpuclinic.facts.snapshot import Snapshot
 
 
@@ -40,28 +40,70 @@ class _DoctorCommand(click.Command):
         return [self.options_metavar or "[OPTIONS]"]
 
 
+def _check_kernel_logs(kernel_logs: tuple[str, ...], scenario: str | None) -> None:
+    """Named explicitly: a typo is an error, not a "could not check" line."""
+    for k in kernel_logs:
+        if not os.path.exists(k):
+            raise InputError(f"--kernel-log {k}: no such file")
+        if os.path.isdir(k):
+            raise InputError(f"--kernel-log {k}: is a directory; give the log file")
+    if kernel_logs and scenario:
+        raise InputError("--kernel-log cannot be combined with --scenario (a simulated node has its own log)")
+
+
 @click.command("doctor", cls=_DoctorCommand)
-@click.option("--from", "from_paths", multiple=True, type=click.Path(), metavar="PATH",
-              help="Diagnose saved evidence instead of this machine: nvidia-smi -q (text/XML), nvidia-smi table, "
-                   "kernel logs, nvidia-bug-report.log(.gz), capture bundles. Repeatable; detected by content.")
+@click.option(
+    "--from",
+    "from_paths",
+    multiple=True,
+    type=click.Path(),
+    metavar="PATH",
+    help="Diagnose saved evidence instead of this machine: nvidia-smi -q (text/XML), nvidia-smi table, "
+    "kernel logs, nvidia-bug-report.log(.gz), capture bundles. Repeatable; detected by content.",
+)
 @click.argument("more_paths", nargs=-1, type=click.Path(), metavar="[PATH]...")
 @click.option("--scenario", metavar="NAME", help="Run on a simulated node (see --list-scenarios).")
 @click.option("--list-scenarios", is_flag=True, help="List simulated scenarios and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON report.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a Markdown report for a ticket.")
-@click.option("--expect-gpus", type=click.IntRange(min=0), metavar="N", help="Flag fewer than N GPUs as gpu.missing.")
-@click.option("--kernel-log", "kernel_logs", multiple=True, type=click.Path(), metavar="FILE",
-              help="Also scan this kernel log file (repeatable).")
+@click.option(
+    "--expect-gpus", type=click.IntRange(min=0), metavar="N", help="Flag fewer than N GPUs as gpu.missing."
+)
+@click.option(
+    "--kernel-log",
+    "kernel_logs",
+    multiple=True,
+    type=click.Path(),
+    metavar="FILE",
+    help="Also scan this kernel log file (repeatable).",
+)
 @click.option("--quick", is_flag=True, help="Skip timed measurements (host sampling window).")
-@click.option("--deep", is_flag=True, help="Allow slow checks, e.g. importing frameworks to read their CUDA build.")
-@click.option("--net", "network", is_flag=True, help="Also probe the network path to GitHub, Hugging Face and PyPI.")
-@click.option("--show-unread", is_flag=True,
-              help="With --from: also print, per input, its segments and the lines no parser read.")
+@click.option(
+    "--deep", is_flag=True, help="Allow slow checks, e.g. importing frameworks to read their CUDA build."
+)
+@click.option(
+    "--net", "network", is_flag=True, help="Also probe the network path to GitHub, Hugging Face and PyPI."
+)
+@click.option(
+    "--show-unread",
+    is_flag=True,
+    help="With --from: also print, per input, its segments and the lines no parser read.",
+)
 @bmc_options
 def doctor(
-    from_paths: tuple[str, ...], more_paths: tuple[str, ...], scenario: str | None, list_scenarios: bool,
-    as_json: bool, as_markdown: bool, expect_gpus: int | None, kernel_logs: tuple[str, ...],
-    quick: bool, deep: bool, network: bool, show_unread: bool = False, **bmc: Any,
+    from_paths: tuple[str, ...],
+    more_paths: tuple[str, ...],
+    scenario: str | None,
+    list_scenarios: bool,
+    as_json: bool,
+    as_markdown: bool,
+    expect_gpus: int | None,
+    kernel_logs: tuple[str, ...],
+    quick: bool,
+    deep: bool,
+    network: bool,
+    show_unread: bool = False,
+    **bmc: Any,
 ) -> int:
     """Diagnose this server: which of GPU faults, heat, PCIe/power, software, network or host is hurting it.
 
@@ -81,15 +123,10 @@ def doctor(
     if show_unread and not paths:
         raise InputError("--show-unread needs --from PATH", exit_code=EXIT_USAGE)
     if (bmc.get("bmc_host") or bmc.get("redfish_url")) and (paths or scenario):
-        raise InputError("--bmc/--redfish read a live BMC; give saved BMC output with --from instead",
-                         exit_code=EXIT_USAGE)
-    for k in kernel_logs:  # named explicitly: a typo is an error, not a "could not check" line
-        if not os.path.exists(k):
-            raise InputError(f"--kernel-log {k}: no such file")
-        if os.path.isdir(k):
-            raise InputError(f"--kernel-log {k}: is a directory; give the log file")
-    if kernel_logs and scenario:
-        raise InputError("--kernel-log cannot be combined with --scenario (a simulated node has its own log)")
+        raise InputError(
+            "--bmc/--redfish read a live BMC; give saved BMC output with --from instead", exit_code=EXIT_USAGE
+        )
+    _check_kernel_logs(kernel_logs, scenario)
     if kernel_logs and paths:
         paths += [k for k in kernel_logs if k not in paths]  # saved evidence: read like any other file
     snap: Snapshot
@@ -104,10 +141,16 @@ def doctor(
     else:
         from gpuclinic.collect import CollectOptions, collect_live
 
-        snap = collect_live(CollectOptions(
-            quick=quick, deep=deep, network=network, kernel_logs=list(kernel_logs), expect_gpus=expect_gpus,
-            bmc=bmc_target(**bmc),
-        ))
+        snap = collect_live(
+            CollectOptions(
+                quick=quick,
+                deep=deep,
+                network=network,
+                kernel_logs=list(kernel_logs),
+                expect_gpus=expect_gpus,
+                bmc=bmc_target(**bmc),
+            )
+        )
     if expect_gpus is not None:
         snap.expect_gpus = expect_gpus
     report = diagnose(snap)
@@ -119,6 +162,4 @@ def doctor(
             click.echo(unread_text(snap), err=fmt != "terminal")
     except BrokenPipeError:
         sys.stderr.close()
-    if report.verdict is None:
-        raise GpuclinicError("could not run")
     return report.exit_code

@@ -11,10 +11,15 @@ from gpuclinic.cli.doctor import emit, output_format
 
 @click.command("explain")
 @click.argument("file", required=False, type=click.Path(dir_okay=False, allow_dash=True), metavar="[FILE|-]")
-@click.option("--json", "as_json", is_flag=True, help="Print the versioned JSON report (same schema as doctor).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the versioned JSON report (same schema as doctor)."
+)
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a Markdown report for a ticket.")
-@click.option("--offline", is_flag=True,
-              help="Do not read this machine's facts (use when the text comes from another machine).")
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Do not read this machine's facts (use when the text comes from another machine).",
+)
 def explain(file: str | None, as_json: bool, as_markdown: bool, offline: bool) -> int:
     """Explain an error message, traceback, log or nvidia-smi output (FILE, or - / stdin).
 

@@ -23,16 +23,32 @@ def _read_secret(path: str, what: str) -> str:
 
 
 @click.command("fleet")
-@click.option("--prometheus", "prom_url", metavar="URL", help="Prometheus that scrapes the agents (job --job).")
+@click.option(
+    "--prometheus", "prom_url", metavar="URL", help="Prometheus that scrapes the agents (job --job)."
+)
 @click.option("--job", default="gpuclinic", show_default=True, help="Prometheus job name of the agents.")
-@click.option("--basic-auth-file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Prometheus basic auth: a file holding USER:PASSWORD.")
-@click.option("--bearer-token-file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Prometheus bearer token from a file.")
+@click.option(
+    "--basic-auth-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Prometheus basic auth: a file holding USER:PASSWORD.",
+)
+@click.option(
+    "--bearer-token-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Prometheus bearer token from a file.",
+)
 @click.option("--agents", metavar="HOST:PORT,...", help="Ask these agents directly (no Prometheus).")
-@click.option("--agents-file", type=click.Path(dir_okay=False), metavar="FILE", help="One HOST:PORT per line.")
-@click.option("--token-file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Agent token (else env GPUCLINIC_WATCH_TOKEN).")
+@click.option(
+    "--agents-file", type=click.Path(dir_okay=False), metavar="FILE", help="One HOST:PORT per line."
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Agent token (else env GPUCLINIC_WATCH_TOKEN).",
+)
 @click.option("--window", default=None, metavar="DURATION", help="Trend and idle window (default 24h).")
 @click.option("--price-per-gpu-hour", type=click.FloatRange(min=0), metavar="PRICE",
               help="Cost of one GPU-hour: idle GPU-hours get a price.")
@@ -40,9 +56,20 @@ def _read_secret(path: str, what: str) -> str:
               help="Seconds per request.")
 @click.option("--json", "as_json", is_flag=True, help="JSON, schema gpuclinic.fleet/1.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown table.")
-def fleet(prom_url: str | None, job: str, basic_auth_file: str | None, bearer_token_file: str | None,
-          agents: str | None, agents_file: str | None, token_file: str | None, window: str | None,
-          price_per_gpu_hour: float | None, timeout_s: float, as_json: bool, as_markdown: bool) -> int:
+def fleet(
+    prom_url: str | None,
+    job: str,
+    basic_auth_file: str | None,
+    bearer_token_file: str | None,
+    agents: str | None,
+    agents_file: str | None,
+    token_file: str | None,
+    window: str | None,
+    price_per_gpu_hour: float | None,
+    timeout_s: float,
+    as_json: bool,
+    as_markdown: bool,
+) -> int:
     """Many nodes at once, worst first: verdict, open incidents (code, GPU, age), GPUs seen vs expected,
     degrading trends, idle GPU-hours (and cost), interruptions and goodput.
 
@@ -59,7 +86,9 @@ def fleet(prom_url: str | None, job: str, basic_auth_file: str | None, bearer_to
     if bool(prom_url) == bool(agents or agents_file):
         raise InputError("give either --prometheus URL or --agents/--agents-file", exit_code=EXIT_USAGE)
     try:
-        window_s = parse_duration(window or load_data("cluster.json")["fleet"]["default_window"], what="--window")
+        window_s = parse_duration(
+            window or load_data("cluster.json")["fleet"]["default_window"], what="--window"
+        )
     except InputError as e:
         raise InputError(str(e), exit_code=EXIT_USAGE) from None
     if window_s < 60:
@@ -91,7 +120,11 @@ def fleet(prom_url: str | None, job: str, basic_auth_file: str | None, bearer_to
         items = (agents or "").split(",")
         if agents_file:
             items += _read_secret(agents_file, "--agents-file").splitlines()
-        token = _read_secret(token_file, "--token-file") if token_file else os.environ.get("GPUCLINIC_WATCH_TOKEN")
+        token = (
+            _read_secret(token_file, "--token-file")
+            if token_file
+            else os.environ.get("GPUCLINIC_WATCH_TOKEN")
+        )
         result = collect_agents(parse_agents(items), token=token, timeout_s=timeout_s)
         result.price_per_gpu_hour = price_per_gpu_hour
     try:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+if TYPE_CHECKING:  # click >= 8.2 types ParamType by its value; older click (>= 8.1 is allowed) is not generic
+    _FloatParam = click.ParamType[float, Any]
+else:
+    _FloatParam = click.ParamType
 
-class Seconds(click.ParamType):
+
+class Seconds(_FloatParam):
     """A duration in seconds within [min, max]: ``90s``, ``5m``, ``2h`` or a bare number (seconds).
 
     README "Exit codes": durations take a unit in every command; a plain FloatRange refused ``30s``.
@@ -34,7 +39,10 @@ class Seconds(click.ParamType):
 
 
 def split_credentials(url: str) -> tuple[str, str | None, str | None]:
-    """``https://user:pw@host/x`` -> (``https://host/x``, user, pw): the URL is printed, the password never is."""
+    """``https://user:pw@host/x`` -> (``https://host/x``, user, pw).
+
+    The URL is printed; the password never is.
+    """
     from urllib.parse import unquote, urlsplit, urlunsplit
 
     try:

@@ -15,7 +15,9 @@ from gpuclinic.model import GpuRef
 @click.option("--bus", "bus_id", metavar="BUS", help="Fill the commands in for this PCI bus id.")
 @click.option("--markdown", is_flag=True, help="Print Markdown (for a ticket).")
 @click.option("--list", "list_all", is_flag=True, help="List every runbook and the codes that lead to it.")
-def runbook(code: str | None, gpu_index: int | None, bus_id: str | None, markdown: bool, list_all: bool) -> int:
+def runbook(
+    code: str | None, gpu_index: int | None, bus_id: str | None, markdown: bool, list_all: bool
+) -> int:
     """Print the runbook for CODE (a finding code such as gpu.fallen_off_bus or xid.79).
 
     Exit codes: 0 printed, 64 unknown code or bad usage.
@@ -29,11 +31,16 @@ def runbook(code: str | None, gpu_index: int | None, bus_id: str | None, markdow
             by.setdefault(c.runbook, []).append(c.code)
         for one in all_runbooks():
             codes = ", ".join(x for x in by.get(one.id, []) if x != one.id)
-            click.echo(f"{one.id:40} {one.title}" + (f"  (also for: {codes})" if codes else "")
-                       + f"  [{WHO.get(one.who, one.who).split(' (')[0]}]")
+            click.echo(
+                f"{one.id:40} {one.title}"
+                + (f"  (also for: {codes})" if codes else "")
+                + f"  [{WHO.get(one.who, one.who).split(' (')[0]}]"
+            )
         return 0
     if not code:
-        raise InputError("give a code (e.g. gpuclinic runbook gpu.fallen_off_bus) or --list", exit_code=EXIT_USAGE)
+        raise InputError(
+            "give a code (e.g. gpuclinic runbook gpu.fallen_off_bus) or --list", exit_code=EXIT_USAGE
+        )
     rb = get(code)
     if rb is None:
         raise InputError(f"no runbook for {code!r}: see `gpuclinic runbook --list`", exit_code=EXIT_USAGE)

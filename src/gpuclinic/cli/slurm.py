@@ -13,11 +13,23 @@ def _say(msg: str) -> None:
     click.echo(f"gpuclinic: {msg}", err=True)
 
 
-_SCENARIO = click.option("--scenario", metavar="NAME", help="Judge a simulated node (see `doctor --list-scenarios`).")
-_NODE = click.option("--node", metavar="NAME", help="Slurm node name (default SLURMD_NODENAME, else hostname -s).")
-_SCONTROL = click.option("--scontrol", "scontrol_path", metavar="PATH", help="scontrol binary (default: from PATH).")
-_KLOG = click.option("--kernel-log", "kernel_logs", multiple=True, type=click.Path(exists=True, dir_okay=False),
-                     metavar="FILE", help="Also scan this kernel log file (repeatable).")
+_SCENARIO = click.option(
+    "--scenario", metavar="NAME", help="Judge a simulated node (see `doctor --list-scenarios`)."
+)
+_NODE = click.option(
+    "--node", metavar="NAME", help="Slurm node name (default SLURMD_NODENAME, else hostname -s)."
+)
+_SCONTROL = click.option(
+    "--scontrol", "scontrol_path", metavar="PATH", help="scontrol binary (default: from PATH)."
+)
+_KLOG = click.option(
+    "--kernel-log",
+    "kernel_logs",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="FILE",
+    help="Also scan this kernel log file (repeatable).",
+)
 
 
 @click.group("slurm")
@@ -30,10 +42,18 @@ def slurm() -> None:
 @_NODE
 @_SCONTROL
 @_KLOG
-@click.option("--report-only", is_flag=True,
-              help="Print the verdict and drain reason, change nothing (for NHC, which drains itself).")
-def healthcheck(scenario: str | None, node: str | None, scontrol_path: str | None, kernel_logs: tuple[str, ...],
-                report_only: bool) -> int:
+@click.option(
+    "--report-only",
+    is_flag=True,
+    help="Print the verdict and drain reason, change nothing (for NHC, which drains itself).",
+)
+def healthcheck(
+    scenario: str | None,
+    node: str | None,
+    scontrol_path: str | None,
+    kernel_logs: tuple[str, ...],
+    report_only: bool,
+) -> int:
     """Run the quick doctor; drain this node on a drain verdict, resume it when gpuclinic drained it and
     the cause has cleared. Nodes drained by anyone else are never touched.
 
@@ -59,8 +79,14 @@ def healthcheck(scenario: str | None, node: str | None, scontrol_path: str | Non
     return j.verdict.exit_code
 
 
-def _job_check(kind: str, scenario: str | None, node: str | None, scontrol_path: str | None,
-               kernel_logs: tuple[str, ...], drain: bool) -> tuple[bool, str, bool]:
+def _job_check(
+    kind: str,
+    scenario: str | None,
+    node: str | None,
+    scontrol_path: str | None,
+    kernel_logs: tuple[str, ...],
+    drain: bool,
+) -> tuple[bool, str, bool]:
     """(blocked, message, node_drained) for the job's GPUs; drains this node with a gpuclinic reason when
     blocked.  ``node_drained`` says the node is out of service now (drained here, before, or by others)."""
     from gpuclinic.slurm.health import Judgement, blocking_for_job, job_gpu_tokens, run_doctor
@@ -98,9 +124,16 @@ def _job_check(kind: str, scenario: str | None, node: str | None, scontrol_path:
 @_NODE
 @_SCONTROL
 @_KLOG
-@click.option("--no-drain", is_flag=True, help="Only refuse the job; let Slurm drain the node ('Prolog error').")
-def prolog(scenario: str | None, node: str | None, scontrol_path: str | None, kernel_logs: tuple[str, ...],
-           no_drain: bool) -> int:
+@click.option(
+    "--no-drain", is_flag=True, help="Only refuse the job; let Slurm drain the node ('Prolog error')."
+)
+def prolog(
+    scenario: str | None,
+    node: str | None,
+    scontrol_path: str | None,
+    kernel_logs: tuple[str, ...],
+    no_drain: bool,
+) -> int:
     """Refuse a job that would land on a GPU with an open critical problem.
 
     Exit 1 refuses (Slurm drains the node and requeues the job, held); before that the node is drained
@@ -113,7 +146,9 @@ def prolog(scenario: str | None, node: str | None, scontrol_path: str | None, ke
 
     try:
         blocked, msg, _ = _job_check("prolog", scenario, node, scontrol_path, kernel_logs, drain=not no_drain)
-    except SlurmError as e:  # Slurm is reached only after a GPU was judged bad: refuse, Slurm drains ("Prolog error")
+    except (
+        SlurmError
+    ) as e:  # Slurm is reached only after a GPU was judged bad: refuse, Slurm drains ("Prolog error")
         _say(f"prolog: found a problem on the job's GPUs but could not drain ({e}); refusing the job")
         return 1
     except GpuclinicError as e:  # any non-zero exit drains the node: a check that cannot run must not
@@ -129,8 +164,13 @@ def prolog(scenario: str | None, node: str | None, scontrol_path: str | None, ke
 @_SCONTROL
 @_KLOG
 @click.option("--no-drain", is_flag=True, help="Only exit 1 on a problem; let Slurm drain ('Epilog error').")
-def epilog(scenario: str | None, node: str | None, scontrol_path: str | None, kernel_logs: tuple[str, ...],
-           no_drain: bool) -> int:
+def epilog(
+    scenario: str | None,
+    node: str | None,
+    scontrol_path: str | None,
+    kernel_logs: tuple[str, ...],
+    no_drain: bool,
+) -> int:
     """Check the job's GPUs after it ended; drain this node (gpuclinic reason) if one needs it.
 
     Exit 0 when fine or when gpuclinic drained the node itself; 1 when a problem was found and not
@@ -139,7 +179,9 @@ def epilog(scenario: str | None, node: str | None, scontrol_path: str | None, ke
     from gpuclinic.slurm.scontrol import SlurmError
 
     try:
-        blocked, msg, drained = _job_check("epilog", scenario, node, scontrol_path, kernel_logs, drain=not no_drain)
+        blocked, msg, drained = _job_check(
+            "epilog", scenario, node, scontrol_path, kernel_logs, drain=not no_drain
+        )
     except SlurmError as e:  # a problem was found but the drain failed: let Slurm drain ("Epilog error")
         _say(f"epilog: found a problem but could not drain ({e})")
         return 1

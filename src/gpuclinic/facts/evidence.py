@@ -15,7 +15,8 @@ from typing import Any
 class Segment:
     """A run of lines of one kind: ``first``..``last`` are 1-based line numbers in the input."""
 
-    kind: str  # kernel_log | smi_text | smi_xml | smi_table | smi_csv | smi_nvlink | smi_topo | lspci | smi_error
+    # kernel_log | smi_text | smi_xml | smi_table | smi_csv | smi_nvlink | smi_topo | lspci | smi_error
+    kind: str
     #            | json | metrics | dcgm | traceback | prompt | text | bugreport_section
     first: int | None = None
     last: int | None = None
@@ -39,7 +40,8 @@ class InputRecord:
 
 @dataclass
 class Signal:
-    """A known fault signature seen on one line of the evidence (see ``knowledge/data/evidence_signatures.json``
+    """A known fault signature seen on one line of the evidence (see
+    ``knowledge/data/evidence_signatures.json``
     and ``error_signatures.json``); :mod:`gpuclinic.checks.signals` reports it."""
 
     code: str

@@ -141,4 +141,4 @@ class PciDevice:
 
     @property
     def is_gpu(self) -> bool:
-        return bool(self.class_code and (self.class_code.startswith("0x0300") or self.class_code.startswith("0x0302")))
+        return bool(self.class_code and self.class_code.startswith(("0x0300", "0x0302")))

@@ -13,7 +13,8 @@ from typing import Any
 
 @dataclass
 class Endpoint:
-    """One place the tools talk to (from ``knowledge/data/endpoints.json``, the config file or ``--endpoint``)."""
+    """One place the tools talk to (from ``knowledge/data/endpoints.json``, the config file or
+    ``--endpoint``)."""
 
     id: str
     url: str  # base URL, e.g. https://huggingface.co
@@ -136,15 +137,6 @@ class ProxySettings:
     hf_xet_high_performance: str | None = None
     hf_hub_version: str | None = None  # installed huggingface_hub, if any (its behaviour changed in 1.0)
     problems: list[str] = field(default_factory=list)  # unparsable values, disagreeing case variants
-
-    def effective_proxy(self, scheme: str) -> str | None:
-        """The proxy most tools pick for ``scheme`` (https -> HTTPS_PROXY, then ALL_PROXY)."""
-        keys = ("https_proxy", "HTTPS_PROXY") if scheme == "https" else ("http_proxy", "HTTP_PROXY")
-        for k in (*keys, "all_proxy", "ALL_PROXY"):
-            v = self.env.get(k)
-            if v:
-                return v
-        return None
 
 
 @dataclass

@@ -58,22 +58,9 @@ def from_jsonable(tp: Any, value: Any) -> Any:
         return None
     origin = typing.get_origin(tp)
     if origin is Union or (hasattr(types, "UnionType") and isinstance(tp, types.UnionType)):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        for a in args:
-            try:
-                out = from_jsonable(a, value)
-            except (TypeError, ValueError):
-                continue
-            if out is not None:
-                return out
-        return None
+        return _union(tp, value)
     if origin in (list, tuple, set, frozenset):
-        targs = typing.get_args(tp)
-        arg = targs[0] if targs else Any
-        if not isinstance(value, list):
-            return [] if origin is list else origin()
-        items = [from_jsonable(arg, v) for v in value]
-        return items if origin is list else origin(items)
+        return _collection(tp, origin, value)
     if origin is dict:
         dargs = typing.get_args(tp)
         vt = dargs[1] if len(dargs) == 2 else Any
@@ -83,18 +70,48 @@ def from_jsonable(tp: Any, value: Any) -> Any:
     if tp is Any:
         return value
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise TypeError(f"expected object for {tp.__name__}")
-        hints = _hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in value and f.init:
-                kwargs[f.name] = from_jsonable(hints[f.name], value[f.name])
-                if kwargs[f.name] is None and _has_default(f):
-                    del kwargs[f.name]
-        return tp(**kwargs)
+        return _dataclass(tp, value)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp(value)
+    return _scalar(tp, value)
+
+
+def _union(tp: Any, value: Any) -> Any:
+    """The first member type of ``tp`` that decodes ``value`` to something."""
+    for a in (a for a in typing.get_args(tp) if a is not type(None)):
+        try:
+            out = from_jsonable(a, value)
+        except (TypeError, ValueError):
+            continue
+        if out is not None:
+            return out
+    return None
+
+
+def _collection(tp: Any, origin: Any, value: Any) -> Any:
+    targs = typing.get_args(tp)
+    arg = targs[0] if targs else Any
+    if not isinstance(value, list):
+        return [] if origin is list else origin()
+    items = [from_jsonable(arg, v) for v in value]
+    return items if origin is list else origin(items)
+
+
+def _dataclass(tp: type, value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected object for {tp.__name__}")
+    hints = _hints(tp)
+    kwargs = {}
+    for f in dataclasses.fields(tp):
+        if f.name in value and f.init:
+            kwargs[f.name] = from_jsonable(hints[f.name], value[f.name])
+            if kwargs[f.name] is None and _has_default(f):
+                del kwargs[f.name]
+    return tp(**kwargs)
+
+
+def _scalar(tp: Any, value: Any) -> Any:
+    """float/int/bool/str checked strictly (a bool is not a number); any other type passes through."""
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError("not a number")

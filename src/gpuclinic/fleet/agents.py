@@ -103,9 +103,15 @@ def _one(client: httpx.Client, base: str, now: float) -> NodeView:
             g = i.get("gpu")
             gpu = str(g.get("index")) if isinstance(g, dict) and g.get("index") is not None else None
             opened = i.get("opened") or i.get("first_seen")
-            n.incidents.append(FleetIncident(code=str(i.get("code")), severity=str(i.get("severity")), gpu=gpu,
-                                             family=i.get("family"),
-                                             age_s=now - float(opened) if isinstance(opened, (int, float)) else None))
+            n.incidents.append(
+                FleetIncident(
+                    code=str(i.get("code")),
+                    severity=str(i.get("severity")),
+                    gpu=gpu,
+                    family=i.get("family"),
+                    age_s=now - float(opened) if isinstance(opened, (int, float)) else None,
+                )
+            )
     else:
         for ev in state.get("open_events") or []:
             if ev.get("severity") not in ("critical", "warning"):
@@ -114,22 +120,36 @@ def _one(client: httpx.Client, base: str, now: float) -> NodeView:
             if any(i.code == ev.get("code") and i.gpu == gpu for i in n.incidents):
                 continue
             opened = ev.get("opened")
-            n.incidents.append(FleetIncident(code=str(ev.get("code")), severity=str(ev["severity"]), gpu=gpu,
-                                             age_s=now - float(opened) if isinstance(opened, (int, float)) else None))
+            n.incidents.append(
+                FleetIncident(
+                    code=str(ev.get("code")),
+                    severity=str(ev["severity"]),
+                    gpu=gpu,
+                    age_s=now - float(opened) if isinstance(opened, (int, float)) else None,
+                )
+            )
     return n
 
 
-def collect(agents: list[str], *, token: str | None = None, timeout_s: float = 5.0,
-            now: float | None = None) -> Fleet:
+def collect(
+    agents: list[str], *, token: str | None = None, timeout_s: float = 5.0, now: float | None = None
+) -> Fleet:
     t0 = time.monotonic()
     at = time.time() if now is None else now
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(timeout=timeout_s, headers=headers, trust_env=False) as client, \
-            ThreadPoolExecutor(max_workers=min(32, len(agents))) as pool:
+    with (
+        httpx.Client(timeout=timeout_s, headers=headers, trust_env=False) as client,
+        ThreadPoolExecutor(max_workers=min(32, len(agents))) as pool,
+    ):
         nodes = list(pool.map(lambda a: _one(client, a, at), agents))
     names = [n.node for n in nodes]
     for n in nodes:  # several agents on one host (or hosts with one name): tell them apart
         if names.count(n.node) > 1 and n.address and n.address != n.node:
             n.node = f"{n.node}@{n.address}"
-    return Fleet(source=f"{len(agents)} agents", window_s=0.0, nodes=nodes, generated_at=at,
-                 took_s=time.monotonic() - t0)
+    return Fleet(
+        source=f"{len(agents)} agents",
+        window_s=0.0,
+        nodes=nodes,
+        generated_at=at,
+        took_s=time.monotonic() - t0,
+    )

@@ -54,8 +54,11 @@ class IdleCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         if self.meter is None:
             return
-        fam = CounterMetricFamily("gpuclinic_gpu_idle_seconds",
-                                  "Time the GPU spent below the idle line (5 % utilisation)", labels=["uuid", "index"])
+        fam = CounterMetricFamily(
+            "gpuclinic_gpu_idle_seconds",
+            "Time the GPU spent below the idle line (5 % utilisation)",
+            labels=["uuid", "index"],
+        )
         for uuid, index, v in self.meter.snapshot():
             fam.add_metric([uuid, str(index)], v)
         yield fam

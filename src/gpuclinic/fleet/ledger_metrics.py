@@ -58,15 +58,23 @@ class LedgerCollector(Collector):
         if rep is None:
             return
         w = load_data("cluster.json")["fleet"]["ledger_window"]
-        fam = GaugeMetricFamily("gpuclinic_run_interruptions", f"Job interruptions in the last {w}, by root cause",
-                                labels=["class", "planned"])
+        fam = GaugeMetricFamily(
+            "gpuclinic_run_interruptions",
+            f"Job interruptions in the last {w}, by root cause",
+            labels=["class", "planned"],
+        )
         for c in rep["causes"]:
             fam.add_metric([c["cls"], "true" if c["planned"] else "false"], c["count"])
         yield fam
-        yield GaugeMetricFamily("gpuclinic_run_wall_seconds", f"Wall time of supervised runs in the last {w}",
-                                value=rep["wall_s"])
-        yield GaugeMetricFamily("gpuclinic_run_lost_seconds", f"Time lost to interruptions in the last {w}",
-                                value=rep["lost_s"])
+        yield GaugeMetricFamily(
+            "gpuclinic_run_wall_seconds", f"Wall time of supervised runs in the last {w}", value=rep["wall_s"]
+        )
+        yield GaugeMetricFamily(
+            "gpuclinic_run_lost_seconds", f"Time lost to interruptions in the last {w}", value=rep["lost_s"]
+        )
         if rep["goodput_pct"] is not None:
-            yield GaugeMetricFamily("gpuclinic_run_goodput_ratio", f"(wall - lost) / wall over the last {w}",
-                                    value=rep["goodput_pct"] / 100.0)
+            yield GaugeMetricFamily(
+                "gpuclinic_run_goodput_ratio",
+                f"(wall - lost) / wall over the last {w}",
+                value=rep["goodput_pct"] / 100.0,
+            )

@@ -57,25 +57,44 @@ class NodeView:
     idle_cost: float | None = None
     interruptions: int | None = None
     goodput: float | None = None  # 0..1 over the ledger window
-    room: dict[str, Any] | None = None  # from the agent's BMC poller: bmc_up, inlet_c, fans_failed, psus_failed
+    room: dict[str, Any] | None = None
 
     def room_faults(self) -> int:
         r = self.room or {}
-        return int(r.get("fans_failed") or 0) + int(r.get("psus_failed") or 0) + (1 if r.get("bmc_up") is False else 0)
+        return (
+            int(r.get("fans_failed") or 0)
+            + int(r.get("psus_failed") or 0)
+            + (1 if r.get("bmc_up") is False else 0)
+        )
 
     def sort_key(self) -> tuple[Any, ...]:
         crit = sum(1 for i in self.incidents if i.severity == "critical")
         missing = max(0, (self.gpus_expected or 0) - (self.gpus_seen or 0))
-        return (RANK.get(self.verdict, 2), -crit, -missing, -len(self.incidents), -self.room_faults(),
-                -len(self.trends.degrading()), -(self.idle_gpu_hours or 0.0), self.node)
+        return (
+            RANK.get(self.verdict, 2),
+            -crit,
+            -missing,
+            -len(self.incidents),
+            -self.room_faults(),
+            -len(self.trends.degrading()),
+            -(self.idle_gpu_hours or 0.0),
+            self.node,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "node": self.node, "address": self.address, "verdict": self.verdict, "error": self.error,
-            "incidents": [i.to_dict() for i in sorted(self.incidents, key=lambda i: (_SEV.get(i.severity, 3),
-                                                                                     i.gpu or "", i.code))],
-            "gpus_seen": self.gpus_seen, "gpus_expected": self.gpus_expected,
-            "trends": self.trends.to_dict(), "degrading": self.trends.degrading(),
+            "node": self.node,
+            "address": self.address,
+            "verdict": self.verdict,
+            "error": self.error,
+            "incidents": [
+                i.to_dict()
+                for i in sorted(self.incidents, key=lambda i: (_SEV.get(i.severity, 3), i.gpu or "", i.code))
+            ],
+            "gpus_seen": self.gpus_seen,
+            "gpus_expected": self.gpus_expected,
+            "trends": self.trends.to_dict(),
+            "degrading": self.trends.degrading(),
             "idle_gpu_hours": None if self.idle_gpu_hours is None else round(self.idle_gpu_hours, 2),
             "idle_cost": None if self.idle_cost is None else round(self.idle_cost, 2),
             "interruptions": self.interruptions,
@@ -109,10 +128,12 @@ class Fleet:
                 codes[i.code] = codes.get(i.code, 0) + 1
         wall_good = [(n.goodput, n.interruptions) for n in self.nodes if n.goodput is not None]
         out: dict[str, Any] = {
-            "nodes": len(self.nodes), "by_verdict": by,
+            "nodes": len(self.nodes),
+            "by_verdict": by,
             "drain": [n.node for n in self.sorted_nodes() if n.verdict == "drain"],
             "unreachable": [n.node for n in self.sorted_nodes() if n.verdict == "unreachable"],
-            "gpus_seen": sum(seen), "gpus_expected": sum(exp),
+            "gpus_seen": sum(seen),
+            "gpus_expected": sum(exp),
             "incidents_by_code": dict(sorted(codes.items(), key=lambda kv: (-kv[1], kv[0]))),
             "degrading_nodes": sum(1 for n in self.nodes if n.trends.degrading()),
             "idle_gpu_hours": round(sum(idle), 2) if idle else None,
@@ -132,9 +153,15 @@ class Fleet:
         return 1 if vs & {"warning", "unreachable", "unknown"} else 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "source": self.source, "generated_at": self.generated_at,
-                "window_s": self.window_s, "took_s": None if self.took_s is None else round(self.took_s, 3),
-                "nodes": [n.to_dict() for n in self.sorted_nodes()], "summary": self.summary()}
+        return {
+            "schema": SCHEMA,
+            "source": self.source,
+            "generated_at": self.generated_at,
+            "window_s": self.window_s,
+            "took_s": None if self.took_s is None else round(self.took_s, 3),
+            "nodes": [n.to_dict() for n in self.sorted_nodes()],
+            "summary": self.summary(),
+        }
 
 
 def verdict_name(v: float | int | None) -> str:

@@ -31,7 +31,9 @@ def self_view(agent: Agent, now: float) -> NodeView:
             continue
         gpu = None if ev.gpu is None else str(ev.gpu)
         if not any(i.code == ev.code and i.gpu == gpu for i in n.incidents):
-            n.incidents.append(FleetIncident(code=ev.code, severity=sev, gpu=gpu, age_s=max(0.0, st.now - ev.opened)))
+            n.incidents.append(
+                FleetIncident(code=ev.code, severity=sev, gpu=gpu, age_s=max(0.0, st.now - ev.opened))
+            )
     return n
 
 
@@ -50,9 +52,13 @@ class FleetPage:
             if self._doc is None or time.monotonic() - self._at > CACHE_S:
                 now = time.time()
                 peers = collect(self.peers, token=self.token, timeout_s=self.timeout_s, now=now)
-                fleet = Fleet(source=f"{self.agent.host} and {len(self.peers)} peers", window_s=0.0,
-                              nodes=[self_view(self.agent, now), *peers.nodes], generated_at=now,
-                              took_s=peers.took_s)
+                fleet = Fleet(
+                    source=f"{self.agent.host} and {len(self.peers)} peers",
+                    window_s=0.0,
+                    nodes=[self_view(self.agent, now), *peers.nodes],
+                    generated_at=now,
+                    took_s=peers.took_s,
+                )
                 self._doc = fleet.to_dict()
                 self._at = time.monotonic()
             return self._doc

@@ -9,8 +9,13 @@ from typing import TextIO
 
 from gpuclinic.fleet.model import Fleet, FleetIncident, NodeView
 
-_SHORT = {"ecc_corrected": "ECC", "remapped_rows": "remap", "pcie_replays": "replay", "throttle_s": "throttle s",
-          "xids_per_day": "XID/day"}
+_SHORT = {
+    "ecc_corrected": "ECC",
+    "remapped_rows": "remap",
+    "pcie_replays": "replay",
+    "throttle_s": "throttle s",
+    "xids_per_day": "XID/day",
+}
 
 
 def _age(s: float | None) -> str:
@@ -70,36 +75,60 @@ def _room(n: NodeView) -> str:
     if not r.get("bmc_up"):
         return "BMC not answering"
     parts = [f"inlet {r['inlet_c']:g} C" if r.get("inlet_c") is not None else ""]
-    parts += [f"{r[k]} {what} failed" for k, what in (("fans_failed", "fan(s)"), ("psus_failed", "PSU(s)")) if r.get(k)]
+    parts += [
+        f"{r[k]} {what} failed"
+        for k, what in (("fans_failed", "fan(s)"), ("psus_failed", "PSU(s)"))
+        if r.get(k)
+    ]
     return ", ".join(p for p in parts if p) or "ok"
 
 
 def rows(fleet: Fleet) -> list[list[str]]:
-    return [[n.node, n.verdict, _incidents(n), _gpus(n), _trends(n), _idle(n), _ledger(n), _room(n)]
-            for n in fleet.sorted_nodes()]
+    return [
+        [n.node, n.verdict, _incidents(n), _gpus(n), _trends(n), _idle(n), _ledger(n), _room(n)]
+        for n in fleet.sorted_nodes()
+    ]
 
 
-HEADER = ["node", "verdict", "open incidents (age)", "GPUs seen/exp", "degrading", "idle GPU-h", "interr. / goodput",
-          "room (BMC)"]
+HEADER = [
+    "node",
+    "verdict",
+    "open incidents (age)",
+    "GPUs seen/exp",
+    "degrading",
+    "idle GPU-h",
+    "interr. / goodput",
+    "room (BMC)",
+]
 
 
 def summary_line(fleet: Fleet) -> str:
     s = fleet.summary()
     by = s["by_verdict"]
-    parts = [f"{s['nodes']} nodes: {by['drain']} drain, {by['unreachable']} unreachable, {by['warning']} warning, "
-             f"{by['healthy']} healthy" + (f", {by['unknown']} unknown" if by["unknown"] else ""),
-             f"GPUs {s['gpus_seen']}/{s['gpus_expected']}"]
+    parts = [
+        f"{s['nodes']} nodes: {by['drain']} drain, {by['unreachable']} unreachable, {by['warning']} warning, "
+        f"{by['healthy']} healthy" + (f", {by['unknown']} unknown" if by["unknown"] else ""),
+        f"GPUs {s['gpus_seen']}/{s['gpus_expected']}",
+    ]
     if s["idle_gpu_hours"] is not None:
-        parts.append(f"idle {s['idle_gpu_hours']:.1f} GPU-h over {fleet.window_s / 3600:g}h"
-                     + (f" (${s['idle_cost']:,.0f})" if "idle_cost" in s else ""))
+        parts.append(
+            f"idle {s['idle_gpu_hours']:.1f} GPU-h over {fleet.window_s / 3600:g}h"
+            + (f" (${s['idle_cost']:,.0f})" if "idle_cost" in s else "")
+        )
     if fleet.took_s is not None:
         parts.append(f"answered in {fleet.took_s:.2f}s")
     return "; ".join(parts)
 
 
 def render_markdown(fleet: Fleet) -> str:
-    out = [f"## Fleet ({fleet.source})", "", summary_line(fleet), "",
-           "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    out = [
+        f"## Fleet ({fleet.source})",
+        "",
+        summary_line(fleet),
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "---|" * len(HEADER),
+    ]
     for r in rows(fleet):
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
     return "\n".join(out) + "\n"
@@ -110,7 +139,8 @@ def render_json(fleet: Fleet) -> str:
 
 
 def render_plain(fleet: Fleet, file: TextIO | None = None) -> None:
-    """Pipes, logs and NO_COLOR: one line per node (aligned columns, never folded mid-word), then the summary."""
+    """Pipes, logs and NO_COLOR: one line per node (aligned columns, never folded mid-word), then
+    the summary."""
     table = [HEADER, *rows(fleet)]
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
@@ -126,8 +156,13 @@ def render_terminal(fleet: Fleet) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    style = {"drain": "bold red", "unreachable": "bold magenta", "unknown": "magenta", "warning": "yellow",
-             "healthy": "green"}
+    style = {
+        "drain": "bold red",
+        "unreachable": "bold magenta",
+        "unknown": "magenta",
+        "warning": "yellow",
+        "healthy": "green",
+    }
     t = Table(title=f"gpuclinic fleet: {fleet.source}", show_lines=False)
     for h in HEADER:
         t.add_column(h, overflow="fold")

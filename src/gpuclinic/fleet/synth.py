@@ -58,125 +58,168 @@ def profile(i: int, legacy_every: int = 0) -> Truth:
     return t
 
 
-def _lines(truths: list[Truth], gpus: int, start: int, end: int, step: int, down_for: int) -> Iterator[str]:
-    ts = list(range(start, end + 1, step))
+class _Series:
+    """The fleet's series, section by section, over timestamps ``start..end`` every ``step`` seconds."""
 
-    def lab(t: Truth, extra: str = "") -> str:
+    def __init__(self, truths: list[Truth], gpus: int, start: int, end: int, step: int,
+                 down_for: int) -> None:
+        self.truths, self.gpus, self.end, self.step, self.down_for = truths, gpus, end, step, down_for
+        self.ts = list(range(start, end + 1, step))
+
+    def lab(self, t: Truth, extra: str = "") -> str:
         return f'job="gpuclinic",instance="{t.node}:9847",node="{t.node}"{extra}'
 
-    def glab(t: Truth, g: int, extra: str = "") -> str:
-        return lab(t, ',uuid="GPU-' + t.node + "-" + str(g) + '",index="' + str(g) + '"' + extra)
+    def glab(self, t: Truth, g: int, extra: str = "") -> str:
+        return self.lab(t, ',uuid="GPU-' + t.node + "-" + str(g) + '",index="' + str(g) + '"' + extra)
 
-    def alive(t: Truth, at: int) -> bool:
-        return t.verdict != "unreachable" or at < end - down_for
+    def alive(self, t: Truth, at: int) -> bool:
+        return t.verdict != "unreachable" or at < self.end - self.down_for
 
-    yield "# TYPE up gauge"
-    for t in truths:
-        for at in ts:
-            yield f"up{{{lab(t)}}} {1 if alive(t, at) else 0} {at}"
-    yield "# TYPE gpuclinic_health_verdict gauge"
-    for t in truths:
-        v = {"drain": 2, "warning": 1}.get(t.verdict, 0)
-        for at in ts:
-            if alive(t, at):
-                yield f"gpuclinic_health_verdict{{{lab(t)}}} {v} {at}"
-    yield "# TYPE gpuclinic_gpus gauge"
-    for t in truths:
-        for at in ts:
-            if alive(t, at):
-                yield f"gpuclinic_gpus{{{lab(t)}}} {gpus} {at}"
-    yield "# TYPE gpuclinic_gpus_expected gauge"
-    for t in truths:
-        for at in ts:
-            if alive(t, at):
-                yield f"gpuclinic_gpus_expected{{{lab(t)}}} {gpus} {at}"
-    yield "# TYPE gpuclinic_gpu_lost gauge"
-    for t in truths:
-        for g in range(gpus):
-            lost = 1 if t.verdict == "drain" and g == 4 else 0
-            for at in ts:
-                if alive(t, at):
-                    yield f"gpuclinic_gpu_lost{{{glab(t, g)}}} {lost} {at}"
-    yield "# TYPE gpuclinic_event_open gauge"
-    for t in truths:
-        for code, sev, ig in t.incidents:
-            for at in ts:
-                if alive(t, at) and at >= end - 1800:  # open for the last 30 minutes
-                    extra = f',code="{code}",severity="{sev}",uuid="GPU-{t.node}-{ig}",index="{ig}"'
-                    yield f"gpuclinic_event_open{{{lab(t, extra)}}} 1 {at}"
-    yield "# TYPE gpuclinic_gpu_utilization_ratio gauge"
-    for t in truths:
-        for g in range(gpus):
-            idle = g >= gpus - t.idle_gpus
-            for at in ts:
-                if alive(t, at) and not (t.verdict == "drain" and g == 4):
-                    yield f"gpuclinic_gpu_utilization_ratio{{{glab(t, g)}}} {0.0 if idle else 0.97} {at}"
-    for fam, suffix, extra, rate_of in (
-        ("gpuclinic_gpu_ecc_errors", "_total", ',type="corrected",scope="volatile"', "ecc"),
-        ("gpuclinic_gpu_remapped_rows", "_total", ',cause="correctable"', "remap"),
-        ("gpuclinic_gpu_pcie_replay_errors", "_total", "", "zero"),
-        ("gpuclinic_gpu_clock_event_duration_seconds", "_total", ',reason="thermal"', "throttle"),
-    ):
-        yield f"# TYPE {fam} counter"
-        for t in truths:
-            for g in range(gpus):
+    def node_gauges(self) -> Iterator[str]:
+        """Per node: scrape up, verdict, GPU counts."""
+        yield "# TYPE up gauge"
+        for t in self.truths:
+            for at in self.ts:
+                yield f"up{{{self.lab(t)}}} {1 if self.alive(t, at) else 0} {at}"
+        yield "# TYPE gpuclinic_health_verdict gauge"
+        for t in self.truths:
+            v = {"drain": 2, "warning": 1}.get(t.verdict, 0)
+            for at in self.ts:
+                if self.alive(t, at):
+                    yield f"gpuclinic_health_verdict{{{self.lab(t)}}} {v} {at}"
+        yield "# TYPE gpuclinic_gpus gauge"
+        for t in self.truths:
+            for at in self.ts:
+                if self.alive(t, at):
+                    yield f"gpuclinic_gpus{{{self.lab(t)}}} {self.gpus} {at}"
+        yield "# TYPE gpuclinic_gpus_expected gauge"
+        for t in self.truths:
+            for at in self.ts:
+                if self.alive(t, at):
+                    yield f"gpuclinic_gpus_expected{{{self.lab(t)}}} {self.gpus} {at}"
+
+    def gpu_gauges(self) -> Iterator[str]:
+        """Per GPU: lost, open events, utilisation."""
+        yield "# TYPE gpuclinic_gpu_lost gauge"
+        for t in self.truths:
+            for g in range(self.gpus):
+                lost = 1 if t.verdict == "drain" and g == 4 else 0
+                for at in self.ts:
+                    if self.alive(t, at):
+                        yield f"gpuclinic_gpu_lost{{{self.glab(t, g)}}} {lost} {at}"
+        yield "# TYPE gpuclinic_event_open gauge"
+        for t in self.truths:
+            for code, sev, ig in t.incidents:
+                for at in self.ts:
+                    if self.alive(t, at) and at >= self.end - 1800:  # open for the last 30 minutes
+                        extra = f',code="{code}",severity="{sev}",uuid="GPU-{t.node}-{ig}",index="{ig}"'
+                        yield f"gpuclinic_event_open{{{self.lab(t, extra)}}} 1 {at}"
+        yield "# TYPE gpuclinic_gpu_utilization_ratio gauge"
+        for t in self.truths:
+            for g in range(self.gpus):
+                idle = g >= self.gpus - t.idle_gpus
+                for at in self.ts:
+                    if self.alive(t, at) and not (t.verdict == "drain" and g == 4):
+                        u = 0.0 if idle else 0.97
+                        yield f"gpuclinic_gpu_utilization_ratio{{{self.glab(t, g)}}} {u} {at}"
+
+    def gpu_counters(self) -> Iterator[str]:
+        """Error and clock-event counters; GPU 2 is the faulty one."""
+        for fam, suffix, extra, rate_of in (
+            ("gpuclinic_gpu_ecc_errors", "_total", ',type="corrected",scope="volatile"', "ecc"),
+            ("gpuclinic_gpu_remapped_rows", "_total", ',cause="correctable"', "remap"),
+            ("gpuclinic_gpu_pcie_replay_errors", "_total", "", "zero"),
+            ("gpuclinic_gpu_clock_event_duration_seconds", "_total", ',reason="thermal"', "throttle"),
+        ):
+            yield f"# TYPE {fam} counter"
+            for t in self.truths:
+                for g in range(self.gpus):
+                    if t.verdict == "drain" and g == 4:
+                        continue
+                    hot = g == 2
+                    for k, at in enumerate(self.ts):
+                        if not self.alive(t, at):
+                            continue
+                        mins = k * self.step / 60
+                        cv = {"ecc": t.ecc_per_min * mins if hot else 0.0,
+                             "remap": float(t.remaps) if hot and k >= len(self.ts) // 2 else 0.0,
+                             "throttle": t.throttle_per_min * mins if hot else 0.0, "zero": 0.0}[rate_of]
+                        yield f"{fam}{suffix}{{{self.glab(t, g, extra)}}} {cv:g} {at}"
+
+    def idle_counter(self) -> Iterator[str]:
+        """The agent-side idle counter, where the profile has one."""
+        yield "# TYPE gpuclinic_gpu_idle_seconds counter"
+        for t in self.truths:
+            if not t.idle_counter:
+                continue
+            for g in range(self.gpus):
                 if t.verdict == "drain" and g == 4:
                     continue
-                hot = g == 2
-                for k, at in enumerate(ts):
-                    if not alive(t, at):
-                        continue
-                    mins = k * step / 60
-                    cv = {"ecc": t.ecc_per_min * mins if hot else 0.0,
-                         "remap": float(t.remaps) if hot and k >= len(ts) // 2 else 0.0,
-                         "throttle": t.throttle_per_min * mins if hot else 0.0, "zero": 0.0}[rate_of]
-                    yield f"{fam}{suffix}{{{glab(t, g, extra)}}} {cv:g} {at}"
-    yield "# TYPE gpuclinic_gpu_idle_seconds counter"
-    for t in truths:
-        if not t.idle_counter:
-            continue
-        for g in range(gpus):
-            if t.verdict == "drain" and g == 4:
+                idle = g >= self.gpus - t.idle_gpus
+                for k, at in enumerate(self.ts):
+                    if self.alive(t, at):
+                        v = k * self.step if idle else 0
+                        yield f"gpuclinic_gpu_idle_seconds_total{{{self.glab(t, g)}}} {v} {at}"
+
+    def room(self) -> Iterator[str]:
+        """BMC room metrics, for nodes with a BMC."""
+        room = [t for t in self.truths if t.room is not None]
+        bmc = ("gpuclinic_room_bmc_up", "bmc_up")
+        for fam, key in (bmc, ("gpuclinic_room_inlet_temperature_celsius", "inlet")):
+            yield f"# TYPE {fam} gauge"
+            for t in room:
+                assert t.room is not None
+                for at in self.ts:
+                    if self.alive(t, at) and (key == "bmc_up" or t.room["bmc_up"]):
+                        yield f"{fam}{{{self.lab(t)}}} {t.room[key]:g} {at}"
+        for fam, key, part in (
+            ("gpuclinic_room_fan_ok", "fan_failed", "fan"),
+            ("gpuclinic_room_psu_ok", "psu_failed", "psu"),
+            ("gpuclinic_room_psu_present", "", "psu"),
+        ):
+            yield f"# TYPE {fam} gauge"
+            for t in room:
+                assert t.room is not None
+                if not t.room["bmc_up"]:
+                    continue
+                for k in range(2):
+                    ok = 0 if key and k == 0 and t.room[key] else 1
+                    extra = f',{part}="{part.upper()}{k}"' + (f',id="{k}"' if part == "fan" else "")
+                    for at in self.ts:
+                        if self.alive(t, at):
+                            yield f"{fam}{{{self.lab(t, extra)}}} {ok} {at}"
+
+    def xids(self) -> Iterator[str]:
+        """XID 94 counts on GPU 2 in the second half; then the OpenMetrics end marker."""
+        yield "# TYPE gpuclinic_gpu_xid_errors counter"
+        for t in self.truths:
+            if not t.xids:
                 continue
-            idle = g >= gpus - t.idle_gpus
-            for k, at in enumerate(ts):
-                if alive(t, at):
-                    yield f"gpuclinic_gpu_idle_seconds_total{{{glab(t, g)}}} {k * step if idle else 0} {at}"
-    room = [t for t in truths if t.room is not None]
-    for fam, key in (("gpuclinic_room_bmc_up", "bmc_up"), ("gpuclinic_room_inlet_temperature_celsius", "inlet")):
-        yield f"# TYPE {fam} gauge"
-        for t in room:
-            assert t.room is not None
-            for at in ts:
-                if alive(t, at) and (key == "bmc_up" or t.room["bmc_up"]):
-                    yield f"{fam}{{{lab(t)}}} {t.room[key]:g} {at}"
-    for fam, key, part in (("gpuclinic_room_fan_ok", "fan_failed", "fan"), ("gpuclinic_room_psu_ok", "psu_failed", "psu"),
-                           ("gpuclinic_room_psu_present", "", "psu")):
-        yield f"# TYPE {fam} gauge"
-        for t in room:
-            assert t.room is not None
-            if not t.room["bmc_up"]:
-                continue
-            for k in range(2):
-                ok = 0 if key and k == 0 and t.room[key] else 1
-                extra = f',{part}="{part.upper()}{k}"' + (f',id="{k}"' if part == "fan" else "")
-                for at in ts:
-                    if alive(t, at):
-                        yield f"{fam}{{{lab(t, extra)}}} {ok} {at}"
-    yield "# TYPE gpuclinic_gpu_xid_errors counter"
-    for t in truths:
-        if not t.xids:
-            continue
-        for k, at in enumerate(ts):
-            if alive(t, at):
-                v = t.xids if k >= len(ts) // 2 else 0
-                xl = lab(t, ',uuid="GPU-' + t.node + '-2",pci_bus_id="0000:3a:00.0",xid="94"')
-                yield f"gpuclinic_gpu_xid_errors_total{{{xl}}} {v} {at}"
-    yield "# EOF"
+            for k, at in enumerate(self.ts):
+                if self.alive(t, at):
+                    v = t.xids if k >= len(self.ts) // 2 else 0
+                    xl = self.lab(t, ',uuid="GPU-' + t.node + '-2",pci_bus_id="0000:3a:00.0",xid="94"')
+                    yield f"gpuclinic_gpu_xid_errors_total{{{xl}}} {v} {at}"
+        yield "# EOF"
 
 
-def write_openmetrics(out: IO[str], *, nodes: int, gpus: int = 8, end: int, duration_s: int = 3600,
-                      step_s: int = 60, down_for_s: int = 600, legacy_every: int = 0) -> list[Truth]:
+def _lines(truths: list[Truth], gpus: int, start: int, end: int, step: int, down_for: int) -> Iterator[str]:
+    sr = _Series(truths, gpus, start, end, step, down_for)
+    for section in (sr.node_gauges, sr.gpu_gauges, sr.gpu_counters, sr.idle_counter, sr.room, sr.xids):
+        yield from section()
+
+
+def write_openmetrics(
+    out: IO[str],
+    *,
+    nodes: int,
+    gpus: int = 8,
+    end: int,
+    duration_s: int = 3600,
+    step_s: int = 60,
+    down_for_s: int = 600,
+    legacy_every: int = 0,
+) -> list[Truth]:
     """Write the fleet's history ending at ``end`` (Unix seconds); returns the truth per node.
 
     ``legacy_every=3``: every third node is an agent without the idle counter (fleet samples its

@@ -43,7 +43,9 @@ def _load_yaml_or_json(path: str) -> Any:
     try:
         import yaml
     except ImportError:
-        raise InputError(f"{path}: not JSON, and YAML needs PyYAML (pip install 'gpuclinic[k8s]')", exit_code=EXIT_USAGE) from None
+        raise InputError(
+            f"{path}: not JSON, and YAML needs PyYAML (pip install 'gpuclinic[k8s]')", exit_code=EXIT_USAGE
+        ) from None
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
@@ -54,7 +56,9 @@ def _load_yaml_or_json(path: str) -> Any:
 def parse_device_plugin_config(obj: Any, *, name: str | None = None) -> Sharing:
     """A device-plugin config, or a GPU Operator ConfigMap of them (``name`` picks the key)."""
     if isinstance(obj, list):
-        obj = next((d for d in obj if isinstance(d, dict) and d.get("kind") == "ConfigMap"), obj[0] if obj else {})
+        obj = next(
+            (d for d in obj if isinstance(d, dict) and d.get("kind") == "ConfigMap"), obj[0] if obj else {}
+        )
     if not isinstance(obj, dict):
         raise InputError("device-plugin config: expected a mapping", exit_code=EXIT_USAGE)
     if obj.get("kind") == "ConfigMap":
@@ -63,7 +67,10 @@ def parse_device_plugin_config(obj: Any, *, name: str | None = None) -> Sharing:
             raise InputError("device-plugin ConfigMap has no data", exit_code=EXIT_USAGE)
         key = name if name in data else sorted(data)[0]
         if name and name not in data:
-            raise InputError(f"device-plugin ConfigMap has no key {name!r} (keys: {', '.join(sorted(data))})", exit_code=EXIT_USAGE)
+            raise InputError(
+                f"device-plugin ConfigMap has no key {name!r} (keys: {', '.join(sorted(data))})",
+                exit_code=EXIT_USAGE,
+            )
         import yaml
 
         sh = parse_device_plugin_config(yaml.safe_load(data[key]) or {})
@@ -89,8 +96,10 @@ def parse_device_plugin_config(obj: Any, *, name: str | None = None) -> Sharing:
                     sh.resource = "nvidia.com/gpu"
                 if block.get("renameByDefault"):
                     sh.resource += ".shared"
-                sh.evidence.append(f"sharing.{key}: {r.get('name')} x{sh.replicas}"
-                                   + (" (renameByDefault)" if block.get("renameByDefault") else ""))
+                sh.evidence.append(
+                    f"sharing.{key}: {r.get('name')} x{sh.replicas}"
+                    + (" (renameByDefault)" if block.get("renameByDefault") else "")
+                )
                 break
     return sh
 
@@ -103,18 +112,28 @@ def _qty(v: Any) -> int | None:
 
 
 def _finding(code: str, **kw: Any) -> Finding:
-    """Severity, family and source from codes.json, the message from cluster.json, the remedy from the runbook."""
+    """Severity, family and source from codes.json, the message from cluster.json, the remedy from the
+    runbook."""
     from gpuclinic.knowledge import codes as K
     from gpuclinic.knowledge.runbooks import first_step
 
     info = K.require(code)
     title = load_data("cluster.json")["findings"][code]["title"].format(**kw)
-    return Finding(code=code, severity=K.severity(code), family=info.family, title=title,
-                   remedy=first_step(code), evidence=list(kw.get("evidence") or []),
-                   data={k: v for k, v in kw.items() if k != "evidence"}, source=info.source)
+    return Finding(
+        code=code,
+        severity=K.severity(code),
+        family=info.family,
+        title=title,
+        remedy=first_step(code),
+        evidence=list(kw.get("evidence") or []),
+        data={k: v for k, v in kw.items() if k != "evidence"},
+        source=info.source,
+    )
 
 
-def node_findings(node: dict[str, Any] | None, sharing: Sharing | None, physical: int | None) -> list[Finding]:
+def node_findings(
+    node: dict[str, Any] | None, sharing: Sharing | None, physical: int | None
+) -> list[Finding]:
     """Findings from the node object and the device-plugin config, against ``physical`` GPUs."""
     out: list[Finding] = []
     sh = sharing or Sharing()
@@ -126,13 +145,24 @@ def node_findings(node: dict[str, Any] | None, sharing: Sharing | None, physical
         sh.replicas = _qty(labels.get("nvidia.com/gpu.replicas")) or 1
         sh.evidence.append(f"labels nvidia.com/gpu.sharing-strategy={label_mode}, gpu.replicas={sh.replicas}")
     if sh.mode != "none" and sh.replicas > 1:
-        out.append(_finding("k8s.gpu_time_sliced", mode=sh.mode, replicas=sh.replicas, resource=sh.resource,
-                            evidence=sh.evidence))
+        out.append(
+            _finding(
+                "k8s.gpu_time_sliced",
+                mode=sh.mode,
+                replicas=sh.replicas,
+                resource=sh.resource,
+                evidence=sh.evidence,
+            )
+        )
     if strategy and strategy != "none":
-        what = ("MIG devices are offered as nvidia.com/gpu; every GPU must use the same profile"
-                if strategy == "single" else "one nvidia.com/mig-<profile> resource per profile")
-        out.append(_finding("k8s.mig_strategy", strategy=strategy, what=what,
-                            evidence=[f"migStrategy {strategy}"]))
+        what = (
+            "MIG devices are offered as nvidia.com/gpu; every GPU must use the same profile"
+            if strategy == "single"
+            else "one nvidia.com/mig-<profile> resource per profile"
+        )
+        out.append(
+            _finding("k8s.mig_strategy", strategy=strategy, what=what, evidence=[f"migStrategy {strategy}"])
+        )
     if node is None:
         return out
     status = node.get("status") or {}
@@ -141,13 +171,29 @@ def node_findings(node: dict[str, Any] | None, sharing: Sharing | None, physical
     alloc = _qty((status.get("allocatable") or {}).get(res))
     ev = [f"node {node.get('metadata', {}).get('name', '?')}: capacity {res}={cap}, allocatable={alloc}"]
     if cap is not None and alloc is not None and alloc < cap:
-        out.append(_finding("k8s.gpu_fenced", missing=cap - alloc, capacity=cap, allocatable=alloc, resource=res,
-                            evidence=ev))
+        out.append(
+            _finding(
+                "k8s.gpu_fenced",
+                missing=cap - alloc,
+                capacity=cap,
+                allocatable=alloc,
+                resource=res,
+                evidence=ev,
+            )
+        )
     if cap is not None and physical is not None and strategy in (None, "none"):
         per = sh.replicas if sh.mode != "none" else 1
         if cap != physical * per:
-            out.append(_finding("k8s.gpu_count_mismatch", capacity=cap, resource=res, per_gpu=per,
-                                physical=physical, evidence=[*ev, f"doctor sees {physical} GPUs", *sh.evidence]))
+            out.append(
+                _finding(
+                    "k8s.gpu_count_mismatch",
+                    capacity=cap,
+                    resource=res,
+                    per_gpu=per,
+                    physical=physical,
+                    evidence=[*ev, f"doctor sees {physical} GPUs", *sh.evidence],
+                )
+            )
     return out
 
 
@@ -157,7 +203,9 @@ def load_node(path: str) -> dict[str, Any]:
         items = obj.get("items") or []
         obj = items[0] if items else {}
     if not isinstance(obj, dict) or obj.get("kind") not in ("Node", None) or "status" not in obj:
-        raise InputError(f"{path}: not a Node object (use `kubectl get node NAME -o json`)", exit_code=EXIT_USAGE)
+        raise InputError(
+            f"{path}: not a Node object (use `kubectl get node NAME -o json`)", exit_code=EXIT_USAGE
+        )
     return obj
 
 

@@ -22,10 +22,6 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def taint_key() -> str:
-    return str(load_data("cluster.json")["taint"]["key"])
-
-
 def condition_patch(res: PluginResult, current: list[dict[str, Any]] | None = None, now: str | None = None
                     ) -> dict[str, Any]:
     """Strategic-merge patch for ``nodes/<n>/status`` setting the GPUProblem condition.
@@ -82,12 +78,12 @@ def _api(kubeconfig: str | None) -> Any:
         raise GpuclinicError("the kubernetes client is not installed: pip install 'gpuclinic[k8s]'") from None
     try:
         if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig)
+            config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         else:
             try:
-                config.load_incluster_config()
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
             except config.ConfigException:
-                config.load_kube_config()
+                config.load_kube_config()  # type: ignore[no-untyped-call]
     except config.ConfigException as e:
         raise GpuclinicError(f"no Kubernetes credentials: {e}") from None
     return client.CoreV1Api()
@@ -96,7 +92,7 @@ def _api(kubeconfig: str | None) -> Any:
 def read_objects(node: str | None, config_map: str | None, kubeconfig: str | None = None
                  ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The node and a ``NAMESPACE/NAME`` ConfigMap from the API, as the JSON kubectl would print."""
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     api = _api(kubeconfig)
     ser = api.api_client.sanitize_for_serialization
@@ -123,7 +119,7 @@ def apply(node: str, res: PluginResult, *, taint: bool, kubeconfig: str | None =
           dry_run: bool = False) -> Applied:
     """Read the node, patch its GPUProblem condition and (with ``taint``) gpuclinic's taint."""
     api = _api(kubeconfig)
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     try:
         obj: Any = api.read_node_status(node)

@@ -43,19 +43,28 @@ def plugin_result(report: Report | None, *, fail_on: str = "drain", limit: int |
     c = contract()
     limit = limit or int(c["max_output_length"])
     if report is None or error:
-        return PluginResult(int(c["exit_unknown"]), cut(f"gpuclinic could not check: {error or 'no report'}", limit))
+        return PluginResult(
+            int(c["exit_unknown"]), cut(f"gpuclinic could not check: {error or 'no report'}", limit)
+        )
     j = judge(report)
     if j.verdict is None:
-        return PluginResult(int(c["exit_unknown"]), cut(f"gpuclinic could not judge: {j.why_unjudged}", limit))
+        return PluginResult(
+            int(c["exit_unknown"]), cut(f"gpuclinic could not judge: {j.why_unjudged}", limit)
+        )
     if j.verdict == Verdict.DRAIN:
         probs = j.problems
         head = probs[0].label() if probs else "drain verdict"
         more = f" (+{len(probs) - 1} more)" if len(probs) > 1 else ""
-        return PluginResult(int(c["exit_nonok"]), cut(f"drain: {head}{more}", limit),
-                            code=probs[0].code if probs else None)
+        return PluginResult(
+            int(c["exit_nonok"]), cut(f"drain: {head}{more}", limit), code=probs[0].code if probs else None
+        )
     if j.verdict == Verdict.WARNING:
         warn = [f for f in report.findings if f.severity == Severity.WARNING]
-        first = f"{warn[0].code} {warn[0].gpu.label()}" if warn and warn[0].gpu else (warn[0].code if warn else "")
+        first = (
+            f"{warn[0].code} {warn[0].gpu.label()}"
+            if warn and warn[0].gpu
+            else (warn[0].code if warn else "")
+        )
         msg = cut(f"warning: {first}" + (f" (+{len(warn) - 1} more)" if len(warn) > 1 else ""), limit)
         status = int(c["exit_nonok"]) if fail_on == "warning" else int(c["exit_ok"])
         return PluginResult(status, msg, code=warn[0].code if warn and status else None)

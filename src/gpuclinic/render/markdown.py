@@ -70,7 +70,9 @@ def render_markdown(report: Report, prelude: list[str] | None = None) -> str:
     if notes:
         out.append("## Notes")
         out.append("")
-        out.extend(f"- `{i.code}`" + (f" ({i.gpu.label()})" if i.gpu else "") + f": {_esc(i.title)}" for i in notes)
+        out.extend(
+            f"- `{i.code}`" + (f" ({i.gpu.label()})" if i.gpu else "") + f": {_esc(i.title)}" for i in notes
+        )
         out.append("")
     if report.skipped:
         out.append("## Could not check")

@@ -19,7 +19,11 @@ if TYPE_CHECKING:  # rich is imported when rendering, so JSON/Markdown output ne
     from rich.console import Console
 
 _SEV_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "cyan"}
-_VERDICT_STYLE = {Verdict.DRAIN: "bold white on red", Verdict.WARNING: "bold black on yellow", Verdict.HEALTHY: "bold white on green"}
+_VERDICT_STYLE = {
+    Verdict.DRAIN: "bold white on red",
+    Verdict.WARNING: "bold black on yellow",
+    Verdict.HEALTHY: "bold white on green",
+}
 
 
 def make_console(file: TextIO | None = None) -> Console:
@@ -50,7 +54,7 @@ def short_name(name: str | None) -> str:
         return "-"
     for prefix in ("NVIDIA ", "Tesla "):
         if name.startswith(prefix) and len(name) > len(prefix) + 2:
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     return name if len(name) <= 24 else name[:23] + "…"
 
 
@@ -72,37 +76,72 @@ def gpu_rows(report: Report, compact: bool = False) -> list[list[str]]:
             temp += f" HBM {g.memory_temperature_c:.0f}°C"
         power = _fmt(g.power_draw_w, "W")
         if g.power_limit_w is not None:
-            power = (f"{_fmt(g.power_draw_w, '')}/{g.power_limit_w:.0f}W" if compact
-                     else power + f"/{g.power_limit_w:.0f}W")
+            power = (
+                f"{_fmt(g.power_draw_w, '')}/{g.power_limit_w:.0f}W"
+                if compact
+                else power + f"/{g.power_limit_w:.0f}W"
+            )
         mem = "-"
         if g.memory_used_bytes is not None and g.memory_total_bytes:
-            mem = (f"{g.memory_used_bytes / 2**30:.0f}/{g.memory_total_bytes / 2**30:.0f}G" if compact
-                   else f"{g.memory_used_bytes / 2**30:.1f}/{g.memory_total_bytes / 2**30:.0f} GiB")
+            mem = (
+                f"{g.memory_used_bytes / 2**30:.0f}/{g.memory_total_bytes / 2**30:.0f}G"
+                if compact
+                else f"{g.memory_used_bytes / 2**30:.1f}/{g.memory_total_bytes / 2**30:.0f} GiB"
+            )
         pcie = "-"
         if g.pcie_gen is not None or g.pcie_width is not None:
-            pcie = f"G{g.pcie_gen or '?'}x{g.pcie_width or '?'}" if compact else f"Gen{g.pcie_gen or '?'} x{g.pcie_width or '?'}"
-            below = (g.pcie_gen_max is not None and g.pcie_gen is not None and g.pcie_gen < g.pcie_gen_max) or (
+            pcie = (
+                f"G{g.pcie_gen or '?'}x{g.pcie_width or '?'}"
+                if compact
+                else f"Gen{g.pcie_gen or '?'} x{g.pcie_width or '?'}"
+            )
+            below = (
+                g.pcie_gen_max is not None and g.pcie_gen is not None and g.pcie_gen < g.pcie_gen_max
+            ) or (
                 g.pcie_width_max is not None and g.pcie_width is not None and g.pcie_width < g.pcie_width_max
             )
             if below:
-                pcie += (f"<x{g.pcie_width_max or '?'}" if compact and g.pcie_width != g.pcie_width_max
-                         else f"<G{g.pcie_gen_max or '?'}" if compact
-                         else f" of Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'}")
+                pcie += (
+                    f"<x{g.pcie_width_max or '?'}"
+                    if compact and g.pcie_width != g.pcie_width_max
+                    else f"<G{g.pcie_gen_max or '?'}"
+                    if compact
+                    else f" of Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'}"
+                )
         verdict = gv.verdict.value if gv else "-"
         if g.lost:
             verdict = "lost" if compact else "drain (lost)"
         name = short_name(g.name)
         if compact and len(name) > 14:
             name = name[:13] + "…"
-        rows.append([
-            str(g.index), name, _short_bus(g.pci_bus_id) if compact else (g.pci_bus_id or "-"), temp, power,
-            _fmt(g.utilization_gpu_pct, "%"), mem, pcie, verdict,
-        ])
+        rows.append(
+            [
+                str(g.index),
+                name,
+                _short_bus(g.pci_bus_id) if compact else (g.pci_bus_id or "-"),
+                temp,
+                power,
+                _fmt(g.utilization_gpu_pct, "%"),
+                mem,
+                pcie,
+                verdict,
+            ]
+        )
     for gv in report.gpu_verdicts:
         if gv.ref.index is None:
-            rows.append(["?", gv.name or "(not in NVML)",
-                         _short_bus(gv.ref.pci_bus_id) if compact else (gv.ref.pci_bus_id or "-"),
-                         "-", "-", "-", "-", "-", gv.verdict.value])
+            rows.append(
+                [
+                    "?",
+                    gv.name or "(not in NVML)",
+                    _short_bus(gv.ref.pci_bus_id) if compact else (gv.ref.pci_bus_id or "-"),
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    gv.verdict.value,
+                ]
+            )
     return rows
 
 
@@ -132,8 +171,14 @@ def _wrap(text: str, width: int, first: str, rest: str, style: str = "") -> list
     out: list[Line] = []
     paras = [p for p in text.splitlines() if p.strip()] or [""]
     for i, para in enumerate(paras):
-        lines = textwrap.wrap(para.strip(), width=max(20, width), initial_indent=first if i == 0 else rest,
-                              subsequent_indent=rest, break_long_words=True, break_on_hyphens=False) or [first]
+        lines = textwrap.wrap(
+            para.strip(),
+            width=max(20, width),
+            initial_indent=first if i == 0 else rest,
+            subsequent_indent=rest,
+            break_long_words=True,
+            break_on_hyphens=False,
+        ) or [first]
         out.extend((ln, style) for ln in lines)
     return out
 
@@ -164,7 +209,10 @@ def layout(report: Report, width: int = PLAIN_WIDTH, prelude: list[str] | None =
     out += _wrap(" · ".join(_meta(report)), width, "", "", "dim")
     rows = gpu_rows(report, compact=width < COMPACT_BELOW)
     if rows:
-        out += [(ln, "bold" if i == 0 else _row_style(rows[i - 1][-1])) for i, ln in enumerate(_plain_table(rows, width))]
+        out += [
+            (ln, "bold" if i == 0 else _row_style(rows[i - 1][-1]))
+            for i, ln in enumerate(_plain_table(rows, width))
+        ]
     out += [(ln, "") for ln in prelude or []]
     out.append(("", ""))
     bad = [i for i in report.incidents if i.severity > Severity.INFO]
@@ -179,8 +227,13 @@ def layout(report: Report, width: int = PLAIN_WIDTH, prelude: list[str] | None =
     if info_inc:
         out.append(("Notes", "bold underline"))
         for inc in info_inc:
-            out += _wrap(f"{inc.code}" + (f" [{inc.gpu.label()}]" if inc.gpu else "") + f"  {inc.title}", width,
-                         "  INFO     ", "           ", "cyan")
+            out += _wrap(
+                f"{inc.code}" + (f" [{inc.gpu.label()}]" if inc.gpu else "") + f"  {inc.title}",
+                width,
+                "  INFO     ",
+                "           ",
+                "cyan",
+            )
         out.append(("", ""))
     if report.skipped:
         out.append(("Could not check", "bold"))
@@ -232,8 +285,9 @@ def _incident_lines(inc: Incident, findings: list[Finding], width: int) -> list[
     return out
 
 
-def render_plain(report: Report, file: TextIO | None = None, width: int | None = None, *,
-                 prelude: list[str] | None = None) -> None:
+def render_plain(
+    report: Report, file: TextIO | None = None, width: int | None = None, *, prelude: list[str] | None = None
+) -> None:
     """Plain text for pipes, logs and NO_COLOR: the same lines as on a terminal, without importing rich.
 
     Why a second path: rich costs ~25 ms to import, a third of ``doctor --scenario``'s run time,
@@ -271,14 +325,6 @@ def _meta(report: Report) -> list[str]:
     return meta
 
 
-def remedy_lines(remedy: str) -> list[str]:
-    """The remedy as display lines: first after '→', continuation lines indented under it."""
-    parts = [p.rstrip() for p in remedy.strip().splitlines() if p.strip()]
-    if not parts:
-        return []
-    return [f"      → {parts[0]}"] + [f"        {p}" for p in parts[1:]]
-
-
 def grouped_skipped(report: Report) -> list[str]:
     """'Could not check' lines, with checks that share one reason folded into one line.
 
@@ -297,7 +343,9 @@ def grouped_skipped(report: Report) -> list[str]:
     return out
 
 
-def render_terminal(report: Report, console: Console | None = None, *, prelude: list[str] | None = None) -> None:
+def render_terminal(
+    report: Report, console: Console | None = None, *, prelude: list[str] | None = None
+) -> None:
     """Colour on a TTY (the console's width); the plain path otherwise."""
     if console is None and not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()):
         render_plain(report, prelude=prelude)

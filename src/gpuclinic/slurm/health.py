@@ -72,7 +72,11 @@ def critical_problems(report: Report) -> list[Problem]:
         if getattr(it, "severity", None) != Severity.CRITICAL:
             continue
         gpu = getattr(it, "gpu", None)
-        key = ("", gpu.label()) if gpu is not None and not incidents else (str(it.code), gpu.label() if gpu else "")
+        key = (
+            ("", gpu.label())
+            if gpu is not None and not incidents
+            else (str(it.code), gpu.label() if gpu else "")
+        )
         if key in seen:
             continue
         seen.add(key)
@@ -108,8 +112,11 @@ def reconcile(j: Judgement, node: NodeState, sc: Scontrol | None) -> Action:
         want = j.reason()
         if node.drained and not node.ours:
             who = f" by {node.reason_user}" if node.reason_user else ""
-            return Action("left_alone", f"{name} already {node.state}{who} ({node.reason or 'no reason'}); "
-                                        f"not touched. gpuclinic would drain: {want}")
+            return Action(
+                "left_alone",
+                f"{name} already {node.state}{who} ({node.reason or 'no reason'}); "
+                f"not touched. gpuclinic would drain: {want}",
+            )
         if node.ours and node.reason == want:
             return Action("kept", f"{name} stays drained: {want}")
         if sc is not None:
@@ -121,8 +128,10 @@ def reconcile(j: Judgement, node: NodeState, sc: Scontrol | None) -> Action:
             sc.resume(name)
         return Action("resumed", f"resumed {name} (was: {node.reason}); verdict now {j.verdict.value}")
     if node.drained:
-        return Action("left_alone", f"{name} is {node.state} ({node.reason or 'no reason'}), not by gpuclinic; "
-                                    "not touched")
+        return Action(
+            "left_alone",
+            f"{name} is {node.state} ({node.reason or 'no reason'}), not by gpuclinic; not touched",
+        )
     return Action("none", f"{name} {j.verdict.value}; nothing to do")
 
 

@@ -53,11 +53,17 @@ class SlurmSupervisor(Supervisor):
         super().__init__(opts, source=source, notifier=notifier, say=say)
         self.job = job
 
-    def _decide(self, cls: Classification, restarts: int, job_gpus: list[JobGpu]) -> tuple[str, str, list[JobGpu]]:
+    def _decide(
+        self, cls: Classification, restarts: int, job_gpus: list[JobGpu]
+    ) -> tuple[str, str, list[JobGpu]]:
         action, why, gpus = super()._decide(cls, restarts, job_gpus)
         if cls.cls == "gpu_hardware" and action != "stop" and not action.startswith("restart without"):
             where = cls.gpu.label() if cls.gpu else "a GPU"
-            return REQUEUE, f"{where} failed on this node; a restart here cannot help ({self.job.describe()})", gpus
+            return (
+                REQUEUE,
+                f"{where} failed on this node; a restart here cannot help ({self.job.describe()})",
+                gpus,
+            )
         return action, why, gpus
 
 

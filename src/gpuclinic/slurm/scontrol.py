@@ -52,7 +52,8 @@ class NodeState:
 
 
 def this_node(explicit: str | None = None) -> str:
-    """The Slurm node name: --node, else SLURMD_NODENAME (set for HealthCheckProgram/Prolog), else hostname -s."""
+    """The Slurm node name: --node, else SLURMD_NODENAME (set for HealthCheckProgram/Prolog), else hostname
+    -s."""
     name = explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     if not name or any(c.isspace() or c in "=,[]" for c in name):
         raise GpuclinicError(f"not a Slurm node name: {name!r}", exit_code=64)
@@ -79,15 +80,25 @@ class Scontrol:
 
     def _run(self, *args: str) -> str:
         try:
-            p = subprocess.run([self.binary, *args], capture_output=True, text=True, timeout=self.timeout_s,
-                               check=False, stdin=subprocess.DEVNULL)
+            p = subprocess.run(
+                [self.binary, *args],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"scontrol {args[0]} timed out after {self.timeout_s:g}s (slurmctld down?)") from None
+            raise SlurmError(
+                f"scontrol {args[0]} timed out after {self.timeout_s:g}s (slurmctld down?)"
+            ) from None
         except OSError as e:
             raise SlurmError(f"cannot run {self.binary}: {e.strerror or e}") from None
         if p.returncode != 0:
             msg = (p.stderr or p.stdout).strip().splitlines()
-            raise SlurmError(f"scontrol {' '.join(args[:2])} failed: {msg[-1] if msg else f'exit {p.returncode}'}")
+            raise SlurmError(
+                f"scontrol {' '.join(args[:2])} failed: {msg[-1] if msg else f'exit {p.returncode}'}"
+            )
         return p.stdout
 
     def node(self, name: str) -> NodeState:
@@ -121,5 +132,9 @@ def parse_node_line(line: str) -> NodeState:
         user = m.group(2)
         if reason in ("(null)", "none"):
             reason = None
-    return NodeState(name=name.group(1) if name else "?", state=state.group(1) if state else "UNKNOWN",
-                     reason=reason, reason_user=user)
+    return NodeState(
+        name=name.group(1) if name else "?",
+        state=state.group(1) if state else "UNKNOWN",
+        reason=reason,
+        reason_user=user,
+    )

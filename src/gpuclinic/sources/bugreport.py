@@ -35,7 +35,9 @@ _NVRM_VERSION_RE = re.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(?P
 _UNAME_RE = re.compile(r"^uname(?: -a)?:\s*\S+\s+(?P<host>\S+)")
 
 
-_PROLOGUE_RE = re.compile(r"^(?:Start of NVIDIA bug report log file|nvidia-bug-report\.sh (?:Version|will now collect))", re.M)
+_PROLOGUE_RE = re.compile(
+    r"^(?:Start of NVIDIA bug report log file|nvidia-bug-report\.sh (?:Version|will now collect))", re.M
+)
 
 
 def looks_like(sample: str) -> bool:
@@ -160,7 +162,11 @@ def parse_stream(fh: IO[str], origin: str) -> BugReport:
             rep.kernel_sections.append(title)
             rep.kernel_events.extend(parse_lines(rd.section(), origin=f"{origin} [{title[:80]}]"))
             continue
-        if "nvidia-smi" in title.lower() or "lspci" in title.lower() or "/proc/driver/nvidia/version" in title:
+        if (
+            "nvidia-smi" in title.lower()
+            or "lspci" in title.lower()
+            or "/proc/driver/nvidia/version" in title
+        ):
             body: list[str] = []
             for ln in rd.section():
                 if len(body) < MAX_SECTION_LINES:

@@ -19,9 +19,9 @@ from gpuclinic.sources.evidence import (
     _apply_json,
     _apply_text,
     _decode,
-    _Unrecognised,
     detect,
 )
+from gpuclinic.sources.merge import _Unrecognised
 
 
 def apply_bundle(snap: Snapshot, path: str) -> None:
@@ -75,14 +75,31 @@ def apply_bundle_dir(snap: Snapshot, path: str) -> None:
     apply_bundle_members(snap, path, names, read)
 
 
-def apply_bundle_members(snap: Snapshot, path: str, names: list[str], read: Callable[[str], str | None]) -> None:
+def _manifest_notes(snap: Snapshot, path: str, manifest: str | None) -> None:
+    """What the capture itself could not collect, as notes on the snapshot."""
+    if manifest:
+        try:
+            man = json.loads(manifest)
+            for f in man.get("failed", []) if isinstance(man, dict) else []:
+                if isinstance(f, dict) and f.get("what"):
+                    snap.notes.append(f"capture could not collect {f.get('what')}: {f.get('why')}")
+        except ValueError:
+            snap.notes.append(f"{path}: manifest.json is not valid JSON")
+
+
+def apply_bundle_members(
+    snap: Snapshot, path: str, names: list[str], read: Callable[[str], str | None]
+) -> None:
     snap_json = read("snapshot.json")
     if snap_json is not None:
         had_gpus, had_log, had_pci = bool(snap.gpus), snap.kernel_log_read, snap.pci_read
         _apply_json(snap, snap_json, f"{path}:snapshot.json")
         # The raw outputs fill what the live read could not (no NVML bindings, no log access).
-        wanted = {"smi_text", "smi_xml", "smi_table", "smi_csv"} if not snap.gpus or snap.gpus and not had_gpus and \
-            all(g.name is None for g in snap.gpus) else set()
+        wanted = (
+            {"smi_text", "smi_xml", "smi_table", "smi_csv"}
+            if not snap.gpus or snap.gpus and not had_gpus and all(g.name is None for g in snap.gpus)
+            else set()
+        )
         if not snap.kernel_log_read and not had_log:
             wanted.add("kernel_log")
         if not snap.pci_read and not had_pci:
@@ -99,15 +116,7 @@ def apply_bundle_members(snap: Snapshot, path: str, names: list[str], read: Call
                     snap.skip(f"{path}:{name}", str(e))
                 if kind.startswith("smi_") and snap.gpus:
                     wanted -= {"smi_text", "smi_xml", "smi_table", "smi_csv"}
-        manifest = read("manifest.json")
-        if manifest:
-            try:
-                man = json.loads(manifest)
-                for f in man.get("failed", []) if isinstance(man, dict) else []:
-                    if isinstance(f, dict) and f.get("what"):
-                        snap.notes.append(f"capture could not collect {f.get('what')}: {f.get('why')}")
-            except ValueError:
-                snap.notes.append(f"{path}: manifest.json is not valid JSON")
+        _manifest_notes(snap, path, read("manifest.json"))
         return
     used = 0
     for name in names:
@@ -125,4 +134,6 @@ def apply_bundle_members(snap: Snapshot, path: str, names: list[str], read: Call
         except (_Unrecognised, InputError) as e:
             snap.skip(f"{path}:{name}", str(e))
     if not used:
-        raise _Unrecognised("tar archive is not a gpuclinic capture (no snapshot.json or readable raw/ outputs)")
+        raise _Unrecognised(
+            "tar archive is not a gpuclinic capture (no snapshot.json or readable raw/ outputs)"
+        )

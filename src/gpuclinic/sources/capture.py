@@ -49,19 +49,30 @@ _SECRET_NAME_RE = re.compile(
     re.I,
 )
 # Names that match the pattern above but hold settings, not secrets.
-_NOT_SECRET_NAME_RE = re.compile(r"^TOKENIZERS_|_PARALLELISM$|^KEYMAP$|^XKB_|_KEY_FILE$|_KEYBOARD|^SSH_AUTH_SOCK$", re.I)
+_NOT_SECRET_NAME_RE = re.compile(
+    r"^TOKENIZERS_|_PARALLELISM$|^KEYMAP$|^XKB_|_KEY_FILE$|_KEYBOARD|^SSH_AUTH_SOCK$", re.I
+)
 _SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")),
     ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})\b")),
     ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b")),
     ("aws-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
     ("api-key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b")),
-    ("webhook-url", re.compile(
-        r"https?://(?:hooks\.slack\.com/services|(?:[a-z]+\.)?discord(?:app)?\.com/api/webhooks|"
-        r"[A-Za-z0-9.-]*webhook[A-Za-z0-9.-]*|outlook\.office\.com/webhook|api\.telegram\.org/bot)[^\s\"'<>]*",
-        re.I)),
+    (
+        "webhook-url",
+        re.compile(
+            r"https?://(?:hooks\.slack\.com/services|(?:[a-z]+\.)?discord(?:app)?\.com/api/webhooks|"
+            r"[A-Za-z0-9.-]*webhook[A-Za-z0-9.-]*|outlook\.office\.com/webhook|api\.telegram\.org/bot)[^\s\"'<>]*",
+            re.I,
+        ),
+    ),
     ("bearer", re.compile(r"(?i)\b(?:Bearer|token)\s+[A-Za-z0-9._~+/=-]{16,}")),
-    ("password", re.compile(r"(?i)(?<![\[\w])(password|passwd|pwd|secret|api_key|apikey|token)\s*[=:]\s*[^\s\"'&;\[]{4,}")),
+    (
+        "password",
+        re.compile(
+            r"(?i)(?<![\[\w])(password|passwd|pwd|secret|api_key|apikey|token)\s*[=:]\s*[^\s\"'&;\[]{4,}"
+        ),
+    ),
     ("url-credentials", re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)")),
 )
 
@@ -93,8 +104,12 @@ def scrub_secrets(text: str, env_values: Mapping[str, str]) -> str:
 
 # --------------------------------------------------------------------------------------------- redaction
 
-_UUID_RE = re.compile(r"\b(?:(GPU|MIG)-)?([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\b")
-_IPV4_RE = re.compile(r"(?<![\w.])((?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3})(?![\w.])")
+_UUID_RE = re.compile(
+    r"\b(?:(GPU|MIG)-)?([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})\b"
+)
+_IPV4_RE = re.compile(
+    r"(?<![\w.])((?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3})(?![\w.])"
+)
 _IPV6_RE = re.compile(r"(?<![\w:.])([0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7})(?![\w:.])")
 _MAC_RE = re.compile(r"(?<![\w:])((?:[0-9a-fA-F]{2}[:-]){5}[0-9a-fA-F]{2})(?![\w:])")
 _SERIAL_RES = (
@@ -115,8 +130,15 @@ class Redactor:
         self.counts: dict[str, int] = {}
         self.serials: set[str] = set()
         # Hostnames are replaced as whole words only (never inside "kvm" for host "vm").
-        self.hostnames = sorted({h for h in (hostnames or []) if h and h.lower() not in ("localhost", "localhost.localdomain")
-                                 and not h.isdigit()}, key=len, reverse=True)
+        self.hostnames = sorted(
+            {
+                h
+                for h in (hostnames or [])
+                if h and h.lower() not in ("localhost", "localhost.localdomain") and not h.isdigit()
+            },
+            key=len,
+            reverse=True,
+        )
 
     def token(self, kind: str, value: str) -> str:
         key = (kind, value.lower())
@@ -147,9 +169,13 @@ class Redactor:
         for s in sorted(self.serials, key=len, reverse=True):
             if s in text:
                 text = re.sub(rf"(?<![\w-]){re.escape(s)}(?![\w-])", self.token("serial", s), text)
-        text = _UUID_RE.sub(lambda m: (f"{m.group(1)}-" if m.group(1) else "") + self.token("uuid", m.group(2)), text)
+        text = _UUID_RE.sub(
+            lambda m: (f"{m.group(1)}-" if m.group(1) else "") + self.token("uuid", m.group(2)), text
+        )
         text = _MAC_RE.sub(lambda m: self.token("mac", m.group(1)), text)
-        text = _IPV4_RE.sub(lambda m: m.group(1) if m.group(1) in _KEEP_IPS else self.token("ipv4", m.group(1)), text)
+        text = _IPV4_RE.sub(
+            lambda m: m.group(1) if m.group(1) in _KEEP_IPS else self.token("ipv4", m.group(1)), text
+        )
         text = _IPV6_RE.sub(self._ipv6, text)
         for h in self.hostnames:
             text = re.sub(rf"(?<![\w.-]){re.escape(h)}(?![\w-])", self.token("host", h), text, flags=re.I)
@@ -166,6 +192,7 @@ class Redactor:
 
 
 # --------------------------------------------------------------------------------------------- running
+
 
 @dataclass
 class RawOutput:
@@ -219,7 +246,9 @@ def _run(bundle: Bundle, name: str, argv: list[str], runner: Runner, tail_lines:
     text = out if not err.strip() else (out + ("\n" if out and not out.endswith("\n") else "") + err)
     bundle.commands.append({"name": name, "argv": argv, "rc": cp.returncode, "seconds": round(dt, 3)})
     if cp.returncode != 0 and not out.strip():
-        bundle.failed.append({"what": " ".join(argv), "why": (err.strip().splitlines() or [f"exit {cp.returncode}"])[-1][:300]})
+        bundle.failed.append(
+            {"what": " ".join(argv), "why": (err.strip().splitlines() or [f"exit {cp.returncode}"])[-1][:300]}
+        )
         if text.strip():  # keep the error text: "NVIDIA-SMI has failed ..." is itself evidence
             bundle.raw.append(RawOutput(name, argv, text, cp.returncode, dt))
         return
@@ -234,8 +263,11 @@ def _read_file(bundle: Bundle, name: str, path: str) -> None:
         bundle.failed.append({"what": path, "why": e.strerror or str(e)})
 
 
-def gather(opts: CollectOptions | None = None, runner: Runner | None = None,
-           collect: Callable[[CollectOptions], Snapshot] | None = None) -> Bundle:
+def gather(
+    opts: CollectOptions | None = None,
+    runner: Runner | None = None,
+    collect: Callable[[CollectOptions], Snapshot] | None = None,
+) -> Bundle:
     """Collect the live snapshot and the raw outputs (each command time-boxed, never via a shell)."""
     opts = opts or CollectOptions()
     runner = runner or _default_runner
@@ -248,8 +280,12 @@ def gather(opts: CollectOptions | None = None, runner: Runner | None = None,
     _run(bundle, "raw/nvidia-smi-nvlink.txt", ["nvidia-smi", "nvlink", "-s"], runner)
     _read_file(bundle, "raw/proc-driver-nvidia-version.txt", "/proc/driver/nvidia/version")
     _run(bundle, "raw/dmesg.txt", ["dmesg"], runner, tail_lines=LOG_TAIL_LINES)
-    _run(bundle, "raw/journalctl-k.txt", ["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso",
-                                          "-n", str(LOG_TAIL_LINES)], runner)
+    _run(
+        bundle,
+        "raw/journalctl-k.txt",
+        ["journalctl", "-k", "-b", "--no-pager", "-o", "short-iso", "-n", str(LOG_TAIL_LINES)],
+        runner,
+    )
     _run(bundle, "raw/lspci-vvv.txt", ["lspci", "-D", "-nn", "-vvv", "-d", "10de:"], runner)
     for s in snap.skipped:
         bundle.failed.append({"what": s.what, "why": s.why})
@@ -258,8 +294,13 @@ def gather(opts: CollectOptions | None = None, runner: Runner | None = None,
 
 # --------------------------------------------------------------------------------------------- writing
 
-def render_files(bundle: Bundle, redact: bool, env: Mapping[str, str] | None = None,
-                 secrets_given: Mapping[str, str] | None = None) -> dict[str, bytes]:
+
+def render_files(
+    bundle: Bundle,
+    redact: bool,
+    env: Mapping[str, str] | None = None,
+    secrets_given: Mapping[str, str] | None = None,
+) -> dict[str, bytes]:
     """The bundle's files, secrets always masked, identifiers masked when ``redact``.
 
     ``secrets_given`` (label -> value) are secrets from flags or files, e.g. a BMC password: masked
@@ -298,7 +339,9 @@ def render_files(bundle: Bundle, redact: bool, env: Mapping[str, str] | None = N
         "redacted": redact,
         "commands": bundle.commands,
         "failed": bundle.failed,
-        "files": [{"name": n, "bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in out.items()],
+        "files": [
+            {"name": n, "bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in out.items()
+        ],
     }
     m = scrub_secrets(json.dumps(manifest, indent=1), secrets)
     if redactor is not None:

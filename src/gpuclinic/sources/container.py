@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuclinic.facts.software import ContainerFacts
@@ -19,13 +20,28 @@ if TYPE_CHECKING:
     from gpuclinic.facts.snapshot import Snapshot
 
 WHAT = "container and Kubernetes GPU setup"
-ENV_KEYS = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA", "NVIDIA_DISABLE_REQUIRE",
-            "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_VERSION", "NVIDIA_MIG_CONFIG_DEVICES",
-            "KUBERNETES_SERVICE_HOST", "PYTORCH_CUDA_ALLOC_CONF", "LD_LIBRARY_PATH")
-_CGROUP_MARKERS = (("kubepods", "kubernetes"), ("docker", "docker"), ("libpod", "podman"), ("containerd", "containerd"),
-                   ("cri-containerd", "containerd"), ("lxc", "lxc"), ("garden", "garden"))
-
-
+ENV_KEYS = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_REQUIRE_CUDA",
+    "NVIDIA_DISABLE_REQUIRE",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_VERSION",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "KUBERNETES_SERVICE_HOST",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "LD_LIBRARY_PATH",
+)
+_CGROUP_MARKERS = (
+    ("kubepods", "kubernetes"),
+    ("docker", "docker"),
+    ("libpod", "podman"),
+    ("containerd", "containerd"),
+    ("cri-containerd", "containerd"),
+    ("lxc", "lxc"),
+    ("garden", "garden"),
+)
 
 
 def detect(root: str | os.PathLike[str], env: Mapping[str, str]) -> tuple[bool, str | None, bool, list[str]]:
@@ -84,7 +100,17 @@ def shm_size(root: str | os.PathLike[str]) -> int | None:
     return st.f_blocks * st.f_frsize
 
 
-def cgroup_limits(root: str | os.PathLike[str]) -> tuple[int | None, float | None, int | None, int | None]:
+Limits = tuple[int | None, float | None, int | None, int | None]
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text.strip()) if text else None
+    except ValueError:
+        return None
+
+
+def cgroup_limits(root: str | os.PathLike[str]) -> Limits:
     """(cgroup version, CPU quota in cores, memory limit bytes, memory usage bytes) of our own cgroup."""
     base = _p(root, "sys/fs/cgroup")
     own = "/"
@@ -93,59 +119,51 @@ def cgroup_limits(root: str | os.PathLike[str]) -> tuple[int | None, float | Non
         if len(parts) == 3 and parts[0] == "0":
             own = parts[2].strip() or "/"
     if (base / "cgroup.controllers").exists():
-        cands = [base / own.lstrip("/"), base] if own != "/" else [base]
-        cpu = mem = usage = None
-        for d in cands:
-            cmax = _read(d / "cpu.max")
-            if cpu is None and cmax:
-                q, _, period = cmax.strip().partition(" ")
-                if q != "max":
-                    try:
-                        cpu = int(q) / int(period or "100000")
-                    except ValueError:
-                        pass
-            mm = _read(d / "memory.max")
-            if mem is None and mm and mm.strip() != "max":
-                try:
-                    mem = int(mm.strip())
-                except ValueError:
-                    pass
-            mu = _read(d / "memory.current")
-            if usage is None and mu:
-                try:
-                    usage = int(mu.strip())
-                except ValueError:
-                    pass
-        return 2, cpu, mem, usage
+        return _cgroup_v2([base / own.lstrip("/"), base] if own != "/" else [base])
     if (base / "memory").exists() or (base / "cpu").exists() or (base / "cpu,cpuacct").exists():
-        cpu = mem = usage = None
-        for cpudir in ("cpu,cpuacct", "cpu"):
-            quota = _read(base / cpudir / "cpu.cfs_quota_us")
-            pr = _read(base / cpudir / "cpu.cfs_period_us")
-            if quota and pr:
+        return _cgroup_v1(base)
+    return None, None, None, None
+
+
+def _cgroup_v2(cands: list[Path]) -> Limits:
+    """Our own cgroup first, then the root: the first directory that sets a limit wins."""
+    cpu: float | None = None
+    mem = usage = None
+    for d in cands:
+        cmax = _read(d / "cpu.max")
+        if cpu is None and cmax:
+            q, _, period = cmax.strip().partition(" ")
+            if q != "max":
                 try:
-                    qi, pi = int(quota), int(pr)
-                    if qi > 0 and pi > 0:
-                        cpu = qi / pi
+                    cpu = int(q) / int(period or "100000")
                 except ValueError:
                     pass
-                break
-        lim = _read(base / "memory" / "memory.limit_in_bytes")
-        if lim:
+        mm = _read(d / "memory.max")
+        if mem is None and mm and mm.strip() != "max":
+            mem = _int(mm)
+        if usage is None:
+            usage = _int(_read(d / "memory.current"))
+    return 2, cpu, mem, usage
+
+
+def _cgroup_v1(base: Path) -> Limits:
+    cpu: float | None = None
+    mem = None
+    for cpudir in ("cpu,cpuacct", "cpu"):
+        quota = _read(base / cpudir / "cpu.cfs_quota_us")
+        pr = _read(base / cpudir / "cpu.cfs_period_us")
+        if quota and pr:
             try:
-                v = int(lim)
-                if v < (1 << 60):  # "unlimited" is a huge page-aligned number
-                    mem = v
+                qi, pi = int(quota), int(pr)
+                if qi > 0 and pi > 0:
+                    cpu = qi / pi
             except ValueError:
                 pass
-        u = _read(base / "memory" / "memory.usage_in_bytes")
-        if u:
-            try:
-                usage = int(u)
-            except ValueError:
-                pass
-        return 1, cpu, mem, usage
-    return None, None, None, None
+            break
+    v = _int(_read(base / "memory" / "memory.limit_in_bytes"))
+    if v is not None and v < (1 << 60):  # "unlimited" is a huge page-aligned number
+        mem = v
+    return 1, cpu, mem, _int(_read(base / "memory" / "memory.usage_in_bytes"))
 
 
 def dev_nvidia(root: str | os.PathLike[str]) -> list[str]:
@@ -162,7 +180,9 @@ def visible_pids(root: str | os.PathLike[str]) -> set[int] | None:
         return None
 
 
-def read_container(root: str | os.PathLike[str] = "/", env: Mapping[str, str] | None = None) -> ContainerFacts:
+def read_container(
+    root: str | os.PathLike[str] = "/", env: Mapping[str, str] | None = None
+) -> ContainerFacts:
     env = os.environ if env is None else env
     c = ContainerFacts()
     c.in_container, c.runtime, c.kubernetes, c.evidence = detect(root, env)

@@ -181,7 +181,8 @@ def read_host(
 def gpu_numa_nodes(snap: Snapshot, root: str | os.PathLike[str] = "/") -> dict[str, int]:
     """GPU bus id -> NUMA node, from the PCI facts or sysfs (``-1`` = no NUMA info, left out)."""
     out: dict[str, int] = {}
-    bus_ids = [g.pci_bus_id for g in snap.gpus if g.pci_bus_id] or [d.bus_id for d in snap.pci_devices if d.is_gpu]
+    bus_ids = [g.pci_bus_id for g in snap.gpus if g.pci_bus_id]
+    bus_ids = bus_ids or [d.bus_id for d in snap.pci_devices if d.is_gpu]
     by_bus = {d.bus_id: d for d in snap.pci_devices}
     for b in bus_ids:
         node = by_bus[b].numa_node if b in by_bus else None

@@ -17,7 +17,9 @@ _DEV_RE = re.compile(
     r"^(?P<bus>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<cls>[^:\[]+?)\s*(?:\[(?P<clsid>[0-9a-fA-F]{4})\])?:\s*(?P<desc>.*)$"
 )
 _IDS_RE = re.compile(r"\[(?P<ven>[0-9a-fA-F]{4}):(?P<dev>[0-9a-fA-F]{4})\]")
-_LNK_RE = re.compile(r"(?P<kind>LnkCap|LnkSta):.*?Speed\s+(?P<speed>[\d.]+)GT/s[^,]*,\s*Width\s+x(?P<width>\d+)")
+_LNK_RE = re.compile(
+    r"(?P<kind>LnkCap|LnkSta):.*?Speed\s+(?P<speed>[\d.]+)GT/s[^,]*,\s*Width\s+x(?P<width>\d+)"
+)
 _CLASS_NAMES = {
     "vga compatible controller": "0x030000",
     "3d controller": "0x030200",
@@ -27,16 +29,17 @@ _CLASS_NAMES = {
 
 
 _NN_LINE_RE = re.compile(
-    r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:\n]+?(?: \[[0-9a-fA-F]{4}\])?: .*\[[0-9a-fA-F]{4}:[0-9a-fA-F]{4}\]",
+    r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:\n]+?(?: \[[0-9a-fA-F]{4}\])?: "
+    r".*\[[0-9a-fA-F]{4}:[0-9a-fA-F]{4}\]",
     re.M,
 )
 
 
 def looks_like(sample: str) -> bool:
     """``lspci -vvv`` with NVIDIA devices, or ``lspci -nn`` listing (vendor:device ids) with an NVIDIA one."""
-    verbose = bool(re.search(r"^\S+ (VGA compatible controller|3D controller|PCI bridge|Bridge).*:", sample, re.M)) and (
-        "LnkSta:" in sample or "Kernel driver in use" in sample or "Capabilities:" in sample
-    )
+    verbose = bool(
+        re.search(r"^\S+ (VGA compatible controller|3D controller|PCI bridge|Bridge).*:", sample, re.M)
+    ) and ("LnkSta:" in sample or "Kernel driver in use" in sample or "Capabilities:" in sample)
     if verbose:
         return True
     nn = _NN_LINE_RE.findall(sample)
@@ -64,7 +67,9 @@ def parse(lines: Iterable[str]) -> list[PciDevice]:
             if not nvidia:
                 continue
             cls = m.group("cls").strip().lower()
-            class_code = ("0x" + m.group("clsid").lower() + "00") if m.group("clsid") else _CLASS_NAMES.get(cls)
+            class_code = (
+                ("0x" + m.group("clsid").lower() + "00") if m.group("clsid") else _CLASS_NAMES.get(cls)
+            )
             if class_code is None and "bridge" in cls:
                 class_code = "0x068000"
             cur = PciDevice(

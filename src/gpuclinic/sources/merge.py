@@ -41,7 +41,9 @@ def _replay_rate(g: GpuFacts, before: tuple[int, str] | None, count: int | None,
     if before is None or count is None or not taken:
         return
     try:
-        minutes = (_dt.datetime.fromisoformat(taken) - _dt.datetime.fromisoformat(before[1])).total_seconds() / 60
+        minutes = (
+            _dt.datetime.fromisoformat(taken) - _dt.datetime.fromisoformat(before[1])
+        ).total_seconds() / 60
     except ValueError:
         return
     if minutes <= 0 or count < before[0]:
@@ -116,7 +118,9 @@ def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
     if dump.attached_gpus is not None:
         snap.attached_gpus = max(snap.attached_gpus or 0, dump.attached_gpus)
     if dump.attached_gpus is not None and dump.attached_gpus > len(dump.gpus):
-        snap.notes.append(f"{origin}: nvidia-smi reported {dump.attached_gpus} attached GPUs but listed {len(dump.gpus)}")
+        snap.notes.append(
+            f"{origin}: nvidia-smi reported {dump.attached_gpus} attached GPUs but listed {len(dump.gpus)}"
+        )
 
 
 def _apply_nvlink(snap: Snapshot, dump: SmiDump, origin: str) -> None:
@@ -180,7 +184,14 @@ def _merge_pci(snap: Snapshot, devs: Iterable[PciDevice]) -> None:
 
 def _merge_snapshot(snap: Snapshot, other: Snapshot, origin: str) -> None:
     """Fold a captured snapshot (from a bundle or JSON) into the evidence snapshot."""
-    for name in ("taken_at", "hostname", "driver_version", "nvml_version", "cuda_driver_version", "expect_gpus"):
+    for name in (
+        "taken_at",
+        "hostname",
+        "driver_version",
+        "nvml_version",
+        "cuda_driver_version",
+        "expect_gpus",
+    ):
         if getattr(snap, name) is None and getattr(other, name) is not None:
             setattr(snap, name, getattr(other, name))
     if other.nvml_available is not None and snap.nvml_available is not True:
@@ -208,4 +219,6 @@ def _merge_snapshot(snap: Snapshot, other: Snapshot, origin: str) -> None:
             snap.room.merge(other.room)
     for s in other.skipped:
         snap.skip(s.what, s.why)
-    snap.notes.append(f"{origin}: captured snapshot ({other.origin}, taken {other.taken_at or 'at an unknown time'})")
+    snap.notes.append(
+        f"{origin}: captured snapshot ({other.origin}, taken {other.taken_at or 'at an unknown time'})"
+    )

@@ -30,13 +30,14 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from gpuclinic import __version__
 from gpuclinic.facts.network import Endpoint, EndpointProbe, NetworkFacts, ProxySettings, ThroughputSample
 from gpuclinic.facts.snapshot import Snapshot
 
-Addr = tuple[int, tuple]  # (address family, sockaddr)  # type: ignore[type-arg]
+Addr = tuple[int, tuple[Any, ...]]  # (address family, sockaddr)
 Resolver = Callable[[str, int, float], list[Addr]]
 Connector = Callable[[Addr, float], socket.socket]
 
@@ -79,7 +80,10 @@ def _pip_config_files(env: Mapping[str, str]) -> list[Path]:
     home = Path(env.get("HOME") or Path.home())
     xdg_dirs = (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")
     files = [Path(d) / "pip" / "pip.conf" for d in xdg_dirs if d] + [Path("/etc/pip.conf")]
-    files += [home / ".pip" / "pip.conf", Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "pip" / "pip.conf"]
+    files += [
+        home / ".pip" / "pip.conf",
+        Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "pip" / "pip.conf",
+    ]
     if env.get("VIRTUAL_ENV"):
         files.append(Path(env["VIRTUAL_ENV"]) / "pip.conf")
     if env.get("PIP_CONFIG_FILE") and env["PIP_CONFIG_FILE"] != os.devnull:
@@ -125,25 +129,19 @@ def read_git_config(runner: Callable[[list[str]], str | None] | None = None) -> 
     return pairs
 
 
-def read_proxy_settings(
-    env: Mapping[str, str] | None = None,
-    *,
-    git_runner: Callable[[list[str]], str | None] | None = None,
-    pip_files: Iterable[Path] | None = None,
-    hf_hub_version: str | None = None,
-) -> ProxySettings:
-    """Proxy and mirror settings from the environment, pip config, git config and HF variables."""
-    if env is None and hf_hub_version is None:
-        hf_hub_version = _installed_version("huggingface_hub")
-    env = dict(os.environ if env is None else env)
-    ps = ProxySettings()
+def _env_proxies(ps: ProxySettings, env: Mapping[str, str]) -> None:
+    """Proxy variables (redacted), case variants that disagree, and the no-proxy list."""
     for name in _PROXY_VARS:
         v = env.get(name)
         if v:
             ps.env[name] = redact_url(v) or ""
             _check_proxy_url(name, v, ps.problems)
-    for lower, upper in (("http_proxy", "HTTP_PROXY"), ("https_proxy", "HTTPS_PROXY"), ("all_proxy", "ALL_PROXY"),
-                         ("no_proxy", "NO_PROXY")):
+    for lower, upper in (
+        ("http_proxy", "HTTP_PROXY"),
+        ("https_proxy", "HTTPS_PROXY"),
+        ("all_proxy", "ALL_PROXY"),
+        ("no_proxy", "NO_PROXY"),
+    ):
         lv, uv = env.get(lower), env.get(upper)
         if lv and uv and lv.strip() != uv.strip():
             ps.problems.append(
@@ -158,7 +156,10 @@ def read_proxy_settings(
                 item = item.strip()
                 if item and item not in ps.no_proxy:
                     ps.no_proxy.append(item)
-    # pip: files in precedence order, then PIP_* environment variables win.
+
+
+def _pip_settings(ps: ProxySettings, env: Mapping[str, str], pip_files: Iterable[Path] | None) -> None:
+    """pip: files in precedence order, then PIP_* environment variables win."""
     files = list(pip_files) if pip_files is not None else _pip_config_files(env)
     for f in files:
         if not f.is_file():
@@ -187,7 +188,10 @@ def read_proxy_settings(
         ps.pip_extra_index_urls = [redact_url(u) or "" for u in env["PIP_EXTRA_INDEX_URL"].split() if u]
     if env.get("PIP_PROXY"):
         ps.pip_proxy = redact_url(env["PIP_PROXY"])
-    # git
+
+
+def _git_settings(ps: ProxySettings, git_runner: Callable[[list[str]], str | None] | None) -> None:
+    """git: http(s) proxies and url.<base>.insteadOf rewrites."""
     for key, val in read_git_config(git_runner):
         low = key.lower()
         if low == "http.proxy" or (low.startswith("http.") and low.endswith(".proxy") and "github" in low):
@@ -199,6 +203,23 @@ def read_proxy_settings(
         elif low.startswith("url.") and low.endswith(".insteadof"):
             base = key[4 : -len(".insteadof")]
             ps.git_insteadof[val] = redact_url(base) or base
+
+
+def read_proxy_settings(
+    env: Mapping[str, str] | None = None,
+    *,
+    git_runner: Callable[[list[str]], str | None] | None = None,
+    pip_files: Iterable[Path] | None = None,
+    hf_hub_version: str | None = None,
+) -> ProxySettings:
+    """Proxy and mirror settings from the environment, pip config, git config and HF variables."""
+    if env is None and hf_hub_version is None:
+        hf_hub_version = _installed_version("huggingface_hub")
+    env = dict(os.environ if env is None else env)
+    ps = ProxySettings()
+    _env_proxies(ps, env)
+    _pip_settings(ps, env, pip_files)
+    _git_settings(ps, git_runner)
     # Hugging Face
     ps.hf_endpoint = redact_url(env.get("HF_ENDPOINT")) if env.get("HF_ENDPOINT") else None
     ps.hf_hub_enable_hf_transfer = env.get("HF_HUB_ENABLE_HF_TRANSFER")
@@ -356,8 +377,12 @@ def describe_error(e: BaseException, timeout: float | None = None) -> str:
     if isinstance(e, ssl.SSLError):
         return f"TLS error: {e.reason or e}"
     if isinstance(e, OSError) and e.errno is not None:
-        names = {errno.ENETUNREACH: "network unreachable (no route)", errno.EHOSTUNREACH: "host unreachable",
-                 errno.EADDRNOTAVAIL: "address not available", errno.ECONNABORTED: "connection aborted"}
+        names = {
+            errno.ENETUNREACH: "network unreachable (no route)",
+            errno.EHOSTUNREACH: "host unreachable",
+            errno.EADDRNOTAVAIL: "address not available",
+            errno.ECONNABORTED: "connection aborted",
+        }
         if e.errno in names:
             return names[e.errno]
         return e.strerror or str(e)
@@ -462,8 +487,9 @@ def _connect_any(addrs: list[Addr], cfg: ProbeConfig, dl: _Deadline) -> tuple[so
     raise ProbeError("connect", describe_error(last, last_t) if last else "no address")
 
 
-def _proxy_connect(sock: socket.socket, host: str, port: int, auth: str | None, cfg: ProbeConfig,
-                   dl: _Deadline) -> None:
+def _proxy_connect(
+    sock: socket.socket, host: str, port: int, auth: str | None, cfg: ProbeConfig, dl: _Deadline
+) -> None:
     """Open an HTTP CONNECT tunnel on ``sock`` (already connected to the proxy)."""
     req = f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: {USER_AGENT}\r\n"
     if auth:
@@ -475,9 +501,15 @@ def _proxy_connect(sock: socket.socket, host: str, port: int, auth: str | None, 
     except OSError as e:
         raise ProbeError("proxy", f"proxy CONNECT failed: {describe_error(e, cfg.http_timeout_s)}") from e
     if status == 407:
-        raise ProbeError("proxy", f"proxy requires authentication for CONNECT {host}:{port} (HTTP 407)"
-                         + (": the credentials given were rejected" if auth else
-                            ": put user:password in the proxy URL (http://USER:PASS@HOST:PORT)"))
+        raise ProbeError(
+            "proxy",
+            f"proxy requires authentication for CONNECT {host}:{port} (HTTP 407)"
+            + (
+                ": the credentials given were rejected"
+                if auth
+                else ": put user:password in the proxy URL (http://USER:PASS@HOST:PORT)"
+            ),
+        )
     if status != 200:
         raise ProbeError("proxy", f"proxy refused CONNECT {host}:{port} with HTTP {status}")
 
@@ -539,13 +571,20 @@ def _resolve(host: str, port: int, cfg: ProbeConfig, dl: _Deadline) -> list[Addr
     return out
 
 
-def _request(sock: socket.socket, url: str, *, method: str = "GET", rng: str | None = None,
-             proxied_plain: bool = False) -> None:
+def _request(
+    sock: socket.socket, url: str, *, method: str = "GET", rng: str | None = None, proxied_plain: bool = False
+) -> None:
     p = urlsplit(url)
     target = url if proxied_plain else (p.path or "/") + (f"?{p.query}" if p.query else "")
     host = p.netloc.rsplit("@", 1)[-1]
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", f"User-Agent: {USER_AGENT}",
-             "Accept: */*", "Accept-Encoding: identity", "Connection: close"]
+    lines = [
+        f"{method} {target} HTTP/1.1",
+        f"Host: {host}",
+        f"User-Agent: {USER_AGENT}",
+        "Accept: */*",
+        "Accept-Encoding: identity",
+        "Connection: close",
+    ]
     if rng:
         lines.append(f"Range: {rng}")
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("ascii", "replace"))
@@ -562,11 +601,86 @@ def _is_proxied_plain(url: str, cfg: ProbeConfig) -> bool:
 # One endpoint: latency phases
 
 
+def _connect_samples(pr: EndpointProbe, order: list[Addr], cfg: ProbeConfig, dl: _Deadline) -> list[Addr]:
+    """Connect samples; stick to the first address that works (returned first in the new order)."""
+    for _ in range(max(1, cfg.connect_samples)):
+        pr.connect_attempts += 1
+        try:
+            s, a, secs = _connect_any(order, cfg, dl)
+        except ProbeError as e:
+            if e.phase == "deadline":
+                raise
+            pr.connect_failures += 1
+            pr.connect_error = str(e)
+            if (
+                str(e).startswith("network unreachable")
+                and pr.connect_failures >= 2
+                and not pr.connect_ms
+            ):
+                break  # no route: more samples will say the same
+            continue
+        s.close()
+        order = [a] + [x for x in order if x != a]
+        pr.connect_ms.append(secs * 1000)
+    return order
+
+
+def _tls_and_ttfb(pr: EndpointProbe, ep: Endpoint, s: socket.socket, hop_host: str,
+                  tunnel: tuple[str, int, str | None, str] | None, cfg: ProbeConfig,
+                  dl: _Deadline) -> None:
+    """TLS handshake (through the proxy tunnel if any) and time to first byte, into ``pr``; closes ``s``."""
+    p = urlsplit(ep.url)
+    try:
+        if tunnel is not None:
+            if tunnel[3] == "https":
+                s, _ = _wrap_tls(s, hop_host, cfg, dl)
+            if p.scheme == "https":
+                try:
+                    _proxy_connect(s, tunnel[0], tunnel[1], tunnel[2], cfg, dl)
+                except ProbeError as e:
+                    pr.connect_error = str(e)
+                    pr.http_error = str(e)
+                    return
+        if p.scheme == "https":
+            try:
+                s, secs = _wrap_tls(s, pr.host, cfg, dl)
+            except ProbeError as e:
+                if e.phase == "deadline":
+                    raise
+                pr.tls_error = str(e)
+                return
+            pr.tls_ms = secs * 1000
+            pr.tls_version = s.version() if isinstance(s, ssl.SSLSocket) else None
+        url = ep.url + (ep.probe_path if ep.probe_path.startswith("/") else "/" + ep.probe_path)
+        s.settimeout(dl.cap(cfg.http_timeout_s))
+        t0 = time.perf_counter()
+        try:
+            _request(s, url, rng="bytes=0-1023", proxied_plain=tunnel is not None and p.scheme == "http")
+            first = s.recv(1)
+            if not first:
+                raise ProbeError("http", "connection closed before a response")
+            pr.ttfb_ms = (time.perf_counter() - t0) * 1000
+            rd = _Reader(s)
+            rd.buf = first
+            status, _h = parse_head(rd.read_head())
+            pr.http_status = status
+        except ProbeError as e:
+            if e.phase == "deadline":
+                raise
+            pr.http_error = str(e)
+        except OSError as e:
+            pr.http_error = describe_error(e, cfg.http_timeout_s)
+    finally:
+        s.close()
+
+
 def probe_latency(ep: Endpoint, cfg: ProbeConfig, dl: _Deadline) -> EndpointProbe:
     """DNS, connect samples, TLS and TTFB for one endpoint; never raises."""
     t_start = time.monotonic()
     p = urlsplit(ep.url)
-    pr = EndpointProbe(endpoint=ep, host=p.hostname or "", port=p.port or (443 if p.scheme == "https" else 80))
+    pr = EndpointProbe(
+        endpoint=ep, host=p.hostname or "", port=p.port or (443 if p.scheme == "https" else 80)
+    )
     env = cfg.env if cfg.env is not None else os.environ
     route = route_for(ep.url, env)
     first_hop = (pr.host, pr.port)
@@ -593,69 +707,12 @@ def probe_latency(ep: Endpoint, cfg: ProbeConfig, dl: _Deadline) -> EndpointProb
         if not addrs:
             pr.dns_error = "no addresses"
             return pr
-        # connect samples; stick to the first address that works
-        order = list(addrs)
-        for _ in range(max(1, cfg.connect_samples)):
-            pr.connect_attempts += 1
-            try:
-                s, a, secs = _connect_any(order, cfg, dl)
-            except ProbeError as e:
-                if e.phase == "deadline":
-                    raise
-                pr.connect_failures += 1
-                pr.connect_error = str(e)
-                if str(e).startswith("network unreachable") and pr.connect_failures >= 2 and not pr.connect_ms:
-                    break  # no route: more samples will say the same
-                continue
-            s.close()
-            order = [a] + [x for x in order if x != a]
-            pr.connect_ms.append(secs * 1000)
+        order = _connect_samples(pr, list(addrs), cfg, dl)
         if not pr.connect_ms:
             return pr
         # TLS handshake (through the tunnel if proxied), then time to first byte on the same socket
         s, _a, _secs = _connect_any(order, cfg, dl)
-        try:
-            if tunnel is not None:
-                if tunnel[3] == "https":
-                    s, _ = _wrap_tls(s, first_hop[0], cfg, dl)
-                if p.scheme == "https":
-                    try:
-                        _proxy_connect(s, tunnel[0], tunnel[1], tunnel[2], cfg, dl)
-                    except ProbeError as e:
-                        pr.connect_error = str(e)
-                        pr.http_error = str(e)
-                        return pr
-            if p.scheme == "https":
-                try:
-                    s, secs = _wrap_tls(s, pr.host, cfg, dl)
-                except ProbeError as e:
-                    if e.phase == "deadline":
-                        raise
-                    pr.tls_error = str(e)
-                    return pr
-                pr.tls_ms = secs * 1000
-                pr.tls_version = s.version() if isinstance(s, ssl.SSLSocket) else None
-            url = ep.url + (ep.probe_path if ep.probe_path.startswith("/") else "/" + ep.probe_path)
-            s.settimeout(dl.cap(cfg.http_timeout_s))
-            t0 = time.perf_counter()
-            try:
-                _request(s, url, rng="bytes=0-1023", proxied_plain=tunnel is not None and p.scheme == "http")
-                first = s.recv(1)
-                if not first:
-                    raise ProbeError("http", "connection closed before a response")
-                pr.ttfb_ms = (time.perf_counter() - t0) * 1000
-                rd = _Reader(s)
-                rd.buf = first
-                status, _h = parse_head(rd.read_head())
-                pr.http_status = status
-            except ProbeError as e:
-                if e.phase == "deadline":
-                    raise
-                pr.http_error = str(e)
-            except OSError as e:
-                pr.http_error = describe_error(e, cfg.http_timeout_s)
-        finally:
-            s.close()
+        _tls_and_ttfb(pr, ep, s, first_hop[0], tunnel, cfg, dl)
     except ProbeError as e:
         if e.phase == "deadline":
             pr.deadline_hit = True
@@ -688,8 +745,16 @@ class _Stream:
     ready: threading.Event = field(default_factory=threading.Event)
 
 
-def _open_ranged(url: str, start: int, end: int | None, cfg: ProbeConfig, dl: _Deadline,
-                 addrs: dict[str, list[Addr]], st: _Stream, max_redirects: int = 5) -> None:
+def _open_ranged(
+    url: str,
+    start: int,
+    end: int | None,
+    cfg: ProbeConfig,
+    dl: _Deadline,
+    addrs: dict[str, list[Addr]],
+    st: _Stream,
+    max_redirects: int = 5,
+) -> None:
     """GET ``url`` with a Range, following redirects; leaves ``st.sock`` positioned at the body."""
     rng = f"bytes={start}-{'' if end is None else end}"
     for _ in range(max_redirects + 1):
@@ -711,14 +776,41 @@ def _open_ranged(url: str, start: int, end: int | None, cfg: ProbeConfig, dl: _D
             raise ProbeError("http", f"HTTP {status} for the throughput object")
         cr = headers.get("content-range", "")
         m = re.search(r"/(\d+)$", cr)
-        st.size = int(m.group(1)) if m else (int(headers["content-length"]) if headers.get("content-length", "").isdigit() else None)
+        st.size = (
+            int(m.group(1))
+            if m
+            else (int(headers["content-length"]) if headers.get("content-length", "").isdigit() else None)
+        )
         st.sock, st.status, st.final_url, st.buffered = s, status, redact_url(url), len(rd.buf)
         return
     raise ProbeError("http", "too many redirects")
 
 
-def measure_throughput(url: str, connections: int, cfg: ProbeConfig, dl: _Deadline,
-                       size_hint: int | None = None) -> ThroughputSample:
+def _read_body(st: _Stream, sock: socket.socket, per: int, end: float) -> int:
+    """Read until ``per`` bytes (counting what the head read left buffered) or time ``end``."""
+    buf = bytearray(256 * 1024)
+    got = st.buffered
+    try:
+        while got < per:
+            left = end - time.perf_counter()
+            if left <= 0:
+                break
+            sock.settimeout(min(left, 1.0) + 0.01)
+            try:
+                n = sock.recv_into(buf, min(len(buf), per - got))
+            except TimeoutError:
+                continue
+            if n == 0:
+                break
+            got += n
+    except OSError as e:
+        st.error = describe_error(e)
+    return got
+
+
+def measure_throughput(
+    url: str, connections: int, cfg: ProbeConfig, dl: _Deadline, size_hint: int | None = None
+) -> ThroughputSample:
     """Bytes per second over ``connections`` ranged GETs sharing one time window.
 
     Each connection asks for its own byte range (so a server that serves ranges sends different
@@ -754,25 +846,7 @@ def measure_throughput(url: str, connections: int, cfg: ProbeConfig, dl: _Deadli
                 st.ready.set()
             if not go.wait(cfg.http_timeout_s + cfg.connect_timeout_s + cfg.tls_timeout_s) or st.sock is None:
                 return
-            buf = bytearray(256 * 1024)
-            got = st.buffered
-            end = t_go[0] + window
-            try:
-                while got < per:
-                    left = end - time.perf_counter()
-                    if left <= 0:
-                        break
-                    st.sock.settimeout(min(left, 1.0) + 0.01)
-                    try:
-                        n = st.sock.recv_into(buf, min(len(buf), per - got))
-                    except TimeoutError:
-                        continue
-                    if n == 0:
-                        break
-                    got += n
-            except OSError as e:
-                st.error = describe_error(e)
-            st.bytes = got
+            st.bytes = _read_body(st, st.sock, per, t_go[0] + window)
             st.end_t = time.perf_counter()
         finally:
             if st.sock is not None:
@@ -781,11 +855,15 @@ def measure_throughput(url: str, connections: int, cfg: ProbeConfig, dl: _Deadli
                 except OSError:
                     pass
 
-    threads = [threading.Thread(target=worker, args=(i, st), daemon=True, name=f"tput-{i}")
-               for i, st in enumerate(streams)]
+    threads = [
+        threading.Thread(target=worker, args=(i, st), daemon=True, name=f"tput-{i}")
+        for i, st in enumerate(streams)
+    ]
     for th in threads:
         th.start()
-    setup_limit = min(dl.left(), cfg.dns_timeout_s + cfg.connect_timeout_s + cfg.tls_timeout_s + cfg.http_timeout_s)
+    setup_limit = min(
+        dl.left(), cfg.dns_timeout_s + cfg.connect_timeout_s + cfg.tls_timeout_s + cfg.http_timeout_s
+    )
     t_setup_end = time.monotonic() + max(0.0, setup_limit)
     for st in streams:
         st.ready.wait(max(0.0, t_setup_end - time.monotonic()))
@@ -843,21 +921,26 @@ def _throughput_order(probes: list[EndpointProbe], cfg: ProbeConfig) -> list[End
     return [p for p in probes if p.endpoint.throughput_path and p.reachable]
 
 
-def probe_endpoints(endpoints: list[Endpoint], cfg: ProbeConfig | None = None,
-                    proxy: ProxySettings | None = None) -> NetworkFacts:
+def probe_endpoints(
+    endpoints: list[Endpoint], cfg: ProbeConfig | None = None, proxy: ProxySettings | None = None
+) -> NetworkFacts:
     """Probe every endpoint (latency in parallel, throughput one endpoint at a time) within the deadline."""
     cfg = cfg or ProbeConfig()
     dl = _Deadline(cfg.deadline_s)
     t0 = time.monotonic()
-    nf = NetworkFacts(proxy=proxy, quick=not cfg.throughput, deadline_s=cfg.deadline_s, parallel_connections=cfg.parallel)
+    nf = NetworkFacts(
+        proxy=proxy, quick=not cfg.throughput, deadline_s=cfg.deadline_s, parallel_connections=cfg.parallel
+    )
     try:
         nf.default_route = cfg.route_check()
     except Exception:
         nf.default_route = None
-    pool = ThreadPoolExecutor(max_workers=max(1, min(cfg.max_workers, len(endpoints) or 1)),
-                              thread_name_prefix="netprobe")
-    futs: list[tuple[Endpoint, Future[EndpointProbe]]] = [(ep, pool.submit(probe_latency, ep, cfg, dl))
-                                                          for ep in endpoints]
+    pool = ThreadPoolExecutor(
+        max_workers=max(1, min(cfg.max_workers, len(endpoints) or 1)), thread_name_prefix="netprobe"
+    )
+    futs: list[tuple[Endpoint, Future[EndpointProbe]]] = [
+        (ep, pool.submit(probe_latency, ep, cfg, dl)) for ep in endpoints
+    ]
     probes: list[EndpointProbe] = []
     for ep, fut in futs:
         try:
@@ -876,7 +959,9 @@ def probe_endpoints(endpoints: list[Endpoint], cfg: ProbeConfig | None = None,
             probe_throughput(pr, cfg, dl)
             rate = pr.best_rate()
             if rate is not None:
-                origin_fast[pr.endpoint.service] = origin_fast.get(pr.endpoint.service, False) or rate >= cfg.fast_enough_bps
+                origin_fast[pr.endpoint.service] = (
+                    origin_fast.get(pr.endpoint.service, False) or rate >= cfg.fast_enough_bps
+                )
         for pr in _throughput_order([p for p in probes if p.endpoint.kind != "origin"], cfg):
             if origin_fast.get(pr.endpoint.service):
                 continue
@@ -904,7 +989,10 @@ def _decide_offline(nf: NetworkFacts) -> None:
         nf.offline, nf.offline_reason = True, "no name resolves: " + (probes[0].dns_error or "")
     elif all(p.dns_error or p.connect_failures for p in probes):
         errs = {p.connect_error or p.dns_error for p in probes}
-        nf.offline, nf.offline_reason = True, "no host accepts connections: " + "; ".join(sorted(e for e in errs if e))[:200]
+        nf.offline, nf.offline_reason = (
+            True,
+            "no host accepts connections: " + "; ".join(sorted(e for e in errs if e))[:200],
+        )
     else:
         nf.offline = False
 
@@ -912,8 +1000,15 @@ def _decide_offline(nf: NetworkFacts) -> None:
 def config_for(opts_quick: bool, timeout_s: float | None = None) -> ProbeConfig:
     """Default limits: ``--quick`` measures latency only, with fewer samples."""
     if opts_quick:
-        return ProbeConfig(deadline_s=timeout_s or 10.0, connect_samples=3, throughput=False,
-                           dns_timeout_s=2.0, connect_timeout_s=2.0, tls_timeout_s=3.0, http_timeout_s=3.0)
+        return ProbeConfig(
+            deadline_s=timeout_s or 10.0,
+            connect_samples=3,
+            throughput=False,
+            dns_timeout_s=2.0,
+            connect_timeout_s=2.0,
+            tls_timeout_s=3.0,
+            http_timeout_s=3.0,
+        )
     return ProbeConfig(deadline_s=timeout_s or 45.0)
 
 
@@ -936,12 +1031,30 @@ def configured_endpoints(ps: ProxySettings, known: Iterable[Endpoint] = ()) -> l
         if base in known_urls and eid != "configured:pip":
             return
         known_urls.add(base)
-        out.append(Endpoint(id=eid, url=base, service=service, kind="configured", role="web", name=what,
-                            probe_path=probe, throughput_path=tput, mirror_url=url, source=what))
+        out.append(
+            Endpoint(
+                id=eid,
+                url=base,
+                service=service,
+                kind="configured",
+                role="web",
+                name=what,
+                probe_path=probe,
+                throughput_path=tput,
+                mirror_url=url,
+                source=what,
+            )
+        )
 
     if ps.hf_endpoint:
-        add("configured:HF_ENDPOINT", "huggingface", ps.hf_endpoint.rstrip("/"), "/robots.txt",
-            "/openai-community/gpt2/resolve/main/model.safetensors", f"HF_ENDPOINT={ps.hf_endpoint}")
+        add(
+            "configured:HF_ENDPOINT",
+            "huggingface",
+            ps.hf_endpoint.rstrip("/"),
+            "/robots.txt",
+            "/openai-community/gpt2/resolve/main/model.safetensors",
+            f"HF_ENDPOINT={ps.hf_endpoint}",
+        )
     if ps.pip_index_url:
         path = urlsplit(ps.pip_index_url).path.rstrip("/") + "/pip/"
         add("configured:pip", "pypi", ps.pip_index_url, path, None, f"pip index-url {ps.pip_index_url}")

@@ -174,6 +174,7 @@ def collect(snap: Snapshot, opts: CollectOptions, root: str | os.PathLike[str] =
     if snap.gpus:
         fill_gpu_pcie(snap.gpus, devices)
     elif snap.nvml_available is False and any(d.is_gpu for d in devices):
-        why = next((s.why for s in snap.skipped if s.what.startswith("GPUs through NVML")), "NVML unavailable")
+        nvml_skips = (s.why for s in snap.skipped if s.what.startswith("GPUs through NVML"))
+        why = next(nvml_skips, "NVML unavailable")
         snap.gpus = gpus_from_pci(devices, why)
         snap.notes.append(f"{len(snap.gpus)} GPU(s) known only from sysfs: NVML unavailable")

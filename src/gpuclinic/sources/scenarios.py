@@ -163,13 +163,17 @@ def build_snapshot_dict(name: str) -> dict[str, Any]:
             if d["bus_id"] == bus:
                 d.update(over)
     snap: dict[str, Any] = copy.deepcopy(base["snapshot"])
-    snap.update({
-        "gpus": gpus,
-        "pci_devices": pci,
-        "kernel_events": [dict(e, origin=f"scenario:{name}") for e in copy.deepcopy(sc.get("kernel_events", []))],
-        "inputs": [f"scenario:{name}"],
-        "notes": [f"simulated node: {sc.get('description', name)}"],
-    })
+    snap.update(
+        {
+            "gpus": gpus,
+            "pci_devices": pci,
+            "kernel_events": [
+                dict(e, origin=f"scenario:{name}") for e in copy.deepcopy(sc.get("kernel_events", []))
+            ],
+            "inputs": [f"scenario:{name}"],
+            "notes": [f"simulated node: {sc.get('description', name)}"],
+        }
+    )
     for key, val in base.get("facts", {}).items():  # software/container/host of a healthy node
         snap[key] = copy.deepcopy(val)
         snap[key].update(copy.deepcopy(sc.get("facts", {}).get(key, {})))
@@ -186,9 +190,14 @@ def _make(cls: type[T], d: dict[str, Any]) -> T:
     floats = _FLOAT_FIELDS.get(cls)
     if floats is None:
         floats = _FLOAT_FIELDS[cls] = frozenset(
-            f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-            if isinstance(f.type, str) and f.type.startswith("float"))
-    kw = {k: (float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v) for k, v in d.items()}
+            f.name
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if isinstance(f.type, str) and f.type.startswith("float")
+        )
+    kw = {
+        k: (float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v)
+        for k, v in d.items()
+    }
     return cls(**kw)
 
 
@@ -196,7 +205,8 @@ _FLOAT_FIELDS: dict[type, frozenset[str]] = {}
 
 
 def load_scenario(name: str) -> Snapshot:
-    """A fresh :class:`Snapshot` for scenario ``name`` (a timeline: its faulted state); unknown: InputError."""
+    """A fresh :class:`Snapshot` for scenario ``name`` (a timeline: its faulted state); unknown:
+    InputError."""
     if not is_fault_state(name):
         return _timeline_snapshot(name)
     d = build_snapshot_dict(name)
@@ -213,15 +223,20 @@ def load_scenario(name: str) -> Snapshot:
         from gpuclinic.facts.room import RoomFacts
         from gpuclinic.facts.serial import from_jsonable  # small nested facts: the generic decoder is fine
 
-        for key, cls in (("software", SoftwareFacts), ("container", ContainerFacts), ("host", HostFacts),
-                         ("room", RoomFacts)):
+        for key, cls in (
+            ("software", SoftwareFacts),
+            ("container", ContainerFacts),
+            ("host", HostFacts),
+            ("room", RoomFacts),
+        ):
             if d.get(key) is not None:
                 facts[key] = from_jsonable(cls, d.pop(key))
     return Snapshot(**d, **facts, gpus=gpus, pci_devices=pci, kernel_events=events)
 
 
 def _timeline_snapshot(name: str) -> Snapshot:
-    """A watch timeline's faulted state: its GPUs at the end of the timeline and every kernel line it logged."""
+    """A watch timeline's faulted state: its GPUs at the end of the timeline and every kernel line
+    it logged."""
     from gpuclinic.sources.kernellog import parse_lines
     from gpuclinic.watch.backend import ScaledClock
     from gpuclinic.watch.simulate import ScenarioBackend, list_watch_scenarios, load_watch_scenario
@@ -242,10 +257,21 @@ def _timeline_snapshot(name: str) -> Snapshot:
     events = list(parse_lines(lines, f"scenario:{name}")) if lines else []
     from gpuclinic.facts.serial import from_jsonable
 
-    facts = {key: from_jsonable(cls, copy.deepcopy(_data()["base"]["facts"][key]))
-             for key, cls in (("software", SoftwareFacts), ("container", ContainerFacts), ("host", HostFacts))
-             if key in _data()["base"].get("facts", {})}
-    return Snapshot(**facts, origin="scenario", hostname=f"sim-{name}", driver_version=sc.driver_version,
-                    cuda_driver_version=sc.cuda_driver_version, nvml_available=True, gpus=gpus,
-                    kernel_events=list(events), kernel_log_read=True, inputs=[f"scenario:{name}"],
-                    notes=[f"simulated node (the faulted state of timeline {name}): {sc.description}"])
+    facts = {
+        key: from_jsonable(cls, copy.deepcopy(_data()["base"]["facts"][key]))
+        for key, cls in (("software", SoftwareFacts), ("container", ContainerFacts), ("host", HostFacts))
+        if key in _data()["base"].get("facts", {})
+    }
+    return Snapshot(
+        **facts,
+        origin="scenario",
+        hostname=f"sim-{name}",
+        driver_version=sc.driver_version,
+        cuda_driver_version=sc.cuda_driver_version,
+        nvml_available=True,
+        gpus=gpus,
+        kernel_events=list(events),
+        kernel_log_read=True,
+        inputs=[f"scenario:{name}"],
+        notes=[f"simulated node (the faulted state of timeline {name}): {sc.description}"],
+    )

@@ -31,16 +31,37 @@ if TYPE_CHECKING:
 
 WHAT = "driver and framework software"
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "lib/x86_64-linux-gnu",
-            "lib64", "usr/local/nvidia/lib64", "usr/local/nvidia/lib", "usr/lib/wsl/lib")
+LIB_DIRS = (
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib64",
+    "usr/lib",
+    "lib/x86_64-linux-gnu",
+    "lib64",
+    "usr/local/nvidia/lib64",
+    "usr/local/nvidia/lib",
+    "usr/lib/wsl/lib",
+)
 MODPROBE_DIRS = ("etc/modprobe.d", "usr/lib/modprobe.d", "lib/modprobe.d", "run/modprobe.d")
 FRAMEWORKS = {
-    "torch", "jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
-    "tensorflow", "tensorflow-gpu", "tf-nightly", "cupy", "cupy-cuda11x", "cupy-cuda12x", "cupy-cuda13x",
-    "paddlepaddle-gpu", "paddlepaddle", "onnxruntime-gpu",
+    "torch",
+    "jax",
+    "jaxlib",
+    "jax-cuda12-plugin",
+    "jax-cuda12-pjrt",
+    "jax-cuda13-plugin",
+    "jax-cuda13-pjrt",
+    "tensorflow",
+    "tensorflow-gpu",
+    "tf-nightly",
+    "cupy",
+    "cupy-cuda11x",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+    "paddlepaddle-gpu",
+    "paddlepaddle",
+    "onnxruntime-gpu",
 }
-
-
 
 
 # ------------------------------------------------------------------ kernel module
@@ -68,7 +89,9 @@ def loaded_modules(root: str | os.PathLike[str]) -> set[str] | None:
 def nouveau_blacklisted(root: str | os.PathLike[str]) -> bool:
     """``blacklist nouveau`` / ``install nouveau /bin/false`` in modprobe.d, or on the kernel command line."""
     cmdline = _read(_p(root, "proc/cmdline")) or ""
-    if re.search(r"(?:modprobe\.blacklist=\S*nouveau|rd\.driver\.blacklist=\S*nouveau|nouveau\.modeset=0)", cmdline):
+    if re.search(
+        r"(?:modprobe\.blacklist=\S*nouveau|rd\.driver\.blacklist=\S*nouveau|nouveau\.modeset=0)", cmdline
+    ):
         return True
     for d in MODPROBE_DIRS:
         dp = _p(root, d)
@@ -81,13 +104,16 @@ def nouveau_blacklisted(root: str | os.PathLike[str]) -> bool:
                 continue
             for line in (_read(f) or "").splitlines():
                 s = line.split("#", 1)[0].strip()
-                if re.fullmatch(r"blacklist\s+nouveau", s) or re.fullmatch(r"install\s+nouveau\s+/bin/(?:false|true)", s):
+                if re.fullmatch(r"blacklist\s+nouveau", s) or re.fullmatch(
+                    r"install\s+nouveau\s+/bin/(?:false|true)", s
+                ):
                     return True
     return False
 
 
 def _has_nvidia_ko(moddir: Path, budget: list[int]) -> bool:
-    """Look for nvidia.ko(.xz/.zst/.gz) under a /lib/modules/<kernel> tree, walking at most ``budget`` dirs."""
+    """Look for nvidia.ko(.xz/.zst/.gz) under a /lib/modules/<kernel> tree, walking at most
+    ``budget`` dirs."""
     try:
         for _dirpath, dirnames, filenames in os.walk(moddir):
             budget[0] -= 1
@@ -147,6 +173,7 @@ def secure_boot(root: str | os.PathLike[str]) -> bool | None:
 
 # ------------------------------------------------------------------ processes
 
+
 def running_comms(root: str | os.PathLike[str], limit: int = 100_000) -> set[str] | None:
     """Command names (``comm``, max 15 chars) of the processes we can see."""
     proc = _p(root, "proc")
@@ -163,6 +190,7 @@ def running_comms(root: str | os.PathLike[str], limit: int = 100_000) -> set[str
 
 
 # ------------------------------------------------------------------ libraries and toolkits
+
 
 def lib_versions(root: str | os.PathLike[str], stem: str, extra_dirs: Iterable[str] = ()) -> list[str]:
     """Versions X.Y[.Z] of ``<stem>.so.X.Y[.Z]`` found in the usual library directories."""
@@ -219,8 +247,14 @@ def cuda_toolkits(root: str | os.PathLike[str]) -> list[CudaToolkit]:
         if version is None:
             m = re.search(r"cuda-(\d+\.\d+)", real.name) or re.search(r"cuda-(\d+\.\d+)", c.name)
             version = m.group(1) if m else None
-        out.append(CudaToolkit(path=str(c), version=version, nvcc=(real / "bin" / "nvcc").exists(),
-                               is_default=default_real is not None and real == default_real))
+        out.append(
+            CudaToolkit(
+                path=str(c),
+                version=version,
+                nvcc=(real / "bin" / "nvcc").exists(),
+                is_default=default_real is not None and real == default_real,
+            )
+        )
     return out
 
 
@@ -235,6 +269,7 @@ def os_release(root: str | os.PathLike[str]) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------ frameworks
+
 
 def _dist_file(dist: md.Distribution, rel: str) -> str | None:
     try:
@@ -297,8 +332,11 @@ def frameworks(paths: Sequence[str] | None = None) -> list[Framework]:
             fw.cuda = f"{m.group(1)}.x" if m else None
         elif name.startswith("paddlepaddle"):
             _fill_paddle(d, fw)
-        cudnn = fw.cuda_wheels.get("nvidia-cudnn-cu12") or fw.cuda_wheels.get("nvidia-cudnn-cu11") \
+        cudnn = (
+            fw.cuda_wheels.get("nvidia-cudnn-cu12")
+            or fw.cuda_wheels.get("nvidia-cudnn-cu11")
             or fw.cuda_wheels.get("nvidia-cudnn-cu13")
+        )
         if fw.cudnn is None and cudnn and cudnn != "missing":
             fw.cudnn = cudnn
         out.append(fw)
@@ -370,7 +408,9 @@ def active_env_paths(env: Mapping[str, str]) -> tuple[list[str] | None, str]:
         prefix = env.get(var)
         if not prefix or os.path.realpath(prefix) == os.path.realpath(sys.prefix):
             continue
-        for sp in sorted(Path(prefix).glob("lib/python3*/site-packages")) + sorted(Path(prefix).glob("Lib/site-packages")):
+        for sp in sorted(Path(prefix).glob("lib/python3*/site-packages")) + sorted(
+            Path(prefix).glob("Lib/site-packages")
+        ):
             paths.append(str(sp))
         cand = Path(prefix) / "bin" / "python"
         if cand.exists() and python == sys.executable:
@@ -382,12 +422,20 @@ def active_env_paths(env: Mapping[str, str]) -> tuple[list[str] | None, str]:
 
 def deep_torch(python: str = sys.executable, timeout_s: float = 90.0) -> dict[str, object] | None:
     """Ask torch itself (in a child process, so a crash or hang cannot take us down)."""
-    code = ("import json,torch;c=torch.cuda;print(json.dumps({'version':torch.__version__,'cuda':torch.version.cuda,"
-            "'arch_list':c.get_arch_list() if c.is_available() else [],'available':c.is_available(),"
-            "'cudnn':torch.backends.cudnn.version()}))")
+    code = (
+        "import json,torch;c=torch.cuda;print(json.dumps({'version':torch.__version__,"
+        "'cuda':torch.version.cuda,"
+        "'arch_list':c.get_arch_list() if c.is_available() else [],'available':c.is_available(),"
+        "'cudnn':torch.backends.cudnn.version()}))"
+    )
     try:
-        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout_s,
-                           env={**os.environ, "CUDA_MODULE_LOADING": "LAZY"})
+        r = subprocess.run(
+            [python, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, "CUDA_MODULE_LOADING": "LAZY"},
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     for line in reversed(r.stdout.splitlines()):
@@ -401,6 +449,23 @@ def deep_torch(python: str = sys.executable, timeout_s: float = 90.0) -> dict[st
 
 
 # ------------------------------------------------------------------ all together
+
+
+def _module_kernels(sw: SoftwareFacts, root: str | os.PathLike[str], krel: str | None) -> None:
+    """Which installed kernels have an nvidia.ko, and whether the running one does."""
+    modroot = _p(root, "lib/modules")
+    if modroot.is_dir():
+        budget = [4000]
+        try:
+            kernels = sorted(k.name for k in modroot.iterdir() if k.is_dir())
+        except OSError:
+            kernels = []
+        for k in kernels[:20]:
+            if _has_nvidia_ko(modroot / k, budget):
+                sw.module_kernels.append(k)
+        if krel:
+            sw.module_for_kernel = krel in sw.module_kernels
+
 
 def read_software(
     root: str | os.PathLike[str] = "/",
@@ -424,27 +489,22 @@ def read_software(
     sw.nouveau_blacklisted = nouveau_blacklisted(root)
     krel = (_read(_p(root, "proc/sys/kernel/osrelease")) or "").strip() or None
     sw.running_kernel = krel
-    modroot = _p(root, "lib/modules")
-    if modroot.is_dir():
-        budget = [4000]
-        try:
-            kernels = sorted(k.name for k in modroot.iterdir() if k.is_dir())
-        except OSError:
-            kernels = []
-        for k in kernels[:20]:
-            if _has_nvidia_ko(modroot / k, budget):
-                sw.module_kernels.append(k)
-        if krel:
-            sw.module_for_kernel = krel in sw.module_kernels
+    _module_kernels(sw, root, krel)
     sw.dkms_status = dkms_status(root)
     sw.secure_boot = secure_boot(root)
     comms = running_comms(root)
     if comms is not None:
         sw.persistenced_running = any(c.startswith("nvidia-persiste") for c in comms)
         sw.fabricmanager_running = any(c.startswith("nv-fabricmanage") for c in comms)
-    sw.fabricmanager_installed = any(_p(root, x).exists() for x in (
-        "usr/bin/nv-fabricmanager", "lib/systemd/system/nvidia-fabricmanager.service",
-        "usr/lib/systemd/system/nvidia-fabricmanager.service", "etc/systemd/system/nvidia-fabricmanager.service"))
+    sw.fabricmanager_installed = any(
+        _p(root, x).exists()
+        for x in (
+            "usr/bin/nv-fabricmanager",
+            "lib/systemd/system/nvidia-fabricmanager.service",
+            "usr/lib/systemd/system/nvidia-fabricmanager.service",
+            "etc/systemd/system/nvidia-fabricmanager.service",
+        )
+    )
     ld = [x for x in env.get("LD_LIBRARY_PATH", "").split(":") if x]
     extra_dirs = [x.lstrip("/") for x in ld]
     sw.user_lib_versions = lib_versions(root, "libnvidia-ml", extra_dirs)
@@ -483,8 +543,11 @@ def collect(snap: Snapshot, opts: CollectOptions) -> None:
     if snap.software is not None:  # keep what NVML/evidence already put there
         sw.nvidia_smi_errors = list(snap.software.nvidia_smi_errors)
     sw.driver_version = snap.driver_version or sw.proc_driver_version
-    sw.nvswitch_count = sum(1 for d in snap.pci_devices if (d.class_code or "").startswith("0x0680")) \
-        if snap.pci_read else None
+    sw.nvswitch_count = (
+        sum(1 for d in snap.pci_devices if (d.class_code or "").startswith("0x0680"))
+        if snap.pci_read
+        else None
+    )
     snap.software = sw
     if not snap.driver_version and sw.proc_driver_version:
         snap.driver_version = sw.proc_driver_version

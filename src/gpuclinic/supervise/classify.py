@@ -25,13 +25,25 @@ from gpuclinic.model import GpuRef
 from gpuclinic.supervise.kernel import OomKill
 
 COMPLETED = "completed"
-CLASSES = ("gpu_hardware", "nccl_network", "cuda_oom", "application_error", "killed", "hang", "planned", "unknown")
+CLASSES = (
+    "gpu_hardware",
+    "nccl_network",
+    "cuda_oom",
+    "application_error",
+    "killed",
+    "hang",
+    "planned",
+    "unknown",
+)
 DEFAULT_RETRY = ("gpu_hardware", "nccl_network", "hang", "killed")
 
 _HW_KINDS = {"xid", "sxid", "fallen_off_bus", "gsp", "nvlink"}
 
-# torchrun's failure summary: "exitcode  : -9 (pid: 14750)" and "failed (exitcode: -9) local_rank: 4 (pid: 899509)"
-_TORCHRUN_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)|failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)")
+# torchrun's failure summary: "exitcode  : -9 (pid: 14750)" and "failed (exitcode: -9) local_rank: 4 (pid:
+# 899509)"
+_TORCHRUN_EXIT = re.compile(
+    r"exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)|failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)"
+)
 _SIGNAL_EXC = re.compile(r"SignalException: Process (\d+) got signal: (\d+)")
 
 
@@ -73,8 +85,16 @@ def match_output(text: str) -> list[OutputMatch]:
     for rx, p in _patterns():
         m = rx.search(text)
         if m:
-            out.append(OutputMatch(p["class"], p["title"], _line_at(text, m.start()), m.start(),
-                                   bool(p.get("generic")), p.get("source", "")))
+            out.append(
+                OutputMatch(
+                    p["class"],
+                    p["title"],
+                    _line_at(text, m.start()),
+                    m.start(),
+                    bool(p.get("generic")),
+                    p.get("source", ""),
+                )
+            )
     out.extend(_signature_matches(text))
     out.sort(key=lambda m: m.offset)
     return out
@@ -97,22 +117,30 @@ def _signature_matches(text: str) -> list[OutputMatch]:
             continue
         line = str(getattr(r, "matched_line", "") or "")
         pos = text.find(line) if line else -1
-        found.append(OutputMatch(
-            cls, str(getattr(r, "title", "") or getattr(r, "id", "")), line.strip(),
-            pos if pos >= 0 else len(text), generic=cls == "application_error",
-            source=str(getattr(r, "source", "") or ""), fix=str(getattr(r, "fix", "") or ""),
-        ))
+        found.append(
+            OutputMatch(
+                cls,
+                str(getattr(r, "title", "") or getattr(r, "id", "")),
+                line.strip(),
+                pos if pos >= 0 else len(text),
+                generic=cls == "application_error",
+                source=str(getattr(r, "source", "") or ""),
+                fix=str(getattr(r, "fix", "") or ""),
+            )
+        )
     return found
 
 
 def _line_at(text: str, pos: int) -> str:
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)
-    return text[start: end if end >= 0 else len(text)].strip()[:400]
+    return text[start : end if end >= 0 else len(text)].strip()[:400]
 
 
 # "ValueError: ..." / "torch.OutOfMemoryError: ..." / "KeyboardInterrupt": what closes a traceback
-_EXC_STRICT = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Iteration|Warning|Failure|Fault)(?::\s.*|:?$)")
+_EXC_STRICT = re.compile(
+    r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Iteration|Warning|Failure|Fault)(?::\s.*|:?$)"
+)
 _EXC_LOOSE = re.compile(r"^[A-Za-z_][\w.]*(?::\s.*|:?$)")
 
 
@@ -125,8 +153,9 @@ def _last_exception_line(text: str) -> str | None:
     idx = text.rfind("Traceback (most recent call last):")
     if idx < 0:
         return None
-    cands = [ln.strip() for ln in text[idx:].splitlines()[1:]
-             if ln and not ln.startswith((" ", "\t", "Traceback"))]
+    cands = [
+        ln.strip() for ln in text[idx:].splitlines()[1:] if ln and not ln.startswith((" ", "\t", "Traceback"))
+    ]
     for pat in (_EXC_STRICT, _EXC_LOOSE):
         for ln in cands:
             if pat.match(ln):
@@ -136,7 +165,9 @@ def _last_exception_line(text: str) -> str | None:
 
 def is_fatal_event(k: KernelEvent) -> bool:
     """A kernel event after which a job on that GPU cannot continue (it will crash or hang in NCCL)."""
-    return k.kind == "fallen_off_bus" or (k.kind == "xid" and k.xid is not None and classify_xid(k.xid).fatal_to_job)
+    return k.kind == "fallen_off_bus" or (
+        k.kind == "xid" and k.xid is not None and classify_xid(k.xid).fatal_to_job
+    )
 
 
 @dataclass
@@ -234,9 +265,15 @@ def _signal_of(ev: AttemptEvidence) -> tuple[int | None, str | None]:
             return -code, f"worker pid {pid} exited by {signal_name(-code)} (torchrun summary)"
     sm = _SIGNAL_EXC.search(ev.output_tail)
     if sm:
-        return int(sm.group(2)), f"launcher got {signal_name(int(sm.group(2)))} (torch elastic SignalException)"
-    if rc is not None and 128 < rc < 160 and (rc - 128) in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT,
-                                                              signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS):
+        return int(
+            sm.group(2)
+        ), f"launcher got {signal_name(int(sm.group(2)))} (torch elastic SignalException)"
+    if (
+        rc is not None
+        and 128 < rc < 160
+        and (rc - 128)
+        in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS)
+    ):
         return rc - 128, f"exit code {rc} = 128+{signal_name(rc - 128)} (a wrapper reported a killed child)"
     return None, None
 
@@ -250,19 +287,11 @@ def classify(ev: AttemptEvidence) -> Classification:
     return c
 
 
-def _classify(ev: AttemptEvidence) -> Classification:
-    notes: list[str] = []
-    if ev.kernel_note:
-        notes.append(f"could not check the kernel log: {ev.kernel_note}")
+def _gpu_hardware(ev: AttemptEvidence, notes: list[str]) -> Classification | None:
+    """A GPU hardware fault on the job's GPUs during the run (kernel log, NVML, or the job's output).
 
-    if ev.user_stop_signal is not None:
-        return Classification("planned", f"stopped on request ({signal_name(ev.user_stop_signal)} forwarded)",
-                              [f"exit status {ev.returncode}", *notes], signal=ev.user_stop_signal)
-
-    if ev.returncode == 0 and not ev.hang_reason:
-        return Classification(COMPLETED, "completed (exit status 0)", notes)
-
-    # GPU hardware on the job's GPUs, during the run
+    Xids that NVIDIA attributes to the application are not hardware: they go to ``notes``.
+    """
     hw: list[tuple[str, GpuRef | None]] = []
     for k in ev.kernel_events:
         if k.kind not in _HW_KINDS:
@@ -280,22 +309,58 @@ def _classify(ev: AttemptEvidence) -> Classification:
         gpu = next((g for _, g in hw if g is not None), None)
         lines = [t for t, _ in hw] + [f"output: {m.line}" for m in text_hw]
         what = "fault on " + gpu.label() if gpu else "fault"
-        return Classification("gpu_hardware", f"GPU hardware {what} during the run", lines[:20] + notes, gpu=gpu,
-                              signal=_signal_of(ev)[0])
+        return Classification(
+            "gpu_hardware",
+            f"GPU hardware {what} during the run",
+            lines[:20] + notes,
+            gpu=gpu,
+            signal=_signal_of(ev)[0],
+        )
+    return None
 
-    if ev.hang_reason:
-        return Classification("hang", f"hang: {ev.hang_reason}", [ev.hang_reason, *notes])
 
-    sig, sig_note = _signal_of(ev)
-
-    # host OOM killer
+def _host_oom(ev: AttemptEvidence, notes: list[str], sig: int | None) -> Classification | None:
+    """The host (or the container's cgroup) OOM killer killed one of the job's processes."""
     victims = [k for k in ev.oom_kills if k.pid in ev.job_pids]
     if victims or ev.cgroup_oom_kills:
         lines = [k.line for k in victims]
         if ev.cgroup_oom_kills:
             lines.append(f"cgroup memory.events: oom_kill +{ev.cgroup_oom_kills} during the run")
         who = f"pid {victims[0].pid} ({victims[0].process})" if victims else "a process in this container"
-        return Classification("killed", f"host out of memory: the OOM killer killed {who}", lines + notes, signal=sig)
+        return Classification(
+            "killed", f"host out of memory: the OOM killer killed {who}", lines + notes, signal=sig
+        )
+    return None
+
+
+def _classify(ev: AttemptEvidence) -> Classification:
+    notes: list[str] = []
+    if ev.kernel_note:
+        notes.append(f"could not check the kernel log: {ev.kernel_note}")
+
+    if ev.user_stop_signal is not None:
+        return Classification(
+            "planned",
+            f"stopped on request ({signal_name(ev.user_stop_signal)} forwarded)",
+            [f"exit status {ev.returncode}", *notes],
+            signal=ev.user_stop_signal,
+        )
+
+    if ev.returncode == 0 and not ev.hang_reason:
+        return Classification(COMPLETED, "completed (exit status 0)", notes)
+
+    hw = _gpu_hardware(ev, notes)
+    if hw is not None:
+        return hw
+
+    if ev.hang_reason:
+        return Classification("hang", f"hang: {ev.hang_reason}", [ev.hang_reason, *notes])
+
+    sig, sig_note = _signal_of(ev)
+
+    oom = _host_oom(ev, notes, sig)
+    if oom is not None:
+        return oom
 
     matches = match_output(ev.output_tail)
     # "a process was killed" texts say how, not why: the signal branch below handles them
@@ -310,12 +375,16 @@ def _classify(ev: AttemptEvidence) -> Classification:
 
     if sig is not None and sig_note is not None:
         if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            return Classification("planned", f"stopped from outside: {sig_note}", [sig_note, *notes], signal=sig)
+            return Classification(
+                "planned", f"stopped from outside: {sig_note}", [sig_note, *notes], signal=sig
+            )
         if sig == signal.SIGKILL:
             lines = [sig_note] + [f"output: {m.line}" for m in killed_text[:3]]
             summary = f"killed: {sig_note}"
             if ev.mem_peak_pct is not None and ev.mem_peak_pct >= 90:
-                lines.append(f"host memory peaked at {ev.mem_peak_pct:.0f}% during the run (likely the OOM killer)")
+                lines.append(
+                    f"host memory peaked at {ev.mem_peak_pct:.0f}% during the run (likely the OOM killer)"
+                )
                 summary += " under host memory pressure"
             return Classification("killed", summary, lines + notes, signal=sig)
         exc = _last_exception_line(ev.output_tail)
@@ -323,12 +392,20 @@ def _classify(ev: AttemptEvidence) -> Classification:
         return Classification("application_error", f"crashed: {sig_note}", lines + notes, signal=sig)
 
     if killed_text:
-        return Classification("killed", killed_text[0].title, [f"output: {m.line}" for m in killed_text[:3]] + notes)
+        return Classification(
+            "killed", killed_text[0].title, [f"output: {m.line}" for m in killed_text[:3]] + notes
+        )
 
     exc = _last_exception_line(ev.output_tail)
     if exc or any(m.cls == "application_error" for m in matches):
         line = exc or next(m.line for m in matches if m.cls == "application_error")
-        return Classification("application_error", f"application error: {line}",
-                              [f"output: {line}", f"exit status {ev.returncode}", *notes])
-    return Classification("unknown", f"exit status {ev.returncode}, no recognised error in the output",
-                          [f"exit status {ev.returncode}", *notes])
+        return Classification(
+            "application_error",
+            f"application error: {line}",
+            [f"output: {line}", f"exit status {ev.returncode}", *notes],
+        )
+    return Classification(
+        "unknown",
+        f"exit status {ev.returncode}, no recognised error in the output",
+        [f"exit status {ev.returncode}", *notes],
+    )

@@ -2,7 +2,8 @@
 
 Two complementary paths:
 
-* :class:`KernelWindow` (from the kernel-log subsystem) remembers where each log stood when an attempt started and, when it ends,
+* :class:`KernelWindow` (from the kernel-log subsystem) remembers where each log stood when an attempt started
+and, when it ends,
   reads exactly what was written since (files by byte offset surviving rotation, ``/dev/kmsg`` by
   timestamp, else ``journalctl -k --since``).  Deterministic, so classification never races a poll.
 * :class:`LiveKernelFollower` runs :func:`gpuclinic.sources.kernellog.follow.follow` in a thread so a
@@ -26,13 +27,16 @@ from gpuclinic.sources.kernellog import parse_lines
 from gpuclinic.sources.kernellog.follow import KernelWindow as KernelWindow  # re-exported: run uses it
 from gpuclinic.sources.kernellog.follow import follow
 
-# "Out of memory: Killed process 7899 (python) total-vm:...", "Memory cgroup out of memory: Killed process ...",
-# older "Out of memory: Kill process 89746 (python) score 1031 or sacrifice child" + "Killed process 89879 (python) ..."
+# "Out of memory: Killed process 7899 (python) total-vm:...", "Memory cgroup out of memory: Killed process
+# ...",
+# older "Out of memory: Kill process 89746 (python) score 1031 or sacrifice child" + "Killed process 89879
+# (python) ..."
 _OOM_RES = (
     re.compile(r"(?:Memory cgroup out of memory|Out of memory): Killed process (\d+) \(([^)]*)\)"),
     re.compile(r"\bKilled process (\d+) \(([^)]*)\) total-vm"),
     re.compile(r"oom-kill:.*?task=([^,]+),pid=(\d+)"),
 )
+
 
 @dataclass(frozen=True)
 class OomKill:
@@ -101,4 +105,3 @@ class LiveKernelFollower:
         if self._thread is not None:
             with contextlib.suppress(RuntimeError):
                 self._thread.join(timeout=0.5)
-

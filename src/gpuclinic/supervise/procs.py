@@ -187,7 +187,9 @@ class OutputPump:
             self.last_output = time.monotonic()
 
     def attach(self, fd: int, out_fd: int) -> None:
-        t = threading.Thread(target=self._pump, args=(fd, out_fd), name=f"gpuclinic-pump-{out_fd}", daemon=True)
+        t = threading.Thread(
+            target=self._pump, args=(fd, out_fd), name=f"gpuclinic-pump-{out_fd}", daemon=True
+        )
         t.start()
         self._threads.append(t)
 

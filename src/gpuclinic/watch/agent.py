@@ -41,8 +41,20 @@ from gpuclinic.watch.notify import Alert, Notifier
 from gpuclinic.watch.rules import RuleEngine, gpu_key
 from gpuclinic.watch.store import StoreError, WatchStore
 
-SERIES_FIELDS = ("ts", "temp", "slowdown", "power", "power_limit", "sm_clock", "sm_clock_max", "util", "mem_used",
-                 "mem_total", "reasons", "mem_temp")
+SERIES_FIELDS = (
+    "ts",
+    "temp",
+    "slowdown",
+    "power",
+    "power_limit",
+    "sm_clock",
+    "sm_clock_max",
+    "util",
+    "mem_used",
+    "mem_total",
+    "reasons",
+    "mem_temp",
+)
 
 
 @dataclass
@@ -227,7 +239,9 @@ class Agent:
             self.samples_total += 1
             self._record(now, res.gpus)
             room = getattr(self.backend, "room_facts", None)
-            if room is not None and self.room_poller is None:  # a scenario's scripted BMC, through the room checks
+            if (
+                room is not None and self.room_poller is None
+            ):  # a scenario's scripted BMC, through the room checks
                 from gpuclinic.sources.bmc.poller import evaluate as evaluate_room
 
                 evaluate_room(self, room())
@@ -242,21 +256,34 @@ class Agent:
             if res.error != self._last_error:
                 self.log(f"watch: sampling failed: {res.error}")
             if not res.stalled and self._err_streak >= self.cfg.rules.sample_error_count:
-                sampler_conds.append(Condition(
-                    key="sampler:watch.sample_errors", code="watch.sample_errors", severity=severity("watch.sample_errors"),
-                    title=f"GPU sampling keeps failing ({self._err_streak} times in a row)",
-                    evidence=[res.error or "unknown error"],
-                    remedy="NVML returns errors: run `gpuclinic doctor` (driver/library mismatch, lost GPU); "
-                           "a driver reload or reboot usually clears it."))
+                sampler_conds.append(
+                    Condition(
+                        key="sampler:watch.sample_errors",
+                        code="watch.sample_errors",
+                        severity=severity("watch.sample_errors"),
+                        title=f"GPU sampling keeps failing ({self._err_streak} times in a row)",
+                        evidence=[res.error or "unknown error"],
+                        remedy="NVML returns errors: run `gpuclinic doctor` (driver/library mismatch, lost "
+                               "GPU); "
+                        "a driver reload or reboot usually clears it.",
+                    )
+                )
         self._last_error = res.error
         age = now - (self.last_ok if self.last_ok is not None else self.started_at)
         if age >= self.cfg.rules.stale_after_s and res.gpus is None:
-            sampler_conds.append(Condition(
-                key="sampler:watch.sampler_stalled", code="watch.sampler_stalled", severity=severity("watch.sampler_stalled"),
-                title=f"GPU sampler stalled: no fresh sample for {age:.0f} s",
-                evidence=[res.error or "no sample", f"last good sample {_ago(self.last_ok, now)}"],
-                remedy="NVML calls are hanging - the driver is wedged or a GPU is failing. Check `dmesg` for XIDs, "
-                       "run `gpuclinic doctor`; a reboot is usually needed. Metrics are stale until this clears."))
+            sampler_conds.append(
+                Condition(
+                    key="sampler:watch.sampler_stalled",
+                    code="watch.sampler_stalled",
+                    severity=severity("watch.sampler_stalled"),
+                    title=f"GPU sampler stalled: no fresh sample for {age:.0f} s",
+                    evidence=[res.error or "no sample", f"last good sample {_ago(self.last_ok, now)}"],
+                    remedy="NVML calls are hanging - the driver is wedged or a GPU is failing. Check `dmesg` "
+                    "for XIDs, "
+                    "run `gpuclinic doctor`; a reboot is usually needed. "
+                    "Metrics are stale until this clears.",
+                )
+            )
         self.book.reconcile("sampler", sampler_conds, now)
         self.book.expire(now)
         self._flush()
@@ -276,10 +303,20 @@ class Agent:
                 mask = g.clock_event_reasons_mask
                 if mask is None and g.clock_event_reasons:
                     mask = R.mask_of(g.clock_event_reasons)
-                row = (round(now, 3), g.temperature_c, g.slowdown_temp_c, g.power_draw_w,
-                       g.power_enforced_limit_w if g.power_enforced_limit_w is not None else g.power_limit_w,
-                       g.sm_clock_mhz, g.sm_clock_max_mhz, g.utilization_gpu_pct, g.memory_used_bytes,
-                       g.memory_total_bytes, mask, g.memory_temperature_c)
+                row = (
+                    round(now, 3),
+                    g.temperature_c,
+                    g.slowdown_temp_c,
+                    g.power_draw_w,
+                    g.power_enforced_limit_w if g.power_enforced_limit_w is not None else g.power_limit_w,
+                    g.sm_clock_mhz,
+                    g.sm_clock_max_mhz,
+                    g.utilization_gpu_pct,
+                    g.memory_used_bytes,
+                    g.memory_total_bytes,
+                    mask,
+                    g.memory_temperature_c,
+                )
                 self._series.setdefault(g.index, deque(maxlen=self._history_points)).append(row)
         self.idle.observe(now, gpus)
         if self.store is not None:
@@ -289,7 +326,9 @@ class Agent:
         if self.store is None:
             return
         now = self.clock.now()
-        if not force and now - self._last_flush < self.cfg.store.flush_interval_s * getattr(self.clock, "scale", 1.0):
+        if not force and now - self._last_flush < self.cfg.store.flush_interval_s * getattr(
+            self.clock, "scale", 1.0
+        ):
             return
         self._last_flush = now
         try:
@@ -305,16 +344,31 @@ class Agent:
     def _store_failed(self, err: str, now: float) -> None:
         assert self.store is not None
         if err != self._store_error_logged:
-            self.log(f"watch: store write failed: {err}; keeping {self.store.buffered} sample rows in memory and "
-                     "still alerting")
+            self.log(
+                f"watch: store write failed: {err}; keeping {self.store.buffered} sample rows in memory and "
+                "still alerting"
+            )
             self._store_error_logged = err
-        self.book.reconcile("store", [Condition(
-            key="store:watch.store_failed", code="watch.store_failed", severity=severity("watch.store_failed"),
-            title=f"watch store cannot write: {err}",
-            evidence=[f"store {self.store.path}: {err}", f"{self.store.buffered} sample rows held in memory",
-                      "alerts and /metrics keep working; history has a gap until the store is writable"],
-            remedy="Free disk space (or fix permissions) on the store's filesystem; the agent writes the held "
-                   "samples as soon as it can. Move the store with --db PATH if the disk is small.")], now)
+        self.book.reconcile(
+            "store",
+            [
+                Condition(
+                    key="store:watch.store_failed",
+                    code="watch.store_failed",
+                    severity=severity("watch.store_failed"),
+                    title=f"watch store cannot write: {err}",
+                    evidence=[
+                        f"store {self.store.path}: {err}",
+                        f"{self.store.buffered} sample rows held in memory",
+                        "alerts and /metrics keep working; history has a gap until the store is writable",
+                    ],
+                    remedy="Free disk space (or fix permissions) on the store's filesystem; the agent writes "
+                    "the held "
+                    "samples as soon as it can. Move the store with --db PATH if the disk is small.",
+                )
+            ],
+            now,
+        )
 
     # -- events ---------------------------------------------------------------------------------------
     def _on_event(self, ev: Event, what: str) -> None:
@@ -322,7 +376,9 @@ class Agent:
             self.store.put_event(ev)
         gpu = f" GPU {ev.gpu}" if ev.gpu is not None else ""
         if what == "resolved":
-            self.log(f"watch: RESOLVED {ev.code}{gpu}: {ev.title} (after {ev.data.get('duration_s', 0):.0f} s)")
+            self.log(
+                f"watch: RESOLVED {ev.code}{gpu}: {ev.title} (after {ev.data.get('duration_s', 0):.0f} s)"
+            )
         else:
             self.log(f"watch: {what.upper()} {ev.severity.label} {ev.code}{gpu}: {ev.title}")
         if not self._batch:
@@ -332,19 +388,35 @@ class Agent:
         """One alert per incident (and one when it resolves); its symptoms ride along in the same message."""
         inc = t.shown if what == "resolved" else t.incident
         gpu = f" GPU {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
-        self.log(f"watch: INCIDENT {what.upper()} {inc.severity.label} {inc.code}{gpu}: {inc.title}"
-                 + (f" (explains {', '.join(inc.symptoms)})" if inc.symptoms else ""))
+        self.log(
+            f"watch: INCIDENT {what.upper()} {inc.severity.label} {inc.code}{gpu}: {inc.title}"
+            + (f" (explains {', '.join(inc.symptoms)})" if inc.symptoms else "")
+        )
         if self.notifier is None:
             return
         idx = inc.gpu.index if inc.gpu and inc.gpu.index is not None else None
         pointer = f"gpuclinic runbook {inc.code}" + (f" --gpu {idx}" if idx is not None else "")
         remedy = (inc.first_step + " " if inc.first_step else "") + f"All steps: `{pointer}`."
-        alert = Alert(key=t.id, code=inc.code, severity=inc.severity.label, title=inc.title,
-                      status="resolved" if what == "resolved" else "firing", host=self.host, gpu=idx,
-                      uuid=inc.gpu.uuid if inc.gpu else None, evidence=list(inc.evidence), remedy=remedy,
-                      opened=t.opened, resolved=t.resolved,
-                      data={"incident": t.id, "symptoms": list(inc.symptoms), "runbook": inc.runbook,
-                            "family": inc.family.value})
+        alert = Alert(
+            key=t.id,
+            code=inc.code,
+            severity=inc.severity.label,
+            title=inc.title,
+            status="resolved" if what == "resolved" else "firing",
+            host=self.host,
+            gpu=idx,
+            uuid=inc.gpu.uuid if inc.gpu else None,
+            evidence=list(inc.evidence),
+            remedy=remedy,
+            opened=t.opened,
+            resolved=t.resolved,
+            data={
+                "incident": t.id,
+                "symptoms": list(inc.symptoms),
+                "runbook": inc.runbook,
+                "family": inc.family.value,
+            },
+        )
         if what == "escalated":
             alert.key = f"{t.id}#{inc.severity.label}"  # a new message for the worse severity
         self.notifier.send(alert)
@@ -394,15 +466,27 @@ class Agent:
         if self.info.name.startswith("scenario:"):
             with self._lock:
                 gpus = list(self._latest)
-            return Snapshot(origin="scenario", hostname=self.host, driver_version=self.info.driver_version,
-                            cuda_driver_version=self.info.cuda_driver_version, nvml_available=True, gpus=gpus,
-                            kernel_events=list(self._kernel_seen), kernel_log_read=True,
-                            taken_at=_dt.datetime.fromtimestamp(self.clock.now(), _dt.timezone.utc).isoformat())
+            return Snapshot(
+                origin="scenario",
+                hostname=self.host,
+                driver_version=self.info.driver_version,
+                cuda_driver_version=self.info.cuda_driver_version,
+                nvml_available=True,
+                gpus=gpus,
+                kernel_events=list(self._kernel_seen),
+                kernel_log_read=True,
+                taken_at=_dt.datetime.fromtimestamp(self.clock.now(), _dt.timezone.utc).isoformat(),
+            )
         from gpuclinic.collect import CollectOptions, collect_live
 
-        snap = collect_live(CollectOptions(quick=True, kernel_logs=list(self.kernel_logs),
-                                           expect_gpus=self.cfg.agent.expect_gpus,
-                                           nvml_timeout_s=self.cfg.agent.sample_timeout_s * 3))
+        snap = collect_live(
+            CollectOptions(
+                quick=True,
+                kernel_logs=list(self.kernel_logs),
+                expect_gpus=self.cfg.agent.expect_gpus,
+                nvml_timeout_s=self.cfg.agent.sample_timeout_s * 3,
+            )
+        )
         if self.room_poller is not None:  # the poller's facts: the doctor must not poll the BMC a second time
             snap.room = self.room_poller.latest() or snap.room
         return snap
@@ -422,9 +506,19 @@ class Agent:
             if (f.code, idx) in others:
                 continue  # already open from a faster source (kernel log, rules)
             ident = (f.gpu.uuid or f.gpu.pci_bus_id or str(f.gpu.index)) if f.gpu else "node"
-            conds.append(Condition(key=f"doctor:{f.code}:{ident}", code=f.code, severity=f.severity, title=f.title,
-                                   gpu=idx, uuid=f.gpu.uuid if f.gpu else None, evidence=list(f.evidence),
-                                   remedy=f.remedy, data={"family": f.family.value, "source": "doctor"}))
+            conds.append(
+                Condition(
+                    key=f"doctor:{f.code}:{ident}",
+                    code=f.code,
+                    severity=f.severity,
+                    title=f.title,
+                    gpu=idx,
+                    uuid=f.gpu.uuid if f.gpu else None,
+                    evidence=list(f.evidence),
+                    remedy=f.remedy,
+                    data={"family": f.family.value, "source": "doctor"},
+                )
+            )
         self.book.reconcile("doctor", conds, now)
 
     def _doctor_loop(self) -> None:
@@ -452,15 +546,27 @@ class Agent:
         st = self.store
         n = self.notifier
         return StatusSnapshot(
-            gpus=gpus, driver_version=self.info.driver_version, backend=self.info.name, xids=xids,
-            open_events=self.book.open_events(), gpu_count=len(gpus),
+            gpus=gpus,
+            driver_version=self.info.driver_version,
+            backend=self.info.name,
+            xids=xids,
+            open_events=self.book.open_events(),
+            gpu_count=len(gpus),
             gpus_expected=max(self.cfg.agent.expect_gpus or 0, len(self.rules.known)),
-            last_ok=self.last_ok, sample_age=round(now - (self.last_ok or self.started_at), 3),
-            sample_duration=self.last_duration, stalled=self.stalled, samples_total=self.samples_total,
-            sample_errors_total=self.sample_errors_total, store_error=st.error if st else None,
-            store_errors_total=st.errors_total if st else 0, store_buffered=st.buffered if st else 0,
-            notify_sent=n.sent_total if n else 0, notify_failed=n.failed_total if n else 0,
-            notify_spooled=n.spooled if n else 0, verdict=self.verdict(), now=now,
+            last_ok=self.last_ok,
+            sample_age=round(now - (self.last_ok or self.started_at), 3),
+            sample_duration=self.last_duration,
+            stalled=self.stalled,
+            samples_total=self.samples_total,
+            sample_errors_total=self.sample_errors_total,
+            store_error=st.error if st else None,
+            store_errors_total=st.errors_total if st else 0,
+            store_buffered=st.buffered if st else 0,
+            notify_sent=n.sent_total if n else 0,
+            notify_failed=n.failed_total if n else 0,
+            notify_spooled=n.spooled if n else 0,
+            verdict=self.verdict(),
+            now=now,
             notes=[x for x in (self.kernel_note,) if x],
         )
 

@@ -90,7 +90,9 @@ class NvmlBackend:
         try:
             from gpuclinic.sources.nvml import NvmlReader
         except ImportError as e:
-            raise GpuclinicError(f"NVML sampling is not available in this build ({e}); try --scenario demo") from None
+            raise GpuclinicError(
+                f"NVML sampling is not available in this build ({e}); try --scenario demo"
+            ) from None
         try:
             self._reader = NvmlReader(call_timeout_s=self.call_timeout_s)
             self._reader.__enter__()
@@ -98,8 +100,10 @@ class NvmlBackend:
         except GpuclinicError:
             raise
         except Exception as e:
-            raise GpuclinicError(f"cannot read GPUs through NVML: {e} (to see the agent without a GPU: "
-                                 "gpuclinic watch --scenario demo)") from None
+            raise GpuclinicError(
+                f"cannot read GPUs through NVML: {e} (to see the agent without a GPU: "
+                "gpuclinic watch --scenario demo)"
+            ) from None
         info = BackendInfo(name="nvml")
         if isinstance(versions, dict):
             info.driver_version = versions.get("driver_version") or versions.get("driver")
@@ -177,15 +181,24 @@ class TimedSampler:
     def sample(self) -> SampleResult:
         ts = self.clock.now()
         if self._busy_since is not None:
-            return SampleResult(ts=ts, gpus=None, stalled=True,
-                                error=f"previous sample still running after {self.busy_for:.1f}s")
+            return SampleResult(
+                ts=ts,
+                gpus=None,
+                stalled=True,
+                error=f"previous sample still running after {self.busy_for:.1f}s",
+            )
         t0 = time.monotonic()
         self._done.clear()
         self._busy_since = t0
         self._want.set()
         if not self._done.wait(self.timeout_s):
-            return SampleResult(ts=ts, gpus=None, stalled=True, duration_s=time.monotonic() - t0,
-                                error=f"sample did not return within {self.timeout_s:g}s")
+            return SampleResult(
+                ts=ts,
+                gpus=None,
+                stalled=True,
+                duration_s=time.monotonic() - t0,
+                error=f"sample did not return within {self.timeout_s:g}s",
+            )
         gpus, err = self._result
         return SampleResult(ts=ts, gpus=gpus, error=err, duration_s=time.monotonic() - t0)
 

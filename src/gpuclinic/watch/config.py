@@ -37,11 +37,17 @@ class RulesConfig:
     """Thresholds of the time-series rules; durations in seconds unless named *_minutes."""
 
     disabled: list[str] = field(default_factory=list)  # event codes or prefixes ("watch.idle", "xid.")
-    temp_margin_c: float | None = None  # warn within this of slowdown (None: gpu_thresholds temp_slowdown_margin_c)
+    temp_margin_c: float | None = None
     throttle_min_s: float = 5.0  # a throttle reason must stay active this long to open an event
-    throttle_reasons: list[str] = field(default_factory=lambda: [
-        "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown", "sw_power_cap",
-    ])
+    throttle_reasons: list[str] = field(
+        default_factory=lambda: [
+            "hw_slowdown",
+            "hw_thermal_slowdown",
+            "hw_power_brake_slowdown",
+            "sw_thermal_slowdown",
+            "sw_power_cap",
+        ]
+    )
     sw_power_cap_min_util_pct: float = 50.0  # sw power cap only matters under load
     stall_minutes: float = 5.0  # memory held but utilisation ~0 this long -> training stall
     stall_util_pct: float = 2.0
@@ -49,7 +55,7 @@ class RulesConfig:
     idle_minutes: float = 30.0  # no process this long -> idle GPU
     straggler_minutes: float = 2.0
     straggler_util_gap_pct: float = 30.0  # utilisation this far below the median of busy peers
-    straggler_clock_ratio: float | None = None  # SM clock below this fraction of the peers' median (None: gpu_thresholds)
+    straggler_clock_ratio: float | None = None
     pcie_min_util_pct: float = 30.0  # downtrain only counts under load (idle links drop gen to save power)
     pcie_sustain_s: float = 30.0
     counter_hold_s: float = 900.0  # a rising-counter / kernel event stays open this long after the last rise
@@ -135,12 +141,22 @@ def parse_duration(value: str | float | int, *, what: str = "duration") -> float
 
 # TOML keys that are durations given with units ("48h") and map onto *_s fields
 _DURATION_KEYS = {
-    "interval": "interval_s", "sample_timeout": "sample_timeout_s", "doctor_interval": "doctor_interval_s",
-    "rollup_interval": "rollup_interval_s", "raw_retention": "raw_retention_s",
-    "rollup_retention": "rollup_retention_s", "flush_interval": "flush_interval_s",
-    "dedup_window": "dedup_window_s", "spool_retry": "spool_retry_s", "backoff": "backoff_s",
-    "throttle_min": "throttle_min_s", "pcie_sustain": "pcie_sustain_s", "counter_hold": "counter_hold_s",
-    "stale_after": "stale_after_s", "resolve_after": "resolve_after_s", "timeout": "timeout_s",
+    "interval": "interval_s",
+    "sample_timeout": "sample_timeout_s",
+    "doctor_interval": "doctor_interval_s",
+    "rollup_interval": "rollup_interval_s",
+    "raw_retention": "raw_retention_s",
+    "rollup_retention": "rollup_retention_s",
+    "flush_interval": "flush_interval_s",
+    "dedup_window": "dedup_window_s",
+    "spool_retry": "spool_retry_s",
+    "backoff": "backoff_s",
+    "throttle_min": "throttle_min_s",
+    "pcie_sustain": "pcie_sustain_s",
+    "counter_hold": "counter_hold_s",
+    "stale_after": "stale_after_s",
+    "resolve_after": "resolve_after_s",
+    "timeout": "timeout_s",
     "incident_grace": "incident_grace_s",
 }
 
@@ -212,7 +228,9 @@ def config_from_dict(data: dict[str, Any]) -> WatchConfig:
             raise InputError(f"notify.channel #{i + 1} needs a type ({', '.join(sorted(CHANNEL_TYPES))})")
         kind = str(raw["type"]).lower()
         if kind not in CHANNEL_TYPES:
-            raise InputError(f"notify.channel #{i + 1}: unknown type {kind!r} ({', '.join(sorted(CHANNEL_TYPES))})")
+            raise InputError(
+                f"notify.channel #{i + 1}: unknown type {kind!r} ({', '.join(sorted(CHANNEL_TYPES))})"
+            )
         ch = ChannelConfig(type=kind)
         _fill(ch, {k: v for k, v in raw.items() if k != "type"}, f"notify.channel[{i + 1}]")
         if kind == "email":

@@ -64,10 +64,20 @@ class Event:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Event:
         return cls(
-            key=d["key"], code=d["code"], severity=Severity[str(d["severity"]).upper()], title=d.get("title", ""),
-            opened=float(d["opened"]), gpu=d.get("gpu"), uuid=d.get("uuid"), evidence=list(d.get("evidence") or []),
-            remedy=d.get("remedy") or "", data=dict(d.get("data") or {}), resolved=d.get("resolved"),
-            last_seen=float(d.get("last_seen") or d["opened"]), count=int(d.get("count") or 1), id=d.get("id"),
+            key=d["key"],
+            code=d["code"],
+            severity=Severity[str(d["severity"]).upper()],
+            title=d.get("title", ""),
+            opened=float(d["opened"]),
+            gpu=d.get("gpu"),
+            uuid=d.get("uuid"),
+            evidence=list(d.get("evidence") or []),
+            remedy=d.get("remedy") or "",
+            data=dict(d.get("data") or {}),
+            resolved=d.get("resolved"),
+            last_seen=float(d.get("last_seen") or d["opened"]),
+            count=int(d.get("count") or 1),
+            id=d.get("id"),
         )
 
 
@@ -75,7 +85,9 @@ Listener = Callable[[Event, str], None]  # (event, "opened" | "updated" | "escal
 
 
 def _matches(code: str, disabled: list[str]) -> bool:
-    return any(code == d or (d.endswith(".") and code.startswith(d)) or code.startswith(d + ".") for d in disabled)
+    return any(
+        code == d or (d.endswith(".") and code.startswith(d)) or code.startswith(d + ".") for d in disabled
+    )
 
 
 class EventBook:
@@ -114,9 +126,20 @@ class EventBook:
         with self._lock:
             ev = self._open.get(c.key)
             if ev is None:
-                ev = Event(key=c.key, code=c.code, severity=c.severity, title=c.title, opened=now, gpu=c.gpu,
-                           uuid=c.uuid, evidence=list(c.evidence), remedy=c.remedy, data=dict(c.data),
-                           last_seen=now, hold_s=c.hold_s)
+                ev = Event(
+                    key=c.key,
+                    code=c.code,
+                    severity=c.severity,
+                    title=c.title,
+                    opened=now,
+                    gpu=c.gpu,
+                    uuid=c.uuid,
+                    evidence=list(c.evidence),
+                    remedy=c.remedy,
+                    data=dict(c.data),
+                    last_seen=now,
+                    hold_s=c.hold_s,
+                )
                 self._open[c.key] = ev
                 what = "opened"
             else:
@@ -124,7 +147,12 @@ class EventBook:
                 ev.data.update(c.data)
                 escalated = c.severity > ev.severity
                 if escalated:
-                    ev.severity, ev.title, ev.evidence, ev.remedy = c.severity, c.title, list(c.evidence), c.remedy
+                    ev.severity, ev.title, ev.evidence, ev.remedy = (
+                        c.severity,
+                        c.title,
+                        list(c.evidence),
+                        c.remedy,
+                    )
                 if c.hold_s is not None:  # a repeated point event (same XID again): count it
                     ev.count += 1
                     ev.evidence = list(c.evidence)
@@ -143,16 +171,23 @@ class EventBook:
             self.raise_condition(c, now)
         prefix = source + ":"
         with self._lock:
-            gone = [ev for k, ev in self._open.items()
-                    if k.startswith(prefix) and k not in present and ev.hold_s is None
-                    and now - ev.last_seen >= self.resolve_after_s]
+            gone = [
+                ev
+                for k, ev in self._open.items()
+                if k.startswith(prefix)
+                and k not in present
+                and ev.hold_s is None
+                and now - ev.last_seen >= self.resolve_after_s
+            ]
         for ev in gone:
             self.resolve(ev.key, now)
 
     def expire(self, now: float) -> None:
         """Resolve point events whose hold time ran out."""
         with self._lock:
-            gone = [ev for ev in self._open.values() if ev.hold_s is not None and now - ev.last_seen >= ev.hold_s]
+            gone = [
+                ev for ev in self._open.values() if ev.hold_s is not None and now - ev.last_seen >= ev.hold_s
+            ]
         for ev in gone:
             self.resolve(ev.key, now)
 
@@ -171,7 +206,8 @@ class EventBook:
         return ev
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+# ---
 # incidents: the open events grouped by root cause (knowledge/data/correlation.json), alerted once each
 
 
@@ -203,9 +239,19 @@ def event_finding(ev: Event) -> Finding:
     ci = info(ev.code)
     fam = ci.family if ci is not None and ci.code != "xid.*" else Family.GPU_FAULT
     bus = ev.data.get("pci_bus_id") if isinstance(ev.data.get("pci_bus_id"), str) else None
-    gpu = GpuRef(index=ev.gpu, pci_bus_id=bus, uuid=ev.uuid) if (ev.gpu is not None or ev.uuid or bus) else None
-    return Finding(code=ev.code, severity=ev.severity, family=fam, title=ev.title, evidence=list(ev.evidence),
-                   remedy=ev.remedy, gpu=gpu, data={"first_s": ev.opened, "event_key": ev.key})
+    gpu = (
+        GpuRef(index=ev.gpu, pci_bus_id=bus, uuid=ev.uuid) if (ev.gpu is not None or ev.uuid or bus) else None
+    )
+    return Finding(
+        code=ev.code,
+        severity=ev.severity,
+        family=fam,
+        title=ev.title,
+        evidence=list(ev.evidence),
+        remedy=ev.remedy,
+        gpu=gpu,
+        data={"first_s": ev.opened, "event_key": ev.key},
+    )
 
 
 class IncidentTracker:
@@ -252,10 +298,16 @@ class IncidentTracker:
                 seen.add(cur.id)
                 if inc.severity == Severity.INFO:
                     pass  # information is shown, never alerted
-                elif not cur.notified and (inc.severity == Severity.CRITICAL or now - cur.opened >= self.grace_s):
+                elif not cur.notified and (
+                    inc.severity == Severity.CRITICAL or now - cur.opened >= self.grace_s
+                ):
                     cur.notified, cur.notified_severity, cur.fired = True, inc.severity, inc
                     notes.append((cur, "firing"))
-                elif cur.notified and cur.notified_severity is not None and inc.severity > cur.notified_severity:
+                elif (
+                    cur.notified
+                    and cur.notified_severity is not None
+                    and inc.severity > cur.notified_severity
+                ):
                     cur.notified_severity, cur.fired = inc.severity, inc
                     notes.append((cur, "escalated"))
             for tid in [t for t in self._open if t not in seen]:

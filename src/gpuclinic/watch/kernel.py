@@ -49,7 +49,9 @@ def xid_details(xid: int) -> tuple[Severity, str, str]:
     return info.severity, title, remedy + f" (`gpuclinic runbook xid.{xid}`)"
 
 
-def condition_for(ev: KernelEvent, gpus_by_bus: dict[str, tuple[int, str | None]], hold_s: float) -> Condition | None:
+def condition_for(
+    ev: KernelEvent, gpus_by_bus: dict[str, tuple[int, str | None]], hold_s: float
+) -> Condition | None:
     """A kernel event as an event condition (held open ``hold_s`` after the last occurrence)."""
     bus = normalize_bus_id(ev.pci_bus_id) if ev.pci_bus_id else None
     idx, uuid = gpus_by_bus.get(bus or "", (None, None))
@@ -57,15 +59,32 @@ def condition_for(ev: KernelEvent, gpus_by_bus: dict[str, tuple[int, str | None]
     line = ev.line.strip()[:400]
     if ev.kind == "xid" and ev.xid is not None:
         sev, title, remedy = xid_details(ev.xid)
-        return Condition(key=f"kernel:xid.{ev.xid}:{bus or '?'}", code=f"xid.{ev.xid}", severity=sev,
-                         title=f"XID {ev.xid} on {where}: {title}", gpu=idx, uuid=uuid, evidence=[line], remedy=remedy,
-                         data={"xid": ev.xid, "pci_bus_id": bus, "pid": ev.pid, "process": ev.process}, hold_s=hold_s)
+        return Condition(
+            key=f"kernel:xid.{ev.xid}:{bus or '?'}",
+            code=f"xid.{ev.xid}",
+            severity=sev,
+            title=f"XID {ev.xid} on {where}: {title}",
+            gpu=idx,
+            uuid=uuid,
+            evidence=[line],
+            remedy=remedy,
+            data={"xid": ev.xid, "pci_bus_id": bus, "pid": ev.pid, "process": ev.process},
+            hold_s=hold_s,
+        )
     if ev.kind == "fallen_off_bus":
-        return Condition(key=f"kernel:gpu.fallen_off_bus:{bus or '?'}", code="gpu.fallen_off_bus",
-                         severity=severity("gpu.fallen_off_bus"), title=f"{where} has fallen off the bus", gpu=idx,
-                         uuid=uuid, evidence=[line], remedy="Drain the node and reboot: a GPU reset cannot reach a GPU "
-                         "that left the bus (`gpuclinic runbook gpu.fallen_off_bus`).", data={"pci_bus_id": bus},
-                         hold_s=hold_s)
+        return Condition(
+            key=f"kernel:gpu.fallen_off_bus:{bus or '?'}",
+            code="gpu.fallen_off_bus",
+            severity=severity("gpu.fallen_off_bus"),
+            title=f"{where} has fallen off the bus",
+            gpu=idx,
+            uuid=uuid,
+            evidence=[line],
+            remedy="Drain the node and reboot: a GPU reset cannot reach a GPU "
+            "that left the bus (`gpuclinic runbook gpu.fallen_off_bus`).",
+            data={"pci_bus_id": bus},
+            hold_s=hold_s,
+        )
     if ev.kind == "aer":
         text = (ev.message or ev.line).lower()
         corrected = "corrected" in text and "uncorrected" not in text
@@ -73,14 +92,31 @@ def condition_for(ev: KernelEvent, gpus_by_bus: dict[str, tuple[int, str | None]
         code = "pcie.aer_corrected" if corrected else "pcie.aer_uncorrected"
         # one corrected error is "a few" to the doctor too (info); an uncorrected one is critical when fatal
         sev = severity(code, "few") if corrected else severity(code) if fatal else severity(code, "non_fatal")
-        return Condition(key=f"kernel:{code}:{bus or '?'}", code=code, severity=sev,
-                         title=f"PCIe AER error at {bus or 'a PCIe device'}", gpu=idx, uuid=uuid, evidence=[line],
-                         remedy="PCIe errors point at a marginal link (riser, slot, cable). Run `gpuclinic doctor` for "
-                         "link state; ask the provider to reseat the GPU if they repeat.", data={"pci_bus_id": bus},
-                         hold_s=hold_s)
+        return Condition(
+            key=f"kernel:{code}:{bus or '?'}",
+            code=code,
+            severity=sev,
+            title=f"PCIe AER error at {bus or 'a PCIe device'}",
+            gpu=idx,
+            uuid=uuid,
+            evidence=[line],
+            remedy="PCIe errors point at a marginal link (riser, slot, cable). Run `gpuclinic doctor` for "
+            "link state; ask the provider to reseat the GPU if they repeat.",
+            data={"pci_bus_id": bus},
+            hold_s=hold_s,
+        )
     if ev.kind == "gsp":
-        return Condition(key=f"kernel:gsp.error:{bus or '?'}", code="gsp.error", severity=severity("gsp.error"),
-                         title=f"GSP firmware error on {where}", gpu=idx, uuid=uuid, evidence=[line],
-                         remedy="GSP firmware timeouts often need a GPU reset or reboot; if they repeat, try a newer "
-                         "driver branch.", data={"pci_bus_id": bus}, hold_s=hold_s)
+        return Condition(
+            key=f"kernel:gsp.error:{bus or '?'}",
+            code="gsp.error",
+            severity=severity("gsp.error"),
+            title=f"GSP firmware error on {where}",
+            gpu=idx,
+            uuid=uuid,
+            evidence=[line],
+            remedy="GSP firmware timeouts often need a GPU reset or reboot; if they repeat, try a newer "
+            "driver branch.",
+            data={"pci_bus_id": bus},
+            hold_s=hold_s,
+        )
     return None

@@ -72,19 +72,43 @@ class Alert:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": "gpuclinic.alert/1", "status": self.status, "severity": self.severity, "code": self.code,
-            "title": self.title, "host": self.host, "gpu": self.gpu, "uuid": self.uuid, "evidence": self.evidence,
-            "remedy": self.remedy, "opened": _iso(self.opened), "resolved": _iso(self.resolved) if self.resolved else None,
-            "opened_ts": self.opened, "resolved_ts": self.resolved, "key": self.key, "data": self.data,
+            "schema": "gpuclinic.alert/1",
+            "status": self.status,
+            "severity": self.severity,
+            "code": self.code,
+            "title": self.title,
+            "host": self.host,
+            "gpu": self.gpu,
+            "uuid": self.uuid,
+            "evidence": self.evidence,
+            "remedy": self.remedy,
+            "opened": _iso(self.opened),
+            "resolved": _iso(self.resolved) if self.resolved else None,
+            "opened_ts": self.opened,
+            "resolved_ts": self.resolved,
+            "key": self.key,
+            "data": self.data,
             "source": self.source,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Alert:
-        return cls(key=d["key"], code=d["code"], severity=d["severity"], title=d["title"], status=d["status"],
-                   host=d.get("host") or "", gpu=d.get("gpu"), uuid=d.get("uuid"), evidence=list(d.get("evidence") or []),
-                   remedy=d.get("remedy") or "", opened=float(d["opened_ts"]), resolved=d.get("resolved_ts"),
-                   data=dict(d.get("data") or {}), source=d.get("source") or "gpuclinic watch")
+        return cls(
+            key=d["key"],
+            code=d["code"],
+            severity=d["severity"],
+            title=d["title"],
+            status=d["status"],
+            host=d.get("host") or "",
+            gpu=d.get("gpu"),
+            uuid=d.get("uuid"),
+            evidence=list(d.get("evidence") or []),
+            remedy=d.get("remedy") or "",
+            opened=float(d["opened_ts"]),
+            resolved=d.get("resolved_ts"),
+            data=dict(d.get("data") or {}),
+            source=d.get("source") or "gpuclinic watch",
+        )
 
     def headline(self) -> str:
         tag = "RESOLVED" if self.status == "resolved" else self.severity.upper()
@@ -158,7 +182,9 @@ class Channel:
                 out += [seg for seg in parts.path.split("/") if len(seg) >= 8]
             if parts.password:
                 out.append(parts.password)
-        out += [v for k, v in self.cfg.headers.items() if k.lower() in ("authorization", "x-api-key", "token")]
+        out += [
+            v for k, v in self.cfg.headers.items() if k.lower() in ("authorization", "x-api-key", "token")
+        ]
         return out
 
     def min_rank(self, default: str) -> int:
@@ -178,10 +204,15 @@ class Channel:
         if self.kind == "dingtalk":
             if self.cfg.secret:
                 ts = str(int(now * 1000))
-                mac = hmac.new(self.cfg.secret.encode(), f"{ts}\n{self.cfg.secret}".encode(), hashlib.sha256).digest()
+                mac = hmac.new(
+                    self.cfg.secret.encode(), f"{ts}\n{self.cfg.secret}".encode(), hashlib.sha256
+                ).digest()
                 sign = urllib.parse.quote_plus(base64.b64encode(mac).decode())
                 url = f"{url}{'&' if '?' in url else '?'}timestamp={ts}&sign={sign}"
-            return url, {"msgtype": "markdown", "markdown": {"title": head[:64], "text": f"**{head}**\n\n{text}"}}
+            return url, {
+                "msgtype": "markdown",
+                "markdown": {"title": head[:64], "text": f"**{head}**\n\n{text}"},
+            }
         if self.kind == "feishu":
             body: dict[str, Any] = {"msg_type": "text", "content": {"text": f"{head}\n{text}"}}
             if self.cfg.secret:
@@ -202,8 +233,10 @@ class Channel:
             raise DeliveryError(redact(f"{self.label}: {type(e).__name__}: {e}", self.secrets())) from None
         if r.status_code >= 400:
             permanent = r.status_code in (400, 401, 403, 404, 410)
-            raise DeliveryError(redact(f"{self.label}: HTTP {r.status_code} {r.text[:200]}", self.secrets()),
-                                permanent=permanent)
+            raise DeliveryError(
+                redact(f"{self.label}: HTTP {r.status_code} {r.text[:200]}", self.secrets()),
+                permanent=permanent,
+            )
         if self.kind in ("dingtalk", "wecom", "feishu"):
             try:
                 j = r.json()
@@ -225,8 +258,9 @@ class Channel:
         try:
             smtp: smtplib.SMTP
             if c.ssl:
-                smtp = smtplib.SMTP_SSL(c.smtp_host, c.smtp_port, timeout=c.timeout_s,
-                                        context=ssl.create_default_context())
+                smtp = smtplib.SMTP_SSL(
+                    c.smtp_host, c.smtp_port, timeout=c.timeout_s, context=ssl.create_default_context()
+                )
             else:
                 smtp = smtplib.SMTP(c.smtp_host, c.smtp_port, timeout=c.timeout_s)
             with smtp:
@@ -242,16 +276,23 @@ class Channel:
 class Notifier:
     """Send alerts to every configured channel from one background thread; never blocks the caller."""
 
-    def __init__(self, cfg: NotifyConfig, *, spool_dir: str | os.PathLike[str] | None = None,
-                 log: Callable[[str], None] | None = None, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        cfg: NotifyConfig,
+        *,
+        spool_dir: str | os.PathLike[str] | None = None,
+        log: Callable[[str], None] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.cfg = cfg
         self.channels = [Channel(c, i) for i, c in enumerate(cfg.channels)]
         self._secrets = [s for ch in self.channels for s in ch.secrets()]
         self._log_fn = log or (lambda m: None)
         sd = spool_dir or cfg.spool_dir
         self.spool_dir = Path(sd) if sd else None
-        self._client = httpx.Client(transport=transport, follow_redirects=False,
-                                    headers={"User-Agent": "gpuclinic-watch"})
+        self._client = httpx.Client(
+            transport=transport, follow_redirects=False, headers={"User-Agent": "gpuclinic-watch"}
+        )
         self._q: queue.Queue[tuple[Channel, Alert] | None] = queue.Queue()
         self._sent: dict[tuple[str, str], float] = {}  # (channel id, alert ident) -> time sent
         self._window: dict[str, deque[float]] = {ch.id: deque() for ch in self.channels}
@@ -343,8 +384,10 @@ class Notifier:
         """Deliver now; ``spooled`` alerts get one try (the caller removes them on success)."""
         if not self._rate_ok(ch):
             if not spooled:
-                self.log(f"notify: {ch.label}: rate limit ({self.cfg.rate_limit_per_hour}/h) reached; spooled "
-                         f"'{alert.headline()}'")
+                self.log(
+                    f"notify: {ch.label}: rate limit ({self.cfg.rate_limit_per_hour}/h) reached; spooled "
+                    f"'{alert.headline()}'"
+                )
                 self._spool(ch, alert)
             return False
         delay = self.cfg.backoff_s
@@ -361,7 +404,8 @@ class Notifier:
                 if e.permanent:
                     self.failed_total += 1
                     self.log(f"notify: {e} (not retried)")
-                    return spooled  # a spooled alert the receiver refuses for good is dropped, not retried forever
+                    # a spooled alert the receiver refuses for good is dropped, not retried forever
+                    return spooled
                 if i + 1 < attempts and not self._stop.wait(delay):
                     delay *= 2
         self.failed_total += 1
@@ -375,7 +419,8 @@ class Notifier:
         if self.spool_dir is not None:
             try:
                 self.spool_dir.mkdir(parents=True, exist_ok=True)
-                name = f"{int(time.time() * 1000)}-{hashlib.sha256((ch.id + alert.ident).encode()).hexdigest()[:16]}"
+                digest = hashlib.sha256((ch.id + alert.ident).encode()).hexdigest()[:16]
+                name = f"{int(time.time() * 1000)}-{digest}"
                 tmp = self.spool_dir / f".{name}.tmp"
                 tmp.write_text(json.dumps(rec), encoding="utf-8")
                 os.replace(tmp, self.spool_dir / f"{name}.json")
@@ -412,7 +457,3 @@ class Notifier:
                 p.unlink(missing_ok=True)
             else:
                 break  # still down: try the rest next round, in order
-
-    def retry_spool_now(self) -> None:
-        """Deliver spooled alerts now (tests, and the agent after the network comes back)."""
-        self._retry_spool()

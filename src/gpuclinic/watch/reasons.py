@@ -16,15 +16,24 @@ REASONS: tuple[tuple[int, str, str], ...] = (
     (0x10, "sync_boost", "sync boost with other GPUs"),
     (0x20, "sw_thermal_slowdown", "software thermal slowdown (keeping GPU/memory under max operating temp)"),
     (0x40, "hw_thermal_slowdown", "hardware thermal slowdown: the GPU is too hot"),
-    (0x80, "hw_power_brake_slowdown", "hardware power brake: external power brake asserted (PSU/power supply)"),
+    (
+        0x80,
+        "hw_power_brake_slowdown",
+        "hardware power brake: external power brake asserted (PSU/power supply)",
+    ),
     (0x100, "display_clock_setting", "display clock setting"),
 )
 BIT = {name: bit for bit, name, _ in REASONS}
 DESCRIPTION = {name: desc for _, name, desc in REASONS}
 # alternate spellings seen in nvidia-smi output and older code
-_ALIASES = {"hw_thermal": "hw_thermal_slowdown", "sw_thermal": "sw_thermal_slowdown",
-            "hw_power_brake": "hw_power_brake_slowdown", "idle": "gpu_idle", "power_cap": "sw_power_cap",
-            "applications_clocks": "applications_clocks_setting"}
+_ALIASES = {
+    "hw_thermal": "hw_thermal_slowdown",
+    "sw_thermal": "sw_thermal_slowdown",
+    "hw_power_brake": "hw_power_brake_slowdown",
+    "idle": "gpu_idle",
+    "power_cap": "sw_power_cap",
+    "applications_clocks": "applications_clocks_setting",
+}
 
 
 def canonical(name: str) -> str:

@@ -3,7 +3,8 @@
 Each rule looks at the current sample and a little remembered state (since when a state holds, the
 previous counter values).  Durations use agent time, so a scenario at ``--time-scale 60`` shows a
 five-minute stall in five seconds.  Codes reuse the doctor's finding codes where the meaning is the
-same (``thermal.throttle``, ``pcie.link_degraded``, ``gpu.missing``) and take every severity and shared threshold
+same (``thermal.throttle``, ``pcie.link_degraded``, ``gpu.missing``) and take every severity and shared
+threshold
 from ``knowledge/data/codes.json`` and ``gpu_thresholds.json``; agent-only signals are ``watch.*``.
 """
 
@@ -21,25 +22,51 @@ from gpuclinic.watch.events import Condition
 
 GIB = 1024**3
 # the doctor's per-GPU state detectors watch runs on every sample (heat runs through its own functions)
-_STATE_CHECKS = ["memory.row_remap", "memory.retired_pages", "gpu.recovery_action", "gpu.inforom", "power.insufficient"]
+_STATE_CHECKS = [
+    "memory.row_remap",
+    "memory.retired_pages",
+    "gpu.recovery_action",
+    "gpu.inforom",
+    "power.insufficient",
+]
 
 # clock event reason -> (code, severity condition in codes.json, title, remedy)
 _THROTTLE = {
-    "hw_thermal_slowdown": ("thermal.throttle", None, "hardware thermal slowdown",
-                            "The GPU is too hot and the hardware cut its clocks. Check airflow, fans and inlet "
-                            "temperature (`gpuclinic runbook thermal.slowdown`)."),
-    "sw_thermal_slowdown": ("thermal.throttle", "software", "software thermal slowdown",
-                            "The driver is holding clocks down to keep GPU/memory under the max operating "
-                            "temperature. Improve cooling or lower the load (`gpuclinic runbook thermal.slowdown`)."),
-    "hw_slowdown": ("clocks.hw_slowdown", None, "hardware slowdown (clocks cut by half or more)",
-                    "HW slowdown is heat, an external power brake or a power spike. Check temperature and the "
-                    "PSUs (`gpuclinic runbook power.brake`)."),
-    "hw_power_brake_slowdown": ("power.brake", None, "power brake engaged (external power brake)",
-                                "The system asserted the power-brake signal: usually a failing or overloaded power "
-                                "supply (`gpuclinic runbook power.brake`)."),
-    "sw_power_cap": ("power.cap", None, "running at the power limit (software power cap)",
-                     "The GPU draws its full power limit, which is normal under heavy load. If the limit was "
-                     "lowered (compare with the default limit), restore it (`gpuclinic runbook power.cap`)."),
+    "hw_thermal_slowdown": (
+        "thermal.throttle",
+        None,
+        "hardware thermal slowdown",
+        "The GPU is too hot and the hardware cut its clocks. Check airflow, fans and inlet "
+        "temperature (`gpuclinic runbook thermal.slowdown`).",
+    ),
+    "sw_thermal_slowdown": (
+        "thermal.throttle",
+        "software",
+        "software thermal slowdown",
+        "The driver is holding clocks down to keep GPU/memory under the max operating "
+        "temperature. Improve cooling or lower the load (`gpuclinic runbook thermal.slowdown`).",
+    ),
+    "hw_slowdown": (
+        "clocks.hw_slowdown",
+        None,
+        "hardware slowdown (clocks cut by half or more)",
+        "HW slowdown is heat, an external power brake or a power spike. Check temperature and the "
+        "PSUs (`gpuclinic runbook power.brake`).",
+    ),
+    "hw_power_brake_slowdown": (
+        "power.brake",
+        None,
+        "power brake engaged (external power brake)",
+        "The system asserted the power-brake signal: usually a failing or overloaded power "
+        "supply (`gpuclinic runbook power.brake`).",
+    ),
+    "sw_power_cap": (
+        "power.cap",
+        None,
+        "running at the power limit (software power cap)",
+        "The GPU draws its full power limit, which is normal under heavy load. If the limit was "
+        "lowered (compare with the default limit), restore it (`gpuclinic runbook power.cap`).",
+    ),
 }
 
 
@@ -71,7 +98,8 @@ def _limit_lowered(g: GpuFacts) -> bool:
     if not lim or not g.power_default_limit_w:
         return False
     return lim < g.power_default_limit_w * threshold("power_limit_lowered_fraction") and (
-        (g.utilization_gpu_pct or 0) >= threshold("busy_util_pct"))
+        (g.utilization_gpu_pct or 0) >= threshold("busy_util_pct")
+    )
 
 
 def _fmt_s(s: float) -> str:
@@ -113,8 +141,12 @@ class RuleEngine:
             k = self.key(g)
             present.add(k)
             old = self.known.get(k)
-            self.known[k] = Known(g.index, g.uuid or (old.uuid if old else None),
-                                  g.pci_bus_id or (old.pci_bus_id if old else None), g.name or (old.name if old else None))
+            self.known[k] = Known(
+                g.index,
+                g.uuid or (old.uuid if old else None),
+                g.pci_bus_id or (old.pci_bus_id if old else None),
+                g.name or (old.name if old else None),
+            )
             if g.lost:
                 conds.append(self._lost(g))
                 continue
@@ -132,18 +164,26 @@ class RuleEngine:
     def _lost(self, g: GpuFacts) -> Condition:
         if (g.lost_reason or "").startswith("unresponsive"):  # the doctor's gpu.unresponsive: hung, not gone
             return Condition(
-                key=f"rules:gpu.unresponsive:{self.key(g)}", code="gpu.unresponsive",
-                severity=severity("gpu.unresponsive"), gpu=g.index, uuid=g.uuid or self.known[self.key(g)].uuid,
+                key=f"rules:gpu.unresponsive:{self.key(g)}",
+                code="gpu.unresponsive",
+                severity=severity("gpu.unresponsive"),
+                gpu=g.index,
+                uuid=g.uuid or self.known[self.key(g)].uuid,
                 title=f"GPU {g.index} does not answer NVML: driver or GPU firmware hung",
                 evidence=[f"GPU {g.index} {g.pci_bus_id or ''}: {g.lost_reason}".strip()],
-                remedy="Drain, stop its processes, reset it (`gpuclinic runbook gpu.unresponsive`).")
+                remedy="Drain, stop its processes, reset it (`gpuclinic runbook gpu.unresponsive`).",
+            )
         return Condition(
-            key=f"rules:gpu.missing:{self.key(g)}", code="gpu.missing", severity=severity("gpu.missing"), gpu=g.index,
+            key=f"rules:gpu.missing:{self.key(g)}",
+            code="gpu.missing",
+            severity=severity("gpu.missing"),
+            gpu=g.index,
             uuid=g.uuid or self.known[self.key(g)].uuid,
             title=f"GPU {g.index} is lost (NVML can no longer talk to it)",
             evidence=[f"GPU {g.index} {g.pci_bus_id or ''}: {g.lost_reason or 'GPU is lost'}".strip()],
-            remedy="Jobs on this GPU are dead. Drain the node, save logs (`gpuclinic capture --redact`) and reboot: a GPU "
-                   "reset cannot reach a GPU that left the bus (`gpuclinic runbook gpu.fallen_off_bus`).",
+            remedy="Jobs on this GPU are dead. Drain the node, save logs (`gpuclinic capture --redact`) and "
+                   "reboot: a GPU "
+            "reset cannot reach a GPU that left the bus (`gpuclinic runbook gpu.fallen_off_bus`).",
         )
 
     def _missing(self, present: set[str]) -> list[Condition]:
@@ -153,12 +193,18 @@ class RuleEngine:
             return []
         ev = [f"{len(present)} GPU(s) visible now, {expected} expected"]
         ev += [f"missing: GPU {kn.index} {kn.pci_bus_id or ''} {kn.uuid or ''}".rstrip() for kn in gone]
-        return [Condition(
-            key="rules:gpu.missing:node", code="gpu.missing", severity=severity("gpu.missing"),
-            title=f"GPU count dropped to {len(present)} of {expected}", evidence=ev,
-            remedy="A GPU vanished from NVML: check `gpuclinic events` for an XID 79 / fallen-off-the-bus line, "
-                   "drain the node and reboot; ask the provider to inspect the GPU if it keeps disappearing.",
-        )]
+        return [
+            Condition(
+                key="rules:gpu.missing:node",
+                code="gpu.missing",
+                severity=severity("gpu.missing"),
+                title=f"GPU count dropped to {len(present)} of {expected}",
+                evidence=ev,
+                remedy="A GPU vanished from NVML: check `gpuclinic events` for an XID 79 / "
+                       "fallen-off-the-bus line, "
+                "drain the node and reboot; ask the provider to inspect the GPU if it keeps disappearing.",
+            )
+        ]
 
     def _throttle(self, now: float, g: GpuFacts, st: _GpuState) -> list[Condition]:
         out = []
@@ -184,15 +230,29 @@ class RuleEngine:
             if g.sm_clock_mhz is not None and g.sm_clock_max_mhz:
                 ev.append(f"SM clock {g.sm_clock_mhz:.0f} of {g.sm_clock_max_mhz:.0f} MHz at onset")
             if g.temperature_c is not None:
-                ev.append(f"temperature {g.temperature_c:.0f} °C (slowdown at "
-                          f"{g.slowdown_temp_c:.0f} °C)" if g.slowdown_temp_c else f"temperature {g.temperature_c:.0f} °C")
+                ev.append(
+                    f"temperature {g.temperature_c:.0f} °C (slowdown at {g.slowdown_temp_c:.0f} °C)"
+                    if g.slowdown_temp_c
+                    else f"temperature {g.temperature_c:.0f} °C"
+                )
             if g.power_draw_w is not None and (g.power_enforced_limit_w or g.power_limit_w):
-                ev.append(f"power {g.power_draw_w:.0f} W of {(g.power_enforced_limit_w or g.power_limit_w):.0f} W limit")
-            out.append(Condition(
-                key=f"rules:{code}:{self.key(g)}:{r}", code=code, severity=sev, gpu=g.index, uuid=g.uuid,
-                title=f"GPU {g.index}: {title}", evidence=ev, remedy=remedy,
-                data={"reason": r, "since": since, "active_s": round(now - since, 1)},
-            ))
+                ev.append(
+                    f"power {g.power_draw_w:.0f} W of {(g.power_enforced_limit_w or g.power_limit_w):.0f} W "
+                    "limit"
+                )
+            out.append(
+                Condition(
+                    key=f"rules:{code}:{self.key(g)}:{r}",
+                    code=code,
+                    severity=sev,
+                    gpu=g.index,
+                    uuid=g.uuid,
+                    title=f"GPU {g.index}: {title}",
+                    evidence=ev,
+                    remedy=remedy,
+                    data={"reason": r, "since": since, "active_s": round(now - since, 1)},
+                )
+            )
         return out
 
     def _state(self, g: GpuFacts) -> list[Condition]:
@@ -204,29 +264,68 @@ class RuleEngine:
         found = [f for f in (gpu_temperature(g, self.cfg.temp_margin_c), hbm_temperature(g)) if f is not None]
         findings, _ = run_checks(Snapshot(gpus=[g], nvml_available=True), only=_STATE_CHECKS)
         found += findings
-        return [Condition(
-            key=f"rules:{f.code}:{self.key(g)}" + (f":{f.data['sensor']}" if "sensor" in f.data else ""),
-            code=f.code, severity=f.severity, gpu=g.index, uuid=g.uuid, title=f.title, evidence=list(f.evidence),
-            remedy=f.remedy, data=dict(f.data)) for f in found]
+        return [
+            Condition(
+                key=f"rules:{f.code}:{self.key(g)}" + (f":{f.data['sensor']}" if "sensor" in f.data else ""),
+                code=f.code,
+                severity=f.severity,
+                gpu=g.index,
+                uuid=g.uuid,
+                title=f.title,
+                evidence=list(f.evidence),
+                remedy=f.remedy,
+                data=dict(f.data),
+            )
+            for f in found
+        ]
 
     def _counters(self, g: GpuFacts, st: _GpuState) -> list[Condition]:
         out = []
         specs = [
-            ("ecc_uncorr", g.ecc_volatile_uncorrected if g.ecc_volatile_uncorrected is not None
-             else g.ecc_aggregate_uncorrected, "memory.ecc_uncorrectable", None,
-             "uncorrectable ECC errors", "Uncorrectable memory errors corrupt data and kill jobs. Drain the GPU, "
-             "reset it so row remapping takes effect, and ask the provider to replace it if errors continue."),
-            ("ecc_corr", g.ecc_volatile_corrected if g.ecc_volatile_corrected is not None
-             else g.ecc_aggregate_corrected, "memory.ecc_correctable_rate", None, "correctable ECC errors rising",
-             "Correctable errors are fixed by ECC, but a climbing count often precedes uncorrectable ones. Watch "
-             "the trend (`gpuclinic history ecc_corrected`) and plan a replacement if it keeps rising."),
-            ("remap_uncorr", g.remapped_rows_uncorrectable, "memory.row_remap_uncorrectable", None,
-             "rows remapped after uncorrectable errors",
-             "Memory rows were retired after uncorrectable errors. Reset the GPU at the next safe point; replace "
-             "it if remapping fails or keeps happening."),
-            ("pcie_replay", g.pcie_replay_count, "pcie.replay", None, "PCIe replays rising",
-             "The PCIe link is retransmitting: a marginal riser, cable or slot. Check `gpuclinic doctor` for the "
-             "link state; ask the provider to reseat the GPU if replays keep climbing."),
+            (
+                "ecc_uncorr",
+                g.ecc_volatile_uncorrected
+                if g.ecc_volatile_uncorrected is not None
+                else g.ecc_aggregate_uncorrected,
+                "memory.ecc_uncorrectable",
+                None,
+                "uncorrectable ECC errors",
+                "Uncorrectable memory errors corrupt data and kill jobs. Drain the GPU, "
+                "reset it so row remapping takes effect, and ask the provider to replace it if errors "
+                "continue.",
+            ),
+            (
+                "ecc_corr",
+                g.ecc_volatile_corrected
+                if g.ecc_volatile_corrected is not None
+                else g.ecc_aggregate_corrected,
+                "memory.ecc_correctable_rate",
+                None,
+                "correctable ECC errors rising",
+                "Correctable errors are fixed by ECC, but a climbing count often precedes uncorrectable "
+                "ones. Watch "
+                "the trend (`gpuclinic history ecc_corrected`) and plan a replacement if it keeps rising.",
+            ),
+            (
+                "remap_uncorr",
+                g.remapped_rows_uncorrectable,
+                "memory.row_remap_uncorrectable",
+                None,
+                "rows remapped after uncorrectable errors",
+                "Memory rows were retired after uncorrectable errors. Reset the GPU at the next safe point; "
+                "replace "
+                "it if remapping fails or keeps happening.",
+            ),
+            (
+                "pcie_replay",
+                g.pcie_replay_count,
+                "pcie.replay",
+                None,
+                "PCIe replays rising",
+                "The PCIe link is retransmitting: a marginal riser, cable or slot. Check `gpuclinic doctor` "
+                "for the "
+                "link state; ask the provider to reseat the GPU if replays keep climbing.",
+            ),
         ]
         for name, val, code, when, title, remedy in specs:
             sev = severity(code, when)
@@ -235,16 +334,27 @@ class RuleEngine:
             prev = st.prev.get(name)
             st.prev[name] = int(val)
             if prev is not None and val > prev:
-                out.append(Condition(
-                    key=f"rules:{code}:{self.key(g)}", code=code, severity=sev, gpu=g.index, uuid=g.uuid,
-                    title=f"GPU {g.index}: {title}", evidence=[f"{name.replace('_', ' ')} {prev} -> {int(val)}"],
-                    remedy=remedy, data={"from": prev, "to": int(val)}, hold_s=self.cfg.counter_hold_s,
-                ))
+                out.append(
+                    Condition(
+                        key=f"rules:{code}:{self.key(g)}",
+                        code=code,
+                        severity=sev,
+                        gpu=g.index,
+                        uuid=g.uuid,
+                        title=f"GPU {g.index}: {title}",
+                        evidence=[f"{name.replace('_', ' ')} {prev} -> {int(val)}"],
+                        remedy=remedy,
+                        data={"from": prev, "to": int(val)},
+                        hold_s=self.cfg.counter_hold_s,
+                    )
+                )
         return out
 
     def _pcie(self, now: float, g: GpuFacts, st: _GpuState) -> list[Condition]:
         gen_bad = g.pcie_gen is not None and g.pcie_gen_max is not None and g.pcie_gen < g.pcie_gen_max
-        width_bad = g.pcie_width is not None and g.pcie_width_max is not None and g.pcie_width < g.pcie_width_max
+        width_bad = (
+            g.pcie_width is not None and g.pcie_width_max is not None and g.pcie_width < g.pcie_width_max
+        )
         loaded = (g.utilization_gpu_pct or 0) >= self.cfg.pcie_min_util_pct
         if not ((gen_bad or width_bad) and loaded):
             st.pcie_bad_since = None
@@ -253,14 +363,24 @@ class RuleEngine:
             st.pcie_bad_since = now
         if now - st.pcie_bad_since < self.cfg.pcie_sustain_s:
             return []
-        return [Condition(
-            key=f"rules:pcie.link_degraded:{self.key(g)}", code="pcie.link_degraded", severity=severity("pcie.link_degraded"),
-            gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: PCIe link downtrained under load",
-            evidence=[f"link Gen{g.pcie_gen} x{g.pcie_width}, capable of Gen{g.pcie_gen_max} x{g.pcie_width_max}, "
-                      f"at {g.utilization_gpu_pct or 0:.0f}% utilisation"],
-            remedy="Host<->GPU transfers run slower than the slot allows. Reseat the GPU/riser, check BIOS PCIe "
-                   "settings; ask the provider to inspect the slot if it persists after a reboot.",
-        )]
+        return [
+            Condition(
+                key=f"rules:pcie.link_degraded:{self.key(g)}",
+                code="pcie.link_degraded",
+                severity=severity("pcie.link_degraded"),
+                gpu=g.index,
+                uuid=g.uuid,
+                title=f"GPU {g.index}: PCIe link downtrained under load",
+                evidence=[
+                    f"link Gen{g.pcie_gen} x{g.pcie_width}, capable of Gen{g.pcie_gen_max} "
+                    f"x{g.pcie_width_max}, "
+                    f"at {g.utilization_gpu_pct or 0:.0f}% utilisation"
+                ],
+                remedy="Host<->GPU transfers run slower than the slot allows. Reseat the GPU/riser, check "
+                       "BIOS PCIe "
+                "settings; ask the provider to inspect the slot if it persists after a reboot.",
+            )
+        ]
 
     def _stall_idle(self, now: float, g: GpuFacts, st: _GpuState) -> list[Condition]:
         out = []
@@ -268,22 +388,37 @@ class RuleEngine:
         held = sum(p.used_memory_bytes or 0 for p in g.processes)
         if not held and g.processes and g.memory_used_bytes:
             held = g.memory_used_bytes
-        stalled = (bool(g.processes) and util is not None and util <= self.cfg.stall_util_pct
-                   and held >= self.cfg.stall_min_memory_mib * 1024 * 1024)
+        stalled = (
+            bool(g.processes)
+            and util is not None
+            and util <= self.cfg.stall_util_pct
+            and held >= self.cfg.stall_min_memory_mib * 1024 * 1024
+        )
         if stalled:
             st.stall_since = st.stall_since if st.stall_since is not None else now
             dur = now - st.stall_since
             if dur >= self.cfg.stall_minutes * 60:
-                procs = ", ".join(f"PID {p.pid} ({p.name or '?'}) holds {(p.used_memory_bytes or 0) / GIB:.1f} GiB"
-                                  for p in g.processes[:4])
-                out.append(Condition(
-                    key=f"rules:watch.stall:{self.key(g)}", code="watch.stall", severity=severity("watch.stall"),
-                    gpu=g.index, uuid=g.uuid, title=f"GPU {g.index}: job holds memory but does no work (stalled?)",
-                    evidence=[procs, f"utilisation <= {self.cfg.stall_util_pct:g}% for {_fmt_s(dur)}"],
-                    remedy="The process is alive but the GPU is idle: a hung NCCL collective, a dataloader deadlock or "
-                           "a job waiting on a dead peer. Dump its stacks (py-spy dump --pid PID), check the other "
-                           "ranks, then restart it from the last checkpoint.",
-                    data={"since": st.stall_since}))
+                procs = ", ".join(
+                    f"PID {p.pid} ({p.name or '?'}) holds {(p.used_memory_bytes or 0) / GIB:.1f} GiB"
+                    for p in g.processes[:4]
+                )
+                out.append(
+                    Condition(
+                        key=f"rules:watch.stall:{self.key(g)}",
+                        code="watch.stall",
+                        severity=severity("watch.stall"),
+                        gpu=g.index,
+                        uuid=g.uuid,
+                        title=f"GPU {g.index}: job holds memory but does no work (stalled?)",
+                        evidence=[procs, f"utilisation <= {self.cfg.stall_util_pct:g}% for {_fmt_s(dur)}"],
+                        remedy="The process is alive but the GPU is idle: a hung NCCL collective, a "
+                               "dataloader deadlock or "
+                        "a job waiting on a dead peer. Dump its stacks (py-spy dump --pid PID), check the "
+                        "other "
+                        "ranks, then restart it from the last checkpoint.",
+                        data={"since": st.stall_since},
+                    )
+                )
         else:
             st.stall_since = None
         idle = not g.processes and (util is None or util < 5)
@@ -291,13 +426,24 @@ class RuleEngine:
             st.idle_since = st.idle_since if st.idle_since is not None else now
             dur = now - st.idle_since
             if dur >= self.cfg.idle_minutes * 60:
-                out.append(Condition(
-                    key=f"rules:watch.idle:{self.key(g)}", code="watch.idle", severity=severity("watch.idle"),
-                    gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} idle: no process for {_fmt_s(dur)}",
-                    evidence=[f"no compute process and {util or 0:.0f}% utilisation since the idle period began"],
-                    remedy="A rented GPU doing nothing costs money. Start the next job or release the server. (Inside "
-                           "a container without --pid=host, processes are invisible: check utilisation instead.)",
-                    data={"since": st.idle_since}))
+                out.append(
+                    Condition(
+                        key=f"rules:watch.idle:{self.key(g)}",
+                        code="watch.idle",
+                        severity=severity("watch.idle"),
+                        gpu=g.index,
+                        uuid=g.uuid,
+                        title=f"GPU {g.index} idle: no process for {_fmt_s(dur)}",
+                        evidence=[
+                            f"no compute process and {util or 0:.0f}% utilisation since the idle period began"
+                        ],
+                        remedy="A rented GPU doing nothing costs money. Start the next job or release the "
+                        "server. (Inside "
+                        "a container without --pid=host, processes are invisible: "
+                        "check utilisation instead.)",
+                        data={"since": st.idle_since},
+                    )
+                )
         else:
             st.idle_since = None
         return out
@@ -316,8 +462,12 @@ class RuleEngine:
         for g in busy:
             st = self._st(g)
             slow_u = med_u >= 50 and (g.utilization_gpu_pct or 0) < med_u - self.cfg.straggler_util_gap_pct
-            slow_c = (med_c is not None and g.sm_clock_mhz is not None and med_u >= 50
-                      and g.sm_clock_mhz < med_c * ratio)
+            slow_c = (
+                med_c is not None
+                and g.sm_clock_mhz is not None
+                and med_u >= 50
+                and g.sm_clock_mhz < med_c * ratio
+            )
             if not (slow_u or slow_c):
                 st.straggler_since = None
                 continue
@@ -327,10 +477,19 @@ class RuleEngine:
             ev = [f"utilisation {g.utilization_gpu_pct:.0f}% vs peers' median {med_u:.0f}%"]
             if med_c is not None and g.sm_clock_mhz is not None:
                 ev.append(f"SM clock {g.sm_clock_mhz:.0f} MHz vs peers' median {med_c:.0f} MHz")
-            out.append(Condition(
-                key=f"rules:perf.straggler:{self.key(g)}", code="perf.straggler", severity=severity("perf.straggler"),
-                gpu=g.index, uuid=g.uuid, title=f"GPU {g.index} is a straggler: slower than its peers", evidence=ev,
-                remedy="In data-parallel training every step waits for the slowest GPU. Look for throttling on this GPU "
-                       "(`gpuclinic events`), its PCIe link and temperature; exclude it if it stays slow.",
-                data={"since": st.straggler_since}))
+            out.append(
+                Condition(
+                    key=f"rules:perf.straggler:{self.key(g)}",
+                    code="perf.straggler",
+                    severity=severity("perf.straggler"),
+                    gpu=g.index,
+                    uuid=g.uuid,
+                    title=f"GPU {g.index} is a straggler: slower than its peers",
+                    evidence=ev,
+                    remedy="In data-parallel training every step waits for the slowest GPU. Look for "
+                    "throttling on this GPU "
+                    "(`gpuclinic events`), its PCIe link and temperature; exclude it if it stays slow.",
+                    data={"since": st.straggler_since},
+                )
+            )
         return out

@@ -70,10 +70,13 @@ def is_loopback(host: str) -> bool:
 
 def token_howto(base_url: str) -> str:
     """How to pass the token, for the 401 page and the agent's start-up lines (never the token itself)."""
-    return (f"Browser: open {base_url}/?token=TOKEN once (it sets a cookie for this dashboard). "
-            f"curl / scripts: -H 'Authorization: Bearer TOKEN'. Prometheus: authorization: {{credentials: TOKEN}} "
-            "(type Bearer). TOKEN is the one `gpuclinic watch` printed at start, or the --token / "
-            "GPUCLINIC_WATCH_TOKEN value it was given.")
+    return (
+        f"Browser: open {base_url}/?token=TOKEN once (it sets a cookie for this dashboard). "
+        f"curl / scripts: -H 'Authorization: Bearer TOKEN'. Prometheus: authorization: {{credentials: "
+        f"TOKEN}} "
+        "(type Bearer). TOKEN is the one `gpuclinic watch` printed at start, or the --token / "
+        "GPUCLINIC_WATCH_TOKEN value it was given."
+    )
 
 
 def new_token() -> str:
@@ -99,8 +102,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; "
-                         "style-src 'self'; script-src 'self'; frame-ancestors 'none'")
+        self.send_header(
+            "Content-Security-Policy",
+            "default-src 'self'; img-src 'self' data:; "
+            "style-src 'self'; script-src 'self'; frame-ancestors 'none'",
+        )
         for k, v in (extra or {}).items():
             self.send_header(k, v)
         self.end_headers()
@@ -153,8 +159,11 @@ class _Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         if not self._host_ok():
-            self._send(HTTPStatus.FORBIDDEN, b"unexpected Host header (use the IP address or localhost)\n",
-                       "text/plain; charset=utf-8")
+            self._send(
+                HTTPStatus.FORBIDDEN,
+                b"unexpected Host header (use the IP address or localhost)\n",
+                "text/plain; charset=utf-8",
+            )
             return
         ok, extra = self._authorized(url.path, query)
         if not ok:
@@ -162,8 +171,12 @@ class _Handler(BaseHTTPRequestHandler):
             if not re.fullmatch(r"[A-Za-z0-9.:\[\]-]{1,300}", host):  # echo only a plain host[:port]
                 host = self.server.url.split("://", 1)[1]
             body = f"token required.\n{token_howto('http://' + host)}\n".encode()
-            self._send(HTTPStatus.UNAUTHORIZED, body, "text/plain; charset=utf-8",
-                       {"WWW-Authenticate": 'Bearer realm="gpuclinic"'})
+            self._send(
+                HTTPStatus.UNAUTHORIZED,
+                body,
+                "text/plain; charset=utf-8",
+                {"WWW-Authenticate": 'Bearer realm="gpuclinic"'},
+            )
             return
         try:
             self._route(url.path, query, extra)
@@ -178,7 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path in ("/", "/index.html"):
             self._static("index.html", extra)
         elif path.startswith("/static/"):
-            self._static(path[len("/static/"):], extra)
+            self._static(path[len("/static/") :], extra)
         elif path == "/metrics":
             self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
         elif path == "/healthz":
@@ -189,7 +202,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/api/series":
             since = float(query["since"][0]) if "since" in query else None
             gpu = int(query["gpu"][0]) if "gpu" in query else None
-            self._json({"fields": SERIES_FIELDS, "gpus": {str(k): v for k, v in agent.series(gpu, since).items()}})
+            self._json(
+                {"fields": SERIES_FIELDS, "gpus": {str(k): v for k, v in agent.series(gpu, since).items()}}
+            )
         elif path == "/api/incidents":
             self._json(incidents_json(agent))
         elif path == "/api/events":
@@ -215,9 +230,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 def incidents_json(agent: Agent) -> dict[str, Any]:
     """The node verdict and the open incidents (root cause, symptoms, evidence, runbook), worst first."""
-    return {"verdict": agent.verdict().value,
-            "incidents": [dict(t.incident.to_dict(), id=t.id, opened=t.opened, events=sorted(t.members))
-                          for t in agent.incidents.open_incidents()]}
+    return {
+        "verdict": agent.verdict().value,
+        "incidents": [
+            dict(t.incident.to_dict(), id=t.id, opened=t.opened, events=sorted(t.members))
+            for t in agent.incidents.open_incidents()
+        ],
+    }
 
 
 def state_json(agent: Agent) -> dict[str, Any]:
@@ -225,24 +244,51 @@ def state_json(agent: Agent) -> dict[str, Any]:
     gpus = []
     for g in st.gpus:
         act = R.active(g.clock_event_reasons_mask, g.clock_event_reasons)
-        gpus.append({
-            "index": g.index, "uuid": g.uuid, "name": g.name, "pci_bus_id": g.pci_bus_id, "lost": g.lost,
-            "temperature_c": g.temperature_c, "slowdown_temp_c": g.slowdown_temp_c, "power_w": g.power_draw_w,
-            "power_limit_w": g.power_enforced_limit_w or g.power_limit_w, "sm_clock_mhz": g.sm_clock_mhz,
-            "sm_clock_max_mhz": g.sm_clock_max_mhz, "utilization_pct": g.utilization_gpu_pct,
-            "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
-            "reasons": act, "processes": [{"pid": p.pid, "name": p.name, "used_memory_bytes": p.used_memory_bytes}
-                                          for p in g.processes[:8]],
-        })
+        gpus.append(
+            {
+                "index": g.index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "pci_bus_id": g.pci_bus_id,
+                "lost": g.lost,
+                "temperature_c": g.temperature_c,
+                "slowdown_temp_c": g.slowdown_temp_c,
+                "power_w": g.power_draw_w,
+                "power_limit_w": g.power_enforced_limit_w or g.power_limit_w,
+                "sm_clock_mhz": g.sm_clock_mhz,
+                "sm_clock_max_mhz": g.sm_clock_max_mhz,
+                "utilization_pct": g.utilization_gpu_pct,
+                "memory_used_bytes": g.memory_used_bytes,
+                "memory_total_bytes": g.memory_total_bytes,
+                "reasons": act,
+                "processes": [
+                    {"pid": p.pid, "name": p.name, "used_memory_bytes": p.used_memory_bytes}
+                    for p in g.processes[:8]
+                ],
+            }
+        )
     return {
-        "host": agent.host, "backend": st.backend, "driver_version": st.driver_version, "now": st.now,
-        "verdict": st.verdict.value, "gpus": gpus, "open_events": [event_json(e) for e in st.open_events],
+        "host": agent.host,
+        "backend": st.backend,
+        "driver_version": st.driver_version,
+        "now": st.now,
+        "verdict": st.verdict.value,
+        "gpus": gpus,
+        "open_events": [event_json(e) for e in st.open_events],
         "incidents": incidents_json(agent)["incidents"],
         "reasons": [{"bit": b, "name": n, "description": d} for b, n, d in R.REASONS],
-        "status": {"sample_age_s": st.sample_age, "stalled": st.stalled, "samples": st.samples_total,
-                   "sample_errors": st.sample_errors_total, "store_error": st.store_error,
-                   "store_buffered": st.store_buffered, "notify_sent": st.notify_sent,
-                   "notify_failed": st.notify_failed, "notify_spooled": st.notify_spooled, "notes": st.notes},
+        "status": {
+            "sample_age_s": st.sample_age,
+            "stalled": st.stalled,
+            "samples": st.samples_total,
+            "sample_errors": st.sample_errors_total,
+            "store_error": st.store_error,
+            "store_buffered": st.store_buffered,
+            "notify_sent": st.notify_sent,
+            "notify_failed": st.notify_failed,
+            "notify_spooled": st.notify_spooled,
+            "notes": st.notes,
+        },
         "room": _room_state(agent),
     }
 
@@ -274,8 +320,9 @@ class WatchHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, addr: tuple[str, int], agent: Agent, *, token: str | None,
-                 metrics_require_token: bool = True) -> None:
+    def __init__(
+        self, addr: tuple[str, int], agent: Agent, *, token: str | None, metrics_require_token: bool = True
+    ) -> None:
         if ":" in addr[0]:
             import socket
 
@@ -295,8 +342,9 @@ class WatchHTTPServer(ThreadingHTTPServer):
         return f"http://{h}:{port}"
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.5},
-                                        name="gpuclinic-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.5}, name="gpuclinic-http", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -304,8 +352,9 @@ class WatchHTTPServer(ThreadingHTTPServer):
         self.server_close()
 
 
-def serve(agent: Agent, listen: str, *, token: str | None = None, metrics_require_token: bool = True
-          ) -> tuple[WatchHTTPServer, str | None]:
+def serve(
+    agent: Agent, listen: str, *, token: str | None = None, metrics_require_token: bool = True
+) -> tuple[WatchHTTPServer, str | None]:
     """Start the server.  Returns (server, generated token or None)."""
     host, port = parse_listen(listen)
     generated = None

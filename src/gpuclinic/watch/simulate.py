@@ -89,7 +89,9 @@ def scenario_from_dict(raw: dict[str, Any], default_name: str = "scenario") -> S
         tmpl = raw.get("gpu_template") or {}
         for i in range(int(raw["gpu_count"])):
             g = {k: (v.format(i=i) if isinstance(v, str) else copy.deepcopy(v)) for k, v in tmpl.items()}
-            g.setdefault("pci_bus_id", BUS_IDS[i % len(BUS_IDS)] if i < len(BUS_IDS) else f"0000:{0x10 + i:02x}:00.0")
+            g.setdefault(
+                "pci_bus_id", BUS_IDS[i % len(BUS_IDS)] if i < len(BUS_IDS) else f"0000:{0x10 + i:02x}:00.0"
+            )
             gpus.append(g)
     if not gpus:
         raise InputError("scenario has no GPUs (give 'gpus' or 'gpu_count' + 'gpu_template')")
@@ -104,11 +106,17 @@ def scenario_from_dict(raw: dict[str, Any], default_name: str = "scenario") -> S
         if tr.get("field") not in _FIELDS:
             raise InputError(f"scenario track: unknown field {tr.get('field')!r}")
     return Scenario(
-        name=raw.get("name") or default_name, description=raw.get("description", ""), gpus=gpus,
-        tracks=list(raw.get("tracks") or []), events=sorted(raw.get("events") or [], key=lambda e: float(e["t"])),
-        rules=dict(raw.get("rules") or {}), driver_version=raw.get("driver_version"),
-        cuda_driver_version=raw.get("cuda_driver_version"), duration_s=raw.get("duration_s"),
-        room=raw.get("room"), room_from=float(raw.get("room_from") or 0.0),
+        name=raw.get("name") or default_name,
+        description=raw.get("description", ""),
+        gpus=gpus,
+        tracks=list(raw.get("tracks") or []),
+        events=sorted(raw.get("events") or [], key=lambda e: float(e["t"])),
+        rules=dict(raw.get("rules") or {}),
+        driver_version=raw.get("driver_version"),
+        cuda_driver_version=raw.get("cuda_driver_version"),
+        duration_s=raw.get("duration_s"),
+        room=raw.get("room"),
+        room_from=float(raw.get("room_from") or 0.0),
         room_until=float(raw["room_until"]) if raw.get("room_until") is not None else None,
     )
 
@@ -128,7 +136,10 @@ def timeline_from_fault_state(name: str, *, hold: bool = False) -> Scenario:
     healthy = build_snapshot_dict("healthy-8xh100-load")
     faulted = build_snapshot_dict(name)
     fault_at, recover_at = float(tl["fault_at"] or 0), (None if hold else tl["recover_at"])
-    gpus = [{k: copy.deepcopy(v) for k, v in g.items() if k in _FIELDS and k not in _SKIP} for g in healthy["gpus"]]
+    gpus = [
+        {k: copy.deepcopy(v) for k, v in g.items() if k in _FIELDS and k not in _SKIP}
+        for g in healthy["gpus"]
+    ]
     events: list[dict[str, Any]] = []
     for i, (h, f) in enumerate(zip(gpus, faulted["gpus"], strict=True)):
         if f.get("lost"):
@@ -139,19 +150,30 @@ def timeline_from_fault_state(name: str, *, hold: bool = False) -> Scenario:
             continue
         events.append({"t": fault_at, "gpu": i, "set": copy.deepcopy(diff)})
         if recover_at is not None:
-            events.append({"t": float(recover_at), "gpu": i, "set": {k: copy.deepcopy(h.get(k)) for k in diff}})
+            events.append(
+                {"t": float(recover_at), "gpu": i, "set": {k: copy.deepcopy(h.get(k)) for k in diff}}
+            )
     lines = [str(e["line"]) for e in faulted["kernel_events"] if e.get("line")]
     if lines:
         events.append({"t": fault_at, "kernel": lines})
     snap = faulted
-    return scenario_from_dict({
-        "name": name, "description": f"{snap['notes'][0].split(': ', 1)[-1]} (fault at {fault_at:g} s"
-        + (f", recovers at {float(recover_at):g} s)" if recover_at is not None else ")"),
-        "gpus": gpus, "events": events, "driver_version": snap.get("driver_version"),
-        "cuda_driver_version": snap.get("cuda_driver_version"), "duration_s": tl["duration_s"],
-        "rules": {"throttle_min_s": 2, "pcie_sustain_s": 5, "straggler_minutes": 0.1},
-        "room": snap.get("room"), "room_from": fault_at, "room_until": recover_at,
-    }, default_name=name)
+    return scenario_from_dict(
+        {
+            "name": name,
+            "description": f"{snap['notes'][0].split(': ', 1)[-1]} (fault at {fault_at:g} s"
+            + (f", recovers at {float(recover_at):g} s)" if recover_at is not None else ")"),
+            "gpus": gpus,
+            "events": events,
+            "driver_version": snap.get("driver_version"),
+            "cuda_driver_version": snap.get("cuda_driver_version"),
+            "duration_s": tl["duration_s"],
+            "rules": {"throttle_min_s": 2, "pcie_sustain_s": 5, "straggler_minutes": 0.1},
+            "room": snap.get("room"),
+            "room_from": fault_at,
+            "room_until": recover_at,
+        },
+        default_name=name,
+    )
 
 
 def _targets(spec: Any, n: int) -> list[int]:
@@ -200,9 +222,12 @@ class ScenarioBackend:
         return t
 
     def open(self) -> BackendInfo:
-        return BackendInfo(name=f"scenario:{self.scenario.name}", driver_version=self.scenario.driver_version,
-                           cuda_driver_version=self.scenario.cuda_driver_version,
-                           notes=[f"simulated: {self.scenario.description}"])
+        return BackendInfo(
+            name=f"scenario:{self.scenario.name}",
+            driver_version=self.scenario.driver_version,
+            cuda_driver_version=self.scenario.cuda_driver_version,
+            notes=[f"simulated: {self.scenario.description}"],
+        )
 
     def sample(self) -> list[GpuFacts]:
         t = self.elapsed()
@@ -235,9 +260,14 @@ class ScenarioBackend:
                     vals[name] = round(v, 2) if isinstance(v, float) else v
             vals["processes"] = _to_processes(vals.get("processes"))
             if vals.get("lost"):
-                g = GpuFacts(index=vals["index"], name=vals.get("name"), uuid=vals.get("uuid"),
-                             pci_bus_id=vals.get("pci_bus_id"), lost=True,
-                             lost_reason=vals.get("lost_reason") or "GPU is lost (NVML_ERROR_GPU_IS_LOST)")
+                g = GpuFacts(
+                    index=vals["index"],
+                    name=vals.get("name"),
+                    uuid=vals.get("uuid"),
+                    pci_bus_id=vals.get("pci_bus_id"),
+                    lost=True,
+                    lost_reason=vals.get("lost_reason") or "GPU is lost (NVML_ERROR_GPU_IS_LOST)",
+                )
             else:
                 g = GpuFacts(**vals)
             out.append(g)
@@ -276,5 +306,12 @@ def wall_time_for(scenario_seconds: float, scale: float) -> float:
     return scenario_seconds / scale
 
 
-__all__ = ["Scenario", "ScenarioBackend", "SimulatedNvmlError", "list_watch_scenarios", "load_watch_scenario",
-           "scenario_from_dict", "wall_time_for"]
+__all__ = [
+    "Scenario",
+    "ScenarioBackend",
+    "SimulatedNvmlError",
+    "list_watch_scenarios",
+    "load_watch_scenario",
+    "scenario_from_dict",
+    "wall_time_for",
+]

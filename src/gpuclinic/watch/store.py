@@ -140,14 +140,20 @@ class WatchStore:
         c.execute("CREATE TABLE IF NOT EXISTS watch_meta (key TEXT PRIMARY KEY, value TEXT)")
         c.execute(f"CREATE TABLE IF NOT EXISTS samples (gpu INTEGER NOT NULL, ts INTEGER NOT NULL, {cols}, "
                   "PRIMARY KEY (gpu, ts)) WITHOUT ROWID")
-        c.execute(f"CREATE TABLE IF NOT EXISTS samples_1m (gpu INTEGER NOT NULL, ts INTEGER NOT NULL, n INTEGER, "
-                  f"{cols}, temp_max REAL, util_min REAL, PRIMARY KEY (gpu, ts)) WITHOUT ROWID")
-        c.execute("CREATE TABLE IF NOT EXISTS gpus (gpu INTEGER PRIMARY KEY, uuid TEXT, name TEXT, "
-                  "pci_bus_id TEXT, first_seen REAL, last_seen REAL)")
-        c.execute("CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, "
-                  "code TEXT NOT NULL, severity TEXT NOT NULL, gpu INTEGER, uuid TEXT, title TEXT, "
-                  "evidence TEXT, remedy TEXT, data TEXT, opened REAL NOT NULL, resolved REAL, last_seen REAL, "
-                  "count INTEGER DEFAULT 1)")
+        c.execute(
+            f"CREATE TABLE IF NOT EXISTS samples_1m (gpu INTEGER NOT NULL, ts INTEGER NOT NULL, n INTEGER, "
+            f"{cols}, temp_max REAL, util_min REAL, PRIMARY KEY (gpu, ts)) WITHOUT ROWID"
+        )
+        c.execute(
+            "CREATE TABLE IF NOT EXISTS gpus (gpu INTEGER PRIMARY KEY, uuid TEXT, name TEXT, "
+            "pci_bus_id TEXT, first_seen REAL, last_seen REAL)"
+        )
+        c.execute(
+            "CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, "
+            "code TEXT NOT NULL, severity TEXT NOT NULL, gpu INTEGER, uuid TEXT, title TEXT, "
+            "evidence TEXT, remedy TEXT, data TEXT, opened REAL NOT NULL, resolved REAL, last_seen REAL, "
+            "count INTEGER DEFAULT 1)"
+        )
         c.execute("CREATE INDEX IF NOT EXISTS events_opened ON events (opened)")
         c.execute("CREATE INDEX IF NOT EXISTS events_open_key ON events (key) WHERE resolved IS NULL")
         c.execute("INSERT OR IGNORE INTO watch_meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
@@ -190,13 +196,17 @@ class WatchStore:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
-                self.conn.executemany(f"INSERT OR REPLACE INTO samples (gpu, ts, {', '.join(_COLS)}) VALUES ({ph})",
-                                      rows)
+                self.conn.executemany(
+                    f"INSERT OR REPLACE INTO samples (gpu, ts, {', '.join(_COLS)}) VALUES ({ph})", rows
+                )
                 for idx, uuid, name, bus, ts in gpus:
                     self.conn.execute(
-                        "INSERT INTO gpus (gpu, uuid, name, pci_bus_id, first_seen, last_seen) VALUES (?,?,?,?,?,?) "
+                        "INSERT INTO gpus (gpu, uuid, name, pci_bus_id, first_seen, last_seen) VALUES "
+                        "(?,?,?,?,?,?) "
                         "ON CONFLICT(gpu) DO UPDATE SET uuid=excluded.uuid, name=excluded.name, "
-                        "pci_bus_id=excluded.pci_bus_id, last_seen=excluded.last_seen", (idx, uuid, name, bus, ts, ts))
+                        "pci_bus_id=excluded.pci_bus_id, last_seen=excluded.last_seen",
+                        (idx, uuid, name, bus, ts, ts),
+                    )
                 for ev in events:
                     self._write_event(ev)
                 self.conn.execute("COMMIT")
@@ -221,22 +231,41 @@ class WatchStore:
         return len(rows)
 
     def _write_event(self, ev: Event) -> None:
-        vals = (ev.code, ev.severity.label, ev.gpu, ev.uuid, ev.title, json.dumps(ev.evidence), ev.remedy,
-                json.dumps(ev.data, default=str), ev.opened, ev.resolved, ev.last_seen, ev.count)
+        vals = (
+            ev.code,
+            ev.severity.label,
+            ev.gpu,
+            ev.uuid,
+            ev.title,
+            json.dumps(ev.evidence),
+            ev.remedy,
+            json.dumps(ev.data, default=str),
+            ev.opened,
+            ev.resolved,
+            ev.last_seen,
+            ev.count,
+        )
         if ev.id is None:
             row = self.conn.execute(
-                "SELECT id FROM events WHERE key=? AND opened=?", (ev.key, ev.opened)).fetchone()
+                "SELECT id FROM events WHERE key=? AND opened=?", (ev.key, ev.opened)
+            ).fetchone()
             if row:
                 ev.id = int(row[0])
         if ev.id is None:
             cur = self.conn.execute(
-                "INSERT INTO events (key, code, severity, gpu, uuid, title, evidence, remedy, data, opened, resolved, "
-                "last_seen, count) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", (ev.key, *vals))
+                "INSERT INTO events (key, code, severity, gpu, uuid, title, evidence, remedy, data, opened, "
+                "resolved, "
+                "last_seen, count) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (ev.key, *vals),
+            )
             ev.id = cur.lastrowid
         else:
             self.conn.execute(
-                "UPDATE events SET code=?, severity=?, gpu=?, uuid=?, title=?, evidence=?, remedy=?, data=?, opened=?, "
-                "resolved=?, last_seen=?, count=? WHERE id=?", (*vals, ev.id))
+                "UPDATE events SET code=?, severity=?, gpu=?, uuid=?, title=?, evidence=?, remedy=?, data=?, "
+                "opened=?, "
+                "resolved=?, last_seen=?, count=? WHERE id=?",
+                (*vals, ev.id),
+            )
 
     @property
     def buffered(self) -> int:
@@ -253,19 +282,31 @@ class WatchStore:
                 first = self.conn.execute("SELECT MIN(ts) FROM samples").fetchone()[0]
                 start = (int(first) - int(first) % 60000) if first is not None else minute_now
             if minute_now > start:
-                avgs = ", ".join(f"bitor({c})" if c == "reasons" else
-                                 (f"MAX({c})" if c in _INT_COLS else f"AVG({c})") for c in _COLS)
+                avgs = ", ".join(
+                    f"bitor({c})" if c == "reasons" else (f"MAX({c})" if c in _INT_COLS else f"AVG({c})")
+                    for c in _COLS
+                )
                 self.conn.execute("BEGIN IMMEDIATE")
                 self.conn.execute(
                     f"INSERT OR REPLACE INTO samples_1m (gpu, ts, n, {', '.join(_COLS)}, temp_max, util_min) "
-                    f"SELECT gpu, ts - ts % 60000 AS m, COUNT(*), {avgs}, MAX(temp_c), MIN(util_pct) FROM samples "
-                    "WHERE ts >= ? AND ts < ? GROUP BY gpu, m", (start, minute_now))
-                self.conn.execute("INSERT OR REPLACE INTO watch_meta VALUES ('rolled_until', ?)", (str(minute_now),))
-                self.conn.execute("DELETE FROM samples WHERE ts < ?", (now_ms - int(self.raw_retention_s * 1000),))
-                self.conn.execute("DELETE FROM samples_1m WHERE ts < ?",
-                                  (now_ms - int(self.rollup_retention_s * 1000),))
-                self.conn.execute("DELETE FROM events WHERE resolved IS NOT NULL AND resolved < ?",
-                                  (now - self.rollup_retention_s,))
+                    f"SELECT gpu, ts - ts % 60000 AS m, COUNT(*), {avgs}, MAX(temp_c), MIN(util_pct) FROM "
+                    "samples "
+                    "WHERE ts >= ? AND ts < ? GROUP BY gpu, m",
+                    (start, minute_now),
+                )
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO watch_meta VALUES ('rolled_until', ?)", (str(minute_now),)
+                )
+                self.conn.execute(
+                    "DELETE FROM samples WHERE ts < ?", (now_ms - int(self.raw_retention_s * 1000),)
+                )
+                self.conn.execute(
+                    "DELETE FROM samples_1m WHERE ts < ?", (now_ms - int(self.rollup_retention_s * 1000),)
+                )
+                self.conn.execute(
+                    "DELETE FROM events WHERE resolved IS NOT NULL AND resolved < ?",
+                    (now - self.rollup_retention_s,),
+                )
                 self.conn.execute("COMMIT")
         except (sqlite3.OperationalError, sqlite3.DatabaseError, OSError) as e:
             try:
@@ -277,40 +318,68 @@ class WatchStore:
             raise StoreError(self.error) from None
 
     # -- reading --------------------------------------------------------------------------------------
-    def query(self, metric: str, *, gpu: int | None = None, since: float | None = None,
-              until: float | None = None) -> list[tuple[float, int, float | None]]:
+    def query(
+        self, metric: str, *, gpu: int | None = None, since: float | None = None, until: float | None = None
+    ) -> list[tuple[float, int, float | None]]:
         """(ts seconds, gpu, value) rows, raw where kept, 1-minute averages before that, oldest first."""
         return [(t, g, v) for t, g, v, _ in self.query_marked(metric, gpu=gpu, since=since, until=until)]
 
-    def query_marked(self, metric: str, *, gpu: int | None = None, since: float | None = None,
-                     until: float | None = None) -> list[tuple[float, int, float | None, str]]:
+    def query_marked(
+        self, metric: str, *, gpu: int | None = None, since: float | None = None, until: float | None = None
+    ) -> list[tuple[float, int, float | None, str]]:
         """Like ``query``, each row marked "1m" (a 1-minute average) or "raw" (a sample)."""
         m = METRIC_BY_NAME[metric]
         lo = int((since or 0) * 1000)
         hi = int((until if until is not None else time.time() + 86400 * 365) * 1000)
-        gpus = [gpu] if gpu is not None else [r[0] for r in self.conn.execute(
-            "SELECT DISTINCT gpu FROM samples UNION SELECT DISTINCT gpu FROM samples_1m ORDER BY 1")]
+        gpus = (
+            [gpu]
+            if gpu is not None
+            else [
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT DISTINCT gpu FROM samples UNION SELECT DISTINCT gpu FROM samples_1m ORDER BY 1"
+                )
+            ]
+        )
         out: list[tuple[float, int, float | None, str]] = []
         for g in gpus:
             first_raw = self.conn.execute("SELECT MIN(ts) FROM samples WHERE gpu=?", (g,)).fetchone()[0]
             if first_raw is None or lo < first_raw:
                 end = min(hi, first_raw) if first_raw is not None else hi
-                out.extend((ts / 1000.0, g, v, "1m") for ts, v in self.conn.execute(
-                    f"SELECT ts, {m.column} FROM samples_1m WHERE gpu=? AND ts>=? AND ts<? ORDER BY ts", (g, lo, end)))
-            out.extend((ts / 1000.0, g, v, "raw") for ts, v in self.conn.execute(
-                f"SELECT ts, {m.column} FROM samples WHERE gpu=? AND ts>=? AND ts<=? ORDER BY ts", (g, lo, hi)))
+                out.extend(
+                    (ts / 1000.0, g, v, "1m")
+                    for ts, v in self.conn.execute(
+                        f"SELECT ts, {m.column} FROM samples_1m WHERE gpu=? AND ts>=? AND ts<? ORDER BY ts",
+                        (g, lo, end),
+                    )
+                )
+            out.extend(
+                (ts / 1000.0, g, v, "raw")
+                for ts, v in self.conn.execute(
+                    f"SELECT ts, {m.column} FROM samples WHERE gpu=? AND ts>=? AND ts<=? ORDER BY ts",
+                    (g, lo, hi),
+                )
+            )
         if gpu is None:
             out.sort(key=lambda r: (r[0], r[1]))
         return out
 
     def gpus(self) -> list[dict[str, Any]]:
-        return [dict(zip(("gpu", "uuid", "name", "pci_bus_id", "first_seen", "last_seen"), r, strict=False))
-                for r in self.conn.execute("SELECT gpu, uuid, name, pci_bus_id, first_seen, last_seen FROM gpus "
-                                           "ORDER BY gpu")]
+        return [
+            dict(zip(("gpu", "uuid", "name", "pci_bus_id", "first_seen", "last_seen"), r, strict=False))
+            for r in self.conn.execute(
+                "SELECT gpu, uuid, name, pci_bus_id, first_seen, last_seen FROM gpus ORDER BY gpu"
+            )
+        ]
 
-    def events(self, *, since: float | None = None, open_only: bool = False, limit: int = 1000) -> list[Event]:
-        q = ("SELECT id, key, code, severity, gpu, uuid, title, evidence, remedy, data, opened, resolved, last_seen, "
-             "count FROM events WHERE (resolved IS NULL OR resolved >= ? OR opened >= ?)")
+    def events(
+        self, *, since: float | None = None, open_only: bool = False, limit: int = 1000
+    ) -> list[Event]:
+        q = (
+            "SELECT id, key, code, severity, gpu, uuid, title, evidence, remedy, data, opened, resolved, "
+            "last_seen, "
+            "count FROM events WHERE (resolved IS NULL OR resolved >= ? OR opened >= ?)"
+        )
         args: list[Any] = [since or 0, since or 0]
         if open_only:
             q += " AND resolved IS NULL"
@@ -318,15 +387,25 @@ class WatchStore:
         args.append(limit)
         out = []
         for r in self.conn.execute(q, args):
-            out.append(Event(id=r[0], key=r[1], code=r[2], severity=Severity[r[3].upper()], gpu=r[4], uuid=r[5],
-                             title=r[6] or "", evidence=json.loads(r[7] or "[]"), remedy=r[8] or "",
-                             data=json.loads(r[9] or "{}"), opened=r[10], resolved=r[11], last_seen=r[12] or r[10],
-                             count=r[13] or 1))
+            out.append(
+                Event(
+                    id=r[0],
+                    key=r[1],
+                    code=r[2],
+                    severity=Severity[r[3].upper()],
+                    gpu=r[4],
+                    uuid=r[5],
+                    title=r[6] or "",
+                    evidence=json.loads(r[7] or "[]"),
+                    remedy=r[8] or "",
+                    data=json.loads(r[9] or "{}"),
+                    opened=r[10],
+                    resolved=r[11],
+                    last_seen=r[12] or r[10],
+                    count=r[13] or 1,
+                )
+            )
         return out
-
-    def last_sample_ts(self) -> float | None:
-        r = self.conn.execute("SELECT MAX(ts) FROM samples").fetchone()[0]
-        return r / 1000.0 if r is not None else None
 
     def close(self) -> None:
         try:

@@ -44,8 +44,11 @@ def read_room(opts: BmcOptions, snap: Snapshot) -> RoomFacts:
     elif opts.in_band and not opts.redfish:
         dev = in_band_device()
         if dev is None:
-            snap.skip(WHAT_IPMI, "no in-band IPMI device (/dev/ipmi0): load ipmi_devintf and ipmi_si, or give "
-                                 "--bmc HOST or --redfish URL")
+            snap.skip(
+                WHAT_IPMI,
+                "no in-band IPMI device (/dev/ipmi0): load ipmi_devintf and ipmi_si, or give "
+                "--bmc HOST or --redfish URL",
+            )
         elif shutil.which("ipmitool"):
             _ipmi(opts, snap, room)
         elif shutil.which("ipmi-sensors"):

@@ -16,14 +16,29 @@ _UNITS = {
 }
 _KIND_BY_UNIT = {"C": R.TEMPERATURE, "RPM": R.FAN, "V": R.VOLTAGE, "A": R.CURRENT, "W": R.POWER}
 _LEVELS = {
-    "ok": "ok", "nominal": "ok",
-    "nc": "noncritical", "lnc": "noncritical", "unc": "noncritical", "warning": "noncritical",
-    "cr": "critical", "lcr": "critical", "ucr": "critical", "critical": "critical",
-    "nr": "nonrecoverable", "lnr": "nonrecoverable", "unr": "nonrecoverable",
-    "ns": "unknown", "na": "unknown", "n/a": "unknown",
+    "ok": "ok",
+    "nominal": "ok",
+    "nc": "noncritical",
+    "lnc": "noncritical",
+    "unc": "noncritical",
+    "warning": "noncritical",
+    "cr": "critical",
+    "lcr": "critical",
+    "ucr": "critical",
+    "critical": "critical",
+    "nr": "nonrecoverable",
+    "lnr": "nonrecoverable",
+    "unr": "nonrecoverable",
+    "ns": "unknown",
+    "na": "unknown",
+    "n/a": "unknown",
     # ipmitool -v / sensor get spell the state out
-    "lower non-critical": "noncritical", "upper non-critical": "noncritical", "lower critical": "critical",
-    "upper critical": "critical", "lower non-recoverable": "nonrecoverable", "upper non-recoverable": "nonrecoverable",
+    "lower non-critical": "noncritical",
+    "upper non-critical": "noncritical",
+    "lower critical": "critical",
+    "upper critical": "critical",
+    "lower non-recoverable": "nonrecoverable",
+    "upper non-recoverable": "nonrecoverable",
 }
 THRESHOLD_NAMES = ("lnr", "lcr", "lnc", "unc", "ucr", "unr")
 _NUM_RE = re.compile(r"^[-+]?\d+(?:\.\d+)?")
@@ -99,10 +114,20 @@ def kind_of(name: str, unit: str | None, entity: str | None = None, sensor_type:
     return R.OTHER
 
 
-def make_sensor(name: str, reading: float | None, unit: str | None, status: str | None, *, source: str,
-                states: list[str] | None = None, thresholds: dict[str, float] | None = None,
-                number_: str | None = None, entity: str | None = None, sensor_type: str | None = None,
-                context: str | None = None) -> R.RoomSensor:
+def make_sensor(
+    name: str,
+    reading: float | None,
+    unit: str | None,
+    status: str | None,
+    *,
+    source: str,
+    states: list[str] | None = None,
+    thresholds: dict[str, float] | None = None,
+    number_: str | None = None,
+    entity: str | None = None,
+    sensor_type: str | None = None,
+    context: str | None = None,
+) -> R.RoomSensor:
     kind = kind_of(name, unit, entity, sensor_type)
     ent_kind = _entity_kinds().get((entity or "").split(".")[0].strip())
     role = None
@@ -113,9 +138,19 @@ def make_sensor(name: str, reading: float | None, unit: str | None, status: str 
     if status and status.lower() in ("ns", "na") and reading is None and kind in (R.FAN, R.PSU) and not sts:
         absent = False  # "no reading": unknown, not proven absent
     return R.RoomSensor(
-        name=name.strip(), kind=kind, reading=reading, unit=unit, status=status,
-        level=level_of(status), thresholds=dict(thresholds or {}), states=sts, role=role,
-        number=number_, entity=entity, absent=absent, source=source,
+        name=name.strip(),
+        kind=kind,
+        reading=reading,
+        unit=unit,
+        status=status,
+        level=level_of(status),
+        thresholds=dict(thresholds or {}),
+        states=sts,
+        role=role,
+        number=number_,
+        entity=entity,
+        absent=absent,
+        source=source,
     )
 
 
@@ -143,11 +178,22 @@ def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerS
         name = s.name if names.count(s.name) == 1 else f"{s.name} {s.entity or s.number or ''}".strip()
         if _FAULT_NAME.search(s.name) and ("state asserted" in text or text == "asserted"):
             lost = bool(_INPUT_NAME.search(s.name)) or "lost" in s.name.lower()
-            out.append(R.PowerSupply(name=name, present=True, health="critical", state=", ".join(s.states),
-                                     failed=not lost, input_lost=lost, source=source))
+            out.append(
+                R.PowerSupply(
+                    name=name,
+                    present=True,
+                    health="critical",
+                    state=", ".join(s.states),
+                    failed=not lost,
+                    input_lost=lost,
+                    source=source,
+                )
+            )
             continue
         if _FAULT_NAME.search(s.name) and ("state deasserted" in text or "transition to ok" in text):
-            out.append(R.PowerSupply(name=name, present=True, health="ok", state=", ".join(s.states), source=source))
+            out.append(
+                R.PowerSupply(name=name, present=True, health="ok", state=", ".join(s.states), source=source)
+            )
             continue
         present = None
         if "presence detected" in text:
@@ -156,8 +202,11 @@ def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerS
             present = False
         failed = "failure detected" in text or "failure" in text.replace("predictive failure", "")
         ps = R.PowerSupply(
-            name=name, present=present, state=", ".join(s.states) or None,
-            failed=failed, predictive_failure="predictive failure" in text,
+            name=name,
+            present=present,
+            state=", ".join(s.states) or None,
+            failed=failed,
+            predictive_failure="predictive failure" in text,
             input_lost="ac lost" in text and "out-of-range" not in text or "input lost" in text,
             input_out_of_range="out-of-range" in text or "out of range" in text,
             source=source,
@@ -175,13 +224,17 @@ def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerS
 def redundancy_from_sensors(sensors: list[R.RoomSensor]) -> dict[str, str]:
     out: dict[str, str] = {}
     for s in sensors:
-        if s.states and ((s.kind == R.POWER_UNIT and _REDUNDANCY.search(s.name))
-                         or (s.kind in (R.POWER_UNIT, R.PSU) and _REDUNDANCY.search(", ".join(s.states)))):
+        if s.states and (
+            (s.kind == R.POWER_UNIT and _REDUNDANCY.search(s.name))
+            or (s.kind in (R.POWER_UNIT, R.PSU) and _REDUNDANCY.search(", ".join(s.states)))
+        ):
             out[s.name] = ", ".join(s.states)
     return out
 
 
-_SYSTEM_POWER = re.compile(r"pwr consumption|power consumption|total[_ ]power|sys[_ ]?power|system power|^power$", re.I)
+_SYSTEM_POWER = re.compile(
+    r"pwr consumption|power consumption|total[_ ]power|sys[_ ]?power|system power|^power$", re.I
+)
 
 
 def _psu_line_voltage(room: R.RoomFacts, sensors_by_psu: dict[str, str]) -> None:
@@ -191,8 +244,17 @@ def _psu_line_voltage(room: R.RoomFacts, sensors_by_psu: dict[str, str]) -> None
         ent = sensors_by_psu.get(p.name)
         if p.input_voltage is not None or not ent or not ent.startswith("10."):
             continue
-        v = next((s.reading for s in room.sensors if s.unit == "V" and s.entity == ent and s.reading is not None
-                  and (s.reading >= 50 or s.reading == 0)), None)  # 0 V: the feed is gone
+        v = next(
+            (
+                s.reading
+                for s in room.sensors
+                if s.unit == "V"
+                and s.entity == ent
+                and s.reading is not None
+                and (s.reading >= 50 or s.reading == 0)
+            ),
+            None,
+        )  # 0 V: the feed is gone
         if v is not None:
             p.input_voltage = v
 
@@ -200,8 +262,14 @@ def _psu_line_voltage(room: R.RoomFacts, sensors_by_psu: dict[str, str]) -> None
 def finish(room: R.RoomFacts, source: str) -> None:
     """Derive PSUs, redundancy states and whole-system power from the sensors just read."""
     if room.power_consumed_w is None:
-        room.power_consumed_w = next((s.reading for s in room.sensors if s.unit == "W" and s.reading is not None
-                                      and _SYSTEM_POWER.search(s.name)), None)
+        room.power_consumed_w = next(
+            (
+                s.reading
+                for s in room.sensors
+                if s.unit == "W" and s.reading is not None and _SYSTEM_POWER.search(s.name)
+            ),
+            None,
+        )
     names = {p.name for p in room.psus}
     room.psus.extend(p for p in psus_from_sensors(room.sensors, source) if p.name not in names)
     ents = {s.name: s.entity for s in room.sensors if s.kind == R.PSU and s.entity}

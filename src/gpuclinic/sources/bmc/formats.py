@@ -46,9 +46,18 @@ def apply(snap: Snapshot, kind: str, text: str, origin: str) -> None:
     try:
         room = parse(kind, text)
     except ValueError as e:
-        raise ValueError(f"{kind.removeprefix(PREFIX)} output could not be read ({type(e).__name__})") from None
-    if not (room.sensors or room.psus or room.events_read or room.chassis or room.fru
-            or room.power_consumed_w is not None or room.redundancy):
+        raise ValueError(
+            f"{kind.removeprefix(PREFIX)} output could not be read ({type(e).__name__})"
+        ) from None
+    if not (
+        room.sensors
+        or room.psus
+        or room.events_read
+        or room.chassis
+        or room.fru
+        or room.power_consumed_w is not None
+        or room.redundancy
+    ):
         raise ValueError(f"{kind.removeprefix(PREFIX)} output holds no sensor, power supply or event")
     if snap.room is None:
         snap.room = RoomFacts()

@@ -13,9 +13,20 @@ from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 from gpuclinic.sources.bmc.common import finish, make_sensor, number, unit_of
 
-_THR = {"lower nr": "lnr", "lower c": "lcr", "lower nc": "lnc", "upper nc": "unc", "upper c": "ucr", "upper nr": "unr"}
-_MONTHS = {m: i + 1 for i, m in enumerate(["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
-                                           "nov", "dec"])}
+_THR = {
+    "lower nr": "lnr",
+    "lower c": "lcr",
+    "lower nc": "lnc",
+    "upper nc": "unc",
+    "upper c": "ucr",
+    "upper nr": "unr",
+}
+_MONTHS = {
+    m: i + 1
+    for i, m in enumerate(
+        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+    )
+}
 _QUOTED = re.compile(r"'([^']*)'")
 
 
@@ -32,7 +43,10 @@ def claims_sensors(text: str) -> bool:
 
 
 def claims_sel(text: str) -> bool:
-    return _header(text, "id", ("date", "time", "name", "type", "event")) is not None and "reading" not in text[:2000].lower()
+    return (
+        _header(text, "id", ("date", "time", "name", "type", "event")) is not None
+        and "reading" not in text[:2000].lower()
+    )
 
 
 def _level(state: str | None, events: list[str]) -> str:
@@ -57,7 +71,7 @@ def parse_sensors(text: str, source: str = "ipmi-sensors") -> R.RoomFacts:
     if h is None:
         return room
     start, cols = h
-    for line in text.splitlines()[start + 1:]:
+    for line in text.splitlines()[start + 1 :]:
         c = [x.strip() for x in line.split("|")]
         if len(c) != len(cols) or not c[0].isdigit():
             continue
@@ -71,8 +85,19 @@ def parse_sensors(text: str, source: str = "ipmi-sensors") -> R.RoomFacts:
             status = "ns"
         else:
             status = _level(row.get("state"), events)
-        room.sensors.append(make_sensor(row.get("name", "?"), reading, unit, status, source=source, states=states,
-                                        thresholds=thr, number_=row.get("id"), sensor_type=row.get("type")))
+        room.sensors.append(
+            make_sensor(
+                row.get("name", "?"),
+                reading,
+                unit,
+                status,
+                source=source,
+                states=states,
+                thresholds=thr,
+                number_=row.get("id"),
+                sensor_type=row.get("type"),
+            )
+        )
     if room.sensors:
         room.add_source(source)
         finish(room, source)
@@ -93,17 +118,25 @@ def parse_sel(text: str, source: str = "ipmi-sel") -> R.RoomFacts:
     if h is None:
         return room
     start, cols = h
-    for line in text.splitlines()[start + 1:]:
+    for line in text.splitlines()[start + 1 :]:
         c = [x.strip() for x in line.split("|")]
         if len(c) < len(cols) or not c[0].isdigit():
             continue
         row = dict(zip(cols, c, strict=False))
-        desc = " | ".join(c[cols.index("event"):]) if "event" in cols else ""
+        desc = " | ".join(c[cols.index("event") :]) if "event" in cols else ""
         direction = row.get("event direction", "")
-        ev = R.BmcEvent(id=row["id"], time=_iso(row.get("date", ""), row.get("time", "")) or
-                        f"{row.get('date', '')} {row.get('time', '')}".strip() or None,
-                        sensor_type=row.get("type"), sensor=row.get("name"), description=desc,
-                        asserted="deassert" not in direction.lower(), severity=row.get("state"), source=source)
+        ev = R.BmcEvent(
+            id=row["id"],
+            time=_iso(row.get("date", ""), row.get("time", ""))
+            or f"{row.get('date', '')} {row.get('time', '')}".strip()
+            or None,
+            sensor_type=row.get("type"),
+            sensor=row.get("name"),
+            description=desc,
+            asserted="deassert" not in direction.lower(),
+            severity=row.get("state"),
+            source=source,
+        )
         ec = classify_event(ev.sensor_type, ev.sensor, desc)
         ev.kind = ec.kind if ec else None
         room.events.append(ev)

@@ -38,7 +38,12 @@ def _cols(line: str) -> list[str]:
 # ------------------------------------------------------------------------------------------ sdr elist
 
 def _is_elist(c: list[str]) -> bool:
-    return len(c) >= 5 and bool(_SNUM.match(c[1])) and c[2].lower() in _STATUS_WORDS and bool(_ENTITY.match(c[3]))
+    return (
+        len(c) >= 5
+        and bool(_SNUM.match(c[1]))
+        and c[2].lower() in _STATUS_WORDS
+        and bool(_ENTITY.match(c[3]))
+    )
 
 
 def _is_type4(c: list[str]) -> bool:
@@ -83,12 +88,16 @@ def parse_sdr(text: str, source: str = "ipmitool sdr") -> R.RoomFacts:
         c = _cols(line)
         if _is_elist(c):
             val, unit, states = _reading(" | ".join(c[4:]))
-            room.sensors.append(make_sensor(c[0], val, unit, c[2], source=source + " elist", states=states,
-                                            number_=c[1], entity=c[3]))
+            room.sensors.append(
+                make_sensor(
+                    c[0], val, unit, c[2], source=source + " elist", states=states, number_=c[1], entity=c[3]
+                )
+            )
         elif _is_type4(c):
             val, unit, states = _reading(c[3])
-            room.sensors.append(make_sensor(c[0], val, unit, c[2], source=source + " type", states=states,
-                                            number_=c[1]))
+            room.sensors.append(
+                make_sensor(c[0], val, unit, c[2], source=source + " type", states=states, number_=c[1])
+            )
         elif _is_sdr_list(c):
             val, unit, states = _reading(c[1])
             room.sensors.append(make_sensor(c[0], val, unit, c[2], source=source + " list", states=states))
@@ -102,7 +111,11 @@ def claims_sdr(text: str) -> bool:
     n = 0
     for line in text.splitlines()[:400]:
         c = _cols(line)
-        if _is_elist(c) or _is_type4(c) or (_is_sdr_list(c) and re.search(r"degrees|rpm|volts|watts|0x[0-9a-f]+|no reading", c[1], re.I)):
+        if (
+            _is_elist(c)
+            or _is_type4(c)
+            or (_is_sdr_list(c) and re.search(r"degrees|rpm|volts|watts|0x[0-9a-f]+|no reading", c[1], re.I))
+        ):
             n += 1
             if n >= 2:
                 return True
@@ -110,6 +123,7 @@ def claims_sdr(text: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ sensor
+
 
 def _psu_states(hexstate: str) -> list[str]:
     """Decode the two state bytes of a PSU row ('0x0b00': offsets 0, 1, 3)."""
@@ -129,7 +143,9 @@ def parse_sensor(text: str, source: str = "ipmitool sensor") -> R.RoomFacts:
         if not _is_sensor(c):
             continue
         name, raw, units, status = c[0], c[1], c[2], c[3]
-        thr = {k: v for k, v in zip(THRESHOLD_NAMES, (number(x) for x in c[4:10]), strict=False) if v is not None}
+        thr = {
+            k: v for k, v in zip(THRESHOLD_NAMES, (number(x) for x in c[4:10]), strict=False) if v is not None
+        }
         if units.lower() == "discrete":
             states: list[str] = []
             s = make_sensor(name, None, None, None, source=source)
@@ -138,12 +154,23 @@ def parse_sensor(text: str, source: str = "ipmitool sensor") -> R.RoomFacts:
                 level = "ok"
                 if any(x in states for x in ("Failure detected", "Power Supply AC lost")):
                     level = "cr"
-                elif any(x in states for x in ("Predictive failure", "AC out-of-range, but present", "Config Error")):
+                elif any(
+                    x in states
+                    for x in ("Predictive failure", "AC out-of-range, but present", "Config Error")
+                ):
                     level = "nc"
                 room.sensors.append(make_sensor(name, None, None, level, source=source, states=states))
             else:
-                room.sensors.append(make_sensor(name, None, None, status if status.lower() in ("na", "ns") else "ok",
-                                                source=source, states=[f"state {status}"] if _HEX.match(status) else []))
+                room.sensors.append(
+                    make_sensor(
+                        name,
+                        None,
+                        None,
+                        status if status.lower() in ("na", "ns") else "ok",
+                        source=source,
+                        states=[f"state {status}"] if _HEX.match(status) else [],
+                    )
+                )
             continue
         val = None if raw.lower() == "na" else number(raw)
         room.sensors.append(make_sensor(name, val, unit_of(units), status, source=source, thresholds=thr))
@@ -159,10 +186,11 @@ def claims_sensor(text: str) -> bool:
 
 # ------------------------------------------------------------------------------------------ sel
 
+
 def _split_sensor(field: str) -> tuple[str | None, str]:
     for t in sensor_type_names():
         if field.lower().startswith(t.lower()) and (len(field) == len(t) or field[len(t)] in " #"):
-            return t, field[len(t):].strip()
+            return t, field[len(t) :].strip()
     return None, field
 
 
@@ -183,8 +211,12 @@ def iso_datetime(date: str, time: str) -> str | None:
 
 
 def _is_sel(c: list[str]) -> bool:
-    return (len(c) >= 5 and bool(re.match(r"^[0-9A-Fa-f]{1,8}$", c[0]))
-            and (bool(_DATE.match(c[1])) or c[1].lower() in ("pre-init", "")) and bool(c[3]))
+    return (
+        len(c) >= 5
+        and bool(re.match(r"^[0-9A-Fa-f]{1,8}$", c[0]))
+        and (bool(_DATE.match(c[1])) or c[1].lower() in ("pre-init", ""))
+        and bool(c[3])
+    )
 
 
 def parse_sel(text: str, source: str = "ipmitool sel elist") -> R.RoomFacts:
@@ -202,8 +234,15 @@ def parse_sel(text: str, source: str = "ipmitool sel elist") -> R.RoomFacts:
             rest.remove("Asserted")
         desc = " | ".join(x for x in rest if x)
         stype, sensor = _split_sensor(c[3])
-        ev = R.BmcEvent(id=c[0], time=iso_datetime(c[1], c[2]) or (f"{c[1]} {c[2]}".strip() or None),
-                        sensor_type=stype, sensor=sensor or None, description=desc, asserted=asserted, source=source)
+        ev = R.BmcEvent(
+            id=c[0],
+            time=iso_datetime(c[1], c[2]) or (f"{c[1]} {c[2]}".strip() or None),
+            sensor_type=stype,
+            sensor=sensor or None,
+            description=desc,
+            asserted=asserted,
+            source=source,
+        )
         ec = classify_event(stype, sensor, desc)
         ev.kind = ec.kind if ec else None
         room.events.append(ev)
@@ -219,6 +258,7 @@ def claims_sel(text: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ key: value
+
 
 def _kv(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
@@ -240,8 +280,15 @@ def parse_chassis(text: str) -> R.RoomFacts:
     return room
 
 
-_FRU_KEYS = ("Board Mfg", "Board Product", "Product Manufacturer", "Product Name", "Product Part Number",
-             "Chassis Type", "Board Part Number")
+_FRU_KEYS = (
+    "Board Mfg",
+    "Board Product",
+    "Product Manufacturer",
+    "Product Name",
+    "Product Part Number",
+    "Chassis Type",
+    "Board Part Number",
+)
 
 
 def claims_fru(text: str) -> bool:
@@ -275,18 +322,27 @@ def parse_dcmi(text: str) -> R.RoomFacts:
 
 # ------------------------------------------------------------------------------------------ verbose
 
-_V_THR = {"lower non-recoverable": "lnr", "lower critical": "lcr", "lower non-critical": "lnc",
-          "upper non-critical": "unc", "upper critical": "ucr", "upper non-recoverable": "unr"}
+_V_THR = {
+    "lower non-recoverable": "lnr",
+    "lower critical": "lcr",
+    "lower non-critical": "lnc",
+    "upper non-critical": "unc",
+    "upper critical": "ucr",
+    "upper non-recoverable": "unr",
+}
 _V_ID = re.compile(r"^Sensor ID\s*:\s*(.*?)\s*(?:\((0x[0-9a-fA-F]+)\))?\s*$")
 
 
 def claims_verbose(text: str) -> bool:
     head = text[:20000]
-    return bool(re.search(r"^Sensor ID\s*:", head, re.M)) and ("Sensor Reading" in head or "States Asserted" in head)
+    return bool(re.search(r"^Sensor ID\s*:", head, re.M)) and (
+        "Sensor Reading" in head or "States Asserted" in head
+    )
 
 
 def parse_verbose(text: str, source: str = "ipmitool sensor get / sdr -v") -> R.RoomFacts:
-    """Blocks of ``ipmitool sensor get NAME`` / ``sdr -v``: reading, status, the six thresholds, asserted states."""
+    """Blocks of ``ipmitool sensor get NAME`` / ``sdr -v``: reading, status, the six thresholds, asserted
+    states."""
     room = R.RoomFacts()
     block: list[str] = []
 
@@ -307,15 +363,33 @@ def parse_verbose(text: str, source: str = "ipmitool sensor get / sdr -v") -> R.
                     states += re.findall(r"\[([^\]]+)\]", v)
             elif key == "states asserted":
                 states += re.findall(r"\[([^\]]+)\]", ln)
-        stype = next((re.sub(r"\s*\(0x[0-9a-f]+\)$", "", v, flags=re.I) for k, v in kv.items()
-                      if k.startswith("sensor type")), None)
+        stype = next(
+            (
+                re.sub(r"\s*\(0x[0-9a-f]+\)$", "", v, flags=re.I)
+                for k, v in kv.items()
+                if k.startswith("sensor type")
+            ),
+            None,
+        )
         reading_text = re.sub(r"\(\+/-\s*[\d.]+\)\s*", "", kv.get("sensor reading", ""))
         val, unit, _ = _reading(reading_text)
         thr = {v: n for k, v in _V_THR.items() if (n := number(kv.get(k))) is not None}
         ent = (kv.get("entity id") or "").split(" ")[0] or None
         status = kv.get("status") or ("ok" if val is not None or states else None)
-        room.sensors.append(make_sensor(name, val, unit, status, source=source, states=states, thresholds=thr,
-                                        number_=num, entity=ent, sensor_type=stype))
+        room.sensors.append(
+            make_sensor(
+                name,
+                val,
+                unit,
+                status,
+                source=source,
+                states=states,
+                thresholds=thr,
+                number_=num,
+                entity=ent,
+                sensor_type=stype,
+            )
+        )
 
     for line in text.splitlines():
         if line.startswith("Sensor ID"):
@@ -351,5 +425,12 @@ def parse_any(text: str) -> R.RoomFacts:
 
 
 def claims(text: str) -> bool:
-    return (claims_verbose(text) or claims_sdr(text) or claims_sensor(text) or claims_sel(text) or claims_chassis(text)
-            or claims_fru(text) or claims_dcmi(text))
+    return (
+        claims_verbose(text)
+        or claims_sdr(text)
+        or claims_sensor(text)
+        or claims_sel(text)
+        or claims_chassis(text)
+        or claims_fru(text)
+        or claims_dcmi(text)
+    )

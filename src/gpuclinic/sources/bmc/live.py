@@ -19,11 +19,20 @@ from gpuclinic.facts import room as R
 from gpuclinic.sources.bmc import freeipmi, ipmitool
 
 IPMI_DEVICES = ("/dev/ipmi0", "/dev/ipmi/0", "/dev/ipmidev/0")
-_CIPHER_ERRORS = ("invalid authentication algorithm", "unable to establish ipmi v2", "no matching cipher suite",
-                  "invalid integrity algorithm", "invalid confidentiality algorithm")
+_CIPHER_ERRORS = (
+    "invalid authentication algorithm",
+    "unable to establish ipmi v2",
+    "no matching cipher suite",
+    "invalid integrity algorithm",
+    "invalid confidentiality algorithm",
+)
 IPMI_COMMANDS: tuple[tuple[str, ...], ...] = (
-    ("sdr", "elist"), ("sensor",), ("sel", "elist", "last", "500"), ("chassis", "status"),
-    ("dcmi", "power", "reading"), ("fru", "print", "0"),
+    ("sdr", "elist"),
+    ("sensor",),
+    ("sel", "elist", "last", "500"),
+    ("chassis", "status"),
+    ("dcmi", "power", "reading"),
+    ("fru", "print", "0"),
 )
 
 
@@ -44,7 +53,9 @@ class BmcOptions:
     redfish: str | None = None  # https://host[:port]
     redfish_user: str | None = None
     redfish_password: str | None = field(default=None, repr=False)
-    redfish_verify: bool | str | ssl.SSLContext = True  # False for a self-signed BMC certificate, or a CA bundle path
+    redfish_verify: bool | str | ssl.SSLContext = (
+        True  # False for a self-signed BMC certificate, or a CA bundle path
+    )
     timeout_s: float = 15.0  # per ipmitool call / Redfish request
     deadline_s: float = 60.0  # all Redfish requests together
     in_band: bool = True  # try /dev/ipmi0 when no host is given
@@ -77,8 +88,16 @@ class BmcOptions:
 
 def _run(argv: list[str], opts: BmcOptions, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=opts.timeout_s,
-                           stdin=subprocess.DEVNULL, env=env, check=False)
+        p = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=opts.timeout_s,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return 124, "", f"timed out after {opts.timeout_s:.0f} s"
     except OSError as e:
@@ -86,7 +105,9 @@ def _run(argv: list[str], opts: BmcOptions, env: dict[str, str] | None = None) -
     return p.returncode, p.stdout, p.stderr
 
 
-def ipmitool_argv(opts: BmcOptions, args: tuple[str, ...], cipher: int | None) -> tuple[list[str], dict[str, str] | None]:
+def ipmitool_argv(
+    opts: BmcOptions, args: tuple[str, ...], cipher: int | None
+) -> tuple[list[str], dict[str, str] | None]:
     """The argv and environment for one ipmitool call; the password is only ever in the environment."""
     exe = shutil.which("ipmitool") or "ipmitool"
     if not opts.host:
@@ -111,7 +132,9 @@ def shown(argv: list[str]) -> str:
     return " ".join(["ipmitool", *argv[1:]])
 
 
-def read_ipmitool(opts: BmcOptions, commands: tuple[tuple[str, ...], ...] = IPMI_COMMANDS) -> tuple[R.RoomFacts, list[str]]:
+def read_ipmitool(
+    opts: BmcOptions, commands: tuple[tuple[str, ...], ...] = IPMI_COMMANDS
+) -> tuple[R.RoomFacts, list[str]]:
     """Run the read-only ipmitool commands; returns the facts and one note per command that failed."""
     room = R.RoomFacts(bmc=opts.where())
     notes: list[str] = []
@@ -120,7 +143,9 @@ def read_ipmitool(opts: BmcOptions, commands: tuple[tuple[str, ...], ...] = IPMI
     t0 = time.monotonic()
     for args in commands:
         if time.monotonic() - t0 > opts.deadline_s:
-            notes.append(f"ipmitool {' '.join(args[:2])}: skipped, the BMC used up its {opts.deadline_s:.0f} s")
+            notes.append(
+                f"ipmitool {' '.join(args[:2])}: skipped, the BMC used up its {opts.deadline_s:.0f} s"
+            )
             continue
         argv, env = ipmitool_argv(opts, args, cipher)
         rc, out, err = _run(argv, opts, env)
@@ -132,7 +157,9 @@ def read_ipmitool(opts: BmcOptions, commands: tuple[tuple[str, ...], ...] = IPMI
             cipher = 3  # the BMC cannot list its suites: ipmitool waited for that; do not wait again per call
         what = " ".join(args[:2])
         if rc != 0:
-            lines = [ln.strip() for ln in err.splitlines() if ln.strip() and "cipher suites" not in ln.lower()]
+            lines = [
+                ln.strip() for ln in err.splitlines() if ln.strip() and "cipher suites" not in ln.lower()
+            ]
             msg = opts.redact((lines or [f"exit {rc}"])[-1])[:200]
             notes.append(f"ipmitool {what}: {msg}")
             if ok == 0 and args == commands[0] and _fatal(err, rc):
@@ -148,9 +175,20 @@ def read_ipmitool(opts: BmcOptions, commands: tuple[tuple[str, ...], ...] = IPMI
 
 def _fatal(err: str, rc: int) -> bool:
     e = err.lower()
-    return rc in (124, 127) or any(x in e for x in ("unable to establish", "could not open device", "error: unable",
-                                                    "rakp", "no such file", "activate session", "insufficient privilege",
-                                                    "connection refused", "unable to get"))
+    return rc in (124, 127) or any(
+        x in e
+        for x in (
+            "unable to establish",
+            "could not open device",
+            "error: unable",
+            "rakp",
+            "no such file",
+            "activate session",
+            "insufficient privilege",
+            "connection refused",
+            "unable to get",
+        )
+    )
 
 
 def _parse_command(args: tuple[str, ...], out: str) -> R.RoomFacts:
@@ -171,8 +209,14 @@ def read_freeipmi(opts: BmcOptions) -> tuple[R.RoomFacts, list[str]]:
     """In-band FreeIPMI, for hosts that have it and not ipmitool."""
     room = R.RoomFacts(bmc="in-band")
     notes: list[str] = []
-    rc, out, err = _run([shutil.which("ipmi-sensors") or "ipmi-sensors", "--output-sensor-state",
-                         "--output-sensor-thresholds"], opts)
+    rc, out, err = _run(
+        [
+            shutil.which("ipmi-sensors") or "ipmi-sensors",
+            "--output-sensor-state",
+            "--output-sensor-thresholds",
+        ],
+        opts,
+    )
     if rc != 0:
         raise BmcError(f"ipmi-sensors: {opts.redact(err.strip()[:200]) or f'exit {rc}'}")
     room.merge(freeipmi.parse_sensors(out))
@@ -206,15 +250,24 @@ def read_redfish(opts: BmcOptions) -> tuple[R.RoomFacts, list[str]]:
     if user and pw is not None:
         auth = httpx.BasicAuth(user, pw)
     try:
-        with httpx.Client(base_url=base, auth=auth, verify=verify, timeout=opts.timeout_s,
-                          follow_redirects=False, headers={"Accept": "application/json"}) as client:
+        with httpx.Client(
+            base_url=base,
+            auth=auth,
+            verify=verify,
+            timeout=opts.timeout_s,
+            follow_redirects=False,
+            headers={"Accept": "application/json"},
+        ) as client:
             reader = RedfishReader(client, deadline_s=opts.deadline_s)
             room = reader.walk()
     except PermissionError as e:
         raise BmcError(str(e)) from None
     except httpx.HTTPError as e:
-        hint = (" (a self-signed BMC certificate? give --redfish-ca FILE, or --redfish-insecure)"
-                if "CERTIFICATE_VERIFY_FAILED" in str(e) else "")
+        hint = (
+            " (a self-signed BMC certificate? give --redfish-ca FILE, or --redfish-insecure)"
+            if "CERTIFICATE_VERIFY_FAILED" in str(e)
+            else ""
+        )
         raise BmcError(opts.redact(f"Redfish {base}: {type(e).__name__}: {e}")[:300] + hint) from None
     room.bmc = base
     if not reader.docs:

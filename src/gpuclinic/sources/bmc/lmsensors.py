@@ -35,7 +35,11 @@ def _loads_lenient(text: str) -> Any:
 
 def claims_json(text: str) -> bool:
     head = text[:4000]
-    return head.lstrip().startswith("{") and '"Adapter"' in head and bool(re.search(r'"(temp|fan|in|power)\d+_input"', head))
+    return (
+        head.lstrip().startswith("{")
+        and '"Adapter"' in head
+        and bool(re.search(r'"(temp|fan|in|power)\d+_input"', head))
+    )
 
 
 def _feature(chip: str, label: str, subs: dict[str, Any], source: str) -> R.RoomSensor | None:
@@ -67,8 +71,16 @@ def _feature(chip: str, label: str, subs: dict[str, Any], source: str) -> R.Room
         sen.absent = True
         return sen
     status = alarm or "ok"
-    sen = make_sensor(label, reading, unit, status, source=source, thresholds=thr, entity=chip,
-                      sensor_type="Temperature" if unit == "C" else None)
+    sen = make_sensor(
+        label,
+        reading,
+        unit,
+        status,
+        source=source,
+        thresholds=thr,
+        entity=chip,
+        sensor_type="Temperature" if unit == "C" else None,
+    )
     if unit == "C" and reading is not None and (reading <= -60 or reading >= 127):
         sen.absent = True  # -128/+127 °C: an unconnected thermistor input, whatever its ALARM bit says
     return sen
@@ -84,7 +96,11 @@ def parse_obj(data: dict[str, Any], source: str) -> R.RoomFacts:
                 continue
             s = _feature(chip, label, subs, source)
             if s is not None:
-                if s.kind == R.TEMPERATURE and s.role is None and chip.startswith(("coretemp", "k10temp", "zenpower")):
+                if (
+                    s.kind == R.TEMPERATURE
+                    and s.role is None
+                    and chip.startswith(("coretemp", "k10temp", "zenpower"))
+                ):
                     s.role = "cpu"
                 room.sensors.append(s)
     if room.sensors:
@@ -106,7 +122,9 @@ _RAW_SUB = re.compile(r"^\s+((?:temp|fan|in|curr|power)\d+_\w+):\s*([-+]?\d+(?:\
 def claims_raw(text: str) -> bool:
     """``sensors -u``: chip, ``Adapter:``, ``Label:`` then indented ``temp1_input: 45.000`` lines."""
     lines = text.splitlines()[:300]
-    return any(ln.startswith("Adapter:") for ln in lines) and sum(1 for ln in lines if _RAW_SUB.match(ln)) >= 1
+    return (
+        any(ln.startswith("Adapter:") for ln in lines) and sum(1 for ln in lines if _RAW_SUB.match(ln)) >= 1
+    )
 
 
 def parse_raw(text: str) -> R.RoomFacts:
@@ -130,11 +148,14 @@ def parse_raw(text: str) -> R.RoomFacts:
 
 def claims_text(text: str) -> bool:
     lines = text.splitlines()[:200]
-    return any(ln.startswith("Adapter:") for ln in lines) and sum(1 for ln in lines if _TEXT_ROW.match(ln)) >= 1
+    return (
+        any(ln.startswith("Adapter:") for ln in lines) and sum(1 for ln in lines if _TEXT_ROW.match(ln)) >= 1
+    )
 
 
 def parse_text(text: str) -> R.RoomFacts:
-    """Plain ``sensors`` output: chip line, ``Adapter:`` line, then ``label: +45.0°C (high = ..., crit = ...)``."""
+    """Plain ``sensors`` output: chip line, ``Adapter:`` line, then ``label: +45.0°C (high = ..., crit =
+    ...)``."""
     data: dict[str, dict[str, Any]] = {}
     chip: str | None = None
     for i, line in enumerate(text.splitlines()):
@@ -147,12 +168,16 @@ def parse_text(text: str) -> R.RoomFacts:
         if not m or chip is None:
             continue
         label, val, unit, rest = m.group(1).strip(), float(m.group(2)), m.group(3), m.group(4)
-        prefix = {"RPM": "fan", "V": "in", "mV": "in", "A": "curr", "W": "power", "mW": "power"}.get(unit, "temp")
+        prefix = {"RPM": "fan", "V": "in", "mV": "in", "A": "curr", "W": "power", "mW": "power"}.get(
+            unit, "temp"
+        )
         if unit in ("mV", "mW"):
             val /= 1000
         subs: dict[str, Any] = {f"{prefix}1_input": val}
         for k, v in _TEXT_THR.findall(rest):
-            k = {"high": "max", "crit": "crit", "low": "min", "min": "min", "max": "max", "hyst": "hyst"}.get(k.lower(), k)
+            k = {"high": "max", "crit": "crit", "low": "min", "min": "min", "max": "max", "hyst": "hyst"}.get(
+                k.lower(), k
+            )
             subs[f"{prefix}1_{k}"] = float(v) / (1000 if unit in ("mV", "mW") else 1)
         if "ALARM" in rest:
             subs[f"{prefix}1_{'crit_' if 'CRIT' in rest else ''}alarm"] = 1
@@ -162,6 +187,7 @@ def parse_text(text: str) -> R.RoomFacts:
 
 
 # ------------------------------------------------------------------------------------------ hwmon sysfs
+
 
 def _read(path: str) -> str | None:
     try:
@@ -175,7 +201,8 @@ _SCALE = {"temp": 1000.0, "in": 1000.0, "curr": 1000.0, "fan": 1.0, "power": 1e6
 
 
 def read_hwmon(root: str = "/sys/class/hwmon") -> R.RoomFacts:
-    """The hwmon tree as ``sensors -j`` would print it (labels from ``*_label`` where the driver gives them)."""
+    """The hwmon tree as ``sensors -j`` would print it (labels from ``*_label`` where the driver
+    gives them)."""
     data: dict[str, dict[str, Any]] = {}
     try:
         entries = sorted(os.listdir(root))

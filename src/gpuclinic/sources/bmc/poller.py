@@ -54,13 +54,19 @@ class RoomPoller:
             self.polled_at = time.time()
             if usable:
                 self.room, self.error = room, None
-                inlet = max((s.reading for s in room.temperatures("inlet") if s.reading is not None), default=None)
+                inlet = max(
+                    (s.reading for s in room.temperatures("inlet") if s.reading is not None), default=None
+                )
                 fans = [f.reading for f in room.fans() if f.reading is not None and f.unit == "RPM"]
                 ok_psus = sum(1 for p in room.psus if p.health == "ok")
-                self.history.append((self.polled_at, inlet, min(fans) if fans else None, ok_psus, len(room.psus)))
+                self.history.append(
+                    (self.polled_at, inlet, min(fans) if fans else None, ok_psus, len(room.psus))
+                )
             else:
                 self.errors_total += 1
-                self.error = "; ".join(self.opts.redact(f"{s.what}: {s.why}") for s in snap.skipped) or "no data"
+                self.error = (
+                    "; ".join(self.opts.redact(f"{s.what}: {s.why}") for s in snap.skipped) or "no data"
+                )
         if self.agent is not None:
             evaluate(self.agent, room if usable else None)
             if usable and self.agent.store is not None and getattr(self.agent.store, "path", None):
@@ -102,19 +108,36 @@ def evaluate(agent: Agent, room: RoomFacts | None) -> None:
     if room is not None:
         with agent._lock:
             gpus = list(agent._latest)
-        snap = Snapshot(origin="live", gpus=gpus, room=room, hostname=agent.host,
-                        taken_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()))
+        snap = Snapshot(
+            origin="live",
+            gpus=gpus,
+            room=room,
+            hostname=agent.host,
+            taken_at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+        )
         findings, _ = run_checks(snap, only=ROOM_CHECKS)
         for f in findings:
             if f.severity == Severity.INFO:
                 continue
             idx = f.gpu.index if f.gpu else None
-            ident = (f.gpu.uuid or f.gpu.pci_bus_id or str(f.gpu.index)) if f.gpu else str(
-                f.data.get("fan") or f.data.get("psu") or f.data.get("sensor") or "node")
-            conds.append(Condition(key=f"room:{f.code}:{ident}", code=f.code, severity=f.severity,
-                                   title=f.title, gpu=idx, uuid=f.gpu.uuid if f.gpu else None,
-                                   evidence=list(f.evidence), remedy=f.remedy,
-                                   data={"family": f.family.value, "source": "bmc"}))
+            ident = (
+                (f.gpu.uuid or f.gpu.pci_bus_id or str(f.gpu.index))
+                if f.gpu
+                else str(f.data.get("fan") or f.data.get("psu") or f.data.get("sensor") or "node")
+            )
+            conds.append(
+                Condition(
+                    key=f"room:{f.code}:{ident}",
+                    code=f.code,
+                    severity=f.severity,
+                    title=f.title,
+                    gpu=idx,
+                    uuid=f.gpu.uuid if f.gpu else None,
+                    evidence=list(f.evidence),
+                    remedy=f.remedy,
+                    data={"family": f.family.value, "source": "bmc"},
+                )
+            )
     agent.book.reconcile("room", conds, agent.clock.now())
 
 
@@ -127,13 +150,20 @@ class RoomCollector:
     def collect(self) -> Iterator[Metric]:
         p = self.poller
         room = p.latest()
-        yield GaugeMetricFamily("gpuclinic_room_bmc_up", "1 when the last BMC poll returned data",
-                                value=1 if room is not None and p.error is None else 0)
-        yield GaugeMetricFamily("gpuclinic_room_bmc_last_poll_timestamp_seconds", "When the BMC was last polled",
-                                value=p.polled_at or 0)
+        yield GaugeMetricFamily(
+            "gpuclinic_room_bmc_up",
+            "1 when the last BMC poll returned data",
+            value=1 if room is not None and p.error is None else 0,
+        )
+        yield GaugeMetricFamily(
+            "gpuclinic_room_bmc_last_poll_timestamp_seconds",
+            "When the BMC was last polled",
+            value=p.polled_at or 0,
+        )
         yield CounterMetricFamily("gpuclinic_room_bmc_polls", "BMC polls", value=p.polls_total)
-        yield CounterMetricFamily("gpuclinic_room_bmc_poll_errors", "BMC polls that returned no data",
-                                  value=p.errors_total)
+        yield CounterMetricFamily(
+            "gpuclinic_room_bmc_poll_errors", "BMC polls that returned no data", value=p.errors_total
+        )
         if room is None:
             return
         yield from _room_families(room)
@@ -142,13 +172,22 @@ class RoomCollector:
 def _room_families(room: RoomFacts) -> Iterator[Metric]:
     from gpuclinic.checks.room import _fan_state  # one judgement of "fan ok" for checks and metrics
 
-    temp = GaugeMetricFamily("gpuclinic_room_temperature_celsius", "BMC/hwmon temperature sensor reading",
-                             labels=["sensor", "id", "role"])
+    temp = GaugeMetricFamily(
+        "gpuclinic_room_temperature_celsius",
+        "BMC/hwmon temperature sensor reading",
+        labels=["sensor", "id", "role"],
+    )
     fan = GaugeMetricFamily("gpuclinic_room_fan_speed_rpm", "Chassis fan speed", labels=["fan", "id"])
-    fanr = GaugeMetricFamily("gpuclinic_room_fan_speed_ratio", "Chassis fan speed as a fraction of full speed (0-1)",
-                             labels=["fan", "id"])
-    fanok = GaugeMetricFamily("gpuclinic_room_fan_ok", "1 when the fan is not failed, stopped or below its limits",
-                              labels=["fan", "id"])
+    fanr = GaugeMetricFamily(
+        "gpuclinic_room_fan_speed_ratio",
+        "Chassis fan speed as a fraction of full speed (0-1)",
+        labels=["fan", "id"],
+    )
+    fanok = GaugeMetricFamily(
+        "gpuclinic_room_fan_ok",
+        "1 when the fan is not failed, stopped or below its limits",
+        labels=["fan", "id"],
+    )
     seen: set[tuple[str, str]] = set()
 
     def uid(name: str, number: str | None, i: int) -> str:
@@ -178,12 +217,16 @@ def _room_families(room: RoomFacts) -> Iterator[Metric]:
     yield fanr
     yield fanok
     if inlet is not None:
-        yield GaugeMetricFamily("gpuclinic_room_inlet_temperature_celsius", "Hottest inlet/ambient air sensor",
-                                value=inlet)
+        yield GaugeMetricFamily(
+            "gpuclinic_room_inlet_temperature_celsius", "Hottest inlet/ambient air sensor", value=inlet
+        )
     ok = GaugeMetricFamily("gpuclinic_room_psu_ok", "1 when the power supply reports healthy", labels=["psu"])
-    present = GaugeMetricFamily("gpuclinic_room_psu_present", "1 when the power supply is installed", labels=["psu"])
-    volts = GaugeMetricFamily("gpuclinic_room_psu_input_voltage_volts", "Power supply input (line) voltage",
-                              labels=["psu"])
+    present = GaugeMetricFamily(
+        "gpuclinic_room_psu_present", "1 when the power supply is installed", labels=["psu"]
+    )
+    volts = GaugeMetricFamily(
+        "gpuclinic_room_psu_input_voltage_volts", "Power supply input (line) voltage", labels=["psu"]
+    )
     names: set[str] = set()
     for p in room.psus:
         if p.name in names:
@@ -197,8 +240,11 @@ def _room_families(room: RoomFacts) -> Iterator[Metric]:
     yield present
     yield volts
     if room.power_consumed_w is not None:
-        yield GaugeMetricFamily("gpuclinic_room_power_watts", "Whole-system power draw reported by the BMC",
-                                value=room.power_consumed_w)
+        yield GaugeMetricFamily(
+            "gpuclinic_room_power_watts",
+            "Whole-system power draw reported by the BMC",
+            value=room.power_consumed_w,
+        )
 
 
 def _states(room: RoomFacts) -> dict[tuple[str, str], str]:
@@ -209,7 +255,11 @@ def _states(room: RoomFacts) -> dict[tuple[str, str], str]:
 
     snap = Snapshot(room=room)
     out: dict[tuple[str, str], str] = {}
-    for fn, kind, key in ((checks.inlet, "inlet", "sensor"), (checks.fans, "fan", "fan"), (checks.psus, "psu", "psu")):
+    for fn, kind, key in (
+        (checks.inlet, "inlet", "sensor"),
+        (checks.fans, "fan", "fan"),
+        (checks.psus, "psu", "psu"),
+    ):
         try:
             found = list(fn(snap))
         except CheckSkipped:
@@ -231,23 +281,48 @@ def room_state(p: RoomPoller | None) -> dict[str, Any] | None:
     if p is None:
         return None
     room = p.latest()
-    out: dict[str, Any] = {"bmc": p.opts.where() if p.opts.host else p.opts.redfish, "polled_at": p.polled_at,
-                           "error": p.error, "history": history_points(p)[-60:]}
+    out: dict[str, Any] = {
+        "bmc": p.opts.where() if p.opts.host else p.opts.redfish,
+        "polled_at": p.polled_at,
+        "error": p.error,
+        "history": history_points(p)[-60:],
+    }
     if room is not None:
         st = _states(room)
-        out["inlet_c"] = [{"sensor": s.name, "value": s.reading, "state": st.get(("inlet", s.name), "ok")}
-                          for s in room.temperatures("inlet")]
-        out["fans"] = [{"fan": f.name, "value": f.reading, "unit": f.unit, "level": f.level,
-                        "state": st.get(("fan", f.name), "ok")} for f in room.fans() if not f.absent]
-        out["psus"] = [{"psu": x.name, "health": x.health, "present": x.present, "input_voltage": x.input_voltage,
-                        "state": st.get(("psu", x.name), "ok")} for x in room.psus]
+        out["inlet_c"] = [
+            {"sensor": s.name, "value": s.reading, "state": st.get(("inlet", s.name), "ok")}
+            for s in room.temperatures("inlet")
+        ]
+        out["fans"] = [
+            {
+                "fan": f.name,
+                "value": f.reading,
+                "unit": f.unit,
+                "level": f.level,
+                "state": st.get(("fan", f.name), "ok"),
+            }
+            for f in room.fans()
+            if not f.absent
+        ]
+        out["psus"] = [
+            {
+                "psu": x.name,
+                "health": x.health,
+                "present": x.present,
+                "input_voltage": x.input_voltage,
+                "state": st.get(("psu", x.name), "ok"),
+            }
+            for x in room.psus
+        ]
         out["power_w"] = room.power_consumed_w
     return out
 
 
 def history_points(p: RoomPoller) -> list[dict[str, Any]]:
     """The poll history for the dashboard/API: time, hottest inlet, slowest fan, PSUs ok of total."""
-    return [{"t": t, "inlet_c": i, "min_fan_rpm": f, "psus_ok": ok, "psus": n} for t, i, f, ok, n in p.history]
+    return [
+        {"t": t, "inlet_c": i, "min_fan_rpm": f, "psus_ok": ok, "psus": n} for t, i, f, ok, n in p.history
+    ]
 
 
 # -- history in the watch store's SQLite file (its own table; the GPU sample tables are watch/store.py's) ----
@@ -257,14 +332,18 @@ HISTORY_RETENTION_S = 30 * 86400.0
 
 def _db(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=5.0)
-    conn.execute("CREATE TABLE IF NOT EXISTS room_samples (ts REAL NOT NULL, sensor TEXT NOT NULL, kind TEXT NOT NULL, "
-                 "role TEXT, value REAL, unit TEXT)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS room_samples (ts REAL NOT NULL, sensor TEXT NOT NULL, kind TEXT NOT "
+        "NULL, "
+        "role TEXT, value REAL, unit TEXT)"
+    )
     conn.execute("CREATE INDEX IF NOT EXISTS room_samples_ts ON room_samples (ts)")
     return conn
 
 
 def record(path: str, room: RoomFacts, ts: float) -> int:
-    """Inlet/exhaust temperatures, fan speeds and PSU health (1 ok, 0 not) of one poll; returns rows written."""
+    """Inlet/exhaust temperatures, fan speeds and PSU health (1 ok, 0 not) of one poll; returns rows
+    written."""
     rows: list[tuple[float, str, str, str | None, float | None, str | None]] = []
     for s in room.sensors:
         if s.absent or s.reading is None:
@@ -272,8 +351,16 @@ def record(path: str, room: RoomFacts, ts: float) -> int:
         if s.kind == FAN or (s.unit == "C" and s.role in ("inlet", "exhaust")):
             rows.append((ts, s.name, s.kind, s.role, s.reading, s.unit))
     for p in room.psus:
-        rows.append((ts, p.name, "psu", None, 1.0 if p.health == "ok" and not (p.failed or p.input_lost) else 0.0,
-                     None))
+        rows.append(
+            (
+                ts,
+                p.name,
+                "psu",
+                None,
+                1.0 if p.health == "ok" and not (p.failed or p.input_lost) else 0.0,
+                None,
+            )
+        )
     if room.power_consumed_w is not None:
         rows.append((ts, "system", "power", None, room.power_consumed_w, "W"))
     with _db(path) as conn:
@@ -285,9 +372,13 @@ def record(path: str, room: RoomFacts, ts: float) -> int:
 def room_history(path: str, since: float = 0.0) -> list[dict[str, Any]]:
     """What ``record`` wrote since ``since`` (oldest first)."""
     with _db(path) as conn:
-        cur = conn.execute("SELECT ts, sensor, kind, role, value, unit FROM room_samples WHERE ts >= ? ORDER BY ts",
-                           (since,))
-        return [dict(zip(("ts", "sensor", "kind", "role", "value", "unit"), r, strict=True)) for r in cur.fetchall()]
+        cur = conn.execute(
+            "SELECT ts, sensor, kind, role, value, unit FROM room_samples WHERE ts >= ? ORDER BY ts", (since,)
+        )
+        return [
+            dict(zip(("ts", "sensor", "kind", "role", "value", "unit"), r, strict=True))
+            for r in cur.fetchall()
+        ]
 
 
 # `gpuclinic history` names for what ``record`` writes: name -> (kind, role, unit, help)
@@ -300,8 +391,9 @@ ROOM_METRICS: dict[str, tuple[str, str | None, str, str]] = {
 }
 
 
-def room_query(path: str, metric: str, *, sensor: str | None = None, since: float = 0.0,
-               until: float | None = None) -> list[tuple[float, str, float | None]]:
+def room_query(
+    path: str, metric: str, *, sensor: str | None = None, since: float = 0.0, until: float | None = None
+) -> list[tuple[float, str, float | None]]:
     """(ts, sensor, value) rows of one room metric, oldest first; [] when the agent never polled a BMC.
 
     Read-only: a store without a ``room_samples`` table is not given one."""

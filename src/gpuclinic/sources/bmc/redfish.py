@@ -18,10 +18,22 @@ from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 from gpuclinic.sources.bmc.common import make_sensor
 
-_THR = (("UpperThresholdNonCritical", "unc"), ("UpperThresholdCritical", "ucr"), ("UpperThresholdFatal", "unr"),
-        ("LowerThresholdNonCritical", "lnc"), ("LowerThresholdCritical", "lcr"), ("LowerThresholdFatal", "lnr"))
-_NEW_THR = (("UpperCaution", "unc"), ("UpperCritical", "ucr"), ("UpperFatal", "unr"),
-            ("LowerCaution", "lnc"), ("LowerCritical", "lcr"), ("LowerFatal", "lnr"))
+_THR = (
+    ("UpperThresholdNonCritical", "unc"),
+    ("UpperThresholdCritical", "ucr"),
+    ("UpperThresholdFatal", "unr"),
+    ("LowerThresholdNonCritical", "lnc"),
+    ("LowerThresholdCritical", "lcr"),
+    ("LowerThresholdFatal", "lnr"),
+)
+_NEW_THR = (
+    ("UpperCaution", "unc"),
+    ("UpperCritical", "ucr"),
+    ("UpperFatal", "unr"),
+    ("LowerCaution", "lnc"),
+    ("LowerCritical", "lcr"),
+    ("LowerFatal", "lnr"),
+)
 _HEALTH = {"ok": "ok", "warning": "nc", "critical": "cr"}
 _LOG_IDS = re.compile(r"sel|event|iml|iel|platform|^log\d*$|systemlog|lclog|faultlog", re.I)
 MAX_DOCS = 300
@@ -63,23 +75,41 @@ def _thermal(doc: dict[str, Any], src: str) -> R.RoomFacts:
         val = _num(t.get("ReadingCelsius"))
         if val is None:
             val = _num(t.get("CurrentReading"))  # HPE iLO 4 (Thermal 1.0/1.1 era) also prints CurrentReading
-        s = make_sensor(str(t.get("Name") or t.get("MemberId") or "Temperature"), val, "C",
-                        _level_word(health, absent), source=src, thresholds=thr, number_=str(t.get("MemberId") or "") or None,
-                        entity=t.get("PhysicalContext"), sensor_type="Temperature", context=t.get("PhysicalContext"))
+        s = make_sensor(
+            str(t.get("Name") or t.get("MemberId") or "Temperature"),
+            val,
+            "C",
+            _level_word(health, absent),
+            source=src,
+            thresholds=thr,
+            number_=str(t.get("MemberId") or "") or None,
+            entity=t.get("PhysicalContext"),
+            sensor_type="Temperature",
+            context=t.get("PhysicalContext"),
+        )
         s.absent = absent
         room.sensors.append(s)
     for f in doc.get("Fans") or []:
         if not isinstance(f, dict):
             continue
         health, state, absent = _status(f)
-        units = str(f.get("ReadingUnits") or f.get("Units") or "RPM")  # iLO 4: "Units": "Percent", CurrentReading
+        units = str(
+            f.get("ReadingUnits") or f.get("Units") or "RPM"
+        )  # iLO 4: "Units": "Percent", CurrentReading
         thr = {k: v for key, k in _THR if (v := _num(f.get(key))) is not None}
         reading = _num(f.get("Reading"))
         if reading is None:
             reading = _num(f.get("CurrentReading"))
-        s = make_sensor(str(f.get("Name") or f.get("FanName") or f.get("MemberId") or "Fan"), reading,
-                        "%" if units.lower() in ("percent", "percentage") else "RPM", _level_word(health, absent), source=src,
-                        thresholds=thr, number_=str(f.get("MemberId") or "") or None, sensor_type="Fan")
+        s = make_sensor(
+            str(f.get("Name") or f.get("FanName") or f.get("MemberId") or "Fan"),
+            reading,
+            "%" if units.lower() in ("percent", "percentage") else "RPM",
+            _level_word(health, absent),
+            source=src,
+            thresholds=thr,
+            number_=str(f.get("MemberId") or "") or None,
+            sensor_type="Fan",
+        )
         s.kind, s.absent = R.FAN, absent
         room.sensors.append(s)
     _redundancy(room, doc.get("Redundancy"))
@@ -93,8 +123,11 @@ def _redundancy(room: R.RoomFacts, items: Any) -> None:
             name = str(r.get("Name") or r.get("MemberId") or "Redundancy")
             if state == "Disabled":
                 continue  # not configured
-            room.redundancy[name] = "Fully Redundant" if (health or "OK") == "OK" and state in (None, "Enabled") else (
-                f"Redundancy {state or '?'} (health {health or '?'})")
+            room.redundancy[name] = (
+                "Fully Redundant"
+                if (health or "OK") == "OK" and state in (None, "Enabled")
+                else (f"Redundancy {state or '?'} (health {health or '?'})")
+            )
 
 
 def _power(doc: dict[str, Any], src: str) -> R.RoomFacts:
@@ -110,8 +143,16 @@ def _power(doc: dict[str, Any], src: str) -> R.RoomFacts:
         if isinstance(v, dict):
             health, state, absent = _status(v)
             thr = {k: x for key, k in _THR if (x := _num(v.get(key))) is not None}
-            room.sensors.append(make_sensor(str(v.get("Name") or "Voltage"), _num(v.get("ReadingVolts")), "V",
-                                            _level_word(health, absent), source=src, thresholds=thr))
+            room.sensors.append(
+                make_sensor(
+                    str(v.get("Name") or "Voltage"),
+                    _num(v.get("ReadingVolts")),
+                    "V",
+                    _level_word(health, absent),
+                    source=src,
+                    thresholds=thr,
+                )
+            )
     _redundancy(room, doc.get("Redundancy"))
     return room
 
@@ -128,15 +169,23 @@ def _psu(p: dict[str, Any], metrics: dict[str, Any] | None, src: str) -> R.Power
     ps = R.PowerSupply(
         name=str(p.get("Name") or p.get("MemberId") or p.get("Id") or "PSU"),
         present=False if absent else (True if state else None),
-        health=(health or "").lower() or None, state=state,
-        input_voltage=_num(p.get("LineInputVoltage")) if p.get("LineInputVoltage") is not None else reading("InputVoltage"),
+        health=(health or "").lower() or None,
+        state=state,
+        input_voltage=_num(p.get("LineInputVoltage"))
+        if p.get("LineInputVoltage") is not None
+        else reading("InputVoltage"),
         capacity_w=_num(p.get("PowerCapacityWatts")),
         input_w=_num(p.get("PowerInputWatts")) or reading("InputPowerWatts"),
-        output_w=_num(p.get("PowerOutputWatts")) or _num(p.get("LastPowerOutputWatts")) or reading("OutputPowerWatts"),
+        output_w=_num(p.get("PowerOutputWatts"))
+        or _num(p.get("LastPowerOutputWatts"))
+        or reading("OutputPowerWatts"),
         source=src,
     )
-    conds = " ".join(str(c.get("MessageId", "")) + " " + str(c.get("Message", ""))
-                     for c in (p.get("Status") or {}).get("Conditions") or [] if isinstance(c, dict))
+    conds = " ".join(
+        str(c.get("MessageId", "")) + " " + str(c.get("Message", ""))
+        for c in (p.get("Status") or {}).get("Conditions") or []
+        if isinstance(c, dict)
+    )
     ps.input_lost = line == "LossOfInput" or "LossOfInput" in conds or "lost" in conds.lower()
     ps.input_out_of_range = line == "OutOfRange" or "OutOfRange" in conds
     ps.predictive_failure = "PredictiveFailure" in conds or "predictive" in conds.lower()
@@ -151,13 +200,36 @@ def _thermal_metrics(doc: dict[str, Any], src: str) -> R.RoomFacts:
         v = summary.get(key)
         val = _num(v.get("Reading")) if isinstance(v, dict) else None
         if val is not None:
-            room.sensors.append(make_sensor(f"{key} temperature", val, "C", "ok", source=src, context=ctx,
-                                            sensor_type="Temperature", entity=ctx))
+            room.sensors.append(
+                make_sensor(
+                    f"{key} temperature",
+                    val,
+                    "C",
+                    "ok",
+                    source=src,
+                    context=ctx,
+                    sensor_type="Temperature",
+                    entity=ctx,
+                )
+            )
     for r in doc.get("TemperatureReadingsCelsius") or []:
         if isinstance(r, dict) and _num(r.get("Reading")) is not None:
-            name = str(r.get("DeviceName") or str(r.get("DataSourceUri", "")).rstrip("/").rsplit("/", 1)[-1] or "Temp")
-            room.sensors.append(make_sensor(name, _num(r.get("Reading")), "C", "ok", source=src,
-                                            context=r.get("PhysicalContext"), sensor_type="Temperature"))
+            name = str(
+                r.get("DeviceName")
+                or str(r.get("DataSourceUri", "")).rstrip("/").rsplit("/", 1)[-1]
+                or "Temp"
+            )
+            room.sensors.append(
+                make_sensor(
+                    name,
+                    _num(r.get("Reading")),
+                    "C",
+                    "ok",
+                    source=src,
+                    context=r.get("PhysicalContext"),
+                    sensor_type="Temperature",
+                )
+            )
     return room
 
 
@@ -166,8 +238,14 @@ def _fan(doc: dict[str, Any], src: str) -> R.RoomFacts:
     raw = doc.get("SpeedPercent")
     sp: dict[str, Any] = raw if isinstance(raw, dict) else {}
     rpm, pct = _num(sp.get("SpeedRPM")), _num(sp.get("Reading"))
-    s = make_sensor(str(doc.get("Name") or doc.get("Id") or "Fan"), rpm if rpm is not None else pct,
-                    "RPM" if rpm is not None else "%", _level_word(health, absent), source=src, sensor_type="Fan")
+    s = make_sensor(
+        str(doc.get("Name") or doc.get("Id") or "Fan"),
+        rpm if rpm is not None else pct,
+        "RPM" if rpm is not None else "%",
+        _level_word(health, absent),
+        source=src,
+        sensor_type="Fan",
+    )
     s.kind, s.absent = R.FAN, absent
     return R.RoomFacts(sensors=[s])
 
@@ -175,10 +253,18 @@ def _fan(doc: dict[str, Any], src: str) -> R.RoomFacts:
 def _sensor(doc: dict[str, Any], src: str) -> R.RoomFacts:
     health, state, absent = _status(doc)
     rtype = str(doc.get("ReadingType") or "")
-    unit = {"Temperature": "C", "Rotational": "RPM", "Voltage": "V", "Power": "W", "Current": "A",
-            "Percent": "%"}.get(rtype)
+    unit = {
+        "Temperature": "C",
+        "Rotational": "RPM",
+        "Voltage": "V",
+        "Power": "W",
+        "Current": "A",
+        "Percent": "%",
+    }.get(rtype)
     if unit is None and not rtype:  # ReadingType is optional: the DMTF mockup's temperatures give only units
-        unit = {"Cel": "C", "RPM": "RPM", "V": "V", "W": "W", "A": "A", "%": "%"}.get(str(doc.get("ReadingUnits")))
+        unit = {"Cel": "C", "RPM": "RPM", "V": "V", "W": "W", "A": "A", "%": "%"}.get(
+            str(doc.get("ReadingUnits"))
+        )
     if unit is None:
         return R.RoomFacts()
     thr: dict[str, float] = {}
@@ -188,9 +274,17 @@ def _sensor(doc: dict[str, Any], src: str) -> R.RoomFacts:
         v = ths.get(key)
         if isinstance(v, dict) and _num(v.get("Reading")) is not None:
             thr[k] = float(v["Reading"])
-    s = make_sensor(str(doc.get("Name") or doc.get("Id")), _num(doc.get("Reading")), unit, _level_word(health, absent),
-                    source=src, thresholds=thr, context=doc.get("PhysicalContext"), entity=doc.get("PhysicalContext"),
-                    sensor_type="Temperature" if unit == "C" else ("Fan" if unit == "RPM" else None))
+    s = make_sensor(
+        str(doc.get("Name") or doc.get("Id")),
+        _num(doc.get("Reading")),
+        unit,
+        _level_word(health, absent),
+        source=src,
+        thresholds=thr,
+        context=doc.get("PhysicalContext"),
+        entity=doc.get("PhysicalContext"),
+        sensor_type="Temperature" if unit == "C" else ("Fan" if unit == "RPM" else None),
+    )
     s.absent = absent
     return R.RoomFacts(sensors=[s])
 
@@ -198,12 +292,20 @@ def _sensor(doc: dict[str, Any], src: str) -> R.RoomFacts:
 def _log_entry(e: dict[str, Any], src: str) -> R.BmcEvent:
     code = str(e.get("EntryCode") or "")
     msg = str(e.get("Message") or "")
-    desc = " | ".join(x for x in (code, msg) if x and x not in ("Assert", "Deassert")) or str(e.get("MessageId") or "")
+    desc = " | ".join(x for x in (code, msg) if x and x not in ("Assert", "Deassert")) or str(
+        e.get("MessageId") or ""
+    )
     stype = str(e.get("SensorType") or "") or None
-    ev = R.BmcEvent(id=str(e.get("Id") or e.get("@odata.id") or "?"), time=e.get("Created"), sensor_type=stype,
-                    sensor=str(e.get("Name") or "") or None, description=desc,
-                    asserted=code != "Deassert" and e.get("Resolved") is not True,
-                    severity=str(e.get("Severity") or "") or None, source=src)
+    ev = R.BmcEvent(
+        id=str(e.get("Id") or e.get("@odata.id") or "?"),
+        time=e.get("Created"),
+        sensor_type=stype,
+        sensor=str(e.get("Name") or "") or None,
+        description=desc,
+        asserted=code != "Deassert" and e.get("Resolved") is not True,
+        severity=str(e.get("Severity") or "") or None,
+        source=src,
+    )
     ec = classify_event(stype, ev.sensor, f"{desc} {e.get('MessageId') or ''}")
     ev.kind = ec.kind if ec else None
     return ev
@@ -217,7 +319,9 @@ def _log_entries(doc: dict[str, Any], src: str) -> R.RoomFacts:
     return room
 
 
-def parse_doc(doc: dict[str, Any], src: str = "redfish", metrics: dict[str, Any] | None = None) -> R.RoomFacts:
+def parse_doc(
+    doc: dict[str, Any], src: str = "redfish", metrics: dict[str, Any] | None = None
+) -> R.RoomFacts:
     """One Redfish document -> room facts (an unknown type gives an empty RoomFacts)."""
     t = odata_type(doc)
     room = R.RoomFacts()
@@ -255,16 +359,27 @@ def prefer_new_model(room: R.RoomFacts) -> None:
         room.psus = [p for p in room.psus if p.source != "redfish Power"]
 
 
-_ROOM_TYPES = ("Thermal", "Power", "ThermalMetrics", "Fan", "Sensor", "PowerSupply", "PowerSubsystem",
-               "ThermalSubsystem", "LogEntryCollection", "LogEntry")
+_ROOM_TYPES = (
+    "Thermal",
+    "Power",
+    "ThermalMetrics",
+    "Fan",
+    "Sensor",
+    "PowerSupply",
+    "PowerSubsystem",
+    "ThermalSubsystem",
+    "LogEntryCollection",
+    "LogEntry",
+)
 
 
 def claims(text: str) -> bool:
     head = text[:8000]
     if not head.lstrip().startswith("{") or "@odata" not in head:
         return False
-    return bool(re.search(r'"@odata\.type"\s*:\s*"#(' + "|".join(_ROOM_TYPES) + r')\.', head)) or \
-        bool(re.search(r'"/redfish/v1/[^"]*"\s*:\s*\{', head))
+    return bool(re.search(r'"@odata\.type"\s*:\s*"#(' + "|".join(_ROOM_TYPES) + r")\.", head)) or bool(
+        re.search(r'"/redfish/v1/[^"]*"\s*:\s*\{', head)
+    )
 
 
 def parse_text(text: str) -> R.RoomFacts:
@@ -291,10 +406,13 @@ def parse_bundle(docs: dict[str, Any]) -> R.RoomFacts:
 
 # ------------------------------------------------------------------------------------------ live client
 
+
 class RedfishReader:
     """GET-only walk of a Redfish service, bounded by a per-request timeout and an overall deadline."""
 
-    def __init__(self, client: Any, deadline_s: float = 30.0, max_docs: int = MAX_DOCS, max_events: int = 500) -> None:
+    def __init__(
+        self, client: Any, deadline_s: float = 30.0, max_docs: int = MAX_DOCS, max_events: int = 500
+    ) -> None:
         self.client = client
         self.deadline = time.monotonic() + deadline_s
         self.max_docs = max_docs
@@ -383,8 +501,12 @@ class RedfishReader:
         names = {s.name for s in room.sensors}
         for m in self.members(path, MAX_SENSORS):
             part = parse_doc(self.get(m) or {})
-            part.sensors = [x for x in part.sensors if x.name not in names and not (
-                (x.kind == R.TEMPERATURE and have_temp) or (x.kind == R.FAN and have_fan))]
+            part.sensors = [
+                x
+                for x in part.sensors
+                if x.name not in names
+                and not ((x.kind == R.TEMPERATURE and have_temp) or (x.kind == R.FAN and have_fan))
+            ]
             names.update(x.name for x in part.sensors)
             room.merge(part)
 
@@ -405,6 +527,6 @@ class RedfishReader:
                 for m in members[-50:]:
                     if "@odata.id" in m and (e := self.get(str(m["@odata.id"]))):
                         full.append(e)
-            part = _log_entries({"Members": full[-self.max_events:]}, f"redfish {sid}")
+            part = _log_entries({"Members": full[-self.max_events :]}, f"redfish {sid}")
             room.merge(part)
             room.events_read = True
