@@ -19,7 +19,9 @@ which readers used them, and which lines nothing claimed.
 
 from __future__ import annotations
 
+import itertools
 import re
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
@@ -28,6 +30,7 @@ from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import signals
 from gpuclinic.sources.kernellog import is_kernel_line, parse_numbered
+from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
 from gpuclinic.sources.merge import apply_dump
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
@@ -40,6 +43,7 @@ _ERROR_RES = re.compile(
 _NVML_LIB = re.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 _PROMPT = re.compile(r"^\s*(?:(?:\(\S+\)\s*)?\S+@[\w.-]+(?::[^$#\s]*)?\s?[$#]|[$#]|PS [A-Z]:\\[^>]*>|>>>|\w+>)\s+\S")
 _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
+_ANY_QUOTE = re.compile(r"^\s*>", re.M)  # a superset of the lines _QUOTE may strip
 _JSON = re.compile(r"^\s*\{.*\}\s*,?\s*$")
 _METRIC = re.compile(r"^(?:# (?:HELP|TYPE) \S+|[A-Za-z_:][\w:]*(?:\{.*\})?\s+[-+]?(?:\d[\d.eE+-]*|NaN|[+-]?Inf)(?:\s+\d+)?)\s*$")
 _SENSORS_U = re.compile(r"^\s+(?:temp|fan|in|curr|power|energy|humidity|intrusion)\d+_\w+:\s")  # `sensors -u`, not metrics
@@ -68,6 +72,46 @@ def classify(line: str) -> str:
     if _METRIC.match(s) and ("{" in s or s.startswith("#") or "_" in s.split()[0]) and not _SENSORS_U.match(line):
         return "metrics"
     return "other"
+
+
+# The big-input fast path of classify(): a line is "blank" or "other" unless it holds one of these
+# literals or one of classify's line-start patterns matches; only those candidate lines run classify().
+# Lower-case keywords of _ERROR_RES (searched in lower-cased text); the characters that re.I also folds
+# onto ASCII letters make the whole input take the exact per-line path.
+_ERROR_KEYS = ("nvidia-smi", "nvml", "no devices were found", "unable to", "driver/library", "gpu access blocked",
+               "nvidia driver", "command not found")
+_FOLDS = ("\u0130", "\u0131", "\u017f", "\u212a")
+_LINE_STARTS = re.compile("\n(?=" + "|".join(f"(?:{p})" for p in (
+    _RE_KERNEL_LINE.pattern[1:], _PROMPT.pattern[1:], _JSON.pattern[1:], _JOURNAL_FIELD.pattern[1:],
+    r"\s*" + _METRIC.pattern[1:])) + ")", re.M)
+
+
+def classify_all(lines: list[str]) -> list[str]:
+    """``[classify(ln) for ln in lines]``, linear and cheap on big inputs: whole-text literal and
+    line-start scans find the few candidate lines; every other line is "blank" or "other"."""
+    if len(lines) < 2000:
+        return [classify(ln) for ln in lines]
+    text = "\n".join(lines)
+    low = text.lower()
+    if any(f in text for f in _FOLDS) or low.count("\n") != len(lines) - 1:
+        return [classify(ln) for ln in lines]
+    starts = list(itertools.accumulate((len(ln) + 1 for ln in lines), initial=0))
+    cands: set[int] = set()
+    for body, keys in ((text, _KERNEL_MARKS), (low, _ERROR_KEYS)):
+        bstarts = starts if body is text else \
+            list(itertools.accumulate((len(ln) + 1 for ln in low.split("\n")), initial=0))
+        for key in keys:
+            i = body.find(key)
+            while i != -1:
+                k = bisect_right(bstarts, i) - 1
+                cands.add(k)
+                i = body.find(key, bstarts[k + 1])
+    for m in _LINE_STARTS.finditer("\n" + text):
+        cands.add(bisect_right(starts, m.start()) - 1)
+    classes = ["other" if ln.strip() else "blank" for ln in lines]
+    for k in cands:
+        classes[k] = classify(lines[k])
+    return classes
 
 
 # What a line of each structured format looks like: prose pasted after a dump is not part of it.
@@ -120,9 +164,10 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     """
     rec = InputRecord(input=origin, kind="text", lines=len(lines))
     # a quoted excerpt inside an unquoted paste ("> [ 12.3] NVRM: ..."): read the line without its markers
-    lines = [_QUOTE.sub("", ln, count=1) if ln.lstrip().startswith(">") and not ln.lstrip().startswith(">>>") else ln
-             for ln in lines]
-    classes = [classify(ln) for ln in lines]
+    if _ANY_QUOTE.search("\n".join(lines)):
+        lines = [_QUOTE.sub("", ln, count=1) if ln.lstrip().startswith(">") and not ln.lstrip().startswith(">>>")
+                 else ln for ln in lines]
+    classes = classify_all(lines)
     claimed: set[int] = set()  # 1-based line numbers some reader used
 
     # 1. segments: runs of one class (blank lines join the run they sit in)

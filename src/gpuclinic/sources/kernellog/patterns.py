@@ -158,9 +158,10 @@ def looks_like_kernel_log(text_sample: str) -> bool:
     if not text_sample:
         return False
     sample = text_sample[:200_000]
-    if _RE_XID.search(sample) or _RE_SXID.search(sample) or "NVRM:" in sample:
+    # literal guards first: each regex needs its literal, and a search without one is slow on big samples
+    if ("Xid (" in sample and (_RE_XID.search(sample) or _RE_SXID.search(sample))) or "NVRM:" in sample:
         return True
-    if "PCIe Bus Error: severity=" in sample or _RE_AER_RECV.search(sample):
+    if "PCIe Bus Error: severity=" in sample or ("received" in sample and _RE_AER_RECV.search(sample)):
         return True
     if '"_TRANSPORT":"kernel"' in sample or '"_TRANSPORT" : "kernel"' in sample:
         return True  # journalctl -o json(-pretty) of kernel messages
