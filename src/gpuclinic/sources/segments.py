@@ -141,13 +141,19 @@ def _trim(kind: str, lines: list[str], a: int, b: int) -> list[Segment]:
     return out
 
 
+# A run's label comes from its start: a format's header or first rows are there, and detecting over each
+# whole run made a long training log cost one pass of every format sniffer (the rest is still read whole).
+_LABEL_BYTES = 16 * 1024
+
+
 def _label(run: list[str], detect: Detect) -> str:
     text = "\n".join(run)
-    if "Health Monitor Report" in text or "dcgmi" in text or re.search(r"^\|\s*Diagnostic\s*\|", text, re.M):
+    if "Health Monitor Report" in text or "dcgmi" in text or \
+            ("Diagnostic" in text and re.search(r"^\|\s*Diagnostic\s*\|", text, re.M)):
         return "dcgm"
     if text.lstrip().startswith("Traceback (most recent call last)"):
         return "traceback"
-    kind = detect(text)
+    kind = detect(text[:_LABEL_BYTES])
     return kind if _structured(kind) else "text"
 
 
