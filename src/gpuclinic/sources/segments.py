@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
@@ -181,7 +181,7 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     for i, c in enumerate(classes, start=1):
         if c == "blank":
             continue
-        if runs and runs[-1][0] == c and all(classes[j - 1] == "blank" for j in range(runs[-1][2] + 1, i)):
+        if runs and runs[-1][0] == c:  # every line since the run's last one is blank (others start or extend runs)
             runs[-1] = (c, runs[-1][1], i)
         else:
             runs.append((c, i, i))
@@ -277,16 +277,19 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
             claimed |= got
             matched |= got
             rec.readers.append("error signatures")
+    hits = sorted(matched)
     for s in segs:
-        if s.first is not None and s.last is not None and "signatures" not in s.readers and \
-                any(i in matched for i in range(s.first, s.last + 1)):
-            s.readers.append("signatures")
+        if s.first is not None and s.last is not None and "signatures" not in s.readers:
+            k = bisect_left(hits, s.first)
+            if k < len(hits) and hits[k] <= s.last:
+                s.readers.append("signatures")
 
     # 7. what nothing claimed
-    unread = [(i, ln) for i, ln in numbered if classes[i - 1] != "blank" and i not in claimed]
-    rec.unclaimed = len(unread)
-    rec.unread = [[i, ln[:300]] for i, ln in unread[:MAX_UNREAD]]
-    if len(unread) == len([c for c in classes if c != "blank"]):
+    nonblank = len(classes) - classes.count("blank")
+    rec.unclaimed = nonblank - sum(1 for i in claimed if 0 < i <= len(classes) and classes[i - 1] != "blank")
+    unread = ((i, ln) for i, ln in numbered if i not in claimed and classes[i - 1] != "blank")
+    rec.unread = [[i, ln[:300]] for i, ln in itertools.islice(unread, MAX_UNREAD)]
+    if rec.unclaimed == nonblank:
         raise ValueError("not recognised")
     kinds = [s.kind for s in segs if s.readers or s.kind in ("kernel_log", "smi_error")]
     main = {k for k in kinds if k not in ("prompt", "text")}
