@@ -7,6 +7,7 @@ disruptive step), the evidence to attach and how to verify the fix.  Steps may p
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -14,11 +15,6 @@ from functools import cache
 from typing import Any
 
 from gpuclinic.model import GpuRef
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 WHO = {"you": "you (the operator)", "provider": "the provider (hosting / datacenter)", "rma": "RMA (replace the part)"}
 _DIR = os.path.join(os.path.dirname(__file__), "data", "runbooks")
@@ -45,12 +41,48 @@ class Runbook:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _cache_paths() -> list[str]:
+    """Where the parsed runbooks may be cached: next to the data (as Python's own __pycache__), else the
+    user's cache directory."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return [os.path.join(_DIR, "__pycache__", "runbooks.json"), os.path.join(xdg, "gpuclinic", "runbooks.json")]
+
+
 def _load_files() -> list[dict[str, Any]]:
+    """The parsed TOML files.  Parsing them costs a third of a `doctor` run, so the result is cached as
+    JSON keyed by each file's name, size and mtime (a changed or added file misses the cache)."""
+    names = sorted(n for n in os.listdir(_DIR) if n.endswith(".toml"))
+    key = []
+    for n in names:
+        st = os.stat(os.path.join(_DIR, n))
+        key.append([n, st.st_size, st.st_mtime_ns])
+    for path in _cache_paths():
+        try:
+            with open(path, encoding="utf-8") as fh:
+                cached = json.load(fh)
+            if cached.get("key") == key:
+                return list(cached["files"])
+        except (OSError, ValueError, AttributeError):
+            continue
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     out = []
-    for name in sorted(os.listdir(_DIR)):
-        if name.endswith(".toml"):
-            with open(os.path.join(_DIR, name), "rb") as fh:
-                out.append(tomllib.load(fh))
+    for n in names:
+        with open(os.path.join(_DIR, n), "rb") as fh:
+            out.append(tomllib.load(fh))
+    blob = json.dumps({"key": key, "files": out})
+    for path in _cache_paths():
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(blob)
+            os.replace(tmp, path)
+            break
+        except OSError:
+            continue
     return out
 
 
