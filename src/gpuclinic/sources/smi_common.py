@@ -226,6 +226,10 @@ _ERROR_LINE_KEYS = ("nvidia-smi", "failed to initialize nvml", "no devices were 
                     "unable to determine the device handle", "version mismatch", "gpu access blocked",
                     "unable to find nvidia driver", "nvidia driver is not loaded", "insufficient permissions")
 
+# a literal each of _ERROR_LINE_RES and _HANDLE_RE needs (lower case): a line holding none is skipped
+_ERROR_LINE_NEEDS = ("nvidia-smi", "nvml", "no devices were found", "unable to", "mismatch", "gpu access blocked",
+                     "nvidia driver", "insufficient permissions")
+
 
 def _candidate_lines(lines: list[str]) -> list[str]:
     """The lines holding one of ``_ERROR_LINE_KEYS`` (ASCII case folded, as bytes: str.lower() of a
@@ -261,6 +265,8 @@ def scan_error_lines(lines: list[str]) -> tuple[list[str], list[tuple[str, str]]
         line = raw.strip()
         if not line or len(line) > 500:
             continue
+        if line.isascii() and not any(k in line.lower() for k in _ERROR_LINE_NEEDS):
+            continue  # no regex below can match (non-ASCII lines take the regexes: re.I folds a few letters)
         for rx in _ERROR_LINE_RES:
             m = rx.search(line)
             if m:
