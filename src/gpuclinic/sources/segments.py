@@ -86,13 +86,14 @@ _LINE_STARTS = re.compile("\n(?=" + "|".join(f"(?:{p})" for p in (
     r"\s*" + _METRIC.pattern[1:])) + ")", re.M)
 
 
-def classify_all(lines: list[str]) -> list[str]:
+def classify_all(lines: list[str], text: str | None = None, low: str | None = None) -> list[str]:
     """``[classify(ln) for ln in lines]``, linear and cheap on big inputs: whole-text literal and
-    line-start scans find the few candidate lines; every other line is "blank" or "other"."""
+    line-start scans find the few candidate lines; every other line is "blank" or "other".
+    ``text``/``low``: the lines joined with newlines, and that lower-cased, when the caller has them."""
     if len(lines) < 2000:
         return [classify(ln) for ln in lines]
-    text = "\n".join(lines)
-    low = text.lower()
+    text = "\n".join(lines) if text is None else text
+    low = text.lower() if low is None else low
     if any(f in text for f in _FOLDS) or low.count("\n") != len(lines) - 1:
         return [classify(ln) for ln in lines]
     starts = list(itertools.accumulate((len(ln) + 1 for ln in lines), initial=0))
@@ -173,7 +174,11 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
     if _ANY_QUOTE.search("\n".join(lines)):
         lines = [_QUOTE.sub("", ln, count=1) if ln.lstrip().startswith(">") and not ln.lstrip().startswith(">>>")
                  else ln for ln in lines]
-    classes = classify_all(lines)
+    joined = low = None
+    if len(lines) >= 2000:  # one join and one lower-casing, shared by the classifier and the signatures
+        joined = "\n".join(lines)
+        low = joined.lower()
+    classes = classify_all(lines, joined, low)
     claimed: set[int] = set()  # 1-based line numbers some reader used
 
     # 1. segments: runs of one class (blank lines join the run they sit in)
@@ -267,7 +272,7 @@ def read_lines(snap: Snapshot, lines: list[str], origin: str, *, detect: Detect,
 
     # 6. fault signatures on every line; the explain error signatures on the prose parts
     numbered = list(enumerate(lines, start=1))
-    matched = signals.scan_lines(snap, numbered, origin)
+    matched = signals.scan_lines(snap, numbered, origin, lowered=low)
     if matched:
         claimed |= matched
         rec.readers.append("fault signatures")

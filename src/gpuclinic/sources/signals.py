@@ -10,6 +10,7 @@ kernel event; fabric manager, persistence daemon, kernel Oops and IOMMU faults b
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -64,19 +65,20 @@ def signature_needles() -> tuple[str, ...]:
 
 
 def scan_lines(snap: Snapshot, numbered: Iterable[tuple[int, str]], origin: str,
-               parsed_xid_lines: set[int] | None = None) -> set[int]:
+               parsed_xid_lines: set[int] | None = None, lowered: str | None = None) -> set[int]:
     """Run the evidence signatures over ``(line number, text)`` pairs; returns the line numbers they claimed.
 
     Xid lines become kernel events unless a parser already produced one for that line (``net`` entries;
     ``parsed_xid_lines`` names them when the parser's events carry no line numbers) or the format-specific
-    entry already matched it.
+    entry already matched it.  ``lowered``: the texts joined with newlines and lower-cased, when the
+    caller has it (saves a pass over a big input).
     """
     sigs = evidence_signatures()
     have = {ev.lineno for ev in snap.kernel_events if ev.origin == origin and ev.kind in ("xid", "sxid")}
     have |= parsed_xid_lines or set()
     pairs = list(numbered)
     claimed: set[int] = set()
-    for idx in _needle_lines(pairs, sigs):
+    for idx in _needle_lines(pairs, sigs, lowered):
         n, raw = pairs[idx]
         line = raw[:MAX_LINE]
         low = line.lower()
@@ -107,12 +109,10 @@ def scan_lines(snap: Snapshot, numbered: Iterable[tuple[int, str]], origin: str,
     return claimed
 
 
-def _needle_lines(pairs: list[tuple[int, str]], sigs: Sequence[EvidenceSignature]) -> list[int]:
+def _needle_lines(pairs: list[tuple[int, str]], sigs: Sequence[EvidenceSignature], lowered: str | None = None) -> list[int]:
     """Indexes of the lines holding any needle: one ``str.find`` pass per needle over the whole text."""
-    text = "\n".join(t for _, t in pairs).lower()
-    starts = [0]
-    for _, t in pairs[:-1]:
-        starts.append(starts[-1] + len(t) + 1)
+    text = "\n".join(t for _, t in pairs).lower() if lowered is None else lowered
+    starts = list(itertools.accumulate((len(t) + 1 for _, t in pairs[:-1]), initial=0))
     hits: set[int] = set()
     for nd in {nd for s in sigs for nd in s.needles}:
         i = text.find(nd)

@@ -231,6 +231,10 @@ _ERROR_LINE_NEEDS = ("nvidia-smi", "nvml", "no devices were found", "unable to",
                      "nvidia driver", "insufficient permissions")
 
 
+def _needs_any(low: str) -> bool:
+    return any(k in low for k in _ERROR_LINE_NEEDS)
+
+
 def _candidate_lines(lines: list[str]) -> list[str]:
     """The lines holding one of ``_ERROR_LINE_KEYS`` (ASCII case folded, as bytes: str.lower() of a
     19 MB non-ASCII text alone takes half a second)."""
@@ -265,7 +269,7 @@ def scan_error_lines(lines: list[str]) -> tuple[list[str], list[tuple[str, str]]
         line = raw.strip()
         if not line or len(line) > 500:
             continue
-        if line.isascii() and not any(k in line.lower() for k in _ERROR_LINE_NEEDS):
+        if line.isascii() and not _needs_any(line.lower()):
             continue  # no regex below can match (non-ASCII lines take the regexes: re.I folds a few letters)
         for rx in _ERROR_LINE_RES:
             m = rx.search(line)
