@@ -85,6 +85,8 @@ _LINE_STARTS = re.compile("\n(?=" + "|".join(f"(?:{p})" for p in (
     _RE_KERNEL_LINE.pattern[1:], _PROMPT.pattern[1:], _JSON.pattern[1:], _JOURNAL_FIELD.pattern[1:],
     r"\s*" + _METRIC.pattern[1:])) + ")", re.M)
 
+_BLANK_LINE = re.compile(r"\n(?=[^\S\n]*\n)")
+
 
 def classify_all(lines: list[str], text: str | None = None, low: str | None = None) -> list[str]:
     """``[classify(ln) for ln in lines]``, linear and cheap on big inputs: whole-text literal and
@@ -99,7 +101,8 @@ def classify_all(lines: list[str], text: str | None = None, low: str | None = No
     starts = list(itertools.accumulate((len(ln) + 1 for ln in lines), initial=0))
     cands: set[int] = set()
     for body, keys in ((text, _KERNEL_MARKS), (low, _ERROR_KEYS)):
-        bstarts = starts if body is text else \
+        # lower() never shortens a character, so equal lengths mean equal offsets
+        bstarts = starts if body is text or len(low) == len(text) else \
             list(itertools.accumulate((len(ln) + 1 for ln in low.split("\n")), initial=0))
         for key in keys:
             i = body.find(key)
@@ -109,7 +112,9 @@ def classify_all(lines: list[str], text: str | None = None, low: str | None = No
                 i = body.find(key, bstarts[k + 1])
     for m in _LINE_STARTS.finditer("\n" + text):
         cands.add(bisect_right(starts, m.start()) - 1)
-    classes = ["other" if ln.strip() else "blank" for ln in lines]
+    classes = ["other"] * len(lines)
+    for m in _BLANK_LINE.finditer("\n" + text + "\n"):  # lines that strip() to nothing
+        classes[bisect_right(starts, m.start()) - 1] = "blank"
     for k in cands:
         classes[k] = classify(lines[k])
     return classes
