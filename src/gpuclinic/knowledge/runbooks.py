@@ -52,7 +52,7 @@ def _load_files() -> list[dict[str, Any]]:
     """The parsed TOML files.  Parsing them costs a third of a `doctor` run, so the result is cached as
     JSON keyed by each file's name, size and mtime (a changed or added file misses the cache)."""
     names = sorted(n for n in os.listdir(_DIR) if n.endswith(".toml"))
-    key = []
+    key: list[Any] = [_DIR]  # the user cache may be shared by several installs
     for n in names:
         st = os.stat(os.path.join(_DIR, n))
         key.append([n, st.st_size, st.st_mtime_ns])
@@ -60,7 +60,7 @@ def _load_files() -> list[dict[str, Any]]:
         try:
             with open(path, encoding="utf-8") as fh:
                 cached = json.load(fh)
-            if cached.get("key") == key:
+            if cached.get("key") == key and isinstance(cached.get("files"), list):
                 return list(cached["files"])
         except (OSError, ValueError, AttributeError):
             continue
