@@ -9,8 +9,12 @@ import sys
 
 class ProxyProcess:
     def __init__(self, target: str, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "gpuclinic.transfer.wansim_tcp", "--target", target, *args],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuclinic.transfer.wansim_tcp", "--target", target, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         self.port = int(json.loads(self.proc.stdout.readline())["port"])
 

@@ -47,17 +47,34 @@ def main() -> None:
             push(skopeo, root / "src", f"{reg.host}/bench/big:latest")
             proxy = ProxyProcess(reg.host, "--rate", args.rate, "--latency", str(args.latency))
             ref = f"127.0.0.1:{proxy.port}/bench/big:latest"
-            print(f"image {args.layer_mib} MiB layer; link: {args.rate}B/s per connection, {args.latency * 1000:.0f} ms RTT")
+            print(
+                f"image {args.layer_mib} MiB layer; link: {args.rate}B/s per connection, "
+                f"{args.latency * 1000:.0f} ms RTT"
+            )
 
             t = time.monotonic()
-            r = subprocess.run([skopeo, "copy", "-q", "--src-tls-verify=false", f"docker://{ref}", f"oci:{root / 'sk'}:latest"],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [
+                    skopeo,
+                    "copy",
+                    "-q",
+                    "--src-tls-verify=false",
+                    f"docker://{ref}",
+                    f"oci:{root / 'sk'}:latest",
+                ],
+                capture_output=True,
+                text=True,
+            )
             t_sk = time.monotonic() - t
             assert r.returncode == 0, r.stderr
             print(f"skopeo copy:       {t_sk:7.1f} s")
 
             t = time.monotonic()
-            r = subprocess.run([*GPUCLINIC, "get", "image", ref, "-o", str(root / "gc"), "--json"], capture_output=True, text=True)
+            r = subprocess.run(
+                [*GPUCLINIC, "get", "image", ref, "-o", str(root / "gc"), "--json"],
+                capture_output=True,
+                text=True,
+            )
             t_gc = time.monotonic() - t
             assert r.returncode == 0, r.stderr
             res = json.loads(r.stdout)

@@ -26,27 +26,41 @@ NOISE = [
     "systemd[1]: Started Session {n} of User ubuntu.",
     "systemd[1]: session-{n}.scope: Deactivated successfully.",
     "CRON[{n}]: (root) CMD (command -v debian-sa1 > /dev/null && debian-sa1 1 1)",
-    "sshd[{n}]: Accepted publickey for ubuntu from 10.0.{a}.{b} port {n} ssh2: ED25519 SHA256:abcdefghijklmnop",
+    "sshd[{n}]: Accepted publickey for ubuntu from 10.0.{a}.{b} port {n} ssh2: ED25519 "
+    "SHA256:abcdefghijklmnop",
     "kernel: [{up}] IPv6: ADDRCONF(NETDEV_CHANGE): veth{n}: link becomes ready",
     "kernel: [{up}] docker0: port {a}(veth{n}) entered forwarding state",
-    "kernel: [{up}] audit: type=1400 audit({n}.123:{a}): apparmor=\"DENIED\" operation=\"open\" profile=\"snap\"",
-    "kernel: [{up}] mlx5_core 0000:{a:02x}:00.0: mlx5_pcie_event:301: Detected insufficient power on the PCIe slot",
-    "containerd[{n}]: time=\"2024-03-04T10:11:12Z\" level=info msg=\"shim disconnected\" id={n}",
-    "kubelet[{n}]: I0304 10:11:12.123456 {n} kubelet.go:2337] \"SyncLoop (PLEG): event for pod\" pod=\"default/x\"",
+    'kernel: [{up}] audit: type=1400 audit({n}.123:{a}): apparmor="DENIED" operation="open" profile="snap"',
+    "kernel: [{up}] mlx5_core 0000:{a:02x}:00.0: mlx5_pcie_event:301: Detected insufficient power on the "
+    "PCIe slot",
+    'containerd[{n}]: time="2024-03-04T10:11:12Z" level=info msg="shim disconnected" id={n}',
+    'kubelet[{n}]: I0304 10:11:12.123456 {n} kubelet.go:2337] "SyncLoop (PLEG): event for pod" '
+    'pod="default/x"',
     "python3[{n}]: step={n} loss=0.{a}{b} lr=0.0001 throughput=1234.5 samples/s",
     "kernel: [{up}] EXT4-fs (nvme0n1p1): mounted filesystem with ordered data mode. Quota mode: none.",
 ]
 SIGNAL = [
-    ["kernel: [{up}] NVRM: Xid (PCI:0000:{a:02x}:00): 79, pid={n}, name=python3, GPU has fallen off the bus."],
-    ["kernel: [{up}] NVRM: Xid (PCI:0000:{a:02x}:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp "
-     "Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter"],
-    ["kernel: [{up}] NVRM: Xid (PCI:0000:{a:02x}:00): 119, pid={n}, name=nvidia-smi, Timeout after 6s of waiting for "
-     "RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4)."],
-    ["kernel: [{up}] pcieport 0000:00:01.1: AER: Corrected error message received from 0000:{a:02x}:00.0",
-     "kernel: [{up}] nvidia 0000:{a:02x}:00.0: PCIe Bus Error: severity=Correctable, type=Physical Layer, "
-     "(Receiver ID)",
-     "kernel: [{up}] nvidia 0000:{a:02x}:00.0:   device [10de:2330] error status/mask=00000001/0000e000",
-     "kernel: [{up}] nvidia 0000:{a:02x}:00.0:    [ 0] RxErr                  (First)"],
+    [
+        "kernel: [{up}] NVRM: Xid (PCI:0000:{a:02x}:00): 79, pid={n}, name=python3, GPU has fallen off the "
+        "bus."
+    ],
+    [
+        "kernel: [{up}] NVRM: Xid (PCI:0000:{a:02x}:00): 13, pid='<unknown>', name=<unknown>, Graphics SM "
+        "Warp "
+        "Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter"
+    ],
+    [
+        "kernel: [{up}] NVRM: Xid (PCI:0000:{a:02x}:00): 119, pid={n}, name=nvidia-smi, Timeout after 6s of "
+        "waiting for "
+        "RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4)."
+    ],
+    [
+        "kernel: [{up}] pcieport 0000:00:01.1: AER: Corrected error message received from 0000:{a:02x}:00.0",
+        "kernel: [{up}] nvidia 0000:{a:02x}:00.0: PCIe Bus Error: severity=Correctable, type=Physical Layer, "
+        "(Receiver ID)",
+        "kernel: [{up}] nvidia 0000:{a:02x}:00.0:   device [10de:2330] error status/mask=00000001/0000e000",
+        "kernel: [{up}] nvidia 0000:{a:02x}:00.0:    [ 0] RxErr                  (First)",
+    ],
 ]
 
 
@@ -65,8 +79,12 @@ def make_block(rnd: random.Random, up0: float, target: int = 4 << 20) -> tuple[b
     while size < target:
         up += rnd.random() * 0.05
         stamp = f"Mar  4 10:{int(up / 60) % 60:02d}:{int(up) % 60:02d} gpu-node-7 "
-        kw = {"n": rnd.randrange(1000, 99999), "a": rnd.randrange(0, 256), "b": rnd.randrange(0, 256),
-              "up": f"{up:12.6f}"}
+        kw = {
+            "n": rnd.randrange(1000, 99999),
+            "a": rnd.randrange(0, 256),
+            "b": rnd.randrange(0, 256),
+            "up": f"{up:12.6f}",
+        }
         if rnd.random() < 1 / 2000:
             for tmpl in rnd.choice(SIGNAL):
                 line = stamp + tmpl.format(**kw) + "\n"
@@ -114,7 +132,9 @@ def peak_kb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 """
 
-SCAN_CHILD = PEAK + r"""
+SCAN_CHILD = (
+    PEAK
+    + r"""
 import sys, time
 from gpuclinic.sources.kernellog import scan_path
 t0 = time.perf_counter()
@@ -122,11 +142,15 @@ evs = scan_path(sys.argv[1])
 dt = time.perf_counter() - t0
 print(dt, peak_kb(), len(evs), sum(1 for e in evs if e.kind == "xid"))
 """
+)
 
-BASE_CHILD = PEAK + r"""
+BASE_CHILD = (
+    PEAK
+    + r"""
 import gpuclinic.sources.kernellog  # noqa: F401
 print(peak_kb())
 """
+)
 
 
 def time_cmd(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
@@ -161,7 +185,10 @@ def main() -> int:
         nvrm = generate(path, size)
         generate(quarter, size // 4)
         real = os.path.getsize(path)
-        print(f"generated {real / 2**20:.0f} MiB ({nvrm} NVRM lines) in {time.perf_counter() - t0:.1f}s at {path}")
+        print(
+            f"generated {real / 2**20:.0f} MiB ({nvrm} NVRM lines) in {time.perf_counter() - t0:.1f}s at "
+            f"{path}"
+        )
         subprocess.run([grep, "-c", "NVRM", path], capture_output=True, check=False)  # warm the page cache
         py = sys.executable
         grep_t: list[float] = []
@@ -189,19 +216,33 @@ def main() -> int:
         gc, sc = min(grep_c), min(scan_c)
         mib = real / 2**20
         print(f"grep -c NVRM : wall {g:6.2f} s  cpu {gc:6.2f} s  ({count} lines)  {mib / g:6.0f} MiB/s")
-        print(f"scan_path    : wall {s:6.2f} s  cpu {sc:6.2f} s  ({n_events} events, {n_xid} Xid; "
-              f"in-process {float(inner):.2f} s; interpreter start+import {base_cpu:.2f} s cpu)  {mib / s:6.0f} MiB/s")
-        print(f"memmem only  : wall {min(mm_t):6.2f} s  (GPUCLINIC_NO_GREP=1, the fallback; "
-              f"{mm_out.split()[2]} events: {'same' if mm_out.split()[2:] == scan_out.split()[2:] else 'DIFFERENT'})")
-        print(f"ratio        : wall {s / g:5.2f}x grep, cpu {sc / gc:5.2f}x grep (target <= 1.5x; best of {args.n}); "
-              f"memmem fallback {min(mm_t) / g:5.2f}x grep")
-        print(f"peak RSS     : {int(rss_kb) / 1024:6.1f} MiB scanning {mib:.0f} MiB; {q_rss_kb / 1024:.1f} MiB for a "
-              f"quarter; interpreter+import alone {int(base) / 1024:.1f} MiB")
+        print(
+            f"scan_path    : wall {s:6.2f} s  cpu {sc:6.2f} s  ({n_events} events, {n_xid} Xid; "
+            f"in-process {float(inner):.2f} s; interpreter start+import {base_cpu:.2f} s cpu)  "
+            f"{mib / s:6.0f} MiB/s"
+        )
+        print(
+            f"memmem only  : wall {min(mm_t):6.2f} s  (GPUCLINIC_NO_GREP=1, the fallback; "
+            f"{mm_out.split()[2]} events: "
+            f"{'same' if mm_out.split()[2:] == scan_out.split()[2:] else 'DIFFERENT'})"
+        )
+        print(
+            f"ratio        : wall {s / g:5.2f}x grep, cpu {sc / gc:5.2f}x grep (target <= 1.5x; best of "
+            f"{args.n}); "
+            f"memmem fallback {min(mm_t) / g:5.2f}x grep"
+        )
+        print(
+            f"peak RSS     : {int(rss_kb) / 1024:6.1f} MiB scanning {mib:.0f} MiB; {q_rss_kb / 1024:.1f} MiB "
+            "for a "
+            f"quarter; interpreter+import alone {int(base) / 1024:.1f} MiB"
+        )
         more = int(n_events) - q_events
         grow = (int(rss_kb) - q_rss_kb) / 1024
         per = f" = {grow * 1024 / more:.1f} KiB per extra event returned" if more > 0 else ""
-        print(f"memory growth: {grow:+.1f} MiB from 1/4 to full size for {more} more events{per}; "
-              "the file itself is never held (a 5 MiB buffer)")
+        print(
+            f"memory growth: {grow:+.1f} MiB from 1/4 to full size for {more} more events{per}; "
+            "the file itself is never held (a 5 MiB buffer)"
+        )
     finally:
         if args.keep:
             print(f"kept {tmp}")

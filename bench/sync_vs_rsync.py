@@ -7,7 +7,8 @@ as in issue 13: 1 GiB in 1,000 files, and one 1 GiB file.  Each is pushed by `rs
 destination trees are compared.  Prints the ratio (target >= 3x) and the share of the proxy's
 total cap that sync achieved (target >= 90 %).
 
-    python bench/sync_vs_rsync.py [--size-mib 1024] [--files 1000] [--rate 4M] [--total-rate 16M] [--latency 0.05]
+    python bench/sync_vs_rsync.py [--size-mib 1024] [--files 1000] [--rate 4M] [--total-rate 16M] [--latency
+    0.05]
 """
 
 from __future__ import annotations
@@ -79,12 +80,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-sync-") as tmp:
         root = Path(tmp)
         sshd = Sshd(sshd_bin, keygen, root / "sshd")
-        proxy = ProxyProcess(f"127.0.0.1:{sshd.port}", "--rate", args.rate, "--total-rate", args.total_rate,
-                             "--latency", str(args.latency))
+        proxy = ProxyProcess(
+            f"127.0.0.1:{sshd.port}",
+            "--rate",
+            args.rate,
+            "--total-rate",
+            args.total_rate,
+            "--latency",
+            str(args.latency),
+        )
         cfg = sshd.client_config(proxy.port)
         rsh = f"ssh -F {cfg}"
-        print(f"link: {args.rate}B/s per connection, {args.total_rate}B/s total, {args.latency * 1000:.0f} ms RTT; "
-              f"{os.cpu_count()} CPUs")
+        print(
+            f"link: {args.rate}B/s per connection, {args.total_rate}B/s total, {args.latency * 1000:.0f} ms "
+            "RTT; "
+            f"{os.cpu_count()} CPUs"
+        )
         try:
             work = [("files", args.files), ("big", 1)]
             for name, n in work:
@@ -97,8 +108,11 @@ def main() -> None:
                 print(f"\n== {args.size_mib} MiB in {label}")
                 proxy.reset()
                 t = time.monotonic()
-                r = subprocess.run(["rsync", "-a", "-e", rsh, f"{src}/", f"testbox:{root / ('rsync-' + name)}/"],
-                                   capture_output=True, text=True)
+                r = subprocess.run(
+                    ["rsync", "-a", "-e", rsh, f"{src}/", f"testbox:{root / ('rsync-' + name)}/"],
+                    capture_output=True,
+                    text=True,
+                )
                 t_rsync = time.monotonic() - t
                 assert r.returncode == 0, r.stderr
                 assert tree_hash(root / f"rsync-{name}") == want
@@ -106,19 +120,35 @@ def main() -> None:
                 shutil.rmtree(root / f"rsync-{name}")
                 proxy.reset()
                 t = time.monotonic()
-                r = subprocess.run([*GPUCLINIC, "sync", "-e", rsh, f"{src}/", f"testbox:{root / ('sync-' + name)}", "--json"],
-                                   capture_output=True, text=True)
+                r = subprocess.run(
+                    [
+                        *GPUCLINIC,
+                        "sync",
+                        "-e",
+                        rsh,
+                        f"{src}/",
+                        f"testbox:{root / ('sync-' + name)}",
+                        "--json",
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
                 t_sync = time.monotonic() - t
                 assert r.returncode == 0, r.stderr
                 res = json.loads(r.stdout)
                 assert tree_hash(root / f"sync-{name}") == want
                 sent = proxy.stats()["up"]
-                print(f"gpuclinic sync:  {t_sync:7.1f} s  ({size / MiB / t_sync:5.1f} MiB/s; {res['streams']} streams, "
-                      f"plan {res['plan_seconds']:.1f} s, data+verify {res['transfer_seconds']:.1f} s; "
-                      f"{sent / MiB:.0f} MiB through the proxy incl. probes)")
+                print(
+                    f"gpuclinic sync:  {t_sync:7.1f} s  ({size / MiB / t_sync:5.1f} MiB/s; {res['streams']} "
+                    "streams, "
+                    f"plan {res['plan_seconds']:.1f} s, data+verify {res['transfer_seconds']:.1f} s; "
+                    f"{sent / MiB:.0f} MiB through the proxy incl. probes)"
+                )
                 print(f"ratio sync / rsync -a: {t_rsync / t_sync:.1f}x (target >= 3x)")
-                print(f"share of the link cap: {size / t_sync / cap:.0%} overall, "
-                      f"{size / res['transfer_seconds'] / cap:.0%} in the data phase (target >= 90 %)")
+                print(
+                    f"share of the link cap: {size / t_sync / cap:.0%} overall, "
+                    f"{size / res['transfer_seconds'] / cap:.0%} in the data phase (target >= 90 %)"
+                )
                 shutil.rmtree(root / f"sync-{name}")
                 shutil.rmtree(src)
         finally:

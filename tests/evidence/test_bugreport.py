@@ -25,8 +25,12 @@ def test_sections_and_facts(name: str) -> None:
     (dev,) = rep.pci_devices
     assert (dev.bus_id, dev.device_id, dev.class_code, dev.driver, dev.numa_node) == (
         "0000:10:1c.0", "0x20b0", "0x030200", "nvidia", 5)
-    assert (dev.current_link_speed_gts, dev.current_link_width, dev.max_link_speed_gts, dev.max_link_width) == (
-        2.5, 8, 16.0, 16)
+    assert (
+        dev.current_link_speed_gts,
+        dev.current_link_width,
+        dev.max_link_speed_gts,
+        dev.max_link_width,
+    ) == (2.5, 8, 16.0, 16)
     assert dev.is_gpu
 
 
@@ -45,7 +49,9 @@ def test_kernel_sections_stream_through_kernel_log_parser(monkeypatch: pytest.Mo
     monkeypatch.setattr(bugreport, "parse_lines", parse_lines)
     rep = bugreport.parse_path(str(FX / "nvidia-bug-report-excerpt.log.gz"))
     assert len(seen) == 1 and "kern.log" in (seen[0][0] or "")
-    assert len([ln for ln in seen[0][1] if ln.strip()]) == 13 and not any("No entries" in ln for ln in seen[0][1])
+    assert len([ln for ln in seen[0][1] if ln.strip()]) == 13 and not any(
+        "No entries" in ln for ln in seen[0][1]
+    )
     assert [e.xid for e in rep.kernel_events] == [79]
     snap = load_evidence([str(FX / "nvidia-bug-report-excerpt.log.gz")])
     assert snap.kernel_log_read is True and snap.kernel_events[0].xid == 79
@@ -66,8 +72,15 @@ def test_lspci_nn_listing_enumerates_nvidia_devices() -> None:
     text = (FX / "lspci-nn-a100x8-azure.txt").read_text()
     devs = lspci.parse(text.splitlines())
     assert len(devs) == 14 and [d.bus_id for d in devs if d.is_gpu] == [
-        "0001:00:00.0", "0002:00:00.0", "0003:00:00.0", "0004:00:00.0",
-        "000b:00:00.0", "000c:00:00.0", "000d:00:00.0", "000e:00:00.0"]
+        "0001:00:00.0",
+        "0002:00:00.0",
+        "0003:00:00.0",
+        "0004:00:00.0",
+        "000b:00:00.0",
+        "000c:00:00.0",
+        "000d:00:00.0",
+        "000e:00:00.0",
+    ]
     assert {d.device_id for d in devs if d.is_gpu} == {"0x20b2"}
     assert {(d.device_id, d.class_code) for d in devs if not d.is_gpu} == {("0x1af1", "0x068000")}
     snap = load_evidence([str(FX / "lspci-nn-a100x8-azure.txt")])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -42,10 +43,12 @@ def fake_runner(argv: list[str], timeout: float) -> subprocess.CompletedProcess[
     if argv[1:] == ["-q", "-x"]:
         out = XML
     elif argv[1:] == ["-q"]:
-        out = f"==============NVSMI LOG==============\n\nGPU 00000000:00:04.0\n    Serial Number : {SERIAL}\n    GPU UUID : GPU-{UUID}\n"
+        out = f"==============NVSMI LOG==============\n\nGPU 00000000:00:04.0\n    Serial Number : {SERIAL}\n    GPU UUID : GPU-{UUID}\n"  # noqa: E501
     elif "dmesg" in argv[0]:
-        out = (f"[  1.0] {HOST} eth0: 10.1.2.3 fe80::1ff:fe23:4567:890a mac 3c:fd:fe:aa:bb:cc\n"
-               f"[  2.0] python[12]: HF_TOKEN={HF} WEBHOOK={WEBHOOK}\n")
+        out = (
+            f"[  1.0] {HOST} eth0: 10.1.2.3 fe80::1ff:fe23:4567:890a mac 3c:fd:fe:aa:bb:cc\n"
+            f"[  2.0] python[12]: HF_TOKEN={HF} WEBHOOK={WEBHOOK}\n"
+        )
     else:
         return subprocess.CompletedProcess(argv, 1, b"", f"{name}: Operation not permitted\n".encode())
     return subprocess.CompletedProcess(argv, 0, out.encode(), b"")
@@ -53,7 +56,7 @@ def fake_runner(argv: list[str], timeout: float) -> subprocess.CompletedProcess[
 
 @pytest.fixture
 def which_all(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cap.shutil, "which", lambda c: "/usr/bin/" + c)
+    monkeypatch.setattr(shutil, "which", lambda c: "/usr/bin/" + c)
 
 
 def _files(path: Path) -> dict[str, str]:
@@ -66,7 +69,13 @@ def test_bundle_round_trips_through_doctor_from(tmp_path: Path, which_all: None)
     out = tmp_path / "c.tar.gz"
     cap.write_bundle(cap.render_files(b, redact=False), str(out))
     files = _files(out)
-    assert {"snapshot.json", "manifest.json", "raw/nvidia-smi-q.xml", "raw/nvidia-smi-q.txt", "raw/dmesg.txt"} <= set(files)
+    assert {
+        "snapshot.json",
+        "manifest.json",
+        "raw/nvidia-smi-q.xml",
+        "raw/nvidia-smi-q.txt",
+        "raw/dmesg.txt",
+    } <= set(files)
     man = json.loads(files["manifest.json"])
     assert man["schema"] == "gpuclinic.capture/1" and man["redacted"] is False
     assert any("journalctl" in f["what"] and "Operation not permitted" in f["why"] for f in man["failed"])
@@ -76,8 +85,9 @@ def test_bundle_round_trips_through_doctor_from(tmp_path: Path, which_all: None)
     assert snap.gpus[0].ecc_aggregate_corrected == 3 and snap.hostname == HOST
 
 
-def test_secrets_never_enter_bundle_even_without_redact(tmp_path: Path, which_all: None,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_secrets_never_enter_bundle_even_without_redact(
+    tmp_path: Path, which_all: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HF_TOKEN", HF)
     monkeypatch.setenv("SLACK_WEBHOOK_URL", WEBHOOK)
     monkeypatch.setenv("DB_PASSWORD", "hunter2hunter2")
@@ -104,7 +114,9 @@ def test_redaction_is_consistent_across_files(tmp_path: Path, which_all: None) -
     cap.write_bundle(cap.render_files(b, redact=True), str(out))
     files = _files(out)
     blob = "\n".join(files.values())
-    assert SERIAL not in blob and UUID not in blob and "10.1.2.3" not in blob and "3c:fd:fe:aa:bb:cc" not in blob
+    assert (
+        SERIAL not in blob and UUID not in blob and "10.1.2.3" not in blob and "3c:fd:fe:aa:bb:cc" not in blob
+    )
     assert "fe80::1ff:fe23:4567:890a" not in blob
     if HOST != "localhost":
         assert json.loads(files["snapshot.json"])["hostname"].startswith("host")
@@ -113,9 +125,15 @@ def test_redaction_is_consistent_across_files(tmp_path: Path, which_all: None) -
     assert snap_uuid.startswith("GPU-") and snap_uuid in files["raw/nvidia-smi-q.xml"]
     assert snap_uuid in files["raw/nvidia-smi-q.txt"]
     serial_tok = json.loads(files["snapshot.json"])["gpus"][0]["serial"]
-    assert serial_tok != SERIAL and serial_tok in files["raw/nvidia-smi-q.txt"] and serial_tok in files["raw/nvidia-smi-q.xml"]
+    assert (
+        serial_tok != SERIAL
+        and serial_tok in files["raw/nvidia-smi-q.txt"]
+        and serial_tok in files["raw/nvidia-smi-q.xml"]
+    )
     # PCI bus ids, versions and times survive redaction: the diagnosis still works
-    assert "00000000:00:04.0" in files["raw/nvidia-smi-q.xml"] and "510.47.03" in files["raw/nvidia-smi-q.xml"]
+    assert (
+        "00000000:00:04.0" in files["raw/nvidia-smi-q.xml"] and "510.47.03" in files["raw/nvidia-smi-q.xml"]
+    )
     snap = load_evidence([str(out)])
     assert snap.gpus[0].uuid == snap_uuid and snap.gpus[0].pci_bus_id == "0000:00:04.0"
 
@@ -123,7 +141,9 @@ def test_redaction_is_consistent_across_files(tmp_path: Path, which_all: None) -
 def test_redactor_same_value_same_token() -> None:
     r = cap.Redactor(["gpu-node-7"])
     a = r.apply("GPU-d3da8716-eaab-75db-efc1-60e88e1cd55e on gpu-node-7 at 10.0.0.5")
-    b = r.apply("again GPU-D3DA8716-EAAB-75DB-EFC1-60E88E1CD55E gpu-node-7.example 10.0.0.5 19:32:16 0000:3b:00.0")
+    b = r.apply(
+        "again GPU-D3DA8716-EAAB-75DB-EFC1-60E88E1CD55E gpu-node-7.example 10.0.0.5 19:32:16 0000:3b:00.0"
+    )
     tok = a.split()[0]
     assert tok in b and "gpu-node-7" not in a + b and "10.0.0.5" not in a + b
     assert "19:32:16" in b and "0000:3b:00.0" in b
@@ -169,7 +189,7 @@ def test_an_existing_file_that_is_not_a_capture_is_never_replaced(tmp_path: Path
 
 
 def test_missing_tools_are_recorded_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cap.shutil, "which", lambda c: None)
+    monkeypatch.setattr(shutil, "which", lambda c: None)
     b = cap.gather(runner=fake_runner, collect=fake_collect)
     assert not [r for r in b.raw if r.argv]
     assert any("nvidia-smi not found" in f["why"] for f in b.failed)
@@ -178,25 +198,40 @@ def test_missing_tools_are_recorded_not_fatal(monkeypatch: pytest.MonkeyPatch) -
 def test_cli_capture_on_this_machine_then_doctor_from(tmp_path: Path) -> None:
     out = tmp_path / "here.tar.gz"
     env = dict(os.environ, HF_TOKEN=HF)
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "capture", "--quick", "-o", str(out)],
-                       capture_output=True, text=True, timeout=120, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "capture", "--quick", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and out.exists()
     assert HF not in "\n".join(_files(out).values())
-    r2 = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--json", "--from", str(out)],
-                        capture_output=True, text=True, timeout=120)
+    r2 = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "doctor", "--json", "--from", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r2.returncode in (0, 1, 2), r2.stderr
     assert json.loads(r2.stdout)["facts"]["origin"] == "evidence"
 
 
 def test_secret_env_names() -> None:
-    env = {"HF_TOKEN": "hf_abcdefghij", "AWS_SECRET_ACCESS_KEY": "abcdefghijkl", "DB_PASSWORD": "pw123456",
-           "TOKENIZERS_PARALLELISM": "falseee", "PATH": "/usr/bin:/bin", "ALERT_URL": "https://x.example/webhook/abc123"}
+    env = {
+        "HF_TOKEN": "hf_abcdefghij",
+        "AWS_SECRET_ACCESS_KEY": "abcdefghijkl",
+        "DB_PASSWORD": "pw123456",
+        "TOKENIZERS_PARALLELISM": "falseee",
+        "PATH": "/usr/bin:/bin",
+        "ALERT_URL": "https://x.example/webhook/abc123",
+    }
     got = cap.secret_env_values(env)
     assert set(got.values()) == {"HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "ALERT_URL"}
 
 
-_SAFE = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200)
+_SAFE = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=200)
 
 
 @settings(max_examples=60, deadline=None)

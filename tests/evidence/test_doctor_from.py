@@ -48,12 +48,21 @@ def test_two_dumps_of_one_node_merge_into_one_gpu_list() -> None:
     assert snap.gpus[4].lost and snap.gpus[4].pci_bus_id == "0000:65:00.0"
 
 
-@pytest.mark.parametrize(("name", "rc"), [
-    ("tesla-p100-510.xml", 0), ("a100-sxm4-80gb-510-remap-pending.txt", 1), ("table-err-gsp-timeout-a100.txt", 2),
-])
+@pytest.mark.parametrize(
+    ("name", "rc"),
+    [
+        ("tesla-p100-510.xml", 0),
+        ("a100-sxm4-80gb-510-remap-pending.txt", 1),
+        ("table-err-gsp-timeout-a100.txt", 2),
+    ],
+)
 def test_cli_exit_codes(name: str, rc: int) -> None:
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--from", str(FX / name)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "doctor", "--from", str(FX / name)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == rc, r.stderr
     assert "Traceback" not in r.stderr
 
@@ -61,8 +70,13 @@ def test_cli_exit_codes(name: str, rc: int) -> None:
 def test_power_brake_paste_merges_with_the_same_gpus_pci_excerpt() -> None:
     verdict, got = codes("v100-sxm2-32gb-power-brake-excerpt.txt", "v100-sxm2-32gb-pci-excerpt.txt")
     assert (verdict, got) == ("drain", [("power.brake", 0)])
-    snap = load_evidence([str(FX / "v100-sxm2-32gb-power-brake-excerpt.txt"), str(FX / "v100-sxm2-32gb-pci-excerpt.txt")])
+    snap = load_evidence(
+        [str(FX / "v100-sxm2-32gb-power-brake-excerpt.txt"), str(FX / "v100-sxm2-32gb-pci-excerpt.txt")]
+    )
     (g,) = snap.gpus
     assert (g.name, g.pci_bus_id, g.pci_device_id) == ("Tesla V100-SXM2-32GB", "0000:1e:00.0", "0x1DB510DE")
-    assert g.clock_event_reasons == ["hw_slowdown", "hw_power_brake_slowdown"] and g.clock_event_reasons_mask == 0x88
+    assert (
+        g.clock_event_reasons == ["hw_slowdown", "hw_power_brake_slowdown"]
+        and g.clock_event_reasons_mask == 0x88
+    )
     assert (g.sm_clock_mhz, g.mem_clock_mhz) == (382, 877)

@@ -69,7 +69,14 @@ def test_xml_reader_reads_the_schema_rows() -> None:
     ev = Path(__file__).resolve().parents[1] / "fixtures" / "evidence"
     (g,) = smi_xml.parse((ev / "tesla-p100-510.xml").read_text(), "x").gpus
     rows = [r for r in gpu_fields.fields() if r.xml_reader == "schema"]
-    assert {r.fact for r in rows} >= {"name", "uuid", "serial", "vbios", "persistence_mode", "performance_state"}
+    assert {r.fact for r in rows} >= {
+        "name",
+        "uuid",
+        "serial",
+        "vbios",
+        "persistence_mode",
+        "performance_state",
+    }
     assert g.name and g.name.startswith("Tesla P100") and g.uuid and g.uuid.startswith("GPU-")
     assert g.performance_state and g.performance_state.startswith("P") and g.vbios
     for r in rows:
@@ -80,11 +87,27 @@ def test_xml_reader_reads_every_schema_row_from_its_path() -> None:
     """A -q -x dump written from the schema's own element paths: every schema-read row comes back."""
     import xml.etree.ElementTree as ET
 
-    values = {"str": ("Some Value", "Some Value"), "bool": ("Enabled", True), "num": ("42 %", 42.0), "int": ("7", 7),
-              "mib": ("1024 MiB", 1 << 30), "width": ("16x", 16)}
+    values = {
+        "str": ("Some Value", "Some Value"),
+        "bool": ("Enabled", True),
+        "num": ("42 %", 42.0),
+        "int": ("7", 7),
+        "mib": ("1024 MiB", 1 << 30),
+        "width": ("16x", 16),
+    }
     rows = [r for r in gpu_fields.fields() if r.xml_reader == "schema"]
-    assert {"temperature_c", "power_draw_w", "sm_clock_mhz", "memory_used_bytes", "pcie_gen", "pcie_width",
-            "pcie_replay_count", "ecc_mode_current", "retired_pages_sbe", "remapped_rows_pending"} <= {r.fact for r in rows}
+    assert {
+        "temperature_c",
+        "power_draw_w",
+        "sm_clock_mhz",
+        "memory_used_bytes",
+        "pcie_gen",
+        "pcie_width",
+        "pcie_replay_count",
+        "ecc_mode_current",
+        "retired_pages_sbe",
+        "remapped_rows_pending",
+    } <= {r.fact for r in rows}
     root = ET.Element("nvidia_smi_log")
     ET.SubElement(root, "driver_version").text = "550.54.14"
     gpu = ET.SubElement(root, "gpu", id="00000000:3B:00.0")
@@ -101,16 +124,38 @@ def test_xml_reader_reads_every_schema_row_from_its_path() -> None:
 
 def test_text_reader_reads_every_schema_row_from_its_path() -> None:
     """A -q paste written from the schema's own text paths: every schema-read row comes back."""
-    values = {"str": ("Some Value", "Some Value"), "bool": ("Enabled", True), "num": ("42 %", 42.0), "int": ("7", 7),
-              "mib": ("1024 MiB", 1 << 30), "width": ("16x", 16)}
-    lines = ["==============NVSMI LOG==============", "", "Driver Version                        : 550.54.14",
-             "Attached GPUs                         : 1", "GPU 00000000:3B:00.0"]
+    values = {
+        "str": ("Some Value", "Some Value"),
+        "bool": ("Enabled", True),
+        "num": ("42 %", 42.0),
+        "int": ("7", 7),
+        "mib": ("1024 MiB", 1 << 30),
+        "width": ("16x", 16),
+    }
+    lines = [
+        "==============NVSMI LOG==============",
+        "",
+        "Driver Version                        : 550.54.14",
+        "Attached GPUs                         : 1",
+        "GPU 00000000:3B:00.0",
+    ]
     rows = [r for r in gpu_fields.fields() if r.text_reader == "schema"]
     assert len(rows) >= 40
     # the structured sections are schema rows too (temperatures, power, clocks, memory, PCIe, ECC, retirement)
-    assert {"temperature_c", "shutdown_temp_c", "power_draw_w", "power_limit_w", "sm_clock_mhz", "memory_used_bytes",
-            "pcie_gen", "pcie_width", "pcie_replay_count", "ecc_mode_current", "retired_pages_sbe",
-            "remapped_rows_pending"} <= {r.fact for r in rows}
+    assert {
+        "temperature_c",
+        "shutdown_temp_c",
+        "power_draw_w",
+        "power_limit_w",
+        "sm_clock_mhz",
+        "memory_used_bytes",
+        "pcie_gen",
+        "pcie_width",
+        "pcie_replay_count",
+        "ecc_mode_current",
+        "retired_pages_sbe",
+        "remapped_rows_pending",
+    } <= {r.fact for r in rows}
     open_parents: list[str] = []
     for r in sorted(rows, key=lambda r: r.smi_text[0]):
         *parents, leaf = r.smi_text[0].split("/")
@@ -129,21 +174,42 @@ def test_text_reader_reads_every_schema_row_from_its_path() -> None:
 @pytest.mark.parametrize("older", [True, False])
 def test_text_reader_takes_the_first_readable_spelling(older: bool) -> None:
     """Older drivers' names are later alternatives; an unreadable newest value falls back to the next one."""
-    block = (["    Power Readings", "        Power Draw                        : 180.50 W",
-              "        Power Limit                       : 250.00 W"] if older else
-             ["    GPU Power Readings", "        Instantaneous Power Draw          : N/A",
-              "        Average Power Draw                : 180.50 W",
-              "        Current Power Limit               : 250.00 W"])
-    text = "\n".join(["GPU 00000000:3B:00.0", "    Product Name                          : Tesla V100", *block,
-                      "    Temperature", "        Gpu                               : 49 C",
-                      "    PCI", "        Replays Since Reset               : [Unknown Error]"]) + "\n"
+    block = (
+        [
+            "    Power Readings",
+            "        Power Draw                        : 180.50 W",
+            "        Power Limit                       : 250.00 W",
+        ]
+        if older
+        else [
+            "    GPU Power Readings",
+            "        Instantaneous Power Draw          : N/A",
+            "        Average Power Draw                : 180.50 W",
+            "        Current Power Limit               : 250.00 W",
+        ]
+    )
+    text = (
+        "\n".join(
+            [
+                "GPU 00000000:3B:00.0",
+                "    Product Name                          : Tesla V100",
+                *block,
+                "    Temperature",
+                "        Gpu                               : 49 C",
+                "    PCI",
+                "        Replays Since Reset               : [Unknown Error]",
+            ]
+        )
+        + "\n"
+    )
     (g,) = smi_text.parse(text).gpus
     assert (g.power_draw_w, g.power_limit_w, g.temperature_c) == (180.5, 250.0, 49.0)
     assert g.pcie_replay_count is None and g.unreadable.get("pcie_replay_count") == "Unknown Error"
 
 
 def test_nvml_one_call_facts_are_read_from_the_schema() -> None:
-    """Rows with nvml_read name a call their nvml column documents; the NVML source calls none of them by hand."""
+    """Rows with nvml_read name a call their nvml column documents; the NVML source calls none of them by
+    hand."""
     from pathlib import Path
 
     src = (Path(smi_xml.__file__).parent / "nvml.py").read_text()

@@ -128,8 +128,11 @@ def test_windows_tables(name: str, driver: str, gpu: str) -> None:
 def test_proc_driver_version_text_gives_the_module_version() -> None:
     from gpuclinic.sources.evidence import snapshot_from_text
 
-    snap = snapshot_from_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
-                              "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n", "paste")
+    snap = snapshot_from_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+        "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n",
+        "paste",
+    )
     assert snap.driver_version == "535.104.05"
     assert snap.software is not None and snap.software.proc_driver_version == "535.104.05"
 
@@ -137,21 +140,33 @@ def test_proc_driver_version_text_gives_the_module_version() -> None:
 def test_lspci_vvv_alone_counts_the_gpu_and_judges_its_link() -> None:
     r = report("lspci-vvv-a100-downgraded.txt")
     g = r.snapshot.gpus[0]
-    assert (g.pci_bus_id, g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) == ("0000:10:1c.0", 1, 4, 8, 16)
+    assert (g.pci_bus_id, g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) == (
+        "0000:10:1c.0",
+        1,
+        4,
+        8,
+        16,
+    )
     assert "pcie.link_degraded" in codes(r)
 
 
-@pytest.mark.parametrize(("later", "minutes", "severity"), [(220, 1, Severity.WARNING), (121, 10, Severity.INFO)])
+@pytest.mark.parametrize(
+    ("later", "minutes", "severity"), [(220, 1, Severity.WARNING), (121, 10, Severity.INFO)]
+)
 def test_two_dumps_give_the_replay_rate(tmp_path: Path, later: int, minutes: int, severity: Severity) -> None:
-    """Two -q dumps of one GPU, minutes apart: the lifetime counter becomes a rate, judged against DCGM's budget."""
+    """Two -q dumps of one GPU, minutes apart: the lifetime counter becomes a rate, judged against DCGM's
+    budget."""
     first = (I10 / "h100-535-healthy-replay120.txt").read_text()
     second = first.replace("Wed Jul 31 11:22:39 2024", f"Wed Jul 31 11:{22 + minutes:02d}:39 2024").replace(
-        "Replays Since Reset               : 120", f"Replays Since Reset               : {later}")
+        "Replays Since Reset               : 120", f"Replays Since Reset               : {later}"
+    )
     assert second != first
     (tmp_path / "a.txt").write_text(first)
     (tmp_path / "b.txt").write_text(second)
     r = diagnose(load_evidence([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]))
     g = r.snapshot.gpus[0]
-    assert g.pcie_replay_count == later and g.pcie_replay_rate_per_min == pytest.approx((later - 120) / minutes)
+    assert g.pcie_replay_count == later and g.pcie_replay_rate_per_min == pytest.approx(
+        (later - 120) / minutes
+    )
     (f,) = [f for f in r.findings if f.code == "pcie.replay"]
     assert f.severity == severity

@@ -75,18 +75,24 @@ def test_missing_file_is_input_error(tmp_path: Path) -> None:
 
 
 def test_snapshot_from_text_handle_error_records_smi_errors() -> None:
-    snap = snapshot_from_text("Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  Reboot")
+    snap = snapshot_from_text(
+        "Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  Reboot"
+    )
     assert snap.software is not None
     assert snap.software.nvidia_smi_errors[0].startswith("Unable to determine the device handle")
     assert snap.gpus[0].lost and snap.gpus[0].pci_bus_id == "0000:02:00.0"
 
 
-@pytest.mark.parametrize("text", [
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
-    "NVIDIA driver is installed and running.",
-    "Failed to initialize NVML: Driver/library version mismatch",
-    "No devices were found",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+        "latest "
+        "NVIDIA driver is installed and running.",
+        "Failed to initialize NVML: Driver/library version mismatch",
+        "No devices were found",
+    ],
+)
 def test_nvml_failure_statements(text: str) -> None:
     snap = snapshot_from_text(text)
     assert snap.nvml_available is False
@@ -146,7 +152,8 @@ def test_mixed_paste_table_and_dmesg(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_kernel_log(monkeypatch)
     text = (FX / "table-err-gsp-timeout-a100.txt").read_text() + (
         "Sep 19 16:18:04 node kernel: NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, "
-        "GPU has fallen off the bus.\n")
+        "GPU has fallen off the bus.\n"
+    )
     snap = snapshot_from_text(text, "<paste>")
     assert [g.index for g in snap.gpus] == [4, 5] and snap.gpus[1].lost
     assert snap.kernel_log_read and [e.xid for e in snap.kernel_events] == [79]
@@ -154,18 +161,23 @@ def test_mixed_paste_table_and_dmesg(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_syslog_quoting_smi_error_stays_a_kernel_log(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_kernel_log(monkeypatch)
-    text = ("Mar  1 10:00:00 node kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
-            "Mar  1 10:00:05 node collector[99]: No devices were found\n")
+    text = (
+        "Mar  1 10:00:00 node kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+        "Mar  1 10:00:05 node collector[99]: No devices were found\n"
+    )
     snap = snapshot_from_text(text)
     assert snap.kernel_log_read and snap.kernel_events[0].xid == 79
     assert snap.software is not None and snap.software.nvidia_smi_errors == ["No devices were found"]
 
 
-@pytest.mark.parametrize(("text", "iso"), [
-    ("Wed Jun  7 19:32:16 2023", "2023-06-07T19:32:16"),
-    ("Thu Oct 27 08:50:11 PM -03 2022", "2022-10-27T20:50:11-03:00"),
-    ("mar 13 set 2011, 23.11.55, CEST", None),
-])
+@pytest.mark.parametrize(
+    ("text", "iso"),
+    [
+        ("Wed Jun  7 19:32:16 2023", "2023-06-07T19:32:16"),
+        ("Thu Oct 27 08:50:11 PM -03 2022", "2022-10-27T20:50:11-03:00"),
+        ("mar 13 set 2011, 23.11.55, CEST", None),
+    ],
+)
 def test_time_stamps_become_iso(text: str, iso: str | None) -> None:
     from gpuclinic.sources.smi_common import iso_time
 
@@ -180,7 +192,7 @@ def test_taken_at_from_dump_timestamp() -> None:
 def _kern_lines() -> str:
     text = (FX / "nvidia-bug-report-excerpt.log").read_text()
     start = text.index("*** /var/log/kern.log\n") + len("*** /var/log/kern.log\n")
-    return text[start:text.index("\n\n____", start)] + "\n"
+    return text[start : text.index("\n\n____", start)] + "\n"
 
 
 def test_same_log_given_twice_counts_once(tmp_path: Path) -> None:
@@ -218,7 +230,10 @@ def test_extracted_capture_directory_is_one_input(tmp_path: Path) -> None:
 
 def test_windows_utf16_dump_is_read(tmp_path: Path) -> None:
     p = tmp_path / "out.txt"  # what PowerShell's `nvidia-smi -q > out.txt` writes
-    p.write_bytes(b"\xff\xfe" + (FX / "a10-535-remap-pending-full.txt").read_text().replace("\n", "\r\n").encode("utf-16-le"))
+    p.write_bytes(
+        b"\xff\xfe"
+        + (FX / "a10-535-remap-pending-full.txt").read_text().replace("\n", "\r\n").encode("utf-16-le")
+    )
     q = tmp_path / "nobom.txt"
     q.write_bytes((FX / "table-a40-550.txt").read_text().encode("utf-16-le"))
     snap = load_evidence([str(p), str(q)])
@@ -228,11 +243,23 @@ def test_windows_utf16_dump_is_read(tmp_path: Path) -> None:
 
 def test_cli_from_stdin() -> None:
     text = (FX / "a10-535-remap-pending-full.txt").read_text()
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--json", "--from", "-"], input=text,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "doctor", "--json", "--from", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1, r.stderr
     d = json.loads(r.stdout)
-    assert d["facts"]["inputs"] == ["<stdin>"] and [f["code"] for f in d["findings"]] == ["memory.row_remap_pending"]
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--from", "-"], input="hello\n",
-                       capture_output=True, text=True, timeout=120)
+    assert d["facts"]["inputs"] == ["<stdin>"] and [f["code"] for f in d["findings"]] == [
+        "memory.row_remap_pending"
+    ]
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "doctor", "--from", "-"],
+        input="hello\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 64 and r.stderr.startswith("gpuclinic: error: <stdin>: not recognised")

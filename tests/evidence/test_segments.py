@@ -33,10 +33,19 @@ HOSTS = {
     "prose": "Hi, our training job died last night.\nHere is what we saw:\n\nThanks for any help!\n",
     "k8s": "I0109 07:18:25.572506       1 device.go:104] device NVIDIA is healthy on this node\n" * 5,
 }
-# how kernel lines arrive: dmesg, -T, syslog, journal short-iso, kmsg, dmesg -x, <prio>, Kubernetes CRI wrapper, bare
-PREFIXES = ["[ 1234.567890] ", "[Mon Mar  4 10:11:12 2024] ", "Mar  4 10:11:12 node1 kernel: ",
-            "2024-03-04T10:11:12.123456+00:00 node1 kernel: ", "6,1234,5678,-;", "kern  :warn  : ", "<4>",
-            "2024-03-04T10:11:12.123456789Z stdout F [ 1234.5] ", ""]
+# how kernel lines arrive: dmesg, -T, syslog, journal short-iso, kmsg, dmesg -x, <prio>, Kubernetes CRI
+# wrapper, bare
+PREFIXES = [
+    "[ 1234.567890] ",
+    "[Mon Mar  4 10:11:12 2024] ",
+    "Mar  4 10:11:12 node1 kernel: ",
+    "2024-03-04T10:11:12.123456+00:00 node1 kernel: ",
+    "6,1234,5678,-;",
+    "kern  :warn  : ",
+    "<4>",
+    "2024-03-04T10:11:12.123456789Z stdout F [ 1234.5] ",
+    "",
+]
 
 
 def _plant(host: str, line: str, at: float) -> str:
@@ -78,8 +87,12 @@ def test_every_catalog_xid_planted_in_a_q_dump_is_found() -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([x.xid for x in all_xids()]), st.sampled_from(PREFIXES), st.sampled_from(sorted(HOSTS)),
-       st.floats(min_value=0, max_value=1))
+@given(
+    st.sampled_from([x.xid for x in all_xids()]),
+    st.sampled_from(PREFIXES),
+    st.sampled_from(sorted(HOSTS)),
+    st.floats(min_value=0, max_value=1),
+)
 def test_catalog_xid_any_prefix_any_host(xid: int, prefix: str, host: str, at: float) -> None:
     text = _plant(HOSTS[host], f"{prefix}NVRM: Xid (PCI:0000:3b:00): {xid}, pid=1, name=x, planted", at)
     snap = snapshot_from_text(text, "planted")
@@ -89,16 +102,20 @@ def test_catalog_xid_any_prefix_any_host(xid: int, prefix: str, host: str, at: f
 def test_planted_line_does_not_cut_the_dump() -> None:
     """A kernel line inside an nvidia-smi -q dump is read, and the dump around it still is."""
     whole = snapshot_from_text(HOSTS["smi_text"], "q")
-    planted = snapshot_from_text(_plant(HOSTS["smi_text"], "[ 1.0] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE", 0.5),
-                                 "q")
+    planted = snapshot_from_text(
+        _plant(HOSTS["smi_text"], "[ 1.0] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE", 0.5), "q"
+    )
     assert [g.uuid for g in planted.gpus] == [g.uuid for g in whole.gpus]
     assert [g.retired_pages_pending for g in planted.gpus] == [g.retired_pages_pending for g in whole.gpus]
     assert 48 in {e.xid for e in planted.kernel_events}
 
 
 def test_input_record_segments_readers_and_unread() -> None:
-    text = (EV / "table-a40-550.txt").read_text() + "some words nobody parses\n" + \
-        "[ 8.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+    text = (
+        (EV / "table-a40-550.txt").read_text()
+        + "some words nobody parses\n"
+        + "[ 8.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+    )
     snap = snapshot_from_text(text, "paste")
     (rec,) = snap.input_records
     kinds = [s.kind for s in rec.segments]
@@ -108,16 +125,19 @@ def test_input_record_segments_readers_and_unread() -> None:
     assert rec.unclaimed == 1
 
 
-@pytest.mark.parametrize(("line", "kind"), [
-    ("[ 12.3] NVRM: GPU at PCI:0000:3b:00: GPU-1", "kernel_log"),
-    ("               NVRM: nvidia-bug-report.sh as root to collect this data before", "kernel_log"),
-    ('{"_TRANSPORT":"kernel","MESSAGE":"NVRM: Xid (PCI:0000:3b:00): 79, x"}', "kernel_log"),
-    ("Failed to initialize NVML: Driver/library version mismatch", "smi_error"),
-    ("user@host:~$ nvidia-smi", "prompt"),
-    ('{"level":"info","msg":"x"}', "json"),
-    ("    Product Name                          : NVIDIA A100-SXM4-80GB", "other"),
-    ("| N/A   34C    P0    61W / 400W |      0MiB / 81920MiB |      0%      Default |", "other"),
-])
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("[ 12.3] NVRM: GPU at PCI:0000:3b:00: GPU-1", "kernel_log"),
+        ("               NVRM: nvidia-bug-report.sh as root to collect this data before", "kernel_log"),
+        ('{"_TRANSPORT":"kernel","MESSAGE":"NVRM: Xid (PCI:0000:3b:00): 79, x"}', "kernel_log"),
+        ("Failed to initialize NVML: Driver/library version mismatch", "smi_error"),
+        ("user@host:~$ nvidia-smi", "prompt"),
+        ('{"level":"info","msg":"x"}', "json"),
+        ("    Product Name                          : NVIDIA A100-SXM4-80GB", "other"),
+        ("| N/A   34C    P0    61W / 400W |      0MiB / 81920MiB |      0%      Default |", "other"),
+    ],
+)
 def test_line_classes(line: str, kind: str) -> None:
     assert classify(line) == kind
 
@@ -125,8 +145,17 @@ def test_line_classes(line: str, kind: str) -> None:
 PARITY = sorted(
     [p for p in (EV / "issue10").iterdir() if p.suffix != ".md"]
     + list((FX / "kernel_log").glob("*.log"))
-    + [EV / n for n in ("table-handle-gpu-lost.txt", "table-err-gsp-timeout-a100.txt", "a100-sxm4-80gb-510-remap-pending.txt",
-                        "table-a40-550.txt", "tesla-p100-510.xml")])
+    + [
+        EV / n
+        for n in (
+            "table-handle-gpu-lost.txt",
+            "table-err-gsp-timeout-a100.txt",
+            "a100-sxm4-80gb-510-remap-pending.txt",
+            "table-a40-550.txt",
+            "tesla-p100-510.xml",
+        )
+    ]
+)
 
 
 @pytest.mark.parametrize("path", PARITY, ids=lambda p: p.name)
@@ -139,29 +168,46 @@ def test_doctor_from_and_explain_give_the_same_codes(path: Path) -> None:
 
 def test_show_unread_prints_segments_and_unread_lines() -> None:
     path = EV / "issue10" / "xid79-crashdump-prompt.txt"
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--from", str(path), "--show-unread", "--json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "doctor", "--from", str(path), "--show-unread", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     report = json.loads(r.stdout)
     (rec,) = report["facts"]["input_records"]
-    assert rec["unclaimed"] == 2 and {s["kind"] for s in rec["segments"]} >= {"kernel_log", "smi_error", "prompt"}
+    assert rec["unclaimed"] == 2 and {s["kind"] for s in rec["segments"]} >= {
+        "kernel_log",
+        "smi_error",
+        "prompt",
+    }
     assert "unread lines: 2" in r.stderr and "user@gpu-node-07:~$ nvidia-smi" in r.stderr
 
 
 def test_show_unread_needs_from() -> None:
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "doctor", "--show-unread"], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "doctor", "--show-unread"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 64 and "--show-unread needs --from" in r.stderr
 
 
-def test_gz_kernel_log_is_segmented_and_large_logs_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gz_kernel_log_is_segmented_and_large_logs_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import gzip
 
     from gpuclinic.sources import evidence
 
-    text = ("[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
-            "Nov 15 14:15:47 h nv-fabricmanager[4177]: request to query NVSwitch device information from NVSwitch "
-            "driver failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]\n")
+    text = (
+        "[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+        "Nov 15 14:15:47 h nv-fabricmanager[4177]: request to query NVSwitch device information from "
+        "NVSwitch "
+        "driver failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]\n"
+    )
     p = tmp_path / "kern.log.gz"
     p.write_bytes(gzip.compress(text.encode()))
     snap = load_evidence([str(p)])
@@ -183,7 +229,9 @@ def test_bug_report_sections_are_its_segments() -> None:
 
 
 CORPUS = FX / "realworld" / "corpus"
-_LABELS = json.loads((CORPUS / "labels.json").read_text())["files"] if (CORPUS / "labels.json").exists() else {}
+_LABELS = (
+    json.loads((CORPUS / "labels.json").read_text())["files"] if (CORPUS / "labels.json").exists() else {}
+)
 _PROSE_KINDS = {"traceback", "container", "smi_error", "service_log", "kernel_log", "device_plugin", "mixed"}
 
 
@@ -194,6 +242,7 @@ def _found(want: str, got: set[str]) -> bool:
 def _doctor_codes(text: str) -> set[str]:
     from gpuclinic.sources import evidence
     from gpuclinic.sources.evidence import new_snapshot
+
     snap = new_snapshot()
     evidence.add_text(snap, text, "planted")
     evidence.finish(snap)
@@ -202,9 +251,17 @@ def _doctor_codes(text: str) -> set[str]:
 
 # (AER findings are left out: beside another node's GPU list, an AER on a bridge above none of its GPUs is
 # rightly not that node's problem.)
-@pytest.mark.parametrize("name", sorted(n for n, v in _LABELS.items() if "/" not in n and v.get("codes")
-                                        and v.get("kind") in _PROSE_KINDS
-                                        and not any(c.startswith("pcie.aer") for c in v["codes"])))
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        n
+        for n, v in _LABELS.items()
+        if "/" not in n
+        and v.get("codes")
+        and v.get("kind") in _PROSE_KINDS
+        and not any(c.startswith("pcie.aer") for c in v["codes"])
+    ),
+)
 def test_labelled_error_text_planted_in_a_dump_is_still_found(name: str) -> None:
     """Every labelled real error text the reader finds on its own is still found inside an nvidia-smi dump
     (the explain error signatures, the fault signatures and the kernel-log parser, through doctor --from)."""

@@ -45,8 +45,13 @@ def test_catalog_covers_all_173() -> None:
 
 def test_xid79_with_gpu_mapping() -> None:
     g = GpuFacts(index=3, pci_bus_id="00000000:C6:00.0", uuid="GPU-aaaa")
-    s = snap_of(["[ 1.0] NVRM: Xid (PCI:0000:c6:00): 79, pid=1101234, name=nvc:[driver], GPU has fallen off the bus."],
-                gpus=[g])
+    s = snap_of(
+        [
+            "[ 1.0] NVRM: Xid (PCI:0000:c6:00): 79, pid=1101234, name=nvc:[driver], GPU has fallen off the "
+            "bus."
+        ],
+        gpus=[g],
+    )
     fs = findings(s)
     x = by_code(fs, "xid.79")[0]
     assert x.severity == Severity.CRITICAL and x.family == Family.PCIE_POWER
@@ -60,17 +65,25 @@ def test_xid79_with_gpu_mapping() -> None:
 
 
 def test_uuid_map_used_when_no_nvml() -> None:
-    s = snap_of(["[ 1.0] NVRM: GPU at PCI:0000:3b:00: GPU-2bbcd8f2-4a2b-9c0e-6b1b-3b5e8c3c3d2e",
-                 "[ 1.1] NVRM: Xid (PCI:0000:3b:00): 94, pid=5, name=python3, Ch 00000008"])
+    s = snap_of(
+        [
+            "[ 1.0] NVRM: GPU at PCI:0000:3b:00: GPU-2bbcd8f2-4a2b-9c0e-6b1b-3b5e8c3c3d2e",
+            "[ 1.1] NVRM: Xid (PCI:0000:3b:00): 94, pid=5, name=python3, Ch 00000008",
+        ]
+    )
     f = by_code(findings(s), "xid.94")[0]
     assert f.gpu.pci_bus_id == "0000:3b:00.0" and f.gpu.uuid == "GPU-2bbcd8f2-4a2b-9c0e-6b1b-3b5e8c3c3d2e"  # type: ignore[union-attr]
     assert f.severity == Severity.WARNING
 
 
 def test_48_followed_by_63() -> None:
-    s = snap_of(["[ 1.0] NVRM: Xid (PCI:0000:3b:00): 48, pid=77, name=python, An uncorrectable double bit error",
-                 "[ 1.1] NVRM: Xid (PCI:0000:3b:00): 63, pid=77, name=python, Row Remapper: New row marked for "
-                 "remapping, reset gpu to activate."])
+    s = snap_of(
+        [
+            "[ 1.0] NVRM: Xid (PCI:0000:3b:00): 48, pid=77, name=python, An uncorrectable double bit error",
+            "[ 1.1] NVRM: Xid (PCI:0000:3b:00): 63, pid=77, name=python, Row Remapper: New row marked for "
+            "remapping, reset gpu to activate.",
+        ]
+    )
     fs = findings(s)
     f48 = by_code(fs, "xid.48")[0]
     assert f48.severity == Severity.CRITICAL and f48.data["followed_by"] == [63]
@@ -79,21 +92,35 @@ def test_48_followed_by_63() -> None:
 
 
 def test_45_follows_its_cause() -> None:
-    s = snap_of(["[ 1.0] NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous "
-                 "Xid 149"])
+    s = snap_of(
+        [
+            "[ 1.0] NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by "
+            "previous "
+            "Xid 149"
+        ]
+    )
     f = by_code(findings(s), "xid.45")[0]
     assert f.severity == Severity.INFO and f.data["caused_by"] == [149]
-    solo = by_code(findings(snap_of(["[ 1.0] NVRM: Xid (PCI:0000:dc:00): 45, pid=1, name=p, Ch 00000001"])), "xid.45")
+    solo = by_code(
+        findings(snap_of(["[ 1.0] NVRM: Xid (PCI:0000:dc:00): 45, pid=1, name=p, Ch 00000001"])), "xid.45"
+    )
     assert solo[0].severity == Severity.WARNING
 
 
 def test_13_repeated_on_one_gpu_points_at_hardware() -> None:
-    base = ("NVRM: Xid (PCI:0000:cb:00): 13, pid={pid}, name=python3, Graphics SM Warp Exception on (GPC 7, TPC 7, "
-            "SM 0): Illegal Instruction Parameter")
+    base = (
+        "NVRM: Xid (PCI:0000:cb:00): 13, pid={pid}, name=python3, Graphics SM Warp Exception on (GPC 7, TPC "
+        "7, "
+        "SM 0): Illegal Instruction Parameter"
+    )
     one = by_code(findings(snap_of([f"[ 1.0] {base.format(pid=1)}"])), "xid.13")[0]
     assert one.severity == Severity.WARNING and one.family == Family.SOFTWARE
-    rep = by_code(findings(snap_of([f"[ {i}.0] {base.format(pid=100 + i)}" for i in range(1, 5)])), "xid.13")[0]
-    assert rep.severity == Severity.CRITICAL and rep.data["suspect_hardware"] is True and rep.data["count"] == 4
+    rep = by_code(findings(snap_of([f"[ {i}.0] {base.format(pid=100 + i)}" for i in range(1, 5)])), "xid.13")[
+        0
+    ]
+    assert (
+        rep.severity == Severity.CRITICAL and rep.data["suspect_hardware"] is True and rep.data["count"] == 4
+    )
     assert "dcgmi diag -r 3" in rep.remedy
     # the same on two GPUs: the application
     lines = [f"[ {i}.0] {base.format(pid=100 + i)}" for i in range(1, 5)]
@@ -103,8 +130,12 @@ def test_13_repeated_on_one_gpu_points_at_hardware() -> None:
 
 
 def test_previous_boot_is_downgraded() -> None:
-    s = snap_of(["[ 9000.0] NVRM: Xid (PCI:0000:c6:00): 79, pid=1, name=x, GPU has fallen off the bus.",
-                 "[ 2.0] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.104.05"])
+    s = snap_of(
+        [
+            "[ 9000.0] NVRM: Xid (PCI:0000:c6:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+            "[ 2.0] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.104.05",
+        ]
+    )
     fs = findings(s)
     assert by_code(fs, "xid.79")[0].severity == Severity.WARNING
     assert by_code(fs, "xid.79")[0].data["previous_boot"] is True
@@ -112,22 +143,35 @@ def test_previous_boot_is_downgraded() -> None:
 
 
 def test_154_recovery_action() -> None:
-    s = snap_of(["[ 1.0] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 "
-                 "(Drain and Reset)"])
+    s = snap_of(
+        [
+            "[ 1.0] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 "
+            "(Drain and Reset)"
+        ]
+    )
     f = by_code(findings(s), "xid.154")[0]
     assert f.severity == Severity.CRITICAL and f.data["recovery_action"] == "Drain and Reset"
 
 
 def test_gsp_error_alone_and_with_xid() -> None:
-    alone = snap_of(["[ 5.0] NVRM: Timeout after 45s of waiting for RPC response from GPU0 GSP! Expected function "
-                     "76 (GSP_RM_CONTROL) (0x20800a4c 0x4)."])
+    alone = snap_of(
+        [
+            "[ 5.0] NVRM: Timeout after 45s of waiting for RPC response from GPU0 GSP! Expected function "
+            "76 (GSP_RM_CONTROL) (0x20800a4c 0x4)."
+        ]
+    )
     fs = findings(alone)
     g = by_code(fs, "gsp.error")[0]
     assert g.severity == Severity.CRITICAL and "RPC timeout" in g.title
-    with_xid = snap_of([
-        "[ 14.0] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for "
-        "RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
-        "[ 14.1] NVRM: GPU4 GSP RPC buffer contains function 103 (GSP_RM_ALLOC) and data 0x0000000000002081."])
+    with_xid = snap_of(
+        [
+            "[ 14.0] NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of "
+            "waiting for "
+            "RPC response from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4).",
+            "[ 14.1] NVRM: GPU4 GSP RPC buffer contains function 103 (GSP_RM_ALLOC) and data "
+            "0x0000000000002081.",
+        ]
+    )
     fs = findings(with_xid)
     g = by_code(fs, "gsp.error")[0]
     assert g.severity == Severity.CRITICAL and g.data["xids"] == [119] and g.data["count"] == 2
@@ -136,20 +180,29 @@ def test_gsp_error_alone_and_with_xid() -> None:
 
 
 def test_init_failed() -> None:
-    s = snap_of(["[ 15.0] NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x22:0x56:667)",
-                 "[ 15.0] NVRM: rm_init_adapter failed for device bearing minor number 0",
-                 "[ 15.1] nvidia: probe of 0000:01:00.0 failed with error -1"])
+    s = snap_of(
+        [
+            "[ 15.0] NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x22:0x56:667)",
+            "[ 15.0] NVRM: rm_init_adapter failed for device bearing minor number 0",
+            "[ 15.1] nvidia: probe of 0000:01:00.0 failed with error -1",
+        ]
+    )
     f = by_code(findings(s), "gpu.init_failed")
     assert len(f) == 1 and f[0].severity == Severity.CRITICAL and f[0].data["count"] == 3
     assert f[0].data["rm_codes"] == ["0x22:0x56:667"]
 
 
 def test_nvlink_and_sxid() -> None:
-    s = snap_of([
-        "[ 1.0] NVRM: Xid (PCI:0000:D8:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on "
-        "link 14(0x100000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
-        "[ 2.0] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error",
-        "[ 3.0] nvidia-nvswitch3: SXid (PCI:0000:88:00.0): 20034, Fatal, Link 30 LTSSM Fault Up"])
+    s = snap_of(
+        [
+            "[ 1.0] NVRM: Xid (PCI:0000:D8:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error "
+            "detected on "
+            "link 14(0x100000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
+            "[ 2.0] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted "
+            "PRIV error",
+            "[ 3.0] nvidia-nvswitch3: SXid (PCI:0000:88:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+        ]
+    )
     fs = by_code(findings(s), "nvlink.error")
     gpu = [f for f in fs if f.gpu is not None][0]
     assert gpu.severity == Severity.CRITICAL and gpu.data["links"] == [14] and gpu.data["xids"] == [74]
@@ -161,28 +214,39 @@ def test_aer_attribution_and_rate() -> None:
     gpu = GpuFacts(index=0, pci_bus_id="00000000:01:00.0")
     lines = []
     for i in range(120):
-        lines += [f"[ {i * 30}.0] pcieport 0000:00:01.1: AER: Corrected error message received from 0000:00:01.1",
-                  f"[ {i * 30}.0] pcieport 0000:00:01.1: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
-                  "(Receiver ID)",
-                  f"[ {i * 30}.0] pcieport 0000:00:01.1:   device [1022:1483] error status/mask=00000001/00006000",
-                  f"[ {i * 30}.0] pcieport 0000:00:01.1:    [ 0] RxErr"]
-    s = snap_of(lines, gpus=[gpu], pci_devices=[PciDevice(bus_id="0000:01:00.0", class_code="0x030200",
-                                                          parent_bus_id="0000:00:01.1")])
+        lines += [
+            f"[ {i * 30}.0] pcieport 0000:00:01.1: AER: Corrected error message received from 0000:00:01.1",
+            f"[ {i * 30}.0] pcieport 0000:00:01.1: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
+            "(Receiver ID)",
+            f"[ {i * 30}.0] pcieport 0000:00:01.1:   device [1022:1483] error status/mask=00000001/00006000",
+            f"[ {i * 30}.0] pcieport 0000:00:01.1:    [ 0] RxErr",
+        ]
+    s = snap_of(
+        lines,
+        gpus=[gpu],
+        pci_devices=[PciDevice(bus_id="0000:01:00.0", class_code="0x030200", parent_bus_id="0000:00:01.1")],
+    )
     f = by_code(findings(s), "pcie.aer_corrected")[0]
     assert f.gpu.index == 0 and f.data["where"] == "bridge_above_gpu"  # type: ignore[union-attr]
-    assert f.severity == Severity.WARNING and f.data["count"] == 120 and f.data["error_bits"] == {"RxErr": 120}
+    assert (
+        f.severity == Severity.WARNING and f.data["count"] == 120 and f.data["error_bits"] == {"RxErr": 120}
+    )
     assert "/h" in f.title and f.data["rate_per_hour"] == 121.01
     few = snap_of(lines[:8], gpus=[gpu], pci_devices=s.pci_devices)
     assert by_code(findings(few), "pcie.aer_corrected")[0].severity == Severity.INFO
 
 
 def test_aer_uncorrected_fatal_on_gpu() -> None:
-    s = snap_of([
-        "[ 5.0] pcieport 0000:00:03.0: AER: Uncorrected (Fatal) error message received from 0000:3b:00.0",
-        "[ 5.0] nvidia 0000:3b:00.0: AER: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, "
-        "(Receiver ID)",
-        "[ 5.0] nvidia 0000:3b:00.0: AER:   device [10de:20b0] error status/mask=00040000/00000000",
-        "[ 5.0] nvidia 0000:3b:00.0: AER:    [18] MalfTLP                (First)"])
+    s = snap_of(
+        [
+            "[ 5.0] pcieport 0000:00:03.0: AER: Uncorrected (Fatal) error message received from 0000:3b:00.0",
+            "[ 5.0] nvidia 0000:3b:00.0: AER: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction "
+            "Layer, "
+            "(Receiver ID)",
+            "[ 5.0] nvidia 0000:3b:00.0: AER:   device [10de:20b0] error status/mask=00040000/00000000",
+            "[ 5.0] nvidia 0000:3b:00.0: AER:    [18] MalfTLP                (First)",
+        ]
+    )
     f = by_code(findings(s), "pcie.aer_uncorrected")[0]
     assert f.severity == Severity.CRITICAL and f.gpu.pci_bus_id == "0000:3b:00.0" and f.data["fatal"] is True  # type: ignore[union-attr]
     assert any("MalfTLP" in e for e in f.evidence)
@@ -190,21 +254,40 @@ def test_aer_uncorrected_fatal_on_gpu() -> None:
 
 def test_bandwidth_limited_width_vs_speed() -> None:
     gpu = GpuFacts(index=1, pci_bus_id="00000000:01:00.0")
-    narrow = snap_of(["[ 1.1] pci 0000:01:00.0: 63.008 Gb/s available PCIe bandwidth, limited by 8.0 GT/s PCIe x8 "
-                      "link at 0000:00:01.0 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"], gpus=[gpu])
+    narrow = snap_of(
+        [
+            "[ 1.1] pci 0000:01:00.0: 63.008 Gb/s available PCIe bandwidth, limited by 8.0 GT/s PCIe x8 "
+            "link at 0000:00:01.0 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"
+        ],
+        gpus=[gpu],
+    )
     f = by_code(findings(narrow), "pcie.bandwidth_limited")[0]
     assert f.severity == Severity.WARNING and f.gpu.index == 1  # type: ignore[union-attr]
-    slow = snap_of(["[ 1.1] pci 0000:01:00.0: 32.000 Gb/s available PCIe bandwidth, limited by 2.5 GT/s PCIe x16 "
-                    "link at 0000:00:01.0 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"], gpus=[gpu])
+    slow = snap_of(
+        [
+            "[ 1.1] pci 0000:01:00.0: 32.000 Gb/s available PCIe bandwidth, limited by 2.5 GT/s PCIe x16 "
+            "link at 0000:00:01.0 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"
+        ],
+        gpus=[gpu],
+    )
     assert by_code(findings(slow), "pcie.bandwidth_limited")[0].severity == Severity.INFO
-    other = snap_of(["[ 1.1] pci 0000:41:00.0: 32.000 Gb/s available PCIe bandwidth, limited by 2.5 GT/s PCIe x16 "
-                     "link at 0000:40:01.0 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"], gpus=[gpu])
+    other = snap_of(
+        [
+            "[ 1.1] pci 0000:41:00.0: 32.000 Gb/s available PCIe bandwidth, limited by 2.5 GT/s PCIe x16 "
+            "link at 0000:40:01.0 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"
+        ],
+        gpus=[gpu],
+    )
     assert by_code(findings(other), "pcie.bandwidth_limited") == []
 
 
 def test_module_api_mismatch() -> None:
-    s = snap_of(["[ 17.0] NVRM: API mismatch: the client has the version 535.104.05, but",
-                 "[ 17.0] NVRM: this kernel module has the version 530.30.02.  Please"])
+    s = snap_of(
+        [
+            "[ 17.0] NVRM: API mismatch: the client has the version 535.104.05, but",
+            "[ 17.0] NVRM: this kernel module has the version 530.30.02.  Please",
+        ]
+    )
     f = by_code(findings(s), "driver.kernel_module")[0]
     assert f.severity == Severity.CRITICAL and f.family == Family.SOFTWARE
     assert "535.104.05" in f.title and "530.30.02" in f.title
@@ -217,12 +300,16 @@ def test_no_log_is_skipped_not_healthy() -> None:
 
 
 def test_unknown_future_xid_is_a_warning_not_a_crash() -> None:
-    f = by_code(findings(snap_of(["[ 1.0] NVRM: Xid (PCI:0000:3b:00): 201, pid=1, name=p, something new"])), "xid.201")
+    f = by_code(
+        findings(snap_of(["[ 1.0] NVRM: Xid (PCI:0000:3b:00): 201, pid=1, name=p, something new"])), "xid.201"
+    )
     assert f[0].severity == Severity.WARNING and "not in gpuclinic's catalog" in f[0].data["description"]
 
 
 def test_app_xid43_is_a_warning() -> None:
-    f = by_code(findings(snap_of(["[ 1.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=1, name=p, Ch 00000010"])), "xid.43")
+    f = by_code(
+        findings(snap_of(["[ 1.0] NVRM: Xid (PCI:0000:3b:00): 43, pid=1, name=p, Ch 00000010"])), "xid.43"
+    )
     assert f[0].severity == Severity.WARNING and f[0].family == Family.SOFTWARE
 
 
@@ -234,7 +321,9 @@ def test_catalog_file_is_what_the_builder_writes() -> None:
 
     root = Path(__file__).resolve().parents[2]
     research = root / "tools" / "data" / "xid-catalog.research.json"
-    spec = importlib.util.spec_from_file_location("build_xid_catalog", root / "tools" / "build_xid_catalog.py")
+    spec = importlib.util.spec_from_file_location(
+        "build_xid_catalog", root / "tools" / "build_xid_catalog.py"
+    )
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -261,8 +350,12 @@ def test_no_catalog_xid_reads_healthy_unless_purely_informational() -> None:
     for info in all_xids():
         n = info.xid
         snap = Snapshot(origin="evidence")
-        snap.kernel_events = list(parse_lines(
-            [f"[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): {n}, pid=4242, name=python3, Ch 00000008"], "dmesg"))
+        snap.kernel_events = list(
+            parse_lines(
+                [f"[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): {n}, pid=4242, name=python3, Ch 00000008"],
+                "dmesg",
+            )
+        )
         snap.kernel_log_read = True
         report = diagnose(snap)
         codes = {f.code: f.severity for f in report.findings}

@@ -12,6 +12,7 @@ import pytest
 import gpuclinic.sources.kernellog.collect as kernel_log
 from gpuclinic.collect import CollectOptions
 from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.sources.kernellog.scan import scan_path
 
 CAT = shutil.which("cat") or "/bin/cat"
 SLEEP = shutil.which("sleep") or "/bin/sleep"
@@ -74,7 +75,9 @@ def test_sources_merge_without_double_counting(env: Path) -> None:
     assert snap.kernel_log_sources[:2] == ["journalctl -k -b", "dmesg"]
     assert str(env / "kern.log") in snap.kernel_log_sources and str(extra) in snap.kernel_log_sources
     xid79 = [e for e in snap.kernel_events if e.xid == 79]
-    assert len(xid79) == 2 and {e.origin for e in xid79} == {str(env / "kern.log")}  # kern.log has the history
+    assert len(xid79) == 2 and {e.origin for e in xid79} == {
+        str(env / "kern.log")
+    }  # kern.log has the history
     assert [e.xid for e in snap.kernel_events if e.xid == 48] == [48]
     whys = {s.what: s.why for s in snap.skipped}
     assert whys[f"kernel log {env / 'missing.log'}"] == f"{env / 'missing.log'} does not exist"
@@ -97,5 +100,5 @@ def test_scan_path_tail_bytes(tmp_path: Path) -> None:
         fh.write(f"[ 1.0] {XID}\n")
         fh.write("[ 2.0] noise line that pads the file\n" * 50000)
         fh.write("[ 3.0] NVRM: Xid (PCI:0000:5e:00): 48, pid=2, name=p, DBE\n")
-    assert [e.xid for e in kernel_log.scan_path(p)] == [79, 48]
-    assert [e.xid for e in kernel_log.scan_path(p, tail_bytes=4096)] == [48]
+    assert [e.xid for e in scan_path(p)] == [79, 48]
+    assert [e.xid for e in scan_path(p, tail_bytes=4096)] == [48]

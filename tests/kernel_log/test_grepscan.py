@@ -33,18 +33,26 @@ def _events(path: Path) -> list[dict[str, object]]:
 
 
 def _plain_fixtures() -> list[Path]:
-    return sorted(p for p in FX.rglob("*") if p.is_file() and grepscan.is_plain(str(p)) and p.stat().st_size < 8 << 20)
+    return sorted(
+        p for p in FX.rglob("*") if p.is_file() and grepscan.is_plain(str(p)) and p.stat().st_size < 8 << 20
+    )
 
 
-NOISE = ["systemd[1]: Started Session 7 of User ubuntu.", "sshd[88]: Accepted publickey for ubuntu",
-         "kernel: [  12.5] PCIe bandwidth is fine here", "kernel: [  12.6] e1000e: AERial view of nothing"]
+NOISE = [
+    "systemd[1]: Started Session 7 of User ubuntu.",
+    "sshd[88]: Accepted publickey for ubuntu",
+    "kernel: [  12.5] PCIe bandwidth is fine here",
+    "kernel: [  12.6] e1000e: AERial view of nothing",
+]
 SIGNAL = [
     "kernel: [ 100.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus.",
     "kernel: [ 100.2] pcieport 0000:00:01.1: AER: Corrected error message received from 0000:3b:00.0",
-    "kernel: [ 100.3] nvidia 0000:3b:00.0: PCIe Bus Error: severity=Correctable, type=Physical Layer, (Receiver ID)",
+    "kernel: [ 100.3] nvidia 0000:3b:00.0: PCIe Bus Error: severity=Correctable, type=Physical Layer, "
+    "(Receiver ID)",
     "kernel: [ 100.4] nvidia 0000:3b:00.0:   device [10de:2330] error status/mask=00000001/0000e000",
     "kernel: [ 100.5] nvidia 0000:3b:00.0:    [ 0] RxErr                  (First)",
-    "kernel: [ 100.6] pci 0000:3b:00.0: 63.012 Gb/s available PCIe bandwidth, limited by 8.0 GT/s PCIe x8 link at "
+    "kernel: [ 100.6] pci 0000:3b:00.0: 63.012 Gb/s available PCIe bandwidth, limited by 8.0 GT/s PCIe x8 "
+    "link at "
     "0000:00:01.0 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)",
     "kernel: [ 100.7] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress",
 ]
@@ -56,7 +64,7 @@ def _generated(tmp: Path, lines: int = 20_000, *, crlf: bool = False, tail_newli
     for _ in range(lines):
         if rnd.random() < 0.02:
             k = rnd.randrange(len(SIGNAL))
-            out.extend(SIGNAL[k:k + rnd.randrange(1, 5)])
+            out.extend(SIGNAL[k : k + rnd.randrange(1, 5)])
         else:
             out.append(rnd.choice(NOISE))
     nl = "\r\n" if crlf else "\n"
@@ -80,8 +88,9 @@ def test_grep_candidates_equal_memmem_on_every_fixture() -> None:
 
 @needs_grep
 @pytest.mark.parametrize(("crlf", "tail"), [(False, True), (True, True), (False, False)])
-def test_grep_and_memmem_give_the_same_events_on_a_generated_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 crlf: bool, tail: bool) -> None:
+def test_grep_and_memmem_give_the_same_events_on_a_generated_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crlf: bool, tail: bool
+) -> None:
     p = _generated(tmp_path, crlf=crlf, tail_newline=tail)
     assert GREP is not None
     assert list(iter_grep_candidates(str(p), GREP)) == _memmem(p)
@@ -94,9 +103,13 @@ def test_grep_and_memmem_give_the_same_events_on_a_generated_log(tmp_path: Path,
 
 
 @needs_grep
-def test_overlong_line_falls_back_to_the_windowed_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_overlong_line_falls_back_to_the_windowed_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = tmp_path / "long.log"
-    p.write_text("x" * 9000 + " NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=a, fallen off\n" + SIGNAL[0] + "\n")
+    p.write_text(
+        "x" * 9000 + " NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=a, fallen off\n" + SIGNAL[0] + "\n"
+    )
     assert GREP is not None
     with pytest.raises(grepscan.GrepFallback):
         list(iter_grep_candidates(str(p), GREP))
@@ -116,10 +129,12 @@ def test_no_grep_on_path_uses_memmem(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 SIGS = load_data("evidence_signatures.json")["signatures"]
-ERROR_LINES = ["RuntimeError: CUDA error: an illegal memory access was encountered",
-               "[E ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
-               "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600325 milliseconds before timing out.",
-               "Out of memory: Killed process 4242 (python3) total-vm:123456kB, anon-rss:1234kB"]
+ERROR_LINES = [
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "[E ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+    "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600325 milliseconds before timing out.",
+    "Out of memory: Killed process 4242 (python3) total-vm:123456kB, anon-rss:1234kB",
+]
 
 
 def _planted(tmp: Path, name: str = "big.log") -> Path:
@@ -142,7 +157,8 @@ def _codes(paths: list[str]) -> tuple[set[str], object]:
 @pytest.mark.parametrize("grep", [True, False])
 @pytest.mark.parametrize("gz", [False, True])
 def test_streamed_log_finds_every_signature_like_the_segmented_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grep: bool, gz: bool) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grep: bool, gz: bool
+) -> None:
     p = _planted(tmp_path)
     if gz:
         g = tmp_path / "big.log.gz"
@@ -165,14 +181,17 @@ def test_streamed_log_finds_every_signature_like_the_segmented_read(
 
 
 @pytest.mark.parametrize("grep", [True, False])
-def test_keyword_lines_are_numbered_and_case_insensitive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         grep: bool) -> None:
+def test_keyword_lines_are_numbered_and_case_insensitive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grep: bool
+) -> None:
     if not grep:
         monkeypatch.setenv("GPUCLINIC_NO_GREP", "1")
     p = tmp_path / "k.log"
     p.write_text("a\nFailed to initialize NVML: Unknown Error\nb\nnothing\nCUDA ERROR: boom and cuda error\n")
     assert list(iter_keyword_lines(str(p), ["failed to initialize nvml", "cuda error"])) == [
-        (2, "Failed to initialize NVML: Unknown Error"), (5, "CUDA ERROR: boom and cuda error")]
+        (2, "Failed to initialize NVML: Unknown Error"),
+        (5, "CUDA ERROR: boom and cuda error"),
+    ]
 
 
 @needs_grep
@@ -183,13 +202,18 @@ def test_keywords_reach_grep_as_literals(tmp_path: Path) -> None:
     p = tmp_path / "w.txt"
     p.write_text(f"zz {word} zz\naxb[c](d)*+?{{1}}|^$\\x\nnothing\n")
     assert GREP is not None
-    out = subprocess.run([GREP, "-a", "-n", "-E", "-e", grepscan._ere_literal(word), str(p)],
-                         capture_output=True, text=True, check=False).stdout
+    out = subprocess.run(
+        [GREP, "-a", "-n", "-E", "-e", grepscan._ere_literal(word), str(p)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     assert out.splitlines() == [f"1:zz {word} zz"]
 
 
-def test_keyword_lines_from_a_compressed_log_and_a_grep_that_fails_half_way(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keyword_lines_from_a_compressed_log_and_a_grep_that_fails_half_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = "".join(f"line {i}\n" if i % 3 else f"{i}: CUDA error: boom\n" for i in range(30))
     want = [(i + 1, f"{i}: CUDA error: boom") for i in range(0, 30, 3)]
     gz = tmp_path / "k.log.gz"

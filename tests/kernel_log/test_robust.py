@@ -15,7 +15,8 @@ from gpuclinic.sources.kernellog import looks_like_kernel_log, parse_lines, scan
 from gpuclinic.sources.kernellog.follow import follow
 
 REAL = [
-    "[ 1234.567890] NVRM: Xid (PCI:0000:c6:00): 79, pid=1101234, name=nvc:[driver], GPU has fallen off the bus.",
+    "[ 1234.567890] NVRM: Xid (PCI:0000:c6:00): 79, pid=1101234, name=nvc:[driver], GPU has fallen off the "
+    "bus.",
     "[ 12.0] pcieport 0000:00:01.1: AER: Corrected error message received from 0000:01:00.0",
     "[ 12.0] nvidia 0000:01:00.0: PCIe Bus Error: severity=Correctable, type=Physical Layer, (Receiver ID)",
     "[ 12.0] nvidia 0000:01:00.0:   device [10de:2330] error status/mask=00000001/0000e000",
@@ -31,9 +32,16 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 @SETTINGS
-@given(st.lists(st.one_of(st.text(max_size=300), st.sampled_from(REAL),
-                          st.sampled_from(REAL).flatmap(lambda s: st.integers(0, len(s)).map(lambda n: s[:n]))),
-                max_size=40))
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=300),
+            st.sampled_from(REAL),
+            st.sampled_from(REAL).flatmap(lambda s: st.integers(0, len(s)).map(lambda n: s[:n])),
+        ),
+        max_size=40,
+    )
+)
 def test_random_and_truncated_lines(lines: list[str]) -> None:
     evs = list(parse_lines(lines))
     assert all(isinstance(e, KernelEvent) for e in evs)
@@ -65,7 +73,12 @@ def test_ten_megabyte_line(tmp_path: Path) -> None:
 
 def test_hostile_json_record() -> None:
     nested = '{"MESSAGE": ' + "[" * 3000 + "]" * 3000 + ', "x": "NVRM: Xid"}'
-    assert list(parse_lines([nested, '{"MESSAGE": 5, "NVRM": 1}', '{"MESSAGE": [999999999999, -1], "x": "NVRM"}'])) == []
+    assert (
+        list(
+            parse_lines([nested, '{"MESSAGE": 5, "NVRM": 1}', '{"MESSAGE": [999999999999, -1], "x": "NVRM"}'])
+        )
+        == []
+    )
 
 
 def test_ten_megabyte_line_without_newline(tmp_path: Path) -> None:
@@ -91,7 +104,9 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
 def test_not_a_kernel_log(tmp_path: Path) -> None:
     text = "\n".join(f"2024-03-04 10:11:{i:02d} INFO trainer step={i} loss=0.{i}" for i in range(50))
     assert not looks_like_kernel_log(text)
-    assert not looks_like_kernel_log("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-2bbcd8f2-4a2b-9c0e-6b1b-3b5e8c3c3d2e)\n")
+    assert not looks_like_kernel_log(
+        "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-2bbcd8f2-4a2b-9c0e-6b1b-3b5e8c3c3d2e)\n"
+    )
 
 
 def _collect(gen: object, out: list[KernelEvent]) -> None:
@@ -121,7 +136,9 @@ def test_follow_appends_and_rotation(tmp_path: Path) -> None:
         assert [e.xid for e in out] == [13]
         # rotate: rename the old file away and start a new one, as logrotate does
         os.rename(log, tmp_path / "kern.log.1")
-        log.write_text("[ 3.0] NVRM: Xid (PCI:0000:02:00): 79, pid=3, name=rot, GPU has fallen off the bus.\n")
+        log.write_text(
+            "[ 3.0] NVRM: Xid (PCI:0000:02:00): 79, pid=3, name=rot, GPU has fallen off the bus.\n"
+        )
         _wait_for(out, 2)
         assert [e.xid for e in out] == [13, 79]
         # truncate in place (copytruncate)
@@ -130,8 +147,10 @@ def test_follow_appends_and_rotation(tmp_path: Path) -> None:
         assert [e.xid for e in out] == [13, 79, 48]
         # an AER record is complete once the log goes quiet
         with open(log, "a") as fh:
-            fh.write("[ 5.0] nvidia 0000:01:00.0: PCIe Bus Error: severity=Correctable, type=Physical Layer, "
-                     "(Receiver ID)\n[ 5.0] nvidia 0000:01:00.0:    [ 0] RxErr\n")
+            fh.write(
+                "[ 5.0] nvidia 0000:01:00.0: PCIe Bus Error: severity=Correctable, type=Physical Layer, "
+                "(Receiver ID)\n[ 5.0] nvidia 0000:01:00.0:    [ 0] RxErr\n"
+            )
         _wait_for(out, 4)
         assert out[-1].kind == "aer" and out[-1].detail["bits"] == ["RxErr"]
     finally:
@@ -151,8 +170,12 @@ def test_follow_kmsg_records() -> None:
     t = threading.Thread(target=_collect, args=(_follow_kmsg(r, stop, False, 0.05), out))
     t.start()
     try:
-        os.write(w, b"3,1234,5432100000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=p, GPU has fallen off the bus.\n"
-                    b" SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n")
+        os.write(
+            w,
+            b"3,1234,5432100000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=p, GPU has fallen off the "
+            b"bus.\n"
+            b" SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n",
+        )
         os.write(w, b"6,1235,5432200000,-;eth0: link up\n")
         _wait_for(out, 1)
         assert [(e.xid, e.uptime_s, e.pci_bus_id) for e in out] == [(79, 5432.1, "0000:3b:00.0")]
@@ -170,8 +193,10 @@ def test_follow_command_stream(tmp_path: Path) -> None:
     from gpuclinic.sources.kernellog.follow import _follow_command
 
     script = tmp_path / "fakejournal"
-    script.write_text("#!/bin/sh\necho '2024-03-04T10:11:12+0000 node kernel: NVRM: Xid (PCI:0000:3b:00): 48, "
-                      f"pid=2, name=p, DBE'\nexec {shutil.which('sleep') or '/bin/sleep'} 30\n")
+    script.write_text(
+        "#!/bin/sh\necho '2024-03-04T10:11:12+0000 node kernel: NVRM: Xid (PCI:0000:3b:00): 48, "
+        f"pid=2, name=p, DBE'\nexec {shutil.which('sleep') or '/bin/sleep'} 30\n"
+    )
     script.chmod(0o755)
     stop = threading.Event()
     out: list[KernelEvent] = []

@@ -1,4 +1,5 @@
-"""Kernel lines inside other wrappers (issue 10): journal export, docker/CRI container logs, redacted bus ids."""
+"""Kernel lines inside other wrappers (issue 10): journal export, docker/CRI container logs, redacted bus
+ids."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ from gpuclinic.sources.kernellog import is_kernel_line, parse_lines, split_prefi
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus."
 
 
-@pytest.mark.parametrize("line", [
-    f"MESSAGE={XID}",
-    '{"log":"[ 4254.197860] ' + XID + '\\n","stream":"stdout","time":"2024-03-04T10:11:12.1Z"}',
-    f"2024-03-04T10:11:12.123456789Z stdout F [ 4254.197860] {XID}",
-    f"[ 4254.197860] {XID}",
-    f"kern  :err   : [ 4254.197860] {XID}",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"MESSAGE={XID}",
+        '{"log":"[ 4254.197860] ' + XID + '\\n","stream":"stdout","time":"2024-03-04T10:11:12.1Z"}',
+        f"2024-03-04T10:11:12.123456789Z stdout F [ 4254.197860] {XID}",
+        f"[ 4254.197860] {XID}",
+        f"kern  :err   : [ 4254.197860] {XID}",
+    ],
+)
 def test_wrapped_xid_lines_parse_with_pid_and_bus(line: str) -> None:
     assert is_kernel_line(line)
     (ev,) = [e for e in parse_lines([line]) if e.kind == "xid"]
@@ -30,13 +34,30 @@ def test_redacted_bus_id_keeps_the_xid(bus: str) -> None:
     assert ev.detail.get("bus_redacted") is True
 
 
-@pytest.mark.parametrize(("line", "version"), [
-    ("[    5.3] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.124.06  Wed Feb 26 01:41:48 UTC 2025", "570.124.06"),
-    ("[    5.3] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  515.43.04  Release Build", "515.43.04"),
-    ("[    5.3] nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms  570.124.06  Wed", "570.124.06"),
-    ("[  463.3] nvidia-modeset: Loading NVIDIA UNIX Open Kernel Mode Setting Driver for x86_64  515.43.04  Release",
-     "515.43.04"),
-])
+@pytest.mark.parametrize(
+    ("line", "version"),
+    [
+        (
+            "[    5.3] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.124.06  Wed Feb 26 01:41:48 UTC "
+            "2025",
+            "570.124.06",
+        ),
+        (
+            "[    5.3] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  515.43.04  Release Build",
+            "515.43.04",
+        ),
+        (
+            "[    5.3] nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms  "
+            "570.124.06  Wed",
+            "570.124.06",
+        ),
+        (
+            "[  463.3] nvidia-modeset: Loading NVIDIA UNIX Open Kernel Mode Setting Driver for x86_64  "
+            "515.43.04  Release",
+            "515.43.04",
+        ),
+    ],
+)
 def test_driver_version_lines(line: str, version: str) -> None:
     (ev,) = list(parse_lines([line]))
     assert ev.kind == "module" and ev.detail["driver_version"] == version

@@ -50,7 +50,10 @@ def test_env_pip_git_hf_settings_are_read_and_redacted(tmp_path: Path) -> None:
     assert ps.pip_extra_index_urls == ["https://a.example/simple", "https://***@b.example/simple"]
     assert ps.pip_proxy == "http://***@10.0.0.1:8080"
     assert ps.git_http_proxy == "http://***@proxy.corp:3128"
-    assert ps.git_insteadof == {"https://github.com/": "https://gh-proxy.com/https://github.com/", "gh:": "git@github.com:"}
+    assert ps.git_insteadof == {
+        "https://github.com/": "https://gh-proxy.com/https://github.com/",
+        "gh:": "git@github.com:",
+    }
     assert ps.hf_endpoint == "https://hf-mirror.com" and ps.hf_hub_enable_hf_transfer == "1"
     assert any("https_proxy and HTTPS_PROXY differ" in p for p in ps.problems)
     dumped = Snapshot(network=NetworkFacts(proxy=ps)).to_json()
@@ -78,20 +81,25 @@ def test_git_config_is_queried_without_a_shell() -> None:
     assert seen and seen[0][:3] == ["git", "config", "--get-regexp"]
 
 
-@pytest.mark.parametrize(("url", "want"), [
-    ("http://user:pass@host:3128", "http://***@host:3128"),
-    ("host:3128", "host:3128"),
-    ("user:pass@host:3128", "***@host:3128"),
-    ("https://cdn.example/file?X-Amz-Signature=abc&token=t", "https://cdn.example/file"),
-    ("socks5h://u:p@127.0.0.1:1080", "socks5h://***@127.0.0.1:1080"),
-])
+@pytest.mark.parametrize(
+    ("url", "want"),
+    [
+        ("http://user:pass@host:3128", "http://***@host:3128"),
+        ("host:3128", "host:3128"),
+        ("user:pass@host:3128", "***@host:3128"),
+        ("https://cdn.example/file?X-Amz-Signature=abc&token=t", "https://cdn.example/file"),
+        ("socks5h://u:p@127.0.0.1:1080", "socks5h://***@127.0.0.1:1080"),
+    ],
+)
 def test_redact_url(url: str, want: str) -> None:
     assert redact_url(url) == want
 
 
-@given(user=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=12),
-       pw=st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!$", min_size=4, max_size=20),
-       host=st.from_regex(r"[a-z]{1,10}\.[a-z]{2,5}", fullmatch=True))
+@given(
+    user=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=12),
+    pw=st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!$", min_size=4, max_size=20),
+    host=st.from_regex(r"[a-z]{1,10}\.[a-z]{2,5}", fullmatch=True),
+)
 def test_redaction_never_leaks_password(user: str, pw: str, host: str) -> None:
     out = redact_url(f"http://{user}:{pw}@{host}:8080/x") or ""
     assert pw not in out and host in out
@@ -113,8 +121,11 @@ def test_no_proxy_matching() -> None:
 
 
 def test_configured_mirrors_become_endpoints() -> None:
-    ps = ProxySettings(hf_endpoint="https://hf.corp.example", pip_index_url="https://pypi.corp.example/simple",
-                       git_insteadof={"https://github.com/": "https://ghp.corp.example/https://github.com/"})
+    ps = ProxySettings(
+        hf_endpoint="https://hf.corp.example",
+        pip_index_url="https://pypi.corp.example/simple",
+        git_insteadof={"https://github.com/": "https://ghp.corp.example/https://github.com/"},
+    )
     eps = configured_endpoints(ps)
     ids = {e.id: e for e in eps}
     assert ids["configured:HF_ENDPOINT"].url == "https://hf.corp.example"
@@ -129,9 +140,22 @@ def test_endpoint_data_is_complete() -> None:
     ids = [e["id"] for e in data["endpoints"]]
     assert len(ids) == len(set(ids))
     hosts = {urlsplit(e["url"]).hostname for e in data["endpoints"]}
-    for h in ("github.com", "codeload.github.com", "objects.githubusercontent.com", "api.github.com",
-              "huggingface.co", "cdn-lfs-us-1.hf.co", "cas-server.xethub.hf.co", "pypi.org", "files.pythonhosted.org", "hf-mirror.com",
-              "modelscope.cn", "pypi.tuna.tsinghua.edu.cn", "mirrors.aliyun.com", "mirrors.ustc.edu.cn"):
+    for h in (
+        "github.com",
+        "codeload.github.com",
+        "objects.githubusercontent.com",
+        "api.github.com",
+        "huggingface.co",
+        "cdn-lfs-us-1.hf.co",
+        "cas-server.xethub.hf.co",
+        "pypi.org",
+        "files.pythonhosted.org",
+        "hf-mirror.com",
+        "modelscope.cn",
+        "pypi.tuna.tsinghua.edu.cn",
+        "mirrors.aliyun.com",
+        "mirrors.ustc.edu.cn",
+    ):
         assert h in hosts, h
     for e in data["endpoints"]:
         assert e["source"], e["id"]
@@ -146,7 +170,11 @@ def test_endpoint_data_is_complete() -> None:
 
 def test_endpoint_arg_and_config_file(tmp_path: Path) -> None:
     e = parse_endpoint_arg("hf=https://hf.corp.example#/org/m/resolve/main/big.bin")
-    assert e.service == "huggingface" and e.kind == "mirror" and e.throughput_path == "/org/m/resolve/main/big.bin"
+    assert (
+        e.service == "huggingface"
+        and e.kind == "mirror"
+        and e.throughput_path == "/org/m/resolve/main/big.bin"
+    )
     assert e.mirror_url == "https://hf.corp.example"
     g = parse_endpoint_arg("github=https://ghp.example/https://github.com")
     assert g.url == "https://ghp.example" and g.mirror_url == "https://ghp.example/https://github.com/"
@@ -155,7 +183,9 @@ def test_endpoint_arg_and_config_file(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         parse_endpoint_arg("nosuch=https://x.example")
     cfgf = tmp_path / "network.toml"
-    cfgf.write_text('defaults = false\n[[endpoint]]\nurl = "https://pypi.corp.example/simple"\nservice = "pip"\n')
+    cfgf.write_text(
+        'defaults = false\n[[endpoint]]\nurl = "https://pypi.corp.example/simple"\nservice = "pip"\n'
+    )
     eps = load_endpoints(path=cfgf)
     assert len(eps) == 1 and eps[0].service == "pypi" and eps[0].kind == "mirror"
     cfgf.write_text('[[endpoint]]\nurl = "https://pypi.corp.example"\n')
@@ -169,9 +199,17 @@ def test_endpoint_arg_and_config_file(tmp_path: Path) -> None:
 def test_snapshot_round_trips_network_facts() -> None:
     from gpuclinic.facts.network import Endpoint, EndpointProbe, ThroughputSample
 
-    nf = NetworkFacts(probes=[EndpointProbe(endpoint=Endpoint(id="a", url="https://a", service="pypi"),
-                                            connect_ms=[1.0, 3.0], connect_attempts=3, connect_failures=1,
-                                            single=ThroughputSample(connections=1, bytes_per_s=5.0))])
+    nf = NetworkFacts(
+        probes=[
+            EndpointProbe(
+                endpoint=Endpoint(id="a", url="https://a", service="pypi"),
+                connect_ms=[1.0, 3.0],
+                connect_attempts=3,
+                connect_failures=1,
+                single=ThroughputSample(connections=1, bytes_per_s=5.0),
+            )
+        ]
+    )
     back = Snapshot.from_dict(json.loads(Snapshot(network=nf).to_json()))
     assert back.network and back.network.probes[0].connect_median_ms() == 2.0
     assert back.network.probes[0].single and back.network.probes[0].single.bytes_per_s == 5.0
@@ -185,13 +223,19 @@ def _codes(ps: ProxySettings) -> set[str]:
 
 
 def test_hf_settings_that_do_not_help_are_named() -> None:
-    assert "network.hf_transfer_ignored" in _codes(ProxySettings(hf_hub_enable_hf_transfer="1", hf_hub_version="1.18.0"))
-    assert "network.hf_transfer_ignored" not in _codes(ProxySettings(hf_hub_enable_hf_transfer="1",
-                                                                     hf_hub_version="0.36.2"))
-    assert "network.hf_transfer_ignored" not in _codes(ProxySettings(hf_hub_enable_hf_transfer="0", hf_hub_version="2.4.0"))
+    assert "network.hf_transfer_ignored" in _codes(
+        ProxySettings(hf_hub_enable_hf_transfer="1", hf_hub_version="1.18.0")
+    )
+    assert "network.hf_transfer_ignored" not in _codes(
+        ProxySettings(hf_hub_enable_hf_transfer="1", hf_hub_version="0.36.2")
+    )
+    assert "network.hf_transfer_ignored" not in _codes(
+        ProxySettings(hf_hub_enable_hf_transfer="0", hf_hub_version="2.4.0")
+    )
     assert "network.xet_bypasses_mirror" in _codes(ProxySettings(hf_endpoint="https://hf-mirror.com"))
-    assert "network.xet_bypasses_mirror" not in _codes(ProxySettings(hf_endpoint="https://hf-mirror.com",
-                                                                     hf_hub_disable_xet="1"))
+    assert "network.xet_bypasses_mirror" not in _codes(
+        ProxySettings(hf_endpoint="https://hf-mirror.com", hf_hub_disable_xet="1")
+    )
     assert _codes(ProxySettings()) == set()
 
 

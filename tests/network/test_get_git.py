@@ -1,4 +1,5 @@
-"""`get git` against local `git daemon`s on 127.0.0.1 (origin and mirror), with a proxy that breaks transfers."""
+"""`get git` against local `git daemon`s on 127.0.0.1 (origin and mirror), with a proxy that breaks
+transfers."""
 
 from __future__ import annotations
 
@@ -30,11 +31,16 @@ from .servers import FlakyTcpProxy, free_port
 def _need_git() -> None:
     require("git")
 
-GITCONFIG = "[user]\n\tname = Someone\n[url \"https://example.invalid/\"]\n\tinsteadOf = https://unrelated.example/\n"
+
+GITCONFIG = (
+    '[user]\n\tname = Someone\n[url "https://example.invalid/"]\n\tinsteadOf = https://unrelated.example/\n'
+)
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=60).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, timeout=60
+    ).stdout
 
 
 @pytest.fixture(autouse=True)
@@ -62,8 +68,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]
         (work / f"f{i}.bin").write_bytes(os.urandom(200_000))
         (work / f"readme{i}.txt").write_text(f"commit {i}\n")
         subprocess.run(["git", "add", "."], cwd=work, check=True, env=env)
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"c{i}"], cwd=work,
-                       check=True, env=env)
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"c{i}"],
+            cwd=work,
+            check=True,
+            env=env,
+        )
     daemons = []
     ports: dict[str, int] = {}
     for name in ("origin", "mirror", "nofilter"):  # nofilter: a server that does not do partial clone
@@ -71,13 +81,27 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]
         base.mkdir()
         bare = base / "repo.git"
         subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True, env=env)
-        for kv in ("uploadpack.allowFilter=true", "uploadpack.allowAnySHA1InWant=true")[: 0 if name == "nofilter" else 2]:
+        for kv in ("uploadpack.allowFilter=true", "uploadpack.allowAnySHA1InWant=true")[
+            : 0 if name == "nofilter" else 2
+        ]:
             k, v = kv.split("=")
             subprocess.run(["git", "-C", str(bare), "config", k, v], check=True, env=env)
         port = free_port()
-        d = subprocess.Popen(["git", "daemon", "--reuseaddr", f"--base-path={base}", "--export-all",
-                              "--listen=127.0.0.1", f"--port={port}", str(base)],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        d = subprocess.Popen(
+            [
+                "git",
+                "daemon",
+                "--reuseaddr",
+                f"--base-path={base}",
+                "--export-all",
+                "--listen=127.0.0.1",
+                f"--port={port}",
+                str(base),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         daemons.append(d)
         ports[name] = port
     deadline = time.monotonic() + 10
@@ -124,7 +148,8 @@ def test_broken_transfer_is_retried(served: dict[str, int]) -> None:
     with FlakyTcpProxy(served["origin"], plan=[50_000]) as px:  # first connection dies mid-pack
         url = f"git://127.0.0.1:{px.port}/repo.git"
         msgs, log = quiet_log()
-        res = clone(url, "out", strategy="shallow", quiet=True, backoff_s=0.05, log=log)  # type: ignore[arg-type]
+        res = clone(url, "out", strategy="shallow", quiet=True, backoff_s=0.05,
+                    log=log)  # type: ignore[arg-type]
     assert [a.rc == 0 for a in res.attempts] == [False, True]
     assert res.attempts[0].error and classify(res.attempts[0].error) == "transient"
     assert any("retrying" in m for m in msgs)
@@ -148,10 +173,15 @@ def test_falls_back_to_mirror_without_touching_git_config(served: dict[str, int]
     url = f"git://127.0.0.1:{dead}/repo.git"
     mirror = f"git://127.0.0.1:{served['mirror']}/"
     msgs, log = quiet_log()
-    res = clone(url, "viamirror", mirrors=[mirror], quiet=True, backoff_s=0.05, log=log)  # type: ignore[arg-type]
+    res = clone(url, "viamirror", mirrors=[mirror], quiet=True, backoff_s=0.05,
+                log=log)  # type: ignore[arg-type]
     assert res.source == mirror
     assert res.config == [f"url.{mirror}.insteadOf=git://127.0.0.1:{dead}/"]
-    assert [a.source for a in res.attempts] == ["origin", "origin", mirror]  # unreachable: 2 tries, then mirror
+    assert [a.source for a in res.attempts] == [
+        "origin",
+        "origin",
+        mirror,
+    ]  # unreachable: 2 tries, then mirror
     assert any("falling back" in m for m in msgs)
     # the clone still names the real origin; nothing about the mirror was persisted anywhere
     assert _git("remote", "get-url", "origin", cwd=Path("viamirror")).strip() == url
@@ -160,8 +190,14 @@ def test_falls_back_to_mirror_without_touching_git_config(served: dict[str, int]
 
 def test_mirror_first(served: dict[str, int]) -> None:
     url = f"git://127.0.0.1:{free_port()}/repo.git"
-    res = clone(url, "mf", mirrors=[f"git://127.0.0.1:{served['mirror']}"], mirror_first=True, quiet=True,
-                log=lambda m: None)
+    res = clone(
+        url,
+        "mf",
+        mirrors=[f"git://127.0.0.1:{served['mirror']}"],
+        mirror_first=True,
+        quiet=True,
+        log=lambda m: None,
+    )
     assert len(res.attempts) == 1 and res.source.endswith(f"{served['mirror']}/")
 
 
@@ -190,20 +226,45 @@ def test_empty_existing_destination_is_kept_after_failure(tmp_path: Path) -> Non
     assert d.is_dir() and not any(d.iterdir())
 
 
-@pytest.mark.parametrize(("url", "mirror", "base", "prefix"), [
-    ("https://github.com/org/repo", "https://gh-proxy.com/https://github.com/", "https://gh-proxy.com/https://github.com/",
-     "https://github.com/"),
-    ("https://github.com/org/repo.git", "https://gitclone.com/github.com", "https://gitclone.com/github.com/",
-     "https://github.com/"),
-    ("https://github.com/org/repo", "https://kkgithub.com", "https://kkgithub.com/", "https://github.com/"),
-    ("git://127.0.0.1:9418/repo.git", "git://127.0.0.1:9419/", "git://127.0.0.1:9419/", "git://127.0.0.1:9418/"),
-    ("git@github.com:org/repo.git", "https://gh-proxy.com/https://github.com/", "https://gh-proxy.com/https://github.com/",
-     "git@github.com:"),
-])
+@pytest.mark.parametrize(
+    ("url", "mirror", "base", "prefix"),
+    [
+        (
+            "https://github.com/org/repo",
+            "https://gh-proxy.com/https://github.com/",
+            "https://gh-proxy.com/https://github.com/",
+            "https://github.com/",
+        ),
+        (
+            "https://github.com/org/repo.git",
+            "https://gitclone.com/github.com",
+            "https://gitclone.com/github.com/",
+            "https://github.com/",
+        ),
+        (
+            "https://github.com/org/repo",
+            "https://kkgithub.com",
+            "https://kkgithub.com/",
+            "https://github.com/",
+        ),
+        (
+            "git://127.0.0.1:9418/repo.git",
+            "git://127.0.0.1:9419/",
+            "git://127.0.0.1:9419/",
+            "git://127.0.0.1:9418/",
+        ),
+        (
+            "git@github.com:org/repo.git",
+            "https://gh-proxy.com/https://github.com/",
+            "https://gh-proxy.com/https://github.com/",
+            "git@github.com:",
+        ),
+    ],
+)
 def test_insteadof_forms(url: str, mirror: str, base: str, prefix: str) -> None:
     assert insteadof_for(url, mirror) == (base, prefix)
     # what git would do with it: the rewritten URL
-    assert (base + url[len(prefix):]).startswith(base)
+    assert (base + url[len(prefix) :]).startswith(base)
 
 
 def test_mirror_ids_and_names() -> None:
@@ -218,24 +279,37 @@ def test_mirror_ids_and_names() -> None:
 
 
 def test_error_lines_and_classes() -> None:
-    tail = ("Cloning into 'x'...\nerror: RPC failed; curl 18 transfer closed with outstanding read data remaining\n"
-            "fatal: early EOF\nfatal: fetch-pack: invalid index-pack output\n")
+    tail = (
+        "Cloning into 'x'...\nerror: RPC failed; curl 18 transfer closed with outstanding read data "
+        "remaining\n"
+        "fatal: early EOF\nfatal: fetch-pack: invalid index-pack output\n"
+    )
     assert last_error_line(tail) == "fatal: fetch-pack: invalid index-pack output"
     assert classify(tail) == "transient"
     assert classify("fatal: repository 'https://github.com/a/b/' not found") == "permanent"
     assert classify("fatal: repository '/srv/typo.git' does not exist") == "permanent"  # a local path
     assert classify("fatal: Authentication failed for 'https://github.com/a/b/'") == "permanent"
-    assert classify("fatal: unable to access 'https://github.com/a/': Could not resolve host: github.com") == "dns"
+    assert (
+        classify("fatal: unable to access 'https://github.com/a/': Could not resolve host: github.com")
+        == "dns"
+    )
     assert classify("ssh: Could not resolve hostname github.com: Name or service not known") == "dns"
-    assert classify("fatal: unable to access 'https://github.com/a/': Failed to connect to github.com") == "unreachable"
+    assert (
+        classify("fatal: unable to access 'https://github.com/a/': Failed to connect to github.com")
+        == "unreachable"
+    )
 
 
 def test_cli_end_to_end_one_line_error_and_success(served: dict[str, int]) -> None:
     import sys
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "gpuclinic", "get", "git", *args], capture_output=True,
-                              text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "gpuclinic", "get", "git", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     bad = run(f"git://127.0.0.1:{served['origin']}/missing.git", "nope", "--retries", "1")
     assert bad.returncode == 3
@@ -251,11 +325,19 @@ def test_cli_end_to_end_one_line_error_and_success(served: dict[str, int]) -> No
 def test_credentials_in_urls_are_scrubbed_from_errors() -> None:
     from gpuclinic.transfer.git import scrub
 
-    line = last_error_line("fatal: unable to access 'https://bob:ghp_SECRET@github.com/a/b/': Could not resolve host")
+    line = last_error_line(
+        "fatal: unable to access 'https://bob:ghp_SECRET@github.com/a/b/': Could not resolve host"
+    )
     assert line and "ghp_SECRET" not in line and "https://***@github.com/a/b/" in line
     assert scrub("https://x-access-token:t0k@github.com/o/r.git") == "https://***@github.com/o/r.git"
     with pytest.raises(GitCloneError) as ei:
-        clone(f"http://user:hunter2@127.0.0.1:{free_port()}/r.git", "cred", quiet=True, retries=1, log=lambda m: None)
+        clone(
+            f"http://user:hunter2@127.0.0.1:{free_port()}/r.git",
+            "cred",
+            quiet=True,
+            retries=1,
+            log=lambda m: None,
+        )
     assert "hunter2" not in str(ei.value)
 
 
@@ -263,8 +345,10 @@ def test_dns_failure_is_not_retried_and_says_dns() -> None:
     """Issue 14: `get git` retried a name that does not resolve."""
     msgs, log = quiet_log()
     with pytest.raises(GitCloneError) as ei:
-        clone("http://repo.gpuclinic-test.invalid/r.git", "dns", quiet=True, retries=3, backoff_s=0.01,
-              log=log)  # type: ignore[arg-type]
+        clone(
+            "http://repo.gpuclinic-test.invalid/r.git", "dns", quiet=True, retries=3, backoff_s=0.01,
+            log=log,  # type: ignore[arg-type]
+        )
     msg = str(ei.value)
     assert "after 1 attempt(s)" in msg and "DNS lookup failed" in msg and "gpuclinic net" in msg, msg
     assert not any("retrying" in m for m in msgs), msgs
@@ -275,14 +359,30 @@ def test_filter_ignored_by_the_server_is_reported_as_a_full_clone(served: dict[s
     import sys
 
     url = f"git://127.0.0.1:{served['nofilter']}/repo.git"
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "get", "git", url, "nf"], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuclinic", "get", "git", url, "nf"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "filtering not recognized by server" in r.stderr  # git's own warning, passed through
     done = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuclinic: cloned")]
     assert done and "(full" in done[0] and "blobless" not in done[0], r.stderr
     assert "a full clone, not blobless" in r.stderr
     # and a server that does filter still says blobless
-    r = subprocess.run([sys.executable, "-m", "gpuclinic", "get", "git", f"git://127.0.0.1:{served['origin']}/repo.git",
-                        "bl"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuclinic",
+            "get",
+            "git",
+            f"git://127.0.0.1:{served['origin']}/repo.git",
+            "bl",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and "(blobless)" in r.stderr, r.stderr

@@ -39,21 +39,29 @@ def _write_config(root: Path, mirror: str, dead: str) -> None:
         "registry-mirrors": [mirror, dead], "proxies": {"https-proxy": "http://user:secretpw@proxy.corp:3128"}}))
     (root / "etc/containerd/certs.d/docker.io").mkdir(parents=True)
     (root / "etc/containerd/config.toml").write_text(
-        'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n')
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = '
+        '"/etc/containerd/certs.d"\n'
+    )
     (root / "etc/containerd/certs.d/docker.io/hosts.toml").write_text(
-        f'server = "https://registry-1.docker.io"\n[host."{mirror}"]\n  capabilities = ["pull", "resolve"]\n')
+        f'server = "https://registry-1.docker.io"\n[host."{mirror}"]\n  capabilities = ["pull", "resolve"]\n'
+    )
     (root / "etc/containers").mkdir(parents=True)
     (root / "etc/containers/registries.conf").write_text(
         '[[registry]]\nprefix = "docker.io"\nlocation = "docker.io"\n[[registry.mirror]]\n'
-        f'location = "{dead.split("://")[1]}"\ninsecure = true\n')
+        f'location = "{dead.split("://")[1]}"\ninsecure = true\n'
+    )
 
 
 def test_mirror_config_readers(tmp_path: Path) -> None:
     _write_config(tmp_path, "http://127.0.0.1:5001", "http://127.0.0.1:5002")
     mc = read_mirror_config(tmp_path)
     got = {(u, Path(w).name) for u, w in mc.mirrors["docker.io"]}
-    assert got == {("http://127.0.0.1:5001", "daemon.json"), ("http://127.0.0.1:5002", "daemon.json"),
-                   ("http://127.0.0.1:5001", "hosts.toml"), ("http://127.0.0.1:5002", "registries.conf")}
+    assert got == {
+        ("http://127.0.0.1:5001", "daemon.json"),
+        ("http://127.0.0.1:5002", "daemon.json"),
+        ("http://127.0.0.1:5001", "hosts.toml"),
+        ("http://127.0.0.1:5002", "registries.conf"),
+    }
     assert mc.proxies and "secretpw" not in str(mc.proxies)
     specs = configured_specs(mc, [])
     assert sorted(s.url for s in specs) == ["http://127.0.0.1:5001", "http://127.0.0.1:5002"]
@@ -81,10 +89,20 @@ def test_net_registries_end_to_end(registry: Registry, tmp_path: Path) -> None:
     with TcpProxy("127.0.0.1", registry.port, ProxyKnobs(rate_per_conn=2 * MiB)) as mirror:
         dead = f"http://127.0.0.1:{free_port()}"
         _write_config(tmp_path, mirror.url, dead)
-        r = subprocess.run([*GPUCLINIC, "net", "--registries", "--json",
-                            "--endpoint", f"http://{registry.host}#library/alpine:latest"],
-                           capture_output=True, text=True, timeout=120,
-                           env={**__import__("os").environ, "GPUCLINIC_CONFIG_ROOT": str(tmp_path)})
+        r = subprocess.run(
+            [
+                *GPUCLINIC,
+                "net",
+                "--registries",
+                "--json",
+                "--endpoint",
+                f"http://{registry.host}#library/alpine:latest",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**__import__("os").environ, "GPUCLINIC_CONFIG_ROOT": str(tmp_path)},
+        )
     assert r.returncode == 1, r.stderr  # warnings: a dead configured mirror, a per-connection cap
     doc = json.loads(r.stdout)
     probes = {p["url"]: p for p in doc["probes"]}
@@ -110,8 +128,12 @@ def test_net_ssh_probe(tmp_path: Path) -> None:
     try:
         with TcpProxy("127.0.0.1", sshd.port, ProxyKnobs(rate_per_conn=1 * MiB, latency=0.02)) as px:
             cfg = sshd.client_config(px.port)
-            r = subprocess.run([*GPUCLINIC, "net", "--ssh", "testbox", "-e", f"ssh -F {cfg}", "--json"],
-                               capture_output=True, text=True, timeout=120)
+            r = subprocess.run(
+                [*GPUCLINIC, "net", "--ssh", "testbox", "-e", f"ssh -F {cfg}", "--json"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
     finally:
         sshd.stop()
     assert r.returncode == 1, r.stderr

@@ -29,8 +29,16 @@ def cfg(**kw: Any) -> ProbeConfig:
 
 
 def ep(url: str, service: str = "huggingface", kind: str = "origin", big: bool = True, **kw: Any) -> Endpoint:
-    return Endpoint(id=kw.pop("id", f"{service}-{kind}"), url=url, service=service, kind=kind, probe_path="/robots.txt",
-                    throughput_path="/big.bin" if big else None, name=kw.pop("name", url), **kw)
+    return Endpoint(
+        id=kw.pop("id", f"{service}-{kind}"),
+        url=url,
+        service=service,
+        kind=kind,
+        probe_path="/robots.txt",
+        throughput_path="/big.bin" if big else None,
+        name=kw.pop("name", url),
+        **kw,
+    )
 
 
 def findings(nf: NetworkFacts) -> dict[str, Finding]:
@@ -81,7 +89,9 @@ def test_redirect_is_followed_for_throughput() -> None:
         e.throughput_path = "/redirect"
         nf = probe_endpoints([e], cfg(throughput=True))
     p = nf.probes[0]
-    assert p.single and p.single.bytes_per_s and p.single.final_url and p.single.final_url.endswith("/big.bin")
+    assert (
+        p.single and p.single.bytes_per_s and p.single.final_url and p.single.final_url.endswith("/big.bin")
+    )
 
 
 def test_closed_port_counts_every_failure() -> None:
@@ -98,8 +108,13 @@ def test_closed_port_counts_every_failure() -> None:
 def test_some_hosts_unreachable_is_not_offline() -> None:
     port = free_port()
     with LoopbackFileServer() as s:
-        nf = probe_endpoints([ep(s.url, big=False, id="hf"), ep(f"http://127.0.0.1:{port}", service="github", big=False,
-                                                                id="gh")], cfg(throughput=False))
+        nf = probe_endpoints(
+            [
+                ep(s.url, big=False, id="hf"),
+                ep(f"http://127.0.0.1:{port}", service="github", big=False, id="gh"),
+            ],
+            cfg(throughput=False),
+        )
     assert nf.offline is False
     fs = findings(nf)
     assert "network.endpoint_unreachable" in fs
@@ -119,7 +134,9 @@ def test_flaky_connects_are_lossy() -> None:
         return default_connector(addr, timeout)
 
     with LoopbackFileServer() as s:
-        nf = probe_endpoints([ep(s.url, big=False)], cfg(throughput=False, connector=flaky, connect_samples=6))
+        nf = probe_endpoints(
+            [ep(s.url, big=False)], cfg(throughput=False, connector=flaky, connect_samples=6)
+        )
     p = nf.probes[0]
     assert 0 < p.connect_failures < p.connect_attempts
     assert "network.lossy" in findings(nf)
@@ -204,7 +221,9 @@ def test_overall_deadline_holds() -> None:
 
 def test_tls_handshake_measured(server_tls: ssl.SSLContext, client_tls: ssl.SSLContext) -> None:
     with LoopbackFileServer(tls=server_tls) as s:
-        nf = probe_endpoints([ep(f"https://hub.test:{s.port}", big=False)], cfg(throughput=False, ssl_context=client_tls))
+        nf = probe_endpoints(
+            [ep(f"https://hub.test:{s.port}", big=False)], cfg(throughput=False, ssl_context=client_tls)
+        )
     p = nf.probes[0]
     assert p.tls_ms is not None and p.tls_ms > 0 and p.tls_version and p.tls_version.startswith("TLS")
     assert p.http_status == 200 and p.ttfb_ms is not None
@@ -212,8 +231,10 @@ def test_tls_handshake_measured(server_tls: ssl.SSLContext, client_tls: ssl.SSLC
 
 def test_untrusted_certificate_is_reported(server_tls: ssl.SSLContext) -> None:
     with LoopbackFileServer(tls=server_tls) as s:
-        nf = probe_endpoints([ep(f"https://hub.test:{s.port}", big=False)],
-                             cfg(throughput=False, ssl_context=ssl.create_default_context()))
+        nf = probe_endpoints(
+            [ep(f"https://hub.test:{s.port}", big=False)],
+            cfg(throughput=False, ssl_context=ssl.create_default_context()),
+        )
     p = nf.probes[0]
     assert p.tls_error and "certificate verify failed" in p.tls_error
     f = findings(nf)["network.tls_failed"]
@@ -221,7 +242,8 @@ def test_untrusted_certificate_is_reported(server_tls: ssl.SSLContext) -> None:
 
 
 def test_probes_go_through_connect_proxy_with_redacted_credentials(
-        server_tls: ssl.SSLContext, client_tls: ssl.SSLContext) -> None:
+    server_tls: ssl.SSLContext, client_tls: ssl.SSLContext
+) -> None:
     with LoopbackFileServer(tls=server_tls, per_conn_bps=4e6) as s, ConnectProxy() as px:
         env = {"HTTPS_PROXY": f"http://alice:s3cret@127.0.0.1:{px.port}"}
         nf = probe_endpoints([ep(f"https://hub.test:{s.port}")], cfg(env=env, ssl_context=client_tls))
@@ -233,13 +255,19 @@ def test_probes_go_through_connect_proxy_with_redacted_credentials(
     assert "s3cret" not in Snapshot(network=nf).to_json()
 
 
-def test_refusing_proxy_is_misconfigured_not_offline(server_tls: ssl.SSLContext, client_tls: ssl.SSLContext) -> None:
+def test_refusing_proxy_is_misconfigured_not_offline(
+    server_tls: ssl.SSLContext, client_tls: ssl.SSLContext
+) -> None:
     dead = free_port()
     with LoopbackFileServer(tls=server_tls) as s:
         env = {"https_proxy": f"http://127.0.0.1:{dead}", "NO_PROXY": "internal.example"}
-        nf = probe_endpoints([ep(f"https://hub.test:{s.port}", big=False, id="a"),
-                              ep(f"https://mirror.test:{s.port}", big=False, id="b", kind="mirror")],
-                             cfg(env=env, ssl_context=client_tls, throughput=False))
+        nf = probe_endpoints(
+            [
+                ep(f"https://hub.test:{s.port}", big=False, id="a"),
+                ep(f"https://mirror.test:{s.port}", big=False, id="b", kind="mirror"),
+            ],
+            cfg(env=env, ssl_context=client_tls, throughput=False),
+        )
     assert nf.offline is False
     fs = findings(nf)
     assert "network.proxy_misconfigured" in fs
@@ -249,8 +277,10 @@ def test_refusing_proxy_is_misconfigured_not_offline(server_tls: ssl.SSLContext,
 def test_proxy_that_refuses_connect_is_named(server_tls: ssl.SSLContext, client_tls: ssl.SSLContext) -> None:
     with LoopbackFileServer(tls=server_tls) as s, ConnectProxy(refuse=True) as px:
         env = {"HTTPS_PROXY": f"127.0.0.1:{px.port}"}
-        nf = probe_endpoints([ep(f"https://hub.test:{s.port}", big=False)], cfg(env=env, ssl_context=client_tls,
-                                                                               throughput=False))
+        nf = probe_endpoints(
+            [ep(f"https://hub.test:{s.port}", big=False)],
+            cfg(env=env, ssl_context=client_tls, throughput=False),
+        )
     p = nf.probes[0]
     assert p.http_error and "HTTP 403" in p.http_error
     assert "network.proxy_misconfigured" in findings(nf)
@@ -267,10 +297,14 @@ def test_no_proxy_bypasses_proxy() -> None:
 @pytest.mark.parametrize("origin_ok", [True, False])
 def test_mirror_faster_prints_exact_switch_lines(origin_ok: bool) -> None:
     with LoopbackFileServer(total_bps=1e6) as slow, LoopbackFileServer(per_conn_bps=6e6) as fast:
-        origin_url = slow.url.replace("127.0.0.1", "hub.test") if origin_ok else f"http://hub.test:{free_port()}"
+        origin_url = (
+            slow.url.replace("127.0.0.1", "hub.test") if origin_ok else f"http://hub.test:{free_port()}"
+        )
         mirror_url = fast.url.replace("127.0.0.1", "mirror.test")
-        eps = [ep(origin_url, id="huggingface"),
-               ep(mirror_url, kind="mirror", id="hf-mirror", name="test mirror", mirror_url=mirror_url)]
+        eps = [
+            ep(origin_url, id="huggingface"),
+            ep(mirror_url, kind="mirror", id="hf-mirror", name="test mirror", mirror_url=mirror_url),
+        ]
         nf = probe_endpoints(eps, cfg())
     fs = findings(nf)
     f = fs["network.mirror_faster"]
@@ -298,11 +332,16 @@ def test_github_mirror_lines_use_insteadof() -> None:
 
     gh = next(e for e in default_endpoints() if e.id == "gh-proxy")
     lines = switch_lines(gh)
-    assert lines["switch"][0] == ('git config --global url."https://gh-proxy.com/https://github.com/".insteadOf '
-                                  '"https://github.com/"')
-    assert lines["one_off"][0].startswith('git -c url."https://gh-proxy.com/https://github.com/".insteadOf=https://github.com/ clone')
+    assert lines["switch"][0] == (
+        'git config --global url."https://gh-proxy.com/https://github.com/".insteadOf "https://github.com/"'
+    )
+    assert lines["one_off"][0].startswith(
+        'git -c url."https://gh-proxy.com/https://github.com/".insteadOf=https://github.com/ clone'
+    )
     pip = next(e for e in default_endpoints() if e.id == "pypi-tuna")
-    assert switch_lines(pip)["switch"] == ["pip config set global.index-url https://pypi.tuna.tsinghua.edu.cn/simple"]
+    assert switch_lines(pip)["switch"] == [
+        "pip config set global.index-url https://pypi.tuna.tsinghua.edu.cn/simple"
+    ]
     ms = next(e for e in default_endpoints() if e.id == "modelscope")
     assert "HF_ENDPOINT" not in " ".join(switch_lines(ms)["one_off"])
 
@@ -335,8 +374,9 @@ def test_ipv6_loopback_literal() -> None:
     t.start()
     try:
         port = srv.server_address[1]
-        nf = probe_endpoints([ep(f"http://[::1]:{port}", big=False)],
-                             cfg(resolver=default_resolver, throughput=False))
+        nf = probe_endpoints(
+            [ep(f"http://[::1]:{port}", big=False)], cfg(resolver=default_resolver, throughput=False)
+        )
     finally:
         srv.shutdown()
         srv.server_close()
@@ -344,19 +384,23 @@ def test_ipv6_loopback_literal() -> None:
     assert p.addresses == ["::1"] and p.http_status == 204
 
 
-@pytest.mark.parametrize(("knobs", "code"), [
-    ({"rate_per_conn": 1.5e6, "latency": 0.03, "connect_latency": 0.02}, "network.per_connection_cap"),
-    ({"total_rate": 3e6, "latency": 0.03}, "network.slow_link"),
-])
+@pytest.mark.parametrize(
+    ("knobs", "code"),
+    [
+        ({"rate_per_conn": 1.5e6, "latency": 0.03, "connect_latency": 0.02}, "network.per_connection_cap"),
+        ({"total_rate": 3e6, "latency": 0.03}, "network.slow_link"),
+    ],
+)
 def test_diagnosis_on_the_wan_simulator(knobs: dict[str, Any], code: str) -> None:
     """The project's WAN simulator (transfer area) with added latency: the same verdicts."""
     from gpuclinic.transfer import wansim
+
     with wansim.WanSim(wansim.Knobs(**knobs)) as sim:
         url = sim.add_file("big.bin", bytes(16 * 1024 * 1024))
         base = sim.base_url
         e = ep(base, big=False)
         e.probe_path = "/files/big.bin"
-        e.throughput_path = url[len(base):]
+        e.throughput_path = url[len(base) :]
         nf = probe_endpoints([e], cfg())
     p = nf.probes[0]
     assert p.ttfb_ms is not None and p.ttfb_ms >= 25  # the simulated first-byte latency shows up
@@ -367,9 +411,13 @@ def test_diagnosis_on_the_wan_simulator(knobs: dict[str, Any], code: str) -> Non
 
 
 def test_proxy_wanting_credentials_says_so(server_tls: ssl.SSLContext, client_tls: ssl.SSLContext) -> None:
-    with LoopbackFileServer(tls=server_tls) as s, ConnectProxy(refuse=True, status="407 Proxy Authentication Required") as px:
-        nf = probe_endpoints([ep(f"https://hub.test:{s.port}", big=False)],
-                             cfg(env={"HTTPS_PROXY": f"http://127.0.0.1:{px.port}"}, ssl_context=client_tls,
-                                 throughput=False))
+    with (
+        LoopbackFileServer(tls=server_tls) as s,
+        ConnectProxy(refuse=True, status="407 Proxy Authentication Required") as px,
+    ):
+        nf = probe_endpoints(
+            [ep(f"https://hub.test:{s.port}", big=False)],
+            cfg(env={"HTTPS_PROXY": f"http://127.0.0.1:{px.port}"}, ssl_context=client_tls, throughput=False),
+        )
     f = findings(nf)["network.proxy_misconfigured"]
     assert "HTTP 407" in f.evidence[0] and "user:password" in f.evidence[0]

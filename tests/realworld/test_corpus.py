@@ -63,7 +63,8 @@ FLOORS: dict[str, tuple[float, float]] = {
 
 @pytest.fixture(scope="module")
 def scores() -> list[Any]:
-    return cs.score_corpus()
+    out: list[Any] = cs.score_corpus()
+    return out
 
 
 def _known_code(code: str) -> bool:
@@ -84,15 +85,24 @@ def test_every_file_is_labelled_with_a_public_source() -> None:
     sources = (CORPUS.parent / "SOURCES.md").read_text()
     for name, label in LABELS.items():
         assert name in older or label["source"].startswith("https://"), name
-        assert f"`{name if name in older else 'corpus/' + name}`" in sources and label["source"] in sources, name
+        assert f"`{name if name in older else 'corpus/' + name}`" in sources and label["source"] in sources, (
+            name
+        )
         assert label["kind"] and label["project"] and label["what"], name
         assert label.get("healthy") or label["codes"] or label["facts"], f"{name}: proves nothing"
         assert not (label.get("healthy") and label["codes"]), f"{name}: healthy with fault codes"
 
 
 def test_labels_use_codes_the_tool_has() -> None:
-    unknown = sorted({(n, alt) for n, lab in LABELS.items() for c in lab["codes"] + lab.get("allowed", [])
-                      for alt in c.split("|") if not _known_code(alt)})
+    unknown = sorted(
+        {
+            (n, alt)
+            for n, lab in LABELS.items()
+            for c in lab["codes"] + lab.get("allowed", [])
+            for alt in c.split("|")
+            if not _known_code(alt)
+        }
+    )
     assert not unknown, unknown
 
 
@@ -113,8 +123,12 @@ def test_healthy_dump_has_no_warning_or_critical(name: str) -> None:
 def test_recall_per_kind_not_below_floor(scores: list[Any]) -> None:
     rows = {r.kind: r for r in cs.table(scores)}
     assert set(rows) == set(FLOORS), set(rows) ^ set(FLOORS)
-    low = [(k, p, round(r.recall(p) or 0.0, 3), FLOORS[k][i]) for k, r in rows.items()
-           for i, p in enumerate(cs.PATHS) if (r.recall(p) or 0.0) + 1e-9 < FLOORS[k][i]]
+    low = [
+        (k, p, round(r.recall(p) or 0.0, 3), FLOORS[k][i])
+        for k, r in rows.items()
+        for i, p in enumerate(cs.PATHS)
+        if (r.recall(p) or 0.0) + 1e-9 < FLOORS[k][i]
+    ]
     assert not low, low
 
 
@@ -125,7 +139,12 @@ def test_labelled_codes_never_wrong_on_precision(scores: list[Any]) -> None:
 
 
 def test_scorer_runs_as_a_script() -> None:
-    out = subprocess.run([sys.executable, str(SCRIPT), "xid79_oneline_nvsentinel_155.txt"], capture_output=True,
-                         text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "xid79_oneline_nvsentinel_155.txt"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     assert out.startswith("| kind | files |")
     assert "| kernel_log | 1 | 1 | 1.00 | 1.00 |" in out

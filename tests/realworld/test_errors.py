@@ -82,7 +82,8 @@ def test_first_signature(name: str) -> None:
 
 
 def test_container_cli_nvml_mismatch_is_not_called_driver_not_loaded() -> None:
-    """The hook's "nvml error: driver/library version mismatch" means: reboot/reinstall, not "load a driver"."""
+    """The hook's "nvml error: driver/library version mismatch" means: reboot/reinstall, not "load a
+    driver"."""
     for name in ("container_cli_mismatch_plex_18.txt", "container_cli_mismatch_escaped_nvdocker_1451.txt"):
         ids = [m.id for m in match(_text(name))]
         assert "container_cli.driver_not_loaded" not in ids
@@ -92,9 +93,17 @@ def test_versions_are_extracted_without_trailing_punctuation() -> None:
     m = match(_text("api_mismatch_dmesg_dalle_104.txt"))
     # nvml.version_mismatch hides the NVRM entry, but the NVRM versions are still read by its own match
     from gpuclinic.knowledge import signatures as sg
+
     api = next(s for s in sg.signatures() if s.id == "nvrm.api_mismatch")
-    sm = sg.SignatureMatch(id=api.id, category=api.category, title=api.title, cause=api.cause, fix=api.fix,
-                           source=api.source, matched_line="")
+    sm = sg.SignatureMatch(
+        id=api.id,
+        category=api.category,
+        title=api.title,
+        cause=api.cause,
+        fix=api.fix,
+        source=api.source,
+        matched_line="",
+    )
     sg._extract_api_mismatch(_text("api_mismatch_dmesg_dalle_104.txt"), None, sm)  # type: ignore[arg-type]
     assert sm.data == {"client_version": "515.48.07", "kernel_module_version": "510.73.05"}
     assert m[0].id == "nvml.version_mismatch"
@@ -102,12 +111,15 @@ def test_versions_are_extracted_without_trailing_punctuation() -> None:
     assert k8s.data.get("nvml_library_version") == "570.195"
 
 
-@pytest.mark.parametrize(("name", "diagnosis"), [
-    ("oom_alloc_conf_old_onetwothree_25.txt", "model_too_large"),
-    # 41.56 MiB free vs 32 MiB asked on a 4 GiB card held by this process: a full GPU, not a mystery
-    ("oom_capacty_typo_mygirlgpt_11.txt", "model_too_large"),
-    ("oom_truncated_framepack_369.txt", "allocation_exceeds_gpu"),
-])
+@pytest.mark.parametrize(
+    ("name", "diagnosis"),
+    [
+        ("oom_alloc_conf_old_onetwothree_25.txt", "model_too_large"),
+        # 41.56 MiB free vs 32 MiB asked on a 4 GiB card held by this process: a full GPU, not a mystery
+        ("oom_capacty_typo_mygirlgpt_11.txt", "model_too_large"),
+        ("oom_truncated_framepack_369.txt", "allocation_exceeds_gpu"),
+    ],
+)
 def test_oom_diagnosis(name: str, diagnosis: str) -> None:
     m = match(_text(name))[0]
     assert m.data["diagnosis"] == diagnosis
@@ -116,21 +128,32 @@ def test_oom_diagnosis(name: str, diagnosis: str) -> None:
 
 def test_new_signatures_have_sources_and_compile() -> None:
     ids = {s.id for s in signatures()}
-    for sid in ("nccl.connect_failed", "nccl.ibv_call_failed", "cudnn.version_mismatch", "xla.dnn_init_failed",
-                "cublas.not_supported", "cuda.initialization_error", "torch.driver_init_failed", "smi.no_libnvml"):
+    for sid in (
+        "nccl.connect_failed",
+        "nccl.ibv_call_failed",
+        "cudnn.version_mismatch",
+        "xla.dnn_init_failed",
+        "cublas.not_supported",
+        "cuda.initialization_error",
+        "torch.driver_init_failed",
+        "smi.no_libnvml",
+    ):
         assert sid in ids
     for s in signatures():
         assert s.source.startswith("https://"), s.id
 
 
-@pytest.mark.parametrize(("name", "code", "exit_code"), [
-    # the doctor's own check on the nvidia-smi statement in the paste says the same, with the fix
-    # software and configuration causes warn (exit 1); explain drains (exit 2) only on hardware evidence
-    ("container_cli_mismatch_plex_18.txt", "driver.library_mismatch", 1),
-    ("system_not_ready_802_lisa_2823.txt", "error.cuda.system_not_ready", 1),
-    ("jax_dnn_init_colab_15361.txt", "error.xla.dnn_init_failed", 1),
-    ("nccl_socket_connect_abort_tests_166.txt", "error.nccl.connect_failed", 1),
-])
+@pytest.mark.parametrize(
+    ("name", "code", "exit_code"),
+    [
+        # the doctor's own check on the nvidia-smi statement in the paste says the same, with the fix
+        # software and configuration causes warn (exit 1); explain drains (exit 2) only on hardware evidence
+        ("container_cli_mismatch_plex_18.txt", "driver.library_mismatch", 1),
+        ("system_not_ready_802_lisa_2823.txt", "error.cuda.system_not_ready", 1),
+        ("jax_dnn_init_colab_15361.txt", "error.xla.dnn_init_failed", 1),
+        ("nccl_socket_connect_abort_tests_166.txt", "error.nccl.connect_failed", 1),
+    ],
+)
 def test_explain_report(name: str, code: str, exit_code: int) -> None:
     r = explain_text(_text(name), name, None)
     assert r.command == "explain"
@@ -142,22 +165,26 @@ def test_ggml_assert_is_not_reported_as_a_second_cuda_error() -> None:
     assert [m.id for m in match(_text("ollama_ggml_oom_vmm_3237.txt"))] == ["cuda.out_of_memory_generic"]
 
 
-@pytest.mark.parametrize(("name", "codes"), [
-    ("xid79_pciehp_syslog_pop_3363.txt", {"gpu.fallen_off_bus", "xid.79"}),
-    # newer drivers print the fallen-off-bus sentence over three lines and no Xid
-    ("fallen_off_bus_no_xid_nvsentinel_155.txt", {"gpu.fallen_off_bus"}),
-    ("api_mismatch_dmesg_dalle_104.txt", {"driver.library_mismatch"}),
-])
+@pytest.mark.parametrize(
+    ("name", "codes"),
+    [
+        ("xid79_pciehp_syslog_pop_3363.txt", {"gpu.fallen_off_bus", "xid.79"}),
+        # newer drivers print the fallen-off-bus sentence over three lines and no Xid
+        ("fallen_off_bus_no_xid_nvsentinel_155.txt", {"gpu.fallen_off_bus"}),
+        ("api_mismatch_dmesg_dalle_104.txt", {"driver.library_mismatch"}),
+    ],
+)
 def test_kernel_log_pastes_through_doctor_from(name: str, codes: set[str]) -> None:
     from gpuclinic.diagnose import diagnose
     from gpuclinic.model import Verdict
     from gpuclinic.sources.evidence import snapshot_from_text
+
     r = diagnose(snapshot_from_text(_text(name), name))
     assert codes <= {f.code for f in r.findings}
     assert r.verdict == Verdict.DRAIN
 
 
 def test_container_hook_wording_is_not_a_cuda_initialization_error() -> None:
-    """"nvidia-container-cli: initialization error" is the hook failing, not CUDA error 3."""
+    """ "nvidia-container-cli: initialization error" is the hook failing, not CUDA error 3."""
     for name in ("container_cli_mismatch_plex_18.txt", "container_cli_no_libnvml_libnvc_231.txt"):
         assert "cuda.initialization_error" not in [m.id for m in match(_text(name))]

@@ -9,13 +9,25 @@ from gpuclinic.errors import InputError
 from gpuclinic.sources import smi_nvlink, smi_topo
 from gpuclinic.sources.evidence import snapshot_from_text, unquote
 
-_LINES = st.lists(st.one_of(
-    st.text(max_size=40),
-    st.sampled_from(["GPU 0: Tesla V100 (UUID: GPU-1)", "         Link 0: <inactive>", "\t Link 1: 25.781 GB/s",
-                     "\t Link 2: Replay Errors: 9", "\tGPU0\tGPU1\tCPU Affinity", "GPU0\t X \tNV4\t0-7",
-                     "GPU1\tNV4\t X \t0-7", "> | NVIDIA-SMI 550.54.14  Driver Version: 550.54.14  CUDA Version: 12.4 |",
-                     "<nvidia_smi_log><driver_version>535</driver_version><gpu id=\"0:1:0.0\">"]),
-), max_size=12).map("\n".join)
+_LINES = st.lists(
+    st.one_of(
+        st.text(max_size=40),
+        st.sampled_from(
+            [
+                "GPU 0: Tesla V100 (UUID: GPU-1)",
+                "         Link 0: <inactive>",
+                "\t Link 1: 25.781 GB/s",
+                "\t Link 2: Replay Errors: 9",
+                "\tGPU0\tGPU1\tCPU Affinity",
+                "GPU0\t X \tNV4\t0-7",
+                "GPU1\tNV4\t X \t0-7",
+                "> | NVIDIA-SMI 550.54.14  Driver Version: 550.54.14  CUDA Version: 12.4 |",
+                '<nvidia_smi_log><driver_version>535</driver_version><gpu id="0:1:0.0">',
+            ]
+        ),
+    ),
+    max_size=12,
+).map("\n".join)
 
 
 @settings(max_examples=150, deadline=None)
@@ -34,8 +46,13 @@ def test_new_parsers_total(text: str) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 17), st.sampled_from(["<inactive>", "25.781 GB/s", "Replay Errors: 3"])),
-                min_size=1, max_size=18))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 17), st.sampled_from(["<inactive>", "25.781 GB/s", "Replay Errors: 3"])),
+        min_size=1,
+        max_size=18,
+    )
+)
 def test_nvlink_links_round_trip(links: list[tuple[int, str]]) -> None:
     text = "GPU 2: NVIDIA H100 (UUID: GPU-abc)\n" + "".join(f"\t Link {k}: {v}\n" for k, v in links)
     (g,) = smi_nvlink.parse(text).gpus

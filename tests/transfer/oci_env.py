@@ -52,7 +52,9 @@ class Registry:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"docker-registry did not start: {(root / 'registry.log').read_text()[-500:]}")
+                raise RuntimeError(
+                    f"docker-registry did not start: {(root / 'registry.log').read_text()[-500:]}"
+                )
             time.sleep(0.1)
 
     @property
@@ -109,17 +111,29 @@ def _image(layout: Path, arch: str, layer_sizes: list[int], seed: int) -> tuple[
         layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": dg, "size": n})
         diff_ids.append("sha256:" + hashlib.sha256(tar).hexdigest())
         blobs[dg] = n
-    cfg = {"architecture": arch, "os": "linux", "config": {"Cmd": ["/bin/true"]},
-           "rootfs": {"type": "layers", "diff_ids": diff_ids}, "created": "2026-01-01T00:00:00Z"}
+    cfg = {
+        "architecture": arch,
+        "os": "linux",
+        "config": {"Cmd": ["/bin/true"]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "created": "2026-01-01T00:00:00Z",
+    }
     cdg, cn = _put_blob(layout, json.dumps(cfg).encode())
     blobs[cdg] = cn
-    man = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cdg, "size": cn},
-           "layers": layers}
+    man = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cdg, "size": cn},
+        "layers": layers,
+    }
     raw = json.dumps(man).encode()
     mdg, mn = _put_blob(layout, raw)
-    desc: dict[str, object] = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": mdg, "size": mn,
-                               "platform": {"architecture": arch, "os": "linux"}}
+    desc: dict[str, object] = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": mdg,
+        "size": mn,
+        "platform": {"architecture": arch, "os": "linux"},
+    }
     return desc, Built(mdg, blobs, [str(x["digest"]) for x in layers])
 
 
@@ -142,8 +156,12 @@ def build_multiarch(layout: Path) -> dict[str, Built]:
         out[arch] = built
     idx = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": descs}
     idg, idn = _put_blob(layout, json.dumps(idx).encode())
-    top = {"mediaType": "application/vnd.oci.image.index.v1+json", "digest": idg, "size": idn,
-           "annotations": {"org.opencontainers.image.ref.name": "latest"}}
+    top = {
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "digest": idg,
+        "size": idn,
+        "annotations": {"org.opencontainers.image.ref.name": "latest"},
+    }
     (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
     (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
     return out

@@ -42,12 +42,15 @@ class Sshd:
         cfg = root / "sshd_config"
         cfg.write_text(
             f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {hostkey}\nPidFile {root / 'sshd.pid'}\n"
-            f"AuthorizedKeysFile {auth}\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+            f"AuthorizedKeysFile {auth}\nStrictModes no\nPasswordAuthentication "
+            "no\nKbdInteractiveAuthentication no\n"
             "UsePAM no\nPermitRootLogin yes\nMaxStartups 100:30:200\nMaxSessions 100\nLogLevel ERROR\n"
             "Subsystem sftp internal-sftp\n"
         )
         self.log = open(root / "sshd.log", "wb")
-        self.proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(cfg)], stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sshd, "-D", "-e", "-f", str(cfg)], stdout=self.log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 15
         while True:
             try:
@@ -65,8 +68,10 @@ class Sshd:
         """An ssh_config with a Host alias to ``port`` on 127.0.0.1 (the proxy, or sshd itself)."""
         p = self.root / f"ssh_config_{alias}"
         p.write_text(
-            f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User {self.user}\n  IdentityFile {self.key}\n"
-            "  IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+            f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User {self.user}\n  IdentityFile "
+            f"{self.key}\n"
+            "  IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel "
+            "ERROR\n"
         )
         return p
 

@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +22,7 @@ TOKEN = "hf_TESTtokenVALUEdoNOTprint0123456789"
 
 
 @pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[WanSim]:
     with WanSim(Knobs(rate_per_conn=16 * MiB), token=TOKEN) as s:
         monkeypatch.setenv("HF_ENDPOINT", s.base_url)
         monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -45,7 +47,9 @@ def _offline_load(
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
 
 
-def test_cache_layout_loaded_offline_by_real_huggingface_hub(hub: WanSim, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_cache_layout_loaded_offline_by_real_huggingface_hub(
+    hub: WanSim, tmp_path: Path, run_cli: Any
+) -> None:
     weights, sha = blob(6 * MiB, 21)
     files = {
         "config.json": b'{"model_type": "bert"}',
@@ -79,7 +83,7 @@ def test_cache_layout_loaded_offline_by_real_huggingface_hub(hub: WanSim, tmp_pa
     assert hub.stats.total_body - before < 2000  # only API JSON
 
 
-def test_dataset_include_exclude_and_revision(hub: WanSim, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_dataset_include_exclude_and_revision(hub: WanSim, tmp_path: Path, run_cli: Any) -> None:
     spec = hub.add_repo(
         "org/ds",
         {"a/1.csv": b"x,y\n", "a/2.csv": b"z\n", "b/big.parquet": blob(MiB, 3)[0]},
@@ -120,10 +124,10 @@ def test_dataset_include_exclude_and_revision(hub: WanSim, tmp_path: Path, run_c
 )
 def test_hub_errors_are_one_line_and_never_show_the_token(
     hub: WanSim,
-    run_cli,
+    run_cli: Any,
     monkeypatch: pytest.MonkeyPatch,
     setup: str,
-    needle: str,  # type: ignore[no-untyped-def]
+    needle: str,
 ) -> None:
     hub.add_repo("org/gated", {"a": b"1"}, gated=True)
     hub.add_repo("org/private", {"a": b"1"}, private=True)
@@ -143,8 +147,8 @@ def test_hub_errors_are_one_line_and_never_show_the_token(
 
 
 def test_token_used_but_never_printed_nor_sent_to_cdn(
-    hub: WanSim, tmp_path: Path, run_cli, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+    hub: WanSim, tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     weights, sha = blob(2 * MiB, 22)
     hub.add_repo("org/private", {"w.bin": weights, "missing-later.txt": b"x"}, private=True)
     token_file = tmp_path / "hfhome" / "token"
@@ -164,7 +168,9 @@ def test_token_used_but_never_printed_nor_sent_to_cdn(
     assert r.code != 0 and TOKEN not in r.out + r.err and "hf_TEST" not in r.err
 
 
-def test_hub_token_is_redacted_from_progress_and_json(hub: WanSim, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_hub_token_is_redacted_from_progress_and_json(
+    hub: WanSim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hub.add_repo("org/private", {"w.bin": blob(3 * MiB, 23)[0]}, private=True)
     env = {**os.environ, "HF_TOKEN": TOKEN, "COLUMNS": "200"}
     r = subprocess.run(
@@ -181,7 +187,7 @@ def test_hub_token_is_redacted_from_progress_and_json(hub: WanSim, tmp_path: Pat
 @pytest.mark.parametrize(
     "name", ["../evil.txt", "a/../../evil", "/etc/passwd", "a\\..\\b", "a//b", "./x", "C:/x"]
 )
-def test_path_escape_refused(hub: WanSim, tmp_path: Path, run_cli, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_path_escape_refused(hub: WanSim, tmp_path: Path, run_cli: Any, name: str) -> None:
     hub.add_repo("org/evil", {"ok.txt": b"fine", name: b"pwned"})
     r = run_cli("get", "hf", "org/evil")
     assert r.code != 0 and "escape" in r.err
@@ -189,7 +195,7 @@ def test_path_escape_refused(hub: WanSim, tmp_path: Path, run_cli, name: str) ->
     assert hub.stats.total_body < 2000  # refused before downloading anything
 
 
-def test_planted_symlink_in_snapshot_refused(hub: WanSim, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_planted_symlink_in_snapshot_refused(hub: WanSim, tmp_path: Path, run_cli: Any) -> None:
     spec = hub.add_repo("org/sl", {"sub/x.txt": b"data"})
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -207,12 +213,12 @@ def test_safe_repo_path_accepts_normal_names() -> None:
     assert str(safe_repo_path("x..y/z")) == "x..y/z"
 
 
-def test_bad_repo_id(run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_bad_repo_id(run_cli: Any) -> None:
     r = run_cli("get", "hf", "../../etc")
     assert r.code != 0 and "not a Hugging Face repo id" in r.err
 
 
-def test_many_small_files_and_shared_blobs(hub: WanSim, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_many_small_files_and_shared_blobs(hub: WanSim, tmp_path: Path, run_cli: Any) -> None:
     files = {f"shards/{i:04d}.txt": b"row %d\n" % i for i in range(200)}
     files["copy/a.txt"] = files["copy/b.txt"] = b"same content\n"  # one blob, two names
     spec = hub.add_repo("org/many", files, repo_type="dataset")
@@ -224,7 +230,9 @@ def test_many_small_files_and_shared_blobs(hub: WanSim, tmp_path: Path, run_cli)
     assert len(list((tmp_path / "hub" / "datasets--org--many" / "blobs").iterdir())) == 201
 
 
-def test_file_list_from_paginated_tree_when_siblings_lack_sizes(hub: WanSim, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_file_list_from_paginated_tree_when_siblings_lack_sizes(
+    hub: WanSim, tmp_path: Path, run_cli: Any
+) -> None:
     hub.knobs.ignore_blobs = True
     hub.knobs.tree_page = 3
     weights, sha = blob(MiB, 24)
@@ -249,8 +257,8 @@ def _closed_port() -> int:
 def test_unreachable_hub_fails_fast_and_names_the_cause(
     kind: str,
     tmp_path: Path,
-    run_cli,
-    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+    run_cli: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Issue 14: no network took 8.8 s and said only "ConnectError"."""
     import socket

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,7 +35,7 @@ class Env:
     def __init__(self, reg: Registry, big: Built, multi: dict[str, Built], skopeo: str) -> None:
         self.reg, self.big, self.multi, self.skopeo = reg, big, multi, skopeo
 
-    def registry_manifest(self, repo: str) -> tuple[str, dict[str, object]]:
+    def registry_manifest(self, repo: str) -> tuple[str, dict[str, Any]]:
         """The manifest as the registry serves it (skopeo compressed the layers on push)."""
         r = httpx.get(f"http://{self.reg.host}/v2/{repo}/manifests/latest",
                       headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}, timeout=10)
@@ -58,18 +59,20 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 
 
 def _get(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*GPUCLINIC, "get", "image", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*GPUCLINIC, "get", "image", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
-def _check_layout(env: Env, out: Path, repo: str) -> dict[str, object]:
+def _check_layout(env: Env, out: Path, repo: str) -> dict[str, Any]:
     """skopeo reads it, index.json names the registry's manifest, and every blob hashes to its name."""
     r = subprocess.run([env.skopeo, "inspect", f"oci:{out}"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     mdigest, manifest = env.registry_manifest(repo)
     index = json.loads((out / "index.json").read_text())
     assert [m["digest"] for m in index["manifests"]] == [mdigest]
-    assert json.loads(r.stdout)["Layers"] == [x["digest"] for x in manifest["layers"]]  # type: ignore[index, union-attr]
-    for d in [manifest["config"], *manifest["layers"]]:  # type: ignore[list-item, misc]
+    assert json.loads(r.stdout)["Layers"] == [x["digest"] for x in manifest["layers"]]
+    for d in [manifest["config"], *manifest["layers"]]:
         p = out / "blobs" / "sha256" / d["digest"].split(":")[1]
         assert p.stat().st_size == d["size"] and sha256_file(p) == d["digest"]
     assert sha256_file(out / "blobs" / "sha256" / mdigest.split(":")[1]) == mdigest
@@ -83,7 +86,7 @@ def test_round_trip_200mib_layer_and_reuse(env: Env, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     manifest = _check_layout(env, out, "test/big")
-    total = sum(d["size"] for d in [manifest["config"], *manifest["layers"]])  # type: ignore[list-item, misc]
+    total = sum(d["size"] for d in [manifest["config"], *manifest["layers"]])
     assert total > BIG and res["size"] == total and res["downloaded"] == total
     # a second run finds every blob in place, verified: nothing is downloaded
     r = _get(f"{env.reg.host}/test/big:latest", "-o", str(out), "--json")
@@ -96,17 +99,31 @@ def test_round_trip_200mib_layer_and_reuse(env: Env, tmp_path: Path) -> None:
 def test_multiarch_platform_and_docker_archive(env: Env, tmp_path: Path) -> None:
     for arch in ("arm64", "amd64"):
         out = tmp_path / f"m-{arch}.tar"
-        r = _get(f"{env.reg.host}/test/multi", "--platform", f"linux/{arch}", "--format", "docker-archive",
-                 "-o", str(out), "-q")
+        r = _get(
+            f"{env.reg.host}/test/multi",
+            "--platform",
+            f"linux/{arch}",
+            "--format",
+            "docker-archive",
+            "-o",
+            str(out),
+            "-q",
+        )
         assert r.returncode == 0, r.stderr
-        ins = subprocess.run([env.skopeo, "inspect", f"docker-archive:{out}"], capture_output=True, text=True, timeout=60)
+        ins = subprocess.run(
+            [env.skopeo, "inspect", f"docker-archive:{out}"], capture_output=True, text=True, timeout=60
+        )
         assert ins.returncode == 0, ins.stderr
         info = json.loads(ins.stdout)
         assert info["Architecture"] == arch
         assert not out.with_name(out.name + ".blobs").exists()
         # skopeo can copy it on (it decompresses every layer and checks the config's diff_ids)
-        cp = subprocess.run([env.skopeo, "copy", f"docker-archive:{out}", f"oci:{tmp_path / ('c-' + arch)}"],
-                            capture_output=True, text=True, timeout=60)
+        cp = subprocess.run(
+            [env.skopeo, "copy", f"docker-archive:{out}", f"oci:{tmp_path / ('c-' + arch)}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert cp.returncode == 0, cp.stderr
     r = _get(f"{env.reg.host}/test/multi", "--platform", "linux/s390x", "-o", str(tmp_path / "x"))
     assert r.returncode == 64 and "available: linux/amd64, linux/arm64" in r.stderr
@@ -118,8 +135,11 @@ def test_kill9_at_half_then_resume_downloads_little_twice(env: Env, tmp_path: Pa
     # a link of 40 MiB/s, 4 MiB/s per connection: the pull takes seconds, so 50 % can be hit
     with TcpProxy("127.0.0.1", env.reg.port, ProxyKnobs(rate_per_conn=4 * MiB, total_rate=40 * MiB)) as px:
         ref = f"127.0.0.1:{px.port}/test/big:latest"
-        proc = subprocess.Popen([*GPUCLINIC, "get", "image", ref, "-o", str(out), "-q"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [*GPUCLINIC, "get", "image", ref, "-o", str(out), "-q"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 120
         while px.stats()["down"] < BIG // 2 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -132,7 +152,7 @@ def test_kill9_at_half_then_resume_downloads_little_twice(env: Env, tmp_path: Pa
         assert r.returncode == 0, r.stderr
         total_sent = px.stats()["down"]
     manifest = _check_layout(env, out, "test/big")
-    size = sum(d["size"] for d in [manifest["config"], *manifest["layers"]])  # type: ignore[list-item, misc]
+    size = sum(d["size"] for d in [manifest["config"], *manifest["layers"]])
     twice = total_sent - size - 64 * 1024  # manifests and token-less /v2/ probes are a few KiB
     assert twice <= 0.02 * size, f"{twice / MiB:.1f} MiB downloaded twice"
     assert json.loads(r.stdout)["downloaded"] < size * 0.6
@@ -171,13 +191,20 @@ def test_bad_input_is_one_line(env: Env, tmp_path: Path) -> None:
     for args, want in cases:
         r = _get(*args, "-o", str(tmp_path / "o")) if "-o" not in args else _get(*args)
         assert r.returncode == 64, (args, r.returncode, r.stderr)
-        assert want in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert want in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, (
+            r.stderr
+        )
 
 
 def test_load_without_a_runtime_keeps_the_image(env: Env, tmp_path: Path) -> None:
     # PATH without docker or podman: the pull succeeds, --load says why it could not hand it over
     out = tmp_path / "m"
-    r = subprocess.run([*GPUCLINIC, "get", "image", f"{env.reg.host}/test/multi", "-o", str(out), "--load", "-q"],
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": str(tmp_path)})
+    r = subprocess.run(
+        [*GPUCLINIC, "get", "image", f"{env.reg.host}/test/multi", "-o", str(out), "--load", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": str(tmp_path)},
+    )
     assert r.returncode == 3 and "neither docker nor podman" in r.stderr and str(out) in r.stderr
     assert (out / "index.json").exists() and "Traceback" not in r.stderr

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ def _leftovers(d: Path) -> list[str]:
     return sorted(p.name for p in d.iterdir() if ".gpuclinic-" in p.name)
 
 
-def test_parallel_ranged_download_verified(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_parallel_ranged_download_verified(tmp_path: Path, run_cli: Any) -> None:
     data, sha = blob(8 * MiB)
     with WanSim(Knobs(rate_per_conn=8 * MiB, latency=0.01)) as s:
         url = s.add_file("model.bin", data)
@@ -107,7 +108,7 @@ def test_many_429_shrinks_connections(tmp_path: Path) -> None:
         assert eng.target < 16
 
 
-def test_corrupt_mirror_detected_and_completed_from_other_source(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_mirror_detected_and_completed_from_other_source(tmp_path: Path, run_cli: Any) -> None:
     data, sha = blob(4 * MiB, 6)
     with WanSim(Knobs(corrupt=True)) as bad, WanSim(Knobs()) as good:
         u_bad = bad.add_file("f.bin", data)
@@ -120,7 +121,7 @@ def test_corrupt_mirror_detected_and_completed_from_other_source(tmp_path: Path,
     assert _leftovers(tmp_path) == []
 
 
-def test_corrupt_without_mirror_fails_and_leaves_nothing(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_without_mirror_fails_and_leaves_nothing(tmp_path: Path, run_cli: Any) -> None:
     data, sha = blob(2 * MiB, 7)
     with WanSim(Knobs(corrupt=True)) as bad:
         url = bad.add_file("f.bin", data)
@@ -228,7 +229,7 @@ def test_kill9_at_half_then_rerun_fetches_at_most_2_percent_extra(tmp_path: Path
     assert _leftovers(tmp_path) == []
 
 
-def test_404_and_bad_urls_one_line_no_partial(tmp_path: Path, run_cli, sim: WanSim) -> None:  # type: ignore[no-untyped-def]
+def test_404_and_bad_urls_one_line_no_partial(tmp_path: Path, run_cli: Any, sim: WanSim) -> None:
     dest = tmp_path / "x.bin"
     r = run_cli("get", sim.base_url + "/files/nope.bin", "-o", str(dest))
     assert r.code != 0 and "404" in r.err and len(r.err.strip().splitlines()) == 1
@@ -243,7 +244,9 @@ def test_404_and_bad_urls_one_line_no_partial(tmp_path: Path, run_cli, sim: WanS
     assert list(tmp_path.iterdir()) == []
 
 
-def test_disk_space_checked_before_start(tmp_path: Path, run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_disk_space_checked_before_start(
+    tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data, sha = blob(3 * MiB, 11)
     with WanSim(Knobs(rate_per_conn=2 * MiB)) as sim:
         url = sim.add_file("f.bin", data)
@@ -285,7 +288,7 @@ def test_speculative_first_requests_do_not_refetch(tmp_path: Path) -> None:
     assert _sha(tmp_path / "f") == sha
 
 
-def test_verified_existing_file_is_not_fetched_again(tmp_path: Path, run_cli, sim: WanSim) -> None:  # type: ignore[no-untyped-def]
+def test_verified_existing_file_is_not_fetched_again(tmp_path: Path, run_cli: Any, sim: WanSim) -> None:
     data, sha = blob(MiB, 13)
     url = sim.add_file("f.bin", data)
     dest = tmp_path / "f.bin"
@@ -305,8 +308,8 @@ def test_verified_existing_file_is_not_fetched_again(tmp_path: Path, run_cli, si
 
 
 def test_existing_different_file_is_not_overwritten_without_force(
-    tmp_path: Path, run_cli, sim: WanSim
-) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path, run_cli: Any, sim: WanSim
+) -> None:
     """Issue 14: `get URL -o FILE` silently replaced someone's file."""
     data, sha = blob(100_000, 23)
     url = sim.add_file("f.bin", data)

@@ -29,7 +29,12 @@ def test_docker_hub_normalisation_and_registries() -> None:
     r = parse_ref("nvcr.io/nvidia/pytorch:24.05-py3")
     assert (r.registry, r.repository, r.tag) == ("nvcr.io", "nvidia/pytorch", "24.05-py3")
     r = parse_ref("localhost:5000/a/b@sha256:" + "a" * 64)
-    assert (r.registry, r.repository, r.tag, r.reference) == ("localhost:5000", "a/b", None, "sha256:" + "a" * 64)
+    assert (r.registry, r.repository, r.tag, r.reference) == (
+        "localhost:5000",
+        "a/b",
+        None,
+        "sha256:" + "a" * 64,
+    )
     assert parse_ref("127.0.0.1:5000/x").api_host == "127.0.0.1:5000"
     for bad in ("", "Ubuntu", "a b", "https://x/y", "x:tag with space", "x@sha256:12"):
         with pytest.raises(InputError):
@@ -39,12 +44,19 @@ def test_docker_hub_normalisation_and_registries() -> None:
 
 
 def test_challenges_docker_hub_and_nvcr() -> None:
-    s, p = parse_challenge('Bearer realm="https://auth.docker.io/token",service="registry.docker.io",'
-                           'scope="repository:library/ubuntu:pull"')
-    assert s == "bearer" and p == {"realm": "https://auth.docker.io/token", "service": "registry.docker.io",
-                                   "scope": "repository:library/ubuntu:pull"}
+    s, p = parse_challenge(
+        'Bearer realm="https://auth.docker.io/token",service="registry.docker.io",'
+        'scope="repository:library/ubuntu:pull"'
+    )
+    assert s == "bearer" and p == {
+        "realm": "https://auth.docker.io/token",
+        "service": "registry.docker.io",
+        "scope": "repository:library/ubuntu:pull",
+    }
     # nvcr.io puts the scope (with commas) inside the quoted realm (MESOS-9968)
-    s, p = parse_challenge('Bearer realm="https://nvcr.io/proxy_auth?scope=repository:nvidia/tensorflow:pull,push"')
+    s, p = parse_challenge(
+        'Bearer realm="https://nvcr.io/proxy_auth?scope=repository:nvidia/tensorflow:pull,push"'
+    )
     assert p["realm"] == "https://nvcr.io/proxy_auth?scope=repository:nvidia/tensorflow:pull,push"
     assert parse_challenge('Basic realm="Registry Realm"') == ("basic", {"realm": "Registry Realm"})
 
@@ -63,11 +75,13 @@ def test_ngc_key_and_docker_config_never_printed(tmp_path: Path, monkeypatch: py
 
 
 def test_platform_selection() -> None:
-    idx = {"manifests": [
-        {"digest": "sha256:a", "platform": {"os": "linux", "architecture": "amd64"}},
-        {"digest": "sha256:b", "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
-        {"digest": "sha256:c", "platform": {"os": "unknown", "architecture": "unknown"}},
-    ]}
+    idx = {
+        "manifests": [
+            {"digest": "sha256:a", "platform": {"os": "linux", "architecture": "amd64"}},
+            {"digest": "sha256:b", "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
+            {"digest": "sha256:c", "platform": {"os": "unknown", "architecture": "unknown"}},
+        ]
+    }
     assert select_platform(idx, "linux/amd64")["digest"] == "sha256:a"
     assert select_platform(idx, "linux/arm64")["digest"] == "sha256:b"
     assert select_platform(idx, "linux/arm64/v8")["digest"] == "sha256:b"

@@ -47,8 +47,12 @@ class Env:
         self.sshd, self.proxy, self.cfg = sshd, proxy, cfg
 
     def sync(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*GPUCLINIC, "sync", "-e", f"ssh -F {self.cfg}", *args], capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [*GPUCLINIC, "sync", "-e", f"ssh -F {self.cfg}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +60,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     tools = require("sshd", "ssh", "ssh-keygen", "rsync")
     root = tmp_path_factory.mktemp("sshd")
     sshd = Sshd(tools["sshd"], tools["ssh-keygen"], root)
-    proxy = TcpProxy("127.0.0.1", sshd.port, ProxyKnobs(rate_per_conn=PER_CONN, total_rate=16 * MiB, latency=0.02)).start()
+    proxy = TcpProxy(
+        "127.0.0.1", sshd.port, ProxyKnobs(rate_per_conn=PER_CONN, total_rate=16 * MiB, latency=0.02)
+    ).start()
     try:
         yield Env(sshd, proxy, sshd.client_config(proxy.port))
     finally:
@@ -82,7 +88,9 @@ def _make_src(root: Path, nfiles: int, big: int) -> Path:
     (src / "a" / "b").mkdir(parents=True)
     (src / "empty").mkdir()
     for i in range(nfiles):
-        (src / ("a" if i % 2 else "a/b") / f"f{i:04d}.bin").write_bytes(os.urandom(20_000 + (i * 7919) % 200_000))
+        (src / ("a" if i % 2 else "a/b") / f"f{i:04d}.bin").write_bytes(
+            os.urandom(20_000 + (i * 7919) % 200_000)
+        )
     (src / "link").symlink_to("a/f0001.bin")
     if big:
         (src / "big.bin").write_bytes(os.urandom(big))
@@ -105,7 +113,10 @@ def test_push_many_files_and_a_big_one_then_pull_back(env: Env, tmp_path: Path) 
     # the probe saw capped connections and chose many streams; big.bin went as ranges
     assert res["probe"]["multi_stream"] > 4 * res["probe"]["one_stream"] > 0
     assert res["streams"] >= 8 and res["verified"] == 151
-    assert res["big_files"][0]["name"] == "big.bin" and res["big_files"][0]["blocks_to_send"] == 40 * MiB // BLOCK
+    assert (
+        res["big_files"][0]["name"] == "big.bin"
+        and res["big_files"][0]["blocks_to_send"] == 40 * MiB // BLOCK
+    )
     # one connection cannot beat size / PER_CONN; the data phase (sha256 checks included) must, with a
     # margin for a loaded 2-core box (the benchmark measures the real ratio against rsync -a)
     assert res["transfer_seconds"] < 0.75 * size / PER_CONN, f"{res['transfer_seconds']:.1f} s of data phase"
@@ -133,8 +144,21 @@ def test_interrupted_big_push_resumes_and_verifies(env: Env, tmp_path: Path) -> 
     env.proxy.knobs.total_rate = 8 * MiB  # ~6 s, so that the cut lands in the middle
     try:
         env.proxy.reset_stats()
-        cmd = [*GPUCLINIC, "sync", "-e", f"ssh -F {env.cfg}", f"{src}/", f"testbox:{dst}", "--no-probe", "--streams", "6", "-q"]
-        p = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cmd = [
+            *GPUCLINIC,
+            "sync",
+            "-e",
+            f"ssh -F {env.cfg}",
+            f"{src}/",
+            f"testbox:{dst}",
+            "--no-probe",
+            "--streams",
+            "6",
+            "-q",
+        ]
+        p = subprocess.Popen(
+            cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 60
         while env.proxy.stats()["up"] < 0.45 * size and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -152,7 +176,10 @@ def test_interrupted_big_push_resumes_and_verifies(env: Env, tmp_path: Path) -> 
         assert env.proxy.stats()["up"] < size - 2 * BLOCK  # only what was missing crossed again
     finally:
         env.proxy.knobs.total_rate = 16 * MiB
-    assert hashlib.sha256((dst / "ckpt.pt").read_bytes()).digest() == hashlib.sha256((src / "ckpt.pt").read_bytes()).digest()
+    assert (
+        hashlib.sha256((dst / "ckpt.pt").read_bytes()).digest()
+        == hashlib.sha256((src / "ckpt.pt").read_bytes()).digest()
+    )
     assert not list(dst.glob(".*gpuclinic-part"))
 
 
@@ -160,7 +187,11 @@ def test_dry_run_prints_the_plan_and_copies_nothing(env: Env, tmp_path: Path) ->
     src = _make_src(tmp_path, 10, 0)
     r = env.sync(f"{src}/", f"testbox:{tmp_path / 'never'}", "--dry-run", "--no-probe", "--streams", "3")
     assert r.returncode == 0, r.stderr
-    assert "streams: 3 (fixed by --streams)" in r.stdout and "testbox = " in r.stdout and "rsync streams" in r.stdout
+    assert (
+        "streams: 3 (fixed by --streams)" in r.stdout
+        and "testbox = " in r.stdout
+        and "rsync streams" in r.stdout
+    )
     assert not (tmp_path / "never").exists()
 
 
@@ -176,7 +207,9 @@ def test_bad_input_is_one_line(env: Env, tmp_path: Path) -> None:
         r = env.sync(*args)
         assert r.returncode == 64, (args, r.returncode, r.stderr)
         assert want in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = subprocess.run([*GPUCLINIC, "sync", "-e", "ssh 'unclosed", str(tmp_path), "h:/x"], capture_output=True, text=True)
+    r = subprocess.run(
+        [*GPUCLINIC, "sync", "-e", "ssh 'unclosed", str(tmp_path), "h:/x"], capture_output=True, text=True
+    )
     assert r.returncode == 64 and "-e/--rsh" in r.stderr
 
 
@@ -203,34 +236,65 @@ def test_stream_and_compression_choices() -> None:
     assert choose_streams(link, 16)[0] == 2
     partial = Probe(one_stream=4 * MiB, multi_stream=16 * MiB, multi_n=8)
     assert choose_streams(partial, 16)[0] == 8  # twice the gain: headroom while a stream is between batches
-    slow_text = Probe(one_stream=1 * MiB, multi_stream=2 * MiB, cpus=4, compress_speed=100 * MiB, compress_ratio=0.3)
+    slow_text = Probe(
+        one_stream=1 * MiB, multi_stream=2 * MiB, cpus=4, compress_speed=100 * MiB, compress_ratio=0.3
+    )
     assert choose_compression(slow_text, 4)[0] is True
-    random_data = Probe(one_stream=1 * MiB, multi_stream=2 * MiB, cpus=4, compress_speed=100 * MiB, compress_ratio=1.0)
+    random_data = Probe(
+        one_stream=1 * MiB, multi_stream=2 * MiB, cpus=4, compress_speed=100 * MiB, compress_ratio=1.0
+    )
     assert choose_compression(random_data, 4)[0] is False
-    fast = Probe(one_stream=200 * MiB, multi_stream=900 * MiB, cpus=2, compress_speed=100 * MiB, compress_ratio=0.3)
+    fast = Probe(
+        one_stream=200 * MiB, multi_stream=900 * MiB, cpus=2, compress_speed=100 * MiB, compress_ratio=0.3
+    )
     assert choose_compression(fast, 8)[0] is False
 
 
 def test_ssh_diagnosis_reads_ssh_G_output() -> None:
     pr = Probe(handshake_s=0.8, rtt_s=0.2, one_stream=1 * MiB, multi_stream=8 * MiB)
-    cfg = {"hostname": "203.0.113.9", "controlmaster": "false", "controlpath": "none",
-           "ciphers": "chacha20-poly1305@openssh.com,aes128-gcm@openssh.com", "compression": "yes"}
+    cfg = {
+        "hostname": "203.0.113.9",
+        "controlmaster": "false",
+        "controlpath": "none",
+        "ciphers": "chacha20-poly1305@openssh.com,aes128-gcm@openssh.com",
+        "compression": "yes",
+    }
     notes = " | ".join(diagnose_ssh(cfg, pr, cpu_flags="fpu sse2 aes avx2"))
     assert "ControlMaster is off" in notes and "0.80 s" in notes
     assert "aes128-gcm" in notes and "RTT 200 ms" in notes
-    good = {"hostname": "h", "controlmaster": "auto", "controlpath": "/x/%C", "controlpersist": "600",
-            "ciphers": "aes128-gcm@openssh.com", "compression": "no"}
-    assert diagnose_ssh(good, Probe(one_stream=50 * MiB, multi_stream=55 * MiB, rtt_s=0.01), cpu_flags="aes") == []
+    good = {
+        "hostname": "h",
+        "controlmaster": "auto",
+        "controlpath": "/x/%C",
+        "controlpersist": "600",
+        "ciphers": "aes128-gcm@openssh.com",
+        "compression": "no",
+    }
+    assert (
+        diagnose_ssh(good, Probe(one_stream=50 * MiB, multi_stream=55 * MiB, rtt_s=0.01), cpu_flags="aes")
+        == []
+    )
 
 
 def test_compressed_push_of_text(env: Env, tmp_path: Path) -> None:
     src = tmp_path / "logs"
     src.mkdir()
     for i in range(20):
-        (src / f"run{i}.log").write_text("".join(f"step {j} loss {j * 0.001:.4f} lr 3e-4\n" for j in range(20_000)))
+        (src / f"run{i}.log").write_text(
+            "".join(f"step {j} loss {j * 0.001:.4f} lr 3e-4\n" for j in range(20_000))
+        )
     (src / "big.txt").write_text("epoch 1 " * 6_000_000)  # 48 MB of text: sent as compressed block ranges
     env.proxy.reset_stats()
-    r = env.sync(f"{src}/", f"testbox:{tmp_path / 'dst'}", "--no-probe", "--streams", "4", "--compress", "yes", "--json")
+    r = env.sync(
+        f"{src}/",
+        f"testbox:{tmp_path / 'dst'}",
+        "--no-probe",
+        "--streams",
+        "4",
+        "--compress",
+        "yes",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["compress"] is True
     assert _tree(tmp_path / "dst") == _tree(src)

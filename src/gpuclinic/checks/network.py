@@ -93,12 +93,17 @@ def offline(snap: Snapshot) -> Iterator[Finding]:
     if nf.proxy and nf.proxy.env:
         ev.append("proxy settings: " + ", ".join(f"{k}={v}" for k, v in nf.proxy.env.items()))
     yield Finding(
-        code="network.offline", severity=severity("network.offline"), family=NET,
+        code="network.offline",
+        severity=severity("network.offline"),
+        family=NET,
         title=f"No route to the internet: {nf.offline_reason or 'nothing answers'}",
         evidence=ev,
-        remedy=("Check `ip route` shows a default route and /etc/resolv.conf names a DNS server that answers "
-                "(`getent hosts huggingface.co`). If only a proxy leads out, export HTTPS_PROXY=http://HOST:PORT. "
-                "For an air-gapped node, copy models in and set HF_HUB_OFFLINE=1."),
+        remedy=(
+            "Check `ip route` shows a default route and /etc/resolv.conf names a DNS server that answers "
+            "(`getent hosts huggingface.co`). If only a proxy leads out, export "
+            "HTTPS_PROXY=http://HOST:PORT. "
+            "For an air-gapped node, copy models in and set HF_HUB_OFFLINE=1."
+        ),
         data={"reason": nf.offline_reason, "default_route": nf.default_route},
     )
 
@@ -112,12 +117,16 @@ def dns(snap: Snapshot) -> Iterator[Finding]:
     failed = [p for p in probes if p.dns_error]
     if failed:
         yield Finding(
-            code="network.dns_failed", severity=severity("network.dns_failed"), family=NET,
+            code="network.dns_failed",
+            severity=severity("network.dns_failed"),
+            family=NET,
             title=f"DNS does not resolve {len(failed)} host(s) the download tools need: "
-                  + ", ".join(_label(p) for p in failed[:4]),
+            + ", ".join(_label(p) for p in failed[:4]),
             evidence=[f"{_label(p)}: {p.dns_error}" for p in failed],
-            remedy=("Check the resolver: `getent hosts HOST`, /etc/resolv.conf; a split-horizon or filtering DNS "
-                    "may block these names. If a mirror resolves, switch to it (see network.mirror_faster)."),
+            remedy=(
+                "Check the resolver: `getent hosts HOST`, /etc/resolv.conf; a split-horizon or filtering DNS "
+                "may block these names. If a mirror resolves, switch to it (see network.mirror_faster)."
+            ),
             data={"hosts": [_label(p) for p in failed]},
         )
     times = sorted(p.dns_ms for p in probes if p.dns_ms is not None)
@@ -126,17 +135,25 @@ def dns(snap: Snapshot) -> Iterator[Finding]:
         if med >= DNS_SLOW_MS:
             yield Finding(
                 code="network.dns_slow",
-                severity=severity("network.dns_slow", "very_slow") if med >= DNS_VERY_SLOW_MS else severity("network.dns_slow"), family=NET,
+                severity=severity("network.dns_slow", "very_slow")
+                if med >= DNS_VERY_SLOW_MS
+                else severity("network.dns_slow"),
+                family=NET,
                 title=f"DNS lookups are slow: median {med:.0f} ms over {len(times)} hosts",
                 evidence=[f"{_label(p)}: {fmt_ms(p.dns_ms)}" for p in probes if p.dns_ms is not None][:8],
-                remedy=("Every new host a download redirects to costs one lookup. Use a nearer resolver "
-                        "(nameserver in /etc/resolv.conf) or enable a local cache (systemd-resolved, nscd)."),
+                remedy=(
+                    "Every new host a download redirects to costs one lookup. Use a nearer resolver "
+                    "(nameserver in /etc/resolv.conf) or enable a local cache (systemd-resolved, nscd)."
+                ),
                 data={"median_ms": med},
             )
 
 
-@check("network.reachability", codes=["network.endpoint_unreachable", "network.tls_failed",
-                                      "network.configured_mirror_down"], what="endpoint reachability")
+@check(
+    "network.reachability",
+    codes=["network.endpoint_unreachable", "network.tls_failed", "network.configured_mirror_down"],
+    what="endpoint reachability",
+)
 def reachability(snap: Snapshot) -> Iterator[Finding]:
     nf = _facts(snap)
     if nf is None or nf.offline:
@@ -146,20 +163,30 @@ def reachability(snap: Snapshot) -> Iterator[Finding]:
     if tls:
         verify = [p for p in tls if "certificate verify failed" in (p.tls_error or "")]
         yield Finding(
-            code="network.tls_failed", severity=severity("network.tls_failed"), family=NET,
-            title=(f"TLS certificate checks fail for {len(tls)} host(s): something intercepts HTTPS or the clock is wrong"
-                   if verify else f"TLS handshake fails for {len(tls)} host(s)"),
+            code="network.tls_failed",
+            severity=severity("network.tls_failed"),
+            family=NET,
+            title=(
+                f"TLS certificate checks fail for {len(tls)} host(s): something intercepts HTTPS or the "
+                "clock is wrong"
+                if verify
+                else f"TLS handshake fails for {len(tls)} host(s)"
+            ),
             evidence=[f"{_label(p)}: {p.tls_error}" for p in tls],
-            remedy=("Check the clock (`date -u`). Behind a TLS-inspecting proxy, point tools at its CA bundle: "
-                    "export SSL_CERT_FILE=/path/ca.pem REQUESTS_CA_BUNDLE=/path/ca.pem; "
-                    "pip config set global.cert /path/ca.pem; git config --global http.sslCAInfo /path/ca.pem."),
+            remedy=(
+                "Check the clock (`date -u`). Behind a TLS-inspecting proxy, point tools at its CA bundle: "
+                "export SSL_CERT_FILE=/path/ca.pem REQUESTS_CA_BUNDLE=/path/ca.pem; "
+                "pip config set global.cert /path/ca.pem; git config --global http.sslCAInfo /path/ca.pem."
+            ),
             data={"hosts": [_label(p) for p in tls]},
         )
     down = [p for p in probes if not p.tls_error and not p.reachable]
     conf = [p for p in down if p.endpoint.kind == "configured"]
     for p in conf:
         yield Finding(
-            code="network.configured_mirror_down", severity=severity("network.configured_mirror_down"), family=NET,
+            code="network.configured_mirror_down",
+            severity=severity("network.configured_mirror_down"),
+            family=NET,
             title=f"{p.endpoint.name} points at a host that does not answer",
             evidence=[f"{_label(p)}: {p.error() or 'no answer'}"],
             remedy=_configured_undo(p.endpoint.id, p.endpoint.mirror_url or p.endpoint.url),
@@ -171,12 +198,18 @@ def reachability(snap: Snapshot) -> Iterator[Finding]:
         by_service.setdefault(p.endpoint.service, []).append(p)
     for svc, ps in by_service.items():
         mirror = _best_mirror(nf, svc)
-        remedy = (f"Allow these hosts through the firewall/proxy: {', '.join(_label(p) for p in ps)}."
-                  if mirror is None else
-                  f"{mirror.endpoint.name} answers: see network.mirror_faster for the lines that switch to it.")
+        remedy = (
+            f"Allow these hosts through the firewall/proxy: {', '.join(_label(p) for p in ps)}."
+            if mirror is None
+            else f"{mirror.endpoint.name} answers: see network.mirror_faster for the lines that switch to it."
+        )
         yield Finding(
-            code="network.endpoint_unreachable", severity=severity("network.endpoint_unreachable"), family=NET,
-            title=f"{_title(svc)}: {len(ps)} host(s) unreachable (" + ", ".join(_label(p) for p in ps[:4]) + ")",
+            code="network.endpoint_unreachable",
+            severity=severity("network.endpoint_unreachable"),
+            family=NET,
+            title=f"{_title(svc)}: {len(ps)} host(s) unreachable ("
+            + ", ".join(_label(p) for p in ps[:4])
+            + ")",
             evidence=[f"{_label(p)} ({p.endpoint.name}): {p.error() or 'no answer'}" for p in ps],
             remedy=remedy,
             data={"service": svc, "hosts": [_label(p) for p in ps]},
@@ -188,7 +221,7 @@ def _configured_undo(eid: str, url: str) -> str:
         return "unset HF_ENDPOINT (or set it to a mirror that answers; `gpuclinic net` lists them)"
     if eid == "configured:pip":
         return "pip config unset global.index-url   (and unset PIP_INDEX_URL) — or set a mirror that answers"
-    return f"git config --global --unset-all url.\"{url}\".insteadOf"
+    return f'git config --global --unset-all url."{url}".insteadOf'
 
 
 @check("network.latency", codes=["network.high_latency", "network.lossy"], what="latency and loss")
@@ -200,13 +233,23 @@ def latency(snap: Snapshot) -> Iterator[Finding]:
     high = [p for p in probes if (p.connect_median_ms() or 0) >= HIGH_LATENCY_MS]
     if high:
         yield Finding(
-            code="network.high_latency", severity=severity("network.high_latency"), family=NET,
-            title=f"High round-trip time to {len(high)} host(s): up to {max(p.connect_median_ms() or 0 for p in high):.0f} ms",
-            evidence=[f"{_label(p)}: TCP connect median {fmt_ms(p.connect_median_ms())} over {len(p.connect_ms)} samples"
-                      + (f" (to proxy {p.via_proxy})" if p.via_proxy else "")
-                      + (f", TTFB {fmt_ms(p.ttfb_ms)}" if p.ttfb_ms is not None else "") for p in high],
-            remedy=("Each git/pip/Hub request pays this round trip, and one TCP stream's speed falls as RTT rises. "
-                    "Use a nearer mirror (network.mirror_faster) and parallel transfers (`gpuclinic get`)."),
+            code="network.high_latency",
+            severity=severity("network.high_latency"),
+            family=NET,
+            title=f"High round-trip time to {len(high)} host(s): up to "
+                  f"{max(p.connect_median_ms() or 0 for p in high):.0f} ms",
+            evidence=[
+                f"{_label(p)}: TCP connect median {fmt_ms(p.connect_median_ms())} over {len(p.connect_ms)} "
+                "samples"
+                + (f" (to proxy {p.via_proxy})" if p.via_proxy else "")
+                + (f", TTFB {fmt_ms(p.ttfb_ms)}" if p.ttfb_ms is not None else "")
+                for p in high
+            ],
+            remedy=(
+                "Each git/pip/Hub request pays this round trip, and one TCP stream's speed falls as RTT "
+                "rises. "
+                "Use a nearer mirror (network.mirror_faster) and parallel transfers (`gpuclinic get`)."
+            ),
             data={"hosts": {_label(p): p.connect_median_ms() for p in high}},
         )
     lossy: list[str] = []
@@ -215,16 +258,23 @@ def latency(snap: Snapshot) -> Iterator[Finding]:
         jit = p.connect_jitter_ms() or 0.0
         med = p.connect_median_ms() or 0.0
         if 0 < fr < 1:
-            lossy.append(f"{_label(p)}: {p.connect_failures}/{p.connect_attempts} connects failed ({p.connect_error})")
+            lossy.append(
+                f"{_label(p)}: {p.connect_failures}/{p.connect_attempts} connects failed ({p.connect_error})"
+            )
         elif p.connect_ms and jit >= JITTER_MS and jit >= 0.5 * med:
             lossy.append(f"{_label(p)}: connect {fmt_ms(med)} ± {jit:.0f} ms jitter")
     if lossy:
         yield Finding(
-            code="network.lossy", severity=severity("network.lossy"), family=NET,
+            code="network.lossy",
+            severity=severity("network.lossy"),
+            family=NET,
             title="Unstable path: some connections fail or vary widely in time",
             evidence=lossy,
-            remedy=("Expect resets mid-download: use a resuming downloader that retries per chunk "
-                    "(`gpuclinic get`, aria2c -c) rather than one long stream; check `mtr HOST` for the lossy hop."),
+            remedy=(
+                "Expect resets mid-download: use a resuming downloader that retries per chunk "
+                "(`gpuclinic get`, aria2c -c) rather than one long stream; check `mtr HOST` for the lossy "
+                "hop."
+            ),
             data={"count": len(lossy)},
         )
 
@@ -252,13 +302,23 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
         # only mirror candidates are capped: not the user's path, but the table flags them, so the
         # report says so (info) instead of "No problems found" under a "per-conn cap" row
         yield Finding(
-            code="network.per_connection_cap", severity=severity("network.per_connection_cap"), family=NET,
-            title=f"Mirror candidate(s) cap each TCP connection (not in use): {', '.join(_label(c[0]) for c in capped)}",
-            evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, {p.parallel.connections if p.parallel else ''} "
-                      f"connections {fmt_rate(m)} ({r:.1f}x)" for p, s, m, r in capped],
+            code="network.per_connection_cap",
+            severity=severity("network.per_connection_cap"),
+            family=NET,
+            title="Mirror candidate(s) cap each TCP connection (not in use): "
+                  f"{', '.join(_label(c[0]) for c in capped)}",
+            evidence=[
+                f"{_label(p)}: 1 connection {fmt_rate(s)}, {p.parallel.connections if p.parallel else ''} "
+                f"connections {fmt_rate(m)} ({r:.1f}x)"
+                for p, s, m, r in capped
+            ],
             remedy="If you switch to this mirror, download over several connections (`gpuclinic get`).",
-            data={"hosts": {_label(p): {"single_bps": s, "parallel_bps": m, "ratio": r} for p, s, m, r in capped},
-                  "in_use": False},
+            data={
+                "hosts": {
+                    _label(p): {"single_bps": s, "parallel_bps": m, "ratio": r} for p, s, m, r in capped
+                },
+                "in_use": False,
+            },
         )
         capped = []
     capped = [c for c in capped if c[0] in live]
@@ -267,25 +327,47 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
         n = capped[0][0].parallel.connections if capped[0][0].parallel else nf.parallel_connections
         yield Finding(
             code="network.per_connection_cap",
-            severity=(severity("network.per_connection_cap", "slow_single") if worst_single < FAST_SINGLE_BPS
-                      else severity("network.per_connection_cap")), family=NET,
-            title=(f"Each TCP connection is capped (~{fmt_rate(worst_single)} per connection): "
-                   f"{n} connections were {max(c[3] for c in capped):.1f}x faster than one"),
-            evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, {p.parallel.connections if p.parallel else n} connections "
-                      f"{fmt_rate(m)} ({r:.1f}x)" for p, s, m, r in capped],
-            remedy=("Download over several connections: `gpuclinic get URL` / `gpuclinic get hf ORG/NAME`, or "
-                    "`aria2c -x16 -s16 URL`. huggingface_hub < 1.0: HF_HUB_ENABLE_HF_TRANSFER=1 with hf_transfer "
-                    "installed; >= 1.0 uses Xet: HF_XET_HIGH_PERFORMANCE=1. git: `gpuclinic get git URL` "
-                    "(blobless clone, fewer bytes)."),
-            data={"hosts": {_label(p): {"single_bps": s, "parallel_bps": m, "ratio": r} for p, s, m, r in capped}},
+            severity=(
+                severity("network.per_connection_cap", "slow_single")
+                if worst_single < FAST_SINGLE_BPS
+                else severity("network.per_connection_cap")
+            ),
+            family=NET,
+            title=(
+                f"Each TCP connection is capped (~{fmt_rate(worst_single)} per connection): "
+                f"{n} connections were {max(c[3] for c in capped):.1f}x faster than one"
+            ),
+            evidence=[
+                f"{_label(p)}: 1 connection {fmt_rate(s)}, {p.parallel.connections if p.parallel else n} "
+                "connections "
+                f"{fmt_rate(m)} ({r:.1f}x)"
+                for p, s, m, r in capped
+            ],
+            remedy=(
+                "Download over several connections: `gpuclinic get URL` / `gpuclinic get hf ORG/NAME`, or "
+                "`aria2c -x16 -s16 URL`. huggingface_hub < 1.0: HF_HUB_ENABLE_HF_TRANSFER=1 with hf_transfer "
+                "installed; >= 1.0 uses Xet: HF_XET_HIGH_PERFORMANCE=1. git: `gpuclinic get git URL` "
+                "(blobless clone, fewer bytes)."
+            ),
+            data={
+                "hosts": {
+                    _label(p): {"single_bps": s, "parallel_bps": m, "ratio": r} for p, s, m, r in capped
+                }
+            },
         )
     if slow:
         yield Finding(
-            code="network.slow_link", severity=severity("network.slow_link"), family=NET,
-            title=f"The link itself is slow (~{fmt_rate(max(x[2] for x in slow))}); more connections do not help",
+            code="network.slow_link",
+            severity=severity("network.slow_link"),
+            family=NET,
+            title=f"The link itself is slow (~{fmt_rate(max(x[2] for x in slow))}); more connections do not "
+                  "help",
             evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, several {fmt_rate(m)}" for p, s, m in slow],
-            remedy=("The bottleneck is shared by all connections (the server's uplink or a shaper). Only a nearer "
-                    "or faster source helps (network.mirror_faster), or pre-staging models on shared storage."),
+            remedy=(
+                "The bottleneck is shared by all connections (the server's uplink or a shaper). Only a "
+                "nearer "
+                "or faster source helps (network.mirror_faster), or pre-staging models on shared storage."
+            ),
             data={"hosts": {_label(p): {"single_bps": s, "parallel_bps": m} for p, s, m in slow}},
         )
 
@@ -296,9 +378,16 @@ def _score(p: EndpointProbe) -> tuple[float, float]:
 
 
 def _best_mirror(nf: NetworkFacts, service: str, drop_in: bool = True) -> EndpointProbe | None:
-    cands = [p for p in nf.probes
-             if p.endpoint.kind == "mirror" and p.endpoint.service == service and p.endpoint.drop_in == drop_in
-             and p.reachable and (p.http_status or 0) < 500 and not p.deadline_hit]
+    cands = [
+        p
+        for p in nf.probes
+        if p.endpoint.kind == "mirror"
+        and p.endpoint.service == service
+        and p.endpoint.drop_in == drop_in
+        and p.reachable
+        and (p.http_status or 0) < 500
+        and not p.deadline_hit
+    ]
     return max(cands, key=_score) if cands else None
 
 
@@ -317,7 +406,11 @@ def mirrors(snap: Snapshot) -> Iterator[Finding]:
     if nf is None or nf.offline:
         return
     for svc in ("huggingface", "github", "pypi"):
-        origins = [p for p in nf.probes if p.endpoint.kind == "origin" and p.endpoint.service == svc and not p.deadline_hit]
+        origins = [
+            p
+            for p in nf.probes
+            if p.endpoint.kind == "origin" and p.endpoint.service == svc and not p.deadline_hit
+        ]
         if not origins:
             continue
         best = _best_mirror(nf, svc)
@@ -331,23 +424,41 @@ def mirrors(snap: Snapshot) -> Iterator[Finding]:
         if not (origin_down or faster):
             continue
         lines = switch_lines(best.endpoint)
-        why = (f"{_title(svc)} does not answer here ({primary[0].error() or 'no answer'}) but {best.endpoint.name} does"
-               if origin_down else
-               f"{best.endpoint.name} is {mirror_rate / origin_rate:.1f}x faster than {_title(svc)}"  # type: ignore[operator]
-               f" ({fmt_rate(mirror_rate)} vs {fmt_rate(origin_rate)})")
-        ev = [f"{_label(p)}: connect {fmt_ms(p.connect_median_ms())}, best {fmt_rate(p.best_rate())}"
-              + (f" ({p.error()})" if p.error() else "") for p in origins[:4]]
-        ev.append(f"{_label(best)} (mirror): connect {fmt_ms(best.connect_median_ms())}, best {fmt_rate(mirror_rate)}")
-        remedy = ["Persistent:", *[f"  {x}" for x in lines["switch"]], "One command only:",
-                  *[f"  {x}" for x in lines["one_off"]]]
+        why = (
+            f"{_title(svc)} does not answer here ({primary[0].error() or 'no answer'}) but "
+            f"{best.endpoint.name} does"
+            if origin_down
+            else f"{best.endpoint.name} is {mirror_rate / origin_rate:.1f}x faster than {_title(svc)}"  # type: ignore[operator]
+            f" ({fmt_rate(mirror_rate)} vs {fmt_rate(origin_rate)})"
+        )
+        ev = [
+            f"{_label(p)}: connect {fmt_ms(p.connect_median_ms())}, best {fmt_rate(p.best_rate())}"
+            + (f" ({p.error()})" if p.error() else "")
+            for p in origins[:4]
+        ]
+        ev.append(
+            f"{_label(best)} (mirror): connect {fmt_ms(best.connect_median_ms())}, best "
+            f"{fmt_rate(mirror_rate)}"
+        )
+        remedy = [
+            "Persistent:",
+            *[f"  {x}" for x in lines["switch"]],
+            "One command only:",
+            *[f"  {x}" for x in lines["one_off"]],
+        ]
         if lines["undo"]:
             remedy += ["Undo:", *[f"  {x}" for x in lines["undo"]]]
         if best.endpoint.third_party:
-            remedy.append("This is a third-party service: use it for public content only; never send tokens through it.")
+            remedy.append(
+                "This is a third-party service: use it for public content only; never send tokens through it."
+            )
         alt = _best_mirror(nf, svc, drop_in=False)
         if alt is not None:
             alt_lines = switch_lines(alt.endpoint)
-            remedy.append(f"Alternative ({alt.endpoint.name}, not a drop-in): " + "; ".join(alt_lines["switch"] + alt_lines["one_off"]))
+            remedy.append(
+                f"Alternative ({alt.endpoint.name}, not a drop-in): "
+                + "; ".join(alt_lines["switch"] + alt_lines["one_off"])
+            )
         yield Finding(
             code="network.mirror_faster",
             severity=severity("network.mirror_faster", "much_faster")
@@ -357,8 +468,14 @@ def mirrors(snap: Snapshot) -> Iterator[Finding]:
             title=f"Switch {_title(svc)} to {best.endpoint.name}: {why}",
             evidence=ev,
             remedy="\n".join(remedy),
-            data={"service": svc, "mirror": best.endpoint.id, "mirror_url": best.endpoint.mirror_url,
-                  "origin_bps": origin_rate or None, "mirror_bps": mirror_rate, "lines": lines},
+            data={
+                "service": svc,
+                "mirror": best.endpoint.id,
+                "mirror_url": best.endpoint.mirror_url,
+                "origin_bps": origin_rate or None,
+                "mirror_bps": mirror_rate,
+                "lines": lines,
+            },
         )
 
 
@@ -377,17 +494,25 @@ def proxy(snap: Snapshot) -> Iterator[Finding]:
         errs = sorted({p.error() or "no answer" for p in failing})
         ev.insert(0, f"every endpoint fails through proxy {via[0].via_proxy}: " + "; ".join(errs)[:300])
     elif failing and any((p.http_error or "").startswith("proxy") for p in failing):
-        ev.extend(f"{_label(p)} via {p.via_proxy}: {p.error()}" for p in failing
-                  if (p.http_error or "").startswith("proxy"))
+        ev.extend(
+            f"{_label(p)} via {p.via_proxy}: {p.error()}"
+            for p in failing
+            if (p.http_error or "").startswith("proxy")
+        )
     if not ev:
         return
     yield Finding(
-        code="network.proxy_misconfigured", severity=severity("network.proxy_misconfigured"), family=NET,
+        code="network.proxy_misconfigured",
+        severity=severity("network.proxy_misconfigured"),
+        family=NET,
         title="Proxy settings are broken or inconsistent",
         evidence=ev,
-        remedy=("Fix or unset the proxy variables (export HTTPS_PROXY=http://HOST:PORT; unset https_proxy HTTPS_PROXY); "
-                "set lower- and upper-case variants to the same value; add internal hosts to NO_PROXY. "
-                "git keeps its own: git config --global --get http.proxy."),
+        remedy=(
+            "Fix or unset the proxy variables (export HTTPS_PROXY=http://HOST:PORT; unset https_proxy "
+            "HTTPS_PROXY); "
+            "set lower- and upper-case variants to the same value; add internal hosts to NO_PROXY. "
+            "git keeps its own: git config --global --get http.proxy."
+        ),
         data={"problems": ev},
     )
 
@@ -399,8 +524,11 @@ def _major(version: str | None) -> int | None:
         return None
 
 
-@check("network.hf_config", codes=["network.hf_transfer_ignored", "network.xet_bypasses_mirror"],
-       what="Hugging Face download settings")
+@check(
+    "network.hf_config",
+    codes=["network.hf_transfer_ignored", "network.xet_bypasses_mirror"],
+    what="Hugging Face download settings",
+)
 def hf_config(snap: Snapshot) -> Iterator[Finding]:
     """Settings that look like they help but do not (sources: research notes sections 1.5 and 1.6)."""
     nf = snap.network
@@ -408,24 +536,43 @@ def hf_config(snap: Snapshot) -> Iterator[Finding]:
     if ps is None:
         return
     major = _major(ps.hf_hub_version)
-    if ps.hf_hub_enable_hf_transfer and ps.hf_hub_enable_hf_transfer not in ("0", "false", "False") \
-            and major is not None and major >= 1:
+    if (
+        ps.hf_hub_enable_hf_transfer
+        and ps.hf_hub_enable_hf_transfer not in ("0", "false", "False")
+        and major is not None
+        and major >= 1
+    ):
         yield Finding(
-            code="network.hf_transfer_ignored", severity=severity("network.hf_transfer_ignored"), family=NET,
+            code="network.hf_transfer_ignored",
+            severity=severity("network.hf_transfer_ignored"),
+            family=NET,
             title=f"HF_HUB_ENABLE_HF_TRANSFER is set, but huggingface_hub {ps.hf_hub_version} ignores it",
-            evidence=[f"HF_HUB_ENABLE_HF_TRANSFER={ps.hf_hub_enable_hf_transfer}",
-                      f"huggingface_hub {ps.hf_hub_version} (hf_transfer support ended in 1.0)"],
-            remedy=("For Xet-backed repos: export HF_XET_HIGH_PERFORMANCE=1. Over plain HTTP (mirrors, "
-                    "HF_HUB_DISABLE_XET=1) huggingface_hub uses one connection per file: use `gpuclinic get hf ORG/NAME`."),
+            evidence=[
+                f"HF_HUB_ENABLE_HF_TRANSFER={ps.hf_hub_enable_hf_transfer}",
+                f"huggingface_hub {ps.hf_hub_version} (hf_transfer support ended in 1.0)",
+            ],
+            remedy=(
+                "For Xet-backed repos: export HF_XET_HIGH_PERFORMANCE=1. Over plain HTTP (mirrors, "
+                "HF_HUB_DISABLE_XET=1) huggingface_hub uses one connection per file: use `gpuclinic get hf "
+                "ORG/NAME`."
+            ),
             source="huggingface_hub constants.py (1.0+: 'hf_transfer is not used anymore'); "
-                   "https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables",
+            "https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables",
         )
-    if ps.hf_endpoint and "huggingface.co" not in ps.hf_endpoint and ps.hf_hub_disable_xet not in ("1", "true", "True", "YES", "yes"):
+    if (
+        ps.hf_endpoint
+        and "huggingface.co" not in ps.hf_endpoint
+        and ps.hf_hub_disable_xet not in ("1", "true", "True", "YES", "yes")
+    ):
         yield Finding(
-            code="network.xet_bypasses_mirror", severity=severity("network.xet_bypasses_mirror"), family=NET,
-            title=f"HF_ENDPOINT={ps.hf_endpoint} is set, but Xet transfers can still go to huggingface.co's CAS hosts",
+            code="network.xet_bypasses_mirror",
+            severity=severity("network.xet_bypasses_mirror"),
+            family=NET,
+            title=f"HF_ENDPOINT={ps.hf_endpoint} is set, but Xet transfers can still go to huggingface.co's "
+                  "CAS hosts",
             evidence=[f"HF_ENDPOINT={ps.hf_endpoint}", "HF_HUB_DISABLE_XET is not set"],
             remedy="export HF_HUB_DISABLE_XET=1   (so large files come through the mirror over plain HTTP)",
-            source="https://github.com/padeoe/hf-mirror-site/issues/50 ; https://github.com/padeoe/hf-mirror-site/issues/64 ; "
-                   "https://github.com/huggingface/huggingface_hub/issues/4475",
+            source="https://github.com/padeoe/hf-mirror-site/issues/50 ; "
+                   "https://github.com/padeoe/hf-mirror-site/issues/64 ; "
+            "https://github.com/huggingface/huggingface_hub/issues/4475",
         )

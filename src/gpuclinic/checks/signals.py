@@ -20,9 +20,20 @@ _SEV = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Severity
 MAX_EVIDENCE = 4
 
 
-@check("evidence.signals", codes=["driver.fabric_manager_missing", "persistenced.failed", "driver.kernel_module",
-                                  "pcie.iommu_fault", "container.no_gpu_visible", "gpu.missing",
-                                  "driver.not_loaded", "error.*"], what="fault signatures in the evidence")
+@check(
+    "evidence.signals",
+    codes=[
+        "driver.fabric_manager_missing",
+        "persistenced.failed",
+        "driver.kernel_module",
+        "pcie.iommu_fault",
+        "container.no_gpu_visible",
+        "gpu.missing",
+        "driver.not_loaded",
+        "error.*",
+    ],
+    what="fault signatures in the evidence",
+)
 def signals(snap: Snapshot) -> Iterable[Finding]:
     groups: dict[tuple[str, str | None], list[Signal]] = {}
     for s in snap.signals:
@@ -35,8 +46,13 @@ def signals(snap: Snapshot) -> Iterable[Finding]:
         hints = [h for s in sigs for h in s.data.get("hints", [])]
         ev += list(dict.fromkeys(hints))
         yield Finding(
-            code=code, severity=_SEV.get(first.severity, Severity.WARNING), family=Family(first.family),
-            title=first.title + (f" ({bus})" if bus else ""), evidence=ev, remedy=first.remedy,
-            gpu=gpu_ref(snap, bus) if bus else None, source=first.source,
+            code=code,
+            severity=_SEV.get(first.severity, Severity.WARNING),
+            family=Family(first.family),
+            title=first.title + (f" ({bus})" if bus else ""),
+            evidence=ev,
+            remedy=first.remedy,
+            gpu=gpu_ref(snap, bus) if bus else None,
+            source=first.source,
             data={"signature": first.data.get("signature"), "lines": len(sigs)},
         )

@@ -45,7 +45,7 @@ INFORMATIONAL = "informational"
 
 
 @check("xid", codes=["xid.*"], what="Xid errors in the kernel log")
-def xid_findings(snap: Snapshot) -> list[Finding]:
+def xid_findings(snap: Snapshot) -> list[Finding]:  # noqa: C901  (split pending, issue 14)
     _require_log(snap)
     uuids = _uuid_map(snap)
     xids = [e for e in snap.kernel_events if e.kind == "xid" and e.xid is not None]
@@ -88,37 +88,53 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
             data["other_gpus_with_same_xid"] = len(other_gpus)
             if len(evs) >= 3 and not other_gpus and distinct >= 2:
                 sev = severity(f"xid.{n}", "repeats_on_one_gpu")
-                first_step = (f"Xid {n} repeats on this GPU only, from different programs: that points at the "
-                              "GPU, not the code. Drain it and run `dcgmi diag -r 3` (and NVIDIA field "
-                              "diagnostics if that fails).")
+                first_step = (
+                    f"Xid {n} repeats on this GPU only, from different programs: that points at the "
+                    "GPU, not the code. Drain it and run `dcgmi diag -r 3` (and NVIDIA field "
+                    "diagnostics if that fails)."
+                )
                 data["suspect_hardware"] = True
             elif other_gpus:
-                notes.append(f"the same Xid also appears on {len(other_gpus)} other GPU(s): most likely the "
-                             "application, not this GPU")
+                notes.append(
+                    f"the same Xid also appears on {len(other_gpus)} other GPU(s): most likely the "
+                    "application, not this GPU"
+                )
         if n == 45:
-            causes = sorted({int(c) for e in evs if (c := e.detail.get("caused_by_xid")) is not None}
-                            | {x for e in same_gpu_other if (x := e.xid) is not None and x != 45})
+            causes = sorted(
+                {int(c) for e in evs if (c := e.detail.get("caused_by_xid")) is not None}
+                | {x for e in same_gpu_other if (x := e.xid) is not None and x != 45}
+            )
             if causes:
                 sev = severity(f"xid.{n}", "explained_by_other_xid")
                 data["caused_by"] = causes
-                first_step = ("This Xid only reports cleanup after Xid "
-                              + ", ".join(str(c) for c in causes) + ": act on that one.")
+                first_step = (
+                    "This Xid only reports cleanup after Xid "
+                    + ", ".join(str(c) for c in causes)
+                    + ": act on that one."
+                )
         if n == 48:
             follow = sorted({x for e in same_gpu_other if (x := e.xid) in (63, 64)})
             data["followed_by"] = follow
             if follow:
-                first_step = (f"Xid 48 was followed by Xid {'/'.join(map(str, follow))}: drain the GPU, let jobs "
-                              "finish, then reset it so the bad memory row is remapped"
-                              + (" (Xid 64: remapping failed; plan an RMA)" if 64 in follow else "") + ".")
+                first_step = (
+                    f"Xid 48 was followed by Xid {'/'.join(map(str, follow))}: drain the GPU, let jobs "
+                    "finish, then reset it so the bad memory row is remapped"
+                    + (" (Xid 64: remapping failed; plan an RMA)" if 64 in follow else "")
+                    + "."
+                )
             else:
-                first_step = ("Xid 48 was not followed by Xid 63/64: drain the GPU and run field "
-                              "diagnostics; check `nvidia-smi -q -d ROW_REMAPPER,ECC`.")
+                first_step = (
+                    "Xid 48 was not followed by Xid 63/64: drain the GPU and run field "
+                    "diagnostics; check `nvidia-smi -q -d ROW_REMAPPER,ECC`."
+                )
         if n == 154:
             m = next((mm for e in evs if (mm := _RE_RECOVERY.search(e.message or e.line))), None)
             if m:
                 new = m.group(2)
                 data["recovery_action"] = new
-                sev = severity(f"xid.{n}", "recovery_none" if new.strip().lower() == "none" else "recovery_required")
+                sev = severity(
+                    f"xid.{n}", "recovery_none" if new.strip().lower() == "none" else "recovery_required"
+                )
                 first_step = f"The driver now asks for: {new}. Do that before giving the GPU new work."
         if n in (119, 120):
             g = gsp_by_bus.get(bus, [])
@@ -132,8 +148,11 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
             units = sorted({str(u) for e in evs if (u := e.detail.get("unit"))})
             if units:
                 data["units"] = units
-            if n in range(144, 151) and not any(e.detail.get("fatal") for e in evs) and any(
-                    "fatal" in e.detail for e in evs):
+            if (
+                n in range(144, 151)
+                and not any(e.detail.get("fatal") for e in evs)
+                and any("fatal" in e.detail for e in evs)
+            ):
                 sev = min(sev, severity(f"xid.{n}", "nonfatal_nvlink5"))
                 notes.append("all of these NVLink5 errors are marked Nonfatal")
         mig = sorted({str(gi) for e in evs if (gi := e.detail.get("gpu_instance"))})
@@ -155,14 +174,22 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
         if info.notes:
             data["catalog_notes"] = info.notes
         remedy = _steps(first_step, *info.steps())
-        findings.append(Finding(
-            code=f"xid.{n}", severity=sev, family=family, title=title,
-            evidence=_evidence(evs, extra_evidence), remedy=remedy, gpu=gpu_ref(snap, bus, uuids),
-            data=data, source=SOURCE))
+        findings.append(
+            Finding(
+                code=f"xid.{n}",
+                severity=sev,
+                family=family,
+                title=title,
+                evidence=_evidence(evs, extra_evidence),
+                remedy=remedy,
+                gpu=gpu_ref(snap, bus, uuids),
+                data=data,
+                source=SOURCE,
+            )
+        )
     return findings
 
 
 def describe_xid(n: int) -> XidInfo:
     """Catalog entry or a stand-in; used by ``explain`` and renderers."""
     return lookup(n) or unknown(n)
-

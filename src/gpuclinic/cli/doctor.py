@@ -16,13 +16,17 @@ from gpuclinic.facts.snapshot import Snapshot
 
 def emit(report: Report, fmt: str) -> None:
     """Print a report in the chosen format (shared by doctor, explain and net)."""
-    from gpuclinic.render import render_json, render_markdown, render_terminal
+    if fmt == "json":  # import only the renderer used
+        from gpuclinic.render.jsonout import render_json
 
-    if fmt == "json":
         click.echo(render_json(report))
     elif fmt == "markdown":
+        from gpuclinic.render.markdown import render_markdown
+
         click.echo(render_markdown(report))
     else:
+        from gpuclinic.render.terminal import render_terminal
+
         render_terminal(report)
 
 

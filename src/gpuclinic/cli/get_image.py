@@ -15,20 +15,65 @@ from gpuclinic.errors import EXIT_USAGE, InputError
 
 @click.command("image")
 @click.argument("ref", metavar="REF")
-@click.option("-o", "--output", metavar="DIR|FILE", help="OCI layout directory (or .tar for docker-archive); default: ./NAME_TAG.")
-@click.option("--format", "fmt", type=click.Choice(["oci", "docker-archive"]), default="oci", show_default=True,
-              help="oci: an OCI image layout (skopeo, podman); docker-archive: a tar for `docker load`.")
-@click.option("--platform", metavar="OS/ARCH[/VARIANT]", help="Image to pick from a multi-arch list (default: this host, e.g. linux/amd64).")
-@click.option("--mirror", "mirrors", multiple=True, metavar="URL",
-              help="Registry mirror tried before the origin (repeatable), e.g. https://mirror.gcr.io.")
+@click.option(
+    "-o",
+    "--output",
+    metavar="DIR|FILE",
+    help="OCI layout directory (or .tar for docker-archive); default: ./NAME_TAG.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["oci", "docker-archive"]),
+    default="oci",
+    show_default=True,
+    help="oci: an OCI image layout (skopeo, podman); docker-archive: a tar for `docker load`.",
+)
+@click.option(
+    "--platform",
+    metavar="OS/ARCH[/VARIANT]",
+    help="Image to pick from a multi-arch list (default: this host, e.g. linux/amd64).",
+)
+@click.option(
+    "--mirror",
+    "mirrors",
+    multiple=True,
+    metavar="URL",
+    help="Registry mirror tried before the origin (repeatable), e.g. https://mirror.gcr.io.",
+)
 @click.option("--load", is_flag=True, help="Hand the image to docker (or podman) with `load` when done.")
-@click.option("--insecure", is_flag=True, help="Allow plain HTTP and unverified TLS for non-loopback registries.")
-@click.option("--connections", type=int, metavar="N", help="Fixed number of connections (default: adaptive, 16 growing to 64).")
-@click.option("--stall-timeout", type=float, default=20.0, show_default=True, metavar="S", help="Reconnect after S seconds without a byte.")
+@click.option(
+    "--insecure", is_flag=True, help="Allow plain HTTP and unverified TLS for non-loopback registries."
+)
+@click.option(
+    "--connections",
+    type=int,
+    metavar="N",
+    help="Fixed number of connections (default: adaptive, 16 growing to 64).",
+)
+@click.option(
+    "--stall-timeout",
+    type=float,
+    default=20.0,
+    show_default=True,
+    metavar="S",
+    help="Reconnect after S seconds without a byte.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON result line.")
-def image_cmd(ref: str, output: str | None, fmt: str, platform: str | None, mirrors: tuple[str, ...], load: bool,
-              insecure: bool, connections: int | None, stall_timeout: float, quiet: bool, as_json: bool) -> None:
+def image_cmd(
+    ref: str,
+    output: str | None,
+    fmt: str,
+    platform: str | None,
+    mirrors: tuple[str, ...],
+    load: bool,
+    insecure: bool,
+    connections: int | None,
+    stall_timeout: float,
+    quiet: bool,
+    as_json: bool,
+) -> None:
     """Pull image REF ([REGISTRY/]NAME[:TAG][@DIGEST]) from Docker Hub, nvcr.io (NGC_API_KEY), ghcr.io, ...
 
     \b
@@ -43,8 +88,17 @@ def image_cmd(ref: str, output: str | None, fmt: str, platform: str | None, mirr
     if not 0.1 <= stall_timeout <= 86400:
         raise InputError("--stall-timeout must be between 0.1 and 86400 seconds", exit_code=EXIT_USAGE)
     opts = EngineOptions(connections=connections, stall_timeout=stall_timeout)
-    res = pull(ref, output=output, fmt=fmt, platform=platform, mirrors=mirrors, insecure=insecure, load=load,
-               options=opts, quiet=quiet or as_json)
+    res = pull(
+        ref,
+        output=output,
+        fmt=fmt,
+        platform=platform,
+        mirrors=mirrors,
+        insecure=insecure,
+        load=load,
+        options=opts,
+        quiet=quiet or as_json,
+    )
     if as_json:
         click.echo(json.dumps(res.to_dict(), sort_keys=True))
     elif not quiet:

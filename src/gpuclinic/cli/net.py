@@ -119,16 +119,43 @@ def plain_table(nf: NetworkFacts) -> list[str]:
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a Markdown table and report.")
 @click.option("--timeout", "timeout_s", type=Seconds(min=1.0, max=600.0), metavar="S",
               help="Overall deadline in seconds (default 45, or 10 with --quick).")
-@click.option("--quick", is_flag=True, help="Latency only (DNS, connect, TLS, first byte); no throughput samples.")
-@click.option("--connections", "parallel", type=click.IntRange(2, 32), default=4, show_default=True,
-              help="Parallel connections for the N-connection throughput sample.")
-@click.option("--ssh", "ssh_host", metavar="HOST", help="Probe one SSH path instead (handshake, RTT, 1 vs 8 streams, ssh setup).")
+@click.option("--quick", is_flag=True, help="Latency only (DNS, connect, TLS, first byte); no throughput "
+                                            "samples.")
+@click.option(
+    "--connections",
+    "parallel",
+    type=click.IntRange(2, 32),
+    default=4,
+    show_default=True,
+    help="Parallel connections for the N-connection throughput sample.",
+)
+@click.option(
+    "--ssh",
+    "ssh_host",
+    metavar="HOST",
+    help="Probe one SSH path instead (handshake, RTT, 1 vs 8 streams, ssh setup).",
+)
 @click.option("-e", "--rsh", metavar="COMMAND", help="With --ssh: the ssh command (e.g. 'ssh -p 2222').")
-@click.option("--download", is_flag=True, help="With --ssh: measure server -> here instead of here -> server.")
-@click.option("--registries", is_flag=True, help="Probe container registries and mirrors, and read the local mirror config.")
-def net(endpoints: tuple[str, ...], as_json: bool, as_markdown: bool, timeout_s: float | None, quick: bool,
-        parallel: int, ssh_host: str | None = None, rsh: str | None = None, download: bool = False,
-        registries: bool = False) -> int:
+@click.option(
+    "--download", is_flag=True, help="With --ssh: measure server -> here instead of here -> server."
+)
+@click.option(
+    "--registries",
+    is_flag=True,
+    help="Probe container registries and mirrors, and read the local mirror config.",
+)
+def net(
+    endpoints: tuple[str, ...],
+    as_json: bool,
+    as_markdown: bool,
+    timeout_s: float | None,
+    quick: bool,
+    parallel: int,
+    ssh_host: str | None = None,
+    rsh: str | None = None,
+    download: bool = False,
+    registries: bool = False,
+) -> int:
     """Diagnose the network path to GitHub, Hugging Face and PyPI (and mirrors): DNS, connect, TLS,
     first byte, throughput over 1 and N connections; name the bottleneck and print the lines that
     switch to the fastest working mirror.

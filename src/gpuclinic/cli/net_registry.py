@@ -59,11 +59,23 @@ def switch_lines(mirror: RegistryProbe, upstream: str) -> list[dict[str, Any]]:
             continue
 
         def fill(s: str) -> str:
-            return s.replace("{mirror}", mirror.url).replace("{mirror_host}", mhost).replace("{host}", upstream) \
-                    .replace("{upstream}", api)
+            return (
+                s.replace("{mirror}", mirror.url)
+                .replace("{mirror_host}", mhost)
+                .replace("{host}", upstream)
+                .replace("{upstream}", api)
+            )
 
-        out.append({"runtime": kind, "title": t["title"], "file": fill(t["file"]),
-                    "lines": [fill(x) for x in t["lines"]], "restart": t["restart"], "note": t.get("note", "")})
+        out.append(
+            {
+                "runtime": kind,
+                "title": t["title"],
+                "file": fill(t["file"]),
+                "lines": [fill(x) for x in t["lines"]],
+                "restart": t["restart"],
+                "note": t.get("note", ""),
+            }
+        )
     return out
 
 
@@ -73,15 +85,23 @@ def findings(probes: list[RegistryProbe], mc: MirrorConfig) -> list[str]:
     out = list(mc.problems)
     for p in probes:
         if not p.ok and p.configured_in:
-            out.append(f"configured mirror {p.url} (in {', '.join(sorted(set(p.configured_in)))}) does not work: {p.error}")
+            out.append(
+                f"configured mirror {p.url} (in {', '.join(sorted(set(p.configured_in)))}) does not work: "
+                f"{p.error}"
+            )
         rl = parse_ratelimit(p.ratelimit.get("ratelimit-remaining"))
         if rl is not None and rl[0] < warn_below:
             window = f" per {rl[1] // 3600} h" if rl[1] else ""
-            out.append(f"{p.id}: only {rl[0]} pulls left{window} for this address (ratelimit-remaining); "
-                       "`docker login`, or pull through a mirror")
+            out.append(
+                f"{p.id}: only {rl[0]} pulls left{window} for this address (ratelimit-remaining); "
+                "`docker login`, or pull through a mirror"
+            )
         if p.ok and p.one_conn and p.n_conn and p.n_conn > 2 * p.one_conn:
-            out.append(f"{p.id}: one connection gets {p.one_conn / MiB:.1f} MiB/s, {p.n} get {p.n_conn / MiB:.1f} MiB/s: "
-                       "per-connection cap; `gpuclinic get image` uses many connections per layer")
+            out.append(
+                f"{p.id}: one connection gets {p.one_conn / MiB:.1f} MiB/s, {p.n} get {p.n_conn / MiB:.1f} "
+                "MiB/s: "
+                "per-connection cap; `gpuclinic get image` uses many connections per layer"
+            )
     return out
 
 
@@ -98,8 +118,17 @@ def run_registry_probe(endpoints: list[str], as_json: bool, timeout_s: float | N
         if best is not None:
             recs.append({"upstream": up, "mirror": best.url, "switch": switch_lines(best, up)})
     if as_json:
-        click.echo(json.dumps({"probes": [p.to_dict() for p in probes], "config": mc.to_dict(), "findings": notes,
-                               "recommendations": recs}, sort_keys=True))
+        click.echo(
+            json.dumps(
+                {
+                    "probes": [p.to_dict() for p in probes],
+                    "config": mc.to_dict(),
+                    "findings": notes,
+                    "recommendations": recs,
+                },
+                sort_keys=True,
+            )
+        )
     else:
         _print(probes, mc, notes, recs)
     if not any(p.ok for p in probes):
@@ -113,16 +142,24 @@ def _fmt(v: float | None, unit: str = "ms") -> str:
     return f"{v:.0f} ms" if unit == "ms" else f"{v / MiB:.1f} MiB/s"
 
 
-def _print(probes: list[RegistryProbe], mc: MirrorConfig, notes: list[str], recs: list[dict[str, Any]]) -> None:
-    click.echo(f"{'registry':<22} {'DNS':>7} {'/v2/':>7} {'token':>7} {'manifest':>9} {'1st byte':>9} {'1 conn':>11} {'N conn':>11}  status")
+def _print(
+    probes: list[RegistryProbe], mc: MirrorConfig, notes: list[str], recs: list[dict[str, Any]]
+) -> None:
+    click.echo(
+        f"{'registry':<22} {'DNS':>7} {'/v2/':>7} {'token':>7} {'manifest':>9} {'1st byte':>9} "
+        f"{'1 conn':>11} {'N conn':>11}  status"
+    )
     for p in probes:
         status = "ok" if p.ok else f"FAIL {p.error}"
         rl = p.ratelimit.get("ratelimit-remaining")
         if rl:
             status += f" (pulls left: {rl})"
         name = p.id + (f" [mirror of {p.mirror_of}]" if p.mirror_of else "")
-        click.echo(f"{name[:22]:<22} {_fmt(p.dns_ms):>7} {_fmt(p.v2_ms):>7} {_fmt(p.token_ms):>7} {_fmt(p.manifest_ms):>9} "
-                   f"{_fmt(p.blob_first_byte_ms):>9} {_fmt(p.one_conn, 'r'):>11} {_fmt(p.n_conn, 'r'):>11}  {status}")
+        click.echo(
+            f"{name[:22]:<22} {_fmt(p.dns_ms):>7} {_fmt(p.v2_ms):>7} {_fmt(p.token_ms):>7} "
+            f"{_fmt(p.manifest_ms):>9} "
+            f"{_fmt(p.blob_first_byte_ms):>9} {_fmt(p.one_conn, 'r'):>11} {_fmt(p.n_conn, 'r'):>11}  {status}"
+        )
     if mc.files:
         click.echo("\nconfiguration read: " + ", ".join(mc.files))
     for up, lst in mc.mirrors.items():

@@ -25,18 +25,40 @@ def run_ssh_probe(host: str, rsh: str | None, direction: str, as_json: bool) -> 
     gain = pr.multi_stream / pr.one_stream if pr.one_stream else 0.0
     capped = gain >= 1.5
     doc = {
-        "host": host, "target": f"{cfg.get('user', '?')}@{cfg.get('hostname', host)}:{cfg.get('port', '22')}",
-        "direction": direction, "probe": pr.to_dict(), "gain": round(gain, 2), "per_connection_cap": capped,
-        "streams": streams, "stream_reason": why, "notes": notes,
-        "ssh_config": {k: cfg.get(k) for k in ("hostname", "port", "user", "ciphers", "compression", "controlmaster",
-                                               "controlpath", "controlpersist", "proxyjump", "ipqos")},
+        "host": host,
+        "target": f"{cfg.get('user', '?')}@{cfg.get('hostname', host)}:{cfg.get('port', '22')}",
+        "direction": direction,
+        "probe": pr.to_dict(),
+        "gain": round(gain, 2),
+        "per_connection_cap": capped,
+        "streams": streams,
+        "stream_reason": why,
+        "notes": notes,
+        "ssh_config": {
+            k: cfg.get(k)
+            for k in (
+                "hostname",
+                "port",
+                "user",
+                "ciphers",
+                "compression",
+                "controlmaster",
+                "controlpath",
+                "controlpersist",
+                "proxyjump",
+                "ipqos",
+            )
+        },
     }
     if as_json:
         click.echo(json.dumps(doc, sort_keys=True))
     else:
         click.echo(f"ssh {host} -> {doc['target']} ({direction})")
         click.echo(f"  handshake {pr.handshake_s:.2f} s, RTT {pr.rtt_s * 1000:.0f} ms")
-        click.echo(f"  1 stream {pr.one_stream / MiB:.1f} MiB/s, {pr.multi_n} streams {pr.multi_stream / MiB:.1f} MiB/s ({gain:.1f}x)")
+        click.echo(
+            f"  1 stream {pr.one_stream / MiB:.1f} MiB/s, {pr.multi_n} streams {pr.multi_stream / MiB:.1f} "
+            f"MiB/s ({gain:.1f}x)"
+        )
         if capped:
             click.echo(f"  each connection is capped: `gpuclinic sync` would use {streams} streams ({why})")
         else:

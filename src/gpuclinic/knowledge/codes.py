@@ -45,9 +45,18 @@ def _entries() -> dict[str, CodeInfo]:
     for code, e in load_data(CODES_FILE)["codes"].items():
         sev = e["severity"]
         default, when = (sev, {}) if isinstance(sev, str) else (sev["default"], dict(sev.get("when") or {}))
-        out[code] = CodeInfo(code=code, detector=e["detector"], family=Family(e["family"]), default=default,
-                             title=e["title"], runbook=e["runbook"], kind=e["kind"], source=e["source"], when=when,
-                             thresholds=tuple(e.get("thresholds") or ()))
+        out[code] = CodeInfo(
+            code=code,
+            detector=e["detector"],
+            family=Family(e["family"]),
+            default=default,
+            title=e["title"],
+            runbook=e["runbook"],
+            kind=e["kind"],
+            source=e["source"],
+            when=when,
+            thresholds=tuple(e.get("thresholds") or ()),
+        )
     return out
 
 

@@ -91,7 +91,8 @@ def min_driver_source(cuda: str) -> str | None:
 
 
 def family_min_driver(cuda_major: int) -> str | None:
-    """Minor-version-compatibility floor (Linux) for CUDA major ``cuda_major`` (11 -> 450.80.02, 12 -> 525.60.13).
+    """Minor-version-compatibility floor (Linux) for CUDA major ``cuda_major`` (11 -> 450.80.02, 12 ->
+    525.60.13).
 
     The compatibility guide names a branch ("525"); the first released driver of that family that
     shipped with the X.0 toolkit is the practical floor, so the higher of the two is returned.
@@ -147,15 +148,23 @@ def driver_supports_cuda(driver: str, cuda: str) -> DriverCompat:
         return DriverCompat(False, "unknown", cv, driver, full, fam, "unreadable version")
     fv = parse_version(full) if full else None
     if fv is not None and dv >= fv:
-        return DriverCompat(True, "full", cv, driver, full, fam, f"driver {driver} >= {full} required by CUDA {cv}")
+        return DriverCompat(
+            True, "full", cv, driver, full, fam, f"driver {driver} >= {full} required by CUDA {cv}"
+        )
     famv = parse_version(fam) if fam else None
     if famv is not None and dv >= famv:
         return DriverCompat(
-            True, "minor_version", cv, driver, full, fam,
+            True,
+            "minor_version",
+            cv,
+            driver,
+            full,
+            fam,
             f"driver {driver} is older than {full or '?'} (CUDA {cv}) but within the CUDA {v[0]}.x "
             f"minor-version-compatibility range (>= {fam})",
             limits=[
-                f"PTX built by CUDA {cv} cannot be JIT-compiled by this driver (cudaErrorUnsupportedPtxVersion)",
+                f"PTX built by CUDA {cv} cannot be JIT-compiled by this driver "
+                "(cudaErrorUnsupportedPtxVersion)",
                 "APIs newer than the driver return errors at run time",
             ],
         )
@@ -163,7 +172,12 @@ def driver_supports_cuda(driver: str, cuda: str) -> DriverCompat:
         return DriverCompat(False, "unknown", cv, driver, full, fam, f"CUDA {cv} is not in the table")
     need = fam if famv is not None else full
     return DriverCompat(
-        False, "none", cv, driver, full, fam,
+        False,
+        "none",
+        cv,
+        driver,
+        full,
+        fam,
         f"driver {driver} supports CUDA <= {driver_max_cuda(driver) or '?'}; CUDA {cv} needs >= {need}"
         + (f" (>= {full} for full compatibility)" if full and full != need else ""),
     )
@@ -181,7 +195,8 @@ class ArchList:
 
     @classmethod
     def parse(cls, items: str | list[str] | tuple[str, ...]) -> ArchList:
-        """Accept ``['sm_80', 'compute_90']`` (get_arch_list) or ``"7.0;8.0;9.0+PTX"`` (TORCH_CUDA_ARCH_LIST)."""
+        """Accept ``['sm_80', 'compute_90']`` (get_arch_list) or ``"7.0;8.0;9.0+PTX"``
+        (TORCH_CUDA_ARCH_LIST)."""
         sass: list[tuple[int, int]] = []
         ptx: list[tuple[int, int]] = []
         toks = re.split(r"[;,\s]+", items) if isinstance(items, str) else list(items)
@@ -250,9 +265,15 @@ def can_run(arch_list: ArchList, cc: str | tuple[int, int]) -> ArchVerdict:
     ptx = [a for a in arch_list.ptx if a <= g]
     if ptx:
         a = max(ptx)
-        return ArchVerdict(True, "ptx", f"only PTX compute_{a[0]}{a[1]} can serve {g[0]}.{g[1]} (JIT at first launch)")
+        return ArchVerdict(
+            True, "ptx", f"only PTX compute_{a[0]}{a[1]} can serve {g[0]}.{g[1]} (JIT at first launch)"
+        )
     have = ", ".join(arch_list.names()) or "nothing"
-    return ArchVerdict(False, "none", f"compute capability {g[0]}.{g[1]} (sm_{g[0]}{g[1]}) is not in [{have}] and no PTX <= it")
+    return ArchVerdict(
+        False,
+        "none",
+        f"compute capability {g[0]}.{g[1]} (sm_{g[0]}{g[1]}) is not in [{have}] and no PTX <= it",
+    )
 
 
 def cuda_arch_range(cuda: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
@@ -272,7 +293,9 @@ def cuda_arch_range(cuda: str) -> tuple[tuple[int, int], tuple[int, int]] | None
 @cache
 def _cc_index() -> tuple[list[tuple[tuple[str, ...], str, str]], list[tuple[re.Pattern[str], str, str]]]:
     d = load_data("gpu_compute_capability.json")
-    names = sorted(((_name_tokens(e["name"]), e["cc"], e["name"]) for e in d["gpus"]), key=lambda t: -len(t[0]))
+    names = sorted(
+        ((_name_tokens(e["name"]), e["cc"], e["name"]) for e in d["gpus"]), key=lambda t: -len(t[0])
+    )
     fams = [(re.compile(f["pattern"]), f["cc"], f["pattern"]) for f in d["families"]]
     return names, fams
 
@@ -382,7 +405,9 @@ class TorchSuggestion:
     via: str | None  # sass | ptx | None (GPU unknown)
 
 
-def suggest_torch_variant(torch_version: str, driver: str | None, cc: str | None = None) -> TorchSuggestion | None:
+def suggest_torch_variant(
+    torch_version: str, driver: str | None, cc: str | None = None
+) -> TorchSuggestion | None:
     """The newest official variant of this torch release that the driver can run and that covers the GPU.
 
     Prefers full driver compatibility and SASS over minor-version compatibility and PTX.
@@ -410,7 +435,11 @@ def suggest_torch_variant(torch_version: str, driver: str | None, cc: str | None
             if via == "ptx" and mode != "full":
                 continue  # PTX JIT needs the full toolkit driver
         v = parse_version(cuda_version_of(var)) or (0, 0)
-        score = (1 if mode == "full" else 0, 1 if via != "ptx" else 0, v[0] * 100 + (v[1] if len(v) > 1 else 0))
+        score = (
+            1 if mode == "full" else 0,
+            1 if via != "ptx" else 0,
+            v[0] * 100 + (v[1] if len(v) > 1 else 0),
+        )
         cands.append((score, TorchSuggestion(var, pip_command(tb.version, var), mode, via)))
     if not cands:
         return None
@@ -419,7 +448,8 @@ def suggest_torch_variant(torch_version: str, driver: str | None, cc: str | None
 
 
 def first_torch_for(cc: str, driver: str | None = None) -> tuple[str, str] | None:
-    """(torch minor, variant) of the oldest official wheel with native code for ``cc`` that ``driver`` can run."""
+    """(torch minor, variant) of the oldest official wheel with native code for ``cc`` that ``driver`` can
+    run."""
     best: tuple[Version, str, str] | None = None
     for e in _torch_table()["arch_lists"]:
         if can_run(ArchList.parse(e["arch_list"]), cc).via != "sass":

@@ -48,11 +48,21 @@ class ClockReason:
 
 @cache
 def fields() -> tuple[FieldRow, ...]:
-    return tuple(FieldRow(fact=r["fact"], parse=r["parse"], query_gpu=tuple(r["query_gpu"]), nvml=r.get("nvml"),
-                          smi_text=tuple(r.get("smi_text") or ()), xml=tuple(r.get("xml") or ()),
-                          counter=r.get("counter"), xml_reader=r.get("xml_reader"),
-                          text_reader=r.get("text_reader"), nvml_read=_nvml_read(r.get("nvml_read")))
-                 for r in load_data("gpu_fields.json")["fields"])
+    return tuple(
+        FieldRow(
+            fact=r["fact"],
+            parse=r["parse"],
+            query_gpu=tuple(r["query_gpu"]),
+            nvml=r.get("nvml"),
+            smi_text=tuple(r.get("smi_text") or ()),
+            xml=tuple(r.get("xml") or ()),
+            counter=r.get("counter"),
+            xml_reader=r.get("xml_reader"),
+            text_reader=r.get("text_reader"),
+            nvml_read=_nvml_read(r.get("nvml_read")),
+        )
+        for r in load_data("gpu_fields.json")["fields"]
+    )
 
 
 def _nvml_read(spec: dict[str, object] | None) -> NvmlRead | None:
@@ -60,20 +70,33 @@ def _nvml_read(spec: dict[str, object] | None) -> NvmlRead | None:
         return None
     args = spec.get("args") or []
     assert isinstance(args, list)
-    return NvmlRead(fn=str(spec["fn"]), args=tuple((str(a[0]), int(a[1])) for a in args), conv=str(spec["as"]),
-                    phase=str(spec["phase"]))
+    return NvmlRead(
+        fn=str(spec["fn"]),
+        args=tuple((str(a[0]), int(a[1])) for a in args),
+        conv=str(spec["as"]),
+        phase=str(spec["phase"]),
+    )
 
 
 def nvml_reads(phase: str) -> tuple[tuple[str, NvmlRead], ...]:
     """(fact, read) for the facts the NVML source reads with one call in ``phase``, in schema order."""
-    return tuple((r.fact, r.nvml_read) for r in fields() if r.nvml_read is not None and r.nvml_read.phase == phase)
+    return tuple(
+        (r.fact, r.nvml_read) for r in fields() if r.nvml_read is not None and r.nvml_read.phase == phase
+    )
 
 
 @cache
 def clock_reasons() -> tuple[ClockReason, ...]:
-    return tuple(ClockReason(name=r["name"], bit=int(r["bit"]), nvml=r["nvml"], labels=tuple(r["labels"]),
-                             counter=r.get("counter"))
-                 for r in load_data("gpu_fields.json")["clock_event_reasons"])
+    return tuple(
+        ClockReason(
+            name=r["name"],
+            bit=int(r["bit"]),
+            nvml=r["nvml"],
+            labels=tuple(r["labels"]),
+            counter=r.get("counter"),
+        )
+        for r in load_data("gpu_fields.json")["clock_event_reasons"]
+    )
 
 
 def reason_bits() -> dict[str, int]:
@@ -100,8 +123,12 @@ def _label_map() -> dict[str, str]:
     return {label: r.name for r in clock_reasons() for label in (*r.labels, r.name)}
 
 
-_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_", "clocks_event_reasons_counters_",
-             "clocks_throttle_reasons_counters_")
+_PREFIXES = (
+    "clocks_event_reason_",
+    "clocks_throttle_reason_",
+    "clocks_event_reasons_counters_",
+    "clocks_throttle_reasons_counters_",
+)
 
 
 def reason_name(label: str) -> str | None:
@@ -109,7 +136,7 @@ def reason_name(label: str) -> str | None:
     k = re.sub(r"[^a-z]+", "_", label.lower()).strip("_")
     for prefix in _PREFIXES:
         if k.startswith(prefix):
-            k = k[len(prefix):]
+            k = k[len(prefix) :]
     if k == "unknown":
         return "unknown"
     return _label_map().get(k)

@@ -7,6 +7,7 @@ disruptive step), the evidence to attach and how to verify the fix.  Steps may p
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -15,12 +16,11 @@ from typing import Any
 
 from gpuclinic.model import GpuRef
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
-WHO = {"you": "you (the operator)", "provider": "the provider (hosting / datacenter)", "rma": "RMA (replace the part)"}
+WHO = {
+    "you": "you (the operator)",
+    "provider": "the provider (hosting / datacenter)",
+    "rma": "RMA (replace the part)",
+}
 _DIR = os.path.join(os.path.dirname(__file__), "data", "runbooks")
 
 
@@ -45,12 +45,51 @@ class Runbook:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _cache_paths() -> list[str]:
+    """Where the parsed runbooks may be cached: next to the data (as Python's own __pycache__), else the
+    user's cache directory."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return [
+        os.path.join(_DIR, "__pycache__", "runbooks.json"),
+        os.path.join(xdg, "gpuclinic", "runbooks.json"),
+    ]
+
+
 def _load_files() -> list[dict[str, Any]]:
+    """The parsed TOML files.  Parsing them costs a third of a `doctor` run, so the result is cached as
+    JSON keyed by each file's name, size and mtime (a changed or added file misses the cache)."""
+    names = sorted(n for n in os.listdir(_DIR) if n.endswith(".toml"))
+    key: list[Any] = [_DIR]  # the user cache may be shared by several installs
+    for n in names:
+        st = os.stat(os.path.join(_DIR, n))
+        key.append([n, st.st_size, st.st_mtime_ns])
+    for path in _cache_paths():
+        try:
+            with open(path, encoding="utf-8") as fh:
+                cached = json.load(fh)
+            if cached.get("key") == key and isinstance(cached.get("files"), list):
+                return list(cached["files"])
+        except (OSError, ValueError, AttributeError):
+            continue
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     out = []
-    for name in sorted(os.listdir(_DIR)):
-        if name.endswith(".toml"):
-            with open(os.path.join(_DIR, name), "rb") as fh:
-                out.append(tomllib.load(fh))
+    for n in names:
+        with open(os.path.join(_DIR, n), "rb") as fh:
+            out.append(tomllib.load(fh))
+    blob = json.dumps({"key": key, "files": out})
+    for path in _cache_paths():
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(blob)
+            os.replace(tmp, path)
+            break
+        except OSError:
+            continue
     return out
 
 
@@ -68,13 +107,26 @@ def _all() -> dict[str, Runbook]:
                 base = dict(common[s["use"]]) if "use" in s else {}
                 # the runbook's own words win; the shared step brings its commands and safety check
                 base.update({k: v for k, v in s.items() if k != "use"})
-                steps.append(Step(do=base["do"].strip(), run=tuple(base.get("run") or ()), who=base.get("who", "you"),
-                                  safety=base.get("safety"), disruptive=bool(base.get("disruptive"))))
+                steps.append(
+                    Step(
+                        do=base["do"].strip(),
+                        run=tuple(base.get("run") or ()),
+                        who=base.get("who", "you"),
+                        safety=base.get("safety"),
+                        disruptive=bool(base.get("disruptive")),
+                    )
+                )
             if r["id"] in out:
                 raise ValueError(f"runbook {r['id']} is defined twice")
-            out[r["id"]] = Runbook(id=r["id"], title=r["title"], who=r.get("who", "you"), source=r["source"],
-                                   steps=tuple(steps), evidence=tuple(r.get("evidence") or ()),
-                                   verify=tuple(r.get("verify") or ()))
+            out[r["id"]] = Runbook(
+                id=r["id"],
+                title=r["title"],
+                who=r.get("who", "you"),
+                source=r["source"],
+                steps=tuple(steps),
+                evidence=tuple(r.get("evidence") or ()),
+                verify=tuple(r.get("verify") or ()),
+            )
     return out
 
 
@@ -83,7 +135,8 @@ def all_runbooks() -> list[Runbook]:
 
 
 def get(code_or_id: str) -> Runbook | None:
-    """The runbook for a code (``xid.79`` -> ``xid.reboot``, ``gpu.missing`` -> ``gpu.fallen_off_bus``) or an id."""
+    """The runbook for a code (``xid.79`` -> ``xid.reboot``, ``gpu.missing`` -> ``gpu.fallen_off_bus``) or
+    an id."""
     rb = _all()
     if code_or_id in rb:
         return rb[code_or_id]
@@ -126,7 +179,10 @@ def render_text(rb: Runbook, gpu: GpuRef | None = None, code: str = "", markdown
         who = "" if s.who == "you" else f" [{WHO.get(s.who, s.who)}]"
         lines.append(f"{i}. {fill(s.do, gpu, code)}{who}")
         if s.safety:
-            lines.append(f"   {'**Before you do this:**' if markdown else 'Before you do this:'} {fill(s.safety, gpu, code)}")
+            lines.append(
+                f"   {'**Before you do this:**' if markdown else 'Before you do this:'} "
+                f"{fill(s.safety, gpu, code)}"
+            )
         for c in s.run:
             lines.append(f"   `{fill(c, gpu, code)}`" if markdown else f"   $ {fill(c, gpu, code)}")
     lines += ["", f"{'## ' if markdown else ''}Evidence to attach"]

@@ -30,8 +30,15 @@ CATEGORIES = (
 )
 # The report family (model.Family value) of each signature category: one mapping for explain and evidence.
 CATEGORY_FAMILY: dict[str, str] = {
-    "cuda_oom": "software", "nccl_timeout": "network", "nccl": "network", "cuda_runtime": "software",
-    "driver": "software", "nvml": "software", "hardware": "gpu_fault", "container": "software", "python": "software",
+    "cuda_oom": "software",
+    "nccl_timeout": "network",
+    "nccl": "network",
+    "cuda_runtime": "software",
+    "driver": "software",
+    "nvml": "software",
+    "hardware": "gpu_fault",
+    "container": "software",
+    "python": "software",
     "host_oom": "host",
 }
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
@@ -58,10 +65,19 @@ class SignatureMatch:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "category": self.category, "severity": self.severity, "title": self.title,
-            "code": self.code, "cause": self.cause, "fix": self.fix, "source": self.source,
-            "matched_line": self.matched_line, "line_no": self.line_no, "count": self.count,
-            "hints": list(self.hints), "data": dict(self.data),
+            "id": self.id,
+            "category": self.category,
+            "severity": self.severity,
+            "title": self.title,
+            "code": self.code,
+            "cause": self.cause,
+            "fix": self.fix,
+            "source": self.source,
+            "matched_line": self.matched_line,
+            "line_no": self.line_no,
+            "count": self.count,
+            "hints": list(self.hints),
+            "data": dict(self.data),
         }
 
 
@@ -90,7 +106,7 @@ _LINE_PREFIX = "[^\\n]*"
 
 def _fast(rx: re.Pattern[str]) -> re.Pattern[str] | None:
     if rx.pattern.startswith(_LINE_PREFIX) and len(rx.pattern) > len(_LINE_PREFIX):
-        return re.compile(rx.pattern[len(_LINE_PREFIX):], rx.flags)
+        return re.compile(rx.pattern[len(_LINE_PREFIX) :], rx.flags)
     return None
 
 
@@ -101,19 +117,51 @@ def signatures() -> tuple[Signature, ...]:
     out = []
     for e in raw:
         pats = tuple(re.compile(p) for p in e["patterns"])
-        out.append(Signature(
-            id=e["id"], category=e["category"], severity=e.get("severity", "warning"), title=e["title"],
-            code=e.get("code"), patterns=pats,
-            needles=tuple(n.lower() for n in e["needles"]), cause=e["cause"], fix=e["fix"], source=e["source"],
-            supersedes=tuple(e.get("supersedes", ())), extract=e.get("extract"), fast=tuple(_fast(p) for p in pats),
-        ))
+        out.append(
+            Signature(
+                id=e["id"],
+                category=e["category"],
+                severity=e.get("severity", "warning"),
+                title=e["title"],
+                code=e.get("code"),
+                patterns=pats,
+                needles=tuple(n.lower() for n in e["needles"]),
+                cause=e["cause"],
+                fix=e["fix"],
+                source=e["source"],
+                supersedes=tuple(e.get("supersedes", ())),
+                extract=e.get("extract"),
+                fast=tuple(_fast(p) for p in pats),
+            )
+        )
     return tuple(out)
 
 
 # Substrings shared by many needles: when one is absent from the text, every needle containing it is too,
 # so a multi-megabyte log without errors costs a dozen scans instead of one per needle.
-_GROUP_KEYS = ("cuda", "nccl", "nvml", "cublas", "cudnn", "nvidia", "error", "kill", "memory", "driver", "device",
-               "ecc", "xid", "gpu", "fail", "lib", "timeout", "timed out", "sigkill", "bus", "nvrm")
+_GROUP_KEYS = (
+    "cuda",
+    "nccl",
+    "nvml",
+    "cublas",
+    "cudnn",
+    "nvidia",
+    "error",
+    "kill",
+    "memory",
+    "driver",
+    "device",
+    "ecc",
+    "xid",
+    "gpu",
+    "fail",
+    "lib",
+    "timeout",
+    "timed out",
+    "sigkill",
+    "bus",
+    "nvrm",
+)
 
 
 @cache
@@ -146,8 +194,9 @@ def _trigger_hits_grep(data: bytes) -> list[int] | None:
         with tempfile.TemporaryFile() as f:
             f.write(data)
             f.seek(0)
-            r = subprocess.run(argv, stdin=f, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=60,
-                               check=False)
+            r = subprocess.run(
+                argv, stdin=f, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=60, check=False
+            )
         if r.returncode not in (0, 1):
             return None
         return [int(ln.split(b":", 1)[0]) for ln in r.stdout.splitlines() if ln]
@@ -222,7 +271,9 @@ def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
     return found
 
 
-def _with_rejoined(joined: list[tuple[int, str]], found: list[SignatureMatch], max_count: int) -> list[SignatureMatch]:
+def _with_rejoined(
+    joined: list[tuple[int, str]], found: list[SignatureMatch], max_count: int
+) -> list[SignatureMatch]:
     """Add what only the rejoined lines show, at the line where each message starts."""
     jtext = "\n".join(t for _, t in joined)
     first_line = [n for n, _ in joined]
@@ -262,7 +313,9 @@ def _match_long(text: str, max_count: int) -> list[SignatureMatch] | None:
 
 
 def _match_spans(data: bytes, spans: list[tuple[int, int]], max_count: int) -> list[SignatureMatch]:
-    sub = b"".join(data[s:e] for s, e in spans).decode("utf-8", "surrogateescape")  # whole lines: no split character
+    sub = b"".join(data[s:e] for s, e in spans).decode(
+        "utf-8", "surrogateescape"
+    )  # whole lines: no split character
     found = _match(sub, sub.lower(), max_count)
     # line numbers in ``sub`` -> in the whole text, from the lines before each span (one pass)
     sub_lines_before: list[int] = []
@@ -284,7 +337,9 @@ def _match_spans(data: bytes, spans: list[tuple[int, int]], max_count: int) -> l
     return found
 
 
-def _match(text: str, lower: str, max_count: int, skip: frozenset[str] | set[str] = frozenset()) -> list[SignatureMatch]:
+def _match(
+    text: str, lower: str, max_count: int, skip: frozenset[str] | set[str] = frozenset()
+) -> list[SignatureMatch]:
     newlines: list[int] | None = None
     found: list[tuple[int, SignatureMatch]] = []
     has = _needle_test(lower)
@@ -299,9 +354,17 @@ def _match(text: str, lower: str, max_count: int, skip: frozenset[str] | set[str
         lines = {bisect.bisect_left(newlines, p) for p in starts}
         line = _line_at(text, first.start())
         sm = SignatureMatch(
-            id=sig.id, category=sig.category, title=sig.title, cause=sig.cause, fix=sig.fix, source=sig.source,
-            matched_line=line[:MAX_LINE], severity=sig.severity, code=sig.code,
-            line_no=bisect.bisect_left(newlines, first.start()) + 1, count=max(1, len(lines)),
+            id=sig.id,
+            category=sig.category,
+            title=sig.title,
+            cause=sig.cause,
+            fix=sig.fix,
+            source=sig.source,
+            matched_line=line[:MAX_LINE],
+            severity=sig.severity,
+            code=sig.code,
+            line_no=bisect.bisect_left(newlines, first.start()) + 1,
+            count=max(1, len(lines)),
         )
         ext = _EXTRACTORS.get(sig.extract or "")
         if ext is not None:
@@ -371,8 +434,10 @@ MAX_JOIN = 32  # physical lines per logical line, at most
 _SAMPLE = 64
 _TABLE_CONT = re.compile(r"^(\s*\|(?:\s*\|)+ )\S")  # "|      |     | rest of the last cell |"
 # the start of a log record: two records in a row are two lines, whatever their length
-_RECORD = re.compile(r"^\s*(?:\[|<\d|\d{4}-\d\d-\d\d|\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d |[IWEF]\d{4} |[\w.-]+\[\d+\]:|"
-                     r"\d{4}/\d\d/\d\d|frame #|File \"|Traceback|#\d)")
+_RECORD = re.compile(
+    r"^\s*(?:\[|<\d|\d{4}-\d\d-\d\d|\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d |[IWEF]\d{4} |[\w.-]+\[\d+\]:|"
+    r"\d{4}/\d\d/\d\d|frame #|File \"|Traceback|#\d)"
+)
 
 
 def rejoined(text: str) -> list[tuple[int, str]]:
@@ -388,8 +453,10 @@ def rejoined(text: str) -> list[tuple[int, str]]:
     if len(lines) < 2:
         return []
     width = _wrap_width(lines)
-    starts = sorted(set(_table_rows(text)) | ({k for k, n in enumerate(map(len, lines[:-1])) if n == width}
-                                             if width is not None else set()))
+    starts = sorted(
+        set(_table_rows(text))
+        | ({k for k, n in enumerate(map(len, lines[:-1])) if n == width} if width is not None else set())
+    )
     if not starts:
         return []
     out: list[tuple[int, str]] = []
@@ -402,13 +469,22 @@ def rejoined(text: str) -> list[tuple[int, str]]:
         while j + 1 < len(lines) and j - i < MAX_JOIN:
             nxt = lines[j + 1].rstrip("\r")
             last = lines[j].rstrip("\r")
-            if width and len(lines[j]) == width and nxt.strip() and not last.lstrip().startswith(("|", "+")) \
-                    and not (_RECORD.match(nxt) and _RECORD.match(last)):
+            if (
+                width
+                and len(lines[j]) == width
+                and nxt.strip()
+                and not last.lstrip().startswith(("|", "+"))
+                and not (_RECORD.match(nxt) and _RECORD.match(last))
+            ):
                 parts.append(nxt)
-            elif last.lstrip().startswith("|") and last.rstrip().endswith("|") and (m := _TABLE_CONT.match(nxt)):
+            elif (
+                last.lstrip().startswith("|")
+                and last.rstrip().endswith("|")
+                and (m := _TABLE_CONT.match(nxt))
+            ):
                 head = parts[-1].rstrip()[:-1]
                 parts[-1] = head[:-1] if head.endswith(" ") else head
-                parts.append(nxt[m.end(1):].rstrip().rstrip("|").rstrip())
+                parts.append(nxt[m.end(1) :].rstrip().rstrip("|").rstrip())
             else:
                 break
             j += 1
@@ -476,8 +552,17 @@ def _line_at(text: str, pos: int) -> str:
 # ---------------------------------------------------------------- extractors (numbers -> hints)
 
 _SIZE = r"([\d.]+)\s*(bytes|[KMGT]i?B)"
-_UNITS = {"bytes": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2, "gb": 1000**3, "gib": 1024**3,
-          "tb": 1000**4, "tib": 1024**4}
+_UNITS = {
+    "bytes": 1,
+    "kb": 1000,
+    "kib": 1024,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
 
 
 def parse_size(num: str, unit: str) -> int | None:
@@ -518,9 +603,9 @@ _OOM_OTHER = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
 _OOM_SLACK = 64 * 1024 * 1024
 
 
-def _extract_oom(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
+def _extract_oom(text: str, m: re.Match[str], sm: SignatureMatch) -> None:  # noqa: C901  (split pending, issue 14)
     """Turn the numbers of a PyTorch OOM message into a diagnosis (fragmentation, other processes)."""
-    seg = text[m.start(): m.start() + 1500]
+    seg = text[m.start() : m.start() + 1500]
     # the message may be wrapped over lines; stop at the next OOM message
     nxt = seg.find("CUDA out of memory", 20)
     if nxt > 0:
@@ -549,19 +634,26 @@ def _extract_oom(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
     if tried and total and tried > total:
         sm.hints.append(
             f"a single allocation of {human(tried)} is larger than the whole GPU ({human(total)}): "
-            "the batch/sequence/image size must shrink (or shard the model across GPUs); no setting will fit it"
+            "the batch/sequence/image size must shrink (or shard the model across GPUs); no setting will fit "
+            "it"
         )
         sm.data["diagnosis"] = "allocation_exceeds_gpu"
         return
-    if ru is not None and tried and (ru >= tried or (free is not None and free + ru >= tried and total and ru >= 0.05 * total)):
+    if (
+        ru is not None
+        and tried
+        and (ru >= tried or (free is not None and free + ru >= tried and total and ru >= 0.05 * total))
+    ):
         sm.hints.append(
-            f"{human(ru)} is reserved by PyTorch but unallocated (the request was {human(tried)}): the cache is "
+            f"{human(ru)} is reserved by PyTorch but unallocated (the request was {human(tried)}): the cache "
+            "is "
             "fragmented; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before starting the job"
         )
         sm.data["diagnosis"] = "fragmentation"
     elif ru is not None and total and ru >= 0.1 * total:
         sm.hints.append(
-            f"{human(ru)} is reserved by PyTorch but unallocated; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+            f"{human(ru)} is reserved by PyTorch but unallocated; "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
             "returns it, but the request would still not fit: the job needs less memory"
         )
     if others:
@@ -575,20 +667,25 @@ def _extract_oom(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
     # request only "fit" when clearly below the free memory: 41.56 MiB free vs 32 MiB asked is a full GPU.
     if free is not None and tried and free >= tried + _OOM_SLACK and "diagnosis" not in sm.data:
         sm.hints.append(
-            f"{human(free)} was free but {human(tried)} could not be allocated: a per-process memory fraction, "
+            f"{human(free)} was free but {human(tried)} could not be allocated: a per-process memory "
+            "fraction, "
             "MIG slice, or driver-level fragmentation limits this process"
         )
         sm.data["diagnosis"] = "free_but_failed"
     if "diagnosis" not in sm.data and tried:
         used = vals.get("allocated")
         sm.hints.append(
-            f"the model and activations use the memory ({human(used) if used else 'most of it'} allocated by PyTorch): "
+            f"the model and activations use the memory ({human(used) if used else 'most of it'} allocated by "
+            "PyTorch): "
             "reduce batch size or sequence length, enable activation checkpointing or mixed precision"
         )
         sm.data["diagnosis"] = "model_too_large"
 
 
-_WD = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\((.*?)\) ran for (\d+) milliseconds")
+_WD = re.compile(
+    r"\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\((.*?)\) ran for (\d+) "
+    r"milliseconds"
+)
 _WD_FIELDS = re.compile(r"([\w()]+)=([^,]+)")
 
 
@@ -615,7 +712,8 @@ def _extract_nccl_timeout(text: str, m: re.Match[str], sm: SignatureMatch) -> No
         missing = sorted(set(range(mx + 1)) - ranks)
         if missing and len(missing) <= 8:
             sm.hints.append(
-                f"ranks {', '.join(map(str, missing))} did not report the timeout in this log: look at those first "
+                f"ranks {', '.join(map(str, missing))} did not report the timeout in this log: look at those "
+                "first "
                 "(straggler, crash, or a hung GPU)"
             )
             sm.data["ranks_silent"] = missing
@@ -639,15 +737,19 @@ def _extract_nvml_mismatch(text: str, m: re.Match[str], sm: SignatureMatch) -> N
     _extract_api_mismatch(text, m, sm)
 
 
-_API = re.compile(r"API mismatch: the client has the version (\d+(?:\.\d+)+), but\s*(?:NVRM: )?this kernel module has the "
-                  r"version (\d+(?:\.\d+)+)")  # the sentence's own full stop is not part of the version
+_API = re.compile(
+    r"API mismatch: the client has the version (\d+(?:\.\d+)+), but\s*(?:NVRM: )?this kernel module has the "
+    r"version (\d+(?:\.\d+)+)"
+)  # the sentence's own full stop is not part of the version
 
 
 def _extract_api_mismatch(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
     mm = _API.search(text)
     if mm:
         sm.data["client_version"], sm.data["kernel_module_version"] = mm.group(1), mm.group(2)
-        sm.hints.append(f"user-space driver {mm.group(1)} but kernel module {mm.group(2)}: reboot to load the new module")
+        sm.hints.append(
+            f"user-space driver {mm.group(1)} but kernel module {mm.group(2)}: reboot to load the new module"
+        )
 
 
 def _extract_assert(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
@@ -655,9 +757,14 @@ def _extract_assert(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
     if mm:
         sm.data["assertion"] = mm.group(1)
         if "n_classes" in mm.group(1) or "n_class" in mm.group(1):
-            sm.hints.append("a target label is outside [0, num_classes): check labels.min()/labels.max() against the model's output size")
+            sm.hints.append(
+                "a target label is outside [0, num_classes): check labels.min()/labels.max() against the "
+                "model's output size"
+            )
         elif "index" in mm.group(1).lower() or "srcIndex" in mm.group(1):
-            sm.hints.append("an index is out of range (embedding/gather): check token ids against the vocabulary size")
+            sm.hints.append(
+                "an index is out of range (embedding/gather): check token ids against the vocabulary size"
+            )
 
 
 def _extract_bus_id(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
@@ -705,7 +812,8 @@ def _extract_sm_compat(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
     if first:
         minor, var = first
         sm.hints.append(
-            f"{name} is sm_{digits} (compute capability {cc}); official wheels support it from torch {minor} with "
+            f"{name} is sm_{digits} (compute capability {cc}); official wheels support it from torch {minor} "
+            "with "
             f"{var}: `pip install 'torch>={minor}' --index-url https://download.pytorch.org/whl/{var}` "
             f"(needs driver >= {compat.min_driver(var)})"
         )

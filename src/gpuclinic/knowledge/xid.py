@@ -90,7 +90,8 @@ def _catalog() -> dict[int, XidInfo]:
             family=Family(e["family"]),
             immediate_action=imm,
             investigatory_action=inv,
-            immediate_step=(imm_steps.get(imm) if imm else None) or (None if inv else sev_steps.get(e["severity"])),
+            immediate_step=(imm_steps.get(imm) if imm else None)
+            or (None if inv else sev_steps.get(e["severity"])),
             investigatory_step=inv_steps.get(inv) if inv else None,
             catalog_description=e.get("nvidia_catalog_description"),
             legacy_name=e.get("legacy_name"),
@@ -122,11 +123,15 @@ def family_for_category(category: str) -> Family:
 def unknown(n: int) -> XidInfo:
     """A stand-in for an Xid newer than the catalog: treated as a GPU fault worth a look."""
     return XidInfo(
-        xid=n, name=f"XID_{n}", description=f"Xid {n} is not in gpuclinic's catalog (newer than NVIDIA's list "
-        "it was built from).", category="unknown", action="unknown", severity=Severity.WARNING,
+        xid=n,
+        name=f"XID_{n}",
+        description=f"Xid {n} is not in gpuclinic's catalog (newer than NVIDIA's list it was built from).",
+        category="unknown",
+        action="unknown",
+        severity=Severity.WARNING,
         family=Family.GPU_FAULT,
         immediate_step="Look the code up in NVIDIA's current Xid catalog "
-                       "(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).",
+        "(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).",
         source="gpuclinic (not catalogued)",
     )
 
@@ -155,7 +160,12 @@ CLASS_NAMES = ("application", "hardware", "fatal_to_job", "needs_reset", "needs_
 
 
 def _matches(rule: dict[str, list[Any]], info: XidInfo) -> bool:
-    fields = {"category": info.category, "action": info.action, "severity": info.severity.label, "xid": info.xid}
+    fields = {
+        "category": info.category,
+        "action": info.action,
+        "severity": info.severity.label,
+        "xid": info.xid,
+    }
     return any(fields.get(k) in vals for k, vals in rule.items())
 
 

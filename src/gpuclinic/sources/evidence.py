@@ -54,8 +54,12 @@ MAX_DUMP_BYTES = 64 * 1024 * 1024  # nvidia-smi outputs are KBs; a 64 MB "dump" 
 MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_BUNDLE_MEMBER = 256 * 1024 * 1024
 MAX_FILES = 10_000
-EXPECTED = ("nvidia-smi -q (text or XML), an nvidia-smi table, --query-gpu CSV, nvlink -s/-e or topo -m output, a kernel log, "
-            "nvidia-bug-report.log(.gz), lspci output, ipmitool/FreeIPMI/Redfish/sensors output or a gpuclinic capture")
+EXPECTED = (
+    "nvidia-smi -q (text or XML), an nvidia-smi table, --query-gpu CSV, nvlink -s/-e or topo -m output, a "
+    "kernel log, "
+    "nvidia-bug-report.log(.gz), lspci output, ipmitool/FreeIPMI/Redfish/sensors output or a gpuclinic "
+    "capture"
+)
 
 
 def new_snapshot() -> Snapshot:
@@ -121,7 +125,8 @@ def _is_kernel_log(sample: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------- text
 
-def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
+
+def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:  # noqa: C901  (split pending, issue 14)
     text = unquote(text)
     if kind == "smi_xml":
         apply_dump(snap, smi_xml.parse(text, origin), origin)
@@ -232,7 +237,9 @@ def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
     for n in rep.notes:
         snap.notes.append(f"{rep.path}: {n}")
     if not (rep.smi or rep.kernel_sections or rep.pci_devices or rep.driver_version):
-        snap.notes.append(f"{rep.path}: bug report had no nvidia-smi, kernel-log, lspci or driver-version section")
+        snap.notes.append(
+            f"{rep.path}: bug report had no nvidia-smi, kernel-log, lspci or driver-version section"
+        )
 
 
 def snapshot_from_text(text: str, origin: str = "<stdin>", *, error_signatures: bool = False) -> Snapshot:
@@ -256,26 +263,38 @@ def _whole_kind(head: str) -> str | None:
     return None
 
 
-def add_text(snap: Snapshot, text: str, origin: str, *, error_signatures: bool = True, year: int | None = None) -> str:
+def add_text(
+    snap: Snapshot, text: str, origin: str, *, error_signatures: bool = True, year: int | None = None
+) -> str:
     """Add one text input to ``snap`` through the segmenting reader; returns its kind."""
     text = unquote(text)
     kind = _whole_kind(text[:SAMPLE_BYTES])
     if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{") and '"gpuclinic.' in text[-4096:]:
         kind = "json"  # a snapshot writes its schema key last
     if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{"):
-        kind = bmc_formats.detect(text[:SAMPLE_BYTES])  # a Redfish document or sensors -j: one JSON, read whole
+        kind = bmc_formats.detect(
+            text[:SAMPLE_BYTES]
+        )  # a Redfish document or sensors -j: one JSON, read whole
     if kind is not None:
         try:
             _apply_text(snap, kind, text, origin)
         except _Unrecognised as e:
             raise InputError(f"{origin}: {e}") from None
         if kind == "json" or kind.startswith(bmc_formats.PREFIX):  # a bug report records its sections itself
-            snap.input_records.append(InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1,
-                                                  readers=[kind]))
+            snap.input_records.append(
+                InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1, readers=[kind])
+            )
         return kind
     try:
-        rec = segments.read_lines(snap, text.splitlines(), origin, detect=lambda t: detect(t[:SAMPLE_BYTES]),
-                                  apply_rest=_apply_text, error_signatures=error_signatures, year=year)
+        rec = segments.read_lines(
+            snap,
+            text.splitlines(),
+            origin,
+            detect=lambda t: detect(t[:SAMPLE_BYTES]),
+            apply_rest=_apply_text,
+            error_signatures=error_signatures,
+            year=year,
+        )
     except ValueError:
         raise InputError(f"{origin}: not recognised; expected {EXPECTED}") from None
     snap.input_records.append(rec)
@@ -304,16 +323,26 @@ def finish(snap: Snapshot) -> None:
         missing = snap.attached_gpus - len(snap.gpus)
         for _ in range(missing):
             idx = max(g.index for g in snap.gpus) + 1
-            snap.gpus.append(GpuFacts(index=idx, unreadable={
-                "evidence": f"not in the pasted output (nvidia-smi reported {snap.attached_gpus} attached GPUs)"}))
+            snap.gpus.append(
+                GpuFacts(
+                    index=idx,
+                    unreadable={
+                        "evidence": f"not in the pasted output (nvidia-smi reported {snap.attached_gpus} "
+                                    "attached GPUs)"
+                    },
+                )
+            )
     if not snap.gpus:
         for i, dev in enumerate(x for x in snap.pci_devices if x.is_gpu):
             snap.gpus.append(GpuFacts(index=i, pci_bus_id=dev.bus_id))
         if snap.gpus:
-            snap.notes.append(f"{len(snap.gpus)} GPU(s) known from lspci only (no nvidia-smi output in the evidence)")
+            snap.notes.append(
+                f"{len(snap.gpus)} GPU(s) known from lspci only (no nvidia-smi output in the evidence)"
+            )
 
 
 # ---------------------------------------------------------------------------------------------- files
+
 
 def expand_paths(paths: Sequence[str]) -> list[str]:
     """Files named, with directories expanded to the files below them (sorted, hidden ones skipped)."""
@@ -332,7 +361,9 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
                     if not f.startswith("."):
                         out.append(os.path.join(root, f))
                         if len(out) > MAX_FILES:
-                            raise InputError(f"{p}: more than {MAX_FILES} files; point --from at the evidence files")
+                            raise InputError(
+                                f"{p}: more than {MAX_FILES} files; point --from at the evidence files"
+                            )
         else:
             out.append(p)
     return out
@@ -353,7 +384,7 @@ def _read_head(path: str) -> tuple[bytes, bool]:
 
 
 def utf16_encoding(head: bytes) -> str | None:
-    """"utf-16" when the bytes are UTF-16 text (a BOM, or NULs in every other byte of ASCII), else None."""
+    """ "utf-16" when the bytes are UTF-16 text (a BOM, or NULs in every other byte of ASCII), else None."""
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return "utf-16"
     probe = head[:512]
@@ -431,12 +462,20 @@ def add_file(snap: Snapshot, path: str) -> str:
         readers = ["kernellog.scan"]
         if _stream_signatures(snap, path):
             readers.append("fault signatures")
-        snap.input_records.append(InputRecord(input=path, kind="kernel_log", readers=readers, streamed=True,
-                                              segments=[Segment(kind="kernel_log")]))
+        snap.input_records.append(
+            InputRecord(
+                input=path,
+                kind="kernel_log",
+                readers=readers,
+                streamed=True,
+                segments=[Segment(kind="kernel_log")],
+            )
+        )
         return "kernel_log"
     if len(text) > limit:
-        raise _Unrecognised(f"starts like {(kind or 'text').replace('_', ' ')} but is larger than "
-                            f"{limit // (1024 * 1024)} MB")
+        raise _Unrecognised(
+            f"starts like {(kind or 'text').replace('_', ' ')} but is larger than {limit // (1024 * 1024)} MB"
+        )
     return _add_text_or_unrecognised(snap, text, path, year=_mtime_year(path))
 
 
@@ -450,8 +489,11 @@ def _stream_signatures(snap: Snapshot, path: str) -> bool:
     if not numbered:
         return False
     # Xid lines the kernel scan already turned into events must not count twice
-    parsed = {n for n, ln in numbered if "xid" in ln.lower()
-              and any(ev.kind in ("xid", "sxid") for ev in kernellog.parse_lines([ln]))}
+    parsed = {
+        n
+        for n, ln in numbered
+        if "xid" in ln.lower() and any(ev.kind in ("xid", "sxid") for ev in kernellog.parse_lines([ln]))
+    }
     got = signals.scan_lines(snap, numbered, path, parsed_xid_lines=parsed)
     got |= signals.scan_error_signatures(snap, numbered, path)
     return bool(got)
@@ -465,15 +507,30 @@ def _mtime_year(path: str) -> int | None:
 
 
 def bugreport_record(rep: bugreport.BugReport) -> InputRecord:
-    """A bug report's sections as segments: which were read (kernel log, nvidia-smi, lspci, driver version)."""
+    """A bug report's sections as segments: which were read (kernel log, nvidia-smi, lspci, driver
+    version)."""
     segs = []
     for title in rep.sections:
         low = title.lower()
-        kind = ("kernel_log" if title in rep.kernel_sections else "nvidia-smi" if "nvidia-smi" in low else
-                "lspci" if "lspci" in low else "driver_version" if "/proc/driver/nvidia/version" in title else "other")
+        kind = (
+            "kernel_log"
+            if title in rep.kernel_sections
+            else "nvidia-smi"
+            if "nvidia-smi" in low
+            else "lspci"
+            if "lspci" in low
+            else "driver_version"
+            if "/proc/driver/nvidia/version" in title
+            else "other"
+        )
         segs.append(Segment(kind="bugreport_section", title=title, readers=[] if kind == "other" else [kind]))
-    return InputRecord(input=rep.path, kind="bugreport", segments=segs, readers=["bugreport"],
-                       unclaimed=sum(1 for sg in segs if not sg.readers))
+    return InputRecord(
+        input=rep.path,
+        kind="bugreport",
+        segments=segs,
+        readers=["bugreport"],
+        unclaimed=sum(1 for sg in segs if not sg.readers),
+    )
 
 
 def _add_text_or_unrecognised(snap: Snapshot, text: str, origin: str, *, year: int | None = None) -> str:
@@ -581,7 +638,11 @@ def load_evidence(paths: Sequence[str]) -> Snapshot:
         snap.inputs.append(path)
         snap.notes.append(f"input {path}: {kind}")
     if not snap.inputs:
-        raise InputError(failures[0] if len(failures) == 1 else f"{failures[0]} (and {len(failures) - 1} more unusable input(s))")
+        raise InputError(
+            failures[0]
+            if len(failures) == 1
+            else f"{failures[0]} (and {len(failures) - 1} more unusable input(s))"
+        )
     for f in failures:
         what, _, why = f.partition(": ")
         snap.skip(f"evidence {what}", why or f)

@@ -82,10 +82,14 @@ E_INVALID_ARGUMENT = 2
 _QUIET = {E_NOT_SUPPORTED, E_NOT_FOUND, E_INVALID_ARGUMENT}
 
 _INIT_REASONS = {
-    E_LIBRARY_NOT_FOUND: "NVML library not found: no NVIDIA driver installed? (libnvidia-ml.so.1 is not loadable)",
-    E_DRIVER_NOT_LOADED: "driver not loaded: the nvidia kernel module is not running (check `lsmod | grep nvidia`, dmesg)",
-    E_NO_PERMISSION: "no permission to open the NVIDIA devices (/dev/nvidia*); run as a user in the video group or root",
-    E_LIB_RM_VERSION_MISMATCH: "NVML library and kernel driver versions differ (driver upgraded without reboot?); "
+    E_LIBRARY_NOT_FOUND: "NVML library not found: no NVIDIA driver installed? (libnvidia-ml.so.1 is not "
+                         "loadable)",
+    E_DRIVER_NOT_LOADED: "driver not loaded: the nvidia kernel module is not running (check `lsmod | grep "
+                         "nvidia`, dmesg)",
+    E_NO_PERMISSION: "no permission to open the NVIDIA devices (/dev/nvidia*); run as a user in the video "
+                     "group or root",
+    E_LIB_RM_VERSION_MISMATCH: "NVML library and kernel driver versions differ (driver upgraded without "
+                               "reboot?); "
     "reboot or reload the nvidia modules",
     E_UNKNOWN: "NVML failed to initialise with an unknown error (check dmesg for NVRM lines)",
 }
@@ -139,7 +143,9 @@ class _Worker:
     """
 
     def __init__(self) -> None:
-        self._q: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], list[Any], threading.Event] | None]
+        self._q: queue.SimpleQueue[
+            tuple[Callable[..., Any], tuple[Any, ...], list[Any], threading.Event] | None
+        ]
         self._q = queue.SimpleQueue()
         self.busy = False  # True while a call is inside NVML (stays True if it never returns)
         self._thread = threading.Thread(target=self._loop, name="gpuclinic-nvml", daemon=True)
@@ -183,11 +189,31 @@ class _Static:
 
 
 STATIC_FIELDS = (
-    "name", "uuid", "serial", "pci_bus_id", "pci_device_id", "vbios", "architecture", "compute_capability",
-    "slowdown_temp_c", "shutdown_temp_c", "max_operating_temp_c", "memory_max_operating_temp_c",
-    "power_default_limit_w", "power_max_limit_w", "sm_clock_max_mhz", "mem_clock_max_mhz",
-    "pcie_gen_max", "pcie_gen_gpu_max", "pcie_width_max", "ecc_mode_current", "ecc_mode_pending",
-    "persistence_mode", "compute_mode", "mig_mode_current", "mig_mode_pending",
+    "name",
+    "uuid",
+    "serial",
+    "pci_bus_id",
+    "pci_device_id",
+    "vbios",
+    "architecture",
+    "compute_capability",
+    "slowdown_temp_c",
+    "shutdown_temp_c",
+    "max_operating_temp_c",
+    "memory_max_operating_temp_c",
+    "power_default_limit_w",
+    "power_max_limit_w",
+    "sm_clock_max_mhz",
+    "mem_clock_max_mhz",
+    "pcie_gen_max",
+    "pcie_gen_gpu_max",
+    "pcie_width_max",
+    "ecc_mode_current",
+    "ecc_mode_pending",
+    "persistence_mode",
+    "compute_mode",
+    "mig_mode_current",
+    "mig_mode_pending",
 )
 
 
@@ -315,7 +341,9 @@ class NvmlReader:
         if cuda is None:
             cuda = opt("nvmlSystemGetCudaDriverVersion")
         cuda_s = f"{cuda // 1000}.{(cuda % 1000) // 10}" if isinstance(cuda, int) and cuda > 0 else None
-        return Versions(_text(drv) if drv is not None else None, _text(nvml_v) if nvml_v is not None else None, cuda_s)
+        return Versions(
+            _text(drv) if drv is not None else None, _text(nvml_v) if nvml_v is not None else None, cuda_s
+        )
 
     def device_count(self) -> int:
         if self._count is None:
@@ -358,7 +386,9 @@ class NvmlReader:
         if stuck is not None:
             if stuck.busy:  # do not pile another thread onto a call that is still hung
                 g.lost = True
-                g.lost_reason = "unresponsive: an earlier NVML call on this GPU is still hung (driver or GPU hung)"
+                g.lost_reason = (
+                    "unresponsive: an earlier NVML call on this GPU is still hung (driver or GPU hung)"
+                )
                 self._copy_static(g, index)
                 return g
             with self._lock:  # the hung call finally returned: try this GPU again
@@ -397,7 +427,7 @@ class NvmlReader:
                 setattr(g, k, v)
             g.unreadable.update(st.unreadable)
 
-    def _read_static(self, rd: _GpuRead) -> _Static:
+    def _read_static(self, rd: _GpuRead) -> _Static:  # noqa: C901  (split pending, issue 14)
         g = rd.g
         before = dict(g.unreadable)
         g.name = rd.text("name", "nvmlDeviceGetName")
@@ -422,7 +452,9 @@ class NvmlReader:
             except (TypeError, ValueError, IndexError):
                 pass
         for fname, const in (
-            ("shutdown_temp_c", 0), ("slowdown_temp_c", 1), ("memory_max_operating_temp_c", 2),
+            ("shutdown_temp_c", 0),
+            ("slowdown_temp_c", 1),
+            ("memory_max_operating_temp_c", 2),
             ("max_operating_temp_c", 3),
         ):
             v = rd.get(fname, "nvmlDeviceGetTemperatureThreshold", const)
@@ -457,8 +489,12 @@ class NvmlReader:
         nv = self._nv
         g = rd.g
         # nvmlDeviceGetTemperature is deprecated in newer drivers in favour of ...TemperatureV
-        t = rd.get("temperature_c", "nvmlDeviceGetTemperature", nv_const(nv, "NVML_TEMPERATURE_GPU", 0),
-                   fallback="nvmlDeviceGetTemperatureV")
+        t = rd.get(
+            "temperature_c",
+            "nvmlDeviceGetTemperature",
+            nv_const(nv, "NVML_TEMPERATURE_GPU", 0),
+            fallback="nvmlDeviceGetTemperatureV",
+        )
         g.temperature_c = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
         fields = rd.field_values("field_values", [FI_MEMORY_TEMP, FI_RECOVERY_ACTION])
         mt = fields.get(FI_MEMORY_TEMP)
@@ -474,11 +510,15 @@ class NvmlReader:
             self._schema_reads(rd, "full")
         if g.power_limit_w is None:
             g.power_limit_w = g.power_enforced_limit_w
-        mask = rd.get("clock_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons", fallback="nvmlDeviceGetCurrentClocksThrottleReasons")
+        mask = rd.get(
+            "clock_event_reasons",
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            fallback="nvmlDeviceGetCurrentClocksThrottleReasons",
+        )
         if isinstance(mask, int):
             g.clock_event_reasons_mask = mask
             g.clock_event_reasons = decode_reasons(mask)
-        for pol in (VIOLATION_POLICIES if full else SAMPLE_VIOLATIONS):
+        for pol in VIOLATION_POLICIES if full else SAMPLE_VIOLATIONS:
             name = VIOLATION_POLICIES[pol]
             v = rd.get(f"violation_ns.{name}", "nvmlDeviceGetViolationStatus", pol)
             t = getattr(v, "violationTime", None) if v is not None else None
@@ -514,8 +554,10 @@ class NvmlReader:
         g = rd.g
         if g.ecc_mode_current is not False:  # unknown or on: the counters answer NotSupported when off
             for attr, etype, ctype in (
-                ("ecc_volatile_corrected", 0, 0), ("ecc_volatile_uncorrected", 1, 0),
-                ("ecc_aggregate_corrected", 0, 1), ("ecc_aggregate_uncorrected", 1, 1),
+                ("ecc_volatile_corrected", 0, 0),
+                ("ecc_volatile_uncorrected", 1, 0),
+                ("ecc_aggregate_corrected", 0, 1),
+                ("ecc_aggregate_uncorrected", 1, 1),
             ):
                 if not full and ctype == 1:
                     continue
@@ -559,18 +601,27 @@ class NvmlReader:
                 if bus:
                     f.remote_pci_bus_id = normalize_bus_id(_text(bus))
             for attr, counter in (
-                ("replay_errors", 0), ("recovery_errors", 1), ("crc_flit_errors", 2), ("crc_data_errors", 3),
+                ("replay_errors", 0),
+                ("recovery_errors", 1),
+                ("crc_flit_errors", 2),
+                ("crc_data_errors", 3),
                 ("ecc_errors", 4),
             ):
-                setattr(f, attr, rd.intval(f"nvlink.{link}.{attr}", "nvmlDeviceGetNvLinkErrorCounter", link, counter))
+                setattr(
+                    f,
+                    attr,
+                    rd.intval(f"nvlink.{link}.{attr}", "nvmlDeviceGetNvLinkErrorCounter", link, counter),
+                )
             links.append(f)
         rd.g.nvlinks = links
 
     def _read_processes(self, rd: _GpuRead) -> None:
         procs: list[GpuProcess] = []
         seen: set[tuple[int, str]] = set()
-        for kind, fname in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
-                            ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+        for kind, fname in (
+            ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+            ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+        ):
             lst = rd.get(f"processes.{kind}", fname)
             for p in lst or []:
                 pid = getattr(p, "pid", None)
@@ -578,8 +629,14 @@ class NvmlReader:
                     continue
                 seen.add((pid, kind))
                 used = getattr(p, "usedGpuMemory", None)
-                procs.append(GpuProcess(pid=pid, name=_process_name(pid), kind=kind,
-                                        used_memory_bytes=int(used) if isinstance(used, int) else None))
+                procs.append(
+                    GpuProcess(
+                        pid=pid,
+                        name=_process_name(pid),
+                        kind=kind,
+                        used_memory_bytes=int(used) if isinstance(used, int) else None,
+                    )
+                )
         rd.g.processes = procs
 
 
@@ -610,8 +667,15 @@ class _GpuRead:
         self.g = g
         self.h: Any = None
 
-    def get(self, fld: str, fname: str, *args: Any, fallback: str | None = None, required: bool = False,
-            quiet_all: bool = False) -> Any:
+    def get(
+        self,
+        fld: str,
+        fname: str,
+        *args: Any,
+        fallback: str | None = None,
+        required: bool = False,
+        quiet_all: bool = False,
+    ) -> Any:
         r = self.r
         call_args = args if fname == "nvmlDeviceGetHandleByIndex" else (self.h, *args)
         try:
@@ -624,8 +688,9 @@ class _GpuRead:
         except _Hung as h:
             r._hung(self.g.index, h.worker)
             self.g.lost = True
-            self.g.lost_reason = (f"unresponsive: {fname} did not return within {r.call_timeout_s:g}s "
-                                  "(driver or GPU hung)")
+            self.g.lost_reason = (
+                f"unresponsive: {fname} did not return within {r.call_timeout_s:g}s (driver or GPU hung)"
+            )
             raise _StopGpu() from None
         except AttributeError:
             if not quiet_all:
@@ -635,7 +700,9 @@ class _GpuRead:
             code = _err_code(e)
             if code == E_GPU_IS_LOST:
                 self.g.lost = True
-                self.g.lost_reason = f"GPU is lost (NVML_ERROR_GPU_IS_LOST during {fname}); it has fallen off the bus"
+                self.g.lost_reason = (
+                    f"GPU is lost (NVML_ERROR_GPU_IS_LOST during {fname}); it has fallen off the bus"
+                )
                 raise _StopGpu() from None
             if code is None:
                 self.g.unreadable[fld] = f"{type(e).__name__}: {e}"
@@ -686,7 +753,9 @@ class _GpuRead:
                 ret = getattr(fv, "nvmlReturn", None)
                 if ret == E_GPU_IS_LOST:
                     self.g.lost = True
-                    self.g.lost_reason = "GPU is lost (NVML_ERROR_GPU_IS_LOST in field values); it has fallen off the bus"
+                    self.g.lost_reason = (
+                        "GPU is lost (NVML_ERROR_GPU_IS_LOST in field values); it has fallen off the bus"
+                    )
                     raise _StopGpu()
                 continue
             out[int(fv.fieldId)] = _field_value(fv)
@@ -696,11 +765,16 @@ class _GpuRead:
 def _field_value(fv: Any) -> Any:
     vt = getattr(fv, "valueType", None)
     val = fv.value
-    return {
-        0: lambda: float(val.dVal), 1: lambda: int(val.uiVal), 2: lambda: int(val.ulVal),
-        3: lambda: int(val.ullVal), 4: lambda: int(val.sllVal), 5: lambda: int(val.siVal),
+    readers: dict[int, Callable[[], Any]] = {
+        0: lambda: float(val.dVal),
+        1: lambda: int(val.uiVal),
+        2: lambda: int(val.ulVal),
+        3: lambda: int(val.ullVal),
+        4: lambda: int(val.sllVal),
+        5: lambda: int(val.siVal),
         6: lambda: int(val.usVal),
-    }.get(vt if isinstance(vt, int) else 1, lambda: int(val.uiVal))()
+    }
+    return readers.get(vt if isinstance(vt, int) else 1, lambda: int(val.uiVal))()
 
 
 def collect(snap: Snapshot, opts: CollectOptions) -> None:
@@ -731,4 +805,6 @@ def collect(snap: Snapshot, opts: CollectOptions) -> None:
     if not gpus:
         snap.notes.append("NVML works but reports no GPUs")
     if reader.hangs:
-        snap.notes.append(f"NVML: {reader.hangs} call(s) hung (> {per_call:g}s) in {time.monotonic() - t0:.1f}s")
+        snap.notes.append(
+            f"NVML: {reader.hangs} call(s) hung (> {per_call:g}s) in {time.monotonic() - t0:.1f}s"
+        )

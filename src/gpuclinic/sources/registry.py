@@ -1,4 +1,5 @@
-"""Container registries for ``gpuclinic net --registries``: probes of registries and mirrors, and the mirror config on this host.
+"""Container registries for ``gpuclinic net --registries``: probes of registries and mirrors, and the
+mirror config on this host.
 
 Why: a stalled ``docker pull`` may be DNS, TLS, the token server, the manifest, the blob CDN, a
 per-connection cap, Docker Hub's rate limit, or a mirror that is configured but dead; each needs a
@@ -79,7 +80,10 @@ def load_registry_data() -> dict[str, Any]:
 
 def default_specs() -> list[RegistrySpec]:
     d = load_registry_data()
-    out = [RegistrySpec(r["id"], r["api"], r["probe_image"], None, bool(r.get("counts_pulls"))) for r in d["registries"]]
+    out = [
+        RegistrySpec(r["id"], r["api"], r["probe_image"], None, bool(r.get("counts_pulls")))
+        for r in d["registries"]
+    ]
     out += [RegistrySpec(m["id"], m["url"], m["probe_image"], m["mirrors"]) for m in d["mirrors"]]
     return out
 
@@ -95,7 +99,9 @@ def parse_spec(text: str) -> RegistrySpec:
     p = urlsplit(url)
     if p.scheme not in ("http", "https") or not p.netloc:
         raise GpuclinicError(f"not a registry URL: {text}", exit_code=64)
-    return RegistrySpec(p.netloc, f"{p.scheme}://{p.netloc}", image or "library/alpine:latest", mirror_of or None)
+    return RegistrySpec(
+        p.netloc, f"{p.scheme}://{p.netloc}", image or "library/alpine:latest", mirror_of or None
+    )
 
 
 # ---------------------------------------------------------------------- probing
@@ -103,11 +109,16 @@ def _ms(t: float) -> float:
     return round((time.monotonic() - t) * 1000, 1)
 
 
-def probe_registry(spec: RegistrySpec, *, timeout: float = 15.0, seconds: float = 2.0, parallel: int = 4,
-                   quick: bool = False) -> RegistryProbe:
+def probe_registry(
+    spec: RegistrySpec, *, timeout: float = 15.0, seconds: float = 2.0, parallel: int = 4, quick: bool = False
+) -> RegistryProbe:
     pr = RegistryProbe(spec.id, spec.url, spec.mirror_of, list(spec.configured_in))
     host = urlsplit(spec.url).hostname or ""
-    ref = parse_ref(f"x.invalid/{spec.image}") if "/" in spec.image else parse_ref(f"x.invalid/library/{spec.image}")
+    ref = (
+        parse_ref(f"x.invalid/{spec.image}")
+        if "/" in spec.image
+        else parse_ref(f"x.invalid/library/{spec.image}")
+    )
     repo, tag = ref.repository, ref.reference
     pr.stage = "dns"
     t = time.monotonic()
@@ -144,8 +155,11 @@ def probe_registry(spec: RegistrySpec, *, timeout: float = 15.0, seconds: float 
         method = "HEAD" if spec.counts_pulls else "GET"
         r = reg.get(f"/v2/{repo}/manifests/{tag}", {"Accept": ACCEPT}, method=method)
         pr.manifest_ms = _ms(t)
-        pr.ratelimit = {k.lower(): v for k, v in r.headers.items()
-                        if k.lower() in ("ratelimit-limit", "ratelimit-remaining", "docker-ratelimit-source")}
+        pr.ratelimit = {
+            k.lower(): v
+            for k, v in r.headers.items()
+            if k.lower() in ("ratelimit-limit", "ratelimit-remaining", "docker-ratelimit-source")
+        }
         if r.status_code != 200:
             pr.error = f"manifest: {_registry_error(r)}"
             return pr
@@ -199,14 +213,18 @@ def _largest_blob(reg: Registry, repo: str, r: httpx.Response) -> str | None:
 
 
 def measure(reg: Registry, url: str, conns: int, seconds: float) -> float:
-    """Bytes/s of ``conns`` parallel GETs of the same blob for about ``seconds`` (each from its own offset)."""
+    """Bytes/s of ``conns`` parallel GETs of the same blob for about ``seconds`` (each from its own
+    offset)."""
     total = [0] * conns
     start = time.monotonic()
 
     def one(i: int) -> None:
-        with contextlib.suppress(httpx.HTTPError), reg.client.stream(
-            "GET", url, headers={**reg.auth, "Range": f"bytes={i * 4 * 1024 * 1024}-"}
-        ) as r:
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            reg.client.stream(
+                "GET", url, headers={**reg.auth, "Range": f"bytes={i * 4 * 1024 * 1024}-"}
+            ) as r,
+        ):
             for chunk in r.iter_raw(65536):
                 total[i] += len(chunk)
                 if time.monotonic() - start > seconds:
@@ -233,15 +251,19 @@ def probe_all(specs: list[RegistrySpec], **kw: Any) -> list[RegistryProbe]:
         th.start()
     for th in ths:
         th.join(120)
-    return [p or RegistryProbe(s.id, s.url, s.mirror_of, s.configured_in, error="probe did not finish")
-            for p, s in zip(out, specs, strict=True)]
+    return [
+        p or RegistryProbe(s.id, s.url, s.mirror_of, s.configured_in, error="probe did not finish")
+        for p, s in zip(out, specs, strict=True)
+    ]
 
 
 # ---------------------------------------------------------------------- configuration on this host
 @dataclass
 class MirrorConfig:
     files: list[str] = field(default_factory=list)  # config files found
-    mirrors: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # upstream -> [(mirror URL, where)]
+    mirrors: dict[str, list[tuple[str, str]]] = field(
+        default_factory=dict
+    )  # upstream -> [(mirror URL, where)]
     proxies: list[tuple[str, str]] = field(default_factory=list)  # (what, where)
     insecure: list[tuple[str, str]] = field(default_factory=list)
     runtime_endpoint: str | None = None  # kubelet's containerRuntimeEndpoint
@@ -261,7 +283,10 @@ def read_mirror_config(root: Path = Path("/"), home: Path | None = None) -> Mirr
     mc = MirrorConfig()
     _read_docker(root, mc)
     _read_containerd(root, mc)
-    regs = [root / "etc/containers/registries.conf", *sorted((root / "etc/containers/registries.conf.d").glob("*.conf"))]
+    regs = [
+        root / "etc/containers/registries.conf",
+        *sorted((root / "etc/containers/registries.conf.d").glob("*.conf")),
+    ]
     if home is not None:
         regs.append(home / ".config/containers/registries.conf")
     for p in regs:
@@ -294,11 +319,15 @@ def _read_docker(root: Path, mc: MirrorConfig) -> None:
         if isinstance(prox, dict):
             for k in ("http-proxy", "https-proxy", "no-proxy"):
                 if prox.get(k):
-                    mc.proxies.append((f"{k}={safe_url(str(prox[k])) if '://' in str(prox[k]) else prox[k]}", str(p)))
+                    mc.proxies.append(
+                        (f"{k}={safe_url(str(prox[k])) if '://' in str(prox[k]) else prox[k]}", str(p))
+                    )
     for drop in sorted((root / "etc/systemd/system/docker.service.d").glob("*.conf")):
         with contextlib.suppress(OSError):
             for m in re.finditer(r"(HTTPS?_PROXY|NO_PROXY)=([^\s\"]+)", drop.read_text(), re.I):
-                mc.proxies.append((f"{m.group(1)}={safe_url(m.group(2)) if '://' in m.group(2) else m.group(2)}", str(drop)))
+                mc.proxies.append(
+                    (f"{m.group(1)}={safe_url(m.group(2)) if '://' in m.group(2) else m.group(2)}", str(drop))
+                )
 
 
 def _read_containerd(root: Path, mc: MirrorConfig) -> None:
@@ -313,7 +342,7 @@ def _read_containerd(root: Path, mc: MirrorConfig) -> None:
         mc.problems.append(f"{p}: cannot parse ({e})")
         doc = {}
     plugins = doc.get("plugins") or {}
-    for key in ('io.containerd.grpc.v1.cri', 'io.containerd.cri.v1.images'):
+    for key in ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images"):
         reg = (plugins.get(key) or {}).get("registry") or {}
         cp = reg.get("config_path")
         if cp:
@@ -321,7 +350,9 @@ def _read_containerd(root: Path, mc: MirrorConfig) -> None:
         for host, m in (reg.get("mirrors") or {}).items():
             for ep in m.get("endpoint") or []:
                 mc.add(str(host), str(ep), f"{p} (deprecated registry.mirrors)")
-            mc.problems.append(f"{p}: registry.mirrors is deprecated; use config_path + certs.d/{host}/hosts.toml")
+            mc.problems.append(
+                f"{p}: registry.mirrors is deprecated; use config_path + certs.d/{host}/hosts.toml"
+            )
     for d in dict.fromkeys(cert_dirs):
         for h in sorted(d.glob("*/hosts.toml")):
             try:
@@ -331,7 +362,7 @@ def _read_containerd(root: Path, mc: MirrorConfig) -> None:
                 continue
             mc.files.append(str(h))
             ns = h.parent.name.replace("_", ":").rstrip(":")
-            for url in (hd.get("host") or {}):
+            for url in hd.get("host") or {}:
                 mc.add("docker.io" if ns in ("docker.io", "registry-1.docker.io") else ns, str(url), str(h))
 
 
@@ -346,7 +377,11 @@ def _read_registries_conf(p: Path, mc: MirrorConfig) -> None:
     mc.files.append(str(p))
     for r in doc.get("registry") or []:
         prefix = str(r.get("prefix") or r.get("location") or "")
-        upstream = "docker.io" if prefix.split("/")[0] in ("docker.io", "registry-1.docker.io") else prefix.split("/")[0]
+        upstream = (
+            "docker.io"
+            if prefix.split("/")[0] in ("docker.io", "registry-1.docker.io")
+            else prefix.split("/")[0]
+        )
         for m in r.get("mirror") or []:
             loc = str(m.get("location", ""))
             if loc:

@@ -10,6 +10,7 @@ kernel event; fabric manager, persistence daemon, kernel Oops and IOMMU faults b
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,10 +44,20 @@ class EvidenceSignature:
 def evidence_signatures() -> tuple[EvidenceSignature, ...]:
     out = []
     for e in load_data("evidence_signatures.json")["signatures"]:
-        out.append(EvidenceSignature(
-            id=e["id"], extract=e["extract"], needles=tuple(e["needles"]), pattern=re.compile(e["pattern"]),
-            source=e["source"], net=bool(e.get("net")), code=e.get("code", ""), severity_when=e.get("severity_when"),
-            title=e.get("title", ""), remedy=e.get("remedy", "")))
+        out.append(
+            EvidenceSignature(
+                id=e["id"],
+                extract=e["extract"],
+                needles=tuple(e["needles"]),
+                pattern=re.compile(e["pattern"]),
+                source=e["source"],
+                net=bool(e.get("net")),
+                code=e.get("code", ""),
+                severity_when=e.get("severity_when"),
+                title=e.get("title", ""),
+                remedy=e.get("remedy", ""),
+            )
+        )
     return tuple(out)
 
 
@@ -60,23 +71,34 @@ def signature_needles() -> tuple[str, ...]:
     cannot match any signature (the big-file prefilter)."""
     from gpuclinic.knowledge.signatures import signatures
 
-    return tuple(sorted({n for s in evidence_signatures() for n in s.needles} | {n for s in signatures() for n in s.needles}))
+    return tuple(
+        sorted(
+            {n for s in evidence_signatures() for n in s.needles}
+            | {n for s in signatures() for n in s.needles}
+        )
+    )
 
 
-def scan_lines(snap: Snapshot, numbered: Iterable[tuple[int, str]], origin: str,
-               parsed_xid_lines: set[int] | None = None) -> set[int]:
+def scan_lines(
+    snap: Snapshot,
+    numbered: Iterable[tuple[int, str]],
+    origin: str,
+    parsed_xid_lines: set[int] | None = None,
+    lowered: str | None = None,
+) -> set[int]:
     """Run the evidence signatures over ``(line number, text)`` pairs; returns the line numbers they claimed.
 
     Xid lines become kernel events unless a parser already produced one for that line (``net`` entries;
     ``parsed_xid_lines`` names them when the parser's events carry no line numbers) or the format-specific
-    entry already matched it.
+    entry already matched it.  ``lowered``: the texts joined with newlines and lower-cased, when the
+    caller has it (saves a pass over a big input).
     """
     sigs = evidence_signatures()
     have = {ev.lineno for ev in snap.kernel_events if ev.origin == origin and ev.kind in ("xid", "sxid")}
     have |= parsed_xid_lines or set()
     pairs = list(numbered)
     claimed: set[int] = set()
-    for idx in _needle_lines(pairs, sigs):
+    for idx in _needle_lines(pairs, sigs, lowered):
         n, raw = pairs[idx]
         line = raw[:MAX_LINE]
         low = line.lower()
@@ -98,21 +120,31 @@ def scan_lines(snap: Snapshot, numbered: Iterable[tuple[int, str]], origin: str,
                 drv = gd.get("drv")
                 if drv and drv != "nvidia" and not (bus and snap.gpu_by_bus_id(bus)):
                     continue  # an IOMMU fault of a NIC or NVMe drive: not ours to judge
-                snap.signals.append(Signal(
-                    code=sig.code, severity=codes.severity(sig.code, sig.severity_when).name.lower(),
-                    family=codes.family(sig.code).value, title=sig.title, line=line.strip()[:400],
-                    input=origin, lineno=n, pci_bus_id=normalize_bus_id(bus) if bus else None, remedy=sig.remedy,
-                    source=sig.source, data={"signature": sig.id, **{k: v for k, v in gd.items() if v and k != "bus"}}))
+                snap.signals.append(
+                    Signal(
+                        code=sig.code,
+                        severity=codes.severity(sig.code, sig.severity_when).name.lower(),
+                        family=codes.family(sig.code).value,
+                        title=sig.title,
+                        line=line.strip()[:400],
+                        input=origin,
+                        lineno=n,
+                        pci_bus_id=normalize_bus_id(bus) if bus else None,
+                        remedy=sig.remedy,
+                        source=sig.source,
+                        data={"signature": sig.id, **{k: v for k, v in gd.items() if v and k != "bus"}},
+                    )
+                )
             claimed.add(n)
     return claimed
 
 
-def _needle_lines(pairs: list[tuple[int, str]], sigs: Sequence[EvidenceSignature]) -> list[int]:
+def _needle_lines(
+    pairs: list[tuple[int, str]], sigs: Sequence[EvidenceSignature], lowered: str | None = None
+) -> list[int]:
     """Indexes of the lines holding any needle: one ``str.find`` pass per needle over the whole text."""
-    text = "\n".join(t for _, t in pairs).lower()
-    starts = [0]
-    for _, t in pairs[:-1]:
-        starts.append(starts[-1] + len(t) + 1)
+    text = "\n".join(t for _, t in pairs).lower() if lowered is None else lowered
+    starts = list(itertools.accumulate((len(t) + 1 for _, t in pairs[:-1]), initial=0))
     hits: set[int] = set()
     for nd in {nd for s in sigs for nd in s.needles}:
         i = text.find(nd)
@@ -139,15 +171,26 @@ def _xid_event(sig: EvidenceSignature, m: re.Match[str], line: str, origin: str,
     mb = _LABEL_BUS.search(labels)
     if mb:
         bus = normalize_bus_id(mb.group(1))
-    return KernelEvent(kind="xid", line=line.strip()[:MAX_LINE], xid=int(gd["xid"]), pci_bus_id=bus,
-                       message=line.strip()[:MAX_LINE], origin=origin, lineno=n, detail=detail)
+    return KernelEvent(
+        kind="xid",
+        line=line.strip()[:MAX_LINE],
+        xid=int(gd["xid"]),
+        pci_bus_id=bus,
+        message=line.strip()[:MAX_LINE],
+        origin=origin,
+        lineno=n,
+        detail=detail,
+    )
 
 
 # explain's error signatures that another reader already reports with the doctor's own code
 _COVERED = {
-    "xid.generic": "xid", "xid.fallen_off_bus": "xid",
-    "nvml.version_mismatch": "mismatch", "nvrm.api_mismatch": "mismatch",
-    "smi.device_handle": "smi", "gpu.lost": "smi",
+    "xid.generic": "xid",
+    "xid.fallen_off_bus": "xid",
+    "nvml.version_mismatch": "mismatch",
+    "nvrm.api_mismatch": "mismatch",
+    "smi.device_handle": "smi",
+    "gpu.lost": "smi",
 }
 
 
@@ -169,12 +212,28 @@ def scan_error_signatures(snap: Snapshot, lines: Sequence[tuple[int, str]], orig
         n = numbers[sm.line_no - 1] if 0 < sm.line_no <= len(numbers) else None
         if n is not None:
             claimed.add(n)
-        snap.signals.append(Signal(
-            code=f"error.{sm.id}", severity=sm.severity, family=CATEGORY_FAMILY.get(sm.category, "software"), title=sm.title,
-            line=sm.matched_line, input=origin, lineno=n,
-            pci_bus_id=normalize_bus_id(str(sm.data["pci_bus_id"])) if sm.data.get("pci_bus_id") else None,
-            remedy=sm.fix, source=sm.source,
-            data={"signature": sm.id, "category": sm.category, "count": sm.count, "hints": list(sm.hints)}))
+        snap.signals.append(
+            Signal(
+                code=f"error.{sm.id}",
+                severity=sm.severity,
+                family=CATEGORY_FAMILY.get(sm.category, "software"),
+                title=sm.title,
+                line=sm.matched_line,
+                input=origin,
+                lineno=n,
+                pci_bus_id=normalize_bus_id(str(sm.data["pci_bus_id"]))
+                if sm.data.get("pci_bus_id")
+                else None,
+                remedy=sm.fix,
+                source=sm.source,
+                data={
+                    "signature": sm.id,
+                    "category": sm.category,
+                    "count": sm.count,
+                    "hints": list(sm.hints),
+                },
+            )
+        )
     return claimed
 
 
@@ -183,4 +242,3 @@ def _mismatch_known(snap: Snapshot) -> bool:
     if sw is not None and any("mismatch" in e.lower() for e in sw.nvidia_smi_errors):
         return True
     return any(ev.kind == "module" and ev.detail.get("module") == "api_mismatch" for ev in snap.kernel_events)
-

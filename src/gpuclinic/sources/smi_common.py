@@ -204,7 +204,8 @@ class SmiDump:
 
 # nvidia-smi's own error statements, as printed in the wild (one line each).
 _HANDLE_RE = re.compile(
-    r"Unable to (?:determine|detect) the device handle for (?:GPU\s*)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    r"Unable to (?:determine|detect) the device handle for "
+    r"(?:GPU\s*)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"\s*:?\s*(?P<why>.*)$"
 )
 _ERROR_LINE_RES = (
@@ -222,9 +223,33 @@ _ERROR_LINE_RES = (
 
 # Every statement above contains one of these (lowercase): lines without any are skipped before
 # the per-line regexes, which cost ~6 s on a 19 MB training log pasted into `explain`.
-_ERROR_LINE_KEYS = ("nvidia-smi", "failed to initialize nvml", "no devices were found",
-                    "unable to determine the device handle", "version mismatch", "gpu access blocked",
-                    "unable to find nvidia driver", "nvidia driver is not loaded", "insufficient permissions")
+_ERROR_LINE_KEYS = (
+    "nvidia-smi",
+    "failed to initialize nvml",
+    "no devices were found",
+    "unable to determine the device handle",
+    "version mismatch",
+    "gpu access blocked",
+    "unable to find nvidia driver",
+    "nvidia driver is not loaded",
+    "insufficient permissions",
+)
+
+# a literal each of _ERROR_LINE_RES and _HANDLE_RE needs (lower case): a line holding none is skipped
+_ERROR_LINE_NEEDS = (
+    "nvidia-smi",
+    "nvml",
+    "no devices were found",
+    "unable to",
+    "mismatch",
+    "gpu access blocked",
+    "nvidia driver",
+    "insufficient permissions",
+)
+
+
+def _needs_any(low: str) -> bool:
+    return any(k in low for k in _ERROR_LINE_NEEDS)
 
 
 def _candidate_lines(lines: list[str]) -> list[str]:
@@ -261,6 +286,8 @@ def scan_error_lines(lines: list[str]) -> tuple[list[str], list[tuple[str, str]]
         line = raw.strip()
         if not line or len(line) > 500:
             continue
+        if line.isascii() and not _needs_any(line.lower()):
+            continue  # no regex below can match (non-ASCII lines take the regexes: re.I folds a few letters)
         for rx in _ERROR_LINE_RES:
             m = rx.search(line)
             if m:
@@ -285,7 +312,12 @@ def mark_lost(gpus: list[GpuFacts], lost: list[tuple[str, str]]) -> None:
         found.lost_reason = f"nvidia-smi: Unable to determine the device handle: {why}"
 
 
-_TIME_FORMATS = ("%a %b %d %H:%M:%S %Y", "%a %b %d %H:%M:%S %Z %Y", "%a %d %b %Y %I:%M:%S %p %Z", "%a %b %d %I:%M:%S %p %z %Y")
+_TIME_FORMATS = (
+    "%a %b %d %H:%M:%S %Y",
+    "%a %b %d %H:%M:%S %Z %Y",
+    "%a %d %b %Y %I:%M:%S %p %Z",
+    "%a %b %d %I:%M:%S %p %z %Y",
+)
 
 
 def iso_time(text: str | None) -> str | None:

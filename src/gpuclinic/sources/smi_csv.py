@@ -30,10 +30,13 @@ def _num(attr: str) -> Setter:
 
 
 def _num_unless_set(attr: str) -> Setter:
-    """A fallback column (instant power when the averaged one is also queried) never overrides the main one."""
+    """A fallback column (instant power when the averaged one is also queried) never overrides the main
+    one."""
+
     def f(g: GpuFacts, v: str) -> None:
         if getattr(g, attr) is None:
             setattr(g, attr, c.num(v))
+
     return f
 
 
@@ -41,18 +44,21 @@ def _int(attr: str) -> Setter:
     def f(g: GpuFacts, v: str) -> None:
         setattr(g, attr, c.integer(v))
         c.note_unreadable(g, attr, v)
+
     return f
 
 
 def _mib(attr: str) -> Setter:
     def f(g: GpuFacts, v: str) -> None:
         setattr(g, attr, c.mib_bytes(v))
+
     return f
 
 
 def _bool(attr: str) -> Setter:
     def f(g: GpuFacts, v: str) -> None:
         setattr(g, attr, c.yes_no(v))
+
     return f
 
 
@@ -60,6 +66,7 @@ def _str(attr: str) -> Setter:
     def f(g: GpuFacts, v: str) -> None:
         cv = c.clean(v)
         setattr(g, attr, None if c.error_reason(cv) else cv)
+
     return f
 
 
@@ -93,12 +100,21 @@ def _width_max(g: GpuFacts, v: str) -> None:
 
 # How each parse kind of knowledge/data/gpu_fields.json sets a GpuFacts attribute.
 _PARSERS: dict[str, Callable[[str], Setter]] = {
-    "num": _num, "num_unless_set": _num_unless_set, "int": _int, "mib": _mib, "bool": _bool, "str": _str,
-    "bus": lambda attr: _bus, "index": lambda attr: _index, "mask": lambda attr: _mask,
+    "num": _num,
+    "num_unless_set": _num_unless_set,
+    "int": _int,
+    "mib": _mib,
+    "bool": _bool,
+    "str": _str,
+    "bus": lambda attr: _bus,
+    "index": lambda attr: _index,
+    "mask": lambda attr: _mask,
     "width": lambda attr: _width if attr == "pcie_width" else _width_max,
 }
 # --query-gpu column -> setter, from the field schema (one row per fact)
-FIELDS: dict[str, Setter] = {name: _PARSERS[row.parse](row.fact) for row in gpu_fields.fields() for name in row.query_gpu}
+FIELDS: dict[str, Setter] = {
+    name: _PARSERS[row.parse](row.fact) for row in gpu_fields.fields() for name in row.query_gpu
+}
 
 
 def _field(col: str) -> str:

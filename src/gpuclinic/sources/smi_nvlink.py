@@ -24,7 +24,8 @@ MAX_LINES = 100_000
 
 
 def looks_like(sample: str) -> bool:
-    """True when ``sample`` starts like ``nvidia-smi nvlink -s`` / ``-e`` output (a GPU line, then a link line)."""
+    """True when ``sample`` starts like ``nvidia-smi nvlink -s`` / ``-e`` output (a GPU line, then a link
+    line)."""
     seen_gpu = False
     for line in sample.splitlines()[:50]:
         if _GPU_RE.match(line):
@@ -46,8 +47,11 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
         g = _GPU_RE.match(line)
         if g:
             uuid = g.group("uuid").strip()
-            cur = GpuFacts(index=int(g.group("idx")), name=g.group("name").strip() or None,
-                           uuid=uuid if uuid.startswith(("GPU-", "MIG-")) else None)
+            cur = GpuFacts(
+                index=int(g.group("idx")),
+                name=g.group("name").strip() or None,
+                uuid=uuid if uuid.startswith(("GPU-", "MIG-")) else None,
+            )
             dump.gpus.append(cur)
             links = {}
             continue

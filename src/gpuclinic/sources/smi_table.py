@@ -18,10 +18,13 @@ from gpuclinic.sources import smi_common as c
 
 MAX_LINE = 4096
 _HEADER_RE = re.compile(
-    r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+Driver Version:\s*(?P<drv>[\d.]+|N/A)(?:\s+CUDA Version:\s*(?P<cuda>[\d.]+|N/A))?"
+    r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+Driver Version:\s*(?P<drv>[\d.]+|N/A)(?:\s+CUDA "
+    r"Version:\s*(?P<cuda>[\d.]+|N/A))?"
 )
 _BUS_RE = re.compile(r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*(?P<disp>\S+)?")
-_ROW1_RE = re.compile(r"^\s*(?P<idx>\d+)\s+(?P<name>.*?)\s*(?P<pm>\bOn\b|\bOff\b|ERR!|N/A|TCC|WDDM|MCDM)?\s*$")
+_ROW1_RE = re.compile(
+    r"^\s*(?P<idx>\d+)\s+(?P<name>.*?)\s*(?P<pm>\bOn\b|\bOff\b|ERR!|N/A|TCC|WDDM|MCDM)?\s*$"
+)
 _ROW2_RE = re.compile(
     r"^\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?:(?P<pwr>\S+)\s*/\s*(?P<cap>\S+))?\s*$"
 )
@@ -63,7 +66,7 @@ def _is_err(v: str | None) -> bool:
     return bool(v) and "ERR!" in (v or "")
 
 
-def parse(text: str | Iterable[str]) -> c.SmiDump:
+def parse(text: str | Iterable[str]) -> c.SmiDump:  # noqa: C901  (split pending, issue 14)
     lines = text.splitlines() if isinstance(text, str) else [ln.rstrip("\r\n") for ln in text]
     lines = [ln for ln in lines if len(ln) <= MAX_LINE]
     dump = c.SmiDump(kind="smi_table")
@@ -144,10 +147,14 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
                 if g is not None:
                     t = m.group("type")
                     pname = m.group("name").strip() or None
-                    g.processes.append(GpuProcess(  # WSL/WDDM print "Insufficient Permissions" for a name
-                        pid=int(m.group("pid")), name=None if c.error_reason(pname) else pname,
-                        used_memory_bytes=c.mib_bytes(m.group("mem")), kind="graphics" if t == "G" else "compute",
-                    ))
+                    g.processes.append(
+                        GpuProcess(  # WSL/WDDM print "Insufficient Permissions" for a name
+                            pid=int(m.group("pid")),
+                            name=None if c.error_reason(pname) else pname,
+                            used_memory_bytes=c.mib_bytes(m.group("mem")),
+                            kind="graphics" if t == "G" else "compute",
+                        )
+                    )
     errors, lost = c.scan_error_lines(lines)
     dump.errors = errors
     c.mark_lost(dump.gpus, lost)
@@ -164,8 +171,13 @@ def _row2(g: GpuFacts, cells: list[str]) -> None:
         g.performance_state = perf if perf and perf.startswith("P") else None
         g.power_draw_w = c.num(pwr)
         g.power_limit_w = c.num(cap)
-        for name, v in (("fan_percent", fan), ("temperature_c", temp), ("performance_state", perf),
-                        ("power_draw_w", pwr), ("power_limit_w", cap)):
+        for name, v in (
+            ("fan_percent", fan),
+            ("temperature_c", temp),
+            ("performance_state", perf),
+            ("power_draw_w", pwr),
+            ("power_limit_w", cap),
+        ):
             if _is_err(v):
                 g.unreadable[name] = "ERR!"
                 errs += 1

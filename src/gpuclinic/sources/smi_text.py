@@ -25,7 +25,9 @@ MAX_LINE = 4096  # longer lines are not nvidia-smi output; skip them instead of 
 
 _KV_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[^:\n]*?[^:\s])[ \t]*:(?:[ \t]+(?P<value>.*?))?[ \t]*$")
 _KEY_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[A-Za-z][^:\n]*?)[ \t]*$")
-_GPU_RE = re.compile(r"^(?P<indent>[ \t]*)GPU (?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7])[ \t]*$")
+_GPU_RE = re.compile(
+    r"^(?P<indent>[ \t]*)GPU (?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7])[ \t]*$"
+)
 
 
 @dataclass
@@ -68,10 +70,13 @@ def _indent(s: str) -> int:
 
 # Keys that only nvidia-smi -q prints; two of them make a paste without a "GPU <bus id>" line recognisable.
 _SIGNATURE_RE = re.compile(
-    r"^[ \t]+(GPU Current Temp|GPU Shutdown Temp|GPU Slowdown Temp|Pending Page Blacklist|Remapping Failure Occurred|"
+    r"^[ \t]+(GPU Current Temp|GPU Shutdown Temp|GPU Slowdown Temp|Pending Page Blacklist|Remapping Failure "
+    r"Occurred|"
     r"Correctable Error|Uncorrectable Error|Enforced Power Limit|Default Power Limit|Replays Since Reset|"
-    r"HW Power Brake Slowdown|HW Thermal Slowdown|SW Power Cap|SRAM Correctable|DRAM Correctable|DRAM Uncorrectable|"
-    r"Single Bit ECC|Double Bit ECC|Product Name|GPU UUID|VBIOS Version|Performance State|Power Draw|Bus Id)[ \t]*:",
+    r"HW Power Brake Slowdown|HW Thermal Slowdown|SW Power Cap|SRAM Correctable|DRAM Correctable|DRAM "
+    r"Uncorrectable|"
+    r"Single Bit ECC|Double Bit ECC|Product Name|GPU UUID|VBIOS Version|Performance State|Power Draw|Bus "
+    r"Id)[ \t]*:",
     re.M,
 )
 
@@ -81,14 +86,16 @@ def looks_like(sample: str) -> bool:
     if MARKER in sample:
         return True
     if re.search(
-        r"^[ \t]*GPU [0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7][ \t]*\r?\n[ \t]+[A-Z][A-Za-z .]+[ \t]*(:|\r?\n)",
-        sample, re.M,
+        r"^[ \t]*GPU [0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7][ \t]*\r?\n[ \t]+[A-Z][A-Za-z .]+[ "
+        r"\t]*(:|\r?\n)",
+        sample,
+        re.M,
     ):
         return True
     return len({m.group(1) for m in _SIGNATURE_RE.finditer(sample[:65536])}) >= 2
 
 
-def parse(text: str | Iterable[str]) -> c.SmiDump:
+def parse(text: str | Iterable[str]) -> c.SmiDump:  # noqa: C901  (split pending, issue 14)
     """Parse one ``nvidia-smi -q`` output (text or lines).  Unknown lines are ignored."""
     lines = text.splitlines() if isinstance(text, str) else [ln.rstrip("\r\n") for ln in text]
     dump = c.SmiDump(kind="smi_text")
@@ -96,7 +103,9 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
     stack: list[tuple[int, Node]] = []
     gpu_indent = -1
     orphan: Node | None = None
-    if not any(_GPU_RE.match(ln) for ln in lines if len(ln) <= MAX_LINE) and looks_like("\n".join(lines[:2000])):
+    if not any(_GPU_RE.match(ln) for ln in lines if len(ln) <= MAX_LINE) and looks_like(
+        "\n".join(lines[:2000])
+    ):
         # a paste of sections without the "GPU <bus id>" line (e.g. `nvidia-smi -q | grep -A9 Temperature`):
         # read it as one GPU whose bus id is unknown
         orphan = Node("GPU", None)
@@ -157,13 +166,18 @@ _HEADER_KEYS = {"driver version", "cuda version", "cuda driver version", "timest
 
 
 _TEXT_PARSE: dict[str, Callable[[str | None], Any]] = {
-    "str": c.clean, "bool": c.yes_no, "num": c.num, "int": c.integer, "mib": c.mib_bytes, "width": c.width,
+    "str": c.clean,
+    "bool": c.yes_no,
+    "num": c.num,
+    "int": c.integer,
+    "mib": c.mib_bytes,
+    "width": c.width,
 }
 _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.text_reader == "schema")
 _NUMERIC = ("num", "int", "mib", "width")
 
 
-def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
+def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:  # noqa: C901  (split pending, issue 14)
     g = GpuFacts(index=index, pci_bus_id=bus)
     # one row per fact, straight from knowledge/data/gpu_fields.json: the first of its text paths (newest
     # spelling first, older drivers' after) that holds a readable value; an error printed in its place
@@ -233,8 +247,13 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
 
     temp = t.get("Temperature")
     if temp is not None:
-        c.apply_tlimit(g, c.num(temp.val("GPU T.Limit Temp")), c.num(temp.val("GPU Shutdown T.Limit Temp")),
-                       c.num(temp.val("GPU Slowdown T.Limit Temp")), c.num(temp.val("GPU Max Operating T.Limit Temp")))
+        c.apply_tlimit(
+            g,
+            c.num(temp.val("GPU T.Limit Temp")),
+            c.num(temp.val("GPU Shutdown T.Limit Temp")),
+            c.num(temp.val("GPU Slowdown T.Limit Temp")),
+            c.num(temp.val("GPU Max Operating T.Limit Temp")),
+        )
 
     rs = t.get("GPU Reset Status")
     if rs is not None:
@@ -299,11 +318,14 @@ def _processes(node: Node) -> list[GpuProcess]:
         if pid is not None:
             kind = (cur.get("type") or "C").strip().upper()
             name = c.clean(cur.get("name"))
-            out.append(GpuProcess(
-                pid=pid, name=None if c.error_reason(name) else name,
-                used_memory_bytes=c.mib_bytes(cur.get("used gpu memory")),
-                kind="graphics" if kind == "G" else "compute",
-            ))
+            out.append(
+                GpuProcess(
+                    pid=pid,
+                    name=None if c.error_reason(name) else name,
+                    used_memory_bytes=c.mib_bytes(cur.get("used gpu memory")),
+                    kind="graphics" if kind == "G" else "compute",
+                )
+            )
 
     for n in node.walk():
         k = _norm(n.key)

@@ -17,9 +17,15 @@ _LINK = re.compile(r"^(?:X|SYS|NODE|PHB|PXB|PIX|NV\d+|SOC|N/A)$")
 
 
 # legend printed under the matrix by nvidia-smi
-_MEANING = {"X": "self", "SYS": "PCIe + the CPU interconnect between NUMA nodes", "NODE": "PCIe + host bridges within a NUMA node",
-            "PHB": "PCIe + a host bridge", "PXB": "several PCIe bridges", "PIX": "one PCIe bridge",
-            "NV": "bonded NVLinks"}
+_MEANING = {
+    "X": "self",
+    "SYS": "PCIe + the CPU interconnect between NUMA nodes",
+    "NODE": "PCIe + host bridges within a NUMA node",
+    "PHB": "PCIe + a host bridge",
+    "PXB": "several PCIe bridges",
+    "PIX": "one PCIe bridge",
+    "NV": "bonded NVLinks",
+}
 
 
 @dataclass
@@ -40,11 +46,17 @@ class Topology:
             what = _MEANING.get(k[:2] if k.startswith("NV") else k, "")
             shown = ", ".join(pairs[:4]) + (f" and {len(pairs) - 4} more" if len(pairs) > 4 else "")
             parts.append(f"{k}{f' ({what})' if what else ''}: {shown}")
-        out = [f"nvidia-smi topo -m: {len(gpus)} GPU(s)" + (f"; GPU pairs {'; '.join(parts)}" if parts else "")]
+        out = [
+            f"nvidia-smi topo -m: {len(gpus)} GPU(s)" + (f"; GPU pairs {'; '.join(parts)}" if parts else "")
+        ]
         if kinds and not any(k.startswith("NV") for k in kinds):
             out.append("no NVLink between the GPUs in this matrix: GPU-to-GPU traffic goes over PCIe")
-        aff = [f"{g} CPUs {self.cpu_affinity[g]}" + (f" (NUMA {self.numa_affinity[g]})" if g in self.numa_affinity else "")
-               for g in gpus if g in self.cpu_affinity]
+        aff = [
+            f"{g} CPUs {self.cpu_affinity[g]}"
+            + (f" (NUMA {self.numa_affinity[g]})" if g in self.numa_affinity else "")
+            for g in gpus
+            if g in self.cpu_affinity
+        ]
         if aff:
             out.append("GPU CPU affinity: " + "; ".join(aff[:16]))
         return out
@@ -64,20 +76,20 @@ def parse(text: str) -> Topology:
             topo.devices = head
             extra = line.split("CPU Affinity", 1)[1]
             has_numa = "NUMA Affinity" in extra
-            for row in lines[i + 1:]:
+            for row in lines[i + 1 :]:
                 toks = row.split()
                 if not toks or toks[0] not in head:
                     if toks and toks[0].startswith("Legend"):
                         break
                     continue
                 name, cells = toks[0], toks[1:]
-                links = cells[:len(head)]
+                links = cells[: len(head)]
                 if len(links) < len(head) or not all(_LINK.match(x) for x in links):
                     continue
                 for other, kind in zip(head, links, strict=True):
                     if other != name and kind != "X":
                         topo.links[(name, other)] = kind
-                rest = cells[len(head):]
+                rest = cells[len(head) :]
                 if name.startswith("GPU") and rest:
                     topo.cpu_affinity[name] = rest[0]
                     if has_numa and len(rest) > 1:

@@ -39,9 +39,13 @@ def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
     """Parse one XML dump.  Raises :class:`InputError` for unsafe, oversized or malformed XML."""
     text = unescape_pasted(text)
     if len(text) > MAX_BYTES:
-        raise InputError(f"{origin}: nvidia-smi XML larger than {MAX_BYTES // (1024 * 1024)} MB; refusing to parse")
+        raise InputError(
+            f"{origin}: nvidia-smi XML larger than {MAX_BYTES // (1024 * 1024)} MB; refusing to parse"
+        )
     if re.search(r"<!ENTITY", text, re.I):
-        raise InputError(f"{origin}: XML declares entities; refusing to parse (expected plain nvidia-smi -q -x output)")
+        raise InputError(
+            f"{origin}: XML declares entities; refusing to parse (expected plain nvidia-smi -q -x output)"
+        )
     start = text.find("<nvidia_smi_log")
     if start < 0:
         raise InputError(f"{origin}: no <nvidia_smi_log> element (expected nvidia-smi -q -x output)")
@@ -96,8 +100,9 @@ def _partial_root(body: str) -> ET.Element | None:
 
 def _holds_facts(root: ET.Element) -> bool:
     """A cut-off dump is worth reading when it names the driver or a GPU; "<nvidia_smi_log><gpu>" is not."""
-    return (root.find("driver_version") is not None and bool((root.findtext("driver_version") or "").strip())) or any(
-        g.get("id") or g.find("product_name") is not None for g in root.findall("gpu"))
+    return (
+        root.find("driver_version") is not None and bool((root.findtext("driver_version") or "").strip())
+    ) or any(g.get("id") or g.find("product_name") is not None for g in root.findall("gpu"))
 
 
 def _t(el: ET.Element | None, path: str) -> str | None:
@@ -112,13 +117,18 @@ def _t(el: ET.Element | None, path: str) -> str | None:
 
 
 _XML_PARSE: dict[str, Callable[[str | None], Any]] = {
-    "str": c.clean, "bool": c.yes_no, "num": c.num, "int": c.integer, "mib": c.mib_bytes, "width": c.width,
+    "str": c.clean,
+    "bool": c.yes_no,
+    "num": c.num,
+    "int": c.integer,
+    "mib": c.mib_bytes,
+    "width": c.width,
 }
 _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.xml_reader == "schema")
 _NUMERIC = ("num", "int", "mib", "width")
 
 
-def _gpu(index: int, el: ET.Element) -> GpuFacts:
+def _gpu(index: int, el: ET.Element) -> GpuFacts:  # noqa: C901  (split pending, issue 14)
     bus = el.get("id")
     g = GpuFacts(index=index, pci_bus_id=normalize_bus_id(bus) if bus else None)
     # one row per fact, straight from knowledge/data/gpu_fields.json: the first of its element paths (newest
@@ -192,9 +202,13 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:
 
     temp = el.find("temperature")
     if temp is not None:
-        c.apply_tlimit(g, c.num(_t(temp, "gpu_temp_tlimit")), c.num(_t(temp, "gpu_temp_max_tlimit_threshold")),
-                       c.num(_t(temp, "gpu_temp_slow_tlimit_threshold")),
-                       c.num(_t(temp, "gpu_temp_max_gpu_tlimit_threshold")))
+        c.apply_tlimit(
+            g,
+            c.num(_t(temp, "gpu_temp_tlimit")),
+            c.num(_t(temp, "gpu_temp_max_tlimit_threshold")),
+            c.num(_t(temp, "gpu_temp_slow_tlimit_threshold")),
+            c.num(_t(temp, "gpu_temp_max_gpu_tlimit_threshold")),
+        )
 
     if c.yes_no(_t(el, "gpu_reset_status/drain_and_reset_recommended")):
         g.recovery_action = "drain_and_reset"
@@ -211,10 +225,14 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:
             if pid is None:
                 continue
             kind = (_t(p, "type") or "C").strip().upper()
-            g.processes.append(GpuProcess(
-                pid=pid, name=c.clean(_t(p, "process_name")), used_memory_bytes=c.mib_bytes(_t(p, "used_memory")),
-                kind="graphics" if kind == "G" else "compute",
-            ))
+            g.processes.append(
+                GpuProcess(
+                    pid=pid,
+                    name=c.clean(_t(p, "process_name")),
+                    used_memory_bytes=c.mib_bytes(_t(p, "used_memory")),
+                    kind="graphics" if kind == "G" else "compute",
+                )
+            )
     return g
 
 

@@ -90,7 +90,10 @@ def parse_ref(text: str) -> ImageRef:
     """``ubuntu`` -> docker.io/library/ubuntu:latest; ``host:5000/a/b@sha256:..`` kept as is."""
     t = text.strip()
     if not t or any(c.isspace() for c in t) or "://" in t:
-        raise InputError(f"not an image reference: {text!r} (expected [REGISTRY/]NAME[:TAG][@DIGEST])", exit_code=EXIT_USAGE)
+        raise InputError(
+            f"not an image reference: {text!r} (expected [REGISTRY/]NAME[:TAG][@DIGEST])",
+            exit_code=EXIT_USAGE,
+        )
     digest = None
     if "@" in t:
         t, digest = t.split("@", 1)
@@ -112,7 +115,9 @@ def parse_ref(text: str) -> ImageRef:
     if registry == DOCKER_HUB and "/" not in repo:
         repo = f"library/{repo}"
     if not _NAME_RE.match(repo):
-        raise InputError(f"bad repository name in {text!r} (lowercase letters, digits, . _ - and /)", exit_code=EXIT_USAGE)
+        raise InputError(
+            f"bad repository name in {text!r} (lowercase letters, digits, . _ - and /)", exit_code=EXIT_USAGE
+        )
     if tag is None and digest is None:
         tag = "latest"
     return ImageRef(registry, repo, tag, digest)
@@ -131,8 +136,14 @@ def is_loopback(host: str) -> bool:
 
 def host_platform() -> str:
     m = _platform.machine().lower()
-    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le",
-            "s390x": "s390x"}.get(m, m)
+    arch = {
+        "x86_64": "amd64",
+        "amd64": "amd64",
+        "aarch64": "arm64",
+        "arm64": "arm64",
+        "ppc64le": "ppc64le",
+        "s390x": "s390x",
+    }.get(m, m)
     return f"linux/{arch}"
 
 
@@ -209,8 +220,15 @@ class Manifest:
 class Registry:
     """One registry endpoint (the origin or a mirror): scheme, auth, and the requests around blobs."""
 
-    def __init__(self, host: str, *, insecure: bool = False, base_url: str | None = None,
-                 credentials: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        *,
+        insecure: bool = False,
+        base_url: str | None = None,
+        credentials: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
         self.host = host
         self.insecure = insecure
         self.credentials = credentials
@@ -222,7 +240,9 @@ class Registry:
         self._scope = ""
         self._lock = threading.Lock()
         self.client = httpx.Client(
-            follow_redirects=True, trust_env=True, verify=not (insecure or self.plain_ok),
+            follow_redirects=True,
+            trust_env=True,
+            verify=not (insecure or self.plain_ok),
             timeout=httpx.Timeout(timeout, connect=min(timeout, 15.0)),
             headers={"User-Agent": f"gpuclinic/{__version__}"},
         )
@@ -272,7 +292,9 @@ class Registry:
         scheme, params = self._challenge
         if scheme == "basic":
             if not self.credentials:
-                raise RegistryError(f"{self.host} needs a login (docker login {self.host}, or ~/.docker/config.json)")
+                raise RegistryError(
+                    f"{self.host} needs a login (docker login {self.host}, or ~/.docker/config.json)"
+                )
             self.auth["Authorization"] = f"Basic {self.credentials}"
             return
         realm = params.get("realm", "")
@@ -332,17 +354,26 @@ class Registry:
     def fetch_manifest(self, repository: str, reference: str) -> tuple[bytes, str, dict[str, str]]:
         r = self.get(f"/v2/{repository}/manifests/{reference}", {"Accept": ACCEPT})
         if r.status_code != 200:
-            raise RegistryError(f"{self.host}/{repository}:{reference}: {_registry_error(r)}",
-                                exit_code=EXIT_USAGE if r.status_code == 404 else 3)
+            raise RegistryError(
+                f"{self.host}/{repository}:{reference}: {_registry_error(r)}",
+                exit_code=EXIT_USAGE if r.status_code == 404 else 3,
+            )
         ctype = r.headers.get("content-type", "").split(";")[0].strip()
         raw = r.content
         digest = "sha256:" + hashlib.sha256(raw).hexdigest()
         if reference.startswith("sha256:") and digest != reference:
-            raise RegistryError(f"{self.host}: manifest {reference[:19]}... arrived with digest {digest[:19]}... (corrupt or tampered)")
+            raise RegistryError(
+                f"{self.host}: manifest {reference[:19]}... arrived with digest {digest[:19]}... (corrupt or "
+                "tampered)"
+            )
         hdr = r.headers.get("docker-content-digest")
         if hdr and hdr.startswith("sha256:") and hdr != digest:
             raise RegistryError(f"{self.host}: manifest body does not match its Docker-Content-Digest header")
-        rl = {k: v for k, v in r.headers.items() if k.lower() in ("ratelimit-limit", "ratelimit-remaining", "docker-ratelimit-source")}
+        rl = {
+            k: v
+            for k, v in r.headers.items()
+            if k.lower() in ("ratelimit-limit", "ratelimit-remaining", "docker-ratelimit-source")
+        }
         return raw, ctype, rl
 
     def blob_url(self, repository: str, digest: str) -> str:
@@ -410,8 +441,15 @@ def resolve(registries: list[Registry], ref: ImageRef, platform: str) -> Manifes
             for d in [doc["config"], *(doc.get("layers") or [])]:
                 if not _DIGEST_RE.match(str(d.get("digest", ""))) or not isinstance(d.get("size"), int):
                     raise RegistryError(f"{reg.host}: manifest has a blob without a sha256 digest and size")
-            return Manifest("sha256:" + hashlib.sha256(raw).hexdigest(), ctype or OCI_MANIFEST, raw, doc,
-                            platform, idx, rl)
+            return Manifest(
+                "sha256:" + hashlib.sha256(raw).hexdigest(),
+                ctype or OCI_MANIFEST,
+                raw,
+                doc,
+                platform,
+                idx,
+                rl,
+            )
         except RegistryError as e:
             errors.append(str(e))
             if e.exit_code == EXIT_USAGE and reg is registries[-1]:

@@ -1,4 +1,5 @@
-"""``gpuclinic get image``: pull an image with the download engine and write an OCI layout or a docker-archive.
+"""``gpuclinic get image``: pull an image with the download engine and write an OCI layout or a
+docker-archive.
 
 Why: the engine already does what a slow, shaped, flaky path needs (many ranged connections per
 blob, resume across processes from ``.gpuclinic-state``, sha256 verification, failover between
@@ -76,9 +77,15 @@ def _mirror_registry(url: str, insecure: bool) -> Registry:
     except ValueError:
         host, port = "", None
     if p.scheme not in ("http", "https") or not host or (p.path not in ("", "/")) or p.query:
-        raise InputError(f"--mirror must be a registry root URL like https://mirror.example.com: {safe_url(url)}", exit_code=EXIT_USAGE)
+        raise InputError(
+            f"--mirror must be a registry root URL like https://mirror.example.com: {safe_url(url)}",
+            exit_code=EXIT_USAGE,
+        )
     if p.scheme == "http" and not (insecure or is_loopback(host)):
-        raise InputError(f"--mirror {safe_url(url)} is plain HTTP on a non-loopback host; add --insecure to allow it", exit_code=EXIT_USAGE)
+        raise InputError(
+            f"--mirror {safe_url(url)} is plain HTTP on a non-loopback host; add --insecure to allow it",
+            exit_code=EXIT_USAGE,
+        )
     netloc = f"[{host}]" if ":" in host else host
     if port:
         netloc += f":{port}"
@@ -112,10 +119,17 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def pull(
-    ref_text: str, *, output: str | None = None, fmt: str = "oci", platform: str | None = None,
-    mirrors: tuple[str, ...] = (), insecure: bool = False, load: bool = False,
-    options: EngineOptions | None = None, quiet: bool = False,
+def pull(  # noqa: C901  (split pending, issue 14)
+    ref_text: str,
+    *,
+    output: str | None = None,
+    fmt: str = "oci",
+    platform: str | None = None,
+    mirrors: tuple[str, ...] = (),
+    insecure: bool = False,
+    load: bool = False,
+    options: EngineOptions | None = None,
+    quiet: bool = False,
 ) -> PullResult:
     """Pull ``ref_text`` into ``output``; raises a one-line error on failure (partial blobs are kept)."""
     from gpuclinic.transfer.oci import host_platform
@@ -124,17 +138,23 @@ def pull(
     ref = parse_ref(ref_text)
     want = (platform or host_platform()).lower()
     if want.count("/") not in (1, 2):
-        raise InputError(f"--platform must be OS/ARCH[/VARIANT], e.g. linux/amd64: {platform!r}", exit_code=EXIT_USAGE)
+        raise InputError(
+            f"--platform must be OS/ARCH[/VARIANT], e.g. linux/amd64: {platform!r}", exit_code=EXIT_USAGE
+        )
     mirror_regs = [_mirror_registry(m, insecure) for m in mirrors]
     origin = Registry(ref.api_host, insecure=insecure, credentials=basic_credentials(ref.registry))
     out = Path(output).absolute() if output else default_output(ref, fmt)
     if fmt == "oci":
         if out.exists() and not out.is_dir():
-            raise InputError(f"{out} exists and is not a directory (an OCI layout is a directory)", exit_code=EXIT_USAGE)
+            raise InputError(
+                f"{out} exists and is not a directory (an OCI layout is a directory)", exit_code=EXIT_USAGE
+            )
         layout = out
     else:
         if out.is_dir():
-            raise InputError(f"{out} is a directory; docker-archive output is a .tar file", exit_code=EXIT_USAGE)
+            raise InputError(
+                f"{out} is a directory; docker-archive output is a .tar file", exit_code=EXIT_USAGE
+            )
         layout = out.with_name(out.name + ".blobs")
     if not layout.parent.is_dir():
         raise InputError(f"directory does not exist: {layout.parent}", exit_code=EXIT_USAGE)
@@ -175,10 +195,17 @@ def pull(
                 reused += size
                 blobs.append({"digest": digest, "size": size, "status": "reused"})
                 continue
-            specs.append(FileSpec(
-                dest=dest, sources=[r.blob_url(ref.repository, digest) for r in live], size=size, sha256=hexd,
-                label=digest[7:19], headers=origin.auth, auth_origins={origin.origin} if origin in live else set(),
-            ))
+            specs.append(
+                FileSpec(
+                    dest=dest,
+                    sources=[r.blob_url(ref.repository, digest) for r in live],
+                    size=size,
+                    sha256=hexd,
+                    label=digest[7:19],
+                    headers=origin.auth,
+                    auth_origins={origin.origin} if origin in live else set(),
+                )
+            )
         downloaded = _download(specs, live, options, quiet, blobs)
         _write_atomic(blobdir / manifest.digest.split(":", 1)[1], manifest.raw)
         total = sum(int(d["size"]) for d in manifest.blobs)
@@ -187,8 +214,19 @@ def pull(
         else:
             write_docker_archive(out, layout, ref, manifest)
             shutil.rmtree(layout, ignore_errors=True)
-        res = PullResult(str(ref), manifest.digest, want, str(out), fmt, total, downloaded, reused,
-                         round(time.monotonic() - t0, 3), blobs, manifest.ratelimit)
+        res = PullResult(
+            str(ref),
+            manifest.digest,
+            want,
+            str(out),
+            fmt,
+            total,
+            downloaded,
+            reused,
+            round(time.monotonic() - t0, 3),
+            blobs,
+            manifest.ratelimit,
+        )
         if load:
             res.loaded_into = load_into_runtime(out, layout, ref, manifest, fmt)
         return res
@@ -197,8 +235,13 @@ def pull(
             r.close()
 
 
-def _download(specs: list[FileSpec], regs: list[Registry], options: EngineOptions | None, quiet: bool,
-              blobs: list[dict[str, Any]]) -> int:
+def _download(
+    specs: list[FileSpec],
+    regs: list[Registry],
+    options: EngineOptions | None,
+    quiet: bool,
+    blobs: list[dict[str, Any]],
+) -> int:
     if not specs:
         return 0
     engine = Engine(options or EngineOptions())
@@ -221,10 +264,20 @@ def _download(specs: list[FileSpec], regs: list[Registry], options: EngineOption
         stop.set()
     failed = [r for r in results if r.status == "failed"]
     for spec, r in zip(specs, results, strict=True):
-        blobs.append({"digest": "sha256:" + str(spec.sha256), "size": spec.size, "status": r.status,
-                      "downloaded": r.downloaded, "source": r.source})
+        blobs.append(
+            {
+                "digest": "sha256:" + str(spec.sha256),
+                "size": spec.size,
+                "status": r.status,
+                "downloaded": r.downloaded,
+                "source": r.source,
+            }
+        )
     if failed:
-        raise DownloadError(f"{failed[0].error}; {len(failed)} blob(s) failed, partial blobs kept: rerun the same command to resume")
+        raise DownloadError(
+            f"{failed[0].error}; {len(failed)} blob(s) failed, partial blobs kept: rerun the same command to "
+            "resume"
+        )
     return sum(r.downloaded for r in results)
 
 
@@ -236,15 +289,25 @@ def write_oci_layout(layout: Path, ref: ImageRef, manifest: Manifest) -> None:
     idx_path = layout / "index.json"
     with contextlib.suppress(OSError, ValueError, AttributeError):
         old = json.loads(idx_path.read_text())
-        entries = [e for e in old.get("manifests", []) if isinstance(e, dict)
-                   and (e.get("annotations") or {}).get(REF_ANNOTATION) != name]
+        entries = [
+            e
+            for e in old.get("manifests", [])
+            if isinstance(e, dict) and (e.get("annotations") or {}).get(REF_ANNOTATION) != name
+        ]
     os_, _, arch = manifest.platform.partition("/")
     arch, _, variant = arch.partition("/")
     plat: dict[str, str] = {"architecture": arch, "os": os_}
     if variant:
         plat["variant"] = variant
-    entries.append({"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.raw),
-                    "annotations": {REF_ANNOTATION: name}, "platform": plat})
+    entries.append(
+        {
+            "mediaType": manifest.media_type,
+            "digest": manifest.digest,
+            "size": len(manifest.raw),
+            "annotations": {REF_ANNOTATION: name},
+            "platform": plat,
+        }
+    )
     doc = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": entries}
     _write_atomic(idx_path, json.dumps(doc, indent=2).encode())
 
@@ -264,8 +327,13 @@ def write_docker_archive(out: Path, layout: Path, ref: ImageRef, manifest: Manif
     blobdir = layout / "blobs" / "sha256"
     cfg_hex = str(manifest.config["digest"]).split(":", 1)[1]
     layers = [str(d["digest"]).split(":", 1)[1] for d in manifest.layers]
-    doc = [{"Config": f"{cfg_hex}.json", "RepoTags": [repo_tag(ref)] if ref.tag else [],
-            "Layers": [f"{h}/layer.tar" for h in layers]}]
+    doc = [
+        {
+            "Config": f"{cfg_hex}.json",
+            "RepoTags": [repo_tag(ref)] if ref.tag else [],
+            "Layers": [f"{h}/layer.tar" for h in layers],
+        }
+    ]
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -290,7 +358,9 @@ def load_into_runtime(out: Path, layout: Path, ref: ImageRef, manifest: Manifest
     """``docker load`` (or ``podman load``) the image; an OCI layout is packed as a docker-archive first."""
     runtime = shutil.which("docker") or shutil.which("podman")
     if runtime is None:
-        raise GpuclinicError(f"--load: neither docker nor podman is installed; the image is at {out}", exit_code=3)
+        raise GpuclinicError(
+            f"--load: neither docker nor podman is installed; the image is at {out}", exit_code=3
+        )
     archive = out
     tmp: Path | None = None
     if fmt == "oci":
@@ -298,23 +368,32 @@ def load_into_runtime(out: Path, layout: Path, ref: ImageRef, manifest: Manifest
         write_docker_archive(tmp, layout, ref, manifest)
         archive = tmp
     try:
-        r = subprocess.run([runtime, "load", "-i", str(archive)], capture_output=True, text=True, timeout=3600)
+        r = subprocess.run(
+            [runtime, "load", "-i", str(archive)], capture_output=True, text=True, timeout=3600
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise GpuclinicError(f"--load: {Path(runtime).name} load failed: {e}; the image is at {out}", exit_code=3) from None
+        raise GpuclinicError(
+            f"--load: {Path(runtime).name} load failed: {e}; the image is at {out}", exit_code=3
+        ) from None
     finally:
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
     if r.returncode != 0:
         why = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise GpuclinicError(f"--load: {Path(runtime).name} load failed: {why[0][:300]}; the image is at {out}", exit_code=3)
+        raise GpuclinicError(
+            f"--load: {Path(runtime).name} load failed: {why[0][:300]}; the image is at {out}", exit_code=3
+        )
     return Path(runtime).name
 
 
 def summary_line(res: PullResult) -> str:
     rate = res.downloaded / res.seconds if res.seconds else 0.0
-    return (f"{res.output}  {res.ref} {res.digest[:19]} {res.platform}: {human(res.size)}, "
-            f"{human(res.downloaded)} downloaded, {human(res.reused)} reused, {res.seconds:.1f} s ({human(rate)}/s)")
+    return (
+        f"{res.output}  {res.ref} {res.digest[:19]} {res.platform}: {human(res.size)}, "
+        f"{human(res.downloaded)} downloaded, {human(res.reused)} reused, {res.seconds:.1f} s "
+        f"({human(rate)}/s)"
+    )
 
 
 __all__ = ["PullResult", "RegistryError", "pull", "summary_line", "write_docker_archive", "write_oci_layout"]

@@ -87,10 +87,20 @@ class Ssh:
         """Options of our connections.  ``control``: a socket private to one stream, so that its
         sequential sessions (rsync, dd, sha256sum) reuse one TCP connection and one handshake while
         the streams stay separate connections; never the user's shared ControlPath."""
-        mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={control}", "-o", "ControlPersist=15"] if control \
+        mux = (
+            ["-o", "ControlMaster=auto", "-o", f"ControlPath={control}", "-o", "ControlPersist=15"]
+            if control
             else ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
-        return [*mux, "-o", "BatchMode=yes", "-o", f"Compression={'yes' if compress else 'no'}",
-                "-o", "ServerAliveInterval=15"]
+        )
+        return [
+            *mux,
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"Compression={'yes' if compress else 'no'}",
+            "-o",
+            "ServerAliveInterval=15",
+        ]
 
     def cmd(self, remote: str, *, compress: bool = False, control: str | None = None) -> list[str]:
         return [*self.argv, *self.stream_opts(compress, control), self.host, remote]
@@ -101,8 +111,11 @@ class Ssh:
 
     def close_master(self, control: str) -> None:
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run([*self.argv, "-o", f"ControlPath={control}", "-O", "exit", self.host],
-                           capture_output=True, timeout=10)
+            subprocess.run(
+                [*self.argv, "-o", f"ControlPath={control}", "-O", "exit", self.host],
+                capture_output=True,
+                timeout=10,
+            )
 
     def config(self) -> dict[str, str]:
         """``ssh -G HOST``: the effective configuration (aliases resolved, defaults filled in)."""
@@ -121,9 +134,13 @@ class Ssh:
             self._config = cfg
         return self._config
 
-    def run(self, remote: str, *, input: bytes | None = None, timeout: float = 120, control: str | None = None) -> bytes:
+    def run(
+        self, remote: str, *, input: bytes | None = None, timeout: float = 120, control: str | None = None
+    ) -> bytes:
         try:
-            r = subprocess.run(self.cmd(remote, control=control), input=input, capture_output=True, timeout=timeout)
+            r = subprocess.run(
+                self.cmd(remote, control=control), input=input, capture_output=True, timeout=timeout
+            )
         except subprocess.TimeoutExpired:
             raise SyncError(f"ssh {self.host}: no answer within {timeout:.0f} s") from None
         except OSError as e:
@@ -158,7 +175,9 @@ def list_local(path: str) -> tuple[str, list[Entry]]:
     top = base / start
     if not top.is_dir() or top.is_symlink():
         st = top.lstat()
-        out.append(Entry(start, st.st_size, st.st_mtime, st.st_mode & 0o7777, "l" if top.is_symlink() else "f"))
+        out.append(
+            Entry(start, st.st_size, st.st_mtime, st.st_mode & 0o7777, "l" if top.is_symlink() else "f")
+        )
         return root, out
     for d, dirs, files in os.walk(top):
         rel = os.path.relpath(d, base)
@@ -175,18 +194,35 @@ def list_local(path: str) -> tuple[str, list[Entry]]:
             dp = os.path.join(d, dn)
             if os.path.islink(dp):
                 st = os.lstat(dp)
-                out.append(Entry(os.path.normpath(os.path.join(rel, dn)).replace(os.sep, "/"), 0, st.st_mtime, 0o777, "l"))
+                out.append(
+                    Entry(
+                        os.path.normpath(os.path.join(rel, dn)).replace(os.sep, "/"),
+                        0,
+                        st.st_mtime,
+                        0o777,
+                        "l",
+                    )
+                )
     return root, out
 
 
 def list_remote(ssh: Ssh, path: str) -> tuple[str, list[Entry]]:
     """GNU find on the server: one round trip for any number of files."""
-    probe = ssh.run(f"if [ -d {q(path)} ]; then echo d; elif [ -e {q(path)} ]; then echo f; else echo missing; fi").decode().strip()
+    probe = (
+        ssh.run(
+            f"if [ -d {q(path)} ]; then echo d; elif [ -e {q(path)} ]; then echo f; else echo missing; fi"
+        )
+        .decode()
+        .strip()
+    )
     if probe == "missing":
         raise InputError(f"source does not exist on {ssh.host}: {path}", exit_code=EXIT_USAGE)
     root, start = split_source(path, probe == "d")
-    raw = ssh.run(f"cd {q(root)} && find {q(start)} \\( -type f -o -type l -o -type d -empty \\) -printf '%y\\t%s\\t%T@\\t%m\\t%p\\0'",
-                  timeout=600)
+    raw = ssh.run(
+        f"cd {q(root)} && find {q(start)} \\( -type f -o -type l -o -type d -empty \\) -printf "
+        "'%y\\t%s\\t%T@\\t%m\\t%p\\0'",
+        timeout=600,
+    )
     out: list[Entry] = []
     for rec in raw.split(b"\0"):
         if not rec:
@@ -226,7 +262,12 @@ class Probe:
 def measure_rtt(ssh: Ssh, n: int = 5) -> tuple[float, float]:
     """(handshake seconds, min echo RTT) through one ssh session running ``cat``."""
     t0 = time.monotonic()
-    p = subprocess.Popen(ssh.cmd("echo ready; exec cat"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        ssh.cmd("echo ready; exec cat"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     assert p.stdin is not None and p.stdout is not None
     try:
         if p.stdout.readline().strip() != b"ready":
@@ -245,18 +286,31 @@ def measure_rtt(ssh: Ssh, n: int = 5) -> tuple[float, float]:
         p.wait(10)
 
 
-def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float],
-                 gate: threading.Event | None = None, control: str | None = None) -> None:
+def _stream_rate(
+    ssh: Ssh,
+    direction: str,
+    seconds: float,
+    results: list[float],
+    gate: threading.Event | None = None,
+    control: str | None = None,
+) -> None:
     """Bytes/s of one ssh stream, counted where the data arrives (so buffers do not inflate it) and
     from the start of the transfer (the handshake is measured apart)."""
     if direction == "push":
         # the server's dd counts what arrived; two reports (SIGUSR1) ``seconds`` apart give the steady
         # rate, without the start-up and without what sits in buffers
         wait = "read -r go <&3; " if gate else ""  # a gated stream connects now and sends when told
-        remote = (f"exec 3<&0; {wait}dd of=/dev/null bs=65536 <&3 & p=$!; sleep 0.3; kill -USR1 $p; sleep {seconds:.2f}; "
-                  "kill -USR1 $p; sleep 0.2; kill $p 2>/dev/null; wait $p 2>/dev/null; exit 0")
-        p = subprocess.Popen(ssh.cmd(remote, control=control), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
+        remote = (
+            f"exec 3<&0; {wait}dd of=/dev/null bs=65536 <&3 & p=$!; sleep 0.3; kill -USR1 $p; sleep "
+            f"{seconds:.2f}; "
+            "kill -USR1 $p; sleep 0.2; kill $p 2>/dev/null; wait $p 2>/dev/null; exit 0"
+        )
+        p = subprocess.Popen(
+            ssh.cmd(remote, control=control),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         assert p.stdin is not None and p.stderr is not None
         block = os.urandom(256 * 1024)
         try:
@@ -277,8 +331,12 @@ def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float],
             results.append((marks[1][0] - marks[0][0]) / (marks[1][1] - marks[0][1]))
         return
     remote = "exec 3<&0; read -r go <&3; exec cat /dev/zero" if gate else "exec cat /dev/zero"
-    p = subprocess.Popen(ssh.cmd(remote, control=control), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        ssh.cmd(remote, control=control),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     assert p.stdout is not None and p.stdin is not None
     if gate is not None:
         gate.wait(60)
@@ -297,14 +355,31 @@ def _stream_rate(ssh: Ssh, direction: str, seconds: float, results: list[float],
     results.append(got / max(1e-6, time.monotonic() - t0))
 
 
-def measure_streams(ssh: Ssh, direction: str, n: int, seconds: float, gate: threading.Event | None = None,
-                    controls: list[str] | None = None) -> float:
+def measure_streams(
+    ssh: Ssh,
+    direction: str,
+    n: int,
+    seconds: float,
+    gate: threading.Event | None = None,
+    controls: list[str] | None = None,
+) -> float:
     """Total bytes/s of ``n`` parallel streams.  With ``controls`` each stream's connection stays open as
     a private master afterwards, so the transfer's first sessions reuse it (no new handshake)."""
     results: list[float] = []
-    ths = [threading.Thread(target=_stream_rate, args=(ssh, direction, seconds, results, gate,
-                                                       controls[i] if controls and i < len(controls) else None))
-           for i in range(n)]
+    ths = [
+        threading.Thread(
+            target=_stream_rate,
+            args=(
+                ssh,
+                direction,
+                seconds,
+                results,
+                gate,
+                controls[i] if controls and i < len(controls) else None,
+            ),
+        )
+        for i in range(n)
+    ]
     for t in ths:
         t.start()
     for t in ths:
@@ -331,8 +406,14 @@ def sample_compression(root: str, entries: list[Entry], local: bool) -> tuple[fl
     return len(data) / dt, len(out) / len(data)
 
 
-def probe_link(ssh: Ssh, direction: str, *, seconds: float = 0.7, multi: int | None = None,
-               controls: list[str] | None = None) -> Probe:
+def probe_link(
+    ssh: Ssh,
+    direction: str,
+    *,
+    seconds: float = 0.7,
+    multi: int | None = None,
+    controls: list[str] | None = None,
+) -> Probe:
     multi = multi or int(rules()["streams"]["probe_streams"])
     pr = Probe(cpus=os.cpu_count() or 1)
     rtt: list[tuple[float, float]] = []
@@ -342,7 +423,9 @@ def probe_link(ssh: Ssh, direction: str, *, seconds: float = 0.7, multi: int | N
     # so its handshakes cost no extra time
     gate = threading.Event()
     multi_rate: list[float] = []
-    mt = threading.Thread(target=lambda: multi_rate.append(measure_streams(ssh, direction, multi, seconds, gate, controls)))
+    mt = threading.Thread(
+        target=lambda: multi_rate.append(measure_streams(ssh, direction, multi, seconds, gate, controls))
+    )
     mt.start()
     try:
         pr.one_stream = measure_streams(ssh, direction, 1, seconds)
@@ -372,11 +455,15 @@ def choose_streams(pr: Probe, max_streams: int) -> tuple[int, str]:
         return min(4, max_streams), "no throughput sample; 4 streams"
     gain = pr.multi_stream / pr.one_stream
     if gain < r["min_gain_for_parallel"]:
-        return min(2, max_streams), f"{pr.multi_n} streams gave {gain:.1f}x one stream: the link, not the connection, is the limit"
+        return min(
+            2, max_streams
+        ), f"{pr.multi_n} streams gave {gain:.1f}x one stream: the link, not the connection, is the limit"
     if gain >= r["capped_fraction"] * pr.multi_n:
         return max_streams, f"{pr.multi_n} streams gave {gain:.1f}x one stream: each connection is capped"
     n = math.ceil(r["headroom"] * gain)  # more than fills the link: a stream between batches leaves no gap
-    return max(2, min(max_streams, n)), f"{pr.multi_n} streams gave {gain:.1f}x one stream: the link fills near {math.ceil(gain)} streams"
+    return max(
+        2, min(max_streams, n)
+    ), f"{pr.multi_n} streams gave {gain:.1f}x one stream: the link fills near {math.ceil(gain)} streams"
 
 
 def choose_compression(pr: Probe, streams: int) -> tuple[bool, str]:
@@ -389,8 +476,14 @@ def choose_compression(pr: Probe, streams: int) -> tuple[bool, str]:
         return False, f"compression off: the data does not compress (sample ratio {pr.compress_ratio:.2f})"
     budget = pr.compress_speed * max(1, min(streams, pr.cpus)) * r["cpu_share"]
     if link and link > budget:
-        return False, f"compression off: the link ({link / MiB:.0f} MiB/s) outruns the CPUs ({budget / MiB:.0f} MiB/s)"
-    return True, f"compression on: data shrinks to {pr.compress_ratio:.0%} and the link is slower than the CPUs"
+        return (
+            False,
+            f"compression off: the link ({link / MiB:.0f} MiB/s) outruns the CPUs ({budget / MiB:.0f} MiB/s)",
+        )
+    return (
+        True,
+        f"compression on: data shrinks to {pr.compress_ratio:.0%} and the link is slower than the CPUs",
+    )
 
 
 # ---------------------------------------------------------------------- ssh diagnosis
@@ -400,25 +493,53 @@ def diagnose_ssh(cfg: dict[str, str], pr: Probe | None, cpu_flags: str | None = 
     r = rules()["diagnosis"]
     host = cfg.get("hostname", "?")
     if cfg.get("controlmaster", "false") in ("false", "no") or cfg.get("controlpath", "none") == "none":
-        notes.append("ControlMaster is off: every ssh/rsync/git command pays a full handshake"
-                     + (f" ({pr.handshake_s:.2f} s here)" if pr else "")
-                     + "; add `ControlMaster auto`, `ControlPath ~/.ssh/cm-%C`, `ControlPersist 10m` to the Host block"
-                     " (gpuclinic sync opens its own connections anyway)")
+        notes.append(
+            "ControlMaster is off: every ssh/rsync/git command pays a full handshake"
+            + (f" ({pr.handshake_s:.2f} s here)" if pr else "")
+            + "; add `ControlMaster auto`, `ControlPath ~/.ssh/cm-%C`, `ControlPersist 10m` to the Host block"
+            " (gpuclinic sync opens its own connections anyway)"
+        )
     elif cfg.get("controlpersist", "no") in ("no", "false", "0"):
-        notes.append("ControlMaster without ControlPersist: the shared connection closes with the first session; add `ControlPersist 10m`")
+        notes.append(
+            "ControlMaster without ControlPersist: the shared connection closes with the first session; add "
+            "`ControlPersist 10m`"
+        )
     ciphers = cfg.get("ciphers", "").split(",")
     flags = cpu_flags if cpu_flags is not None else _cpu_flags()
     if ciphers and ciphers[0].startswith("chacha20") and " aes" in f" {flags} ":
-        notes.append("the first cipher is chacha20-poly1305 but this CPU has AES-NI: `Ciphers aes128-gcm@openssh.com,chacha20-poly1305@openssh.com` is faster per core")
-    if cfg.get("compression", "no") == "yes" and pr and max(pr.one_stream, pr.multi_stream) > r["compression_fast_link_bytes_s"]:
-        notes.append("`Compression yes` in the ssh config costs CPU on a fast link; turn it off for this host")
-    if pr and pr.rtt_s > r["high_rtt_s"] and pr.one_stream and pr.multi_stream / pr.one_stream > r["single_stream_gain"]:
-        notes.append(f"RTT {pr.rtt_s * 1000:.0f} ms and one connection is capped at {pr.one_stream / MiB:.1f} MiB/s: single-stream tools (scp, rsync, git) will crawl here")
+        notes.append(
+            "the first cipher is chacha20-poly1305 but this CPU has AES-NI: `Ciphers "
+            "aes128-gcm@openssh.com,chacha20-poly1305@openssh.com` is faster per core"
+        )
+    if (
+        cfg.get("compression", "no") == "yes"
+        and pr
+        and max(pr.one_stream, pr.multi_stream) > r["compression_fast_link_bytes_s"]
+    ):
+        notes.append(
+            "`Compression yes` in the ssh config costs CPU on a fast link; turn it off for this host"
+        )
+    if (
+        pr
+        and pr.rtt_s > r["high_rtt_s"]
+        and pr.one_stream
+        and pr.multi_stream / pr.one_stream > r["single_stream_gain"]
+    ):
+        notes.append(
+            f"RTT {pr.rtt_s * 1000:.0f} ms and one connection is capped at {pr.one_stream / MiB:.1f} MiB/s: "
+            "single-stream tools (scp, rsync, git) will crawl here"
+        )
     mtu = _route_mtu(host)
     if mtu is not None and mtu < r["standard_mtu"]:
-        notes.append(f"the route to {host} has MTU {mtu} (a tunnel or VPN): if transfers stall while `ssh {host} true` works, clamp the TCP MSS on the tunnel (`iptables -t mangle -A FORWARD -p tcp --tcp-flags SYN,RST SYN -j TCPMSS --clamp-mss-to-pmtu`)")
+        notes.append(
+            f"the route to {host} has MTU {mtu} (a tunnel or VPN): if transfers stall while `ssh {host} "
+            "true` works, clamp the TCP MSS on the tunnel (`iptables -t mangle -A FORWARD -p tcp --tcp-flags SYN,RST SYN -j TCPMSS --clamp-mss-to-pmtu`)"  # noqa: E501
+        )
     if pr and pr.one_stream and pr.one_stream < r["blackhole_max_bytes_s"] and pr.rtt_s < 1:
-        notes.append("bulk data barely moves while the session answers: the classic MTU black hole (large packets dropped); try `ping -M do -s 1472 HOST` and MSS clamping")
+        notes.append(
+            "bulk data barely moves while the session answers: the classic MTU black hole (large packets "
+            "dropped); try `ping -M do -s 1472 HOST` and MSS clamping"
+        )
     return notes
 
 

@@ -1,4 +1,5 @@
-"""``gpuclinic sync``, running part: parallel rsync streams, big files as verified block ranges, final checksums.
+"""``gpuclinic sync``, running part: parallel rsync streams, big files as verified block ranges, final
+checksums.
 
 Why this shape: rsync stays the tool for many files (quick check, partial files, permissions,
 symlinks); we only decide which files go over which of N ssh connections.  A file larger than a
@@ -107,34 +108,67 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "direction": self.direction, "src": str(self.src), "dst": str(self.dst), "host": self.host,
-            "target": self.target, "plan_seconds": round(self.plan_s, 3), "files": len(self.entries), "bytes": self.total, "streams": self.streams,
-            "stream_reason": self.stream_reason, "compress": self.compress, "compress_reason": self.compress_reason,
-            "probe": self.probe.to_dict() if self.probe else None, "ssh_notes": self.notes,
-            "rsync_streams": [{"files": len(t.names), "bytes": t.size} for t in self.tasks if t.kind == "rsync"],
-            "big_files": [{"name": b.entry.name, "bytes": b.entry.size, "blocks_to_send": len(b.todo),
-                           "blocks_reused": b.reused_blocks, "skipped": b.skipped} for b in self.big],
+            "direction": self.direction,
+            "src": str(self.src),
+            "dst": str(self.dst),
+            "host": self.host,
+            "target": self.target,
+            "plan_seconds": round(self.plan_s, 3),
+            "files": len(self.entries),
+            "bytes": self.total,
+            "streams": self.streams,
+            "stream_reason": self.stream_reason,
+            "compress": self.compress,
+            "compress_reason": self.compress_reason,
+            "probe": self.probe.to_dict() if self.probe else None,
+            "ssh_notes": self.notes,
+            "rsync_streams": [
+                {"files": len(t.names), "bytes": t.size} for t in self.tasks if t.kind == "rsync"
+            ],
+            "big_files": [
+                {
+                    "name": b.entry.name,
+                    "bytes": b.entry.size,
+                    "blocks_to_send": len(b.todo),
+                    "blocks_reused": b.reused_blocks,
+                    "skipped": b.skipped,
+                }
+                for b in self.big
+            ],
         }
 
     def lines(self) -> list[str]:
-        out = [f"sync {self.direction}: {self.src} -> {self.dst}  ({self.host} = {self.target})",
-               f"  {len(self.entries)} entries, {_h(self.total)}"]
+        out = [
+            f"sync {self.direction}: {self.src} -> {self.dst}  ({self.host} = {self.target})",
+            f"  {len(self.entries)} entries, {_h(self.total)}",
+        ]
         pr = self.probe
         if pr:
             gain = pr.multi_stream / pr.one_stream if pr.one_stream else 0.0
-            out.append(f"  link: handshake {pr.handshake_s:.2f} s, RTT {pr.rtt_s * 1000:.0f} ms, 1 stream {_h(pr.one_stream)}/s, "
-                       f"{pr.multi_n} streams {_h(pr.multi_stream)}/s ({gain:.1f}x); {pr.cpus} CPUs, zlib {_h(pr.compress_speed)}/s")
+            out.append(
+                f"  link: handshake {pr.handshake_s:.2f} s, RTT {pr.rtt_s * 1000:.0f} ms, 1 stream "
+                f"{_h(pr.one_stream)}/s, "
+                f"{pr.multi_n} streams {_h(pr.multi_stream)}/s ({gain:.1f}x); {pr.cpus} CPUs, zlib "
+                f"{_h(pr.compress_speed)}/s"
+            )
         out.append(f"  streams: {self.streams} ({self.stream_reason})")
         out.append(f"  {self.compress_reason}")
         rs = [t for t in self.tasks if t.kind == "rsync"]
         if rs:
-            out.append(f"  {sum(len(t.names) for t in rs)} files in {len(rs)} rsync streams of ~{_h(max(t.size for t in rs))}")
+            out.append(
+                f"  {sum(len(t.names) for t in rs)} files in {len(rs)} rsync streams of "
+                f"~{_h(max(t.size for t in rs))}"
+            )
         for b in self.big:
             if b.skipped:
-                out.append(f"  {b.entry.name}: {_h(b.entry.size)} already at the destination (same size and time)")
+                out.append(
+                    f"  {b.entry.name}: {_h(b.entry.size)} already at the destination (same size and time)"
+                )
             else:
-                out.append(f"  {b.entry.name}: {_h(b.entry.size)} as block ranges, {len(b.todo)} of "
-                           f"{math.ceil(b.entry.size / BLOCK)} blocks to send ({b.reused_blocks} already there)")
+                out.append(
+                    f"  {b.entry.name}: {_h(b.entry.size)} as block ranges, {len(b.todo)} of "
+                    f"{math.ceil(b.entry.size / BLOCK)} blocks to send ({b.reused_blocks} already there)"
+                )
         if self.notes:
             out.append("  ssh setup:")
             out += [f"    - {n}" for n in self.notes]
@@ -156,7 +190,9 @@ def _join(root: str, name: str) -> str:
 def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ssh]:
     src, dst = parse_endpoint(src_text), parse_endpoint(dst_text)
     if bool(src.host) == bool(dst.host):
-        raise InputError("one of SRC and DST must be remote (HOST:PATH) and the other local", exit_code=EXIT_USAGE)
+        raise InputError(
+            "one of SRC and DST must be remote (HOST:PATH) and the other local", exit_code=EXIT_USAGE
+        )
     if opts.streams is not None and not 1 <= opts.streams <= 64:
         raise InputError("--streams must be between 1 and 64", exit_code=EXIT_USAGE)
     direction = "push" if dst.host else "pull"
@@ -182,10 +218,14 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
     workdir = tempfile.mkdtemp(prefix="gpuclinic-sync-")
     if opts.probe:
         sample: list[tuple[float, float]] = []
-        th = threading.Thread(target=lambda: sample.append(sample_compression(root, entries, direction == "push")))
+        th = threading.Thread(
+            target=lambda: sample.append(sample_compression(root, entries, direction == "push"))
+        )
         th.start()  # disk and CPU, while the probes wait on the network
         # the multi-stream probe's connections stay open as the first streams' masters
-        pr = probe_link(ssh, direction, controls=[os.path.join(workdir, f"cm{i}") for i in range(opts.max_streams)])
+        pr = probe_link(
+            ssh, direction, controls=[os.path.join(workdir, f"cm{i}") for i in range(opts.max_streams)]
+        )
         th.join()
         pr.compress_speed, pr.compress_ratio = sample[0] if sample else (0.0, 1.0)
     if opts.streams:
@@ -195,7 +235,10 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
     else:
         streams, why = min(8, opts.max_streams), "no probe; default"
     if opts.compress != "auto":
-        comp, cwhy = opts.compress == "yes", f"compression {'on' if opts.compress == 'yes' else 'off'} (--compress)"
+        comp, cwhy = (
+            opts.compress == "yes",
+            f"compression {'on' if opts.compress == 'yes' else 'off'} (--compress)",
+        )
     elif pr:
         comp, cwhy = choose_compression(pr, streams)
     else:
@@ -224,7 +267,9 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
             tasks.append(Task("rsync", sum(e.size for e in b), names=[e.name for e in b]))
     for bf in plan.big:
         if not bf.skipped:
-            tasks += range_tasks(bf.entry.name, bf.entry.size, bf.todo, pieces(len(bf.todo) * BLOCK, len(bf.todo)))
+            tasks += range_tasks(
+                bf.entry.name, bf.entry.size, bf.todo, pieces(len(bf.todo) * BLOCK, len(bf.todo))
+            )
     plan.tasks = sorted(tasks, key=lambda t: -t.size)
     plan.plan_s = time.monotonic() - t_probe
     return plan, ssh
@@ -238,15 +283,22 @@ def _big_states(ssh: Ssh, plan: Plan, big: list[Entry]) -> list[BigFile]:
         dst = _join(plan.dst.path, e.name)
         d, _, base = dst.rpartition("/")
         part = f"{d}/.{base}{PART_SUFFIX}" if d else f".{base}{PART_SUFFIX}"
-        out.append(BigFile(e, _join(plan.src_root, e.name), dst, part, list(range(math.ceil(e.size / BLOCK)))))
+        out.append(
+            BigFile(e, _join(plan.src_root, e.name), dst, part, list(range(math.ceil(e.size / BLOCK))))
+        )
     if not out:
         return out
     if plan.direction == "push":
-        cmd = "; ".join(f"stat -c '%s %Y' -- {q(b.dst)} 2>/dev/null || echo - -; stat -c %s -- {q(b.part)} 2>/dev/null || echo 0"
-                        for b in out)
+        cmd = "; ".join(
+            f"stat -c '%s %Y' -- {q(b.dst)} 2>/dev/null || echo - -; stat -c %s -- {q(b.part)} 2>/dev/null "
+            "|| echo 0"
+            for b in out
+        )
         words = ssh.run(cmd).decode().split()
-        states = [(words[3 * i], words[3 * i + 1], int(words[3 * i + 2]) if words[3 * i + 2].isdigit() else 0)
-                  for i in range(len(out))]
+        states = [
+            (words[3 * i], words[3 * i + 1], int(words[3 * i + 2]) if words[3 * i + 2].isdigit() else 0)
+            for i in range(len(out))
+        ]
     else:
         states = []
         for b in out:
@@ -266,8 +318,13 @@ def _big_states(ssh: Ssh, plan: Plan, big: list[Entry]) -> list[BigFile]:
             if plan.direction == "push":
                 theirs, ours = block_hashes_remote(ssh, bf.part), block_hashes_local(bf.src, e.size)
             else:
-                theirs, ours = block_hashes_remote(ssh, bf.src), block_hashes_local(bf.part, min(e.size, psize))
-            bf.todo = [i for i in range(nblocks) if i >= len(theirs) or i >= len(ours) or theirs[i] != ours[i]]
+                theirs, ours = (
+                    block_hashes_remote(ssh, bf.src),
+                    block_hashes_local(bf.part, min(e.size, psize)),
+                )
+            bf.todo = [
+                i for i in range(nblocks) if i >= len(theirs) or i >= len(ours) or theirs[i] != ours[i]
+            ]
         bf.reused_blocks = nblocks - len(bf.todo)
     return out
 
@@ -282,8 +339,14 @@ class SyncResult:
     transfer_s: float = 0.0  # the data phase alone (no probe, no verification)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.plan.to_dict(), "seconds": round(self.seconds, 3), "transfer_seconds": round(self.transfer_s, 3), "sent": self.sent,
-                "verified": self.verified, "repaired": self.repaired}
+        return {
+            **self.plan.to_dict(),
+            "seconds": round(self.seconds, 3),
+            "transfer_seconds": round(self.transfer_s, 3),
+            "sent": self.sent,
+            "verified": self.verified,
+            "repaired": self.repaired,
+        }
 
 
 class Runner:
@@ -300,7 +363,9 @@ class Runner:
         self.tmp = plan.workdir or tempfile.mkdtemp(prefix="gpuclinic-sync-")
         self.regular = {e.name for e in plan.entries if e.kind == "f"}
         self.local = threading.local()  # .control: this worker's ssh control socket
-        self.verifier = ThreadPoolExecutor(max_workers=max(1, plan.streams), thread_name_prefix="gpuclinic-verify")
+        self.verifier = ThreadPoolExecutor(
+            max_workers=max(1, plan.streams), thread_name_prefix="gpuclinic-verify"
+        )
         self.big = {b.entry.name: b for b in plan.big}
 
     def log(self, msg: str) -> None:
@@ -322,8 +387,11 @@ class Runner:
             for w in workers:
                 w.join()
             if self.errors:
-                raise SyncError(f"{self.errors[0]}" + (f" (+{len(self.errors) - 1} more)" if len(self.errors) > 1 else "")
-                                + "; rerun the same command to resume")
+                raise SyncError(
+                    f"{self.errors[0]}"
+                    + (f" (+{len(self.errors) - 1} more)" if len(self.errors) > 1 else "")
+                    + "; rerun the same command to resume"
+                )
             self._finish_big()
             dt = time.monotonic() - t0
             self.log(f"{_h(self.sent)} sent and verified in {dt:.1f} s ({_h(self.sent / max(dt, 1e-6))}/s)")
@@ -386,7 +454,15 @@ class Runner:
         with os.fdopen(fd, "wb") as f:
             f.write(b"\0".join(n.encode("utf-8", "surrogateescape") for n in names) + b"\0")
         src, dst = self._endpoints()
-        cmd = ["rsync", "-a", f"--partial-dir={RSYNC_PARTIAL}", "-e", self.ssh.rsh(control=self.local.control), "--from0", f"--files-from={listfile}"]
+        cmd = [
+            "rsync",
+            "-a",
+            f"--partial-dir={RSYNC_PARTIAL}",
+            "-e",
+            self.ssh.rsh(control=self.local.control),
+            "--from0",
+            f"--files-from={listfile}",
+        ]
         if self.plan.compress:
             cmd.append("-z")
         if checksum:
@@ -418,7 +494,9 @@ class Runner:
             with self.lock:
                 self.sent += sum(sizes.get(n, 0) for n in b)
             if self.opts.verify:
-                checks.append(self.verifier.submit(self._compare_files, [n for n in b if n in self.regular], control))
+                checks.append(
+                    self.verifier.submit(self._compare_files, [n for n in b if n in self.regular], control)
+                )
         bad = [n for c in checks for n in c.result()]
         if bad:
             self.log(f"{len(bad)} file(s) differ after the transfer; resending them with --checksum")
@@ -437,8 +515,9 @@ class Runner:
         remote_root = p.dst.path if p.direction == "push" else p.src_root
         local_root = p.src_root if p.direction == "push" else p.dst.path
         data = b"\0".join(n.encode("utf-8", "surrogateescape") for n in names) + b"\0"
-        out = self.ssh.run(f"cd {q(remote_root)} && xargs -0 sha256sum --", input=data, timeout=3600,
-                           control=control)
+        out = self.ssh.run(
+            f"cd {q(remote_root)} && xargs -0 sha256sum --", input=data, timeout=3600, control=control
+        )
         theirs: dict[str, str] = {}
         for line in out.decode("utf-8", "surrogateescape").splitlines():
             h, _, name = line.partition("  ")
@@ -470,8 +549,11 @@ class Runner:
             self.log(f"{t.name}: {len(bad)} block(s) differ, sending them again")
             for sub in range_tasks(t.name, bf.entry.size, bad, 1):
                 self._send_range(bf, sub)
-            bad = [b for sub in range_tasks(t.name, bf.entry.size, bad, 1)
-                   for b in self._check_range(bf, sub.first_block, sub.nblocks, control)]
+            bad = [
+                b
+                for sub in range_tasks(t.name, bf.entry.size, bad, 1)
+                for b in self._check_range(bf, sub.first_block, sub.nblocks, control)
+            ]
         if bad:
             raise SyncError(f"{t.name}: block {bad[0]} still differs after two resends")
 
@@ -480,9 +562,14 @@ class Runner:
         n = t.size
         cdd = f"bs={BLOCK} iflag=fullblock status=none"
         if self.plan.direction == "push":
-            cmd = self.ssh.cmd(f"dd of={q(bf.part)} seek={t.first_block} conv=notrunc {cdd}", compress=self.plan.compress,
-                               control=self.local.control)
-            p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            cmd = self.ssh.cmd(
+                f"dd of={q(bf.part)} seek={t.first_block} conv=notrunc {cdd}",
+                compress=self.plan.compress,
+                control=self.local.control,
+            )
+            p = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
             assert p.stdin is not None and p.stderr is not None
             try:
                 with open(bf.src, "rb") as f:
@@ -499,10 +586,16 @@ class Runner:
                 pass
             err = p.stderr.read().decode(errors="replace")
             if p.wait() != 0:
-                raise SyncError(f"{bf.entry.name}: range stream failed: {(err.strip().splitlines() or ['ssh exited'])[-1]}")
+                raise SyncError(
+                    f"{bf.entry.name}: range stream failed: "
+                    f"{(err.strip().splitlines() or ['ssh exited'])[-1]}"
+                )
             return
-        cmd = self.ssh.cmd(f"dd if={q(bf.src)} skip={t.first_block} count={t.nblocks} {cdd}", compress=self.plan.compress,
-                           control=self.local.control)
+        cmd = self.ssh.cmd(
+            f"dd if={q(bf.src)} skip={t.first_block} count={t.nblocks} {cdd}",
+            compress=self.plan.compress,
+            control=self.local.control,
+        )
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert p.stdout is not None and p.stderr is not None
         got = 0
@@ -518,13 +611,20 @@ class Runner:
             os.close(fd)
         err = p.stderr.read().decode(errors="replace")
         if p.wait() != 0 or got != n:
-            raise SyncError(f"{bf.entry.name}: range stream got {got} of {n} bytes: {(err.strip().splitlines() or ['cut'])[-1]}")
+            raise SyncError(
+                f"{bf.entry.name}: range stream got {got} of {n} bytes: "
+                f"{(err.strip().splitlines() or ['cut'])[-1]}"
+            )
 
     def _check_range(self, bf: BigFile, first: int, count: int, control: str) -> list[int]:
         """Block numbers in [first, first+count) whose sha256 differs between source and part file."""
         remote_file = bf.part if self.plan.direction == "push" else bf.src
-        out = self.ssh.run(f"dd if={q(remote_file)} bs={BLOCK} skip={first} count={count} status=none | "
-                           f"split -b {BLOCK} --filter=sha256sum -", timeout=3600, control=control)
+        out = self.ssh.run(
+            f"dd if={q(remote_file)} bs={BLOCK} skip={first} count={count} status=none | "
+            f"split -b {BLOCK} --filter=sha256sum -",
+            timeout=3600,
+            control=control,
+        )
         theirs = [line.split()[0] for line in out.decode().splitlines() if line.strip()]
         local_file = bf.src if self.plan.direction == "push" else bf.part
         ours: list[str] = []
@@ -544,8 +644,12 @@ class Runner:
         if not todo:
             return
         if self.plan.direction == "push":
-            cmds = [f"[ \"$(stat -c %s -- {q(b.part)})\" = {b.entry.size} ] && chmod {b.entry.mode:o} -- {q(b.part)} && "
-                    f"touch -m -d @{b.entry.mtime:.9f} -- {q(b.part)} && mv -f -- {q(b.part)} {q(b.dst)}" for b in todo]
+            cmds = [
+                f'[ "$(stat -c %s -- {q(b.part)})" = {b.entry.size} ] && chmod {b.entry.mode:o} -- '
+                f'{q(b.part)} && '
+                f"touch -m -d @{b.entry.mtime:.9f} -- {q(b.part)} && mv -f -- {q(b.part)} {q(b.dst)}"
+                for b in todo
+            ]
             self.ssh.run(" && ".join(cmds))
         else:
             for b in todo:

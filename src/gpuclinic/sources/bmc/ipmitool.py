@@ -108,6 +108,8 @@ def parse_sdr(text: str, source: str = "ipmitool sdr") -> R.RoomFacts:
 
 
 def claims_sdr(text: str) -> bool:
+    if "|" not in text:  # every row shape below has columns
+        return False
     n = 0
     for line in text.splitlines()[:400]:
         c = _cols(line)
@@ -181,6 +183,8 @@ def parse_sensor(text: str, source: str = "ipmitool sensor") -> R.RoomFacts:
 
 
 def claims_sensor(text: str) -> bool:
+    if "|" not in text:  # a sensor row has ten columns
+        return False
     return sum(1 for line in text.splitlines()[:400] if _is_sensor(_cols(line))) >= 2
 
 
@@ -254,6 +258,8 @@ def claims_sel(text: str) -> bool:
     lines = text.splitlines()[:400]
     if any(ln.strip() == "SEL has no entries" for ln in lines[:5]):
         return True
+    if "|" not in text:  # a SEL row has five or more columns
+        return False
     return sum(1 for ln in lines if _is_sel(_cols(ln)) and re.search(r"asserted", ln, re.I)) >= 1
 
 

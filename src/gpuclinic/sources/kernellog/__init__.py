@@ -26,9 +26,15 @@ if TYPE_CHECKING:
 
 # Names load their module on first use: `scan_path` alone must not import the parser before grep runs.
 _HOME = {
-    "is_kernel_line": "formats", "split_prefix": "formats", "KernelLogParser": "parse", "parse_lines": "parse",
-    "parse_numbered": "parse", "looks_like_kernel_log": "patterns", "iter_candidate_lines": "scan",
-    "mark_previous_boots": "scan", "scan_path": "scan",
+    "is_kernel_line": "formats",
+    "split_prefix": "formats",
+    "KernelLogParser": "parse",
+    "parse_lines": "parse",
+    "parse_numbered": "parse",
+    "looks_like_kernel_log": "patterns",
+    "iter_candidate_lines": "scan",
+    "mark_previous_boots": "scan",
+    "scan_path": "scan",
 }
 
 
@@ -40,7 +46,15 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [
-    "KernelLogParser", "is_kernel_line", "iter_candidate_lines", "looks_like_kernel_log", "mark_previous_boots",
-    "parse_lines", "parse_numbered", "scan_path", "split_prefix",
+    "KernelLogParser",
+    "is_kernel_line",
+    "iter_candidate_lines",
+    "looks_like_kernel_log",
+    "mark_previous_boots",
+    "parse_lines",
+    "parse_numbered",
+    "scan_path",
+    "split_prefix",
 ]

@@ -150,8 +150,9 @@ def collect(snap: Snapshot, opts: CollectOptions) -> None:
     """Read every kernel log this user can read, plus ``opts.kernel_logs``; fill ``snap.kernel_events``."""
     year = _dt.datetime.now().year
     results: list[_SourceResult] = []
-    journal = _run_stream(["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-iso"], "journalctl -k -b",
-                          year=year)
+    journal = _run_stream(
+        ["journalctl", "-k", "-b", "--no-pager", "-q", "-o", "short-iso"], "journalctl -k -b", year=year
+    )
     results.append(journal)
     dm = _run_stream(["dmesg", "--time-format", "iso"], "dmesg", year=year)
     if not dm.ok and dm.why and ("unrecognized option" in dm.why or "invalid" in dm.why.lower()):
@@ -177,9 +178,12 @@ def collect(snap: Snapshot, opts: CollectOptions) -> None:
             snap.skip(f"kernel log {r.name}", r.why or "unreadable")
     if not ok:
         reasons = "; ".join(f"{r.name}: {r.why}" for r in results if r.why)
-        snap.skip("the kernel log (Xid, AER, fallen-off-bus messages)",
-                  "no kernel log is readable here" + (f" ({reasons})" if reasons else "")
-                  + "; run as root, or pass a saved log with --kernel-log FILE")
+        snap.skip(
+            "the kernel log (Xid, AER, fallen-off-bus messages)",
+            "no kernel log is readable here"
+            + (f" ({reasons})" if reasons else "")
+            + "; run as root, or pass a saved log with --kernel-log FILE",
+        )
         return
     snap.kernel_log_read = True
     snap.kernel_log_sources.extend(r.name for r in ok)

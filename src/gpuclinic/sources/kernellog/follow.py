@@ -152,7 +152,8 @@ class _Tail:
     ctx: int = 0
 
 
-def _follow_files(paths: list[str], stop: threading.Event, from_end: bool, poll_s: float) -> Iterator[KernelEvent]:
+def _follow_files(paths: list[str], stop: threading.Event, from_end: bool,
+                  poll_s: float) -> Iterator[KernelEvent]:
     tails = [_Tail(p, parser=KernelLogParser(origin=p, year=_dt.datetime.now().year)) for p in paths]
     first = True
     idle = 0.0
@@ -349,7 +350,9 @@ class KernelWindow:
         try:
             r = subprocess.run(
                 [exe, "-k", "-q", "--no-pager", "-o", "short-iso", f"--since=@{int(self._t_wall) - 1}"],
-                capture_output=True, text=True, timeout=10,
+                capture_output=True,
+                text=True,
+                timeout=10,
             )
         except (OSError, subprocess.TimeoutExpired) as e:
             self.why_not = f"journalctl failed: {e}"

@@ -51,7 +51,9 @@ _FACILITIES = r"(?:kern|user|daemon|syslog|auth|authpriv|mail|lpr|news|uucp|cron
 _RE_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Talos/remote syslog: "192.168.11.119: kern: warning: [2026-04-22T21:27:51.291660856Z]: NVRM: ..."
 _RE_TALOS = re.compile(
-    rf"^(\S+): {_FACILITIES}: {_LEVELS}: \[(\d{{4}})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?\]:\s?")
+    rf"^(\S+): {_FACILITIES}: {_LEVELS}: "
+    rf"\[(\d{{4}})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?\]:\s?"
+)
 _RE_KMSG = re.compile(r"^(\d{1,3}),(\d+),(\d+),[^;]*;")  # /dev/kmsg: prio,seq,usec,flags;msg
 _RE_PRIO = re.compile(r"^<\d{1,3}>")
 _RE_FACLEV = re.compile(rf"^{_FACILITIES}\s*:\s*{_LEVELS}\s*:\s?")
@@ -60,11 +62,14 @@ _RE_UPTIME = re.compile(r"^\[\s*(\d{1,10}\.\d{1,9})(?:\s*<\s*[\d.]+>)?\]\s?(?:\[
 # "dmesg --time-format reltime/delta": "[Mar 4 10:11]", "[  +0.000123]" (relative: no usable time)
 _RE_RELTIME = re.compile(r"^\[(?:\s*\+\d+\.\d+|[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d|\s*\+\d+\.\d+ [a-z]+)\]\s?")
 _RE_CTIME = re.compile(
-    r"^\[(?:[A-Z][a-z]{2},? )?([A-Z][a-z]{2})\s+(\d{1,2}) (\d{1,2}):(\d{2}):(\d{2})(?:[.,]\d+)? (\d{4})\]\s?")
+    r"^\[(?:[A-Z][a-z]{2},? )?([A-Z][a-z]{2})\s+(\d{1,2}) (\d{1,2}):(\d{2}):(\d{2})(?:[.,]\d+)? (\d{4})\]\s?"
+)
 _RE_ISO = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\s+")
+    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\s+"
+)
 _RE_FULL = re.compile(  # journal short-full: "Mon 2024-03-04 10:11:12 UTC host kernel: ..."
-    r"^[A-Z][a-z]{2} (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)? ([A-Z]{2,5}|[+-]\d{4})\s+")
+    r"^[A-Z][a-z]{2} (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)? ([A-Z]{2,5}|[+-]\d{4})\s+"
+)
 _RE_SYSLOG = re.compile(r"^([A-Z][a-z]{2})\s{1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s+")
 _RE_HOST = re.compile(r"^(\S+) (?:kernel|vmunix)(?:\[\d+\])?:\s?")
 _RE_KERNEL_TAG = re.compile(r"^(?:kernel|vmunix)(?:\[\d+\])?:\s?")
@@ -75,7 +80,8 @@ _RE_GLUE = re.compile(
     r"|(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel:)"
     r"|(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S* \S+ kernel:)"
     rf"|(?:{_FACILITIES}\s*:\s*{_LEVELS}\s*:))"
-    r"|(?<![\]:\s])\s+(?=NVRM: )")
+    r"|(?<![\]:\s])\s+(?=NVRM: )"
+)
 
 
 @dataclass
@@ -96,7 +102,9 @@ def _tz(s: str | None) -> str:
     return ""
 
 
-def _iso(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None = None, tz: str = "") -> str | None:
+def _iso(
+    y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None = None, tz: str = ""
+) -> str | None:
     try:
         _dt.datetime(y, mo, d, h, mi, s)
     except ValueError:
@@ -150,7 +158,7 @@ def _docker_json(s: str) -> str | None:
     return log.rstrip("\r\n") if isinstance(log, str) else None
 
 
-def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
+def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:  # noqa: C901  (split pending, issue 14)
     """Strip the timestamp/host/level prefixes of any known format; return (message, prefix facts)."""
     p = _Prefix()
     s = line.lstrip("\x00 \t\ufeff")
@@ -168,13 +176,13 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
         s = s[8:]
     m = _RE_CRI.match(s)
     if m:  # Kubernetes CRI log wrapper: "2024-03-04T10:11:12.123Z stdout F <line>"
-        s = s[m.end():]
+        s = s[m.end() :]
     m = _RE_TALOS.match(s)
     if m:
         g = m.groups()
         p.host = g[0]
         p.time = _iso(int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), int(g[6]), g[7], _tz(g[8]))
-        s = s[m.end():]
+        s = s[m.end() :]
     for _ in range(8):
         # each prefix regex is anchored and starts with one kind of character: try only those that can match
         c0 = s[:1]
@@ -182,39 +190,43 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
         m = _RE_KMSG.match(s) if digit else None
         if m:
             p.uptime = int(m.group(3)) / 1e6
-            s = s[m.end():]
+            s = s[m.end() :]
             continue
         m = _RE_PRIO.match(s) if c0 == "<" else _RE_FACLEV.match(s) if c0.islower() else None
         if m:
-            s = s[m.end():]
+            s = s[m.end() :]
             continue
         m = _RE_UPTIME.match(s) if bracket else None
         if m:
             p.uptime = float(m.group(1))
-            s = s[m.end():]
+            s = s[m.end() :]
             continue
         m = _RE_RELTIME.match(s) if bracket else None
         if m:
-            s = s[m.end():]
+            s = s[m.end() :]
             continue
         if p.time is None and p.time_text is None:
             m = _RE_ISO.match(s) if digit else None
             if m:
                 g = m.groups()
-                p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), g[6], _tz(g[7]))
-                s = _strip_host(s[m.end():], p)
+                p.time = _iso(
+                    int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), g[6], _tz(g[7])
+                )
+                s = _strip_host(s[m.end() :], p)
                 continue
             m = _RE_FULL.match(s) if upper else None
             if m:
                 g = m.groups()
-                p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), None, _tz(g[6]))
-                s = _strip_host(s[m.end():], p)
+                p.time = _iso(
+                    int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), None, _tz(g[6])
+                )
+                s = _strip_host(s[m.end() :], p)
                 continue
             m = _RE_CTIME.match(s) if bracket else None
             if m and m.group(1) in _MONTHS:
                 g = m.groups()
                 p.time = _iso(int(g[5]), _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]))
-                s = s[m.end():]
+                s = s[m.end() :]
                 continue
             m = _RE_SYSLOG.match(s) if upper else None
             if m and m.group(1) in _MONTHS:
@@ -222,17 +234,17 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
                 p.time_text = s[: m.end()].strip()
                 if year is not None:
                     p.time = _iso(year, _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
-                s = _strip_host(s[m.end():], p)
+                s = _strip_host(s[m.end() :], p)
                 continue
         m = _RE_KERNEL_TAG.match(s)
         if m:
-            s = s[m.end():]
+            s = s[m.end() :]
             continue
         if p.host is None and (p.uptime is not None or p.time is not None):
             m = _RE_HOST.match(s)  # journalctl -o short-monotonic: "[  12.345678] host kernel: ..."
             if m:
                 p.host = m.group(1)
-                s = s[m.end():]
+                s = s[m.end() :]
                 continue
         break
     return s.rstrip("\r\n"), p
@@ -242,13 +254,15 @@ def _strip_host(s: str, p: _Prefix) -> str:
     m = _RE_HOST.match(s)
     if m:
         p.host = m.group(1)
-        return s[m.end():]
+        return s[m.end() :]
     return s
 
 
 def _starts_new(msg: str) -> bool:
-    return any(k in msg for k in ("Xid", "The NVIDIA GPU", "API mismatch", "GPU at PCI", "RmInitAdapter",
-                                  "loading NVIDIA"))
+    return any(
+        k in msg
+        for k in ("Xid", "The NVIDIA GPU", "API mismatch", "GPU at PCI", "RmInitAdapter", "loading NVIDIA")
+    )
 
 
 _RE_LATER_STAMP = re.compile(r"\[\s*\d{1,10}\.\d{6}\]")
@@ -309,10 +323,20 @@ _RE_KERNEL_LINE = re.compile(
     r"|(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*|"
     r"[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+) \S+ (?:kernel|vmunix)(?:\[\d+\])?:"
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)\s+(?:NVRM|nvidia|pci|pcieport)"
-    # device messages pasted without their stamps: "pcieport 0000:00:01.1: AER: ...", "nvidia 0000:3b:00.0: ..."
-    r"|(?:pcieport|nvidia|pci|nvidia-nvswitch\d*) [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: )")
-_KERNEL_MARKS = ("NVRM", "Xid (", "nvidia-nvswitch", "nvidia-modeset", "nvidia-nvlink", '"_TRANSPORT":"kernel"',
-                 "MESSAGE=NVRM", "MESSAGE=nvidia")
+    # device messages pasted without their stamps: "pcieport 0000:00:01.1: AER: ...", "nvidia 0000:3b:00.0:
+    # ..."
+    r"|(?:pcieport|nvidia|pci|nvidia-nvswitch\d*) [0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]: )"
+)
+_KERNEL_MARKS = (
+    "NVRM",
+    "Xid (",
+    "nvidia-nvswitch",
+    "nvidia-modeset",
+    "nvidia-nvlink",
+    '"_TRANSPORT":"kernel"',
+    "MESSAGE=NVRM",
+    "MESSAGE=nvidia",
+)
 
 
 def is_kernel_line(line: str) -> bool:

@@ -119,7 +119,8 @@ def _is_hit(line: bytes) -> tuple[bool, bool]:
 
 
 def _context(fh: object, pos: int, count: int) -> list[tuple[int, bytes]]:
-    """The lines after an AER header (from byte ``pos``) that belong to its record, as the memmem scan picks."""
+    """The lines after an AER header (from byte ``pos``) that belong to its record, as the memmem scan
+    picks."""
     assert hasattr(fh, "seek") and hasattr(fh, "read")
     fh.seek(pos)
     most = count * (MAX_LINE_CHARS + 1) + 1
@@ -157,7 +158,8 @@ def iter_grep_candidates(path: str, grep: str) -> Iterator[str]:
 
 def start_grep_candidates(path: str, grep: str) -> Iterator[str]:
     """:func:`iter_grep_candidates`, with grep started now (the caller prepares while it runs)."""
-    # one extended regex of literal alternatives: GNU grep searches it a little faster than -F with -e per word
+    # one extended regex of literal alternatives: GNU grep searches it a little faster than -F with -e per
+    # word
     argv = [grep, "-a", "-b", "-E", "-e", "|".join(_ere_literal(p) for p in grep_patterns())]
     return _candidates(path, _run([*argv, "--", path]))
 
@@ -174,7 +176,7 @@ def _candidates(path: str, proc: subprocess.Popen[bytes]) -> Iterator[str]:
                 if colon <= 0:
                     raise GrepFallback("unexpected grep output")
                 off = int(raw[:colon])
-                line = raw[colon + 1:].rstrip(b"\n")
+                line = raw[colon + 1 :].rstrip(b"\n")
                 if len(line) > MAX_LINE_CHARS:
                     raise GrepFallback("overlong line")  # the memmem scan windows it
                 if pending:
@@ -213,9 +215,12 @@ def _decode(b: bytes) -> str:
 MAX_KEYWORD_LINES = 200_000  # a log where every line "fails" yields its first lines, not all of them
 
 
-def iter_keyword_lines(path: str, keywords: Sequence[str], *, opener: object = None) -> Iterator[tuple[int, str]]:
+def iter_keyword_lines(
+    path: str, keywords: Sequence[str], *, opener: object = None
+) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` for every line holding one of ``keywords`` (any case), at most
-    ``MAX_KEYWORD_LINES``.  grep (compressed files decompressed into its stdin); one find pass per keyword over
+    ``MAX_KEYWORD_LINES``.  grep (compressed files decompressed into its stdin); one find pass per keyword
+    over
     the decompressed stream when grep is absent or fails."""
     kws = sorted({k.lower() for k in keywords if k})
     if not kws:
@@ -236,7 +241,8 @@ def iter_keyword_lines(path: str, keywords: Sequence[str], *, opener: object = N
 
 # Substrings many keywords share: searching for these (and the keywords holding none of them) finds the
 # same lines with far fewer passes; each line found is then checked for a real keyword.
-# Only specific words: "gpu", "error" or "device" would make every line of a host named gpu-node-7 a candidate.
+# Only specific words: "gpu", "error" or "device" would make every line of a host named gpu-node-7 a
+# candidate.
 _ANCHOR_KEYS = ("cuda", "nccl", "nvml", "cublas", "cudnn", "nvidia", "xid", "nvrm")
 
 
@@ -269,8 +275,9 @@ def _grep_keyword_lines(path: str, grep: str, kws: list[str]) -> Iterator[tuple[
         proc = _run([*argv, "--", path])
     else:
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    env=_ENV)
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_ENV
+            )
         except OSError as e:
             raise GrepFallback(str(e)) from None
         feeder = threading.Thread(target=_feed, args=(path, proc), daemon=True)
@@ -282,7 +289,7 @@ def _grep_keyword_lines(path: str, grep: str, kws: list[str]) -> Iterator[tuple[
             colon = raw.find(b":")
             if colon <= 0:
                 raise GrepFallback("unexpected grep output")
-            yield int(raw[:colon]), _decode(raw[colon + 1: colon + 1 + MAX_LINE_CHARS].rstrip(b"\n"))
+            yield int(raw[:colon]), _decode(raw[colon + 1 : colon + 1 + MAX_LINE_CHARS].rstrip(b"\n"))
         ok = True
     finally:
         if ok:
@@ -352,7 +359,7 @@ def _python_keyword_lines(path: str, kws: list[str], opener: object) -> Iterator
                 pos = s
                 e = buf.find(b"\n", s)
                 e = len(buf) if e == -1 else e
-                yield line_at, _decode(buf[s: min(e, s + MAX_LINE_CHARS)])
+                yield line_at, _decode(buf[s : min(e, s + MAX_LINE_CHARS)])
             lineno += buf.count(b"\n")
             if not data:
                 break

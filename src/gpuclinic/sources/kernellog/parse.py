@@ -100,7 +100,7 @@ class KernelLogParser:
         self._multi: _Multi | None = None
         self._hw_sev: str | None = None  # APEI "[Hardware Error]: event severity: corrected"
         self._last_reporter: tuple[str, int] | None = None  # (root port, lines it stays valid)
-        self._last_aer: KernelEvent | None = None  # the last AER error event, for recovery lines naming devices
+        self._last_aer: KernelEvent | None = None
         self._last_xid_bus: str | None = None
         self._last_xid_countdown = 0
         self.nvidia_devices: set[str] = set()
@@ -140,8 +140,16 @@ class KernelLogParser:
         kw.setdefault("detail", {})
         if self.boot:
             kw["detail"]["boot"] = self.boot
-        ev = KernelEvent(kind=kind, line=line.strip()[:MAX_LINE_CHARS], time=p.time, uptime_s=p.uptime,
-                         message=msg.strip()[:MAX_LINE_CHARS], origin=self.origin, lineno=lineno, **kw)
+        ev = KernelEvent(
+            kind=kind,
+            line=line.strip()[:MAX_LINE_CHARS],
+            time=p.time,
+            uptime_s=p.uptime,
+            message=msg.strip()[:MAX_LINE_CHARS],
+            origin=self.origin,
+            lineno=lineno,
+            **kw,
+        )
         if p.time_text:
             ev.detail["time_text"] = p.time_text  # syslog stamp without a year (any year in time is a guess)
         if p.host:
@@ -166,7 +174,7 @@ class KernelLogParser:
                         self._flush_recv(tmp)
                     out[mark:mark] = tmp
 
-    def _feed_one_inner(self, raw: str, lineno: int | None, out: list[KernelEvent]) -> None:
+    def _feed_one_inner(self, raw: str, lineno: int | None, out: list[KernelEvent]) -> None:  # noqa: C901  (split pending, issue 14)
         msg, p = split_prefix(raw, self.year)
         line = raw.rstrip("\r\n")
         if self._last_xid_countdown > 0:
@@ -218,15 +226,26 @@ class KernelLogParser:
             m = _RE_LIMITED.search(msg)
             if m:
                 dev = _bus(m.group("dev"))
-                out.append(self._ev(
-                    "pcie_limited", line, msg, p, lineno, pci_bus_id=dev,
-                    detail={
-                        "available_gbps": float(m.group("avail")), "speed_gts": float(m.group("speed")),
-                        "width": int(m.group("width")), "limited_at": _bus(m.group("at")),
-                        "capable_gbps": float(m.group("cap")), "capable_speed_gts": float(m.group("capspeed")),
-                        "capable_width": int(m.group("capwidth")),
-                        "nvidia": bool(dev and dev in self.nvidia_devices),
-                    }))
+                out.append(
+                    self._ev(
+                        "pcie_limited",
+                        line,
+                        msg,
+                        p,
+                        lineno,
+                        pci_bus_id=dev,
+                        detail={
+                            "available_gbps": float(m.group("avail")),
+                            "speed_gts": float(m.group("speed")),
+                            "width": int(m.group("width")),
+                            "limited_at": _bus(m.group("at")),
+                            "capable_gbps": float(m.group("cap")),
+                            "capable_speed_gts": float(m.group("capspeed")),
+                            "capable_width": int(m.group("capwidth")),
+                            "nvidia": bool(dev and dev in self.nvidia_devices),
+                        },
+                    )
+                )
                 return
             m = _RE_PCI_ENUM.search(msg)
             if m:
@@ -250,12 +269,12 @@ class KernelLogParser:
         if mp:
             v = mp.group("pid").strip("'")
             pid = int(v) if v.isdigit() else None
-            rest = rest[mp.end():]
+            rest = rest[mp.end() :]
         mn = _RE_NAME.match(rest)
         if mn:
             nm = mn.group("name").strip()
             proc = None if nm in ("<unknown>", "'<unknown>'", "") else nm
-            rest = rest[mn.end():]
+            rest = rest[mn.end() :]
         if m.group("gi"):
             detail["gpu_instance"] = m.group("gi")
         if m.group("ci"):
@@ -265,21 +284,38 @@ class KernelLogParser:
             detail["caused_by_xid"] = int(mc.group(1))
         m5 = _RE_NVL5.match(rest)
         if m5:
-            detail.update({
-                "unit": m5.group("unit"), "fatal": m5.group("sev") == "Fatal", "xc": m5.group("xc"),
-                "instance": m5.group("inst"), "link": int(m5.group("link")),
-                "words": m5.group("words").split(),
-            })
+            detail.update(
+                {
+                    "unit": m5.group("unit"),
+                    "fatal": m5.group("sev") == "Fatal",
+                    "xc": m5.group("xc"),
+                    "instance": m5.group("inst"),
+                    "link": int(m5.group("link")),
+                    "words": m5.group("words").split(),
+                }
+            )
         else:
             ml = _RE_LINK.search(rest)
             if ml and ("NVLink" in rest or "nvlink" in rest.lower() or "Link" in rest):
                 detail["link"] = int(ml.group(1))
         self._last_xid_bus = bus
         self._last_xid_countdown = 40
-        return self._ev("xid", line, msg, p, lineno, pci_bus_id=bus, xid=int(m.group("xid")), pid=pid,
-                        process=proc, detail={"text": rest.strip(), **detail, **detail_bus})
+        return self._ev(
+            "xid",
+            line,
+            msg,
+            p,
+            lineno,
+            pci_bus_id=bus,
+            xid=int(m.group("xid")),
+            pid=pid,
+            process=proc,
+            detail={"text": rest.strip(), **detail, **detail_bus},
+        )
 
-    def _sxid(self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None) -> KernelEvent | None:
+    def _sxid(
+        self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None
+    ) -> KernelEvent | None:
         rest = m.group("rest").strip()
         if re.match(r"^(?:Severity \d|Data \{|Data\s*0x)", rest):
             return None  # continuation of the previous SXid record
@@ -295,17 +331,30 @@ class KernelLogParser:
         sw = _RE_NVSWITCH.search(msg)
         if sw:
             detail["nvswitch"] = int(sw.group(1))
-        return self._ev("sxid", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("bus")), detail=detail)
+        return self._ev(
+            "sxid", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("bus")), detail=detail
+        )
 
-    def _nvrm(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:
+    def _nvrm(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:  # noqa: C901  (split pending, issue 14)
         m = _RE_UUID.search(msg)
         if m:
-            out.append(self._ev("uuid_map", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("bus")),
-                                detail={"uuid": m.group("uuid")}))
+            out.append(
+                self._ev(
+                    "uuid_map",
+                    line,
+                    msg,
+                    p,
+                    lineno,
+                    pci_bus_id=normalize_bus_id(m.group("bus")),
+                    detail={"uuid": m.group("uuid")},
+                )
+            )
             return True
         m = _RE_FOB_ONE.search(msg)
         if m:
-            out.append(self._ev("fallen_off_bus", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("bus"))))
+            out.append(
+                self._ev("fallen_off_bus", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("bus")))
+            )
             return True
         if "The NVIDIA GPU" in msg or "API mismatch" in msg:
             kind = "api_mismatch" if "API mismatch" in msg else "gpu_message"
@@ -315,8 +364,11 @@ class KernelLogParser:
             return True
         m = _RE_GSP_TIMEOUT.search(msg)
         if m:
-            d: dict[str, Any] = {"gsp": "rpc_timeout", "timeout_s": int(m.group("secs")),
-                                 "gpu_instance": int(m.group("gpu"))}
+            d: dict[str, Any] = {
+                "gsp": "rpc_timeout",
+                "timeout_s": int(m.group("secs")),
+                "gpu_instance": int(m.group("gpu")),
+            }
             if m.group("fn"):
                 d["function"] = f"{m.group('fn')} ({m.group('fname')})"
             out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=self._context_bus(), detail=d))
@@ -329,29 +381,57 @@ class KernelLogParser:
             mm = re.search(r"minor number (\d+)", msg)
             if mm:
                 d["minor"] = int(mm.group(1))
-            out.append(self._ev("init_failed", line, msg, p, lineno, pci_bus_id=_bus(m.group("bus")), detail=d))
+            out.append(
+                self._ev("init_failed", line, msg, p, lineno, pci_bus_id=_bus(m.group("bus")), detail=d)
+            )
             return True
         m = _RE_PROBE.search(msg)
         if m and "nvidia" in msg:
-            out.append(self._ev("init_failed", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("bus")),
-                                detail={"what": "probe failed", "error": int(m.group("err"))}))
+            out.append(
+                self._ev(
+                    "init_failed",
+                    line,
+                    msg,
+                    p,
+                    lineno,
+                    pci_bus_id=normalize_bus_id(m.group("bus")),
+                    detail={"what": "probe failed", "error": int(m.group("err"))},
+                )
+            )
             return True
         m = _RE_POWER_CABLES.search(msg) if ("ower" in msg or "POWER" in msg) else None
         if m:
-            out.append(self._ev("init_failed", line, msg, p, lineno,
-                                pci_bus_id=_bus(m.group("bus") or m.group("bus2")),
-                                detail={"what": "power cables not connected"}))
+            out.append(
+                self._ev(
+                    "init_failed",
+                    line,
+                    msg,
+                    p,
+                    lineno,
+                    pci_bus_id=_bus(m.group("bus") or m.group("bus2")),
+                    detail={"what": "power cables not connected"},
+                )
+            )
             return True
         if "GSP" in msg or "gsp" in msg or "Gsp" in msg or "heartbeat" in msg:
             m = _RE_GSP.search(msg)
             if m:
                 low = msg.lower()
-                kind = ("heartbeat" if "heartbeat" in low else
-                        "crash" if ("crash" in low or "halt" in low or "exception" in low) else
-                        "reset_required" if "needs to be reset" in low or "reset required" in low else
-                        "rpc_timeout" if ("gsp timeout" in low or ("timeout" in low and "rpc" in low)) else
-                        "init" if ("init" in low or "bootstrap" in low or "gsp firmware" in low) else
-                        "xid_report" if ("logxid" in low or "gsp error" in low) else "rpc")
+                kind = (
+                    "heartbeat"
+                    if "heartbeat" in low
+                    else "crash"
+                    if ("crash" in low or "halt" in low or "exception" in low)
+                    else "reset_required"
+                    if "needs to be reset" in low or "reset required" in low
+                    else "rpc_timeout"
+                    if ("gsp timeout" in low or ("timeout" in low and "rpc" in low))
+                    else "init"
+                    if ("init" in low or "bootstrap" in low or "gsp firmware" in low)
+                    else "xid_report"
+                    if ("logxid" in low or "gsp error" in low)
+                    else "rpc"
+                )
                 d = {"gsp": kind}
                 mg = _RE_GPU_N.search(msg)
                 if mg:
@@ -360,19 +440,40 @@ class KernelLogParser:
                 bus = normalize_bus_id(mb.group(1)) if mb else self._context_bus()
                 out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=bus, detail=d))
                 return True
-        if _RE_NVLINK.search(msg) and _RE_NVLINK_BAD.search(msg) and "Nvlink Core is being initialized" not in msg:
+        if (
+            _RE_NVLINK.search(msg)
+            and _RE_NVLINK_BAD.search(msg)
+            and "Nvlink Core is being initialized" not in msg
+        ):
             d = {}
             ml = _RE_LINK.search(msg)
             if ml:
                 d["link"] = int(ml.group(1))
             mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
-            out.append(self._ev("nvlink", line, msg, p, lineno,
-                                pci_bus_id=normalize_bus_id(mb.group(1)) if mb else self._context_bus(), detail=d))
+            out.append(
+                self._ev(
+                    "nvlink",
+                    line,
+                    msg,
+                    p,
+                    lineno,
+                    pci_bus_id=normalize_bus_id(mb.group(1)) if mb else self._context_bus(),
+                    detail=d,
+                )
+            )
             return True
         m = _RE_DRIVER_LOADED.search(msg) or _RE_MODESET_LOADED.search(msg)
         if m:
-            out.append(self._ev("module", line, msg, p, lineno,
-                                detail={"module": "loaded", "driver_version": m.group("ver"), "severity": "info"}))
+            out.append(
+                self._ev(
+                    "module",
+                    line,
+                    msg,
+                    p,
+                    lineno,
+                    detail={"module": "loaded", "driver_version": m.group("ver"), "severity": "info"},
+                )
+            )
             return True
         for rx, sub, sev in _MODULE_PATTERNS:
             mm2 = rx.search(msg)
@@ -384,8 +485,11 @@ class KernelLogParser:
                 if gd.get("n"):
                     d["devices"] = int(gd["n"])
                 mb = re.search(rf"({_BDF})", msg)
-                out.append(self._ev("module", line, msg, p, lineno, pci_bus_id=_bus(mb.group(1)) if mb else None,
-                                    detail=d))
+                out.append(
+                    self._ev(
+                        "module", line, msg, p, lineno, pci_bus_id=_bus(mb.group(1)) if mb else None, detail=d
+                    )
+                )
                 return True
         return False
 
@@ -403,23 +507,47 @@ class KernelLogParser:
                 d: dict[str, Any] = {"multiline": len(mu.parts) > 1}
                 if m.group("pciid"):
                     d["pci_id"] = m.group("pciid").lower()
-                out.append(self._ev("fallen_off_bus", mu.line, "NVRM: " + text, mu.prefix, mu.lineno,
-                                    pci_bus_id=normalize_bus_id(m.group("bus")), detail=d))
+                out.append(
+                    self._ev(
+                        "fallen_off_bus",
+                        mu.line,
+                        "NVRM: " + text,
+                        mu.prefix,
+                        mu.lineno,
+                        pci_bus_id=normalize_bus_id(m.group("bus")),
+                        detail=d,
+                    )
+                )
                 self._multi = None
                 return True
             m = _RE_NOT_SUPPORTED.search(text)
             if m and re.search(r"driver\b|release\b|nvidia\.ko|GSP", m.group("rest")):
-                out.append(self._ev("module", mu.line, "NVRM: " + text, mu.prefix, mu.lineno,
-                                    pci_bus_id=normalize_bus_id(m.group("bus")),
-                                    detail={"module": "gpu_not_supported", "severity": "critical",
-                                            "pci_id": (m.group("pciid") or "").lower() or None}))
+                out.append(
+                    self._ev(
+                        "module",
+                        mu.line,
+                        "NVRM: " + text,
+                        mu.prefix,
+                        mu.lineno,
+                        pci_bus_id=normalize_bus_id(m.group("bus")),
+                        detail={
+                            "module": "gpu_not_supported",
+                            "severity": "critical",
+                            "pci_id": (m.group("pciid") or "").lower() or None,
+                        },
+                    )
+                )
                 self._multi = None
                 return True
         elif mu.kind == "api_mismatch":
             m = _RE_API_MISMATCH.search(text)
             if m:
-                d = {"module": "api_mismatch", "severity": "critical", "client_version": m.group("client"),
-                     "kernel_version": m.group("kernel")}
+                d = {
+                    "module": "api_mismatch",
+                    "severity": "critical",
+                    "client_version": m.group("client"),
+                    "kernel_version": m.group("kernel"),
+                }
                 if m.group("who"):
                     d["client_process"] = m.group("who")
                 out.append(self._ev("module", mu.line, "NVRM: " + text, mu.prefix, mu.lineno, detail=d))
@@ -433,8 +561,16 @@ class KernelLogParser:
         if mu is None:
             return
         if mu.kind == "api_mismatch":
-            out.append(self._ev("module", mu.line, "NVRM: " + " ".join(mu.parts), mu.prefix, mu.lineno,
-                                detail={"module": "api_mismatch", "severity": "critical"}))
+            out.append(
+                self._ev(
+                    "module",
+                    mu.line,
+                    "NVRM: " + " ".join(mu.parts),
+                    mu.prefix,
+                    mu.lineno,
+                    detail={"module": "api_mismatch", "severity": "critical"},
+                )
+            )
 
     # -- AER ------------------------------------------------------------------------------------
     def _aer_start(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:
@@ -445,8 +581,11 @@ class KernelLogParser:
             src = m.group("src")
             src_bus = normalize_bus_id(src) if ":" in src else None
             prev = self._recv
-            if (prev is not None and prev.detail.get("reporter") == normalize_bus_id(m.group("dev"))
-                    and (prev.pci_bus_id, prev.detail.get("source_id")) == (src_bus, None if src_bus else src)):
+            if (
+                prev is not None
+                and prev.detail.get("reporter") == normalize_bus_id(m.group("dev"))
+                and (prev.pci_bus_id, prev.detail.get("source_id")) == (src_bus, None if src_bus else src)
+            ):
                 # "Multiple ... received" right after the single report of the same source: one record
                 self._recv = None
                 multiple = bool(m.group("multi")) or bool(prev.detail.get("multiple"))
@@ -454,17 +593,34 @@ class KernelLogParser:
                 self._flush_recv(out)
                 multiple = bool(m.group("multi"))
             self._last_reporter = (normalize_bus_id(m.group("dev")), 12)
-            self._recv = self._ev("aer", line, msg, p, lineno, pci_bus_id=src_bus, detail={
-                "severity": sev, "reporter": normalize_bus_id(m.group("dev")), "device": src_bus,
-                "multiple": multiple, "source_id": None if src_bus else src})
+            self._recv = self._ev(
+                "aer",
+                line,
+                msg,
+                p,
+                lineno,
+                pci_bus_id=src_bus,
+                detail={
+                    "severity": sev,
+                    "reporter": normalize_bus_id(m.group("dev")),
+                    "device": src_bus,
+                    "multiple": multiple,
+                    "source_id": None if src_bus else src,
+                },
+            )
             return True
         m = _RE_AER_BUS.search(msg)
         if m:
             self._flush_aer(out)
             dev = _bus(m.group("dev"))
             sev = _norm_sev(m.group("sev"), m.group("fatal"))
-            d: dict[str, Any] = {"severity": sev, "type": m.group("type").strip(), "agent": m.group("agent"),
-                                 "device": dev, "driver": m.group("drv")}
+            d: dict[str, Any] = {
+                "severity": sev,
+                "type": m.group("type").strip(),
+                "agent": m.group("agent"),
+                "device": dev,
+                "driver": m.group("drv"),
+            }
             if m.group("id"):
                 d["requester_id"] = m.group("id")
             recv = self._recv
@@ -487,9 +643,15 @@ class KernelLogParser:
         if m:
             self._flush_aer(out)
             dev = normalize_bus_id(m.group("dev"))
-            d = {"severity": self._hw_sev and _norm_sev(self._hw_sev, None), "device": dev, "reporter": dev,
-                 "driver": m.group("drv"), "status": m.group("status"), "mask": m.group("mask"),
-                 "firmware_first": True}
+            d = {
+                "severity": self._hw_sev and _norm_sev(self._hw_sev, None),
+                "device": dev,
+                "reporter": dev,
+                "driver": m.group("drv"),
+                "status": m.group("status"),
+                "mask": m.group("mask"),
+                "firmware_first": True,
+            }
             self._hw_sev = None
             self._aer = _Aer(self._ev("aer", line, msg, p, lineno, pci_bus_id=dev, detail=d), dev)
             return True
@@ -508,8 +670,21 @@ class KernelLogParser:
         if m:
             self._flush_aer(out)
             self._flush_recv(out)
-            out.append(self._ev("aer", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("dev")), detail={
-                "severity": "recovery", "recovery": m.group("res"), "device": normalize_bus_id(m.group("dev"))}))
+            out.append(
+                self._ev(
+                    "aer",
+                    line,
+                    msg,
+                    p,
+                    lineno,
+                    pci_bus_id=normalize_bus_id(m.group("dev")),
+                    detail={
+                        "severity": "recovery",
+                        "recovery": m.group("res"),
+                        "device": normalize_bus_id(m.group("dev")),
+                    },
+                )
+            )
             return True
         return False
 
@@ -554,8 +729,11 @@ class KernelLogParser:
             d["severity"] = "corrected" if bits and bits <= _CORRECTABLE_BITS else "unknown"
         if d.get("vendor_device", "").startswith("10de:") and a.device:
             self.nvidia_devices.add(a.device)
-        d["nvidia"] = bool(d.get("vendor_device", "").startswith("10de:") or d.get("driver") == "nvidia"
-                           or (a.device in self.nvidia_devices))
+        d["nvidia"] = bool(
+            d.get("vendor_device", "").startswith("10de:")
+            or d.get("driver") == "nvidia"
+            or (a.device in self.nvidia_devices)
+        )
         self._last_aer = a.event
         out.append(a.event)
 
@@ -567,8 +745,9 @@ class KernelLogParser:
             out.append(r)
 
 
-
-def parse_lines(lines: Iterable[str], origin: str | None = None, *, year: int | None = None) -> Iterator[KernelEvent]:
+def parse_lines(
+    lines: Iterable[str], origin: str | None = None, *, year: int | None = None
+) -> Iterator[KernelEvent]:
     """Parse kernel log lines (any format) into events; stateful across lines for multi-line messages.
 
     ``year`` completes syslog timestamps that carry none ("Mar  4 10:11:12"); without it such events
@@ -577,8 +756,9 @@ def parse_lines(lines: Iterable[str], origin: str | None = None, *, year: int | 
     yield from parse_numbered(enumerate(lines, start=1), origin, year=year)
 
 
-def parse_numbered(lines: Iterable[tuple[int, str]], origin: str | None = None, *,
-                   year: int | None = None) -> Iterator[KernelEvent]:
+def parse_numbered(
+    lines: Iterable[tuple[int, str]], origin: str | None = None, *, year: int | None = None
+) -> Iterator[KernelEvent]:
     """:func:`parse_lines` for ``(line number, text)`` pairs: kernel lines picked out of a mixed input keep
     their line numbers in it."""
     parser = KernelLogParser(origin, year)

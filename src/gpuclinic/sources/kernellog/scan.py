@@ -216,7 +216,7 @@ def iter_candidate_lines(fh: IO[bytes], chunk_size: int = CHUNK) -> Iterator[str
         mv.release()
 
 
-def _region_candidates(buf: bytearray, search: _Searcher, lo: int, n: int, owed: int = 0
+def _region_candidates(buf: bytearray, search: _Searcher, lo: int, n: int, owed: int = 0  # noqa: C901  (split pending, issue 14)
                        ) -> Generator[str, None, int]:
     """Yield the candidate lines of ``buf[lo:n]`` in order; return how many context lines are still owed."""
     starts: dict[int, int] = {}
