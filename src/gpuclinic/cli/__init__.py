@@ -42,7 +42,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "explain",
         "Paste an error or log: get the cause and the exact fix.",
     ),
-    "net": ("gpuclinic.cli.net", "net", "Network paths to GitHub, Hugging Face, PyPI, registries, or one SSH host."),
+    "net": (
+        "gpuclinic.cli.net",
+        "net",
+        "Network paths to GitHub, Hugging Face, PyPI, registries, or one SSH host.",
+    ),
     "get": (
         "gpuclinic.cli.get",
         "get",
