@@ -11,7 +11,6 @@ Nothing here changes GPU state: only ``nvmlDeviceGet*``/``nvmlSystemGet*`` calls
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +22,8 @@ from gpuclinic.errors import SourceUnavailable
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess, NvLinkFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
+from gpuclinic.sources.nvml_worker import Hung as _Hung
+from gpuclinic.sources.nvml_worker import Worker as _Worker
 
 if TYPE_CHECKING:
     from gpuclinic.collect import CollectOptions
@@ -115,14 +116,6 @@ class NvmlUnavailable(SourceUnavailable):
     """NVML cannot be used at all; the message is the precise reason for the report."""
 
 
-class _Hung(Exception):
-    """A call did not return within its time box; ``worker`` is the thread still stuck in it."""
-
-    def __init__(self, worker: _Worker | None = None) -> None:
-        super().__init__()
-        self.worker = worker
-
-
 class _StopGpu(Exception):
     """Stop reading this GPU (lost or unresponsive); the GpuFacts already says why."""
 
@@ -134,50 +127,6 @@ def _text(v: Any) -> str:
 def _err_code(e: BaseException) -> int | None:
     v = getattr(e, "value", None)
     return v if isinstance(v, int) else None
-
-
-class _Worker:
-    """A daemon thread that runs NVML calls, so a hung call can be abandoned instead of waited on.
-
-    Daemon, never joined: a thread stuck inside the driver must not keep the process alive.
-    """
-
-    def __init__(self) -> None:
-        self._q: queue.SimpleQueue[
-            tuple[Callable[..., Any], tuple[Any, ...], list[Any], threading.Event] | None
-        ]
-        self._q = queue.SimpleQueue()
-        self.busy = False  # True while a call is inside NVML (stays True if it never returns)
-        self._thread = threading.Thread(target=self._loop, name="gpuclinic-nvml", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            fn, args, box, done = item
-            self.busy = True
-            try:
-                box.append((True, fn(*args)))
-            except BaseException as e:  # handed back to the caller's thread
-                box.append((False, e))
-            self.busy = False
-            done.set()
-
-    def call(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
-        box: list[Any] = []
-        done = threading.Event()
-        self._q.put((fn, args, box, done))
-        if not done.wait(timeout):
-            raise _Hung(self)
-        ok, val = box[0]
-        if ok:
-            return val
-        raise val
-
-    def stop(self) -> None:
-        self._q.put(None)
 
 
 @dataclass
