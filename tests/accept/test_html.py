@@ -7,26 +7,10 @@ import re
 import shutil
 import subprocess
 import sys
-from html.parser import HTMLParser
 from pathlib import Path
 
+from browser import Dom, headless
 from realtools import require
-
-
-class _Dom(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.nodes: list[tuple[str, dict[str, str]]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.nodes.append((tag, {k: v or "" for k, v in attrs}))
-
-    def find(self, tag: str, **want: str) -> list[dict[str, str]]:
-        return [
-            a
-            for t, a in self.nodes
-            if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in want.items())
-        ]
 
 
 def _artifacts() -> Path:
@@ -35,29 +19,10 @@ def _artifacts() -> Path:
     return p
 
 
-def _chromium(exe: str, args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            exe,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            f"--user-data-dir={profile}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
 
 
 def test_html_page_renders_burn_plots_and_scorecard(tmp_path: Path) -> None:
-    exe = require("chromium")["chromium"]
+    require("chromium")
     page = tmp_path / "accept.html"
     p = subprocess.run(
         [
@@ -84,9 +49,9 @@ def test_html_page_renders_burn_plots_and_scorecard(tmp_path: Path) -> None:
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     assert "@import" not in html and "url(" not in html
 
-    r = _chromium(exe, ["--dump-dom", page.as_uri()], tmp_path / "p1")
+    r = headless(["--dump-dom", page.as_uri()], tmp_path / "p1")
     assert r.returncode == 0, r.stderr[-2000:]
-    dom = _Dom()
+    dom = Dom()
     dom.feed(r.stdout)
     (body,) = dom.find("body")
     assert body["data-verdict"] == "fail" and body["data-plots"] == "4"
@@ -109,7 +74,7 @@ def test_html_page_renders_burn_plots_and_scorecard(tmp_path: Path) -> None:
     shot = _artifacts() / "accept-scorecard.png"
     if shot.exists():
         shot.unlink()
-    r2 = _chromium(exe, [f"--screenshot={shot}", "--window-size=1300,1500", page.as_uri()], tmp_path / "p2")
+    r2 = headless([f"--screenshot={shot}", "--window-size=1300,1500", page.as_uri()], tmp_path / "p2")
     assert r2.returncode == 0, r2.stderr[-2000:]
     assert shot.stat().st_size > 20_000
     shutil.copy(page, _artifacts() / "accept-scorecard.html")

@@ -8,36 +8,19 @@ import socket
 import subprocess
 import sys
 import time
-from html.parser import HTMLParser
 from pathlib import Path
 
 import httpx
 from simbmc import USER, running
 
+from browser import Dom, headless
 from realtools import require
 
 PASSWORD = "Dash-bmc-pw-51zt"
 TOKEN = "room-dash-token-0123456789ab"
 
 
-class _Dom(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.nodes: list[tuple[str, dict[str, str]]] = []
-        self.text: list[str] = []
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.nodes.append((tag, {k: v or "" for k, v in attrs}))
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-    def find(self, tag: str, **want: str) -> list[dict[str, str]]:
-        return [
-            a
-            for t, a in self.nodes
-            if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in want.items())
-        ]
 
 
 def _free_port() -> int:
@@ -46,31 +29,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _chromium(chromium: str, args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            f"--user-data-dir={tmp}",
-            "--virtual-time-budget=6000",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
 
 
 def test_room_panel_draws_inlet_fans_and_psus_with_their_states(tmp_path: Path) -> None:
     tools = require("chromium", "ipmi_sim", "ipmitool")
-    chromium = tools["chromium"]
     artifacts = Path(
         os.environ.get("GPUCLINIC_ARTIFACTS") or Path(__file__).resolve().parents[2] / "artifacts"
     )
@@ -128,9 +90,9 @@ def test_room_panel_draws_inlet_fans_and_psus_with_their_states(tmp_path: Path) 
                     pass
                 time.sleep(0.3)
             assert room and any(f.get("state") == "critical" for f in room.get("fans") or []), room
-            r = _chromium(chromium, ["--dump-dom", f"{url}/?token={TOKEN}"], tmp_path / "p1")
+            r = headless(["--dump-dom", f"{url}/?token={TOKEN}"], tmp_path / "p1")
             assert r.returncode == 0, r.stderr[-2000:]
-            dom = _Dom()
+            dom = Dom()
             dom.feed(r.stdout)
             (body,) = dom.find("body")
             assert int(body["data-rendered"]) >= 1 and body.get("data-error", "") == ""
@@ -156,8 +118,7 @@ def test_room_panel_draws_inlet_fans_and_psus_with_their_states(tmp_path: Path) 
             assert PASSWORD not in r.stdout
 
             shot = artifacts / "watch-dashboard-room.png"
-            r2 = _chromium(
-                chromium,
+            r2 = headless(
                 [f"--screenshot={shot}", "--window-size=1400,2600", f"{url}/?token={TOKEN}"],
                 tmp_path / "p2",
             )

@@ -9,12 +9,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from html.parser import HTMLParser
 from pathlib import Path
 
 import httpx
 import pytest
 
+from browser import Dom, headless
 from realtools import require
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
@@ -22,52 +22,14 @@ CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-br
 
 
 @pytest.fixture(autouse=True)
-def _need_chromium() -> None:
+def _needheadless() -> None:
     require("chromium")
 TOKEN = "dash-token-0123456789abcdef"
 
 
-class _Dom(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.nodes: list[tuple[str, dict[str, str]]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.nodes.append((tag, {k: v or "" for k, v in attrs}))
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-    def find(self, tag: str, **want: str) -> list[dict[str, str]]:
-        return [
-            a
-            for t, a in self.nodes
-            if t == tag and all(a.get(k.replace("_", "-")) == v for k, v in want.items())
-        ]
 
 
-def _chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
-    assert CHROMIUM
-    return subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            f"--user-data-dir={tmp}",
-            "--virtual-time-budget=6000",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
+
 
 
 @pytest.mark.timeout(150)
@@ -114,9 +76,9 @@ def test_dashboard_renders_plots_timeline_and_events(
             except (httpx.HTTPError, ValueError):
                 pass
             time.sleep(0.2)
-        r = _chromium(["--dump-dom", f"{url}/?token={TOKEN}"], tmp_path / "p1")
+        r = headless(["--dump-dom", f"{url}/?token={TOKEN}"], tmp_path / "p1")
         assert r.returncode == 0, r.stderr[-2000:]
-        dom = _Dom()
+        dom = Dom()
         dom.feed(r.stdout)
         (body,) = dom.find("body")
         assert int(body["data-rendered"]) >= 1, r.stdout[:2000]
@@ -181,7 +143,7 @@ def test_dashboard_renders_plots_timeline_and_events(
         assert "GPU has fallen off the bus" in text and "Drain the node" in text  # evidence and remedy
 
         shot = artifacts / "watch-dashboard.png"
-        r2 = _chromium(
+        r2 = headless(
             [f"--screenshot={shot}", "--window-size=1400,2000", f"{url}/?token={TOKEN}"], tmp_path / "p2"
         )
         assert r2.returncode == 0, r2.stderr[-2000:]
