@@ -7,22 +7,14 @@ from collections.abc import Iterable
 
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import kernel_lines, personalize, ref
-from gpuclinic.checks._kernel import (  # noqa: F401
-    AER_FREQUENT_COUNT,
-    AER_FREQUENT_PER_HOUR,
-    MAX_EVIDENCE,
-    NVLINK_XIDS,
+from gpuclinic.checks._kernel import (
     SOURCE,
     _base_data,
     _evidence,
     _is_parent_of,
     _previous_boot_flags,
-    _require_log,
-    _seconds,
-    _span_s,
     _steps,
     _uuid_map,
-    _when,
     gpu_ref,
 )
 from gpuclinic.facts.kernel import KernelEvent

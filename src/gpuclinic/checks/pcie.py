@@ -14,22 +14,15 @@ from collections.abc import Iterable
 
 from gpuclinic.checks import check
 from gpuclinic.checks._hw import THRESHOLDS_SOURCE, busy, load_line, personalize, ref, threshold
-from gpuclinic.checks._kernel import (  # noqa: F401
+from gpuclinic.checks._kernel import (
     AER_FREQUENT_COUNT,
     AER_FREQUENT_PER_HOUR,
-    MAX_EVIDENCE,
-    NVLINK_XIDS,
     SOURCE,
     _base_data,
     _evidence,
-    _is_parent_of,
-    _previous_boot_flags,
-    _require_log,
-    _seconds,
     _span_s,
     _steps,
     _uuid_map,
-    _when,
     gpu_ref,
 )
 from gpuclinic.facts.gpu import GpuFacts

@@ -9,22 +9,15 @@ from __future__ import annotations
 import re
 
 from gpuclinic.checks import check
-from gpuclinic.checks._kernel import (  # noqa: F401
-    AER_FREQUENT_COUNT,
-    AER_FREQUENT_PER_HOUR,
-    MAX_EVIDENCE,
+from gpuclinic.checks._kernel import (
     NVLINK_XIDS,
     SOURCE,
     _base_data,
     _evidence,
-    _is_parent_of,
     _previous_boot_flags,
     _require_log,
-    _seconds,
-    _span_s,
     _steps,
     _uuid_map,
-    _when,
     gpu_ref,
 )
 from gpuclinic.facts.kernel import KernelEvent
