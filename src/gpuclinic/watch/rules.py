@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuclinic.checks._hw import threshold
 from gpuclinic.facts.gpu import GpuFacts
@@ -120,6 +121,11 @@ class RuleEngine:
         self.known: dict[str, Known] = {}  # every GPU seen since start (for "count dropped")
         self._throttle_reasons = [R.canonical(r) for r in cfg.throttle_reasons]
 
+    def _gpu_condition(self, g: GpuFacts, code: str, *, uuid: str | None = None, **kw: Any) -> Condition:
+        """A per-GPU condition keyed by the GPU's identity, with its code's one severity from codes.json."""
+        return Condition(key=f"rules:{code}:{self.key(g)}", code=code, severity=severity(code), gpu=g.index,
+                         uuid=uuid or g.uuid, **kw)
+
     def key(self, g: GpuFacts) -> str:
         """A GPU's identity across samples, even when a lost GPU no longer reports its UUID."""
         if g.uuid:
@@ -163,21 +169,17 @@ class RuleEngine:
     # -- individual rules ---------------------------------------------------------------------------------
     def _lost(self, g: GpuFacts) -> Condition:
         if (g.lost_reason or "").startswith("unresponsive"):  # the doctor's gpu.unresponsive: hung, not gone
-            return Condition(
-                key=f"rules:gpu.unresponsive:{self.key(g)}",
-                code="gpu.unresponsive",
-                severity=severity("gpu.unresponsive"),
-                gpu=g.index,
+            return self._gpu_condition(
+                g,
+                "gpu.unresponsive",
                 uuid=g.uuid or self.known[self.key(g)].uuid,
                 title=f"GPU {g.index} does not answer NVML: driver or GPU firmware hung",
                 evidence=[f"GPU {g.index} {g.pci_bus_id or ''}: {g.lost_reason}".strip()],
                 remedy="Drain, stop its processes, reset it (`gpuclinic runbook gpu.unresponsive`).",
             )
-        return Condition(
-            key=f"rules:gpu.missing:{self.key(g)}",
-            code="gpu.missing",
-            severity=severity("gpu.missing"),
-            gpu=g.index,
+        return self._gpu_condition(
+            g,
+            "gpu.missing",
             uuid=g.uuid or self.known[self.key(g)].uuid,
             title=f"GPU {g.index} is lost (NVML can no longer talk to it)",
             evidence=[f"GPU {g.index} {g.pci_bus_id or ''}: {g.lost_reason or 'GPU is lost'}".strip()],
@@ -364,12 +366,9 @@ class RuleEngine:
         if now - st.pcie_bad_since < self.cfg.pcie_sustain_s:
             return []
         return [
-            Condition(
-                key=f"rules:pcie.link_degraded:{self.key(g)}",
-                code="pcie.link_degraded",
-                severity=severity("pcie.link_degraded"),
-                gpu=g.index,
-                uuid=g.uuid,
+            self._gpu_condition(
+                g,
+                "pcie.link_degraded",
                 title=f"GPU {g.index}: PCIe link downtrained under load",
                 evidence=[
                     f"link Gen{g.pcie_gen} x{g.pcie_width}, capable of Gen{g.pcie_gen_max} "
@@ -403,12 +402,9 @@ class RuleEngine:
                     for p in g.processes[:4]
                 )
                 out.append(
-                    Condition(
-                        key=f"rules:watch.stall:{self.key(g)}",
-                        code="watch.stall",
-                        severity=severity("watch.stall"),
-                        gpu=g.index,
-                        uuid=g.uuid,
+                    self._gpu_condition(
+                        g,
+                        "watch.stall",
                         title=f"GPU {g.index}: job holds memory but does no work (stalled?)",
                         evidence=[procs, f"utilisation <= {self.cfg.stall_util_pct:g}% for {_fmt_s(dur)}"],
                         remedy="The process is alive but the GPU is idle: a hung NCCL collective, a "
@@ -427,12 +423,9 @@ class RuleEngine:
             dur = now - st.idle_since
             if dur >= self.cfg.idle_minutes * 60:
                 out.append(
-                    Condition(
-                        key=f"rules:watch.idle:{self.key(g)}",
-                        code="watch.idle",
-                        severity=severity("watch.idle"),
-                        gpu=g.index,
-                        uuid=g.uuid,
+                    self._gpu_condition(
+                        g,
+                        "watch.idle",
                         title=f"GPU {g.index} idle: no process for {_fmt_s(dur)}",
                         evidence=[
                             f"no compute process and {util or 0:.0f}% utilisation since the idle period began"
@@ -478,12 +471,9 @@ class RuleEngine:
             if med_c is not None and g.sm_clock_mhz is not None:
                 ev.append(f"SM clock {g.sm_clock_mhz:.0f} MHz vs peers' median {med_c:.0f} MHz")
             out.append(
-                Condition(
-                    key=f"rules:perf.straggler:{self.key(g)}",
-                    code="perf.straggler",
-                    severity=severity("perf.straggler"),
-                    gpu=g.index,
-                    uuid=g.uuid,
+                self._gpu_condition(
+                    g,
+                    "perf.straggler",
                     title=f"GPU {g.index} is a straggler: slower than its peers",
                     evidence=ev,
                     remedy="In data-parallel training every step waits for the slowest GPU. Look for "
