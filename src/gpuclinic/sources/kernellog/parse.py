@@ -103,6 +103,7 @@ class KernelLogParser:
         self._last_aer: KernelEvent | None = None
         self._last_xid_bus: str | None = None
         self._last_xid_countdown = 0
+        self._last_sxid: tuple[str | None, int] | None = None  # (switch, SXid) of the last record header
         self.nvidia_devices: set[str] = set()
         self.boot = 0  # how many reboots (uptime resets) were seen so far
         self._last_uptime: float | None = None
@@ -317,9 +318,12 @@ class KernelLogParser:
         self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None
     ) -> KernelEvent | None:
         rest = m.group("rest").strip()
-        if re.match(r"^(?:Severity \d|Data \{|Data\s*0x)", rest):
+        key = (normalize_bus_id(m.group("bus")), int(m.group("sxid")))
+        if re.match(r"^(?:Severity \d|Data \{|Data\s*0x)", rest) and self._last_sxid == key:
             return None  # continuation of the previous SXid record
-        detail: dict[str, Any] = {"sxid": int(m.group("sxid")), "text": rest}
+        # a Severity/Data line whose header was not pasted is the only trace of that SXid: keep it
+        self._last_sxid = key
+        detail: dict[str, Any] = {"sxid": key[1], "text": rest}
         low = rest.lower()
         if low.startswith("non-fatal") or low.startswith("nonfatal"):
             detail["fatal"] = False
