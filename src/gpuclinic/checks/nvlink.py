@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gpuclinic.accept.specs import match_spec
 from gpuclinic.checks import check
 from gpuclinic.checks._hw import THRESHOLDS_SOURCE, kernel_lines, personalize, readable, ref, threshold
 from gpuclinic.checks._kernel import (
@@ -34,16 +35,16 @@ _REMEDY = (
 
 @check("nvlink.error", codes=["nvlink.error"], what="NVLink state and error counters")
 def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
+    out = list(_all_inactive(snap))
     gpus = [g for g in readable(snap) if g.nvlinks]
     if not gpus:
-        return []
+        return out
     max_active = max(sum(1 for link in g.nvlinks if link.active) for g in gpus)
     crc_warn, rep_warn, rec_warn = (
         threshold("nvlink_crc_warn"),
         threshold("nvlink_replay_warn"),
         threshold("nvlink_recovery_warn"),
     )
-    out = []
     for g in gpus:
         if g.mig_mode_current:
             continue  # DCGM ignores link state in MIG mode; links are reconfigured
@@ -99,6 +100,34 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
             )
         )
     return personalize(out)
+
+
+def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
+    """``all links are inActive`` on a GPU whose spec has NVLink (SXM/HGX, GB200): every link is down.
+
+    A PCIe card prints the same line when it has no NVLink bridge, so only a part that always has
+    NVLink (``nvlink_total_gbs`` in gpu_specs.json, form factor not PCIe) is judged."""
+    for g in readable(snap):
+        if not g.nvlink_all_inactive:
+            continue
+        spec = match_spec(g.name)
+        form = str(spec.row.get("form_factor", "")) if spec else ""
+        if spec is None or not spec.row.get("nvlink_total_gbs") or "pcie" in form.lower():
+            continue
+        yield Finding(
+            code="nvlink.error",
+            severity=severity("nvlink.error"),
+            family=Family.GPU_FAULT,
+            title=f"GPU {g.index} ({g.name}): all NVLink links are inactive",
+            evidence=[
+                "nvidia-smi nvlink: NVML: Unable to retrieve NVLink information as all links are inActive",
+                f"{spec.sku} has {spec.row.get('nvlink_total_gbs')} GB/s of NVLink ({form})",
+            ],
+            remedy=_REMEDY,
+            gpu=ref(g),
+            source="nvml",
+            data={"all_inactive": True, "sku": spec.sku},
+        )
 
 
 # --------------------------------------------------------------------------------------------------

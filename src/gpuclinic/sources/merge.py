@@ -141,6 +141,7 @@ def _apply_nvlink(snap: Snapshot, dump: SmiDump, origin: str) -> None:
         if same is None:
             rest.append(g)
             continue
+        same.nvlink_all_inactive = same.nvlink_all_inactive or g.nvlink_all_inactive
         have = {link.link: link for link in same.nvlinks}
         for link in g.nvlinks:
             old = have.get(link.link)

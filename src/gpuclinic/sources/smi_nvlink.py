@@ -18,6 +18,8 @@ _GPU_RE = re.compile(r"^\s*GPU (?P<idx>\d+): (?P<name>.+?)\s*\(UUID: (?P<uuid>[^
 _LINK_RE = re.compile(r"^\s*Link (?P<link>\d+): (?P<rest>.*?)\s*$")
 _SPEED_RE = re.compile(r"^(?P<speed>[\d.]+) ?GB/s$")
 _COUNTER_RE = re.compile(r"^(?P<what>[A-Za-z ]+?) Errors?: ?(?P<n>\d+)$")
+# printed under a GPU instead of its links when NVML finds none up (no bridge, or every link down)
+_ALL_INACTIVE_RE = re.compile(r"Unable to retrieve NVLink information as all links are inActive", re.I)
 _COUNTERS = {"replay": "replay_errors", "recovery": "recovery_errors", "crc": "crc_flit_errors",
              "crc flit": "crc_flit_errors", "crc data": "crc_data_errors", "ecc": "ecc_errors"}
 MAX_LINES = 100_000
@@ -30,6 +32,8 @@ def looks_like(sample: str) -> bool:
     for line in sample.splitlines()[:50]:
         if _GPU_RE.match(line):
             seen_gpu = True
+        elif seen_gpu and _ALL_INACTIVE_RE.search(line):
+            return True
         elif seen_gpu and _LINK_RE.match(line):
             m = _LINK_RE.match(line)
             rest = m.group("rest") if m else ""
@@ -54,6 +58,9 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
             )
             dump.gpus.append(cur)
             links = {}
+            continue
+        if cur is not None and _ALL_INACTIVE_RE.search(line):
+            cur.nvlink_all_inactive = True
             continue
         m = _LINK_RE.match(line)
         if m is None or cur is None:
