@@ -103,30 +103,36 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
 
 
 def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
-    """``all links are inActive`` on a GPU whose spec has NVLink (SXM/HGX, GB200): every link is down.
+    """Every NVLink of a GPU down: ``all links are inActive`` (nvidia-smi) on a part whose spec has
+    NVLink (SXM/HGX, GB200), or every link ``D`` in ``dcgmi nvlink --link-status`` (DCGM lists only links
+    that exist; a missing one is ``_``).
 
-    A PCIe card prints the same line when it has no NVLink bridge, so only a part that always has
-    NVLink (``nvlink_total_gbs`` in gpu_specs.json, form factor not PCIe) is judged."""
+    A PCIe card prints the nvidia-smi line when it has no NVLink bridge, so there only a part that
+    always has NVLink (``nvlink_total_gbs`` in gpu_specs.json, form factor not PCIe) is judged."""
     for g in readable(snap):
         if not g.nvlink_all_inactive:
             continue
         spec = match_spec(g.name)
         form = str(spec.row.get("form_factor", "")) if spec else ""
-        if spec is None or not spec.row.get("nvlink_total_gbs") or "pcie" in form.lower():
+        listed = bool(g.nvlinks) and all(link.active is False for link in g.nvlinks)
+        nvlink_part = bool(spec and spec.row.get("nvlink_total_gbs")) and "pcie" not in form.lower()
+        if not (listed or nvlink_part):
             continue
         yield Finding(
             code="nvlink.error",
             severity=severity("nvlink.error"),
             family=Family.GPU_FAULT,
-            title=f"GPU {g.index} ({g.name}): all NVLink links are inactive",
+            title=f"GPU {g.index}{f' ({g.name})' if g.name else ''}: all NVLink links are inactive",
             evidence=[
-                "nvidia-smi nvlink: NVML: Unable to retrieve NVLink information as all links are inActive",
-                f"{spec.sku} has {spec.row.get('nvlink_total_gbs')} GB/s of NVLink ({form})",
-            ],
+                f"dcgmi nvlink --link-status: links {', '.join(str(x.link) for x in g.nvlinks)} down"
+                if listed
+                else "nvidia-smi nvlink: Unable to retrieve NVLink information as all links are inActive",
+            ]
+            + ([f"{spec.sku}: {spec.row.get('nvlink_total_gbs')} GB/s of NVLink ({form})"] if spec else []),
             remedy=_REMEDY,
             gpu=ref(g),
             source="nvml",
-            data={"all_inactive": True, "sku": spec.sku},
+            data={"all_inactive": True, "sku": spec.sku if spec else None},
         )
 
 

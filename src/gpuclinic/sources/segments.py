@@ -197,7 +197,7 @@ def _label(run: list[str], detect: Detect) -> str:
         "Health Monitor Report" in text
         or "dcgmi" in text
         or ("Diagnostic" in text and re.search(r"^\|\s*Diagnostic\s*\|", text, re.M))
-    ):
+    ) and "NvLink Link Status" not in text:  # `dcgmi nvlink --link-status` is link state: smi_nvlink reads it
         return "dcgm"
     if text.lstrip().startswith("Traceback (most recent call last)"):
         return "traceback"
