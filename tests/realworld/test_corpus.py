@@ -79,7 +79,8 @@ def _known_code(code: str) -> bool:
     if code in {s.id for s in signatures()}:
         return True
     if code.startswith("room.sel."):  # one code per SEL event kind, from the room signatures data
-        return code.removeprefix("room.sel.") in {e["kind"] for e in load_data("room_signatures.json")["events"]}
+        kinds = {e["kind"] for e in load_data("room_signatures.json")["events"]}
+        return code.removeprefix("room.sel.") in kinds
     return any(code == c for chk in load_all().values() for c in chk.codes if not c.endswith("*"))
 
 
