@@ -16,7 +16,7 @@ XID48 = (
 XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 
 
-def _events(tmp_path: Path, text: str) -> list[tuple[str, str | None, int | None, str]]:
+def _events(tmp_path: Path, text: str) -> list[tuple[str, str | None, int | None, str | None]]:
     p = tmp_path / "j.txt"
     p.write_text(text)
     snap = evidence.load_evidence([str(p)])
@@ -38,7 +38,7 @@ def test_byte_array_message_is_decoded_one_line_and_pretty(tmp_path: Path) -> No
     pretty = json.dumps({"_TRANSPORT": "kernel", "MESSAGE": raw}, indent=8)
     evs = _events(tmp_path, one + "\n" + pretty + "\n")
     assert [(k, n) for k, _, n, _ in evs] == [("xid", 1), ("xid", 4)]
-    assert all(m.startswith("NVRM: Xid (PCI:0000:3b:00): 48") for *_, m in evs)
+    assert all((m or "").startswith("NVRM: Xid (PCI:0000:3b:00): 48") for *_, m in evs)
 
 
 def test_export_and_verbose_records(tmp_path: Path) -> None:
