@@ -70,3 +70,23 @@ def test_unfold_ignores_broken_and_unclosed_records() -> None:
              '{"MESSAGE": [300, "x"]}']
     assert unfold(lines) == lines
     assert unfold(["no journal here"]) == ["no journal here"]
+
+
+def test_short_unix_lines_keep_their_time(tmp_path: Path) -> None:
+    text = (
+        "1709547072.123456 gpu1 kernel: pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: "
+        "0000:3b:00.0\n"
+        f"1709547072.223456 gpu1 kernel: {XID79}\n"
+    )
+    evs = _events(tmp_path, text)
+    assert [(k, t, n) for k, t, n, _ in evs] == [
+        ("aer", "2024-03-04T10:11:12.123456+00:00", 1),
+        ("xid", "2024-03-04T10:11:12.223456+00:00", 2),
+    ]
+
+
+def test_a_number_that_is_not_a_short_unix_stamp_is_left_alone() -> None:
+    from gpuclinic.sources.kernellog.formats import split_prefix
+
+    msg, p = split_prefix("1709547072.123456 not a kernel line")
+    assert msg == "1709547072.123456 not a kernel line" and p.time is None

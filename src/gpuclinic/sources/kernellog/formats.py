@@ -70,6 +70,8 @@ _RE_ISO = re.compile(
 _RE_FULL = re.compile(  # journal short-full: "Mon 2024-03-04 10:11:12 UTC host kernel: ..."
     r"^[A-Z][a-z]{2} (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)? ([A-Z]{2,5}|[+-]\d{4})\s+"
 )
+# journalctl -o short-unix: "1709547072.123456 host kernel: ..." (seconds since the epoch, UTC)
+_RE_UNIX = re.compile(r"^(\d{9,11})\.(\d{1,9})\s+(?=\S+ (?:kernel|vmunix)(?:\[\d+\])?:)")
 _RE_SYSLOG = re.compile(r"^([A-Z][a-z]{2})\s{1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s+")
 _RE_HOST = re.compile(r"^(\S+) (?:kernel|vmunix)(?:\[\d+\])?:\s?")
 _RE_KERNEL_TAG = re.compile(r"^(?:kernel|vmunix)(?:\[\d+\])?:\s?")
@@ -214,6 +216,12 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:  # 
                 )
                 s = _strip_host(s[m.end() :], p)
                 continue
+            m = _RE_UNIX.match(s) if digit else None
+            if m:
+                secs = int(m.group(1)) + int(m.group(2).ljust(6, "0")[:6]) / 1e6
+                p.time = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).isoformat()
+                s = _strip_host(s[m.end() :], p)
+                continue
             m = _RE_FULL.match(s) if upper else None
             if m:
                 g = m.groups()
@@ -321,7 +329,8 @@ _RE_KERNEL_LINE = re.compile(
     r"|\d{1,3},\d+,\d+,[^;]*;"
     rf"|{_FACILITIES}\s*:\s*{_LEVELS}\s*:"
     r"|(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*|"
-    r"[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+) \S+ (?:kernel|vmunix)(?:\[\d+\])?:"
+    r"[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+|"
+    r"\d{9,11}\.\d{1,9}) \S+ (?:kernel|vmunix)(?:\[\d+\])?:"  # ... journalctl -o short-unix
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)\s+(?:NVRM|nvidia|pci|pcieport)"
     # device messages pasted without their stamps: "pcieport 0000:00:01.1: AER: ...", "nvidia 0000:3b:00.0:
     # ..."
