@@ -50,3 +50,13 @@ def test_row_remap_pending_error_row(tmp_path: Path) -> None:
 
 def test_healthy_table_is_quiet(tmp_path: Path) -> None:
     assert _signals(tmp_path, HEALTHY) == []
+
+
+def test_thermal_violation_warning_row_is_a_thermal_warning(tmp_path: Path) -> None:
+    text = HEALTHY.replace(
+        "| GPU Memory                | Pass - All                                     |\n",
+        "| GPU Memory                | Pass - All                                     |\n"
+        "| Warning                   | GPU 2 Thermal violations totaling 13.3 second  |\n"
+        "|                           | s started at 9.7 seconds into the test for GP  |\n",
+    )
+    assert _signals(tmp_path, text) == [("thermal.throttle", "warning", 11, "2")]
