@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuclinic.transfer import resume
+from gpuclinic.transfer.engine import JOURNAL_MIN_SIZE, Engine, EngineOptions, FileSpec
 from gpuclinic.transfer.resume import JOURNAL_STEP, JOURNAL_SUFFIX, Journal
 from gpuclinic.transfer.wansim import Knobs, WanSim
 
@@ -164,3 +165,22 @@ def test_kill9_state_holds_what_is_on_disk_without_any_snapshot_since_the_start(
         assert rerun - (len(data) - rec) <= conns * (JOURNAL_STEP + 64 * 1024), (rerun, len(data) - rec)
     assert dest.read_bytes() == data
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]
+
+
+def test_a_file_that_fails_verification_leaves_no_journal_behind(tmp_path: Path) -> None:
+    """Files from JOURNAL_MIN_SIZE on keep a journal; a download given up after sha256 mismatches
+    removes it with the part and state files (a stale journal must never vouch for wrong bytes)."""
+    data, sha = blob(JOURNAL_MIN_SIZE + MiB, 32)
+    seen: set[str] = set()
+    with WanSim(Knobs(corrupt=True, rate_per_conn=8 * MiB)) as bad:
+        url = bad.add_file("f.bin", data)
+
+        def look(what: str, job: object) -> None:
+            seen.update(p.name for p in tmp_path.iterdir())
+
+        res = Engine(EngineOptions(connections=4), on_event=look).run(
+            [FileSpec(tmp_path / "f.bin", [url], sha256=sha)]
+        )[0]
+    assert res.status == "failed" and "sha256 mismatch" in str(res.error)
+    assert "f.bin" + JOURNAL_SUFFIX in seen  # it had a journal while it ran
+    assert list(tmp_path.iterdir()) == []

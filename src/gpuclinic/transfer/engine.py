@@ -182,6 +182,7 @@ class _Segment:
         "speculative",
         "slot",
         "logged",
+        "epoch",
     )
 
     def __init__(
@@ -197,6 +198,7 @@ class _Segment:
         self.active = True
         self.slot = -1  # its record in the progress journal, given at its first write
         self.logged = start  # pos at its last journal record
+        self.epoch = 0  # the journal epoch of its records
 
 
 class _Job:
@@ -962,7 +964,9 @@ class Engine:
             with job.lock:
                 seg.slot = job.next_slot
                 job.next_slot += 1
-        jn.record(seg.slot, seg.valid_from, seg.pos)
+            seg.epoch = jn.epoch
+        if seg.epoch == jn.epoch:  # else pieces were dropped (sha256 mismatch) after it wrote: stale
+            jn.record(seg.slot, seg.valid_from, seg.pos)
         seg.logged = seg.pos
 
     # ------------------------------------------------------------------ verification

@@ -6,8 +6,10 @@ write of a fast download, and whatever was written since the last snapshot used 
 again after a kill -9 (~1 MiB at 80 MiB/s).  ``FILE.gpuclinic-journal`` closes that gap cheaply:
 one 24-byte record (epoch, first valid byte, end of the bytes written) per request, rewritten in
 place with one ``pwrite`` right after the data ``pwrite`` it describes.  A record therefore never
-claims a byte that is not in the part file (both live in the page cache, which a kill -9 keeps),
-and it lags the part file by less than ``JOURNAL_STEP`` per connection.
+claims a byte that is not in the part file (both live in the page cache, which a kill -9 keeps).
+It lags the part file by less than ``JOURNAL_STEP`` per connection (reads smaller than that are
+recorded together), or by one read in the rare case that the interpreter switches threads between
+the two writes.
 
 Both writes go through ``write_at``, which keeps the GIL: with ``os.pwrite`` each write releases
 it, and with 30+ busy connection threads the writer waited milliseconds to get it back between
