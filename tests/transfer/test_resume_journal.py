@@ -122,7 +122,9 @@ def test_kill9_state_holds_what_is_on_disk_without_any_snapshot_since_the_start(
     that starts the journal), so everything the state knows at the kill comes from the journal.  The
     server freezes at 50 % so that nothing is in flight at the kill: then the state must hold all
     that reached the part file but at most JOURNAL_STEP per connection, never a byte that is not
-    there, and the rerun must fetch only the missing bytes (plus that unit per connection)."""
+    there, and the rerun must fetch only the missing bytes: partly written pieces continue from their
+    recorded byte.  The rerun uses one connection, so that no tail is split (a split costs the server
+    what it sent past the cut, which has nothing to do with resuming)."""
     conns = 4
     data, sha = blob(32 * MiB, 31)
     dest = tmp_path / "f.bin"
@@ -133,13 +135,16 @@ def test_kill9_state_holds_what_is_on_disk_without_any_snapshot_since_the_start(
         f"Engine(EngineOptions(connections={conns}, save_interval=3600, save_fraction=1.0)).run("
         "[FileSpec(Path(sys.argv[1]), [sys.argv[2]], sha256=sys.argv[3])])"
     )
-    with WanSim(Knobs(rate_per_conn=4 * MiB, latency=0.005, pause_at_bytes=len(data) // 2)) as s:
+    # frozen off any piece boundary (at exactly 16 MiB the four connections had each just finished
+    # a 4 MiB request, and nothing was partly written)
+    knobs = Knobs(rate_per_conn=4 * MiB, latency=0.005, pause_at_bytes=len(data) // 2 + 1_234_567)
+    with WanSim(knobs) as s:
         url = s.add_file("f.bin", data)
         p = subprocess.Popen([sys.executable, "-c", engine, str(dest), url, sha], stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30
         while not s.knobs.paused and time.monotonic() < deadline:
             time.sleep(0.005)
-        time.sleep(0.3)  # the client reads and writes what it was sent (far less than save_interval)
+        time.sleep(0.5)  # the client reads and writes what it was sent (far less than save_interval)
         os.kill(p.pid, signal.SIGKILL)
         p.wait(10)
         served = s.served("f.bin")
@@ -152,17 +157,20 @@ def test_kill9_state_holds_what_is_on_disk_without_any_snapshot_since_the_start(
             a = i * saved.piece
             b = a + (saved.piece_len(i) if saved.done[i] else saved.partial.get(i, 0))
             assert got[a:b] == data[a:b], f"piece {i} recorded but not on disk"
-        assert served - on_disk <= conns * 512, (served, on_disk)  # frozen: nothing was in flight
+        # frozen, so nothing is in flight; only the first speculative requests (sent before the size
+        # was known) may have brought a block or two that was dropped
+        assert served - on_disk <= 256 * 1024, (served, on_disk)
         assert rec >= on_disk - conns * JOURNAL_STEP, (rec, on_disk, runs)
 
+        partial = len(saved.partial)
+        assert partial >= 1  # pieces cut by the kill (else this test would not test their resume)
+        s.knobs.rate_per_conn = 64 * MiB
         s.knobs.paused = False
         cmd = [sys.executable, "-m", "gpuclinic", "get", url, "-o", str(dest), "--sha256", sha, "-q"]
-        r = subprocess.run([*cmd, "--connections", str(conns)], capture_output=True, text=True, timeout=60)
+        r = subprocess.run([*cmd, "--connections", "1"], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         rerun = s.served("f.bin") - served
-        # the rerun fetches what the state did not hold; a tail split between connections may cost
-        # the server one 32 KiB block per cut on a slow box
-        assert rerun - (len(data) - rec) <= conns * (JOURNAL_STEP + 64 * 1024), (rerun, len(data) - rec)
+        assert len(data) - rec <= rerun <= len(data) - rec + JOURNAL_STEP, (rerun, len(data) - rec, partial)
     assert dest.read_bytes() == data
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]
 
