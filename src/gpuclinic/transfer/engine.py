@@ -247,6 +247,8 @@ class _Job:
         self.journal: Journal | None = None
         self.epoch = 0  # the journal epoch the next snapshot publishes (0: no journal)
         self.next_slot = 0
+        self.save_seq = 0  # snapshots built / written (see _save)
+        self.written_seq = 0
 
     # -- paths
     @property
@@ -1186,9 +1188,14 @@ class Engine:
             job.dirty = False
             job.saved_bytes = job.bytes_done
             job.last_save = time.monotonic()
+            job.save_seq += 1
+            seq = job.save_seq
         with job.file_lock:
-            if job.part.exists():
+            # two savers may race here: the later snapshot wins, an older one (fewer pieces, or an
+            # epoch voided by a sha256 mismatch) is never written over it
+            if seq > job.written_seq and job.part.exists():
                 resume.write_atomic(job.state_path, doc)
+                job.written_seq = seq
 
     def _save_all(self, *, force: bool = False) -> None:
         for j in self.jobs:

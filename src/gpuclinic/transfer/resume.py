@@ -48,7 +48,7 @@ def _libc_pwrite() -> Callable[[int, bytes, int, int], int] | None:
     try:
         lib = ctypes.PyDLL(None, use_errno=True)
         fn = getattr(lib, "pwrite64", None) or lib.pwrite
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no libc to call (e.g. Windows): os.pwrite
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int64]
     fn.restype = ctypes.c_ssize_t
