@@ -12,8 +12,9 @@ connection.  The file is sha256-checked after the rerun.  The excess is split th
 * fetched twice by the rerun: beyond what the state said was missing (e.g. tails cut by work
   stealing).
 
-Bytes in the part file are counted with SEEK_DATA/SEEK_HOLE (the part file is sparse until
-written; 4 KiB blocks, so this rounds up by < 4 KiB per connection).  Bodies the simulator could
+Bytes in the part file are counted by comparing it with the file the simulator serves, in whole
+512-byte blocks (random data never equals an unwritten block of zeros; this rounds down by
+< 512 bytes per connection).  Bodies the simulator could
 not send because the client was already gone are not counted as served (a real server's send()
 fails too); the line "after the kill" shows them.
 
@@ -23,6 +24,7 @@ fails too); the line "after the kill" shows them.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import signal
@@ -38,6 +40,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).parent))
 from _wan import GPUCLINIC, SimProcess, sha256, timed
 from gpuclinic.transfer import resume
+from gpuclinic.transfer.wansim import make_data  # the simulator's --file content (first file: seed 1)
 
 MiB = 1024 * 1024
 
@@ -51,24 +54,19 @@ def _recorded(part: Path) -> int | None:
     return None if saved is None else saved.recorded()
 
 
-def _on_disk(path: Path) -> int | None:
-    """Bytes written into a sparse file (its data extents)."""
+def _on_disk(path: Path, data: bytes) -> int | None:
+    """Bytes of ``path`` that hold what the server sent, counted in whole 512-byte blocks."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        got = path.read_bytes()
     except OSError:
         return None
-    n = off = 0
-    try:
-        size = os.fstat(fd).st_size
-        while off < size:
-            try:
-                start = os.lseek(fd, off, os.SEEK_DATA)
-            except OSError:  # ENXIO: no data after off
-                break
-            off = os.lseek(fd, start, os.SEEK_HOLE)
-            n += off - start
-    finally:
-        os.close(fd)
+    n = 0
+    for i in range(0, min(len(got), len(data)), 1 << 16):
+        a, b = got[i : i + (1 << 16)], data[i : i + (1 << 16)]
+        if a == b:
+            n += len(b)
+        else:
+            n += sum(len(b[k : k + 512]) for k in range(0, len(b), 512) if a[k : k + 512] == b[k : k + 512])
     return n
 
 
@@ -101,7 +99,9 @@ def run_case(
         st = sim.stats()
         at_kill, after_close = int(st["total_body"]), int(st.get("after_close", 0))
         rec = _recorded(tmp / part_name) if part_name == "big.bin.gpuclinic-part" else None
-        disk = _on_disk(tmp / part_name) if part_name else None
+        data = make_data(size, seed=1)
+        same = hashlib.sha256(data).hexdigest() == want  # else the simulator seeds files differently
+        disk = _on_disk(tmp / part_name, data) if part_name and same else None
         t, rc, err = timed(cmd, timeout=600)
         end = sim.stats()
         total, late = int(end["total_body"]), int(end.get("after_close", 0))
