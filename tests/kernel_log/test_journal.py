@@ -51,6 +51,15 @@ def test_export_and_verbose_records(tmp_path: Path) -> None:
     evs = _events(tmp_path, text)
     assert [(k, n) for k, _, n, _ in evs] == [("xid", 4), ("aer", 10)]
     assert evs[0][1] == "2020-09-30T13:07:40.802301+00:00"
+    assert evs[1][1] == "2024-03-04T10:11:12.123456+00:00"  # from the verbose record's head line
+
+
+def test_verbose_head_with_a_named_local_zone_gives_no_time(tmp_path: Path) -> None:
+    text = (
+        "Mon 2024-03-04 10:11:12.123456 CET [s=abc;i=2]\n    _TRANSPORT=kernel\n"
+        f"    MESSAGE={XID79}\n"
+    )
+    assert [(k, t, n) for k, t, n, _ in _events(tmp_path, text)] == [("xid", None, 3)]
 
 
 def test_unfold_keeps_line_count_and_leaves_other_records_alone() -> None:
@@ -90,3 +99,8 @@ def test_a_number_that_is_not_a_short_unix_stamp_is_left_alone() -> None:
 
     msg, p = split_prefix("1709547072.123456 not a kernel line")
     assert msg == "1709547072.123456 not a kernel line" and p.time is None
+
+
+def test_verbose_head_with_a_numeric_offset_is_placed_in_utc(tmp_path: Path) -> None:
+    text = f"Mon 2024-03-04 10:11:12 +0100 [s=abc;i=2]\n    _TRANSPORT=kernel\n    MESSAGE={XID79}\n"
+    assert [(k, t, n) for k, t, n, _ in _events(tmp_path, text)] == [("xid", "2024-03-04T09:11:12+00:00", 3)]

@@ -11,6 +11,7 @@ other line is returned as it was.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import re
 
@@ -18,6 +19,10 @@ from gpuclinic.sources.kernellog.formats import is_kernel_line
 
 # "Mon 2024-03-04 10:11:12.123456 UTC [s=...;i=...]": the head of a journalctl -o verbose record
 _RE_VERBOSE_HEAD = re.compile(r"^[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ \[s=")
+# its stamp, when the zone is one we can place (UTC, GMT or a numeric offset)
+_RE_VERBOSE_STAMP = re.compile(
+    r"^[A-Z][a-z]{2} (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))? (UTC|GMT|[+-]\d{4}) "
+)
 _RE_FIELD = re.compile(r"^(?P<ind>\s*)(?P<key>_{0,2}[A-Z][A-Z0-9_]*)=(?P<val>.*)$")
 _MAX_RECORD_LINES = 200  # a json-pretty record has a few dozen fields; more means it is not one
 _MARKS = ('"MESSAGE"', "MESSAGE=")
@@ -113,6 +118,10 @@ def _fields(lines: list[str], out: list[str], start: int) -> int:
     at: dict[str, int] = {}
     j = start
     if _RE_VERBOSE_HEAD.match(lines[j].strip()):
+        stamp = _verbose_stamp(lines[j].strip())
+        if stamp is not None:
+            at["__REALTIME_TIMESTAMP"] = j
+            rec["__REALTIME_TIMESTAMP"] = stamp
         j += 1
     while j < len(lines) and j - start < _MAX_RECORD_LINES:
         m = _RE_FIELD.match(lines[j])
@@ -127,3 +136,21 @@ def _fields(lines: list[str], out: list[str], start: int) -> int:
         out[k] = ""
     out[at["MESSAGE"]] = _dump(rec)
     return j
+
+
+def _verbose_stamp(head: str) -> str | None:
+    """The realtime stamp (microseconds since the epoch) a verbose record's head line shows, or None."""
+    m = _RE_VERBOSE_STAMP.match(head)
+    if not m:
+        return None
+    g = m.groups()
+    zone = g[7]
+    off = 0
+    if zone not in ("UTC", "GMT"):
+        off = (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 60 + int(zone[3:5]))
+    try:
+        t = _dt.datetime(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]),
+                         int((g[6] or "0").ljust(6, "0")), tzinfo=_dt.timezone(_dt.timedelta(minutes=off)))
+    except ValueError:
+        return None
+    return str(int(t.timestamp()) * 1_000_000 + t.microsecond)
