@@ -25,28 +25,43 @@ _RE_VERBOSE_STAMP = re.compile(
 )
 _RE_FIELD = re.compile(r"^(?P<ind>\s*)(?P<key>_{0,2}[A-Z][A-Z0-9_]*)=(?P<val>.*)$")
 _MAX_RECORD_LINES = 200  # a json-pretty record has a few dozen fields; more means it is not one
-_MARKS = ('"MESSAGE"', "MESSAGE=")
 
 
 def unfold(lines: list[str]) -> list[str]:
     """``lines`` with every kernel journal record in json-pretty, export or verbose form, or with a
     byte-array MESSAGE, rewritten as one-line JSON at its MESSAGE line (other lines of it blank)."""
-    if not any(m in ln for ln in lines for m in _MARKS):
+    hits = [i for i, ln in enumerate(lines) if "MESSAGE" in ln]  # cheap: most inputs have none
+    if not hits:
         return lines
-    out = list(lines)
-    i, n = 0, len(lines)
-    while i < n:
-        s = lines[i].strip()
-        if s == "{":
-            i = _pretty(lines, out, i)
-        elif s.startswith("{") and s.rstrip(",").endswith("}") and '"MESSAGE"' in s:
-            out[i] = _one_line(s.rstrip(",")) or out[i]
-            i += 1
-        elif _RE_FIELD.match(lines[i]) or _RE_VERBOSE_HEAD.match(s):
-            i = _fields(lines, out, i)
-        else:
-            i += 1
-    return out
+    out: list[str] | None = None
+    done = -1  # records end before this index once read
+    for i in hits:
+        if i < done:
+            continue
+        ln = lines[i]
+        s = ln.strip()
+        start: int | None = None
+        if s.startswith("{") and s.rstrip(",").endswith("}") and '"MESSAGE"' in s:
+            one = _one_line(s.rstrip(","))
+            if one is not None:
+                out = out or list(lines)
+                out[i] = one
+            continue
+        if s.startswith('"MESSAGE"'):  # a json-pretty field: its record opens at the last "{" above
+            start = next((k for k in range(i - 1, max(-1, i - _MAX_RECORD_LINES), -1)
+                          if lines[k].strip() == "{"), None)
+            if start is not None:
+                out = out or list(lines)
+                done = _pretty(lines, out, start)
+        elif (m := _RE_FIELD.match(ln)) and m["key"] == "MESSAGE":  # export / verbose field
+            start = i
+            while start > 0 and i - start < _MAX_RECORD_LINES and _RE_FIELD.match(lines[start - 1]):
+                start -= 1
+            if start > 0 and _RE_VERBOSE_HEAD.match(lines[start - 1].strip()):
+                start -= 1
+            out = out or list(lines)
+            done = _fields(lines, out, start)
+    return out if out is not None else lines
 
 
 def _decoded(rec: dict[str, object]) -> dict[str, object] | None:
