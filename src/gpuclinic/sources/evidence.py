@@ -294,6 +294,7 @@ def add_text(
             apply_rest=_apply_text,
             error_signatures=error_signatures,
             year=year,
+            text=text,
         )
     except ValueError:
         raise InputError(f"{origin}: not recognised; expected {EXPECTED}") from None
