@@ -16,6 +16,8 @@ lines come from ``bytes.find`` over the lower-cased bytes.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 import subprocess
 import tempfile
@@ -34,9 +36,19 @@ class LineHits:
     lines: tuple[tuple[int, int, bytes], ...]
 
     def only(self, needles: Iterable[str]) -> LineHits:
-        """The lines holding one of ``needles`` (lower-case)."""
-        nds = tuple(n.encode() for n in needles)
-        return LineHits(self.data, tuple(h for h in self.lines if any(n in h[2].lower() for n in nds)))
+        """The lines holding one of ``needles`` (lower-case): one ``find`` pass per needle over these
+        lines joined, not a test per line and needle."""
+        low = b"\n".join(h[2] for h in self.lines).lower()
+        starts = list(itertools.accumulate((len(h[2]) + 1 for h in self.lines), initial=0))
+        keep: set[int] = set()
+        for n in needles:
+            nb = n.encode()
+            i = low.find(nb)
+            while i >= 0:
+                k = bisect.bisect_right(starts, i) - 1
+                keep.add(k)
+                i = low.find(nb, starts[k + 1])
+        return LineHits(self.data, tuple(self.lines[k] for k in sorted(keep)))
 
 
 def exact_fold(text: str) -> bool:
@@ -45,22 +57,48 @@ def exact_fold(text: str) -> bool:
 
 
 _LAST: list[tuple[str, frozenset[str], LineHits] | None] = [None]
+_BYTES: list[tuple[str, bytes] | None] = [None]
+
+
+_LINES: list[tuple[str, list[str]] | None] = [None]
+
+
+def remember_lines(text: str, lines: list[str]) -> None:
+    """``lines`` is ``text.split("\\n")`` less its final empty string when ``text`` ends with a newline."""
+    _LINES[0] = (text, lines)
+
+
+def split(text: str) -> list[str]:
+    """``text.split("\\n")``, from the lines a reader already split when it is that text (not to be
+    modified)."""
+    known = _LINES[0]
+    if known is None or known[0] is not text:
+        return text.split("\n")
+    return [*known[1], ""] if text.endswith("\n") else known[1]
+
+
+def remember(text: str, data: bytes) -> None:
+    """``data`` is ``text`` encoded as UTF-8 (the input it was decoded from, unchanged): a later scan of
+    ``text`` uses it instead of encoding the text again."""
+    _BYTES[0] = (text, data)
 
 
 def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
-    """The lines of ``text`` holding any of ``needles`` (case-insensitive, ASCII folding); None when a
-    needle is not ASCII or the text cannot be encoded as UTF-8 (lone surrogates).  The last text's scan
-    is reused (by identity)."""
-    want = frozenset(n.lower() for n in needles if n)
-    if not all(n.isascii() for n in want):
-        return None
+    """The lines of ``text`` holding any of ``needles`` (ASCII letters case-insensitive; a needle with other
+    characters matches them exactly); None when the text cannot be encoded as UTF-8 (lone surrogates).
+    The last text's scan is reused (by identity)."""
+    want = frozenset(n.lower() if n.isascii() else n for n in needles if n)
     last = _LAST[0]
     if last is not None and last[0] is text and want <= last[1]:
         return last[2].only(want) if want != last[1] else last[2]
-    try:
-        data = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return None
+    known = _BYTES[0]
+    if known is not None and known[0] is text:
+        data = known[1]
+    else:
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return None
     found = _grep(data, want)
     if found is None:
         found = _python(data, want)

@@ -19,7 +19,7 @@ from itertools import islice
 from typing import Any
 
 from gpuclinic.knowledge import load_data
-from gpuclinic.textscan import line_hits
+from gpuclinic.textscan import line_hits, split
 
 CATEGORIES = (
     "cuda_oom", "nccl_timeout", "nccl", "cuda_runtime", "driver", "nvml", "hardware", "container", "python",
@@ -409,7 +409,7 @@ def rejoined(text: str) -> list[tuple[int, str]]:
     (``| ... operation no |`` then ``|    |    | t supported |``, as Triton prints).  Only logical lines
     made of two or more physical lines are returned (none for most texts).
     """
-    lines = text.split("\n")
+    lines = split(text)  # the segmenting reader's lines of the same text, when it read it
     if len(lines) < 2:
         return []
     width = _wrap_width(lines)

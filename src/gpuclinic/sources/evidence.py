@@ -295,6 +295,7 @@ def add_text(
             error_signatures=error_signatures,
             year=year,
             text=text,
+            sample=SAMPLE_BYTES,
         )
     except ValueError:
         raise InputError(f"{origin}: not recognised; expected {EXPECTED}") from None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
@@ -50,7 +50,6 @@ _PROMPT = re.compile(
     r"^\s*(?:(?:\(\S+\)\s*)?\S+@[\w.-]+(?::[^$#\s]*)?\s?[$#]|[$#]|PS [A-Z]:\\[^>]*>|>>>|\w+>)\s+\S"
 )
 _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
-_ANY_QUOTE = re.compile(r"^\s*>", re.M)  # a superset of the lines _QUOTE may strip
 _JSON = re.compile(r"^\s*\{.*\}\s*,?\s*$")
 _METRIC = re.compile(
     r"^(?:# (?:HELP|TYPE) "
@@ -105,8 +104,8 @@ _ERROR_KEYS = (
     "command not found",
 )
 _FOLDS = ("\u0130", "\u0131", "\u017f", "\u212a")
-_LINE_STARTS = re.compile(
-    "\n(?="
+_LINE_START = re.compile(  # the lookahead of _LINE_STARTS, at the text's start
+    "(?="
     + "|".join(
         f"(?:{p})"
         for p in (
@@ -120,6 +119,7 @@ _LINE_STARTS = re.compile(
     + ")",
     re.M,
 )
+_LINE_STARTS = re.compile("\n" + _LINE_START.pattern, re.M)
 BIG = 2000  # lines: from here on, whole-text scans find the few lines worth a closer look
 _DCGM_MARKS = ("Health Monitor Report", "dcgmi", "Diagnostic")
 _DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
@@ -127,26 +127,19 @@ _SMI_L_KEY = "UUID: GPU-"
 
 
 class _Index:
-    """A big input's lines as one text (``"\n".join(lines)``), each line's offset in it, and the lines
-    holding any literal the reader looks for (one multi-needle search, shared with ``explain``)."""
+    """A big input's lines as one text (``"\\n".join(lines)``, one more newline at its end allowed) and the
+    lines holding any literal the reader looks for (one multi-needle search, shared with ``explain``)."""
 
     def __init__(self, lines: list[str], text: str, hits: textscan.LineHits) -> None:
         self.text = text
-        self.starts = list(itertools.accumulate(map((1).__add__, map(len, lines)), initial=0))
         self.hit_lines = [k for k, _, _ in hits.lines]
         self.kernel_keys = {k for k, _, b in hits.lines if any(n in b.lower() for n in _KERNEL_NEEDLES)}
         self.dcgm = [k for k in self.hit_lines if any(m in lines[k] for m in _DCGM_MARKS)]
-
-    def run_text(self, a: int, b: int, limit: int | None = None) -> str:
-        """``"\n".join(lines[a - 1 : b])`` (1-based, inclusive), at most ``limit`` characters of it."""
-        s, e = self.starts[a - 1], self.starts[b] - 1
-        return self.text[s : e if limit is None else min(e, s + limit)]
-
-    def line_of(self, pos: int) -> int:
-        return bisect_right(self.starts, pos) - 1
+        self.folds = any(f in b for _, _, b in hits.lines for f in _FOLD_BYTES)
 
 
 _KERNEL_NEEDLES = tuple({k.lower().encode() for k in (*_KERNEL_MARKS, *_ERROR_KEYS)})
+_FOLD_BYTES = tuple(f.encode() for f in _FOLDS)
 
 
 def _needles() -> tuple[str, ...]:
@@ -162,38 +155,35 @@ def _needles() -> tuple[str, ...]:
         *_DCGM_MARKS,
         _DRIVER_KEY,
         _SMI_L_KEY,
+        *_FOLDS,  # (matched exactly: grep -i folds ASCII letters only)
     )
 
 
-def _body(lines: list[str], text: str | None) -> str | None:
-    """``text`` (less a final newline) when it equals ``"\\n".join(lines)``, ``lines`` being
-    ``text.splitlines()``: true unless another line break (\\r, \\f, \\x1c, \\u2028 ...) split it."""
-    if text is None:
-        return None
-    body = text[:-1] if text.endswith("\n") else text
-    if "\r" in body or body.count("\n") != len(lines) - 1:
-        return None
-    return body
+def _same_lines(data: bytes, lines: list[str]) -> bool:
+    """``data`` (a text's UTF-8 bytes) split at ``\\n`` gives ``lines`` (that text's ``splitlines()``):
+    true unless another line break (\\r, \\f, \\x1c, \\u2028 ...) split it too."""
+    return b"\r" not in data and data.count(b"\n") - data.endswith(b"\n") == len(lines) - 1
 
 
-def _index(lines: list[str], joined: str, text: str | None) -> _Index | None:
+def _index(lines: list[str], joined: str, hits: textscan.LineHits | None) -> _Index | None:
     """The whole-text index of a big input, or None (small input, or one holding a character that case
-    folding maps onto ASCII: the exact per-line path).  ``joined``: the lines joined with newlines;
-    ``text``: the caller's input they equal, scanned by that object so explain's scan reuses it."""
-    if len(lines) < BIG or any(f in joined for f in _FOLDS):
+    folding maps onto ASCII: the exact per-line path).  ``joined``: the lines joined with newlines (one
+    more newline at its end allowed); ``hits``: the needle lines of that text (or of one split into the
+    same lines), found here when None."""
+    if len(lines) < BIG:
         return None
-    hits = textscan.line_hits(text if text is not None else joined, _needles())
+    if hits is None:
+        hits = textscan.line_hits(joined, _needles())
     if hits is None:
         return None
-    return _Index(lines, joined, hits)
+    ix = _Index(lines, joined, hits)
+    return None if ix.folds else ix
 
 
-def classify_all(lines: list[str], text: str | None = None) -> list[str]:
+def classify_all(lines: list[str]) -> list[str]:
     """``[classify(ln) for ln in lines]``, linear and cheap on big inputs: whole-text literal and
-    line-start scans find the few candidate lines; every other line is "blank" or "other".
-    ``text``: the input the lines came from, when the caller has it."""
-    body = _body(lines, text)
-    return _classify(lines, _index(lines, "\n".join(lines) if body is None else body, body and text))[0]
+    line-start scans find the few candidate lines; every other line is "blank" or "other"."""
+    return _classify(lines, _index(lines, "\n".join(lines), None))[0]
 
 
 def _classify(lines: list[str], ix: _Index | None) -> tuple[list[str], list[int]]:
@@ -206,7 +196,14 @@ def _classify(lines: list[str], ix: _Index | None) -> tuple[list[str], list[int]
     for k in special:  # lines that strip() to nothing
         classes[k] = "blank"
     cands = set(ix.kernel_keys)
-    cands.update(ix.line_of(m.start()) for m in _LINE_STARTS.finditer("\n" + ix.text))
+    if _LINE_START.match(ix.text):
+        cands.add(0)
+    k = pos = 0
+    for m in _LINE_STARTS.finditer(ix.text):  # in order: count the newlines on from the last match
+        k += ix.text.count("\n", pos, m.start() + 1)
+        pos = m.start() + 1
+        cands.add(k)
+    cands.discard(len(lines))  # the line after a final newline
     for k in cands:
         c = classes[k] = classify(lines[k])
         if c != "other":
@@ -256,7 +253,7 @@ def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None) 
     else:  # the DCGM markers sit on lines the index found
         k = bisect_left(ix.dcgm, a - 1)
         dcgm = k < len(ix.dcgm) and ix.dcgm[k] <= b - 1
-        text = ix.run_text(a, b, _LABEL_BYTES)
+        text = _head(lines, _LABEL_BYTES, a - 1, b)
     if dcgm:
         full = "\n".join(lines[a - 1 : b])
         if (
@@ -301,16 +298,29 @@ def _runs(classes: list[str], special: list[int]) -> list[tuple[str, int, int]]:
     return runs
 
 
-def _unquote_lines(lines: list[str], joined: str) -> list[str]:
-    """A quoted excerpt inside an unquoted paste ("> [ 12.3] NVRM: ..."): the lines without their markers.
-    Only the lines where ``_ANY_QUOTE`` finds a ``>`` (``joined``: the lines joined) can change."""
-    starts = list(itertools.accumulate(map((1).__add__, map(len, lines)), initial=0))
+def _quoted(joined: str) -> list[int]:
+    """The (0-based) lines of ``joined`` whose first non-space character is ``>``: one ``find`` per line
+    holding a ``>``, not a regex step per character."""
+    out: list[int] = []
+    line = prev = 0
+    i = joined.find(">")
+    while i >= 0:
+        ls = joined.rfind("\n", 0, i) + 1
+        if ls == i or joined[ls:i].isspace():
+            line += joined.count("\n", prev, ls)
+            prev = ls
+            out.append(line)
+        nl = joined.find("\n", i)
+        i = joined.find(">", nl) if nl >= 0 else -1
+    return out
+
+
+def _unquote_lines(lines: list[str], quoted: list[int]) -> list[str]:
+    """A quoted excerpt inside an unquoted paste ("> [ 12.3] NVRM: ..."): the lines without their markers."""
     out = list(lines)
-    for m in _ANY_QUOTE.finditer(joined):
-        k = bisect_right(starts, m.end() - 1) - 1  # the line of the ">" (the match may start on a blank line)
-        ln = lines[k]
-        if ln.lstrip().startswith(">") and not ln.lstrip().startswith(">>>"):
-            out[k] = _QUOTE.sub("", ln, count=1)
+    for k in quoted:
+        if not lines[k].lstrip().startswith(">>>"):
+            out[k] = _QUOTE.sub("", lines[k], count=1)
     return out
 
 
@@ -324,21 +334,28 @@ def read_lines(
     error_signatures: bool = True,
     year: int | None = None,
     text: str | None = None,
+    sample: int | None = None,
 ) -> InputRecord:
     """Read one text input (already split into lines; ``text``: the input they came from, when the
-    caller has it) into ``snap``; return how it was read.
+    caller has it) into ``snap``; return how it was read.  ``sample``: ``detect`` looks at no more than
+    this many characters.
 
     Raises ``ValueError`` when no reader could use any of it (the caller's "not recognised").
     """
     rec = InputRecord(input=origin, kind="text", lines=len(lines))
-    body = _body(lines, text) if len(lines) >= BIG else None
-    joined = "\n".join(lines) if body is None else body
-    if _ANY_QUOTE.search(joined):
-        lines = _unquote_lines(lines, joined)
+    hits = textscan.line_hits(text, _needles()) if text is not None and len(lines) >= BIG else None
+    if hits is not None and not _same_lines(hits.data, lines):
+        hits = None  # \r or another break split ``text`` into other lines than grep's
+    elif hits is not None and text is not None:
+        textscan.remember_lines(text, lines)  # explain's wrapped-line pass splits the same text
+    joined = "\n".join(lines) if hits is None or text is None else text
+    quoted = _quoted(joined)
+    if quoted:
+        lines = _unquote_lines(lines, quoted)
         joined = "\n".join(lines)
     # unquoting keeps every line where it was and only cuts its start: the literals found in ``text``
     # are a superset of those in the unquoted lines, and every reader re-checks its lines
-    ix = _index(lines, joined, text if body is not None else None)
+    ix = _index(lines, joined, hits)
     classes, special = _classify(lines, ix)
     claimed: set[int] = set()  # 1-based line numbers some reader used
     segs: list[Segment] = []
@@ -350,7 +367,7 @@ def read_lines(
     _read_smi_errors(snap, rec, lines, classes, special, origin, claimed)
     _read_dcgm(snap, rec, lines, claimed)
     _read_json_driver(snap, lines, ix, claimed)
-    rest_kind = _read_rest(snap, rec, lines, classes, special, origin, detect, apply_rest, claimed)
+    rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     _read_smi_list(snap, rec, lines, classes, ix, claimed)
     _read_signatures(snap, rec, lines, classes, ix, origin, error_signatures, claimed)
     _unclaimed(rec, lines, classes, claimed)
@@ -440,6 +457,15 @@ def _rest_lines(lines: list[str], classes: list[str], special: list[int]) -> lis
     return out
 
 
+def _head(lines: list[str], size: int, lo: int = 0, hi: int | None = None) -> str:
+    """The first ``size`` characters (or more) of ``"\\n".join(lines[lo:hi])``, without joining all of it."""
+    n, end, total = lo, len(lines) if hi is None else hi, 0
+    while n < end and total < size:
+        total += len(lines[n]) + 1
+        n += 1
+    return "\n".join(lines[lo:n])
+
+
 def _read_rest(
     snap: Snapshot,
     rec: InputRecord,
@@ -447,7 +473,7 @@ def _read_rest(
     classes: list[str],
     special: list[int],
     origin: str,
-    detect: Detect,
+    sniff: tuple[Detect, int | None],
     apply_rest: ApplyRest,
     claimed: set[int],
 ) -> str | None:
@@ -455,10 +481,11 @@ def _read_rest(
     if len(classes) == len(special):  # no "other" line
         return None
     rest = _rest_lines(lines, classes, special)
-    text = "\n".join(rest)
-    rest_kind = detect(text)
+    detect, sample = sniff
+    rest_kind = detect(_head(rest, sample) if sample is not None else "\n".join(rest))
     if not _structured(rest_kind):
         return rest_kind
+    text = "\n".join(rest)
     try:
         try:
             apply_rest(snap, rest_kind, text, origin)
