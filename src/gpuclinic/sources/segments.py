@@ -30,7 +30,7 @@ from gpuclinic import textscan
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import signals
+from gpuclinic.sources import dcgm_dmon, signals
 from gpuclinic.sources.kernellog import is_kernel_line, parse_numbered
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
 from gpuclinic.sources.merge import apply_dump
@@ -257,10 +257,13 @@ def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None) 
     if dcgm:
         full = "\n".join(lines[a - 1 : b])
         if (
-            "Health Monitor Report" in full
-            or "dcgmi" in full
-            or ("Diagnostic" in full and re.search(r"^\|\s*Diagnostic\s*\|", full, re.M))
-        ):
+            (
+                "Health Monitor Report" in full
+                or "dcgmi" in full
+                or ("Diagnostic" in full and re.search(r"^\|\s*Diagnostic\s*\|", full, re.M))
+            )
+            and "NvLink Link Status" not in full
+        ):  # `dcgmi nvlink --link-status` is link state: smi_nvlink reads it
             return "dcgm"
     if lines[a - 1].lstrip().startswith("Traceback (most recent call last)"):  # a run starts non-blank
         return "traceback"
@@ -365,7 +368,7 @@ def read_lines(
     rec.segments = segs
     _read_kernel(snap, rec, lines, classes, special, origin, year, claimed)
     _read_smi_errors(snap, rec, lines, classes, special, origin, claimed)
-    _read_dcgm(snap, rec, lines, claimed)
+    _read_dcgm(snap, rec, lines, origin, claimed)
     _read_json_driver(snap, lines, ix, claimed)
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     _read_smi_list(snap, rec, lines, classes, ix, claimed)
@@ -421,11 +424,13 @@ def _read_smi_errors(
         _reader(rec, rec.segments, ("smi_error",), "nvidia-smi errors")
 
 
-def _read_dcgm(snap: Snapshot, rec: InputRecord, lines: list[str], claimed: set[int]) -> None:
-    """DCGM output (dcgmi diag / health tables): the driver version and GPUs it names."""
+def _read_dcgm(snap: Snapshot, rec: InputRecord, lines: list[str], origin: str, claimed: set[int]) -> None:
+    """DCGM output (dcgmi diag / health tables): the driver version and GPUs it names; dmon's Xid column."""
     for s_ in rec.segments:
         if s_.kind == "dcgm" and s_.first is not None and s_.last is not None:
-            if _dcgm(snap, lines[s_.first - 1 : s_.last]):
+            xids = dcgm_dmon.xid_events(lines[s_.first - 1 : s_.last], origin, s_.first)  # dmon XIDER
+            snap.kernel_events.extend(xids)
+            if _dcgm(snap, lines[s_.first - 1 : s_.last]) or xids:
                 s_.readers.append("dcgm")
                 claimed.update(range(s_.first, s_.last + 1))
                 if "dcgm" not in rec.readers:
