@@ -30,11 +30,10 @@ from gpuclinic import textscan
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import dcgm_dmon, signals
-from gpuclinic.sources.kernellog import is_kernel_line, parse_numbered
+from gpuclinic.sources import segment_readers as R
+from gpuclinic.sources import signals
+from gpuclinic.sources.kernellog import is_kernel_line
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
-from gpuclinic.sources.merge import apply_dump
-from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 MAX_UNREAD = 200
 _ERROR_RES = re.compile(
@@ -45,7 +44,6 @@ _ERROR_RES = re.compile(
     r"command not found: nvidia-smi",
     re.I,
 )
-_NVML_LIB = re.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 _PROMPT = re.compile(
     r"^\s*(?:(?:\(\S+\)\s*)?\S+@[\w.-]+(?::[^$#\s]*)?\s?[$#]|[$#]|PS [A-Z]:\\[^>]*>|>>>|\w+>)\s+\S"
 )
@@ -122,8 +120,6 @@ _LINE_START = re.compile(  # the lookahead of _LINE_STARTS, at the text's start
 _LINE_STARTS = re.compile("\n" + _LINE_START.pattern, re.M)
 BIG = 2000  # lines: from here on, whole-text scans find the few lines worth a closer look
 _DCGM_MARKS = ("Health Monitor Report", "dcgmi", "Diagnostic")
-_DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
-_SMI_L_KEY = "UUID: GPU-"
 
 
 class _Index:
@@ -153,8 +149,8 @@ def _needles() -> tuple[str, ...]:
         *signals.evidence_needles(),
         *trigger_needles(),
         *_DCGM_MARKS,
-        _DRIVER_KEY,
-        _SMI_L_KEY,
+        R.DRIVER_KEY,
+        R.SMI_L_KEY,
         *_FOLDS,  # (matched exactly: grep -i folds ASCII letters only)
     )
 
@@ -366,88 +362,19 @@ def read_lines(
         kind = _label(lines, a, b, detect, ix) if c == "other" else c
         segs.extend(_trim(kind, lines, a, b) if kind in _FITS else [Segment(kind=kind, first=a, last=b)])
     rec.segments = segs
-    _read_kernel(snap, rec, lines, classes, special, origin, year, claimed)
-    _read_smi_errors(snap, rec, lines, classes, special, origin, claimed)
-    _read_dcgm(snap, rec, lines, origin, claimed)
-    _read_json_driver(snap, lines, ix, claimed)
+    where = None if ix is None else ix.hit_lines  # lines that may hold a reader's literal
+    R.read_kernel(snap, rec, lines, classes, special, origin, year, claimed)
+    R.read_smi_errors(snap, rec, lines, classes, special, origin, claimed)
+    R.read_dcgm(snap, rec, lines, origin, claimed)
+    R.read_json_driver(snap, lines, where, claimed)
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
-    _read_smi_list(snap, rec, lines, classes, ix, claimed)
+    R.read_smi_list(snap, rec, lines, classes, where, claimed)
     _read_signatures(snap, rec, lines, classes, ix, origin, error_signatures, claimed)
     _unclaimed(rec, lines, classes, claimed)
     kinds = [s.kind for s in segs if s.readers or s.kind in ("kernel_log", "smi_error")]
     main = {k for k in kinds if k not in ("prompt", "text")}
     rec.kind = (main.pop() if len(main) == 1 else "mixed") if main else (rest_kind or "text")
     return rec
-
-
-def _read_kernel(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    classes: list[str],
-    special: list[int],
-    origin: str,
-    year: int | None,
-    claimed: set[int],
-) -> None:
-    """Kernel-log lines, wherever they are, through one stateful parser (multi-line messages)."""
-    ks = [k for k in special if classes[k] in ("kernel_log", "journal_export")]
-    kernel = [(k + 1, lines[k]) for k in ks if classes[k] == "kernel_log" or lines[k].startswith("MESSAGE=")]
-    if not kernel:
-        return
-    snap.kernel_events.extend(
-        parse_numbered(
-            ((i, ln[8:] if ln.startswith("MESSAGE=") else ln) for i, ln in kernel), origin, year=year
-        )
-    )
-    snap.kernel_log_read = True
-    if origin not in snap.kernel_log_sources:
-        snap.kernel_log_sources.append(origin)
-    claimed.update(k + 1 for k in ks)
-    _reader(rec, rec.segments, ("kernel_log", "journal_export"), "kernellog")
-
-
-def _read_smi_errors(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    classes: list[str],
-    special: list[int],
-    origin: str,
-    claimed: set[int],
-) -> None:
-    """nvidia-smi's error statements."""
-    errs = [k for k in special if classes[k] == "smi_error"]
-    if errs:
-        _smi_errors(snap, [lines[k] for k in errs], origin)
-        claimed.update(k + 1 for k in errs)
-        _reader(rec, rec.segments, ("smi_error",), "nvidia-smi errors")
-
-
-def _read_dcgm(snap: Snapshot, rec: InputRecord, lines: list[str], origin: str, claimed: set[int]) -> None:
-    """DCGM output (dcgmi diag / health tables): the driver version and GPUs it names; dmon's Xid column."""
-    for s_ in rec.segments:
-        if s_.kind == "dcgm" and s_.first is not None and s_.last is not None:
-            xids = dcgm_dmon.xid_events(lines[s_.first - 1 : s_.last], origin, s_.first)  # dmon XIDER
-            snap.kernel_events.extend(xids)
-            if _dcgm(snap, lines[s_.first - 1 : s_.last]) or xids:
-                s_.readers.append("dcgm")
-                claimed.update(range(s_.first, s_.last + 1))
-                if "dcgm" not in rec.readers:
-                    rec.readers.append("dcgm")
-
-
-def _read_json_driver(snap: Snapshot, lines: list[str], ix: _Index | None, claimed: set[int]) -> None:
-    """A driver version in JSON inventories (health agents, cluster managers): "driver_version": "580.x"."""
-    if snap.driver_version is not None:
-        return
-    where = range(len(lines)) if ix is None else ix.hit_lines  # lines holding "river" are among the hits
-    for k in where:
-        m = _JSON_DRIVER.search(lines[k]) if _DRIVER_KEY in lines[k] else None
-        if m:
-            snap.driver_version = m.group(1)
-            claimed.add(k + 1)
-            return
 
 
 def _rest_lines(lines: list[str], classes: list[str], special: list[int]) -> list[str]:
@@ -511,33 +438,6 @@ def _read_rest(
     return rest_kind
 
 
-def _read_smi_list(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    classes: list[str],
-    ix: _Index | None,
-    claimed: set[int],
-) -> None:
-    """``nvidia-smi -L`` (GPU 0: NAME (UUID: GPU-...)): the GPUs, when no other reader named them."""
-    if snap.gpus:
-        return
-    where = range(len(lines)) if ix is None else ix.hit_lines  # lines holding the key are among the hits
-    listed = [
-        (k + 1, m)
-        for k in where
-        if classes[k] in ("other", "blank") and _SMI_L_KEY in lines[k] and (m := _SMI_L.match(lines[k]))
-    ]
-    if listed:
-        from gpuclinic.facts.gpu import GpuFacts
-
-        snap.gpus.extend(
-            GpuFacts(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3)) for _, m in listed
-        )
-        claimed.update(i for i, _ in listed)
-        rec.readers.append("nvidia-smi -L")
-
-
 def _read_signatures(
     snap: Snapshot,
     rec: InputRecord,
@@ -584,53 +484,6 @@ def _unclaimed(rec: InputRecord, lines: list[str], classes: list[str], claimed: 
     rec.unread = [[i, ln[:300]] for i, ln in itertools.islice(unread, MAX_UNREAD)]
     if rec.unclaimed == nonblank:
         raise ValueError("not recognised")
-
-
-_SMI_L = re.compile(r"^\s*GPU (\d{1,3}): (.+?) \(UUID: (GPU-[0-9a-fA-F-]{36})\)\s*$")
-_JSON_DRIVER = re.compile(
-    r'"(?:driver_version|driverVersion|DriverVersion|nvidia_driver_version)"\s*:\s*"(\d{3}\.\d+(?:\.\d+)?)"'
-)
-_DCGM_DRIVER = re.compile(r"^\|\s*Driver Version Detected\s*\|\s*(\d+\.\d+(?:\.\d+)?)\s*\|", re.M)
-_DCGM_IDS = re.compile(r"^\|\s*GPU Device IDs Detected\s*\|\s*([0-9a-fA-F, ]+?)\s*\|", re.M)
-
-
-def _dcgm(snap: Snapshot, run: list[str]) -> bool:
-    """``dcgmi diag`` metadata: the driver version and one GPU per detected device id (when nothing else
-    named the GPUs).  Xids in DCGM output are read by the fault signatures."""
-    from gpuclinic.facts.gpu import GpuFacts
-
-    text = "\n".join(run)
-    got = False
-    m = _DCGM_DRIVER.search(text)
-    if m:
-        snap.driver_version = snap.driver_version or m.group(1)
-        got = True
-    m = _DCGM_IDS.search(text)
-    if m:
-        ids = [x.strip() for x in m.group(1).split(",") if x.strip()]
-        if ids and not snap.gpus:
-            snap.gpus.extend(GpuFacts(index=i, pci_device_id=f"0x{d.lower()}") for i, d in enumerate(ids))
-        got = True
-    return got
-
-
-def _reader(rec: InputRecord, segs: list[Segment], kinds: tuple[str, ...], name: str) -> None:
-    for s in segs:
-        if s.kind in kinds and name not in s.readers:
-            s.readers.append(name)
-    if name not in rec.readers:
-        rec.readers.append(name)
-
-
-def _smi_errors(snap: Snapshot, lines: list[str], origin: str) -> None:
-    errors, lost = scan_error_lines(lines)
-    dump = SmiDump(kind="smi_table", errors=errors)
-    mark_lost(dump.gpus, lost)
-    apply_dump(snap, dump, origin)
-    for ln in lines:
-        m = _NVML_LIB.search(ln)
-        if m and snap.software is not None and m.group(1) not in snap.software.user_lib_versions:
-            snap.software.user_lib_versions.append(m.group(1))
 
 
 def summary(rec: InputRecord) -> dict[str, Any]:
