@@ -93,3 +93,26 @@ def test_big_explain_same_as_per_line(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_classify_all_equals_classify() -> None:
     lines = _log(8, " ✘").splitlines()
     assert segments.classify_all(lines) == [segments.classify(ln) for ln in lines]
+
+
+def test_line_hits_grep_python_and_brute_force_agree() -> None:
+    from gpuclinic import textscan
+
+    text = _log(9, " ✘ İ ümlaut")
+    needles = frozenset({"nvrm", "xid", "error", "driver", "\u0130", "uuid: gpu-"})
+    data = text.encode()
+    want = [
+        (k, ln) for k, ln in enumerate(data.split(b"\n")) if any(n.encode() in ln.lower() for n in needles)
+    ]
+    py = [(k, b) for k, _, b in textscan._python(data, needles)]
+    assert py == want and any("\u0130".encode() in b for _, b in want)
+    grep = textscan._grep(data, needles)
+    if grep is not None:  # grep -F -i under LC_ALL=C: the same lines, offsets and bytes
+        assert grep == textscan._python(data, needles)
+    hits = textscan.line_hits(text, needles)
+    assert hits is not None
+    sub = hits.only(["xid", "\u0130"])
+    assert [k for k, _, _ in sub.lines] == [
+        k for k, ln in want if b"xid" in ln.lower() or "\u0130".encode() in ln
+    ]
+    assert textscan.line_hits(text, ["nvrm"]) == hits.only(["nvrm"])  # reused for the same text
