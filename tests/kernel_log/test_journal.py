@@ -104,3 +104,16 @@ def test_a_number_that_is_not_a_short_unix_stamp_is_left_alone() -> None:
 def test_verbose_head_with_a_numeric_offset_is_placed_in_utc(tmp_path: Path) -> None:
     text = f"Mon 2024-03-04 10:11:12 +0100 [s=abc;i=2]\n    _TRANSPORT=kernel\n    MESSAGE={XID79}\n"
     assert [(k, t, n) for k, t, n, _ in _events(tmp_path, text)] == [("xid", "2024-03-04T09:11:12+00:00", 3)]
+
+
+def test_big_journal_export_with_byte_array_messages_keeps_every_xid(tmp_path: Path) -> None:
+    """Past the whole-text search's size (segments.BIG lines) a byte-array MESSAGE holds no literal the
+    search could find: the unfolded lines must still be read."""
+    from gpuclinic.sources.segments import BIG
+
+    raw = list(XID48.encode()) + [0xFF]
+    filler = json.dumps({"_TRANSPORT": "kernel", "MESSAGE": "usb 1-1: new high-speed USB device"})
+    rec = json.dumps({"__REALTIME_TIMESTAMP": "1601471260802301", "_TRANSPORT": "kernel", "MESSAGE": raw})
+    lines = [filler] * BIG + [rec] + [filler] * 10
+    evs = _events(tmp_path, "\n".join(lines) + "\n")
+    assert [(k, n) for k, _, n, _ in evs] == [("xid", BIG + 1)]
