@@ -23,15 +23,12 @@ from gpuclinic.transfer.sync import (
     BLOCK,
     Endpoint,
     Entry,
-    Probe,
     balance,
-    choose_compression,
-    choose_streams,
-    diagnose_ssh,
     parse_endpoint,
     range_tasks,
     split_source,
 )
+from gpuclinic.transfer.sync_probe import Probe, choose_compression, choose_streams, diagnose_ssh
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
 from realtools import require
 
