@@ -24,6 +24,7 @@ from gpuclinic.transfer.sync import (
     Endpoint,
     Entry,
     balance,
+    extraneous,
     parse_endpoint,
     range_tasks,
     split_source,
@@ -107,8 +108,9 @@ def test_push_many_files_and_a_big_one_then_pull_back(env: Env, tmp_path: Path) 
     assert _tree(dst) == _tree(src)
     assert (dst / "big.bin").stat().st_mtime == pytest.approx(1_700_000_000.5, abs=1e-3)
     assert not list(dst.rglob("*gpuclinic*"))
-    # the probe saw capped connections and chose many streams; big.bin went as ranges
-    assert res["probe"]["multi_stream"] > 4 * res["probe"]["one_stream"] > 0
+    # the probe measured one stream (capped at PER_CONN) and the RTT; big.bin went as ranges
+    assert 0.5 * PER_CONN < res["probe"]["one_stream"] < 1.3 * PER_CONN
+    assert res["probe"]["rtt_s"] >= 0.018
     assert res["streams"] >= 8 and res["verified"] == 151
     assert (
         res["big_files"][0]["name"] == "big.bin"
@@ -297,3 +299,74 @@ def test_compressed_push_of_text(env: Env, tmp_path: Path) -> None:
     assert _tree(tmp_path / "dst") == _tree(src)
     size = sum(p.stat().st_size for p in src.iterdir())
     assert env.proxy.stats()["up"] < size / 4  # rsync -z and ssh compression both worked on the wire
+
+
+def test_streams_grow_on_the_transfer_when_each_connection_is_capped(env: Env, tmp_path: Path) -> None:
+    """8 streams start; their measured total is ~8x one stream (each connection is capped, the link
+    is not), so the runner adds streams up to --max-streams while the file is still going."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "weights.bin").write_bytes(os.urandom(64 * MiB))
+    env.proxy.knobs.rate_per_conn, env.proxy.knobs.total_rate = 1 * MiB, 64 * MiB
+    try:
+        r = env.sync(f"{src}/", f"testbox:{tmp_path / 'dst'}", "--max-streams", "12", "--json")
+    finally:
+        env.proxy.knobs.rate_per_conn, env.proxy.knobs.total_rate = PER_CONN, 16 * MiB
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    # the last sample: 8 streams, or 12 once grown (a second round confirms and stops there)
+    assert res["probe"]["multi_n"] in (8, 12)
+    assert res["probe"]["multi_stream"] > 5 * res["probe"]["one_stream"]
+    assert res["streams"] == 12 and "measured on the transfer" in res["stream_reason"]
+    assert _tree(tmp_path / "dst") == _tree(src)
+
+
+def _extras(dst: Path) -> None:
+    (dst / "old.txt").write_text("gone")
+    (dst / "olddir" / "x").mkdir(parents=True)
+    (dst / "olddir" / "x" / "y.bin").write_bytes(b"y")
+    (dst / "a" / "stale.bin").write_bytes(b"s")
+    (dst / "a" / "f0001.bin").write_bytes(b"outdated")  # a source file: updated, never deleted
+
+
+def test_delete_removes_only_what_the_source_lacks(env: Env, tmp_path: Path) -> None:
+    src = _make_src(tmp_path, 12, 0)
+    dst = tmp_path / "dst"
+    (dst / "a").mkdir(parents=True)
+    _extras(dst)
+    want = ["a/stale.bin", "old.txt", "olddir"]
+    # --dry-run shows what would go and removes nothing
+    r = env.sync(f"{src}/", f"testbox:{dst}", "--delete", "--dry-run", "--no-probe", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["delete"] == want
+    r = env.sync(f"{src}/", f"testbox:{dst}", "--delete", "--dry-run", "--no-probe")
+    assert [ln.strip() for ln in r.stdout.splitlines() if "deleting" in ln] == [f"deleting {n}" for n in want]
+    assert (dst / "old.txt").exists() and (dst / "olddir" / "x" / "y.bin").exists()
+    # without the flag nothing is deleted
+    r = env.sync(f"{src}/", f"testbox:{dst}", "--no-probe", "--streams", "2", "-q")
+    assert r.returncode == 0, r.stderr
+    assert (dst / "old.txt").exists() and _tree(dst) != _tree(src)
+    # with it the destination becomes the source, extras gone, and the report counts them
+    r = env.sync(f"{src}/", f"testbox:{dst}", "--delete", "--no-probe", "--streams", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["deleted"] == 3
+    assert _tree(dst) == _tree(src)
+    # pull with --delete, SRC as a directory (no trailing slash): extras under back/dst go, back/ stays
+    back = tmp_path / "back"
+    (back / "dst" / "a").mkdir(parents=True)
+    _extras(back / "dst")
+    (back / "keep-me").write_text("outside the copied tree")
+    r = env.sync(f"testbox:{dst}", str(back), "--delete", "--no-probe", "--streams", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["delete"] == [f"dst/{n}" for n in want]
+    assert _tree(back / "dst") == _tree(src) and (back / "keep-me").exists()
+
+
+def test_extraneous_follows_rsync_delete() -> None:
+    src = [
+        Entry("a/b/f", 1, 0, 0o644, "f"),
+        Entry("a/empty", 0, 0, 0o755, "d"),
+        Entry("big", 9, 0, 0o644, "f"),
+    ]
+    dst = ["a", "a/b", "a/b/f", "a/b/g", "a/empty", "a/empty/x", "z", "z/y", ".big.gpuclinic-part", "c"]
+    assert extraneous(src, dst) == ["a/b/g", "a/empty/x", "c", "z"]
