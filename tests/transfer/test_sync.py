@@ -25,6 +25,8 @@ from gpuclinic.transfer.sync import (
     Entry,
     balance,
     extraneous,
+    guided_cuts,
+    guided_range_tasks,
     parse_endpoint,
     range_tasks,
     split_source,
@@ -189,7 +191,7 @@ def test_dry_run_prints_the_plan_and_copies_nothing(env: Env, tmp_path: Path) ->
     assert (
         "streams: 3 (fixed by --streams)" in r.stdout
         and "testbox = " in r.stdout
-        and "rsync streams" in r.stdout
+        and "rsync tasks" in r.stdout
     )
     assert not (tmp_path / "never").exists()
 
@@ -226,6 +228,14 @@ def test_endpoint_and_planning_rules() -> None:
     tasks = range_tasks("big", 10 * BLOCK + 5, [0, 1, 2, 3, 5, 6, 7, 8, 9, 10], 4)
     assert [(t.first_block, t.nblocks) for t in tasks] == [(0, 3), (3, 1), (5, 3), (8, 3)]
     assert tasks[-1].size == 2 * BLOCK + 5 and sum(t.size for t in tasks) == 9 * BLOCK + 5
+    # guided sizes: the remaining work over twice the streams, shrinking, never under the minimum
+    cuts = guided_cuts([1] * 100, 2, 5)
+    pieces = [b - a for a, b in zip([0, *cuts[:-1]], cuts, strict=True)]
+    assert sum(pieces) == 100 and pieces[0] == 25 and pieces[:-1] == sorted(pieces[:-1], reverse=True)
+    assert min(pieces) >= 5 and len(pieces) > 6
+    ranges = guided_range_tasks("big", 64 * BLOCK, [*range(10), *range(12, 64)], 4, 2 * BLOCK)
+    assert [(t.first_block, t.nblocks) for t in ranges][:3] == [(0, 8), (8, 2), (12, 5)]
+    assert sum(t.nblocks for t in ranges) == 62 and ranges[-1].nblocks == 2
 
 
 def test_stream_and_compression_choices() -> None:

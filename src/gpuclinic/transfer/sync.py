@@ -328,6 +328,39 @@ def range_tasks(name: str, size: int, todo: list[int], streams: int) -> list[Tas
     return tasks
 
 
+def guided_cuts(sizes: list[int], streams: int, min_piece: int) -> list[int]:
+    """Where to cut a queue of work (guided self-scheduling): each piece is about the remaining work
+    over twice the streams, but at least ``min_piece``.  Big pieces first, short ones last, so the
+    streams run out of work together instead of a few finishing a long last task alone."""
+    cuts: list[int] = []
+    left = sum(sizes)
+    acc = 0
+    want = max(min_piece, left / (2 * max(1, streams)))
+    for i, s in enumerate(sizes):
+        acc += s
+        if acc >= want:
+            cuts.append(i + 1)
+            left -= acc
+            acc = 0
+            want = max(min_piece, left / (2 * max(1, streams)))
+    if acc and cuts and acc < min_piece:
+        cuts[-1] = len(sizes)  # a crumb joins the piece before it
+    elif acc:
+        cuts.append(len(sizes))
+    return cuts
+
+
+def guided_range_tasks(name: str, size: int, todo: list[int], streams: int, min_piece: int) -> list[Task]:
+    """Block ranges of one big file in guided sizes (contiguous runs only: a resume leaves gaps)."""
+    sizes = [min(size, (b + 1) * BLOCK) - b * BLOCK for b in todo]
+    tasks: list[Task] = []
+    start = 0
+    for cut in guided_cuts(sizes, streams, min_piece):
+        tasks += range_tasks(name, size, todo[start:cut], 1)
+        start = cut
+    return tasks
+
+
 def _mk_range(name: str, size: int, run: list[int]) -> Task:
     end = min(size, (run[-1] + 1) * BLOCK)
     return Task("range", end - run[0] * BLOCK, name=name, first_block=run[0], nblocks=len(run))

@@ -29,17 +29,17 @@ from gpuclinic.transfer.sync import (
     MiB,
     Ssh,
     Task,
-    balance,
     block_hashes_local,
     block_hashes_remote,
     check_names,
     extraneous,
+    guided_cuts,
+    guided_range_tasks,
     list_dest,
     list_local,
     list_remote,
     parse_endpoint,
     q,
-    range_tasks,
     split_source,
 )
 from gpuclinic.transfer.sync_probe import (
@@ -157,8 +157,8 @@ class Plan:
         rs = [t for t in self.tasks if t.kind == "rsync"]
         if rs:
             out.append(
-                f"  {sum(len(t.names) for t in rs)} files in {len(rs)} rsync streams of "
-                f"~{_h(max(t.size for t in rs))}"
+                f"  {sum(len(t.names) for t in rs)} files in {len(rs)} rsync tasks of "
+                f"{_h(min(t.size for t in rs))} to {_h(max(t.size for t in rs))}"
             )
         for b in self.big:
             if b.skipped:
@@ -299,22 +299,20 @@ def _make_tasks(plan: Plan, states: list[BigFile]) -> None:
     big_names = {b.entry.name for b in plan.big}
     small = [e for e in plan.entries if e.name not in big_names]
     tasks: list[Task] = []
-    # up to eight tasks per stream from one queue (a stream that finishes early takes the next one, so
-    # the streams end together), but none shorter than ~2 s of one stream: each task pays a session start
-    per_stream = pr.one_stream if pr and pr.one_stream else 8 * MiB
-    min_task = max(MiB, 2 * per_stream)
-
-    def pieces(nbytes: int, items: int) -> int:
-        return max(min(streams, items), min(8 * streams, math.ceil(nbytes / min_task)))
-
+    # one queue of tasks that shrink as the work runs out (a stream that finishes early takes the next,
+    # and the last ones are short, so the streams end together); none shorter than ~1 s of one stream:
+    # each task pays a session start and an rsync handshake
+    min_piece = max(MiB, int(pr.one_stream if pr and pr.one_stream else 4 * MiB))
     if small:
-        for b in balance(small, pieces(sum(e.size for e in small), len(small))):
-            tasks.append(Task("rsync", sum(e.size for e in b), names=[e.name for e in b]))
+        order = sorted(small, key=lambda e: -e.size)
+        start = 0
+        for cut in guided_cuts([e.size + 64 * 1024 for e in order], streams, min_piece):
+            names = [e.name for e in order[start:cut]]
+            tasks.append(Task("rsync", sum(e.size for e in order[start:cut]), names=names))
+            start = cut
     for bf in plan.big:
         if not bf.skipped:
-            tasks += range_tasks(
-                bf.entry.name, bf.entry.size, bf.todo, pieces(len(bf.todo) * BLOCK, len(bf.todo))
-            )
+            tasks += guided_range_tasks(bf.entry.name, bf.entry.size, bf.todo, streams, min_piece)
     plan.tasks = sorted(tasks, key=lambda t: -t.size)
 
 
