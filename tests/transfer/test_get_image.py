@@ -8,6 +8,7 @@ origin.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -58,9 +59,15 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         reg.stop()
 
 
-def _get(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _get(
+    *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*GPUCLINIC, "get", "image", *args], capture_output=True, text=True, timeout=timeout
+        [*GPUCLINIC, "get", "image", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -176,6 +183,40 @@ def test_mirror_serves_everything_when_healthy(env: Env, tmp_path: Path) -> None
         r = _get(f"{env.reg.host}/test/multi", "-o", str(tmp_path / "m"), "--mirror", good.url, "--json")
         assert r.returncode == 0, r.stderr
         assert all(str(good.port) in b["source"] for b in json.loads(r.stdout)["blobs"])
+
+
+def test_mirror_login_from_the_auth_file_never_printed(env: Env, tmp_path: Path) -> None:
+    """A mirror that demands a login (docker-registry with htpasswd): with the login in docker's
+    config.json it serves every blob; without it, it is skipped and the origin serves; the password
+    appears nowhere in the output."""
+    crypt = pytest.importorskip("crypt")  # bcrypt for the htpasswd file (Python < 3.13)
+    password = "Mirr0r-s3cret-pw"
+    line = "alice:" + crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))
+    mirror = Registry(require("docker-registry")["docker-registry"], tmp_path / "mreg", htpasswd=line)
+    try:
+        build_image(tmp_path / "src", [3 * MiB, 500])
+        for host in (env.reg.host, mirror.host):
+            creds = f"alice:{password}" if host == mirror.host else None
+            push(env.skopeo, tmp_path / "src", f"{host}/test/small:latest", creds=creds)
+        docker = tmp_path / "docker"
+        docker.mkdir()
+        auth = base64.b64encode(f"alice:{password}".encode()).decode()
+        (docker / "config.json").write_text(json.dumps({"auths": {f"http://{mirror.host}": {"auth": auth}}}))
+        with_login = _get(f"{env.reg.host}/test/small", "-o", str(tmp_path / "a"), "--mirror",
+                          f"http://{mirror.host}", "--json", env={"DOCKER_CONFIG": str(docker)})
+        without = _get(f"{env.reg.host}/test/small", "-o", str(tmp_path / "b"), "--mirror",
+                       f"http://{mirror.host}", "--json", env={"DOCKER_CONFIG": str(tmp_path / "none")})
+        in_url = _get(f"{env.reg.host}/test/small", "-o", str(tmp_path / "c"), "--mirror",
+                      f"http://alice:{password}@{mirror.host}", "--json",
+                      env={"DOCKER_CONFIG": str(tmp_path / "none")})
+    finally:
+        mirror.stop()
+    for r in (with_login, without, in_url):
+        assert r.returncode == 0, r.stderr
+        assert password not in r.stdout + r.stderr and auth not in r.stdout + r.stderr
+    for r in (with_login, in_url):
+        assert all(str(mirror.port) in b["source"] for b in json.loads(r.stdout)["blobs"])
+    assert all(str(env.reg.port) in b["source"] for b in json.loads(without.stdout)["blobs"])
 
 
 def test_bad_input_is_one_line(env: Env, tmp_path: Path) -> None:

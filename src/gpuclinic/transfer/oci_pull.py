@@ -40,6 +40,7 @@ from gpuclinic.transfer.oci import (
     RegistryError,
     basic_credentials,
     is_loopback,
+    mirror_credentials,
     parse_ref,
     resolve,
 )
@@ -89,7 +90,8 @@ def _mirror_registry(url: str, insecure: bool) -> Registry:
     netloc = f"[{host}]" if ":" in host else host
     if port:
         netloc += f":{port}"
-    return Registry(netloc, insecure=insecure, base_url=f"{p.scheme}://{netloc}")
+    creds = mirror_credentials(netloc, p.username, p.password)
+    return Registry(netloc, insecure=insecure, base_url=f"{p.scheme}://{netloc}", credentials=creds)
 
 
 def default_output(ref: ImageRef, fmt: str) -> Path:
@@ -198,7 +200,7 @@ def pull(  # noqa: C901  (split pending, issue 14)
             specs.append(
                 FileSpec(
                     dest=dest,
-                    sources=[r.blob_url(ref.repository, digest) for r in live],
+                    sources=[r.blob_url(ref.repository, digest, login_in_url=r is not origin) for r in live],
                     size=size,
                     sha256=hexd,
                     label=digest[7:19],
