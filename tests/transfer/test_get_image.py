@@ -8,13 +8,16 @@ origin.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,13 +65,18 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 def _get(
     *args: str, timeout: float = 240, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """``get image``; docker-archive blobs are cached in a temp dir, never the user's ~/.cache."""
     return subprocess.run(
         [*GPUCLINIC, "get", "image", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "GPUCLINIC_BLOB_CACHE": _CACHE, **(env or {})},
     )
+
+
+_CACHE = tempfile.mkdtemp(prefix="gpuclinic-test-blobs-")
+atexit.register(shutil.rmtree, _CACHE, True)
 
 
 def _check_layout(env: Env, out: Path, repo: str) -> dict[str, Any]:
@@ -123,7 +131,7 @@ def test_multiarch_platform_and_docker_archive(env: Env, tmp_path: Path) -> None
         assert ins.returncode == 0, ins.stderr
         info = json.loads(ins.stdout)
         assert info["Architecture"] == arch
-        assert not out.with_name(out.name + ".blobs").exists()
+        assert not out.with_name(out.name + ".blobs").exists()  # staged in the blob cache instead
         # skopeo can copy it on (it decompresses every layer and checks the config's diff_ids)
         cp = subprocess.run(
             [env.skopeo, "copy", f"docker-archive:{out}", f"oci:{tmp_path / ('c-' + arch)}"],
@@ -135,6 +143,35 @@ def test_multiarch_platform_and_docker_archive(env: Env, tmp_path: Path) -> None
     r = _get(f"{env.reg.host}/test/multi", "--platform", "linux/s390x", "-o", str(tmp_path / "x"))
     assert r.returncode == 64 and "available: linux/amd64, linux/arm64" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_docker_archive_reuses_the_blob_cache(env: Env, tmp_path: Path) -> None:
+    """A second docker-archive pull (to another file) takes every blob from the cache: only the
+    manifest crosses the link (counted by a proxy in front of the registry)."""
+    cache = {"GPUCLINIC_BLOB_CACHE": str(tmp_path / "cache")}
+    with TcpProxy("127.0.0.1", env.reg.port) as px:
+        args = [f"127.0.0.1:{px.port}/test/multi", "--platform", "linux/amd64", "--format", "docker-archive"]
+        first = _get(*args, "--json", "-o", str(tmp_path / "one.tar"), env=cache)
+        crossed_first = px.stats()["down"]
+        px.reset_stats()
+        second = _get(*args, "--json", "-o", str(tmp_path / "two.tar"), env=cache)
+        crossed_second = px.stats()["down"]
+        nocache = _get(*args, "--json", "-o", str(tmp_path / "three.tar"), env={"GPUCLINIC_BLOB_CACHE": ""})
+    for r in (first, second, nocache):
+        assert r.returncode == 0, r.stderr
+    one, two = json.loads(first.stdout), json.loads(second.stdout)
+    assert one["downloaded"] == one["size"] > 0
+    assert two["downloaded"] == 0 and two["reused"] == two["size"] == one["size"]
+    assert crossed_first - crossed_second >= one["size"]  # every blob byte stayed off the link
+    ins = subprocess.run(
+        [env.skopeo, "inspect", f"docker-archive:{tmp_path / 'two.tar'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ins.returncode == 0, ins.stderr
+    assert json.loads(nocache.stdout)["downloaded"] == one["size"]  # "" turns the cache off
+    assert not (tmp_path / "three.tar.blobs").exists()  # and the staging dir is removed
 
 
 def test_kill9_at_half_then_resume_downloads_little_twice(env: Env, tmp_path: Path) -> None:
