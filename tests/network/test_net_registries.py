@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,7 +199,7 @@ def test_plain_net_reports_registries_as_findings(registry: Registry, tmp_path: 
 def test_registry_checks_on_recorded_probes() -> None:
     """Rate limit, unreachable registry, unreadable config and a faster mirror, from probe records
     (a loopback docker-registry sends no ratelimit headers)."""
-    hub = {
+    hub: dict[str, Any] = {
         "id": "dockerhub",
         "url": "https://registry-1.docker.io",
         "host": "docker.io",
@@ -210,7 +211,7 @@ def test_registry_checks_on_recorded_probes() -> None:
         "n": 4,
         "ratelimit": {"ratelimit-remaining": "3;w=21600"},
     }
-    nvcr = {
+    nvcr: dict[str, Any] = {
         "id": "nvcr",
         "url": "https://nvcr.io",
         "host": "nvcr.io",
