@@ -152,24 +152,34 @@ class Runner:
     def _adapt(self, stop: threading.Event) -> None:
         """Settle the stream count on the transfer itself: the probe measured one stream; the total of
         the streams now running, read from their ssh masters' byte counters, says whether more
-        connections add up (a per-connection cap: grow) or share one limit (the link: shrink to 2)."""
+        connections add up (a per-connection cap: grow) or share one limit (the link).  A growth that
+        did not pay (a starved CPU makes one stream look capped) is taken back in the next round."""
         p, pr = self.plan, self.plan.probe
         assert pr is not None
         r = rules()["streams"]
         meter = StreamMeter(self.ssh, self.tmp, p.direction)
+        before: tuple[int, float] | None = None
         for _ in range(int(r["adapt_rounds"])):
             if stop.wait(float(r["adapt_warmup_s"])):
                 return
             a, ta = meter.sample(), time.monotonic()
             if stop.wait(float(r["adapt_window_s"])):
                 return
-            b, tb = meter.sample(), time.monotonic()
-            total = StreamMeter.rate(a, b, tb - ta)
+            total = StreamMeter.rate(a, meter.sample(), time.monotonic() - ta)
             if total is None:
                 p.stream_reason += "; no byte counters of the ssh connections here, so kept"
                 return
             n = self.target
             pr.multi_stream, pr.multi_n = total, n
+            if before and total < float(r["grow_keep_gain"]) * before[1]:
+                p.streams = before[0]
+                p.stream_reason = (
+                    f"{n} streams moved {_h(total)}/s, {before[0]} moved {_h(before[1])}/s: back to "
+                    f"{before[0]} (the link or the CPUs are the limit, not the connections)"
+                )
+                self.log(p.stream_reason)
+                self._grow(before[0])
+                return
             want, why = choose_streams(pr, self.opts.max_streams)
             if want < n:  # the connections are open already: fewer would only leave gaps, and a sample
                 want, why = n, f"{why}; kept the {n} open"  # taken while buffers fill is no reason to cut
@@ -181,6 +191,7 @@ class Runner:
             self._grow(want)
             if want <= n:
                 return
+            before = (n, total)
 
     def _delete(self) -> int:
         """``--delete``, after everything else arrived and checked out (as ``rsync --delete-after``)."""
