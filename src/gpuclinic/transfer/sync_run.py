@@ -93,6 +93,7 @@ class Runner:
         self.workers: list[threading.Thread] = []
         self.target = plan.streams  # workers numbered at or above this retire after their current task
         self.done = False
+        self.busy = 0  # workers inside a task
 
     def log(self, msg: str) -> None:
         if not self.opts.quiet:
@@ -152,13 +153,13 @@ class Runner:
     def _adapt(self, stop: threading.Event) -> None:
         """Settle the stream count on the transfer itself: the probe measured one stream; the total of
         the streams now running, read from their ssh masters' byte counters, says whether more
-        connections add up (a per-connection cap: grow) or share one limit (the link).  A growth that
-        did not pay (a starved CPU makes one stream look capped) is taken back in the next round."""
+        connections add up (a per-connection cap: grow) or share one limit (the link).  Never cut: the
+        counters are the sender's, and while socket buffers fill they read high, then settle; a cut on
+        such a sample would cost a capped path half its streams, a needless growth only CPU."""
         p, pr = self.plan, self.plan.probe
         assert pr is not None
         r = rules()["streams"]
         meter = StreamMeter(self.ssh, self.tmp, p.direction)
-        before: tuple[int, float] | None = None
         for _ in range(int(r["adapt_rounds"])):
             if stop.wait(float(r["adapt_warmup_s"])):
                 return
@@ -170,16 +171,9 @@ class Runner:
                 p.stream_reason += "; no byte counters of the ssh connections here, so kept"
                 return
             n = self.target
-            pr.multi_stream, pr.multi_n = total, n
-            if before and total < float(r["grow_keep_gain"]) * before[1]:
-                p.streams = before[0]
-                p.stream_reason = (
-                    f"{n} streams moved {_h(total)}/s, {before[0]} moved {_h(before[1])}/s: back to "
-                    f"{before[0]} (the link or the CPUs are the limit, not the connections)"
-                )
-                self.log(p.stream_reason)
-                self._grow(before[0])
+            if self.queue.qsize() + self.busy < n:  # streams ran out of work: the sample says nothing
                 return
+            pr.multi_stream, pr.multi_n = total, n
             want, why = choose_streams(pr, self.opts.max_streams)
             if want < n:  # the connections are open already: fewer would only leave gaps, and a sample
                 want, why = n, f"{why}; kept the {n} open"  # taken while buffers fill is no reason to cut
@@ -191,7 +185,6 @@ class Runner:
             self._grow(want)
             if want <= n:
                 return
-            before = (n, total)
 
     def _delete(self) -> int:
         """``--delete``, after everything else arrived and checked out (as ``rsync --delete-after``)."""
@@ -246,22 +239,30 @@ class Runner:
                 t = tasks.get_nowait()
             except queue.Empty:
                 return
-            err = ""
-            for attempt in range(5):
-                try:
-                    if t.kind == "rsync":
-                        self._rsync_task(t)
-                    else:
-                        self._range_task(t)
-                    err = ""
-                    break
-                except SyncError as e:
-                    err = str(e)
-                    self.log(f"retrying: {err}")
-                    time.sleep(min(8.0, 0.5 * 2**attempt))
-            if err:
+            with self.lock:
+                self.busy += 1
+            try:
+                self._run_task(t)
+            finally:
                 with self.lock:
-                    self.errors.append(err)
+                    self.busy -= 1
+
+    def _run_task(self, t: Task) -> None:
+        """One task, retried (a cut connection, a server that restarted); the error is kept for the end."""
+        err = ""
+        for attempt in range(5):
+            try:
+                if t.kind == "rsync":
+                    self._rsync_task(t)
+                else:
+                    self._range_task(t)
+                return
+            except SyncError as e:
+                err = str(e)
+                self.log(f"retrying: {err}")
+                time.sleep(min(8.0, 0.5 * 2**attempt))
+        with self.lock:
+            self.errors.append(err)
 
     # ------------------------------------------------------------------ many files: rsync
     def _endpoints(self) -> tuple[str, str]:
