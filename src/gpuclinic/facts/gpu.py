@@ -95,6 +95,7 @@ class GpuFacts:
     pcie_rx_kbps: float | None = None
     # nvlink
     nvlinks: list[NvLinkFacts] = field(default_factory=list)
+    nvlink_all_inactive: bool | None = None  # nvidia-smi nvlink: "all links are inActive"
     # modes
     persistence_mode: bool | None = None
     compute_mode: str | None = None

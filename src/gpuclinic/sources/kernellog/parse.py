@@ -103,6 +103,9 @@ class KernelLogParser:
         self._last_aer: KernelEvent | None = None
         self._last_xid_bus: str | None = None
         self._last_xid_countdown = 0
+        # SXid records: (switch, SXid) headers seen, and Severity/Data lines whose header is not (yet) seen
+        self._sxid_seen: set[tuple[str | None, int]] = set()
+        self._sxid_orphans: dict[tuple[str | None, int], KernelEvent] = {}
         self.nvidia_devices: set[str] = set()
         self.boot = 0  # how many reboots (uptime resets) were seen so far
         self._last_uptime: float | None = None
@@ -128,6 +131,8 @@ class KernelLogParser:
         self._flush_multi(out)
         self._flush_aer(out)
         self._flush_recv(out)
+        out.extend(self._sxid_orphans.values())
+        self._sxid_orphans.clear()
         return out
 
     # -- internals ------------------------------------------------------------------------------
@@ -317,9 +322,14 @@ class KernelLogParser:
         self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None
     ) -> KernelEvent | None:
         rest = m.group("rest").strip()
-        if re.match(r"^(?:Severity \d|Data \{|Data\s*0x)", rest):
-            return None  # continuation of the previous SXid record
-        detail: dict[str, Any] = {"sxid": int(m.group("sxid")), "text": rest}
+        key = (normalize_bus_id(m.group("bus")), int(m.group("sxid")))
+        continuation = bool(re.match(r"^(?:Severity \d|Data \{|Data\s*0x)", rest))
+        if continuation and key in self._sxid_seen:
+            return None  # a Severity/Data line of a record whose header was read
+        if not continuation:
+            self._sxid_seen.add(key)
+            self._sxid_orphans.pop(key, None)
+        detail: dict[str, Any] = {"sxid": key[1], "text": rest}
         low = rest.lower()
         if low.startswith("non-fatal") or low.startswith("nonfatal"):
             detail["fatal"] = False
@@ -331,9 +341,13 @@ class KernelLogParser:
         sw = _RE_NVSWITCH.search(msg)
         if sw:
             detail["nvswitch"] = int(sw.group(1))
-        return self._ev(
-            "sxid", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("bus")), detail=detail
-        )
+        ev = self._ev("sxid", line, msg, p, lineno, pci_bus_id=key[0], detail=detail)
+        if continuation:
+            # records of several switches interleave: the header may still come; if it never does, this
+            # line is the only trace of that SXid and flush() reports it
+            self._sxid_orphans.setdefault(key, ev)
+            return None
+        return ev
 
     def _nvrm(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:  # noqa: C901  (split pending, issue 14)
         m = _RE_UUID.search(msg)
