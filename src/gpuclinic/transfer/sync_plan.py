@@ -47,6 +47,7 @@ from gpuclinic.transfer.sync_probe import (
     choose_compression,
     choose_streams,
     diagnose_ssh,
+    open_master,
     probe_link,
     quick_probe,
     rules,
@@ -258,12 +259,18 @@ def _plan(
     states = _big_states(ssh, plan, [e for e in entries if e.kind == "f" and e.size >= big_min], listing)
     if opts.delete:
         plan.deletes = _deletes(ssh, plan, listing)
+    spare = None
+    if opts.probe and not os.path.exists(listing):  # nothing to read remotely: open it for stream 1
+        spare = threading.Thread(target=open_master, args=(ssh, listing), daemon=True)
+        spare.start()
     if opts.probe:
         pt.join()
         st.join()
         if failed:
             raise failed[0]
         plan.probe = probed[0]
+        if spare is not None:
+            plan.openers[listing] = spare
         plan.probe.compress_speed, plan.probe.compress_ratio = sample[0] if sample else (0.0, 1.0)
     _choose(plan, opts, n0)
     _make_tasks(plan, states)
