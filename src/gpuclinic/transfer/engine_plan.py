@@ -63,8 +63,7 @@ class _Planner(_EngineCore):
 
     def _open_next(self) -> _Segment | None:
         """1) Open a file nobody is opening (the first request doubles as the probe)."""
-        while self._new_idx < len(self.jobs) and self.jobs[self._new_idx].state != "new":
-            self._new_idx += 1
+        self._skip_started()
         for j in self.jobs[self._new_idx : self._new_idx + 1]:
             if j.state == "new":
                 self._new_idx += 1

@@ -87,14 +87,18 @@ class _EngineCore:
         self._emit("failed", job)
 
     def _all_finished(self) -> bool:
-        self._live = [j for j in self._live if j.state not in ("done", "failed")]
-        while self._new_idx < len(self.jobs) and self.jobs[self._new_idx].state != "new":
-            self._new_idx += 1
-        return not self._live and self._new_idx >= len(self.jobs)
+        live = self._live_jobs()
+        return self._skip_started() >= len(self.jobs) and not live
 
     def _live_jobs(self) -> list[_Job]:
         self._live = [j for j in self._live if j.state not in ("done", "failed")]
         return self._live
+
+    def _skip_started(self) -> int:
+        """Move past jobs that left "new" (they leave in order); returns the first one still new."""
+        while self._new_idx < len(self.jobs) and self.jobs[self._new_idx].state != "new":
+            self._new_idx += 1
+        return self._new_idx
 
     # ------------------------------------------------------------------ verification
     def _hash_ahead(self, job: _Job, *, block: bool) -> None:
