@@ -31,6 +31,7 @@ from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import dcgm_dmon, signals
 from gpuclinic.sources.kernellog import is_kernel_line, parse_numbered
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
+from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
 from gpuclinic.sources.merge import apply_dump
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
@@ -234,6 +235,7 @@ def read_lines(  # noqa: C901  (split pending, issue 14)
             else ln
             for ln in lines
         ]
+    lines = unfold_journal(lines)  # journal json-pretty/export/verbose and byte-array MESSAGE records
     joined = low = None
     if len(lines) >= 2000:  # one join and one lower-casing, shared by the classifier and the signatures
         joined = "\n".join(lines)
