@@ -17,6 +17,8 @@ REPORT_SCHEMA = "gpuclinic.report/2"
 
 @dataclass
 class GpuVerdict:
+    """One GPU's verdict and the codes behind it (the per-GPU table and JSON ``gpus``)."""
+
     ref: GpuRef
     name: str | None
     verdict: Verdict

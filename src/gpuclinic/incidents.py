@@ -23,6 +23,8 @@ CORRELATION_FILE = "correlation.json"
 
 @dataclass(frozen=True)
 class Rule:
+    """A correlation rule from knowledge: a cause code, the symptoms it explains and how they relate."""
+
     cause: str
     explains: tuple[str, ...]
     match: str = "same_gpu"

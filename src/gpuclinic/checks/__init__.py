@@ -13,7 +13,7 @@ rules on the newest sample.  :func:`run_checks` runs everything and turns a chec
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -29,6 +29,8 @@ class CheckSkipped(Exception):
 
 @dataclass(frozen=True)
 class Check:
+    """A registered check: its function, the codes it may emit and what it checks (for skip lines)."""
+
     name: str
     fn: CheckFn
     codes: tuple[str, ...]
@@ -62,11 +64,25 @@ def load_all() -> dict[str, Check]:
     """Import every check module once, so their ``@check`` decorators run."""
     global _loaded
     if not _loaded:
-        for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            if not mod.name.startswith("_"):
-                importlib.import_module(f"{__name__}.{mod.name}")
+        for name in _module_names(__path__[0]):
+            importlib.import_module(f"{__name__}.{name}")
         _loaded = True
     return dict(_REGISTRY)
+
+
+def _module_names(directory: str) -> list[str]:
+    """The check modules in ``directory``, sorted: ``*.py`` files and packages not starting with ``_``.
+
+    A directory listing rather than ``pkgutil.iter_modules``, whose import costs every doctor run ~1 ms.
+    """
+    out = set()
+    for entry in os.listdir(directory):
+        stem, ext = os.path.splitext(entry)
+        if entry.startswith("_") or not stem.isidentifier():
+            continue
+        if ext == ".py" or not ext and os.path.isfile(os.path.join(directory, entry, "__init__.py")):
+            out.add(stem)
+    return sorted(out)
 
 
 def run_checks(snap: Snapshot, *, only: Iterable[str] | None = None) -> tuple[list[Finding], list[Skipped]]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class NvLinkFacts:
+    """One NVLink of a GPU: state, version, the peer it reaches and its error counters."""
+
     link: int
     active: bool | None = None
     version: int | None = None
@@ -24,6 +26,8 @@ class NvLinkFacts:
 
 @dataclass
 class GpuProcess:
+    """A process holding GPU memory (who is using the GPU a finding is about)."""
+
     pid: int
     name: str | None = None
     used_memory_bytes: int | None = None
@@ -32,6 +36,8 @@ class GpuProcess:
 
 @dataclass
 class GpuFacts:
+    """Everything read about one GPU; every metric optional (None: the source could not read it)."""
+
     index: int
     name: str | None = None
     uuid: str | None = None

@@ -8,6 +8,8 @@ from typing import Any
 
 @dataclass
 class HostFacts:
+    """The host around the GPUs: CPU and memory pressure, NUMA placement, limits that starve jobs."""
+
     cpu_count: int | None = None  # logical CPUs online
     cpus_allowed: list[int] = field(default_factory=list)  # this process's CPU affinity
     window_s: float | None = None  # length of the measurement window (None: not measured)

@@ -36,6 +36,8 @@ class Framework:
 
 @dataclass
 class SoftwareFacts:
+    """Driver, CUDA and framework versions: what the compatibility checks compare."""
+
     driver_version: str | None = None  # from NVML or /proc/driver/nvidia/version
     # Verbatim nvidia-smi error statements seen (live or in evidence), e.g. "Failed to initialize NVML:
     # Driver/library version mismatch", "NVIDIA-SMI has failed because it couldn't communicate with the
@@ -78,6 +80,8 @@ class SoftwareFacts:
 
 @dataclass
 class ContainerFacts:
+    """Whether we run in a container, which runtime, and what it exposes (GPU devices, env, limits)."""
+
     in_container: bool | None = None
     runtime: str | None = None  # docker | podman | containerd | kubernetes | lxc | unknown
     kubernetes: bool = False

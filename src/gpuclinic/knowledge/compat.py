@@ -352,6 +352,8 @@ def variant_of(cuda: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class TorchBuild:
+    """A torch version string split into its version and the CUDA it was built for."""
+
     version: str  # "2.4.1"
     minor: str  # "2.4"
     variant: str | None  # "cu121" (None: CPU/ROCm/unknown)
@@ -399,6 +401,8 @@ def pip_command(torch_version: str, variant: str) -> str:
 
 @dataclass
 class TorchSuggestion:
+    """A torch build variant that would run here and the command that installs it."""
+
     variant: str
     command: str
     driver_mode: str  # full | minor_version

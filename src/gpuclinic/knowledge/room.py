@@ -18,6 +18,8 @@ THRESHOLDS_FILE = "room_thresholds.json"
 
 @dataclass(frozen=True)
 class EventClass:
+    """A kind of BMC event (SEL line): the pattern that recognises it and its severity."""
+
     kind: str
     pattern: re.Pattern[str]
     severity: str  # warning | critical

@@ -26,6 +26,8 @@ _DIR = os.path.join(os.path.dirname(__file__), "data", "runbooks")
 
 @dataclass(frozen=True)
 class Step:
+    """One runbook step: what to do, the commands, who acts and the safety check first."""
+
     do: str
     run: tuple[str, ...] = ()
     who: str = "you"
@@ -35,6 +37,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Runbook:
+    """A procedure for one root cause: its steps, the evidence to attach and how to verify."""
+
     id: str
     title: str
     who: str

@@ -220,15 +220,16 @@ def load_scenario(name: str) -> Snapshot:
     events = [_make(KernelEvent, x) for x in d.pop("kernel_events")]
     facts = {}
     if d.get("software") or d.get("host") or d.get("container") or d.get("room"):
-        from gpuclinic.facts.room import RoomFacts
         from gpuclinic.facts.serial import from_jsonable  # small nested facts: the generic decoder is fine
 
-        for key, cls in (
-            ("software", SoftwareFacts),
-            ("container", ContainerFacts),
-            ("host", HostFacts),
-            ("room", RoomFacts),
-        ):
+        kinds: list[tuple[str, type]] = [
+            ("software", SoftwareFacts), ("container", ContainerFacts), ("host", HostFacts)
+        ]
+        if d.get("room") is not None:  # the room facts module loads only for a scenario that has them
+            from gpuclinic.facts.room import RoomFacts
+
+            kinds.append(("room", RoomFacts))
+        for key, cls in kinds:
             if d.get(key) is not None:
                 facts[key] = from_jsonable(cls, d.pop(key))
     return Snapshot(**d, **facts, gpus=gpus, pci_devices=pci, kernel_events=events)
