@@ -8,8 +8,9 @@ remedy a person can follow and free-form ``data`` for machines.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Any
+
+from gpuclinic.record import field, record
 
 
 class Severity(enum.IntEnum):
@@ -68,7 +69,7 @@ class Verdict(str, enum.Enum):
         return {Verdict.HEALTHY: 0, Verdict.WARNING: 1, Verdict.DRAIN: 2}[self]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuRef:
     """Which GPU a finding concerns; any field may be unknown (e.g. a log line names only a bus id)."""
 
@@ -89,7 +90,7 @@ class GpuRef:
         return {"index": self.index, "pci_bus_id": self.pci_bus_id, "uuid": self.uuid}
 
 
-@dataclass
+@record
 class Finding:
     """One diagnosed problem (or notable fact) with its evidence and what to do about it."""
 
@@ -139,7 +140,7 @@ class Finding:
         )
 
 
-@dataclass
+@record
 class Incident:
     """One root cause and the symptoms it explains: what a person acts on.
 
@@ -190,7 +191,7 @@ class Incident:
         )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Skipped:
     """Something that could not be checked, and why ("could not check X: why")."""
 

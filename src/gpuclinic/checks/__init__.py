@@ -15,10 +15,10 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.model import Finding, Skipped
+from gpuclinic.record import record
 
 CheckFn = Callable[[Snapshot], Iterable[Finding]]
 
@@ -27,7 +27,7 @@ class CheckSkipped(Exception):
     """Raised by a check that lacks the facts it needs; the message says why."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Check:
     """A registered check: its function, the codes it may emit and what it checks (for skip lines)."""
 
@@ -103,7 +103,7 @@ def run_checks(snap: Snapshot, *, only: Iterable[str] | None = None) -> tuple[li
     return findings, skipped
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Window:
     """What a stream command has seen: samples oldest first (each a Snapshot) over ``span_s`` seconds."""
 
@@ -115,7 +115,7 @@ class Window:
         return self.samples[-1]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Detector:
     """One failure class: its codes (from the knowledge) and the checks that emit them."""
 

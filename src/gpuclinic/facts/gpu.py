@@ -6,10 +6,10 @@ Every field is optional: a value that could not be read stays ``None`` and the r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from gpuclinic.record import field, record
 
 
-@dataclass
+@record
 class NvLinkFacts:
     """One NVLink of a GPU: state, version, the peer it reaches and its error counters."""
 
@@ -24,7 +24,7 @@ class NvLinkFacts:
     ecc_errors: int | None = None
 
 
-@dataclass
+@record
 class GpuProcess:
     """A process holding GPU memory (who is using the GPU a finding is about)."""
 
@@ -34,7 +34,7 @@ class GpuProcess:
     kind: str = "compute"  # compute | graphics
 
 
-@dataclass
+@record
 class GpuFacts:
     """Everything read about one GPU; every metric optional (None: the source could not read it)."""
 
@@ -126,7 +126,7 @@ class GpuFacts:
         return False
 
 
-@dataclass
+@record
 class PciDevice:
     """An NVIDIA PCI function seen in sysfs (or lspci), independent of the driver."""
 

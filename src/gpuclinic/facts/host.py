@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic.record import field, record
 
-@dataclass
+
+@record
 class HostFacts:
     """The host around the GPUs: CPU and memory pressure, NUMA placement, limits that starve jobs."""
 

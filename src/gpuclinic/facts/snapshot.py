@@ -6,10 +6,10 @@ Checks are pure functions of a snapshot, so the same checks run on a live server
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuclinic.model import Skipped
+from gpuclinic.record import field, record
 
 if TYPE_CHECKING:  # imported by _resolve_fact_types when a snapshot is decoded (see there)
     from gpuclinic.facts.evidence import InputRecord, Signal
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # imported by _resolve_fact_types when a snapshot is decoded 
 SNAPSHOT_SCHEMA = "gpuclinic.snapshot/1"
 
 
-@dataclass
+@record
 class Snapshot:
     """All facts about one machine at one moment; the only input of the checks."""
 
