@@ -150,3 +150,21 @@ def test_record_refuses_what_it_does_not_implement() -> None:
         @record
         class WithInitFalse:
             x: int = dataclasses.field(default=0, init=False)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=[c.__qualname__ for c in CLASSES])
+def test_serial_type_hints_are_typings(cls: type[Any]) -> None:
+    """facts/serial.py evaluates record annotations itself (each text compiled once): same result."""
+    import typing
+
+    from gpuclinic.facts import serial, snapshot
+
+    snapshot._resolve_fact_types()  # the names Snapshot's annotations use, as from_dict binds them
+    serial._HINTS.pop(cls, None)
+    try:
+        want = typing.get_type_hints(cls)
+    except NameError:
+        with pytest.raises(NameError):
+            serial._hints(cls)
+        return
+    assert serial._hints(cls) == want
