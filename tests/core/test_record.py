@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import pickle
 import pkgutil
 from typing import Any
 
@@ -83,7 +84,7 @@ def test_record_behaves_as_its_dataclass_twin(cls: type[Any]) -> None:
         assert a != cls(**_values(cls, 1))
     assert a.__eq__(t) is NotImplemented and a != t
     assert dataclasses.asdict(a) == dataclasses.asdict(t)
-    assert copy.deepcopy(a) == a
+    assert copy.deepcopy(a) == a and pickle.loads(pickle.dumps(a)) == a
     assert cls.__match_args__ == twin.__match_args__
     if _frozen(cls):
         assert hash(a) == hash(t)
