@@ -23,6 +23,14 @@ class GpuVerdict:
     name: str | None
     verdict: Verdict
     codes: list[str] = field(default_factory=list)
+    readings: bool = True  # False: nothing was read from it, so HEALTHY would be a guess
+
+    @property
+    def label(self) -> str:
+        """The verdict as shown: ``unknown`` for a GPU nothing was read from and nothing found about."""
+        if not self.readings and self.verdict == Verdict.HEALTHY:
+            return "unknown"
+        return self.verdict.value
 
 
 @record
@@ -68,7 +76,8 @@ class Report:
                 {
                     **gv.ref.to_dict(),
                     "name": gv.name,
-                    "verdict": gv.verdict.value,
+                    "verdict": gv.label,
+                    "readings": gv.readings,
                     "findings": gv.codes,
                 }
                 for gv in self.gpu_verdicts
@@ -116,7 +125,13 @@ def build_report(
         mine = [f for f in findings if f.gpu is not None and _same_gpu(f.gpu, ref)]
         sev = max((f.severity for f in mine), default=None)
         gvs.append(
-            GpuVerdict(ref=ref, name=g.name, verdict=Verdict.from_severity(sev), codes=[f.code for f in mine])
+            GpuVerdict(
+                ref=ref,
+                name=g.name,
+                verdict=Verdict.from_severity(sev),
+                codes=[f.code for f in mine],
+                readings=g.has_readings,
+            )
         )
         if g.pci_bus_id:
             seen.add(normalize_bus_id(g.pci_bus_id))

@@ -8,6 +8,7 @@ remedy a person can follow and free-form ``data`` for machines.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Any
 
 from gpuclinic.record import field, record
@@ -90,6 +91,11 @@ class GpuRef:
         return {"index": self.index, "pci_bus_id": self.pci_bus_id, "uuid": self.uuid}
 
 
+def dedupe(lines: Iterable[str]) -> list[str]:
+    """Each evidence line once, in the order first seen."""
+    return list(dict.fromkeys(lines))
+
+
 @record
 class Finding:
     """One diagnosed problem (or notable fact) with its evidence and what to do about it."""
@@ -104,6 +110,10 @@ class Finding:
     data: dict[str, Any] = field(default_factory=dict)
     source: str | None = None
     incident: str | None = None  # id of the incident this finding belongs to (set by diagnose)
+
+    def __post_init__(self) -> None:
+        # the same log line reached through two paths (two inputs, a repeated unstamped line) is one fact
+        self.evidence = dedupe(self.evidence)
 
     def sort_key(self) -> tuple[int, int, int, str]:
         gi = self.gpu.index if self.gpu and self.gpu.index is not None else -1
@@ -159,6 +169,9 @@ class Incident:
     evidence: list[str] = field(default_factory=list)
     runbook: str = ""
     first_step: str = ""
+
+    def __post_init__(self) -> None:
+        self.evidence = dedupe(self.evidence)
 
     def to_dict(self) -> dict[str, Any]:
         return {

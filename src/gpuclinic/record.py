@@ -10,8 +10,9 @@ walk the field list when called, and becomes a real dataclass (``__dataclass_fie
 asks for that.  The type checker sees ``dataclasses.dataclass`` and ``dataclasses.field``.
 tests/core/test_record.py checks every record class against its dataclass twin.
 
-Supported: plain and ``frozen=True`` classes of fields with defaults and default factories, and
-no dataclass bases; anything else is refused when the class is defined.  :func:`fields_of` gives
+Supported: plain and ``frozen=True`` classes of fields with defaults and default factories, a
+``__post_init__`` without arguments, no dataclass bases; anything else is refused when the class is
+defined.  :func:`fields_of` gives
 the field list without importing ``dataclasses`` (serialisation uses it).
 """
 
@@ -96,8 +97,8 @@ def _plan(cls: type[Any]) -> tuple[RecordField, ...]:
 def _install(cls: type[Any], frozen: bool) -> type[Any]:
     clash = {"__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__"} & set(cls.__dict__)
     based = any(hasattr(b, "__dataclass_fields__") for b in cls.__mro__[1:])
-    if clash or based or hasattr(cls, "__post_init__"):
-        raise TypeError(f"@record {cls.__qualname__}: own {sorted(clash)}, __post_init__ or a dataclass base")
+    if clash or based:
+        raise TypeError(f"@record {cls.__qualname__}: own {sorted(clash)} or dataclass base: use @dataclass")
     plan = _plan(cls)
     for name, _, kind, default in plan:  # the class keeps plain defaults, as a dataclass does
         if kind == _VALUE:
@@ -109,7 +110,7 @@ def _install(cls: type[Any], frozen: bool) -> type[Any]:
         "__record_fields__": plan,
         "__record_frozen__": frozen,
         "__match_args__": names,
-        "__init__": _init_fn(cls, plan),
+        "__init__": _init_fn(cls, plan, post_init=hasattr(cls, "__post_init__")),
         "__repr__": _repr_fn(names),
         "__eq__": _eq_fn(names),
         "__hash__": _hash_fn(names) if frozen else None,  # eq without frozen: unhashable, as dataclass
@@ -144,9 +145,10 @@ class _AsDataclass:
         return cls.__dict__[self.attr]
 
 
-def _init_fn(cls: type[Any], plan: tuple[RecordField, ...]) -> Any:
+def _init_fn(cls: type[Any], plan: tuple[RecordField, ...], *, post_init: bool) -> Any:
     """``__init__`` taking the fields in order, by position or name; values go straight into the
-    instance dict (what the generated code does for these plain-attribute classes, frozen or not)."""
+    instance dict (what the generated code does for these plain-attribute classes, frozen or not);
+    then ``__post_init__()`` if the class has one, as dataclasses does."""
     order = tuple(p[0] for p in plan)
     steps = tuple((p[0], p[2], p[3]) for p in plan)
     where = f"{cls.__qualname__}.__init__()"
@@ -171,6 +173,8 @@ def _init_fn(cls: type[Any], plan: tuple[RecordField, ...]) -> Any:
                 raise TypeError(f"{where} missing required argument: {name!r}")
         if kwargs:
             raise TypeError(f"{where} got an unexpected keyword argument {next(iter(kwargs))!r}")
+        if post_init:
+            self.__post_init__()
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
     return __init__

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from gpuclinic.diagnose import build_report
 from gpuclinic.facts.gpu import GpuFacts, NvLinkFacts
@@ -122,3 +123,32 @@ def test_same_code_same_gpu_merges_evidence() -> None:
     assert top.severity is Severity.CRITICAL and top.title == "from kernel log"
     assert top.evidence == ["pcieport ... AER: Corrected", "aer_dev_correctable RxErr = 40"]
     assert top.data["sysfs"] == 40 and top.data["merged_from"] == ["from sysfs"]
+
+
+def test_finding_and_incident_evidence_hold_each_line_once_in_order() -> None:
+    from gpuclinic.model import Incident
+
+    f = Finding(code="x", severity=Severity.WARNING, family=Family.GPU_FAULT, title="t",
+                evidence=["b", "a", "b", "c", "a"])
+    assert f.evidence == ["b", "a", "c"]
+    assert Finding.from_dict(f.to_dict() | {"evidence": ["z", "z"]}).evidence == ["z"]
+    i = Incident(id="x@node", code="x", severity=Severity.WARNING, family=Family.GPU_FAULT, title="t",
+                 evidence=["k", "k", "j"])
+    assert i.evidence == ["k", "j"]
+
+
+def test_lost_gpu_with_a_repeated_unstamped_xid_line_shows_it_once(tmp_path: Path) -> None:
+    """An nvidia-smi 'GPU is lost' dump with a kernel log pasted from two places (the same unstamped
+    Xid 79 line twice): gpu.missing listed that line twice (checks/_hw.kernel_lines)."""
+    from gpuclinic.diagnose import diagnose
+    from gpuclinic.sources.evidence import load_evidence
+
+    xid = "NVRM: Xid (PCI:0000:02:00): 79, pid=1234, GPU has fallen off the bus."
+    log = tmp_path / "kern.log"
+    log.write_text(f"{xid}\nNVRM: GPU 0000:02:00.0: GPU has fallen off the bus.\n{xid}\n")
+    smi = Path(__file__).resolve().parents[1] / "fixtures" / "evidence" / "table-handle-gpu-lost.txt"
+    report = diagnose(load_evidence([str(smi), str(log)]))
+    missing = next(f for f in report.findings if f.code == "gpu.missing")
+    assert missing.evidence.count(f"kernel: {xid}") == 1
+    for f in report.findings:
+        assert len(f.evidence) == len(set(f.evidence)), f.code

@@ -87,3 +87,22 @@ def test_lspci_nn_listing_enumerates_nvidia_devices() -> None:
     assert snap.pci_read and len(snap.pci_devices) == 14
     # with no nvidia-smi output, the GPUs lspci lists are the GPUs seen (issue 10: "0 GPUs seen" was wrong)
     assert [g.pci_bus_id for g in snap.gpus] == [d.bus_id for d in devs if d.is_gpu]
+
+
+def test_gpus_without_readings_are_not_called_healthy() -> None:
+    """The excerpt's nvidia-smi says 8 GPUs but shows one: the other seven were never read, so nothing
+    says they are healthy (JSON ``unknown``, terminal and markdown ``no readings``)."""
+    from gpuclinic.diagnose import diagnose
+    from gpuclinic.render.markdown import render_markdown
+    from gpuclinic.render.terminal import gpu_rows
+
+    report = diagnose(load_evidence([str(FX / "nvidia-bug-report-excerpt.log.gz")]))
+    gpus = {g["index"]: g for g in report.to_dict()["gpus"]}
+    assert gpus[0]["verdict"] == "warning" and gpus[0]["readings"] is True
+    for i in range(1, 8):
+        assert (gpus[i]["verdict"], gpus[i]["readings"]) == ("unknown", False)
+    rows = {r[0]: r[-1] for r in gpu_rows(report)}
+    assert rows["0"] == "warning" and rows["?"] == "drain"
+    assert [rows[str(i)] for i in range(1, 8)] == ["no readings"] * 7
+    md = render_markdown(report)
+    assert "healthy" not in md and md.count("| no readings |") == 7

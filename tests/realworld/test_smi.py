@@ -276,6 +276,18 @@ def test_nvlink_joins_the_table_gpu_by_index(tmp_path: Path) -> None:
     assert [(link.link, link.active) for link in g1.nvlinks] == [(0, True), (1, False)]
 
 
+def test_nvlink_all_inactive_is_a_fault_only_on_an_nvlink_part() -> None:
+    """`all links are inActive` drains an SXM part (B200, H100 SXM) but not a PCIe card without a bridge."""
+    line = "NVML: Unable to retrieve NVLink information as all links are inActive\n"
+    sxm = snapshot_from_text("GPU 2: NVIDIA B200 (UUID: GPU-xxx)\n" + line, "b200")
+    assert sxm.gpus[0].nvlink_all_inactive is True
+    (f,) = [f for f in diagnose(sxm).findings if f.code == "nvlink.error"]
+    assert f.severity == Severity.CRITICAL and "all NVLink links are inactive" in f.title
+    pcie = snapshot_from_text("GPU 0: NVIDIA GeForce RTX 3090 (UUID: GPU-x)\n" + line, "3090")
+    assert pcie.gpus[0].nvlink_all_inactive is True
+    assert not [f for f in diagnose(pcie).findings if f.code == "nvlink.error"]
+
+
 def test_nvlink_error_counters_join_status() -> None:
     s = snapshot_from_text((SMI / "nvlink_s_inactive_v100_azhpc_73.txt").read_text(), "s")
     from gpuclinic.sources.evidence import add_text

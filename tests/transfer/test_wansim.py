@@ -123,3 +123,22 @@ def test_parse_helpers() -> None:
     assert _parse_range("bytes=5-100", 10) == (5, 9)
     assert _parse_range("bytes=10-", 10) == (None, None)
     assert _parse_range("items=0-1", 10) == (None, None)
+
+
+def test_a_paced_body_stops_when_the_client_hangs_up() -> None:
+    """Issue 14: a block that comes due after the client closed is neither sent nor counted as served
+    (it was counted, one block per connection, which bench/resume_kill9 reported as lost bytes)."""
+    data, _ = blob(4 * MiB, 41)
+    with WanSim(Knobs(rate_per_conn=MiB)) as s:
+        url = s.add_file("f.bin", data)
+        got = 0
+        with httpx.Client() as c, c.stream("GET", url) as r:
+            for chunk in r.iter_raw():
+                got += len(chunk)
+                if got >= 256 * 1024:
+                    break
+        time.sleep(0.3)  # ~40 more 8 KiB blocks would have come due at 1 MiB/s
+        served, late = s.served("f.bin"), s.stats.after_close
+        time.sleep(0.1)
+        assert got <= served <= got + 64 * 1024, (got, served)
+        assert s.served("f.bin") == served and 0 < late <= 8 * 1024

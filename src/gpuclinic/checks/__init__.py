@@ -5,8 +5,8 @@ A detector (``gpu_presence``, ``hbm``, ``heat``, ``pcie``...; the classes are na
 small pure function from a :class:`Snapshot` to findings, registered with :func:`check`; every code
 it declares must be in the knowledge, which holds its one severity rule, family and runbook.
 :meth:`Detector.evaluate` runs on one snapshot (doctor, ``doctor --from``, explain, the run
-pre-flight); :meth:`Detector.observe` runs on a window of samples (watch, run) and reuses the same
-rules on the newest sample.  :func:`run_checks` runs everything and turns a check that cannot decide
+pre-flight); :meth:`Detector.observe` runs the same rules on every sample of a window (watch, run) and
+keeps a fault seen in any of them.  :func:`run_checks` runs everything and turns a check that cannot decide
 (:class:`CheckSkipped`) or that breaks into a "could not check" line instead of a crash.
 """
 
@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterable
 
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.model import Finding, Skipped
+from gpuclinic.model import Finding, Severity, Skipped
 from gpuclinic.record import record
 
 CheckFn = Callable[[Snapshot], Iterable[Finding]]
@@ -128,8 +128,42 @@ class Detector:
         return run_checks(snap, only=[c.name for c in self.checks])
 
     def observe(self, window: Window) -> tuple[list[Finding], list[Skipped]]:
-        """Streaming: the same rules on the newest sample (onset and counters live in watch/rules.py)."""
-        return self.evaluate(window.latest)
+        """Streaming: the same rules on every sample of the window, so a fault that came and went inside
+        it (a power brake that released, a GPU briefly in thermal slowdown) is not lost because the newest
+        sample looks fine.  One finding per code and GPU: its newest occurrence, with
+        ``data["window"]`` saying in how many samples it was seen and whether the newest is one.  A
+        warning or worse seen earlier stays relevant for the whole window; an earlier INFO note does not.
+        What cannot be checked is judged on the newest sample.  (Onset and counters: watch/rules.py.)"""
+        n = len(window.samples)
+        seen: dict[tuple[str, object], tuple[Finding, int, int, int]] = {}
+        skipped: list[Skipped] = []
+        for i, snap in enumerate(window.samples):
+            found, sk = self.evaluate(snap)
+            if i == n - 1:
+                skipped = sk
+            for f in found:
+                key = (f.code, (f.gpu.index, f.gpu.pci_bus_id, f.gpu.uuid) if f.gpu else None)
+                first = seen[key][1] if key in seen else i
+                count = seen[key][3] + 1 if key in seen else 1
+                seen[key] = (f, first, i, count)
+        out = []
+        for f, first, last, count in seen.values():
+            newest = last == n - 1
+            if not newest and f.severity == Severity.INFO:
+                continue
+            f.data = {**f.data, "window": {
+                "samples": count, "of": n, "in_newest": newest,
+                "first_seen": window.samples[first].taken_at, "last_seen": window.samples[last].taken_at,
+            }}
+            if not newest:
+                when = window.samples[last].taken_at
+                f.evidence = [
+                    *f.evidence,
+                    f"seen in {count} of {n} samples" + (f" (last at {when})" if when else "")
+                    + ", not in the newest",
+                ]
+            out.append(f)
+        return out, skipped
 
 
 def detectors() -> dict[str, Detector]:

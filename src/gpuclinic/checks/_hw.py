@@ -69,8 +69,9 @@ def kernel_lines(snap: Snapshot, bus_id: str | None, kinds: Iterable[str], limit
     for e in snap.kernel_events:
         if e.kind == "xid" and only is not None and e.xid not in only:
             continue
-        if e.kind in want and e.pci_bus_id and normalize_bus_id(e.pci_bus_id) == key:
-            out.append(f"kernel: {e.line.strip()}")
+        line = f"kernel: {e.line.strip()}"
+        if e.kind in want and e.pci_bus_id and normalize_bus_id(e.pci_bus_id) == key and line not in out:
+            out.append(line)
             if len(out) >= limit:
                 break
     return out

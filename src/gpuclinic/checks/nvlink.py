@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gpuclinic.accept.specs import match_spec
 from gpuclinic.checks import check
 from gpuclinic.checks._hw import THRESHOLDS_SOURCE, kernel_lines, personalize, readable, ref, threshold
 from gpuclinic.checks._kernel import (
@@ -34,16 +35,16 @@ _REMEDY = (
 
 @check("nvlink.error", codes=["nvlink.error"], what="NVLink state and error counters")
 def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
+    out = list(_all_inactive(snap))
     gpus = [g for g in readable(snap) if g.nvlinks]
     if not gpus:
-        return []
+        return out
     max_active = max(sum(1 for link in g.nvlinks if link.active) for g in gpus)
     crc_warn, rep_warn, rec_warn = (
         threshold("nvlink_crc_warn"),
         threshold("nvlink_replay_warn"),
         threshold("nvlink_recovery_warn"),
     )
-    out = []
     for g in gpus:
         if g.mig_mode_current:
             continue  # DCGM ignores link state in MIG mode; links are reconfigured
@@ -99,6 +100,40 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
             )
         )
     return personalize(out)
+
+
+def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
+    """Every NVLink of a GPU down: ``all links are inActive`` (nvidia-smi) on a part whose spec has
+    NVLink (SXM/HGX, GB200), or every link ``D`` in ``dcgmi nvlink --link-status`` (DCGM lists only links
+    that exist; a missing one is ``_``).
+
+    A PCIe card prints the nvidia-smi line when it has no NVLink bridge, so there only a part that
+    always has NVLink (``nvlink_total_gbs`` in gpu_specs.json, form factor not PCIe) is judged."""
+    for g in readable(snap):
+        if not g.nvlink_all_inactive:
+            continue
+        spec = match_spec(g.name)
+        form = str(spec.row.get("form_factor", "")) if spec else ""
+        listed = bool(g.nvlinks) and all(link.active is False for link in g.nvlinks)
+        nvlink_part = bool(spec and spec.row.get("nvlink_total_gbs")) and "pcie" not in form.lower()
+        if not (listed or nvlink_part):
+            continue
+        yield Finding(
+            code="nvlink.error",
+            severity=severity("nvlink.error"),
+            family=Family.GPU_FAULT,
+            title=f"GPU {g.index}{f' ({g.name})' if g.name else ''}: all NVLink links are inactive",
+            evidence=[
+                f"dcgmi nvlink --link-status: links {', '.join(str(x.link) for x in g.nvlinks)} down"
+                if listed
+                else "nvidia-smi nvlink: Unable to retrieve NVLink information as all links are inActive",
+            ]
+            + ([f"{spec.sku}: {spec.row.get('nvlink_total_gbs')} GB/s of NVLink ({form})"] if spec else []),
+            remedy=_REMEDY,
+            gpu=ref(g),
+            source="nvml",
+            data={"all_inactive": True, "sku": spec.sku if spec else None},
+        )
 
 
 # --------------------------------------------------------------------------------------------------

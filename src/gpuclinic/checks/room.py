@@ -438,7 +438,8 @@ def _sane_thresholds(s: R.RoomSensor) -> dict[str, float]:
 _FAMILY = {"pcie_fatal": Family.PCIE_POWER, "pcie_degraded": Family.PCIE_POWER,
            "memory_uncorrectable": Family.HOST,
            "memory_correctable": Family.HOST, "cpu_ierr": Family.HOST, "sel_full": Family.HOST,
-           "thermal_trip": Family.HEAT, "temperature_critical": Family.HEAT, "fan_critical": Family.HEAT}
+           "thermal_trip": Family.HEAT, "temperature_critical": Family.HEAT,
+           "temperature_warning": Family.HEAT, "fan_critical": Family.HEAT}
 
 
 def _when(s: str | None) -> dt.datetime | None:

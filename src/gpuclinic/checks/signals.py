@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from gpuclinic.checks import check
 from gpuclinic.checks._kernel import gpu_ref
-from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.model import Family, Finding, Severity
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 if TYPE_CHECKING:  # annotations only
     from gpuclinic.facts.evidence import Signal
@@ -38,10 +38,11 @@ MAX_EVIDENCE = 4
     what="fault signatures in the evidence",
 )
 def signals(snap: Snapshot) -> Iterable[Finding]:
-    groups: dict[tuple[str, str | None], list[Signal]] = {}
+    groups: dict[tuple[str, str | None, int | None], list[Signal]] = {}
     for s in snap.signals:
-        groups.setdefault((s.code, s.pci_bus_id), []).append(s)
-    for (code, bus), sigs in groups.items():
+        idx = s.data.get("gpu_index")
+        groups.setdefault((s.code, s.pci_bus_id, idx if isinstance(idx, int) else None), []).append(s)
+    for (code, bus, idx), sigs in groups.items():
         first = sigs[0]
         ev = [f"{s.input}:{s.lineno}: {s.line}" if s.lineno else s.line for s in sigs[:MAX_EVIDENCE]]
         if len(sigs) > MAX_EVIDENCE:
@@ -55,7 +56,18 @@ def signals(snap: Snapshot) -> Iterable[Finding]:
             title=first.title + (f" ({bus})" if bus else ""),
             evidence=ev,
             remedy=first.remedy,
-            gpu=gpu_ref(snap, bus) if bus else None,
+            gpu=gpu_ref(snap, bus) if bus else _by_index(snap, idx),
             source=first.source,
             data={"signature": first.data.get("signature"), "lines": len(sigs)},
         )
+
+
+def _by_index(snap: Snapshot, idx: int | None) -> GpuRef | None:
+    """The GPU an error message names by index (``GPU 7 has a total capacity ...``), with its bus id and
+    UUID when the evidence also lists that GPU."""
+    if idx is None:
+        return None
+    g = next((g for g in snap.gpus if g.index == idx), None)
+    if g is None:
+        return GpuRef(index=idx)
+    return GpuRef(index=idx, pci_bus_id=normalize_bus_id(g.pci_bus_id) if g.pci_bus_id else None, uuid=g.uuid)

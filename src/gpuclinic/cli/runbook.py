@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
 from gpuclinic.errors import EXIT_USAGE, InputError
 from gpuclinic.model import GpuRef
+
+_BUS = re.compile(r"^(?:PCI:)?(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?$")
 
 
 @click.command("runbook")
@@ -41,15 +45,41 @@ def runbook(
         raise InputError(
             "give a code (e.g. gpuclinic runbook gpu.fallen_off_bus) or --list", exit_code=EXIT_USAGE
         )
+    if bus_id is not None and not _BUS.match(bus_id):
+        raise InputError(f"--bus {bus_id!r} is not a PCI bus id (e.g. 0000:3b:00.0)", exit_code=EXIT_USAGE)
     rb = get(code)
     if rb is None:
         raise InputError(f"no runbook for {code!r}: see `gpuclinic runbook --list`", exit_code=EXIT_USAGE)
-    click.echo(render_text(rb, _gpu(gpu_index, bus_id), code=code, markdown=markdown))
+    gpu, where = _gpu(gpu_index, bus_id)
+    text = render_text(rb, gpu, code=code, markdown=markdown)
+    if where and gpu is not None:
+        head, _, rest = text.partition("\n")
+        said = (
+            f"GPU {gpu.index}: bus {gpu.pci_bus_id or '?'}, UUID {gpu.uuid or '?'} ({where} on this machine)"
+        )
+        text = f"{head}\n\n{said}{chr(10) if markdown else ''}\n{rest}"
+    click.echo(text)
     return 0
 
 
-def _gpu(index: int | None, bus: str | None) -> GpuRef | None:
-    """The GPU to fill commands with (index and/or bus id as given; the UUID stays a placeholder)."""
+def _gpu(index: int | None, bus: str | None) -> tuple[GpuRef | None, str | None]:
+    """The GPU to fill commands with: what was given, completed from this machine (NVML, else
+    nvidia-smi) when it has that GPU; and which of them said so."""
     if index is None and bus is None:
-        return None
-    return GpuRef(index=index, pci_bus_id=bus)
+        return None, None
+    from gpuclinic.facts.snapshot import normalize_bus_id
+    from gpuclinic.sources.identify import identify
+
+    given = GpuRef(index=index, pci_bus_id=normalize_bus_id(bus) if bus else None)
+    found = identify(index, given.pci_bus_id)
+    if found is None:
+        return given, None
+    live, where = found
+    return (
+        GpuRef(
+            index=index if index is not None else live.index,
+            pci_bus_id=given.pci_bus_id or live.pci_bus_id,
+            uuid=live.uuid,
+        ),
+        where,
+    )

@@ -6,7 +6,7 @@ Every field is optional: a value that could not be read stays ``None`` and the r
 
 from __future__ import annotations
 
-from gpuclinic.record import field, record
+from gpuclinic.record import field, fields_of, record
 
 
 @record
@@ -101,6 +101,7 @@ class GpuFacts:
     pcie_rx_kbps: float | None = None
     # nvlink
     nvlinks: list[NvLinkFacts] = field(default_factory=list)
+    nvlink_all_inactive: bool | None = None  # nvidia-smi nvlink: "all links are inActive"
     # modes
     persistence_mode: bool | None = None
     compute_mode: str | None = None
@@ -114,6 +115,18 @@ class GpuFacts:
     unreadable: dict[str, str] = field(default_factory=dict)  # field -> why it could not be read
 
     @property
+    def has_readings(self) -> bool:
+        """True when anything was read from the GPU beyond who it is: a GPU only counted or named (a
+        bug report's "8 attached GPUs" with one shown) has no readings, so no check could clear it."""
+        for name, *_ in fields_of(GpuFacts) or ():
+            if name in _IDENTITY:
+                continue
+            v = getattr(self, name)
+            if v is not None and v is not False and v != [] and v != {}:
+                return True
+        return False
+
+    @property
     def busy(self) -> bool:
         """True when the GPU is doing work, so idle-time downclocking does not explain low numbers."""
         util = self.utilization_gpu_pct
@@ -124,6 +137,13 @@ class GpuFacts:
         if self.performance_state in ("P0", "P1", "P2") and util is not None and util >= 10:
             return True
         return False
+
+
+# who a GPU is, not a reading of its state (GpuFacts.has_readings)
+_IDENTITY = frozenset(
+    {"index", "name", "uuid", "serial", "pci_bus_id", "pci_device_id", "vbios", "architecture",
+     "compute_capability", "unreadable", "lost_reason"}
+)
 
 
 @record

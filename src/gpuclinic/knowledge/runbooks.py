@@ -167,11 +167,14 @@ def get(code_or_id: str) -> Runbook | None:
 
 
 def fill(text: str, gpu: GpuRef | None, code: str = "") -> str:
-    """Put the GPU's index, bus id and UUID into a command; unknown values stay as <index> etc."""
+    """Put the GPU's index, bus id and UUID into a command; unknown values stay as <index> etc., or, for a
+    GPU known by index, say how to look them up (``<bus id of GPU 4: run nvidia-smi -q -i 4>``)."""
+    idx = gpu.index if gpu else None
+    how = f" of GPU {idx}: run nvidia-smi -q -i {idx}>"
     vals = {
-        "index": str(gpu.index) if gpu and gpu.index is not None else "<index>",
-        "bus": gpu.pci_bus_id if gpu and gpu.pci_bus_id else "<bus>",
-        "uuid": gpu.uuid if gpu and gpu.uuid else "<uuid>",
+        "index": str(idx) if idx is not None else "<index>",
+        "bus": gpu.pci_bus_id if gpu and gpu.pci_bus_id else "<bus id" + how if idx is not None else "<bus>",
+        "uuid": gpu.uuid if gpu and gpu.uuid else "<UUID" + how if idx is not None else "<uuid>",
         "code": code or "<code>",
     }
     for k, v in vals.items():

@@ -108,7 +108,9 @@ def gpu_rows(report: Report, compact: bool = False) -> list[list[str]]:
                     if compact
                     else f" of Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'}"
                 )
-        verdict = gv.verdict.value if gv else "-"
+        verdict = gv.label if gv else "-"
+        if verdict == "unknown":
+            verdict = "no readings"
         if g.lost:
             verdict = "lost" if compact else "drain (lost)"
         name = short_name(g.name)

@@ -52,14 +52,17 @@ def _replay_rate(g: GpuFacts, before: tuple[int, str] | None, count: int | None,
     g.pcie_replay_count = count
 
 
-def merge_gpu(snap: Snapshot, g: GpuFacts) -> GpuFacts:
-    """Merge ``g`` into the snapshot's GPU with the same UUID or bus id, or add it."""
+def merge_gpu(snap: Snapshot, g: GpuFacts, *, alone: bool = True) -> GpuFacts:
+    """Merge ``g`` into the snapshot's GPU with the same UUID or bus id, or add it.
+
+    ``alone``: ``g`` is the only GPU of its output, so a nameless one may be the snapshot's only GPU; two
+    nameless GPUs listed side by side (``gpuId 0``, ``gpuId 1``) are two cards."""
     match: GpuFacts | None = None
     if g.uuid:
         match = next((x for x in snap.gpus if x.uuid and x.uuid.lower() == g.uuid.lower()), None)
     if match is None and g.pci_bus_id:
         match = snap.gpu_by_bus_id(g.pci_bus_id)
-    if match is None and len(snap.gpus) == 1:
+    if match is None and alone and len(snap.gpus) == 1:
         # a section paste names no GPU: with exactly one GPU on each side they are the same card
         only = snap.gpus[0]
         if (not g.uuid and not g.pci_bus_id) or (not only.uuid and not only.pci_bus_id):
@@ -106,7 +109,7 @@ def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
     taken = iso_time(dump.timestamp) if dump.timestamp else None
     for g in dump.gpus:
         before = _replay_sample(snap, g)
-        merged = merge_gpu(snap, g)
+        merged = merge_gpu(snap, g, alone=len(dump.gpus) == 1)
         _replay_rate(merged, before, g.pcie_replay_count, taken)
     snap.notes.extend(f"{origin}: {n}" for n in dump.notes)
     nvml_failed = any(m in e.lower() for e in dump.errors for m in NVML_FAILURE_MARKERS)
@@ -141,6 +144,7 @@ def _apply_nvlink(snap: Snapshot, dump: SmiDump, origin: str) -> None:
         if same is None:
             rest.append(g)
             continue
+        same.nvlink_all_inactive = same.nvlink_all_inactive or g.nvlink_all_inactive
         have = {link.link: link for link in same.nvlinks}
         for link in g.nvlinks:
             old = have.get(link.link)

@@ -322,105 +322,33 @@ def _is_proxied_plain(url: str, cfg: ProbeConfig) -> bool:
 # One endpoint: latency phases
 
 
-def probe_latency(ep: Endpoint, cfg: ProbeConfig, dl: _Deadline) -> EndpointProbe:  # noqa: C901  (split pending, issue 14)
+_Tunnel = tuple[str, int, str | None, str]  # target host, port, proxy auth, proxy scheme
+
+
+def probe_latency(ep: Endpoint, cfg: ProbeConfig, dl: _Deadline) -> EndpointProbe:
     """DNS, connect samples, TLS and TTFB for one endpoint; never raises."""
     t_start = time.monotonic()
     p = urlsplit(ep.url)
     pr = EndpointProbe(endpoint=ep, host=p.hostname or "",
                        port=p.port or (443 if p.scheme == "https" else 80))
-    env = cfg.env if cfg.env is not None else os.environ
-    route = route_for(ep.url, env)
-    first_hop = (pr.host, pr.port)
-    tunnel: tuple[str, int, str | None, str] | None = None
-    if route.proxy_url:
-        scheme, phost, pport, auth = route.proxy_parts
-        pr.via_proxy = redact_url(route.proxy_url)
-        if scheme in ("http", "https"):
-            first_hop = (phost, pport)
-            tunnel = (pr.host, pr.port, auth, scheme)
-        else:
-            pr.via_proxy = f"{pr.via_proxy} (SOCKS: probed directly)"
+    first_hop, tunnel = _first_hop(pr, ep, cfg)
     try:
         # DNS (of the first hop: with a proxy, the proxy resolves the target)
-        t = dl.cap(cfg.dns_timeout_s)
-        t0 = time.perf_counter()
-        try:
-            addrs = cfg.resolver(first_hop[0], first_hop[1], t)
-        except (OSError, TimeoutError) as e:
-            pr.dns_error = describe_error(e, t)
-            return pr
-        pr.dns_ms = (time.perf_counter() - t0) * 1000
-        pr.addresses = [str(a[1][0]) for a in addrs][:8]
+        addrs = _dns(pr, first_hop, cfg, dl)
         if not addrs:
-            pr.dns_error = "no addresses"
             return pr
-        # connect samples; stick to the first address that works
-        order = list(addrs)
-        for _ in range(max(1, cfg.connect_samples)):
-            pr.connect_attempts += 1
-            try:
-                s, a, secs = _connect_any(order, cfg, dl)
-            except ProbeError as e:
-                if e.phase == "deadline":
-                    raise
-                pr.connect_failures += 1
-                pr.connect_error = str(e)
-                if (
-                    str(e).startswith("network unreachable")
-                    and pr.connect_failures >= 2
-                    and not pr.connect_ms
-                ):
-                    break  # no route: more samples will say the same
-                continue
-            s.close()
-            order = [a] + [x for x in order if x != a]
-            pr.connect_ms.append(secs * 1000)
+        order = _connect_samples(pr, addrs, cfg, dl)
         if not pr.connect_ms:
             return pr
         # TLS handshake (through the tunnel if proxied), then time to first byte on the same socket
-        s, _a, _secs = _connect_any(order, cfg, dl)
+        sock, _a, _secs = _connect_any(order, cfg, dl)
+        held = [sock]  # the socket in use: TLS wrapping replaces it, and the newest is the one to close
         try:
-            if tunnel is not None:
-                if tunnel[3] == "https":
-                    s, _ = _wrap_tls(s, first_hop[0], cfg, dl)
-                if p.scheme == "https":
-                    try:
-                        _proxy_connect(s, tunnel[0], tunnel[1], tunnel[2], cfg, dl)
-                    except ProbeError as e:
-                        pr.connect_error = str(e)
-                        pr.http_error = str(e)
-                        return pr
-            if p.scheme == "https":
-                try:
-                    s, secs = _wrap_tls(s, pr.host, cfg, dl)
-                except ProbeError as e:
-                    if e.phase == "deadline":
-                        raise
-                    pr.tls_error = str(e)
-                    return pr
-                pr.tls_ms = secs * 1000
-                pr.tls_version = s.version() if isinstance(s, ssl.SSLSocket) else None
-            url = ep.url + (ep.probe_path if ep.probe_path.startswith("/") else "/" + ep.probe_path)
-            s.settimeout(dl.cap(cfg.http_timeout_s))
-            t0 = time.perf_counter()
-            try:
-                _request(s, url, rng="bytes=0-1023", proxied_plain=tunnel is not None and p.scheme == "http")
-                first = s.recv(1)
-                if not first:
-                    raise ProbeError("http", "connection closed before a response")
-                pr.ttfb_ms = (time.perf_counter() - t0) * 1000
-                rd = _Reader(s)
-                rd.buf = first
-                status, _h = parse_head(rd.read_head())
-                pr.http_status = status
-            except ProbeError as e:
-                if e.phase == "deadline":
-                    raise
-                pr.http_error = str(e)
-            except OSError as e:
-                pr.http_error = describe_error(e, cfg.http_timeout_s)
+            if _handshakes(pr, held, p.scheme, first_hop, tunnel, cfg, dl):
+                plain = tunnel is not None and p.scheme == "http"
+                _ttfb(pr, held[-1], ep, proxied_plain=plain, cfg=cfg, dl=dl)
         finally:
-            s.close()
+            held[-1].close()
     except ProbeError as e:
         if e.phase == "deadline":
             pr.deadline_hit = True
@@ -434,6 +362,112 @@ def probe_latency(ep: Endpoint, cfg: ProbeConfig, dl: _Deadline) -> EndpointProb
         pr.elapsed_s = time.monotonic() - t_start
         pr.summarize()
     return pr
+
+
+def _first_hop(pr: EndpointProbe, ep: Endpoint, cfg: ProbeConfig) -> tuple[tuple[str, int], _Tunnel | None]:
+    """Where the first connection goes (the endpoint, or its HTTP(S) proxy) and the tunnel to open."""
+    env = cfg.env if cfg.env is not None else os.environ
+    route = route_for(ep.url, env)
+    if not route.proxy_url:
+        return (pr.host, pr.port), None
+    scheme, phost, pport, auth = route.proxy_parts
+    pr.via_proxy = redact_url(route.proxy_url)
+    if scheme in ("http", "https"):
+        return (phost, pport), (pr.host, pr.port, auth, scheme)
+    pr.via_proxy = f"{pr.via_proxy} (SOCKS: probed directly)"
+    return (pr.host, pr.port), None
+
+
+def _dns(pr: EndpointProbe, first_hop: tuple[str, int], cfg: ProbeConfig, dl: _Deadline) -> list[Any]:
+    """Resolve the first hop; an empty list (with ``pr.dns_error`` set) when it does not resolve."""
+    t = dl.cap(cfg.dns_timeout_s)
+    t0 = time.perf_counter()
+    try:
+        addrs = cfg.resolver(first_hop[0], first_hop[1], t)
+    except (OSError, TimeoutError) as e:
+        pr.dns_error = describe_error(e, t)
+        return []
+    pr.dns_ms = (time.perf_counter() - t0) * 1000
+    pr.addresses = [str(a[1][0]) for a in addrs][:8]
+    if not addrs:
+        pr.dns_error = "no addresses"
+    return list(addrs)
+
+
+def _connect_samples(pr: EndpointProbe, addrs: list[Any], cfg: ProbeConfig, dl: _Deadline) -> list[Any]:
+    """Connect ``cfg.connect_samples`` times, sticking to the first address that works; returns the
+    addresses in the order to use next."""
+    order = list(addrs)
+    for _ in range(max(1, cfg.connect_samples)):
+        pr.connect_attempts += 1
+        try:
+            s, a, secs = _connect_any(order, cfg, dl)
+        except ProbeError as e:
+            if e.phase == "deadline":
+                raise
+            pr.connect_failures += 1
+            pr.connect_error = str(e)
+            if str(e).startswith("network unreachable") and pr.connect_failures >= 2 and not pr.connect_ms:
+                break  # no route: more samples will say the same
+            continue
+        s.close()
+        order = [a] + [x for x in order if x != a]
+        pr.connect_ms.append(secs * 1000)
+    return order
+
+
+def _handshakes(
+    pr: EndpointProbe, held: list[Any], scheme: str, first_hop: tuple[str, int], tunnel: _Tunnel | None,
+    cfg: ProbeConfig, dl: _Deadline,
+) -> bool:
+    """TLS to an HTTPS proxy, CONNECT through it, TLS to the endpoint; each wrapped socket is appended
+    to ``held``.  False when a step failed (recorded on ``pr``)."""
+    if tunnel is not None:
+        if tunnel[3] == "https":
+            held.append(_wrap_tls(held[-1], first_hop[0], cfg, dl)[0])
+        if scheme == "https":
+            try:
+                _proxy_connect(held[-1], tunnel[0], tunnel[1], tunnel[2], cfg, dl)
+            except ProbeError as e:
+                pr.connect_error = str(e)
+                pr.http_error = str(e)
+                return False
+    if scheme == "https":
+        try:
+            s, secs = _wrap_tls(held[-1], pr.host, cfg, dl)
+        except ProbeError as e:
+            if e.phase == "deadline":
+                raise
+            pr.tls_error = str(e)
+            return False
+        held.append(s)
+        pr.tls_ms = secs * 1000
+        pr.tls_version = s.version() if isinstance(s, ssl.SSLSocket) else None
+    return True
+
+
+def _ttfb(pr: EndpointProbe, s: Any, ep: Endpoint, *, proxied_plain: bool, cfg: ProbeConfig,
+          dl: _Deadline) -> None:
+    """Send a 1 KiB range request and time the first byte of the answer; read its status."""
+    url = ep.url + (ep.probe_path if ep.probe_path.startswith("/") else "/" + ep.probe_path)
+    s.settimeout(dl.cap(cfg.http_timeout_s))
+    t0 = time.perf_counter()
+    try:
+        _request(s, url, rng="bytes=0-1023", proxied_plain=proxied_plain)
+        first = s.recv(1)
+        if not first:
+            raise ProbeError("http", "connection closed before a response")
+        pr.ttfb_ms = (time.perf_counter() - t0) * 1000
+        rd = _Reader(s)
+        rd.buf = first
+        status, _h = parse_head(rd.read_head())
+        pr.http_status = status
+    except ProbeError as e:
+        if e.phase == "deadline":
+            raise
+        pr.http_error = str(e)
+    except OSError as e:
+        pr.http_error = describe_error(e, cfg.http_timeout_s)
 
 
 # ----------------------------------------------------------------------------------------------

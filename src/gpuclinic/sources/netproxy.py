@@ -102,7 +102,7 @@ def read_git_config(runner: Callable[[list[str]], str | None] | None = None) -> 
     return pairs
 
 
-def read_proxy_settings(  # noqa: C901  (split pending, issue 14)
+def read_proxy_settings(
     env: Mapping[str, str] | None = None,
     *,
     git_runner: Callable[[list[str]], str | None] | None = None,
@@ -114,6 +114,21 @@ def read_proxy_settings(  # noqa: C901  (split pending, issue 14)
         hf_hub_version = _installed_version("huggingface_hub")
     env = dict(os.environ if env is None else env)
     ps = ProxySettings()
+    _env_proxies(ps, env)
+    # pip: files in precedence order, then PIP_* environment variables win.
+    _pip_settings(ps, list(pip_files) if pip_files is not None else _pip_config_files(env), env)
+    _git_settings(ps, read_git_config(git_runner))
+    # Hugging Face
+    ps.hf_endpoint = redact_url(env.get("HF_ENDPOINT")) if env.get("HF_ENDPOINT") else None
+    ps.hf_hub_enable_hf_transfer = env.get("HF_HUB_ENABLE_HF_TRANSFER")
+    ps.hf_hub_disable_xet = env.get("HF_HUB_DISABLE_XET")
+    ps.hf_xet_high_performance = env.get("HF_XET_HIGH_PERFORMANCE")
+    ps.hf_hub_version = hf_hub_version
+    return ps
+
+
+def _env_proxies(ps: ProxySettings, env: Mapping[str, str]) -> None:
+    """The *_proxy variables (redacted), lower/upper-case pairs that disagree, the no_proxy list."""
     for name in _PROXY_VARS:
         v = env.get(name)
         if v:
@@ -139,8 +154,9 @@ def read_proxy_settings(  # noqa: C901  (split pending, issue 14)
                 item = item.strip()
                 if item and item not in ps.no_proxy:
                     ps.no_proxy.append(item)
-    # pip: files in precedence order, then PIP_* environment variables win.
-    files = list(pip_files) if pip_files is not None else _pip_config_files(env)
+
+
+def _pip_settings(ps: ProxySettings, files: list[Path], env: Mapping[str, str]) -> None:
     for f in files:
         if not f.is_file():
             continue
@@ -152,24 +168,29 @@ def read_proxy_settings(  # noqa: C901  (split pending, issue 14)
             continue
         ps.pip_config_files.append(str(f))
         for section in ("global", "install", "download"):
-            if not cp.has_section(section):
-                continue
-            if cp.has_option(section, "index-url"):
-                ps.pip_index_url = redact_url(cp.get(section, "index-url").strip())
-            if cp.has_option(section, "extra-index-url"):
-                ps.pip_extra_index_urls = [
-                    redact_url(u) or "" for u in cp.get(section, "extra-index-url").split() if u
-                ]
-            if cp.has_option(section, "proxy"):
-                ps.pip_proxy = redact_url(cp.get(section, "proxy").strip())
+            if cp.has_section(section):
+                _pip_section(ps, cp, section)
     if env.get("PIP_INDEX_URL"):
         ps.pip_index_url = redact_url(env["PIP_INDEX_URL"])
     if env.get("PIP_EXTRA_INDEX_URL"):
         ps.pip_extra_index_urls = [redact_url(u) or "" for u in env["PIP_EXTRA_INDEX_URL"].split() if u]
     if env.get("PIP_PROXY"):
         ps.pip_proxy = redact_url(env["PIP_PROXY"])
-    # git
-    for key, val in read_git_config(git_runner):
+
+
+def _pip_section(ps: ProxySettings, cp: configparser.RawConfigParser, section: str) -> None:
+    if cp.has_option(section, "index-url"):
+        ps.pip_index_url = redact_url(cp.get(section, "index-url").strip())
+    if cp.has_option(section, "extra-index-url"):
+        ps.pip_extra_index_urls = [
+            redact_url(u) or "" for u in cp.get(section, "extra-index-url").split() if u
+        ]
+    if cp.has_option(section, "proxy"):
+        ps.pip_proxy = redact_url(cp.get(section, "proxy").strip())
+
+
+def _git_settings(ps: ProxySettings, pairs: list[tuple[str, str]]) -> None:
+    for key, val in pairs:
         low = key.lower()
         if low == "http.proxy" or (low.startswith("http.") and low.endswith(".proxy") and "github" in low):
             ps.git_http_proxy = redact_url(val)
@@ -180,13 +201,6 @@ def read_proxy_settings(  # noqa: C901  (split pending, issue 14)
         elif low.startswith("url.") and low.endswith(".insteadof"):
             base = key[4 : -len(".insteadof")]
             ps.git_insteadof[val] = redact_url(base) or base
-    # Hugging Face
-    ps.hf_endpoint = redact_url(env.get("HF_ENDPOINT")) if env.get("HF_ENDPOINT") else None
-    ps.hf_hub_enable_hf_transfer = env.get("HF_HUB_ENABLE_HF_TRANSFER")
-    ps.hf_hub_disable_xet = env.get("HF_HUB_DISABLE_XET")
-    ps.hf_xet_high_performance = env.get("HF_XET_HIGH_PERFORMANCE")
-    ps.hf_hub_version = hf_hub_version
-    return ps
 
 
 def _installed_version(dist: str) -> str | None:

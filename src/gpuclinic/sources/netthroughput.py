@@ -73,7 +73,22 @@ def _open_ranged(url: str, start: int, end: int | None, cfg: ProbeConfig, dl: _D
     raise ProbeError("http", "too many redirects")
 
 
-def measure_throughput(  # noqa: C901  (split pending, issue 14)
+@dataclass
+class _Round:
+    """What the connections of one measurement share: the object, byte cap, start signal, window."""
+
+    url: str
+    per: int  # bytes each connection may read
+    cfg: ProbeConfig
+    dl: _Deadline
+    window: float
+    go: threading.Event = field(default_factory=threading.Event)
+    t_go: float = 0.0
+    addrs: dict[str, list[Addr]] = field(default_factory=dict)  # DNS answers shared between connections
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def measure_throughput(
     url: str, connections: int, cfg: ProbeConfig, dl: _Deadline, size_hint: int | None = None
 ) -> ThroughputSample:
     """Bytes per second over ``connections`` ranged GETs sharing one time window.
@@ -86,60 +101,9 @@ def measure_throughput(  # noqa: C901  (split pending, issue 14)
     if size_hint:
         per = max(64 * 1024, min(per, size_hint // connections))
     streams = [_Stream() for _ in range(connections)]
-    go = threading.Event()
-    t_go = [0.0]
-    addrs: dict[str, list[Addr]] = {}
-    lock = threading.Lock()
-    window = cfg.window_s
-
-    def worker(i: int, st: _Stream) -> None:
-        try:
-            try:
-                local: dict[str, list[Addr]] = {}
-                with lock:
-                    local.update(addrs)
-                _open_ranged(url, i * per, (i + 1) * per - 1, cfg, dl, local, st)
-                with lock:
-                    addrs.update(local)
-            except ProbeError as e:
-                st.error = str(e)
-                return
-            except OSError as e:
-                st.error = describe_error(e, cfg.http_timeout_s)
-                return
-            finally:
-                st.ready.set()
-            if not go.wait(cfg.http_timeout_s + cfg.connect_timeout_s + cfg.tls_timeout_s) or st.sock is None:
-                return
-            buf = bytearray(256 * 1024)
-            got = st.buffered
-            end = t_go[0] + window
-            try:
-                while got < per:
-                    left = end - time.perf_counter()
-                    if left <= 0:
-                        break
-                    st.sock.settimeout(min(left, 1.0) + 0.01)
-                    try:
-                        n = st.sock.recv_into(buf, min(len(buf), per - got))
-                    except TimeoutError:
-                        continue
-                    if n == 0:
-                        break
-                    got += n
-            except OSError as e:
-                st.error = describe_error(e)
-            st.bytes = got
-            st.end_t = time.perf_counter()
-        finally:
-            if st.sock is not None:
-                try:
-                    st.sock.close()
-                except OSError:
-                    pass
-
+    rnd = _Round(url=url, per=per, cfg=cfg, dl=dl, window=cfg.window_s)
     threads = [
-        threading.Thread(target=worker, args=(i, st), daemon=True, name=f"tput-{i}")
+        threading.Thread(target=_stream_worker, args=(rnd, i, st), daemon=True, name=f"tput-{i}")
         for i, st in enumerate(streams)
     ]
     for th in threads:
@@ -150,11 +114,16 @@ def measure_throughput(  # noqa: C901  (split pending, issue 14)
     t_setup_end = time.monotonic() + max(0.0, setup_limit)
     for st in streams:
         st.ready.wait(max(0.0, t_setup_end - time.monotonic()))
-    window = max(0.2, min(window, dl.left() - 0.2))
-    t_go[0] = time.perf_counter()
-    go.set()
+    rnd.window = max(0.2, min(rnd.window, dl.left() - 0.2))
+    rnd.t_go = time.perf_counter()
+    rnd.go.set()
     for th in threads:
-        th.join(max(0.1, window + 2.0))
+        th.join(max(0.1, rnd.window + 2.0))
+    _summarize(sample, streams, rnd.t_go)
+    return sample
+
+
+def _summarize(sample: ThroughputSample, streams: list[_Stream], t_go: float) -> None:
     ok = [st for st in streams if st.sock is not None and st.end_t > 0]
     sample.connections_ok = len(ok)
     sample.final_url = next((st.final_url for st in streams if st.final_url), None)
@@ -163,10 +132,61 @@ def measure_throughput(  # noqa: C901  (split pending, issue 14)
         sample.error = errs[0] + (f" (and {len(errs) - 1} more)" if len(errs) > 1 else "")
     if ok:
         sample.bytes = sum(st.bytes for st in ok)
-        sample.seconds = max(st.end_t for st in ok) - t_go[0]
+        sample.seconds = max(st.end_t for st in ok) - t_go
         if sample.seconds > 0 and sample.bytes > 0:
             sample.bytes_per_s = sample.bytes / sample.seconds
-    return sample
+
+
+def _stream_worker(rnd: _Round, i: int, st: _Stream) -> None:
+    """One connection: open its range, wait for the common start, read until the window or cap ends."""
+    cfg = rnd.cfg
+    try:
+        try:
+            local: dict[str, list[Addr]] = {}
+            with rnd.lock:
+                local.update(rnd.addrs)
+            _open_ranged(rnd.url, i * rnd.per, (i + 1) * rnd.per - 1, cfg, rnd.dl, local, st)
+            with rnd.lock:
+                rnd.addrs.update(local)
+        except ProbeError as e:
+            st.error = str(e)
+            return
+        except OSError as e:
+            st.error = describe_error(e, cfg.http_timeout_s)
+            return
+        finally:
+            st.ready.set()
+        if not rnd.go.wait(cfg.http_timeout_s + cfg.connect_timeout_s + cfg.tls_timeout_s) or st.sock is None:
+            return
+        _read_body(st, st.sock, rnd.per, rnd.t_go + rnd.window)
+    finally:
+        if st.sock is not None:
+            try:
+                st.sock.close()
+            except OSError:
+                pass
+
+
+def _read_body(st: _Stream, sock: socket.socket, per: int, end: float) -> None:
+    buf = bytearray(256 * 1024)
+    got = st.buffered
+    try:
+        while got < per:
+            left = end - time.perf_counter()
+            if left <= 0:
+                break
+            sock.settimeout(min(left, 1.0) + 0.01)
+            try:
+                n = sock.recv_into(buf, min(len(buf), per - got))
+            except TimeoutError:
+                continue
+            if n == 0:
+                break
+            got += n
+    except OSError as e:
+        st.error = describe_error(e)
+    st.bytes = got
+    st.end_t = time.perf_counter()
 
 
 def _size_of(url: str, cfg: ProbeConfig, dl: _Deadline) -> int | None:

@@ -376,9 +376,20 @@ class NvmlReader:
                 setattr(g, k, v)
             g.unreadable.update(st.unreadable)
 
-    def _read_static(self, rd: _GpuRead) -> _Static:  # noqa: C901  (split pending, issue 14)
+    def identity(self, index: int) -> GpuFacts:
+        """Who GPU ``index`` is (name, UUID, serial, bus id) without reading its state: what
+        ``runbook --gpu N`` needs to fill in its commands."""
+        g = GpuFacts(index=index)
+        rd = _GpuRead(self, g)
+        try:
+            rd.h = rd.get("handle", "nvmlDeviceGetHandleByIndex", index, required=True)
+            self._read_identity(rd)
+        except _StopGpu:
+            pass
+        return g
+
+    def _read_identity(self, rd: _GpuRead) -> None:
         g = rd.g
-        before = dict(g.unreadable)
         g.name = rd.text("name", "nvmlDeviceGetName")
         g.uuid = rd.text("uuid", "nvmlDeviceGetUUID")
         g.serial = rd.text("serial", "nvmlDeviceGetSerial")
@@ -390,6 +401,11 @@ class NvmlReader:
             dev_id = getattr(pci, "pciDeviceId", None)
             if isinstance(dev_id, int):
                 g.pci_device_id = f"0x{dev_id:08X}"
+
+    def _read_static(self, rd: _GpuRead) -> _Static:
+        g = rd.g
+        before = dict(g.unreadable)
+        self._read_identity(rd)
         g.vbios = rd.text("vbios", "nvmlDeviceGetVbiosVersion")
         arch = rd.get("architecture", "nvmlDeviceGetArchitecture")
         if isinstance(arch, int):

@@ -28,7 +28,7 @@ from typing import Any, TypeGuard
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import signals
+from gpuclinic.sources import dcgm_dmon, signals
 from gpuclinic.sources.kernellog import is_kernel_line, parse_numbered
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
 from gpuclinic.sources.merge import apply_dump
@@ -197,7 +197,7 @@ def _label(run: list[str], detect: Detect) -> str:
         "Health Monitor Report" in text
         or "dcgmi" in text
         or ("Diagnostic" in text and re.search(r"^\|\s*Diagnostic\s*\|", text, re.M))
-    ):
+    ) and "NvLink Link Status" not in text:  # `dcgmi nvlink --link-status` is link state: smi_nvlink reads it
         return "dcgm"
     if text.lstrip().startswith("Traceback (most recent call last)"):
         return "traceback"
@@ -287,7 +287,9 @@ def read_lines(  # noqa: C901  (split pending, issue 14)
     # 4. DCGM output (dcgmi diag / health tables): the driver version and GPUs it names
     for s_ in segs:
         if s_.kind == "dcgm" and s_.first is not None and s_.last is not None:
-            if _dcgm(snap, lines[s_.first - 1 : s_.last]):
+            xids = dcgm_dmon.xid_events(lines[s_.first - 1 : s_.last], origin, s_.first)  # dmon XIDER
+            snap.kernel_events.extend(xids)
+            if _dcgm(snap, lines[s_.first - 1 : s_.last]) or xids:
                 s_.readers.append("dcgm")
                 claimed.update(range(s_.first, s_.last + 1))
                 if "dcgm" not in rec.readers:

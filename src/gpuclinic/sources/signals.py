@@ -231,6 +231,7 @@ def scan_error_signatures(snap: Snapshot, lines: Sequence[tuple[int, str]], orig
                     "category": sm.category,
                     "count": sm.count,
                     "hints": list(sm.hints),
+                    **{k: sm.data[k] for k in ("gpu_index",) if k in sm.data},  # the GPU the error names
                 },
             )
         )

@@ -62,6 +62,20 @@ def _bool(attr: str) -> Setter:
     return f
 
 
+# nvidia-smi's gpu_recovery_action words -> the names NVML's field value decodes to (sources/nvml.py)
+_RECOVERY = re.compile(r"^(none|reset|reboot|drain p2p|drain and reset)\b", re.I)
+_RECOVERY_NAMES = {"none": "none", "reset": "gpu_reset", "reboot": "node_reboot", "drain p2p": "drain_p2p",
+                   "drain and reset": "drain_and_reset"}
+
+
+def _recovery(attr: str) -> Setter:
+    def f(g: GpuFacts, v: str) -> None:
+        m = _RECOVERY.match(c.clean(v) or "")
+        setattr(g, attr, _RECOVERY_NAMES[" ".join(m.group(1).lower().split())] if m else None)
+
+    return f
+
+
 def _str(attr: str) -> Setter:
     def f(g: GpuFacts, v: str) -> None:
         cv = c.clean(v)
@@ -110,6 +124,7 @@ _PARSERS: dict[str, Callable[[str], Setter]] = {
     "index": lambda attr: _index,
     "mask": lambda attr: _mask,
     "width": lambda attr: _width if attr == "pcie_width" else _width_max,
+    "recovery_action": _recovery,
 }
 # --query-gpu column -> setter, from the field schema (one row per fact)
 FIELDS: dict[str, Setter] = {
@@ -121,7 +136,15 @@ def _field(col: str) -> str:
     return _UNIT_RE.sub("", col.strip()).strip().lower()
 
 
+# the command above a `--format=csv,noheader` paste names its columns
+_COMMAND = re.compile(r"--query-gpu[= ](?P<fields>[\w.,]+)")
+
+
 def _header(line: str) -> list[str] | None:
+    cmd = _COMMAND.search(line) if "--query-gpu" in line else None
+    if cmd:
+        cols = [_field(x) for x in cmd.group("fields").split(",") if x]
+        return cols if any(x in FIELDS for x in cols) else None
     cols = [_field(x) for x in line.split(",")]
     known = [x for x in cols if x in FIELDS or x == "driver_version"]
     # mostly our fields, or (a query of every field 5xx+ drivers know: ~220 columns) many of them
@@ -154,6 +177,8 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
             values = next(csv.reader([line], skipinitialspace=True))
         except (csv.Error, StopIteration):
             continue
+        if len(values) > len(cols) and cols[-1] == "gpu_recovery_action":
+            values[len(cols) - 1 :] = [",".join(values[len(cols) - 1 :])]  # a note typed after the last value
         if len(values) != len(cols):
             continue
         g = GpuFacts(index=len(dump.gpus))

@@ -4,6 +4,9 @@ Both print one ``GPU <n>: <name> (UUID: GPU-...)`` line per GPU followed by inde
 lines.  ``-s`` prints the speed of an active link (``Link 0: 25.781 GB/s``) or ``<inactive>``; a link
 that is down on a GPU whose siblings are up is what the ``nvlink.error`` check reports.  ``-e`` prints
 ``Link <k>: Replay Errors: <n>`` (and Recovery, CRC, CRC Flit/Data, ECC) lines.
+
+``dcgmi nvlink --link-status`` prints ``gpuId <n>:`` and one row of link states (``U`` up, ``D`` down,
+``X`` disabled, ``_`` not supported); its ``NvSwitches:`` part is not GPU links and is skipped.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ _GPU_RE = re.compile(r"^\s*GPU (?P<idx>\d+): (?P<name>.+?)\s*\(UUID: (?P<uuid>[^
 _LINK_RE = re.compile(r"^\s*Link (?P<link>\d+): (?P<rest>.*?)\s*$")
 _SPEED_RE = re.compile(r"^(?P<speed>[\d.]+) ?GB/s$")
 _COUNTER_RE = re.compile(r"^(?P<what>[A-Za-z ]+?) Errors?: ?(?P<n>\d+)$")
+# printed under a GPU instead of its links when NVML finds none up (no bridge, or every link down)
+_DCGM_GPU_RE = re.compile(r"^\s*gpuId (?P<idx>\d+):\s*$")
+_DCGM_STATES_RE = re.compile(r"^\s*[UDX_](?:\s+[UDX_])*\s*$")
+_ALL_INACTIVE_RE = re.compile(r"Unable to retrieve NVLink information as all links are inActive", re.I)
 _COUNTERS = {"replay": "replay_errors", "recovery": "recovery_errors", "crc": "crc_flit_errors",
              "crc flit": "crc_flit_errors", "crc data": "crc_data_errors", "ecc": "ecc_errors"}
 MAX_LINES = 100_000
@@ -28,8 +35,14 @@ def looks_like(sample: str) -> bool:
     line)."""
     seen_gpu = False
     for line in sample.splitlines()[:50]:
-        if _GPU_RE.match(line):
+        if _DCGM_GPU_RE.match(line):
             seen_gpu = True
+        elif seen_gpu and _DCGM_STATES_RE.match(line):
+            return True
+        elif _GPU_RE.match(line):
+            seen_gpu = True
+        elif seen_gpu and _ALL_INACTIVE_RE.search(line):
+            return True
         elif seen_gpu and _LINK_RE.match(line):
             m = _LINK_RE.match(line)
             rest = m.group("rest") if m else ""
@@ -54,6 +67,26 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
             )
             dump.gpus.append(cur)
             links = {}
+            continue
+        d = _DCGM_GPU_RE.match(line)
+        if d:
+            cur = GpuFacts(index=int(d.group("idx")))
+            dump.gpus.append(cur)
+            links = {}
+            continue
+        if line.strip().startswith("NvSwitches:"):
+            cur = None  # switch ports follow, not GPU links
+            continue
+        if cur is not None and _DCGM_STATES_RE.match(line):
+            states = line.split()
+            for k, st in enumerate(states):
+                if st in "UD":
+                    cur.nvlinks.append(NvLinkFacts(link=k, active=st == "U"))
+            if "D" in states and all(st == "D" for st in states):
+                cur.nvlink_all_inactive = True  # DCGM lists these links as present and down
+            continue
+        if cur is not None and _ALL_INACTIVE_RE.search(line):
+            cur.nvlink_all_inactive = True
             continue
         m = _LINK_RE.match(line)
         if m is None or cur is None:

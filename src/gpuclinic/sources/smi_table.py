@@ -66,99 +66,124 @@ def _is_err(v: str | None) -> bool:
     return bool(v) and "ERR!" in (v or "")
 
 
-def parse(text: str | Iterable[str]) -> c.SmiDump:  # noqa: C901  (split pending, issue 14)
+def parse(text: str | Iterable[str]) -> c.SmiDump:
     lines = text.splitlines() if isinstance(text, str) else [ln.rstrip("\r\n") for ln in text]
     lines = [ln for ln in lines if len(ln) <= MAX_LINE]
     dump = c.SmiDump(kind="smi_table")
-    section = "gpus"
-    cur: GpuFacts | None = None
-    row_in_block = 0
-    has_mig_col = False
+    reader = _TableReader(dump)
     for line in lines:
-        h = _HEADER_RE.search(line)
-        if h:
-            dump.driver_version = h.group("drv") if h.group("drv") != "N/A" else None
-            cuda = h.group("cuda")
-            dump.cuda_version = cuda if cuda and cuda != "N/A" else None
-            section = "gpus"
-            continue
-        s = line.strip()
-        if not s:
-            continue
-        if s.startswith("+") or set(s) <= set("|-=+"):
-            row_in_block = 0
-            cur = None if s.startswith("+") else cur
-            continue
-        if "MIG devices:" in s:
-            section = "mig"
-            continue
-        if "Processes:" in s:
-            section = "procs"
-            continue
-        cells = _cells(line)
-        if not cells:
-            continue
-        if section == "gpus":
-            if "MIG M." in line:
-                has_mig_col = True
-            if len(cells) < 3:
-                continue
-            bus = _BUS_RE.search(cells[1])
-            r1 = _ROW1_RE.match(cells[0])
-            if bus and r1:
-                cur = GpuFacts(index=int(r1.group("idx")), pci_bus_id=normalize_bus_id(bus.group("bus")))
-                name = r1.group("name").strip()
-                cur.name = name if name and not _is_err(name) else None
-                pm = r1.group("pm")
-                if pm in ("On", "Off"):
-                    cur.persistence_mode = pm == "On"
-                ecc = cells[2].strip()
-                cur.ecc_volatile_uncorrected = c.integer(ecc)
-                if ecc == "Off":
-                    cur.ecc_mode_current = False
-                elif cur.ecc_volatile_uncorrected is not None:
-                    cur.ecc_mode_current = True
-                c.note_unreadable(cur, "ecc_volatile_uncorrected", ecc)
-                if _is_err(name) or _is_err(pm):
-                    cur.lost, cur.lost_reason = True, "nvidia-smi printed ERR! for the GPU's identity"
-                dump.gpus.append(cur)
-                row_in_block = 1
-                continue
-            if cur is not None and row_in_block == 1:
-                _row2(cur, cells)
-                row_in_block = 2
-                continue
-            if cur is not None and row_in_block == 2 and (has_mig_col or cells[2].strip()):
-                mig = cells[2].strip()
-                cur.mig_mode_current = c.yes_no(mig)
-                row_in_block = 3
-                continue
-        elif section == "mig":
-            if len(cells) >= 2:
-                m = _MIG_RE.match(cells[0])
-                if m:
-                    g = next((x for x in dump.gpus if x.index == int(m.group("gpu"))), None)
-                    if g is not None:
-                        g.mig_mode_current = True
-        elif section == "procs" and len(cells) == 1:
-            m = _PROC_RE.match(cells[0])
-            if m:
-                g = next((x for x in dump.gpus if x.index == int(m.group("gpu"))), None)
-                if g is not None:
-                    t = m.group("type")
-                    pname = m.group("name").strip() or None
-                    g.processes.append(
-                        GpuProcess(  # WSL/WDDM print "Insufficient Permissions" for a name
-                            pid=int(m.group("pid")),
-                            name=None if c.error_reason(pname) else pname,
-                            used_memory_bytes=c.mib_bytes(m.group("mem")),
-                            kind="graphics" if t == "G" else "compute",
-                        )
-                    )
+        reader.feed(line)
     errors, lost = c.scan_error_lines(lines)
     dump.errors = errors
     c.mark_lost(dump.gpus, lost)
     return dump
+
+
+class _TableReader:
+    """The table's sections (GPUs, MIG devices, processes) line by line; a GPU is two or three rows."""
+
+    def __init__(self, dump: c.SmiDump) -> None:
+        self.dump = dump
+        self.section = "gpus"
+        self.cur: GpuFacts | None = None
+        self.row_in_block = 0
+        self.has_mig_col = False
+
+    def feed(self, line: str) -> None:
+        h = _HEADER_RE.search(line)
+        if h:
+            self.dump.driver_version = h.group("drv") if h.group("drv") != "N/A" else None
+            cuda = h.group("cuda")
+            self.dump.cuda_version = cuda if cuda and cuda != "N/A" else None
+            self.section = "gpus"
+            return
+        s = line.strip()
+        if not s:
+            return
+        if s.startswith("+") or set(s) <= set("|-=+"):
+            self.row_in_block = 0
+            self.cur = None if s.startswith("+") else self.cur
+            return
+        if "MIG devices:" in s:
+            self.section = "mig"
+            return
+        if "Processes:" in s:
+            self.section = "procs"
+            return
+        cells = _cells(line)
+        if not cells:
+            return
+        if self.section == "gpus":
+            self._gpu_row(line, cells)
+        elif self.section == "mig":
+            if len(cells) >= 2:
+                m = _MIG_RE.match(cells[0])
+                if m:
+                    g = self._by_index(int(m.group("gpu")))
+                    if g is not None:
+                        g.mig_mode_current = True
+        elif self.section == "procs" and len(cells) == 1:
+            self._process_row(cells[0])
+
+    def _by_index(self, index: int) -> GpuFacts | None:
+        return next((x for x in self.dump.gpus if x.index == index), None)
+
+    def _gpu_row(self, line: str, cells: list[str]) -> None:
+        if "MIG M." in line:
+            self.has_mig_col = True
+        if len(cells) < 3:
+            return
+        bus = _BUS_RE.search(cells[1])
+        r1 = _ROW1_RE.match(cells[0])
+        cur = self.cur
+        if bus and r1:
+            self.cur = _row1(r1, normalize_bus_id(bus.group("bus")), cells)
+            self.dump.gpus.append(self.cur)
+            self.row_in_block = 1
+        elif cur is not None and self.row_in_block == 1:
+            _row2(cur, cells)
+            self.row_in_block = 2
+        elif cur is not None and self.row_in_block == 2 and (self.has_mig_col or cells[2].strip()):
+            cur.mig_mode_current = c.yes_no(cells[2].strip())
+            self.row_in_block = 3
+
+    def _process_row(self, cell: str) -> None:
+        m = _PROC_RE.match(cell)
+        if not m:
+            return
+        g = self._by_index(int(m.group("gpu")))
+        if g is None:
+            return
+        t = m.group("type")
+        pname = m.group("name").strip() or None
+        g.processes.append(
+            GpuProcess(  # WSL/WDDM print "Insufficient Permissions" for a name
+                pid=int(m.group("pid")),
+                name=None if c.error_reason(pname) else pname,
+                used_memory_bytes=c.mib_bytes(m.group("mem")),
+                kind="graphics" if t == "G" else "compute",
+            )
+        )
+
+
+def _row1(r1: re.Match[str], bus: str, cells: list[str]) -> GpuFacts:
+    """The first row of a GPU: index, name, persistence mode, bus id, volatile uncorrected ECC."""
+    cur = GpuFacts(index=int(r1.group("idx")), pci_bus_id=bus)
+    name = r1.group("name").strip()
+    cur.name = name if name and not _is_err(name) else None
+    pm = r1.group("pm")
+    if pm in ("On", "Off"):
+        cur.persistence_mode = pm == "On"
+    ecc = cells[2].strip()
+    cur.ecc_volatile_uncorrected = c.integer(ecc)
+    if ecc == "Off":
+        cur.ecc_mode_current = False
+    elif cur.ecc_volatile_uncorrected is not None:
+        cur.ecc_mode_current = True
+    c.note_unreadable(cur, "ecc_volatile_uncorrected", ecc)
+    if _is_err(name) or _is_err(pm):
+        cur.lost, cur.lost_reason = True, "nvidia-smi printed ERR! for the GPU's identity"
+    return cur
 
 
 def _row2(g: GpuFacts, cells: list[str]) -> None:

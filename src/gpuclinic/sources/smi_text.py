@@ -95,71 +95,95 @@ def looks_like(sample: str) -> bool:
     return len({m.group(1) for m in _SIGNATURE_RE.finditer(sample[:65536])}) >= 2
 
 
-def parse(text: str | Iterable[str]) -> c.SmiDump:  # noqa: C901  (split pending, issue 14)
+def parse(text: str | Iterable[str]) -> c.SmiDump:
     """Parse one ``nvidia-smi -q`` output (text or lines).  Unknown lines are ignored."""
     lines = text.splitlines() if isinstance(text, str) else [ln.rstrip("\r\n") for ln in text]
     dump = c.SmiDump(kind="smi_text")
-    roots: list[tuple[str, Node]] = []  # (bus id, tree)
-    stack: list[tuple[int, Node]] = []
-    gpu_indent = -1
-    orphan: Node | None = None
+    b = _TreeBuilder(dump)
     if not any(_GPU_RE.match(ln) for ln in lines if len(ln) <= MAX_LINE) and looks_like(
         "\n".join(lines[:2000])
     ):
         # a paste of sections without the "GPU <bus id>" line (e.g. `nvidia-smi -q | grep -A9 Temperature`):
         # read it as one GPU whose bus id is unknown
-        orphan = Node("GPU", None)
-        roots.append(("", orphan))
-        stack = [(-1, orphan)]
+        b.start_orphan()
     for raw in lines:
         if len(raw) > MAX_LINE or not raw.strip():
             continue
-        line = raw.rstrip()
-        g = _GPU_RE.match(line)
-        if g:
-            root = Node("GPU", g.group("bus"))
-            roots.append((normalize_bus_id(g.group("bus")), root))
-            gpu_indent = _indent(g.group("indent"))
-            stack = [(gpu_indent, root)]
-            continue
-        m = _KV_RE.match(line)
-        if m:
-            ind, key, value = _indent(m.group("indent")), m.group("key").strip(), m.group("value")
-        else:
-            k = _KEY_RE.match(line)
-            if not k:
-                continue
-            ind, key, value = _indent(k.group("indent")), k.group("key").strip(), None
-        if orphan is not None and ind == 0 and _norm(key) in _HEADER_KEYS:
-            pass  # header line inside a section paste: handled below, tree untouched
-        elif stack and ind > gpu_indent:
-            while len(stack) > 1 and stack[-1][0] >= ind:
-                stack.pop()
-            node = Node(key, value)
-            stack[-1][1].children.append(node)
-            stack.append((ind, node))
-            continue
-        # top-level (header) lines, outside any GPU block
-        if orphan is None:
-            stack = []
-            gpu_indent = -1
-        nk = _norm(key)
-        if nk == "driver version" and value:
-            dump.driver_version = c.clean(value)
-        elif nk in ("cuda version", "cuda driver version") and value:
-            dump.cuda_version = c.clean(value) if value.strip().lower() != "not found" else None
-        elif nk == "timestamp" and value:
-            dump.timestamp = value.strip()
-        elif nk == "attached gpus" and value:
-            dump.attached_gpus = c.integer(value)
-    for i, (bus, root) in enumerate(roots):
-        if root is orphan and not root.children:
+        b.feed(raw.rstrip())
+    for i, (bus, root) in enumerate(b.roots):
+        if root is b.orphan and not root.children:
             continue
         dump.gpus.append(_gpu_from_tree(i, bus or None, root))
     errors, lost = c.scan_error_lines(lines if len(lines) < 200_000 else lines[:200_000])
     dump.errors = errors
     c.mark_lost(dump.gpus, lost)
     return dump
+
+
+class _TreeBuilder:
+    """Indented ``key : value`` lines -> one tree per "GPU <bus id>" block; header lines -> the dump."""
+
+    def __init__(self, dump: c.SmiDump) -> None:
+        self.dump = dump
+        self.roots: list[tuple[str, Node]] = []  # (bus id, tree)
+        self.stack: list[tuple[int, Node]] = []
+        self.gpu_indent = -1
+        self.orphan: Node | None = None
+
+    def start_orphan(self) -> None:
+        self.orphan = Node("GPU", None)
+        self.roots.append(("", self.orphan))
+        self.stack = [(-1, self.orphan)]
+
+    def feed(self, line: str) -> None:
+        g = _GPU_RE.match(line)
+        if g:
+            root = Node("GPU", g.group("bus"))
+            self.roots.append((normalize_bus_id(g.group("bus")), root))
+            self.gpu_indent = _indent(g.group("indent"))
+            self.stack = [(self.gpu_indent, root)]
+            return
+        kv = _key_value(line)
+        if kv is None:
+            return
+        ind, key, value = kv
+        if self.orphan is not None and ind == 0 and _norm(key) in _HEADER_KEYS:
+            pass  # header line inside a section paste: handled below, tree untouched
+        elif self.stack and ind > self.gpu_indent:
+            stack = self.stack
+            while len(stack) > 1 and stack[-1][0] >= ind:
+                stack.pop()
+            node = Node(key, value)
+            stack[-1][1].children.append(node)
+            stack.append((ind, node))
+            return
+        # top-level (header) lines, outside any GPU block
+        if self.orphan is None:
+            self.stack = []
+            self.gpu_indent = -1
+        _header(self.dump, _norm(key), value)
+
+
+def _key_value(line: str) -> tuple[int, str, str | None] | None:
+    """(indent, key, value) of a ``key : value`` or bare ``key`` line; None for anything else."""
+    m = _KV_RE.match(line)
+    if m:
+        return _indent(m.group("indent")), m.group("key").strip(), m.group("value")
+    k = _KEY_RE.match(line)
+    if not k:
+        return None
+    return _indent(k.group("indent")), k.group("key").strip(), None
+
+
+def _header(dump: c.SmiDump, nk: str, value: str | None) -> None:
+    if nk == "driver version" and value:
+        dump.driver_version = c.clean(value)
+    elif nk in ("cuda version", "cuda driver version") and value:
+        dump.cuda_version = c.clean(value) if value.strip().lower() != "not found" else None
+    elif nk == "timestamp" and value:
+        dump.timestamp = value.strip()
+    elif nk == "attached gpus" and value:
+        dump.attached_gpus = c.integer(value)
 
 
 _HEADER_KEYS = {"driver version", "cuda version", "cuda driver version", "timestamp", "attached gpus"}
@@ -177,7 +201,7 @@ _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.text_reader == "schema"
 _NUMERIC = ("num", "int", "mib", "width")
 
 
-def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:  # noqa: C901  (split pending, issue 14)
+def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
     g = GpuFacts(index=index, pci_bus_id=bus)
     # one row per fact, straight from knowledge/data/gpu_fields.json: the first of its text paths (newest
     # spelling first, older drivers' after) that holds a readable value; an error printed in its place
@@ -189,19 +213,39 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:  # noqa: C
         setattr(g, row.fact, value)
         if value is None and raws and row.parse in _NUMERIC:
             c.note_unreadable(g, row.fact, raws[0])
-
     # what one row cannot say: derived values, counts summed over an era's layout, lists, reason flags
-    pci = t.get("PCI")
-    if pci is not None:
-        bid = c.clean(pci.val("Bus Id"))
-        if bid:
-            g.pci_bus_id = normalize_bus_id(bid)
-        host_max = c.integer(pci.val("GPU Link Info", "PCIe Generation", "Host Max"))
-        if g.pcie_gen_max is None and g.pcie_gen_gpu_max is not None:
-            g.pcie_gen_max = min(g.pcie_gen_gpu_max, host_max) if host_max else g.pcie_gen_gpu_max
-        if g.pcie_gen_gpu_max is None:
-            g.pcie_gen_gpu_max = g.pcie_gen_max
+    _pci(g, t)
+    _clock_reasons(g, t)
+    _ecc(g, t)
+    _retired_and_remapped(g, t)
+    _temperature_limits(g, t)
+    _recovery_action(g, t)
+    procs = t.get("Processes")
+    if procs is not None:
+        g.processes = _processes(procs)
+    for n in t.children:  # whole-GPU failures printed in place of a section value
+        why = c.error_reason(n.value)
+        if why and ("gpu is lost" in why.lower()):
+            g.lost, g.lost_reason = True, f"nvidia-smi: {why}"
+    return g
 
+
+def _pci(g: GpuFacts, t: Node) -> None:
+    pci = t.get("PCI")
+    if pci is None:
+        return
+    bid = c.clean(pci.val("Bus Id"))
+    if bid:
+        g.pci_bus_id = normalize_bus_id(bid)
+    host_max = c.integer(pci.val("GPU Link Info", "PCIe Generation", "Host Max"))
+    if g.pcie_gen_max is None and g.pcie_gen_gpu_max is not None:
+        g.pcie_gen_max = min(g.pcie_gen_gpu_max, host_max) if host_max else g.pcie_gen_gpu_max
+    if g.pcie_gen_gpu_max is None:
+        g.pcie_gen_gpu_max = g.pcie_gen_max
+
+
+def _clock_reasons(g: GpuFacts, t: Node) -> None:
+    """Active clock event (throttle) reasons and their counters, under any driver's section name."""
     reasons = t.get("Clocks Event Reasons", "Clocks Throttle Reasons", "Clocks Throttle Reason")
     if reasons is not None:
         active: dict[str, bool] = {}
@@ -219,20 +263,25 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:  # noqa: C
             if name and ns is not None:
                 g.violation_ns[name] = ns
 
-    ecc = t.get("ECC Errors")
-    if ecc is not None:
-        for scope in ("Volatile", "Aggregate"):
-            node = ecc.get(scope)
-            if node is None:
-                continue
-            corr, unc = _ecc_counts(node)
-            if scope == "Volatile":
-                g.ecc_volatile_corrected, g.ecc_volatile_uncorrected = corr, unc
-            else:
-                g.ecc_aggregate_corrected, g.ecc_aggregate_uncorrected = corr, unc
-            for n in node.children:
-                c.note_unreadable(g, f"ecc_{scope.lower()}", n.value)
 
+def _ecc(g: GpuFacts, t: Node) -> None:
+    ecc = t.get("ECC Errors")
+    if ecc is None:
+        return
+    for scope in ("Volatile", "Aggregate"):
+        node = ecc.get(scope)
+        if node is None:
+            continue
+        corr, unc = _ecc_counts(node)
+        if scope == "Volatile":
+            g.ecc_volatile_corrected, g.ecc_volatile_uncorrected = corr, unc
+        else:
+            g.ecc_aggregate_corrected, g.ecc_aggregate_uncorrected = corr, unc
+        for n in node.children:
+            c.note_unreadable(g, f"ecc_{scope.lower()}", n.value)
+
+
+def _retired_and_remapped(g: GpuFacts, t: Node) -> None:
     rp = t.get("Retired Pages", "Page Retirement")
     if rp is not None:
         for n in rp.children:
@@ -240,11 +289,12 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:  # noqa: C
                 v = c.yes_no(n.value)
                 if v is not None:
                     g.retired_pages_pending = bool(g.retired_pages_pending) or v
-
     rr = t.get("Remapped Rows")
     if rr is not None:
         c.note_unreadable(g, "remapped_rows", rr.value)
 
+
+def _temperature_limits(g: GpuFacts, t: Node) -> None:
     temp = t.get("Temperature")
     if temp is not None:
         c.apply_tlimit(
@@ -255,6 +305,8 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:  # noqa: C
             c.num(temp.val("GPU Max Operating T.Limit Temp")),
         )
 
+
+def _recovery_action(g: GpuFacts, t: Node) -> None:
     rs = t.get("GPU Reset Status")
     if rs is not None:
         if c.yes_no(rs.val("Drain and Reset Recommended")):
@@ -264,16 +316,6 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:  # noqa: C
     ra = c.clean(t.val("GPU Recovery Action"))
     if ra and ra.lower() != "none":
         g.recovery_action = "_".join(ra.lower().split())
-
-    procs = t.get("Processes")
-    if procs is not None:
-        g.processes = _processes(procs)
-
-    for n in t.children:  # whole-GPU failures printed in place of a section value
-        why = c.error_reason(n.value)
-        if why and ("gpu is lost" in why.lower()):
-            g.lost, g.lost_reason = True, f"nvidia-smi: {why}"
-    return g
 
 
 def _ecc_counts(node: Node) -> tuple[int | None, int | None]:

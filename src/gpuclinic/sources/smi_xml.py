@@ -128,7 +128,7 @@ _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.xml_reader == "schema")
 _NUMERIC = ("num", "int", "mib", "width")
 
 
-def _gpu(index: int, el: ET.Element) -> GpuFacts:  # noqa: C901  (split pending, issue 14)
+def _gpu(index: int, el: ET.Element) -> GpuFacts:
     bus = el.get("id")
     g = GpuFacts(index=index, pci_bus_id=normalize_bus_id(bus) if bus else None)
     # one row per fact, straight from knowledge/data/gpu_fields.json: the first of its element paths (newest
@@ -140,22 +140,35 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:  # noqa: C901  (split pending,
         setattr(g, row.fact, value)
         if value is None and raws and row.parse in _NUMERIC:
             c.note_unreadable(g, row.fact, raws[0])
-
     # what one row cannot say: derived values, counts summed over a DTD's layout, reason flags, lists
-    pci = el.find("pci")
-    if pci is not None:
-        bid = c.clean(_t(pci, "pci_bus_id"))
-        if bid:
-            g.pci_bus_id = normalize_bus_id(bid)
-        dev = c.clean(_t(pci, "pci_device_id"))
-        if dev:
-            g.pci_device_id = dev if dev.lower().startswith("0x") else "0x" + dev
-        host = c.integer(_t(pci, "pci_gpu_link_info/pcie_gen/max_host_link_gen"))
-        if g.pcie_gen_max is None and g.pcie_gen_gpu_max is not None:
-            g.pcie_gen_max = min(g.pcie_gen_gpu_max, host) if host else g.pcie_gen_gpu_max
-        if g.pcie_gen_gpu_max is None:
-            g.pcie_gen_gpu_max = g.pcie_gen_max
+    _pci(g, el)
+    _clock_reasons(g, el)
+    _memory_health(g, el)
+    _temperature_limits(g, el)
+    _recovery_action(g, el)
+    _processes(g, el)
+    return g
 
+
+def _pci(g: GpuFacts, el: ET.Element) -> None:
+    pci = el.find("pci")
+    if pci is None:
+        return
+    bid = c.clean(_t(pci, "pci_bus_id"))
+    if bid:
+        g.pci_bus_id = normalize_bus_id(bid)
+    dev = c.clean(_t(pci, "pci_device_id"))
+    if dev:
+        g.pci_device_id = dev if dev.lower().startswith("0x") else "0x" + dev
+    host = c.integer(_t(pci, "pci_gpu_link_info/pcie_gen/max_host_link_gen"))
+    if g.pcie_gen_max is None and g.pcie_gen_gpu_max is not None:
+        g.pcie_gen_max = min(g.pcie_gen_gpu_max, host) if host else g.pcie_gen_gpu_max
+    if g.pcie_gen_gpu_max is None:
+        g.pcie_gen_gpu_max = g.pcie_gen_max
+
+
+def _clock_reasons(g: GpuFacts, el: ET.Element) -> None:
+    """Active clock event (throttle) reasons and their cumulative counters, under either DTD name."""
     reasons = el.find("clocks_event_reasons")
     if reasons is None:
         reasons = el.find("clocks_throttle_reasons")
@@ -179,6 +192,9 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:  # noqa: C901  (split pending,
             if name and ns is not None:
                 g.violation_ns[name] = ns
 
+
+def _memory_health(g: GpuFacts, el: ET.Element) -> None:
+    """ECC counts summed over the DTD's layout, pending page retirement, unreadable row remapping."""
     for scope in ("volatile", "aggregate"):
         node = el.find(f"ecc_errors/{scope}")
         if node is None:
@@ -188,18 +204,18 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:  # noqa: C901  (split pending,
             g.ecc_volatile_corrected, g.ecc_volatile_uncorrected = corr, unc
         else:
             g.ecc_aggregate_corrected, g.ecc_aggregate_uncorrected = corr, unc
-
     rp = el.find("retired_pages")
     if rp is not None:
         pend = [c.yes_no(_t(rp, p)) for p in ("pending_blacklist", "pending_retirement")]
         known = [p for p in pend if p is not None]
         if known:
             g.retired_pages_pending = any(known)
-
     rr = el.find("remapped_rows")
     if rr is not None and not len(rr):
         c.note_unreadable(g, "remapped_rows", rr.text)
 
+
+def _temperature_limits(g: GpuFacts, el: ET.Element) -> None:
     temp = el.find("temperature")
     if temp is not None:
         c.apply_tlimit(
@@ -210,6 +226,8 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:  # noqa: C901  (split pending,
             c.num(_t(temp, "gpu_temp_max_gpu_tlimit_threshold")),
         )
 
+
+def _recovery_action(g: GpuFacts, el: ET.Element) -> None:
     if c.yes_no(_t(el, "gpu_reset_status/drain_and_reset_recommended")):
         g.recovery_action = "drain_and_reset"
     elif c.yes_no(_t(el, "gpu_reset_status/reset_required")):
@@ -218,22 +236,24 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:  # noqa: C901  (split pending,
     if ra and ra.lower() != "none":
         g.recovery_action = "_".join(ra.lower().split())
 
+
+def _processes(g: GpuFacts, el: ET.Element) -> None:
     procs = el.find("processes")
-    if procs is not None:
-        for p in procs.findall("process_info"):
-            pid = c.integer(_t(p, "pid"))
-            if pid is None:
-                continue
-            kind = (_t(p, "type") or "C").strip().upper()
-            g.processes.append(
-                GpuProcess(
-                    pid=pid,
-                    name=c.clean(_t(p, "process_name")),
-                    used_memory_bytes=c.mib_bytes(_t(p, "used_memory")),
-                    kind="graphics" if kind == "G" else "compute",
-                )
+    if procs is None:
+        return
+    for p in procs.findall("process_info"):
+        pid = c.integer(_t(p, "pid"))
+        if pid is None:
+            continue
+        kind = (_t(p, "type") or "C").strip().upper()
+        g.processes.append(
+            GpuProcess(
+                pid=pid,
+                name=c.clean(_t(p, "process_name")),
+                used_memory_bytes=c.mib_bytes(_t(p, "used_memory")),
+                kind="graphics" if kind == "G" else "compute",
             )
-    return g
+        )
 
 
 def _ecc(node: ET.Element) -> tuple[int | None, int | None]:

@@ -9,9 +9,10 @@ Why it is built this way (numbers in shared/research/download-anchors.md):
 * Every mid-body error (reset, clean close, stall, timeout) is retried per chunk with backoff
   from the byte where it stopped; huggingface_hub 2.4 aborts on a reset.
 * A file downloads into ``FILE.gpuclinic-part``; ``FILE.gpuclinic-state`` (JSON, replaced
-  atomically, written every ~0.5% of the file or 0.5 s) records completed pieces *and* how far
-  each in-flight chunk got, so a rerun after kill -9 re-fetches only what was in flight since the
-  last save.  The final path only ever sees a complete, verified file (fsync + rename).
+  atomically every 0.5 s) records completed pieces *and* how far each in-flight chunk got, and
+  ``FILE.gpuclinic-journal`` (transfer/resume.py) records each connection's progress right after
+  every write, so a rerun after kill -9 re-fetches only what had not reached the part file.
+  The final path only ever sees a complete, verified file (fsync + rename).
 * sha256 (and the git blob sha1 for small Hub files) is computed in order over the completed
   prefix while downloading, so verification costs no extra pass in the common case.  A mismatch
   blames the sources that served the bytes and re-fetches from another mirror.
@@ -24,7 +25,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import json
 import os
 import random
 import shutil
@@ -42,13 +42,16 @@ import httpx
 
 from gpuclinic import __version__
 from gpuclinic.errors import GpuclinicError
+from gpuclinic.transfer import resume
 from gpuclinic.transfer.redact import redact, safe_url
+from gpuclinic.transfer.resume import JOURNAL_STEP, JOURNAL_SUFFIX, STATE_VERSION, Journal
 
 MiB = 1024 * 1024
 PART_SUFFIX = ".gpuclinic-part"
 STATE_SUFFIX = ".gpuclinic-state"
 LOCK_SUFFIX = ".gpuclinic-lock"
-STATE_VERSION = 1
+# Files from this size on keep a progress journal (below it a refetch costs less than the files)
+JOURNAL_MIN_SIZE = 4 * MiB
 # Only a tail of at least this many pieces is split between connections: the victim's response
 # is closed at the cut, and what the server already sent past it (~30 KiB a steal on the bench
 # link) is fetched twice; 4 pieces (1 MiB) keep that under 3 % of the stolen bytes.
@@ -168,7 +171,19 @@ class _Source:
 
 
 class _Segment:
-    __slots__ = ("job", "pos", "end", "start", "requested_end", "active", "valid_from", "speculative")
+    __slots__ = (
+        "job",
+        "pos",
+        "end",
+        "start",
+        "requested_end",
+        "active",
+        "valid_from",
+        "speculative",
+        "slot",
+        "logged",
+        "epoch",
+    )
 
     def __init__(
         self, job: _Job, start: int, end: int, valid_from: int | None = None, speculative: bool = False
@@ -181,6 +196,9 @@ class _Segment:
         self.end = end  # exclusive; may shrink when the tail is stolen
         self.requested_end = end
         self.active = True
+        self.slot = -1  # its record in the progress journal, given at its first write
+        self.logged = start  # pos at its last journal record
+        self.epoch = 0  # the journal epoch of its records
 
 
 class _Job:
@@ -226,6 +244,11 @@ class _Job:
         self.spec_next = 1  # next speculative chunk index while the size is still unknown
         self.spec_ok = True
         self.restarted = False  # a partial download was thrown away (the server ignored Range)
+        self.journal: Journal | None = None
+        self.epoch = 0  # the journal epoch the next snapshot publishes (0: no journal)
+        self.next_slot = 0
+        self.save_seq = 0  # snapshots built / written (see _save)
+        self.written_seq = 0
 
     # -- paths
     @property
@@ -235,6 +258,10 @@ class _Job:
     @property
     def state_path(self) -> Path:
         return self.spec.dest.with_name(self.spec.dest.name + STATE_SUFFIX)
+
+    @property
+    def journal_path(self) -> Path:
+        return self.spec.dest.with_name(self.spec.dest.name + JOURNAL_SUFFIX)
 
     @property
     def npieces(self) -> int:
@@ -324,6 +351,8 @@ class Engine:
             t.join(max(0.0, deadline - time.monotonic()))
         self._save_all(force=True)
         for j in self.jobs:
+            if j.journal is not None:
+                j.journal.close()
             self._release_lock(j)
         # make the renames durable: one fsync per directory instead of one per file
         for d in {j.spec.dest.parent for j in self.jobs if j.state == "done"}:
@@ -382,6 +411,8 @@ class Engine:
                 s.active = False
             self.cv.notify_all()
         self._save(job, force=True)
+        if job.journal is not None:
+            job.journal.close()
         self._release_lock(job)
         self._emit("failed", job)
 
@@ -500,28 +531,17 @@ class Engine:
         Asking for bytes we already have would waste them after a kill -9, so peek at the state.
         """
         size = j.size
-        try:
-            st = json.loads(j.state_path.read_text()) if j.part.exists() else None
-        except (OSError, ValueError):
-            st = None
-        if isinstance(st, dict) and st.get("version") == STATE_VERSION and isinstance(st.get("size"), int):
-            try:
-                psize, piece = int(st["size"]), int(st["piece"])
-                bits = base64.b64decode(st["done"])
-                partial = {int(k): int(v) for k, v in st.get("partial", {}).items()}
-                n = max(1, -(-psize // piece))
-                done = [bool(bits[i // 8] >> (i % 8) & 1) for i in range(n)]
-                a = done.index(False)
-            except (KeyError, ValueError, TypeError, IndexError):
-                a = -1
-            if a >= 0 and (size is None or size == psize):
-                if st.get("etag") and j.sources:
-                    j.sources[0].etag = str(st["etag"])
-                b = a + 1
-                seg_pieces = self._seg_pieces(psize, piece)
-                while b < n and not done[b] and b not in partial and b - a < seg_pieces:
-                    b += 1
-                return a * piece + partial.get(a, 0), min(psize, b * piece)
+        st = resume.load(j.state_path, j.journal_path) if j.part.exists() else None
+        a = st.done.find(0) if st is not None else -1
+        if st is not None and a >= 0 and (size is None or size == st.size):
+            psize, piece, n, partial = st.size, st.piece, st.npieces, st.partial
+            if st.doc.get("etag") and j.sources:
+                j.sources[0].etag = str(st.doc["etag"])
+            b = a + 1
+            seg_pieces = self._seg_pieces(psize, piece)
+            while b < n and not st.done[b] and b not in partial and b - a < seg_pieces:
+                b += 1
+            return a * piece + partial.get(a, 0), min(psize, b * piece)
         if size is None:
             return 0, -1
         return 0, min(size, max(j.piece, self._seg_pieces(size, j.piece) * j.piece))
@@ -543,6 +563,10 @@ class Engine:
             except Exception as e:  # a bug must not hang the download: fail the file, loudly
                 self._fail(seg.job, f"{type(e).__name__}: {e}")
             finally:
+                jn = seg.job.journal
+                if jn is not None and seg.pos > seg.logged:
+                    with contextlib.suppress(OSError):
+                        self._log(seg, jn)
                 with self.cv:
                     self._retire(seg)
                     self.cv.notify_all()
@@ -755,7 +779,7 @@ class Engine:
                 raise _SourceFatal("server ignored the Range header")
             # a resume request answered with the whole file (python -m http.server, some
             # proxies): this server cannot resume, so use this body from byte 0 and say so
-            seg.start = seg.pos = seg.valid_from = 0
+            seg.start = seg.pos = seg.valid_from = seg.logged = 0
             seg.end = seg.requested_end = -1
             job.restarted = True
             self._emit("restart", job)
@@ -831,10 +855,24 @@ class Engine:
         else:
             self._plan_opening(job, seg, size)
         job.state = "open"
+        self._start_journal(job)
         self.cv.notify_all()
         self._emit("open", job)
         if seg is not None and (size == 0 or all(job.done)):
             seg.end = seg.pos
+
+    def _start_journal(self, job: _Job) -> None:
+        """A new journal epoch: publish a snapshot holding everything reused (so older records may be
+        dropped), then start the journal empty."""
+        if not job.ranges_ok or (job.size or 0) < JOURNAL_MIN_SIZE or all(job.done):
+            return
+        job.epoch = resume.new_epoch()
+        self._save(job, force=True)
+        try:
+            job.journal = Journal(job.journal_path, job.epoch)
+        except OSError:
+            job.epoch = 0  # no journal: the snapshot alone, saved more often
+            self._save(job, force=True)
 
     def _plan_opening(self, job: _Job, seg: _Segment, size: int) -> None:
         """The ranged answer that opened ``job``: keep it for its pieces if they are still missing."""
@@ -882,9 +920,12 @@ class Engine:
                 if end == seg.requested_end:
                     continue  # drain the (empty) rest so the connection stays reusable
                 return
-            os.pwrite(fd, chunk, seg.pos)
+            resume.write_at(fd, chunk, seg.pos)
             old = seg.pos
             seg.pos += n
+            jn = job.journal
+            if jn is not None and (seg.pos - seg.logged >= JOURNAL_STEP or seg.pos >= seg.end):
+                self._log(seg, jn)  # after the data write: a record never claims a byte not on disk
             completed: list[int] = []
             with self.cv:
                 job.downloaded += n
@@ -905,13 +946,30 @@ class Engine:
                     completed.append(job.npieces - 1)
             if completed:
                 self._hash_ahead(job, block=False)
-            if job.bytes_done - job.saved_bytes >= job.save_step and job.save_lock.acquire(blocking=False):
+            if (
+                jn is None
+                and job.bytes_done - job.saved_bytes >= job.save_step
+                and job.save_lock.acquire(blocking=False)
+            ):
                 try:  # save from the worker itself: a saver thread may wait long for the GIL
                     self._save(job)
                 finally:
                     job.save_lock.release()
             if seg.pos >= seg.end and seg.end != seg.requested_end:
                 return  # our tail was handed to another connection: close this response
+
+    @staticmethod
+    def _log(seg: _Segment, jn: Journal) -> None:
+        """Journal that ``[seg.valid_from, seg.pos)`` is in the part file."""
+        if seg.slot < 0:
+            job = seg.job
+            with job.lock:
+                seg.slot = job.next_slot
+                job.next_slot += 1
+            seg.epoch = jn.epoch
+        if seg.epoch == jn.epoch:  # else pieces were dropped (sha256 mismatch) after it wrote: stale
+            jn.record(seg.slot, seg.valid_from, seg.pos)
+        seg.logged = seg.pos
 
     # ------------------------------------------------------------------ verification
     def _hash_ahead(self, job: _Job, *, block: bool) -> None:
@@ -961,10 +1019,13 @@ class Engine:
         os.fsync(job.fd)
         os.close(job.fd)
         job.fd = None
+        if job.journal is not None:
+            job.journal.close()
         with job.file_lock:
             os.replace(job.part, job.spec.dest)  # the directory is fsynced once per run (_shutdown)
-            with contextlib.suppress(FileNotFoundError):
-                job.state_path.unlink()
+            for p in (job.state_path, job.journal_path):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
             for stale in job.state_path.parent.glob(job.state_path.name + ".*.tmp"):
                 with contextlib.suppress(OSError):
                     stale.unlink()  # left by a process killed mid-save
@@ -1018,6 +1079,8 @@ class Engine:
             job.bytes_done = sum(
                 job.piece_range(i)[1] - job.piece_range(i)[0] for i in range(job.npieces) if job.done[i]
             )
+            if job.journal is not None:  # the older records claim the dropped pieces: void them
+                job.epoch = job.journal.epoch = resume.new_epoch()
             job.state = "open"
             self.cv.notify_all()
         self._save(job, force=True)
@@ -1053,8 +1116,11 @@ class Engine:
             with contextlib.suppress(OSError):
                 os.close(job.fd)
             job.fd = None
+        if job.journal is not None:
+            job.journal.close()
+        job.journal, job.epoch = None, 0
         with job.file_lock:
-            for p in (job.part, job.state_path):
+            for p in (job.part, job.state_path, job.journal_path):
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
 
@@ -1062,16 +1128,17 @@ class Engine:
     def _load_state(self, job: _Job) -> None:
         if job.gsha is None and job.spec.git_sha1 and job.size is not None:
             job.gsha = _git_sha1_hasher(job.size)
-        try:
-            st = json.loads(job.state_path.read_text())
-        except (OSError, ValueError):
-            st = None
-        if not job.part.exists() or not isinstance(st, dict):
+        if not job.part.exists():
             return
+        saved = resume.load(job.state_path, job.journal_path)
+        if saved is None:
+            if job.state_path.exists():
+                self._discard(job)  # unreadable or from another version: the part file is unusable
+            return
+        st = saved.doc
         same = (
-            st.get("version") == STATE_VERSION
-            and st.get("size") == job.size
-            and st.get("piece") == job.piece
+            saved.size == job.size
+            and saved.piece == job.piece
             and (st.get("sha256") or None) == (job.spec.sha256 or None)
             and (job.spec.sha256 or not st.get("etag") or st.get("etag") == job.etag)
             and job.part.stat().st_size == job.size
@@ -1079,23 +1146,8 @@ class Engine:
         if not same:
             self._discard(job)
             return
-        try:
-            bits = base64.b64decode(st["done"])
-            n = job.npieces
-            for i in range(n):
-                if bits[i // 8] >> (i % 8) & 1:
-                    job.done[i] = 1
-            for k, v in st.get("partial", {}).items():
-                i, valid = int(k), int(v)
-                if (
-                    0 <= i < n
-                    and not job.done[i]
-                    and 0 < valid < job.piece_range(i)[1] - job.piece_range(i)[0]
-                ):
-                    job.partial[i] = valid
-        except (KeyError, ValueError, IndexError, TypeError):
-            job.done[:] = bytearray(job.npieces)
-            job.partial.clear()
+        job.done[:] = saved.done
+        job.partial = dict(saved.partial)
 
     def _state_doc(self, job: _Job) -> dict[str, Any]:
         n = job.npieces
@@ -1122,6 +1174,7 @@ class Engine:
             "piece": job.piece,
             "done": base64.b64encode(bytes(bits)).decode(),
             "partial": partial,
+            "journal": job.epoch or None,
             "saved_at": time.time(),
         }
 
@@ -1135,16 +1188,14 @@ class Engine:
             job.dirty = False
             job.saved_bytes = job.bytes_done
             job.last_save = time.monotonic()
+            job.save_seq += 1
+            seq = job.save_seq
         with job.file_lock:
-            if not job.part.exists():
-                return
-            tmp = job.state_path.with_name(job.state_path.name + f".{os.getpid()}.tmp")
-            try:
-                tmp.write_text(json.dumps(doc))
-                os.replace(tmp, job.state_path)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
+            # two savers may race here: the later snapshot wins, an older one (fewer pieces, or an
+            # epoch voided by a sha256 mismatch) is never written over it
+            if seq > job.written_seq and job.part.exists():
+                resume.write_atomic(job.state_path, doc)
+                job.written_seq = seq
 
     def _save_all(self, *, force: bool = False) -> None:
         for j in self.jobs:
@@ -1158,9 +1209,8 @@ class Engine:
                 if j.state != "open" or not j.dirty or j.size is None:
                     continue
                 if (
-                    j.bytes_done - j.saved_bytes >= j.save_step
-                    or now - j.last_save >= self.opts.save_interval
-                ):
+                    j.journal is None and j.bytes_done - j.saved_bytes >= j.save_step
+                ) or now - j.last_save >= self.opts.save_interval:
                     if j.save_lock.acquire(blocking=False):
                         try:
                             self._save(j)

@@ -94,6 +94,7 @@ class _Stats:
         self.drops = 0
         self.stalls = 0
         self.total_body = 0
+        self.after_close = 0  # body bytes not sent because the client had hung up (not in total_body)
         self.first_byte = 0.0  # wall clock of the first and last body byte (link utilisation)
         self.last_byte = 0.0
         self.auth_headers: list[str] = []
@@ -108,6 +109,7 @@ class _Stats:
             "drops": self.drops,
             "stalls": self.stalls,
             "total_body": self.total_body,
+            "after_close": self.after_close,
             "first_byte": self.first_byte,
             "last_byte": self.last_byte,
         }
@@ -310,10 +312,11 @@ class WanSim:
         account: str | None = None,
         offset: int = 0,
         conn: dict[str, Any] | None = None,
+        latency: bool = True,
     ) -> None:
         reason = _REASONS.get(status, "OK")
         self.stats.statuses[status] += 1
-        if self.knobs.latency:
+        if self.knobs.latency and latency:
             await asyncio.sleep(self.knobs.latency)
         h = {"Content-Length": str(len(body) if content_length is None else content_length), **headers}
         out = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
@@ -374,6 +377,11 @@ class WanSim:
                 if stall:
                     self.stats.stalls += 1
                     await asyncio.sleep(k.stall_seconds)
+                if writer.transport.is_closing() or (reader is not None and reader.at_eof()):
+                    # the client hung up (RST or FIN) while this block waited for its slot: stop
+                    # here as a real server does on EPIPE/EOF, and count the block apart, not as served
+                    self.stats.after_close += n
+                    raise _Drop()
                 writer.write(chunk)
                 self.stats.last_byte = time.time()
                 if not self.stats.first_byte:
@@ -425,8 +433,8 @@ class WanSim:
         if cdn:
             await self._cdn(method, path, query, headers, writer, conn)
             return
-        if path == "/_sim/stats":
-            await self._json(writer, 200, self.stats.to_dict())
+        if path == "/_sim/stats":  # the observer's side channel: not delayed like the simulated link
+            await self._json(writer, 200, self.stats.to_dict(), latency=False)
             return
         if path == "/_sim/reset" and method == "POST":
             self.stats = _Stats()
@@ -452,10 +460,18 @@ class WanSim:
         await self._resolve(method, path, headers, writer, conn)
 
     async def _json(
-        self, writer: asyncio.StreamWriter, status: int, obj: Any, extra: dict[str, str] | None = None
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        obj: Any,
+        extra: dict[str, str] | None = None,
+        *,
+        latency: bool = True,
     ) -> None:
         data = json.dumps(obj).encode()
-        await self._send(writer, status, {"Content-Type": "application/json", **(extra or {})}, data)
+        await self._send(
+            writer, status, {"Content-Type": "application/json", **(extra or {})}, data, latency=latency
+        )
 
     async def _hub_error(
         self, writer: asyncio.StreamWriter, status: int, code: str, message: str, head: bool = False

@@ -214,21 +214,55 @@ def iso_datetime(date: str, time: str) -> str | None:
         return None
 
 
+# The BMC web event table some boards export (ASRock Rack):
+# ``ID | 04/13/2025, 03:08:16 | Sensor Name | Sensor Type | PCI SERR - Asserted`` with detail rows below.
+_TABLE_DT = re.compile(r"^(\d{1,2}/\d{1,2}/\d{2,4}),\s*(\d{1,2}:\d{2}:\d{2})$")
+_TABLE_STATE = re.compile(r"\s+-\s+(De)?[Aa]sserted$")
+
+
 def _is_sel(c: list[str]) -> bool:
     return (
         len(c) >= 5
         and bool(re.match(r"^[0-9A-Fa-f]{1,8}$", c[0]))
-        and (bool(_DATE.match(c[1])) or c[1].lower() in ("pre-init", ""))
+        and (bool(_DATE.match(c[1])) or bool(_TABLE_DT.match(c[1])) or c[1].lower() in ("pre-init", ""))
         and bool(c[3])
     )
 
 
+def _table_event(c: list[str], source: str) -> R.BmcEvent:
+    """A row of the web event table: its date and time share a column, the sensor type has one."""
+    m = _TABLE_DT.match(c[1])
+    assert m is not None
+    desc = c[4]
+    st = _TABLE_STATE.search(desc)
+    ev = R.BmcEvent(
+        id=c[0],
+        time=iso_datetime(m.group(1), m.group(2)),
+        sensor_type=c[3] or None,
+        sensor=c[2] or None,
+        description=desc[: st.start()] if st else desc,
+        asserted=not (st and st.group(1)),
+        source=source,
+    )
+    return ev
+
+
 def parse_sel(text: str, source: str = "ipmitool sel elist") -> R.RoomFacts:
     room = R.RoomFacts(events_read=True)
+    table: R.BmcEvent | None = None  # the web-table event whose detail rows may follow
     for line in text.splitlines():
         c = _cols(line)
-        if not _is_sel(c):
+        if table is not None and len(c) >= 5 and not c[0] and not c[1] and c[4]:
+            table.description += f"; {c[4]}"  # "PCI Bus number : 0" under its event
             continue
+        if not _is_sel(c):
+            table = None
+            continue
+        if _TABLE_DT.match(c[1]):
+            table = _table_event(c, source)
+            room.events.append(table)
+            continue
+        table = None
         rest = c[4:]
         asserted = True
         if "Deasserted" in rest:
@@ -247,9 +281,10 @@ def parse_sel(text: str, source: str = "ipmitool sel elist") -> R.RoomFacts:
             asserted=asserted,
             source=source,
         )
-        ec = classify_event(stype, sensor, desc)
-        ev.kind = ec.kind if ec else None
         room.events.append(ev)
+    for ev in room.events:
+        ec = classify_event(ev.sensor_type, ev.sensor, ev.description)
+        ev.kind = ec.kind if ec else None
     room.add_source(source)
     return room
 

@@ -383,8 +383,11 @@ def claims(text: str) -> bool:
 
 
 def parse_text(text: str) -> R.RoomFacts:
-    """A saved Redfish document, or a bundle ``{"/redfish/v1/...": doc, ...}`` as the client records it."""
-    data = json.loads(text)
+    """A saved Redfish document, or a bundle ``{"/redfish/v1/...": doc, ...}`` as the client records it.
+
+    One member copied out of a ``Members`` list keeps its separator (``},``): that comma is dropped."""
+    body = text.strip()
+    data = json.loads(body[:-1] if body.endswith(",") else body)
     room = R.RoomFacts()
     if not isinstance(data, dict):
         return room

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # --------------------------------------------------------------------------------------------------
@@ -158,22 +159,14 @@ def _docker_json(s: str) -> str | None:
     return log.rstrip("\r\n") if isinstance(log, str) else None
 
 
-def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:  # noqa: C901  (split pending, issue 14)
+def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
     """Strip the timestamp/host/level prefixes of any known format; return (message, prefix facts)."""
     p = _Prefix()
     s = line.lstrip("\x00 \t\ufeff")
-    if "\x1b[" in s:  # dmesg --color=always pasted with its escapes
-        s = _RE_ANSI.sub("", s).lstrip()
-    if s.startswith("{") and '"MESSAGE"' in s:
-        msg = _journal_json(s.rstrip(), p)
+    if s[:1] == "{" or "\x1b[" in s or s.startswith("MESSAGE="):
+        s, msg = _unwrap(s, p)
         if msg is not None:
-            return msg.rstrip("\r\n"), p
-    if s.startswith("{") and '"log"' in s:  # docker json-file log: {"log":"[ 12.3] NVRM: ...\n","stream":..}
-        inner = _docker_json(s.rstrip())
-        if inner is not None:
-            s = inner.lstrip()
-    if s.startswith("MESSAGE="):  # journalctl -o export / -o verbose field
-        s = s[8:]
+            return msg, p
     m = _RE_CRI.match(s)
     if m:  # Kubernetes CRI log wrapper: "2024-03-04T10:11:12.123Z stdout F <line>"
         s = s[m.end() :]
@@ -186,68 +179,123 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:  # 
     for _ in range(8):
         # each prefix regex is anchored and starts with one kind of character: try only those that can match
         c0 = s[:1]
-        digit, upper, bracket = c0.isdigit(), c0.isupper(), c0 == "["
-        m = _RE_KMSG.match(s) if digit else None
-        if m:
-            p.uptime = int(m.group(3)) / 1e6
-            s = s[m.end() :]
-            continue
-        m = _RE_PRIO.match(s) if c0 == "<" else _RE_FACLEV.match(s) if c0.islower() else None
-        if m:
-            s = s[m.end() :]
-            continue
-        m = _RE_UPTIME.match(s) if bracket else None
-        if m:
-            p.uptime = float(m.group(1))
-            s = s[m.end() :]
-            continue
-        m = _RE_RELTIME.match(s) if bracket else None
-        if m:
-            s = s[m.end() :]
-            continue
-        if p.time is None and p.time_text is None:
-            m = _RE_ISO.match(s) if digit else None
+        rest = None
+        for rx, take, guard in _PREFIXES.get(c0) or _prefixes_for(c0):
+            if guard is _NO_TIME_YET and (p.time is not None or p.time_text is not None):
+                continue
+            if guard is _HOST_AFTER_STAMP and (p.host is not None or (p.uptime is None and p.time is None)):
+                continue
+            m = rx.match(s)
             if m:
-                g = m.groups()
-                p.time = _iso(
-                    int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), g[6], _tz(g[7])
-                )
-                s = _strip_host(s[m.end() :], p)
-                continue
-            m = _RE_FULL.match(s) if upper else None
-            if m:
-                g = m.groups()
-                p.time = _iso(
-                    int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), None, _tz(g[6])
-                )
-                s = _strip_host(s[m.end() :], p)
-                continue
-            m = _RE_CTIME.match(s) if bracket else None
-            if m and m.group(1) in _MONTHS:
-                g = m.groups()
-                p.time = _iso(int(g[5]), _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]))
-                s = s[m.end() :]
-                continue
-            m = _RE_SYSLOG.match(s) if upper else None
-            if m and m.group(1) in _MONTHS:
-                g = m.groups()
-                p.time_text = s[: m.end()].strip()
-                if year is not None:
-                    p.time = _iso(year, _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
-                s = _strip_host(s[m.end() :], p)
-                continue
-        m = _RE_KERNEL_TAG.match(s)
-        if m:
-            s = s[m.end() :]
-            continue
-        if p.host is None and (p.uptime is not None or p.time is not None):
-            m = _RE_HOST.match(s)  # journalctl -o short-monotonic: "[  12.345678] host kernel: ..."
-            if m:
-                p.host = m.group(1)
-                s = s[m.end() :]
-                continue
-        break
+                rest = take(s, m, p, year)
+                if rest is not None:
+                    break
+        if rest is None:
+            break
+        s = rest
     return s.rstrip("\r\n"), p
+
+
+def _unwrap(s: str, p: _Prefix) -> tuple[str, str | None]:
+    """Take off colour escapes and a journal/docker JSON or journal export wrapper; a journal JSON
+    record is read whole: (rest, its message)."""
+    if "\x1b[" in s:  # dmesg --color=always pasted with its escapes
+        s = _RE_ANSI.sub("", s).lstrip()
+    if s.startswith("{") and '"MESSAGE"' in s:
+        msg = _journal_json(s.rstrip(), p)
+        if msg is not None:
+            return s, msg.rstrip("\r\n")
+    if s.startswith("{") and '"log"' in s:  # docker json-file log: {"log":"[ 12.3] NVRM: ...\n","stream":..}
+        inner = _docker_json(s.rstrip())
+        if inner is not None:
+            s = inner.lstrip()
+    if s.startswith("MESSAGE="):  # journalctl -o export / -o verbose field
+        s = s[8:]
+    return s, None
+
+
+# What each prefix takes from a line once its regex matched: the rest of the line, or None when the match
+# does not count after all (a month name that is not one), so the next candidate is tried.
+_Take = Callable[[str, "re.Match[str]", _Prefix, "int | None"], "str | None"]
+
+
+def _skip(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    return s[m.end() :]
+
+
+def _kmsg(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    p.uptime = int(m.group(3)) / 1e6
+    return s[m.end() :]
+
+
+def _uptime(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    p.uptime = float(m.group(1))
+    return s[m.end() :]
+
+
+def _iso_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    g = m.groups()
+    p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), g[6], _tz(g[7]))
+    return _strip_host(s[m.end() :], p)
+
+
+def _full_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    g = m.groups()
+    p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), None, _tz(g[6]))
+    return _strip_host(s[m.end() :], p)
+
+
+def _ctime_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    if m.group(1) not in _MONTHS:
+        return None
+    g = m.groups()
+    p.time = _iso(int(g[5]), _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]))
+    return s[m.end() :]
+
+
+def _syslog_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    if m.group(1) not in _MONTHS:
+        return None
+    g = m.groups()
+    p.time_text = s[: m.end()].strip()
+    if year is not None:
+        p.time = _iso(year, _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
+    return _strip_host(s[m.end() :], p)
+
+
+def _host(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    p.host = m.group(1)  # journalctl -o short-monotonic: "[  12.345678] host kernel: ..."
+    return s[m.end() :]
+
+
+_ALWAYS, _NO_TIME_YET, _HOST_AFTER_STAMP = object(), object(), object()  # when a candidate may be tried
+_Candidates = tuple[tuple["re.Pattern[str]", _Take, object], ...]
+_TAIL: _Candidates = ((_RE_KERNEL_TAG, _skip, _ALWAYS), (_RE_HOST, _host, _HOST_AFTER_STAMP))
+
+
+def _prefixes_for(c0: str) -> _Candidates:
+    """The prefixes a line starting with ``c0`` may have, in the order they are tried."""
+    if c0.isdigit():
+        head: _Candidates = ((_RE_KMSG, _kmsg, _ALWAYS), (_RE_ISO, _iso_stamp, _NO_TIME_YET))
+    elif c0 == "<":
+        head = ((_RE_PRIO, _skip, _ALWAYS),)
+    elif c0.islower():
+        head = ((_RE_FACLEV, _skip, _ALWAYS),)
+    elif c0 == "[":
+        head = (
+            (_RE_UPTIME, _uptime, _ALWAYS),
+            (_RE_RELTIME, _skip, _ALWAYS),
+            (_RE_CTIME, _ctime_stamp, _NO_TIME_YET),
+        )
+    elif c0.isupper():
+        head = ((_RE_FULL, _full_stamp, _NO_TIME_YET), (_RE_SYSLOG, _syslog_stamp, _NO_TIME_YET))
+    else:
+        head = ()
+    return head + _TAIL
+
+
+_PREFIXES: dict[str, _Candidates] = {chr(i): _prefixes_for(chr(i)) for i in range(128)}
+_PREFIXES[""] = _TAIL
 
 
 def _strip_host(s: str, p: _Prefix) -> str:

@@ -85,6 +85,23 @@ class _Multi:
     lineno: int | None
 
 
+def _gsp_kind(low: str) -> str:
+    """What a GSP line reports, from its lower-cased text (first matching word wins)."""
+    if "heartbeat" in low:
+        return "heartbeat"
+    if "crash" in low or "halt" in low or "exception" in low:
+        return "crash"
+    if "needs to be reset" in low or "reset required" in low:
+        return "reset_required"
+    if "gsp timeout" in low or ("timeout" in low and "rpc" in low):
+        return "rpc_timeout"
+    if "init" in low or "bootstrap" in low or "gsp firmware" in low:
+        return "init"
+    if "logxid" in low or "gsp error" in low:
+        return "xid_report"
+    return "rpc"
+
+
 class KernelLogParser:
     """Turns kernel log lines into :class:`KernelEvent` objects; keeps state for multi-line messages.
 
@@ -103,6 +120,9 @@ class KernelLogParser:
         self._last_aer: KernelEvent | None = None
         self._last_xid_bus: str | None = None
         self._last_xid_countdown = 0
+        # SXid records: (switch, SXid) headers seen, and Severity/Data lines whose header is not (yet) seen
+        self._sxid_seen: set[tuple[str | None, int]] = set()
+        self._sxid_orphans: dict[tuple[str | None, int], KernelEvent] = {}
         self.nvidia_devices: set[str] = set()
         self.boot = 0  # how many reboots (uptime resets) were seen so far
         self._last_uptime: float | None = None
@@ -128,6 +148,8 @@ class KernelLogParser:
         self._flush_multi(out)
         self._flush_aer(out)
         self._flush_recv(out)
+        out.extend(self._sxid_orphans.values())
+        self._sxid_orphans.clear()
         return out
 
     # -- internals ------------------------------------------------------------------------------
@@ -174,25 +196,16 @@ class KernelLogParser:
                         self._flush_recv(tmp)
                     out[mark:mark] = tmp
 
-    def _feed_one_inner(self, raw: str, lineno: int | None, out: list[KernelEvent]) -> None:  # noqa: C901  (split pending, issue 14)
+    def _feed_one_inner(self, raw: str, lineno: int | None, out: list[KernelEvent]) -> None:
         msg, p = split_prefix(raw, self.year)
         line = raw.rstrip("\r\n")
         if self._last_xid_countdown > 0:
             self._last_xid_countdown -= 1
         if self._last_reporter is not None:
             self._last_reporter = (self._last_reporter[0], self._last_reporter[1] - 1)
-
         # Multi-line NVRM messages: continuation lines start with "NVRM: " and match nothing else.
-        if self._multi is not None:
-            if msg.startswith("NVRM:") and not _starts_new(msg):
-                self._multi.parts.append(msg[5:].strip())
-                if self._try_complete_multi(out):
-                    return
-                if len(self._multi.parts) >= 6:
-                    self._flush_multi(out)
-                return
-            self._flush_multi(out)
-
+        if self._multi is not None and self._continue_multi(msg, out):
+            return
         # AER continuation lines (status/mask, bits, firmware-first layer)
         if self._aer is not None and self._aer_continue(msg, p, out):
             return
@@ -202,58 +215,64 @@ class KernelLogParser:
                 self._hw_sev = hw.group("sev").lower()
                 return
         aerish = "AER" in msg or "Bus Error" in msg or "aer_" in msg
-
-        if "Xid" in msg:
-            m = _RE_XID.search(msg)
-            if m:
-                self._flush_aer(out)
-                out.append(self._xid(m, line, msg, p, lineno))
-                return
-            m = _RE_SXID.search(msg)
-            if m:
-                ev = self._sxid(m, line, msg, p, lineno)
-                if ev is not None:
-                    out.append(ev)
-                return
-
+        if "Xid" in msg and self._xid_line(line, msg, p, lineno, out):
+            return
         if ("NVRM" in msg or "nvidia" in msg or "NVIDIA" in msg) and not aerish:
             if self._nvrm(line, msg, p, lineno, out):
                 return
-
-        if aerish or "PCIe" in msg:
-            if aerish and self._aer_start(line, msg, p, lineno, out):
-                return
-            m = _RE_LIMITED.search(msg)
-            if m:
-                dev = _bus(m.group("dev"))
-                out.append(
-                    self._ev(
-                        "pcie_limited",
-                        line,
-                        msg,
-                        p,
-                        lineno,
-                        pci_bus_id=dev,
-                        detail={
-                            "available_gbps": float(m.group("avail")),
-                            "speed_gts": float(m.group("speed")),
-                            "width": int(m.group("width")),
-                            "limited_at": _bus(m.group("at")),
-                            "capable_gbps": float(m.group("cap")),
-                            "capable_speed_gts": float(m.group("capspeed")),
-                            "capable_width": int(m.group("capwidth")),
-                            "nvidia": bool(dev and dev in self.nvidia_devices),
-                        },
-                    )
-                )
-                return
-            m = _RE_PCI_ENUM.search(msg)
-            if m:
-                self.nvidia_devices.add(normalize_bus_id(m.group("dev")))
-                return
+        if (aerish or "PCIe" in msg) and self._pcie_line(line, msg, p, lineno, out, aerish):
+            return
         m = _RE_PCI_ENUM.search(msg) if "10de" in msg else None
         if m:
             self.nvidia_devices.add(normalize_bus_id(m.group("dev")))
+
+    def _continue_multi(self, msg: str, out: list[KernelEvent]) -> bool:
+        """A continuation of the waiting multi-line NVRM message (True: used); else that message ends."""
+        assert self._multi is not None
+        if msg.startswith("NVRM:") and not _starts_new(msg):
+            self._multi.parts.append(msg[5:].strip())
+            if not self._try_complete_multi(out) and len(self._multi.parts) >= 6:
+                self._flush_multi(out)
+            return True
+        self._flush_multi(out)
+        return False
+
+    def _xid_line(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:
+        m = _RE_XID.search(msg)
+        if m:
+            self._flush_aer(out)
+            out.append(self._xid(m, line, msg, p, lineno))
+            return True
+        m = _RE_SXID.search(msg)
+        if m:
+            ev = self._sxid(m, line, msg, p, lineno)
+            if ev is not None:
+                out.append(ev)
+            return True
+        return False
+
+    def _pcie_line(
+        self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent], aerish: bool
+    ) -> bool:
+        """An AER record start, a "bandwidth limited by" line, or a PCI enumeration of an NVIDIA device."""
+        if aerish and self._aer_start(line, msg, p, lineno, out):
+            return True
+        m = _RE_LIMITED.search(msg)
+        if m:
+            dev = _bus(m.group("dev"))
+            d = {
+                "available_gbps": float(m.group("avail")), "speed_gts": float(m.group("speed")),
+                "width": int(m.group("width")), "limited_at": _bus(m.group("at")),
+                "capable_gbps": float(m.group("cap")), "capable_speed_gts": float(m.group("capspeed")),
+                "capable_width": int(m.group("capwidth")), "nvidia": bool(dev and dev in self.nvidia_devices),
+            }
+            out.append(self._ev("pcie_limited", line, msg, p, lineno, pci_bus_id=dev, detail=d))
+            return True
+        m = _RE_PCI_ENUM.search(msg)
+        if m:
+            self.nvidia_devices.add(normalize_bus_id(m.group("dev")))
+            return True
+        return False
 
     def _xid(self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None) -> KernelEvent:
         bus = normalize_bus_id(m.group("bus")) if m.group("bus") else None
@@ -317,9 +336,14 @@ class KernelLogParser:
         self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None
     ) -> KernelEvent | None:
         rest = m.group("rest").strip()
-        if re.match(r"^(?:Severity \d|Data \{|Data\s*0x)", rest):
-            return None  # continuation of the previous SXid record
-        detail: dict[str, Any] = {"sxid": int(m.group("sxid")), "text": rest}
+        key = (normalize_bus_id(m.group("bus")), int(m.group("sxid")))
+        continuation = bool(re.match(r"^(?:Severity \d|Data \{|Data\s*0x)", rest))
+        if continuation and key in self._sxid_seen:
+            return None  # a Severity/Data line of a record whose header was read
+        if not continuation:
+            self._sxid_seen.add(key)
+            self._sxid_orphans.pop(key, None)
+        detail: dict[str, Any] = {"sxid": key[1], "text": rest}
         low = rest.lower()
         if low.startswith("non-fatal") or low.startswith("nonfatal"):
             detail["fatal"] = False
@@ -331,24 +355,37 @@ class KernelLogParser:
         sw = _RE_NVSWITCH.search(msg)
         if sw:
             detail["nvswitch"] = int(sw.group(1))
-        return self._ev(
-            "sxid", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("bus")), detail=detail
+        ev = self._ev("sxid", line, msg, p, lineno, pci_bus_id=key[0], detail=detail)
+        if continuation:
+            # records of several switches interleave: the header may still come; if it never does, this
+            # line is the only trace of that SXid and flush() reports it
+            self._sxid_orphans.setdefault(key, ev)
+            return None
+        return ev
+
+    def _nvrm(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:
+        """An NVIDIA driver message: the first reader (in this order) that knows it turns it into events."""
+        return any(
+            read(line, msg, p, lineno, out)
+            for read in (
+                self._nvrm_identity,
+                self._nvrm_gsp_timeout,
+                self._nvrm_init,
+                self._nvrm_gsp,
+                self._nvrm_nvlink,
+                self._nvrm_module,
+            )
         )
 
-    def _nvrm(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:  # noqa: C901  (split pending, issue 14)
+    def _nvrm_identity(
+        self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]
+    ) -> bool:
+        """UUID <-> bus id lines, the one-line "fallen off the bus", the start of a multi-line message."""
         m = _RE_UUID.search(msg)
         if m:
-            out.append(
-                self._ev(
-                    "uuid_map",
-                    line,
-                    msg,
-                    p,
-                    lineno,
-                    pci_bus_id=normalize_bus_id(m.group("bus")),
-                    detail={"uuid": m.group("uuid")},
-                )
-            )
+            bus = normalize_bus_id(m.group("bus"))
+            d = {"uuid": m.group("uuid")}
+            out.append(self._ev("uuid_map", line, msg, p, lineno, pci_bus_id=bus, detail=d))
             return True
         m = _RE_FOB_ONE.search(msg)
         if m:
@@ -362,20 +399,29 @@ class KernelLogParser:
             self._multi = _Multi(kind=kind, parts=[msg[idx:].strip()], line=line, prefix=p, lineno=lineno)
             self._try_complete_multi(out)
             return True
+        return False
+
+    def _nvrm_gsp_timeout(
+        self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]
+    ) -> bool:
         m = _RE_GSP_TIMEOUT.search(msg)
-        if m:
-            d: dict[str, Any] = {
-                "gsp": "rpc_timeout",
-                "timeout_s": int(m.group("secs")),
-                "gpu_instance": int(m.group("gpu")),
-            }
-            if m.group("fn"):
-                d["function"] = f"{m.group('fn')} ({m.group('fname')})"
-            out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=self._context_bus(), detail=d))
-            return True
+        if not m:
+            return False
+        d: dict[str, Any] = {
+            "gsp": "rpc_timeout",
+            "timeout_s": int(m.group("secs")),
+            "gpu_instance": int(m.group("gpu")),
+        }
+        if m.group("fn"):
+            d["function"] = f"{m.group('fn')} ({m.group('fname')})"
+        out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=self._context_bus(), detail=d))
+        return True
+
+    def _nvrm_init(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:
+        """The GPU did not initialise: RmInitAdapter and friends, a failed probe, unplugged power cables."""
         m = _RE_INIT.search(msg)
         if m:
-            d = {"what": m.group("what").rstrip("!")}
+            d: dict[str, Any] = {"what": m.group("what").rstrip("!")}
             if m.group("code"):
                 d["code"] = m.group("code")
             mm = re.search(r"minor number (\d+)", msg)
@@ -387,93 +433,60 @@ class KernelLogParser:
             return True
         m = _RE_PROBE.search(msg)
         if m and "nvidia" in msg:
-            out.append(
-                self._ev(
-                    "init_failed",
-                    line,
-                    msg,
-                    p,
-                    lineno,
-                    pci_bus_id=normalize_bus_id(m.group("bus")),
-                    detail={"what": "probe failed", "error": int(m.group("err"))},
-                )
-            )
+            d = {"what": "probe failed", "error": int(m.group("err"))}
+            bus = normalize_bus_id(m.group("bus"))
+            out.append(self._ev("init_failed", line, msg, p, lineno, pci_bus_id=bus, detail=d))
             return True
         m = _RE_POWER_CABLES.search(msg) if ("ower" in msg or "POWER" in msg) else None
         if m:
-            out.append(
-                self._ev(
-                    "init_failed",
-                    line,
-                    msg,
-                    p,
-                    lineno,
-                    pci_bus_id=_bus(m.group("bus") or m.group("bus2")),
-                    detail={"what": "power cables not connected"},
-                )
-            )
+            d = {"what": "power cables not connected"}
+            where = _bus(m.group("bus") or m.group("bus2"))
+            out.append(self._ev("init_failed", line, msg, p, lineno, pci_bus_id=where, detail=d))
             return True
-        if "GSP" in msg or "gsp" in msg or "Gsp" in msg or "heartbeat" in msg:
-            m = _RE_GSP.search(msg)
-            if m:
-                low = msg.lower()
-                kind = (
-                    "heartbeat"
-                    if "heartbeat" in low
-                    else "crash"
-                    if ("crash" in low or "halt" in low or "exception" in low)
-                    else "reset_required"
-                    if "needs to be reset" in low or "reset required" in low
-                    else "rpc_timeout"
-                    if ("gsp timeout" in low or ("timeout" in low and "rpc" in low))
-                    else "init"
-                    if ("init" in low or "bootstrap" in low or "gsp firmware" in low)
-                    else "xid_report"
-                    if ("logxid" in low or "gsp error" in low)
-                    else "rpc"
-                )
-                d = {"gsp": kind}
-                mg = _RE_GPU_N.search(msg)
-                if mg:
-                    d["gpu_instance"] = int(mg.group(1))
-                mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
-                bus = normalize_bus_id(mb.group(1)) if mb else self._context_bus()
-                out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=bus, detail=d))
-                return True
-        if (
+        return False
+
+    def _nvrm_gsp(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:
+        if not ("GSP" in msg or "gsp" in msg or "Gsp" in msg or "heartbeat" in msg):
+            return False
+        m = _RE_GSP.search(msg)
+        if not m:
+            return False
+        d: dict[str, Any] = {"gsp": _gsp_kind(msg.lower())}
+        mg = _RE_GPU_N.search(msg)
+        if mg:
+            d["gpu_instance"] = int(mg.group(1))
+        mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
+        bus = normalize_bus_id(mb.group(1)) if mb else self._context_bus()
+        out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=bus, detail=d))
+        return True
+
+    def _nvrm_nvlink(
+        self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]
+    ) -> bool:
+        if not (
             _RE_NVLINK.search(msg)
             and _RE_NVLINK_BAD.search(msg)
             and "Nvlink Core is being initialized" not in msg
         ):
-            d = {}
-            ml = _RE_LINK.search(msg)
-            if ml:
-                d["link"] = int(ml.group(1))
-            mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
-            out.append(
-                self._ev(
-                    "nvlink",
-                    line,
-                    msg,
-                    p,
-                    lineno,
-                    pci_bus_id=normalize_bus_id(mb.group(1)) if mb else self._context_bus(),
-                    detail=d,
-                )
-            )
-            return True
+            return False
+        d: dict[str, Any] = {}
+        ml = _RE_LINK.search(msg)
+        if ml:
+            d["link"] = int(ml.group(1))
+        mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
+        bus = normalize_bus_id(mb.group(1)) if mb else self._context_bus()
+        out.append(self._ev("nvlink", line, msg, p, lineno, pci_bus_id=bus, detail=d))
+        return True
+
+    def _nvrm_module(
+        self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]
+    ) -> bool:
+        """The driver loaded (its version), or a kernel-module problem (_MODULE_PATTERNS)."""
+        d: dict[str, Any]
         m = _RE_DRIVER_LOADED.search(msg) or _RE_MODESET_LOADED.search(msg)
         if m:
-            out.append(
-                self._ev(
-                    "module",
-                    line,
-                    msg,
-                    p,
-                    lineno,
-                    detail={"module": "loaded", "driver_version": m.group("ver"), "severity": "info"},
-                )
-            )
+            d = {"module": "loaded", "driver_version": m.group("ver"), "severity": "info"}
+            out.append(self._ev("module", line, msg, p, lineno, detail=d))
             return True
         for rx, sub, sev in _MODULE_PATTERNS:
             mm2 = rx.search(msg)

@@ -216,33 +216,52 @@ def iter_candidate_lines(fh: IO[bytes], chunk_size: int = CHUNK) -> Iterator[str
         mv.release()
 
 
-def _region_candidates(buf: bytearray, search: _Searcher, lo: int, n: int, owed: int = 0  # noqa: C901  (split pending, issue 14)
-                       ) -> Generator[str, None, int]:
+def _region_candidates(
+    buf: bytearray, search: _Searcher, lo: int, n: int, owed: int = 0
+) -> Generator[str, None, int]:
     """Yield the candidate lines of ``buf[lo:n]`` in order; return how many context lines are still owed."""
-    starts: dict[int, int] = {}
-    ctx_from: list[tuple[int, int]] = [(lo, owed)] if owed else []
+    starts: dict[int, int] = {}  # line start -> line end, of every line to yield
+    ctx_from: list[tuple[int, int]] = [(lo, owed)] if owed else []  # (position, context lines wanted)
     for kw in SCAN_KEYWORDS:
-        i = search.find(kw, lo, n)
-        want_ctx = kw in CONTEXT_KEYWORDS
-        quals = _QUALIFY.get(kw)
-        while i != -1:
-            s = buf.rfind(b"\n", lo, i) + 1 or lo
-            e = buf.find(b"\n", i, n)
-            if e == -1:
-                e = n
-            if e - s > MAX_LINE_CHARS:  # overlong line: window around the hit
-                s = max(s, i - 200)
-                e = min(e, i + WINDOW)
-            if quals is not None or want_ctx:
-                line = bytes(buf[s:e])
-                if quals is not None and not any(q in line for q in quals):
-                    i = search.find(kw, e, n)  # e.g. "bandwidth" in an unrelated message
-                    continue
-                if want_ctx and any(q in line for q in _CONTEXT_MARKERS):
-                    ctx_from.append((e + 1, CONTEXT_LINES))
-            if starts.get(s, -1) < e:
-                starts[s] = e
-            i = search.find(kw, e, n)
+        _keyword_lines(buf, search, kw, lo, n, starts, ctx_from)
+    still_owed = _context_lines(buf, n, starts, ctx_from)
+    for s in sorted(starts):
+        yield _decode(bytes(buf[s: starts[s]]))
+    return still_owed
+
+
+def _keyword_lines(
+    buf: bytearray, search: _Searcher, kw: bytes, lo: int, n: int, starts: dict[int, int],
+    ctx_from: list[tuple[int, int]],
+) -> None:
+    """Every line of ``buf[lo:n]`` holding ``kw`` (and its qualifier, if it needs one) into ``starts``;
+    where a context keyword opens a record, the lines after it into ``ctx_from``."""
+    i = search.find(kw, lo, n)
+    want_ctx = kw in CONTEXT_KEYWORDS
+    quals = _QUALIFY.get(kw)
+    while i != -1:
+        s = buf.rfind(b"\n", lo, i) + 1 or lo
+        e = buf.find(b"\n", i, n)
+        if e == -1:
+            e = n
+        if e - s > MAX_LINE_CHARS:  # overlong line: window around the hit
+            s = max(s, i - 200)
+            e = min(e, i + WINDOW)
+        if quals is not None or want_ctx:
+            line = bytes(buf[s:e])
+            if quals is not None and not any(q in line for q in quals):
+                i = search.find(kw, e, n)  # e.g. "bandwidth" in an unrelated message
+                continue
+            if want_ctx and any(q in line for q in _CONTEXT_MARKERS):
+                ctx_from.append((e + 1, CONTEXT_LINES))
+        if starts.get(s, -1) < e:
+            starts[s] = e
+        i = search.find(kw, e, n)
+
+
+def _context_lines(buf: bytearray, n: int, starts: dict[int, int], ctx_from: list[tuple[int, int]]) -> int:
+    """The detail lines after each record start that look like its continuation, into ``starts``;
+    returns how many are still owed past ``n`` (the next chunk)."""
     still_owed = 0
     for pos, count in ctx_from:
         for left in range(count, 0, -1):
@@ -259,8 +278,6 @@ def _region_candidates(buf: bytearray, search: _Searcher, lo: int, n: int, owed:
                 if any(mk in seg for mk in _CONTEXT_LINE_MARKS):
                     starts[pos] = e
             pos = e + 1
-    for s in sorted(starts):
-        yield _decode(bytes(buf[s: starts[s]]))
     return still_owed
 
 
