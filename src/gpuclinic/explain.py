@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import BinaryIO
 
+from gpuclinic import textscan
 from gpuclinic.checks import run_checks
 from gpuclinic.diagnose import Report, build_report
 from gpuclinic.errors import InputError
@@ -51,9 +52,20 @@ def decode(data: bytes) -> str:
         sample
     ):  # UTF-16 text (PowerShell)
         text = data.decode("utf-16", "replace")
-    else:
+        return text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
         text = data.decode("utf-8", "replace")
-    return text.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n")
+    else:
+        if b"\x00" not in data and b"\r" not in data:  # the text is exactly these bytes: keep them for the
+            textscan.remember(text, data)  # whole-text search (saves encoding a big log again)
+            return text
+    if b"\x00" in data:  # (searched in the bytes: a byte scan is cheaper than a pass over the text)
+        text = text.replace("\x00", "")
+    if b"\r" in data:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
 
 
 def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, str, bool]:
@@ -79,7 +91,7 @@ def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, st
             raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
         origin = path
     text = decode(data)
-    if not text.strip():
+    if not text or text.isspace():  # (not strip(): that copies a big log)
         raise InputError(f"{origin}: empty input; paste the error text or give a log file")
     if _looks_binary(text):
         raise InputError(f"{origin}: binary data, not text; give a log, a traceback or nvidia-smi output")

@@ -33,6 +33,7 @@ MAX_EVIDENCE = 4
         "container.no_gpu_visible",
         "gpu.missing",
         "driver.not_loaded",
+        "dcgm.diag_fail",
         "error.*",
     ],
     what="fault signatures in the evidence",

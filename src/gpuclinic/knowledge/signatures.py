@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import bisect
 import copy
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +19,7 @@ from itertools import islice
 from typing import Any
 
 from gpuclinic.knowledge import load_data
+from gpuclinic.textscan import line_hits, split
 
 CATEGORIES = (
     "cuda_oom", "nccl_timeout", "nccl", "cuda_runtime", "driver", "nvml", "hardware", "container", "python",
@@ -175,47 +172,13 @@ def _triggers() -> tuple[str, ...]:
     return tuple(sorted({g if g is not None else n for n, g in _needle_groups().items()}))
 
 
+def trigger_needles() -> tuple[str, ...]:
+    """The lower-case literals every signature needle holds one of (what a line must hold to match)."""
+    return _triggers()
+
+
 PREFILTER_MIN = 256 * 1024  # below this, scanning the whole text is already fast
 CONTEXT_LINES = 3  # kept around each candidate line: patterns and extractors may look a few lines on
-
-
-def _trigger_hits_grep(data: bytes) -> list[int] | None:
-    """Byte offsets of every trigger in ``data``, from one pass of grep -F (Aho-Corasick in C, ~40 ms
-    for 19 MB where one CPython substring scan per trigger takes ~0.8 s); None when grep is missing
-    or answers in an unexpected form (the caller then scans in Python)."""
-    grep = shutil.which("grep")
-    if grep is None or os.environ.get("GPUCLINIC_NO_GREP"):
-        return None
-    argv = [grep, "-F", "-i", "-o", "-b"]  # LC_ALL=C: -i folds ASCII only, like the ASCII needles need
-    for t in _triggers():
-        argv += ["-e", t]
-    try:
-        # from a file, not a pipe: 19 MB through a pipe costs ~5000 small writes and polls
-        with tempfile.TemporaryFile() as f:
-            f.write(data)
-            f.seek(0)
-            r = subprocess.run(
-                argv, stdin=f, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=60, check=False
-            )
-        if r.returncode not in (0, 1):
-            return None
-        return [int(ln.split(b":", 1)[0]) for ln in r.stdout.splitlines() if ln]
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
-
-
-def _trigger_hits_python(lower: bytes) -> list[int]:
-    hits: list[int] = []
-    for trig in _triggers():
-        t = trig.encode()
-        i = lower.find(t)
-        while i >= 0:
-            hits.append(i)
-            le = lower.find(b"\n", i)
-            if le < 0:
-                break
-            i = lower.find(t, le)  # one hit per line is enough
-    return hits
 
 
 def _candidate_spans(data: bytes, hits: list[int]) -> list[tuple[int, int]]:
@@ -296,14 +259,11 @@ _LAST: list[tuple[str, int, tuple[SignatureMatch, ...]] | None] = [None]  # the 
 
 def _match_long(text: str, max_count: int) -> list[SignatureMatch] | None:
     """The prefiltered match of a long text, or None when the prefilter would not save time."""
-    try:
-        data = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
+    found = line_hits(text, _triggers())  # one grep -F -i, shared with the segmenting reader
+    if found is None:
         return None
-    hits = _trigger_hits_grep(data)
-    if hits is None:
-        hits = _trigger_hits_python(data.lower())
-    spans = _candidate_spans(data, hits)
+    data = found.data
+    spans = _candidate_spans(data, [off for _, off, _ in found.lines])
     kept = sum(e - s for s, e in spans)
     if kept == 0:
         return []
@@ -449,7 +409,7 @@ def rejoined(text: str) -> list[tuple[int, str]]:
     (``| ... operation no |`` then ``|    |    | t supported |``, as Triton prints).  Only logical lines
     made of two or more physical lines are returned (none for most texts).
     """
-    lines = text.split("\n")
+    lines = split(text)  # the segmenting reader's lines of the same text, when it read it
     if len(lines) < 2:
         return []
     width = _wrap_width(lines)

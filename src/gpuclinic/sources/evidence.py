@@ -17,7 +17,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
@@ -126,49 +126,66 @@ def _is_kernel_log(sample: str) -> bool:
 # ---------------------------------------------------------------------------------------------- text
 
 
-def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:  # noqa: C901  (split pending, issue 14)
+def _apply_topo(snap: Snapshot, text: str, origin: str) -> None:
+    topo = smi_topo.parse(text)
+    if not topo.devices:
+        raise _Unrecognised("nvidia-smi topo -m matrix lists no GPU")
+    snap.notes.extend(f"{origin}: {n}" for n in topo.notes())
+
+
+def _apply_lspci(snap: Snapshot, text: str, origin: str) -> None:
+    devs = lspci.parse(text.splitlines())
+    if not devs:
+        raise _Unrecognised("lspci output lists no NVIDIA device")
+    _merge_pci(snap, devs)
+
+
+def _apply_kernel_log(snap: Snapshot, text: str, origin: str) -> None:
+    snap.kernel_events.extend(kernellog.parse_lines(text.splitlines(), origin=origin))
+    snap.kernel_log_read = True
+    if origin not in snap.kernel_log_sources:
+        snap.kernel_log_sources.append(origin)
+
+
+def _apply_bugreport_text(snap: Snapshot, text: str, origin: str) -> None:
+    rep = bugreport.parse_stream(io.StringIO(text), origin)
+    _apply_bugreport(snap, rep)
+    snap.input_records.append(bugreport_record(rep))
+
+
+def _apply_room(snap: Snapshot, kind: str, text: str, origin: str) -> None:
+    try:
+        bmc_formats.apply(snap, kind, text, origin)
+    except ValueError as e:
+        raise _Unrecognised(str(e)) from None
+
+
+# kind -> reader of a whole text of that kind (the parsers are looked up when called)
+_TEXT_READERS: dict[str, Callable[[Snapshot, str, str], None]] = {
+    "smi_xml": lambda snap, text, origin: apply_dump(snap, smi_xml.parse(text, origin), origin),
+    "smi_text": lambda snap, text, origin: apply_dump(snap, smi_text.parse(text), origin),
+    "smi_table": lambda snap, text, origin: apply_dump(snap, smi_table.parse(text), origin),
+    "smi_csv": lambda snap, text, origin: apply_dump(snap, smi_csv.parse(text), origin),
+    "smi_nvlink": lambda snap, text, origin: _apply_nvlink(snap, smi_nvlink.parse(text), origin),
+    "smi_topo": _apply_topo,
+    "lspci": _apply_lspci,
+    "kernel_log": _apply_kernel_log,
+    "bugreport": _apply_bugreport_text,
+    "json": lambda snap, text, origin: _apply_json(snap, text, origin),
+}
+_SECONDARY = ("smi_text", "smi_table", "smi_csv", "kernel_log", "lspci")  # mixtures: read the other parts too
+
+
+def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
     text = unquote(text)
-    if kind == "smi_xml":
-        apply_dump(snap, smi_xml.parse(text, origin), origin)
-    elif kind == "smi_text":
-        apply_dump(snap, smi_text.parse(text), origin)
-    elif kind == "smi_table":
-        apply_dump(snap, smi_table.parse(text), origin)
-    elif kind == "smi_csv":
-        apply_dump(snap, smi_csv.parse(text), origin)
-    elif kind == "smi_nvlink":
-        _apply_nvlink(snap, smi_nvlink.parse(text), origin)
-    elif kind == "smi_topo":
-        topo = smi_topo.parse(text)
-        if not topo.devices:
-            raise _Unrecognised("nvidia-smi topo -m matrix lists no GPU")
-        snap.notes.extend(f"{origin}: {n}" for n in topo.notes())
-    elif kind == "lspci":
-        devs = lspci.parse(text.splitlines())
-        if not devs:
-            raise _Unrecognised("lspci output lists no NVIDIA device")
-        _merge_pci(snap, devs)
-    elif kind == "kernel_log":
-        snap.kernel_events.extend(kernellog.parse_lines(text.splitlines(), origin=origin))
-        snap.kernel_log_read = True
-        if origin not in snap.kernel_log_sources:
-            snap.kernel_log_sources.append(origin)
-    elif kind == "bugreport":
-        rep = bugreport.parse_stream(io.StringIO(text), origin)
-        _apply_bugreport(snap, rep)
-        snap.input_records.append(bugreport_record(rep))
-    elif kind == "json":
-        _apply_json(snap, text, origin)
+    if kind.startswith(bmc_formats.PREFIX):
+        _apply_room(snap, kind, text, origin)
         return
-    elif kind.startswith(bmc_formats.PREFIX):
-        try:
-            bmc_formats.apply(snap, kind, text, origin)
-        except ValueError as e:
-            raise _Unrecognised(str(e)) from None
-        return
-    else:  # pragma: no cover - detect() returns only the kinds above
+    reader = _TEXT_READERS.get(kind)
+    if reader is None:  # pragma: no cover - detect() returns only the kinds above
         raise _Unrecognised(kind)
-    if kind in ("smi_text", "smi_table", "smi_csv", "kernel_log", "lspci"):
+    reader(snap, text, origin)
+    if kind in _SECONDARY:
         _apply_secondary(snap, kind, text, origin)
 
 
@@ -294,6 +311,8 @@ def add_text(
             apply_rest=_apply_text,
             error_signatures=error_signatures,
             year=year,
+            text=text,
+            sample=SAMPLE_BYTES,
         )
     except ValueError:
         raise InputError(f"{origin}: not recognised; expected {EXPECTED}") from None

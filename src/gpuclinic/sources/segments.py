@@ -20,19 +20,21 @@ which readers used them, and which lines nothing claimed.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
+from gpuclinic import textscan
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import dcgm_dmon, signals
-from gpuclinic.sources.kernellog import is_kernel_line, parse_numbered
+from gpuclinic.sources import segment_readers as R
+from gpuclinic.sources import signals
+from gpuclinic.sources.kernellog import is_kernel_line
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
-from gpuclinic.sources.merge import apply_dump
-from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
+from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
 
 MAX_UNREAD = 200
 _ERROR_RES = re.compile(
@@ -43,12 +45,10 @@ _ERROR_RES = re.compile(
     r"command not found: nvidia-smi",
     re.I,
 )
-_NVML_LIB = re.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 _PROMPT = re.compile(
     r"^\s*(?:(?:\(\S+\)\s*)?\S+@[\w.-]+(?::[^$#\s]*)?\s?[$#]|[$#]|PS [A-Z]:\\[^>]*>|>>>|\w+>)\s+\S"
 )
 _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
-_ANY_QUOTE = re.compile(r"^\s*>", re.M)  # a superset of the lines _QUOTE may strip
 _JSON = re.compile(r"^\s*\{.*\}\s*,?\s*$")
 _METRIC = re.compile(
     r"^(?:# (?:HELP|TYPE) "
@@ -90,8 +90,8 @@ def classify(line: str) -> str:
 
 # The big-input fast path of classify(): a line is "blank" or "other" unless it holds one of these
 # literals or one of classify's line-start patterns matches; only those candidate lines run classify().
-# Lower-case keywords of _ERROR_RES (searched in lower-cased text); the characters that re.I also folds
-# onto ASCII letters make the whole input take the exact per-line path.
+# Lower-case keywords of _ERROR_RES (searched with ASCII case folding); the characters that re.I or
+# str.lower() also fold onto ASCII letters make the whole input take the exact per-line path.
 _ERROR_KEYS = (
     "nvidia-smi",
     "nvml",
@@ -103,8 +103,8 @@ _ERROR_KEYS = (
     "command not found",
 )
 _FOLDS = ("\u0130", "\u0131", "\u017f", "\u212a")
-_LINE_STARTS = re.compile(
-    "\n(?="
+_LINE_START = re.compile(  # the lookahead of _LINE_STARTS, at the text's start
+    "(?="
     + "|".join(
         f"(?:{p})"
         for p in (
@@ -118,43 +118,94 @@ _LINE_STARTS = re.compile(
     + ")",
     re.M,
 )
+_LINE_STARTS = re.compile("\n" + _LINE_START.pattern, re.M)
+BIG = 2000  # lines: from here on, whole-text scans find the few lines worth a closer look
+_DCGM_MARKS = ("Health Monitor Report", "dcgmi", "Diagnostic")
 
-_BLANK_LINE = re.compile(r"\n(?=[^\S\n]*\n)")
+
+class _Index:
+    """A big input's lines as one text (``"\\n".join(lines)``, one more newline at its end allowed) and the
+    lines holding any literal the reader looks for (one multi-needle search, shared with ``explain``)."""
+
+    def __init__(self, lines: list[str], text: str, hits: textscan.LineHits) -> None:
+        self.text = text
+        self.hit_lines = [k for k, _, _ in hits.lines]
+        self.kernel_keys = {k for k, _, b in hits.lines if any(n in b.lower() for n in _KERNEL_NEEDLES)}
+        self.dcgm = [k for k in self.hit_lines if any(m in lines[k] for m in _DCGM_MARKS)]
+        self.folds = any(f in b for _, _, b in hits.lines for f in _FOLD_BYTES)
 
 
-def classify_all(lines: list[str], text: str | None = None, low: str | None = None) -> list[str]:
+_KERNEL_NEEDLES = tuple({k.lower().encode() for k in (*_KERNEL_MARKS, *_ERROR_KEYS)})
+_FOLD_BYTES = tuple(f.encode() for f in _FOLDS)
+
+
+def _needles() -> tuple[str, ...]:
+    """Every literal a big input is searched for: kernel marks and smi error words (classify), the
+    evidence and error signatures' needles, DCGM markers, the JSON driver key, ``nvidia-smi -L``."""
+    from gpuclinic.knowledge.signatures import trigger_needles
+
+    return (
+        *_KERNEL_MARKS,
+        *_ERROR_KEYS,
+        *signals.evidence_needles(),
+        *trigger_needles(),
+        *_DCGM_MARKS,
+        R.DRIVER_KEY,
+        R.SMI_L_KEY,
+        *_FOLDS,  # (matched exactly: grep -i folds ASCII letters only)
+    )
+
+
+def _same_lines(data: bytes, lines: list[str]) -> bool:
+    """``data`` (a text's UTF-8 bytes) split at ``\\n`` gives ``lines`` (that text's ``splitlines()``):
+    true unless another line break (\\r, \\f, \\x1c, \\u2028 ...) split it too."""
+    return b"\r" not in data and data.count(b"\n") - data.endswith(b"\n") == len(lines) - 1
+
+
+def _index(lines: list[str], joined: str, hits: textscan.LineHits | None) -> _Index | None:
+    """The whole-text index of a big input, or None (small input, or one holding a character that case
+    folding maps onto ASCII: the exact per-line path).  ``joined``: the lines joined with newlines (one
+    more newline at its end allowed); ``hits``: the needle lines of that text (or of one split into the
+    same lines), found here when None."""
+    if len(lines) < BIG:
+        return None
+    if hits is None:
+        hits = textscan.line_hits(joined, _needles())
+    if hits is None:
+        return None
+    ix = _Index(lines, joined, hits)
+    return None if ix.folds else ix
+
+
+def classify_all(lines: list[str]) -> list[str]:
     """``[classify(ln) for ln in lines]``, linear and cheap on big inputs: whole-text literal and
-    line-start scans find the few candidate lines; every other line is "blank" or "other".
-    ``text``/``low``: the lines joined with newlines, and that lower-cased, when the caller has them."""
-    if len(lines) < 2000:
-        return [classify(ln) for ln in lines]
-    text = "\n".join(lines) if text is None else text
-    low = text.lower() if low is None else low
-    if any(f in text for f in _FOLDS) or low.count("\n") != len(lines) - 1:
-        return [classify(ln) for ln in lines]
-    starts = list(itertools.accumulate((len(ln) + 1 for ln in lines), initial=0))
-    cands: set[int] = set()
-    for body, keys in ((text, _KERNEL_MARKS), (low, _ERROR_KEYS)):
-        # lower() never shortens a character, so equal lengths mean equal offsets
-        bstarts = (
-            starts
-            if body is text or len(low) == len(text)
-            else list(itertools.accumulate((len(ln) + 1 for ln in low.split("\n")), initial=0))
-        )
-        for key in keys:
-            i = body.find(key)
-            while i != -1:
-                k = bisect_right(bstarts, i) - 1
-                cands.add(k)
-                i = body.find(key, bstarts[k + 1])
-    for m in _LINE_STARTS.finditer("\n" + text):
-        cands.add(bisect_right(starts, m.start()) - 1)
+    line-start scans find the few candidate lines; every other line is "blank" or "other"."""
+    return _classify(lines, _index(lines, "\n".join(lines), None))[0]
+
+
+def _classify(lines: list[str], ix: _Index | None) -> tuple[list[str], list[int]]:
+    """The class of every line and the (0-based) lines whose class is not "other"."""
+    if ix is None:
+        classes = [classify(ln) for ln in lines]
+        return classes, [k for k, c in enumerate(classes) if c != "other"]
     classes = ["other"] * len(lines)
-    for m in _BLANK_LINE.finditer("\n" + text + "\n"):  # lines that strip() to nothing
-        classes[bisect_right(starts, m.start()) - 1] = "blank"
+    special = set(itertools.compress(itertools.count(), map(operator.not_, map(str.strip, lines))))
+    for k in special:  # lines that strip() to nothing
+        classes[k] = "blank"
+    cands = set(ix.kernel_keys)
+    if _LINE_START.match(ix.text):
+        cands.add(0)
+    k = pos = 0
+    for m in _LINE_STARTS.finditer(ix.text):  # in order: count the newlines on from the last match
+        k += ix.text.count("\n", pos, m.start() + 1)
+        pos = m.start() + 1
+        cands.add(k)
+    cands.discard(len(lines))  # the line after a final newline
     for k in cands:
-        classes[k] = classify(lines[k])
-    return classes
+        c = classes[k] = classify(lines[k])
+        if c != "other":
+            special.add(k)
+    return classes, sorted(special)
 
 
 # What a line of each structured format looks like: prose pasted after a dump is not part of it.
@@ -191,15 +242,27 @@ def _trim(kind: str, lines: list[str], a: int, b: int) -> list[Segment]:
 _LABEL_BYTES = 16 * 1024
 
 
-def _label(run: list[str], detect: Detect) -> str:
-    text = "\n".join(run)
-    if (
-        "Health Monitor Report" in text
-        or "dcgmi" in text
-        or ("Diagnostic" in text and re.search(r"^\|\s*Diagnostic\s*\|", text, re.M))
-    ) and "NvLink Link Status" not in text:  # `dcgmi nvlink --link-status` is link state: smi_nvlink reads it
-        return "dcgm"
-    if text.lstrip().startswith("Traceback (most recent call last)"):
+def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None) -> str:
+    """The kind of the "other" run ``lines[a - 1 : b]``."""
+    if ix is None:
+        text = "\n".join(lines[a - 1 : b])
+        dcgm = "Health Monitor Report" in text or "dcgmi" in text or "Diagnostic" in text
+    else:  # the DCGM markers sit on lines the index found
+        k = bisect_left(ix.dcgm, a - 1)
+        dcgm = k < len(ix.dcgm) and ix.dcgm[k] <= b - 1
+        text = _head(lines, _LABEL_BYTES, a - 1, b)
+    if dcgm:
+        full = "\n".join(lines[a - 1 : b])
+        if (
+            (
+                "Health Monitor Report" in full
+                or "dcgmi" in full
+                or ("Diagnostic" in full and re.search(r"^\|\s*Diagnostic\s*\|", full, re.M))
+            )
+            and "NvLink Link Status" not in full
+        ):  # `dcgmi nvlink --link-status` is link state: smi_nvlink reads it
+            return "dcgm"
+    if lines[a - 1].lstrip().startswith("Traceback (most recent call last)"):  # a run starts non-blank
         return "traceback"
     kind = detect(text[:_LABEL_BYTES])
     return kind if _structured(kind) else "text"
@@ -211,7 +274,57 @@ def _structured(kind: str | None) -> TypeGuard[str]:
     return kind in _STRUCTURED or (kind or "").startswith("room:")
 
 
-def read_lines(  # noqa: C901  (split pending, issue 14)
+def _runs(classes: list[str], special: list[int]) -> list[tuple[str, int, int]]:
+    """Runs of one class (1-based, inclusive); blank lines join the run they sit in.  Only the lines in
+    ``special`` (sorted 0-based) have a class other than "other"."""
+    runs: list[tuple[str, int, int]] = []
+
+    def add(c: str, a: int, b: int) -> None:
+        # every line since the run's last one is blank (others start or extend runs)
+        if runs and runs[-1][0] == c:
+            runs[-1] = (c, runs[-1][1], b)
+        else:
+            runs.append((c, a, b))
+
+    nxt = 0  # the first 0-based line not looked at yet
+    for k in special:
+        if k > nxt:
+            add("other", nxt + 1, k)
+        if classes[k] != "blank":
+            add(classes[k], k + 1, k + 1)
+        nxt = k + 1
+    if nxt < len(classes):
+        add("other", nxt + 1, len(classes))
+    return runs
+
+
+def _quoted(joined: str) -> list[int]:
+    """The (0-based) lines of ``joined`` whose first non-space character is ``>``: one ``find`` per line
+    holding a ``>``, not a regex step per character."""
+    out: list[int] = []
+    line = prev = 0
+    i = joined.find(">")
+    while i >= 0:
+        ls = joined.rfind("\n", 0, i) + 1
+        if ls == i or joined[ls:i].isspace():
+            line += joined.count("\n", prev, ls)
+            prev = ls
+            out.append(line)
+        nl = joined.find("\n", i)
+        i = joined.find(">", nl) if nl >= 0 else -1
+    return out
+
+
+def _unquote_lines(lines: list[str], quoted: list[int]) -> list[str]:
+    """A quoted excerpt inside an unquoted paste ("> [ 12.3] NVRM: ..."): the lines without their markers."""
+    out = list(lines)
+    for k in quoted:
+        if not lines[k].lstrip().startswith(">>>"):
+            out[k] = _QUOTE.sub("", lines[k], count=1)
+    return out
+
+
+def read_lines(
     snap: Snapshot,
     lines: list[str],
     origin: str,
@@ -220,208 +333,161 @@ def read_lines(  # noqa: C901  (split pending, issue 14)
     apply_rest: ApplyRest,
     error_signatures: bool = True,
     year: int | None = None,
+    text: str | None = None,
+    sample: int | None = None,
 ) -> InputRecord:
-    """Read one text input (already split into lines) into ``snap``; return how it was read.
+    """Read one text input (already split into lines; ``text``: the input they came from, when the
+    caller has it) into ``snap``; return how it was read.  ``sample``: ``detect`` looks at no more than
+    this many characters.
 
     Raises ``ValueError`` when no reader could use any of it (the caller's "not recognised").
     """
     rec = InputRecord(input=origin, kind="text", lines=len(lines))
-    # a quoted excerpt inside an unquoted paste ("> [ 12.3] NVRM: ..."): read the line without its markers
-    if _ANY_QUOTE.search("\n".join(lines)):
-        lines = [
-            _QUOTE.sub("", ln, count=1)
-            if ln.lstrip().startswith(">") and not ln.lstrip().startswith(">>>")
-            else ln
-            for ln in lines
-        ]
-    joined = low = None
-    if len(lines) >= 2000:  # one join and one lower-casing, shared by the classifier and the signatures
+    unfolded = unfold_journal(lines)  # journal json-pretty/export/verbose and byte-array MESSAGE records
+    if unfolded is not lines:  # rewritten lines: the literals found in ``text`` no longer describe them
+        lines, text = unfolded, None
+    hits = textscan.line_hits(text, _needles()) if text is not None and len(lines) >= BIG else None
+    if hits is not None and not _same_lines(hits.data, lines):
+        hits = None  # \r or another break split ``text`` into other lines than grep's
+    elif hits is not None and text is not None:
+        textscan.remember_lines(text, lines)  # explain's wrapped-line pass splits the same text
+    joined = "\n".join(lines) if hits is None or text is None else text
+    quoted = _quoted(joined)
+    if quoted:
+        lines = _unquote_lines(lines, quoted)
         joined = "\n".join(lines)
-        low = joined.lower()
-    classes = classify_all(lines, joined, low)
+    # unquoting keeps every line where it was and only cuts its start: the literals found in ``text``
+    # are a superset of those in the unquoted lines, and every reader re-checks its lines
+    ix = _index(lines, joined, hits)
+    classes, special = _classify(lines, ix)
     claimed: set[int] = set()  # 1-based line numbers some reader used
-
-    # 1. segments: runs of one class (blank lines join the run they sit in)
-    runs: list[tuple[str, int, int]] = []
-    for i, c in enumerate(classes, start=1):
-        if c == "blank":
-            continue
-        if (
-            runs and runs[-1][0] == c
-        ):  # every line since the run's last one is blank (others start or extend runs)
-            runs[-1] = (c, runs[-1][1], i)
-        else:
-            runs.append((c, i, i))
     segs: list[Segment] = []
-    for c, a, b in runs:
-        kind = _label(lines[a - 1 : b], detect) if c == "other" else c
+    for c, a, b in _runs(classes, special):
+        kind = _label(lines, a, b, detect, ix) if c == "other" else c
         segs.extend(_trim(kind, lines, a, b) if kind in _FITS else [Segment(kind=kind, first=a, last=b)])
     rec.segments = segs
-
-    # 2. kernel-log lines, wherever they are, through one stateful parser (multi-line messages)
-    kernel = [
-        (i, ln)
-        for i, ln in enumerate(lines, start=1)
-        if classes[i - 1] in ("kernel_log", "journal_export")
-        and (classes[i - 1] == "kernel_log" or ln.startswith("MESSAGE="))
-    ]
-    if kernel:
-        snap.kernel_events.extend(
-            parse_numbered(
-                ((i, ln[8:] if ln.startswith("MESSAGE=") else ln) for i, ln in kernel), origin, year=year
-            )
-        )
-        snap.kernel_log_read = True
-        if origin not in snap.kernel_log_sources:
-            snap.kernel_log_sources.append(origin)
-        claimed.update(i for i, c in enumerate(classes, start=1) if c in ("kernel_log", "journal_export"))
-        _reader(rec, segs, ("kernel_log", "journal_export"), "kernellog")
-
-    # 3. nvidia-smi's error statements
-    errs = [(i, ln) for i, ln in enumerate(lines, start=1) if classes[i - 1] == "smi_error"]
-    if errs:
-        _smi_errors(snap, [ln for _, ln in errs], origin)
-        claimed.update(i for i, _ in errs)
-        _reader(rec, segs, ("smi_error",), "nvidia-smi errors")
-
-    # 4. DCGM output (dcgmi diag / health tables): the driver version and GPUs it names
-    for s_ in segs:
-        if s_.kind == "dcgm" and s_.first is not None and s_.last is not None:
-            xids = dcgm_dmon.xid_events(lines[s_.first - 1 : s_.last], origin, s_.first)  # dmon XIDER
-            snap.kernel_events.extend(xids)
-            if _dcgm(snap, lines[s_.first - 1 : s_.last]) or xids:
-                s_.readers.append("dcgm")
-                claimed.update(range(s_.first, s_.last + 1))
-                if "dcgm" not in rec.readers:
-                    rec.readers.append("dcgm")
-
-    # 4b. a driver version in JSON inventories (health agents, cluster managers): "driver_version": "580.x"
-    if snap.driver_version is None:
-        for i, ln in enumerate(lines, start=1):
-            m = _JSON_DRIVER.search(ln) if "river" in ln else None
-            if m:
-                snap.driver_version = m.group(1)
-                claimed.add(i)
-                break
-
-    # 5. everything else, in order, as one text for the format parsers
-    rest = [(i, ln) for i, ln in enumerate(lines, start=1) if classes[i - 1] in ("other", "blank")]
-    rest_kind = None
-    if any(classes[i - 1] == "other" for i, _ in rest):
-        text = "\n".join(ln for _, ln in rest)
-        rest_kind = detect(text)
-        if _structured(rest_kind):
-            try:
-                try:
-                    apply_rest(snap, rest_kind, text, origin)
-                except InputError:
-                    if rest_kind not in _FITS:
-                        raise
-                    # a line of prose inside the dump broke its syntax (a '<' in XML): read what fits the
-                    # format
-                    fits = _FITS[rest_kind]
-                    apply_rest(snap, rest_kind, "\n".join(ln for _, ln in rest if fits.search(ln)), origin)
-            except ValueError:
-                rest_kind = None
-            else:
-                for s in segs:
-                    if _structured(s.kind) and s.first is not None and s.last is not None:
-                        claimed.update(range(s.first, s.last + 1))
-                        s.readers.append(s.kind)
-                if rest_kind not in rec.readers:
-                    rec.readers.append(rest_kind)
-
-    # 5b. `nvidia-smi -L` (GPU 0: NAME (UUID: GPU-...)): the GPUs, when no other reader named them
-    if not snap.gpus:
-        listed = [(i, m) for i, ln in rest if "UUID: GPU-" in ln and (m := _SMI_L.match(ln))]
-        if listed:
-            from gpuclinic.facts.gpu import GpuFacts
-
-            snap.gpus.extend(
-                GpuFacts(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3)) for _, m in listed
-            )
-            claimed.update(i for i, _ in listed)
-            rec.readers.append("nvidia-smi -L")
-
-    # 6. fault signatures on every line; the explain error signatures on the prose parts
-    numbered = list(enumerate(lines, start=1))
-    matched = signals.scan_lines(snap, numbered, origin, lowered=low)
-    if matched:
-        claimed |= matched
-        rec.readers.append("fault signatures")
-    if error_signatures:  # over every line, as explain does (they stay silent on healthy dumps: tested)
-        got = signals.scan_error_signatures(
-            snap, [(i, ln) for i, ln in numbered if classes[i - 1] != "blank"], origin
-        )
-        if got:
-            claimed |= got
-            matched |= got
-            rec.readers.append("error signatures")
-    hits = sorted(matched)
-    for s in segs:
-        if s.first is not None and s.last is not None and "signatures" not in s.readers:
-            k = bisect_left(hits, s.first)
-            if k < len(hits) and hits[k] <= s.last:
-                s.readers.append("signatures")
-
-    # 7. what nothing claimed
-    nonblank = len(classes) - classes.count("blank")
-    rec.unclaimed = nonblank - sum(1 for i in claimed if 0 < i <= len(classes) and classes[i - 1] != "blank")
-    unread = ((i, ln) for i, ln in numbered if i not in claimed and classes[i - 1] != "blank")
-    rec.unread = [[i, ln[:300]] for i, ln in itertools.islice(unread, MAX_UNREAD)]
-    if rec.unclaimed == nonblank:
-        raise ValueError("not recognised")
+    where = None if ix is None else ix.hit_lines  # lines that may hold a reader's literal
+    R.read_kernel(snap, rec, lines, classes, special, origin, year, claimed)
+    R.read_smi_errors(snap, rec, lines, classes, special, origin, claimed)
+    R.read_dcgm(snap, rec, lines, origin, claimed)
+    R.read_json_driver(snap, lines, where, claimed)
+    rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
+    R.read_smi_list(snap, rec, lines, classes, where, claimed)
+    _read_signatures(snap, rec, lines, classes, ix, origin, error_signatures, claimed)
+    _unclaimed(rec, lines, classes, claimed)
     kinds = [s.kind for s in segs if s.readers or s.kind in ("kernel_log", "smi_error")]
     main = {k for k in kinds if k not in ("prompt", "text")}
     rec.kind = (main.pop() if len(main) == 1 else "mixed") if main else (rest_kind or "text")
     return rec
 
 
-_SMI_L = re.compile(r"^\s*GPU (\d{1,3}): (.+?) \(UUID: (GPU-[0-9a-fA-F-]{36})\)\s*$")
-_JSON_DRIVER = re.compile(
-    r'"(?:driver_version|driverVersion|DriverVersion|nvidia_driver_version)"\s*:\s*"(\d{3}\.\d+(?:\.\d+)?)"'
-)
-_DCGM_DRIVER = re.compile(r"^\|\s*Driver Version Detected\s*\|\s*(\d+\.\d+(?:\.\d+)?)\s*\|", re.M)
-_DCGM_IDS = re.compile(r"^\|\s*GPU Device IDs Detected\s*\|\s*([0-9a-fA-F, ]+?)\s*\|", re.M)
+def _rest_lines(lines: list[str], classes: list[str], special: list[int]) -> list[str]:
+    """The "other" and blank lines, in order: ``lines`` without the special lines of other classes."""
+    out: list[str] = []
+    nxt = 0
+    for k in special:
+        if classes[k] != "blank":
+            out.extend(lines[nxt:k])
+            nxt = k + 1
+    out.extend(lines[nxt:])
+    return out
 
 
-def _dcgm(snap: Snapshot, run: list[str]) -> bool:
-    """``dcgmi diag`` metadata: the driver version and one GPU per detected device id (when nothing else
-    named the GPUs).  Xids in DCGM output are read by the fault signatures."""
-    from gpuclinic.facts.gpu import GpuFacts
-
-    text = "\n".join(run)
-    got = False
-    m = _DCGM_DRIVER.search(text)
-    if m:
-        snap.driver_version = snap.driver_version or m.group(1)
-        got = True
-    m = _DCGM_IDS.search(text)
-    if m:
-        ids = [x.strip() for x in m.group(1).split(",") if x.strip()]
-        if ids and not snap.gpus:
-            snap.gpus.extend(GpuFacts(index=i, pci_device_id=f"0x{d.lower()}") for i, d in enumerate(ids))
-        got = True
-    return got
+def _head(lines: list[str], size: int, lo: int = 0, hi: int | None = None) -> str:
+    """The first ``size`` characters (or more) of ``"\\n".join(lines[lo:hi])``, without joining all of it."""
+    n, end, total = lo, len(lines) if hi is None else hi, 0
+    while n < end and total < size:
+        total += len(lines[n]) + 1
+        n += 1
+    return "\n".join(lines[lo:n])
 
 
-def _reader(rec: InputRecord, segs: list[Segment], kinds: tuple[str, ...], name: str) -> None:
-    for s in segs:
-        if s.kind in kinds and name not in s.readers:
-            s.readers.append(name)
-    if name not in rec.readers:
-        rec.readers.append(name)
+def _read_rest(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    classes: list[str],
+    special: list[int],
+    origin: str,
+    sniff: tuple[Detect, int | None],
+    apply_rest: ApplyRest,
+    claimed: set[int],
+) -> str | None:
+    """Everything else, in order, as one text for the format parsers; returns the kind read."""
+    if len(classes) == len(special):  # no "other" line
+        return None
+    rest = _rest_lines(lines, classes, special)
+    detect, sample = sniff
+    rest_kind = detect(_head(rest, sample) if sample is not None else "\n".join(rest))
+    if not _structured(rest_kind):
+        return rest_kind
+    text = "\n".join(rest)
+    try:
+        try:
+            apply_rest(snap, rest_kind, text, origin)
+        except InputError:
+            if rest_kind not in _FITS:
+                raise
+            # a line of prose inside the dump broke its syntax (a '<' in XML): read what fits the format
+            fits = _FITS[rest_kind]
+            apply_rest(snap, rest_kind, "\n".join(ln for ln in rest if fits.search(ln)), origin)
+    except ValueError:
+        return None
+    for s in rec.segments:
+        if _structured(s.kind) and s.first is not None and s.last is not None:
+            claimed.update(range(s.first, s.last + 1))
+            s.readers.append(s.kind)
+    if rest_kind not in rec.readers:
+        rec.readers.append(rest_kind)
+    return rest_kind
 
 
-def _smi_errors(snap: Snapshot, lines: list[str], origin: str) -> None:
-    errors, lost = scan_error_lines(lines)
-    dump = SmiDump(kind="smi_table", errors=errors)
-    mark_lost(dump.gpus, lost)
-    apply_dump(snap, dump, origin)
-    for ln in lines:
-        m = _NVML_LIB.search(ln)
-        if m and snap.software is not None and m.group(1) not in snap.software.user_lib_versions:
-            snap.software.user_lib_versions.append(m.group(1))
+def _read_signatures(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    classes: list[str],
+    ix: _Index | None,
+    origin: str,
+    error_signatures: bool,
+    claimed: set[int],
+) -> None:
+    """Fault signatures on every line; the explain error signatures on the prose parts."""
+    if ix is None:
+        matched = signals.scan_lines(snap, enumerate(lines, start=1), origin)
+    else:  # every line that may hold a needle is among the index's hits
+        matched = signals.scan_lines(
+            snap, ((k + 1, lines[k]) for k in ix.hit_lines), origin, prefiltered=True
+        )
+    if matched:
+        claimed |= matched
+        rec.readers.append("fault signatures")
+    if error_signatures:  # over every line, as explain does (they stay silent on healthy dumps: tested)
+        got = signals.scan_error_signatures(
+            snap, [(i, ln) for i, ln in enumerate(lines, start=1) if classes[i - 1] != "blank"], origin
+        )
+        if got:
+            claimed |= got
+            matched |= got
+            rec.readers.append("error signatures")
+    hits = sorted(matched)
+    for s in rec.segments:
+        if s.first is not None and s.last is not None and "signatures" not in s.readers:
+            k = bisect_left(hits, s.first)
+            if k < len(hits) and hits[k] <= s.last:
+                s.readers.append("signatures")
+
+
+def _unclaimed(rec: InputRecord, lines: list[str], classes: list[str], claimed: set[int]) -> None:
+    """What nothing claimed; ``ValueError`` when that is every non-blank line."""
+    nonblank = len(classes) - classes.count("blank")
+    rec.unclaimed = nonblank - sum(1 for i in claimed if 0 < i <= len(classes) and classes[i - 1] != "blank")
+    unread = (
+        (i, ln) for i, ln in enumerate(lines, start=1) if i not in claimed and classes[i - 1] != "blank"
+    )
+    rec.unread = [[i, ln[:300]] for i, ln in itertools.islice(unread, MAX_UNREAD)]
+    if rec.unclaimed == nonblank:
+        raise ValueError("not recognised")
 
 
 def summary(rec: InputRecord) -> dict[str, Any]:

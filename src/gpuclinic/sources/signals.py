@@ -66,6 +66,11 @@ _LABEL_GPU = re.compile(r'\bgpu="(\d+)"')
 _LABEL_BUS = re.compile(r'pci_bus_id="([0-9a-fA-F:.]+)"')
 
 
+def evidence_needles() -> tuple[str, ...]:
+    """The lower-case literal needles of the evidence signatures."""
+    return tuple(sorted({n for s in evidence_signatures() for n in s.needles}))
+
+
 def signature_needles() -> tuple[str, ...]:
     """The lower-case literal needles of every evidence and error signature: a line holding none of them
     cannot match any signature (the big-file prefilter)."""
@@ -85,20 +90,23 @@ def scan_lines(
     origin: str,
     parsed_xid_lines: set[int] | None = None,
     lowered: str | None = None,
+    *,
+    prefiltered: bool = False,
 ) -> set[int]:
     """Run the evidence signatures over ``(line number, text)`` pairs; returns the line numbers they claimed.
 
     Xid lines become kernel events unless a parser already produced one for that line (``net`` entries;
     ``parsed_xid_lines`` names them when the parser's events carry no line numbers) or the format-specific
     entry already matched it.  ``lowered``: the texts joined with newlines and lower-cased, when the
-    caller has it (saves a pass over a big input).
+    caller has it (saves a pass over a big input); ``prefiltered``: the pairs are already only lines that
+    may hold a needle (a whole-text search found them), so no needle pass runs here.
     """
     sigs = evidence_signatures()
     have = {ev.lineno for ev in snap.kernel_events if ev.origin == origin and ev.kind in ("xid", "sxid")}
     have |= parsed_xid_lines or set()
     pairs = list(numbered)
     claimed: set[int] = set()
-    for idx in _needle_lines(pairs, sigs, lowered):
+    for idx in range(len(pairs)) if prefiltered else _needle_lines(pairs, sigs, lowered):
         n, raw = pairs[idx]
         line = raw[:MAX_LINE]
         low = line.lower()

@@ -72,6 +72,8 @@ _RE_FULL = re.compile(  # journal short-full: "Mon 2024-03-04 10:11:12 UTC host 
     r"^[A-Z][a-z]{2} (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)? ([A-Z]{2,5}|[+-]\d{4})\s+"
 )
 _RE_SYSLOG = re.compile(r"^([A-Z][a-z]{2})\s{1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s+")
+# journalctl -o short-unix: "1709547072.123456 host kernel: ..." (seconds since the epoch, UTC)
+_RE_UNIX = re.compile(r"^(\d{9,11})\.(\d{1,9})\s+(?=\S+ (?:kernel|vmunix)(?:\[\d+\])?:)")
 _RE_HOST = re.compile(r"^(\S+) (?:kernel|vmunix)(?:\[\d+\])?:\s?")
 _RE_KERNEL_TAG = re.compile(r"^(?:kernel|vmunix)(?:\[\d+\])?:\s?")
 
@@ -239,6 +241,12 @@ def _iso_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | 
     return _strip_host(s[m.end() :], p)
 
 
+def _unix_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    secs = int(m.group(1)) + int(m.group(2).ljust(6, "0")[:6]) / 1e6
+    p.time = _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).isoformat()
+    return _strip_host(s[m.end() :], p)
+
+
 def _full_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
     g = m.groups()
     p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), None, _tz(g[6]))
@@ -276,7 +284,11 @@ _TAIL: _Candidates = ((_RE_KERNEL_TAG, _skip, _ALWAYS), (_RE_HOST, _host, _HOST_
 def _prefixes_for(c0: str) -> _Candidates:
     """The prefixes a line starting with ``c0`` may have, in the order they are tried."""
     if c0.isdigit():
-        head: _Candidates = ((_RE_KMSG, _kmsg, _ALWAYS), (_RE_ISO, _iso_stamp, _NO_TIME_YET))
+        head: _Candidates = (
+            (_RE_KMSG, _kmsg, _ALWAYS),
+            (_RE_ISO, _iso_stamp, _NO_TIME_YET),
+            (_RE_UNIX, _unix_stamp, _NO_TIME_YET),
+        )
     elif c0 == "<":
         head = ((_RE_PRIO, _skip, _ALWAYS),)
     elif c0.islower():
@@ -369,7 +381,8 @@ _RE_KERNEL_LINE = re.compile(
     r"|\d{1,3},\d+,\d+,[^;]*;"
     rf"|{_FACILITIES}\s*:\s*{_LEVELS}\s*:"
     r"|(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*|"
-    r"[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+) \S+ (?:kernel|vmunix)(?:\[\d+\])?:"
+    r"[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+|"
+    r"\d{9,11}\.\d{1,9}) \S+ (?:kernel|vmunix)(?:\[\d+\])?:"  # ... journalctl -o short-unix
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)\s+(?:NVRM|nvidia|pci|pcieport)"
     # device messages pasted without their stamps: "pcieport 0000:00:01.1: AER: ...", "nvidia 0000:3b:00.0:
     # ..."

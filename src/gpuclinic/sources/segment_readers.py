@@ -1,0 +1,162 @@
+"""The readers of the segmenting reader (``segments.py``) for the lines it classified: kernel-log lines,
+nvidia-smi error statements and ``-L`` listings, DCGM output, driver versions in JSON inventories."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from gpuclinic.facts.evidence import InputRecord, Segment
+from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.sources import dcgm_dmon
+from gpuclinic.sources.kernellog import parse_numbered
+from gpuclinic.sources.merge import apply_dump
+from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
+
+DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
+SMI_L_KEY = "UUID: GPU-"
+_NVML_LIB = re.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
+
+
+def read_kernel(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    classes: list[str],
+    special: list[int],
+    origin: str,
+    year: int | None,
+    claimed: set[int],
+) -> None:
+    """Kernel-log lines, wherever they are, through one stateful parser (multi-line messages)."""
+    ks = [k for k in special if classes[k] in ("kernel_log", "journal_export")]
+    kernel = [(k + 1, lines[k]) for k in ks if classes[k] == "kernel_log" or lines[k].startswith("MESSAGE=")]
+    if not kernel:
+        return
+    snap.kernel_events.extend(
+        parse_numbered(
+            ((i, ln[8:] if ln.startswith("MESSAGE=") else ln) for i, ln in kernel), origin, year=year
+        )
+    )
+    snap.kernel_log_read = True
+    if origin not in snap.kernel_log_sources:
+        snap.kernel_log_sources.append(origin)
+    claimed.update(k + 1 for k in ks)
+    reader(rec, rec.segments, ("kernel_log", "journal_export"), "kernellog")
+
+
+def read_smi_errors(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    classes: list[str],
+    special: list[int],
+    origin: str,
+    claimed: set[int],
+) -> None:
+    """nvidia-smi's error statements."""
+    errs = [k for k in special if classes[k] == "smi_error"]
+    if errs:
+        _smi_errors(snap, [lines[k] for k in errs], origin)
+        claimed.update(k + 1 for k in errs)
+        reader(rec, rec.segments, ("smi_error",), "nvidia-smi errors")
+
+
+def read_dcgm(snap: Snapshot, rec: InputRecord, lines: list[str], origin: str, claimed: set[int]) -> None:
+    """DCGM output (dcgmi diag / health tables): the driver version and GPUs it names; dmon's Xid column."""
+    for s_ in rec.segments:
+        if s_.kind == "dcgm" and s_.first is not None and s_.last is not None:
+            xids = dcgm_dmon.xid_events(lines[s_.first - 1 : s_.last], origin, s_.first)  # dmon XIDER
+            snap.kernel_events.extend(xids)
+            if _dcgm(snap, lines[s_.first - 1 : s_.last]) or xids:
+                s_.readers.append("dcgm")
+                claimed.update(range(s_.first, s_.last + 1))
+                if "dcgm" not in rec.readers:
+                    rec.readers.append("dcgm")
+
+
+def read_json_driver(
+    snap: Snapshot, lines: list[str], where: Iterable[int] | None, claimed: set[int]
+) -> None:
+    """A driver version in JSON inventories (health agents, cluster managers): "driver_version": "580.x"."""
+    if snap.driver_version is not None:
+        return
+    for k in range(len(lines)) if where is None else where:  # ``where``: lines that may hold the key
+        m = _JSON_DRIVER.search(lines[k]) if DRIVER_KEY in lines[k] else None
+        if m:
+            snap.driver_version = m.group(1)
+            claimed.add(k + 1)
+            return
+
+
+def read_smi_list(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    classes: list[str],
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """``nvidia-smi -L`` (GPU 0: NAME (UUID: GPU-...)): the GPUs, when no other reader named them."""
+    if snap.gpus:
+        return
+    listed = [
+        (k + 1, m)
+        for k in (range(len(lines)) if where is None else where)  # ``where``: lines that may hold the key
+        if classes[k] in ("other", "blank") and SMI_L_KEY in lines[k] and (m := _SMI_L.match(lines[k]))
+    ]
+    if listed:
+        from gpuclinic.facts.gpu import GpuFacts
+
+        snap.gpus.extend(
+            GpuFacts(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3)) for _, m in listed
+        )
+        claimed.update(i for i, _ in listed)
+        rec.readers.append("nvidia-smi -L")
+
+
+_SMI_L = re.compile(r"^\s*GPU (\d{1,3}): (.+?) \(UUID: (GPU-[0-9a-fA-F-]{36})\)\s*$")
+_JSON_DRIVER = re.compile(
+    r'"(?:driver_version|driverVersion|DriverVersion|nvidia_driver_version)"\s*:\s*"(\d{3}\.\d+(?:\.\d+)?)"'
+)
+_DCGM_DRIVER = re.compile(r"^\|\s*Driver Version Detected\s*\|\s*(\d+\.\d+(?:\.\d+)?)\s*\|", re.M)
+_DCGM_IDS = re.compile(r"^\|\s*GPU Device IDs Detected\s*\|\s*([0-9a-fA-F, ]+?)\s*\|", re.M)
+
+
+def _dcgm(snap: Snapshot, run: list[str]) -> bool:
+    """``dcgmi diag`` metadata: the driver version and one GPU per detected device id (when nothing else
+    named the GPUs).  Xids in DCGM output are read by the fault signatures."""
+    from gpuclinic.facts.gpu import GpuFacts
+
+    text = "\n".join(run)
+    got = False
+    m = _DCGM_DRIVER.search(text)
+    if m:
+        snap.driver_version = snap.driver_version or m.group(1)
+        got = True
+    m = _DCGM_IDS.search(text)
+    if m:
+        ids = [x.strip() for x in m.group(1).split(",") if x.strip()]
+        if ids and not snap.gpus:
+            snap.gpus.extend(GpuFacts(index=i, pci_device_id=f"0x{d.lower()}") for i, d in enumerate(ids))
+        got = True
+    return got
+
+
+def reader(rec: InputRecord, segs: list[Segment], kinds: tuple[str, ...], name: str) -> None:
+    for s in segs:
+        if s.kind in kinds and name not in s.readers:
+            s.readers.append(name)
+    if name not in rec.readers:
+        rec.readers.append(name)
+
+
+def _smi_errors(snap: Snapshot, lines: list[str], origin: str) -> None:
+    errors, lost = scan_error_lines(lines)
+    dump = SmiDump(kind="smi_table", errors=errors)
+    mark_lost(dump.gpus, lost)
+    apply_dump(snap, dump, origin)
+    for ln in lines:
+        m = _NVML_LIB.search(ln)
+        if m and snap.software is not None and m.group(1) not in snap.software.user_lib_versions:
+            snap.software.user_lib_versions.append(m.group(1))

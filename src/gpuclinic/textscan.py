@@ -1,0 +1,157 @@
+"""The lines of a big text that hold any of many lower-case needles, found once and shared.
+
+The segmenting reader (kernel marks, nvidia-smi error words, fault signatures) and the ``explain``
+error signatures each used to lower-case a multi-megabyte log (a slow, per-character pass when the log
+holds one non-ASCII character) and search it needle by needle.  Here one ``grep -F -i -n -b`` (a C
+multi-pattern search, ~40 ms for 19 MB) finds every line holding any of their needles: the first caller
+asks for the union, and a later call for the same text (by identity) and a subset of the needles filters
+those few lines instead of scanning again.
+
+``grep -i`` under ``LC_ALL=C`` folds ASCII letters only, exactly what ``bytes.lower()`` does: a line
+holds an (ASCII) needle there iff its ``str.lower()`` does, except for the two characters whose
+lower-case form is ASCII (U+0130, U+212A).  :func:`exact_fold` says when a caller that needs
+``str.lower()`` semantics must take its own path.  Without grep (or ``GPUCLINIC_NO_GREP=1``) the same
+lines come from ``bytes.find`` over the lower-cased bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_FOLDS_TO_ASCII = ("\u0130", "\u212a")  # str.lower() turns these into ASCII letters; bytes.lower() does not
+
+
+@dataclass(frozen=True)
+class LineHits:
+    """``data``: the text as UTF-8 bytes; ``lines``: (0-based line of ``text.split("\\n")``, byte offset
+    of its start, its bytes) for every line holding a needle, in order."""
+
+    data: bytes
+    lines: tuple[tuple[int, int, bytes], ...]
+
+    def only(self, needles: Iterable[str]) -> LineHits:
+        """The lines holding one of ``needles`` (lower-case): one ``find`` pass per needle over these
+        lines joined, not a test per line and needle."""
+        low = b"\n".join(h[2] for h in self.lines).lower()
+        starts = list(itertools.accumulate((len(h[2]) + 1 for h in self.lines), initial=0))
+        keep: set[int] = set()
+        for n in needles:
+            nb = n.encode()
+            i = low.find(nb)
+            while i >= 0:
+                k = bisect.bisect_right(starts, i) - 1
+                keep.add(k)
+                i = low.find(nb, starts[k + 1])
+        return LineHits(self.data, tuple(self.lines[k] for k in sorted(keep)))
+
+
+def exact_fold(text: str) -> bool:
+    """True when ASCII case folding finds the same needles as ``text.lower()`` would."""
+    return not any(c in text for c in _FOLDS_TO_ASCII)
+
+
+_LAST: list[tuple[str, frozenset[str], LineHits] | None] = [None]
+_BYTES: list[tuple[str, bytes] | None] = [None]
+
+
+_LINES: list[tuple[str, list[str]] | None] = [None]
+
+
+def remember_lines(text: str, lines: list[str]) -> None:
+    """``lines`` is ``text.split("\\n")`` less its final empty string when ``text`` ends with a newline."""
+    _LINES[0] = (text, lines)
+
+
+def split(text: str) -> list[str]:
+    """``text.split("\\n")``, from the lines a reader already split when it is that text (not to be
+    modified)."""
+    known = _LINES[0]
+    if known is None or known[0] is not text:
+        return text.split("\n")
+    return [*known[1], ""] if text.endswith("\n") else known[1]
+
+
+def remember(text: str, data: bytes) -> None:
+    """``data`` is ``text`` encoded as UTF-8 (the input it was decoded from, unchanged): a later scan of
+    ``text`` uses it instead of encoding the text again."""
+    _BYTES[0] = (text, data)
+
+
+def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
+    """The lines of ``text`` holding any of ``needles`` (ASCII letters case-insensitive; a needle with other
+    characters matches them exactly); None when the text cannot be encoded as UTF-8 (lone surrogates).
+    The last text's scan is reused (by identity)."""
+    want = frozenset(n.lower() if n.isascii() else n for n in needles if n)
+    last = _LAST[0]
+    if last is not None and last[0] is text and want <= last[1]:
+        return last[2].only(want) if want != last[1] else last[2]
+    known = _BYTES[0]
+    if known is not None and known[0] is text:
+        data = known[1]
+    else:
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return None
+    found = _grep(data, want)
+    if found is None:
+        found = _python(data, want)
+    hits = LineHits(data, tuple(found))
+    _LAST[0] = (text, want, hits)
+    return hits
+
+
+def _grep(data: bytes, needles: frozenset[str]) -> list[tuple[int, int, bytes]] | None:
+    from gpuclinic.sources.kernellog.grepscan import grep_binary
+
+    grep = grep_binary()
+    if grep is None or not needles:
+        return None
+    argv = [grep, "-a", "-F", "-i", "-n", "-b"]
+    for n in sorted(needles):
+        argv += ["-e", n]
+    try:
+        with tempfile.TemporaryFile() as f:  # a file, not a pipe: one read instead of thousands of writes
+            f.write(data)
+            f.seek(0)
+            r = subprocess.run(
+                argv, stdin=f, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=60, check=False
+            )
+        if r.returncode not in (0, 1):
+            return None
+        out: list[tuple[int, int, bytes]] = []
+        for ln in r.stdout.split(b"\n")[:-1] if r.stdout else ():
+            no, off, body = ln.split(b":", 2)
+            out.append((int(no) - 1, int(off), body))
+        return out
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def _python(data: bytes, needles: frozenset[str]) -> list[tuple[int, int, bytes]]:
+    low = data.lower()
+    starts: set[int] = set()
+    for nd in needles:
+        b = nd.encode()
+        i = low.find(b)
+        while i >= 0:
+            ls = low.rfind(b"\n", 0, i) + 1
+            starts.add(ls)
+            le = low.find(b"\n", i)
+            if le < 0:
+                break
+            i = low.find(b, le + 1)
+    out: list[tuple[int, int, bytes]] = []
+    line = pos = 0
+    for ls in sorted(starts):
+        line += data.count(b"\n", pos, ls)
+        pos = ls
+        le = data.find(b"\n", ls)
+        out.append((line, ls, data[ls : le if le >= 0 else len(data)]))
+    return out
