@@ -140,7 +140,85 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def pull(  # noqa: C901  (split pending, issue 14)
+def _layout_for(ref: ImageRef, output: str | None, fmt: str) -> tuple[Path, Path]:
+    """(output path, the OCI layout the blobs go to): an oci directory is its own layout; a docker-archive
+    .tar is written from the blob cache (or a staging layout beside it when the cache is off)."""
+    out = Path(output).absolute() if output else default_output(ref, fmt)
+    if fmt == "oci":
+        if out.exists() and not out.is_dir():
+            raise InputError(
+                f"{out} exists and is not a directory (an OCI layout is a directory)", exit_code=EXIT_USAGE
+            )
+        layout = out
+    else:
+        if out.is_dir():
+            raise InputError(
+                f"{out} is a directory; docker-archive output is a .tar file", exit_code=EXIT_USAGE
+            )
+        layout = blob_cache() or out.with_name(out.name + ".blobs")
+    if not layout.parent.is_dir():
+        raise InputError(f"directory does not exist: {layout.parent}", exit_code=EXIT_USAGE)
+    return out, layout
+
+
+def _connect_all(
+    mirror_regs: list[Registry], origin: Registry, ref: ImageRef
+) -> tuple[list[Registry], list[str]]:
+    """The registries that answered, mirrors first, and a note for each one skipped; the origin's
+    error when nothing answered."""
+    live: list[Registry] = []
+    notes: list[str] = []
+    for m in mirror_regs:
+        try:
+            m.connect(ref.repository)
+            live.append(m)
+        except RegistryError as e:
+            notes.append(f"mirror skipped: {e}")
+    try:
+        origin.connect(ref.repository)
+        live.append(origin)
+    except RegistryError:
+        if not live:
+            raise
+        notes.append(f"origin {ref.api_host} unreachable; using mirrors only")
+    return live, notes
+
+
+def _plan_blobs(
+    manifest: Manifest, ref: ImageRef, blobdir: Path, live: list[Registry], origin: Registry,
+    blobs: list[dict[str, Any]],
+) -> tuple[list[FileSpec], int]:
+    """A download for each distinct blob the layout does not already hold (verified), and the bytes
+    reused; every blob gets its row in ``blobs``."""
+    specs: list[FileSpec] = []
+    reused = 0
+    seen: set[str] = set()
+    for d in manifest.blobs:
+        digest, size = str(d["digest"]), int(d["size"])
+        if digest in seen:
+            continue
+        seen.add(digest)
+        hexd = digest.split(":", 1)[1]
+        dest = blobdir / hexd
+        if _file_ok(dest, size, hexd):
+            reused += size
+            blobs.append({"digest": digest, "size": size, "status": "reused"})
+            continue
+        specs.append(
+            FileSpec(
+                dest=dest,
+                sources=[r.blob_url(ref.repository, digest, login_in_url=r is not origin) for r in live],
+                size=size,
+                sha256=hexd,
+                label=digest[7:19],
+                headers=origin.auth,
+                auth_origins={origin.origin} if origin in live else set(),
+            )
+        )
+    return specs, reused
+
+
+def pull(
     ref_text: str,
     *,
     output: str | None = None,
@@ -164,69 +242,17 @@ def pull(  # noqa: C901  (split pending, issue 14)
         )
     mirror_regs = [_mirror_registry(m, insecure) for m in mirrors]
     origin = Registry(ref.api_host, insecure=insecure, credentials=basic_credentials(ref.registry))
-    out = Path(output).absolute() if output else default_output(ref, fmt)
-    if fmt == "oci":
-        if out.exists() and not out.is_dir():
-            raise InputError(
-                f"{out} exists and is not a directory (an OCI layout is a directory)", exit_code=EXIT_USAGE
-            )
-        layout = out
-    else:
-        if out.is_dir():
-            raise InputError(
-                f"{out} is a directory; docker-archive output is a .tar file", exit_code=EXIT_USAGE
-            )
-        layout = blob_cache() or out.with_name(out.name + ".blobs")
-    if not layout.parent.is_dir():
-        raise InputError(f"directory does not exist: {layout.parent}", exit_code=EXIT_USAGE)
-    live: list[Registry] = []
-    notes: list[str] = []
+    out, layout = _layout_for(ref, output, fmt)
     try:
-        for m in mirror_regs:
-            try:
-                m.connect(ref.repository)
-                live.append(m)
-            except RegistryError as e:
-                notes.append(f"mirror skipped: {e}")
-        try:
-            origin.connect(ref.repository)
-            live.append(origin)
-        except RegistryError:
-            if not live:
-                raise
-            notes.append(f"origin {ref.api_host} unreachable; using mirrors only")
+        live, notes = _connect_all(mirror_regs, origin, ref)
         manifest = resolve(live, ref, want)
         if not quiet:
             for n in notes:
                 print(f"gpuclinic: {n}", flush=True)
         blobdir = layout / "blobs" / "sha256"
         blobdir.mkdir(parents=True, exist_ok=True)
-        specs: list[FileSpec] = []
         blobs: list[dict[str, Any]] = []
-        reused = 0
-        seen: set[str] = set()
-        for d in manifest.blobs:
-            digest, size = str(d["digest"]), int(d["size"])
-            if digest in seen:
-                continue
-            seen.add(digest)
-            hexd = digest.split(":", 1)[1]
-            dest = blobdir / hexd
-            if _file_ok(dest, size, hexd):
-                reused += size
-                blobs.append({"digest": digest, "size": size, "status": "reused"})
-                continue
-            specs.append(
-                FileSpec(
-                    dest=dest,
-                    sources=[r.blob_url(ref.repository, digest, login_in_url=r is not origin) for r in live],
-                    size=size,
-                    sha256=hexd,
-                    label=digest[7:19],
-                    headers=origin.auth,
-                    auth_origins={origin.origin} if origin in live else set(),
-                )
-            )
+        specs, reused = _plan_blobs(manifest, ref, blobdir, live, origin, blobs)
         downloaded = _download(specs, live, options, quiet, blobs)
         _write_atomic(blobdir / manifest.digest.split(":", 1)[1], manifest.raw)
         total = sum(int(d["size"]) for d in manifest.blobs)

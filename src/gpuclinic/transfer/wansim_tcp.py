@@ -168,8 +168,9 @@ class TcpProxy:
                 with contextlib.suppress(Exception):
                     w.close()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, acct: _Dir, *,  # noqa: C901  (split pending, issue 14)
-                    corrupt: bool) -> None:
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, acct: _Dir, *, corrupt: bool
+    ) -> None:
         """Copy one direction: a reader stage stamps chunks with their due time, a sender stage paces them."""
         k = self.knobs
         loop = asyncio.get_running_loop()
@@ -190,7 +191,7 @@ class TcpProxy:
             await q.put(None)
 
         async def send_side() -> None:
-            nxt = 0.0
+            pace = [0.0, rate or 0.0]  # this connection's next free send slot, its cap (0: none)
             offset = 0
             try:
                 while True:
@@ -204,30 +205,7 @@ class TcpProxy:
                     now = loop.time()
                     if due > now:
                         await asyncio.sleep(due - now)
-                    block = _READ if not rate else max(4096, min(_READ, int(rate / 128)))
-                    for i in range(0, len(data), block):
-                        part = data[i : i + block]
-                        n = len(part)
-                        now = loop.time()
-                        wake = now
-                        if rate:
-                            slot = max(nxt, now)
-                            nxt = slot + n / rate
-                            wake = slot
-                        if k.total_rate:
-                            slot = max(acct.next, now)
-                            acct.next = slot + n / k.total_rate
-                            wake = max(wake, slot)
-                        if wake > now + 0.0005:
-                            await asyncio.sleep(wake - now)
-                        while k.paused:
-                            await asyncio.sleep(0.01)
-                        if corrupt and k.corrupt_every:
-                            part = self._flip(part, offset)
-                        writer.write(part)
-                        offset += n
-                        acct.total += n
-                        await writer.drain()
+                    offset = await self._send(writer, data, acct, pace, offset, corrupt=corrupt)
             except (ConnectionError, OSError):
                 writer.transport.abort()
                 # drain the reader side so it is not blocked on a full queue
@@ -237,6 +215,41 @@ class TcpProxy:
                         return
 
         await asyncio.gather(read_side(), send_side())
+
+    async def _send(
+        self, writer: asyncio.StreamWriter, data: bytes, acct: _Dir, pace: list[float], offset: int, *,
+        corrupt: bool,
+    ) -> int:
+        """Write one chunk in blocks no faster than the connection's cap (``pace``: next free slot, cap)
+        and the link's; returns the stream offset after it."""
+        k = self.knobs
+        loop = asyncio.get_running_loop()
+        rate = pace[1]
+        block = _READ if not rate else max(4096, min(_READ, int(rate / 128)))
+        for i in range(0, len(data), block):
+            part = data[i : i + block]
+            n = len(part)
+            now = loop.time()
+            wake = now
+            if rate:
+                slot = max(pace[0], now)
+                pace[0] = slot + n / rate
+                wake = slot
+            if k.total_rate:
+                slot = max(acct.next, now)
+                acct.next = slot + n / k.total_rate
+                wake = max(wake, slot)
+            if wake > now + 0.0005:
+                await asyncio.sleep(wake - now)
+            while k.paused:
+                await asyncio.sleep(0.01)
+            if corrupt and k.corrupt_every:
+                part = self._flip(part, offset)
+            writer.write(part)
+            offset += n
+            acct.total += n
+            await writer.drain()
+        return offset
 
     def _flip(self, part: bytes, offset: int) -> bytes:
         k = self.knobs
