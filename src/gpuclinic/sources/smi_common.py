@@ -252,6 +252,14 @@ def _needs_any(low: str) -> bool:
     return any(k in low for k in _ERROR_LINE_NEEDS)
 
 
+def may_hold_errors(lines: list[str]) -> bool:
+    """False when no line of ``lines`` can hold an error statement: one fold of them all instead of one per
+    line (scan_error_lines skips an ASCII line without a ``_ERROR_LINE_NEEDS`` word, and each of these
+    lines is one)."""
+    block = "\n".join(lines)
+    return not block.isascii() or _needs_any(block.lower())
+
+
 def _candidate_lines(lines: list[str]) -> list[str]:
     """The lines holding one of ``_ERROR_LINE_KEYS`` (ASCII case folded, as bytes: str.lower() of a
     19 MB non-ASCII text alone takes half a second)."""

@@ -85,7 +85,7 @@ def looks_like(sample: str) -> bool:
     """True for ``nvidia-smi -q`` text: the NVSMI LOG banner, a GPU block, or a paste of its sections."""
     if MARKER in sample:
         return True
-    if re.search(
+    if "GPU " in sample and re.search(  # the regex needs the literal
         r"^[ \t]*GPU [0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7][ \t]*\r?\n[ \t]+[A-Z][A-Za-z .]+[ "
         r"\t]*(:|\r?\n)",
         sample,
