@@ -252,12 +252,11 @@ def _needs_any(low: str) -> bool:
     return any(k in low for k in _ERROR_LINE_NEEDS)
 
 
-def may_hold_errors(lines: list[str]) -> bool:
-    """False when no line of ``lines`` can hold an error statement: one fold of them all instead of one per
-    line (scan_error_lines skips an ASCII line without a ``_ERROR_LINE_NEEDS`` word, and each of these
-    lines is one)."""
-    block = "\n".join(lines)
-    return not block.isascii() or _needs_any(block.lower())
+def may_hold_errors(text: str) -> bool:
+    """False when no line of ``text`` can hold an error statement: one fold of it all instead of one per
+    line (scan_error_lines skips an ASCII line without a ``_ERROR_LINE_NEEDS`` word, and in an ASCII text
+    without one every line is such a line)."""
+    return not text.isascii() or _needs_any(text.lower())
 
 
 def _candidate_lines(lines: list[str]) -> list[str]:

@@ -50,10 +50,9 @@ def has_table(sample: str) -> bool:
 
 def has_errors(sample: str) -> bool:
     """True when ``sample`` holds one of nvidia-smi's failure statements."""
-    lines = sample.splitlines()[:200]
-    if not c.may_hold_errors(lines):
+    if not c.may_hold_errors(sample):  # its lines are in it: no split needed to rule them out
         return False
-    errors, _ = c.scan_error_lines(lines)
+    errors, _ = c.scan_error_lines(sample.splitlines()[:200])
     return bool(errors)
 
 

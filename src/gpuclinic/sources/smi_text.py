@@ -92,7 +92,10 @@ def looks_like(sample: str) -> bool:
         re.M,
     ):
         return True
-    return len({m.group(1) for m in _SIGNATURE_RE.finditer(sample[:65536])}) >= 2
+    head = sample[:65536]
+    if not (head.startswith((" ", "\t")) or "\n " in head or "\n\t" in head):
+        return False  # _SIGNATURE_RE matches only an indented line
+    return len({m.group(1) for m in _SIGNATURE_RE.finditer(head)}) >= 2
 
 
 def parse(text: str | Iterable[str]) -> c.SmiDump:
