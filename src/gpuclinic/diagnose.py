@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpuclinic import __version__
@@ -11,12 +10,15 @@ from gpuclinic.checks import run_checks
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.incidents import group
 from gpuclinic.model import Family, Finding, GpuRef, Incident, Severity, Skipped, Verdict
+from gpuclinic.record import field, record
 
 REPORT_SCHEMA = "gpuclinic.report/2"
 
 
-@dataclass
+@record
 class GpuVerdict:
+    """One GPU's verdict and the codes behind it (the per-GPU table and JSON ``gpus``)."""
+
     ref: GpuRef
     name: str | None
     verdict: Verdict
@@ -31,7 +33,7 @@ class GpuVerdict:
         return self.verdict.value
 
 
-@dataclass
+@record
 class Report:
     """Everything a renderer needs; renderers know nothing about hardware beyond this."""
 

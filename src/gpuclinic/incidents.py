@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import cache
 
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge import codes as K
 from gpuclinic.knowledge import load_data
 from gpuclinic.model import Finding, GpuRef, Incident
+from gpuclinic.record import record
 
 CORRELATION_FILE = "correlation.json"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rule:
+    """A correlation rule from knowledge: a cause code, the symptoms it explains and how they relate."""
+
     cause: str
     explains: tuple[str, ...]
     match: str = "same_gpu"

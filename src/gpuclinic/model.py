@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
+
+from gpuclinic.record import field, record
 
 
 class Severity(enum.IntEnum):
@@ -69,7 +70,7 @@ class Verdict(str, enum.Enum):
         return {Verdict.HEALTHY: 0, Verdict.WARNING: 1, Verdict.DRAIN: 2}[self]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuRef:
     """Which GPU a finding concerns; any field may be unknown (e.g. a log line names only a bus id)."""
 
@@ -95,7 +96,7 @@ def dedupe(lines: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-@dataclass
+@record
 class Finding:
     """One diagnosed problem (or notable fact) with its evidence and what to do about it."""
 
@@ -149,7 +150,7 @@ class Finding:
         )
 
 
-@dataclass
+@record
 class Incident:
     """One root cause and the symptoms it explains: what a person acts on.
 
@@ -203,7 +204,7 @@ class Incident:
         )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Skipped:
     """Something that could not be checked, and why ("could not check X: why")."""
 

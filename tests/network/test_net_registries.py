@@ -4,18 +4,23 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gpuclinic.cli.net_registry import best_mirror, parse_ratelimit, switch_lines
+from gpuclinic.cli.net_registry import best_mirror, doc_findings, parse_ratelimit, switch_lines
+from gpuclinic.knowledge import codes as K
 from gpuclinic.sources.registry import RegistryProbe, configured_specs, read_mirror_config
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
 from realtools import require
 from transfer.oci_env import MiB, Registry, build_image, free_port, push
+
+from .servers import LoopbackFileServer
 
 GPUCLINIC = [sys.executable, "-m", "gpuclinic"]
 
@@ -35,8 +40,14 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 
 def _write_config(root: Path, mirror: str, dead: str) -> None:
     (root / "etc/docker").mkdir(parents=True)
-    (root / "etc/docker/daemon.json").write_text(json.dumps({
-        "registry-mirrors": [mirror, dead], "proxies": {"https-proxy": "http://user:secretpw@proxy.corp:3128"}}))
+    (root / "etc/docker/daemon.json").write_text(
+        json.dumps(
+            {
+                "registry-mirrors": [mirror, dead],
+                "proxies": {"https-proxy": "http://user:secretpw@proxy.corp:3128"},
+            }
+        )
+    )
     (root / "etc/containerd/certs.d/docker.io").mkdir(parents=True)
     (root / "etc/containerd/config.toml").write_text(
         'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = '
@@ -143,3 +154,111 @@ def test_net_ssh_probe(tmp_path: Path) -> None:
     assert 0.9 * MiB < doc["probe"]["one_stream"] < 1.2 * MiB
     assert doc["probe"]["rtt_s"] >= 0.02
     assert any("ControlMaster" in n for n in doc["notes"])
+
+
+def test_plain_net_reports_registries_as_findings(registry: Registry, tmp_path: Path) -> None:
+    """A plain `net` run probes registries beside the other endpoints and reports them through the
+    finding model: codes from codes.json, the exit code, the JSON report and the table."""
+    with (
+        TcpProxy("127.0.0.1", registry.port, ProxyKnobs(rate_per_conn=2 * MiB)) as mirror,
+        LoopbackFileServer() as files,
+    ):
+        dead = f"http://127.0.0.1:{free_port()}"
+        _write_config(tmp_path, mirror.url, dead)
+        env = {**os.environ, "GPUCLINIC_CONFIG_ROOT": str(tmp_path)}
+        args = [
+            "--timeout",
+            "40",
+            "--endpoint",
+            f"pypi={files.url}/simple/",
+            "--endpoint",
+            f"registry=http://{registry.host}#library/alpine:latest",
+        ]
+        r = subprocess.run(
+            [*GPUCLINIC, "net", "--json", *args], capture_output=True, text=True, timeout=120, env=env
+        )
+        plain = subprocess.run(
+            [*GPUCLINIC, "net", *args], capture_output=True, text=True, timeout=120, env=env
+        )
+    assert r.returncode == 1, r.stderr  # warnings: a dead configured mirror
+    doc = json.loads(r.stdout)
+    assert len(doc["facts"]["network"]["probes"]) == 1  # the pypi endpoint, probed as before
+    reg = doc["facts"]["network"]["extra"]["registries"]
+    probes = {p["url"]: p for p in reg["probes"]}
+    assert probes[f"http://{registry.host}"]["ok"] and probes[mirror.url]["mirror_of"] == "docker.io"
+    found = {f["code"]: f for f in doc["findings"]}
+    down = found["network.registry_mirror_down"]
+    assert down["severity"] == "warning" and dead in down["title"] and "daemon.json" in down["title"]
+    assert found["network.registry_per_connection_cap"]["severity"] == "info"
+    assert all(K.require(c).family.value == "network" for c in found)
+    assert plain.returncode == 1
+    assert "registry" in plain.stdout and "FAIL" in plain.stdout and "does not work" in plain.stdout
+    assert "secretpw" not in r.stdout + plain.stdout
+
+
+def test_registry_checks_on_recorded_probes() -> None:
+    """Rate limit, unreachable registry, unreadable config and a faster mirror, from probe records
+    (a loopback docker-registry sends no ratelimit headers)."""
+    hub: dict[str, Any] = {
+        "id": "dockerhub",
+        "url": "https://registry-1.docker.io",
+        "host": "docker.io",
+        "mirror_of": None,
+        "configured_in": [],
+        "ok": True,
+        "one_conn": 1 * MiB,
+        "n_conn": 1.2 * MiB,
+        "n": 4,
+        "ratelimit": {"ratelimit-remaining": "3;w=21600"},
+    }
+    nvcr: dict[str, Any] = {
+        "id": "nvcr",
+        "url": "https://nvcr.io",
+        "host": "nvcr.io",
+        "mirror_of": None,
+        "configured_in": [],
+        "ok": False,
+        "stage": "v2",
+        "error": "connect timeout",
+        "ratelimit": {},
+    }
+    fast = {
+        "id": "m",
+        "url": "https://m.example",
+        "host": "m.example",
+        "mirror_of": "docker.io",
+        "configured_in": [],
+        "ok": True,
+        "one_conn": 8 * MiB,
+        "n_conn": 9 * MiB,
+        "n": 4,
+        "ratelimit": {},
+    }
+    rec = {
+        "upstream": "docker.io",
+        "mirror": "https://m.example",
+        "switch": switch_lines(
+            RegistryProbe("m", "https://m.example", "docker.io", [], ok=True), "docker.io"
+        ),
+    }
+    doc = {
+        "probes": [hub, nvcr, fast],
+        "config": {"problems": ["/etc/docker/daemon.json: not valid JSON"]},
+        "recommendations": [rec],
+    }
+    got = {f.code: f for f in doc_findings(doc)}
+    assert (
+        got["network.registry_ratelimit_low"].title == "dockerhub: only 3 pulls left per 6 h for this address"
+    )
+    assert "nvcr" in got["network.registry_unreachable"].title
+    assert "daemon.json" in got["network.registry_config_invalid"].title
+    faster = got["network.registry_mirror_faster"]
+    assert "7.5x faster" in faster.title and '"registry-mirrors": ["https://m.example"]' in faster.remedy
+    assert all(f.severity == K.severity(f.code) for f in got.values())
+    # plenty of pulls left and a slower mirror: silence
+    hub["ratelimit"] = {"ratelimit-remaining": "76;w=21600"}
+    fast["n_conn"] = fast["one_conn"] = 1.1 * MiB
+    assert {f.code for f in doc_findings(doc)} == {
+        "network.registry_unreachable",
+        "network.registry_config_invalid",
+    }

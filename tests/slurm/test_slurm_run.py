@@ -14,7 +14,7 @@ import pytest
 from gpuclinic.model import GpuRef
 from gpuclinic.slurm.job import SlurmSupervisor, slurm_job_from_env
 from gpuclinic.supervise.classify import Classification
-from gpuclinic.supervise.runner import RunOptions
+from gpuclinic.supervise.jobspec import RunOptions
 from realtools import require
 
 from .slurmcluster import SlurmCluster

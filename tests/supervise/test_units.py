@@ -16,8 +16,9 @@ from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 from gpuclinic.supervise.gpus import JobGpu, exclude, parse_visible, resolve, visible_value
+from gpuclinic.supervise.gpuwatch import GpuWatcher
+from gpuclinic.supervise.jobspec import substitute
 from gpuclinic.supervise.kernel import KernelWindow
-from gpuclinic.supervise.runner import GpuWatcher, substitute
 
 GPUS = [
     GpuFacts(index=0, uuid="GPU-0c5a4f3e-1111", pci_bus_id="00000000:3B:00.0"),
@@ -231,7 +232,7 @@ def test_follower_follows_appends_and_rotation(tmp_path: Path) -> None:
 
 
 def test_redact_argv_hides_tokens() -> None:
-    from gpuclinic.supervise.runner import redact_argv
+    from gpuclinic.supervise.jobspec import redact_argv
 
     argv = [
         "python",

@@ -32,21 +32,26 @@ def free_port() -> int:
 class Registry:
     """``docker-registry serve`` with filesystem storage in ``root``; stopped by :meth:`stop`."""
 
-    def __init__(self, binary: str, root: Path) -> None:
+    def __init__(self, binary: str, root: Path, htpasswd: str | None = None) -> None:
+        """``htpasswd``: a ``user:bcrypt-hash`` line; the registry then demands that login."""
         self.port = free_port()
         root.mkdir(parents=True, exist_ok=True)
         cfg = root / "config.yml"
+        auth = ""
+        if htpasswd:
+            (root / "htpasswd").write_text(htpasswd + "\n")
+            auth = f"auth:\n  htpasswd:\n    realm: test\n    path: {root / 'htpasswd'}\n"
         cfg.write_text(
             "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
             f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
-            f"http:\n  addr: 127.0.0.1:{self.port}\n"
+            f"http:\n  addr: 127.0.0.1:{self.port}\n{auth}"
         )
         self.log = open(root / "registry.log", "wb")
         self.proc = subprocess.Popen([binary, "serve", str(cfg)], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/v2/", timeout=1).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{self.port}/v2/", timeout=1).status_code in (200, 401):
                     break
             except httpx.HTTPError:
                 pass
@@ -167,8 +172,12 @@ def build_multiarch(layout: Path) -> dict[str, Built]:
     return out
 
 
-def push(skopeo: str, layout: Path, dest: str, *, all_platforms: bool = False) -> None:
+def push(
+    skopeo: str, layout: Path, dest: str, *, all_platforms: bool = False, creds: str | None = None
+) -> None:
     cmd = [skopeo, "copy", "--dest-tls-verify=false", "-q"]
+    if creds:
+        cmd.append(f"--dest-creds={creds}")
     if all_platforms:
         cmd.append("--all")
     cmd += [f"oci:{layout}:latest", f"docker://{dest}"]

@@ -8,12 +8,16 @@ origin.
 
 from __future__ import annotations
 
+import atexit
+import base64
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,10 +62,21 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         reg.stop()
 
 
-def _get(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _get(
+    *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``get image``; docker-archive blobs are cached in a temp dir, never the user's ~/.cache."""
     return subprocess.run(
-        [*GPUCLINIC, "get", "image", *args], capture_output=True, text=True, timeout=timeout
+        [*GPUCLINIC, "get", "image", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "GPUCLINIC_BLOB_CACHE": _CACHE, **(env or {})},
     )
+
+
+_CACHE = tempfile.mkdtemp(prefix="gpuclinic-test-blobs-")
+atexit.register(shutil.rmtree, _CACHE, True)
 
 
 def _check_layout(env: Env, out: Path, repo: str) -> dict[str, Any]:
@@ -116,7 +131,7 @@ def test_multiarch_platform_and_docker_archive(env: Env, tmp_path: Path) -> None
         assert ins.returncode == 0, ins.stderr
         info = json.loads(ins.stdout)
         assert info["Architecture"] == arch
-        assert not out.with_name(out.name + ".blobs").exists()
+        assert not out.with_name(out.name + ".blobs").exists()  # staged in the blob cache instead
         # skopeo can copy it on (it decompresses every layer and checks the config's diff_ids)
         cp = subprocess.run(
             [env.skopeo, "copy", f"docker-archive:{out}", f"oci:{tmp_path / ('c-' + arch)}"],
@@ -128,6 +143,35 @@ def test_multiarch_platform_and_docker_archive(env: Env, tmp_path: Path) -> None
     r = _get(f"{env.reg.host}/test/multi", "--platform", "linux/s390x", "-o", str(tmp_path / "x"))
     assert r.returncode == 64 and "available: linux/amd64, linux/arm64" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_docker_archive_reuses_the_blob_cache(env: Env, tmp_path: Path) -> None:
+    """A second docker-archive pull (to another file) takes every blob from the cache: only the
+    manifest crosses the link (counted by a proxy in front of the registry)."""
+    cache = {"GPUCLINIC_BLOB_CACHE": str(tmp_path / "cache")}
+    with TcpProxy("127.0.0.1", env.reg.port) as px:
+        args = [f"127.0.0.1:{px.port}/test/multi", "--platform", "linux/amd64", "--format", "docker-archive"]
+        first = _get(*args, "--json", "-o", str(tmp_path / "one.tar"), env=cache)
+        crossed_first = px.stats()["down"]
+        px.reset_stats()
+        second = _get(*args, "--json", "-o", str(tmp_path / "two.tar"), env=cache)
+        crossed_second = px.stats()["down"]
+        nocache = _get(*args, "--json", "-o", str(tmp_path / "three.tar"), env={"GPUCLINIC_BLOB_CACHE": ""})
+    for r in (first, second, nocache):
+        assert r.returncode == 0, r.stderr
+    one, two = json.loads(first.stdout), json.loads(second.stdout)
+    assert one["downloaded"] == one["size"] > 0
+    assert two["downloaded"] == 0 and two["reused"] == two["size"] == one["size"]
+    assert crossed_first - crossed_second >= one["size"]  # every blob byte stayed off the link
+    ins = subprocess.run(
+        [env.skopeo, "inspect", f"docker-archive:{tmp_path / 'two.tar'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ins.returncode == 0, ins.stderr
+    assert json.loads(nocache.stdout)["downloaded"] == one["size"]  # "" turns the cache off
+    assert not (tmp_path / "three.tar.blobs").exists()  # and the staging dir is removed
 
 
 def test_kill9_at_half_then_resume_downloads_little_twice(env: Env, tmp_path: Path) -> None:
@@ -176,6 +220,40 @@ def test_mirror_serves_everything_when_healthy(env: Env, tmp_path: Path) -> None
         r = _get(f"{env.reg.host}/test/multi", "-o", str(tmp_path / "m"), "--mirror", good.url, "--json")
         assert r.returncode == 0, r.stderr
         assert all(str(good.port) in b["source"] for b in json.loads(r.stdout)["blobs"])
+
+
+def test_mirror_login_from_the_auth_file_never_printed(env: Env, tmp_path: Path) -> None:
+    """A mirror that demands a login (docker-registry with htpasswd): with the login in docker's
+    config.json it serves every blob; without it, it is skipped and the origin serves; the password
+    appears nowhere in the output."""
+    crypt = pytest.importorskip("crypt")  # bcrypt for the htpasswd file (Python < 3.13)
+    password = "Mirr0r-s3cret-pw"
+    line = "alice:" + crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))
+    mirror = Registry(require("docker-registry")["docker-registry"], tmp_path / "mreg", htpasswd=line)
+    try:
+        build_image(tmp_path / "src", [3 * MiB, 500])
+        for host in (env.reg.host, mirror.host):
+            creds = f"alice:{password}" if host == mirror.host else None
+            push(env.skopeo, tmp_path / "src", f"{host}/test/small:latest", creds=creds)
+        docker = tmp_path / "docker"
+        docker.mkdir()
+        auth = base64.b64encode(f"alice:{password}".encode()).decode()
+        (docker / "config.json").write_text(json.dumps({"auths": {f"http://{mirror.host}": {"auth": auth}}}))
+        with_login = _get(f"{env.reg.host}/test/small", "-o", str(tmp_path / "a"), "--mirror",
+                          f"http://{mirror.host}", "--json", env={"DOCKER_CONFIG": str(docker)})
+        without = _get(f"{env.reg.host}/test/small", "-o", str(tmp_path / "b"), "--mirror",
+                       f"http://{mirror.host}", "--json", env={"DOCKER_CONFIG": str(tmp_path / "none")})
+        in_url = _get(f"{env.reg.host}/test/small", "-o", str(tmp_path / "c"), "--mirror",
+                      f"http://alice:{password}@{mirror.host}", "--json",
+                      env={"DOCKER_CONFIG": str(tmp_path / "none")})
+    finally:
+        mirror.stop()
+    for r in (with_login, without, in_url):
+        assert r.returncode == 0, r.stderr
+        assert password not in r.stdout + r.stderr and auth not in r.stdout + r.stderr
+    for r in (with_login, in_url):
+        assert all(str(mirror.port) in b["source"] for b in json.loads(r.stdout)["blobs"])
+    assert all(str(env.reg.port) in b["source"] for b in json.loads(without.stdout)["blobs"])
 
 
 def test_bad_input_is_one_line(env: Env, tmp_path: Path) -> None:

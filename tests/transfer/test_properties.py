@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpuclinic.errors import GpuclinicError
 from gpuclinic.transfer.hf import safe_repo_path
 from gpuclinic.transfer.redact import add_secret, redact, safe_url
-from gpuclinic.transfer.wansim import _parse_range
+from gpuclinic.transfer.wansim_link import _parse_range
 
 _parts = st.sampled_from(["a", "b.bin", "..", ".", "", "x y", "\\", "C:", "/", "ü", "..."])
 

@@ -23,15 +23,15 @@ from gpuclinic.transfer.sync import (
     BLOCK,
     Endpoint,
     Entry,
-    Probe,
     balance,
-    choose_compression,
-    choose_streams,
-    diagnose_ssh,
+    extraneous,
+    guided_cuts,
+    guided_range_tasks,
     parse_endpoint,
     range_tasks,
     split_source,
 )
+from gpuclinic.transfer.sync_probe import Probe, choose_compression, choose_streams, diagnose_ssh
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
 from realtools import require
 
@@ -110,8 +110,9 @@ def test_push_many_files_and_a_big_one_then_pull_back(env: Env, tmp_path: Path) 
     assert _tree(dst) == _tree(src)
     assert (dst / "big.bin").stat().st_mtime == pytest.approx(1_700_000_000.5, abs=1e-3)
     assert not list(dst.rglob("*gpuclinic*"))
-    # the probe saw capped connections and chose many streams; big.bin went as ranges
-    assert res["probe"]["multi_stream"] > 4 * res["probe"]["one_stream"] > 0
+    # the probe measured one stream (capped at PER_CONN) and the RTT; big.bin went as ranges
+    assert 0.25 * PER_CONN < res["probe"]["one_stream"] < 1.3 * PER_CONN  # low when the box is starved
+    assert res["probe"]["rtt_s"] >= 0.018
     assert res["streams"] >= 8 and res["verified"] == 151
     assert (
         res["big_files"][0]["name"] == "big.bin"
@@ -190,7 +191,7 @@ def test_dry_run_prints_the_plan_and_copies_nothing(env: Env, tmp_path: Path) ->
     assert (
         "streams: 3 (fixed by --streams)" in r.stdout
         and "testbox = " in r.stdout
-        and "rsync streams" in r.stdout
+        and "rsync tasks" in r.stdout
     )
     assert not (tmp_path / "never").exists()
 
@@ -227,6 +228,14 @@ def test_endpoint_and_planning_rules() -> None:
     tasks = range_tasks("big", 10 * BLOCK + 5, [0, 1, 2, 3, 5, 6, 7, 8, 9, 10], 4)
     assert [(t.first_block, t.nblocks) for t in tasks] == [(0, 3), (3, 1), (5, 3), (8, 3)]
     assert tasks[-1].size == 2 * BLOCK + 5 and sum(t.size for t in tasks) == 9 * BLOCK + 5
+    # guided sizes: the remaining work over twice the streams, shrinking, never under the minimum
+    cuts = guided_cuts([1] * 100, 2, 5)
+    pieces = [b - a for a, b in zip([0, *cuts[:-1]], cuts, strict=True)]
+    assert sum(pieces) == 100 and pieces[0] == 25 and pieces[:-1] == sorted(pieces[:-1], reverse=True)
+    assert min(pieces) >= 5 and len(pieces) > 6
+    ranges = guided_range_tasks("big", 64 * BLOCK, [*range(10), *range(12, 64)], 4, 2 * BLOCK)
+    assert [(t.first_block, t.nblocks) for t in ranges][:3] == [(0, 8), (8, 2), (12, 5)]
+    assert sum(t.nblocks for t in ranges) == 62 and ranges[-1].nblocks == 2
 
 
 def test_stream_and_compression_choices() -> None:
@@ -300,3 +309,75 @@ def test_compressed_push_of_text(env: Env, tmp_path: Path) -> None:
     assert _tree(tmp_path / "dst") == _tree(src)
     size = sum(p.stat().st_size for p in src.iterdir())
     assert env.proxy.stats()["up"] < size / 4  # rsync -z and ssh compression both worked on the wire
+
+
+def test_streams_grow_on_the_transfer_when_each_connection_is_capped(env: Env, tmp_path: Path) -> None:
+    """8 streams start; their measured total is ~8x one stream (each connection is capped, the link
+    is not), so the runner adds streams up to --max-streams (16) while the file is still going."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "weights.bin").write_bytes(os.urandom(80 * MiB))
+    # slow connections, so that 16 of them stay far from what this (shared, 2-core) box can encrypt
+    env.proxy.knobs.rate_per_conn, env.proxy.knobs.total_rate = MiB // 2, 64 * MiB
+    try:
+        r = env.sync(f"{src}/", f"testbox:{tmp_path / 'dst'}", "--json")
+    finally:
+        env.proxy.knobs.rate_per_conn, env.proxy.knobs.total_rate = PER_CONN, 16 * MiB
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    # the last sample: 8 streams, or 16 once grown (on a starved box 16 move less than 16x one)
+    assert res["probe"]["multi_n"] in (8, 16)
+    assert res["probe"]["multi_stream"] > 3 * res["probe"]["one_stream"]
+    assert res["streams"] == 16 and "measured on the transfer" in res["stream_reason"], res["stream_reason"]
+    assert _tree(tmp_path / "dst") == _tree(src)
+
+
+def _extras(dst: Path) -> None:
+    (dst / "old.txt").write_text("gone")
+    (dst / "olddir" / "x").mkdir(parents=True)
+    (dst / "olddir" / "x" / "y.bin").write_bytes(b"y")
+    (dst / "a" / "stale.bin").write_bytes(b"s")
+    (dst / "a" / "f0001.bin").write_bytes(b"outdated")  # a source file: updated, never deleted
+
+
+def test_delete_removes_only_what_the_source_lacks(env: Env, tmp_path: Path) -> None:
+    src = _make_src(tmp_path, 12, 0)
+    dst = tmp_path / "dst"
+    (dst / "a").mkdir(parents=True)
+    _extras(dst)
+    want = ["a/stale.bin", "old.txt", "olddir"]
+    # --dry-run shows what would go and removes nothing
+    r = env.sync(f"{src}/", f"testbox:{dst}", "--delete", "--dry-run", "--no-probe", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["delete"] == want
+    r = env.sync(f"{src}/", f"testbox:{dst}", "--delete", "--dry-run", "--no-probe")
+    assert [ln.strip() for ln in r.stdout.splitlines() if "deleting" in ln] == [f"deleting {n}" for n in want]
+    assert (dst / "old.txt").exists() and (dst / "olddir" / "x" / "y.bin").exists()
+    # without the flag nothing is deleted
+    r = env.sync(f"{src}/", f"testbox:{dst}", "--no-probe", "--streams", "2", "-q")
+    assert r.returncode == 0, r.stderr
+    assert (dst / "old.txt").exists() and _tree(dst) != _tree(src)
+    # with it the destination becomes the source, extras gone, and the report counts them
+    r = env.sync(f"{src}/", f"testbox:{dst}", "--delete", "--no-probe", "--streams", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["deleted"] == 3
+    assert _tree(dst) == _tree(src)
+    # pull with --delete, SRC as a directory (no trailing slash): extras under back/dst go, back/ stays
+    back = tmp_path / "back"
+    (back / "dst" / "a").mkdir(parents=True)
+    _extras(back / "dst")
+    (back / "keep-me").write_text("outside the copied tree")
+    r = env.sync(f"testbox:{dst}", str(back), "--delete", "--no-probe", "--streams", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["delete"] == [f"dst/{n}" for n in want]
+    assert _tree(back / "dst") == _tree(src) and (back / "keep-me").exists()
+
+
+def test_extraneous_follows_rsync_delete() -> None:
+    src = [
+        Entry("a/b/f", 1, 0, 0o644, "f"),
+        Entry("a/empty", 0, 0, 0o755, "d"),
+        Entry("big", 9, 0, 0o644, "f"),
+    ]
+    dst = ["a", "a/b", "a/b/f", "a/b/g", "a/empty", "a/empty/x", "z", "z/y", ".big.gpuclinic-part", "c"]
+    assert extraneous(src, dst) == ["a/b/g", "a/empty/x", "c", "z"]

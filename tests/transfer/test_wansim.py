@@ -6,7 +6,8 @@ import time
 
 import httpx
 
-from gpuclinic.transfer.wansim import Knobs, WanSim, _parse_range, git_blob_sha1, parse_size
+from gpuclinic.transfer.wansim import Knobs, WanSim, git_blob_sha1, parse_size
+from gpuclinic.transfer.wansim_link import _parse_range
 
 from .conftest import MiB, blob
 

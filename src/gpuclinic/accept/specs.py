@@ -7,11 +7,11 @@ vendor source.  Thresholds and the scenario model live in ``knowledge/data/accep
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from gpuclinic.knowledge import load_data
+from gpuclinic.record import record
 
 # dtype -> field of the spec row holding its dense tensor peak
 DTYPE_FIELDS: dict[str, str] = {
@@ -27,8 +27,10 @@ PCIE_LANE_GBS: dict[int, float] = {1: 0.25, 2: 0.5, 3: 8 * 128 / 130 / 8, 4: 16 
                                    5: 32 * 128 / 130 / 8, 6: 64 * 242 / 256 / 8}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)  # doctor's NVLink check reads specs: a record keeps dataclasses off its start-up
 class GpuSpec:
+    """A GPU model's datasheet row (gpu_specs.json): peak throughput, memory bandwidth, links."""
+
     sku: str
     row: dict[str, Any]
 

@@ -13,12 +13,12 @@ keeps a fault seen in any of them.  :func:`run_checks` runs everything and turns
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.model import Finding, Severity, Skipped
+from gpuclinic.record import record
 
 CheckFn = Callable[[Snapshot], Iterable[Finding]]
 
@@ -27,8 +27,10 @@ class CheckSkipped(Exception):
     """Raised by a check that lacks the facts it needs; the message says why."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Check:
+    """A registered check: its function, the codes it may emit and what it checks (for skip lines)."""
+
     name: str
     fn: CheckFn
     codes: tuple[str, ...]
@@ -62,11 +64,25 @@ def load_all() -> dict[str, Check]:
     """Import every check module once, so their ``@check`` decorators run."""
     global _loaded
     if not _loaded:
-        for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            if not mod.name.startswith("_"):
-                importlib.import_module(f"{__name__}.{mod.name}")
+        for name in _module_names(__path__[0]):
+            importlib.import_module(f"{__name__}.{name}")
         _loaded = True
     return dict(_REGISTRY)
+
+
+def _module_names(directory: str) -> list[str]:
+    """The check modules in ``directory``, sorted: ``*.py`` files and packages not starting with ``_``.
+
+    A directory listing rather than ``pkgutil.iter_modules``, whose import costs every doctor run ~1 ms.
+    """
+    out = set()
+    for entry in os.listdir(directory):
+        stem, ext = os.path.splitext(entry)
+        if entry.startswith("_") or not stem.isidentifier():
+            continue
+        if ext == ".py" or not ext and os.path.isfile(os.path.join(directory, entry, "__init__.py")):
+            out.add(stem)
+    return sorted(out)
 
 
 def run_checks(snap: Snapshot, *, only: Iterable[str] | None = None) -> tuple[list[Finding], list[Skipped]]:
@@ -87,7 +103,7 @@ def run_checks(snap: Snapshot, *, only: Iterable[str] | None = None) -> tuple[li
     return findings, skipped
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Window:
     """What a stream command has seen: samples oldest first (each a Snapshot) over ``span_s`` seconds."""
 
@@ -99,7 +115,7 @@ class Window:
         return self.samples[-1]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Detector:
     """One failure class: its codes (from the knowledge) and the checks that emit them."""
 

@@ -8,13 +8,15 @@ When the machine is offline only ``network.offline`` speaks: every other finding
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuclinic.checks import check
-from gpuclinic.facts.network import Endpoint, EndpointProbe, NetworkFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding
+
+if TYPE_CHECKING:  # annotations only: the module loads (and registers its checks) without them
+    from gpuclinic.facts.network import Endpoint, EndpointProbe, NetworkFacts
 
 
 # Imported on use: knowledge.endpoints pulls in pathlib/urllib, a visible share of every doctor run's

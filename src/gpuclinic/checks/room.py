@@ -13,16 +13,19 @@ import datetime as dt
 import re
 from collections.abc import Iterable
 from functools import cache
+from typing import TYPE_CHECKING
 
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import busy, median, readable, ref
-from gpuclinic.facts import room as R
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.room import SIGNATURES_FILE, event_class
 from gpuclinic.knowledge.room import room_threshold as T
 from gpuclinic.model import Family, Finding, GpuRef, Severity
+
+if TYPE_CHECKING:  # annotations; sensor_critical loads it for its sensor kinds, when there are room facts
+    from gpuclinic.facts import room as R
 
 _BAD = ("critical", "nonrecoverable")
 
@@ -390,6 +393,8 @@ def sensor_critical(snap: Snapshot) -> Iterable[Finding]:
     room = snap.room
     if room is None:  # only room.status says so: one "could not check" line, not seven
         return []
+    from gpuclinic.facts import room as R
+
     out = []
     for s in room.sensors:
         if s.kind in (R.FAN, R.PSU) or s.role == "inlet" or s.absent:

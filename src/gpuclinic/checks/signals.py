@@ -9,12 +9,15 @@ is in it.  Severity, title, remedy and source come from the signature data.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from gpuclinic.checks import check
 from gpuclinic.checks._kernel import gpu_ref
-from gpuclinic.facts.evidence import Signal
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.model import Family, Finding, GpuRef, Severity
+
+if TYPE_CHECKING:  # annotations only
+    from gpuclinic.facts.evidence import Signal
 
 _SEV = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Severity.CRITICAL}
 MAX_EVIDENCE = 4

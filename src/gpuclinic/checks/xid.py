@@ -7,7 +7,6 @@ fatal to the job, reset, reboot, RMA) from ``knowledge/data/xid_classes.json``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from gpuclinic.checks import check
 from gpuclinic.checks._kernel import (
@@ -26,6 +25,7 @@ from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.knowledge.xid import XidInfo, classify, lookup, unknown
 from gpuclinic.model import Finding, Severity
+from gpuclinic.record import field, record
 
 # --------------------------------------------------------------------------------------------------
 # xid.<N>
@@ -78,7 +78,7 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
     return findings
 
 
-@dataclass
+@record
 class _Context:
     """The node's Xids indexed the ways the rules look at them."""
 
@@ -88,7 +88,7 @@ class _Context:
     gsp_by_bus: dict[str | None, list[KernelEvent]]
 
 
-@dataclass
+@record
 class _Judgement:
     """One (GPU, Xid) group as the rules leave it: severity, notes, data, first step, extra evidence."""
 

@@ -1,29 +1,22 @@
 """Command line: ``gpuclinic <command>``.
 
 Commands live in their own modules and load lazily, so ``gpuclinic doctor`` never pays for the
-download engine or the web dashboard.  Every error reaches the user as one line and an exit code;
-set ``GPUCLINIC_DEBUG=1`` to see tracebacks.
+download engine or the web dashboard.  ``gpuclinic doctor`` with plain flags does not even load click:
+:mod:`gpuclinic.cli.doctor_run` parses its argv and anything it does not take for certain (help, BMC
+flags, a malformed value) goes to the click command, which has the last word on usage.  Every error
+reaches the user as one line and an exit code; set ``GPUCLINIC_DEBUG=1`` to see tracebacks.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import click
+from gpuclinic.errors import GpuclinicError
 
-from gpuclinic import __version__
-from gpuclinic.errors import EXIT_USAGE, GpuclinicError
-
-
-class _NeverRaised(click.UsageError):
-    pass
-
-
-# click >= 8.2 raises this for a group called without a command; older click printed the help itself
-NoArgsIsHelp: type[click.UsageError] = getattr(click.exceptions, "NoArgsIsHelpError", _NeverRaised)
+if TYPE_CHECKING:
+    import click
 
 # command name -> (module, attribute, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -82,74 +75,52 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMANDS)
+def __getattr__(name: str) -> Any:
+    """``gpuclinic.cli.cli`` (the click group) is built on first use: click is ~20 ms of start-up."""
+    if name in ("cli", "LazyGroup", "NoArgsIsHelp"):
+        from gpuclinic.cli import _group
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        spec = COMMANDS.get(cmd_name)
-        if spec is None:
-            return None
-        mod_name, attr, help_text = spec
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError as e:
-            # gpuclinic's own modules are always present: a failure there is a bug and must surface.
-            # Only a missing third-party optional dependency becomes a clean one-line error.
-            missing = (e.name or "").split(".")[0]
-            if not missing or missing == "gpuclinic" or os.environ.get("GPUCLINIC_DEBUG"):
-                raise
-            reason = f"needs the Python package '{missing}': pip install {missing}"
-
-            @click.command(cmd_name, help=help_text, context_settings={"ignore_unknown_options": True})
-            @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-            def unavailable(args: Any) -> None:
-                raise GpuclinicError(f"'{cmd_name}' {reason}")
-
-            return unavailable
-        cmd = getattr(mod, attr)
-        assert isinstance(cmd, click.Command)
-        return cmd
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, spec[2]) for name, spec in COMMANDS.items()]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        return getattr(_group, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="gpuclinic")
-def cli() -> None:
-    """gpuclinic: find what is hurting this GPU server now, show the evidence, say what to do."""
+if TYPE_CHECKING:
+    cli: click.Group
+
+
+def _err(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors, stable exit codes, no tracebacks."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        rv = cli.main(args=argv, prog_name="gpuclinic", standalone_mode=False)
+        rv = _dispatch(args)
     except GpuclinicError as e:
-        click.echo(f"gpuclinic: error: {e}", err=True)
+        _err(f"gpuclinic: error: {e}")
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("gpuclinic: aborted", err=True)
-        sys.exit(130)
-    except NoArgsIsHelp as e:  # plain `gpuclinic` (or `gpuclinic get`): the help, not an error
-        click.echo(e.ctx.get_help() if e.ctx is not None else cli.get_help(click.Context(cli)))
-        sys.exit(0)
-    except click.ClickException as e:
-        click.echo(f"gpuclinic: error: {e.format_message()}", err=True)
-        sys.exit(EXIT_USAGE)  # a bad flag or value: never a verdict code (2 would drain a node)
     except KeyboardInterrupt:
-        click.echo("gpuclinic: interrupted", err=True)
+        _err("gpuclinic: interrupted")
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as e:
         if os.environ.get("GPUCLINIC_DEBUG"):
             raise
-        click.echo(
-            f"gpuclinic: internal error: {type(e).__name__}: {e} (set GPUCLINIC_DEBUG=1 for details)",
-            err=True,
-        )
+        _err(f"gpuclinic: internal error: {type(e).__name__}: {e} (set GPUCLINIC_DEBUG=1 for details)")
         sys.exit(3)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _dispatch(args: list[str]) -> Any:
+    if args[:1] == ["doctor"]:
+        from gpuclinic.cli.doctor_run import parse_plain, run_doctor
+
+        opts = parse_plain(args[1:])
+        if opts is not None:
+            return run_doctor(**opts)
+    from gpuclinic.cli import _group
+
+    return _group.run(args)

@@ -1,39 +1,15 @@
-"""``gpuclinic doctor``: diagnose live, from saved evidence, or on a simulated node."""
+"""``gpuclinic doctor``: its click declaration (help, usage, the BMC flags); the work is in doctor_run."""
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import click
 
-from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
-from gpuclinic.diagnose import Report, diagnose
-from gpuclinic.errors import EXIT_USAGE, InputError
-from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.cli.bmc_opts import bmc_options
+from gpuclinic.cli.doctor_run import emit, output_format, run_doctor
 
-
-def emit(report: Report, fmt: str) -> None:
-    """Print a report in the chosen format (shared by doctor, explain and net)."""
-    if fmt == "json":  # import only the renderer used
-        from gpuclinic.render.jsonout import render_json
-
-        click.echo(render_json(report))
-    elif fmt == "markdown":
-        from gpuclinic.render.markdown import render_markdown
-
-        click.echo(render_markdown(report))
-    else:
-        from gpuclinic.render.terminal import render_terminal
-
-        render_terminal(report)
-
-
-def output_format(as_json: bool, as_markdown: bool) -> str:
-    if as_json and as_markdown:
-        raise InputError("choose one of --json and --markdown")
-    return "json" if as_json else "markdown" if as_markdown else "terminal"
+__all__ = ["doctor", "emit", "output_format"]
 
 
 class _DoctorCommand(click.Command):
@@ -42,17 +18,6 @@ class _DoctorCommand(click.Command):
 
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
         return [self.options_metavar or "[OPTIONS]"]
-
-
-def _check_kernel_logs(kernel_logs: tuple[str, ...], scenario: str | None) -> None:
-    """Named explicitly: a typo is an error, not a "could not check" line."""
-    for k in kernel_logs:
-        if not os.path.exists(k):
-            raise InputError(f"--kernel-log {k}: no such file")
-        if os.path.isdir(k):
-            raise InputError(f"--kernel-log {k}: is a directory; give the log file")
-    if kernel_logs and scenario:
-        raise InputError("--kernel-log cannot be combined with --scenario (a simulated node has its own log)")
 
 
 @click.command("doctor", cls=_DoctorCommand)
@@ -113,57 +78,18 @@ def doctor(
 
     Exit codes: 0 healthy, 1 warning, 2 drain, 3 could not run, 64 usage or input error.
     """
-    fmt = output_format(as_json, as_markdown)
-    if list_scenarios:
-        from gpuclinic.sources.scenarios import format_list
-
-        click.echo(format_list())
-        return 0
-    paths = list(from_paths) + list(more_paths)
-    if paths and not from_paths:
-        raise InputError("unexpected argument(s): " + " ".join(paths) + " (did you mean --from PATH?)")
-    if scenario and paths:
-        raise InputError("use either --scenario or --from, not both")
-    if show_unread and not paths:
-        raise InputError("--show-unread needs --from PATH", exit_code=EXIT_USAGE)
-    if (bmc.get("bmc_host") or bmc.get("redfish_url")) and (paths or scenario):
-        raise InputError(
-            "--bmc/--redfish read a live BMC; give saved BMC output with --from instead", exit_code=EXIT_USAGE
-        )
-    _check_kernel_logs(kernel_logs, scenario)
-    if kernel_logs and paths:
-        paths += [k for k in kernel_logs if k not in paths]  # saved evidence: read like any other file
-    snap: Snapshot
-    if scenario:
-        from gpuclinic.sources.scenarios import load_scenario
-
-        snap = load_scenario(scenario)
-    elif paths:
-        from gpuclinic.sources.evidence import load_evidence
-
-        snap = load_evidence(paths)
-    else:
-        from gpuclinic.collect import CollectOptions, collect_live
-
-        snap = collect_live(
-            CollectOptions(
-                quick=quick,
-                deep=deep,
-                network=network,
-                kernel_logs=list(kernel_logs),
-                expect_gpus=expect_gpus,
-                bmc=bmc_target(**bmc),
-            )
-        )
-    if expect_gpus is not None:
-        snap.expect_gpus = expect_gpus
-    report = diagnose(snap)
-    try:
-        emit(report, fmt)
-        if show_unread:
-            from gpuclinic.render.unread import unread_text
-
-            click.echo(unread_text(snap), err=fmt != "terminal")
-    except BrokenPipeError:
-        sys.stderr.close()
-    return report.exit_code
+    return run_doctor(
+        from_paths=from_paths,
+        more_paths=more_paths,
+        scenario=scenario,
+        list_scenarios=list_scenarios,
+        as_json=as_json,
+        as_markdown=as_markdown,
+        expect_gpus=expect_gpus,
+        kernel_logs=kernel_logs,
+        quick=quick,
+        deep=deep,
+        network=network,
+        show_unread=show_unread,
+        **bmc,
+    )

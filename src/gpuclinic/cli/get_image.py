@@ -39,7 +39,9 @@ from gpuclinic.errors import EXIT_USAGE, InputError
     "mirrors",
     multiple=True,
     metavar="URL",
-    help="Registry mirror tried before the origin (repeatable), e.g. https://mirror.gcr.io.",
+    help="Registry mirror tried before the origin (repeatable), e.g. https://mirror.gcr.io. Its login "
+    "comes from REGISTRY_AUTH_FILE, ~/.docker/config.json or podman's auth.json (or user:password@ in "
+    "the URL) and is never printed.",
 )
 @click.option("--load", is_flag=True, help="Hand the image to docker (or podman) with `load` when done.")
 @click.option(

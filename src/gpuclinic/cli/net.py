@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as _dt
 import socket
 import sys
+import threading
+from typing import Any
 
 import click
 
@@ -111,16 +113,23 @@ def plain_table(nf: NetworkFacts) -> list[str]:
     multiple=True,
     metavar="[SERVICE=]URL",
     help="Probe this URL instead of the default list (repeatable). SERVICE (hf, github, pypi) marks it "
-    "as a mirror of that service; append #/path/to/large/file to measure throughput.",
+    "as a mirror of that service; append #/path/to/large/file to measure throughput. Container "
+    "registries: registry=URL[#repo:tag], or docker.io=URL for a mirror of Docker Hub.",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the versioned JSON report (probes under facts.network)."
 )
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a Markdown table and report.")
-@click.option("--timeout", "timeout_s", type=Seconds(min=1.0, max=600.0), metavar="S",
-              help="Overall deadline in seconds (default 45, or 10 with --quick).")
-@click.option("--quick", is_flag=True, help="Latency only (DNS, connect, TLS, first byte); no throughput "
-                                            "samples.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=Seconds(min=1.0, max=600.0),
+    metavar="S",
+    help="Overall deadline in seconds (default 45, or 10 with --quick).",
+)
+@click.option(
+    "--quick", is_flag=True, help="Latency only (DNS, connect, TLS, first byte); no throughput samples."
+)
 @click.option(
     "--connections",
     "parallel",
@@ -142,7 +151,8 @@ def plain_table(nf: NetworkFacts) -> list[str]:
 @click.option(
     "--registries",
     is_flag=True,
-    help="Probe container registries and mirrors, and read the local mirror config.",
+    help="Only the container registries and mirrors (a plain run probes them too, beside the other "
+    "endpoints), with the local mirror config and the lines that switch to the fastest mirror.",
 )
 def net(
     endpoints: tuple[str, ...],
@@ -179,15 +189,20 @@ def net(
     )
 
     fmt = output_format(as_json, as_markdown)
-    eps = load_endpoints(list(endpoints))
-    if not eps:
+    reg_args = [e for e in endpoints if is_registry_arg(e)]
+    ep_args = [e for e in endpoints if not is_registry_arg(e)]
+    eps = load_endpoints(ep_args) if ep_args or not endpoints else []
+    cfg = config_for(quick, timeout_s)
+    cfg.parallel = parallel
+    reg_run = RegistryRun(reg_args, registries_wanted(endpoints), cfg.deadline_s, quick, parallel)
+    if not eps and not reg_run.specs:
         raise InputError("no endpoints to probe (the config file sets defaults = false and lists none)")
     proxy = read_proxy_settings()
     if not endpoints:
         eps += configured_endpoints(proxy, eps)
-    cfg = config_for(quick, timeout_s)
-    cfg.parallel = parallel
-    nf = probe_endpoints(eps, cfg, proxy)
+    reg_run.start()  # side by side with the endpoint probes, under the same deadline
+    nf = probe_endpoints(eps, cfg, proxy) if eps else NetworkFacts(proxy=proxy, quick=quick)
+    reg_run.finish(nf)
     snap = Snapshot(
         origin="live",
         taken_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -205,14 +220,97 @@ def net(
         elif fmt == "markdown":
             from gpuclinic.render.markdown import render_markdown
 
-            click.echo(render_markdown(report, prelude=markdown_table(nf)))
+            click.echo(render_markdown(report, prelude=markdown_table(nf) + registry_markdown(nf)))
         else:
             from gpuclinic.render.terminal import render_terminal
 
-            render_terminal(report, prelude=plain_table(nf))
+            render_terminal(report, prelude=plain_table(nf) + registry_table(nf))
     except BrokenPipeError:
         sys.stderr.close()
     return report.exit_code
+
+
+def is_registry_arg(arg: str) -> bool:
+    """``registry=URL[#repo:tag]`` (a registry) or ``docker.io=URL`` (a mirror of that registry)."""
+    head, sep, _ = arg.partition("=")
+    return bool(sep) and "://" not in head and (head == "registry" or "." in head)
+
+
+def registries_wanted(endpoints: tuple[str, ...]) -> bool:
+    """Probe the known registries by default, unless ``--endpoint`` narrows the run or the network
+    config says ``registries = false`` (or ``defaults = false`` without ``registries = true``)."""
+    if endpoints:
+        return False
+    from gpuclinic.knowledge.endpoints import config_path
+
+    p = config_path()
+    if not p.is_file():
+        return True
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        cfg = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise InputError(f"{p}: cannot read network config: {e}") from e
+    return bool(cfg.get("registries", cfg.get("defaults", True)))
+
+
+class RegistryRun:
+    """The registry probes of a plain ``net`` run, in a thread beside the endpoint probes."""
+
+    def __init__(
+        self, args: list[str], defaults: bool, deadline_s: float, quick: bool, parallel: int
+    ) -> None:
+        from gpuclinic.cli.net_registry import specs_for
+        from gpuclinic.sources.registry import MirrorConfig, RegistrySpec
+
+        # the given registries, or the known ones; either way plus the mirrors this host configures
+        self.specs: list[RegistrySpec] = []
+        self.mc: MirrorConfig | None = None
+        if args or defaults:
+            self.specs, self.mc = specs_for([a.removeprefix("registry=") for a in args], not args)
+        self.deadline_s, self.quick, self.parallel = deadline_s, quick, parallel
+        self.probes: list[Any] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from gpuclinic.sources.registry import probe_all
+
+        self.probes = probe_all(
+            self.specs,
+            deadline_s=self.deadline_s,
+            timeout=min(self.deadline_s, 15.0),
+            parallel=self.parallel,
+            quick=self.quick,
+        )
+
+    def start(self) -> None:
+        if self.specs:
+            self.thread.start()
+
+    def finish(self, nf: NetworkFacts) -> None:
+        from gpuclinic.cli.net_registry import registry_doc
+
+        if not self.specs or self.mc is None:
+            return
+        self.thread.join(self.deadline_s + 5)
+        nf.extra["registries"] = registry_doc(self.probes, self.mc)
+
+
+def registry_table(nf: NetworkFacts) -> list[str]:
+    from gpuclinic.cli.net_registry import probe_rows
+
+    reg = nf.extra.get("registries")
+    return ["", *probe_rows(reg["probes"])] if reg else []
+
+
+def registry_markdown(nf: NetworkFacts) -> list[str]:
+    from gpuclinic.cli.net_registry import probe_rows
+
+    reg = nf.extra.get("registries")
+    return ["", "```", *probe_rows(reg["probes"]), "```"] if reg else []
 
 
 def _network_checks() -> list[str]:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import click
 
+from gpuclinic.model import Finding
 from gpuclinic.sources.registry import (
     MirrorConfig,
     RegistryProbe,
+    RegistrySpec,
     configured_specs,
     default_specs,
     load_registry_data,
@@ -31,10 +32,9 @@ MiB = 1024 * 1024
 
 def parse_ratelimit(value: str | None) -> tuple[int, int | None] | None:
     """``76;w=21600`` -> (76, 21600)."""
-    if not value:
-        return None
-    m = re.match(r"\s*(\d+)(?:\s*;\s*w=(\d+))?", value)
-    return (int(m.group(1)), int(m.group(2)) if m.group(2) else None) if m else None
+    from gpuclinic.checks.registry import remaining_pulls
+
+    return remaining_pulls(value) if value else None
 
 
 def _speed(p: RegistryProbe) -> float:
@@ -79,58 +79,52 @@ def switch_lines(mirror: RegistryProbe, upstream: str) -> list[dict[str, Any]]:
     return out
 
 
-def findings(probes: list[RegistryProbe], mc: MirrorConfig) -> list[str]:
-    data = load_registry_data()
-    warn_below = int(data["thresholds"]["ratelimit_remaining_warn"])
-    out = list(mc.problems)
-    for p in probes:
-        if not p.ok and p.configured_in:
-            out.append(
-                f"configured mirror {p.url} (in {', '.join(sorted(set(p.configured_in)))}) does not work: "
-                f"{p.error}"
-            )
-        rl = parse_ratelimit(p.ratelimit.get("ratelimit-remaining"))
-        if rl is not None and rl[0] < warn_below:
-            window = f" per {rl[1] // 3600} h" if rl[1] else ""
-            out.append(
-                f"{p.id}: only {rl[0]} pulls left{window} for this address (ratelimit-remaining); "
-                "`docker login`, or pull through a mirror"
-            )
-        if p.ok and p.one_conn and p.n_conn and p.n_conn > 2 * p.one_conn:
-            out.append(
-                f"{p.id}: one connection gets {p.one_conn / MiB:.1f} MiB/s, {p.n} get {p.n_conn / MiB:.1f} "
-                "MiB/s: "
-                "per-connection cap; `gpuclinic get image` uses many connections per layer"
-            )
-    return out
-
-
-def run_registry_probe(endpoints: list[str], as_json: bool, timeout_s: float | None, parallel: int) -> int:
-    specs = [parse_spec(e) for e in endpoints] if endpoints else default_specs()
+def specs_for(endpoints: list[str], defaults: bool) -> tuple[list[RegistrySpec], MirrorConfig]:
+    """What to probe: the given ``[MIRROR_OF=]URL[#repo:tag]`` values, else the known registries and
+    mirrors (when ``defaults``), plus every mirror the host's runtimes are configured with."""
+    specs = [parse_spec(e) for e in endpoints] if endpoints else default_specs() if defaults else []
     mc = read_mirror_config(Path(os.environ.get("GPUCLINIC_CONFIG_ROOT", "/")), home=Path.home())
     specs += configured_specs(mc, specs)
-    probes = probe_all(specs, timeout=min(timeout_s or 15.0, 30.0), parallel=parallel)
-    notes = findings(probes, mc)
-    upstreams = sorted({p.mirror_of for p in probes if p.mirror_of})
+    return specs, mc
+
+
+def registry_doc(probes: list[RegistryProbe], mc: MirrorConfig) -> dict[str, Any]:
+    """Probes, config and recommendations as stored under ``facts.network.extra["registries"]`` and
+    read by checks/registry.py (each probe carries the registry's host, e.g. docker.io)."""
+    host_of = {r["api"]: r["host"] for r in load_registry_data()["registries"]}
     recs = []
-    for up in upstreams:
+    for up in sorted({p.mirror_of for p in probes if p.mirror_of}):
         best = best_mirror(probes, up)
         if best is not None:
             recs.append({"upstream": up, "mirror": best.url, "switch": switch_lines(best, up)})
+    return {
+        "probes": [{**p.to_dict(), "host": host_of.get(p.url, p.url.split("://", 1)[-1])} for p in probes],
+        "config": mc.to_dict(),
+        "recommendations": recs,
+    }
+
+
+def doc_findings(doc: dict[str, Any]) -> list[Finding]:
+    from gpuclinic.checks.registry import registry_findings, speed_findings
+
+    return [*registry_findings(doc), *speed_findings(doc)]
+
+
+def run_registry_probe(endpoints: list[str], as_json: bool, timeout_s: float | None, parallel: int) -> int:
+    specs, mc = specs_for(endpoints, True)
+    probes = probe_all(specs, timeout=min(timeout_s or 15.0, 30.0), parallel=parallel)
+    doc = registry_doc(probes, mc)
+    found = doc_findings(doc)
+    notes = [f.title for f in found if f.severity.label != "info" or f.code.endswith("per_connection_cap")]
     if as_json:
         click.echo(
             json.dumps(
-                {
-                    "probes": [p.to_dict() for p in probes],
-                    "config": mc.to_dict(),
-                    "findings": notes,
-                    "recommendations": recs,
-                },
+                {**doc, "findings": notes, "finding_codes": [f.code for f in found]},
                 sort_keys=True,
             )
         )
     else:
-        _print(probes, mc, notes, recs)
+        _print(probes, mc, notes, doc["recommendations"])
     if not any(p.ok for p in probes):
         return 3
     return 1 if notes else 0
@@ -142,24 +136,32 @@ def _fmt(v: float | None, unit: str = "ms") -> str:
     return f"{v:.0f} ms" if unit == "ms" else f"{v / MiB:.1f} MiB/s"
 
 
+def probe_rows(probes: list[dict[str, Any]]) -> list[str]:
+    """The probe table (also the registry part of a plain ``net`` run)."""
+    out = [
+        f"{'registry':<22} {'DNS':>7} {'/v2/':>7} {'token':>7} {'manifest':>9} {'1st byte':>9} "
+        f"{'1 conn':>11} {'N conn':>11}  status"
+    ]
+    for p in probes:
+        status = "ok" if p.get("ok") else f"FAIL {p.get('error')}"
+        rl = (p.get("ratelimit") or {}).get("ratelimit-remaining")
+        if rl:
+            status += f" (pulls left: {rl})"
+        name = str(p["id"]) + (f" [mirror of {p['mirror_of']}]" if p.get("mirror_of") else "")
+        out.append(
+            f"{name[:22]:<22} {_fmt(p.get('dns_ms')):>7} {_fmt(p.get('v2_ms')):>7} "
+            f"{_fmt(p.get('token_ms')):>7} "
+            f"{_fmt(p.get('manifest_ms')):>9} {_fmt(p.get('blob_first_byte_ms')):>9} "
+            f"{_fmt(p.get('one_conn'), 'r'):>11} {_fmt(p.get('n_conn'), 'r'):>11}  {status}"
+        )
+    return out
+
+
 def _print(
     probes: list[RegistryProbe], mc: MirrorConfig, notes: list[str], recs: list[dict[str, Any]]
 ) -> None:
-    click.echo(
-        f"{'registry':<22} {'DNS':>7} {'/v2/':>7} {'token':>7} {'manifest':>9} {'1st byte':>9} "
-        f"{'1 conn':>11} {'N conn':>11}  status"
-    )
-    for p in probes:
-        status = "ok" if p.ok else f"FAIL {p.error}"
-        rl = p.ratelimit.get("ratelimit-remaining")
-        if rl:
-            status += f" (pulls left: {rl})"
-        name = p.id + (f" [mirror of {p.mirror_of}]" if p.mirror_of else "")
-        click.echo(
-            f"{name[:22]:<22} {_fmt(p.dns_ms):>7} {_fmt(p.v2_ms):>7} {_fmt(p.token_ms):>7} "
-            f"{_fmt(p.manifest_ms):>9} "
-            f"{_fmt(p.blob_first_byte_ms):>9} {_fmt(p.one_conn, 'r'):>11} {_fmt(p.n_conn, 'r'):>11}  {status}"
-        )
+    for line in probe_rows([p.to_dict() for p in probes]):
+        click.echo(line)
     if mc.files:
         click.echo("\nconfiguration read: " + ", ".join(mc.files))
     for up, lst in mc.mirrors.items():

@@ -15,7 +15,8 @@ import click
 
 def run_ssh_probe(host: str, rsh: str | None, direction: str, as_json: bool) -> int:
     """Print the probe and the diagnosis; exit 0 healthy, 1 when a finding slows transfers."""
-    from gpuclinic.transfer.sync import MiB, Ssh, choose_streams, diagnose_ssh, probe_link
+    from gpuclinic.transfer.sync import MiB, Ssh
+    from gpuclinic.transfer.sync_probe import choose_streams, diagnose_ssh, probe_link
 
     ssh = Ssh(host, rsh)
     cfg = ssh.config()

@@ -266,7 +266,8 @@ def run(
     """
     from gpuclinic.supervise.classify import CLASSES
     from gpuclinic.supervise.gpus import open_source
-    from gpuclinic.supervise.runner import RunOptions, Supervisor
+    from gpuclinic.supervise.jobspec import RunOptions
+    from gpuclinic.supervise.runner import Supervisor
 
     argv = list(cmd)
     if argv and argv[0] == "--":

@@ -1,7 +1,7 @@
 """``gpuclinic sync SRC DST``: laptop <-> server copies over several ssh connections (real rsync and ssh).
 
-The logic is in transfer/sync.py (endpoints, probes, plan, ssh diagnosis) and transfer/sync_run.py
-(streams, block ranges, verification).
+The logic is in transfer/sync.py (endpoints, file lists), sync_probe.py (path probes, ssh diagnosis),
+sync_plan.py (the plan) and sync_run.py (streams, block ranges, verification, --delete).
 """
 
 from __future__ import annotations
@@ -31,7 +31,18 @@ import click
     show_default=True,
     help="auto: only when the data shrinks and the link is slower than the CPUs.",
 )
-@click.option("-n", "--dry-run", is_flag=True, help="Measure the link and print the plan; copy nothing.")
+@click.option(
+    "-n",
+    "--dry-run",
+    is_flag=True,
+    help="Measure the link and print the plan (and what --delete would remove).",
+)
+@click.option(
+    "--delete",
+    is_flag=True,
+    help="Remove destination files and directories the source does not have (as rsync --delete-after: "
+    "only once everything else arrived and checked out). A single-file SRC deletes nothing.",
+)
 @click.option(
     "--no-verify",
     is_flag=True,
@@ -48,6 +59,7 @@ def sync(
     max_streams: int,
     compress: str,
     dry_run: bool,
+    delete: bool,
     no_verify: bool,
     no_probe: bool,
     as_json: bool,
@@ -60,7 +72,7 @@ def sync(
     Interrupted? Run the same command again: finished files are skipped, big files resume
     block by block. Every file is checked with sha256 on both sides at the end.
     """
-    from gpuclinic.transfer.sync_run import SyncOptions
+    from gpuclinic.transfer.sync_plan import SyncOptions
     from gpuclinic.transfer.sync_run import sync as run_sync
 
     opts = SyncOptions(
@@ -69,6 +81,7 @@ def sync(
         max_streams=max_streams,
         compress=compress,
         dry_run=dry_run,
+        delete=delete,
         verify=not no_verify,
         probe=not no_probe,
         quiet=quiet or as_json,
@@ -87,4 +100,5 @@ def sync(
             f"done: {res.sent / 2**20:.1f} MiB sent in {res.seconds:.1f} s ({rate / 2**20:.1f} MiB/s), "
             f"{res.verified} files verified (sha256)"
             + (f", {len(res.repaired)} repaired" if res.repaired else "")
+            + (f", {res.deleted} deleted" if res.deleted else "")
         )

@@ -7,11 +7,12 @@ claimed each part, and the lines nothing claimed (``doctor --from ... --show-unr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic.record import field, record
 
-@dataclass
+
+@record
 class Segment:
     """A run of lines of one kind: ``first``..``last`` are 1-based line numbers in the input."""
 
@@ -24,7 +25,7 @@ class Segment:
     title: str | None = None  # bug report section title
 
 
-@dataclass
+@record
 class InputRecord:
     """One input of ``doctor --from`` / ``explain`` and how it was read."""
 
@@ -38,7 +39,7 @@ class InputRecord:
     streamed: bool = False  # too large to segment: streamed through the kernel-log scan only
 
 
-@dataclass
+@record
 class Signal:
     """A known fault signature seen on one line of the evidence (see
     ``knowledge/data/evidence_signatures.json``

@@ -6,11 +6,13 @@ Every field is optional: a value that could not be read stays ``None`` and the r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from gpuclinic.record import field, fields_of, record
 
 
-@dataclass
+@record
 class NvLinkFacts:
+    """One NVLink of a GPU: state, version, the peer it reaches and its error counters."""
+
     link: int
     active: bool | None = None
     version: int | None = None
@@ -22,16 +24,20 @@ class NvLinkFacts:
     ecc_errors: int | None = None
 
 
-@dataclass
+@record
 class GpuProcess:
+    """A process holding GPU memory (who is using the GPU a finding is about)."""
+
     pid: int
     name: str | None = None
     used_memory_bytes: int | None = None
     kind: str = "compute"  # compute | graphics
 
 
-@dataclass
+@record
 class GpuFacts:
+    """Everything read about one GPU; every metric optional (None: the source could not read it)."""
+
     index: int
     name: str | None = None
     uuid: str | None = None
@@ -112,10 +118,10 @@ class GpuFacts:
     def has_readings(self) -> bool:
         """True when anything was read from the GPU beyond who it is: a GPU only counted or named (a
         bug report's "8 attached GPUs" with one shown) has no readings, so no check could clear it."""
-        for f in fields(self):
-            if f.name in _IDENTITY:
+        for name, *_ in fields_of(GpuFacts) or ():
+            if name in _IDENTITY:
                 continue
-            v = getattr(self, f.name)
+            v = getattr(self, name)
             if v is not None and v is not False and v != [] and v != {}:
                 return True
         return False
@@ -140,7 +146,7 @@ _IDENTITY = frozenset(
 )
 
 
-@dataclass
+@record
 class PciDevice:
     """An NVIDIA PCI function seen in sysfs (or lspci), independent of the driver."""
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic.record import field, record
 
-@dataclass
+
+@record
 class HostFacts:
+    """The host around the GPUs: CPU and memory pressure, NUMA placement, limits that starve jobs."""
+
     cpu_count: int | None = None  # logical CPUs online
     cpus_allowed: list[int] = field(default_factory=list)  # this process's CPU affinity
     window_s: float | None = None  # length of the measurement window (None: not measured)

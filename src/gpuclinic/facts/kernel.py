@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic.record import field, record
 
-@dataclass
+
+@record
 class KernelEvent:
     """One meaningful kernel-log event.
 

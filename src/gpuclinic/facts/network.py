@@ -7,11 +7,12 @@ saved snapshot as well as live.  Times are milliseconds, rates bytes per second;
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic.record import field, record
 
-@dataclass
+
+@record
 class Endpoint:
     """One place the tools talk to (from ``knowledge/data/endpoints.json``, the config file or
     ``--endpoint``)."""
@@ -31,7 +32,7 @@ class Endpoint:
     source: str = ""
 
 
-@dataclass
+@record
 class ThroughputSample:
     """Bytes moved over ``connections`` ranged GETs during one shared time window."""
 
@@ -44,7 +45,7 @@ class ThroughputSample:
     error: str | None = None
 
 
-@dataclass
+@record
 class EndpointProbe:
     """What one endpoint measured like."""
 
@@ -118,7 +119,7 @@ class EndpointProbe:
         return max(rates) if rates else None
 
 
-@dataclass
+@record
 class ProxySettings:
     """Proxy and mirror configuration the download tools will use.  Credentials are redacted."""
 
@@ -139,8 +140,10 @@ class ProxySettings:
     problems: list[str] = field(default_factory=list)  # unparsable values, disagreeing case variants
 
 
-@dataclass
+@record
 class NetworkFacts:
+    """What the network probes found: each endpoint's path and speed, the proxy, whether we are offline."""
+
     probes: list[EndpointProbe] = field(default_factory=list)
     proxy: ProxySettings | None = None
     offline: bool | None = None  # True: no route / no name resolves anywhere

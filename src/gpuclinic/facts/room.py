@@ -7,7 +7,7 @@ Redfish service without power data, a saved ``sdr elist`` without the SEL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from gpuclinic.record import field, record
 
 # Sensor kinds (``RoomSensor.kind``)
 TEMPERATURE = "temperature"
@@ -25,7 +25,7 @@ EXHAUST = "exhaust"
 GPU = "gpu"
 
 
-@dataclass
+@record
 class RoomSensor:
     """One BMC/hwmon sensor reading with the thresholds the BMC itself reports."""
 
@@ -44,7 +44,7 @@ class RoomSensor:
     source: str = ""  # "ipmitool sdr elist", "redfish", "sensors -j", ...
 
 
-@dataclass
+@record
 class PowerSupply:
     """One power supply as Redfish or the IPMI PSU status sensor describes it."""
 
@@ -63,7 +63,7 @@ class PowerSupply:
     source: str = ""
 
 
-@dataclass
+@record
 class BmcEvent:
     """One System Event Log (or Redfish log) entry."""
 
@@ -78,7 +78,7 @@ class BmcEvent:
     source: str = ""
 
 
-@dataclass
+@record
 class RoomFacts:
     """Everything read about the server room for one node."""
 

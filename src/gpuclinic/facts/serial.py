@@ -6,11 +6,13 @@ newer gpuclinic are ignored rather than fatal.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
+import sys
 import types
 import typing
 from typing import Any, TypeVar, Union
+
+from gpuclinic.record import fields_of, has_default
 
 T = TypeVar("T")
 
@@ -29,8 +31,8 @@ def to_jsonable(obj: Any) -> Any:
     if t is float:
         return None if obj != obj else obj  # NaN is not JSON
     names = _FIELD_NAMES.get(t)
-    if names is None and dataclasses.is_dataclass(t):
-        names = _FIELD_NAMES[t] = tuple(f.name for f in dataclasses.fields(t))
+    if names is None:
+        names = _field_names(t)
     if names is not None:
         return {n: to_jsonable(getattr(obj, n)) for n in names}
     if isinstance(obj, enum.Enum):
@@ -44,12 +46,66 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+def _field_names(t: type) -> tuple[str, ...] | None:
+    """Field names of a record or dataclass type (cached), None for any other type.
+
+    Records answer without ``dataclasses`` (whose import, with ``inspect``, costs every run ~10 ms).
+    """
+    rf = fields_of(t)
+    if rf is not None:
+        names = tuple(f[0] for f in rf)
+    elif hasattr(t, "__dataclass_fields__"):
+        import dataclasses
+
+        names = tuple(f.name for f in dataclasses.fields(t))
+    else:
+        return None
+    _FIELD_NAMES[t] = names
+    return names
+
+
+def _init_fields(t: type) -> list[tuple[str, bool]]:
+    """(name, has a default) of the fields ``t.__init__`` takes."""
+    rf = fields_of(t)
+    if rf is not None:
+        return [(f[0], has_default(f)) for f in rf]
+    import dataclasses
+
+    return [
+        (f.name, f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)
+        for f in dataclasses.fields(t)
+        if f.init
+    ]
+
+
 def _hints(cls: type) -> dict[str, Any]:
     h = _HINTS.get(cls)
     if h is None:
-        h = typing.get_type_hints(cls)
+        rf = fields_of(cls)
+        h = _record_hints(cls, rf) if rf is not None else typing.get_type_hints(cls)
         _HINTS[cls] = h
     return h
+
+
+_ANNOTATION_CODE: dict[str, Any] = {}
+
+
+def _record_hints(cls: type, rf: tuple[tuple[str, Any, int, Any], ...]) -> dict[str, Any]:
+    """``typing.get_type_hints`` for a record class (no bases; plain annotations), evaluated the same
+    way (module names first, then the class's), but each distinct annotation text compiled once: the
+    fact classes repeat ``str | None`` and friends, and get_type_hints compiled every one of them again
+    (~6% of a doctor run).  tests/core/test_record.py checks both agree on every record class."""
+    module = sys.modules[cls.__module__].__dict__
+    names = dict(vars(cls))
+    out: dict[str, Any] = {}
+    for name, tp, _, _ in rf:
+        if isinstance(tp, str):
+            code = _ANNOTATION_CODE.get(tp)
+            if code is None:
+                code = _ANNOTATION_CODE[tp] = compile(tp, "<annotation>", "eval")
+            tp = eval(code, names, module)
+        out[name] = type(None) if tp is None else tp
+    return out
 
 
 def from_jsonable(tp: Any, value: Any) -> Any:
@@ -69,7 +125,7 @@ def from_jsonable(tp: Any, value: Any) -> Any:
         return {k: from_jsonable(vt, v) for k, v in value.items()}
     if tp is Any:
         return value
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and (fields_of(tp) is not None or hasattr(tp, "__dataclass_fields__")):
         return _dataclass(tp, value)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp(value)
@@ -102,11 +158,11 @@ def _dataclass(tp: type, value: Any) -> Any:
         raise TypeError(f"expected object for {tp.__name__}")
     hints = _hints(tp)
     kwargs = {}
-    for f in dataclasses.fields(tp):
-        if f.name in value and f.init:
-            kwargs[f.name] = from_jsonable(hints[f.name], value[f.name])
-            if kwargs[f.name] is None and _has_default(f):
-                del kwargs[f.name]
+    for name, optional in _init_fields(tp):
+        if name in value:
+            kwargs[name] = from_jsonable(hints[name], value[name])
+            if kwargs[name] is None and optional:
+                del kwargs[name]
     return tp(**kwargs)
 
 
@@ -129,7 +185,3 @@ def _scalar(tp: Any, value: Any) -> Any:
             raise TypeError("not a string")
         return value
     return value
-
-
-def _has_default(f: dataclasses.Field[Any]) -> bool:
-    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING

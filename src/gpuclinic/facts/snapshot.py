@@ -6,25 +6,27 @@ Checks are pure functions of a snapshot, so the same checks run on a live server
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuclinic.facts.evidence import InputRecord, Signal
-from gpuclinic.facts.gpu import GpuFacts, PciDevice
-from gpuclinic.facts.host import HostFacts
-from gpuclinic.facts.kernel import KernelEvent
-from gpuclinic.facts.network import NetworkFacts
-from gpuclinic.facts.room import RoomFacts
-from gpuclinic.facts.serial import from_jsonable, to_jsonable
-from gpuclinic.facts.software import ContainerFacts, SoftwareFacts
 from gpuclinic.model import Skipped
+from gpuclinic.record import field, record
+
+if TYPE_CHECKING:  # imported by _resolve_fact_types when a snapshot is decoded (see there)
+    from gpuclinic.facts.evidence import InputRecord, Signal
+    from gpuclinic.facts.gpu import GpuFacts, PciDevice
+    from gpuclinic.facts.host import HostFacts
+    from gpuclinic.facts.kernel import KernelEvent
+    from gpuclinic.facts.network import NetworkFacts
+    from gpuclinic.facts.room import RoomFacts
+    from gpuclinic.facts.software import ContainerFacts, SoftwareFacts
 
 SNAPSHOT_SCHEMA = "gpuclinic.snapshot/1"
 
 
-@dataclass
+@record
 class Snapshot:
+    """All facts about one machine at one moment; the only input of the checks."""
+
     origin: str = "live"  # live | evidence | scenario | capture
     taken_at: str | None = None  # ISO 8601
     hostname: str | None = None
@@ -67,6 +69,8 @@ class Snapshot:
         return None
 
     def to_dict(self) -> dict[str, Any]:
+        from gpuclinic.facts.serial import to_jsonable
+
         d = to_jsonable(self)
         assert isinstance(d, dict)
         d["schema"] = SNAPSHOT_SCHEMA
@@ -74,12 +78,45 @@ class Snapshot:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Snapshot:
+        from gpuclinic.facts.serial import from_jsonable
+
+        _resolve_fact_types()
         snap = from_jsonable(cls, {k: v for k, v in d.items() if k != "schema"})
         assert isinstance(snap, Snapshot)
         return snap
 
     def to_json(self) -> str:
+        import json
+
         return json.dumps(self.to_dict(), indent=1, sort_keys=False)
+
+
+def _resolve_fact_types() -> None:
+    """Bind the field types named in Snapshot's annotations, for the type-hint driven decoder.
+
+    Not imported at module level: a snapshot holds network, room or evidence facts only when those
+    sources ran, and each fact module costs start-up (its dataclasses) in every command that makes
+    a snapshot.  Decoding (``from_dict``) needs them all resolved.
+    """
+    import importlib
+
+    g = globals()
+    for mod, names in _FACT_TYPES.items():
+        m = importlib.import_module(f"gpuclinic.facts.{mod}")
+        for name in names.split():
+            g.setdefault(name, getattr(m, name))
+
+
+# the names under TYPE_CHECKING above, by module
+_FACT_TYPES = {
+    "evidence": "InputRecord Signal",
+    "gpu": "GpuFacts PciDevice",
+    "host": "HostFacts",
+    "kernel": "KernelEvent",
+    "network": "NetworkFacts",
+    "room": "RoomFacts",
+    "software": "ContainerFacts SoftwareFacts",
+}
 
 
 def normalize_bus_id(bus_id: str) -> str:

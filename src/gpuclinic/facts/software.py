@@ -6,11 +6,12 @@ list means "read, none found".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic.record import field, record
 
-@dataclass
+
+@record
 class CudaToolkit:
     """A CUDA toolkit installed on disk (``/usr/local/cuda-12.4``)."""
 
@@ -20,7 +21,7 @@ class CudaToolkit:
     is_default: bool = False  # /usr/local/cuda points here
 
 
-@dataclass
+@record
 class Framework:
     """A GPU framework in the active Python environment, read from its metadata and files."""
 
@@ -34,8 +35,10 @@ class Framework:
     cuda_wheels: dict[str, str] = field(default_factory=dict)  # nvidia-* pip wheels it depends on -> version
 
 
-@dataclass
+@record
 class SoftwareFacts:
+    """Driver, CUDA and framework versions: what the compatibility checks compare."""
+
     driver_version: str | None = None  # from NVML or /proc/driver/nvidia/version
     # Verbatim nvidia-smi error statements seen (live or in evidence), e.g. "Failed to initialize NVML:
     # Driver/library version mismatch", "NVIDIA-SMI has failed because it couldn't communicate with the
@@ -76,8 +79,10 @@ class SoftwareFacts:
         return next((f for f in self.frameworks if f.name == name), None)
 
 
-@dataclass
+@record
 class ContainerFacts:
+    """Whether we run in a container, which runtime, and what it exposes (GPU devices, env, limits)."""
+
     in_container: bool | None = None
     runtime: str | None = None  # docker | podman | containerd | kubernetes | lxc | unknown
     kubernetes: bool = False

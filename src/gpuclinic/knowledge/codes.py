@@ -9,17 +9,17 @@ from their own catalog (the Xid catalog, the error signatures).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cache
 
 from gpuclinic.knowledge import load_data
 from gpuclinic.model import Family, Severity
+from gpuclinic.record import field, record
 
 CODES_FILE = "codes.json"
 KINDS = ("hardware", "software", "configuration", "job")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CodeInfo:
     """One code's entry.  ``when`` maps a named condition to the severity it gives instead of the default."""
 

@@ -15,11 +15,11 @@ matrix, each entry with its source.  The rules:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from gpuclinic.knowledge import load_data
+from gpuclinic.record import field, record
 
 Version = tuple[int, ...]
 
@@ -124,7 +124,7 @@ def driver_max_cuda(driver: str) -> str | None:
     return _vstr(best) if best else None
 
 
-@dataclass
+@record
 class DriverCompat:
     """Can driver D run code built with CUDA C?  ``mode``: full | minor_version | none | unknown."""
 
@@ -186,7 +186,7 @@ def driver_supports_cuda(driver: str, cuda: str) -> DriverCompat:
 # ------------------------------------------------------------------ GPU architectures
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ArchList:
     """Architectures compiled into a binary: SASS (``sm_XY``) and PTX (``compute_XY``) as (major, minor)."""
 
@@ -244,7 +244,7 @@ def parse_cc(cc: str | tuple[int, int] | None) -> tuple[int, int] | None:
     return None
 
 
-@dataclass
+@record
 class ArchVerdict:
     """Can a binary with this arch list run on a GPU of this compute capability, and how."""
 
@@ -350,8 +350,10 @@ def variant_of(cuda: str | None) -> str | None:
     return f"cu{v[0]}{v[1]}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TorchBuild:
+    """A torch version string split into its version and the CUDA it was built for."""
+
     version: str  # "2.4.1"
     minor: str  # "2.4"
     variant: str | None  # "cu121" (None: CPU/ROCm/unknown)
@@ -397,8 +399,10 @@ def pip_command(torch_version: str, variant: str) -> str:
     return f"pip install torch=={torch_version} --index-url https://download.pytorch.org/whl/{variant}"
 
 
-@dataclass
+@record
 class TorchSuggestion:
+    """A torch build variant that would run here and the command that installs it."""
+
     variant: str
     command: str
     driver_mode: str  # full | minor_version

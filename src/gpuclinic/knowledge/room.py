@@ -7,17 +7,19 @@ with its source); this module only compiles and looks it up.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache
 
 from gpuclinic.knowledge import load_data
+from gpuclinic.record import record
 
 SIGNATURES_FILE = "room_signatures.json"
 THRESHOLDS_FILE = "room_thresholds.json"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EventClass:
+    """A kind of BMC event (SEL line): the pattern that recognises it and its severity."""
+
     kind: str
     pattern: re.Pattern[str]
     severity: str  # warning | critical

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from gpuclinic.model import GpuRef
+from gpuclinic.record import field, record
 
 WHO = {
     "you": "you (the operator)",
@@ -24,8 +24,10 @@ WHO = {
 _DIR = os.path.join(os.path.dirname(__file__), "data", "runbooks")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Step:
+    """One runbook step: what to do, the commands, who acts and the safety check first."""
+
     do: str
     run: tuple[str, ...] = ()
     who: str = "you"
@@ -33,8 +35,10 @@ class Step:
     disruptive: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Runbook:
+    """A procedure for one root cause: its steps, the evidence to attach and how to verify."""
+
     id: str
     title: str
     who: str
@@ -94,40 +98,55 @@ def _load_files() -> list[dict[str, Any]]:
 
 
 @cache
-def _all() -> dict[str, Runbook]:
+def _raw() -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(runbook entries by id, shared steps by name) from the files; a Runbook is built per id asked
+    for (doctor needs the first step of one or two, not all of them)."""
     files = _load_files()
     common: dict[str, dict[str, Any]] = {}
     for f in files:
         common.update(f.get("common", {}))
-    out: dict[str, Runbook] = {}
+    by_id: dict[str, dict[str, Any]] = {}
     for f in files:
         for r in f.get("runbook", []):
-            steps = []
-            for s in r.get("step", []):
-                base = dict(common[s["use"]]) if "use" in s else {}
-                # the runbook's own words win; the shared step brings its commands and safety check
-                base.update({k: v for k, v in s.items() if k != "use"})
-                steps.append(
-                    Step(
-                        do=base["do"].strip(),
-                        run=tuple(base.get("run") or ()),
-                        who=base.get("who", "you"),
-                        safety=base.get("safety"),
-                        disruptive=bool(base.get("disruptive")),
-                    )
-                )
-            if r["id"] in out:
+            if r["id"] in by_id:
                 raise ValueError(f"runbook {r['id']} is defined twice")
-            out[r["id"]] = Runbook(
-                id=r["id"],
-                title=r["title"],
-                who=r.get("who", "you"),
-                source=r["source"],
-                steps=tuple(steps),
-                evidence=tuple(r.get("evidence") or ()),
-                verify=tuple(r.get("verify") or ()),
+            by_id[r["id"]] = r
+    return by_id, common
+
+
+@cache
+def _build(rid: str) -> Runbook | None:
+    by_id, common = _raw()
+    r = by_id.get(rid)
+    if r is None:
+        return None
+    steps = []
+    for s in r.get("step", []):
+        base = dict(common[s["use"]]) if "use" in s else {}
+        # the runbook's own words win; the shared step brings its commands and safety check
+        base.update({k: v for k, v in s.items() if k != "use"})
+        steps.append(
+            Step(
+                do=base["do"].strip(),
+                run=tuple(base.get("run") or ()),
+                who=base.get("who", "you"),
+                safety=base.get("safety"),
+                disruptive=bool(base.get("disruptive")),
             )
-    return out
+        )
+    return Runbook(
+        id=r["id"],
+        title=r["title"],
+        who=r.get("who", "you"),
+        source=r["source"],
+        steps=tuple(steps),
+        evidence=tuple(r.get("evidence") or ()),
+        verify=tuple(r.get("verify") or ()),
+    )
+
+
+def _all() -> dict[str, Runbook]:
+    return {rid: rb for rid in _raw()[0] if (rb := _build(rid)) is not None}
 
 
 def all_runbooks() -> list[Runbook]:
@@ -137,14 +156,14 @@ def all_runbooks() -> list[Runbook]:
 def get(code_or_id: str) -> Runbook | None:
     """The runbook for a code (``xid.79`` -> ``xid.reboot``, ``gpu.missing`` -> ``gpu.fallen_off_bus``) or
     an id."""
-    rb = _all()
-    if code_or_id in rb:
-        return rb[code_or_id]
+    rb = _build(code_or_id)
+    if rb is not None:
+        return rb
     from gpuclinic.knowledge.codes import info, runbook_id
 
     if info(code_or_id) is None:
         return None
-    return rb.get(runbook_id(code_or_id))
+    return _build(runbook_id(code_or_id))
 
 
 def fill(text: str, gpu: GpuRef | None, code: str = "") -> str:

@@ -6,15 +6,15 @@ Xid catalog, the legacy Xid table and NVSentinel's mapping; each entry names its
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from gpuclinic.knowledge import load_data
 from gpuclinic.model import Family, Severity
+from gpuclinic.record import field, record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class XidInfo:
     """One catalog entry, with the severity and family gpuclinic reports it under."""
 
@@ -71,47 +71,53 @@ class XidInfo:
 
 
 @cache
-def _catalog() -> dict[int, XidInfo]:
+def _entries() -> dict[int, dict[str, Any]]:
+    """The catalog's raw entries by Xid; an XidInfo is built only for the Xids asked about."""
+    return {int(e["xid"]): e for e in load_data("xid_catalog.json")["xids"]}
+
+
+@cache
+def _info(n: int) -> XidInfo | None:
+    e = _entries().get(n)
+    if e is None:
+        return None
     data = load_data("xid_catalog.json")
     imm_steps: dict[str, str] = data["immediate_steps"]
     inv_steps: dict[str, str] = data["investigatory_steps"]
     sev_steps: dict[str, str] = data.get("severity_steps", {})
-    out: dict[int, XidInfo] = {}
-    for e in data["xids"]:
-        imm = e.get("nvidia_immediate_action")
-        inv = e.get("nvidia_investigatory_action")
-        out[int(e["xid"])] = XidInfo(
-            xid=int(e["xid"]),
-            name=e["name"],
-            description=e["description"],
-            category=e["category"],
-            action=e["action"],
-            severity=Severity[e["severity"].upper()],
-            family=Family(e["family"]),
-            immediate_action=imm,
-            investigatory_action=inv,
-            immediate_step=(imm_steps.get(imm) if imm else None)
-            or (None if inv else sev_steps.get(e["severity"])),
-            investigatory_step=inv_steps.get(inv) if inv else None,
-            catalog_description=e.get("nvidia_catalog_description"),
-            legacy_name=e.get("legacy_name"),
-            potential_causes=tuple(e.get("legacy_potential_causes") or ()),
-            nvsentinel_fatal=e.get("nvsentinel_fatal"),
-            severity_reason=e.get("severity_reason"),
-            notes=e.get("notes"),
-            source=e["source"],
-            extra={k: e[k] for k in ("dcgm_health", "nvsentinel_action") if k in e},
-        )
-    return out
+    imm = e.get("nvidia_immediate_action")
+    inv = e.get("nvidia_investigatory_action")
+    return XidInfo(
+        xid=int(e["xid"]),
+        name=e["name"],
+        description=e["description"],
+        category=e["category"],
+        action=e["action"],
+        severity=Severity[e["severity"].upper()],
+        family=Family(e["family"]),
+        immediate_action=imm,
+        investigatory_action=inv,
+        immediate_step=(imm_steps.get(imm) if imm else None)
+        or (None if inv else sev_steps.get(e["severity"])),
+        investigatory_step=inv_steps.get(inv) if inv else None,
+        catalog_description=e.get("nvidia_catalog_description"),
+        legacy_name=e.get("legacy_name"),
+        potential_causes=tuple(e.get("legacy_potential_causes") or ()),
+        nvsentinel_fatal=e.get("nvsentinel_fatal"),
+        severity_reason=e.get("severity_reason"),
+        notes=e.get("notes"),
+        source=e["source"],
+        extra={k: e[k] for k in ("dcgm_health", "nvsentinel_action") if k in e},
+    )
 
 
 def lookup(n: int) -> XidInfo | None:
     """The catalog entry for Xid ``n``, or None for a code the catalog does not know."""
-    return _catalog().get(int(n))
+    return _info(int(n))
 
 
 def all_xids() -> list[XidInfo]:
-    return [v for _, v in sorted(_catalog().items())]
+    return [i for n in sorted(_entries()) if (i := _info(n)) is not None]
 
 
 def family_for_category(category: str) -> Family:
@@ -136,7 +142,7 @@ def unknown(n: int) -> XidInfo:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class XidClass:
     """The one classification of an Xid (``knowledge/data/xid_classes.json``), used by every command."""
 

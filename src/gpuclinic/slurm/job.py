@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from gpuclinic.slurm.health import job_gpu_tokens
 from gpuclinic.supervise.classify import Classification
 from gpuclinic.supervise.gpus import GpuSource, JobGpu
-from gpuclinic.supervise.runner import Notifier, RunOptions, Supervisor
+from gpuclinic.supervise.jobspec import Notifier, RunOptions
+from gpuclinic.supervise.runner import Supervisor
 
 REQUEUE = "requeue"
 

@@ -238,10 +238,12 @@ def measure(reg: Registry, url: str, conns: int, seconds: float) -> float:
     return sum(total) / max(1e-6, time.monotonic() - start)
 
 
-def probe_all(specs: list[RegistrySpec], **kw: Any) -> list[RegistryProbe]:
+def probe_all(specs: list[RegistrySpec], deadline_s: float = 120.0, **kw: Any) -> list[RegistryProbe]:
     """Latency phases in parallel; throughput phases one registry at a time would be fairer but slower,
-    so each registry runs its own sequence and registries run side by side."""
+    so each registry runs its own sequence and registries run side by side.  What has not finished
+    by ``deadline_s`` is reported as such (``net`` has one overall deadline)."""
     out: list[RegistryProbe | None] = [None] * len(specs)
+    end = time.monotonic() + deadline_s
 
     def run(i: int) -> None:
         out[i] = probe_registry(specs[i], **kw)
@@ -250,7 +252,7 @@ def probe_all(specs: list[RegistrySpec], **kw: Any) -> list[RegistryProbe]:
     for th in ths:
         th.start()
     for th in ths:
-        th.join(120)
+        th.join(max(0.0, end - time.monotonic()))
     return [
         p or RegistryProbe(s.id, s.url, s.mirror_of, s.configured_in, error="probe did not finish")
         for p, s in zip(out, specs, strict=True)

@@ -11,7 +11,6 @@ the fault is transient) and ``doctor``/``run`` read a timeline's faulted state (
 from __future__ import annotations
 
 import copy
-import dataclasses
 from typing import Any, TypeVar
 
 from gpuclinic.errors import EXIT_USAGE, InputError
@@ -21,6 +20,7 @@ from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import ContainerFacts, SoftwareFacts
 from gpuclinic.knowledge import load_data
+from gpuclinic.record import fields_of
 
 _FILE = "scenarios.json"
 T = TypeVar("T")
@@ -189,10 +189,10 @@ def _make(cls: type[T], d: dict[str, Any]) -> T:
     """
     floats = _FLOAT_FIELDS.get(cls)
     if floats is None:
+        rf = fields_of(cls)
+        assert rf is not None, f"{cls.__name__} is not a record"
         floats = _FLOAT_FIELDS[cls] = frozenset(
-            f.name
-            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-            if isinstance(f.type, str) and f.type.startswith("float")
+            name for name, tp, _, _ in rf if isinstance(tp, str) and tp.startswith("float")
         )
     kw = {
         k: (float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v)
@@ -220,15 +220,16 @@ def load_scenario(name: str) -> Snapshot:
     events = [_make(KernelEvent, x) for x in d.pop("kernel_events")]
     facts = {}
     if d.get("software") or d.get("host") or d.get("container") or d.get("room"):
-        from gpuclinic.facts.room import RoomFacts
         from gpuclinic.facts.serial import from_jsonable  # small nested facts: the generic decoder is fine
 
-        for key, cls in (
-            ("software", SoftwareFacts),
-            ("container", ContainerFacts),
-            ("host", HostFacts),
-            ("room", RoomFacts),
-        ):
+        kinds: list[tuple[str, type]] = [
+            ("software", SoftwareFacts), ("container", ContainerFacts), ("host", HostFacts)
+        ]
+        if d.get("room") is not None:  # the room facts module loads only for a scenario that has them
+            from gpuclinic.facts.room import RoomFacts
+
+            kinds.append(("room", RoomFacts))
+        for key, cls in kinds:
             if d.get(key) is not None:
                 facts[key] = from_jsonable(cls, d.pop(key))
     return Snapshot(**d, **facts, gpus=gpus, pci_devices=pci, kernel_events=events)

@@ -27,7 +27,8 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from gpuclinic.errors import GpuclinicError, InputError
-from gpuclinic.transfer.engine import DownloadError, Engine, EngineOptions, FileResult, FileSpec, _origin
+from gpuclinic.transfer.engine import DownloadError, Engine, EngineOptions, FileResult, FileSpec
+from gpuclinic.transfer.engine_jobs import _origin
 from gpuclinic.transfer.neterr import net_cause
 from gpuclinic.transfer.redact import add_secret, redact, safe_url
 

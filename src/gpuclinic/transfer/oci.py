@@ -8,8 +8,9 @@ shared/research/registries.md).
 
 * Token auth follows the ``WWW-Authenticate: Bearer realm=...,service=...,scope=...`` challenge
   (anonymous for public Docker Hub images).  nvcr.io takes ``$oauthtoken`` + ``NGC_API_KEY``;
-  other registries take the ``auths`` entry of ``~/.docker/config.json``.  Every credential and
-  token is registered with :mod:`redact` so that it never appears in output.
+  other registries and ``--mirror`` hosts take the ``auths`` entry of ``REGISTRY_AUTH_FILE``,
+  ``~/.docker/config.json`` or podman's ``auth.json`` (a mirror also ``user:password@`` in its URL).
+  Every credential and token is registered with :mod:`redact` so that it never appears in output.
 * Manifests are requested with all four Accept types and verified against their digest when one
   is known; an index is resolved to the requested platform.
 * Plain HTTP is used automatically only for loopback registries (as Docker does for 127.0.0.0/8),
@@ -32,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
 
@@ -157,24 +158,50 @@ def parse_challenge(value: str) -> tuple[str, dict[str, str]]:
     return scheme.lower(), params
 
 
+def auth_files() -> list[Path]:
+    """Where runtimes keep registry logins, in the order they are consulted: ``REGISTRY_AUTH_FILE``
+    (podman, skopeo), docker's ``config.json`` (``DOCKER_CONFIG``), podman's runtime ``auth.json``."""
+    out = [Path(p) for p in [os.environ.get("REGISTRY_AUTH_FILE")] if p]
+    out.append(Path(os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")) / "config.json")
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        out.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "containers" / "auth.json")
+    return out
+
+
 def _docker_config_auth(host: str) -> str | None:
-    """The base64 ``user:password`` of ``~/.docker/config.json`` (``DOCKER_CONFIG``) for ``host``."""
-    cfg_dir = os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")
-    try:
-        doc = json.loads((Path(cfg_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    auths = doc.get("auths") if isinstance(doc, dict) else None
-    if not isinstance(auths, dict):
-        return None
+    """The base64 ``user:password`` for ``host`` from the ``auths`` of the first auth file that has it
+    (docker's config.json and podman's auth.json share that format)."""
     keys = [host, f"https://{host}", f"http://{host}"]
     if host in (DOCKER_HUB, DOCKER_HUB_API):
         keys += ["https://index.docker.io/v1/", "index.docker.io", "docker.io"]
-    for k in keys:
-        entry = auths.get(k)
-        if isinstance(entry, dict) and isinstance(entry.get("auth"), str) and entry["auth"]:
-            return str(entry["auth"])
+    for path in auth_files():
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        auths = doc.get("auths") if isinstance(doc, dict) else None
+        if not isinstance(auths, dict):
+            continue
+        for k in keys:
+            entry = auths.get(k)
+            if isinstance(entry, dict) and isinstance(entry.get("auth"), str) and entry["auth"]:
+                return str(entry["auth"])
     return None
+
+
+def mirror_credentials(netloc: str, username: str | None, password: str | None) -> str | None:
+    """Basic credentials for a ``--mirror``: ``user:password@`` in its URL, else the auth files'
+    entry for the mirror's host.  Registered as secrets: never printed, logged or stored."""
+    if username:
+        from urllib.parse import unquote
+
+        pw = unquote(password or "")
+        cred = base64.b64encode(f"{unquote(username)}:{pw}".encode()).decode()
+        add_secret(cred)
+        if pw:
+            add_secret(pw)
+        return cred
+    return basic_credentials(netloc)
 
 
 def basic_credentials(registry: str) -> str | None:
@@ -376,8 +403,18 @@ class Registry:
         }
         return raw, ctype, rl
 
-    def blob_url(self, repository: str, digest: str) -> str:
-        return f"{self.base}/v2/{repository}/blobs/{digest}"
+    def blob_url(self, repository: str, digest: str, *, login_in_url: bool = False) -> str:
+        """``login_in_url``: a mirror that took a Basic login gets it as the URL's userinfo, because the
+        download engine sends one header set per file, the origin's (httpx turns userinfo into Basic
+        auth; every printed URL goes through ``safe_url``).  A token (Bearer) mirror gets nothing
+        extra: its blob requests fail over to the origin."""
+        base = self.base
+        if login_in_url and self.credentials and self._challenge and self._challenge[0] == "basic":
+            with contextlib.suppress(ValueError, binascii.Error):
+                user, _, pw = base64.b64decode(self.credentials).decode().partition(":")
+                scheme, _, rest = base.partition("://")
+                base = f"{scheme}://{quote(user, safe='')}:{quote(pw, safe='')}@{rest}"
+        return f"{base}/v2/{repository}/blobs/{digest}"
 
 
 def _short(e: BaseException | None) -> str:

@@ -40,6 +40,7 @@ from gpuclinic.transfer.oci import (
     RegistryError,
     basic_credentials,
     is_loopback,
+    mirror_credentials,
     parse_ref,
     resolve,
 )
@@ -89,7 +90,27 @@ def _mirror_registry(url: str, insecure: bool) -> Registry:
     netloc = f"[{host}]" if ":" in host else host
     if port:
         netloc += f":{port}"
-    return Registry(netloc, insecure=insecure, base_url=f"{p.scheme}://{netloc}")
+    creds = mirror_credentials(netloc, p.username, p.password)
+    return Registry(netloc, insecure=insecure, base_url=f"{p.scheme}://{netloc}", credentials=creds)
+
+
+def blob_cache() -> Path | None:
+    """Where docker-archive pulls keep their blobs between runs, so a second pull (another tag sharing
+    the CUDA base layers, or the same image again) downloads only what is new: ``GPUCLINIC_BLOB_CACHE``
+    (empty: no cache), else ``$XDG_CACHE_HOME/gpuclinic/oci``.  None when it cannot be created."""
+    env = os.environ.get("GPUCLINIC_BLOB_CACHE")
+    if env == "":
+        return None
+    root = (
+        Path(env)
+        if env
+        else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuclinic" / "oci"
+    )
+    try:
+        (root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return root
 
 
 def default_output(ref: ImageRef, fmt: str) -> Path:
@@ -155,7 +176,7 @@ def pull(  # noqa: C901  (split pending, issue 14)
             raise InputError(
                 f"{out} is a directory; docker-archive output is a .tar file", exit_code=EXIT_USAGE
             )
-        layout = out.with_name(out.name + ".blobs")
+        layout = blob_cache() or out.with_name(out.name + ".blobs")
     if not layout.parent.is_dir():
         raise InputError(f"directory does not exist: {layout.parent}", exit_code=EXIT_USAGE)
     live: list[Registry] = []
@@ -198,7 +219,7 @@ def pull(  # noqa: C901  (split pending, issue 14)
             specs.append(
                 FileSpec(
                     dest=dest,
-                    sources=[r.blob_url(ref.repository, digest) for r in live],
+                    sources=[r.blob_url(ref.repository, digest, login_in_url=r is not origin) for r in live],
                     size=size,
                     sha256=hexd,
                     label=digest[7:19],
@@ -213,7 +234,8 @@ def pull(  # noqa: C901  (split pending, issue 14)
             write_oci_layout(layout, ref, manifest)
         else:
             write_docker_archive(out, layout, ref, manifest)
-            shutil.rmtree(layout, ignore_errors=True)
+            if layout == out.with_name(out.name + ".blobs"):  # no cache: staging only
+                shutil.rmtree(layout, ignore_errors=True)
         res = PullResult(
             str(ref),
             manifest.digest,

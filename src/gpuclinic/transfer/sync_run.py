@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,305 +28,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuclinic.errors import EXIT_USAGE, InputError
 from gpuclinic.transfer.sync import (
-    BIG_MIN,
     BLOCK,
-    PART_SUFFIX,
-    Endpoint,
-    Entry,
     MiB,
-    Probe,
     Ssh,
     SyncError,
     Task,
-    balance,
-    block_hashes_local,
-    block_hashes_remote,
-    check_names,
-    choose_compression,
-    choose_streams,
-    diagnose_ssh,
-    list_local,
-    list_remote,
-    parse_endpoint,
-    probe_link,
     q,
     range_tasks,
-    sample_compression,
 )
-
-RSYNC_PARTIAL = ".gpuclinic-rsync-partial"
-
-
-@dataclass
-class SyncOptions:
-    rsh: str | None = None
-    streams: int | None = None
-    max_streams: int = 16
-    compress: str = "auto"  # auto | yes | no
-    dry_run: bool = False
-    verify: bool = True
-    probe: bool = True
-    quiet: bool = False
-
-
-@dataclass
-class BigFile:
-    entry: Entry
-    src: str  # full source path (local or on the server)
-    dst: str  # full destination path
-    part: str
-    todo: list[int]
-    reused_blocks: int = 0
-    skipped: bool = False
-
-
-@dataclass
-class Plan:
-    direction: str
-    src: Endpoint
-    dst: Endpoint
-    host: str
-    target: str  # user@hostname:port from ssh -G
-    src_root: str
-    entries: list[Entry]
-    streams: int
-    stream_reason: str
-    compress: bool
-    compress_reason: str
-    probe: Probe | None
-    notes: list[str]
-    tasks: list[Task] = field(default_factory=list)
-    big: list[BigFile] = field(default_factory=list)
-    plan_s: float = 0.0  # probing and planning time
-    workdir: str = ""  # private dir: file lists and the streams' ssh control sockets (cm0, cm1, ...)
-
-    @property
-    def total(self) -> int:
-        return sum(e.size for e in self.entries)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "direction": self.direction,
-            "src": str(self.src),
-            "dst": str(self.dst),
-            "host": self.host,
-            "target": self.target,
-            "plan_seconds": round(self.plan_s, 3),
-            "files": len(self.entries),
-            "bytes": self.total,
-            "streams": self.streams,
-            "stream_reason": self.stream_reason,
-            "compress": self.compress,
-            "compress_reason": self.compress_reason,
-            "probe": self.probe.to_dict() if self.probe else None,
-            "ssh_notes": self.notes,
-            "rsync_streams": [
-                {"files": len(t.names), "bytes": t.size} for t in self.tasks if t.kind == "rsync"
-            ],
-            "big_files": [
-                {
-                    "name": b.entry.name,
-                    "bytes": b.entry.size,
-                    "blocks_to_send": len(b.todo),
-                    "blocks_reused": b.reused_blocks,
-                    "skipped": b.skipped,
-                }
-                for b in self.big
-            ],
-        }
-
-    def lines(self) -> list[str]:
-        out = [
-            f"sync {self.direction}: {self.src} -> {self.dst}  ({self.host} = {self.target})",
-            f"  {len(self.entries)} entries, {_h(self.total)}",
-        ]
-        pr = self.probe
-        if pr:
-            gain = pr.multi_stream / pr.one_stream if pr.one_stream else 0.0
-            out.append(
-                f"  link: handshake {pr.handshake_s:.2f} s, RTT {pr.rtt_s * 1000:.0f} ms, 1 stream "
-                f"{_h(pr.one_stream)}/s, "
-                f"{pr.multi_n} streams {_h(pr.multi_stream)}/s ({gain:.1f}x); {pr.cpus} CPUs, zlib "
-                f"{_h(pr.compress_speed)}/s"
-            )
-        out.append(f"  streams: {self.streams} ({self.stream_reason})")
-        out.append(f"  {self.compress_reason}")
-        rs = [t for t in self.tasks if t.kind == "rsync"]
-        if rs:
-            out.append(
-                f"  {sum(len(t.names) for t in rs)} files in {len(rs)} rsync streams of "
-                f"~{_h(max(t.size for t in rs))}"
-            )
-        for b in self.big:
-            if b.skipped:
-                out.append(
-                    f"  {b.entry.name}: {_h(b.entry.size)} already at the destination (same size and time)"
-                )
-            else:
-                out.append(
-                    f"  {b.entry.name}: {_h(b.entry.size)} as block ranges, {len(b.todo)} of "
-                    f"{math.ceil(b.entry.size / BLOCK)} blocks to send ({b.reused_blocks} already there)"
-                )
-        if self.notes:
-            out.append("  ssh setup:")
-            out += [f"    - {n}" for n in self.notes]
-        return out
-
-
-def _h(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def _join(root: str, name: str) -> str:
-    return name if name.startswith("/") else f"{root.rstrip('/')}/{name}" if root not in ("", ".") else name
-
-
-def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ssh]:
-    src, dst = parse_endpoint(src_text), parse_endpoint(dst_text)
-    if bool(src.host) == bool(dst.host):
-        raise InputError(
-            "one of SRC and DST must be remote (HOST:PATH) and the other local", exit_code=EXIT_USAGE
-        )
-    if opts.streams is not None and not 1 <= opts.streams <= 64:
-        raise InputError("--streams must be between 1 and 64", exit_code=EXIT_USAGE)
-    direction = "push" if dst.host else "pull"
-    host = str(dst.host or src.host)
-    ssh = Ssh(host, opts.rsh)
-    cfg = ssh.config()
-    target = f"{cfg.get('user', '?')}@{cfg.get('hostname', host)}:{cfg.get('port', '22')}"
-    if direction == "push":
-        root, entries = list_local(src.path)
-    else:
-        root, entries = list_remote(ssh, src.path)
-    check_names(entries)
-    pr: Probe | None = None
-    t_probe = time.monotonic()
-    # big-file candidates (the threshold can only rise once the stream count is known): their state
-    # at the destination is read while the probe runs
-    total = sum(e.size for e in entries)
-    cand = [e for e in entries if e.kind == "f" and e.size >= max(BIG_MIN, total // (2 * opts.max_streams))]
-    states: list[list[BigFile]] = []
-    plan0 = Plan(direction, src, dst, host, target, root, entries, 0, "", False, "", None, [])
-    st = threading.Thread(target=lambda: states.append(_big_states(ssh, plan0, cand)))
-    st.start()
-    workdir = tempfile.mkdtemp(prefix="gpuclinic-sync-")
-    if opts.probe:
-        sample: list[tuple[float, float]] = []
-        th = threading.Thread(
-            target=lambda: sample.append(sample_compression(root, entries, direction == "push"))
-        )
-        th.start()  # disk and CPU, while the probes wait on the network
-        # the multi-stream probe's connections stay open as the first streams' masters
-        pr = probe_link(
-            ssh, direction, controls=[os.path.join(workdir, f"cm{i}") for i in range(opts.max_streams)]
-        )
-        th.join()
-        pr.compress_speed, pr.compress_ratio = sample[0] if sample else (0.0, 1.0)
-    if opts.streams:
-        streams, why = opts.streams, "fixed by --streams"
-    elif pr:
-        streams, why = choose_streams(pr, opts.max_streams)
-    else:
-        streams, why = min(8, opts.max_streams), "no probe; default"
-    if opts.compress != "auto":
-        comp, cwhy = (
-            opts.compress == "yes",
-            f"compression {'on' if opts.compress == 'yes' else 'off'} (--compress)",
-        )
-    elif pr:
-        comp, cwhy = choose_compression(pr, streams)
-    else:
-        comp, cwhy = False, "compression off (no probe)"
-    notes = diagnose_ssh(cfg, pr)
-    plan = Plan(direction, src, dst, host, target, root, entries, streams, why, comp, cwhy, pr, notes)
-    plan.workdir = workdir
-    st.join()
-    if not states:
-        raise SyncError(f"ssh {host}: could not read the destination state of the big files")
-    big_min = max(BIG_MIN, total // (2 * streams))
-    plan.big = [b for b in states[0] if b.entry.size >= big_min]
-    big_names = {b.entry.name for b in plan.big}
-    small = [e for e in entries if e.name not in big_names]
-    tasks: list[Task] = []
-    # up to eight tasks per stream from one queue (a stream that finishes early takes the next one, so
-    # the streams end together), but none shorter than ~2 s of one stream: each task pays a session start
-    per_stream = pr.one_stream if pr and pr.one_stream else 8 * MiB
-    min_task = max(MiB, 2 * per_stream)
-
-    def pieces(nbytes: int, items: int) -> int:
-        return max(min(streams, items), min(8 * streams, math.ceil(nbytes / min_task)))
-
-    if small:
-        for b in balance(small, pieces(sum(e.size for e in small), len(small))):
-            tasks.append(Task("rsync", sum(e.size for e in b), names=[e.name for e in b]))
-    for bf in plan.big:
-        if not bf.skipped:
-            tasks += range_tasks(
-                bf.entry.name, bf.entry.size, bf.todo, pieces(len(bf.todo) * BLOCK, len(bf.todo))
-            )
-    plan.tasks = sorted(tasks, key=lambda t: -t.size)
-    plan.plan_s = time.monotonic() - t_probe
-    return plan, ssh
-
-
-def _big_states(ssh: Ssh, plan: Plan, big: list[Entry]) -> list[BigFile]:
-    """Where each big file stands at the destination: done already, partly there (resume), or absent.
-    One ssh round trip for all of them (each ssh handshake costs several RTTs)."""
-    out: list[BigFile] = []
-    for e in big:
-        dst = _join(plan.dst.path, e.name)
-        d, _, base = dst.rpartition("/")
-        part = f"{d}/.{base}{PART_SUFFIX}" if d else f".{base}{PART_SUFFIX}"
-        out.append(
-            BigFile(e, _join(plan.src_root, e.name), dst, part, list(range(math.ceil(e.size / BLOCK))))
-        )
-    if not out:
-        return out
-    if plan.direction == "push":
-        cmd = "; ".join(
-            f"stat -c '%s %Y' -- {q(b.dst)} 2>/dev/null || echo - -; stat -c %s -- {q(b.part)} 2>/dev/null "
-            "|| echo 0"
-            for b in out
-        )
-        words = ssh.run(cmd).decode().split()
-        states = [
-            (words[3 * i], words[3 * i + 1], int(words[3 * i + 2]) if words[3 * i + 2].isdigit() else 0)
-            for i in range(len(out))
-        ]
-    else:
-        states = []
-        for b in out:
-            try:
-                st = os.stat(b.dst)
-                dsize, dmtime = str(st.st_size), str(int(st.st_mtime))
-            except OSError:
-                dsize, dmtime = "-", "-"
-            states.append((dsize, dmtime, os.path.getsize(b.part) if os.path.exists(b.part) else 0))
-    for bf, (dsize, dmtime, psize) in zip(out, states, strict=True):
-        e = bf.entry
-        nblocks = len(bf.todo)
-        if dsize == str(e.size) and dmtime == str(int(e.mtime)):
-            bf.skipped, bf.todo = True, []
-            continue
-        if psize > 0:
-            if plan.direction == "push":
-                theirs, ours = block_hashes_remote(ssh, bf.part), block_hashes_local(bf.src, e.size)
-            else:
-                theirs, ours = (
-                    block_hashes_remote(ssh, bf.src),
-                    block_hashes_local(bf.part, min(e.size, psize)),
-                )
-            bf.todo = [
-                i for i in range(nblocks) if i >= len(theirs) or i >= len(ours) or theirs[i] != ours[i]
-            ]
-        bf.reused_blocks = nblocks - len(bf.todo)
-    return out
+from gpuclinic.transfer.sync_plan import (
+    RSYNC_PARTIAL,
+    BigFile,
+    Plan,
+    SyncOptions,
+    _h,
+    close_workdir,
+    make_plan,
+)
+from gpuclinic.transfer.sync_probe import StreamMeter, choose_compression, choose_streams, diagnose_ssh, rules
 
 
 @dataclass
@@ -337,6 +57,7 @@ class SyncResult:
     verified: int  # files whose sha256 matched on both sides
     repaired: list[str] = field(default_factory=list)
     transfer_s: float = 0.0  # the data phase alone (no probe, no verification)
+    deleted: int = 0  # --delete: destination entries removed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -346,6 +67,7 @@ class SyncResult:
             "sent": self.sent,
             "verified": self.verified,
             "repaired": self.repaired,
+            "deleted": self.deleted,
         }
 
 
@@ -364,9 +86,14 @@ class Runner:
         self.regular = {e.name for e in plan.entries if e.kind == "f"}
         self.local = threading.local()  # .control: this worker's ssh control socket
         self.verifier = ThreadPoolExecutor(
-            max_workers=max(1, plan.streams), thread_name_prefix="gpuclinic-verify"
+            max_workers=max(1, plan.streams, opts.max_streams), thread_name_prefix="gpuclinic-verify"
         )
         self.big = {b.entry.name: b for b in plan.big}
+        self.queue: queue.Queue[Task] = queue.Queue()
+        self.workers: list[threading.Thread] = []
+        self.target = plan.streams  # workers numbered at or above this retire after their current task
+        self.done = False
+        self.busy = 0  # workers inside a task
 
     def log(self, msg: str) -> None:
         if not self.opts.quiet:
@@ -375,17 +102,27 @@ class Runner:
     def run(self) -> SyncResult:
         t0 = time.monotonic()
         p = self.plan
+        stop = threading.Event()
         try:
             self._prepare()
-            q_: queue.Queue[Task] = queue.Queue()
             for t in p.tasks:
-                q_.put(t)
-            n = min(p.streams, max(1, len(p.tasks)))
-            workers = [threading.Thread(target=self._worker, args=(q_, i), daemon=True) for i in range(n)]
-            for w in workers:
-                w.start()
-            for w in workers:
-                w.join()
+                self.queue.put(t)
+            self._grow(min(p.streams, max(1, len(p.tasks))))
+            adapter = threading.Thread(target=self._adapt, args=(stop,), daemon=True)
+            if p.adaptive and p.probe and len(p.tasks) > p.streams:
+                adapter.start()
+            while True:  # the adapter may add workers while we wait
+                with self.lock:
+                    ws = list(self.workers)
+                for w in ws:
+                    w.join()
+                with self.lock:
+                    if len(self.workers) == len(ws):
+                        self.done = True
+                        break
+            stop.set()
+            if adapter.is_alive():
+                adapter.join()
             if self.errors:
                 raise SyncError(
                     f"{self.errors[0]}"
@@ -393,12 +130,86 @@ class Runner:
                     + "; rerun the same command to resume"
                 )
             self._finish_big()
+            deleted = self._delete()
             dt = time.monotonic() - t0
             self.log(f"{_h(self.sent)} sent and verified in {dt:.1f} s ({_h(self.sent / max(dt, 1e-6))}/s)")
-            return SyncResult(p, dt, self.sent, self.verified, self.repaired, dt)
+            return SyncResult(p, dt, self.sent, self.verified, self.repaired, dt, deleted)
         finally:
+            stop.set()
             self.verifier.shutdown(wait=True)
             close_workdir(self.ssh, self.tmp)
+
+    def _grow(self, n: int) -> None:
+        """Run ``n`` workers (workers at or above the target stop after their current task)."""
+        with self.lock:
+            self.target = n
+            if self.done:
+                return
+            for i in range(len(self.workers), n):
+                w = threading.Thread(target=self._worker, args=(self.queue, i), daemon=True)
+                self.workers.append(w)
+                w.start()
+
+    def _adapt(self, stop: threading.Event) -> None:
+        """Settle the stream count on the transfer itself: the probe measured one stream; the total of
+        the streams now running, read from their ssh masters' byte counters, says whether more
+        connections add up (a per-connection cap: grow) or share one limit (the link).  Never cut: the
+        counters are the sender's, and while socket buffers fill they read high, then settle; a cut on
+        such a sample would cost a capped path half its streams, a needless growth only CPU."""
+        p, pr = self.plan, self.plan.probe
+        assert pr is not None
+        r = rules()["streams"]
+        meter = StreamMeter(self.ssh, self.tmp, p.direction)
+        for _ in range(int(r["adapt_rounds"])):
+            if stop.wait(float(r["adapt_warmup_s"])):
+                return
+            a, ta = meter.sample(), time.monotonic()
+            if stop.wait(float(r["adapt_window_s"])):
+                return
+            total = StreamMeter.rate(a, meter.sample(), time.monotonic() - ta)
+            if total is None:
+                p.stream_reason += "; no byte counters of the ssh connections here, so kept"
+                return
+            n = self.target
+            if self.queue.qsize() + self.busy < n:  # streams ran out of work: the sample says nothing
+                return
+            pr.multi_stream, pr.multi_n = total, n
+            want, why = choose_streams(pr, self.opts.max_streams)
+            if want < n:  # the connections are open already: fewer would only leave gaps, and a sample
+                want, why = n, f"{why}; kept the {n} open"  # taken while buffers fill is no reason to cut
+            p.streams, p.stream_reason = want, f"{why} (measured on the transfer)"
+            if self.opts.compress == "auto":
+                p.compress, p.compress_reason = choose_compression(pr, want, total)
+            p.notes = diagnose_ssh(self.ssh.config(), pr)
+            self.log(f"{n} streams move {_h(total)}/s, one alone {_h(pr.one_stream)}/s: {want} streams")
+            self._grow(want)
+            if want <= n:
+                return
+
+    def _delete(self) -> int:
+        """``--delete``, after everything else arrived and checked out (as ``rsync --delete-after``)."""
+        p = self.plan
+        names = [n for n in p.deletes or [] if n and not n.startswith("/") and ".." not in n.split("/")]
+        if not names:
+            return 0
+        if p.direction == "push":
+            data = b"\0".join(n.encode("utf-8", "surrogateescape") for n in names) + b"\0"
+            self.ssh.run(
+                f"cd {q(p.dst.path)} && xargs -0 rm -rf --",
+                input=data,
+                timeout=3600,
+                control=os.path.join(self.tmp, "cm0"),
+            )
+        else:
+            for n in names:
+                path = os.path.join(p.dst.path, n)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+        self.log(f"deleted {len(names)} destination entries not in the source")
+        return len(names)
 
     def _prepare(self) -> None:
         p = self.plan
@@ -409,7 +220,7 @@ class Runner:
             for b in p.big:
                 if not b.skipped:
                     cmd += f" && touch -- {q(b.part)} && truncate -s {b.entry.size} -- {q(b.part)}"
-            self.ssh.run(cmd)
+            self.ssh.run(cmd, control=os.path.join(self.tmp, "cm1"))
         else:
             for d in dirs:
                 os.makedirs(d, exist_ok=True)
@@ -420,27 +231,38 @@ class Runner:
 
     def _worker(self, tasks: queue.Queue[Task], i: int) -> None:
         self.local.control = os.path.join(self.tmp, f"cm{i}")
-        while True:
+        opener = self.plan.openers.get(self.local.control)
+        if opener is not None:  # the planner opened this stream's connection: use it once it is up
+            opener.join(60)
+        while i < self.target:
             try:
                 t = tasks.get_nowait()
             except queue.Empty:
                 return
-            err = ""
-            for attempt in range(5):
-                try:
-                    if t.kind == "rsync":
-                        self._rsync_task(t)
-                    else:
-                        self._range_task(t)
-                    err = ""
-                    break
-                except SyncError as e:
-                    err = str(e)
-                    self.log(f"retrying: {err}")
-                    time.sleep(min(8.0, 0.5 * 2**attempt))
-            if err:
+            with self.lock:
+                self.busy += 1
+            try:
+                self._run_task(t)
+            finally:
                 with self.lock:
-                    self.errors.append(err)
+                    self.busy -= 1
+
+    def _run_task(self, t: Task) -> None:
+        """One task, retried (a cut connection, a server that restarted); the error is kept for the end."""
+        err = ""
+        for attempt in range(5):
+            try:
+                if t.kind == "rsync":
+                    self._rsync_task(t)
+                else:
+                    self._range_task(t)
+                return
+            except SyncError as e:
+                err = str(e)
+                self.log(f"retrying: {err}")
+                time.sleep(min(8.0, 0.5 * 2**attempt))
+        with self.lock:
+            self.errors.append(err)
 
     # ------------------------------------------------------------------ many files: rsync
     def _endpoints(self) -> tuple[str, str]:
@@ -646,11 +468,11 @@ class Runner:
         if self.plan.direction == "push":
             cmds = [
                 f'[ "$(stat -c %s -- {q(b.part)})" = {b.entry.size} ] && chmod {b.entry.mode:o} -- '
-                f'{q(b.part)} && '
+                f"{q(b.part)} && "
                 f"touch -m -d @{b.entry.mtime:.9f} -- {q(b.part)} && mv -f -- {q(b.part)} {q(b.dst)}"
                 for b in todo
             ]
-            self.ssh.run(" && ".join(cmds))
+            self.ssh.run(" && ".join(cmds), control=os.path.join(self.tmp, "cm0"))
         else:
             for b in todo:
                 if os.path.getsize(b.part) != b.entry.size:
@@ -673,19 +495,6 @@ def _sha256(path: str) -> str:
         while b := f.read(1 << 22):
             h.update(b)
     return h.hexdigest()
-
-
-def close_workdir(ssh: Ssh, workdir: str) -> None:
-    """Close the streams' master connections and remove the private directory."""
-    if not workdir or not os.path.isdir(workdir):
-        return
-    for f in os.listdir(workdir):
-        if f.startswith("cm"):
-            ssh.close_master(os.path.join(workdir, f))
-    with contextlib.suppress(OSError):
-        for f in os.listdir(workdir):
-            os.unlink(os.path.join(workdir, f))
-        os.rmdir(workdir)
 
 
 def sync(src: str, dst: str, opts: SyncOptions) -> tuple[Plan, SyncResult | None]:
