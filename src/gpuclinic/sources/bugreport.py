@@ -43,7 +43,9 @@ _PROLOGUE_RE = re.compile(
 def looks_like(sample: str) -> bool:
     """The report's own prologue: not merely the name ``nvidia-bug-report.sh``, which the driver's crash
     message ("A GPU crash dump has been created ... please run nvidia-bug-report.sh") also prints."""
-    return bool(_PROLOGUE_RE.search(sample[:8192]))
+    head = sample[:8192]
+    # each alternative holds one of these literals; testing them is cheaper than the regex scan
+    return ("Start of NVIDIA" in head or "nvidia-bug-report.sh " in head) and bool(_PROLOGUE_RE.search(head))
 
 
 @dataclass

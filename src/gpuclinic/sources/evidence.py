@@ -77,6 +77,8 @@ def unquote(text: str) -> str:
     Only when most non-blank lines of the start are quoted, so a log line that happens to start with ">"
     is left alone.
     """
+    if ">" not in text[:SAMPLE_BYTES]:  # no line is quoted
+        return text
     lines = [ln for ln in text[:SAMPLE_BYTES].splitlines()[:200] if ln.strip()]
     if len(lines) < 2:
         return text

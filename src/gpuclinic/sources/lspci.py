@@ -28,6 +28,7 @@ _CLASS_NAMES = {
 }
 
 
+_NVIDIA_ID = re.compile(r"\[10[dD][eE]:")
 _NN_LINE_RE = re.compile(
     r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:\n]+?(?: \[[0-9a-fA-F]{4}\])?: "
     r".*\[[0-9a-fA-F]{4}:[0-9a-fA-F]{4}\]",
@@ -37,11 +38,13 @@ _NN_LINE_RE = re.compile(
 
 def looks_like(sample: str) -> bool:
     """``lspci -vvv`` with NVIDIA devices, or ``lspci -nn`` listing (vendor:device ids) with an NVIDIA one."""
-    verbose = bool(
+    verbose = ("LnkSta:" in sample or "Kernel driver in use" in sample or "Capabilities:" in sample) and bool(
         re.search(r"^\S+ (VGA compatible controller|3D controller|PCI bridge|Bridge).*:", sample, re.M)
-    ) and ("LnkSta:" in sample or "Kernel driver in use" in sample or "Capabilities:" in sample)
+    )  # the literals first: they are cheap, and a prose sample has none
     if verbose:
         return True
+    if not _NVIDIA_ID.search(sample):  # a line below lower-cases to hold "[10de:" only where this matches
+        return False
     nn = _NN_LINE_RE.findall(sample)
     return len(nn) >= 1 and any("[10de:" in ln.lower() for ln in nn)
 

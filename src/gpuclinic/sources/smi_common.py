@@ -252,6 +252,13 @@ def _needs_any(low: str) -> bool:
     return any(k in low for k in _ERROR_LINE_NEEDS)
 
 
+def may_hold_errors(text: str) -> bool:
+    """False when no line of ``text`` can hold an error statement: one fold of it all instead of one per
+    line (scan_error_lines skips an ASCII line without a ``_ERROR_LINE_NEEDS`` word, and in an ASCII text
+    without one every line is such a line)."""
+    return not text.isascii() or _needs_any(text.lower())
+
+
 def _candidate_lines(lines: list[str]) -> list[str]:
     """The lines holding one of ``_ERROR_LINE_KEYS`` (ASCII case folded, as bytes: str.lower() of a
     19 MB non-ASCII text alone takes half a second)."""

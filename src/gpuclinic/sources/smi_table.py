@@ -41,11 +41,17 @@ _MIG_RE = re.compile(r"^\s*(?P<gpu>\d+)\s+(?P<gi>\d+)\s+(?P<ci>\d+)\s+(?P<dev>\d
 
 def has_table(sample: str) -> bool:
     """True when ``sample`` holds an nvidia-smi table (its header line or a GPU row)."""
-    return bool(_HEADER_RE.search(sample) or _GPU_ROW_RE.search(sample))
+    # each regex needs its literal; the literal tests spare a scan of a prose sample
+    return bool(
+        ("NVIDIA-SMI" in sample and _HEADER_RE.search(sample))
+        or ("|" in sample and _GPU_ROW_RE.search(sample))
+    )
 
 
 def has_errors(sample: str) -> bool:
     """True when ``sample`` holds one of nvidia-smi's failure statements."""
+    if not c.may_hold_errors(sample):  # its lines are in it: no split needed to rule them out
+        return False
     errors, _ = c.scan_error_lines(sample.splitlines()[:200])
     return bool(errors)
 

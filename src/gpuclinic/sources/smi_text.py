@@ -85,14 +85,17 @@ def looks_like(sample: str) -> bool:
     """True for ``nvidia-smi -q`` text: the NVSMI LOG banner, a GPU block, or a paste of its sections."""
     if MARKER in sample:
         return True
-    if re.search(
+    if "GPU " in sample and re.search(  # the regex needs the literal
         r"^[ \t]*GPU [0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7][ \t]*\r?\n[ \t]+[A-Z][A-Za-z .]+[ "
         r"\t]*(:|\r?\n)",
         sample,
         re.M,
     ):
         return True
-    return len({m.group(1) for m in _SIGNATURE_RE.finditer(sample[:65536])}) >= 2
+    head = sample[:65536]
+    if not (head.startswith((" ", "\t")) or "\n " in head or "\n\t" in head):
+        return False  # _SIGNATURE_RE matches only an indented line
+    return len({m.group(1) for m in _SIGNATURE_RE.finditer(head)}) >= 2
 
 
 def parse(text: str | Iterable[str]) -> c.SmiDump:

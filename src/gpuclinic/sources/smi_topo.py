@@ -64,7 +64,7 @@ class Topology:
 
 def looks_like(sample: str) -> bool:
     """True for the ``topo -m`` matrix (its header line and a ``GPU0  X`` row)."""
-    return bool(_HEAD_RE.search(sample) and _ROW_RE.search(sample))
+    return "GPU0" in sample and bool(_HEAD_RE.search(sample) and _ROW_RE.search(sample))  # both need it
 
 
 def parse(text: str) -> Topology:

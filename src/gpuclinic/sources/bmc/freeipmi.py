@@ -31,6 +31,8 @@ _QUOTED = re.compile(r"'([^']*)'")
 
 
 def _header(text: str, first: str, need: tuple[str, ...]) -> tuple[int, list[str]] | None:
+    if "|" not in text:  # a line without one is a single column: never ``first`` and ``need`` both
+        return None
     for i, line in enumerate(text.splitlines()[:50]):
         c = [x.strip().lower() for x in line.split("|")]
         if c and c[0] == first and all(n in c for n in need):

@@ -348,7 +348,10 @@ _DCMI = re.compile(r"Instantaneous power reading:\s*([\d.]+)\s*Watts", re.I)
 
 
 def claims_dcmi(text: str) -> bool:
-    return bool(_DCMI.search(text[:8000]))
+    head = text[:8000]
+    # "power" has no letter that re.I matches beyond its lower-case fold (as s/ſ, i/ı, k/K do), so a
+    # match needs it in head.lower(): an ASCII fold is far cheaper than the case-blind regex scan
+    return "power" in head.lower() and bool(_DCMI.search(head))
 
 
 def parse_dcmi(text: str) -> R.RoomFacts:
@@ -376,7 +379,7 @@ _V_ID = re.compile(r"^Sensor ID\s*:\s*(.*?)\s*(?:\((0x[0-9a-fA-F]+)\))?\s*$")
 
 def claims_verbose(text: str) -> bool:
     head = text[:20000]
-    return bool(re.search(r"^Sensor ID\s*:", head, re.M)) and (
+    return "Sensor ID" in head and bool(re.search(r"^Sensor ID\s*:", head, re.M)) and (
         "Sensor Reading" in head or "States Asserted" in head
     )
 

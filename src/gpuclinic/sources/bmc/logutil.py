@@ -24,6 +24,8 @@ _GENERAL = re.compile(r"GeneralInfo:\s*(?P<what>[^,(]+)")
 
 
 def claims(text: str) -> bool:
+    if "SEL Entry:" not in text:  # every _LINE holds it
+        return False
     return sum(1 for ln in text.splitlines()[:400] if _LINE.match(ln)) >= 1
 
 
