@@ -104,7 +104,9 @@ def test_versions_are_extracted_without_trailing_punctuation() -> None:
         source=api.source,
         matched_line="",
     )
-    sg._extract_api_mismatch(_text("api_mismatch_dmesg_dalle_104.txt"), None, sm)  # type: ignore[arg-type]
+    from gpuclinic.knowledge.signature_extract import EXTRACTORS
+
+    EXTRACTORS["api_mismatch"](_text("api_mismatch_dmesg_dalle_104.txt"), None, sm)  # type: ignore[arg-type]
     assert sm.data == {"client_version": "515.48.07", "kernel_module_version": "510.73.05"}
     assert m[0].id == "nvml.version_mismatch"
     k8s = match(_text("nvml_mismatch_k8s_1431.txt"))[0]

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuclinic.knowledge import load_data
-from gpuclinic.knowledge.signatures import CATEGORIES, match, parse_size, primary, signatures
+from gpuclinic.knowledge.signature_extract import parse_size
+from gpuclinic.knowledge.signatures import CATEGORIES, match, primary, signatures
 
 ERRORS = Path(__file__).resolve().parents[1] / "fixtures" / "software" / "errors"
 EXPECTED: dict[str, list[str]] = json.loads((ERRORS / "expected.json").read_text())
