@@ -9,6 +9,7 @@ reads one message family's wording; a signature names its extractor in
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -63,7 +64,17 @@ _OOM_GPU = re.compile(r"(?:\(GPU |GPU )(\d+)")
 _OOM_OTHER = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
 
 
-_OOM_SLACK = 64 * 1024 * 1024
+@cache
+def _oom_limits() -> tuple[float, float, int]:
+    """(fragmentation fraction, reserved-note fraction, fit slack bytes) from the signature data."""
+    from gpuclinic.knowledge import load_data
+
+    d = load_data("error_signatures.json")["oom_diagnosis"]
+    return (
+        float(d["fragmentation_fraction_of_gpu"]),
+        float(d["reserved_note_fraction_of_gpu"]),
+        int(d["fit_slack_bytes"]),
+    )
 
 
 def _extract_oom(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
@@ -124,10 +135,11 @@ def _oom_cache_hints(vals: dict[str, int], sm: SignatureMatch) -> None:
     """Memory PyTorch reserved but did not allocate: a fragmented cache, or one too small to matter."""
     tried, total = vals.get("tried"), vals.get("total")
     free, ru = vals.get("free"), vals.get("reserved_unallocated")
+    frag, note, _ = _oom_limits()
     if (
         ru is not None
         and tried
-        and (ru >= tried or (free is not None and free + ru >= tried and total and ru >= 0.05 * total))
+        and (ru >= tried or (free is not None and free + ru >= tried and total and ru >= frag * total))
     ):
         sm.hints.append(
             f"{human(ru)} is reserved by PyTorch but unallocated (the request was {human(tried)}): the cache "
@@ -135,7 +147,7 @@ def _oom_cache_hints(vals: dict[str, int], sm: SignatureMatch) -> None:
             "fragmented; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before starting the job"
         )
         sm.data["diagnosis"] = "fragmentation"
-    elif ru is not None and total and ru >= 0.1 * total:
+    elif ru is not None and total and ru >= note * total:
         sm.hints.append(
             f"{human(ru)} is reserved by PyTorch but unallocated; "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
@@ -158,7 +170,7 @@ def _oom_last_hints(vals: dict[str, int], sm: SignatureMatch) -> None:
     tried, free = vals.get("tried"), vals.get("free")
     # The allocator rounds requests up (2 MiB pages, 20 MiB segments) and the driver keeps some room, so a
     # request only "fit" when clearly below the free memory: 41.56 MiB free vs 32 MiB asked is a full GPU.
-    if free is not None and tried and free >= tried + _OOM_SLACK and "diagnosis" not in sm.data:
+    if free is not None and tried and free >= tried + _oom_limits()[2] and "diagnosis" not in sm.data:
         sm.hints.append(
             f"{human(free)} was free but {human(tried)} could not be allocated: a per-process memory "
             "fraction, "
