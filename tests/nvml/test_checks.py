@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hw_checks import HARDWARE_CHECKS as MY_CHECKS
 
 from gpuclinic.checks import load_all, run_checks
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
@@ -12,27 +13,6 @@ from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import ContainerFacts
 from gpuclinic.model import Finding, Severity
 from gpuclinic.sources.scenarios import load_scenario
-
-MY_CHECKS = [
-    "gpu.presence",
-    "gpu.unresponsive",
-    "gpu.recovery_action",
-    "gpu.inforom",
-    "memory.ecc_uncorrectable",
-    "memory.ecc_correctable_rate",
-    "memory.row_remap",
-    "memory.retired_pages",
-    "thermal.slowdown",
-    "thermal.throttle",
-    "power.brake",
-    "power.cap",
-    "power.insufficient",
-    "pcie.link_degraded",
-    "pcie.replay",
-    "pcie.aer_counters",
-    "nvlink.error",
-    "perf.straggler",
-]
 
 
 def node(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hw_checks import HARDWARE_CHECKS as CHECKS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -11,27 +12,6 @@ from gpuclinic.checks import run_checks
 from gpuclinic.facts.gpu import GpuFacts, NvLinkFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import pci
-
-CHECKS = [
-    "gpu.presence",
-    "gpu.unresponsive",
-    "gpu.recovery_action",
-    "gpu.inforom",
-    "memory.ecc_uncorrectable",
-    "memory.ecc_correctable_rate",
-    "memory.row_remap",
-    "memory.retired_pages",
-    "thermal.slowdown",
-    "thermal.throttle",
-    "power.brake",
-    "power.cap",
-    "power.insufficient",
-    "pcie.link_degraded",
-    "pcie.replay",
-    "pcie.aer_counters",
-    "nvlink.error",
-    "perf.straggler",
-]
 
 
 @given(st.text(max_size=200))
