@@ -173,14 +173,6 @@ def loopback_resolver(host: str, port: int, timeout: float) -> list[tuple[int, t
     return [(socket.AF_INET, ("127.0.0.1", port))]
 
 
-def free_port() -> int:
-    """A loopback port with nothing listening (bound then closed)."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return int(port)
-
 
 class ConnectProxy:
     """A tiny HTTP CONNECT proxy on 127.0.0.1 that counts tunnels (optionally refuses with 403)."""

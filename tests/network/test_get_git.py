@@ -22,9 +22,10 @@ from gpuclinic.transfer.git import (
     insteadof_for,
     last_error_line,
 )
+from ports import free_port
 from realtools import require
 
-from .servers import FlakyTcpProxy, free_port
+from .servers import FlakyTcpProxy
 
 
 @pytest.fixture(autouse=True)

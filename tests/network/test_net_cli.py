@@ -10,8 +10,9 @@ from click.testing import CliRunner
 
 from gpuclinic.cli import cli
 from gpuclinic.collect import CollectOptions, collect_live
+from ports import free_port
 
-from .servers import LoopbackFileServer, free_port
+from .servers import LoopbackFileServer
 
 
 def invoke(args: list[str]) -> tuple[int, str]:

@@ -16,8 +16,9 @@ from gpuclinic.facts.network import Endpoint, NetworkFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.model import Finding
 from gpuclinic.sources.network import ProbeConfig, default_connector, default_resolver, probe_endpoints
+from ports import free_port
 
-from .servers import ConnectProxy, LoopbackFileServer, free_port, loopback_resolver
+from .servers import ConnectProxy, LoopbackFileServer, loopback_resolver
 
 
 def cfg(**kw: Any) -> ProbeConfig:

@@ -16,14 +16,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ports import free_port
+
 BMC = 0x20
 USER = "admin"
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def full_sdr(

@@ -4,7 +4,6 @@ fans and PSUs drawn with the agent's states (the panel writes data-* attributes;
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import httpx
 from simbmc import USER, running
 
 from browser import Dom, headless
+from ports import free_port as _free_port
 from realtools import require
 
 PASSWORD = "Dash-bmc-pw-51zt"
@@ -21,12 +21,6 @@ TOKEN = "room-dash-token-0123456789ab"
 
 
 
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,18 +12,13 @@ from gpuclinic.watch.backend import ScaledClock
 from gpuclinic.watch.config import WatchConfig, config_from_dict
 from gpuclinic.watch.simulate import ScenarioBackend, load_watch_scenario, scenario_from_dict
 from gpuclinic.watch.store import WatchStore
+from ports import free_port
 
 
 def artifacts_dir() -> Path:
     p = Path(os.environ.get("GPUCLINIC_ARTIFACTS") or Path(__file__).resolve().parents[2] / "artifacts")
     p.mkdir(parents=True, exist_ok=True)
     return p
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(name="free_port")
