@@ -14,12 +14,22 @@ FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# tests whose long, self-contained command starts when the session starts (tests/background.py):
+# node id suffix -> the function of the test's module that starts it
+BACKGROUND = {
+    "test_quality.py::test_mypy_clean": "start_mypy",
+    "cli/test_readme.py::test_quick_start_runs": "start_quick_start",
+}
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """mypy starts now, niced, when test_quality's test_mypy_clean is going to run (tests/background.py)."""
+    """Start the BACKGROUND commands of the tests that are going to run."""
     if session.config.option.collectonly:
         return
-    if any(item.nodeid.endswith("test_quality.py::test_mypy_clean") for item in session.items):
-        background.start("mypy", [sys.executable, "-m", "mypy"], ROOT)
+    for item in session.items:
+        for suffix, starter in BACKGROUND.items():
+            if isinstance(item, pytest.Function) and item.nodeid.endswith(suffix):
+                getattr(item.module, starter)()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

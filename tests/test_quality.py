@@ -29,6 +29,11 @@ def test_ruff_clean() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def start_mypy() -> None:
+    """Called by conftest.py when the session starts (tests/background.py)."""
+    background.start("mypy", [sys.executable, "-m", "mypy"], ROOT)
+
+
 @pytest.mark.timeout(600)
 def test_mypy_clean() -> None:
     """One run over src, tests and bench (the file list is in pyproject.toml); conftest.py starts it
