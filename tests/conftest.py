@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BACKGROUND = {
     "test_quality.py::test_mypy_clean": "start_mypy",
     "cli/test_readme.py::test_quick_start_runs": "start_quick_start",
+    "watch/test_watch_deploy.py::test_promtool_rule_unit_tests": "start_rule_unit_tests",
 }
 
 
