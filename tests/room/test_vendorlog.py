@@ -1,0 +1,48 @@
+"""Vendor BMC event logs pasted as text (HPE iLO IML via ilorest, Supermicro Health Event Log rows).
+
+The texts are the real ones of the labelled corpus (tests/fixtures/realworld/corpus, SOURCES.md names them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuclinic.diagnose import diagnose
+from gpuclinic.sources.bmc import formats, vendorlog
+from gpuclinic.sources.evidence import load_evidence
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "corpus"
+IML = CORPUS / "iml_ilorest_dump_mce_nmi_pcie_uncorrectable_ilorest_8.txt"
+SMC = CORPUS / "supermicro_health_event_log_uncorrectable_ecc_dimm_lwa_117.txt"
+ELIST = CORPUS / "sel_elist_hpe_power_unit_fault_ampm_candytop.txt"
+
+
+def test_iml_lines_are_events_judged_by_their_message_not_the_ok_severity() -> None:
+    room = vendorlog.parse(IML.read_text())
+    assert [e.kind for e in room.events] == ["cpu_ierr", None, "pcie_fatal"]
+    assert {e.severity for e in room.events} == {"OK"}
+    assert room.events[2].sensor_type == "IML class 8 code 2"
+    assert room.sources == ["HPE iLO IML"]
+
+
+def test_supermicro_row_assertion_and_deassertion() -> None:
+    text = SMC.read_text()
+    room = vendorlog.parse(text + text.replace("- Assertion", "- Deassertion"))
+    assert [(e.kind, e.asserted) for e in room.events] == [
+        ("memory_uncorrectable", True),
+        ("memory_uncorrectable", False),
+    ]
+
+
+def test_detected_as_its_own_format_and_not_over_ipmitool() -> None:
+    assert formats.detect(IML.read_text()) == "room:vendor_event_log"
+    assert formats.detect(SMC.read_text()) == "room:vendor_event_log"
+    assert formats.detect(ELIST.read_text()) == "room:ipmitool"
+    assert not vendorlog.claims("Class 5 / Code 3 in prose\nthe assertion held")
+
+
+def test_doctor_from_the_saved_log_drains_on_the_pcie_fatal_entry() -> None:
+    report = diagnose(load_evidence([str(IML)]))
+    codes = {f.code: f.severity.name for f in report.findings}
+    assert codes["room.sel.pcie_fatal"] == "CRITICAL"
+    assert codes["room.sel.cpu_ierr"] == "CRITICAL"
