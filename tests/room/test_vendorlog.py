@@ -46,3 +46,13 @@ def test_doctor_from_the_saved_log_drains_on_the_pcie_fatal_entry() -> None:
     codes = {f.code: f.severity.name for f in report.findings}
     assert codes["room.sel.pcie_fatal"] == "CRITICAL"
     assert codes["room.sel.cpu_ierr"] == "CRITICAL"
+
+
+def test_omsa_syslog_events_name_their_sensor_and_close_on_return_to_normal() -> None:
+    room = vendorlog.parse((CORPUS / "omsa_syslog_psu_failure_ac_lost_redundancy_ossecdocs.txt").read_text())
+    psu = [e for e in room.events if e.kind == "psu_failure"]
+    assert len(psu) == 3 and {e.sensor for e in psu} == {"PS 2 Status"}
+    assert [e.kind for e in room.events].count("redundancy_lost") == 2
+    normal = [e for e in room.events if "returned to a normal value" in e.description]
+    assert len(normal) == 1 and not normal[0].asserted
+    assert room.sources == ["Dell OpenManage Server Administrator"]

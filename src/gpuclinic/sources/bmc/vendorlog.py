@@ -5,6 +5,9 @@
   so the event is judged by its message, as for every other BMC log.
 * Supermicro BMC web "Health Event Log" rows: ``<event text> - Assertion`` / ``- Deassertion``, with or
   without the ID/time/sensor columns before it.
+* Dell OpenManage Server Administrator events in syslog: ``<time> <host> Server Administrator:
+  Instrumentation Service EventID: 1354  Power supply detected a failure  Sensor location: PS 2 ...``
+  (the events the iDRAC also logs, as OMSA forwards them to the OS log).
 
 The messages are classified by the room signatures (``room_signatures.json``), like ipmitool SEL records.
 """
@@ -21,12 +24,17 @@ _IML = re.compile(
     r"Class (?P<cls>\d+) / Code (?P<code>\d+):\s+(?P<msg>\S.*?)\s*$"
 )
 _SMC = re.compile(r"^\s*(?P<msg>\S.*?)\s+-\s+(?P<state>Assertion|Deassertion)\s*$")
+_OMSA = re.compile(
+    r"^(?:(?P<time>[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d)\s+\S+\s+)?Server Administrator:\s*"
+    r"(?P<svc>[\w ]+?) EventID: (?P<id>\d+)\s+(?P<msg>\S.*?)\s*$"
+)
+_OMSA_SENSOR = re.compile(r"\s{2}Sensor location: (?P<sensor>.+?)(?:\s{2}|$)")
 
 
 def claims(text: str) -> bool:
-    if "Class " not in text and "ssertion" not in text:  # every line we read holds one of them
+    if "Class " not in text and "ssertion" not in text and "EventID: " not in text:  # each line holds one
         return False
-    return any(_IML.match(ln) or _SMC.match(ln) for ln in text.splitlines()[:400])
+    return any(_IML.match(ln) or _SMC.match(ln) or _OMSA.match(ln) for ln in text.splitlines()[:400])
 
 
 def parse(text: str) -> R.RoomFacts:
@@ -48,6 +56,17 @@ def parse(text: str) -> R.RoomFacts:
                 description=s.group("msg"),
                 asserted=s.group("state") == "Assertion",
                 source="Supermicro BMC event log",
+            )
+        elif o := _OMSA.match(line):
+            sensor = _OMSA_SENSOR.search(o.group("msg"))
+            ev = R.BmcEvent(
+                id=f"{n}:{o.group('id')}",
+                time=o.group("time"),
+                sensor_type=o.group("svc"),
+                sensor=sensor.group("sensor") if sensor else None,
+                description=o.group("msg"),
+                asserted="returned to a normal value" not in o.group("msg"),
+                source="Dell OpenManage Server Administrator",
             )
         else:
             continue
