@@ -56,3 +56,12 @@ def test_omsa_syslog_events_name_their_sensor_and_close_on_return_to_normal() ->
     normal = [e for e in room.events if "returned to a normal value" in e.description]
     assert len(normal) == 1 and not normal[0].asserted
     assert room.sources == ["Dell OpenManage Server Administrator"]
+
+
+def test_check_ipmi_sensor_summary_is_one_event_per_record() -> None:
+    text = (CORPUS / "check_ipmi_sensor_sel_summary_ps2_failure_checkipmi_26.txt").read_text()
+    room = vendorlog.parse(text)
+    assert len(room.events) == 11
+    assert [e.kind for e in room.events].count("psu_failure") == 4
+    assert room.events[0].sensor == "Power Supply PS2 Status" and room.events[0].severity == "Critical"
+    assert formats.detect(text) == "room:vendor_event_log"
