@@ -5,10 +5,13 @@ The texts are the real ones of the labelled corpus (tests/fixtures/realworld/cor
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
 from gpuclinic.diagnose import diagnose
-from gpuclinic.sources.bmc import formats, vendorlog
+from gpuclinic.sources.bmc import formats, redfish, vendorlog
 from gpuclinic.sources.evidence import load_evidence
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "corpus"
@@ -65,3 +68,14 @@ def test_check_ipmi_sensor_summary_is_one_event_per_record() -> None:
     assert [e.kind for e in room.events].count("psu_failure") == 4
     assert room.events[0].sensor == "Power Supply PS2 Status" and room.events[0].severity == "Critical"
     assert formats.detect(text) == "room:vendor_event_log"
+
+
+def test_redfish_members_pasted_together_are_read_as_their_list() -> None:
+    """Two iDRAC SEL LogEntry members copied out of the collection (``{...},{...},``) parse; text that is
+    still not JSON stays an error the evidence reader reports (not an empty, healthy room)."""
+    text = (CORPUS / "redfish_idrac_sel_members_psu_redundancy_lost_checkredfish_4.txt").read_text()
+    room = redfish.parse_text(text)
+    assert [e.kind for e in room.events if e.asserted] == ["redundancy_lost"]
+    assert len(room.events) == 2
+    with pytest.raises(json.JSONDecodeError):
+        redfish.parse_text(text.replace('"EntryType":"SEL","Id":"26"', '"Entry\nType":"SEL","Id":"26"'))
