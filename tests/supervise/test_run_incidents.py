@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from supervise_helpers import RunResult
+from supervise_helpers import RunResult, child_env
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml"))
 from fake_pynvml import FakeNvml
@@ -52,6 +53,10 @@ def test_a_gpu_falling_off_the_bus_mid_run_is_the_doctors_incident(
     assert f"first step: {inc['first_step']}" in r.err
     (row,) = r.interruptions()
     assert json.loads(row["incidents"]) == rep["incidents"]
+    out = subprocess.run([sys.executable, "-m", "gpuclinic", "report", "interruptions", "--db", str(r.db),
+                          "--json"], capture_output=True, text=True, env=child_env(), timeout=60)
+    (recent,) = json.loads(out.stdout)["recent"]
+    assert recent["incidents"] == rep["incidents"]
 
 
 def test_an_application_error_is_its_own_incident(
