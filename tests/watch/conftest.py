@@ -127,6 +127,6 @@ def receiver() -> Iterator[Receiver]:
     r.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def receiver_cls() -> type[Receiver]:
     return Receiver

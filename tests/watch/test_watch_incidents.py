@@ -4,44 +4,73 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from gpuclinic.knowledge import load_data
 from gpuclinic.sources.scenarios import timeline
+from ports import free_port
 
 SCENARIOS = load_data("scenarios.json")["scenarios"]
 SINGLE_FAULT = sorted(n for n, s in SCENARIOS.items() if s["expect"].get("root"))
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("name", [*SINGLE_FAULT, "healthy-8xh100-load"])
-def test_one_alert_per_incident_and_one_resolved(name: str, receiver: Any) -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuclinic",
-            "watch",
-            "--scenario",
-            name,
-            "--time-scale",
-            "20",
-            "--duration",
-            "50s",
-            "--no-store",
-            "--doctor-interval",
-            "0",
-            "--webhook",
-            receiver.url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
+PLAYED = [*SINGLE_FAULT, "healthy-8xh100-load"]
+
+
+@pytest.fixture(scope="module")
+def played(receiver_cls: Any) -> dict[str, tuple[subprocess.CompletedProcess[str], list[Any]] | Exception]:
+    """Every scenario played by its own ``watch`` process to its own webhook receiver, four at a time:
+    a run is ~3 s of waiting on its timeline and ~0.4 s of CPU, so twelve in a row were ~40 s idle."""
+
+    def play(name: str) -> tuple[str, tuple[subprocess.CompletedProcess[str], list[Any]] | Exception]:
+        receiver = receiver_cls()
+        try:
+            r = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuclinic",
+                    "watch",
+                    "--scenario",
+                    name,
+                    "--time-scale",
+                    "20",
+                    "--duration",
+                    "50s",
+                    "--no-store",
+                    "--doctor-interval",
+                    "0",
+                    "--webhook",
+                    receiver.url,
+                    "--listen",  # its own port: four agents at once cannot all have the default
+                    f"127.0.0.1:{free_port()}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=50,
+            )
+            return name, (r, receiver.bodies())
+        except subprocess.TimeoutExpired as e:  # reported by that scenario's test
+            return name, e
+        finally:
+            receiver.close()
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(pool.map(play, PLAYED))
+
+
+@pytest.mark.timeout(120)  # the first one waits for all of them (about 15 s)
+@pytest.mark.parametrize("name", PLAYED)
+def test_one_alert_per_incident_and_one_resolved(name: str, played: dict[str, Any]) -> None:
+    got = played[name]
+    if isinstance(got, Exception):
+        raise got
+    r, all_bodies = got
     assert r.returncode in (0, 1, 2), r.stderr
-    bodies = [b for b in receiver.bodies() if isinstance(b, dict)]
+    bodies = [b for b in all_bodies if isinstance(b, dict)]
     firing = [b for b in bodies if b["status"] == "firing"]
     resolved = [b for b in bodies if b["status"] == "resolved"]
     if name == "healthy-8xh100-load":
