@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ports import free_port
@@ -49,10 +51,22 @@ def test_agents_mode(agents: dict[str, Agent], tmp_path: Path) -> None:
     assert by_node(d)[third["node"]]["idle_gpu_hours"] is None  # needs history: only through Prometheus
 
 
-def test_markdown_and_table(agents: dict[str, Agent]) -> None:
-    import time
+def _serving(*agents: Agent, timeout: float = 30) -> None:
+    """Each agent answers on its port (rather than a fixed sleep for their start)."""
+    deadline = time.monotonic() + timeout
+    for a in agents:
+        while True:
+            try:
+                if httpx.get(f"http://{a.addr}/metrics", timeout=2, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"agent {a.node} never served"
+            time.sleep(0.1)
 
-    time.sleep(2)
+
+def test_markdown_and_table(agents: dict[str, Agent]) -> None:
+    _serving(agents["ok"], agents["fob"])
     for fmt, marker in (("--markdown", "| node | verdict |"), (None, "gpuclinic fleet")):
         cmd = [
             sys.executable,
