@@ -265,6 +265,7 @@ class KernelLogParser:
                 "width": int(m.group("width")), "limited_at": _bus(m.group("at")),
                 "capable_gbps": float(m.group("cap")), "capable_speed_gts": float(m.group("capspeed")),
                 "capable_width": int(m.group("capwidth")), "nvidia": bool(dev and dev in self.nvidia_devices),
+                "driver": m.group("drv"),
             }
             out.append(self._ev("pcie_limited", line, msg, p, lineno, pci_bus_id=dev, detail=d))
             return True
