@@ -1,11 +1,12 @@
 """What is new since a baseline: NVML counters that rose, findings that appeared.
 
 Why one module: ``watch`` (``watch/rules.py``, a counter that rose since the last tick) and ``run``
-(``supervise/gpuwatch.py``, a fault that appeared on the job's GPU since the attempt began) ask the same
+(``supervise/gpuwatch.py``, a fault that appeared on the job's GPU since the previous sample) ask the same
 question of the same samples.  The counters, the code each one's rise belongs to and the way a finding is
-told apart from another live here once; what the state *means* (severity, title, runbook) stays with the
-code's detector and ``knowledge/data/codes.json``.  Not a check module (the name starts with ``_``), and it
-imports only facts and the model, so both commands can import it without cycles.
+told apart from another (also what ``Detector.observe`` folds a window by) live here once; what the state
+*means* (severity, title, runbook) stays with the code's detector and ``knowledge/data/codes.json``.  Not a
+check module (the name starts with ``_``); it imports only facts and the model, so both commands (and
+``checks/__init__.py``) import it without cycles.
 """
 
 from __future__ import annotations
