@@ -262,3 +262,50 @@ def test_registry_checks_on_recorded_probes() -> None:
         "network.registry_unreachable",
         "network.registry_config_invalid",
     }
+
+
+def test_doctor_net_reports_registries_like_net(registry: Registry, tmp_path: Path) -> None:
+    """``doctor --net`` probes the registries of the network config ([[registry]]) and the host's
+    configured mirrors through the same code as ``net``: the same probes under
+    facts.network.extra.registries and the same network.registry_* findings, in the doctor report."""
+    with TcpProxy("127.0.0.1", registry.port) as mirror:
+        dead = f"http://127.0.0.1:{free_port()}"
+        _write_config(tmp_path, mirror.url, dead)
+        netcfg = tmp_path / "network.toml"
+        netcfg.write_text(
+            f'defaults = false\n[[registry]]\nurl = "http://{registry.host}"\n'
+            'image = "library/alpine:latest"\n'
+        )
+        env = {**os.environ, "GPUCLINIC_CONFIG_ROOT": str(tmp_path), "GPUCLINIC_NETWORK_CONFIG": str(netcfg)}
+        runs = {
+            cmd: subprocess.run(
+                [*GPUCLINIC, *cmd.split(), "--quick", "--json"], capture_output=True, text=True, timeout=120,
+                env=env,
+            )
+            for cmd in ("doctor --net", "net")
+        }
+        term = subprocess.run(
+            [*GPUCLINIC, "doctor", "--net", "--quick"], capture_output=True, text=True, timeout=120, env=env
+        )
+    docs = {}
+    for cmd, r in runs.items():
+        assert r.returncode in (1, 2, 3), (cmd, r.returncode, r.stderr)  # at least the dead mirror's warning
+        docs[cmd] = json.loads(r.stdout)
+    regs = {cmd: d["facts"]["network"]["extra"]["registries"] for cmd, d in docs.items()}
+    for reg in regs.values():
+        probes = {p["url"]: p for p in reg["probes"]}
+        assert set(probes) == {f"http://{registry.host}", mirror.url, dead}
+        assert probes[f"http://{registry.host}"]["ok"] and probes[mirror.url]["ok"]
+        assert not probes[dead]["ok"] and probes[dead]["configured_in"]
+    codes = {
+        cmd: sorted(f["code"] for f in d["findings"] if f["code"].startswith("network.registry_"))
+        for cmd, d in docs.items()
+    }
+    assert codes["doctor --net"] == codes["net"] and "network.registry_mirror_down" in codes["net"]
+    down = next(f for f in docs["doctor --net"]["findings"] if f["code"] == "network.registry_mirror_down")
+    assert down["severity"] == "warning" and dead in down["title"] and down["family"] == "network"
+    assert "does not work" in term.stdout and "secretpw" not in term.stdout + runs["doctor --net"].stdout
+    # without --net, doctor probes no registry at all
+    quiet = subprocess.run([*GPUCLINIC, "doctor", "--quick", "--json"], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert "registries" not in json.dumps((json.loads(quiet.stdout).get("facts") or {}).get("network") or {})
