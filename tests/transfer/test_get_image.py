@@ -26,7 +26,7 @@ import pytest
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
 from realtools import require
 
-from .oci_env import Built, MiB, Registry, build_image, build_multiarch, push, sha256_file
+from .oci_env import Built, MiB, Registry, TokenIssuer, build_image, build_multiarch, push, sha256_file
 
 BIG = 200 * MiB
 GPUCLINIC = [sys.executable, "-m", "gpuclinic"]
@@ -414,3 +414,51 @@ def test_cache_size_parsing_and_lru_order(tmp_path: Path) -> None:
     assert (pr.removed, pr.freed, pr.kept_bytes) == (2, 200, 100)
     assert sorted(p.name[0] for p in d.iterdir() if len(p.name) == 64) == ["1"]
     assert (d / "notablob.tmp").exists()
+
+
+def test_token_mirror_gets_blob_tokens_and_renews_them_mid_download(env: Env, tmp_path: Path) -> None:
+    """A mirror that is a real docker-registry with ``auth: token`` (a test token issuer as its realm):
+    its blob requests carry its own Bearer token (got with the login from docker's config.json), and
+    when the token dies in the middle of the ranged download (the JWT lives 2 s; the pull takes
+    several behind a capped proxy) the 401's challenge brings a new one and the ranges go on from the
+    mirror.  Neither the password nor any token appears in the output."""
+    tools = require("docker-registry", "openssl")
+    password = "T0ken-mirr0r-pw"
+    issuer = TokenIssuer(tools["openssl"], tmp_path / "issuer", "bob", password)
+    mirror = Registry(tools["docker-registry"], tmp_path / "mreg", token=issuer)
+    try:
+        build_image(tmp_path / "src", [24 * MiB, 700])
+        push(env.skopeo, tmp_path / "src", f"{env.reg.host}/test/tok:latest")
+        push(env.skopeo, tmp_path / "src", f"{mirror.host}/test/tok:latest", creds=f"bob:{password}")
+        assert any(r["login"] and "push" in str(r["scope"]) for r in issuer.requests)  # skopeo used it
+        issuer.requests.clear()
+        issuer.jwt_ttl = 2
+        auth = base64.b64encode(f"bob:{password}".encode()).decode()
+        with TcpProxy("127.0.0.1", mirror.port, ProxyKnobs(rate_per_conn=MiB, total_rate=6 * MiB)) as px:
+            docker = tmp_path / "docker"
+            docker.mkdir()
+            (docker / "config.json").write_text(json.dumps({"auths": {px.url: {"auth": auth}}}))
+            # 4 connections at 1 MiB/s, about three 2 MiB range requests each: ranges start after 2 s
+            r = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "a"), "--mirror", px.url, "--json",
+                     "--connections", "4", env={"DOCKER_CONFIG": str(docker)})
+            anon = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "b"), "--mirror", px.url, "--json",
+                        env={"DOCKER_CONFIG": str(tmp_path / "none")})
+    finally:
+        mirror.stop()
+        issuer.stop()
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["seconds"] > 3  # outlived the first token
+    assert all(str(px.port) in b["source"] for b in res["blobs"]), res["blobs"]
+    logged_in = [q for q in issuer.requests if q["login"]]
+    assert len(logged_in) >= 2  # the first token, and at least one renewal after a 401 on a blob
+    assert {q["scope"] for q in logged_in} == {"repository:test/tok:pull"}
+    assert {q["service"] for q in logged_in} == {TokenIssuer.service}
+    _check_layout_blobs(tmp_path / "a", res)
+    # without the login the mirror is skipped at once and the origin serves
+    assert anon.returncode == 0, anon.stderr
+    assert all(str(env.reg.port) in b["source"] for b in json.loads(anon.stdout)["blobs"])
+    for out in (r, anon):
+        text = out.stdout + out.stderr
+        assert password not in text and auth not in text
+        assert not any(t in text or t.split(".")[2] in text for t in issuer.tokens)

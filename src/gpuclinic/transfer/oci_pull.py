@@ -161,6 +161,12 @@ def _plan_blobs(
     specs: list[FileSpec] = []
     reused = 0
     seen: set[str] = set()
+    regs = {r.origin: r for r in live}
+
+    def reauth(url: str, challenge: str) -> bool:  # a 401 on a blob: renew that registry's token
+        reg = regs.get(_origin_of(url))
+        return reg.reauth(url, challenge) if reg is not None else False
+
     for d in manifest.blobs:
         digest, size = str(d["digest"]), int(d["size"])
         if digest in seen:
@@ -180,15 +186,20 @@ def _plan_blobs(
         specs.append(
             FileSpec(
                 dest=dest,
-                sources=[r.blob_url(ref.repository, digest, login_in_url=r is not origin) for r in live],
+                sources=[r.blob_url(ref.repository, digest) for r in live],
                 size=size,
                 sha256=hexd,
                 label=digest[7:19],
-                headers=origin.auth,
-                auth_origins={origin.origin} if origin in live else set(),
+                source_headers={r.origin: r.auth for r in live},  # each its own login or token
+                reauth=reauth,
             )
         )
     return specs, reused
+
+
+def _origin_of(url: str) -> str:
+    p = urlsplit(url)
+    return f"{p.scheme}://{p.hostname}:{p.port or (443 if p.scheme == 'https' else 80)}"
 
 
 def pull(
