@@ -4,7 +4,8 @@ Why: CUDA/PyTorch images share multi-GB base layers, so a second tag, a docker-a
 pull, or the same image into another directory should cross the slow link only for what is new.
 Blobs live in ``CACHE/blobs/sha256/<hex>`` (the OCI layout's own naming, so a docker-archive pull
 uses the cache directly as its staging layout).  An OCI output gets its blobs from the cache by
-hard link (a copy across file systems), and gives newly downloaded blobs back the same way.
+hard link (a copy across file systems), and gives newly downloaded blobs back by hard link (never by
+copy: see :func:`give`).
 
 Pruning (like ``huggingface-cli delete-cache``, but automatic): after each pull the cache is cut to
 ``--cache-max`` (``GPUCLINIC_BLOB_CACHE_MAX``, default :data:`DEFAULT_MAX`), least recently used
@@ -84,7 +85,7 @@ def touch(path: Path) -> None:
         os.utime(path)
 
 
-def _link_or_copy(src: Path, dest: Path) -> bool:
+def _link_or_copy(src: Path, dest: Path, *, copy: bool = True) -> bool:
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.link")
     try:
         with contextlib.suppress(FileNotFoundError):
@@ -92,6 +93,8 @@ def _link_or_copy(src: Path, dest: Path) -> bool:
         try:
             os.link(src, tmp)
         except OSError:
+            if not copy:
+                return False
             shutil.copyfile(src, tmp)
         os.replace(tmp, dest)
         return True
@@ -113,7 +116,9 @@ def take(cache: Path, hexd: str, size: int, dest: Path) -> bool:
 
 
 def give(cache: Path, blob: Path) -> None:
-    """Store a verified blob of an output in the cache (hard link, else copy); best effort."""
+    """Store a verified blob of an output in the cache by hard link; best effort.  Never a copy: an
+    output on another file system (often chosen for its space) must not double a 20 GB pull's disk
+    use behind the user's back; such a cache is filled by docker-archive pulls only."""
     dest = cache / "blobs" / "sha256" / blob.name
     if dest == blob:
         touch(dest)
@@ -121,7 +126,7 @@ def give(cache: Path, blob: Path) -> None:
     if dest.is_file() and dest.stat().st_size == blob.stat().st_size:
         touch(dest)
         return
-    _link_or_copy(blob, dest)
+    _link_or_copy(blob, dest, copy=False)
 
 
 @dataclass

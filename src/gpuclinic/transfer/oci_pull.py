@@ -7,7 +7,9 @@ sources that blames the one serving wrong bytes).  A blob is an HTTP object name
 each one becomes a :class:`FileSpec` whose sources are the mirrors first and the origin last (the
 order Docker and containerd use) and whose sha256 is the digest.  Blobs land directly in
 ``DIR/blobs/sha256/<hex>``; a blob already there with the right digest is reused, which also makes a
-rerun after an interruption, or a second tag sharing base layers, cheap.
+rerun after an interruption cheap, and the blob cache (transfer/oci_cache.py, shared by both formats
+and pruned to a size cap) makes a second tag sharing base layers cheap.  Every registry's blob
+requests carry that registry's own credentials, renewed on a 401 (a mirror's expired token).
 
 The OCI layout (``oci-layout``, ``index.json``, ``blobs/``) is what skopeo and podman read; the
 docker-archive (``manifest.json`` + config + layer files in one tar) is what ``docker load`` reads.
