@@ -309,3 +309,30 @@ def test_doctor_net_reports_registries_like_net(registry: Registry, tmp_path: Pa
     quiet = subprocess.run([*GPUCLINIC, "doctor", "--quick", "--json"], capture_output=True, text=True,
                            timeout=120, env=env)
     assert "registries" not in json.dumps((json.loads(quiet.stdout).get("facts") or {}).get("network") or {})
+
+
+def test_network_config_registry_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[[registry]]`` entries become probe specs (mirror_of and image kept) beside or instead of the
+    known registries; an entry without a url is a one-line usage error of ``net``."""
+    from gpuclinic.sources.registry_run import plan
+
+    cfg = tmp_path / "network.toml"
+    monkeypatch.setenv("GPUCLINIC_NETWORK_CONFIG", str(cfg))
+    monkeypatch.setenv("GPUCLINIC_CONFIG_ROOT", str(tmp_path))  # no host mirror config
+    cfg.write_text('registries = false\n[[registry]]\nurl = "https://harbor.corp.example/"\nimage = "a/b:1"\n'
+                   '[[registry]]\nurl = "http://127.0.0.1:5000"\nmirror_of = "docker.io"\n')
+    specs, mc = plan([], False)
+    assert mc is not None
+    assert [(s.url, s.image, s.mirror_of) for s in specs] == [
+        ("https://harbor.corp.example", "a/b:1", None),
+        ("http://127.0.0.1:5000", "library/alpine:latest", "docker.io"),
+    ]
+    cfg.write_text('[[registry]]\nurl = "https://harbor.corp.example"\n')  # plus the known ones
+    specs, _ = plan([], False)
+    assert specs[0].url == "https://harbor.corp.example" and len(specs) > 5
+    assert plan([], True) == ([], None)  # --endpoint narrowed the run to other endpoints
+    cfg.write_text('defaults = false\n[[registry]]\nimage = "x:1"\n')
+    r = subprocess.run([*GPUCLINIC, "net", "--quick"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "GPUCLINIC_NETWORK_CONFIG": str(cfg)})
+    assert r.returncode == 64 and "registry #1 needs a url" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
