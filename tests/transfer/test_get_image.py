@@ -427,18 +427,19 @@ def test_token_mirror_gets_blob_tokens_and_renews_them_mid_download(env: Env, tm
     issuer = TokenIssuer(tools["openssl"], tmp_path / "issuer", "bob", password)
     mirror = Registry(tools["docker-registry"], tmp_path / "mreg", token=issuer)
     try:
-        build_image(tmp_path / "src", [24 * MiB, 700])
+        build_image(tmp_path / "src", [16 * MiB, 700])
         push(env.skopeo, tmp_path / "src", f"{env.reg.host}/test/tok:latest")
         push(env.skopeo, tmp_path / "src", f"{mirror.host}/test/tok:latest", creds=f"bob:{password}")
         assert any(r["login"] and "push" in str(r["scope"]) for r in issuer.requests)  # skopeo used it
         issuer.requests.clear()
         issuer.jwt_ttl = 2
         auth = base64.b64encode(f"bob:{password}".encode()).decode()
-        with TcpProxy("127.0.0.1", mirror.port, ProxyKnobs(rate_per_conn=MiB, total_rate=6 * MiB)) as px:
+        with TcpProxy("127.0.0.1", mirror.port, ProxyKnobs(rate_per_conn=MiB // 2)) as px:
             docker = tmp_path / "docker"
             docker.mkdir()
             (docker / "config.json").write_text(json.dumps({"auths": {px.url: {"auth": auth}}}))
-            # 4 connections at 1 MiB/s, about three 2 MiB range requests each: ranges start after 2 s
+            # 4 connections at 0.5 MiB/s (about 8 s), about three ~1.3 MiB range requests each: new
+            # ranges are requested long after the first token died
             r = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "a"), "--mirror", px.url, "--json",
                      "--connections", "4", env={"DOCKER_CONFIG": str(docker)})
             anon = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "b"), "--mirror", px.url, "--json",
