@@ -444,6 +444,12 @@ def test_token_mirror_gets_blob_tokens_and_renews_them_mid_download(env: Env, tm
                      "--connections", "4", env={"DOCKER_CONFIG": str(docker)})
             anon = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "b"), "--mirror", px.url, "--json",
                         env={"DOCKER_CONFIG": str(tmp_path / "none")})
+            renewals = len([q for q in issuer.requests if q["login"]])
+            # a token server that only hands out dead tokens: a few renewals, then the origin serves
+            issuer.jwt_ttl = -5
+            dead = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "c"), "--mirror", px.url, "--json",
+                        env={"DOCKER_CONFIG": str(docker)}, timeout=120)
+            dead_requests = len(issuer.requests) - renewals - 1  # minus the anonymous attempt
     finally:
         mirror.stop()
         issuer.stop()
@@ -452,14 +458,17 @@ def test_token_mirror_gets_blob_tokens_and_renews_them_mid_download(env: Env, tm
     assert res["seconds"] > 3  # outlived the first token
     assert all(str(px.port) in b["source"] for b in res["blobs"]), res["blobs"]
     logged_in = [q for q in issuer.requests if q["login"]]
-    assert len(logged_in) >= 2  # the first token, and at least one renewal after a 401 on a blob
+    assert renewals >= 2  # the first token, and at least one renewal after a 401 on a blob
     assert {q["scope"] for q in logged_in} == {"repository:test/tok:pull"}
     assert {q["service"] for q in logged_in} == {TokenIssuer.service}
     _check_layout_blobs(tmp_path / "a", res)
     # without the login the mirror is skipped at once and the origin serves
     assert anon.returncode == 0, anon.stderr
     assert all(str(env.reg.port) in b["source"] for b in json.loads(anon.stdout)["blobs"])
-    for out in (r, anon):
+    assert dead.returncode == 0, dead.stderr
+    assert all(str(env.reg.port) in b["source"] for b in json.loads(dead.stdout)["blobs"])
+    assert 1 <= dead_requests <= 12, dead_requests  # bounded: no renewal loop
+    for out in (r, anon, dead):
         text = out.stdout + out.stderr
         assert password not in text and auth not in text
         assert not any(t in text or t.split(".")[2] in text for t in issuer.tokens)
