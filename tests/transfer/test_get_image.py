@@ -427,7 +427,7 @@ def test_token_mirror_gets_blob_tokens_and_renews_them_mid_download(env: Env, tm
     issuer = TokenIssuer(tools["openssl"], tmp_path / "issuer", "bob", password)
     mirror = Registry(tools["docker-registry"], tmp_path / "mreg", token=issuer)
     try:
-        build_image(tmp_path / "src", [16 * MiB, 700])
+        build_image(tmp_path / "src", [24 * MiB, 700])
         push(env.skopeo, tmp_path / "src", f"{env.reg.host}/test/tok:latest")
         push(env.skopeo, tmp_path / "src", f"{mirror.host}/test/tok:latest", creds=f"bob:{password}")
         assert any(r["login"] and "push" in str(r["scope"]) for r in issuer.requests)  # skopeo used it
@@ -438,10 +438,10 @@ def test_token_mirror_gets_blob_tokens_and_renews_them_mid_download(env: Env, tm
             docker = tmp_path / "docker"
             docker.mkdir()
             (docker / "config.json").write_text(json.dumps({"auths": {px.url: {"auth": auth}}}))
-            # 4 connections at 0.5 MiB/s (about 8 s), about three ~1.3 MiB range requests each: new
-            # ranges are requested long after the first token died
+            # 8 connections at 0.5 MiB/s (about 6 s), about three 1 MiB range requests each: new ranges
+            # are requested long after the first token died, several at the same moment
             r = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "a"), "--mirror", px.url, "--json",
-                     "--connections", "4", env={"DOCKER_CONFIG": str(docker)})
+                     "--connections", "8", env={"DOCKER_CONFIG": str(docker)})
             anon = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "b"), "--mirror", px.url, "--json",
                         env={"DOCKER_CONFIG": str(tmp_path / "none")})
             renewals = len([q for q in issuer.requests if q["login"]])

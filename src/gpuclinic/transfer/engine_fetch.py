@@ -199,8 +199,8 @@ class _Fetcher(_Planner):
         credentials) or ban the source."""
         code = r.status_code
         if code == 401 and reauth is not None and url == src.url and not r.history:
-            src.fresh_failures += 1  # reset by the next good answer: a few renewals in a row at most
-            if src.fresh_failures <= 3 and reauth(url, r.headers.get("www-authenticate", "")):
+            # the hook bounds the renewals (many connections share one); the retry budget bounds the rest
+            if reauth(url, r.headers.get("www-authenticate", "")):
                 raise _Retryable("HTTP 401 (credentials renewed, retrying)")
             raise _SourceFatal("HTTP 401 Unauthorized")
         if code in (429, 503):

@@ -268,6 +268,7 @@ class Registry:
         self._lock = threading.Lock()
         self._reauth_lock = threading.Lock()
         self._renewed_at = 0.0
+        self._renewals: list[float] = []
         self.client = httpx.Client(
             follow_redirects=True,
             trust_env=True,
@@ -363,10 +364,16 @@ class Registry:
         """The download engine's 401 hook for a blob request (``FileSpec.reauth``): renew the login
         from the answer's ``WWW-Authenticate`` (a token from its realm, with the same credentials as
         for the manifest) so that the ranged request can be retried.  Many connections hit an expired
-        token at once: the first renews, the others within two seconds just retry."""
+        token at once: the first renews, the others within two seconds just retry.  A token server
+        whose tokens die at once gets three renewals a minute; then False bans this registry as a
+        source of the blob and the next source (the origin after a mirror) goes on."""
         with self._reauth_lock:
-            if time.monotonic() - self._renewed_at < 2.0:
+            now = time.monotonic()
+            if now - self._renewed_at < 2.0:
                 return True
+            self._renewals = [t for t in self._renewals if now - t < 60.0]
+            if len(self._renewals) >= 3:
+                return False
             if challenge:
                 scheme, params = parse_challenge(challenge)
                 if scheme in ("bearer", "basic"):
@@ -378,6 +385,7 @@ class Registry:
             except RegistryError:
                 return False
             self._renewed_at = time.monotonic()
+            self._renewals.append(self._renewed_at)
             return True
 
     def token_seconds_left(self) -> float:
