@@ -263,6 +263,8 @@ def test_bad_input_is_one_line(env: Env, tmp_path: Path) -> None:
         ([f"{env.reg.host}/test/big", "--platform", "amd64"], "OS/ARCH"),
         ([f"{env.reg.host}/test/big", "-o", str(tmp_path / "no" / "such")], "does not exist"),
         ([f"{env.reg.host}/test/missing"], "MANIFEST_UNKNOWN"),
+        ([f"{env.reg.host}/test/big", "--runtime", "podman"], "add --load"),
+        ([f"{env.reg.host}/test/big", "--cache-max", "-3G"], "--cache-max must be a size"),
     ]
     for args, want in cases:
         r = _get(*args, "-o", str(tmp_path / "o")) if "-o" not in args else _get(*args)

@@ -105,6 +105,8 @@ def image_cmd(
     from gpuclinic.transfer.engine import EngineOptions
     from gpuclinic.transfer.oci_pull import pull, summary_line
 
+    if runtime and not load:
+        raise InputError("--runtime chooses the runtime for --load; add --load", exit_code=EXIT_USAGE)
     if connections is not None and not 1 <= connections <= 256:
         raise InputError("--connections must be between 1 and 256", exit_code=EXIT_USAGE)
     if not 0.1 <= stall_timeout <= 86400:
