@@ -7,8 +7,8 @@ any input), ``watch`` and ``run`` (:func:`.follow.follow`).
 * :mod:`.formats` - timestamp/host/level prefixes of every dmesg, journal, syslog, kmsg and container
   wrapper variant; candidate-line keyword tests;
 * :mod:`.patterns` - message patterns and the "is this a kernel log" sniff;
-* :mod:`.parse` - the stateful line parser (dispatch); its per-family extractors: :mod:`.nvrm` (Xid, SXid, GSP,
-  init, NVLink, module) and :mod:`.aer` (PCIe AER record assembly);
+* :mod:`.parse` - the stateful line parser (dispatch); its per-family extractors: :mod:`.nvrm` (Xid, SXid,
+  GSP, init, NVLink, module) and :mod:`.aer` (PCIe AER record assembly);
 * :mod:`.scan` - streaming file scan (memmem over a reused buffer, flat memory);
 * :mod:`.collect` - live collection from journalctl/dmesg/syslog files;
 * :mod:`.follow` - following a live log.
