@@ -17,9 +17,11 @@ any input), ``watch`` and ``run`` (:func:`.follow.follow`).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not typing's: `scan_path` must start grep before typing would even load
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpuclinic.sources.kernellog.formats import is_kernel_line, split_prefix
     from gpuclinic.sources.kernellog.parse import KernelLogParser, parse_lines, parse_numbered
     from gpuclinic.sources.kernellog.patterns import looks_like_kernel_log

@@ -15,14 +15,9 @@ Two uses:
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
-import threading
-from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 
-from gpuclinic.sources.kernellog.formats import (
+from gpuclinic.sources.kernellog.keywords import (
     _CONTEXT_LINE_MARKS,
     _CONTEXT_MARKERS,
     _QUALIFY,
@@ -33,11 +28,15 @@ from gpuclinic.sources.kernellog.formats import (
     SCAN_KEYWORDS,
 )
 
+# ``scan_path`` starts grep first and prepares while it runs: nothing imported here may cost time before
+# that (no re, shutil, subprocess, typing or collections at import; grep is started with posix_spawn).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Iterable, Iterator, Sequence
+
 _MAGIC = (b"\x1f\x8b", b"\xfd7zXZ\x00", b"BZh")
 _ENV = {**os.environ, "LC_ALL": "C"}  # bytes, not characters: fastest, and never an encoding error
-
-
-_MARKS = re.compile(b"|".join(re.escape(m) for m in _CONTEXT_LINE_MARKS))
 
 
 class GrepFallback(Exception):
@@ -47,7 +46,16 @@ class GrepFallback(Exception):
 def grep_binary() -> str | None:
     if os.environ.get("GPUCLINIC_NO_GREP"):
         return None
-    return shutil.which("grep")
+    return _which("grep")
+
+
+def _which(name: str) -> str | None:
+    """``shutil.which`` for a plain command name (without importing shutil)."""
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        cand = os.path.join(d or os.curdir, name)
+        if os.access(cand, os.F_OK | os.X_OK) and not os.path.isdir(cand):
+            return cand
+    return None
 
 
 def is_plain(path: str) -> bool:
@@ -60,14 +68,52 @@ def is_plain(path: str) -> bool:
     return not any(head.startswith(m) for m in _MAGIC)
 
 
-def _run(argv: list[str]) -> subprocess.Popen[bytes]:
+class _Spawned:
+    """A child started with ``os.posix_spawn`` (its stdout a pipe, stderr /dev/null): the part of
+    ``subprocess.Popen`` the scan uses, without importing subprocess (and vfork-fast)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        r, w = os.pipe()  # both close-on-exec; the dup2 onto fd 1 is inherited
+        try:
+            actions = [(os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]
+            self.pid = os.posix_spawn(argv[0], argv, _ENV, file_actions=actions)
+        except OSError as e:
+            os.close(r)
+            raise GrepFallback(str(e)) from None
+        finally:
+            os.close(w)
+        self.stdout = open(r, "rb", buffering=1 << 16)  # closed by _finish or _kill
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, 9)  # SIGKILL (importing signal would load enum)
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+
+def _run(argv: list[str]) -> subprocess.Popen[bytes] | _Spawned:
+    if hasattr(os, "posix_spawn"):
+        return _Spawned(argv)
+    import subprocess
+
     try:
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_ENV)
     except OSError as e:
         raise GrepFallback(str(e)) from None
 
 
-def _finish(proc: subprocess.Popen[bytes]) -> None:
+def _finish(proc: subprocess.Popen[bytes] | _Spawned) -> None:
     """grep exits 0 (lines found) or 1 (none); anything else is a failure."""
     if proc.stdout is not None:
         proc.stdout.close()
@@ -76,7 +122,7 @@ def _finish(proc: subprocess.Popen[bytes]) -> None:
         raise GrepFallback(f"grep exited {rc}")
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def _kill(proc: subprocess.Popen[bytes] | _Spawned) -> None:
     if proc.poll() is None:
         proc.kill()
     if proc.stdout is not None:
@@ -84,12 +130,12 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-_ERE_SPECIAL = re.compile(r"([.\[\]()*+?{}|^$\\])")
+_ERE_SPECIAL = frozenset(".[]()*+?{}|^$\\")
 
 
 def _ere_literal(word: str) -> str:
     """``word`` as a POSIX extended regex matching exactly it."""
-    return _ERE_SPECIAL.sub(r"\\\1", word)
+    return "".join("\\" + c if c in _ERE_SPECIAL else c for c in word)
 
 
 def grep_patterns() -> list[str]:
@@ -141,7 +187,7 @@ def _context(fh: object, pos: int, count: int) -> list[tuple[int, bytes]]:
         if e - p > MAX_LINE_CHARS:
             e = p + MAX_LINE_CHARS
         seg = block[p:e]
-        if _MARKS.search(seg):
+        if any(m in seg for m in _CONTEXT_LINE_MARKS):
             out.append((pos + p, seg))
         p = e + 1
     return out
@@ -164,7 +210,7 @@ def start_grep_candidates(path: str, grep: str) -> Iterator[str]:
     return _candidates(path, _run([*argv, "--", path]))
 
 
-def _candidates(path: str, proc: subprocess.Popen[bytes]) -> Iterator[str]:
+def _candidates(path: str, proc: subprocess.Popen[bytes] | _Spawned) -> Iterator[str]:
     assert proc.stdout is not None
     pending: dict[int, bytes] = {}  # context lines not yet yielded, by offset
     done: set[int] = set()  # offsets of context lines already yielded
@@ -267,10 +313,14 @@ def _limit(it: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
 
 def _grep_keyword_lines(path: str, grep: str, kws: list[str]) -> Iterator[tuple[int, str]]:
     """grep over the file, or over its decompressed bytes fed on stdin by a thread (gz, xz, bz2)."""
+    import subprocess
+    import threading
+
     argv = [grep, "-a", "-n", "-i", "-F"]
     for k in kws:
         argv += ["-e", k]
     feeder: threading.Thread | None = None
+    proc: subprocess.Popen[bytes] | _Spawned
     if is_plain(path):
         proc = _run([*argv, "--", path])
     else:

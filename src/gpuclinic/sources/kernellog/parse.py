@@ -10,8 +10,6 @@ from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.sources.kernellog.aer import AerReaders, _Aer
 from gpuclinic.sources.kernellog.formats import (
     _RE_GLUE,
-    CONTEXT_LINES,
-    MAX_LINE_CHARS,
     _is_candidate,
     _looks_glued,
     _Prefix,
@@ -19,6 +17,10 @@ from gpuclinic.sources.kernellog.formats import (
     _wants_context,
     _windows,
     split_prefix,
+)
+from gpuclinic.sources.kernellog.keywords import (
+    CONTEXT_LINES,
+    MAX_LINE_CHARS,
 )
 from gpuclinic.sources.kernellog.nvrm import NvrmReaders, _Multi
 from gpuclinic.sources.kernellog.patterns import (
