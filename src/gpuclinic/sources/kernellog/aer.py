@@ -7,11 +7,9 @@ record spans lines and devices (root port, downstream GPU), so it is assembled, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuclinic.facts.kernel import KernelEvent
-from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.sources.kernellog.formats import _Prefix
 from gpuclinic.sources.kernellog.patterns import (
     _CORRECTABLE_BITS,
@@ -24,14 +22,19 @@ from gpuclinic.sources.kernellog.patterns import (
     _RE_AER_RECV,
     _RE_AER_STATUS,
     _bus,
+    _norm_bus,
     _norm_sev,
 )
 
 
-@dataclass
 class _Aer:
-    event: KernelEvent
-    device: str | None
+    """The AER record being assembled and the device it is about."""
+
+    __slots__ = ("device", "event")
+
+    def __init__(self, event: KernelEvent, device: str | None) -> None:
+        self.event = event
+        self.device = device
 
 
 class AerReaders:
@@ -57,11 +60,11 @@ class AerReaders:
             self._flush_aer(out)
             sev = _norm_sev(m.group("sev"), m.group("fatal"))
             src = m.group("src")
-            src_bus = normalize_bus_id(src) if ":" in src else None
+            src_bus = _norm_bus(src) if ":" in src else None
             prev = self._recv
             if (
                 prev is not None
-                and prev.detail.get("reporter") == normalize_bus_id(m.group("dev"))
+                and prev.detail.get("reporter") == _norm_bus(m.group("dev"))
                 and (prev.pci_bus_id, prev.detail.get("source_id")) == (src_bus, None if src_bus else src)
             ):
                 # "Multiple ... received" right after the single report of the same source: one record
@@ -70,7 +73,7 @@ class AerReaders:
             else:
                 self._flush_recv(out)
                 multiple = bool(m.group("multi"))
-            self._last_reporter = (normalize_bus_id(m.group("dev")), 12)
+            self._last_reporter = (_norm_bus(m.group("dev")), 12)
             self._recv = self._ev(
                 "aer",
                 line,
@@ -80,7 +83,7 @@ class AerReaders:
                 pci_bus_id=src_bus,
                 detail={
                     "severity": sev,
-                    "reporter": normalize_bus_id(m.group("dev")),
+                    "reporter": _norm_bus(m.group("dev")),
                     "device": src_bus,
                     "multiple": multiple,
                     "source_id": None if src_bus else src,
@@ -120,7 +123,7 @@ class AerReaders:
         m = _RE_AER_FW_STATUS.search(msg)
         if m:
             self._flush_aer(out)
-            dev = normalize_bus_id(m.group("dev"))
+            dev = _norm_bus(m.group("dev"))
             d = {
                 "severity": self._hw_sev and _norm_sev(self._hw_sev, None),
                 "device": dev,
@@ -136,7 +139,7 @@ class AerReaders:
         m = _RE_AER_DOWNSTREAM.search(msg)
         la = self._aer.event if self._aer is not None else self._last_aer
         if m and la is not None and "recovery" not in msg:
-            dev = normalize_bus_id(m.group("dev"))
+            dev = _norm_bus(m.group("dev"))
             if dev not in (la.pci_bus_id, la.detail.get("reporter")):
                 below = la.detail.setdefault("downstream", [])
                 if dev not in below:
@@ -155,11 +158,11 @@ class AerReaders:
                     msg,
                     p,
                     lineno,
-                    pci_bus_id=normalize_bus_id(m.group("dev")),
+                    pci_bus_id=_norm_bus(m.group("dev")),
                     detail={
                         "severity": "recovery",
                         "recovery": m.group("res"),
-                        "device": normalize_bus_id(m.group("dev")),
+                        "device": _norm_bus(m.group("dev")),
                     },
                 )
             )
@@ -171,14 +174,14 @@ class AerReaders:
         if a is None:
             return False
         m = _RE_AER_STATUS.search(msg)
-        if m and normalize_bus_id(m.group("dev")) == a.device:
+        if m and _norm_bus(m.group("dev")) == a.device:
             a.event.detail["vendor_device"] = m.group("vd").lower()
             a.event.detail["status"] = m.group("status")
             a.event.detail["mask"] = m.group("mask")
             a.event.detail.setdefault("lines", []).append(msg.strip())
             return True
         m = _RE_AER_BIT.search(msg)
-        if m and normalize_bus_id(m.group("dev")) == a.device:
+        if m and _norm_bus(m.group("dev")) == a.device:
             bits = a.event.detail.setdefault("bits", [])
             bits.append(m.group("name").strip())
             if m.group("first"):
@@ -186,7 +189,7 @@ class AerReaders:
             a.event.detail.setdefault("lines", []).append(msg.strip())
             return True
         m = _RE_AER_FW_LAYER.search(msg)
-        if m and normalize_bus_id(m.group("dev")) == a.device:
+        if m and _norm_bus(m.group("dev")) == a.device:
             a.event.detail["type"] = m.group("type").strip()
             a.event.detail["agent"] = m.group("agent").strip()
             a.event.detail.setdefault("lines", []).append(msg.strip())

@@ -7,7 +7,6 @@ import datetime as _dt
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 # Candidate selection: the constants live in keywords.py (imported by the scan before grep starts).
 from gpuclinic.sources.kernellog.keywords import (
@@ -64,12 +63,17 @@ _RE_GLUE = re.compile(
 )
 
 
-@dataclass
 class _Prefix:
-    time: str | None = None
-    uptime: float | None = None
-    host: str | None = None
-    time_text: str | None = None
+    """What a line's prefixes said (one per parsed line: a slotted class, not a dataclass, is cheapest to
+    make and keeps ``dataclasses`` out of the scan's imports)."""
+
+    __slots__ = ("host", "time", "time_text", "uptime")
+
+    def __init__(self) -> None:
+        self.time: str | None = None
+        self.uptime: float | None = None
+        self.host: str | None = None
+        self.time_text: str | None = None
 
 
 def _tz(s: str | None) -> str:

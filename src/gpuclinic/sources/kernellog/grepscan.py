@@ -32,6 +32,7 @@ from gpuclinic.sources.kernellog.keywords import (
 # that (no re, shutil, subprocess, typing or collections at import; grep is started with posix_spawn).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import re
     import subprocess
     from collections.abc import Iterable, Iterator, Sequence
 
@@ -164,18 +165,29 @@ def _is_hit(line: bytes) -> tuple[bool, bool]:
     return hit, ctx
 
 
-def _context(fh: object, pos: int, count: int) -> list[tuple[int, bytes]]:
+_MARKS: list[re.Pattern[bytes]] = []  # compiled on first use (re loads after grep started)
+
+
+def _marks() -> re.Pattern[bytes]:
+    """One C search for any of the AER detail-line marks (a Python loop over six is slower)."""
+    if not _MARKS:
+        import re
+
+        _MARKS.append(re.compile(b"|".join(re.escape(m) for m in _CONTEXT_LINE_MARKS)))
+    return _MARKS[0]
+
+
+def _context(fd: int, pos: int, count: int) -> list[tuple[int, bytes]]:
     """The lines after an AER header (from byte ``pos``) that belong to its record, as the memmem scan
     picks."""
-    assert hasattr(fh, "seek") and hasattr(fh, "read")
-    fh.seek(pos)
     most = count * (MAX_LINE_CHARS + 1) + 1
-    block: bytes = fh.read(min(most, 4096))  # detail lines are short: read more only when they are not
+    block = os.pread(fd, min(most, 4096), pos)  # detail lines are short: read more only when they are not
     while block.count(b"\n") < count and len(block) < most:
-        more: bytes = fh.read(min(most - len(block), 65536))
+        more = os.pread(fd, min(most - len(block), 65536), pos + len(block))
         if not more:
             break
         block += more
+    search = _marks().search
     out: list[tuple[int, bytes]] = []
     p, n = 0, len(block)
     for _ in range(count):
@@ -186,9 +198,8 @@ def _context(fh: object, pos: int, count: int) -> list[tuple[int, bytes]]:
             e = n
         if e - p > MAX_LINE_CHARS:
             e = p + MAX_LINE_CHARS
-        seg = block[p:e]
-        if any(m in seg for m in _CONTEXT_LINE_MARKS):
-            out.append((pos + p, seg))
+        if search(block, p, e):
+            out.append((pos + p, block[p:e]))
         p = e + 1
     return out
 
@@ -231,7 +242,7 @@ def _candidates(path: str, proc: subprocess.Popen[bytes] | _Spawned) -> Iterator
                         yield _decode(pending.pop(o))
                 hit, ctx = _is_hit(line)
                 if ctx:
-                    for o, seg in _context(fh, off + len(line) + 1, CONTEXT_LINES):
+                    for o, seg in _context(fh.fileno(), off + len(line) + 1, CONTEXT_LINES):
                         if o not in done and o != off:
                             pending.setdefault(o, seg)
                 if off in done:

@@ -8,11 +8,9 @@ message grammar changes with driver releases, and is read and tested on its own.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuclinic.facts.kernel import KernelEvent
-from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.sources.kernellog.formats import _Prefix
 from gpuclinic.sources.kernellog.patterns import (
     _BDF,
@@ -39,18 +37,23 @@ from gpuclinic.sources.kernellog.patterns import (
     _RE_PROBE,
     _RE_UUID,
     _bus,
+    _norm_bus,
 )
 
 
-@dataclass
 class _Multi:
     """An NVRM message printed over several lines (fallen off the bus, API mismatch, unsupported GPU)."""
 
-    kind: str
-    parts: list[str]
-    line: str
-    prefix: _Prefix
-    lineno: int | None
+    __slots__ = ("kind", "line", "lineno", "parts", "prefix")
+
+    def __init__(
+        self, *, kind: str, parts: list[str], line: str, prefix: _Prefix, lineno: int | None
+    ) -> None:
+        self.kind = kind
+        self.parts = parts
+        self.line = line
+        self.prefix = prefix
+        self.lineno = lineno
 
 
 def _gsp_kind(low: str) -> str:
@@ -87,7 +90,7 @@ class NvrmReaders:
         ) -> KernelEvent: ...
 
     def _xid(self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None) -> KernelEvent:
-        bus = normalize_bus_id(m.group("bus")) if m.group("bus") else None
+        bus = _norm_bus(m.group("bus")) if m.group("bus") else None
         if bus is None:
             detail_bus = {"bus_redacted": True}
         else:
@@ -148,7 +151,7 @@ class NvrmReaders:
         self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None
     ) -> KernelEvent | None:
         rest = m.group("rest").strip()
-        key = (normalize_bus_id(m.group("bus")), int(m.group("sxid")))
+        key = (_norm_bus(m.group("bus")), int(m.group("sxid")))
         continuation = bool(re.match(r"^(?:Severity \d|Data \{|Data\s*0x)", rest))
         if continuation and key in self._sxid_seen:
             return None  # a Severity/Data line of a record whose header was read
@@ -195,14 +198,14 @@ class NvrmReaders:
         """UUID <-> bus id lines, the one-line "fallen off the bus", the start of a multi-line message."""
         m = _RE_UUID.search(msg)
         if m:
-            bus = normalize_bus_id(m.group("bus"))
+            bus = _norm_bus(m.group("bus"))
             d = {"uuid": m.group("uuid")}
             out.append(self._ev("uuid_map", line, msg, p, lineno, pci_bus_id=bus, detail=d))
             return True
         m = _RE_FOB_ONE.search(msg)
         if m:
             out.append(
-                self._ev("fallen_off_bus", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("bus")))
+                self._ev("fallen_off_bus", line, msg, p, lineno, pci_bus_id=_norm_bus(m.group("bus")))
             )
             return True
         if "The NVIDIA GPU" in msg or "API mismatch" in msg:
@@ -246,7 +249,7 @@ class NvrmReaders:
         m = _RE_PROBE.search(msg)
         if m and "nvidia" in msg:
             d = {"what": "probe failed", "error": int(m.group("err"))}
-            bus = normalize_bus_id(m.group("bus"))
+            bus = _norm_bus(m.group("bus"))
             out.append(self._ev("init_failed", line, msg, p, lineno, pci_bus_id=bus, detail=d))
             return True
         m = _RE_POWER_CABLES.search(msg) if ("ower" in msg or "POWER" in msg) else None
@@ -268,7 +271,7 @@ class NvrmReaders:
         if mg:
             d["gpu_instance"] = int(mg.group(1))
         mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
-        bus = normalize_bus_id(mb.group(1)) if mb else self._context_bus()
+        bus = _norm_bus(mb.group(1)) if mb else self._context_bus()
         out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=bus, detail=d))
         return True
 
@@ -286,7 +289,7 @@ class NvrmReaders:
         if ml:
             d["link"] = int(ml.group(1))
         mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
-        bus = normalize_bus_id(mb.group(1)) if mb else self._context_bus()
+        bus = _norm_bus(mb.group(1)) if mb else self._context_bus()
         out.append(self._ev("nvlink", line, msg, p, lineno, pci_bus_id=bus, detail=d))
         return True
 
@@ -339,7 +342,7 @@ class NvrmReaders:
                         "NVRM: " + text,
                         mu.prefix,
                         mu.lineno,
-                        pci_bus_id=normalize_bus_id(m.group("bus")),
+                        pci_bus_id=_norm_bus(m.group("bus")),
                         detail=d,
                     )
                 )
@@ -354,7 +357,7 @@ class NvrmReaders:
                         "NVRM: " + text,
                         mu.prefix,
                         mu.lineno,
-                        pci_bus_id=normalize_bus_id(m.group("bus")),
+                        pci_bus_id=_norm_bus(m.group("bus")),
                         detail={
                             "module": "gpu_not_supported",
                             "severity": "critical",

@@ -6,7 +6,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gpuclinic.facts.kernel import KernelEvent
-from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.sources.kernellog.aer import AerReaders, _Aer
 from gpuclinic.sources.kernellog.formats import (
     _RE_GLUE,
@@ -30,6 +29,7 @@ from gpuclinic.sources.kernellog.patterns import (
     _RE_SXID,
     _RE_XID,
     _bus,
+    _norm_bus,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ class KernelLogParser(NvrmReaders, AerReaders):
             return
         m = _RE_PCI_ENUM.search(msg) if "10de" in msg else None
         if m:
-            self.nvidia_devices.add(normalize_bus_id(m.group("dev")))
+            self.nvidia_devices.add(_norm_bus(m.group("dev")))
 
     def _continue_multi(self, msg: str, out: list[KernelEvent]) -> bool:
         """A continuation of the waiting multi-line NVRM message (True: used); else that message ends."""
@@ -205,7 +205,7 @@ class KernelLogParser(NvrmReaders, AerReaders):
             return True
         m = _RE_PCI_ENUM.search(msg)
         if m:
-            self.nvidia_devices.add(normalize_bus_id(m.group("dev")))
+            self.nvidia_devices.add(_norm_bus(m.group("dev")))
             return True
         return False
 
