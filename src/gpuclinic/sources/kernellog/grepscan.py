@@ -34,7 +34,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re
     import subprocess
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
 _MAGIC = (b"\x1f\x8b", b"\xfd7zXZ\x00", b"BZh")
 _ENV = {**os.environ, "LC_ALL": "C"}  # bytes, not characters: fastest, and never an encoding error
@@ -73,10 +73,14 @@ class _Spawned:
     """A child started with ``os.posix_spawn`` (its stdout a pipe, stderr /dev/null): the part of
     ``subprocess.Popen`` the scan uses, without importing subprocess (and vfork-fast)."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], stdin_fd: int | None = None) -> None:
         r, w = os.pipe()  # both close-on-exec; the dup2 onto fd 1 is inherited
         try:
-            actions = [(os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]
+            actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = [
+                (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)
+            ]
+            if stdin_fd is not None:
+                actions.append((os.POSIX_SPAWN_DUP2, stdin_fd, 0))
             self.pid = os.posix_spawn(argv[0], argv, _ENV, file_actions=actions)
         except OSError as e:
             os.close(r)
@@ -214,26 +218,52 @@ def iter_grep_candidates(path: str, grep: str) -> Iterator[str]:
 
 
 def start_grep_candidates(path: str, grep: str) -> Iterator[str]:
-    """:func:`iter_grep_candidates`, with grep started now (the caller prepares while it runs)."""
+    """:func:`iter_grep_candidates`, with grep started now (the caller prepares while it runs).
+
+    A big file is read by two greps, one per half, when a second core is free (:mod:`.grepsplit`)."""
     # one extended regex of literal alternatives: GNU grep searches it a little faster than -F with -e per
     # word
     argv = [grep, "-a", "-b", "-E", "-e", "|".join(_ere_literal(p) for p in grep_patterns())]
-    return _candidates(path, _run([*argv, "--", path]))
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        raise GrepFallback(str(e)) from None
+    from gpuclinic.sources.kernellog import grepsplit
+
+    if grepsplit.usable(size):
+        halves = grepsplit.start(path, argv, size)
+        if halves is not None:
+            return _candidates(path, *halves)
+    proc = _run([*argv, "--", path])
+
+    def close(ok: bool) -> None:
+        if ok:
+            _finish(proc)
+        else:
+            _kill(proc)
+
+    return _candidates(path, _records(proc), close)
 
 
-def _candidates(path: str, proc: subprocess.Popen[bytes] | _Spawned) -> Iterator[str]:
+def _records(proc: subprocess.Popen[bytes] | _Spawned) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, line) of each line grep printed."""
     assert proc.stdout is not None
+    for raw in proc.stdout:
+        colon = raw.find(b":")
+        if colon <= 0:
+            raise GrepFallback("unexpected grep output")
+        yield int(raw[:colon]), raw[colon + 1 :].rstrip(b"\n")
+
+
+def _candidates(
+    path: str, records: Iterator[tuple[int, bytes]], close: Callable[[bool], None]
+) -> Iterator[str]:
     pending: dict[int, bytes] = {}  # context lines not yet yielded, by offset
     done: set[int] = set()  # offsets of context lines already yielded
     ok = False
     try:
         with open(path, "rb") as fh:
-            for raw in proc.stdout:
-                colon = raw.find(b":")
-                if colon <= 0:
-                    raise GrepFallback("unexpected grep output")
-                off = int(raw[:colon])
-                line = raw[colon + 1 :].rstrip(b"\n")
+            for off, line in records:
                 if len(line) > MAX_LINE_CHARS:
                     raise GrepFallback("overlong line")  # the memmem scan windows it
                 if pending:
@@ -255,10 +285,7 @@ def _candidates(path: str, proc: subprocess.Popen[bytes] | _Spawned) -> Iterator
                 yield _decode(pending[o])
         ok = True
     finally:
-        if ok:
-            _finish(proc)
-        else:
-            _kill(proc)
+        close(ok)
 
 
 def _decode(b: bytes) -> str:
