@@ -9,7 +9,9 @@ any input), ``watch`` and ``run`` (:func:`.follow.follow`).
 * :mod:`.patterns` - message patterns and the "is this a kernel log" sniff;
 * :mod:`.parse` - the stateful line parser (dispatch); its per-family extractors: :mod:`.nvrm` (Xid, SXid,
   GSP, init, NVLink, module) and :mod:`.aer` (PCIe AER record assembly);
-* :mod:`.scan` - streaming file scan (memmem over a reused buffer, flat memory);
+* :mod:`.keywords` - what makes a line a candidate (imports nothing: the scan starts grep first);
+* :mod:`.scan` - streaming file scan (grep via :mod:`.grepscan`, two greps per big file via :mod:`.grepsplit`;
+  memmem over a reused buffer as the fallback; flat memory);
 * :mod:`.collect` - live collection from journalctl/dmesg/syslog files;
 * :mod:`.follow` - following a live log.
 """

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 SPLIT_MIN_BYTES = 128 << 20  # below this a second grep and its feeder cost more than they save
-MAX_BUFFERED = 64 << 20  # of the second grep's output held while the first half is parsed
+MAX_BUFFERED = 16 << 20  # of the second grep's output held while the first half is parsed (then it waits)
 _PIPE_BYTES = 1 << 20  # the feeder's pipe (fewer, larger splices); Linux's default cap for unprivileged users
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux)
 
