@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "transfer"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # oci_env uses tests/ports.py
 
 from oci_env import MiB, Registry, build_image, push, sha256_file
 

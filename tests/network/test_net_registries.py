@@ -17,8 +17,9 @@ from gpuclinic.cli.net_registry import best_mirror, doc_findings, parse_ratelimi
 from gpuclinic.knowledge import codes as K
 from gpuclinic.sources.registry import RegistryProbe, configured_specs, read_mirror_config
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
+from ports import free_port
 from realtools import require
-from transfer.oci_env import MiB, Registry, build_image, free_port, push
+from transfer.oci_env import MiB, Registry, build_image, push
 
 from .servers import LoopbackFileServer
 

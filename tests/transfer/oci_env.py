@@ -11,7 +11,6 @@ import hashlib
 import io
 import json
 import os
-import socket
 import subprocess
 import tarfile
 import time
@@ -20,13 +19,9 @@ from pathlib import Path
 
 import httpx
 
+from ports import free_port
+
 MiB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Registry:
