@@ -113,3 +113,23 @@ def test_only_big_files_on_several_cores_are_split() -> None:
     assert not grepsplit.usable(grepsplit.SPLIT_MIN_BYTES - 1)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     assert grepsplit.usable(grepsplit.SPLIT_MIN_BYTES) == (cores > 1)
+
+
+def test_a_scan_stopped_early_reaps_both_greps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split_on: list[int]
+) -> None:
+    spawned: list[grepscan._Spawned] = []
+    real = grepscan._Spawned.__init__
+
+    def spy(self: grepscan._Spawned, argv: list[str], stdin_fd: int | None = None) -> None:
+        real(self, argv, stdin_fd)
+        spawned.append(self)
+
+    monkeypatch.setattr(grepscan._Spawned, "__init__", spy)
+    p, _, _ = _straddling_log(tmp_path)
+    assert GREP is not None
+    it = iter_grep_candidates(str(p), GREP)
+    assert "Xid" in next(it)
+    it.close()  # the caller gave up after one line
+    assert len(spawned) == 2 and all(s.returncode is not None for s in spawned)
+    assert all(s.stdout.closed for s in spawned)

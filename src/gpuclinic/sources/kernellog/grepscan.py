@@ -34,7 +34,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re
     import subprocess
-    from collections.abc import Callable, Iterable, Iterator, Sequence
+    from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
 _MAGIC = (b"\x1f\x8b", b"\xfd7zXZ\x00", b"BZh")
 _ENV = {**os.environ, "LC_ALL": "C"}  # bytes, not characters: fastest, and never an encoding error
@@ -208,7 +208,7 @@ def _context(fd: int, pos: int, count: int) -> list[tuple[int, bytes]]:
     return out
 
 
-def iter_grep_candidates(path: str, grep: str) -> Iterator[str]:
+def iter_grep_candidates(path: str, grep: str) -> Generator[str, None, None]:
     """The kernel-log candidate lines of a plain file, found by ``grep -a -b -E``.
 
     Raises :class:`GrepFallback` (possibly after yielding lines: the caller starts over) when the result

@@ -83,16 +83,26 @@ def start(
     procs = (first, second)
 
     def close(ok: bool) -> None:
-        if not ok:
+        if not ok:  # stop both greps first: the feeder then gets EPIPE and the drain EOF
             for p in procs:
-                _kill(p)
+                if p.poll() is None:
+                    p.kill()
         feeder.join()
-        drain.join()
+        drain.join()  # before any descriptor it reads is closed
         if ok:
-            for p in procs:
-                _finish(p)
+            failed = []
+            for p in procs:  # reap both, even when the first failed
+                try:
+                    _finish(p)
+                except GrepFallback as e:
+                    failed.append(e)
+            if failed:
+                raise failed[0]
             if feeder.error is not None:
                 raise GrepFallback(f"feeding the first half failed: {feeder.error}")
+        else:
+            for p in procs:
+                _kill(p)
 
     return _records(first, second, feeder, drain, cut), close
 
