@@ -154,17 +154,20 @@ def grep_patterns() -> list[str]:
     return out
 
 
+# per scan keyword: (keyword, its qualifiers or None, whether it can open an AER record)
+_HIT_RULES = tuple((kw, _QUALIFY.get(kw), kw in CONTEXT_KEYWORDS) for kw in SCAN_KEYWORDS)
+
+
 def _is_hit(line: bytes) -> tuple[bool, bool]:
     """(candidate, starts AER context) exactly as the memmem scan decides for a line of normal length."""
     hit = ctx = False
-    for kw in SCAN_KEYWORDS:
+    for kw, quals, opens in _HIT_RULES:
         if kw not in line:
             continue
-        quals = _QUALIFY.get(kw)
         if quals is not None and not any(q in line for q in quals):
             continue
         hit = True
-        if kw in CONTEXT_KEYWORDS and any(q in line for q in _CONTEXT_MARKERS):
+        if opens and not ctx and any(q in line for q in _CONTEXT_MARKERS):
             ctx = True
     return hit, ctx
 
@@ -181,19 +184,28 @@ def _marks() -> re.Pattern[bytes]:
     return _MARKS[0]
 
 
-def _context(fd: int, pos: int, count: int) -> list[tuple[int, bytes]]:
+def _context(fd: int, pos: int, count: int, last: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
     """The lines after an AER header (from byte ``pos``) that belong to its record, as the memmem scan
-    picks."""
+    picks.  ``last`` holds the block read for the previous header: the next header of the same record
+    (its detail lines are headers too) usually finds its lines there, without another read."""
     most = count * (MAX_LINE_CHARS + 1) + 1
-    block = os.pread(fd, min(most, 4096), pos)  # detail lines are short: read more only when they are not
-    while block.count(b"\n") < count and len(block) < most:
-        more = os.pread(fd, min(most - len(block), 65536), pos + len(block))
-        if not more:
-            break
-        block += more
+    p = 0
+    block = b""
+    if last:
+        base, prev = last[0]
+        if base <= pos < base + len(prev) and prev.count(b"\n", pos - base) >= count:
+            block, p = prev, pos - base
+    if not block:
+        block = os.pread(fd, min(most, 4096), pos)  # detail lines are short: read more only when they are not
+        while block.count(b"\n") < count and len(block) < most:
+            more = os.pread(fd, min(most - len(block), 65536), pos + len(block))
+            if not more:
+                break
+            block += more
+        last[:] = [(pos, block)]
     search = _marks().search
     out: list[tuple[int, bytes]] = []
-    p, n = 0, len(block)
+    p0, n = p, len(block)
     for _ in range(count):
         if p >= n:
             break
@@ -203,7 +215,7 @@ def _context(fd: int, pos: int, count: int) -> list[tuple[int, bytes]]:
         if e - p > MAX_LINE_CHARS:
             e = p + MAX_LINE_CHARS
         if search(block, p, e):
-            out.append((pos + p, block[p:e]))
+            out.append((pos + p - p0, block[p:e]))
         p = e + 1
     return out
 
@@ -260,6 +272,7 @@ def _candidates(
 ) -> Iterator[str]:
     pending: dict[int, bytes] = {}  # context lines not yet yielded, by offset
     done: set[int] = set()  # offsets of context lines already yielded
+    last: list[tuple[int, bytes]] = []  # the last block read for context lines
     ok = False
     try:
         with open(path, "rb") as fh:
@@ -272,7 +285,7 @@ def _candidates(
                         yield _decode(pending.pop(o))
                 hit, ctx = _is_hit(line)
                 if ctx:
-                    for o, seg in _context(fh.fileno(), off + len(line) + 1, CONTEXT_LINES):
+                    for o, seg in _context(fh.fileno(), off + len(line) + 1, CONTEXT_LINES, last):
                         if o not in done and o != off:
                             pending.setdefault(o, seg)
                 if off in done:
