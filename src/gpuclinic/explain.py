@@ -459,7 +459,7 @@ def _arch_fix(sm: SignatureMatch, live: Snapshot) -> tuple[str, list[str]] | Non
         v = compat.can_run(al, cc)
         out_ev.append(f"GPU {g.index} {g.name}: compute capability {cc} -> {v.detail}")
         if not v.ok:
-            from gpuclinic.checks.software import _arch_fix as arch_fix
+            from gpuclinic.checks.software_cuda import _arch_fix as arch_fix
 
             return arch_fix(t, cc, driver), out_ev
     ccs = (g.compute_capability or compat.compute_capability_for(g.name) for g in live.gpus)
