@@ -286,7 +286,7 @@ _COVERED_BY = {
 def _evidence(text: str, origin: str) -> tuple[Snapshot, list[str]]:
     notes: list[str] = []
     try:
-        from gpuclinic.sources.evidence import snapshot_from_text
+        from gpuclinic.sources.evidence_text import snapshot_from_text
 
         snap = snapshot_from_text(text, origin)
     except InputError:
