@@ -3,7 +3,7 @@
 The signatures are data (``knowledge/data/error_signatures.json``, one public source per entry).
 :func:`match` is used by ``gpuclinic explain`` and by the ``run`` supervisor to classify why a job
 died, so it must be fast on multi-megabyte logs: every entry has lower-case "needles" checked with
-``in`` on the lower-cased text before its precompiled regexes run at all.
+``in`` on the lower-cased text before its regexes are compiled (on first use) and run.
 """
 
 from __future__ import annotations
@@ -86,26 +86,38 @@ class Signature:
     severity: str
     title: str
     code: str | None
-    patterns: tuple[re.Pattern[str], ...]
+    regexes: tuple[str, ...]  # the patterns' source; compiled on first use (most never meet a needle)
     needles: tuple[str, ...]
     cause: str
     fix: str
     source: str
     supersedes: tuple[str, ...]
     extract: str | None
-    # per pattern: the same pattern without a leading "[^\n]*", or None.  A leading "[^\n]*" makes
-    # the regex engine run to the end of every line and back at every position (quadratic in the
-    # line length); the rest of the pattern finds the same lines in one pass.
-    fast: tuple[re.Pattern[str] | None, ...] = ()
+
+    @property
+    def patterns(self) -> tuple[re.Pattern[str], ...]:
+        return _compiled(self.regexes)
+
+    @property
+    def fast(self) -> tuple[re.Pattern[str] | None, ...]:
+        """Per pattern: the same pattern without a leading "[^\\n]*", or None.  A leading "[^\\n]*" makes
+        the regex engine run to the end of every line and back at every position (quadratic in the
+        line length); the rest of the pattern finds the same lines in one pass."""
+        return _compiled_fast(self.regexes)
 
 
 _LINE_PREFIX = "[^\\n]*"
 
 
-def _fast(rx: re.Pattern[str]) -> re.Pattern[str] | None:
-    if rx.pattern.startswith(_LINE_PREFIX) and len(rx.pattern) > len(_LINE_PREFIX):
-        return re.compile(rx.pattern[len(_LINE_PREFIX) :], rx.flags)
-    return None
+@cache
+def _compiled(regexes: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in regexes)
+
+
+@cache
+def _compiled_fast(regexes: tuple[str, ...]) -> tuple[re.Pattern[str] | None, ...]:
+    n = len(_LINE_PREFIX)
+    return tuple(re.compile(p[n:]) if p.startswith(_LINE_PREFIX) and len(p) > n else None for p in regexes)
 
 
 _WORD_START = re.compile(r"\\b(\w+)(?![*+?{])")
@@ -124,11 +136,11 @@ def _literal_first(pattern: str) -> str:
 
 @cache
 def signatures() -> tuple[Signature, ...]:
-    """Load and compile the signature table once per process."""
+    """Load the signature table once per process (each entry's regexes compile when its needles first
+    meet a text: ~560 regexes are ~0.1 s, and a log holds the needles of a few)."""
     raw = load_data("error_signatures.json")["signatures"]
     out = []
     for e in raw:
-        pats = tuple(re.compile(_literal_first(p)) for p in e["patterns"])
         out.append(
             Signature(
                 id=e["id"],
@@ -136,14 +148,13 @@ def signatures() -> tuple[Signature, ...]:
                 severity=e.get("severity", "warning"),
                 title=e["title"],
                 code=e.get("code"),
-                patterns=pats,
+                regexes=tuple(_literal_first(p) for p in e["patterns"]),
                 needles=tuple(n.lower() for n in e["needles"]),
                 cause=e["cause"],
                 fix=e["fix"],
                 source=e["source"],
                 supersedes=tuple(e.get("supersedes", ())),
                 extract=e.get("extract"),
-                fast=tuple(_fast(p) for p in pats),
             )
         )
     return tuple(out)
