@@ -107,6 +107,49 @@ def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
     return hits
 
 
+_PCRE_SAFE_NOT = (b"\x1c", b"\x1d", b"\x1e", b"\x1f")  # whitespace to re's \s, not to PCRE's
+
+
+def line_starts(text: str, pattern: str) -> list[int] | None:
+    """The 0-based lines of ``text`` (split at ``"\\n"``) where ``pattern`` matches at the line start,
+    found by ``grep -P`` (PCRE, compiled to machine code: ~10x the speed of ``re`` at every line start of
+    a 19 MB log), or None when that answer could differ from ``re``'s within each line: grep or its
+    ``-P`` missing or failing, or a text that is not plain ASCII (``re``'s ``\\s``, ``\\d`` and ``\\w`` are
+    Unicode-aware and ``\\s`` takes ``\\x1c``-``\\x1f``; PCRE's are not).  ``pattern`` uses only syntax both
+    engines read alike (groups, classes, ``\\d \\s \\S \\w``, counted repeats, lookahead)."""
+    if not text.isascii():
+        return None
+    known = _BYTES[0]
+    last = _LAST[0]
+    if known is not None and known[0] is text:
+        data = known[1]
+    elif last is not None and last[0] is text:
+        data = last[2].data
+    else:
+        data = text.encode("ascii")
+    if any(c in data for c in _PCRE_SAFE_NOT):
+        return None
+    from gpuclinic.sources.kernellog.grepscan import grep_binary
+
+    grep = grep_binary()
+    if grep is None:
+        return None
+    # "^(?:pattern)." prints the first character of each matching line: its number, not the whole line
+    argv = [grep, "-a", "-n", "-o", "-P", f"^(?:{pattern})."]
+    try:
+        with tempfile.TemporaryFile() as f:
+            f.write(data)
+            f.seek(0)
+            r = subprocess.run(
+                argv, stdin=f, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=60, check=False
+            )
+        if r.returncode not in (0, 1) or r.stderr:
+            return None  # no -P in this grep, or PCRE gave up on a line (its backtracking limit)
+        return [int(ln.split(b":", 1)[0]) - 1 for ln in r.stdout.split(b"\n")[:-1]]
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
 def _grep(data: bytes, needles: frozenset[str]) -> list[tuple[int, int, bytes]] | None:
     from gpuclinic.sources.kernellog.grepscan import grep_binary
 

@@ -116,3 +116,47 @@ def test_line_hits_grep_python_and_brute_force_agree() -> None:
         k for k, ln in want if b"xid" in ln.lower() or "\u0130".encode() in ln
     ]
     assert textscan.line_hits(text, ["nvrm"]) == hits.only(["nvrm"])  # reused for the same text
+
+
+def _ascii_log(seed: int) -> str:
+    return _log(seed).encode("ascii", "replace").decode()  # grep -P reads only plain ASCII texts
+
+
+TRICKY = (
+    "   \n[  12.345678] NVRM: Xid 79\n"  # a blank line before a kernel line: re's \s* would run on into it
+    "  kern  :warn  : [ 5.1] pcieport 0000:00:01.0: AER\n"
+    "user@node1:~$ nvidia-smi\n>>> import torch\n"
+    '  {"MESSAGE": "x"}  ,\n'
+    "__REALTIME_TIMESTAMP=1700000000\n"
+    'DCGM_FI_DEV_XID_ERRORS{gpu="0"} 79\n# HELP x y\nfoo 1 2\n'
+    "   temp1_input: 45.000\n\tnvidia 0000:3b:00.0: irq\n"
+)
+
+
+def test_big_ascii_log_uses_grep_line_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuclinic import textscan
+
+    text = _ascii_log(10) + TRICKY * 3
+    assert textscan.line_starts(text, segments._LINE_START.pattern) is not None
+    got = _same_both_ways(text, monkeypatch)
+    rec = got["input_records"][0]  # type: ignore[index]
+    assert {s["kind"] for s in rec["segments"]} >= {"kernel_log", "text", "json", "smi_error", "prompt"}
+
+
+@pytest.mark.parametrize(
+    "text", [_ascii_log(11), TRICKY, TRICKY.replace("\n", "\n\n") + "no newline at the end"]
+)
+def test_grep_line_starts_equal_re_on_each_line(text: str) -> None:
+    """grep -P of the line-start pattern finds the lines where ``re`` matches it within the line."""
+    from gpuclinic import textscan
+
+    got = textscan.line_starts(text, segments._LINE_START.pattern)
+    want = [k for k, ln in enumerate(text.split("\n")) if segments._LINE_START.match(ln)]
+    assert got == want and want
+
+
+@pytest.mark.parametrize("odd", ["\u00a0", "\u0663", "\x1f", "\x1c"])  # re's \s and \d take these, PCRE's not
+def test_grep_line_starts_only_for_plain_ascii(odd: str) -> None:
+    from gpuclinic import textscan
+
+    assert textscan.line_starts(TRICKY + odd + "[ 1.0] x\n", segments._LINE_START.pattern) is None

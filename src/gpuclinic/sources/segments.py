@@ -193,13 +193,17 @@ def _classify(lines: list[str], ix: _Index | None) -> tuple[list[str], list[int]
     for k in special:  # lines that strip() to nothing
         classes[k] = "blank"
     cands = set(ix.kernel_keys)
-    if _LINE_START.match(ix.text):
-        cands.add(0)
-    k = pos = 0
-    for m in _LINE_STARTS.finditer(ix.text):  # in order: count the newlines on from the last match
-        k += ix.text.count("\n", pos, m.start() + 1)
-        pos = m.start() + 1
-        cands.add(k)
+    starts = textscan.line_starts(ix.text, _LINE_START.pattern)  # grep -P: the same lines, ~10x faster
+    if starts is not None:
+        cands.update(starts)
+    else:
+        if _LINE_START.match(ix.text):
+            cands.add(0)
+        k = pos = 0
+        for m in _LINE_STARTS.finditer(ix.text):  # in order: count the newlines on from the last match
+            k += ix.text.count("\n", pos, m.start() + 1)
+            pos = m.start() + 1
+            cands.add(k)
     cands.discard(len(lines))  # the line after a final newline
     for k in cands:
         c = classes[k] = classify(lines[k])
@@ -343,7 +347,9 @@ def read_lines(
     Raises ``ValueError`` when no reader could use any of it (the caller's "not recognised").
     """
     rec = InputRecord(input=origin, kind="text", lines=len(lines))
-    unfolded = unfold_journal(lines)  # journal json-pretty/export/verbose and byte-array MESSAGE records
+    # journal json-pretty/export/verbose and byte-array MESSAGE records (each holds "MESSAGE": one search
+    # of the text, not a test per line, rules them out)
+    unfolded = unfold_journal(lines) if text is None or "MESSAGE" in text else lines
     if unfolded is not lines:  # rewritten lines: the literals found in ``text`` no longer describe them
         lines, text = unfolded, None
     hits = textscan.line_hits(text, _needles()) if text is not None and len(lines) >= BIG else None
