@@ -107,18 +107,20 @@ def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
     return hits
 
 
-_PCRE_SAFE_NOT = (b"\x1c", b"\x1d", b"\x1e", b"\x1f")  # whitespace to re's \s, not to PCRE's
+_ODD_ASCII = (b"\x1c", b"\x1d", b"\x1e", b"\x1f")  # whitespace to re's \s, not to PCRE's
+_PLAIN = bytes(range(0x1C)) + bytes(range(0x20, 0x80))  # the bytes both engines read alike
 
 
 def line_starts(text: str, pattern: str) -> list[int] | None:
-    """The 0-based lines of ``text`` (split at ``"\\n"``) where ``pattern`` matches at the line start,
-    found by ``grep -P`` (PCRE, compiled to machine code: ~10x the speed of ``re`` at every line start of
-    a 19 MB log), or None when that answer could differ from ``re``'s within each line: grep or its
-    ``-P`` missing or failing, or a text that is not plain ASCII (``re``'s ``\\s``, ``\\d`` and ``\\w`` are
-    Unicode-aware and ``\\s`` takes ``\\x1c``-``\\x1f``; PCRE's are not).  ``pattern`` uses only syntax both
-    engines read alike (groups, classes, ``\\d \\s \\S \\w``, counted repeats, lookahead)."""
-    if not text.isascii():
-        return None
+    """The 0-based lines of ``text`` (split at ``"\\n"``) where ``pattern`` may match at the line start: a
+    superset of ``re``'s lines, for the caller to check line by line; None when ``re`` must scan itself.
+
+    ``grep -P`` (PCRE compiled to machine code: ~10x ``re``'s speed at every line start of a 19 MB log)
+    reads the bytes; on plain ASCII its ``\\s \\d \\w`` are ``re``'s, but ``re``'s are Unicode-aware and its
+    ``\\s`` takes ``\\x1c``-``\\x1f``, so every line holding such a character is returned too.  None: grep or
+    its ``-P`` missing or failing, a text with lone surrogates, or so many such characters that the lines
+    to check would cost more than ``re``'s scan.  ``pattern`` uses only syntax both engines read alike
+    (groups, classes, ``\\d \\s \\S \\w``, counted repeats, lookahead)."""
     known = _BYTES[0]
     last = _LAST[0]
     if known is not None and known[0] is text:
@@ -126,16 +128,22 @@ def line_starts(text: str, pattern: str) -> list[int] | None:
     elif last is not None and last[0] is text:
         data = last[2].data
     else:
-        data = text.encode("ascii")
-    if any(c in data for c in _PCRE_SAFE_NOT):
-        return None
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    odd: list[int] | None = []
+    if not data.isascii() or any(c in data for c in _ODD_ASCII):
+        odd = _odd_lines(data)
+        if odd is None:
+            return None
     from gpuclinic.sources.kernellog.grepscan import grep_binary
 
     grep = grep_binary()
     if grep is None:
         return None
-    # "^(?:pattern)." prints the first character of each matching line: its number, not the whole line
-    argv = [grep, "-a", "-n", "-o", "-P", f"^(?:{pattern})."]
+    # "^(?:pattern)." prints one character of each matching line: its number, not the whole line
+    argv = [grep, "-a", "-n", "-o", "-P", f"^(?:{pattern}).", "-"]
     try:
         with tempfile.TemporaryFile() as f:
             f.write(data)
@@ -145,9 +153,34 @@ def line_starts(text: str, pattern: str) -> list[int] | None:
             )
         if r.returncode not in (0, 1) or r.stderr:
             return None  # no -P in this grep, or PCRE gave up on a line (its backtracking limit)
-        return [int(ln.split(b":", 1)[0]) - 1 for ln in r.stdout.split(b"\n")[:-1]]
+        starts = [int(ln.split(b":", 1)[0]) - 1 for ln in r.stdout.split(b"\n")[:-1]]
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
+    return sorted({*starts, *odd}) if odd else starts
+
+
+def _odd_lines(data: bytes) -> list[int] | None:
+    """The 0-based lines of ``data`` holding a byte outside ``_PLAIN``, or None when there are many: one
+    ``find`` pass per distinct such character (a log has a few: a progress bar, a check mark)."""
+    odd = data.translate(None, _PLAIN)  # those bytes, in order: the UTF-8 of those characters
+    chars = set(odd.decode("utf-8", "surrogateescape"))
+    if len(odd) > len(data) // 1024 + 64 or len(chars) > 32:
+        return None
+    pos: list[int] = []
+    for c in chars:
+        b = c.encode("utf-8", "surrogateescape")
+        i = data.find(b)
+        while i >= 0:
+            pos.append(i)
+            i = data.find(b, i + 1)
+    out: list[int] = []
+    line = prev = 0
+    for i in sorted(pos):
+        line += data.count(b"\n", prev, i)
+        prev = i
+        if not out or out[-1] != line:
+            out.append(line)
+    return out
 
 
 def _grep(data: bytes, needles: frozenset[str]) -> list[tuple[int, int, bytes]] | None:

@@ -119,7 +119,7 @@ def test_line_hits_grep_python_and_brute_force_agree() -> None:
 
 
 def _ascii_log(seed: int) -> str:
-    return _log(seed).encode("ascii", "replace").decode()  # grep -P reads only plain ASCII texts
+    return _log(seed).encode("ascii", "replace").decode()  # grep -P alone decides every line
 
 
 TRICKY = (
@@ -133,10 +133,12 @@ TRICKY = (
 )
 
 
-def test_big_ascii_log_uses_grep_line_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("ascii_only", [True, False])
+def test_big_log_uses_grep_line_starts(ascii_only: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuclinic import textscan
 
-    text = _ascii_log(10) + TRICKY * 3
+    odd = "" if ascii_only else "\u00a0[ 1.0] NVRM: x\n\u2713 done\n"  # a few lines grep cannot judge
+    text = (_ascii_log(10) if ascii_only else _log(10)) + TRICKY * 3 + odd
     assert textscan.line_starts(text, segments._LINE_START.pattern) is not None
     got = _same_both_ways(text, monkeypatch)
     rec = got["input_records"][0]  # type: ignore[index]
@@ -155,8 +157,19 @@ def test_grep_line_starts_equal_re_on_each_line(text: str) -> None:
     assert got == want and want
 
 
-@pytest.mark.parametrize("odd", ["\u00a0", "\u0663", "\x1f", "\x1c"])  # re's \s and \d take these, PCRE's not
-def test_grep_line_starts_only_for_plain_ascii(odd: str) -> None:
+@pytest.mark.parametrize("odd", ["\u00a0", "\u0663", "\x1f", "\u2003", "\u00e9"])  # re's \s, \d: not PCRE's
+def test_grep_line_starts_add_every_line_the_engines_may_read_apart(odd: str) -> None:
     from gpuclinic import textscan
 
-    assert textscan.line_starts(TRICKY + odd + "[ 1.0] x\n", segments._LINE_START.pattern) is None
+    text = TRICKY + f"{odd}[ 1.0] x\n[{odd}1.0] y\n" + odd * 3 + "\nplain line\n" + _log(12)
+    got = textscan.line_starts(text, segments._LINE_START.pattern)
+    lines = text.split("\n")
+    want = [k for k, ln in enumerate(lines) if segments._LINE_START.match(ln)]
+    odd_lines = [k for k, ln in enumerate(lines) if not ln.isascii() or any(c in ln for c in "\x1c\x1f")]
+    assert got is not None and set(want) <= set(got) and set(got) - set(want) <= set(odd_lines)
+
+
+def test_grep_line_starts_leave_a_mostly_non_ascii_text_to_re() -> None:
+    from gpuclinic import textscan
+
+    assert textscan.line_starts("训练 step 1 loss 0.5\n" * 5000, segments._LINE_START.pattern) is None

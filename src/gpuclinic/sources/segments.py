@@ -124,11 +124,13 @@ _DCGM_MARKS = ("Health Monitor Report", "dcgmi", "Diagnostic")
 
 
 class _Index:
-    """A big input's lines as one text (``"\\n".join(lines)``, one more newline at its end allowed) and the
-    lines holding any literal the reader looks for (one multi-needle search, shared with ``explain``)."""
+    """A big input as one text (its lines, before any quote markers were cut, joined with newlines: one
+    more newline at its end allowed), the lines holding any literal the reader looks for (one
+    multi-needle search, shared with ``explain``) and the lines whose quote markers were cut."""
 
-    def __init__(self, lines: list[str], text: str, hits: textscan.LineHits) -> None:
+    def __init__(self, lines: list[str], text: str, hits: textscan.LineHits, quoted: list[int]) -> None:
         self.text = text
+        self.quoted = quoted
         self.hit_lines = [k for k, _, _ in hits.lines]
         self.kernel_keys = {k for k, _, b in hits.lines if any(n in b.lower() for n in _KERNEL_NEEDLES)}
         self.dcgm = [k for k in self.hit_lines if any(m in lines[k] for m in _DCGM_MARKS)]
@@ -162,18 +164,21 @@ def _same_lines(data: bytes, lines: list[str]) -> bool:
     return b"\r" not in data and data.count(b"\n") - data.endswith(b"\n") == len(lines) - 1
 
 
-def _index(lines: list[str], joined: str, hits: textscan.LineHits | None) -> _Index | None:
+def _index(
+    lines: list[str], joined: str, hits: textscan.LineHits | None, quoted: list[int] | None = None
+) -> _Index | None:
     """The whole-text index of a big input, or None (small input, or one holding a character that case
     folding maps onto ASCII: the exact per-line path).  ``joined``: the lines joined with newlines (one
-    more newline at its end allowed); ``hits``: the needle lines of that text (or of one split into the
-    same lines), found here when None."""
+    more newline at its end allowed), or the text they were before ``quoted`` lines lost their quote
+    markers; ``hits``: the needle lines of that text (or of one split into the same lines), found here
+    when None."""
     if len(lines) < BIG:
         return None
     if hits is None:
         hits = textscan.line_hits(joined, _needles())
     if hits is None:
         return None
-    ix = _Index(lines, joined, hits)
+    ix = _Index(lines, joined, hits, quoted or [])
     return None if ix.folds else ix
 
 
@@ -193,6 +198,7 @@ def _classify(lines: list[str], ix: _Index | None) -> tuple[list[str], list[int]
     for k in special:  # lines that strip() to nothing
         classes[k] = "blank"
     cands = set(ix.kernel_keys)
+    cands.update(ix.quoted)  # (the scans read these lines with their quote markers)
     starts = textscan.line_starts(ix.text, _LINE_START.pattern)  # grep -P: the same lines, ~10x faster
     if starts is not None:
         cands.update(starts)
@@ -361,10 +367,10 @@ def read_lines(
     quoted = _quoted(joined)
     if quoted:
         lines = _unquote_lines(lines, quoted)
-        joined = "\n".join(lines)
-    # unquoting keeps every line where it was and only cuts its start: the literals found in ``text``
-    # are a superset of those in the unquoted lines, and every reader re-checks its lines
-    ix = _index(lines, joined, hits)
+    # unquoting keeps every line where it was and only cuts its start: the literals found in ``joined``
+    # are a superset of those in the unquoted lines, every reader re-checks its lines, and the quoted
+    # lines are line-start candidates themselves (no second join of a big text)
+    ix = _index(lines, joined, hits, quoted)
     classes, special = _classify(lines, ix)
     claimed: set[int] = set()  # 1-based line numbers some reader used
     segs: list[Segment] = []
