@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import IO
 
 _FOLDS_TO_ASCII = ("\u0130", "\u212a")  # str.lower() turns these into ASCII letters; bytes.lower() does not
 
@@ -91,14 +92,9 @@ def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
     last = _LAST[0]
     if last is not None and last[0] is text and want <= last[1]:
         return last[2].only(want) if want != last[1] else last[2]
-    known = _BYTES[0]
-    if known is not None and known[0] is text:
-        data = known[1]
-    else:
-        try:
-            data = text.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            return None
+    data = _data(text)
+    if data is None:
+        return None
     found = _grep(data, want)
     if found is None:
         found = _python(data, want)
@@ -121,42 +117,103 @@ def line_starts(text: str, pattern: str) -> list[int] | None:
     its ``-P`` missing or failing, a text with lone surrogates, or so many such characters that the lines
     to check would cost more than ``re``'s scan.  ``pattern`` uses only syntax both engines read alike
     (groups, classes, ``\\d \\s \\S \\w``, counted repeats, lookahead)."""
-    known = _BYTES[0]
-    last = _LAST[0]
-    if known is not None and known[0] is text:
-        data = known[1]
-    elif last is not None and last[0] is text:
-        data = last[2].data
-    else:
+    return start_line_starts(text, pattern).result()
+
+
+class PendingLines:
+    """A :func:`line_starts` scan under way: grep runs while the caller does other work."""
+
+    def __init__(
+        self, text: str, proc: subprocess.Popen[bytes] | None, odd: list[int], files: list[IO[bytes]]
+    ) -> None:
+        self.text = text
+        self._proc = proc
+        self._odd = odd
+        self._files = files  # grep's output and errors (files, not pipes: grep never waits for a reader)
+
+    def result(self) -> list[int] | None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
         try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError:
+            try:
+                rc = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                return None
+            out, err = self._files
+            out.seek(0)
+            err.seek(0)
+            if rc not in (0, 1) or err.read(1):
+                return None  # no -P in this grep, or PCRE gave up on a line (its backtracking limit)
+            starts = [int(ln.split(b":", 1)[0]) - 1 for ln in out.read().split(b"\n")[:-1]]
+        except (OSError, ValueError):
             return None
-    odd: list[int] | None = []
+        finally:
+            for f in self._files:
+                f.close()
+        return sorted({*starts, *self._odd}) if self._odd else starts
+
+    def cancel(self) -> None:
+        """Stop a scan whose result is not wanted (a no-op once :meth:`result` ran)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+            for f in self._files:
+                f.close()
+
+
+def start_line_starts(text: str, pattern: str) -> PendingLines:
+    """Start :func:`line_starts` (``.result()`` waits for it)."""
+    none = PendingLines(text, None, [], [])
+    data = _data(text)
+    if data is None:
+        return none
+    odd: list[int] = []
     if not data.isascii() or any(c in data for c in _ODD_ASCII):
-        odd = _odd_lines(data)
-        if odd is None:
-            return None
+        found = _odd_lines(data)
+        if found is None:
+            return none
+        odd = found
     from gpuclinic.sources.kernellog.grepscan import grep_binary
 
     grep = grep_binary()
     if grep is None:
-        return None
+        return none
     # "^(?:pattern)." prints one character of each matching line: its number, not the whole line
     argv = [grep, "-a", "-n", "-o", "-P", f"^(?:{pattern}).", "-"]
+    files: list[IO[bytes]] = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
     try:
         with tempfile.TemporaryFile() as f:
             f.write(data)
             f.seek(0)
-            r = subprocess.run(
-                argv, stdin=f, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=60, check=False
+            proc = subprocess.Popen(
+                argv, stdin=f, stdout=files[0], stderr=files[1], env={**os.environ, "LC_ALL": "C"}
             )
-        if r.returncode not in (0, 1) or r.stderr:
-            return None  # no -P in this grep, or PCRE gave up on a line (its backtracking limit)
-        starts = [int(ln.split(b":", 1)[0]) - 1 for ln in r.stdout.split(b"\n")[:-1]]
-    except (OSError, ValueError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError):
+        for x in files:
+            x.close()
+        return none
+    return PendingLines(text, proc, odd, files)
+
+
+def _data(text: str) -> bytes | None:
+    """``text`` as UTF-8 (lone surrogates as their escaped bytes): the bytes it was decoded from or a
+    scan already encoded, else encoded now (and kept for the next scan); None when it cannot be."""
+    known = _BYTES[0]
+    if known is not None and known[0] is text:
+        return known[1]
+    last = _LAST[0]
+    if last is not None and last[0] is text:
+        return last[2].data
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
         return None
-    return sorted({*starts, *odd}) if odd else starts
+    _BYTES[0] = (text, data)
+    return data
 
 
 def _odd_lines(data: bytes) -> list[int] | None:

@@ -128,9 +128,17 @@ class _Index:
     more newline at its end allowed), the lines holding any literal the reader looks for (one
     multi-needle search, shared with ``explain``) and the lines whose quote markers were cut."""
 
-    def __init__(self, lines: list[str], text: str, hits: textscan.LineHits, quoted: list[int]) -> None:
+    def __init__(
+        self,
+        lines: list[str],
+        text: str,
+        hits: textscan.LineHits,
+        quoted: list[int],
+        pending: textscan.PendingLines | None,
+    ) -> None:
         self.text = text
         self.quoted = quoted
+        self.pending = pending if pending is not None and pending.text is text else None
         self.hit_lines = [k for k, _, _ in hits.lines]
         self.kernel_keys = {k for k, _, b in hits.lines if any(n in b.lower() for n in _KERNEL_NEEDLES)}
         self.dcgm = [k for k in self.hit_lines if any(m in lines[k] for m in _DCGM_MARKS)]
@@ -165,20 +173,24 @@ def _same_lines(data: bytes, lines: list[str]) -> bool:
 
 
 def _index(
-    lines: list[str], joined: str, hits: textscan.LineHits | None, quoted: list[int] | None = None
+    lines: list[str],
+    joined: str,
+    hits: textscan.LineHits | None,
+    quoted: list[int] | None = None,
+    pending: textscan.PendingLines | None = None,
 ) -> _Index | None:
     """The whole-text index of a big input, or None (small input, or one holding a character that case
     folding maps onto ASCII: the exact per-line path).  ``joined``: the lines joined with newlines (one
     more newline at its end allowed), or the text they were before ``quoted`` lines lost their quote
     markers; ``hits``: the needle lines of that text (or of one split into the same lines), found here
-    when None."""
+    when None; ``pending``: the line-start scan of that text, when the caller started it."""
     if len(lines) < BIG:
         return None
     if hits is None:
         hits = textscan.line_hits(joined, _needles())
     if hits is None:
         return None
-    ix = _Index(lines, joined, hits, quoted or [])
+    ix = _Index(lines, joined, hits, quoted or [], pending)
     return None if ix.folds else ix
 
 
@@ -199,7 +211,9 @@ def _classify(lines: list[str], ix: _Index | None) -> tuple[list[str], list[int]
         classes[k] = "blank"
     cands = set(ix.kernel_keys)
     cands.update(ix.quoted)  # (the scans read these lines with their quote markers)
-    starts = textscan.line_starts(ix.text, _LINE_START.pattern)  # grep -P: the same lines, ~10x faster
+    # grep -P: the same lines, ~10x faster (started by the reader, it ran alongside the literal search)
+    pending = ix.pending or textscan.start_line_starts(ix.text, _LINE_START.pattern)
+    starts = pending.result()
     if starts is not None:
         cands.update(starts)
     else:
@@ -358,6 +372,9 @@ def read_lines(
     unfolded = unfold_journal(lines) if text is None or "MESSAGE" in text else lines
     if unfolded is not lines:  # rewritten lines: the literals found in ``text`` no longer describe them
         lines, text = unfolded, None
+    pending = None
+    if text is not None and len(lines) >= BIG:  # the line-start scan runs while the literals are searched
+        pending = textscan.start_line_starts(text, _LINE_START.pattern)
     hits = textscan.line_hits(text, _needles()) if text is not None and len(lines) >= BIG else None
     if hits is not None and not _same_lines(hits.data, lines):
         hits = None  # \r or another break split ``text`` into other lines than grep's
@@ -370,8 +387,10 @@ def read_lines(
     # unquoting keeps every line where it was and only cuts its start: the literals found in ``joined``
     # are a superset of those in the unquoted lines, every reader re-checks its lines, and the quoted
     # lines are line-start candidates themselves (no second join of a big text)
-    ix = _index(lines, joined, hits, quoted)
+    ix = _index(lines, joined, hits, quoted, pending)
     classes, special = _classify(lines, ix)
+    if pending is not None:
+        pending.cancel()  # (a no-op when _classify used it)
     claimed: set[int] = set()  # 1-based line numbers some reader used
     segs: list[Segment] = []
     for c, a, b in _runs(classes, special):
