@@ -228,15 +228,14 @@ def _data(text: str) -> bytes | None:
 
 
 def _odd_lines(data: bytes) -> list[int] | None:
-    """The 0-based lines of ``data`` holding a byte outside ``_PLAIN``, or None when there are many: one
-    ``find`` pass per distinct such character (a log has a few: a progress bar, a check mark)."""
-    odd = data.translate(None, _PLAIN)  # those bytes, in order: the UTF-8 of those characters
-    chars = set(odd.decode("utf-8", "surrogateescape"))
-    if len(odd) > len(data) // 1024 + 64 or len(chars) > 32:
+    """The 0-based lines of ``data`` holding a byte outside ``_PLAIN``, or None when there are many: a
+    ``memchr`` pass per distinct such byte (a log has a few characters: a progress bar, a check mark)."""
+    odd = data.translate(None, _PLAIN)  # those bytes, in order
+    if len(odd) > len(data) // 1024 + 64:
         return None
     pos: list[int] = []
-    for c in chars:
-        b = c.encode("utf-8", "surrogateescape")
+    for v in set(odd):
+        b = bytes((v,))
         i = data.find(b)
         while i >= 0:
             pos.append(i)
