@@ -124,18 +124,28 @@ class PendingLines:
     """A :func:`line_starts` scan under way: grep runs while the caller does other work."""
 
     def __init__(
-        self, text: str, proc: subprocess.Popen[bytes] | None, odd: list[int], files: list[IO[bytes]]
+        self, text: str, proc: subprocess.Popen[bytes] | None, odd: bytes | None, files: list[IO[bytes]]
     ) -> None:
         self.text = text
         self._proc = proc
-        self._odd = odd
+        self._odd = odd  # the text's bytes when some lines hold a character grep cannot judge
         self._files = files  # grep's output and errors (files, not pipes: grep never waits for a reader)
 
     def result(self) -> list[int] | None:
         proc, self._proc = self._proc, None
         if proc is None:
             return None
+        odd: list[int] | None = []
+        if self._odd is not None:  # (found while grep runs)
+            last = _LAST[0]
+            known = last[2].lines if last is not None and last[0] is self.text else ()
+            anchors = [(k, off) for k, off, _ in known]
+            odd = _odd_lines(self._odd, anchors)
         try:
+            if odd is None:
+                proc.kill()
+                proc.wait()
+                return None
             try:
                 rc = proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -153,7 +163,7 @@ class PendingLines:
         finally:
             for f in self._files:
                 f.close()
-        return sorted({*starts, *self._odd}) if self._odd else starts
+        return sorted({*starts, *odd}) if odd else starts
 
     def cancel(self) -> None:
         """Stop a scan whose result is not wanted (a no-op once :meth:`result` ran)."""
@@ -167,16 +177,11 @@ class PendingLines:
 
 def start_line_starts(text: str, pattern: str) -> PendingLines:
     """Start :func:`line_starts` (``.result()`` waits for it)."""
-    none = PendingLines(text, None, [], [])
+    none = PendingLines(text, None, None, [])
     data = _data(text)
     if data is None:
         return none
-    odd: list[int] = []
-    if not data.isascii() or any(c in data for c in _ODD_ASCII):
-        found = _odd_lines(data)
-        if found is None:
-            return none
-        odd = found
+    odd = data if not data.isascii() or any(c in data for c in _ODD_ASCII) else None
     from gpuclinic.sources.kernellog.grepscan import grep_binary
 
     grep = grep_binary()
@@ -227,9 +232,11 @@ def _data(text: str) -> bytes | None:
     return data
 
 
-def _odd_lines(data: bytes) -> list[int] | None:
+def _odd_lines(data: bytes, anchors: list[tuple[int, int]]) -> list[int] | None:
     """The 0-based lines of ``data`` holding a byte outside ``_PLAIN``, or None when there are many: a
-    ``memchr`` pass per distinct such byte (a log has a few characters: a progress bar, a check mark)."""
+    ``memchr`` pass per distinct such byte (a log has a few characters: a progress bar, a check mark).
+    ``anchors``: (0-based line, byte offset of its start) of lines known already (the literal grep's), so
+    the newlines are counted from the nearest one, not from the start of the text."""
     odd = data.translate(None, _PLAIN)  # those bytes, in order
     if len(odd) > len(data) // 1024 + 64:
         return None
@@ -240,9 +247,13 @@ def _odd_lines(data: bytes) -> list[int] | None:
         while i >= 0:
             pos.append(i)
             i = data.find(b, i + 1)
+    offsets = [off for _, off in anchors]
     out: list[int] = []
     line = prev = 0
     for i in sorted(pos):
+        k = bisect.bisect_right(offsets, i) - 1
+        if k >= 0 and anchors[k][1] > prev:
+            line, prev = anchors[k]
         line += data.count(b"\n", prev, i)
         prev = i
         if not out or out[-1] != line:

@@ -173,3 +173,15 @@ def test_grep_line_starts_leave_a_mostly_non_ascii_text_to_re() -> None:
     from gpuclinic import textscan
 
     assert textscan.line_starts("训练 step 1 loss 0.5\n" * 5000, segments._LINE_START.pattern) is None
+
+
+def test_odd_lines_counted_from_known_lines_equal_counted_from_the_start() -> None:
+    from gpuclinic import textscan
+
+    text = _log(13) + "\u00a0x\n" + TRICKY + "\x1fy\n"
+    hits = textscan.line_hits(text, ["error", "nvrm"])
+    assert hits is not None and hits.lines
+    data = hits.data
+    want = [k for k, ln in enumerate(text.split("\n")) if not ln.isascii() or "\x1f" in ln]
+    anchors = [(k, off) for k, off, _ in hits.lines]
+    assert textscan._odd_lines(data, anchors) == textscan._odd_lines(data, []) == want

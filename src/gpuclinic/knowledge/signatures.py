@@ -207,21 +207,23 @@ PREFILTER_MIN = 256 * 1024  # below this, scanning the whole text is already fas
 CONTEXT_LINES = 3  # kept around each candidate line: patterns and extractors may look a few lines on
 
 
-def _candidate_spans(data: bytes, hits: list[int]) -> list[tuple[int, int]]:
-    """Whole-line byte spans of ``data`` around the trigger hits (with context), merged, in order.
+def _candidate_spans(data: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """Whole-line byte spans of ``data`` around the trigger hits (with context), merged, in order, each with
+    the 0-based line it starts at.  ``hits``: (0-based line, byte offset of its start) of each hit line.
 
     Every needle contains one of the triggers, so a line without any trigger cannot match: a
     19 MB training log is mostly "step 1234 loss ..." lines, skipped without a regex pass each.
     """
-    starts = sorted({data.rfind(b"\n", 0, i) + 1 for i in hits})
-    spans: list[tuple[int, int]] = []
+    spans: list[tuple[int, int, int]] = []
     n = len(data)
-    for ls in starts:
+    for line, ls in sorted(set(hits), key=lambda h: h[1]):
         s = ls
+        back = 0
         for _ in range(CONTEXT_LINES):
             if s == 0:
                 break
             s = data.rfind(b"\n", 0, s - 1) + 1
+            back += 1
         e = ls
         for _ in range(CONTEXT_LINES + 1):
             j = data.find(b"\n", e)
@@ -230,9 +232,9 @@ def _candidate_spans(data: bytes, hits: list[int]) -> list[tuple[int, int]]:
                 break
             e = j + 1
         if spans and s <= spans[-1][1]:
-            spans[-1] = (spans[-1][0], max(spans[-1][1], e))
+            spans[-1] = (spans[-1][0], max(spans[-1][1], e), spans[-1][2])
         else:
-            spans.append((s, e))
+            spans.append((s, e, line - back))
     return spans
 
 
@@ -289,8 +291,8 @@ def _match_long(text: str, max_count: int) -> list[SignatureMatch] | None:
     if found is None:
         return None
     data = found.data
-    spans = _candidate_spans(data, [off for _, off, _ in found.lines])
-    kept = sum(e - s for s, e in spans)
+    spans = _candidate_spans(data, [(line, off) for line, off, _ in found.lines])
+    kept = sum(e - s for s, e, _ in spans)
     if kept == 0:
         return []
     if kept < len(data) // 2:
@@ -298,25 +300,20 @@ def _match_long(text: str, max_count: int) -> list[SignatureMatch] | None:
     return None
 
 
-def _match_spans(data: bytes, spans: list[tuple[int, int]], max_count: int) -> list[SignatureMatch]:
-    sub = b"".join(data[s:e] for s, e in spans).decode(
+def _match_spans(data: bytes, spans: list[tuple[int, int, int]], max_count: int) -> list[SignatureMatch]:
+    sub = b"".join(data[s:e] for s, e, _ in spans).decode(
         "utf-8", "surrogateescape"
     )  # whole lines: no split character
     found = _match(sub, sub.lower(), max_count)
-    # line numbers in ``sub`` -> in the whole text, from the lines before each span (one pass)
+    # line numbers in ``sub`` -> in the whole text: each span knows its first line (from grep's -n), so
+    # only the newlines inside the spans are counted, not those of the whole text
     sub_lines_before: list[int] = []
     text_lines_before: list[int] = []
     acc = 0
-    total = 0
-    prev = 0
-    for s, e in spans:
-        total += data.count(b"\n", prev, s)
-        text_lines_before.append(total)
+    for s, e, first in spans:
+        text_lines_before.append(first)
         sub_lines_before.append(acc)
-        n = data.count(b"\n", s, e)
-        acc += n
-        total += n
-        prev = e
+        acc += data.count(b"\n", s, e)
     for sm in found:
         k = bisect.bisect_right(sub_lines_before, sm.line_no - 1) - 1
         sm.line_no = text_lines_before[k] + (sm.line_no - 1 - sub_lines_before[k]) + 1
