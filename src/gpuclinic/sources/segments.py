@@ -177,7 +177,8 @@ def _same_lines(data: bytes, lines: list[str]) -> bool:
     not a count of the newlines: ``bytes.count`` steps byte by byte, ``in`` runs at ``memchr`` speed.)"""
     if any(b in data for b in _BREAKS):
         return False
-    return data.isascii() or not any(b in data for b in _BREAKS_NON_ASCII)
+    # (each non-ASCII break's last byte first: one memchr, before a multi-byte search)
+    return data.isascii() or not any(b[-1:] in data and b in data for b in _BREAKS_NON_ASCII)
 
 
 def _index(
