@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from itertools import islice
 from typing import Any
 
 from gpuclinic.knowledge import load_data
@@ -435,11 +434,10 @@ def rejoined(text: str) -> list[tuple[int, str]]:
     lines = split(text)  # the segmenting reader's lines of the same text, when it read it
     if len(lines) < 2:
         return []
-    width = _wrap_width(lines)
-    starts = sorted(
-        set(_table_rows(text))
-        | ({k for k, n in enumerate(map(len, lines[:-1])) if n == width} if width is not None else set())
-    )
+    lens = list(map(len, lines))
+    width = _wrap_width(lines, lens)
+    wrapped = _at_length(lens, width, len(lines) - 1) if width is not None else []
+    starts = sorted(set(_table_rows(text)) | set(wrapped))
     if not starts:
         return []
     out: list[tuple[int, str]] = []
@@ -491,9 +489,25 @@ def _table_rows(text: str) -> list[int]:
     return out
 
 
-def _wrap_width(lines: list[str]) -> int | None:
-    lens = Counter(map(len, lines))
-    counts = {n: c for n, c in lens.items() if n >= WRAP_MIN}
+def _at_length(lens: list[int], width: int, stop: int, limit: int | None = None) -> list[int]:
+    """The first ``limit`` (or all) indexes below ``stop`` whose length is ``width``: ``list.index`` steps
+    through a big log's line lengths in C, not a generator in Python."""
+    out: list[int] = []
+    k = 0
+    while limit is None or len(out) < limit:
+        try:
+            k = lens.index(width, k, stop)
+        except ValueError:
+            break
+        out.append(k)
+        k += 1
+    return out
+
+
+def _wrap_width(lines: list[str], lens: list[int] | None = None) -> int | None:
+    """``lens``: ``[len(ln) for ln in lines]``, when the caller has it."""
+    lens = list(map(len, lines)) if lens is None else lens
+    counts = {n: c for n, c in Counter(lens).items() if n >= WRAP_MIN}
     total = sum(counts.values())
     for width, seen in sorted(counts.items(), key=lambda kv: (-kv[1], -kv[0]))[:3]:
         if seen < 2:
@@ -501,7 +515,7 @@ def _wrap_width(lines: list[str]) -> int | None:
         if sum(c for n, c in counts.items() if n > width) > max(2, total // 20):
             continue
         # tables and logs whose records merely share a length are not wrapped: look at a sample
-        sample = list(islice((k for k, n in enumerate(map(len, lines[:-1])) if n == width), _SAMPLE))
+        sample = _at_length(lens, width, len(lines) - 1, _SAMPLE)
         tables = sum(1 for k in sample if lines[k].lstrip().startswith(("|", "+")))
         records = sum(1 for k in sample if _RECORD.match(lines[k]) and _RECORD.match(lines[k + 1]))
         if (tables + records) * 2 <= len(sample):
