@@ -37,6 +37,7 @@ MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_BUNDLE_MEMBER = 256 * 1024 * 1024
 MAX_FILES = 10_000
 
+
 def expand_paths(paths: Sequence[str]) -> list[str]:
     """Files named, with directories expanded to the files below them (sorted, hidden ones skipped)."""
     out: list[str] = []
