@@ -1,9 +1,10 @@
 """Command line: ``gpuclinic <command>``.
 
 Commands live in their own modules and load lazily, so ``gpuclinic doctor`` never pays for the
-download engine or the web dashboard.  ``gpuclinic doctor`` with plain flags does not even load click:
-:mod:`gpuclinic.cli.doctor_run` parses its argv and anything it does not take for certain (help, BMC
-flags, a malformed value) goes to the click command, which has the last word on usage.  Every error
+download engine or the web dashboard.  ``gpuclinic doctor`` and ``gpuclinic explain`` with plain flags
+do not even load click: :mod:`gpuclinic.cli.doctor_run` and :mod:`gpuclinic.cli.explain_run` parse their
+argv and anything they do not take for certain (help, BMC flags, a malformed value) goes to the click
+command, which has the last word on usage.  Every error
 reaches the user as one line and an exit code; set ``GPUCLINIC_DEBUG=1`` to see tracebacks.
 """
 
@@ -125,6 +126,13 @@ def _dispatch(args: list[str]) -> Any:
         opts = parse_plain(args[1:])
         if opts is not None:
             return run_doctor(**opts)
+    if args[:1] == ["explain"]:
+        from gpuclinic.cli.explain_run import parse_plain as parse_explain
+        from gpuclinic.cli.explain_run import run_explain
+
+        kw = parse_explain(args[1:])
+        if kw is not None:
+            return run_explain(**kw)
     from gpuclinic.cli import _group
 
     return _group.run(args)
