@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,7 @@ def main() -> None:
                 [*GPUCLINIC, "get", "image", ref, "-o", str(root / "gc"), "--json"],
                 capture_output=True,
                 text=True,
+                env={**os.environ, "GPUCLINIC_BLOB_CACHE": ""},  # a cold pull, nothing left in ~/.cache
             )
             t_gc = time.monotonic() - t
             assert r.returncode == 0, r.stderr

@@ -278,7 +278,17 @@ def test_bandwidth_limited_width_vs_speed() -> None:
         ],
         gpus=[gpu],
     )
-    assert by_code(findings(other), "pcie.bandwidth_limited") == []
+    assert by_code(findings(other), "pcie.bandwidth_limited") == []  # a device's slower slot: by design
+    nic = snap_of(
+        [
+            "[ 9.8] mlx5_core 0000:b3:00.1: 126.024 Gb/s available PCIe bandwidth, limited by 16.0 GT/s PCIe "
+            "x8 link at 0000:b2:00.0 (capable of 252.048 Gb/s with 16.0 GT/s PCIe x16 link)"
+        ],
+        gpus=[gpu],
+    )
+    (f,) = by_code(findings(nic), "pcie.bandwidth_limited")  # any device trained narrow: a NIC halves RDMA
+    assert f.severity == Severity.WARNING and f.gpu is None
+    assert f.title.startswith("mlx5_core 0000:b3:00.1: PCIe link trained at x8 of x16")
 
 
 def test_module_api_mismatch() -> None:

@@ -130,3 +130,51 @@ def test_a_fault_seen_earlier_in_the_attempt_is_not_lost() -> None:
     snap.gpus = bad
     (doc,) = [f for f in diagnose(snap).findings if f.code == "memory.row_remap_pending"]
     assert doc.severity == remap.severity
+
+
+def _lose(fake: FakeNvml) -> None:
+    fake.gpu(1).lose_after = len(fake.gpu(1).calls)
+
+
+# a fault on GPU 1 during the run, made at the pynvml boundary -> the code doctor's detector must name
+FAULTS: dict[str, tuple[Callable[[FakeNvml], object], str]] = {
+    "lost": (_lose, "gpu.missing"),
+    "ecc": (lambda f: f.gpu(1).set("nvmlDeviceGetTotalEccErrors",
+                                   {(0, 0): 0, (1, 0): 3, (0, 1): 0, (1, 1): 3}), "memory.ecc_uncorrectable"),
+    "remap_failed": (lambda f: f.gpu(1).set("nvmlDeviceGetRemappedRows", (0, 2, 0, 1)),
+                     "memory.row_remap_failed"),
+    "remap_pending": (lambda f: f.gpu(1).set("nvmlDeviceGetRemappedRows", (0, 1, 1, 0)),
+                      "memory.row_remap_pending"),
+    "retired_pending": (lambda f: f.gpu(1).set("nvmlDeviceGetRetiredPagesPendingStatus", 1),
+                        "memory.retired_pages_pending"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAULTS))
+def test_a_fault_the_watcher_reports_is_the_doctors_finding(fake: FakeNvml, case: str) -> None:
+    """run's watcher and doctor judge the same GPU state alike: the watcher's fault has the code, severity
+    and title of the doctor's finding on that GPU, and is fatal exactly when the knowledge says so."""
+    from gpuclinic.knowledge import codes as K
+
+    if case == "retired_pending":  # page retirement is read on GPUs before Ampere
+        fake.gpu(1).set("nvmlDeviceGetArchitecture", 5).set("nvmlDeviceGetRetiredPagesPendingStatus", 0)
+    make, code = FAULTS[case]
+    src = NvmlSource()
+    job = resolve(["0", "1"], src.identities())
+    w = GpuWatcher(src, 10.0, lambda f: None)
+    w.job = job
+    w.sample_once()
+    assert w.faults == []
+    make(fake)
+    w.sample_once()
+    (fault,) = w.faults
+    assert fault.code == code and fault.gpu.index == 1
+    snap = Snapshot(gpus=w.recent()[-1][1], nvml_available=True, expect_gpus=len(job))
+    doctor = [f for f in diagnose(snap).findings if f.gpu is not None and f.gpu.uuid == fault.gpu.uuid]
+    assert (fault.code, fault.severity) in {(f.code, f.severity) for f in doctor}
+    (doc,) = [f for f in doctor if f.code == fault.code]
+    assert fault.what.startswith(doc.title)
+    assert fault.fatal == K.fatal_to_job(doc.code, doc.severity) == (case == "lost")
+    w.sample_once()  # still there: reported once per attempt
+    assert len(w.faults) == 1
+    src.close()

@@ -144,11 +144,21 @@ def test_gpu_watcher_faults_activity_and_scope() -> None:
     src.gpus[2].lost = True  # not the job's GPU
     w.sample_once()
     assert w.last_activity > 0
-    assert [(f.gpu.uuid, f.what.split(" ")[0]) for f in w.faults] == [("GPU-9d7e2b10-2222", "uncorrectable")]
+    (ecc,) = w.faults
+    assert (ecc.gpu.uuid, ecc.code, ecc.severity, ecc.fatal) == (
+        "GPU-9d7e2b10-2222", "memory.ecc_uncorrectable", Severity.CRITICAL, False)
+    assert "ecc uncorr 0 -> 2 during the run" in ecc.what and "gpuclinic runbook" in ecc.remedy
+    src.gpus[1].ecc_volatile_uncorrected = 5  # the same fault again: reported once per attempt
+    w.sample_once()
+    assert len(w.faults) == 1
     src.gpus = [g for g in src.gpus if g.index != 0]  # GPU 0 vanishes from NVML
     w.sample_once()
-    assert any("disappeared" in f.what and f.gpu.uuid == "GPU-0c5a4f3e-1111" for f in w.faults)
-    assert len(seen) == len(w.faults)
+    (gone,) = w.faults[1:]
+    assert (gone.gpu.uuid, gone.code, gone.severity, gone.fatal) == (
+        "GPU-0c5a4f3e-1111", "gpu.missing", Severity.CRITICAL, True)
+    assert "no longer listed by NVML" in gone.what
+    w.sample_once()
+    assert len(seen) == len(w.faults) == 2
 
 
 def _drain_report(monkeypatch: pytest.MonkeyPatch, gpu: GpuRef | None) -> None:

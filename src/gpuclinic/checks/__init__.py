@@ -143,7 +143,9 @@ class Detector:
         samples (watch, every tick) judge each sample once; the caller drops the ids of samples it let
         go.  The memoised findings are never changed: the window's notes go on copies."""
         n = len(window.samples)
-        seen: dict[tuple[str, object, object], tuple[Finding, int, int, int]] = {}
+        from gpuclinic.checks._baseline import FindingKey, finding_key
+
+        seen: dict[FindingKey, tuple[Finding, int, int, int]] = {}
         skipped: list[Skipped] = []
         for i, snap in enumerate(window.samples):
             hit = memo.get(id(snap)) if memo is not None else None
@@ -153,8 +155,7 @@ class Detector:
             if i == n - 1:
                 skipped = sk
             for f in found:
-                key = (f.code, (f.gpu.index, f.gpu.pci_bus_id, f.gpu.uuid) if f.gpu else None,
-                       f.data.get("sensor"))  # the GPU's and its HBM's temperature are two findings
+                key = finding_key(f)  # one per code, GPU and sensor (the GPU's and its HBM's temperature)
                 first = seen[key][1] if key in seen else i
                 count = seen[key][3] + 1 if key in seen else 1
                 seen[key] = (f, first, i, count)

@@ -497,6 +497,7 @@ def bandwidth_limited(snap: Snapshot) -> list[Finding]:
     uuids = _uuid_map(snap)
     nvidia_pci = {normalize_bus_id(d.bus_id) for d in snap.pci_devices if d.is_gpu}
     latest: dict[str, KernelEvent] = {}
+    others: dict[str, KernelEvent] = {}
     for e in evs:
         if not e.pci_bus_id:
             continue
@@ -505,9 +506,8 @@ def bandwidth_limited(snap: Snapshot) -> list[Finding]:
             or e.pci_bus_id in nvidia_pci
             or bool(e.detail.get("nvidia"))
         )
-        if is_gpu:
-            latest[e.pci_bus_id] = e
-    out: list[Finding] = []
+        (latest if is_gpu else others)[e.pci_bus_id] = e
+    out: list[Finding] = [f for bus, e in others.items() if (f := _device_limited(bus, e)) is not None]
     for bus, e in latest.items():
         d = e.detail
         width, cap_w = int(d.get("width", 0)), int(d.get("capable_width", 0))
@@ -545,3 +545,36 @@ def bandwidth_limited(snap: Snapshot) -> list[Finding]:
             )
         )
     return out
+
+
+def _device_limited(bus: str, e: KernelEvent) -> Finding | None:
+    """A non-GPU device (a NIC such as mlx5_core, an NVMe drive) whose link trained narrower than it can
+    (``pcie_device_width_min_fraction``): its bandwidth is cut for good, unlike a GPU's idle speed drop.
+    A speed-only limit is left alone: a slower slot is how the platform was built."""
+    d = e.detail
+    width, cap_w = int(d.get("width", 0)), int(d.get("capable_width", 0))
+    floor = threshold("pcie_device_width_min_fraction")
+    if not (width and cap_w and width < cap_w * floor):
+        return None
+    drv = d.get("driver")
+    name = f"{drv} {bus}" if drv and drv not in ("pci", "pcieport") else f"PCI device {bus}"
+    return Finding(
+        code="pcie.bandwidth_limited",
+        severity=severity("pcie.bandwidth_limited"),
+        family=Family.PCIE_POWER,
+        title=(
+            f"{name}: PCIe link trained at x{width} of x{cap_w}: {d.get('available_gbps')} Gb/s available "
+            f"of {d.get('capable_gbps')} Gb/s (limited at {d.get('limited_at')})"
+        ),
+        evidence=[e.line, f"link width x{width} under x{cap_w * floor:g} (pcie_device_width_min_fraction = "
+                                  f"{floor:g} of the capable x{cap_w}; {THRESHOLDS_SOURCE})"],
+        remedy=_steps(
+            f"The card at {bus} runs on {width} of its {cap_w} lanes, so it moves at most "
+            f"{d.get('available_gbps')} Gb/s (a NIC: RDMA/NCCL traffic through it too). Check "
+            f"`sudo lspci -vv -s {bus}` (LnkSta vs LnkCap); reboot once, then reseat the card and its "
+            "riser, check the slot is wired x16 and the BIOS bifurcation setting.",
+        ),
+        data={**d, "narrow": True, "device": name},
+        source=SOURCE,
+    )
+

@@ -33,6 +33,7 @@ class CodeInfo:
     source: str
     when: dict[str, str] = field(default_factory=dict)
     thresholds: tuple[str, ...] = ()
+    job_effect: str | None = None  # "fatal" / "fault": what it means for a job on that GPU (``run``)
 
     def severities(self) -> set[str]:
         """Every severity label this code can carry."""
@@ -56,6 +57,7 @@ def _entries() -> dict[str, CodeInfo]:
             source=e["source"],
             when=when,
             thresholds=tuple(e.get("thresholds") or ()),
+            job_effect=e.get("job_effect"),
         )
     return out
 
@@ -129,6 +131,18 @@ def kind(code: str) -> str:
         except ValueError:
             return i.kind
     return i.kind
+
+
+def job_effect(code: str) -> str | None:
+    """What ``code`` appearing on a GPU means for a job running there: "fatal" (it cannot continue on
+    that GPU), "fault" (it may have been hit) or None (not a fault of the job's run)."""
+    return require(code).job_effect
+
+
+def fatal_to_job(code: str, sev: Severity) -> bool:
+    """A finding after which a job cannot continue on its GPU: a critical one of a code whose job effect
+    is fatal (a GPU that is lost, or not in this container at all, says info and is not)."""
+    return sev == Severity.CRITICAL and job_effect(code) == "fatal"
 
 
 def allowed(code: str) -> set[Severity] | None:

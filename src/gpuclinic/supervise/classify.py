@@ -21,7 +21,7 @@ from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.xid import classify as classify_xid
-from gpuclinic.model import GpuRef
+from gpuclinic.model import GpuRef, Severity
 from gpuclinic.supervise.kernel import OomKill
 
 COMPLETED = "completed"
@@ -172,11 +172,15 @@ def is_fatal_event(k: KernelEvent) -> bool:
 
 @dataclass
 class GpuFault:
-    """A hardware fault seen by sampling a GPU (NVML or simulation) during the run."""
+    """A hardware fault seen by sampling a GPU (NVML or simulation) during the run: a finding of the
+    doctor's detector (its code, severity and title) that appeared or whose counter rose."""
 
     gpu: GpuRef
     what: str
-    fatal: bool = False  # the GPU is gone: the job cannot continue on it
+    fatal: bool = False  # the GPU is gone: the job cannot continue on it (knowledge.codes.fatal_to_job)
+    code: str = ""
+    severity: Severity | None = None
+    remedy: str = ""  # the code's runbook, first step
 
 
 @dataclass

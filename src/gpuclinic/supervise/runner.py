@@ -99,7 +99,8 @@ class Supervisor(_AttemptRunner):
         watcher = GpuWatcher(
             self.source,
             o.sample_interval_s,
-            lambda f: self.say(f"GPU fault during the run: {f.gpu.label()}: {f.what}"),
+            lambda f: self.say(f"GPU fault during the run: {f.gpu.label()}: "
+                               f"{f.severity.label + ' ' if f.severity else ''}{f.code}: {f.what}"),
         )
         prev = on_signals(
             self._on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)

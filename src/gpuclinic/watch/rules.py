@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuclinic.checks import Window, detectors
+from gpuclinic.checks._baseline import rises
 from gpuclinic.checks._hw import threshold
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
@@ -244,63 +245,23 @@ class RuleEngine:
         ]
 
     def _counters(self, g: GpuFacts, st: _GpuState) -> list[Condition]:
-        out = []
-        specs = [
-            (
-                "ecc_uncorr",
-                g.ecc_volatile_uncorrected
-                if g.ecc_volatile_uncorrected is not None
-                else g.ecc_aggregate_uncorrected,
-                "memory.ecc_uncorrectable",
-                None,
-                "uncorrectable ECC errors",
-            ),
-            (
-                "ecc_corr",
-                g.ecc_volatile_corrected
-                if g.ecc_volatile_corrected is not None
-                else g.ecc_aggregate_corrected,
-                "memory.ecc_correctable_rate",
-                None,
-                "correctable ECC errors rising",
-            ),
-            (
-                "remap_uncorr",
-                g.remapped_rows_uncorrectable,
-                "memory.row_remap_uncorrectable",
-                None,
-                "rows remapped after uncorrectable errors",
-            ),
-            (
-                "pcie_replay",
-                g.pcie_replay_count,
-                "pcie.replay",
-                None,
-                "PCIe replays rising",
-            ),
+        """A counter that rose since the last tick is a point event of its code (the shared counters and
+        baseline of ``checks/_baseline.py``, as ``run`` uses them); the count as a state is the detector's."""
+        return [
+            Condition(
+                key=f"rules:{r.counter.code}:{self.key(g)}:rise",
+                code=r.counter.code,
+                severity=severity(r.counter.code),
+                gpu=g.index,
+                uuid=g.uuid,
+                title=f"GPU {g.index}: {r.counter.title}",
+                evidence=[r.evidence],
+                remedy=_remedy(r.counter.code, g),
+                data={"from": r.before, "to": r.after},
+                hold_s=self.cfg.counter_hold_s,
+            )
+            for r in rises(st.prev, g)
         ]
-        for name, val, code, when, title in specs:
-            sev = severity(code, when)
-            if val is None:
-                continue
-            prev = st.prev.get(name)
-            st.prev[name] = int(val)
-            if prev is not None and val > prev:
-                out.append(
-                    Condition(
-                        key=f"rules:{code}:{self.key(g)}:rise",  # the count as a state is the detector's
-                        code=code,
-                        severity=sev,
-                        gpu=g.index,
-                        uuid=g.uuid,
-                        title=f"GPU {g.index}: {title}",
-                        evidence=[f"{name.replace('_', ' ')} {prev} -> {int(val)}"],
-                        remedy=_remedy(code, g),
-                        data={"from": prev, "to": int(val)},
-                        hold_s=self.cfg.counter_hold_s,
-                    )
-                )
-        return out
 
     def _pcie(self, now: float, g: GpuFacts, st: _GpuState) -> list[Condition]:
         gen_bad = g.pcie_gen is not None and g.pcie_gen_max is not None and g.pcie_gen < g.pcie_gen_max

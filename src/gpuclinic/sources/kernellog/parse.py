@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from gpuclinic.facts.kernel import KernelEvent
-from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.sources.kernellog.aer import AerReaders, _Aer
 from gpuclinic.sources.kernellog.formats import (
     _RE_GLUE,
-    CONTEXT_LINES,
-    MAX_LINE_CHARS,
     _is_candidate,
     _looks_glued,
     _Prefix,
@@ -21,46 +17,19 @@ from gpuclinic.sources.kernellog.formats import (
     _windows,
     split_prefix,
 )
+from gpuclinic.sources.kernellog.keywords import (
+    CONTEXT_LINES,
+    MAX_LINE_CHARS,
+)
+from gpuclinic.sources.kernellog.nvrm import NvrmReaders, _Multi
 from gpuclinic.sources.kernellog.patterns import (
-    _BDF,
-    _CORRECTABLE_BITS,
-    _MODULE_PATTERNS,
-    _RE_AER_BIT,
-    _RE_AER_BUS,
-    _RE_AER_DOWNSTREAM,
-    _RE_AER_FW_LAYER,
-    _RE_AER_FW_STATUS,
-    _RE_AER_RECOVERY,
-    _RE_AER_RECV,
-    _RE_AER_STATUS,
-    _RE_API_MISMATCH,
-    _RE_CAUSED,
-    _RE_DRIVER_LOADED,
-    _RE_FOB_MULTI,
-    _RE_FOB_ONE,
-    _RE_GPU_N,
-    _RE_GSP,
-    _RE_GSP_TIMEOUT,
     _RE_HW_SEV,
-    _RE_INIT,
     _RE_LIMITED,
-    _RE_LINK,
-    _RE_MODESET_LOADED,
-    _RE_NAME,
-    _RE_NOT_SUPPORTED,
-    _RE_NVL5,
-    _RE_NVLINK,
-    _RE_NVLINK_BAD,
-    _RE_NVSWITCH,
     _RE_PCI_ENUM,
-    _RE_PID,
-    _RE_POWER_CABLES,
-    _RE_PROBE,
     _RE_SXID,
-    _RE_UUID,
     _RE_XID,
     _bus,
-    _norm_sev,
+    _norm_bus,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -68,41 +37,7 @@ from gpuclinic.sources.kernellog.patterns import (
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Aer:
-    event: KernelEvent
-    device: str | None
-
-
-@dataclass
-class _Multi:
-    """An NVRM message printed over several lines (fallen off the bus, API mismatch, unsupported GPU)."""
-
-    kind: str
-    parts: list[str]
-    line: str
-    prefix: _Prefix
-    lineno: int | None
-
-
-def _gsp_kind(low: str) -> str:
-    """What a GSP line reports, from its lower-cased text (first matching word wins)."""
-    if "heartbeat" in low:
-        return "heartbeat"
-    if "crash" in low or "halt" in low or "exception" in low:
-        return "crash"
-    if "needs to be reset" in low or "reset required" in low:
-        return "reset_required"
-    if "gsp timeout" in low or ("timeout" in low and "rpc" in low):
-        return "rpc_timeout"
-    if "init" in low or "bootstrap" in low or "gsp firmware" in low:
-        return "init"
-    if "logxid" in low or "gsp error" in low:
-        return "xid_report"
-    return "rpc"
-
-
-class KernelLogParser:
+class KernelLogParser(NvrmReaders, AerReaders):
     """Turns kernel log lines into :class:`KernelEvent` objects; keeps state for multi-line messages.
 
     Feed lines with :meth:`feed`; call :meth:`flush` at the end (or when a live log goes quiet) to
@@ -224,7 +159,7 @@ class KernelLogParser:
             return
         m = _RE_PCI_ENUM.search(msg) if "10de" in msg else None
         if m:
-            self.nvidia_devices.add(normalize_bus_id(m.group("dev")))
+            self.nvidia_devices.add(_norm_bus(m.group("dev")))
 
     def _continue_multi(self, msg: str, out: list[KernelEvent]) -> bool:
         """A continuation of the waiting multi-line NVRM message (True: used); else that message ends."""
@@ -265,497 +200,15 @@ class KernelLogParser:
                 "width": int(m.group("width")), "limited_at": _bus(m.group("at")),
                 "capable_gbps": float(m.group("cap")), "capable_speed_gts": float(m.group("capspeed")),
                 "capable_width": int(m.group("capwidth")), "nvidia": bool(dev and dev in self.nvidia_devices),
+                "driver": m.group("drv"),
             }
             out.append(self._ev("pcie_limited", line, msg, p, lineno, pci_bus_id=dev, detail=d))
             return True
         m = _RE_PCI_ENUM.search(msg)
         if m:
-            self.nvidia_devices.add(normalize_bus_id(m.group("dev")))
+            self.nvidia_devices.add(_norm_bus(m.group("dev")))
             return True
         return False
-
-    def _xid(self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None) -> KernelEvent:
-        bus = normalize_bus_id(m.group("bus")) if m.group("bus") else None
-        if bus is None:
-            detail_bus = {"bus_redacted": True}
-        else:
-            detail_bus = {}
-        rest = m.group("rest").strip()
-        pid: int | None = None
-        proc: str | None = None
-        detail: dict[str, Any] = {}
-        mp = _RE_PID.match(rest)
-        if mp:
-            v = mp.group("pid").strip("'")
-            pid = int(v) if v.isdigit() else None
-            rest = rest[mp.end() :]
-        mn = _RE_NAME.match(rest)
-        if mn:
-            nm = mn.group("name").strip()
-            proc = None if nm in ("<unknown>", "'<unknown>'", "") else nm
-            rest = rest[mn.end() :]
-        if m.group("gi"):
-            detail["gpu_instance"] = m.group("gi")
-        if m.group("ci"):
-            detail["compute_instance"] = m.group("ci")
-        mc = _RE_CAUSED.search(rest)
-        if mc:
-            detail["caused_by_xid"] = int(mc.group(1))
-        m5 = _RE_NVL5.match(rest)
-        if m5:
-            detail.update(
-                {
-                    "unit": m5.group("unit"),
-                    "fatal": m5.group("sev") == "Fatal",
-                    "xc": m5.group("xc"),
-                    "instance": m5.group("inst"),
-                    "link": int(m5.group("link")),
-                    "words": m5.group("words").split(),
-                }
-            )
-        else:
-            ml = _RE_LINK.search(rest)
-            if ml and ("NVLink" in rest or "nvlink" in rest.lower() or "Link" in rest):
-                detail["link"] = int(ml.group(1))
-        self._last_xid_bus = bus
-        self._last_xid_countdown = 40
-        return self._ev(
-            "xid",
-            line,
-            msg,
-            p,
-            lineno,
-            pci_bus_id=bus,
-            xid=int(m.group("xid")),
-            pid=pid,
-            process=proc,
-            detail={"text": rest.strip(), **detail, **detail_bus},
-        )
-
-    def _sxid(
-        self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None
-    ) -> KernelEvent | None:
-        rest = m.group("rest").strip()
-        key = (normalize_bus_id(m.group("bus")), int(m.group("sxid")))
-        continuation = bool(re.match(r"^(?:Severity \d|Data \{|Data\s*0x)", rest))
-        if continuation and key in self._sxid_seen:
-            return None  # a Severity/Data line of a record whose header was read
-        if not continuation:
-            self._sxid_seen.add(key)
-            self._sxid_orphans.pop(key, None)
-        detail: dict[str, Any] = {"sxid": key[1], "text": rest}
-        low = rest.lower()
-        if low.startswith("non-fatal") or low.startswith("nonfatal"):
-            detail["fatal"] = False
-        elif low.startswith("fatal"):
-            detail["fatal"] = True
-        ml = _RE_LINK.search(rest)
-        if ml:
-            detail["link"] = int(ml.group(1))
-        sw = _RE_NVSWITCH.search(msg)
-        if sw:
-            detail["nvswitch"] = int(sw.group(1))
-        ev = self._ev("sxid", line, msg, p, lineno, pci_bus_id=key[0], detail=detail)
-        if continuation:
-            # records of several switches interleave: the header may still come; if it never does, this
-            # line is the only trace of that SXid and flush() reports it
-            self._sxid_orphans.setdefault(key, ev)
-            return None
-        return ev
-
-    def _nvrm(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:
-        """An NVIDIA driver message: the first reader (in this order) that knows it turns it into events."""
-        return any(
-            read(line, msg, p, lineno, out)
-            for read in (
-                self._nvrm_identity,
-                self._nvrm_gsp_timeout,
-                self._nvrm_init,
-                self._nvrm_gsp,
-                self._nvrm_nvlink,
-                self._nvrm_module,
-            )
-        )
-
-    def _nvrm_identity(
-        self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]
-    ) -> bool:
-        """UUID <-> bus id lines, the one-line "fallen off the bus", the start of a multi-line message."""
-        m = _RE_UUID.search(msg)
-        if m:
-            bus = normalize_bus_id(m.group("bus"))
-            d = {"uuid": m.group("uuid")}
-            out.append(self._ev("uuid_map", line, msg, p, lineno, pci_bus_id=bus, detail=d))
-            return True
-        m = _RE_FOB_ONE.search(msg)
-        if m:
-            out.append(
-                self._ev("fallen_off_bus", line, msg, p, lineno, pci_bus_id=normalize_bus_id(m.group("bus")))
-            )
-            return True
-        if "The NVIDIA GPU" in msg or "API mismatch" in msg:
-            kind = "api_mismatch" if "API mismatch" in msg else "gpu_message"
-            idx = msg.find("The NVIDIA GPU") if kind == "gpu_message" else msg.find("API mismatch")
-            self._multi = _Multi(kind=kind, parts=[msg[idx:].strip()], line=line, prefix=p, lineno=lineno)
-            self._try_complete_multi(out)
-            return True
-        return False
-
-    def _nvrm_gsp_timeout(
-        self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]
-    ) -> bool:
-        m = _RE_GSP_TIMEOUT.search(msg)
-        if not m:
-            return False
-        d: dict[str, Any] = {
-            "gsp": "rpc_timeout",
-            "timeout_s": int(m.group("secs")),
-            "gpu_instance": int(m.group("gpu")),
-        }
-        if m.group("fn"):
-            d["function"] = f"{m.group('fn')} ({m.group('fname')})"
-        out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=self._context_bus(), detail=d))
-        return True
-
-    def _nvrm_init(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:
-        """The GPU did not initialise: RmInitAdapter and friends, a failed probe, unplugged power cables."""
-        m = _RE_INIT.search(msg)
-        if m:
-            d: dict[str, Any] = {"what": m.group("what").rstrip("!")}
-            if m.group("code"):
-                d["code"] = m.group("code")
-            mm = re.search(r"minor number (\d+)", msg)
-            if mm:
-                d["minor"] = int(mm.group(1))
-            out.append(
-                self._ev("init_failed", line, msg, p, lineno, pci_bus_id=_bus(m.group("bus")), detail=d)
-            )
-            return True
-        m = _RE_PROBE.search(msg)
-        if m and "nvidia" in msg:
-            d = {"what": "probe failed", "error": int(m.group("err"))}
-            bus = normalize_bus_id(m.group("bus"))
-            out.append(self._ev("init_failed", line, msg, p, lineno, pci_bus_id=bus, detail=d))
-            return True
-        m = _RE_POWER_CABLES.search(msg) if ("ower" in msg or "POWER" in msg) else None
-        if m:
-            d = {"what": "power cables not connected"}
-            where = _bus(m.group("bus") or m.group("bus2"))
-            out.append(self._ev("init_failed", line, msg, p, lineno, pci_bus_id=where, detail=d))
-            return True
-        return False
-
-    def _nvrm_gsp(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:
-        if not ("GSP" in msg or "gsp" in msg or "Gsp" in msg or "heartbeat" in msg):
-            return False
-        m = _RE_GSP.search(msg)
-        if not m:
-            return False
-        d: dict[str, Any] = {"gsp": _gsp_kind(msg.lower())}
-        mg = _RE_GPU_N.search(msg)
-        if mg:
-            d["gpu_instance"] = int(mg.group(1))
-        mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
-        bus = normalize_bus_id(mb.group(1)) if mb else self._context_bus()
-        out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=bus, detail=d))
-        return True
-
-    def _nvrm_nvlink(
-        self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]
-    ) -> bool:
-        if not (
-            _RE_NVLINK.search(msg)
-            and _RE_NVLINK_BAD.search(msg)
-            and "Nvlink Core is being initialized" not in msg
-        ):
-            return False
-        d: dict[str, Any] = {}
-        ml = _RE_LINK.search(msg)
-        if ml:
-            d["link"] = int(ml.group(1))
-        mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
-        bus = normalize_bus_id(mb.group(1)) if mb else self._context_bus()
-        out.append(self._ev("nvlink", line, msg, p, lineno, pci_bus_id=bus, detail=d))
-        return True
-
-    def _nvrm_module(
-        self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]
-    ) -> bool:
-        """The driver loaded (its version), or a kernel-module problem (_MODULE_PATTERNS)."""
-        d: dict[str, Any]
-        m = _RE_DRIVER_LOADED.search(msg) or _RE_MODESET_LOADED.search(msg)
-        if m:
-            d = {"module": "loaded", "driver_version": m.group("ver"), "severity": "info"}
-            out.append(self._ev("module", line, msg, p, lineno, detail=d))
-            return True
-        for rx, sub, sev in _MODULE_PATTERNS:
-            mm2 = rx.search(msg)
-            if mm2:
-                d = {"module": sub, "severity": sev}
-                gd = mm2.groupdict()
-                if gd.get("sym"):
-                    d["symbol"] = gd["sym"]
-                if gd.get("n"):
-                    d["devices"] = int(gd["n"])
-                mb = re.search(rf"({_BDF})", msg)
-                out.append(
-                    self._ev(
-                        "module", line, msg, p, lineno, pci_bus_id=_bus(mb.group(1)) if mb else None, detail=d
-                    )
-                )
-                return True
-        return False
-
-    def _context_bus(self) -> str | None:
-        return self._last_xid_bus if self._last_xid_countdown > 0 else None
-
-    def _try_complete_multi(self, out: list[KernelEvent]) -> bool:
-        mu = self._multi
-        if mu is None:
-            return False
-        text = " ".join(mu.parts)
-        if mu.kind == "gpu_message":
-            m = _RE_FOB_MULTI.search(text)
-            if m:
-                d: dict[str, Any] = {"multiline": len(mu.parts) > 1}
-                if m.group("pciid"):
-                    d["pci_id"] = m.group("pciid").lower()
-                out.append(
-                    self._ev(
-                        "fallen_off_bus",
-                        mu.line,
-                        "NVRM: " + text,
-                        mu.prefix,
-                        mu.lineno,
-                        pci_bus_id=normalize_bus_id(m.group("bus")),
-                        detail=d,
-                    )
-                )
-                self._multi = None
-                return True
-            m = _RE_NOT_SUPPORTED.search(text)
-            if m and re.search(r"driver\b|release\b|nvidia\.ko|GSP", m.group("rest")):
-                out.append(
-                    self._ev(
-                        "module",
-                        mu.line,
-                        "NVRM: " + text,
-                        mu.prefix,
-                        mu.lineno,
-                        pci_bus_id=normalize_bus_id(m.group("bus")),
-                        detail={
-                            "module": "gpu_not_supported",
-                            "severity": "critical",
-                            "pci_id": (m.group("pciid") or "").lower() or None,
-                        },
-                    )
-                )
-                self._multi = None
-                return True
-        elif mu.kind == "api_mismatch":
-            m = _RE_API_MISMATCH.search(text)
-            if m:
-                d = {
-                    "module": "api_mismatch",
-                    "severity": "critical",
-                    "client_version": m.group("client"),
-                    "kernel_version": m.group("kernel"),
-                }
-                if m.group("who"):
-                    d["client_process"] = m.group("who")
-                out.append(self._ev("module", mu.line, "NVRM: " + text, mu.prefix, mu.lineno, detail=d))
-                self._multi = None
-                return True
-        return False
-
-    def _flush_multi(self, out: list[KernelEvent]) -> None:
-        mu = self._multi
-        self._multi = None
-        if mu is None:
-            return
-        if mu.kind == "api_mismatch":
-            out.append(
-                self._ev(
-                    "module",
-                    mu.line,
-                    "NVRM: " + " ".join(mu.parts),
-                    mu.prefix,
-                    mu.lineno,
-                    detail={"module": "api_mismatch", "severity": "critical"},
-                )
-            )
-
-    # -- AER ------------------------------------------------------------------------------------
-    def _aer_start(self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]) -> bool:
-        m = _RE_AER_RECV.search(msg)
-        if m:
-            self._flush_aer(out)
-            sev = _norm_sev(m.group("sev"), m.group("fatal"))
-            src = m.group("src")
-            src_bus = normalize_bus_id(src) if ":" in src else None
-            prev = self._recv
-            if (
-                prev is not None
-                and prev.detail.get("reporter") == normalize_bus_id(m.group("dev"))
-                and (prev.pci_bus_id, prev.detail.get("source_id")) == (src_bus, None if src_bus else src)
-            ):
-                # "Multiple ... received" right after the single report of the same source: one record
-                self._recv = None
-                multiple = bool(m.group("multi")) or bool(prev.detail.get("multiple"))
-            else:
-                self._flush_recv(out)
-                multiple = bool(m.group("multi"))
-            self._last_reporter = (normalize_bus_id(m.group("dev")), 12)
-            self._recv = self._ev(
-                "aer",
-                line,
-                msg,
-                p,
-                lineno,
-                pci_bus_id=src_bus,
-                detail={
-                    "severity": sev,
-                    "reporter": normalize_bus_id(m.group("dev")),
-                    "device": src_bus,
-                    "multiple": multiple,
-                    "source_id": None if src_bus else src,
-                },
-            )
-            return True
-        m = _RE_AER_BUS.search(msg)
-        if m:
-            self._flush_aer(out)
-            dev = _bus(m.group("dev"))
-            sev = _norm_sev(m.group("sev"), m.group("fatal"))
-            d: dict[str, Any] = {
-                "severity": sev,
-                "type": m.group("type").strip(),
-                "agent": m.group("agent"),
-                "device": dev,
-                "driver": m.group("drv"),
-            }
-            if m.group("id"):
-                d["requester_id"] = m.group("id")
-            recv = self._recv
-            self._recv = None
-            evline, evmsg = line, msg
-            if recv is not None:
-                d["reporter"] = recv.detail.get("reporter")
-                d["multiple"] = recv.detail.get("multiple", False)
-                d["received_line"] = recv.line
-                if dev is None:
-                    dev = recv.pci_bus_id
-                    d["device"] = dev
-            elif self._last_reporter is not None and self._last_reporter[1] > 0:
-                d["reporter"] = self._last_reporter[0]  # same burst as the last "received" line
-            else:
-                d["reporter"] = dev
-            self._aer = _Aer(self._ev("aer", evline, evmsg, p, lineno, pci_bus_id=dev, detail=d), dev)
-            return True
-        m = _RE_AER_FW_STATUS.search(msg)
-        if m:
-            self._flush_aer(out)
-            dev = normalize_bus_id(m.group("dev"))
-            d = {
-                "severity": self._hw_sev and _norm_sev(self._hw_sev, None),
-                "device": dev,
-                "reporter": dev,
-                "driver": m.group("drv"),
-                "status": m.group("status"),
-                "mask": m.group("mask"),
-                "firmware_first": True,
-            }
-            self._hw_sev = None
-            self._aer = _Aer(self._ev("aer", line, msg, p, lineno, pci_bus_id=dev, detail=d), dev)
-            return True
-        m = _RE_AER_DOWNSTREAM.search(msg)
-        la = self._aer.event if self._aer is not None else self._last_aer
-        if m and la is not None and "recovery" not in msg:
-            dev = normalize_bus_id(m.group("dev"))
-            if dev not in (la.pci_bus_id, la.detail.get("reporter")):
-                below = la.detail.setdefault("downstream", [])
-                if dev not in below:
-                    below.append(dev)
-                if m.group("drv") == "nvidia":
-                    la.detail.setdefault("downstream_nvidia", []).append(dev)
-            return True
-        m = _RE_AER_RECOVERY.search(msg)
-        if m:
-            self._flush_aer(out)
-            self._flush_recv(out)
-            out.append(
-                self._ev(
-                    "aer",
-                    line,
-                    msg,
-                    p,
-                    lineno,
-                    pci_bus_id=normalize_bus_id(m.group("dev")),
-                    detail={
-                        "severity": "recovery",
-                        "recovery": m.group("res"),
-                        "device": normalize_bus_id(m.group("dev")),
-                    },
-                )
-            )
-            return True
-        return False
-
-    def _aer_continue(self, msg: str, p: _Prefix, out: list[KernelEvent]) -> bool:
-        a = self._aer
-        if a is None:
-            return False
-        m = _RE_AER_STATUS.search(msg)
-        if m and normalize_bus_id(m.group("dev")) == a.device:
-            a.event.detail["vendor_device"] = m.group("vd").lower()
-            a.event.detail["status"] = m.group("status")
-            a.event.detail["mask"] = m.group("mask")
-            a.event.detail.setdefault("lines", []).append(msg.strip())
-            return True
-        m = _RE_AER_BIT.search(msg)
-        if m and normalize_bus_id(m.group("dev")) == a.device:
-            bits = a.event.detail.setdefault("bits", [])
-            bits.append(m.group("name").strip())
-            if m.group("first"):
-                a.event.detail["first"] = m.group("name").strip()
-            a.event.detail.setdefault("lines", []).append(msg.strip())
-            return True
-        m = _RE_AER_FW_LAYER.search(msg)
-        if m and normalize_bus_id(m.group("dev")) == a.device:
-            a.event.detail["type"] = m.group("type").strip()
-            a.event.detail["agent"] = m.group("agent").strip()
-            a.event.detail.setdefault("lines", []).append(msg.strip())
-            return True
-        if m is None and ("TLP Header" in msg or "aer_uncor_severity" in msg or "tlp_header" in msg.lower()):
-            a.event.detail.setdefault("lines", []).append(msg.strip())
-            return True
-        return False
-
-    def _flush_aer(self, out: list[KernelEvent]) -> None:
-        a = self._aer
-        self._aer = None
-        if a is None:
-            return
-        d = a.event.detail
-        if not d.get("severity"):
-            bits = set(d.get("bits") or [])
-            d["severity"] = "corrected" if bits and bits <= _CORRECTABLE_BITS else "unknown"
-        if d.get("vendor_device", "").startswith("10de:") and a.device:
-            self.nvidia_devices.add(a.device)
-        d["nvidia"] = bool(
-            d.get("vendor_device", "").startswith("10de:")
-            or d.get("driver") == "nvidia"
-            or (a.device in self.nvidia_devices)
-        )
-        self._last_aer = a.event
-        out.append(a.event)
-
-    def _flush_recv(self, out: list[KernelEvent]) -> None:
-        r = self._recv
-        self._recv = None
-        if r is not None:
-            r.detail["nvidia"] = bool(r.pci_bus_id and r.pci_bus_id in self.nvidia_devices)
-            out.append(r)
 
 
 def parse_lines(
