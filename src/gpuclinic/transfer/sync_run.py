@@ -104,7 +104,6 @@ class Runner:
         p = self.plan
         stop = threading.Event()
         try:
-            self._prepare()
             for t in p.tasks:
                 self.queue.put(t)
             self._grow(min(p.streams, max(1, len(p.tasks))))
@@ -131,6 +130,7 @@ class Runner:
                 )
             self._finish_big()
             deleted = self._delete()
+            self._settle_probe()
             dt = time.monotonic() - t0
             self.log(f"{_h(self.sent)} sent and verified in {dt:.1f} s ({_h(self.sent / max(dt, 1e-6))}/s)")
             return SyncResult(p, dt, self.sent, self.verified, self.repaired, dt, deleted)
@@ -186,6 +186,15 @@ class Runner:
             if want <= n:
                 return
 
+    def _settle_probe(self) -> None:
+        """The RTT echo may end after the transfer started (it is off the critical path): with it in,
+        the ssh findings are made again."""
+        for t in self.plan.openers.values():
+            if t.ident is not None:
+                t.join(30)
+        if self.plan.probe:
+            self.plan.notes = diagnose_ssh(self.ssh.config(), self.plan.probe)
+
     def _delete(self) -> int:
         """``--delete``, after everything else arrived and checked out (as ``rsync --delete-after``)."""
         p = self.plan
@@ -210,24 +219,6 @@ class Runner:
                         os.unlink(path)
         self.log(f"deleted {len(names)} destination entries not in the source")
         return len(names)
-
-    def _prepare(self) -> None:
-        p = self.plan
-        dirs = sorted({b.dst.rpartition("/")[0] for b in p.big if not b.skipped} | {p.dst.path})
-        dirs = [d for d in dirs if d]
-        if p.direction == "push":
-            cmd = "mkdir -p -- " + " ".join(q(d) for d in dirs)
-            for b in p.big:
-                if not b.skipped:
-                    cmd += f" && touch -- {q(b.part)} && truncate -s {b.entry.size} -- {q(b.part)}"
-            self.ssh.run(cmd, control=os.path.join(self.tmp, "cm1"))
-        else:
-            for d in dirs:
-                os.makedirs(d, exist_ok=True)
-            for b in p.big:
-                if not b.skipped:
-                    with open(b.part, "ab") as f:
-                        f.truncate(b.entry.size)
 
     def _worker(self, tasks: queue.Queue[Task], i: int) -> None:
         self.local.control = os.path.join(self.tmp, f"cm{i}")
