@@ -332,6 +332,26 @@ def test_streams_grow_on_the_transfer_when_each_connection_is_capped(env: Env, t
     assert _tree(tmp_path / "dst") == _tree(src)
 
 
+def test_the_probe_rides_on_the_streams_own_connections(env: Env, tmp_path: Path) -> None:
+    """No probe phase of its own: the one-stream sample (stream 0's connection) and the RTT echo
+    (stream 1's) run at the same time from the start, and no connection is opened for probing alone:
+    4 streams make 4 connections through the proxy."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(24):
+        (src / f"f{i:02d}.bin").write_bytes(os.urandom(256 * 1024))
+    env.proxy.reset_stats()
+    r = env.sync(f"{src}/", f"testbox:{tmp_path / 'dst'}", "--streams", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    ph = res["plan_phases"]
+    assert ph["rtt"][0] < ph["one_stream"][1] and ph["one_stream"][0] < ph["rtt"][1], ph  # they overlap
+    assert 0.25 * PER_CONN < res["probe"]["one_stream"] < 1.3 * PER_CONN
+    assert res["probe"]["rtt_s"] >= 0.018 and res["probe"]["handshake_s"] > 0
+    assert env.proxy.stats()["connections"] == 4
+    assert _tree(tmp_path / "dst") == _tree(src)
+
+
 def _extras(dst: Path) -> None:
     (dst / "old.txt").write_text("gone")
     (dst / "olddir" / "x").mkdir(parents=True)

@@ -246,7 +246,7 @@ def probe_link(
     return pr
 
 
-def one_stream_rate(ssh: Ssh, direction: str, control: str, *, seconds: float = 0.4) -> float:
+def one_stream_rate(ssh: Ssh, direction: str, control: str, *, seconds: float = 0.3) -> float:
     """One stream's bytes/s, sampled on the connection that this call opens (``control``; the
     transfer's first sessions on that stream reuse it).  The handshake and RTT are measured on
     another stream's connection at the same time (``measure_rtt``), and what many streams add is

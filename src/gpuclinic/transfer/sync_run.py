@@ -328,16 +328,24 @@ class Runner:
         remote_root = p.dst.path if p.direction == "push" else p.src_root
         local_root = p.src_root if p.direction == "push" else p.dst.path
         data = b"\0".join(n.encode("utf-8", "surrogateescape") for n in names) + b"\0"
-        out = self.ssh.run(
-            f"cd {q(remote_root)} && xargs -0 sha256sum --", input=data, timeout=3600, control=control
-        )
+        ours: dict[str, str] = {}
+        # our side hashes while the server does (hashlib lets go of the GIL): the last batch's check is
+        # all that is left when the data is through, so its time is the run's tail
+        local = threading.Thread(target=_hash_all, args=(local_root, names, ours), daemon=True)
+        local.start()
+        try:
+            out = self.ssh.run(
+                f"cd {q(remote_root)} && xargs -0 sha256sum --", input=data, timeout=3600, control=control
+            )
+        finally:
+            local.join()
         theirs: dict[str, str] = {}
         for line in out.decode("utf-8", "surrogateescape").splitlines():
             h, _, name = line.partition("  ")
             if h.startswith("\\"):
                 h, name = h[1:], name.replace("\\\\", "\\")
             theirs[name] = h
-        bad = [n for n in names if theirs.get(n) != _sha256(os.path.join(local_root, n))]
+        bad = [n for n in names if n not in ours or theirs.get(n) != ours[n]]
         with self.lock:
             self.verified += len(names) - len(bad)
         return bad
@@ -478,6 +486,12 @@ class Runner:
 def _sub_range(name: str, size: int, first: int, n: int) -> Task:
     end = min(size, (first + n) * BLOCK)
     return Task("range", end - first * BLOCK, name=name, first_block=first, nblocks=n)
+
+
+def _hash_all(root: str, names: list[str], out: dict[str, str]) -> None:
+    for n in names:
+        with contextlib.suppress(OSError):  # unreadable: no hash, so it counts as different
+            out[n] = _sha256(os.path.join(root, n))
 
 
 def _sha256(path: str) -> str:
