@@ -354,13 +354,18 @@ def _read_source(
     # big-file candidates (the threshold can only rise once the stream count is known)
     big_min = max(BIG_MIN, plan.total // (2 * opts.max_streams))
     states = _big_states(
-        ssh, plan, [e for e in plan.entries if e.kind == "f" and e.size >= big_min], control
+        ssh,
+        plan,
+        [e for e in plan.entries if e.kind == "f" and e.size >= big_min],
+        control,
+        prepare=not opts.dry_run,
     )
     if opts.delete:
         plan.deletes = _deletes(ssh, plan, control)
     if not opts.dry_run:  # a transfer starts with n0 streams, so its big files are known already
         plan.big = _pick_big(plan.total, states, n0)
-        prepare_dest(ssh, plan, control)
+        if plan.direction == "pull":
+            prepare_local(plan)
     return states
 
 
@@ -370,23 +375,15 @@ def _pick_big(total: int, states: list[BigFile], streams: int) -> list[BigFile]:
     return [b for b in states if b.entry.size >= big_min]
 
 
-def prepare_dest(ssh: Ssh, plan: Plan, control: str) -> None:
-    """The destination directory and the big files' part files (at full size, for ``dd seek``)."""
-    dirs = sorted({b.dst.rpartition("/")[0] for b in plan.big if not b.skipped} | {plan.dst.path})
-    dirs = [d for d in dirs if d]
-    if plan.direction == "push":
-        cmd = "mkdir -p -- " + " ".join(q(d) for d in dirs)
-        for b in plan.big:
-            if not b.skipped:
-                cmd += f" && touch -- {q(b.part)} && truncate -s {b.entry.size} -- {q(b.part)}"
-        ssh.run(cmd, control=control)
-    else:
-        for d in dirs:
+def prepare_local(plan: Plan) -> None:
+    """Pull: the destination directory and the big files' part files (at full size, for pwrite)."""
+    for d in sorted({b.dst.rpartition("/")[0] for b in plan.big if not b.skipped} | {plan.dst.path}):
+        if d:
             os.makedirs(d, exist_ok=True)
-        for b in plan.big:
-            if not b.skipped:
-                with open(b.part, "ab") as f:
-                    f.truncate(b.entry.size)
+    for b in plan.big:
+        if not b.skipped:
+            with open(b.part, "ab") as f:
+                f.truncate(b.entry.size)
 
 
 def _choose(plan: Plan, opts: SyncOptions, n0: int) -> None:
@@ -444,9 +441,13 @@ def _deletes(ssh: Ssh, plan: Plan, control: str) -> list[str]:
     return extraneous(plan.entries, have)
 
 
-def _big_states(ssh: Ssh, plan: Plan, big: list[Entry], control: str) -> list[BigFile]:
+def _big_states(
+    ssh: Ssh, plan: Plan, big: list[Entry], control: str, *, prepare: bool = False
+) -> list[BigFile]:
     """Where each big file stands at the destination: done already, partly there (resume), or absent.
-    One ssh round trip for all of them (each ssh handshake costs several RTTs)."""
+    One ssh round trip for all of them (each session costs round trips).  ``prepare`` (a push that
+    will run): the same round trip creates the destination directories and cuts a part file left
+    longer than its source; ``dd seek`` creates the part files themselves."""
     out: list[BigFile] = []
     for e in big:
         dst = _join(plan.dst.path, e.name)
@@ -455,10 +456,17 @@ def _big_states(ssh: Ssh, plan: Plan, big: list[Entry], control: str) -> list[Bi
         out.append(
             BigFile(e, _join(plan.src_root, e.name), dst, part, list(range(math.ceil(e.size / BLOCK))))
         )
+    mkdir = ""
+    if prepare and plan.direction == "push":
+        dirs = sorted({b.dst.rpartition("/")[0] for b in out} | {plan.dst.path})
+        mkdir = "mkdir -p -- " + " ".join(q(d) for d in dirs if d) + " || exit 1; "
+        mkdir += "".join(f"truncate -c -s '<{b.entry.size}' -- {q(b.part)}; " for b in out)
+        if not out:
+            ssh.run(mkdir, control=control)
     if not out:
         return out
     if plan.direction == "push":
-        cmd = "; ".join(
+        cmd = mkdir + "; ".join(
             f"stat -c '%s %Y' -- {q(b.dst)} 2>/dev/null || echo - -; stat -c %s -- {q(b.part)} 2>/dev/null "
             "|| echo 0"
             for b in out

@@ -24,7 +24,8 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,11 @@ class Runner:
         self.verifier = ThreadPoolExecutor(
             max_workers=max(1, plan.streams, opts.max_streams), thread_name_prefix="gpuclinic-verify"
         )
+        # a task's follow-up (wait for its checks, repair): apart from the checks it waits on
+        self.settler = ThreadPoolExecutor(
+            max_workers=max(1, plan.streams, opts.max_streams), thread_name_prefix="gpuclinic-settle"
+        )
+        self.settling: list[Future[None]] = []
         self.big = {b.entry.name: b for b in plan.big}
         self.queue: queue.Queue[Task] = queue.Queue()
         self.workers: list[threading.Thread] = []
@@ -122,6 +128,8 @@ class Runner:
             stop.set()
             if adapter.is_alive():
                 adapter.join()
+            for f in self.settling:
+                f.result()
             if self.errors:
                 raise SyncError(
                     f"{self.errors[0]}"
@@ -136,6 +144,7 @@ class Runner:
             return SyncResult(p, dt, self.sent, self.verified, self.repaired, dt, deleted)
         finally:
             stop.set()
+            self.settler.shutdown(wait=True)
             self.verifier.shutdown(wait=True)
             close_workdir(self.ssh, self.tmp)
 
@@ -238,6 +247,27 @@ class Runner:
                 with self.lock:
                     self.busy -= 1
 
+    def _settle_later(self, settle: Callable[[], None]) -> None:
+        """A task's checks are waited for, and what differs is repaired, beside the stream's next task
+        (the stream does not idle on its last check: that gap would show in the tail); the run
+        waits for all of them before it ends.  Errors are kept for the end, as a task's are."""
+
+        def job() -> None:
+            err = ""
+            for attempt in range(3):
+                try:
+                    settle()
+                    return
+                except SyncError as e:
+                    err = str(e)
+                    self.log(f"retrying: {err}")
+                    time.sleep(min(8.0, 0.5 * 2**attempt))
+            with self.lock:
+                self.errors.append(err)
+
+        with self.lock:
+            self.settling.append(self.settler.submit(job))
+
     def _run_task(self, t: Task) -> None:
         """One task, retried (a cut connection, a server that restarted); the error is kept for the end."""
         err = ""
@@ -262,7 +292,7 @@ class Runner:
             return p.src_root.rstrip("/") + "/", f"{p.host}:{p.dst.path.rstrip('/')}/"
         return f"{p.host}:{p.src_root.rstrip('/')}/", p.dst.path.rstrip("/") + "/"
 
-    def _rsync(self, names: list[str], *, checksum: bool = False) -> None:
+    def _rsync(self, names: list[str], *, checksum: bool = False, control: str | None = None) -> None:
         fd, listfile = tempfile.mkstemp(dir=self.tmp)
         with os.fdopen(fd, "wb") as f:
             f.write(b"\0".join(n.encode("utf-8", "surrogateescape") for n in names) + b"\0")
@@ -272,7 +302,7 @@ class Runner:
             "-a",
             f"--partial-dir={RSYNC_PARTIAL}",
             "-e",
-            self.ssh.rsh(control=self.local.control),
+            self.ssh.rsh(control=control or self.local.control),
             "--from0",
             f"--files-from={listfile}",
         ]
@@ -301,24 +331,32 @@ class Runner:
             batches[-1].append(n)
             acc += sizes.get(n, 0)
         control = self.local.control
-        checks = []
+        checks: list[tuple[list[str], Future[list[str]]]] = []
         for b in batches:
             self._rsync(b)
             with self.lock:
                 self.sent += sum(sizes.get(n, 0) for n in b)
             if self.opts.verify:
-                checks.append(
-                    self.verifier.submit(self._compare_files, [n for n in b if n in self.regular], control)
-                )
-        bad = [n for c in checks for n in c.result()]
-        if bad:
-            self.log(f"{len(bad)} file(s) differ after the transfer; resending them with --checksum")
-            self._rsync(bad, checksum=True)
-            still = self._compare_files(bad, control)
-            if still:
-                raise SyncError(f"{still[0]}: sha256 still differs after a --checksum resend")
-            with self.lock:
-                self.repaired += bad
+                names = [n for n in b if n in self.regular]
+                checks.append((names, self.verifier.submit(self._compare_files, names, control)))
+
+        def settle() -> None:
+            bad: list[str] = []
+            for names, c in checks:
+                try:
+                    bad += c.result()
+                except SyncError:  # the check's session failed: check again
+                    bad += self._compare_files(names, control)
+            if bad:
+                self.log(f"{len(bad)} file(s) differ after the transfer; resending them with --checksum")
+                self._rsync(bad, checksum=True, control=control)
+                still = self._compare_files(bad, control)
+                if still:
+                    raise SyncError(f"{still[0]}: sha256 still differs after a --checksum resend")
+                with self.lock:
+                    self.repaired += bad
+
+        self._settle_later(settle)
 
     def _compare_files(self, names: list[str], control: str) -> list[str]:
         """sha256 of ``names`` on both sides (the server's in one ssh round trip); the names that differ."""
@@ -355,30 +393,40 @@ class Runner:
         """Sub-runs of 16 blocks; each is hashed on both sides while the next one is sent."""
         bf = self.big[t.name]
         control = self.local.control
-        checks = []
+        checks: list[tuple[int, int, Future[list[int]]]] = []
         for k in range(t.first_block, t.first_block + t.nblocks, 16):
             n = min(16, t.first_block + t.nblocks - k)
             sub = _sub_range(t.name, bf.entry.size, k, n)
             self._send_range(bf, sub)
             with self.lock:
                 self.sent += sub.size
-            checks.append(self.verifier.submit(self._check_range, bf, k, n, control))
-        bad = [b for c in checks for b in c.result()]
-        for _ in range(2):
-            if not bad:
-                return
-            self.log(f"{t.name}: {len(bad)} block(s) differ, sending them again")
-            for sub in range_tasks(t.name, bf.entry.size, bad, 1):
-                self._send_range(bf, sub)
-            bad = [
-                b
-                for sub in range_tasks(t.name, bf.entry.size, bad, 1)
-                for b in self._check_range(bf, sub.first_block, sub.nblocks, control)
-            ]
-        if bad:
-            raise SyncError(f"{t.name}: block {bad[0]} still differs after two resends")
+            checks.append((k, n, self.verifier.submit(self._check_range, bf, k, n, control)))
 
-    def _send_range(self, bf: BigFile, t: Task) -> None:
+        def settle() -> None:
+            bad: list[int] = []
+            for k, n, c in checks:
+                try:
+                    bad += c.result()
+                except SyncError:  # the check's session failed: check again
+                    bad += self._check_range(bf, k, n, control)
+            for _ in range(2):
+                if not bad:
+                    return
+                self.log(f"{t.name}: {len(bad)} block(s) differ, sending them again")
+                for sub in range_tasks(t.name, bf.entry.size, bad, 1):
+                    self._send_range(bf, sub, control)
+                bad = [
+                    b
+                    for sub in range_tasks(t.name, bf.entry.size, bad, 1)
+                    for b in self._check_range(bf, sub.first_block, sub.nblocks, control)
+                ]
+            if bad:
+                raise SyncError(f"{t.name}: block {bad[0]} still differs after two resends")
+
+        self._settle_later(settle)
+
+    def _send_range(self, bf: BigFile, t: Task, control: str | None = None) -> None:
+        control = control or self.local.control
         off = t.first_block * BLOCK
         n = t.size
         cdd = f"bs={BLOCK} iflag=fullblock status=none"
@@ -386,7 +434,7 @@ class Runner:
             cmd = self.ssh.cmd(
                 f"dd of={q(bf.part)} seek={t.first_block} conv=notrunc {cdd}",
                 compress=self.plan.compress,
-                control=self.local.control,
+                control=control,
             )
             p = subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -415,7 +463,7 @@ class Runner:
         cmd = self.ssh.cmd(
             f"dd if={q(bf.src)} skip={t.first_block} count={t.nblocks} {cdd}",
             compress=self.plan.compress,
-            control=self.local.control,
+            control=control,
         )
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert p.stdout is not None and p.stderr is not None
