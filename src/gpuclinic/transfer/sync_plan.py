@@ -1,10 +1,11 @@
 """``gpuclinic sync``, planning: list the source, measure the path, split the work into tasks.
 
 Why the order: every ssh handshake costs several round trips, so nothing here opens a connection
-of its own.  Stream 0's connection measures the path (handshake, RTT, one stream's rate) while
-stream 1's connection lists the files and reads the destination state of big files, and the other
-streams connect; the transfer then starts on those connections at once and settles its stream
-count from its own first seconds (sync_run.Runner), instead of after seconds of dummy data.
+of its own, and the steps run side by side (``_Planner``): stream 0's connection samples one
+stream's rate while stream 1's measures the handshake and RTT, lists the files, reads the destination
+state of big files and creates the destination, and the other streams connect.  The transfer then
+starts on those connections at once and settles its stream count from its own first seconds
+(sync_run.Runner), instead of after seconds of dummy data.
 """
 
 from __future__ import annotations
