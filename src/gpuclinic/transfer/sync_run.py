@@ -85,6 +85,7 @@ class Runner:
         self.errors: list[str] = []
         self.tmp = plan.workdir or tempfile.mkdtemp(prefix="gpuclinic-sync-")
         self.regular = {e.name for e in plan.entries if e.kind == "f"}
+        self.sizes = {e.name: e.size for e in plan.entries}
         self.local = threading.local()  # .control: this worker's ssh control socket
         self.verifier = ThreadPoolExecutor(
             max_workers=max(1, plan.streams, opts.max_streams), thread_name_prefix="gpuclinic-verify"
@@ -318,10 +319,11 @@ class Runner:
             raise SyncError(f"rsync stream ({len(names)} files): {err}")
 
     def _rsync_task(self, t: Task) -> None:
-        """The stream's files in a few batches; each batch is hashed on both sides while the next one
-        is sent, so only the last batch's check is left when the data is through."""
-        sizes = {e.name: e.size for e in self.plan.entries}
-        step = max(16 * MiB, t.size // 6)
+        """The task's files in one rsync (each rsync start leaves the stream idle for a few round
+        trips), or a few for a huge task; each batch is hashed on both sides while the stream sends
+        the next batch or task, so only the last task's check is left when the data is through."""
+        sizes = self.sizes
+        step = max(256 * MiB, t.size // 4)
         batches: list[list[str]] = [[]]
         acc = 0
         for n in t.names:
