@@ -33,6 +33,7 @@ from gpuclinic.transfer.sync import (
 )
 from gpuclinic.transfer.sync_probe import Probe, choose_compression, choose_streams, diagnose_ssh
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
+from ports import free_port
 from realtools import require
 
 from .ssh_env import Sshd
@@ -212,6 +213,17 @@ def test_bad_input_is_one_line(env: Env, tmp_path: Path) -> None:
         [*GPUCLINIC, "sync", "-e", "ssh 'unclosed", str(tmp_path), "h:/x"], capture_output=True, text=True
     )
     assert r.returncode == 64 and "-e/--rsh" in r.stderr
+    # no ssh session at all (a closed port): one line, whether the plan or the transfer meets it first
+    dead = f"ssh -F {env.cfg} -o Port={free_port()} -o ConnectTimeout=5"
+    for extra in ([], ["--dry-run", "--streams", "2"], ["--no-probe"]):
+        r = subprocess.run(
+            [*GPUCLINIC, "sync", "-e", dead, f"{tmp_path}/", "testbox:/tmp/never", *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 3, (extra, r.returncode, r.stderr)
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, (extra, r.stderr)
 
 
 def test_endpoint_and_planning_rules() -> None:

@@ -288,6 +288,8 @@ class _Planner:
             plan.probe = self.measured[0] if self.measured else self.probe
             if opts.dry_run:
                 rt.join()
+                if self.probe.errors and not self.probe.one_stream:  # a transfer would fail on it too
+                    raise SyncError(self.probe.errors[0])
             plan.probe.compress_speed, plan.probe.compress_ratio = sample[0] if sample else (0.0, 1.0)
         _choose(plan, opts, self.n0)
         if opts.dry_run:
