@@ -294,7 +294,7 @@ class _Planner:
         _choose(plan, opts, self.n0)
         if opts.dry_run:
             plan.big = _pick_big(plan.total, states, plan.streams)
-        _make_tasks(plan, opts.max_streams if plan.adaptive else plan.streams)
+        _make_tasks(plan)
         plan.plan_s = time.monotonic() - self.t0
         return plan
 
@@ -410,12 +410,8 @@ def _choose(plan: Plan, opts: SyncOptions, n0: int) -> None:
         plan.compress, plan.compress_reason = False, "compression off (no probe)"
 
 
-def _make_tasks(plan: Plan, streams: int) -> None:
-    """``streams``: the most streams the run may reach.  Tasks are cut for that many, so a run that
-    grows on the transfer does not find its first tasks cut for fewer: each would then last about
-    the whole run and make the tail (measured: 16 streams on tasks cut for 8 left the link a quarter
-    used in the last quarter of a 1 GiB push on a busy box)."""
-    pr = plan.probe
+def _make_tasks(plan: Plan) -> None:
+    streams, pr = plan.streams, plan.probe
     big_names = {b.entry.name for b in plan.big}
     small = [e for e in plan.entries if e.name not in big_names]
     tasks: list[Task] = []
