@@ -319,11 +319,12 @@ class Runner:
             raise SyncError(f"rsync stream ({len(names)} files): {err}")
 
     def _rsync_task(self, t: Task) -> None:
-        """The task's files in one rsync (each rsync start leaves the stream idle for a few round
-        trips), or a few for a huge task; each batch is hashed on both sides while the stream sends
-        the next batch or task, so only the last task's check is left when the data is through."""
+        """The task's files in a few batches; each batch is hashed on both sides while the stream sends
+        the next batch or task, so only the last batch's check is left when the data is through (one
+        rsync per task would save rsync starts, but a task that ends late would leave the check of
+        all its bytes after the last byte: 2.3 s against 0.4-0.7 s in a run under load)."""
         sizes = self.sizes
-        step = max(256 * MiB, t.size // 4)
+        step = max(16 * MiB, t.size // 6)
         batches: list[list[str]] = [[]]
         acc = 0
         for n in t.names:
