@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "transfer"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # oci_env uses tests/ports.py
 
 from oci_env import MiB, Registry, build_image, push, sha256_file
 
@@ -74,6 +76,7 @@ def main() -> None:
                 [*GPUCLINIC, "get", "image", ref, "-o", str(root / "gc"), "--json"],
                 capture_output=True,
                 text=True,
+                env={**os.environ, "GPUCLINIC_BLOB_CACHE": ""},  # a cold pull, nothing left in ~/.cache
             )
             t_gc = time.monotonic() - t
             assert r.returncode == 0, r.stderr

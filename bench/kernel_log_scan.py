@@ -4,7 +4,9 @@ Not part of pytest.  Writes a realistic log (mostly noise from systemd, sshd, ke
 audit; about one line in 2,000 an NVRM Xid/GSP line or a PCIe AER block) into a temp dir, streaming
 it out (default 1 GiB), warms the page cache, then times each tool as a fresh process, best of N,
 interleaved.  Prints the time ratio (target <= 1.5x grep; scan_path uses grep's multi-pattern
-search when grep is installed; the memmem scan is timed too, as the fallback) and the scanner's peak
+search when grep is installed, two greps over the two halves of a file of 128 MiB or more when a second
+core is usable; the memmem scan is timed too, as the fallback), the CPU ratio (user+sys, grep included),
+the load average before and after (wall ratios on a busy machine mean little), and the scanner's peak
 RSS for a quarter of the file and for all of it (target: flat, i.e. the same), then deletes the file.
 
     .venv/bin/python bench/kernel_log_scan.py [--size 1G] [-n 3] [--dir DIR] [--keep]
@@ -190,6 +192,7 @@ def main() -> int:
             f"{path}"
         )
         subprocess.run([grep, "-c", "NVRM", path], capture_output=True, check=False)  # warm the page cache
+        load0 = os.getloadavg()[0]
         py = sys.executable
         grep_t: list[float] = []
         grep_c: list[float] = []
@@ -236,6 +239,7 @@ def main() -> int:
             "for a "
             f"quarter; interpreter+import alone {int(base) / 1024:.1f} MiB"
         )
+        print(f"load average : {load0:.2f} before, {os.getloadavg()[0]:.2f} after ({os.cpu_count()} CPUs)")
         more = int(n_events) - q_events
         grow = (int(rss_kb) - q_rss_kb) / 1024
         per = f" = {grow * 1024 / more:.1f} KiB per extra event returned" if more > 0 else ""

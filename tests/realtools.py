@@ -32,6 +32,7 @@ PACKAGES: dict[str, str] = {
     "ipmitool": "ipmitool",
     "docker-registry": "docker-registry",
     "skopeo": "skopeo",
+    "podman": "podman",
     "sshd": "openssh-server",
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",

@@ -116,3 +116,72 @@ def test_line_hits_grep_python_and_brute_force_agree() -> None:
         k for k, ln in want if b"xid" in ln.lower() or "\u0130".encode() in ln
     ]
     assert textscan.line_hits(text, ["nvrm"]) == hits.only(["nvrm"])  # reused for the same text
+
+
+def _ascii_log(seed: int) -> str:
+    return _log(seed).encode("ascii", "replace").decode()  # grep -P alone decides every line
+
+
+TRICKY = (
+    "   \n[  12.345678] NVRM: Xid 79\n"  # a blank line before a kernel line: re's \s* would run on into it
+    "  kern  :warn  : [ 5.1] pcieport 0000:00:01.0: AER\n"
+    "user@node1:~$ nvidia-smi\n>>> import torch\n"
+    '  {"MESSAGE": "x"}  ,\n'
+    "__REALTIME_TIMESTAMP=1700000000\n"
+    'DCGM_FI_DEV_XID_ERRORS{gpu="0"} 79\n# HELP x y\nfoo 1 2\n'
+    "   temp1_input: 45.000\n\tnvidia 0000:3b:00.0: irq\n"
+)
+
+
+@pytest.mark.parametrize("ascii_only", [True, False])
+def test_big_log_uses_grep_line_starts(ascii_only: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuclinic import textscan
+
+    odd = "" if ascii_only else "\u00a0[ 1.0] NVRM: x\n\u2713 done\n"  # a few lines grep cannot judge
+    text = (_ascii_log(10) if ascii_only else _log(10)) + TRICKY * 3 + odd
+    assert textscan.line_starts(text, segments._LINE_START.pattern) is not None
+    got = _same_both_ways(text, monkeypatch)
+    rec = got["input_records"][0]  # type: ignore[index]
+    assert {s["kind"] for s in rec["segments"]} >= {"kernel_log", "text", "json", "smi_error", "prompt"}
+
+
+@pytest.mark.parametrize(
+    "text", [_ascii_log(11), TRICKY, TRICKY.replace("\n", "\n\n") + "no newline at the end"]
+)
+def test_grep_line_starts_equal_re_on_each_line(text: str) -> None:
+    """grep -P of the line-start pattern finds the lines where ``re`` matches it within the line."""
+    from gpuclinic import textscan
+
+    got = textscan.line_starts(text, segments._LINE_START.pattern)
+    want = [k for k, ln in enumerate(text.split("\n")) if segments._LINE_START.match(ln)]
+    assert got == want and want
+
+
+@pytest.mark.parametrize("odd", ["\u00a0", "\u0663", "\x1f", "\u2003", "\u00e9"])  # re's \s, \d: not PCRE's
+def test_grep_line_starts_add_every_line_the_engines_may_read_apart(odd: str) -> None:
+    from gpuclinic import textscan
+
+    text = TRICKY + f"{odd}[ 1.0] x\n[{odd}1.0] y\n" + odd * 3 + "\nplain line\n" + _log(12)
+    got = textscan.line_starts(text, segments._LINE_START.pattern)
+    lines = text.split("\n")
+    want = [k for k, ln in enumerate(lines) if segments._LINE_START.match(ln)]
+    odd_lines = [k for k, ln in enumerate(lines) if not ln.isascii() or any(c in ln for c in "\x1c\x1f")]
+    assert got is not None and set(want) <= set(got) and set(got) - set(want) <= set(odd_lines)
+
+
+def test_grep_line_starts_leave_a_mostly_non_ascii_text_to_re() -> None:
+    from gpuclinic import textscan
+
+    assert textscan.line_starts("训练 step 1 loss 0.5\n" * 5000, segments._LINE_START.pattern) is None
+
+
+def test_odd_lines_counted_from_known_lines_equal_counted_from_the_start() -> None:
+    from gpuclinic import textscan
+
+    text = _log(13) + "\u00a0x\n" + TRICKY + "\x1fy\n"
+    hits = textscan.line_hits(text, ["error", "nvrm"])
+    assert hits is not None and hits.lines
+    data = hits.data
+    want = [k for k, ln in enumerate(text.split("\n")) if not ln.isascii() or "\x1f" in ln]
+    anchors = [(k, off) for k, off, _ in hits.lines]
+    assert textscan._odd_lines(data, anchors) == textscan._odd_lines(data, []) == want

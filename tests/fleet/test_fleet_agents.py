@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from .fleetenv import Agent, by_node, free_port, wait_fleet
+from ports import free_port
+
+from .fleetenv import Agent, by_node, wait_fleet
 
 
 @pytest.fixture

@@ -13,9 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
+from ports import free_port
 from realtools import require
 
-from .fleetenv import Agent, free_port
+from .fleetenv import Agent
 
 
 @pytest.fixture

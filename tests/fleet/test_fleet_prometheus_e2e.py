@@ -173,7 +173,7 @@ def test_fleet_over_prometheus(cluster: tuple[PrometheusServer, dict[str, Agent]
 
 @pytest.mark.timeout(60)
 def test_prometheus_down_is_exit_3_one_line(tmp_path: Path) -> None:
-    from .fleetenv import free_port
+    from ports import free_port
 
     rc, d, err = fleet_json("--prometheus", f"http://127.0.0.1:{free_port()}")
     assert (

@@ -17,8 +17,9 @@ from gpuclinic.cli.net_registry import best_mirror, doc_findings, parse_ratelimi
 from gpuclinic.knowledge import codes as K
 from gpuclinic.sources.registry import RegistryProbe, configured_specs, read_mirror_config
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
+from ports import free_port
 from realtools import require
-from transfer.oci_env import MiB, Registry, build_image, free_port, push
+from transfer.oci_env import MiB, Registry, build_image, push
 
 from .servers import LoopbackFileServer
 
@@ -262,3 +263,77 @@ def test_registry_checks_on_recorded_probes() -> None:
         "network.registry_unreachable",
         "network.registry_config_invalid",
     }
+
+
+def test_doctor_net_reports_registries_like_net(registry: Registry, tmp_path: Path) -> None:
+    """``doctor --net`` probes the registries of the network config ([[registry]]) and the host's
+    configured mirrors through the same code as ``net``: the same probes under
+    facts.network.extra.registries and the same network.registry_* findings, in the doctor report."""
+    with TcpProxy("127.0.0.1", registry.port) as mirror:
+        dead = f"http://127.0.0.1:{free_port()}"
+        _write_config(tmp_path, mirror.url, dead)
+        netcfg = tmp_path / "network.toml"
+        netcfg.write_text(
+            f'defaults = false\n[[registry]]\nurl = "http://{registry.host}"\n'
+            'image = "library/alpine:latest"\n'
+        )
+        env = {**os.environ, "GPUCLINIC_CONFIG_ROOT": str(tmp_path), "GPUCLINIC_NETWORK_CONFIG": str(netcfg)}
+        runs = {
+            cmd: subprocess.run(
+                [*GPUCLINIC, *cmd.split(), "--quick", "--json"], capture_output=True, text=True, timeout=120,
+                env=env,
+            )
+            for cmd in ("doctor --net", "net")
+        }
+        term = subprocess.run(
+            [*GPUCLINIC, "doctor", "--net", "--quick"], capture_output=True, text=True, timeout=120, env=env
+        )
+    docs = {}
+    for cmd, r in runs.items():
+        assert r.returncode in (1, 2, 3), (cmd, r.returncode, r.stderr)  # at least the dead mirror's warning
+        docs[cmd] = json.loads(r.stdout)
+    regs = {cmd: d["facts"]["network"]["extra"]["registries"] for cmd, d in docs.items()}
+    for reg in regs.values():
+        probes = {p["url"]: p for p in reg["probes"]}
+        assert set(probes) == {f"http://{registry.host}", mirror.url, dead}
+        assert probes[f"http://{registry.host}"]["ok"] and probes[mirror.url]["ok"]
+        assert not probes[dead]["ok"] and probes[dead]["configured_in"]
+    codes = {
+        cmd: sorted(f["code"] for f in d["findings"] if f["code"].startswith("network.registry_"))
+        for cmd, d in docs.items()
+    }
+    assert codes["doctor --net"] == codes["net"] and "network.registry_mirror_down" in codes["net"]
+    down = next(f for f in docs["doctor --net"]["findings"] if f["code"] == "network.registry_mirror_down")
+    assert down["severity"] == "warning" and dead in down["title"] and down["family"] == "network"
+    assert "does not work" in term.stdout and "secretpw" not in term.stdout + runs["doctor --net"].stdout
+    # without --net, doctor probes no registry at all
+    quiet = subprocess.run([*GPUCLINIC, "doctor", "--quick", "--json"], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert "registries" not in json.dumps((json.loads(quiet.stdout).get("facts") or {}).get("network") or {})
+
+
+def test_network_config_registry_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[[registry]]`` entries become probe specs (mirror_of and image kept) beside or instead of the
+    known registries; an entry without a url is a one-line usage error of ``net``."""
+    from gpuclinic.sources.registry_run import plan
+
+    cfg = tmp_path / "network.toml"
+    monkeypatch.setenv("GPUCLINIC_NETWORK_CONFIG", str(cfg))
+    monkeypatch.setenv("GPUCLINIC_CONFIG_ROOT", str(tmp_path))  # no host mirror config
+    cfg.write_text('registries = false\n[[registry]]\nurl = "https://harbor.corp.example/"\nimage = "a/b:1"\n'
+                   '[[registry]]\nurl = "http://127.0.0.1:5000"\nmirror_of = "docker.io"\n')
+    specs, mc = plan([], False)
+    assert mc is not None
+    assert [(s.url, s.image, s.mirror_of) for s in specs] == [
+        ("https://harbor.corp.example", "a/b:1", None),
+        ("http://127.0.0.1:5000", "library/alpine:latest", "docker.io"),
+    ]
+    cfg.write_text('[[registry]]\nurl = "https://harbor.corp.example"\n')  # plus the known ones
+    specs, _ = plan([], False)
+    assert specs[0].url == "https://harbor.corp.example" and len(specs) > 5
+    assert plan([], True) == ([], None)  # --endpoint narrowed the run to other endpoints
+    cfg.write_text('defaults = false\n[[registry]]\nimage = "x:1"\n')
+    r = subprocess.run([*GPUCLINIC, "net", "--quick"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "GPUCLINIC_NETWORK_CONFIG": str(cfg)})
+    assert r.returncode == 64 and "registry #1 needs a url" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

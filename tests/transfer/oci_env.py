@@ -6,34 +6,36 @@ pushed with ``skopeo copy``, exactly as a user would populate a registry.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
+import http.server
 import io
 import json
 import os
-import socket
 import subprocess
 import tarfile
+import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from ports import free_port
+
 MiB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Registry:
     """``docker-registry serve`` with filesystem storage in ``root``; stopped by :meth:`stop`."""
 
-    def __init__(self, binary: str, root: Path, htpasswd: str | None = None) -> None:
-        """``htpasswd``: a ``user:bcrypt-hash`` line; the registry then demands that login."""
+    def __init__(
+        self, binary: str, root: Path, htpasswd: str | None = None, token: TokenIssuer | None = None
+    ) -> None:
+        """``htpasswd``: a ``user:bcrypt-hash`` line; the registry then demands that login.
+        ``token``: the registry's ``auth: token`` trusts this issuer (its realm, service, certificate)."""
         self.port = free_port()
         root.mkdir(parents=True, exist_ok=True)
         cfg = root / "config.yml"
@@ -41,6 +43,11 @@ class Registry:
         if htpasswd:
             (root / "htpasswd").write_text(htpasswd + "\n")
             auth = f"auth:\n  htpasswd:\n    realm: test\n    path: {root / 'htpasswd'}\n"
+        if token:
+            auth = (
+                f"auth:\n  token:\n    realm: {token.realm}\n    service: {token.service}\n"
+                f"    issuer: {token.issuer}\n    rootcertbundle: {token.cert}\n"
+            )
         cfg.write_text(
             "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
             f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
@@ -75,6 +82,94 @@ class Registry:
                 self.proc.kill()
                 self.proc.wait(5)
         self.log.close()
+
+
+class TokenIssuer:
+    """A minimal token server for the registry's ``auth: token`` (the spec's "Bearer token" flow):
+    it checks a Basic login and answers ``{"token": JWT}`` signed RS256 with a key made by openssl,
+    whose certificate the registry trusts (``rootcertbundle``; the JWT names the key by its libtrust
+    key ID).  Debian ships no token server; the registry that checks the tokens is the real one.
+
+    ``jwt_ttl``: how long the JWT really lives (its ``exp`` is set :data:`LEEWAY` earlier, the clock
+    skew the registry forgives: Debian's 2.8.2 accepts a token up to 60 s after ``exp``, measured);
+    the JSON answer always claims 300 s, so a client only learns of the expiry from the registry's
+    401 (as with a skewed clock or a revoked token)."""
+
+    LEEWAY = 60
+
+    service = "gpuclinic-test-registry"
+    issuer = "gpuclinic-test-issuer"
+
+    def __init__(self, openssl: str, root: Path, user: str, password: str) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.openssl, self.key, self.cert = openssl, root / "key.pem", root / "cert.pem"
+        self.user, self.password = user, password
+        self.jwt_ttl = 300
+        self.requests: list[dict[str, object]] = []  # scope, service, login ok
+        self.tokens: list[str] = []
+        run = [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(self.key), "-out",
+               str(self.cert), "-days", "2", "-subj", "/CN=gpuclinic-test-token"]
+        subprocess.run(run, check=True, capture_output=True, timeout=60)
+        der = subprocess.run([openssl, "pkey", "-in", str(self.key), "-pubout", "-outform", "DER"],
+                             check=True, capture_output=True, timeout=30).stdout
+        b32 = base64.b32encode(hashlib.sha256(der).digest()[:30]).decode().rstrip("=")
+        self.kid = ":".join(b32[i : i + 4] for i in range(0, len(b32), 4))
+        issuer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                want = "Basic " + base64.b64encode(f"{issuer.user}:{issuer.password}".encode()).decode()
+                ok = self.headers.get("Authorization") == want
+                scope, service = q.get("scope", [""])[0], q.get("service", [""])[0]
+                issuer.requests.append({"scope": scope, "service": service, "login": ok})
+                if not ok:
+                    self.send_response(401)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body = json.dumps({"token": issuer.sign(q.get("scope", [])), "expires_in": 300}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.realm = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def sign(self, scopes: list[str]) -> str:
+        access = []
+        for sc in scopes:
+            for one in sc.split(" "):
+                kind, _, rest = one.partition(":")
+                name, _, actions = rest.rpartition(":")
+                if kind == "repository" and name:
+                    access.append({"type": kind, "name": name, "actions": actions.split(",")})
+        now = int(time.time())
+        exp = now + self.jwt_ttl - self.LEEWAY
+        claims = {"iss": self.issuer, "sub": self.user, "aud": self.service, "exp": exp, "nbf": now - 5,
+                  "iat": now, "jti": os.urandom(8).hex(), "access": access}
+        header = {"typ": "JWT", "alg": "RS256", "kid": self.kid}
+        raw = ".".join(_b64url(json.dumps(x).encode()) for x in (header, claims))
+        sig = subprocess.run([self.openssl, "dgst", "-sha256", "-sign", str(self.key)], input=raw.encode(),
+                             check=True, capture_output=True, timeout=30).stdout
+        token = raw + "." + _b64url(sig)
+        self.tokens.append(token)
+        return token
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _b64url(b: bytes) -> str:
+    return base64.urlsafe_b64encode(b).decode().rstrip("=")
 
 
 @dataclass

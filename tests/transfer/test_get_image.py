@@ -8,16 +8,13 @@ origin.
 
 from __future__ import annotations
 
-import atexit
 import base64
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +26,7 @@ import pytest
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
 from realtools import require
 
-from .oci_env import Built, MiB, Registry, build_image, build_multiarch, push, sha256_file
+from .oci_env import Built, MiB, Registry, TokenIssuer, build_image, build_multiarch, push, sha256_file
 
 BIG = 200 * MiB
 GPUCLINIC = [sys.executable, "-m", "gpuclinic"]
@@ -65,18 +62,18 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 def _get(
     *args: str, timeout: float = 240, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``get image``; docker-archive blobs are cached in a temp dir, never the user's ~/.cache."""
+    """``get image`` without the blob cache (so every test counts its own downloads; never the user's
+    ~/.cache); the cache tests pass their own ``GPUCLINIC_BLOB_CACHE``."""
     return subprocess.run(
         [*GPUCLINIC, "get", "image", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "GPUCLINIC_BLOB_CACHE": _CACHE, **(env or {})},
+        env={**os.environ, **NO_CACHE, **(env or {})},
     )
 
 
-_CACHE = tempfile.mkdtemp(prefix="gpuclinic-test-blobs-")
-atexit.register(shutil.rmtree, _CACHE, True)
+NO_CACHE = {"GPUCLINIC_BLOB_CACHE": ""}
 
 
 def _check_layout(env: Env, out: Path, repo: str) -> dict[str, Any]:
@@ -131,7 +128,7 @@ def test_multiarch_platform_and_docker_archive(env: Env, tmp_path: Path) -> None
         assert ins.returncode == 0, ins.stderr
         info = json.loads(ins.stdout)
         assert info["Architecture"] == arch
-        assert not out.with_name(out.name + ".blobs").exists()  # staged in the blob cache instead
+        assert not out.with_name(out.name + ".blobs").exists()  # the staging layout is removed
         # skopeo can copy it on (it decompresses every layer and checks the config's diff_ids)
         cp = subprocess.run(
             [env.skopeo, "copy", f"docker-archive:{out}", f"oci:{tmp_path / ('c-' + arch)}"],
@@ -181,6 +178,7 @@ def test_kill9_at_half_then_resume_downloads_little_twice(env: Env, tmp_path: Pa
         ref = f"127.0.0.1:{px.port}/test/big:latest"
         proc = subprocess.Popen(
             [*GPUCLINIC, "get", "image", ref, "-o", str(out), "-q"],
+            env={**os.environ, **NO_CACHE},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -265,6 +263,8 @@ def test_bad_input_is_one_line(env: Env, tmp_path: Path) -> None:
         ([f"{env.reg.host}/test/big", "--platform", "amd64"], "OS/ARCH"),
         ([f"{env.reg.host}/test/big", "-o", str(tmp_path / "no" / "such")], "does not exist"),
         ([f"{env.reg.host}/test/missing"], "MANIFEST_UNKNOWN"),
+        ([f"{env.reg.host}/test/big", "--runtime", "podman"], "add --load"),
+        ([f"{env.reg.host}/test/big", "--cache-max", "-3G"], "--cache-max must be a size"),
     ]
     for args, want in cases:
         r = _get(*args, "-o", str(tmp_path / "o")) if "-o" not in args else _get(*args)
@@ -282,7 +282,195 @@ def test_load_without_a_runtime_keeps_the_image(env: Env, tmp_path: Path) -> Non
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PATH": str(tmp_path)},
+        env={**os.environ, **NO_CACHE, "PATH": str(tmp_path)},
     )
     assert r.returncode == 3 and "neither docker nor podman" in r.stderr and str(out) in r.stderr
     assert (out / "index.json").exists() and "Traceback" not in r.stderr
+
+
+def _podman_env(tmp_path: Path) -> dict[str, str]:
+    """podman with its own vfs storage under tmp_path (CONTAINERS_STORAGE_CONF), and a docker CLI
+    pointed at a socket nobody serves, so that ``auto`` must pass docker over whatever the host has."""
+    conf = tmp_path / "storage.conf"
+    conf.write_text(
+        f'[storage]\ndriver = "vfs"\ngraphroot = "{tmp_path / "root"}"\nrunroot = "{tmp_path / "run"}"\n'
+    )
+    return {"CONTAINERS_STORAGE_CONF": str(conf), "DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}"}
+
+
+def test_load_into_podman_really_loads_the_image(env: Env, tmp_path: Path) -> None:
+    """--load with docker's daemon silent picks podman, says so, and podman then lists the image under
+    its name with the config digest as its ID; --runtime docker refuses with the reason and keeps the
+    image; a bad --runtime is a usage error before any download."""
+    podman = require("podman")["podman"]
+    penv = _podman_env(tmp_path)
+    idx = httpx.get(f"http://{env.reg.host}/v2/test/multi/manifests/latest",
+                    headers={"Accept": "application/vnd.oci.image.index.v1+json"}, timeout=10)
+    amd64 = next(m for m in idx.json()["manifests"] if m["platform"]["architecture"] == "amd64")
+    m = httpx.get(f"http://{env.reg.host}/v2/test/multi/manifests/{amd64['digest']}",
+                  headers={"Accept": amd64["mediaType"]}, timeout=10).json()
+    config_digest = m["config"]["digest"]
+    for fmt, out in (("oci", tmp_path / "m"), ("docker-archive", tmp_path / "m.tar")):
+        r = _get(f"{env.reg.host}/test/multi", "--platform", "linux/amd64", "--format", fmt, "-o", str(out),
+                 "--load", env=penv)
+        assert r.returncode == 0, r.stderr
+        assert "loading into podman (docker is installed but its daemon does not answer" in r.stdout or (
+            "loading into podman (docker is not installed)" in r.stdout
+        ), r.stdout
+        assert "loaded into podman" in r.stdout
+    name = f"{env.reg.host}/test/multi:latest"
+    ins = subprocess.run([podman, "image", "inspect", name], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **penv})
+    assert ins.returncode == 0, ins.stderr
+    info = json.loads(ins.stdout)[0]
+    assert "sha256:" + info["Id"] == config_digest and info["Architecture"] == "amd64"
+    assert name in info["RepoTags"]
+    imgs = subprocess.run([podman, "images", "--format", "json"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **penv})
+    assert [i["Id"] for i in json.loads(imgs.stdout)] == [info["Id"]]  # both loads: one image
+    forced = _get(f"{env.reg.host}/test/multi", "-o", str(tmp_path / "d"), "--load", "--runtime", "docker",
+                  env=penv)
+    assert forced.returncode == 3 and "--load: docker" in forced.stderr
+    assert str(tmp_path / "d") in forced.stderr
+    assert (tmp_path / "d" / "index.json").exists() and "Traceback" not in forced.stderr
+    bad = _get(f"{env.reg.host}/test/multi", "-o", str(tmp_path / "e"), "--load", env={**penv,
+               "GPUCLINIC_RUNTIME": "lxc"})
+    assert bad.returncode == 64 and "GPUCLINIC_RUNTIME" in bad.stderr and not (tmp_path / "e").exists()
+
+
+def test_oci_output_shares_the_blob_cache_and_it_is_pruned(env: Env, tmp_path: Path) -> None:
+    """An OCI pull fills the cache by hard link; a second OCI pull elsewhere and a docker-archive pull
+    cross the link with no blob byte; --cache-max then drops the least recently used image's blobs,
+    never the current image's nor a blob being written."""
+    cache = tmp_path / "cache"
+    cenv = {"GPUCLINIC_BLOB_CACHE": str(cache)}
+    blobdir = cache / "blobs" / "sha256"
+    with TcpProxy("127.0.0.1", env.reg.port) as px:
+        ref = f"127.0.0.1:{px.port}/test/multi"
+        first = _get(ref, "--platform", "linux/amd64", "-o", str(tmp_path / "a"), "--json", env=cenv)
+        assert first.returncode == 0, first.stderr
+        one = json.loads(first.stdout)
+        assert one["downloaded"] == one["size"] > 0 and one["cache"]["pruned"] == 0
+        for b in one["blobs"]:  # the same inode in the output and in the cache: no second copy on disk
+            h = b["digest"].split(":")[1]
+            assert (blobdir / h).stat().st_ino == (tmp_path / "a" / "blobs" / "sha256" / h).stat().st_ino
+        px.reset_stats()
+        second = _get(ref, "--platform", "linux/amd64", "-o", str(tmp_path / "b"), "--json", env=cenv)
+        arch = _get(ref, "--platform", "linux/amd64", "--format", "docker-archive", "-o",
+                    str(tmp_path / "b.tar"), "--json", env=cenv)
+        crossed = px.stats()["down"]
+        for r in (second, arch):
+            assert r.returncode == 0, r.stderr
+            res = json.loads(r.stdout)
+            assert res["downloaded"] == 0 and res["reused"] == one["size"]
+        assert crossed < 64 * 1024  # manifests only
+        assert {b.get("from") for b in json.loads(second.stdout)["blobs"]} == {"cache"}
+        _check_layout_blobs(tmp_path / "b", one)
+        # a blob being written (its .gpuclinic-part beside it) and the arm64 pull under a tiny cap
+        busy = blobdir / ("0" * 64)
+        busy.write_bytes(b"x" * 1000)
+        (blobdir / (busy.name + ".gpuclinic-part")).write_bytes(b"")
+        old = time.time() - 3600
+        for p in blobdir.iterdir():
+            os.utime(p, (old, old))
+        arm = _get(ref, "--platform", "linux/arm64", "-o", str(tmp_path / "c"), "--json", "--cache-max", "1K",
+                   env=cenv)
+    assert arm.returncode == 0, arm.stderr
+    res = json.loads(arm.stdout)
+    arm_blobs = {b["digest"].split(":")[1] for b in res["blobs"]} | {res["digest"].split(":")[1]}
+    left = {p.name for p in blobdir.iterdir() if len(p.name) == 64}
+    assert left == arm_blobs | {busy.name}  # every amd64 blob pruned; arm64 and the busy one kept
+    assert res["cache"]["pruned"] >= len(one["blobs"]) and res["cache"]["freed"] >= one["size"]
+    # the OCI output keeps its hard-linked blobs: skopeo still reads it
+    ins = subprocess.run([env.skopeo, "inspect", f"oci:{tmp_path / 'a'}"], capture_output=True, text=True,
+                         timeout=60)
+    assert ins.returncode == 0, ins.stderr
+    plain = _get(ref, "-o", str(tmp_path / "d"), "--cache-max", "lots", env=cenv)
+    assert plain.returncode == 64 and "--cache-max must be a size" in plain.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def _check_layout_blobs(out: Path, res: dict[str, Any]) -> None:
+    for b in res["blobs"]:
+        p = out / "blobs" / "sha256" / b["digest"].split(":")[1]
+        assert p.stat().st_size == b["size"] and sha256_file(p) == b["digest"]
+
+
+def test_cache_size_parsing_and_lru_order(tmp_path: Path) -> None:
+    from gpuclinic.errors import InputError
+    from gpuclinic.transfer.oci_cache import parse_size, prune
+
+    assert parse_size("50G") == 50 << 30 and parse_size("512MiB") == 512 << 20 and parse_size("0") == 0
+    assert parse_size("1.5k") == 1536
+    with pytest.raises(InputError):
+        parse_size("-1G")
+    d = tmp_path / "blobs" / "sha256"
+    d.mkdir(parents=True)
+    now = time.time()
+    for i, age in enumerate((300, 100, 200)):  # blob 0 oldest, then 2, then 1
+        p = d / (str(i) * 64)
+        p.write_bytes(b"x" * 100)
+        os.utime(p, (now - age, now - age))
+    (d / "notablob.tmp").write_bytes(b"y" * 10_000)  # not a blob: neither counted nor touched
+    pr = prune(tmp_path, 150, keep=set())
+    assert (pr.removed, pr.freed, pr.kept_bytes) == (2, 200, 100)
+    assert sorted(p.name[0] for p in d.iterdir() if len(p.name) == 64) == ["1"]
+    assert (d / "notablob.tmp").exists()
+
+
+def test_token_mirror_gets_blob_tokens_and_renews_them_mid_download(env: Env, tmp_path: Path) -> None:
+    """A mirror that is a real docker-registry with ``auth: token`` (a test token issuer as its realm):
+    its blob requests carry its own Bearer token (got with the login from docker's config.json), and
+    when the token dies in the middle of the ranged download (the JWT lives 2 s; the pull takes
+    several behind a capped proxy) the 401's challenge brings a new one and the ranges go on from the
+    mirror.  Neither the password nor any token appears in the output."""
+    tools = require("docker-registry", "openssl")
+    password = "T0ken-mirr0r-pw"
+    issuer = TokenIssuer(tools["openssl"], tmp_path / "issuer", "bob", password)
+    mirror = Registry(tools["docker-registry"], tmp_path / "mreg", token=issuer)
+    try:
+        build_image(tmp_path / "src", [24 * MiB, 700])
+        push(env.skopeo, tmp_path / "src", f"{env.reg.host}/test/tok:latest")
+        push(env.skopeo, tmp_path / "src", f"{mirror.host}/test/tok:latest", creds=f"bob:{password}")
+        assert any(r["login"] and "push" in str(r["scope"]) for r in issuer.requests)  # skopeo used it
+        issuer.requests.clear()
+        issuer.jwt_ttl = 2
+        auth = base64.b64encode(f"bob:{password}".encode()).decode()
+        with TcpProxy("127.0.0.1", mirror.port, ProxyKnobs(rate_per_conn=MiB // 2)) as px:
+            docker = tmp_path / "docker"
+            docker.mkdir()
+            (docker / "config.json").write_text(json.dumps({"auths": {px.url: {"auth": auth}}}))
+            # 8 connections at 0.5 MiB/s (about 6 s), about three 1 MiB range requests each: new ranges
+            # are requested long after the first token died, several at the same moment
+            r = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "a"), "--mirror", px.url, "--json",
+                     "--connections", "8", env={"DOCKER_CONFIG": str(docker)})
+            anon = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "b"), "--mirror", px.url, "--json",
+                        env={"DOCKER_CONFIG": str(tmp_path / "none")})
+            renewals = len([q for q in issuer.requests if q["login"]])
+            # a token server that only hands out dead tokens: a few renewals, then the origin serves
+            issuer.jwt_ttl = -5
+            dead = _get(f"{env.reg.host}/test/tok", "-o", str(tmp_path / "c"), "--mirror", px.url, "--json",
+                        env={"DOCKER_CONFIG": str(docker)}, timeout=120)
+            dead_requests = len(issuer.requests) - renewals - 1  # minus the anonymous attempt
+    finally:
+        mirror.stop()
+        issuer.stop()
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["seconds"] > 3  # outlived the first token
+    assert all(str(px.port) in b["source"] for b in res["blobs"]), res["blobs"]
+    logged_in = [q for q in issuer.requests if q["login"]]
+    assert renewals >= 2  # the first token, and at least one renewal after a 401 on a blob
+    assert {q["scope"] for q in logged_in} == {"repository:test/tok:pull"}
+    assert {q["service"] for q in logged_in} == {TokenIssuer.service}
+    _check_layout_blobs(tmp_path / "a", res)
+    # without the login the mirror is skipped at once and the origin serves
+    assert anon.returncode == 0, anon.stderr
+    assert all(str(env.reg.port) in b["source"] for b in json.loads(anon.stdout)["blobs"])
+    assert dead.returncode == 0, dead.stderr
+    assert all(str(env.reg.port) in b["source"] for b in json.loads(dead.stdout)["blobs"])
+    assert 1 <= dead_requests <= 12, dead_requests  # bounded: no renewal loop
+    for out in (r, anon, dead):
+        text = out.stdout + out.stderr
+        assert password not in text and auth not in text
+        assert not any(t in text or t.split(".")[2] in text for t in issuer.tokens)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -57,11 +58,14 @@ def test_history_formats(demo_db: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert rc == 0
     rows = list(csv.reader(io.StringIO(out)))
     assert rows[0] == ["time", "gpu", "kind", "temperature_celsius"]
-    assert (
-        len(rows) > 60
-        and {r[1] for r in rows[1:]} == {"0"}
-        and "raw" in {r[2] for r in rows[1:]} <= {"1m", "raw"}
-    )
+    # every stored sample of GPU 0 is printed once (raw), plus its 1-minute rollups; how many samples a
+    # time-scaled run stores depends on the machine's load, so the count comes from the store itself
+    with sqlite3.connect(demo_db) as c:
+        raw_n = c.execute("SELECT count(*) FROM samples WHERE gpu = 0").fetchone()[0]
+        rollup_n = c.execute("SELECT count(*) FROM samples_1m WHERE gpu = 0").fetchone()[0]
+    kinds = [r[2] for r in rows[1:]]
+    assert raw_n >= 20 and kinds.count("raw") == raw_n and kinds.count("1m") == rollup_n
+    assert {r[1] for r in rows[1:]} == {"0"} and set(kinds) <= {"1m", "raw"}
     assert max(float(r[3]) for r in rows[1:]) > 86
     rc, out, _ = _run(["history", "power", "--format", "json", "--db", str(demo_db), "--since", "2h"], capsys)
     d = json.loads(out)

@@ -283,6 +283,10 @@ def test_near_slowdown_closes_when_the_gpu_is_above_the_limit() -> None:
     assert "at or above its hardware slowdown temperature" in over.title and "within" not in over.title
     (near2,) = temp_conds(2.0, 85.0)
     assert near2.key == near.key == over.key and near2.severity == Severity.WARNING
-    assert temp_conds(3.0, 70.0) == []
+    # cooled: the warning of 1 s ago stays in the detectors' window (throttle_min, 5 s), said to be past
+    (past,) = temp_conds(3.0, 70.0)
+    assert past.key == near.key and past.data["window"]["in_newest"] is False
+    assert any("not in the newest" in e for e in past.evidence)
+    assert temp_conds(8.5, 70.0) == []  # out of the window (it keeps one sample 5 s back or older)
     text = " ".join(" ".join([c.title, *c.evidence]) for c in [near, over])
     assert " C " not in text.replace("°C", "") and " C," not in text and " C)" not in text

@@ -12,6 +12,7 @@ keeps a fault seen in any of them.  :func:`run_checks` runs everything and turns
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 from collections.abc import Callable, Iterable
@@ -127,22 +128,33 @@ class Detector:
         """One-shot: the findings of this class on one snapshot."""
         return run_checks(snap, only=[c.name for c in self.checks])
 
-    def observe(self, window: Window) -> tuple[list[Finding], list[Skipped]]:
+    def observe(
+        self, window: Window, memo: dict[int, tuple[list[Finding], list[Skipped]]] | None = None
+    ) -> tuple[list[Finding], list[Skipped]]:
         """Streaming: the same rules on every sample of the window, so a fault that came and went inside
         it (a power brake that released, a GPU briefly in thermal slowdown) is not lost because the newest
         sample looks fine.  One finding per code and GPU: its newest occurrence, with
-        ``data["window"]`` saying in how many samples it was seen and whether the newest is one.  A
+        ``data["window"]`` saying in how many samples it was seen and whether the newest is one (watch
+        opens a clock-slowdown event only when it was in every sample of a window as long as its onset).  A
         warning or worse seen earlier stays relevant for the whole window; an earlier INFO note does not.
-        What cannot be checked is judged on the newest sample.  (Onset and counters: watch/rules.py.)"""
+        What cannot be checked is judged on the newest sample.  (Onset and counters: watch/rules.py.)
+
+        ``memo`` (``id(sample)`` -> its evaluation) lets a caller whose window slides over the same
+        samples (watch, every tick) judge each sample once; the caller drops the ids of samples it let
+        go.  The memoised findings are never changed: the window's notes go on copies."""
         n = len(window.samples)
-        seen: dict[tuple[str, object], tuple[Finding, int, int, int]] = {}
+        seen: dict[tuple[str, object, object], tuple[Finding, int, int, int]] = {}
         skipped: list[Skipped] = []
         for i, snap in enumerate(window.samples):
-            found, sk = self.evaluate(snap)
+            hit = memo.get(id(snap)) if memo is not None else None
+            found, sk = hit if hit is not None else self.evaluate(snap)
+            if memo is not None and hit is None:
+                memo[id(snap)] = (found, sk)
             if i == n - 1:
                 skipped = sk
             for f in found:
-                key = (f.code, (f.gpu.index, f.gpu.pci_bus_id, f.gpu.uuid) if f.gpu else None)
+                key = (f.code, (f.gpu.index, f.gpu.pci_bus_id, f.gpu.uuid) if f.gpu else None,
+                       f.data.get("sensor"))  # the GPU's and its HBM's temperature are two findings
                 first = seen[key][1] if key in seen else i
                 count = seen[key][3] + 1 if key in seen else 1
                 seen[key] = (f, first, i, count)
@@ -151,6 +163,7 @@ class Detector:
             newest = last == n - 1
             if not newest and f.severity == Severity.INFO:
                 continue
+            f = copy.copy(f)
             f.data = {**f.data, "window": {
                 "samples": count, "of": n, "in_newest": newest,
                 "first_seen": window.samples[first].taken_at, "last_seen": window.samples[last].taken_at,

@@ -1,7 +1,8 @@
 """Registry checks: can this host pull container images, how fast, and through which mirror.
 
-They read the registry probes that ``gpuclinic net`` (and ``net --registries``) store under
-``facts.network.extra["registries"]`` (built by ``registry_doc`` in cli/net_registry.py): one
+They read the registry probes that ``gpuclinic net``, ``doctor --net`` (and ``net --registries``)
+store under ``facts.network.extra["registries"]`` (built by ``registry_doc`` in
+sources/registry_run.py): one
 dict per registry or mirror probed, the host's mirror configuration, and the switch lines for
 the fastest working mirror.  Silent without those probes, and when the host is offline
 (``network.offline`` alone speaks then).  Thresholds live in knowledge/data/registries.json.

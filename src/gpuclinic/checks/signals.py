@@ -34,6 +34,7 @@ MAX_EVIDENCE = 4
         "gpu.missing",
         "driver.not_loaded",
         "dcgm.diag_fail",
+        "host.hung_task",
         "error.*",
     ],
     what="fault signatures in the evidence",

@@ -1,9 +1,10 @@
 """Command line: ``gpuclinic <command>``.
 
 Commands live in their own modules and load lazily, so ``gpuclinic doctor`` never pays for the
-download engine or the web dashboard.  ``gpuclinic doctor`` with plain flags does not even load click:
-:mod:`gpuclinic.cli.doctor_run` parses its argv and anything it does not take for certain (help, BMC
-flags, a malformed value) goes to the click command, which has the last word on usage.  Every error
+download engine or the web dashboard.  ``gpuclinic doctor`` and ``gpuclinic explain`` with plain flags
+do not even load click: :mod:`gpuclinic.cli.doctor_run` and :mod:`gpuclinic.cli.explain_run` parse their
+argv and anything they do not take for certain (help, BMC flags, a malformed value) goes to the click
+command, which has the last word on usage.  Every error
 reaches the user as one line and an exit code; set ``GPUCLINIC_DEBUG=1`` to see tracebacks.
 """
 
@@ -50,8 +51,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "watch",
         "Always-on agent: history, alerts, Prometheus metrics, dashboard.",
     ),
-    "history": ("gpuclinic.cli.watch", "history", "Print or export a metric's history from the watch store."),
-    "events": ("gpuclinic.cli.watch", "events", "List events recorded by the watch agent."),
+    "history": (
+        "gpuclinic.cli.history",
+        "history",
+        "Print or export a metric's history from the watch store.",
+    ),
+    "events": ("gpuclinic.cli.history", "events", "List events recorded by the watch agent."),
     "run": ("gpuclinic.cli.run", "run", "Run a training job and keep it alive through GPU faults."),
     "report": ("gpuclinic.cli.run", "report", "Reports over the ledger (e.g. `report interruptions`)."),
     "runbook": ("gpuclinic.cli.runbook", "runbook", "Print the step-by-step procedure for a failure code."),
@@ -121,6 +126,13 @@ def _dispatch(args: list[str]) -> Any:
         opts = parse_plain(args[1:])
         if opts is not None:
             return run_doctor(**opts)
+    if args[:1] == ["explain"]:
+        from gpuclinic.cli.explain_run import parse_plain as parse_explain
+        from gpuclinic.cli.explain_run import run_explain
+
+        kw = parse_explain(args[1:])
+        if kw is not None:
+            return run_explain(**kw)
     from gpuclinic.cli import _group
 
     return _group.run(args)

@@ -51,7 +51,10 @@ class _DoctorCommand(click.Command):
     "--deep", is_flag=True, help="Allow slow checks, e.g. importing frameworks to read their CUDA build."
 )
 @click.option(
-    "--net", "network", is_flag=True, help="Also probe the network path to GitHub, Hugging Face and PyPI."
+    "--net",
+    "network",
+    is_flag=True,
+    help="Also probe the network path to GitHub, Hugging Face, PyPI and container registries (as `net`).",
 )
 @click.option(
     "--show-unread",

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from gpuclinic.cli.doctor import emit, output_format
+from gpuclinic.cli.explain_run import run_explain
 
 
 @click.command("explain")
@@ -30,16 +28,4 @@ def explain(file: str | None, as_json: bool, as_markdown: bool, offline: bool) -
     Exit codes: 0 nothing found (or information only), 1 a warning-level or any software cause,
     2 critical hardware evidence, 3 could not run, 64 unreadable or unrecognised input.
     """
-    from gpuclinic.explain import explain_text, live_facts, read_input
-
-    fmt = output_format(as_json, as_markdown)
-    if file is None and sys.stdin.isatty():
-        click.echo("Paste the error (end with Ctrl-D):", err=True)
-    text, origin, truncated = read_input(file)
-    live = None if offline else live_facts()
-    report = explain_text(text, origin, live, truncated=truncated)
-    try:
-        emit(report, fmt)
-    except BrokenPipeError:
-        sys.stderr.close()
-    return report.exit_code
+    return run_explain(file, as_json, as_markdown, offline)

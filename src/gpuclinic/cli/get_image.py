@@ -43,7 +43,18 @@ from gpuclinic.errors import EXIT_USAGE, InputError
     "comes from REGISTRY_AUTH_FILE, ~/.docker/config.json or podman's auth.json (or user:password@ in "
     "the URL) and is never printed.",
 )
-@click.option("--load", is_flag=True, help="Hand the image to docker (or podman) with `load` when done.")
+@click.option(
+    "--load",
+    is_flag=True,
+    help="Hand the image to a container runtime with `load` when done (see --runtime); the command is "
+    "printed before it runs.",
+)
+@click.option(
+    "--runtime",
+    type=click.Choice(["auto", "docker", "podman"]),
+    help="Runtime for --load. auto (default, or GPUCLINIC_RUNTIME): docker if its daemon answers, "
+    "else podman.",
+)
 @click.option(
     "--insecure", is_flag=True, help="Allow plain HTTP and unverified TLS for non-loopback registries."
 )
@@ -61,6 +72,12 @@ from gpuclinic.errors import EXIT_USAGE, InputError
     metavar="S",
     help="Reconnect after S seconds without a byte.",
 )
+@click.option(
+    "--cache-max",
+    metavar="SIZE",
+    help="Cap of the blob cache shared by all pulls (e.g. 20G; 0 keeps only this image): least recently "
+    "used blobs are removed after the pull. Default: GPUCLINIC_BLOB_CACHE_MAX or 50G.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON result line.")
 def image_cmd(
@@ -70,9 +87,11 @@ def image_cmd(
     platform: str | None,
     mirrors: tuple[str, ...],
     load: bool,
+    runtime: str | None,
     insecure: bool,
     connections: int | None,
     stall_timeout: float,
+    cache_max: str | None,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -80,11 +99,14 @@ def image_cmd(
 
     \b
     Every blob is fetched with parallel ranged connections, verified against its digest, and resumed
-    by a rerun after an interruption; blobs already in the output are reused.
+    by a rerun after an interruption; blobs already in the output or in the blob cache
+    (GPUCLINIC_BLOB_CACHE, default ~/.cache/gpuclinic/oci; empty turns it off) are reused.
     """
     from gpuclinic.transfer.engine import EngineOptions
     from gpuclinic.transfer.oci_pull import pull, summary_line
 
+    if runtime and not load:
+        raise InputError("--runtime chooses the runtime for --load; add --load", exit_code=EXIT_USAGE)
     if connections is not None and not 1 <= connections <= 256:
         raise InputError("--connections must be between 1 and 256", exit_code=EXIT_USAGE)
     if not 0.1 <= stall_timeout <= 86400:
@@ -98,8 +120,10 @@ def image_cmd(
         mirrors=mirrors,
         insecure=insecure,
         load=load,
+        runtime=runtime,
         options=opts,
         quiet=quiet or as_json,
+        cache_max_size=cache_max,
     )
     if as_json:
         click.echo(json.dumps(res.to_dict(), sort_keys=True))

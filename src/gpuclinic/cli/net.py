@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime as _dt
 import socket
 import sys
-import threading
-from typing import Any
 
 import click
 
@@ -187,6 +185,7 @@ def net(
         probe_endpoints,
         read_proxy_settings,
     )
+    from gpuclinic.sources.registry_run import RegistryRun, plan
 
     fmt = output_format(as_json, as_markdown)
     reg_args = [e for e in endpoints if is_registry_arg(e)]
@@ -194,7 +193,7 @@ def net(
     eps = load_endpoints(ep_args) if ep_args or not endpoints else []
     cfg = config_for(quick, timeout_s)
     cfg.parallel = parallel
-    reg_run = RegistryRun(reg_args, registries_wanted(endpoints), cfg.deadline_s, quick, parallel)
+    reg_run = RegistryRun(*plan(reg_args, bool(endpoints)), cfg.deadline_s, quick, parallel)
     if not eps and not reg_run.specs:
         raise InputError("no endpoints to probe (the config file sets defaults = false and lists none)")
     proxy = read_proxy_settings()
@@ -234,69 +233,6 @@ def is_registry_arg(arg: str) -> bool:
     """``registry=URL[#repo:tag]`` (a registry) or ``docker.io=URL`` (a mirror of that registry)."""
     head, sep, _ = arg.partition("=")
     return bool(sep) and "://" not in head and (head == "registry" or "." in head)
-
-
-def registries_wanted(endpoints: tuple[str, ...]) -> bool:
-    """Probe the known registries by default, unless ``--endpoint`` narrows the run or the network
-    config says ``registries = false`` (or ``defaults = false`` without ``registries = true``)."""
-    if endpoints:
-        return False
-    from gpuclinic.knowledge.endpoints import config_path
-
-    p = config_path()
-    if not p.is_file():
-        return True
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    try:
-        cfg = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise InputError(f"{p}: cannot read network config: {e}") from e
-    return bool(cfg.get("registries", cfg.get("defaults", True)))
-
-
-class RegistryRun:
-    """The registry probes of a plain ``net`` run, in a thread beside the endpoint probes."""
-
-    def __init__(
-        self, args: list[str], defaults: bool, deadline_s: float, quick: bool, parallel: int
-    ) -> None:
-        from gpuclinic.cli.net_registry import specs_for
-        from gpuclinic.sources.registry import MirrorConfig, RegistrySpec
-
-        # the given registries, or the known ones; either way plus the mirrors this host configures
-        self.specs: list[RegistrySpec] = []
-        self.mc: MirrorConfig | None = None
-        if args or defaults:
-            self.specs, self.mc = specs_for([a.removeprefix("registry=") for a in args], not args)
-        self.deadline_s, self.quick, self.parallel = deadline_s, quick, parallel
-        self.probes: list[Any] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        from gpuclinic.sources.registry import probe_all
-
-        self.probes = probe_all(
-            self.specs,
-            deadline_s=self.deadline_s,
-            timeout=min(self.deadline_s, 15.0),
-            parallel=self.parallel,
-            quick=self.quick,
-        )
-
-    def start(self) -> None:
-        if self.specs:
-            self.thread.start()
-
-    def finish(self, nf: NetworkFacts) -> None:
-        from gpuclinic.cli.net_registry import registry_doc
-
-        if not self.specs or self.mc is None:
-            return
-        self.thread.join(self.deadline_s + 5)
-        nf.extra["registries"] = registry_doc(self.probes, self.mc)
 
 
 def registry_table(nf: NetworkFacts) -> list[str]:

@@ -1,31 +1,36 @@
 """``gpuclinic net --registries``: registries and mirrors probed like a pull, the host's mirror config,
 and the exact lines (plus the restart command) for the fastest working mirror.
 
-The probing and config reading are in sources/registry.py; the registries, mirrors, config
-templates and the rate-limit threshold are data (knowledge/data/registries.json).
+The probing and config reading are in sources/registry.py, what to probe and the stored document
+in sources/registry_run.py (shared with a plain ``net`` and ``doctor --net``); the registries,
+mirrors, config templates and the rate-limit threshold are data (knowledge/data/registries.json).
 """
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import click
 
 from gpuclinic.model import Finding
-from gpuclinic.sources.registry import (
-    MirrorConfig,
-    RegistryProbe,
-    RegistrySpec,
-    configured_specs,
-    default_specs,
-    load_registry_data,
-    parse_spec,
-    probe_all,
-    read_mirror_config,
+from gpuclinic.sources.registry import MirrorConfig, RegistryProbe, probe_all
+from gpuclinic.sources.registry_run import (
+    best_mirror,
+    config_registries,
+    registry_doc,
+    specs_for,
+    switch_lines,
 )
+
+__all__ = [
+    "best_mirror",
+    "doc_findings",
+    "parse_ratelimit",
+    "probe_rows",
+    "run_registry_probe",
+    "switch_lines",
+]
 
 MiB = 1024 * 1024
 
@@ -37,73 +42,6 @@ def parse_ratelimit(value: str | None) -> tuple[int, int | None] | None:
     return remaining_pulls(value) if value else None
 
 
-def _speed(p: RegistryProbe) -> float:
-    return max(p.n_conn or 0.0, p.one_conn or 0.0)
-
-
-def best_mirror(probes: list[RegistryProbe], upstream: str) -> RegistryProbe | None:
-    """The fastest working mirror of ``upstream``: throughput first, then manifest latency."""
-    ok = [p for p in probes if p.ok and p.mirror_of == upstream]
-    if not ok:
-        return None
-    return max(ok, key=lambda p: (_speed(p), -(p.manifest_ms or 1e9)))
-
-
-def switch_lines(mirror: RegistryProbe, upstream: str) -> list[dict[str, Any]]:
-    data = load_registry_data()
-    api = next((r["api"] for r in data["registries"] if r["host"] == upstream), f"https://{upstream}")
-    mhost = mirror.url.split("://", 1)[1]
-    out = []
-    for kind, t in data["switch"].items():
-        if t.get("only_for") and t["only_for"] != upstream:
-            continue
-
-        def fill(s: str) -> str:
-            return (
-                s.replace("{mirror}", mirror.url)
-                .replace("{mirror_host}", mhost)
-                .replace("{host}", upstream)
-                .replace("{upstream}", api)
-            )
-
-        out.append(
-            {
-                "runtime": kind,
-                "title": t["title"],
-                "file": fill(t["file"]),
-                "lines": [fill(x) for x in t["lines"]],
-                "restart": t["restart"],
-                "note": t.get("note", ""),
-            }
-        )
-    return out
-
-
-def specs_for(endpoints: list[str], defaults: bool) -> tuple[list[RegistrySpec], MirrorConfig]:
-    """What to probe: the given ``[MIRROR_OF=]URL[#repo:tag]`` values, else the known registries and
-    mirrors (when ``defaults``), plus every mirror the host's runtimes are configured with."""
-    specs = [parse_spec(e) for e in endpoints] if endpoints else default_specs() if defaults else []
-    mc = read_mirror_config(Path(os.environ.get("GPUCLINIC_CONFIG_ROOT", "/")), home=Path.home())
-    specs += configured_specs(mc, specs)
-    return specs, mc
-
-
-def registry_doc(probes: list[RegistryProbe], mc: MirrorConfig) -> dict[str, Any]:
-    """Probes, config and recommendations as stored under ``facts.network.extra["registries"]`` and
-    read by checks/registry.py (each probe carries the registry's host, e.g. docker.io)."""
-    host_of = {r["api"]: r["host"] for r in load_registry_data()["registries"]}
-    recs = []
-    for up in sorted({p.mirror_of for p in probes if p.mirror_of}):
-        best = best_mirror(probes, up)
-        if best is not None:
-            recs.append({"upstream": up, "mirror": best.url, "switch": switch_lines(best, up)})
-    return {
-        "probes": [{**p.to_dict(), "host": host_of.get(p.url, p.url.split("://", 1)[-1])} for p in probes],
-        "config": mc.to_dict(),
-        "recommendations": recs,
-    }
-
-
 def doc_findings(doc: dict[str, Any]) -> list[Finding]:
     from gpuclinic.checks.registry import registry_findings, speed_findings
 
@@ -111,7 +49,8 @@ def doc_findings(doc: dict[str, Any]) -> list[Finding]:
 
 
 def run_registry_probe(endpoints: list[str], as_json: bool, timeout_s: float | None, parallel: int) -> int:
-    specs, mc = specs_for(endpoints, True)
+    # the given registries alone, else the known ones and the network config's; plus configured mirrors
+    specs, mc = specs_for(endpoints, False) if endpoints else specs_for(config_registries()[1], True)
     probes = probe_all(specs, timeout=min(timeout_s or 15.0, 30.0), parallel=parallel)
     doc = registry_doc(probes, mc)
     found = doc_findings(doc)

@@ -192,6 +192,15 @@ def first_step(code: str, gpu: GpuRef | None = None) -> str:
     return f"{fill(s.do, gpu, code)}{cmd}"
 
 
+def remedy(code: str, gpu: GpuRef | None = None) -> str:
+    """The one remedy text for ``code`` outside a full report: the runbook's first step and where the rest
+    is.  watch's events and alerts and run's incidents show this, so no command words its own fix."""
+    step = first_step(code, gpu)
+    idx = gpu.index if gpu and gpu.index is not None else None
+    pointer = f"gpuclinic runbook {code}" + (f" --gpu {idx}" if idx is not None else "")
+    return (step + " " if step else "") + f"All steps: `{pointer}`."
+
+
 def render_text(rb: Runbook, gpu: GpuRef | None = None, code: str = "", markdown: bool = False) -> str:
     """The whole runbook as plain text or Markdown."""
     code = code or rb.id

@@ -3,7 +3,7 @@
 The signatures are data (``knowledge/data/error_signatures.json``, one public source per entry).
 :func:`match` is used by ``gpuclinic explain`` and by the ``run`` supervisor to classify why a job
 died, so it must be fast on multi-megabyte logs: every entry has lower-case "needles" checked with
-``in`` on the lower-cased text before its precompiled regexes run at all.
+``in`` on the lower-cased text before its regexes are compiled (on first use) and run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from itertools import islice
 from typing import Any
 
 from gpuclinic.knowledge import load_data
@@ -86,26 +85,38 @@ class Signature:
     severity: str
     title: str
     code: str | None
-    patterns: tuple[re.Pattern[str], ...]
+    regexes: tuple[str, ...]  # the patterns' source; compiled on first use (most never meet a needle)
     needles: tuple[str, ...]
     cause: str
     fix: str
     source: str
     supersedes: tuple[str, ...]
     extract: str | None
-    # per pattern: the same pattern without a leading "[^\n]*", or None.  A leading "[^\n]*" makes
-    # the regex engine run to the end of every line and back at every position (quadratic in the
-    # line length); the rest of the pattern finds the same lines in one pass.
-    fast: tuple[re.Pattern[str] | None, ...] = ()
+
+    @property
+    def patterns(self) -> tuple[re.Pattern[str], ...]:
+        return _compiled(self.regexes)
+
+    @property
+    def fast(self) -> tuple[re.Pattern[str] | None, ...]:
+        """Per pattern: the same pattern without a leading "[^\\n]*", or None.  A leading "[^\\n]*" makes
+        the regex engine run to the end of every line and back at every position (quadratic in the
+        line length); the rest of the pattern finds the same lines in one pass."""
+        return _compiled_fast(self.regexes)
 
 
 _LINE_PREFIX = "[^\\n]*"
 
 
-def _fast(rx: re.Pattern[str]) -> re.Pattern[str] | None:
-    if rx.pattern.startswith(_LINE_PREFIX) and len(rx.pattern) > len(_LINE_PREFIX):
-        return re.compile(rx.pattern[len(_LINE_PREFIX) :], rx.flags)
-    return None
+@cache
+def _compiled(regexes: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in regexes)
+
+
+@cache
+def _compiled_fast(regexes: tuple[str, ...]) -> tuple[re.Pattern[str] | None, ...]:
+    n = len(_LINE_PREFIX)
+    return tuple(re.compile(p[n:]) if p.startswith(_LINE_PREFIX) and len(p) > n else None for p in regexes)
 
 
 _WORD_START = re.compile(r"\\b(\w+)(?![*+?{])")
@@ -124,11 +135,11 @@ def _literal_first(pattern: str) -> str:
 
 @cache
 def signatures() -> tuple[Signature, ...]:
-    """Load and compile the signature table once per process."""
+    """Load the signature table once per process (each entry's regexes compile when its needles first
+    meet a text: ~560 regexes are ~0.1 s, and a log holds the needles of a few)."""
     raw = load_data("error_signatures.json")["signatures"]
     out = []
     for e in raw:
-        pats = tuple(re.compile(_literal_first(p)) for p in e["patterns"])
         out.append(
             Signature(
                 id=e["id"],
@@ -136,14 +147,13 @@ def signatures() -> tuple[Signature, ...]:
                 severity=e.get("severity", "warning"),
                 title=e["title"],
                 code=e.get("code"),
-                patterns=pats,
+                regexes=tuple(_literal_first(p) for p in e["patterns"]),
                 needles=tuple(n.lower() for n in e["needles"]),
                 cause=e["cause"],
                 fix=e["fix"],
                 source=e["source"],
                 supersedes=tuple(e.get("supersedes", ())),
                 extract=e.get("extract"),
-                fast=tuple(_fast(p) for p in pats),
             )
         )
     return tuple(out)
@@ -196,21 +206,23 @@ PREFILTER_MIN = 256 * 1024  # below this, scanning the whole text is already fas
 CONTEXT_LINES = 3  # kept around each candidate line: patterns and extractors may look a few lines on
 
 
-def _candidate_spans(data: bytes, hits: list[int]) -> list[tuple[int, int]]:
-    """Whole-line byte spans of ``data`` around the trigger hits (with context), merged, in order.
+def _candidate_spans(data: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """Whole-line byte spans of ``data`` around the trigger hits (with context), merged, in order, each with
+    the 0-based line it starts at.  ``hits``: (0-based line, byte offset of its start) of each hit line.
 
     Every needle contains one of the triggers, so a line without any trigger cannot match: a
     19 MB training log is mostly "step 1234 loss ..." lines, skipped without a regex pass each.
     """
-    starts = sorted({data.rfind(b"\n", 0, i) + 1 for i in hits})
-    spans: list[tuple[int, int]] = []
+    spans: list[tuple[int, int, int]] = []
     n = len(data)
-    for ls in starts:
+    for line, ls in sorted(set(hits), key=lambda h: h[1]):
         s = ls
+        back = 0
         for _ in range(CONTEXT_LINES):
             if s == 0:
                 break
             s = data.rfind(b"\n", 0, s - 1) + 1
+            back += 1
         e = ls
         for _ in range(CONTEXT_LINES + 1):
             j = data.find(b"\n", e)
@@ -219,9 +231,9 @@ def _candidate_spans(data: bytes, hits: list[int]) -> list[tuple[int, int]]:
                 break
             e = j + 1
         if spans and s <= spans[-1][1]:
-            spans[-1] = (spans[-1][0], max(spans[-1][1], e))
+            spans[-1] = (spans[-1][0], max(spans[-1][1], e), spans[-1][2])
         else:
-            spans.append((s, e))
+            spans.append((s, e, line - back))
     return spans
 
 
@@ -278,8 +290,8 @@ def _match_long(text: str, max_count: int) -> list[SignatureMatch] | None:
     if found is None:
         return None
     data = found.data
-    spans = _candidate_spans(data, [off for _, off, _ in found.lines])
-    kept = sum(e - s for s, e in spans)
+    spans = _candidate_spans(data, [(line, off) for line, off, _ in found.lines])
+    kept = sum(e - s for s, e, _ in spans)
     if kept == 0:
         return []
     if kept < len(data) // 2:
@@ -287,25 +299,20 @@ def _match_long(text: str, max_count: int) -> list[SignatureMatch] | None:
     return None
 
 
-def _match_spans(data: bytes, spans: list[tuple[int, int]], max_count: int) -> list[SignatureMatch]:
-    sub = b"".join(data[s:e] for s, e in spans).decode(
+def _match_spans(data: bytes, spans: list[tuple[int, int, int]], max_count: int) -> list[SignatureMatch]:
+    sub = b"".join(data[s:e] for s, e, _ in spans).decode(
         "utf-8", "surrogateescape"
     )  # whole lines: no split character
     found = _match(sub, sub.lower(), max_count)
-    # line numbers in ``sub`` -> in the whole text, from the lines before each span (one pass)
+    # line numbers in ``sub`` -> in the whole text: each span knows its first line (from grep's -n), so
+    # only the newlines inside the spans are counted, not those of the whole text
     sub_lines_before: list[int] = []
     text_lines_before: list[int] = []
     acc = 0
-    total = 0
-    prev = 0
-    for s, e in spans:
-        total += data.count(b"\n", prev, s)
-        text_lines_before.append(total)
+    for s, e, first in spans:
+        text_lines_before.append(first)
         sub_lines_before.append(acc)
-        n = data.count(b"\n", s, e)
-        acc += n
-        total += n
-        prev = e
+        acc += data.count(b"\n", s, e)
     for sm in found:
         k = bisect.bisect_right(sub_lines_before, sm.line_no - 1) - 1
         sm.line_no = text_lines_before[k] + (sm.line_no - 1 - sub_lines_before[k]) + 1
@@ -427,11 +434,10 @@ def rejoined(text: str) -> list[tuple[int, str]]:
     lines = split(text)  # the segmenting reader's lines of the same text, when it read it
     if len(lines) < 2:
         return []
-    width = _wrap_width(lines)
-    starts = sorted(
-        set(_table_rows(text))
-        | ({k for k, n in enumerate(map(len, lines[:-1])) if n == width} if width is not None else set())
-    )
+    lens = list(map(len, lines))
+    width = _wrap_width(lines, lens)
+    wrapped = _at_length(lens, width, len(lines) - 1) if width is not None else []
+    starts = sorted(set(_table_rows(text)) | set(wrapped))
     if not starts:
         return []
     out: list[tuple[int, str]] = []
@@ -483,9 +489,25 @@ def _table_rows(text: str) -> list[int]:
     return out
 
 
-def _wrap_width(lines: list[str]) -> int | None:
-    lens = Counter(map(len, lines))
-    counts = {n: c for n, c in lens.items() if n >= WRAP_MIN}
+def _at_length(lens: list[int], width: int, stop: int, limit: int | None = None) -> list[int]:
+    """The first ``limit`` (or all) indexes below ``stop`` whose length is ``width``: ``list.index`` steps
+    through a big log's line lengths in C, not a generator in Python."""
+    out: list[int] = []
+    k = 0
+    while limit is None or len(out) < limit:
+        try:
+            k = lens.index(width, k, stop)
+        except ValueError:
+            break
+        out.append(k)
+        k += 1
+    return out
+
+
+def _wrap_width(lines: list[str], lens: list[int] | None = None) -> int | None:
+    """``lens``: ``[len(ln) for ln in lines]``, when the caller has it."""
+    lens = list(map(len, lines)) if lens is None else lens
+    counts = {n: c for n, c in Counter(lens).items() if n >= WRAP_MIN}
     total = sum(counts.values())
     for width, seen in sorted(counts.items(), key=lambda kv: (-kv[1], -kv[0]))[:3]:
         if seen < 2:
@@ -493,7 +515,7 @@ def _wrap_width(lines: list[str]) -> int | None:
         if sum(c for n, c in counts.items() if n > width) > max(2, total // 20):
             continue
         # tables and logs whose records merely share a length are not wrapped: look at a sample
-        sample = list(islice((k for k, n in enumerate(map(len, lines[:-1])) if n == width), _SAMPLE))
+        sample = _at_length(lens, width, len(lines) - 1, _SAMPLE)
         tables = sum(1 for k in sample if lines[k].lstrip().startswith(("|", "+")))
         records = sum(1 for k in sample if _RECORD.match(lines[k]) and _RECORD.match(lines[k + 1]))
         if (tables + records) * 2 <= len(sample):

@@ -13,14 +13,8 @@ from collections.abc import Callable
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources.evidence import (
-    MAX_BUNDLE_MEMBER,
-    SAMPLE_BYTES,
-    _apply_json,
-    _apply_text,
-    _decode,
-    detect,
-)
+from gpuclinic.sources.evidence import MAX_BUNDLE_MEMBER, _decode
+from gpuclinic.sources.evidence_text import SAMPLE_BYTES, _apply_json, _apply_text, detect
 from gpuclinic.sources.merge import _Unrecognised
 
 

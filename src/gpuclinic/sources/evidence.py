@@ -1,368 +1,41 @@
-"""Saved evidence -> snapshot, for ``doctor --from`` and ``explain``.
+"""Saved evidence files -> snapshot, for ``doctor --from``: which files, how to open them, how to merge.
 
-Every input is recognised by its *content*, never its name: ``nvidia-smi -q`` text or XML, the plain
-``nvidia-smi`` table (and its error statements), kernel logs, ``nvidia-bug-report.log(.gz)``, lspci
-output, a gpuclinic capture bundle (tar.gz) or snapshot/report JSON.  Several inputs merge into one
-snapshot (GPUs matched by UUID, then PCI bus id), so a customer's ``nvidia-smi -q`` and ``dmesg``
-together give one diagnosis.  An input we cannot use is a one-line :class:`InputError`, unless other
-inputs were usable: then it is recorded in ``snap.skipped`` and the rest is diagnosed.
+Directories expand to their files, captures (tar.gz or extracted) load whole, gzip and UTF-16 text is
+decoded, a kernel log too big to hold is streamed through the grep scan, and the text of every other
+file goes to :mod:`gpuclinic.sources.evidence_text` (the reader ``explain`` uses too).  Several inputs
+merge into one snapshot (GPUs matched by UUID, then PCI bus id), so a customer's ``nvidia-smi -q`` and
+``dmesg`` together give one diagnosis.  An input we cannot use is a one-line :class:`InputError`, unless
+other inputs were usable: then it is recorded in ``snap.skipped`` and the rest is diagnosed.
 """
 
 from __future__ import annotations
 
 import datetime
 import gzip
-import io
-import json
 import os
-import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
-from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.facts.software import SoftwareFacts
-from gpuclinic.sources import (
-    bugreport,
-    kernellog,
-    lspci,
-    segments,
-    signals,
-    smi_csv,
-    smi_nvlink,
-    smi_table,
-    smi_text,
-    smi_topo,
-    smi_xml,
-)
-from gpuclinic.sources.bmc import formats as bmc_formats
-from gpuclinic.sources.kernellog.grepscan import iter_keyword_lines
-from gpuclinic.sources.merge import (
-    _apply_nvlink,
-    _merge_pci,
-    _merge_snapshot,
-    _Unrecognised,
-    apply_dump,
-    link_facts_from_pci,
-)
-from gpuclinic.sources.smi_common import SmiDump, iso_time, mark_lost, scan_error_lines
+from gpuclinic.sources import bugreport, kernellog, signals, smi_nvlink
+from gpuclinic.sources.evidence_text import EXPECTED, SAMPLE_BYTES, _apply_bugreport, bugreport_record
 
-SAMPLE_BYTES = 256 * 1024
+# the text reader's API, re-exported: doctor's callers and tests read texts through this module too
+from gpuclinic.sources.evidence_text import add_text as add_text
+from gpuclinic.sources.evidence_text import detect as detect
+from gpuclinic.sources.evidence_text import finish as finish
+from gpuclinic.sources.evidence_text import new_snapshot as new_snapshot
+from gpuclinic.sources.evidence_text import snapshot_from_text as snapshot_from_text
+from gpuclinic.sources.evidence_text import unquote as unquote
+from gpuclinic.sources.kernellog.grepscan import iter_keyword_lines
+from gpuclinic.sources.merge import _Unrecognised, link_facts_from_pci
+
 MAX_DUMP_BYTES = 64 * 1024 * 1024  # nvidia-smi outputs are KBs; a 64 MB "dump" is something else
 MAX_JSON_BYTES = 256 * 1024 * 1024
 MAX_BUNDLE_MEMBER = 256 * 1024 * 1024
 MAX_FILES = 10_000
-EXPECTED = (
-    "nvidia-smi -q (text or XML), an nvidia-smi table, --query-gpu CSV, nvlink -s/-e or topo -m output, a "
-    "kernel log, "
-    "nvidia-bug-report.log(.gz), lspci output, ipmitool/FreeIPMI/Redfish/sensors output or a gpuclinic "
-    "capture"
-)
-
-
-def new_snapshot() -> Snapshot:
-    return Snapshot(origin="evidence", software=SoftwareFacts())
-
-
-# ---------------------------------------------------------------------------------------------- detection
-
-_QUOTE_RE = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
-
-
-def unquote(text: str) -> str:
-    """A paste quoted in Markdown or e-mail ("> | NVIDIA-SMI 560.35 ...") without its quote markers.
-
-    Only when most non-blank lines of the start are quoted, so a log line that happens to start with ">"
-    is left alone.
-    """
-    if ">" not in text[:SAMPLE_BYTES]:  # no line is quoted
-        return text
-    lines = [ln for ln in text[:SAMPLE_BYTES].splitlines()[:200] if ln.strip()]
-    if len(lines) < 2:
-        return text
-    quoted = sum(1 for ln in lines if ln.lstrip().startswith(">"))
-    if quoted * 10 < len(lines) * 6:
-        return text
-    return _QUOTE_RE.sub("", text)
-
-
-def detect(sample: str) -> str | None:
-    """The kind of evidence ``sample`` (the start of a text) is, or None.
-
-    Kinds: ``bugreport``, ``smi_xml``, ``smi_text``, ``smi_table``, ``smi_csv``, ``kernel_log``, ``lspci``,
-    ``json``.
-    """
-    sample = unquote(sample)
-    head = sample.lstrip("\ufeff \t\r\n")
-    if bugreport.looks_like(sample):
-        return "bugreport"
-    if head.startswith("{"):
-        return bmc_formats.detect(sample) or "json"  # a Redfish document or sensors -j is JSON too
-    if smi_xml.looks_like(sample):
-        return "smi_xml"
-    if smi_text.looks_like(sample):
-        return "smi_text"
-    if smi_table.has_table(sample):
-        return "smi_table"
-    if smi_csv.looks_like(sample):
-        return "smi_csv"
-    if smi_nvlink.looks_like(sample):
-        return "smi_nvlink"
-    if smi_topo.looks_like(sample):
-        return "smi_topo"
-    if _is_kernel_log(sample):
-        return "kernel_log"
-    if smi_table.has_errors(sample):  # after the kernel log: a syslog may quote "No devices were found"
-        return "smi_table"
-    if lspci.looks_like(sample):
-        return "lspci"
-    return bmc_formats.detect(sample)  # ipmitool, FreeIPMI, sensors (room:<format>)
-
-
-def _is_kernel_log(sample: str) -> bool:
-    return kernellog.looks_like_kernel_log(sample)
-
-
-# ---------------------------------------------------------------------------------------------- text
-
-
-def _apply_topo(snap: Snapshot, text: str, origin: str) -> None:
-    topo = smi_topo.parse(text)
-    if not topo.devices:
-        raise _Unrecognised("nvidia-smi topo -m matrix lists no GPU")
-    snap.notes.extend(f"{origin}: {n}" for n in topo.notes())
-
-
-def _apply_lspci(snap: Snapshot, text: str, origin: str) -> None:
-    devs = lspci.parse(text.splitlines())
-    if not devs:
-        raise _Unrecognised("lspci output lists no NVIDIA device")
-    _merge_pci(snap, devs)
-
-
-def _apply_kernel_log(snap: Snapshot, text: str, origin: str) -> None:
-    snap.kernel_events.extend(kernellog.parse_lines(text.splitlines(), origin=origin))
-    snap.kernel_log_read = True
-    if origin not in snap.kernel_log_sources:
-        snap.kernel_log_sources.append(origin)
-
-
-def _apply_bugreport_text(snap: Snapshot, text: str, origin: str) -> None:
-    rep = bugreport.parse_stream(io.StringIO(text), origin)
-    _apply_bugreport(snap, rep)
-    snap.input_records.append(bugreport_record(rep))
-
-
-def _apply_room(snap: Snapshot, kind: str, text: str, origin: str) -> None:
-    try:
-        bmc_formats.apply(snap, kind, text, origin)
-    except ValueError as e:
-        raise _Unrecognised(str(e)) from None
-
-
-# kind -> reader of a whole text of that kind (the parsers are looked up when called)
-_TEXT_READERS: dict[str, Callable[[Snapshot, str, str], None]] = {
-    "smi_xml": lambda snap, text, origin: apply_dump(snap, smi_xml.parse(text, origin), origin),
-    "smi_text": lambda snap, text, origin: apply_dump(snap, smi_text.parse(text), origin),
-    "smi_table": lambda snap, text, origin: apply_dump(snap, smi_table.parse(text), origin),
-    "smi_csv": lambda snap, text, origin: apply_dump(snap, smi_csv.parse(text), origin),
-    "smi_nvlink": lambda snap, text, origin: _apply_nvlink(snap, smi_nvlink.parse(text), origin),
-    "smi_topo": _apply_topo,
-    "lspci": _apply_lspci,
-    "kernel_log": _apply_kernel_log,
-    "bugreport": _apply_bugreport_text,
-    "json": lambda snap, text, origin: _apply_json(snap, text, origin),
-}
-_SECONDARY = ("smi_text", "smi_table", "smi_csv", "kernel_log", "lspci")  # mixtures: read the other parts too
-
-
-def _apply_text(snap: Snapshot, kind: str, text: str, origin: str) -> None:
-    text = unquote(text)
-    if kind.startswith(bmc_formats.PREFIX):
-        _apply_room(snap, kind, text, origin)
-        return
-    reader = _TEXT_READERS.get(kind)
-    if reader is None:  # pragma: no cover - detect() returns only the kinds above
-        raise _Unrecognised(kind)
-    reader(snap, text, origin)
-    if kind in _SECONDARY:
-        _apply_secondary(snap, kind, text, origin)
-
-
-def _apply_secondary(snap: Snapshot, kind: str, text: str, origin: str) -> None:
-    """People paste mixtures (an nvidia-smi table followed by dmesg lines): read every part we know."""
-    lines = text.splitlines()
-    kl = kernellog
-    if kind != "kernel_log" and ("NVRM" in text or "pcieport" in text or "nvswitch" in text):
-        events = list(kl.parse_lines(lines, origin=origin))
-        if events:
-            snap.kernel_events.extend(events)
-            snap.kernel_log_read = True
-            if origin not in snap.kernel_log_sources:
-                snap.kernel_log_sources.append(origin)
-    if kind != "smi_table" and smi_table.has_table(text):
-        apply_dump(snap, smi_table.parse(lines), origin)
-    if kind not in ("smi_text", "smi_xml") and smi_text.MARKER in text:
-        apply_dump(snap, smi_text.parse(lines), origin)
-    if kind == "kernel_log":
-        errors, lost = scan_error_lines(lines)
-        if errors:
-            dump = SmiDump(kind="smi_table", errors=errors)
-            mark_lost(dump.gpus, lost)
-            apply_dump(snap, dump, origin)
-
-
-def _apply_json(snap: Snapshot, text: str, origin: str) -> None:
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise _Unrecognised(f"not valid JSON ({e.__class__.__name__})") from None
-    if not isinstance(data, dict):
-        raise _Unrecognised("JSON is not a gpuclinic snapshot or report")
-    schema = str(data.get("schema", ""))
-    if schema.startswith("gpuclinic.report") and isinstance(data.get("facts"), dict):
-        data = data["facts"]
-        schema = str(data.get("schema", ""))
-    if not schema.startswith("gpuclinic.snapshot"):
-        raise _Unrecognised("JSON is not a gpuclinic snapshot or report (no gpuclinic schema)")
-    try:
-        other = Snapshot.from_dict(data)
-    except (TypeError, ValueError, KeyError) as e:
-        raise _Unrecognised(f"gpuclinic snapshot JSON could not be read ({e})") from None
-    _merge_snapshot(snap, other, origin)
-
-
-def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
-    for d in rep.smi:
-        apply_dump(snap, d, rep.path)
-    if rep.driver_version:
-        snap.driver_version = snap.driver_version or rep.driver_version
-        if snap.software is not None:
-            snap.software.driver_version = snap.software.driver_version or rep.driver_version
-    if rep.hostname and not snap.hostname:
-        snap.hostname = rep.hostname
-    if rep.date and not snap.taken_at:
-        snap.taken_at = iso_time(rep.date)
-    _merge_pci(snap, rep.pci_devices)
-    snap.kernel_events.extend(rep.kernel_events)
-    if rep.kernel_sections:
-        snap.kernel_log_read = True
-        for s in rep.kernel_sections:
-            src = f"{rep.path} [{s[:80]}]"
-            if src not in snap.kernel_log_sources:
-                snap.kernel_log_sources.append(src)
-    for n in rep.notes:
-        snap.notes.append(f"{rep.path}: {n}")
-    if not (rep.smi or rep.kernel_sections or rep.pci_devices or rep.driver_version):
-        snap.notes.append(
-            f"{rep.path}: bug report had no nvidia-smi, kernel-log, lspci or driver-version section"
-        )
-
-
-def snapshot_from_text(text: str, origin: str = "<stdin>", *, error_signatures: bool = False) -> Snapshot:
-    """Build a snapshot from pasted text (``explain``, which runs the error signatures itself, so they are
-    off by default here).  Raises :class:`InputError` if nothing in it could be read."""
-    snap = new_snapshot()
-    add_text(snap, text, origin, error_signatures=error_signatures)
-    snap.inputs.append(origin)
-    finish(snap)
-    link_facts_from_pci(snap)
-    return snap
-
-
-def _whole_kind(head: str) -> str | None:
-    """Inputs read as a whole, never segmented: a bug report (sections) and gpuclinic JSON."""
-    if bugreport.looks_like(head):
-        return "bugreport"
-    h = head.lstrip("\ufeff \t\r\n")
-    if h.startswith("{") and '"gpuclinic.' in head:
-        return "json"
-    return None
-
-
-def add_text(
-    snap: Snapshot, text: str, origin: str, *, error_signatures: bool = True, year: int | None = None
-) -> str:
-    """Add one text input to ``snap`` through the segmenting reader; returns its kind."""
-    text = unquote(text)
-    kind = _whole_kind(text[:SAMPLE_BYTES])
-    if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{") and '"gpuclinic.' in text[-4096:]:
-        kind = "json"  # a snapshot writes its schema key last
-    if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{"):
-        kind = bmc_formats.detect(
-            text[:SAMPLE_BYTES]
-        )  # a Redfish document or sensors -j: one JSON, read whole
-    if kind is not None:
-        try:
-            _apply_text(snap, kind, text, origin)
-        except _Unrecognised as e:
-            raise InputError(f"{origin}: {e}") from None
-        if kind == "json" or kind.startswith(bmc_formats.PREFIX):  # a bug report records its sections itself
-            snap.input_records.append(
-                InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1, readers=[kind])
-            )
-        return kind
-    try:
-        rec = segments.read_lines(
-            snap,
-            text.splitlines(),
-            origin,
-            detect=lambda t: detect(t[:SAMPLE_BYTES]),
-            apply_rest=_apply_text,
-            error_signatures=error_signatures,
-            year=year,
-            text=text,
-            sample=SAMPLE_BYTES,
-        )
-    except ValueError:
-        raise InputError(f"{origin}: not recognised; expected {EXPECTED}") from None
-    snap.input_records.append(rec)
-    return rec.kind
-
-
-def finish(snap: Snapshot) -> None:
-    """Facts that follow from everything read: driver versions from kernel lines, GPUs from lspci."""
-    sw = snap.software or SoftwareFacts()
-    snap.software = sw
-    for ev in snap.kernel_events:
-        if ev.kind != "module":
-            continue
-        d = ev.detail
-        if d.get("driver_version"):
-            snap.driver_version = snap.driver_version or str(d["driver_version"])
-            sw.proc_driver_version = sw.proc_driver_version or str(d["driver_version"])
-        if d.get("module") == "api_mismatch":
-            if d.get("kernel_version"):
-                sw.proc_driver_version = sw.proc_driver_version or str(d["kernel_version"])
-            client = d.get("client_version")
-            if client and client not in sw.user_lib_versions:
-                sw.user_lib_versions.append(str(client))
-    if snap.attached_gpus and 0 < len(snap.gpus) < snap.attached_gpus:
-        # "Attached GPUs : 8" above one pasted GPU block: the other GPUs exist, their facts were not pasted
-        missing = snap.attached_gpus - len(snap.gpus)
-        for _ in range(missing):
-            idx = max(g.index for g in snap.gpus) + 1
-            snap.gpus.append(
-                GpuFacts(
-                    index=idx,
-                    unreadable={
-                        "evidence": f"not in the pasted output (nvidia-smi reported {snap.attached_gpus} "
-                                    "attached GPUs)"
-                    },
-                )
-            )
-    if not snap.gpus:
-        for i, dev in enumerate(x for x in snap.pci_devices if x.is_gpu):
-            snap.gpus.append(GpuFacts(index=i, pci_bus_id=dev.bus_id))
-        if snap.gpus:
-            snap.notes.append(
-                f"{len(snap.gpus)} GPU(s) known from lspci only (no nvidia-smi output in the evidence)"
-            )
-
-
-# ---------------------------------------------------------------------------------------------- files
 
 
 def expand_paths(paths: Sequence[str]) -> list[str]:
@@ -526,32 +199,6 @@ def _mtime_year(path: str) -> int | None:
     except (OSError, ValueError, OverflowError):
         return None
 
-
-def bugreport_record(rep: bugreport.BugReport) -> InputRecord:
-    """A bug report's sections as segments: which were read (kernel log, nvidia-smi, lspci, driver
-    version)."""
-    segs = []
-    for title in rep.sections:
-        low = title.lower()
-        kind = (
-            "kernel_log"
-            if title in rep.kernel_sections
-            else "nvidia-smi"
-            if "nvidia-smi" in low
-            else "lspci"
-            if "lspci" in low
-            else "driver_version"
-            if "/proc/driver/nvidia/version" in title
-            else "other"
-        )
-        segs.append(Segment(kind="bugreport_section", title=title, readers=[] if kind == "other" else [kind]))
-    return InputRecord(
-        input=rep.path,
-        kind="bugreport",
-        segments=segs,
-        readers=["bugreport"],
-        unclaimed=sum(1 for sg in segs if not sg.readers),
-    )
 
 
 def _add_text_or_unrecognised(snap: Snapshot, text: str, origin: str, *, year: int | None = None) -> str:

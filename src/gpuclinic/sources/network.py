@@ -223,13 +223,20 @@ def configured_endpoints(ps: ProxySettings, known: Iterable[Endpoint] = ()) -> l
 
 
 def collect(snap: Snapshot, opts: object) -> None:
-    """Live source entry point (runs only when ``CollectOptions.network`` is set)."""
+    """Live source entry point (runs only when ``CollectOptions.network`` is set, i.e. ``doctor --net``):
+    the endpoints and, beside them under the same deadline, the registries a plain ``net`` probes
+    (sources/registry_run.py), so both commands report the same ``network.registry_*`` findings."""
     from gpuclinic.knowledge.endpoints import load_endpoints
+    from gpuclinic.sources.registry_run import RegistryRun, plan
 
     quick = bool(getattr(opts, "quick", False))
     proxy = read_proxy_settings()
     endpoints = load_endpoints()
     endpoints += configured_endpoints(proxy, endpoints)
-    snap.network = probe_endpoints(endpoints, config_for(quick), proxy)
+    cfg = config_for(quick)
+    reg_run = RegistryRun(*plan([], False), cfg.deadline_s, quick, cfg.parallel)
+    reg_run.start()
+    snap.network = probe_endpoints(endpoints, cfg, proxy)
+    reg_run.finish(snap.network)
     if quick:
         snap.skip("network throughput", "--quick: latency only, no throughput samples")

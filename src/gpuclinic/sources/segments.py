@@ -124,11 +124,21 @@ _DCGM_MARKS = ("Health Monitor Report", "dcgmi", "Diagnostic")
 
 
 class _Index:
-    """A big input's lines as one text (``"\\n".join(lines)``, one more newline at its end allowed) and the
-    lines holding any literal the reader looks for (one multi-needle search, shared with ``explain``)."""
+    """A big input as one text (its lines, before any quote markers were cut, joined with newlines: one
+    more newline at its end allowed), the lines holding any literal the reader looks for (one
+    multi-needle search, shared with ``explain``) and the lines whose quote markers were cut."""
 
-    def __init__(self, lines: list[str], text: str, hits: textscan.LineHits) -> None:
+    def __init__(
+        self,
+        lines: list[str],
+        text: str,
+        hits: textscan.LineHits,
+        quoted: list[int],
+        pending: textscan.PendingLines | None,
+    ) -> None:
         self.text = text
+        self.quoted = quoted
+        self.pending = pending if pending is not None and pending.text is text else None
         self.hit_lines = [k for k, _, _ in hits.lines]
         self.kernel_keys = {k for k, _, b in hits.lines if any(n in b.lower() for n in _KERNEL_NEEDLES)}
         self.dcgm = [k for k in self.hit_lines if any(m in lines[k] for m in _DCGM_MARKS)]
@@ -156,24 +166,40 @@ def _needles() -> tuple[str, ...]:
     )
 
 
+# the line breaks of str.splitlines() besides "\n", as UTF-8
+_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
+_BREAKS_NON_ASCII = tuple(c.encode() for c in ("\x85", "\u2028", "\u2029"))
+
+
 def _same_lines(data: bytes, lines: list[str]) -> bool:
     """``data`` (a text's UTF-8 bytes) split at ``\\n`` gives ``lines`` (that text's ``splitlines()``):
-    true unless another line break (\\r, \\f, \\x1c, \\u2028 ...) split it too."""
-    return b"\r" not in data and data.count(b"\n") - data.endswith(b"\n") == len(lines) - 1
+    true unless another line break (\\r, \\f, \\x1c, \\u2028 ...) split it too.  (A search per break,
+    not a count of the newlines: ``bytes.count`` steps byte by byte, ``in`` runs at ``memchr`` speed.)"""
+    if any(b in data for b in _BREAKS):
+        return False
+    # (each non-ASCII break's last byte first: one memchr, before a multi-byte search)
+    return data.isascii() or not any(b[-1:] in data and b in data for b in _BREAKS_NON_ASCII)
 
 
-def _index(lines: list[str], joined: str, hits: textscan.LineHits | None) -> _Index | None:
+def _index(
+    lines: list[str],
+    joined: str,
+    hits: textscan.LineHits | None,
+    quoted: list[int] | None = None,
+    pending: textscan.PendingLines | None = None,
+) -> _Index | None:
     """The whole-text index of a big input, or None (small input, or one holding a character that case
     folding maps onto ASCII: the exact per-line path).  ``joined``: the lines joined with newlines (one
-    more newline at its end allowed); ``hits``: the needle lines of that text (or of one split into the
-    same lines), found here when None."""
+    more newline at its end allowed), or the text they were before ``quoted`` lines lost their quote
+    markers; ``hits``: the needle lines of that text (or of one split into the same lines), found here
+    when None; ``pending``: the line-start scan of that text, when the caller started it."""
     if len(lines) < BIG:
         return None
     if hits is None:
         hits = textscan.line_hits(joined, _needles())
     if hits is None:
         return None
-    ix = _Index(lines, joined, hits)
+    ix = _Index(lines, joined, hits, quoted or [], pending)
     return None if ix.folds else ix
 
 
@@ -193,13 +219,20 @@ def _classify(lines: list[str], ix: _Index | None) -> tuple[list[str], list[int]
     for k in special:  # lines that strip() to nothing
         classes[k] = "blank"
     cands = set(ix.kernel_keys)
-    if _LINE_START.match(ix.text):
-        cands.add(0)
-    k = pos = 0
-    for m in _LINE_STARTS.finditer(ix.text):  # in order: count the newlines on from the last match
-        k += ix.text.count("\n", pos, m.start() + 1)
-        pos = m.start() + 1
-        cands.add(k)
+    cands.update(ix.quoted)  # (the scans read these lines with their quote markers)
+    # grep -P: the same lines, ~10x faster (started by the reader, it ran alongside the literal search)
+    pending = ix.pending or textscan.start_line_starts(ix.text, _LINE_START.pattern)
+    starts = pending.result()
+    if starts is not None:
+        cands.update(starts)
+    else:
+        if _LINE_START.match(ix.text):
+            cands.add(0)
+        k = pos = 0
+        for m in _LINE_STARTS.finditer(ix.text):  # in order: count the newlines on from the last match
+            k += ix.text.count("\n", pos, m.start() + 1)
+            pos = m.start() + 1
+            cands.add(k)
     cands.discard(len(lines))  # the line after a final newline
     for k in cands:
         c = classes[k] = classify(lines[k])
@@ -343,9 +376,14 @@ def read_lines(
     Raises ``ValueError`` when no reader could use any of it (the caller's "not recognised").
     """
     rec = InputRecord(input=origin, kind="text", lines=len(lines))
-    unfolded = unfold_journal(lines)  # journal json-pretty/export/verbose and byte-array MESSAGE records
+    # journal json-pretty/export/verbose and byte-array MESSAGE records (each holds "MESSAGE": one search
+    # of the text, not a test per line, rules them out)
+    unfolded = unfold_journal(lines) if text is None or "MESSAGE" in text else lines
     if unfolded is not lines:  # rewritten lines: the literals found in ``text`` no longer describe them
         lines, text = unfolded, None
+    pending = None
+    if text is not None and len(lines) >= BIG:  # the line-start scan runs while the literals are searched
+        pending = textscan.start_line_starts(text, _LINE_START.pattern)
     hits = textscan.line_hits(text, _needles()) if text is not None and len(lines) >= BIG else None
     if hits is not None and not _same_lines(hits.data, lines):
         hits = None  # \r or another break split ``text`` into other lines than grep's
@@ -355,11 +393,13 @@ def read_lines(
     quoted = _quoted(joined)
     if quoted:
         lines = _unquote_lines(lines, quoted)
-        joined = "\n".join(lines)
-    # unquoting keeps every line where it was and only cuts its start: the literals found in ``text``
-    # are a superset of those in the unquoted lines, and every reader re-checks its lines
-    ix = _index(lines, joined, hits)
+    # unquoting keeps every line where it was and only cuts its start: the literals found in ``joined``
+    # are a superset of those in the unquoted lines, every reader re-checks its lines, and the quoted
+    # lines are line-start candidates themselves (no second join of a big text)
+    ix = _index(lines, joined, hits, quoted, pending)
     classes, special = _classify(lines, ix)
+    if pending is not None:
+        pending.cancel()  # (a no-op when _classify used it)
     claimed: set[int] = set()  # 1-based line numbers some reader used
     segs: list[Segment] = []
     for c, a, b in _runs(classes, special):

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import html
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
 from gpuclinic.sources import smi_common as c
+
+if TYPE_CHECKING:  # the XML parser loads when a dump is parsed, not when a text is sniffed
+    import xml.etree.ElementTree as ET
 
 MAX_BYTES = 64 * 1024 * 1024
 ROOT = "nvidia_smi_log"
@@ -37,6 +39,7 @@ def unescape_pasted(text: str) -> str:
 
 def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
     """Parse one XML dump.  Raises :class:`InputError` for unsafe, oversized or malformed XML."""
+    import xml.etree.ElementTree as ET
     text = unescape_pasted(text)
     if len(text) > MAX_BYTES:
         raise InputError(
@@ -86,6 +89,7 @@ def _partial_root(body: str) -> ET.Element | None:
     The pull parser builds elements as their start tags arrive; a value whose end tag is missing never
     reaches its element, so what is read is complete.
     """
+    import xml.etree.ElementTree as ET
     pp: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start",))
     try:
         pp.feed(body)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from gpuclinic.model import Incident
 from gpuclinic.supervise.classify import AttemptEvidence, Classification, event_on_job, is_fatal_event
 from gpuclinic.supervise.gpus import GpuSource, JobGpu, NoGpus
 from gpuclinic.supervise.gpuwatch import GpuWatcher
@@ -89,6 +90,7 @@ class _AttemptRunner:
         self.run_id: int | None = None
         self.ledger: Ledger | None = None
         self.interruptions: list[tuple[Classification, str]] = []
+        self.incidents: list[Incident] = []  # the last interruption's, grouped the doctor's way
         self.exit_code = 0
         self.run_dir: Path | None = None
         self._stop_signal: int | None = None

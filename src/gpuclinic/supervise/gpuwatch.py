@@ -2,7 +2,9 @@
 
 Why a module of its own: the watcher samples on its own thread and compares every sample with a
 per-attempt baseline, so a fault that happens during the run (a GPU lost, new uncorrectable ECC
-errors, a failed row remap) is reported once, with the GPU it happened on.
+errors, a failed row remap) is reported once, with the GPU it happened on.  It also keeps the attempt's
+last samples: when the job ends, the doctor's detectors judge them as a window
+(``supervise/incidents.py``), so run names a GPU fault with the same code, severity and runbook as doctor.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 from gpuclinic.facts.gpu import GpuFacts
@@ -17,6 +20,8 @@ from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.model import GpuRef
 from gpuclinic.supervise.classify import GpuFault
 from gpuclinic.supervise.gpus import GpuSource, JobGpu, NoGpus
+
+RING = 30  # samples of the attempt kept for the detectors' window (the newest ones)
 
 
 class GpuWatcher:
@@ -31,6 +36,7 @@ class GpuWatcher:
         self.last_activity = 0.0
         self.why_not: str | None = None
         self._baseline: dict[str, GpuFacts] = {}
+        self._ring: deque[tuple[float, list[GpuFacts]]] = deque(maxlen=RING)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -40,6 +46,7 @@ class GpuWatcher:
             self.job = list(job)
             self.faults = []
             self._baseline = {}
+            self._ring.clear()
             self.last_activity = 0.0
         if self._thread is None and not isinstance(self.source, NoGpus):
             self._thread = threading.Thread(target=self._loop, name="gpuclinic-gpu-watch", daemon=True)
@@ -76,6 +83,7 @@ class GpuWatcher:
         mine, missing = self._mine(gpus)
         new: list[GpuFault] = []
         with self._lock:
+            self._ring.append((time.time(), list(mine)))
             for j in missing:
                 if self._baseline and j.uuid and j.uuid in self._baseline:
                     new.append(GpuFault(j.ref(), "GPU disappeared from NVML during the run", fatal=True))
@@ -113,6 +121,11 @@ class GpuWatcher:
                     self.faults.append(f)
         for f in new:
             self.on_fault(f)
+
+    def recent(self) -> list[tuple[float, list[GpuFacts]]]:
+        """The attempt's newest samples of the job's GPUs, oldest first: (wall time, GPUs)."""
+        with self._lock:
+            return list(self._ring)
 
     def stop(self) -> None:
         self._stop.set()

@@ -59,7 +59,7 @@ CREATE INDEX IF NOT EXISTS runs_started ON runs(started_at);
 
 
 # columns added after the first release: (table, column, SQL type)
-_ADDED_COLUMNS = (("interruptions", "remedy", "TEXT"),)
+_ADDED_COLUMNS = (("interruptions", "remedy", "TEXT"), ("interruptions", "incidents", "TEXT"))
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
@@ -113,8 +113,10 @@ class Ledger:
         last_checkpoint_at: float | None,
         checkpoint: str | None,
         remedy: str = "",
+        incidents: list[dict[str, Any]] | None = None,
     ) -> float:
-        """Record one interruption; returns the progress lost (seconds)."""
+        """Record one interruption (with its incidents, ``Incident.to_dict()`` each); returns the progress
+        lost (seconds)."""
         base = attempt_started_at
         if last_checkpoint_at is not None and last_checkpoint_at > base:
             base = last_checkpoint_at
@@ -122,8 +124,8 @@ class Ledger:
         self.conn.execute(
             "INSERT INTO interruptions(run_id, attempt, attempt_started_at, at, class, planned, summary,"
             " evidence, gpu, exit_code, signal, action, last_checkpoint_at, checkpoint, lost_s, "
-            "remedy) VALUES"
-            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "remedy, incidents) VALUES"
+            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run_id,
                 attempt,
@@ -141,6 +143,7 @@ class Ledger:
                 checkpoint,
                 lost,
                 remedy or None,
+                json.dumps(incidents) if incidents else None,
             ),
         )
         return lost
@@ -191,7 +194,7 @@ def interruption_report(
             f"SELECT class, lost_s, restart_s FROM interruptions WHERE run_id IN ({q}) ORDER BY at", ids
         ).fetchall()
         for r in conn.execute(
-            "SELECT run_id, attempt, at, class, planned, summary, gpu, action, lost_s, restart_s"
+            "SELECT run_id, attempt, at, class, planned, summary, gpu, action, lost_s, restart_s, incidents"
             " FROM interruptions"
             f" WHERE run_id IN ({q}) ORDER BY at DESC, id DESC LIMIT ?",
             [*ids, max(0, recent)],
@@ -208,6 +211,7 @@ def interruption_report(
                     "gpu": gpu,
                     "action": r[7],
                     "lost_s": _tenths(float(r[8]) + float(r[9] or 0)) / 10,
+                    "incidents": json.loads(r[10]) if r[10] else [],
                 }
             )
     counts: Counter[str] = Counter(r[0] for r in rows)

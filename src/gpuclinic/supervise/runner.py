@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -14,9 +15,10 @@ from typing import Any
 
 from gpuclinic import train
 from gpuclinic.supervise.attempt import _AttemptRunner
-from gpuclinic.supervise.classify import COMPLETED, Classification, classify, signal_name
+from gpuclinic.supervise.classify import COMPLETED, AttemptEvidence, Classification, classify, signal_name
 from gpuclinic.supervise.gpus import JobGpu, NoGpus, exclude, parse_visible, resolve, visible_value
 from gpuclinic.supervise.gpuwatch import GpuWatcher
+from gpuclinic.supervise.incidents import attempt_report, incident_lines, report_json
 from gpuclinic.supervise.jobspec import redact_argv, substitute
 from gpuclinic.supervise.kernel import KernelWindow, LiveKernelFollower
 from gpuclinic.supervise.ledger import Ledger
@@ -137,6 +139,7 @@ class Supervisor(_AttemptRunner):
                         (128 - rc) if rc is not None and rc < 0 else (rc if rc is not None else 1)
                     )
                     action, why, job_gpus = self._decide(cls, restarts, job_gpus)
+                    incidents = self._incidents(res.evidence, cls, watcher, attempt, res.ended_at)
                     ckpt, ckpt_at = self._newest_checkpoint()
                     lost = self._ledger_call(
                         "add_interruption",
@@ -154,6 +157,7 @@ class Supervisor(_AttemptRunner):
                         last_checkpoint_at=ckpt_at,
                         checkpoint=str(ckpt) if ckpt else None,
                         remedy=cls.remedy,
+                        incidents=incidents,
                     )
                     self.interruptions.append((cls, action))
                     self._say_interruption(cls, action, why)
@@ -281,12 +285,35 @@ class Supervisor(_AttemptRunner):
                 ckpt_at = _completion_time(ckpt)
         return ckpt, ckpt_at
 
+    def _incidents(
+        self, ev: AttemptEvidence, cls: Classification, watcher: GpuWatcher, attempt: int, at: float
+    ) -> list[dict[str, Any]]:
+        """The attempt's findings grouped into incidents, the doctor's way; the report is written next to
+        the log as ``attempt-N.json`` (``gpuclinic.report/2``).  Never stops the supervisor."""
+        try:
+            rep = attempt_report(ev, cls, watcher.recent(), at=at)
+        except Exception as e:  # a broken detector must not take the job's restarts with it
+            self.say(f"warning: could not group the findings into incidents: {type(e).__name__}: {e}")
+            self.incidents = []
+            return []
+        self.incidents = rep.incidents
+        doc = report_json(rep)
+        if self.run_dir is not None:
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                (self.run_dir / f"attempt-{attempt}.json").write_text(json.dumps(doc, indent=2) + "\n")
+            except OSError as e:
+                self.say(f"warning: cannot write the attempt report: {e}")
+        return list(doc["incidents"])
+
     def _say_interruption(self, cls: Classification, action: str, why: str | None) -> None:
         self.say(f"interruption: {cls.cls} ({'planned' if cls.planned else 'unexpected'}): {cls.summary}")
         for line in cls.evidence[:6]:
             self.say(f"  evidence: {line}")
         if cls.remedy:
             self.say(f"  what to do: {cls.remedy}")
+        for line in incident_lines(self.incidents):
+            self.say(line)
         self.say(f"decision: {action}" + (f" ({why})" if why else ""))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections.abc import Callable
 
 import httpx
 
@@ -125,7 +126,10 @@ class _Fetcher(_Planner):
         return f"{job.label}: download failed ({errs or 'no usable source'})"
 
     def _headers_for(self, job: _Job, url: str) -> dict[str, str]:
-        if job.spec.headers and _origin(url) in job.spec.auth_origins:
+        origin = _origin(url)
+        if origin in job.spec.source_headers:
+            return dict(job.spec.source_headers[origin])
+        if job.spec.headers and origin in job.spec.auth_origins:
             return dict(job.spec.headers)
         return {}
 
@@ -167,7 +171,7 @@ class _Fetcher(_Planner):
         code = r.status_code
         if seg.speculative and (code == 416 or code == 200):
             raise _Abandon()
-        self._raise_for_status(src, r, url)
+        self._raise_for_status(src, r, url, job.spec.reauth)
         src.fresh_failures = 0
         etag = r.headers.get("etag")
         total = self._range_total(r, seg) if code == 206 else self._whole_body_total(job, src, r, seg, etag)
@@ -188,9 +192,17 @@ class _Fetcher(_Planner):
                 raise _Abandon()
 
     @staticmethod
-    def _raise_for_status(src: _Source, r: httpx.Response, url: str) -> None:
-        """Anything but 200/206: retry (429/503/5xx, an expired signed redirect) or ban the source."""
+    def _raise_for_status(
+        src: _Source, r: httpx.Response, url: str, reauth: Callable[[str, str], bool] | None = None
+    ) -> None:
+        """Anything but 200/206: retry (429/503/5xx, an expired signed redirect, a 401 after new
+        credentials) or ban the source."""
         code = r.status_code
+        if code == 401 and reauth is not None and url == src.url and not r.history:
+            # the hook bounds the renewals (many connections share one); the retry budget bounds the rest
+            if reauth(url, r.headers.get("www-authenticate", "")):
+                raise _Retryable("HTTP 401 (credentials renewed, retrying)")
+            raise _SourceFatal("HTTP 401 Unauthorized")
         if code in (429, 503):
             raise _Retryable(
                 f"HTTP {code}", retry_after=_retry_after(r.headers.get("retry-after")), backoff=True

@@ -13,6 +13,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -55,6 +56,12 @@ class FileSpec:
     label: str = ""
     headers: dict[str, str] = field(default_factory=dict)  # sent only to the origin of sources[i]
     auth_origins: set[str] = field(default_factory=set)  # "scheme://host:port" allowed to see headers
+    # per-source credentials: "scheme://host:port" -> headers for that origin only (a registry and
+    # its mirrors each hold their own token; the dicts are shared and refreshed in place)
+    source_headers: dict[str, dict[str, str]] = field(default_factory=dict)
+    # a source answered 401: (url, its WWW-Authenticate) -> True when new credentials are in place
+    # and the request is worth retrying (a registry's Bearer token renewed from the challenge's realm)
+    reauth: Callable[[str, str], bool] | None = None
 
 
 @dataclass

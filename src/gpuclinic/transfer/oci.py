@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 
@@ -266,6 +266,9 @@ class Registry:
         self._challenge: tuple[str, dict[str, str]] | None = None
         self._scope = ""
         self._lock = threading.Lock()
+        self._reauth_lock = threading.Lock()
+        self._renewed_at = 0.0
+        self._renewals: list[float] = []
         self.client = httpx.Client(
             follow_redirects=True,
             trust_env=True,
@@ -357,6 +360,34 @@ class Registry:
             self.auth["Authorization"] = f"Bearer {token}"
             self._token_exp = time.monotonic() + max(30.0, ttl)
 
+    def reauth(self, url: str, challenge: str) -> bool:
+        """The download engine's 401 hook for a blob request (``FileSpec.reauth``): renew the login
+        from the answer's ``WWW-Authenticate`` (a token from its realm, with the same credentials as
+        for the manifest) so that the ranged request can be retried.  Many connections hit an expired
+        token at once: the first renews, the others within two seconds just retry.  A token server
+        whose tokens die at once gets three renewals a minute; then False bans this registry as a
+        source of the blob and the next source (the origin after a mirror) goes on."""
+        with self._reauth_lock:
+            now = time.monotonic()
+            if now - self._renewed_at < 2.0:
+                return True
+            self._renewals = [t for t in self._renewals if now - t < 60.0]
+            if len(self._renewals) >= 3:
+                return False
+            if challenge:
+                scheme, params = parse_challenge(challenge)
+                if scheme in ("bearer", "basic"):
+                    self._challenge = (scheme, params)
+            if self._challenge is None:
+                return False
+            try:
+                self.refresh_auth()
+            except RegistryError:
+                return False
+            self._renewed_at = time.monotonic()
+            self._renewals.append(self._renewed_at)
+            return True
+
     def token_seconds_left(self) -> float:
         return self._token_exp - time.monotonic() if self._token_exp else float("inf")
 
@@ -403,18 +434,10 @@ class Registry:
         }
         return raw, ctype, rl
 
-    def blob_url(self, repository: str, digest: str, *, login_in_url: bool = False) -> str:
-        """``login_in_url``: a mirror that took a Basic login gets it as the URL's userinfo, because the
-        download engine sends one header set per file, the origin's (httpx turns userinfo into Basic
-        auth; every printed URL goes through ``safe_url``).  A token (Bearer) mirror gets nothing
-        extra: its blob requests fail over to the origin."""
-        base = self.base
-        if login_in_url and self.credentials and self._challenge and self._challenge[0] == "basic":
-            with contextlib.suppress(ValueError, binascii.Error):
-                user, _, pw = base64.b64decode(self.credentials).decode().partition(":")
-                scheme, _, rest = base.partition("://")
-                base = f"{scheme}://{quote(user, safe='')}:{quote(pw, safe='')}@{rest}"
-        return f"{base}/v2/{repository}/blobs/{digest}"
+    def blob_url(self, repository: str, digest: str) -> str:
+        """The blob's URL; its credentials travel as this registry's own ``auth`` headers
+        (``FileSpec.source_headers``), a Basic login or a Bearer token alike."""
+        return f"{self.base}/v2/{repository}/blobs/{digest}"
 
 
 def _short(e: BaseException | None) -> str:

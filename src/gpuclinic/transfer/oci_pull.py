@@ -7,7 +7,9 @@ sources that blames the one serving wrong bytes).  A blob is an HTTP object name
 each one becomes a :class:`FileSpec` whose sources are the mirrors first and the origin last (the
 order Docker and containerd use) and whose sha256 is the digest.  Blobs land directly in
 ``DIR/blobs/sha256/<hex>``; a blob already there with the right digest is reused, which also makes a
-rerun after an interruption, or a second tag sharing base layers, cheap.
+rerun after an interruption cheap, and the blob cache (transfer/oci_cache.py, shared by both formats
+and pruned to a size cap) makes a second tag sharing base layers cheap.  Every registry's blob
+requests carry that registry's own credentials, renewed on a 401 (a mirror's expired token).
 
 The OCI layout (``oci-layout``, ``index.json``, ``blobs/``) is what skopeo and podman read; the
 docker-archive (``manifest.json`` + config + layer files in one tar) is what ``docker load`` reads.
@@ -16,12 +18,10 @@ docker-archive (``manifest.json`` + config + layer files in one tar) is what ``d
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
 import shutil
-import subprocess
 import tarfile
 import threading
 import time
@@ -44,6 +44,7 @@ from gpuclinic.transfer.oci import (
     parse_ref,
     resolve,
 )
+from gpuclinic.transfer.oci_cache import blob_cache, cache_max, file_ok, give, prune, take, touch
 from gpuclinic.transfer.progress import ProgressDisplay
 from gpuclinic.transfer.redact import safe_url
 
@@ -64,6 +65,7 @@ class PullResult:
     blobs: list[dict[str, Any]] = field(default_factory=list)
     ratelimit: dict[str, str] = field(default_factory=dict)
     loaded_into: str | None = None
+    cache: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -94,41 +96,9 @@ def _mirror_registry(url: str, insecure: bool) -> Registry:
     return Registry(netloc, insecure=insecure, base_url=f"{p.scheme}://{netloc}", credentials=creds)
 
 
-def blob_cache() -> Path | None:
-    """Where docker-archive pulls keep their blobs between runs, so a second pull (another tag sharing
-    the CUDA base layers, or the same image again) downloads only what is new: ``GPUCLINIC_BLOB_CACHE``
-    (empty: no cache), else ``$XDG_CACHE_HOME/gpuclinic/oci``.  None when it cannot be created."""
-    env = os.environ.get("GPUCLINIC_BLOB_CACHE")
-    if env == "":
-        return None
-    root = (
-        Path(env)
-        if env
-        else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuclinic" / "oci"
-    )
-    try:
-        (root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return root
-
-
 def default_output(ref: ImageRef, fmt: str) -> Path:
     name = ref.repository.rsplit("/", 1)[-1] + "_" + (ref.tag or (ref.digest or "")[7:19])
     return Path.cwd() / (name + (".tar" if fmt == "docker-archive" else ""))
-
-
-def _file_ok(path: Path, size: int, hexdigest: str) -> bool:
-    try:
-        if not path.is_file() or path.stat().st_size != size:
-            return False
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while b := f.read(1 << 22):
-                h.update(b)
-        return h.hexdigest() == hexdigest
-    except OSError:
-        return False
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -140,7 +110,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _layout_for(ref: ImageRef, output: str | None, fmt: str) -> tuple[Path, Path]:
+def _layout_for(ref: ImageRef, output: str | None, fmt: str, cache: Path | None) -> tuple[Path, Path]:
     """(output path, the OCI layout the blobs go to): an oci directory is its own layout; a docker-archive
     .tar is written from the blob cache (or a staging layout beside it when the cache is off)."""
     out = Path(output).absolute() if output else default_output(ref, fmt)
@@ -155,7 +125,7 @@ def _layout_for(ref: ImageRef, output: str | None, fmt: str) -> tuple[Path, Path
             raise InputError(
                 f"{out} is a directory; docker-archive output is a .tar file", exit_code=EXIT_USAGE
             )
-        layout = blob_cache() or out.with_name(out.name + ".blobs")
+        layout = cache or out.with_name(out.name + ".blobs")
     if not layout.parent.is_dir():
         raise InputError(f"directory does not exist: {layout.parent}", exit_code=EXIT_USAGE)
     return out, layout
@@ -186,13 +156,19 @@ def _connect_all(
 
 def _plan_blobs(
     manifest: Manifest, ref: ImageRef, blobdir: Path, live: list[Registry], origin: Registry,
-    blobs: list[dict[str, Any]],
+    blobs: list[dict[str, Any]], cache: Path | None = None,
 ) -> tuple[list[FileSpec], int]:
-    """A download for each distinct blob the layout does not already hold (verified), and the bytes
-    reused; every blob gets its row in ``blobs``."""
+    """A download for each distinct blob neither the layout nor the blob cache holds (verified), and
+    the bytes reused; every blob gets its row in ``blobs``."""
     specs: list[FileSpec] = []
     reused = 0
     seen: set[str] = set()
+    regs = {r.origin: r for r in live}
+
+    def reauth(url: str, challenge: str) -> bool:  # a 401 on a blob: renew that registry's token
+        reg = regs.get(_origin_of(url))
+        return reg.reauth(url, challenge) if reg is not None else False
+
     for d in manifest.blobs:
         digest, size = str(d["digest"]), int(d["size"])
         if digest in seen:
@@ -200,22 +176,32 @@ def _plan_blobs(
         seen.add(digest)
         hexd = digest.split(":", 1)[1]
         dest = blobdir / hexd
-        if _file_ok(dest, size, hexd):
+        if file_ok(dest, size, hexd):
+            touch(dest)  # its last use, for the cache's least-recently-used pruning
             reused += size
             blobs.append({"digest": digest, "size": size, "status": "reused"})
+            continue
+        if cache is not None and take(cache, hexd, size, dest):
+            reused += size
+            blobs.append({"digest": digest, "size": size, "status": "reused", "from": "cache"})
             continue
         specs.append(
             FileSpec(
                 dest=dest,
-                sources=[r.blob_url(ref.repository, digest, login_in_url=r is not origin) for r in live],
+                sources=[r.blob_url(ref.repository, digest) for r in live],
                 size=size,
                 sha256=hexd,
                 label=digest[7:19],
-                headers=origin.auth,
-                auth_origins={origin.origin} if origin in live else set(),
+                source_headers={r.origin: r.auth for r in live},  # each its own login or token
+                reauth=reauth,
             )
         )
     return specs, reused
+
+
+def _origin_of(url: str) -> str:
+    p = urlsplit(url)
+    return f"{p.scheme}://{p.hostname}:{p.port or (443 if p.scheme == 'https' else 80)}"
 
 
 def pull(
@@ -227,8 +213,10 @@ def pull(
     mirrors: tuple[str, ...] = (),
     insecure: bool = False,
     load: bool = False,
+    runtime: str | None = None,
     options: EngineOptions | None = None,
     quiet: bool = False,
+    cache_max_size: str | None = None,
 ) -> PullResult:
     """Pull ``ref_text`` into ``output``; raises a one-line error on failure (partial blobs are kept)."""
     from gpuclinic.transfer.oci import host_platform
@@ -240,9 +228,15 @@ def pull(
         raise InputError(
             f"--platform must be OS/ARCH[/VARIANT], e.g. linux/amd64: {platform!r}", exit_code=EXIT_USAGE
         )
+    if load:
+        from gpuclinic.transfer.oci_load import runtime_choice
+
+        runtime = runtime_choice(runtime)  # a bad value is a usage error before any download
+    cap = cache_max(cache_max_size)  # a bad size is a usage error before any download
     mirror_regs = [_mirror_registry(m, insecure) for m in mirrors]
     origin = Registry(ref.api_host, insecure=insecure, credentials=basic_credentials(ref.registry))
-    out, layout = _layout_for(ref, output, fmt)
+    cache = blob_cache()
+    out, layout = _layout_for(ref, output, fmt, cache)
     try:
         live, notes = _connect_all(mirror_regs, origin, ref)
         manifest = resolve(live, ref, want)
@@ -252,7 +246,7 @@ def pull(
         blobdir = layout / "blobs" / "sha256"
         blobdir.mkdir(parents=True, exist_ok=True)
         blobs: list[dict[str, Any]] = []
-        specs, reused = _plan_blobs(manifest, ref, blobdir, live, origin, blobs)
+        specs, reused = _plan_blobs(manifest, ref, blobdir, live, origin, blobs, cache)
         downloaded = _download(specs, live, options, quiet, blobs)
         _write_atomic(blobdir / manifest.digest.split(":", 1)[1], manifest.raw)
         total = sum(int(d["size"]) for d in manifest.blobs)
@@ -262,6 +256,7 @@ def pull(
             write_docker_archive(out, layout, ref, manifest)
             if layout == out.with_name(out.name + ".blobs"):  # no cache: staging only
                 shutil.rmtree(layout, ignore_errors=True)
+        cache_doc = _tend_cache(cache, blobdir, manifest, cap)
         res = PullResult(
             str(ref),
             manifest.digest,
@@ -274,13 +269,28 @@ def pull(
             round(time.monotonic() - t0, 3),
             blobs,
             manifest.ratelimit,
+            cache=cache_doc,
         )
         if load:
-            res.loaded_into = load_into_runtime(out, layout, ref, manifest, fmt)
+            res.loaded_into = load_into_runtime(out, layout, ref, manifest, fmt, runtime, quiet=quiet)
         return res
     finally:
         for r in [*mirror_regs, origin]:
             r.close()
+
+
+def _tend_cache(cache: Path | None, blobdir: Path, manifest: Manifest, cap: int) -> dict[str, Any]:
+    """Give this image's blobs to the cache (an OCI output's are hard links) and cut the cache to
+    ``cap``, sparing this image; what the JSON result reports under ``cache``."""
+    if cache is None:
+        return {}
+    keep = {str(d["digest"]).split(":", 1)[1] for d in manifest.blobs}
+    keep.add(manifest.digest.split(":", 1)[1])
+    for h in sorted(keep):
+        with contextlib.suppress(OSError):
+            give(cache, blobdir / h)
+    pr = prune(cache, cap, keep)
+    return {"dir": str(cache), "max": cap, "size": pr.kept_bytes, "pruned": pr.removed, "freed": pr.freed}
 
 
 def _download(
@@ -402,46 +412,45 @@ def write_docker_archive(out: Path, layout: Path, ref: ImageRef, manifest: Manif
             tmp.unlink()
 
 
-def load_into_runtime(out: Path, layout: Path, ref: ImageRef, manifest: Manifest, fmt: str) -> str:
-    """``docker load`` (or ``podman load``) the image; an OCI layout is packed as a docker-archive first."""
-    runtime = shutil.which("docker") or shutil.which("podman")
-    if runtime is None:
-        raise GpuclinicError(
-            f"--load: neither docker nor podman is installed; the image is at {out}", exit_code=3
-        )
-    archive = out
-    tmp: Path | None = None
+def load_into_runtime(
+    out: Path, layout: Path, ref: ImageRef, manifest: Manifest, fmt: str, runtime: str | None = None,
+    *, quiet: bool = False,
+) -> str:
+    """Load the image into the chosen runtime (oci_load.choose_runtime: docker only when its daemon
+    answers, else podman); an OCI layout is packed as a docker-archive first.  Returns the runtime's
+    name."""
+    from gpuclinic.transfer import oci_load
+
+    keep = f"the image is at {out}"
+    try:
+        name, path, why = oci_load.choose_runtime(runtime)
+    except GpuclinicError as e:
+        raise type(e)(f"{e}; {keep}", exit_code=e.exit_code) from None
+    archive, tmp = out, None
     if fmt == "oci":
         tmp = out.with_name(f".{out.name}.load.tar")
         write_docker_archive(tmp, layout, ref, manifest)
         archive = tmp
     try:
-        r = subprocess.run(
-            [runtime, "load", "-i", str(archive)], capture_output=True, text=True, timeout=3600
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise GpuclinicError(
-            f"--load: {Path(runtime).name} load failed: {e}; the image is at {out}", exit_code=3
-        ) from None
+        oci_load.load_archive(name, path, archive, say=not quiet, keep_note=keep, why_not_docker=why)
     finally:
-        if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-    if r.returncode != 0:
-        why = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise GpuclinicError(
-            f"--load: {Path(runtime).name} load failed: {why[0][:300]}; the image is at {out}", exit_code=3
-        )
-    return Path(runtime).name
+        oci_load.cleanup(tmp)
+    return name
 
 
 def summary_line(res: PullResult) -> str:
     rate = res.downloaded / res.seconds if res.seconds else 0.0
-    return (
+    line = (
         f"{res.output}  {res.ref} {res.digest[:19]} {res.platform}: {human(res.size)}, "
         f"{human(res.downloaded)} downloaded, {human(res.reused)} reused, {res.seconds:.1f} s "
         f"({human(rate)}/s)"
     )
+    if res.cache.get("pruned"):
+        line += (
+            f"; blob cache cut to {human(res.cache['size'])} (max {human(res.cache['max'])}): "
+            f"{res.cache['pruned']} least recently used blob(s), {human(res.cache['freed'])} freed"
+        )
+    return line
 
 
 __all__ = ["PullResult", "RegistryError", "pull", "summary_line", "write_docker_archive", "write_oci_layout"]

@@ -5,26 +5,27 @@ Threads and why:
 * the main loop samples every ``interval`` through :class:`TimedSampler` (its own worker thread, so a
   hung NVML call is detected and reported rather than waited on), evaluates rules and flushes the store;
 * a kernel-log thread handles XID/AER/GSP lines the moment they are written (not on the next tick);
-* a doctor thread runs the full doctor checks every ``doctor_interval`` (they are slow);
+* a doctor thread runs the full doctor checks every ``doctor_interval`` (they are slow; :mod:`.agent_doctor`);
 * notifications go out from the notifier's own thread, so a slow webhook never delays sampling.
+
+What the servers read of it is a :class:`.status.StatusSnapshot`.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import socket
 import sys
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge.codes import severity
-from gpuclinic.model import Severity, Verdict
+from gpuclinic.model import Verdict
+from gpuclinic.watch import agent_doctor
 from gpuclinic.watch import reasons as R
 from gpuclinic.watch.backend import (
     BackendInfo,
@@ -39,54 +40,8 @@ from gpuclinic.watch.events import Condition, Event, EventBook, IncidentTracker,
 from gpuclinic.watch.kernel import LineParser, condition_for, follow_events
 from gpuclinic.watch.notify import Alert, Notifier
 from gpuclinic.watch.rules import RuleEngine, gpu_key
+from gpuclinic.watch.status import SERIES_FIELDS, StatusSnapshot, status_snapshot
 from gpuclinic.watch.store import StoreError, WatchStore
-
-SERIES_FIELDS = (
-    "ts",
-    "temp",
-    "slowdown",
-    "power",
-    "power_limit",
-    "sm_clock",
-    "sm_clock_max",
-    "util",
-    "mem_used",
-    "mem_total",
-    "reasons",
-    "mem_temp",
-)
-
-
-@dataclass
-class StatusSnapshot:
-    """A consistent copy of what /metrics and the dashboard show."""
-
-    gpus: list[GpuFacts]
-    driver_version: str | None
-    backend: str
-    xids: dict[tuple[str, str, int], tuple[int, float]]
-    open_events: list[Event]
-    gpu_count: int
-    gpus_expected: int
-    last_ok: float | None
-    sample_age: float
-    sample_duration: float
-    stalled: bool
-    samples_total: int
-    sample_errors_total: int
-    store_error: str | None
-    store_errors_total: int
-    store_buffered: int
-    notify_sent: int
-    notify_failed: int
-    notify_spooled: int
-    verdict: Verdict
-    now: float
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def verdict_code(self) -> int:
-        return self.verdict.exit_code
 
 
 def _stderr(msg: str) -> None:
@@ -461,77 +416,15 @@ class Agent:
             self.kernel_note = f"kernel log not followed: {type(e).__name__}: {e}"
             self.log(f"watch: {self.kernel_note}")
 
-    # -- doctor ---------------------------------------------------------------------------------------
+    # -- doctor (its thread: agent_doctor.py) -------------------------------------------------------
     def doctor_snapshot(self) -> Snapshot:
-        if self.info.name.startswith("scenario:"):
-            with self._lock:
-                gpus = list(self._latest)
-            return Snapshot(
-                origin="scenario",
-                hostname=self.host,
-                driver_version=self.info.driver_version,
-                cuda_driver_version=self.info.cuda_driver_version,
-                nvml_available=True,
-                gpus=gpus,
-                kernel_events=list(self._kernel_seen),
-                kernel_log_read=True,
-                taken_at=_dt.datetime.fromtimestamp(self.clock.now(), _dt.timezone.utc).isoformat(),
-            )
-        from gpuclinic.collect import CollectOptions, collect_live
-
-        snap = collect_live(
-            CollectOptions(
-                quick=True,
-                kernel_logs=list(self.kernel_logs),
-                expect_gpus=self.cfg.agent.expect_gpus,
-                nvml_timeout_s=self.cfg.agent.sample_timeout_s * 3,
-            )
-        )
-        if self.room_poller is not None:  # the poller's facts: the doctor must not poll the BMC a second time
-            snap.room = self.room_poller.latest() or snap.room
-        return snap
+        return agent_doctor.doctor_snapshot(self)
 
     def run_doctor(self) -> None:
-        from gpuclinic.diagnose import diagnose
-
-        report = diagnose(self.doctor_snapshot())
-        now = self.clock.now()
-        self.doctor_verdict = report.verdict
-        others = {(ev.code, ev.gpu) for ev in self.book.open_events() if not ev.key.startswith("doctor:")}
-        conds = []
-        for f in report.findings:
-            if f.severity == Severity.INFO:
-                continue
-            idx = f.gpu.index if f.gpu else None
-            if (f.code, idx) in others:
-                continue  # already open from a faster source (kernel log, rules)
-            ident = (f.gpu.uuid or f.gpu.pci_bus_id or str(f.gpu.index)) if f.gpu else "node"
-            conds.append(
-                Condition(
-                    key=f"doctor:{f.code}:{ident}",
-                    code=f.code,
-                    severity=f.severity,
-                    title=f.title,
-                    gpu=idx,
-                    uuid=f.gpu.uuid if f.gpu else None,
-                    evidence=list(f.evidence),
-                    remedy=f.remedy,
-                    data={"family": f.family.value, "source": "doctor"},
-                )
-            )
-        self.book.reconcile("doctor", conds, now)
+        agent_doctor.run_doctor(self)
 
     def _doctor_loop(self) -> None:
-        # first run after a couple of samples so the scenario/NVML state exists
-        if self.clock.sleep(min(5.0, self.cfg.agent.doctor_interval_s), self.stop):
-            return
-        while not self.stop.is_set():
-            try:
-                self.run_doctor()
-            except Exception as e:  # the doctor failing must not stop monitoring
-                self.log(f"watch: doctor checks failed: {type(e).__name__}: {e}")
-            if self.clock.sleep(self.cfg.agent.doctor_interval_s, self.stop):
-                return
+        agent_doctor.doctor_loop(self)
 
     # -- views ----------------------------------------------------------------------------------------
     def verdict(self) -> Verdict:
@@ -539,36 +432,7 @@ class Agent:
         return Verdict.from_severity(worst)
 
     def status_snapshot(self) -> StatusSnapshot:
-        now = self.clock.now()
-        with self._lock:
-            gpus = list(self._latest)
-            xids = dict(self.xids)
-        st = self.store
-        n = self.notifier
-        return StatusSnapshot(
-            gpus=gpus,
-            driver_version=self.info.driver_version,
-            backend=self.info.name,
-            xids=xids,
-            open_events=self.book.open_events(),
-            gpu_count=len(gpus),
-            gpus_expected=max(self.cfg.agent.expect_gpus or 0, len(self.rules.known)),
-            last_ok=self.last_ok,
-            sample_age=round(now - (self.last_ok or self.started_at), 3),
-            sample_duration=self.last_duration,
-            stalled=self.stalled,
-            samples_total=self.samples_total,
-            sample_errors_total=self.sample_errors_total,
-            store_error=st.error if st else None,
-            store_errors_total=st.errors_total if st else 0,
-            store_buffered=st.buffered if st else 0,
-            notify_sent=n.sent_total if n else 0,
-            notify_failed=n.failed_total if n else 0,
-            notify_spooled=n.spooled if n else 0,
-            verdict=self.verdict(),
-            now=now,
-            notes=[x for x in (self.kernel_note,) if x],
-        )
+        return status_snapshot(self)
 
     def series(self, gpu: int | None = None, since: float | None = None) -> dict[int, list[tuple[Any, ...]]]:
         with self._lock:

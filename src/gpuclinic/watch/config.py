@@ -38,7 +38,8 @@ class RulesConfig:
 
     disabled: list[str] = field(default_factory=list)  # event codes or prefixes ("watch.idle", "xid.")
     temp_margin_c: float | None = None
-    throttle_min_s: float = 5.0  # a throttle reason must stay active this long to open an event
+    # the window the detectors observe; a clock slowdown must be in every sample of it to open an event
+    throttle_min_s: float = 5.0
     throttle_reasons: list[str] = field(
         default_factory=lambda: [
             "hw_slowdown",
@@ -48,7 +49,6 @@ class RulesConfig:
             "sw_power_cap",
         ]
     )
-    sw_power_cap_min_util_pct: float = 50.0  # sw power cap only matters under load
     stall_minutes: float = 5.0  # memory held but utilisation ~0 this long -> training stall
     stall_util_pct: float = 2.0
     stall_min_memory_mib: float = 512.0

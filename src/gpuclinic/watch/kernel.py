@@ -2,7 +2,8 @@
 
 Parsing and following belong to the kernel-log subsystem (:mod:`gpuclinic.sources.kernellog`, the
 doctor's parser, every log format in the wild); codes and severities to ``knowledge/data/codes.json``
-and the Xid catalog, so a line means the same in ``watch`` as in ``doctor --from`` and ``explain``.
+and the Xid catalog, and the remedy to the code's runbook (its first step, :func:`runbooks.remedy`), so a
+line means the same in ``watch`` as in ``doctor --from`` and ``explain`` and points at the same fix.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Iterator, Sequence
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge.codes import severity
-from gpuclinic.model import Severity
+from gpuclinic.knowledge.runbooks import remedy
+from gpuclinic.model import GpuRef, Severity
 from gpuclinic.sources.kernellog import KernelLogParser
 from gpuclinic.sources.kernellog.follow import follow
 from gpuclinic.watch.events import Condition
@@ -39,14 +41,12 @@ def follow_events(paths: Sequence[str] | None, stop: threading.Event) -> Iterato
     yield from follow(list(paths) if paths else None, stop, from_end=True, poll_s=0.1)
 
 
-def xid_details(xid: int) -> tuple[Severity, str, str]:
-    """(severity, title, remedy) for an Xid: the catalog's, exactly as doctor reports a fresh one."""
+def xid_details(xid: int) -> tuple[Severity, str]:
+    """(severity, title) for an Xid: the catalog's, exactly as doctor reports a fresh one."""
     from gpuclinic.knowledge.xid import lookup, unknown
 
     info = lookup(xid) or unknown(xid)
-    title = info.description.split(". ")[0].split(": ", 1)[0].rstrip(".")
-    remedy = " ".join(info.steps()) or info.description
-    return info.severity, title, remedy + f" (`gpuclinic runbook xid.{xid}`)"
+    return info.severity, info.description.split(". ")[0].split(": ", 1)[0].rstrip(".")
 
 
 def condition_for(
@@ -57,8 +57,9 @@ def condition_for(
     idx, uuid = gpus_by_bus.get(bus or "", (None, None))
     where = f"GPU {idx}" if idx is not None else (f"GPU {bus}" if bus else "a GPU")
     line = ev.line.strip()[:400]
+    ref = GpuRef(index=idx, pci_bus_id=bus, uuid=uuid)
     if ev.kind == "xid" and ev.xid is not None:
-        sev, title, remedy = xid_details(ev.xid)
+        sev, title = xid_details(ev.xid)
         return Condition(
             key=f"kernel:xid.{ev.xid}:{bus or '?'}",
             code=f"xid.{ev.xid}",
@@ -67,7 +68,7 @@ def condition_for(
             gpu=idx,
             uuid=uuid,
             evidence=[line],
-            remedy=remedy,
+            remedy=remedy(f"xid.{ev.xid}", ref),
             data={"xid": ev.xid, "pci_bus_id": bus, "pid": ev.pid, "process": ev.process},
             hold_s=hold_s,
         )
@@ -80,8 +81,7 @@ def condition_for(
             gpu=idx,
             uuid=uuid,
             evidence=[line],
-            remedy="Drain the node and reboot: a GPU reset cannot reach a GPU "
-            "that left the bus (`gpuclinic runbook gpu.fallen_off_bus`).",
+            remedy=remedy("gpu.fallen_off_bus", ref),
             data={"pci_bus_id": bus},
             hold_s=hold_s,
         )
@@ -100,8 +100,7 @@ def condition_for(
             gpu=idx,
             uuid=uuid,
             evidence=[line],
-            remedy="PCIe errors point at a marginal link (riser, slot, cable). Run `gpuclinic doctor` for "
-            "link state; ask the provider to reseat the GPU if they repeat.",
+            remedy=remedy(code, ref),
             data={"pci_bus_id": bus},
             hold_s=hold_s,
         )
@@ -114,8 +113,7 @@ def condition_for(
             gpu=idx,
             uuid=uuid,
             evidence=[line],
-            remedy="GSP firmware timeouts often need a GPU reset or reboot; if they repeat, try a newer "
-            "driver branch.",
+            remedy=remedy("gsp.error", ref),
             data={"pci_bus_id": bus},
             hold_s=hold_s,
         )

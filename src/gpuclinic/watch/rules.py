@@ -1,79 +1,55 @@
 """Time-series rules: from a stream of per-GPU samples to conditions (future events).
 
-Each rule looks at the current sample and a little remembered state (since when a state holds, the
-previous counter values).  Durations use agent time, so a scenario at ``--time-scale 60`` shows a
-five-minute stall in five seconds.  Codes reuse the doctor's finding codes where the meaning is the
-same (``thermal.throttle``, ``pcie.link_degraded``, ``gpu.missing``) and take every severity and shared
-threshold
-from ``knowledge/data/codes.json`` and ``gpu_thresholds.json``; agent-only signals are ``watch.*``.
+What a sample *means* is the doctor's: the detectors of the failure classes a sample shows (heat, power,
+HBM, GPU presence; ``WINDOW_DETECTORS``) judge the engine's window of recent samples through
+:meth:`Detector.observe`, so a code, its severity, title, evidence and remedy are the same in ``watch``,
+``doctor`` and the alert rules.  What needs history stays here: onsets (a clock slowdown must be in
+every sample of a window ``throttle_min_s`` long), counters that rose since the last sample, a PCIe link
+downtrained under load for ``pcie_sustain_s``, stalls, idle GPUs, stragglers among peers and a GPU count
+that dropped.  Durations use agent time, so a scenario at ``--time-scale 60`` shows a five-minute stall in
+five seconds.  Every severity and shared threshold comes from ``knowledge/data/codes.json`` and
+``gpu_thresholds.json``, every remedy of a rule here from the code's runbook; agent-only signals are
+``watch.*``.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic.checks import Window, detectors
 from gpuclinic.checks._hw import threshold
 from gpuclinic.facts.gpu import GpuFacts
+from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.runbooks import remedy as runbook_remedy
+from gpuclinic.model import Finding, GpuRef
 from gpuclinic.watch import reasons as R
 from gpuclinic.watch.config import RulesConfig
 from gpuclinic.watch.events import Condition
 
 GIB = 1024**3
-# the doctor's per-GPU state detectors watch runs on every sample (heat runs through its own functions)
-_STATE_CHECKS = [
-    "memory.row_remap",
-    "memory.retired_pages",
-    "gpu.recovery_action",
-    "gpu.inforom",
-    "power.insufficient",
-]
+# the failure classes a single sample shows; the engine runs their detectors over its window of samples
+WINDOW_DETECTORS = ("heat", "power", "hbm", "gpu_presence")
 
-# clock event reason -> (code, severity condition in codes.json, title, remedy)
-_THROTTLE = {
-    "hw_thermal_slowdown": (
-        "thermal.throttle",
-        None,
-        "hardware thermal slowdown",
-        "The GPU is too hot and the hardware cut its clocks. Check airflow, fans and inlet "
-        "temperature (`gpuclinic runbook thermal.slowdown`).",
-    ),
-    "sw_thermal_slowdown": (
-        "thermal.throttle",
-        "software",
-        "software thermal slowdown",
-        "The driver is holding clocks down to keep GPU/memory under the max operating "
-        "temperature. Improve cooling or lower the load (`gpuclinic runbook thermal.slowdown`).",
-    ),
-    "hw_slowdown": (
-        "clocks.hw_slowdown",
-        None,
-        "hardware slowdown (clocks cut by half or more)",
-        "HW slowdown is heat, an external power brake or a power spike. Check temperature and the "
-        "PSUs (`gpuclinic runbook power.brake`).",
-    ),
-    "hw_power_brake_slowdown": (
-        "power.brake",
-        None,
-        "power brake engaged (external power brake)",
-        "The system asserted the power-brake signal: usually a failing or overloaded power "
-        "supply (`gpuclinic runbook power.brake`).",
-    ),
-    "sw_power_cap": (
-        "power.cap",
-        None,
-        "running at the power limit (software power cap)",
-        "The GPU draws its full power limit, which is normal under heavy load. If the limit was "
-        "lowered (compare with the default limit), restore it (`gpuclinic runbook power.cap`).",
-    ),
-}
+
+def clock_reasons(f: Finding) -> set[str]:
+    """The clock-event reasons a finding reports (thermal.throttle, power.brake, power.cap at the cap):
+    such a finding opens an event only once it has lasted ``throttle_min_s``."""
+    d = f.data
+    out = {str(r) for r in d.get("reasons") or []}
+    if isinstance(d.get("reason"), str):
+        out.add(d["reason"])
+    if d.get("sw_power_cap") and d.get("busy"):
+        out.add("sw_power_cap")
+    return {r for r in (R.canonical(x) for x in out) if r in R.BIT}
 
 
 @dataclass
 class _GpuState:
-    throttle_since: dict[str, float] = field(default_factory=dict)
     stall_since: float | None = None
     idle_since: float | None = None
     straggler_since: float | None = None
@@ -103,6 +79,11 @@ def _limit_lowered(g: GpuFacts) -> bool:
     )
 
 
+def _remedy(code: str, g: GpuFacts | None) -> str:
+    """What to do about ``code``: its runbook's first step, filled in for the GPU (one text everywhere)."""
+    return runbook_remedy(code, GpuRef(index=g.index, pci_bus_id=g.pci_bus_id, uuid=g.uuid) if g else None)
+
+
 def _fmt_s(s: float) -> str:
     if s < 120:
         return f"{s:.0f} s"
@@ -119,12 +100,17 @@ class RuleEngine:
         self.expect_gpus = expect_gpus
         self.state: dict[str, _GpuState] = {}
         self.known: dict[str, Known] = {}  # every GPU seen since start (for "count dropped")
-        self._throttle_reasons = [R.canonical(r) for r in cfg.throttle_reasons]
+        self._throttle_reasons = {R.canonical(r) for r in cfg.throttle_reasons}
+        self._ring: deque[tuple[float, Snapshot]] = deque()  # the window the detectors observe
+        dets = detectors()
+        self._detectors = [dets[d] for d in WINDOW_DETECTORS]
+        self._memo: dict[str, dict[int, Any]] = {d: {} for d in WINDOW_DETECTORS}  # each sample judged once
 
     def _gpu_condition(self, g: GpuFacts, code: str, *, uuid: str | None = None, **kw: Any) -> Condition:
-        """A per-GPU condition keyed by the GPU's identity, with its code's one severity from codes.json."""
+        """A per-GPU condition keyed by the GPU's identity, with its code's one severity from codes.json and
+        its runbook's first step as the remedy."""
         return Condition(key=f"rules:{code}:{self.key(g)}", code=code, severity=severity(code), gpu=g.index,
-                         uuid=uuid or g.uuid, **kw)
+                         uuid=uuid or g.uuid, remedy=_remedy(code, g), **kw)
 
     def key(self, g: GpuFacts) -> str:
         """A GPU's identity across samples, even when a lost GPU no longer reports its UUID."""
@@ -153,12 +139,11 @@ class RuleEngine:
                 g.pci_bus_id or (old.pci_bus_id if old else None),
                 g.name or (old.name if old else None),
             )
-            if g.lost:
-                conds.append(self._lost(g))
+        conds.extend(self._window(now, gpus))
+        for g in gpus:
+            if g.lost:  # the presence detector says so; a lost GPU has no live numbers for the rest
                 continue
             st = self._st(g)
-            conds.extend(self._throttle(now, g, st))
-            conds.extend(self._state(g))
             points.extend(self._counters(g, st))
             conds.extend(self._pcie(now, g, st))
             conds.extend(self._stall_idle(now, g, st))
@@ -166,28 +151,80 @@ class RuleEngine:
         conds.extend(self._missing(present))
         return conds, points
 
-    # -- individual rules ---------------------------------------------------------------------------------
-    def _lost(self, g: GpuFacts) -> Condition:
-        if (g.lost_reason or "").startswith("unresponsive"):  # the doctor's gpu.unresponsive: hung, not gone
-            return self._gpu_condition(
-                g,
-                "gpu.unresponsive",
-                uuid=g.uuid or self.known[self.key(g)].uuid,
-                title=f"GPU {g.index} does not answer NVML: driver or GPU firmware hung",
-                evidence=[f"GPU {g.index} {g.pci_bus_id or ''}: {g.lost_reason}".strip()],
-                remedy="Drain, stop its processes, reset it (`gpuclinic runbook gpu.unresponsive`).",
-            )
-        return self._gpu_condition(
-            g,
-            "gpu.missing",
-            uuid=g.uuid or self.known[self.key(g)].uuid,
-            title=f"GPU {g.index} is lost (NVML can no longer talk to it)",
-            evidence=[f"GPU {g.index} {g.pci_bus_id or ''}: {g.lost_reason or 'GPU is lost'}".strip()],
-            remedy="Jobs on this GPU are dead. Drain the node, save logs (`gpuclinic capture --redact`) and "
-                   "reboot: a GPU "
-            "reset cannot reach a GPU that left the bus (`gpuclinic runbook gpu.fallen_off_bus`).",
+    # -- the doctor's detectors over the window -----------------------------------------------------------
+    def _window(self, now: float, gpus: list[GpuFacts]) -> list[Condition]:
+        """The window detectors' findings on the recent samples, as conditions.
+
+        The window reaches back ``throttle_min_s`` (one sample at or before that time is kept, so it
+        spans the onset time once there is enough history).  A warning the window saw stays open while it
+        is in the window (``Detector.observe``); a clock slowdown opens only when every sample had it."""
+        taken = _dt.datetime.fromtimestamp(now, _dt.timezone.utc).isoformat()
+        snap = Snapshot(origin="watch", gpus=list(gpus), nvml_available=True, taken_at=taken)
+        self._ring.append((now, snap))
+        while len(self._ring) >= 2 and self._ring[1][0] <= now - self.cfg.throttle_min_s:
+            self._ring.popleft()
+        live = {id(s) for _, s in self._ring}
+        for memo in self._memo.values():
+            for k in [k for k in memo if k not in live]:
+                del memo[k]
+        span = now - self._ring[0][0]
+        window = Window(tuple(snap for _, snap in self._ring), span_s=span)
+        found: list[Finding] = []
+        for det in self._detectors:
+            found += det.observe(window, self._memo[det.name])[0]
+        if self.cfg.temp_margin_c is not None:  # the site's own margin, through the doctor's heat rule
+            from gpuclinic.checks.thermal import gpu_temperature
+
+            found = [f for f in found if not (f.code == "thermal.slowdown" and f.data.get("sensor") == "gpu")]
+            found += [f for g in gpus if not g.lost and (f := gpu_temperature(g, self.cfg.temp_margin_c))]
+        out = []
+        for f in found:
+            reasons = clock_reasons(f)
+            if reasons:
+                w = f.data.get("window") or {}
+                if not reasons & self._throttle_reasons:
+                    continue
+                if w and (w.get("samples") != w.get("of") or span < self.cfg.throttle_min_s):
+                    continue  # not yet in every sample of a window as long as the onset time
+            out.append(self._finding_condition(f, reasons, span))
+        return out
+
+    def _facts_of(self, ref: GpuRef | None) -> GpuFacts | None:
+        """The newest sample of the GPU a finding names."""
+        if ref is None:
+            return None
+        for _, snap in reversed(self._ring):
+            for g in snap.gpus:
+                if (ref.uuid and g.uuid == ref.uuid) or (ref.pci_bus_id and g.pci_bus_id == ref.pci_bus_id) \
+                        or (not ref.uuid and not ref.pci_bus_id and g.index == ref.index):
+                    return g
+        return None
+
+    def _finding_condition(self, f: Finding, reasons: set[str], span: float) -> Condition:
+        """A detector finding as a condition keyed by the GPU's identity (and sensor or clock reason)."""
+        g = self._facts_of(f.gpu)
+        who = self.key(g) if g is not None else "node"
+        sub = f.data.get("sensor") or (sorted(reasons)[0] if reasons else None)
+        data = dict(f.data)
+        if reasons:
+            data["reason"] = sorted(reasons)[0] if len(reasons) == 1 else sorted(reasons)
+            data["active_s"] = round(span, 1)
+        uuid = g.uuid if g is not None else None
+        if g is not None and uuid is None and who in self.known:
+            uuid = self.known[who].uuid
+        return Condition(
+            key=f"rules:{f.code}:{who}" + (f":{sub}" if sub else ""),
+            code=f.code,
+            severity=f.severity,
+            title=f.title,
+            gpu=g.index if g is not None else (f.gpu.index if f.gpu else None),
+            uuid=uuid,
+            evidence=list(f.evidence),
+            remedy=f.remedy,
+            data=data,
         )
 
+    # -- rules that need history --------------------------------------------------------------------------
     def _missing(self, present: set[str]) -> list[Condition]:
         expected = max(self.expect_gpus or 0, len(self.known))
         gone = [kn for k, kn in self.known.items() if k not in present]
@@ -202,83 +239,8 @@ class RuleEngine:
                 severity=severity("gpu.missing"),
                 title=f"GPU count dropped to {len(present)} of {expected}",
                 evidence=ev,
-                remedy="A GPU vanished from NVML: check `gpuclinic events` for an XID 79 / "
-                       "fallen-off-the-bus line, "
-                "drain the node and reboot; ask the provider to inspect the GPU if it keeps disappearing.",
+                remedy=_remedy("gpu.missing", None),
             )
-        ]
-
-    def _throttle(self, now: float, g: GpuFacts, st: _GpuState) -> list[Condition]:
-        out = []
-        act = set(R.active(g.clock_event_reasons_mask, g.clock_event_reasons))
-        for r in list(st.throttle_since):
-            if r not in act:
-                del st.throttle_since[r]
-        for r in act:
-            st.throttle_since.setdefault(r, now)
-        for r in self._throttle_reasons:
-            if r not in act or r not in _THROTTLE:
-                continue
-            if r == "sw_power_cap" and (g.utilization_gpu_pct or 0) < self.cfg.sw_power_cap_min_util_pct:
-                continue
-            since = st.throttle_since[r]
-            if now - since < self.cfg.throttle_min_s:
-                continue
-            code, when, title, remedy = _THROTTLE[r]
-            if r == "sw_power_cap" and _limit_lowered(g):
-                when, title = "lowered_busy", "capped by a power limit below its default"
-            sev = severity(code, when)
-            ev = [f"clock event reason {r} active since onset ({R.DESCRIPTION.get(r, r)})"]
-            if g.sm_clock_mhz is not None and g.sm_clock_max_mhz:
-                ev.append(f"SM clock {g.sm_clock_mhz:.0f} of {g.sm_clock_max_mhz:.0f} MHz at onset")
-            if g.temperature_c is not None:
-                ev.append(
-                    f"temperature {g.temperature_c:.0f} °C (slowdown at {g.slowdown_temp_c:.0f} °C)"
-                    if g.slowdown_temp_c
-                    else f"temperature {g.temperature_c:.0f} °C"
-                )
-            if g.power_draw_w is not None and (g.power_enforced_limit_w or g.power_limit_w):
-                ev.append(
-                    f"power {g.power_draw_w:.0f} W of {(g.power_enforced_limit_w or g.power_limit_w):.0f} W "
-                    "limit"
-                )
-            out.append(
-                Condition(
-                    key=f"rules:{code}:{self.key(g)}:{r}",
-                    code=code,
-                    severity=sev,
-                    gpu=g.index,
-                    uuid=g.uuid,
-                    title=f"GPU {g.index}: {title}",
-                    evidence=ev,
-                    remedy=remedy,
-                    data={"reason": r, "since": since, "active_s": round(now - since, 1)},
-                )
-            )
-        return out
-
-    def _state(self, g: GpuFacts) -> list[Condition]:
-        """What is wrong with this sample by the doctor's own detectors (heat, HBM row remapping)."""
-        from gpuclinic.checks import run_checks
-        from gpuclinic.checks.thermal import gpu_temperature, hbm_temperature
-        from gpuclinic.facts.snapshot import Snapshot
-
-        found = [f for f in (gpu_temperature(g, self.cfg.temp_margin_c), hbm_temperature(g)) if f is not None]
-        findings, _ = run_checks(Snapshot(gpus=[g], nvml_available=True), only=_STATE_CHECKS)
-        found += findings
-        return [
-            Condition(
-                key=f"rules:{f.code}:{self.key(g)}" + (f":{f.data['sensor']}" if "sensor" in f.data else ""),
-                code=f.code,
-                severity=f.severity,
-                gpu=g.index,
-                uuid=g.uuid,
-                title=f.title,
-                evidence=list(f.evidence),
-                remedy=f.remedy,
-                data=dict(f.data),
-            )
-            for f in found
         ]
 
     def _counters(self, g: GpuFacts, st: _GpuState) -> list[Condition]:
@@ -292,9 +254,6 @@ class RuleEngine:
                 "memory.ecc_uncorrectable",
                 None,
                 "uncorrectable ECC errors",
-                "Uncorrectable memory errors corrupt data and kill jobs. Drain the GPU, "
-                "reset it so row remapping takes effect, and ask the provider to replace it if errors "
-                "continue.",
             ),
             (
                 "ecc_corr",
@@ -304,9 +263,6 @@ class RuleEngine:
                 "memory.ecc_correctable_rate",
                 None,
                 "correctable ECC errors rising",
-                "Correctable errors are fixed by ECC, but a climbing count often precedes uncorrectable "
-                "ones. Watch "
-                "the trend (`gpuclinic history ecc_corrected`) and plan a replacement if it keeps rising.",
             ),
             (
                 "remap_uncorr",
@@ -314,9 +270,6 @@ class RuleEngine:
                 "memory.row_remap_uncorrectable",
                 None,
                 "rows remapped after uncorrectable errors",
-                "Memory rows were retired after uncorrectable errors. Reset the GPU at the next safe point; "
-                "replace "
-                "it if remapping fails or keeps happening.",
             ),
             (
                 "pcie_replay",
@@ -324,12 +277,9 @@ class RuleEngine:
                 "pcie.replay",
                 None,
                 "PCIe replays rising",
-                "The PCIe link is retransmitting: a marginal riser, cable or slot. Check `gpuclinic doctor` "
-                "for the "
-                "link state; ask the provider to reseat the GPU if replays keep climbing.",
             ),
         ]
-        for name, val, code, when, title, remedy in specs:
+        for name, val, code, when, title in specs:
             sev = severity(code, when)
             if val is None:
                 continue
@@ -338,14 +288,14 @@ class RuleEngine:
             if prev is not None and val > prev:
                 out.append(
                     Condition(
-                        key=f"rules:{code}:{self.key(g)}",
+                        key=f"rules:{code}:{self.key(g)}:rise",  # the count as a state is the detector's
                         code=code,
                         severity=sev,
                         gpu=g.index,
                         uuid=g.uuid,
                         title=f"GPU {g.index}: {title}",
                         evidence=[f"{name.replace('_', ' ')} {prev} -> {int(val)}"],
-                        remedy=remedy,
+                        remedy=_remedy(code, g),
                         data={"from": prev, "to": int(val)},
                         hold_s=self.cfg.counter_hold_s,
                     )
@@ -375,9 +325,6 @@ class RuleEngine:
                     f"x{g.pcie_width_max}, "
                     f"at {g.utilization_gpu_pct or 0:.0f}% utilisation"
                 ],
-                remedy="Host<->GPU transfers run slower than the slot allows. Reseat the GPU/riser, check "
-                       "BIOS PCIe "
-                "settings; ask the provider to inspect the slot if it persists after a reboot.",
             )
         ]
 
@@ -407,11 +354,6 @@ class RuleEngine:
                         "watch.stall",
                         title=f"GPU {g.index}: job holds memory but does no work (stalled?)",
                         evidence=[procs, f"utilisation <= {self.cfg.stall_util_pct:g}% for {_fmt_s(dur)}"],
-                        remedy="The process is alive but the GPU is idle: a hung NCCL collective, a "
-                               "dataloader deadlock or "
-                        "a job waiting on a dead peer. Dump its stacks (py-spy dump --pid PID), check the "
-                        "other "
-                        "ranks, then restart it from the last checkpoint.",
                         data={"since": st.stall_since},
                     )
                 )
@@ -430,10 +372,6 @@ class RuleEngine:
                         evidence=[
                             f"no compute process and {util or 0:.0f}% utilisation since the idle period began"
                         ],
-                        remedy="A rented GPU doing nothing costs money. Start the next job or release the "
-                        "server. (Inside "
-                        "a container without --pid=host, processes are invisible: "
-                        "check utilisation instead.)",
                         data={"since": st.idle_since},
                     )
                 )
@@ -476,9 +414,6 @@ class RuleEngine:
                     "perf.straggler",
                     title=f"GPU {g.index} is a straggler: slower than its peers",
                     evidence=ev,
-                    remedy="In data-parallel training every step waits for the slowest GPU. Look for "
-                    "throttling on this GPU "
-                    "(`gpuclinic events`), its PCIe link and temperature; exclude it if it stays slow.",
                     data={"since": st.straggler_since},
                 )
             )

@@ -12,18 +12,13 @@ from typing import TYPE_CHECKING
 
 from gpuclinic.facts.room import RoomFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources.bmc.live import (
-    BmcError,
-    BmcOptions,
-    in_band_device,
-    read_freeipmi,
-    read_ipmitool,
-    read_redfish,
-)
-from gpuclinic.sources.bmc.lmsensors import read_hwmon
 
 if TYPE_CHECKING:
     from gpuclinic.collect import CollectOptions
+    from gpuclinic.sources.bmc.live import BmcOptions
+
+# The live readers (ssl, subprocess) load when a live source runs: reading saved BMC output
+# (``formats``, as ``explain`` and ``doctor --from`` do) imports this package without them.
 
 WHAT_IPMI = "the BMC over IPMI (inlet air, fans, power supplies, event log)"
 WHAT_REDFISH = "the BMC over Redfish (inlet air, fans, power supplies, event log)"
@@ -31,6 +26,9 @@ WHAT_REDFISH = "the BMC over Redfish (inlet air, fans, power supplies, event log
 
 def read_room(opts: BmcOptions, snap: Snapshot) -> RoomFacts:
     """Every room source ``opts`` allows; each one that cannot read becomes a skipped line on ``snap``."""
+    from gpuclinic.sources.bmc.live import BmcError, in_band_device, read_freeipmi, read_redfish
+    from gpuclinic.sources.bmc.lmsensors import read_hwmon
+
     room = RoomFacts()
     if opts.redfish:
         try:
@@ -70,6 +68,8 @@ def read_room(opts: BmcOptions, snap: Snapshot) -> RoomFacts:
 
 
 def _ipmi(opts: BmcOptions, snap: Snapshot, room: RoomFacts) -> None:
+    from gpuclinic.sources.bmc.live import BmcError, read_ipmitool
+
     try:
         part, notes = read_ipmitool(opts)
         room.merge(part)
@@ -79,6 +79,8 @@ def _ipmi(opts: BmcOptions, snap: Snapshot, room: RoomFacts) -> None:
 
 
 def collect(snap: Snapshot, opts: CollectOptions) -> None:
+    from gpuclinic.sources.bmc.live import BmcOptions
+
     bmc = getattr(opts, "bmc", None) or BmcOptions()
     room = read_room(bmc, snap)
     if room.sensors or room.psus or room.events_read or room.power_consumed_w is not None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from gpuclinic.facts.room import RoomFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources.bmc import freeipmi, ipmitool, lmsensors, logutil, redfish
+from gpuclinic.sources.bmc import freeipmi, ipmitool, lmsensors, logutil, redfish, vendorlog
 
 PREFIX = "room:"
 
@@ -21,6 +21,7 @@ FORMATS: dict[str, tuple[Callable[[str], bool], Callable[[str], RoomFacts]]] = {
     "freeipmi_sensors": (freeipmi.claims_sensors, freeipmi.parse_sensors),
     "freeipmi_sel": (freeipmi.claims_sel, freeipmi.parse_sel),
     "openbmc_logutil": (logutil.claims, logutil.parse),
+    "vendor_event_log": (vendorlog.claims, vendorlog.parse),
     "ipmitool": (ipmitool.claims, ipmitool.parse_any),
     "sensors_raw": (lmsensors.claims_raw, lmsensors.parse_raw),
     "sensors_text": (lmsensors.claims_text, lmsensors.parse_text),

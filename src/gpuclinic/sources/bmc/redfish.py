@@ -385,9 +385,19 @@ def claims(text: str) -> bool:
 def parse_text(text: str) -> R.RoomFacts:
     """A saved Redfish document, or a bundle ``{"/redfish/v1/...": doc, ...}`` as the client records it.
 
-    One member copied out of a ``Members`` list keeps its separator (``},``): that comma is dropped."""
+    One member copied out of a ``Members`` list keeps its separator (``},``): that comma is dropped; several
+    members copied together (``{...},{...},``) are read as the list they came from."""
     body = text.strip()
-    data = json.loads(body[:-1] if body.endswith(",") else body)
+    body = body[:-1] if body.endswith(",") else body
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        members = json.loads("[" + body + "]")  # still not JSON: the caller reports it unreadable
+        room = R.RoomFacts()
+        for doc in members:
+            if isinstance(doc, dict) and "@odata.type" in doc:
+                room.merge(parse_doc(doc))
+        return room
     room = R.RoomFacts()
     if not isinstance(data, dict):
         return room

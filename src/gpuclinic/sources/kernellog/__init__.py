@@ -7,8 +7,11 @@ any input), ``watch`` and ``run`` (:func:`.follow.follow`).
 * :mod:`.formats` - timestamp/host/level prefixes of every dmesg, journal, syslog, kmsg and container
   wrapper variant; candidate-line keyword tests;
 * :mod:`.patterns` - message patterns and the "is this a kernel log" sniff;
-* :mod:`.parse` - the stateful line parser;
-* :mod:`.scan` - streaming file scan (memmem over a reused buffer, flat memory);
+* :mod:`.parse` - the stateful line parser (dispatch); its per-family extractors: :mod:`.nvrm` (Xid, SXid,
+  GSP, init, NVLink, module) and :mod:`.aer` (PCIe AER record assembly);
+* :mod:`.keywords` - what makes a line a candidate (imports nothing: the scan starts grep first);
+* :mod:`.scan` - streaming file scan (grep via :mod:`.grepscan`, two greps per big file via :mod:`.grepsplit`;
+  memmem over a reused buffer as the fallback; flat memory);
 * :mod:`.collect` - live collection from journalctl/dmesg/syslog files;
 * :mod:`.follow` - following a live log.
 """
@@ -16,9 +19,11 @@ any input), ``watch`` and ``run`` (:func:`.follow.follow`).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not typing's: `scan_path` must start grep before typing would even load
 if TYPE_CHECKING:
+    from typing import Any
+
     from gpuclinic.sources.kernellog.formats import is_kernel_line, split_prefix
     from gpuclinic.sources.kernellog.parse import KernelLogParser, parse_lines, parse_numbered
     from gpuclinic.sources.kernellog.patterns import looks_like_kernel_log

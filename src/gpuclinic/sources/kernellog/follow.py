@@ -20,11 +20,13 @@ from gpuclinic.sources.kernellog.collect import (
     SYSLOG_FILES,
 )
 from gpuclinic.sources.kernellog.formats import (
+    _is_candidate,
+    _wants_context,
+)
+from gpuclinic.sources.kernellog.keywords import (
     CONTEXT_LINES,
     MAX_CARRY,
     WINDOW,
-    _is_candidate,
-    _wants_context,
 )
 from gpuclinic.sources.kernellog.parse import (
     KernelLogParser,

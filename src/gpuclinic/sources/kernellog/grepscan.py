@@ -15,14 +15,9 @@ Two uses:
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
-import threading
-from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 
-from gpuclinic.sources.kernellog.formats import (
+from gpuclinic.sources.kernellog.keywords import (
     _CONTEXT_LINE_MARKS,
     _CONTEXT_MARKERS,
     _QUALIFY,
@@ -33,11 +28,16 @@ from gpuclinic.sources.kernellog.formats import (
     SCAN_KEYWORDS,
 )
 
+# ``scan_path`` starts grep first and prepares while it runs: nothing imported here may cost time before
+# that (no re, shutil, subprocess, typing or collections at import; grep is started with posix_spawn).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    import subprocess
+    from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+
 _MAGIC = (b"\x1f\x8b", b"\xfd7zXZ\x00", b"BZh")
 _ENV = {**os.environ, "LC_ALL": "C"}  # bytes, not characters: fastest, and never an encoding error
-
-
-_MARKS = re.compile(b"|".join(re.escape(m) for m in _CONTEXT_LINE_MARKS))
 
 
 class GrepFallback(Exception):
@@ -47,7 +47,16 @@ class GrepFallback(Exception):
 def grep_binary() -> str | None:
     if os.environ.get("GPUCLINIC_NO_GREP"):
         return None
-    return shutil.which("grep")
+    return _which("grep")
+
+
+def _which(name: str) -> str | None:
+    """``shutil.which`` for a plain command name (without importing shutil)."""
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        cand = os.path.join(d or os.curdir, name)
+        if os.access(cand, os.F_OK | os.X_OK) and not os.path.isdir(cand):
+            return cand
+    return None
 
 
 def is_plain(path: str) -> bool:
@@ -60,14 +69,56 @@ def is_plain(path: str) -> bool:
     return not any(head.startswith(m) for m in _MAGIC)
 
 
-def _run(argv: list[str]) -> subprocess.Popen[bytes]:
+class _Spawned:
+    """A child started with ``os.posix_spawn`` (its stdout a pipe, stderr /dev/null): the part of
+    ``subprocess.Popen`` the scan uses, without importing subprocess (and vfork-fast)."""
+
+    def __init__(self, argv: list[str], stdin_fd: int | None = None) -> None:
+        r, w = os.pipe()  # both close-on-exec; the dup2 onto fd 1 is inherited
+        try:
+            actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = [
+                (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)
+            ]
+            if stdin_fd is not None:
+                actions.append((os.POSIX_SPAWN_DUP2, stdin_fd, 0))
+            self.pid = os.posix_spawn(argv[0], argv, _ENV, file_actions=actions)
+        except OSError as e:
+            os.close(r)
+            raise GrepFallback(str(e)) from None
+        finally:
+            os.close(w)
+        self.stdout = open(r, "rb", buffering=1 << 16)  # closed by _finish or _kill
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, 9)  # SIGKILL (importing signal would load enum)
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+
+def _run(argv: list[str]) -> subprocess.Popen[bytes] | _Spawned:
+    if hasattr(os, "posix_spawn"):
+        return _Spawned(argv)
+    import subprocess
+
     try:
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_ENV)
     except OSError as e:
         raise GrepFallback(str(e)) from None
 
 
-def _finish(proc: subprocess.Popen[bytes]) -> None:
+def _finish(proc: subprocess.Popen[bytes] | _Spawned) -> None:
     """grep exits 0 (lines found) or 1 (none); anything else is a failure."""
     if proc.stdout is not None:
         proc.stdout.close()
@@ -76,7 +127,7 @@ def _finish(proc: subprocess.Popen[bytes]) -> None:
         raise GrepFallback(f"grep exited {rc}")
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def _kill(proc: subprocess.Popen[bytes] | _Spawned) -> None:
     if proc.poll() is None:
         proc.kill()
     if proc.stdout is not None:
@@ -84,12 +135,12 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-_ERE_SPECIAL = re.compile(r"([.\[\]()*+?{}|^$\\])")
+_ERE_SPECIAL = frozenset(".[]()*+?{}|^$\\")
 
 
 def _ere_literal(word: str) -> str:
     """``word`` as a POSIX extended regex matching exactly it."""
-    return _ERE_SPECIAL.sub(r"\\\1", word)
+    return "".join("\\" + c if c in _ERE_SPECIAL else c for c in word)
 
 
 def grep_patterns() -> list[str]:
@@ -103,35 +154,58 @@ def grep_patterns() -> list[str]:
     return out
 
 
+# per scan keyword: (keyword, its qualifiers or None, whether it can open an AER record)
+_HIT_RULES = tuple((kw, _QUALIFY.get(kw), kw in CONTEXT_KEYWORDS) for kw in SCAN_KEYWORDS)
+
+
 def _is_hit(line: bytes) -> tuple[bool, bool]:
     """(candidate, starts AER context) exactly as the memmem scan decides for a line of normal length."""
     hit = ctx = False
-    for kw in SCAN_KEYWORDS:
+    for kw, quals, opens in _HIT_RULES:
         if kw not in line:
             continue
-        quals = _QUALIFY.get(kw)
         if quals is not None and not any(q in line for q in quals):
             continue
         hit = True
-        if kw in CONTEXT_KEYWORDS and any(q in line for q in _CONTEXT_MARKERS):
+        if opens and not ctx and any(q in line for q in _CONTEXT_MARKERS):
             ctx = True
     return hit, ctx
 
 
-def _context(fh: object, pos: int, count: int) -> list[tuple[int, bytes]]:
+_MARKS: list[re.Pattern[bytes]] = []  # compiled on first use (re loads after grep started)
+
+
+def _marks() -> re.Pattern[bytes]:
+    """One C search for any of the AER detail-line marks (a Python loop over six is slower)."""
+    if not _MARKS:
+        import re
+
+        _MARKS.append(re.compile(b"|".join(re.escape(m) for m in _CONTEXT_LINE_MARKS)))
+    return _MARKS[0]
+
+
+def _context(fd: int, pos: int, count: int, last: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
     """The lines after an AER header (from byte ``pos``) that belong to its record, as the memmem scan
-    picks."""
-    assert hasattr(fh, "seek") and hasattr(fh, "read")
-    fh.seek(pos)
+    picks.  ``last`` holds the block read for the previous header: the next header of the same record
+    (its detail lines are headers too) usually finds its lines there, without another read."""
     most = count * (MAX_LINE_CHARS + 1) + 1
-    block: bytes = fh.read(min(most, 4096))  # detail lines are short: read more only when they are not
-    while block.count(b"\n") < count and len(block) < most:
-        more: bytes = fh.read(min(most - len(block), 65536))
-        if not more:
-            break
-        block += more
+    p = 0
+    block = b""
+    if last:
+        base, prev = last[0]
+        if base <= pos < base + len(prev) and prev.count(b"\n", pos - base) >= count:
+            block, p = prev, pos - base
+    if not block:
+        block = os.pread(fd, min(most, 4096), pos)  # detail lines are short: read more only when they are not
+        while block.count(b"\n") < count and len(block) < most:
+            more = os.pread(fd, min(most - len(block), 65536), pos + len(block))
+            if not more:
+                break
+            block += more
+        last[:] = [(pos, block)]
+    search = _marks().search
     out: list[tuple[int, bytes]] = []
-    p, n = 0, len(block)
+    p0, n = p, len(block)
     for _ in range(count):
         if p >= n:
             break
@@ -140,14 +214,13 @@ def _context(fh: object, pos: int, count: int) -> list[tuple[int, bytes]]:
             e = n
         if e - p > MAX_LINE_CHARS:
             e = p + MAX_LINE_CHARS
-        seg = block[p:e]
-        if _MARKS.search(seg):
-            out.append((pos + p, seg))
+        if search(block, p, e):
+            out.append((pos + p - p0, block[p:e]))
         p = e + 1
     return out
 
 
-def iter_grep_candidates(path: str, grep: str) -> Iterator[str]:
+def iter_grep_candidates(path: str, grep: str) -> Generator[str, None, None]:
     """The kernel-log candidate lines of a plain file, found by ``grep -a -b -E``.
 
     Raises :class:`GrepFallback` (possibly after yielding lines: the caller starts over) when the result
@@ -157,26 +230,53 @@ def iter_grep_candidates(path: str, grep: str) -> Iterator[str]:
 
 
 def start_grep_candidates(path: str, grep: str) -> Iterator[str]:
-    """:func:`iter_grep_candidates`, with grep started now (the caller prepares while it runs)."""
+    """:func:`iter_grep_candidates`, with grep started now (the caller prepares while it runs).
+
+    A big file is read by two greps, one per half, when a second core is free (:mod:`.grepsplit`)."""
     # one extended regex of literal alternatives: GNU grep searches it a little faster than -F with -e per
     # word
     argv = [grep, "-a", "-b", "-E", "-e", "|".join(_ere_literal(p) for p in grep_patterns())]
-    return _candidates(path, _run([*argv, "--", path]))
+    try:
+        size = os.stat(path).st_size
+    except OSError as e:
+        raise GrepFallback(str(e)) from None
+    from gpuclinic.sources.kernellog import grepsplit
+
+    if grepsplit.usable(size):
+        halves = grepsplit.start(path, argv, size)
+        if halves is not None:
+            return _candidates(path, *halves)
+    proc = _run([*argv, "--", path])
+
+    def close(ok: bool) -> None:
+        if ok:
+            _finish(proc)
+        else:
+            _kill(proc)
+
+    return _candidates(path, _records(proc), close)
 
 
-def _candidates(path: str, proc: subprocess.Popen[bytes]) -> Iterator[str]:
+def _records(proc: subprocess.Popen[bytes] | _Spawned) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, line) of each line grep printed."""
     assert proc.stdout is not None
+    for raw in proc.stdout:
+        colon = raw.find(b":")
+        if colon <= 0:
+            raise GrepFallback("unexpected grep output")
+        yield int(raw[:colon]), raw[colon + 1 :].rstrip(b"\n")
+
+
+def _candidates(
+    path: str, records: Iterator[tuple[int, bytes]], close: Callable[[bool], None]
+) -> Iterator[str]:
     pending: dict[int, bytes] = {}  # context lines not yet yielded, by offset
     done: set[int] = set()  # offsets of context lines already yielded
+    last: list[tuple[int, bytes]] = []  # the last block read for context lines
     ok = False
     try:
         with open(path, "rb") as fh:
-            for raw in proc.stdout:
-                colon = raw.find(b":")
-                if colon <= 0:
-                    raise GrepFallback("unexpected grep output")
-                off = int(raw[:colon])
-                line = raw[colon + 1 :].rstrip(b"\n")
+            for off, line in records:
                 if len(line) > MAX_LINE_CHARS:
                     raise GrepFallback("overlong line")  # the memmem scan windows it
                 if pending:
@@ -185,7 +285,7 @@ def _candidates(path: str, proc: subprocess.Popen[bytes]) -> Iterator[str]:
                         yield _decode(pending.pop(o))
                 hit, ctx = _is_hit(line)
                 if ctx:
-                    for o, seg in _context(fh, off + len(line) + 1, CONTEXT_LINES):
+                    for o, seg in _context(fh.fileno(), off + len(line) + 1, CONTEXT_LINES, last):
                         if o not in done and o != off:
                             pending.setdefault(o, seg)
                 if off in done:
@@ -198,10 +298,7 @@ def _candidates(path: str, proc: subprocess.Popen[bytes]) -> Iterator[str]:
                 yield _decode(pending[o])
         ok = True
     finally:
-        if ok:
-            _finish(proc)
-        else:
-            _kill(proc)
+        close(ok)
 
 
 def _decode(b: bytes) -> str:
@@ -267,10 +364,14 @@ def _limit(it: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
 
 def _grep_keyword_lines(path: str, grep: str, kws: list[str]) -> Iterator[tuple[int, str]]:
     """grep over the file, or over its decompressed bytes fed on stdin by a thread (gz, xz, bz2)."""
+    import subprocess
+    import threading
+
     argv = [grep, "-a", "-n", "-i", "-F"]
     for k in kws:
         argv += ["-e", k]
     feeder: threading.Thread | None = None
+    proc: subprocess.Popen[bytes] | _Spawned
     if is_plain(path):
         proc = _run([*argv, "--", path])
     else:

@@ -4,6 +4,7 @@ and the sniff that says whether a text reads like a kernel log."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.sources.kernellog.formats import (
@@ -209,8 +210,12 @@ def _norm_sev(sev: str, fatal: str | None) -> str:
     return s
 
 
+# A log names the same few devices thousands of times: each spelling is normalised once.
+_norm_bus = lru_cache(maxsize=4096)(normalize_bus_id)
+
+
 def _bus(s: str | None) -> str | None:
-    return normalize_bus_id(s) if s else None
+    return _norm_bus(s) if s else None
 
 
 _RE_SNIFF = re.compile(

@@ -3,17 +3,12 @@ buffer finds candidate lines; only those reach the parser, so memory stays flat.
 
 from __future__ import annotations
 
-import bz2
-import datetime as _dt
-import gzip
+import _thread
 import io
-import lzma
 import os
-import zlib
-from collections.abc import Generator, Iterator
-from typing import IO, TYPE_CHECKING, Any, cast
 
-from gpuclinic.sources.kernellog.formats import (
+from gpuclinic.sources.kernellog.grepscan import GrepFallback, grep_binary, is_plain, start_grep_candidates
+from gpuclinic.sources.kernellog.keywords import (
     _CONTEXT_LINE_MARKS,
     _CONTEXT_MARKERS,
     _QUALIFY,
@@ -25,20 +20,27 @@ from gpuclinic.sources.kernellog.formats import (
     SCAN_KEYWORDS,
     WINDOW,
 )
-from gpuclinic.sources.kernellog.grepscan import GrepFallback, grep_binary, is_plain, start_grep_candidates
 
+# scan_path starts grep before anything else: the parser, the decompressors, ctypes and datetime load after
+# (their import then overlaps grep's work instead of preceding it), typing and collections not at all.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from gpuclinic.facts.kernel import KernelEvent
+    import datetime as _dt
+    from collections.abc import Generator, Iterator
+    from typing import IO, Any
 
-# The parser (and the facts it builds) is imported when a scan starts, after grep was started: its import
-# then overlaps grep's work instead of preceding it.
+    from gpuclinic.facts.kernel import KernelEvent
 
 # --------------------------------------------------------------------------------------------------
 # Files
 # --------------------------------------------------------------------------------------------------
 
 
-_DECOMPRESS_ERRORS = (EOFError, OSError, lzma.LZMAError, ValueError, zlib.error)
+def _decompress_errors() -> tuple[type[Exception], ...]:
+    import lzma
+    import zlib
+
+    return (EOFError, OSError, lzma.LZMAError, ValueError, zlib.error)
 
 
 def _open_binary(path: str) -> IO[bytes]:
@@ -55,19 +57,25 @@ def _open_binary(path: str) -> IO[bytes]:
         return fh
     try:
         _decompressor(kind, fh).read(1)
-    except _DECOMPRESS_ERRORS:
+    except _decompress_errors():
         fh.seek(0)
         return fh
     fh.seek(0)
-    return cast(IO[bytes], _Tolerant(_decompressor(kind, fh), fh))
+    return _Tolerant(_decompressor(kind, fh), fh)  # type: ignore[return-value]
 
 
 def _decompressor(kind: str, fh: IO[bytes]) -> IO[bytes]:
     if kind == "gz":
-        return cast(IO[bytes], gzip.GzipFile(fileobj=fh, mode="rb"))
+        import gzip
+
+        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
     if kind == "xz":
-        return cast(IO[bytes], lzma.LZMAFile(fh, "rb"))
-    return cast(IO[bytes], bz2.BZ2File(fh, "rb"))
+        import lzma
+
+        return lzma.LZMAFile(fh, "rb")
+    import bz2
+
+    return bz2.BZ2File(fh, "rb")
 
 
 class _Tolerant(io.RawIOBase):
@@ -77,6 +85,7 @@ class _Tolerant(io.RawIOBase):
         super().__init__()
         self._inner = inner
         self._raw = raw
+        self._errors = _decompress_errors()
         self.truncated = False
 
     def readable(self) -> bool:
@@ -97,7 +106,7 @@ class _Tolerant(io.RawIOBase):
         while got < want:
             try:
                 b = read1(want - got)
-            except _DECOMPRESS_ERRORS:
+            except self._errors:
                 self.truncated = True
                 break
             if not b:
@@ -133,7 +142,13 @@ def _load_memmem() -> Any:
     return fn
 
 
-_MEMMEM = _load_memmem()
+_MEMMEM: list[Any] = []  # loaded on first use (ctypes is not needed when grep scans)
+
+
+def _memmem() -> Any:
+    if not _MEMMEM:
+        _MEMMEM.append(_load_memmem())
+    return _MEMMEM[0]
 
 
 class _Searcher:
@@ -141,7 +156,7 @@ class _Searcher:
 
     def __init__(self, buf: bytes | bytearray) -> None:
         self.buf = buf
-        self._memmem = _MEMMEM
+        self._memmem = _memmem()
         self._base = 0
         if self._memmem is not None:
             import ctypes
@@ -286,6 +301,8 @@ def _decode(b: bytes) -> str:
 
 
 def _mtime(path: str) -> _dt.datetime | None:
+    import datetime as _dt
+
     try:
         return _dt.datetime.fromtimestamp(os.stat(path).st_mtime)
     except OSError:
@@ -293,6 +310,8 @@ def _mtime(path: str) -> _dt.datetime | None:
 
 
 def _year_hint(path: str) -> int | None:
+    import datetime as _dt
+
     try:
         return _dt.datetime.fromtimestamp(os.stat(path).st_mtime).year
     except OSError:
@@ -310,9 +329,16 @@ def scan_path(path: str | os.PathLike[str], *, tail_bytes: int | None = None) ->
     grep = grep_binary() if tail_bytes is None else None
     if grep is not None and is_plain(p):
         try:  # grep's multi-pattern search finds the same candidate lines, faster
-            return _finish(p, _parse(p, start_grep_candidates(p, grep)))
+            lines = start_grep_candidates(p, grep)
+            with _GcPaused():
+                return _finish(p, _parse(p, lines))
         except GrepFallback:
             pass
+    with _GcPaused():
+        return _finish(p, _scan_memmem(p, tail_bytes))
+
+
+def _scan_memmem(p: str, tail_bytes: int | None) -> list[KernelEvent]:
     from gpuclinic.sources.kernellog.parse import KernelLogParser
 
     parser = KernelLogParser(origin=p, year=_year_hint(p))
@@ -326,7 +352,38 @@ def scan_path(path: str | os.PathLike[str], *, tail_bytes: int | None = None) ->
         for line in iter_candidate_lines(fh):
             out.extend(parser.feed(line))
     out.extend(parser.flush())
-    return _finish(p, out)
+    return out
+
+
+_GC_LOCK = _thread.allocate_lock()
+_gc_depth = [0, False]  # scans running now; whether the collector was on when the first started
+
+
+class _GcPaused:
+    """No cyclic garbage collection while a scan runs (process-wide; nested and concurrent scans count).
+
+    A scan allocates tens of thousands of acyclic objects (lines, events, their dicts, and the parser's
+    import): each allocation burst triggers collections that traverse every live object (5-10 % of the
+    Python side's CPU on the bench file).  Nothing a scan builds is cyclic, so pausing frees nothing later
+    than refcounting does; the collector is back on when the last scan ends.
+    """
+
+    def __enter__(self) -> None:
+        import gc
+
+        with _GC_LOCK:
+            if _gc_depth[0] == 0:
+                _gc_depth[1] = gc.isenabled()
+                gc.disable()
+            _gc_depth[0] += 1
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        with _GC_LOCK:
+            _gc_depth[0] -= 1
+            if _gc_depth[0] == 0 and _gc_depth[1]:
+                gc.enable()
 
 
 def _parse(p: str, lines: Iterator[str]) -> list[KernelEvent]:
@@ -349,6 +406,7 @@ def _finish(p: str, out: list[KernelEvent]) -> list[KernelEvent]:
 def _fix_syslog_years(events: list[KernelEvent], ref: _dt.datetime | None = None) -> None:
     """Syslog stamps carry no year: none may lie after the file was last written (``ref``), and a log
     that crosses New Year gets the earlier year for the old months."""
+    import datetime as _dt
     guessed = [ev for ev in events if ev.time and "time_text" in ev.detail]
     if ref is not None:
         limit = (ref + _dt.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%S")

@@ -1,0 +1,109 @@
+"""Vendor BMC event logs saved as text, one event per line: what people paste from HPE iLO and Supermicro.
+
+* HPE iLO Integrated Management Log as the iLO REST tools print it (``ilorest``'s IML dump and its
+  example scripts): ``<Severity>: Class N / Code M:  <message>``.  iLO marks many serious entries "OK",
+  so the event is judged by its message, as for every other BMC log.
+* Supermicro BMC web "Health Event Log" rows: ``<event text> - Assertion`` / ``- Deassertion``, with or
+  without the ID/time/sensor columns before it.
+* Dell OpenManage Server Administrator events in syslog: ``<time> <host> Server Administrator:
+  Instrumentation Service EventID: 1354  Power supply detected a failure  Sensor location: PS 2 ...``
+  (the events the iDRAC also logs, as OMSA forwards them to the OS log).
+* The SEL summary of the Nagios/Icinga plugin check_ipmi_sensor: ``IPMI Status: Critical [N system event
+  log (SEL) entries present - details: (Power Supply PS2 Status = Critical, Power Supply, Power Supply
+  Failure detected), ...]`` - one ``(name = state, type, event)`` group per SEL record.
+
+The messages are classified by the room signatures (``room_signatures.json``), like ipmitool SEL records.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuclinic.facts import room as R
+from gpuclinic.knowledge.room import classify_event
+
+_IML = re.compile(
+    r"^\s*(?P<sev>OK|Informational|Repaired|Caution|Warning|Critical|Degraded)\s*:\s*"
+    r"Class (?P<cls>\d+) / Code (?P<code>\d+):\s+(?P<msg>\S.*?)\s*$"
+)
+_SMC = re.compile(r"^\s*(?P<msg>\S.*?)\s+-\s+(?P<state>Assertion|Deassertion)\s*$")
+_OMSA = re.compile(
+    r"^(?:(?P<time>[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d)\s+\S+\s+)?Server Administrator:\s*"
+    r"(?P<svc>[\w ]+?) EventID: (?P<id>\d+)\s+(?P<msg>\S.*?)\s*$"
+)
+_NAGIOS = re.compile(r"^\s*IPMI Status: \w+ \[\d+ system event log \(SEL\) entries present - details: ")
+_NAGIOS_REC = re.compile(r"\((?P<name>[^=()]+?) = (?P<state>\w+), (?P<type>[^,()]+), (?P<event>[^()]+?)\)")
+_KEYS = ("Class ", "ssertion", "EventID: ", "IPMI Status: ")  # a line of each format holds one
+_OMSA_SENSOR = re.compile(r"\s{2}Sensor location: (?P<sensor>.+?)(?:\s{2}|$)")
+
+
+def claims(text: str) -> bool:
+    if not any(k in text for k in _KEYS):
+        return False
+    return any(r.match(ln) for ln in text.splitlines()[:400] for r in (_IML, _SMC, _OMSA, _NAGIOS))
+
+
+def parse(text: str) -> R.RoomFacts:
+    room = R.RoomFacts(events_read=True)
+    sources: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if _NAGIOS.match(line):
+            room.events.extend(_nagios(line, n))
+            if "check_ipmi_sensor" not in sources:
+                sources.append("check_ipmi_sensor")
+            continue
+        m = _IML.match(line)
+        if m:
+            ev = R.BmcEvent(
+                id=str(n),
+                sensor_type=f"IML class {m.group('cls')} code {m.group('code')}",
+                description=m.group("msg"),
+                severity=m.group("sev"),
+                source="HPE iLO IML",
+            )
+        elif s := _SMC.match(line):
+            ev = R.BmcEvent(
+                id=str(n),
+                description=s.group("msg"),
+                asserted=s.group("state") == "Assertion",
+                source="Supermicro BMC event log",
+            )
+        elif o := _OMSA.match(line):
+            sensor = _OMSA_SENSOR.search(o.group("msg"))
+            ev = R.BmcEvent(
+                id=f"{n}:{o.group('id')}",
+                time=o.group("time"),
+                sensor_type=o.group("svc"),
+                sensor=sensor.group("sensor") if sensor else None,
+                description=o.group("msg"),
+                asserted="returned to a normal value" not in o.group("msg"),
+                source="Dell OpenManage Server Administrator",
+            )
+        else:
+            continue
+        ec = classify_event(None, None, ev.description)
+        ev.kind = ec.kind if ec else None
+        room.events.append(ev)
+        if ev.source not in sources:
+            sources.append(ev.source)
+    for s_ in sources:
+        room.add_source(s_)
+    return room
+
+
+def _nagios(line: str, n: int) -> list[R.BmcEvent]:
+    """The ``(name = state, type, event)`` groups of a check_ipmi_sensor SEL summary, one event each."""
+    out = []
+    for k, g in enumerate(_NAGIOS_REC.finditer(line), 1):
+        ev = R.BmcEvent(
+            id=f"{n}.{k}",
+            sensor_type=g.group("type").strip(),
+            sensor=g.group("name").strip(),
+            description=g.group("event").strip(),
+            severity=g.group("state"),
+            source="check_ipmi_sensor",
+        )
+        ec = classify_event(ev.sensor_type, ev.sensor, ev.description)
+        ev.kind = ec.kind if ec else None
+        out.append(ev)
+    return out

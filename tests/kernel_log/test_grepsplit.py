@@ -1,0 +1,135 @@
+"""Two greps over the halves of a big log give exactly one grep's (and the memmem scan's) lines and events."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuclinic.sources.kernellog import grepscan, grepsplit, scan_path
+from gpuclinic.sources.kernellog.grepscan import iter_grep_candidates
+from gpuclinic.sources.kernellog.scan import _open_binary, iter_candidate_lines
+
+GREP = shutil.which("grep")
+pytestmark = pytest.mark.skipif(GREP is None or not hasattr(os, "splice"), reason="grep or os.splice missing")
+
+NOISE = "Mar  4 10:11:12 gpu-node-7 systemd[1]: Started Session 7 of User ubuntu."
+AER = [
+    "Mar  4 10:11:13 gpu-node-7 kernel: [ 100.2] pcieport 0000:00:01.1: AER: Corrected error message "
+    "received from 0000:3b:00.0",
+    "Mar  4 10:11:13 gpu-node-7 kernel: [ 100.3] nvidia 0000:3b:00.0: PCIe Bus Error: severity=Correctable, "
+    "type=Physical Layer, (Receiver ID)",
+    "Mar  4 10:11:13 gpu-node-7 kernel: [ 100.4] nvidia 0000:3b:00.0:   device [10de:2330] error "
+    "status/mask=00000001/0000e000",
+    "Mar  4 10:11:13 gpu-node-7 kernel: [ 100.5] nvidia 0000:3b:00.0:    [ 0] RxErr                  (First)",
+]
+XID = (
+    "Mar  4 10:11:14 gpu-node-7 kernel: [ 101.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, "
+    "GPU has fallen off the bus."
+)
+
+
+def _straddling_log(tmp: Path) -> tuple[Path, int, int]:
+    """Xid and AER records all through the file, one AER record across the middle: (path, its start, end)."""
+    half = [NOISE] * 400 + [XID] + [NOISE] * 300 + AER + [NOISE] * 300
+    lines = half + [NOISE] * 3 + AER + [NOISE] * 3 + half[::-1]
+    p = tmp / "kern.log"
+    p.write_text("\n".join(lines) + "\n")
+    start = len(("\n".join([*half, *[NOISE] * 3]) + "\n").encode())
+    return p, start, start + len("\n".join(AER).encode())
+
+
+def _memmem(path: Path) -> list[str]:
+    with _open_binary(str(path)) as fh:
+        return list(iter_candidate_lines(fh))
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(e) for e in scan_path(path)]
+
+
+@pytest.fixture
+def split_on(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Split every file (these are small) and count the splits that really ran."""
+    ran: list[int] = []
+    real: Callable[..., Any] = grepsplit.start
+
+    def spy(path: str, argv: list[str], size: int) -> Any:
+        out = real(path, argv, size)
+        if out is not None:
+            ran.append(size)
+        return out
+
+    monkeypatch.setattr(grepsplit, "usable", lambda size: True)
+    monkeypatch.setattr(grepsplit, "start", spy)
+    return ran
+
+
+@pytest.mark.parametrize("held", [grepsplit.MAX_BUFFERED, 100])
+def test_halves_give_the_lines_and_events_of_one_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split_on: list[int], held: int
+) -> None:
+    """``held`` 100: the second half's output overflows the in-memory hold mid-line and is read on."""
+    monkeypatch.setattr(grepsplit, "MAX_BUFFERED", held)
+    p, start, end = _straddling_log(tmp_path)
+    size = p.stat().st_size
+    with open(p, "rb") as fh:
+        cut = grepsplit.cut_point(fh.fileno(), size)
+    assert cut is not None and start < cut < end  # the middle falls inside an AER record
+    assert GREP is not None
+    got = list(iter_grep_candidates(str(p), GREP))
+    assert split_on == [size]
+    assert got == _memmem(p) and sum("RxErr" in ln for ln in got) == 3
+    with_split = _events(p)
+    monkeypatch.setenv("GPUCLINIC_NO_GREP", "1")
+    assert with_split == _events(p)
+    aers = [e for e in with_split if e["kind"] == "aer" and e["detail"].get("bits") == ["RxErr"]]
+    assert aers and len([e for e in with_split if e["kind"] == "xid"]) == 2
+
+
+def test_a_failed_feed_falls_back_to_the_memmem_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split_on: list[int]
+) -> None:
+    p, _, _ = _straddling_log(tmp_path)
+
+    def broken(*args: object, **kwargs: object) -> int:
+        raise OSError("splice refused")
+
+    monkeypatch.setattr(os, "splice", broken)
+    assert GREP is not None
+    with pytest.raises(grepscan.GrepFallback, match="splice refused"):
+        list(iter_grep_candidates(str(p), GREP))
+    got = _events(p)  # the first half is never missed: the scan starts over without grep
+    monkeypatch.setenv("GPUCLINIC_NO_GREP", "1")
+    assert got == _events(p) and len([e for e in got if e["kind"] == "xid"]) == 2
+
+
+def test_only_big_files_on_several_cores_are_split() -> None:
+    assert not grepsplit.usable(grepsplit.SPLIT_MIN_BYTES - 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    assert grepsplit.usable(grepsplit.SPLIT_MIN_BYTES) == (cores > 1)
+
+
+def test_a_scan_stopped_early_reaps_both_greps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split_on: list[int]
+) -> None:
+    spawned: list[grepscan._Spawned] = []
+    real = grepscan._Spawned.__init__
+
+    def spy(self: grepscan._Spawned, argv: list[str], stdin_fd: int | None = None) -> None:
+        real(self, argv, stdin_fd)
+        spawned.append(self)
+
+    monkeypatch.setattr(grepscan._Spawned, "__init__", spy)
+    p, _, _ = _straddling_log(tmp_path)
+    assert GREP is not None
+    it = iter_grep_candidates(str(p), GREP)
+    assert "Xid" in next(it)
+    it.close()  # the caller gave up after one line
+    assert len(spawned) == 2 and all(s.returncode is not None for s in spawned)
+    assert all(s.stdout.closed for s in spawned)
