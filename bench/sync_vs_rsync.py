@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,6 +64,48 @@ def make_files(root: Path, size: int, nfiles: int) -> None:
         d = root / f"d{i % 10}"
         d.mkdir(exist_ok=True)
         (d / f"f{i:05d}.bin").write_bytes(os.urandom(per + (size - per * nfiles if i == 0 else 0)))
+
+
+class Timeline:
+    """Bytes through the proxy over time (polled), to say where a run loses time against the cap:
+    before the first data, while the streams ramp up, in the tail, and after the last byte."""
+
+    def __init__(self, proxy: ProxyProcess, every: float = 0.25) -> None:
+        self.proxy, self.every = proxy, every
+        self.points: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+        self.t0 = time.monotonic()
+        self.th = threading.Thread(target=self._poll, daemon=True)
+        self.th.start()
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            self.points.append((time.monotonic() - self.t0, int(self.proxy.stats()["up"])))
+            self.stop.wait(self.every)
+
+    def summary(self, cap: float, end: float) -> str:
+        self.stop.set()
+        self.th.join()
+        pts = self.points
+        total = pts[-1][1] if pts else 0
+        if total < 4 * MiB:
+            return "timeline: too little data"
+        first = next(t for t, b in pts if b >= MiB)  # data flowing (probes and handshakes are smaller)
+        last = next(t for t, b in pts if b >= total - 64 * 1024)
+        # seconds lost against the cap while data flowed, per quarter of the run
+        span = max(1e-6, last - first)
+        quarters = []
+        for k in range(4):
+            a, b = first + span * k / 4, first + span * (k + 1) / 4
+            ba = max((x for t, x in pts if t <= a), default=0)
+            bb = max((x for t, x in pts if t <= b), default=0)
+            quarters.append((b - a) - (bb - ba) / cap)
+        return (
+            f"timeline: first MiB at {first:.1f} s, last byte at {last:.1f} s, exit at {end:.1f} s; "
+            f"lost vs the cap while data flowed (quarters): "
+            + ", ".join(f"{q:.1f}" for q in quarters)
+            + f" s; after the last byte {end - last:.1f} s"
+        )
 
 
 def run_rsync(rsh: str, src: Path, dst: Path, want: str) -> float:
@@ -127,6 +170,7 @@ def main() -> None:
                     print(f"rsync -a:        {t_rsync:7.1f} s  ({size / MiB / t_rsync:5.1f} MiB/s)")
                 proxy.reset()
                 t = time.monotonic()
+                tl = Timeline(proxy)
                 r = subprocess.run(
                     [
                         *GPUCLINIC,
@@ -141,10 +185,12 @@ def main() -> None:
                     text=True,
                 )
                 t_sync = time.monotonic() - t
+                line = tl.summary(cap, t_sync)
                 assert r.returncode == 0, r.stderr
                 res = json.loads(r.stdout)
                 assert tree_hash(root / f"sync-{name}") == want
                 sent = proxy.stats()["up"]
+                print(line)
                 print(
                     f"gpuclinic sync:  {t_sync:7.1f} s  ({size / MiB / t_sync:5.1f} MiB/s; {res['streams']} "
                     "streams, "

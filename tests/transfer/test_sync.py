@@ -33,6 +33,7 @@ from gpuclinic.transfer.sync import (
 )
 from gpuclinic.transfer.sync_probe import Probe, choose_compression, choose_streams, diagnose_ssh
 from gpuclinic.transfer.wansim_tcp import ProxyKnobs, TcpProxy
+from ports import free_port
 from realtools import require
 
 from .ssh_env import Sshd
@@ -212,6 +213,17 @@ def test_bad_input_is_one_line(env: Env, tmp_path: Path) -> None:
         [*GPUCLINIC, "sync", "-e", "ssh 'unclosed", str(tmp_path), "h:/x"], capture_output=True, text=True
     )
     assert r.returncode == 64 and "-e/--rsh" in r.stderr
+    # no ssh session at all (a closed port): one line, whether the plan or the transfer meets it first
+    dead = f"ssh -F {env.cfg} -o Port={free_port()} -o ConnectTimeout=5"
+    for extra in ([], ["--dry-run", "--streams", "2"], ["--no-probe"]):
+        r = subprocess.run(
+            [*GPUCLINIC, "sync", "-e", dead, f"{tmp_path}/", "testbox:/tmp/never", *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 3, (extra, r.returncode, r.stderr)
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, (extra, r.stderr)
 
 
 def test_endpoint_and_planning_rules() -> None:
@@ -329,6 +341,26 @@ def test_streams_grow_on_the_transfer_when_each_connection_is_capped(env: Env, t
     assert res["probe"]["multi_n"] in (8, 16)
     assert res["probe"]["multi_stream"] > 3 * res["probe"]["one_stream"]
     assert res["streams"] == 16 and "measured on the transfer" in res["stream_reason"], res["stream_reason"]
+    assert _tree(tmp_path / "dst") == _tree(src)
+
+
+def test_the_probe_rides_on_the_streams_own_connections(env: Env, tmp_path: Path) -> None:
+    """No probe phase of its own: the one-stream sample (stream 0's connection) and the RTT echo
+    (stream 1's) run at the same time from the start, and no connection is opened for probing alone:
+    4 streams make 4 connections through the proxy."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(24):
+        (src / f"f{i:02d}.bin").write_bytes(os.urandom(256 * 1024))
+    env.proxy.reset_stats()
+    r = env.sync(f"{src}/", f"testbox:{tmp_path / 'dst'}", "--streams", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    ph = res["plan_phases"]
+    assert ph["rtt"][0] < ph["one_stream"][1] and ph["one_stream"][0] < ph["rtt"][1], ph  # they overlap
+    assert 0.25 * PER_CONN < res["probe"]["one_stream"] < 1.3 * PER_CONN
+    assert res["probe"]["rtt_s"] >= 0.018 and res["probe"]["handshake_s"] > 0
+    assert env.proxy.stats()["connections"] == 4
     assert _tree(tmp_path / "dst") == _tree(src)
 
 

@@ -77,6 +77,9 @@ class Ssh:
         if not self.argv:
             raise InputError("empty -e/--rsh command", exit_code=EXIT_USAGE)
         self._config: dict[str, str] | None = None
+        # ssh compresses a whole connection, chosen when its master opens (a session's own Compression
+        # option is ignored): --compress yes opens every stream's connection compressed
+        self.compress_connections = False
 
     def stream_opts(self, compress: bool = False, control: str | None = None) -> list[str]:
         """Options of our connections.  ``control``: a socket private to one stream, so that its
@@ -92,7 +95,7 @@ class Ssh:
             "-o",
             "BatchMode=yes",
             "-o",
-            f"Compression={'yes' if compress else 'no'}",
+            f"Compression={'yes' if compress or (control and self.compress_connections) else 'no'}",
             "-o",
             "ServerAliveInterval=15",
         ]

@@ -1,10 +1,11 @@
 """``gpuclinic sync``, planning: list the source, measure the path, split the work into tasks.
 
 Why the order: every ssh handshake costs several round trips, so nothing here opens a connection
-of its own.  Stream 0's connection measures the path (handshake, RTT, one stream's rate) while
-stream 1's connection lists the files and reads the destination state of big files, and the other
-streams connect; the transfer then starts on those connections at once and settles its stream
-count from its own first seconds (sync_run.Runner), instead of after seconds of dummy data.
+of its own, and the steps run side by side (``_Planner``): stream 0's connection samples one
+stream's rate while stream 1's measures the handshake and RTT, lists the files, reads the destination
+state of big files and creates the destination, and the other streams connect.  The transfer then
+starts on those connections at once and settles its stream count from its own first seconds
+(sync_run.Runner), instead of after seconds of dummy data.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gpuclinic.transfer.sync import (
     Entry,
     MiB,
     Ssh,
+    SyncError,
     Task,
     block_hashes_local,
     block_hashes_remote,
@@ -47,9 +49,10 @@ from gpuclinic.transfer.sync_probe import (
     choose_compression,
     choose_streams,
     diagnose_ssh,
+    measure_rtt,
+    one_stream_rate,
     open_master,
     probe_link,
-    quick_probe,
     rules,
     sample_compression,
 )
@@ -103,6 +106,7 @@ class Plan:
     adaptive: bool = False  # the stream count is set from the transfer's first seconds (StreamMeter)
     deletes: list[str] | None = None  # --delete: destination names to remove (relative to DST)
     openers: dict[str, threading.Thread] = field(default_factory=dict)  # control -> its connection opening
+    phases: dict[str, list[float]] = field(default_factory=dict)  # planning step -> [start, end] s
 
     @property
     def total(self) -> int:
@@ -116,6 +120,7 @@ class Plan:
             "host": self.host,
             "target": self.target,
             "plan_seconds": round(self.plan_s, 3),
+            "plan_phases": self.phases,
             "files": len(self.entries),
             "bytes": self.total,
             "streams": self.streams,
@@ -205,6 +210,7 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
     direction = "push" if dst.host else "pull"
     host = str(dst.host or src.host)
     ssh = Ssh(host, opts.rsh)
+    ssh.compress_connections = opts.compress == "yes"
     cfg = ssh.config()
     target = f"{cfg.get('user', '?')}@{cfg.get('hostname', host)}:{cfg.get('port', '22')}"
     workdir = tempfile.mkdtemp(prefix="gpuclinic-sync-")
@@ -220,62 +226,167 @@ def make_plan(src_text: str, dst_text: str, opts: SyncOptions) -> tuple[Plan, Ss
 def _plan(
     ssh: Ssh, src: Endpoint, dst: Endpoint, direction: str, target: str, workdir: str, opts: SyncOptions
 ) -> Plan:
-    t0 = time.monotonic()
     n0 = opts.streams or min(int(rules()["streams"]["probe_streams"]), opts.max_streams)
-    controls = [os.path.join(workdir, f"cm{i}") for i in range(max(n0, 2))]
-    listing = controls[1]  # stream 1's connection lists and reads the destination; stream 0's measures
-    probed: list[Probe] = []
-    failed: list[BaseException] = []
     plan = Plan(direction, src, dst, ssh.host, target, "", [], n0, "", False, "", None, [])
     plan.workdir = workdir
+    return _Planner(ssh, plan, opts, n0).run()
 
-    def measure() -> None:
+
+class _Planner:
+    """Three things at once: stream 0's connection opens and samples one stream; stream 1's opens,
+    measures the RTT (its handshake too), then lists and prepares the destination; the other
+    streams' connections open as soon as stream 0's is up.  So the plan costs about one handshake
+    plus the sample, and the transfer starts on connections that are open already."""
+
+    def __init__(self, ssh: Ssh, plan: Plan, opts: SyncOptions, n0: int) -> None:
+        self.ssh, self.plan, self.opts, self.n0 = ssh, plan, opts, n0
+        self.t0 = time.monotonic()
+        self.controls = [os.path.join(plan.workdir, f"cm{i}") for i in range(max(n0, 2))]
+        # --dry-run samples many streams of throwaway data too: it has no transfer to learn from
+        self.quick = opts.probe and not (opts.dry_run and not opts.streams)
+        self.probe = Probe(cpus=os.cpu_count() or 1)  # the quick probe's, filled in by its threads
+        self.measured: list[Probe] = []
+        self.failed: list[BaseException] = []
+        self.first_up = threading.Event()  # stream 0's sample ended (its connection is up, or failed)
+        self.rtt_done = threading.Event()
+
+    def span(self, name: str, since: float) -> None:
+        self.plan.phases[name] = [round(since - self.t0, 3), round(time.monotonic() - self.t0, 3)]
+
+    def run(self) -> Plan:
+        plan, opts, listing = self.plan, self.opts, self.controls[1]
+        pt = threading.Thread(target=self._measure, daemon=True)
+        rt = threading.Thread(target=self._echo, daemon=True)
+        if opts.probe:
+            pt.start()
+        if self.quick:
+            rt.start()
+            if not opts.dry_run:  # stream 1's worker starts once the echo is done (its data would delay it)
+                plan.openers[listing] = rt
+        if not opts.dry_run:  # the other streams connect meanwhile; each worker waits for its own
+            others = self.controls[2 : self.n0]
+            for c in others:
+                plan.openers[c] = threading.Thread(target=self._open, args=(c,), daemon=True)
+                plan.openers[c].start()
+        since = time.monotonic()
+        states = _read_source(self.ssh, plan, opts, self.n0, listing, self.rtt_done if self.quick else None)
+        sample: list[tuple[float, float]] = []
+        st = threading.Thread(
+            target=lambda: sample.append(
+                sample_compression(plan.src_root, plan.entries, plan.direction == "push")
+            ),
+            daemon=True,
+        )
+        if opts.probe:
+            st.start()  # disk and CPU, while the probe waits on the network
+        self.span("list", since)
+        if opts.probe:
+            pt.join()
+            st.join()
+            if self.failed:
+                raise self.failed[0]
+            plan.probe = self.measured[0] if self.measured else self.probe
+            if opts.dry_run:
+                rt.join()
+                if self.probe.errors and not self.probe.one_stream:  # a transfer would fail on it too
+                    raise SyncError(self.probe.errors[0])
+            plan.probe.compress_speed, plan.probe.compress_ratio = sample[0] if sample else (0.0, 1.0)
+        _choose(plan, opts, self.n0)
+        if opts.dry_run:
+            plan.big = _pick_big(plan.total, states, plan.streams)
+        _make_tasks(plan)
+        plan.plan_s = time.monotonic() - self.t0
+        return plan
+
+    def _measure(self) -> None:
+        since = time.monotonic()
+        ssh, direction, controls = self.ssh, self.plan.direction, self.controls
         try:
-            if opts.dry_run and not opts.streams:  # no transfer to learn from: sample many streams too
-                probed.append(probe_link(ssh, direction, controls=[controls[0], *controls[2:]]))
+            if self.quick:
+                self.probe.one_stream = one_stream_rate(ssh, direction, controls[0])
             else:
-                pr, plan.openers = quick_probe(ssh, direction, controls[0], controls[2:n0])
-                probed.append(pr)
+                self.measured.append(probe_link(ssh, direction, controls=[controls[0], *controls[2:]]))
         except BaseException as e:  # re-raised in the planning thread
-            failed.append(e)
+            self.failed.append(e)
+        finally:
+            self.first_up.set()
+        self.span("one_stream" if self.quick else "probe", since)
 
-    pt = threading.Thread(target=measure, daemon=True)
-    if opts.probe:
-        pt.start()
-    if direction == "push":
-        root, entries = list_local(src.path)
-    else:
-        root, entries = list_remote(ssh, src.path, listing)
-    check_names(entries)
-    sample: list[tuple[float, float]] = []
-    st = threading.Thread(
-        target=lambda: sample.append(sample_compression(root, entries, direction == "push")), daemon=True
-    )
-    if opts.probe:
-        st.start()  # disk and CPU, while the probe waits on the network
-    plan.src_root, plan.entries = root, entries
+    def _echo(self) -> None:
+        """Handshake and RTT on stream 1's connection (which this opens).  Off the critical path: the
+        transfer may start before it ends (the runner waits for it at the end); a failure here shows again,
+        as an error, in the listing's or the transfer's sessions."""
+        since = time.monotonic()
+        try:
+            self.probe.handshake_s, self.probe.rtt_s = measure_rtt(self.ssh, control=self.controls[1])
+        except SyncError as e:
+            self.probe.errors.append(str(e))
+        finally:
+            self.rtt_done.set()
+        self.span("rtt", since)
+
+    def _open(self, control: str) -> None:
+        # stream 0's handshake goes first (with stream 1's): handshakes in parallel slow each other
+        # down on a busy CPU; the others then connect during the sample, which leaves the CPU idle
+        if self.opts.probe:
+            _wait_up(self.controls[0], self.first_up)
+        open_master(self.ssh, control)
+
+
+def _wait_up(control: str, given_up: threading.Event, timeout: float = 30) -> None:
+    """Until the master connection of ``control`` listens (or its opener ended, ``given_up``): a
+    second ssh started before that would open a connection of its own."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(control) and not given_up.is_set() and time.monotonic() < deadline:
+        given_up.wait(0.02)
+
+
+def _read_source(
+    ssh: Ssh, plan: Plan, opts: SyncOptions, n0: int, control: str, opening: threading.Event | None
+) -> list[BigFile]:
+    """List the source, read where its big files stand at the destination (and, with --delete, what
+    the destination has extra); for a transfer also create the destination and the part files.
+    ``opening``: stream 1's connection is being opened by the RTT probe (set when that ends)."""
+    if plan.direction == "push":
+        plan.src_root, plan.entries = list_local(plan.src.path)
+    if opening is not None:
+        _wait_up(control, opening)
+    if plan.direction == "pull":
+        plan.src_root, plan.entries = list_remote(ssh, plan.src.path, control)
+    check_names(plan.entries)
     # big-file candidates (the threshold can only rise once the stream count is known)
     big_min = max(BIG_MIN, plan.total // (2 * opts.max_streams))
-    states = _big_states(ssh, plan, [e for e in entries if e.kind == "f" and e.size >= big_min], listing)
+    states = _big_states(
+        ssh,
+        plan,
+        [e for e in plan.entries if e.kind == "f" and e.size >= big_min],
+        control,
+        prepare=not opts.dry_run,
+    )
     if opts.delete:
-        plan.deletes = _deletes(ssh, plan, listing)
-    spare = None
-    if opts.probe and not os.path.exists(listing):  # nothing to read remotely: open it for stream 1
-        spare = threading.Thread(target=open_master, args=(ssh, listing), daemon=True)
-        spare.start()
-    if opts.probe:
-        pt.join()
-        st.join()
-        if failed:
-            raise failed[0]
-        plan.probe = probed[0]
-        if spare is not None:
-            plan.openers[listing] = spare
-        plan.probe.compress_speed, plan.probe.compress_ratio = sample[0] if sample else (0.0, 1.0)
-    _choose(plan, opts, n0)
-    _make_tasks(plan, states)
-    plan.plan_s = time.monotonic() - t0
-    return plan
+        plan.deletes = _deletes(ssh, plan, control)
+    if not opts.dry_run:  # a transfer starts with n0 streams, so its big files are known already
+        plan.big = _pick_big(plan.total, states, n0)
+        if plan.direction == "pull":
+            prepare_local(plan)
+    return states
+
+
+def _pick_big(total: int, states: list[BigFile], streams: int) -> list[BigFile]:
+    """Files too big to balance over ``streams``: they go as block ranges."""
+    big_min = max(BIG_MIN, total // (2 * streams))
+    return [b for b in states if b.entry.size >= big_min]
+
+
+def prepare_local(plan: Plan) -> None:
+    """Pull: the destination directory and the big files' part files (at full size, for pwrite)."""
+    for d in sorted({b.dst.rpartition("/")[0] for b in plan.big if not b.skipped} | {plan.dst.path}):
+        if d:
+            os.makedirs(d, exist_ok=True)
+    for b in plan.big:
+        if not b.skipped:
+            with open(b.part, "ab") as f:
+                f.truncate(b.entry.size)
 
 
 def _choose(plan: Plan, opts: SyncOptions, n0: int) -> None:
@@ -299,10 +410,8 @@ def _choose(plan: Plan, opts: SyncOptions, n0: int) -> None:
         plan.compress, plan.compress_reason = False, "compression off (no probe)"
 
 
-def _make_tasks(plan: Plan, states: list[BigFile]) -> None:
+def _make_tasks(plan: Plan) -> None:
     streams, pr = plan.streams, plan.probe
-    big_min = max(BIG_MIN, plan.total // (2 * streams))
-    plan.big = [b for b in states if b.entry.size >= big_min]
     big_names = {b.entry.name for b in plan.big}
     small = [e for e in plan.entries if e.name not in big_names]
     tasks: list[Task] = []
@@ -335,9 +444,13 @@ def _deletes(ssh: Ssh, plan: Plan, control: str) -> list[str]:
     return extraneous(plan.entries, have)
 
 
-def _big_states(ssh: Ssh, plan: Plan, big: list[Entry], control: str) -> list[BigFile]:
+def _big_states(
+    ssh: Ssh, plan: Plan, big: list[Entry], control: str, *, prepare: bool = False
+) -> list[BigFile]:
     """Where each big file stands at the destination: done already, partly there (resume), or absent.
-    One ssh round trip for all of them (each ssh handshake costs several RTTs)."""
+    One ssh round trip for all of them (each session costs round trips).  ``prepare`` (a push that
+    will run): the same round trip creates the destination directories and cuts a part file left
+    longer than its source; ``dd seek`` creates the part files themselves."""
     out: list[BigFile] = []
     for e in big:
         dst = _join(plan.dst.path, e.name)
@@ -346,10 +459,17 @@ def _big_states(ssh: Ssh, plan: Plan, big: list[Entry], control: str) -> list[Bi
         out.append(
             BigFile(e, _join(plan.src_root, e.name), dst, part, list(range(math.ceil(e.size / BLOCK))))
         )
+    mkdir = ""
+    if prepare and plan.direction == "push":
+        dirs = sorted({b.dst.rpartition("/")[0] for b in out} | {plan.dst.path})
+        mkdir = "mkdir -p -- " + " ".join(q(d) for d in dirs if d) + " || exit 1; "
+        mkdir += "".join(f"truncate -c -s '<{b.entry.size}' -- {q(b.part)}; " for b in out)
+        if not out:
+            ssh.run(mkdir, control=control)
     if not out:
         return out
     if plan.direction == "push":
-        cmd = "; ".join(
+        cmd = mkdir + "; ".join(
             f"stat -c '%s %Y' -- {q(b.dst)} 2>/dev/null || echo - -; stat -c %s -- {q(b.part)} 2>/dev/null "
             "|| echo 0"
             for b in out

@@ -3,9 +3,10 @@
 Why a module of its own: the planner needs two numbers before it can split work, the rate of one
 connection and whether more connections add up (a per-connection cap) or not (the link is the
 limit).  ``probe_link`` samples both with throwaway data (``net --ssh``, ``sync --dry-run``);
-``quick_probe`` samples only the first and leaves the second to the transfer itself, whose streams
-are counted through their ssh master processes (``StreamMeter``), so the probe costs about one
-handshake plus half a second instead of seconds of dummy data.
+``one_stream_rate`` samples only the first, on the first stream's own connection while the RTT is
+measured on another, and leaves the second to the transfer itself, whose streams are counted
+through their ssh master processes (``StreamMeter``): the probe costs one handshake plus half a
+second instead of seconds of dummy data.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def _stream_rate(
         # rate, without the start-up and without what sits in buffers
         wait = "read -r go <&3; " if gate else ""  # a gated stream connects now and sends when told
         remote = (
-            f"exec 3<&0; {wait}dd of=/dev/null bs=65536 <&3 & p=$!; sleep 0.15; kill -USR1 $p; sleep "
+            f"exec 3<&0; {wait}dd of=/dev/null bs=65536 <&3 & p=$!; sleep 0.1; kill -USR1 $p; sleep "
             f"{seconds:.2f}; "
             "kill -USR1 $p; sleep 0.1; kill $p 2>/dev/null; wait $p 2>/dev/null; exit 0"
         )
@@ -96,21 +97,26 @@ def _stream_rate(
             stderr=subprocess.PIPE,
         )
         assert p.stdin is not None and p.stderr is not None
-        block = os.urandom(256 * 1024)
+        marks: list[tuple[int, float]] = []
+        done = threading.Event()  # both reports are in: stop at once (the stream is on the critical path)
+        reader = threading.Thread(target=_dd_marks, args=(p.stderr, marks, done), daemon=True)
+        reader.start()
+        block = os.urandom(64 * 1024)
         try:
             if gate is not None:
                 gate.wait(60)
                 p.stdin.write(b"go\n")
                 p.stdin.flush()
-            while p.poll() is None:
+            while not done.is_set() and p.poll() is None:
                 p.stdin.write(block)
         except (BrokenPipeError, OSError):
             pass
+        if len(marks) >= 2:
+            p.kill()  # a session of a shared connection: the master and its TCP connection stay
         with contextlib.suppress(OSError):
             p.stdin.close()
-        err = p.stderr.read().decode(errors="replace")
         p.wait(30)
-        marks = [(int(b), float(t)) for b, t in re.findall(r"^(\d+) bytes.*copied, ([0-9.]+) s", err, re.M)]
+        reader.join(10)
         if len(marks) >= 2 and marks[1][1] > marks[0][1]:
             results.append((marks[1][0] - marks[0][0]) / (marks[1][1] - marks[0][1]))
         return
@@ -137,6 +143,20 @@ def _stream_rate(
     p.kill()
     p.wait(10)
     results.append(got / max(1e-6, time.monotonic() - t0))
+
+
+def _dd_marks(err: Any, marks: list[tuple[int, float]], done: threading.Event) -> None:
+    """Collect dd's progress reports ("N bytes ... copied, T s") from its stderr as they come."""
+    try:
+        for line in iter(err.readline, b""):
+            m = re.match(rb"(\d+) bytes.*copied, ([0-9.]+) s", line)
+            if m:
+                marks.append((int(m.group(1)), float(m.group(2))))
+                if len(marks) >= 2:
+                    done.set()
+    except (OSError, ValueError):
+        pass
+    done.set()
 
 
 def measure_streams(
@@ -226,21 +246,15 @@ def probe_link(
     return pr
 
 
-def quick_probe(
-    ssh: Ssh, direction: str, control: str, others: list[str], *, seconds: float = 0.5
-) -> tuple[Probe, dict[str, threading.Thread]]:
-    """Handshake, RTT and one stream's rate on ``control``; the ``others`` streams' connections open
-    meanwhile (returned: each stream waits for its own, not for all).  What many streams add is
-    measured on the real transfer (``StreamMeter``), not here."""
-    pr = Probe(cpus=os.cpu_count() or 1)
-    pr.handshake_s, pr.rtt_s = measure_rtt(ssh, control=control)  # alone: it is on the critical path
-    openers = {c: threading.Thread(target=open_master, args=(ssh, c), daemon=True) for c in others}
-    for t in openers.values():
-        t.start()
+def one_stream_rate(ssh: Ssh, direction: str, control: str, *, seconds: float = 0.3) -> float:
+    """One stream's bytes/s, sampled on the connection that this call opens (``control``; the
+    transfer's first sessions on that stream reuse it).  The handshake and RTT are measured on
+    another stream's connection at the same time (``measure_rtt``), and what many streams add is
+    measured on the real transfer (``StreamMeter``), so this sample is the probe's only cost on the
+    critical path."""
     rate: list[float] = []
     _stream_rate(ssh, direction, seconds, rate, control=control)
-    pr.one_stream = rate[0] if rate else 0.0
-    return pr, openers
+    return rate[0] if rate else 0.0
 
 
 def open_master(ssh: Ssh, control: str) -> None:
