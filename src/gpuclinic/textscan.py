@@ -103,6 +103,19 @@ def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
     return hits
 
 
+def contains(text: str, literal: str) -> bool:
+    """``literal in text``, from the last literal scan of ``text`` when one of its needles is part of
+    ``literal``: a line holding ``literal`` holds that needle (ASCII case folded), so only the lines the
+    scan found are searched, not the whole (19 MB) text."""
+    last = _LAST[0]
+    if last is not None and last[0] is text and literal.isascii() and "\n" not in literal:
+        low = literal.lower()
+        if any(n in low for n in last[1]):
+            b = literal.encode()
+            return any(b in body for _, _, body in last[2].lines)
+    return literal in text
+
+
 _ODD_ASCII = (b"\x1c", b"\x1d", b"\x1e", b"\x1f")  # whitespace to re's \s, not to PCRE's
 _PLAIN = bytes(range(0x1C)) + bytes(range(0x20, 0x80))  # the bytes both engines read alike
 
