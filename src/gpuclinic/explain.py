@@ -155,17 +155,18 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
 
     from gpuclinic.facts.gpu import GpuFacts
     from gpuclinic.facts.software import Framework
+    from gpuclinic.textscan import contains
 
     driver = None
     has_env = (
-        "Nvidia driver version:" in text
+        contains(text, "Nvidia driver version:")
         or "PyTorch version:" in text
-        or "GPU models and configuration:" in text
+        or contains(text, "GPU models and configuration:")
     )
     m: re.Match[str] | None = None
     if has_env:
         m = re.search(r"^Nvidia driver version:\s*(\d+\.\d+(?:\.\d+)?)\s*$", text, re.M)
-    if m is None and "Driver Version:" in text:  # (a substring search first: the regex scan is slower)
+    if m is None and contains(text, "Driver Version:"):  # (a substring test first: the regex scan is slower)
         m = re.search(r"Driver Version:\s*(\d+\.\d+(?:\.\d+)?)", text)
     if m:
         driver = m.group(1)
@@ -180,7 +181,7 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
         mc = re.search(r"^CUDA used to build PyTorch:\s*(\d+\.\d+)\s*$", text, re.M)
         cuda = mc.group(1) if mc else None
     gpus: list[GpuFacts] = list(snap.gpus) if snap is not None and snap.gpus else []
-    if not gpus and "GPU models and configuration:" in text:
+    if not gpus and contains(text, "GPU models and configuration:"):
         block = re.search(r"^GPU models and configuration:(.*(?:\n\s*GPU \d+:.*)*)", text, re.M)
         if block:
             for gm in re.finditer(r"GPU (\d+):\s*([^\n(]+?)\s*(?:\(UUID[^)]*\))?\s*$", block.group(1), re.M):

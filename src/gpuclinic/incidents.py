@@ -145,44 +145,65 @@ def incident_id(code: str, gpu: GpuRef | None) -> str:
 
 def _edges(findings: list[Finding], snap: Snapshot | None,
            rs: Sequence[Rule]) -> tuple[list[list[int]], list[bool]]:
-    """Cause index -> symptom indexes (rule order), and which findings another one explains."""
+    """Cause index -> symptom indexes (rule order), and which findings another one explains.
+
+    Findings are indexed by code (a log with a hundred findings has a dozen codes), so each rule and
+    each "same code" pass looks only at the findings that can match: near-linear, same edges in the
+    same order as comparing every pair.
+    """
     n = len(findings)
     edges: list[list[int]] = [[] for _ in range(n)]
+    has: list[set[int]] = [set() for _ in range(n)]
     explained = [False] * n
-    _rule_edges(findings, snap, rs, edges, explained)
-    for ci, c in enumerate(findings):  # one code on one GPU is one problem (watch opens one event per reason)
-        for si, s in enumerate(findings):
-            same = s.code == c.code and c.gpu is not None and same_gpu(c.gpu, s.gpu)
-            if si > ci and same and si not in edges[ci]:
-                edges[ci].append(si)
-                explained[si] = True
+    by_code: dict[str, list[int]] = {}
+    for i, f in enumerate(findings):
+        by_code.setdefault(f.code, []).append(i)
+    _rule_edges(findings, by_code, snap, rs, edges, has, explained)
+    for idx in by_code.values():  # one code on one GPU is one problem (watch opens one event per reason)
+        for k, ci in enumerate(idx):
+            c = findings[ci]
+            if c.gpu is None:
+                continue
+            for si in idx[k + 1:]:
+                if si not in has[ci] and same_gpu(c.gpu, findings[si].gpu):
+                    edges[ci].append(si)
+                    has[ci].add(si)
+                    explained[si] = True
     for si, f in enumerate(findings):  # stated chains: "caused by previous Xid N"
         for x in _stated_causes(f):
+            cands = by_code.get(f"xid.{x}", [])
             cause_i = next(
-                (
-                    i
-                    for i, c in enumerate(findings)
-                    if c.code == f"xid.{x}" and i != si and (f.gpu is None or same_gpu(c.gpu, f.gpu))
-                ),
-                None,
+                (i for i in cands if i != si and (f.gpu is None or same_gpu(findings[i].gpu, f.gpu))), None
             )
-            if cause_i is not None and si not in edges[cause_i]:
+            if cause_i is not None and si not in has[cause_i]:
                 edges[cause_i].insert(0, si)
+                has[cause_i].add(si)
                 explained[si] = True
     return edges, explained
 
 
-def _rule_edges(findings: list[Finding], snap: Snapshot | None, rs: Sequence[Rule], edges: list[list[int]],
+@cache
+def _matches(code: str, pattern: str) -> bool:
+    return code_matches(code, pattern)
+
+
+def _rule_edges(findings: list[Finding], by_code: dict[str, list[int]], snap: Snapshot | None,
+                rs: Sequence[Rule], edges: list[list[int]], has: list[set[int]],
                 explained: list[bool]) -> None:
     """The grouping rules: a cause finding explains the related findings its rule names."""
     for r in rs:
-        for ci, c in enumerate(findings):
-            if not code_matches(c.code, r.cause):
-                continue
-            for si, s in enumerate(findings):
-                if si != ci and si not in edges[ci] and any(code_matches(s.code, p) for p in r.explains) \
-                        and _related(r, c, s, snap):
+        causes = sorted(i for code, idx in by_code.items() if _matches(code, r.cause) for i in idx)
+        if not causes:
+            continue
+        syms = sorted(
+            i for code, idx in by_code.items() if any(_matches(code, p) for p in r.explains) for i in idx
+        )
+        for ci in causes:
+            c = findings[ci]
+            for si in syms:
+                if si != ci and si not in has[ci] and _related(r, c, findings[si], snap):
                     edges[ci].append(si)
+                    has[ci].add(si)
                     explained[si] = True
 
 
@@ -198,7 +219,7 @@ def group(findings: list[Finding], snap: Snapshot | None = None,
     edges, explained = _edges(findings, snap, rs)
 
     def rank(i: int) -> tuple[int, int]:
-        ri = next((k for k, r in enumerate(rs) if code_matches(findings[i].code, r.cause)), len(rs))
+        ri = next((k for k, r in enumerate(rs) if _matches(findings[i].code, r.cause)), len(rs))
         return (ri, i)
 
     owner = [-1] * n

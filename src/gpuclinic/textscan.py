@@ -103,6 +103,19 @@ def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
     return hits
 
 
+def contains(text: str, literal: str) -> bool:
+    """``literal in text``, from the last literal scan of ``text`` when one of its needles is part of
+    ``literal``: a line holding ``literal`` holds that needle (ASCII case folded), so only the lines the
+    scan found are searched, not the whole (19 MB) text."""
+    last = _LAST[0]
+    if last is not None and last[0] is text and literal.isascii() and "\n" not in literal:
+        low = literal.lower()
+        if any(n in low for n in last[1]):
+            b = literal.encode()
+            return any(b in body for _, _, body in last[2].lines)
+    return literal in text
+
+
 _ODD_ASCII = (b"\x1c", b"\x1d", b"\x1e", b"\x1f")  # whitespace to re's \s, not to PCRE's
 _PLAIN = bytes(range(0x1C)) + bytes(range(0x20, 0x80))  # the bytes both engines read alike
 
@@ -191,9 +204,7 @@ def start_line_starts(text: str, pattern: str) -> PendingLines:
     argv = [grep, "-a", "-n", "-o", "-P", f"^(?:{pattern}).", "-"]
     files: list[IO[bytes]] = [_scratch(), _scratch()]
     try:
-        with _scratch() as f:
-            f.write(data)
-            f.seek(0)
+        with _input(data) as f:
             proc = subprocess.Popen(
                 argv, stdin=f, stdout=files[0], stderr=files[1], env={**os.environ, "LC_ALL": "C"}
             )
@@ -213,6 +224,32 @@ def _scratch() -> IO[bytes]:
         except OSError:
             pass
     return tempfile.TemporaryFile()
+
+
+_INPUT: list[tuple[bytes, IO[bytes]] | None] = [None]  # the last scanned bytes in an anonymous file
+
+
+def _input(data: bytes) -> IO[bytes]:
+    """A file holding ``data``, read from its start, for grep's stdin.  The two scans of one big text (the
+    literals, the line starts; they run at once) share one in-memory copy: each gets its own handle
+    (own offset) on the last copy, opened again through /proc, instead of a second 19 MB write."""
+    known = _INPUT[0]
+    if known is not None and known[0] is data:
+        try:
+            return open(f"/proc/self/fd/{known[1].fileno()}", "rb")
+        except OSError:
+            pass
+    f = _scratch()
+    f.write(data)
+    f.seek(0)
+    try:
+        mine = open(f"/proc/self/fd/{f.fileno()}", "rb")
+    except OSError:
+        return f  # no /proc: the caller's copy only
+    if known is not None:
+        known[1].close()
+    _INPUT[0] = (data, f)  # only the last text's copy is kept
+    return mine
 
 
 def _data(text: str) -> bytes | None:
@@ -271,9 +308,7 @@ def _grep(data: bytes, needles: frozenset[str]) -> list[tuple[int, int, bytes]] 
     for n in sorted(needles):
         argv += ["-e", n]
     try:
-        with _scratch() as f:  # a file, not a pipe: one read instead of thousands of writes
-            f.write(data)
-            f.seek(0)
+        with _input(data) as f:  # a file, not a pipe: one read instead of thousands of writes
             r = subprocess.run(
                 argv, stdin=f, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=60, check=False
             )

@@ -37,10 +37,16 @@ _KEYS = ("Class ", "ssertion", "EventID: ", "IPMI Status: ")  # a line of each f
 _OMSA_SENSOR = re.compile(r"\s{2}Sensor location: (?P<sensor>.+?)(?:\s{2}|$)")
 
 
+# each format's line holds its literal: only those lines are tried, with only that format's pattern (a
+# training log's "device-side assertion" otherwise ran the Supermicro pattern over every line)
+_BY_KEY = ((_KEYS[0], _IML), (_KEYS[1], _SMC), (_KEYS[2], _OMSA), (_KEYS[3], _NAGIOS))
+
+
 def claims(text: str) -> bool:
-    if not any(k in text for k in _KEYS):
+    rs = [(k, r) for k, r in _BY_KEY if k in text]
+    if not rs:
         return False
-    return any(r.match(ln) for ln in text.splitlines()[:400] for r in (_IML, _SMC, _OMSA, _NAGIOS))
+    return any(k in ln and r.match(ln) for ln in text.splitlines()[:400] for k, r in rs)
 
 
 def parse(text: str) -> R.RoomFacts:

@@ -245,5 +245,20 @@ def looks_like_kernel_log(text_sample: str) -> bool:
     lines = [ln for ln in sample.splitlines()[:400] if ln.strip()]
     if not lines:
         return False
-    hits = sum(1 for ln in lines if _RE_SNIFF.match(ln))
-    return hits >= 3 and hits >= 0.5 * len(lines)
+    # hits >= 3 and hits >= half the lines, decided as soon as the rest cannot change it: a prose run
+    # (most of a long training log) is ruled out after half its lines, not all 400
+    need = max(3, (len(lines) + 1) // 2)
+    spare = len(lines) - need  # misses allowed
+    if spare < 0:
+        return False
+    hits = misses = 0
+    for ln in lines:
+        if _RE_SNIFF.match(ln):
+            hits += 1
+            if hits >= need:
+                return True
+        else:
+            misses += 1
+            if misses > spare:
+                return False
+    return False
