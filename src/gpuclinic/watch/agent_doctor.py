@@ -65,19 +65,7 @@ def run_doctor(agent: Agent) -> None:
         if (f.code, idx) in others:
             continue  # already open from a faster source (kernel log, rules)
         ident = (f.gpu.uuid or f.gpu.pci_bus_id or str(f.gpu.index)) if f.gpu else "node"
-        conds.append(
-            Condition(
-                key=f"doctor:{f.code}:{ident}",
-                code=f.code,
-                severity=f.severity,
-                title=f.title,
-                gpu=idx,
-                uuid=f.gpu.uuid if f.gpu else None,
-                evidence=list(f.evidence),
-                remedy=f.remedy,
-                data={"family": f.family.value, "source": "doctor"},
-            )
-        )
+        conds.append(Condition.of_finding(f, f"doctor:{f.code}:{ident}", "doctor"))
     agent.book.reconcile("doctor", conds, now)
 
 

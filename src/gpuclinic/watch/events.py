@@ -30,6 +30,21 @@ class Condition:
     data: dict[str, Any] = field(default_factory=dict)
     hold_s: float | None = None  # keep open this long after last seen (point events such as an XID)
 
+    @classmethod
+    def of_finding(cls, f: Finding, key: str, source: str) -> Condition:
+        """A detector finding as a condition (the doctor thread's and the BMC poller's one mapping)."""
+        return cls(
+            key=key,
+            code=f.code,
+            severity=f.severity,
+            title=f.title,
+            gpu=f.gpu.index if f.gpu else None,
+            uuid=f.gpu.uuid if f.gpu else None,
+            evidence=list(f.evidence),
+            remedy=f.remedy,
+            data={"family": f.family.value, "source": source},
+        )
+
 
 @dataclass
 class Event:

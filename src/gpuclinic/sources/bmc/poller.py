@@ -119,25 +119,12 @@ def evaluate(agent: Agent, room: RoomFacts | None) -> None:
         for f in findings:
             if f.severity == Severity.INFO:
                 continue
-            idx = f.gpu.index if f.gpu else None
             ident = (
                 (f.gpu.uuid or f.gpu.pci_bus_id or str(f.gpu.index))
                 if f.gpu
                 else str(f.data.get("fan") or f.data.get("psu") or f.data.get("sensor") or "node")
             )
-            conds.append(
-                Condition(
-                    key=f"room:{f.code}:{ident}",
-                    code=f.code,
-                    severity=f.severity,
-                    title=f.title,
-                    gpu=idx,
-                    uuid=f.gpu.uuid if f.gpu else None,
-                    evidence=list(f.evidence),
-                    remedy=f.remedy,
-                    data={"family": f.family.value, "source": "bmc"},
-                )
-            )
+            conds.append(Condition.of_finding(f, f"room:{f.code}:{ident}", "bmc"))
     agent.book.reconcile("room", conds, agent.clock.now())
 
 
