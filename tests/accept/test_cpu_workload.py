@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,7 @@ def test_ctrl_c_stops_the_workload_at_once(tmp_path: Path) -> None:
             "120",
             "--json",
             "--no-store",
+            "--progress",  # stderr is a pipe: ask for the step lines, to see when the burn begins
             "--data-dir",
             str(tmp_path),
         ],
@@ -116,24 +118,41 @@ def test_ctrl_c_stops_the_workload_at_once(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    err_lines: list[str] = []
+    burning = threading.Event()
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err_lines.append(line)
+            if line.startswith("burn: first figure"):  # the burn runs and has been measured once
+                burning.set()
+
+    out_parts: list[str] = []
+
+    def read_out() -> None:  # drained all along, so a large JSON document cannot block the process
+        assert proc.stdout is not None
+        out_parts.append(proc.stdout.read())
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_err, read_out)]
+    for r in readers:
+        r.start()
     try:
         me = psutil.Process(proc.pid)
-        child = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and child is None:
-            child = next(
-                (c for c in me.children(recursive=True) if "workload.py" in " ".join(c.cmdline())), None
-            )
-            time.sleep(0.2)
-        assert child is not None, "the workload never started"
-        time.sleep(6)  # past the short measurements, into the burn
+        assert burning.wait(120), "the burn never started:\n" + "".join(err_lines)
+        child = next((c for c in me.children(recursive=True) if "workload.py" in " ".join(c.cmdline())), None)
+        assert child is not None, "no workload process during the burn"
         t0 = time.monotonic()
         os.kill(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        proc.wait(timeout=20)
         took = time.monotonic() - t0
+        for r in readers:
+            r.join(10)
+        out = "".join(out_parts)
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = "".join(err_lines)
     assert proc.returncode == 130, err
     assert took < 8
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE

@@ -154,6 +154,8 @@ def drive(child: Child, res: ChildResult, nvml: list[tuple[int, str | None, str 
                 if ev.get("event") == "burn_start":
                     burn_t0 = time.monotonic()
                     next_sample = burn_t0
+                    if progress:
+                        progress(f"burn: started ({ev.get('n')}x{ev.get('n')} matmul)")
             if (
                 burn_t0 is not None
                 and sampler is not None
@@ -258,6 +260,9 @@ def _handle(
     elif kind == "burn" and monitor is not None:
         g = lab(ev.get("gpu"))
         if g is not None:
+            first = not monitor.series.get(g) or not monitor.series[g].tflops
             monitor.on_tflops(g, float(ev.get("t") or 0), float(ev.get("value") or 0))
+            if first and progress:  # one line per device, not one a second
+                progress(f"burn: first figure for {g}: {float(ev.get('value') or 0):.4g} TFLOPS")
     elif kind == "done" and ev.get("interrupted"):
         res.interrupted = res.interrupted or res.stopped is None

@@ -109,6 +109,12 @@ def _check_inputs(quick: bool, full: bool, as_json: bool, as_markdown: bool, dat
     help="Probe this URL instead of the default endpoints (repeatable; as `net --endpoint`).",
 )
 @click.option("--no-store", is_flag=True, help="Do not record this run in the local store.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Print each step and figure to stderr as it happens (default: only when stderr is a terminal; "
+    "--progress for a log file or a batch job).",
+)
 def accept(
     quick: bool,
     full: bool,
@@ -125,6 +131,7 @@ def accept(
     data_dir: str | None,
     net_endpoints: tuple[str, ...],
     no_store: bool,
+    progress: bool | None,
 ) -> int:
     """Is this rented server what you paid for?  Measure it and score every item against the GPU's
     datasheet (with its source) or its identical peers: health, network, matmul TFLOPS, memory and
@@ -137,7 +144,7 @@ def accept(
     from gpuclinic.accept.run import AcceptOptions, run_accept
 
     _check_inputs(quick, full, as_json, as_markdown, data_dir, html_file, scenario)
-    tty = sys.stderr.isatty()
+    show = sys.stderr.isatty() if progress is None else progress
     opts = AcceptOptions(
         mode="quick" if quick else "full" if full else "standard",
         scenario=scenario,
@@ -148,7 +155,7 @@ def accept(
         burn_s=burn_s,
         data_dir=data_dir,
         net_endpoints=list(net_endpoints),
-        progress=(lambda s: click.echo(s, err=True)) if tty else None,
+        progress=(lambda s: click.echo(s, err=True)) if show else None,
     )
     sc = run_accept(opts)
     interrupted = any(n.startswith("interrupted") for n in sc.notes)
