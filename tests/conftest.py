@@ -20,6 +20,7 @@ BACKGROUND = {
     "test_quality.py::test_mypy_clean": "start_mypy",
     "cli/test_readme.py::test_quick_start_runs": "start_quick_start",
     "watch/test_watch_deploy.py::test_promtool_rule_unit_tests": "start_rule_unit_tests",
+    "accept/test_device_check.py::test_device_check_with_a_scenario": "start_device_check",
 }
 
 
