@@ -252,32 +252,19 @@ class Runner:
         """A task's checks are waited for, and what differs is repaired, beside the stream's next task
         (the stream does not idle on its last check: that gap would show in the tail); the run
         waits for all of them before it ends.  Errors are kept for the end, as a task's are."""
-
-        def job() -> None:
-            err = ""
-            for attempt in range(3):
-                try:
-                    settle()
-                    return
-                except SyncError as e:
-                    err = str(e)
-                    self.log(f"retrying: {err}")
-                    time.sleep(min(8.0, 0.5 * 2**attempt))
-            with self.lock:
-                self.errors.append(err)
-
         with self.lock:
-            self.settling.append(self.settler.submit(job))
+            self.settling.append(self.settler.submit(self._retried, settle, 3))
 
     def _run_task(self, t: Task) -> None:
-        """One task, retried (a cut connection, a server that restarted); the error is kept for the end."""
+        """One task, retried (a cut connection, a server that restarted)."""
+        self._retried(lambda: self._rsync_task(t) if t.kind == "rsync" else self._range_task(t), 5)
+
+    def _retried(self, step: Callable[[], None], attempts: int) -> None:
+        """Run ``step`` up to ``attempts`` times with a growing pause; the last error is kept for the end."""
         err = ""
-        for attempt in range(5):
+        for attempt in range(attempts):
             try:
-                if t.kind == "rsync":
-                    self._rsync_task(t)
-                else:
-                    self._range_task(t)
+                step()
                 return
             except SyncError as e:
                 err = str(e)

@@ -40,6 +40,8 @@ from gpuclinic.sources.kernellog.patterns import (
     _norm_bus,
 )
 
+_RE_MSG_BUS = re.compile(rf"(?:PCI:)?({_BDF})")  # the address in a GSP or NVLink message
+
 
 class _Multi:
     """An NVRM message printed over several lines (fallen off the bus, API mismatch, unsupported GPU)."""
@@ -270,8 +272,7 @@ class NvrmReaders:
         mg = _RE_GPU_N.search(msg)
         if mg:
             d["gpu_instance"] = int(mg.group(1))
-        mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
-        bus = _norm_bus(mb.group(1)) if mb else self._context_bus()
+        bus = self._bus_in(msg)
         out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=bus, detail=d))
         return True
 
@@ -288,8 +289,7 @@ class NvrmReaders:
         ml = _RE_LINK.search(msg)
         if ml:
             d["link"] = int(ml.group(1))
-        mb = re.search(rf"(?:PCI:)?({_BDF})", msg)
-        bus = _norm_bus(mb.group(1)) if mb else self._context_bus()
+        bus = self._bus_in(msg)
         out.append(self._ev("nvlink", line, msg, p, lineno, pci_bus_id=bus, detail=d))
         return True
 
@@ -323,6 +323,11 @@ class NvrmReaders:
 
     def _context_bus(self) -> str | None:
         return self._last_xid_bus if self._last_xid_countdown > 0 else None
+
+    def _bus_in(self, msg: str) -> str | None:
+        """The PCI address a GSP or NVLink message names, else the one of the Xid just before it."""
+        mb = _RE_MSG_BUS.search(msg)
+        return _norm_bus(mb.group(1)) if mb else self._context_bus()
 
     def _try_complete_multi(self, out: list[KernelEvent]) -> bool:
         mu = self._multi
