@@ -410,6 +410,7 @@ def read_lines(
     R.read_kernel(snap, rec, lines, classes, special, origin, year, claimed)
     R.read_smi_errors(snap, rec, lines, classes, special, origin, claimed)
     R.read_dcgm(snap, rec, lines, origin, claimed)
+    R.read_metrics(snap, rec, lines, classes, special, origin, claimed)
     R.read_json_driver(snap, lines, where, claimed)
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
