@@ -309,9 +309,7 @@ def start_line_starts(text: str, pattern: str) -> PendingLines:
     files: list[IO[bytes]] = [_scratch(), _scratch()]
     try:
         with _input(data) as f:
-            proc = subprocess.Popen(
-                argv, stdin=f, stdout=files[0], stderr=files[1], env=_c_env()
-            )
+            proc = subprocess.Popen(argv, stdin=f, stdout=files[0], stderr=files[1], env=_c_env())
     except (OSError, subprocess.SubprocessError):
         for x in files:
             x.close()
