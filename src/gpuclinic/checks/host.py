@@ -58,10 +58,6 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
                 family=Family.HOST,
                 title=f"Load average {h.load[0]:.1f} on {n} usable CPU(s)",
                 evidence=[f"load 1/5/15 min: {' / '.join(f'{x:.1f}' for x in h.load)}", f"usable CPUs: {n}"],
-                remedy="More runnable tasks than CPUs: data loading and the training loop wait for CPU. "
-                       "Reduce "
-                "DataLoader workers to about the CPUs per GPU, stop competing jobs (`top`), or get more "
-                "cores.",
                 data={"load": h.load, "cpus": n},
             )
     _measured(h)
@@ -73,9 +69,6 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
             family=Family.HOST,
             title=f"CPU steal {steal:.0f}%: the hypervisor gives this VM's CPU time to other tenants",
             evidence=[f"steal {steal:.1f}% over {h.window_s:g}s (/proc/stat)"],
-            remedy="A noisy neighbour or an overcommitted host: the GPU waits for CPU work. Ask the provider "
-                   "for a "
-            "dedicated-CPU instance or move to another host.",
             data={"steal_pct": steal},
         )
     iow = h.cpu_pct.get("iowait", 0.0)
@@ -86,10 +79,6 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
             family=Family.HOST,
             title=f"I/O wait {iow:.0f}%: CPUs idle waiting for storage",
             evidence=[f"iowait {iow:.1f}% over {h.window_s:g}s"],
-            remedy="Data or checkpoints come from slow storage (network disk, throttled volume): copy the "
-                   "dataset to "
-            "local NVMe, increase DataLoader prefetch, or checkpoint less often/asynchronously. `iostat -x "
-            "1` names the disk.",
             data={"iowait_pct": iow},
         )
 
@@ -115,12 +104,6 @@ def psi(snap: Snapshot) -> Iterator[Finding]:
                 f"/proc/pressure/{res}: {key.split('.')[1]} avg10={v:.2f} "
                 f"avg60={h.psi.get(f'{key}.avg60', 0):.2f}"
             ],
-            remedy={
-                "cpu": "Too little CPU for the work: fewer workers/processes or more cores.",
-                "memory": "Memory reclaim stalls tasks: free host RAM (smaller in-memory datasets, fewer "
-                          "workers) or add RAM.",
-                "io": "Storage is the bottleneck: faster local disk, caching, fewer concurrent readers.",
-            }[res],
             data={"psi": key, "avg10": v},
             source=SRC_PSI,
         )
@@ -141,8 +124,6 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
             family=Family.HOST,
             title=f"Only {avail / (1 << 30):.1f} GiB of {tot / (1 << 30):.0f} GiB host memory available",
             evidence=[f"MemAvailable {avail} of MemTotal {tot} bytes"],
-            remedy="The OOM killer is next (jobs die with SIGKILL / exit 137): reduce DataLoader workers and "
-            "pinned-memory buffers, memory-map datasets, or stop other processes.",
             data={"available": avail, "total": tot},
         )
     if h.swap_in_per_s is None or h.swap_out_per_s is None:
@@ -158,9 +139,6 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
                 f"pswpin {h.swap_in_per_s:.0f}/s, pswpout {h.swap_out_per_s:.0f}/s over {h.window_s:g}s "
                 "(/proc/vmstat)"
             ],
-            remedy="Host RAM is exhausted: everything slows down by orders of magnitude. Reduce memory use "
-                   "(workers, "
-            "in-memory datasets) or add RAM.",
             data={"pages_per_s": rate},
         )
 
@@ -188,13 +166,6 @@ def nofile(snap: Snapshot) -> Iterator[Finding]:
             f"soft limit {soft}"
             + (f", hard limit {h.nofile_hard}" if h.nofile_hard and not h.proc_nofile else "")
         ],
-        remedy=(
-            "DataLoader workers, NCCL and datasets open many files ('Too many open files', 'received 0 "
-            "items of "
-            f"ancdata'): `ulimit -n {h.nofile_hard or 1048576}` in the job's shell, LimitNOFILE= for systemd "
-            "units, "
-            "`--ulimit nofile=1048576:1048576` for Docker."
-        ),
         data={"soft": soft, "hard": h.nofile_hard, "pids": sorted(low)},
         source="https://github.com/pytorch/pytorch/issues/973",
     )
@@ -233,8 +204,6 @@ def numa(snap: Snapshot) -> Iterator[Finding]:
         family=Family.HOST,
         title="GPU work runs only on CPUs of another NUMA node",
         evidence=bad[:8],
-        remedy="Every host<->GPU copy crosses the socket interconnect: pin each rank to its GPU's node "
-        "(`numactl --cpunodebind=N --membind=N`, torchrun with `--numa-binding`, or fix the cpuset).",
         data={"gpu_numa": h.gpu_numa},
     )
 
@@ -261,9 +230,6 @@ def dataloader(snap: Snapshot) -> Iterator[Finding]:
             f"mean GPU utilisation {h.gpu_util_pct:.0f}% with GPU processes running",
             f"CPU user+system {busy:.0f}% over {h.window_s:g}s",
         ],
-        remedy="Move preprocessing off the hot path: more DataLoader workers if cores allow, "
-               "`pin_memory=True`, "
-        "pre-tokenised/pre-decoded data, GPU decoding (DALI/nvJPEG), or a bigger instance CPU-wise.",
         data={"gpu_util_pct": h.gpu_util_pct, "cpu_busy_pct": busy},
     )
 

@@ -19,7 +19,6 @@ from gpuclinic.checks._hw import (
     fmt_pct,
     fmt_w,
     median,
-    personalize,
     readable,
     ref,
     threshold,
@@ -27,15 +26,6 @@ from gpuclinic.checks._hw import (
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding
-
-_REMEDY = (
-    "Every multi-GPU step waits for this GPU. Fix the cause named in the other findings for it (heat, power "
-    "brake, lowered power limit); otherwise read its Clocks Event Reasons with "
-    "`nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE -i <index>` and compare it with a peer. If nothing "
-    "explains "
-    "it, run a stress test on that GPU alone (`dcgmi diag -r 2 -i <index>` or gpu-burn) and report it to the "
-    "provider; meanwhile exclude it (CUDA_VISIBLE_DEVICES) from multi-GPU jobs."
-)
 
 
 @check("perf.straggler", codes=["perf.straggler"], what="GPU stragglers")
@@ -86,7 +76,6 @@ def straggler(snap: Snapshot) -> Iterable[Finding]:
                 family=Family.GPU_FAULT,
                 title=f"GPU {g.index} runs at {rel:.0%} of its peers' speed under the same load (straggler)",
                 evidence=ev,
-                remedy=_REMEDY,
                 gpu=ref(g),
                 source="nvml",
                 data={
@@ -97,4 +86,4 @@ def straggler(snap: Snapshot) -> Iterable[Finding]:
                 },
             )
         )
-    return personalize(out)
+    return out
