@@ -57,6 +57,8 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
         count = len(evs)
         short = j.info.description.split(". ")[0].split(": ", 1)[0].rstrip(".")
         title = f"Xid {n} ({j.info.name}): {short}" + (f" — {count} times" if count > 1 else "")
+        if j.conclusion:
+            j.data["conclusion"] = j.conclusion
         if j.notes:
             j.data["notes"] = j.notes
         if j.info.notes:
@@ -67,7 +69,7 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
                 severity=j.sev,
                 family=j.info.family,
                 title=title,
-                evidence=_evidence(evs, j.extra_evidence) + ([j.conclusion] if j.conclusion else []),
+                evidence=_evidence(evs, j.extra_evidence),
                 gpu=gpu_ref(snap, bus, uuids),
                 data=j.data,
                 source=SOURCE,
@@ -88,8 +90,8 @@ class _Context:
 
 @record
 class _Judgement:
-    """One (GPU, Xid) group as the rules leave it: severity, notes, data, what the rule concluded (shown as
-    evidence; the remedy is the runbook's), extra evidence."""
+    """One (GPU, Xid) group as the rules leave it: severity, notes, data, what a rule concluded about this
+    case (``data["conclusion"]``; the remedy is the runbook's), extra evidence."""
 
     info: XidInfo
     sev: Severity
