@@ -12,6 +12,12 @@ from gpuclinic.model import GpuRef
 
 THRESHOLDS_FILE = "gpu_thresholds.json"
 THRESHOLDS_SOURCE = "knowledge/data/gpu_thresholds.json"
+HOST_THRESHOLDS_FILE = "host_thresholds.json"
+
+
+def host_threshold(name: str) -> float:
+    """A threshold of the host and container checks from ``host_thresholds.json`` (each with its source)."""
+    return float(load_data(HOST_THRESHOLDS_FILE)[name]["value"])
 
 
 @cache

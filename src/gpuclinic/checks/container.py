@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 
 from gpuclinic.checks import CheckSkipped, check
+from gpuclinic.checks._hw import host_threshold
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import ContainerFacts
 from gpuclinic.knowledge.codes import severity
@@ -227,7 +228,8 @@ def pid_namespace(snap: Snapshot) -> Iterator[Finding]:
 def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
     c = _c(snap)
     ngpu = len(snap.gpus)
-    if c.cpu_quota_cores is not None and ngpu and c.cpu_quota_cores < 2 * ngpu:
+    per_gpu = host_threshold("container_cpu_cores_per_gpu_min")
+    if c.cpu_quota_cores is not None and ngpu and c.cpu_quota_cores < per_gpu * ngpu:
         yield Finding(
             code="container.cgroup_limits",
             severity=severity("container.cgroup_limits"),
@@ -240,7 +242,8 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
             ],
             data={"cpu_quota_cores": c.cpu_quota_cores},
         )
-    if c.memory_limit_bytes and c.memory_usage_bytes and c.memory_usage_bytes > 0.9 * c.memory_limit_bytes:
+    near = host_threshold("container_memory_near_limit_fraction")
+    if c.memory_limit_bytes and c.memory_usage_bytes and c.memory_usage_bytes > near * c.memory_limit_bytes:
         yield Finding(
             code="container.cgroup_limits",
             severity=severity("container.cgroup_limits"),

@@ -5,27 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpuclinic.checks import CheckSkipped, check
+from gpuclinic.checks._hw import host_threshold as T
 from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding
 
-STEAL_WARN = 5.0  # % of CPU time taken by the hypervisor
-IOWAIT_WARN = 20.0
-SWAP_WARN = 100.0  # pages/s in+out
-LOAD_FACTOR = 2.0  # load1 / usable CPUs
-MEM_LOW_FRACTION = 0.05
-MEM_LOW_BYTES = 2 << 30
-NOFILE_MIN = 4096
-PSI = {  # resource.kind -> avg10 threshold (% of time stalled)
-    "cpu.some": 40.0,
-    "memory.some": 20.0,
-    "memory.full": 5.0,
-    "io.some": 40.0,
-    "io.full": 10.0,
-}
-STARVED_GPU_UTIL = 50.0
-STARVED_CPU_BUSY = 85.0
+PSI = ("cpu.some", "memory.some", "memory.full", "io.some", "io.full")  # each psi_<res>_<kind>_avg10_pct
 SRC_PSI = "https://docs.kernel.org/accounting/psi.html"
 
 
@@ -51,7 +37,7 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
     n = _ncpu(h)
     if h.load and n:
-        if h.load[0] > LOAD_FACTOR * n:
+        if h.load[0] > T("load_factor_warn") * n:
             yield Finding(
                 code="host.load",
                 severity=severity("host.load"),
@@ -62,7 +48,7 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
             )
     _measured(h)
     steal = h.cpu_pct.get("steal", 0.0)
-    if steal >= STEAL_WARN:
+    if steal >= T("cpu_steal_warn_pct"):
         yield Finding(
             code="host.cpu_steal",
             severity=severity("host.cpu_steal"),
@@ -72,7 +58,7 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
             data={"steal_pct": steal},
         )
     iow = h.cpu_pct.get("iowait", 0.0)
-    if iow >= IOWAIT_WARN:
+    if iow >= T("iowait_warn_pct"):
         yield Finding(
             code="host.iowait",
             severity=severity("host.iowait"),
@@ -90,7 +76,8 @@ def psi(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
     if not h.psi:
         raise CheckSkipped("/proc/pressure not available (kernel without PSI)")
-    for key, limit in PSI.items():
+    for key in PSI:
+        limit = T(f"psi_{key.replace('.', '_')}_avg10_pct")
         v = h.psi.get(f"{key}.avg10")
         if v is None or v < limit:
             continue
@@ -116,7 +103,10 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
     if (
         tot
         and avail is not None
-        and (avail < MEM_LOW_FRACTION * tot or avail < min(MEM_LOW_BYTES, 0.25 * tot))
+        and (
+            avail < T("mem_available_low_fraction") * tot
+            or avail < min(T("mem_available_low_bytes"), T("mem_available_low_total_fraction") * tot)
+        )
     ):
         yield Finding(
             code="host.memory_low",
@@ -129,7 +119,7 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
     if h.swap_in_per_s is None or h.swap_out_per_s is None:
         return
     rate = h.swap_in_per_s + h.swap_out_per_s
-    if rate >= SWAP_WARN:
+    if rate >= T("swap_warn_pages_per_s"):
         yield Finding(
             code="host.swapping",
             severity=severity("host.swapping"),
@@ -146,7 +136,7 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
 @check("host.nofile", codes=["host.nofile_low"], what="open-files limit")
 def nofile(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
-    low = {pid: v for pid, v in h.proc_nofile.items() if v < NOFILE_MIN}
+    low = {pid: v for pid, v in h.proc_nofile.items() if v < T("nofile_min")}
     if h.proc_nofile:  # the GPU jobs' own limits are what matter
         if not low:
             return
@@ -154,7 +144,7 @@ def nofile(snap: Snapshot) -> Iterator[Finding]:
     else:
         if h.nofile_soft is None:
             raise CheckSkipped("limits not readable")
-        if h.nofile_soft >= NOFILE_MIN:
+        if h.nofile_soft >= T("nofile_min"):
             return
         soft, who = h.nofile_soft, "this shell/session"
     yield Finding(
@@ -218,7 +208,7 @@ def dataloader(snap: Snapshot) -> Iterator[Finding]:
     has_work = (
         any(g.processes for g in snap.gpus) or h.gpu_util_pct > 0
     )  # in containers NVML may list no processes
-    if h.gpu_util_pct >= STARVED_GPU_UTIL or busy < STARVED_CPU_BUSY or not has_work:
+    if h.gpu_util_pct >= T("starved_gpu_util_pct") or busy < T("starved_cpu_busy_pct") or not has_work:
         return
     yield Finding(
         code="host.dataloader_starved",

@@ -23,6 +23,7 @@ from gpuclinic.checks._hw import (
     ref,
     threshold,
 )
+from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding
@@ -30,10 +31,17 @@ from gpuclinic.model import Family, Finding
 
 @check("perf.straggler", codes=["perf.straggler"], what="GPU stragglers")
 def straggler(snap: Snapshot) -> Iterable[Finding]:
-    gpus = [g for g in readable(snap) if busy(g)]
+    return stragglers(readable(snap))
+
+
+def stragglers(readable_gpus: Iterable[GpuFacts], clock_ratio: float | None = None) -> list[Finding]:
+    """The one straggler rule, on one sample of GPUs NVML could read: doctor's check, and ``watch``
+    (which adds only how long it must hold, ``straggler_minutes``, and a site's ``clock_ratio``)."""
+    gpus = [g for g in readable_gpus if busy(g)]
     if len(gpus) < threshold("straggler_min_peers"):
         return []
-    clk_ratio, pw_ratio = threshold("straggler_clock_ratio"), threshold("straggler_power_ratio")
+    clk_ratio = clock_ratio or threshold("straggler_clock_ratio")
+    pw_ratio = threshold("straggler_power_ratio")
     med_clk = median(g.sm_clock_mhz for g in gpus if g.sm_clock_mhz is not None)
     med_pw = median(g.power_draw_w for g in gpus if g.power_draw_w is not None)
     out = []
