@@ -136,3 +136,28 @@ def test_doctor_remedy_is_the_runbook_first_step_in_every_scenario() -> None:
             assert f.remedy == first_step(f.code, f.gpu), (name, f.code)
             seen += 1
     assert seen >= 10
+
+
+def test_host_thresholds_are_data_read_by_name() -> None:
+    """The host and container checks and run's OOM hint read their thresholds from host_thresholds.json
+    (each with its source), not from constants of their own; every entry there is read."""
+    from gpuclinic.knowledge import load_data
+
+    data = {k: v for k, v in load_data("host_thresholds.json").items() if not k.startswith("_")}
+    assert all(v.get("source") and isinstance(v.get("value"), (int, float)) for v in data.values())
+    text = "\n".join(p.read_text(encoding="utf-8") for p in SRC.rglob("*.py"))
+    assert [k for k in data if not k.startswith("psi_") and f'"{k}"' not in text] == []
+    from gpuclinic.checks.host import PSI
+
+    assert {f"psi_{p.replace('.', '_')}_avg10_pct" for p in PSI} == {k for k in data if k.startswith("psi_")}
+    for mod in ("checks/host.py", "checks/container.py"):
+        tree = ast.parse((SRC / mod).read_text(encoding="utf-8"))
+        consts = [
+            t.id
+            for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, (int, float)) and not isinstance(node.value.value, bool)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        ]
+        assert consts == [], (mod, consts)

@@ -95,3 +95,21 @@ def test_every_code_watch_alerts_on_has_an_alert_rule() -> None:
     for code in seen:
         info = K.require(code)
         assert agent_alerts(info) and info.code in rules, code
+
+
+def test_watch_and_doctor_share_one_straggler_rule() -> None:
+    """perf.straggler is checks/perf.stragglers in both: the same GPUs on the same sample, and a GPU whose
+    utilisation alone is low (its clock is the peers') is no straggler in either (NCCL waits keep the
+    waiting GPUs busy, so utilisation does not single out the slow one)."""
+    snap = load_scenario("straggler")
+    doctor = sorted(f.gpu.index for f in diagnose(snap).findings if f.code == "perf.straggler" and f.gpu)
+    conds, _ = RuleEngine(RulesConfig(straggler_minutes=0.0, idle_minutes=1e9)).evaluate(1.0, snap.gpus)
+    watch = sorted(c.gpu for c in conds if c.code == "perf.straggler" and c.gpu is not None)
+    assert doctor and watch == doctor
+    gpus = [copy.copy(g) for g in snap.gpus]
+    for g in gpus:
+        g.sm_clock_mhz = gpus[0].sm_clock_mhz
+        g.power_draw_w = gpus[0].power_draw_w
+    gpus[-1].utilization_gpu_pct = 40.0  # far below its peers, same clock
+    conds, _ = RuleEngine(RulesConfig(straggler_minutes=0.0, idle_minutes=1e9)).evaluate(1.0, gpus)
+    assert [c for c in conds if c.code == "perf.straggler"] == []
