@@ -336,11 +336,21 @@ def _aer_target(snap: Snapshot, e: KernelEvent) -> tuple[str | None, str]:
     return dev, "other"
 
 
+def aer_level(e: KernelEvent) -> str | None:
+    """An AER kernel event's class as the parser read it: "corrected", "fatal" or "nonfatal" (an
+    uncorrected error of unknown severity counts as non-fatal); None for a recovery report.  The one reading
+    of an AER line, for doctor's rule here and watch's live conditions (watch/kernel.py)."""
+    level = str(e.detail.get("severity") or "unknown")
+    if level == "recovery":
+        return None
+    return level if level in ("corrected", "fatal") else "nonfatal"
+
+
 @check(
     "kernel.aer", codes=["pcie.aer_corrected", "pcie.aer_uncorrected"], what="PCIe AER errors (kernel log)"
 )
 def aer_errors(snap: Snapshot) -> list[Finding]:
-    evs = [e for e in snap.kernel_events if e.kind == "aer" and e.detail.get("severity") != "recovery"]
+    evs = [e for e in snap.kernel_events if e.kind == "aer" and aer_level(e) is not None]
     if not evs:
         return []
     uuids = _uuid_map(snap)
@@ -349,8 +359,7 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
     groups: dict[tuple[str | None, str, str], list[KernelEvent]] = {}
     for e in evs:
         target, where = _aer_target(snap, e)
-        level = str(e.detail.get("severity") or "unknown")
-        cls = "corrected" if level == "corrected" else "uncorrected"
+        cls = "corrected" if aer_level(e) == "corrected" else "uncorrected"
         groups.setdefault((target, where, cls), []).append(e)
     out: list[Finding] = []
     for (target, where, cls), group in groups.items():
@@ -385,14 +394,15 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
         lines = [ln for e in group[:2] for ln in (e.detail.get("lines") or [])][:3]
         if cls == "corrected":
             frequent = count >= AER_FREQUENT_COUNT or (
-                rate_h is not None and count >= 10 and rate_h >= AER_FREQUENT_PER_HOUR
+                rate_h is not None and count >= threshold("aer_corrected_rate_min_count")
+                and rate_h >= AER_FREQUENT_PER_HOUR
             )
             sev = severity("pcie.aer_corrected") if frequent else severity("pcie.aer_corrected", "few")
             data["frequent"] = frequent
             title = f"{label}: PCIe corrected errors (AER){place}: {rate_txt}"
             code = "pcie.aer_corrected"
         else:
-            fatal = any(e.detail.get("severity") == "fatal" for e in group)
+            fatal = any(aer_level(e) == "fatal" for e in group)
             sev = severity("pcie.aer_uncorrected") if fatal else severity("pcie.aer_uncorrected", "non_fatal")
             data["fatal"] = fatal
             near = {str(d) for e in group for d in (e.detail.get("device"), e.detail.get("reporter")) if d}
