@@ -161,3 +161,12 @@ def test_host_thresholds_are_data_read_by_name() -> None:
             if isinstance(t, ast.Name)
         ]
         assert consts == [], (mod, consts)
+
+
+def test_evidence_signatures_word_no_remedy_of_a_runbook_code() -> None:
+    """A signature's remedy text would be a second copy of its code's runbook (and never shown)."""
+    from gpuclinic.knowledge import load_data
+    from gpuclinic.knowledge.codes import remedy_computed
+
+    sigs = load_data("evidence_signatures.json")["signatures"]
+    assert [s["id"] for s in sigs if s.get("remedy") and not remedy_computed(s["code"])] == []
