@@ -170,3 +170,16 @@ def test_evidence_signatures_word_no_remedy_of_a_runbook_code() -> None:
 
     sigs = load_data("evidence_signatures.json")["signatures"]
     assert [s["id"] for s in sigs if s.get("remedy") and not remedy_computed(s["code"])] == []
+
+
+def test_watch_words_no_remedy_of_its_own() -> None:
+    """Every watch condition's remedy comes from the runbooks (``runbooks.remedy``), none is a literal."""
+    bad = [
+        f"{name}:{node.lineno}"
+        for name, tree in _modules()
+        if name.startswith("watch/")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.keyword) and node.arg == "remedy"
+        and isinstance(node.value, (ast.Constant, ast.JoinedStr, ast.BinOp))
+    ]
+    assert bad == []
