@@ -30,6 +30,7 @@ from gpuclinic.errors import InputError
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.knowledge import compat
+from gpuclinic.knowledge.runbooks import finding_remedy
 from gpuclinic.knowledge.signatures import CATEGORY_FAMILY, SignatureMatch, match
 from gpuclinic.model import Family, Finding, GpuRef, Severity, Skipped
 
@@ -263,12 +264,7 @@ def explain_text(
                 family=Family.SOFTWARE,
                 title="No known error, GPU event or nvidia-smi problem found in the input",
                 evidence=[f"{origin}: {lines} line(s), {len(text)} characters scanned"],
-                remedy=(
-                    "Paste the full traceback or log (the first error is usually above the last one), the "
-                    "kernel log "
-                    "(`sudo dmesg -T`), or `nvidia-smi -q`; or run `gpuclinic doctor` on the affected "
-                    "machine."
-                ),
+                remedy=finding_remedy("explain.no_match"),
             )
         )
     return build_report(snap, findings, skipped, command="explain")
