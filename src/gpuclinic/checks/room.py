@@ -499,7 +499,8 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
                 "older than the window or deasserted since")
         gpu: GpuRef | None = None
         data: dict[str, object] = {"kind": kind, "count": len(evs), "recent": len(open_)}
-        title = f"BMC event log: {last.description or kind} ({len(evs)}×, {note})"
+        where = ("Host hardware log" if all(e.source.startswith("host: ") for e in evs) else "BMC event log")
+        title = f"{where}: {last.description or kind} ({len(evs)}×, {note})"
         if kind == "pcie_fatal":
             gpu, xid_lines = _pcie_gpu(snap, evs)
             if xid_lines:
