@@ -477,7 +477,7 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
     times = [t for e in room.events if (t := _when(e.time))]
     now = _when(snap.taken_at) or (max(times) if times else None)
     window = dt.timedelta(hours=T("sel_window_hours"))
-    cleared = {(e.sensor, e.description) for e in room.events if not e.asserted}
+    cleared = _cleared(room.events)
     groups: dict[str, list[R.BmcEvent]] = {}
     for e in room.events:
         if e.kind and e.asserted:
@@ -490,12 +490,18 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
         recent = [e for e in evs if now is None or (t := _when(e.time)) is None or now - t <= window]
         open_ = [e for e in recent if (e.sensor, e.description) not in cleared]
         sev = Severity.INFO
+        old = [e for e in evs if (e.sensor, e.description) not in cleared and e not in open_]
         if open_:
             sev = Severity.CRITICAL if ec.severity == "critical" else Severity.WARNING
+        elif old and ec.severity == "critical" and not snap.taken_at:
+            # a saved log whose reading time is unknown (the window ends at its newest entry): a critical
+            # fault in it, never cleared, is not history yet
+            sev = Severity.WARNING
         last = evs[-1]
         lines = [f"SEL {e.id} {e.time or '?'}: {e.sensor_type or ''} {e.sensor or ''} | {e.description}"
                  + ("" if e.asserted else " (deasserted)") for e in evs[-5:]]
         note = (f"{len(open_)} in the last {T('sel_window_hours'):g} h" if open_ else
+                f"older than {T('sel_window_hours'):g} h, never deasserted" if sev > Severity.INFO else
                 "older than the window or deasserted since")
         gpu: GpuRef | None = None
         data: dict[str, object] = {"kind": kind, "count": len(evs), "recent": len(open_)}
@@ -513,6 +519,22 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
                            title=title, evidence=lines, remedy=remedy(f"room.sel.{kind}"), gpu=gpu,
                            source="bmc",
                            data=data))
+    return out
+
+
+def _cleared(events: list[R.BmcEvent]) -> set[tuple[str | None, str]]:
+    """(sensor, description) whose latest record is a deassertion: by time when every record of it has
+    one (Redfish lists newest first), else in the log's order (a fan that went low again after its
+    deassertion is low now)."""
+    last: dict[tuple[str | None, str], list[tuple[dt.datetime | None, int, bool]]] = {}
+    for i, e in enumerate(events):
+        last.setdefault((e.sensor, e.description), []).append((_when(e.time), i, e.asserted))
+    out = set()
+    for key, recs in last.items():
+        if all(t is not None for t, _, _ in recs):
+            recs = sorted(recs, key=lambda r: (r[0], r[1]))
+        if not recs[-1][2]:
+            out.add(key)
     return out
 
 
