@@ -311,12 +311,19 @@ def _kv(text: str) -> dict[str, str]:
 
 
 def claims_chassis(text: str) -> bool:
-    head = text[:4000]
-    return "System Power" in head and ("Power Overload" in head or "Main Power Fault" in head)
+    head = text[:4000].lower()
+    return "system power" in head and ("power overload" in head or "power fault" in head)
+
+
+# FreeIPMI ``ipmi-chassis --get-chassis-status`` names the same flags in lower case and without "Main"
+_CHASSIS_KEYS = {
+    k.lower(): k for k in ("Main Power Fault", "Power Overload", "Power Control Fault", "Cooling/Fan Fault",
+                           "Drive Fault", "System Power", "Chassis Intrusion")
+} | {"power fault": "Main Power Fault"}
 
 
 def parse_chassis(text: str) -> R.RoomFacts:
-    room = R.RoomFacts(chassis={k: v for k, v in _kv(text).items()})
+    room = R.RoomFacts(chassis={_CHASSIS_KEYS.get(k.lower(), k): v for k, v in _kv(text).items()})
     room.add_source("ipmitool chassis status")
     return room
 
