@@ -207,8 +207,9 @@ def _room_event(snap: Snapshot, sig: EvidenceSignature, m: re.Match[str], origin
         return False
     room = snap.room if snap.room is not None else R.RoomFacts()
     snap.room = room
-    if any(msg in e.description for e in room.events):
-        return True  # a reader already has this entry
+    mine = f"{origin}:"
+    if any(msg in e.description for e in room.events if not e.id.startswith(mine)):
+        return True  # a format reader already has this entry
     room.events.append(
         R.BmcEvent(id=f"{origin}:{n}", description=msg[:400], kind=ec.kind, source=sig.title)
     )
