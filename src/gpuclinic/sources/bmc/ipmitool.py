@@ -32,7 +32,8 @@ _KV = re.compile(r"^\s*([A-Za-z][^:]{1,40}?)\s*:\s*(.*?)\s*$")
 
 
 def _cols(line: str) -> list[str]:
-    return [c.strip() for c in line.split("|")]
+    """The ``|`` columns, without the Markdown emphasis people add to the cell they point at (``**ok**``)."""
+    return [c.strip().strip("*`").strip() for c in line.split("|")]
 
 
 # ------------------------------------------------------------------------------------------ sdr elist
@@ -185,7 +186,9 @@ def parse_sensor(text: str, source: str = "ipmitool sensor") -> R.RoomFacts:
 def claims_sensor(text: str) -> bool:
     if "|" not in text:  # a sensor row has ten columns
         return False
-    return sum(1 for line in text.splitlines()[:400] if _is_sensor(_cols(line))) >= 2
+    lines = [ln for ln in text.splitlines()[:400] if ln.strip()]
+    rows = sum(1 for line in lines if _is_sensor(_cols(line)))
+    return rows >= 2 or (rows == 1 and len(lines) <= 3)  # one row quoted alone (with its command line)
 
 
 # ------------------------------------------------------------------------------------------ sel
