@@ -123,3 +123,23 @@ def test_freeipmi_chassis_status_keys() -> None:
     bad = text.replace("Cooling/fan fault                   : false", "Cooling/fan fault : true")
     assert _codes_of(bad)["room.fan_failed"] == "critical"
     assert "room.fan_failed" not in _codes_of(text)
+
+
+def test_dmtf_environment_metrics_gives_draw_fans_and_a_cpu_not_inlet_temperature() -> None:
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "room" / "redfish" / "public-rackmount1"
+    text = (path / "Chassis" / "1U" / "EnvironmentMetrics" / "index.json").read_text()
+    assert formats.detect(text) == "room:redfish"
+    room = formats.parse("room:redfish", text)
+    assert room.power_consumed_w == 374
+    assert {(s.name, s.reading) for s in room.fans()} == {("Chassis Fan #1", 1900), ("Chassis Fan #2", 2100)}
+    assert [(s.name, s.role) for s in room.temperatures()] == [("CPU1Temp", "cpu")]
+
+
+@pytest.mark.parametrize(("celsius", "severity"), [(14.0, "warning"), (15.5, "info"), (20.0, None)])
+def test_inlet_below_the_room_guidance(celsius: float, severity: str | None) -> None:
+    """16-25 C is the room guidance: 15-16 C is a note, below ASHRAE A1's 15 C a warning."""
+    s = R.RoomSensor(name="Inlet Temp", kind=R.TEMPERATURE, reading=celsius, unit="C", level="ok",
+                     role="inlet", source="t")
+    fs, _ = run_checks(Snapshot(room=R.RoomFacts(sensors=[s])), only=["room.inlet"])
+    got = {f.code: f.severity.name.lower() for f in fs}
+    assert got.get("room.inlet_cold") == severity

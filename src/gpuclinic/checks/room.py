@@ -158,6 +158,14 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
             evidence=[_fmt(cold), ranges], remedy=remedy("room.inlet_cold"), source="bmc",
             data={"inlet_c": c},
         ))
+    elif c < T("seed_room_min_c"):
+        out.append(Finding(
+            code="room.inlet_cold", severity=Severity.INFO, family=Family.HEAT,
+            title=f"Inlet air cool: {cold.name} at {c:g} °C is below the {T('seed_room_min_c'):g} °C room "
+                  "guidance, inside ASHRAE A1's allowable range",
+            evidence=[_fmt(cold), ranges], remedy=remedy("room.inlet_cold"), source="bmc",
+            data={"inlet_c": c},
+        ))
     return out
 
 

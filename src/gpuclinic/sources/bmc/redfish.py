@@ -69,6 +69,7 @@ _TYPE_BY_URI = (
     (re.compile(r"/PowerSubsystem$"), "PowerSubsystem"),
     (re.compile(r"/PowerSubsystem/PowerSupplies/[^/]+$"), "PowerSupply"),
     (re.compile(r"/Chassis/[^/]+/Sensors/[^/]+$"), "Sensor"),
+    (re.compile(r"/Chassis/[^/]+/EnvironmentMetrics$"), "EnvironmentMetrics"),
 )
 
 
@@ -253,6 +254,29 @@ def _thermal_metrics(doc: dict[str, Any], src: str) -> R.RoomFacts:
     return room
 
 
+def _environment_metrics(doc: dict[str, Any], src: str) -> R.RoomFacts:
+    """EnvironmentMetrics (Chassis v1_17+): the chassis's draw, its fans' speeds and one temperature, each
+    named by the Sensor it was taken from (``DataSourceUri``), so a CPU temperature is not read as inlet."""
+    def named(r: dict[str, Any], default: str) -> str:
+        return str(r.get("DeviceName") or str(r.get("DataSourceUri", "")).rstrip("/").rsplit("/", 1)[-1]
+                   or default)
+
+    pw = doc.get("PowerWatts")
+    room = R.RoomFacts(power_consumed_w=_num(pw.get("Reading")) if isinstance(pw, dict) else None)
+    t = doc.get("TemperatureCelsius")
+    if isinstance(t, dict) and _num(t.get("Reading")) is not None:
+        room.sensors.append(make_sensor(named(t, "Temperature"), _num(t.get("Reading")), "C", "ok",
+                                        source=src, sensor_type="Temperature"))
+    for f in doc.get("FanSpeedsPercent") or []:
+        rpm, pct = (_num(f.get("SpeedRPM")), _num(f.get("Reading"))) if isinstance(f, dict) else (None, None)
+        if rpm is not None or pct is not None:
+            s = make_sensor(named(f, "Fan"), rpm if rpm is not None else pct,
+                            "RPM" if rpm is not None else "%", "ok", source=src, sensor_type="Fan")
+            s.kind = R.FAN
+            room.sensors.append(s)
+    return room
+
+
 def _fan(doc: dict[str, Any], src: str) -> R.RoomFacts:
     health, state, absent = _status(doc)
     raw = doc.get("SpeedPercent")
@@ -360,6 +384,8 @@ def parse_doc(
         room = _thermal_metrics(doc, src)
     elif t == "Fan":
         room = _fan(doc, src)
+    elif t == "EnvironmentMetrics":
+        room = _environment_metrics(doc, src)
     elif t == "Sensor":
         room = _sensor(doc, src)
     elif t == "PowerSupply":
@@ -397,6 +423,7 @@ _ROOM_TYPES = (
     "ThermalSubsystem",
     "LogEntryCollection",
     "LogEntry",
+    "EnvironmentMetrics",
 )
 
 
