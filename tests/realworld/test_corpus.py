@@ -46,6 +46,7 @@ FLOORS: dict[str, tuple[float, float]] = {
     "bmc_sensor": (1.00, 1.00),
     "container": (1.00, 1.00),
     "dcgm": (1.00, 1.00),
+    "host_ras": (1.00, 1.00),
     "device_plugin": (1.00, 1.00),
     "download": (1.00, 1.00),
     "json": (1.00, 1.00),

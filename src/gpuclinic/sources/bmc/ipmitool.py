@@ -32,7 +32,8 @@ _KV = re.compile(r"^\s*([A-Za-z][^:]{1,40}?)\s*:\s*(.*?)\s*$")
 
 
 def _cols(line: str) -> list[str]:
-    return [c.strip() for c in line.split("|")]
+    """The ``|`` columns, without the Markdown emphasis people add to the cell they point at (``**ok**``)."""
+    return [c.strip().strip("*`").strip() for c in line.split("|")]
 
 
 # ------------------------------------------------------------------------------------------ sdr elist
@@ -185,7 +186,9 @@ def parse_sensor(text: str, source: str = "ipmitool sensor") -> R.RoomFacts:
 def claims_sensor(text: str) -> bool:
     if "|" not in text:  # a sensor row has ten columns
         return False
-    return sum(1 for line in text.splitlines()[:400] if _is_sensor(_cols(line))) >= 2
+    lines = [ln for ln in text.splitlines()[:400] if ln.strip()]
+    rows = sum(1 for line in lines if _is_sensor(_cols(line)))
+    return rows >= 2 or (rows == 1 and len(lines) <= 3)  # one row quoted alone (with its command line)
 
 
 # ------------------------------------------------------------------------------------------ sel
@@ -311,12 +314,19 @@ def _kv(text: str) -> dict[str, str]:
 
 
 def claims_chassis(text: str) -> bool:
-    head = text[:4000]
-    return "System Power" in head and ("Power Overload" in head or "Main Power Fault" in head)
+    head = text[:4000].lower()
+    return "system power" in head and ("power overload" in head or "power fault" in head)
+
+
+# FreeIPMI ``ipmi-chassis --get-chassis-status`` names the same flags in lower case and without "Main"
+_CHASSIS_KEYS = {
+    k.lower(): k for k in ("Main Power Fault", "Power Overload", "Power Control Fault", "Cooling/Fan Fault",
+                           "Drive Fault", "System Power", "Chassis Intrusion")
+} | {"power fault": "Main Power Fault"}
 
 
 def parse_chassis(text: str) -> R.RoomFacts:
-    room = R.RoomFacts(chassis={k: v for k, v in _kv(text).items()})
+    room = R.RoomFacts(chassis={_CHASSIS_KEYS.get(k.lower(), k): v for k, v in _kv(text).items()})
     room.add_source("ipmitool chassis status")
     return room
 
