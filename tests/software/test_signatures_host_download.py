@@ -41,6 +41,10 @@ FIRST: dict[str, str] = {
     "deepspeed_return_code_minus9_dschat_3232.txt": "torchrun.sigkill",
     "deepspeed_return_code_minus11_prefix_dsexamples_626.txt": "launcher.worker_failed",
     "torchrun_childfailed_exitcode1_root_cause_minigpt4_237.txt": "launcher.worker_failed",
+    "host_cpu_alloc_with_cuda_oom_hint_realesrgan_272.txt": "host.cpu_alloc_failed",
+    "torch_ext_cuda_mismatch_other_wrap_droidcalib_5.txt": "torch.extension_cuda_mismatch",
+    "deepspeed_cuda_home_assert_pip_install_llamachinese_168.txt": "build.cuda_home_missing",
+    "flashattn_ampere_rtx5090_comfy_flashattn_1540.txt": "flashattn.arch_unsupported",
 }
 
 
@@ -50,6 +54,21 @@ def test_first_signature_of_real_text(name: str) -> None:
     ms = match(text)
     assert ms and ms[0].id == FIRST[name], [m.id for m in ms]
     assert ms[0].matched_line in text
+
+
+def test_host_ram_failure_with_a_cuda_oom_hint_is_not_a_cuda_oom() -> None:
+    ids = [m.id for m in match((CORPUS / "host_cpu_alloc_with_cuda_oom_hint_realesrgan_272.txt").read_text())]
+    assert ids == ["host.cpu_alloc_failed"]
+
+
+def test_cublas_alloc_failure_is_one_finding() -> None:
+    ids = [
+        m.id
+        for m in match(
+            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+        )
+    ]
+    assert ids == ["cublas.alloc_failed"]
 
 
 def test_http_download_reset_is_not_called_an_nccl_socket_reset() -> None:
