@@ -1,5 +1,6 @@
 """The readers of the segmenting reader (``segments.py``) for the lines it classified: kernel-log lines,
-nvidia-smi error statements and ``-L`` listings, DCGM output, driver versions in JSON inventories."""
+nvidia-smi error statements and ``-L`` listings, DCGM output and dcgm-exporter metrics, driver versions in
+JSON inventories."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterable
 
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import dcgm_dmon
+from gpuclinic.sources import dcgm_dmon, dcgm_metrics
 from gpuclinic.sources.kernellog import parse_numbered
 from gpuclinic.sources.merge import apply_dump
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
@@ -73,6 +74,29 @@ def read_dcgm(snap: Snapshot, rec: InputRecord, lines: list[str], origin: str, c
                 claimed.update(range(s_.first, s_.last + 1))
                 if "dcgm" not in rec.readers:
                     rec.readers.append("dcgm")
+
+
+def read_metrics(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    classes: list[str],
+    special: list[int],
+    origin: str,
+    claimed: set[int],
+) -> None:
+    """dcgm-exporter ``/metrics`` samples: GPU facts by the field schema's DCGM names."""
+    # ("# HELP"/"# TYPE" lines look like a root prompt to the line classifier)
+    ks = [k for k in special if classes[k] == "metrics" or (classes[k] == "prompt" and "# " in lines[k])]
+    if not ks:
+        return
+    dump, used = dcgm_metrics.parse((k + 1, lines[k]) for k in ks)
+    if not used:
+        return
+    if dump.gpus or dump.driver_version:
+        apply_dump(snap, dump, origin)
+    claimed.update(used)
+    reader(rec, rec.segments, ("metrics",), "dcgm-exporter metrics")
 
 
 def read_json_driver(

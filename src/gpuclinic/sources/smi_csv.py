@@ -126,6 +126,13 @@ _PARSERS: dict[str, Callable[[str], Setter]] = {
     "width": lambda attr: _width if attr == "pcie_width" else _width_max,
     "recovery_action": _recovery,
 }
+
+
+def setter(parse: str, fact: str) -> Setter:
+    """The setter of one schema row (its ``parse`` kind and ``fact``), for every reader of text values."""
+    return _PARSERS[parse](fact)
+
+
 # --query-gpu column -> setter, from the field schema (one row per fact)
 FIELDS: dict[str, Setter] = {
     name: _PARSERS[row.parse](row.fact) for row in gpu_fields.fields() for name in row.query_gpu
