@@ -51,6 +51,7 @@ FIRST: dict[str, str] = {
     "cuda_err500_device_count_userwarning_ggml_xinference_1704.txt": "cuda.symbol_not_found",
     "nccl_cuda_failure_named_symbol_repeated_nccl_1528.txt": "cuda.symbol_not_found",
     "slurm_invalid_gpu_spec_unspecified_clima_424.txt": "slurm.invalid_gres",
+    "win1455_paging_file_chinese_spawn_weclip_5.txt": "host.cpu_alloc_failed",
 }
 
 
