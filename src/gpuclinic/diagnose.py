@@ -184,15 +184,16 @@ def build_report(
 
 def _point_symptoms_at_their_cause(findings: list[Finding], incidents: list[Incident]) -> None:
     """A symptom's own advice would compete with (or contradict) its cause's runbook: point it there."""
+    from gpuclinic.knowledge.runbooks import runbook_command
+
     by = {i.id: i for i in incidents}
     for f in findings:
         inc = by.get(f.incident or "")
         if inc is None or inc.code == f.code:
             continue
-        gpu = f" --gpu {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
+        pointer = runbook_command(inc.code, inc.gpu)
         f.remedy = (
-            f"A symptom of {inc.code} ({inc.title}): follow its runbook, `gpuclinic runbook "
-            f"{inc.code}{gpu}`. "
+            f"A symptom of {inc.code} ({inc.title}): follow its runbook, `{pointer}`. "
             f"First step: {inc.first_step}"
         )
 

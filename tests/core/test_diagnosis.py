@@ -208,6 +208,19 @@ def test_xid_classes_come_from_the_catalog() -> None:
     assert crit == {x.xid for x in all_xids() if classify(x.xid).fatal_to_job}
 
 
+def test_xid63_pending_remap_asks_for_a_reset_when_convenient() -> None:
+    """NVIDIA: an Xid 63 remap is pending until the next GPU reset (``reset gpu to activate``); work may go
+    on meanwhile.  Its runbook is the pending-remap one, not "keep in service" of the hardware class."""
+    from gpuclinic.knowledge.runbooks import first_step
+
+    assert runbook_for_xid(63) == "memory.row_remap_pending"
+    step = first_step("xid.63").lower()
+    assert "reset" in step and "convenient" in step and "keep the gpu in service" not in step
+    assert step == first_step("memory.row_remap_pending").lower()  # one text for the Xid and NVML's flag
+    src = load_data("xid_classes.json")["runbook_by_xid"]["63"]["source"]
+    assert "docs.nvidia.com" in src
+
+
 def test_run_uses_the_same_xid_classes() -> None:
     from gpuclinic.supervise.classify import is_fatal_event
 

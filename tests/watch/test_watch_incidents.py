@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from gpuclinic.knowledge import load_data
+from gpuclinic.knowledge.runbooks import runbook_command
+from gpuclinic.model import GpuRef
 from gpuclinic.sources.scenarios import timeline
 from ports import free_port
 
@@ -77,7 +79,10 @@ def test_one_alert_per_incident_and_one_resolved(name: str, played: dict[str, An
         assert bodies == []
         return
     assert len(firing) == 1, [(b["code"], b["severity"]) for b in firing]
-    assert firing[0]["severity"] in ("warning", "critical") and "gpuclinic runbook" in firing[0]["remedy"]
+    assert firing[0]["severity"] in ("warning", "critical")
+    # the one remedy text (knowledge/runbooks.remedy): the incident's first step, then the one pointer
+    gpu = GpuRef(index=firing[0]["gpu"]) if firing[0]["gpu"] is not None else None
+    assert firing[0]["remedy"].endswith(f"All steps: `{runbook_command(firing[0]['code'], gpu)}`."), firing[0]
     recovers = timeline(name)["recover_at"] is not None
     assert len(resolved) == (1 if recovers else 0), [(b["code"], b["status"]) for b in bodies]
     if recovers:

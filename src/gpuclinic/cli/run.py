@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from gpuclinic.errors import GpuclinicError, InputError
+from gpuclinic.knowledge.runbooks import remedy
 
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
 
@@ -72,9 +73,7 @@ def _preflight(*, quick: bool, force: bool, scenario: str | None, kernel_logs: l
         where = f"{inc.gpu.label()}: " if inc.gpu else ""
         what = f"{inc.code}; explains {', '.join(inc.symptoms)}" if inc.symptoms else inc.code
         if drain and inc.id in blocking_ids:
-            gpu = f" --gpu {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
-            _say(f"pre-flight: {where}{inc.title} [{what}] -> {inc.first_step} "
-                 f"(all steps: `gpuclinic runbook {inc.code}{gpu}`)")
+            _say(f"pre-flight: {where}{inc.title} [{what}] -> {remedy(inc.code, inc.gpu, inc.first_step)}")
         else:
             _say(f"pre-flight warning: {where}{inc.title} [{what}]")
     if drain:

@@ -192,13 +192,25 @@ def first_step(code: str, gpu: GpuRef | None = None) -> str:
     return f"{fill(s.do, gpu, code)}{cmd}"
 
 
-def remedy(code: str, gpu: GpuRef | None = None) -> str:
-    """The one remedy text for ``code`` outside a full report: the runbook's first step and where the rest
-    is.  watch's events and alerts and run's incidents show this, so no command words its own fix."""
-    step = first_step(code, gpu)
-    idx = gpu.index if gpu and gpu.index is not None else None
-    pointer = f"gpuclinic runbook {code}" + (f" --gpu {idx}" if idx is not None else "")
-    return (step + " " if step else "") + f"All steps: `{pointer}`."
+def runbook_command(code: str, gpu: GpuRef | None = None, *, markdown: bool = False) -> str:
+    """The command that prints every step for ``code`` (``gpuclinic runbook xid.79 --gpu 3``): the one
+    pointer doctor, explain, watch's alerts, run, the alert rules and the renderers all show."""
+    idx = gpu.index if gpu is not None and gpu.index is not None else None
+    return f"gpuclinic runbook {code}" + (f" --gpu {idx}" if idx is not None else "") + (
+        " --markdown" if markdown else "")
+
+
+def all_steps(code: str, gpu: GpuRef | None = None, *, markdown: bool = False) -> str:
+    """The sentence that points at the whole runbook, after a first step (a remedy, an incident)."""
+    return f"All steps: `{runbook_command(code, gpu, markdown=markdown)}`."
+
+
+def remedy(code: str, gpu: GpuRef | None = None, step: str | None = None) -> str:
+    """The one remedy text for ``code`` outside a full report: the runbook's first step (or ``step``, an
+    incident's first step already chosen) and where the rest is.  watch's events and alerts, run's
+    incidents and the supervisor show this, so no command words its own fix."""
+    step = first_step(code, gpu) if step is None else step
+    return (step + " " if step else "") + all_steps(code, gpu)
 
 
 def render_text(rb: Runbook, gpu: GpuRef | None = None, code: str = "", markdown: bool = False) -> str:

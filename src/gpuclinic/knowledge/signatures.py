@@ -23,7 +23,7 @@ from gpuclinic.textscan import line_hits, split
 
 CATEGORIES = (
     "cuda_oom", "nccl_timeout", "nccl", "cuda_runtime", "driver", "nvml", "hardware", "container", "python",
-    "host_oom",
+    "host_oom", "download", "scheduler",
 )
 # The report family (model.Family value) of each signature category: one mapping for explain and evidence.
 CATEGORY_FAMILY: dict[str, str] = {
@@ -37,6 +37,8 @@ CATEGORY_FAMILY: dict[str, str] = {
     "container": "software",
     "python": "software",
     "host_oom": "host",
+    "download": "network",  # model/package/repo downloads (Hugging Face, pip, git)
+    "scheduler": "software",  # the job's own limits and requests (Slurm time limit, k8s GPU requests)
 }
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 MAX_LINE = 400  # matched_line is cut to this many characters

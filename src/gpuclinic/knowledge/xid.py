@@ -185,8 +185,12 @@ def classify(n: int) -> XidClass:
 
 
 def runbook_for_xid(n: int) -> str:
-    """The runbook id for Xid ``n``: the first class of ``runbook_order`` it belongs to."""
+    """The runbook id for Xid ``n``: its own entry in ``runbook_by_xid`` (an Xid whose action NVIDIA states
+    beyond its class, e.g. 63: reset when convenient), else the first class of ``runbook_order`` it is in."""
     data = load_data("xid_classes.json")
+    own = (data.get("runbook_by_xid") or {}).get(str(n))
+    if own is not None:
+        return str(own["runbook"])
     c = classify(n)
     for cls, rb in data["runbook_order"]:
         if getattr(c, cls):

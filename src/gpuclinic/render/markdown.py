@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuclinic.diagnose import Report
+from gpuclinic.knowledge.runbooks import all_steps
 from gpuclinic.model import Severity
 from gpuclinic.render.terminal import all_clear_line, gpu_rows, grouped_skipped
 
@@ -64,8 +65,7 @@ def render_markdown(report: Report, prelude: list[str] | None = None) -> str:
             out.append(f"**First step:** {inc.first_step}")
             out.append("")
         if inc.runbook:
-            gpu = f" --gpu {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
-            out.append(f"All steps: `gpuclinic runbook {inc.code}{gpu} --markdown`")
+            out.append(all_steps(inc.code, inc.gpu, markdown=True))
             out.append("")
     if notes:
         out.append("## Notes")

@@ -13,6 +13,7 @@ import textwrap
 from typing import TYPE_CHECKING, TextIO
 
 from gpuclinic.diagnose import Report
+from gpuclinic.knowledge.runbooks import all_steps
 from gpuclinic.model import Finding, Incident, Severity, Verdict
 
 if TYPE_CHECKING:  # rich is imported when rendering, so JSON/Markdown output never loads it
@@ -282,8 +283,7 @@ def _incident_lines(inc: Incident, findings: list[Finding], width: int) -> list[
     elif root is not None and root.remedy:
         out += _wrap(root.remedy.strip().splitlines()[0], width, " " * 9 + "→ ", " " * 11, "")
     if inc.runbook:
-        gpu = f" --gpu {inc.gpu.index}" if inc.gpu and inc.gpu.index is not None else ""
-        out += _wrap(f"all steps: gpuclinic runbook {inc.code}{gpu}", width, " " * 9 + "→ ", " " * 11, "dim")
+        out += _wrap(all_steps(inc.code, inc.gpu), width, " " * 9 + "→ ", " " * 11, "dim")
     return out
 
 

@@ -166,6 +166,17 @@ def _needles() -> tuple[str, ...]:
     )
 
 
+PREFETCH_CHARS = 64 * BIG  # a text this long likely has BIG lines: start its scans before splitting it
+
+
+def prefetch(text: str) -> None:
+    """Start the two whole-text scans :func:`read_lines` makes of a big ``text`` (the same object, given
+    as its ``text``) now, so grep runs while the caller splits the text into lines;
+    ``textscan.cancel_scans()`` afterwards stops what it did not use."""
+    textscan.prefetch_line_starts(text, _LINE_START.pattern)  # (first: the literal scan takes longer)
+    textscan.start_line_hits(text, _needles())
+
+
 # the line breaks of str.splitlines() besides "\n", as UTF-8
 _BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
 _BREAKS_NON_ASCII = tuple(c.encode() for c in ("\x85", "\u2028", "\u2029"))

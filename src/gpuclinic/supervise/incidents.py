@@ -21,6 +21,7 @@ from gpuclinic.diagnose import Report, build_report
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge import codes as K
+from gpuclinic.knowledge.runbooks import remedy
 from gpuclinic.model import Finding, Incident, Skipped
 from gpuclinic.supervise.classify import AttemptEvidence, Classification, class_info, event_on_job
 
@@ -110,8 +111,7 @@ def incident_lines(incidents: Sequence[Incident]) -> list[str]:
         also = f" (explains {', '.join(i.symptoms)})" if i.symptoms else ""
         out.append(f"incident {i.severity.label} {i.code}{where}: {i.title}{also}")
         if i.first_step:
-            gpu = f" --gpu {i.gpu.index}" if i.gpu and i.gpu.index is not None else ""
-            out.append(f"  first step: {i.first_step} (all steps: `gpuclinic runbook {i.code}{gpu}`)")
+            out.append(f"  first step: {remedy(i.code, i.gpu, i.first_step)}")
     return out
 
 

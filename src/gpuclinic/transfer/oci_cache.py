@@ -9,18 +9,30 @@ copy: see :func:`give`).
 
 Pruning (like ``huggingface-cli delete-cache``, but automatic): after each pull the cache is cut to
 ``--cache-max`` (``GPUCLINIC_BLOB_CACHE_MAX``, default :data:`DEFAULT_MAX`), least recently used
-first (a blob's mtime is set on every use).  Never pruned: the blobs of the pull that just ran, and a
-blob that is being written (a ``.gpuclinic-part`` or ``.gpuclinic-lock`` file beside it).  A blob
-hard-linked into an OCI output stays there when its cache link is pruned.
+first (a blob's mtime is set on every use).  Never pruned: the blobs of the pull that just ran, a
+blob that is being written (a ``.gpuclinic-part`` or ``.gpuclinic-lock`` file beside it), and the
+blobs another pull still uses.  A blob hard-linked into an OCI output stays there when its cache link
+is pruned.
+
+Pulls in other processes: each pull, once it knows its manifest, registers the digests it will use in
+``CACHE/in-use/<pid>.<n>`` and holds an ``flock`` on that file until it has packed its output
+(:func:`claim`); a crashed pull's lock goes with its process, so its file is stale and is removed.
+:func:`prune` holds the exclusive lock on ``CACHE/.gpuclinic-prune.lock`` while it lists and
+deletes, and skips every blob a live claim names; a claim is registered under the shared lock of
+that file, so it waits for a prune in progress and every later prune sees it.  So a pull with a
+tiny ``--cache-max`` cannot delete a blob another pull fetched but has not packed yet.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
+import itertools
 import os
 import re
 import shutil
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +40,9 @@ from gpuclinic.errors import EXIT_USAGE, InputError
 from gpuclinic.transfer.engine_jobs import LOCK_SUFFIX, PART_SUFFIX
 
 DEFAULT_MAX = "50G"
+IN_USE = "in-use"
+PRUNE_LOCK = ".gpuclinic-prune.lock"
+_claims = itertools.count()
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -136,9 +151,89 @@ class Pruned:
     kept_bytes: int = 0
 
 
+@contextlib.contextmanager
+def _prune_lock(cache: Path, mode: int) -> Iterator[None]:
+    """``flock`` ``mode`` (LOCK_SH: registering a claim; LOCK_EX: pruning) on the cache's prune lock."""
+    fd = os.open(cache / PRUNE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def claim(cache: Path | None, hexes: Iterable[str]) -> Iterator[None]:
+    """Hold the blobs ``hexes`` (hex digests) against every other process's :func:`prune` for the
+    duration of the ``with`` block.  No cache (or an unwritable one): nothing to hold."""
+    if cache is None:
+        yield
+        return
+    d = cache / IN_USE
+    name = f"{os.getpid()}.{next(_claims)}"
+    tmp = d / f".{name}.tmp"  # prune reads only whole, locked files: write, lock, then rename
+    fd = -1
+    try:
+        with _prune_lock(cache, fcntl.LOCK_SH):
+            d.mkdir(exist_ok=True)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, "".join(f"{h}\n" for h in sorted(set(hexes))).encode())
+            os.replace(tmp, d / name)
+    except OSError:  # best effort: a cache we cannot write to is not pruned by us either
+        if fd >= 0:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        fd = -1
+    try:
+        yield
+    finally:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                (d / name).unlink()
+            os.close(fd)
+
+
+def _claimed(cache: Path) -> set[str]:
+    """The blobs live claims hold; the files of claims whose process is gone are removed.  Called under
+    the exclusive prune lock."""
+    held: set[str] = set()
+    try:
+        files = [p for p in (cache / IN_USE).iterdir() if not p.name.startswith(".")]
+    except OSError:
+        return held
+    for p in files:
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # its pull is alive and holds it
+                with open(p, encoding="ascii", errors="replace") as fh:
+                    held.update(line.strip() for line in fh if line.strip())
+                continue
+            with contextlib.suppress(OSError):
+                p.unlink()  # the pull that wrote it is gone (a crash): its claim is stale
+        finally:
+            os.close(fd)
+    return held
+
+
 def prune(cache: Path, max_bytes: int, keep: set[str]) -> Pruned:
     """Delete least recently used blobs until the cache holds at most ``max_bytes``; ``keep`` (hex
-    digests of the pull that just ran) and blobs being written are never deleted."""
+    digests of the pull that just ran), blobs being written and blobs another live pull claims are never
+    deleted."""
+    try:
+        with _prune_lock(cache, fcntl.LOCK_EX):
+            return _prune(cache, max_bytes, keep | _claimed(cache))
+    except OSError:  # a cache we cannot lock (read-only): leave it as it is
+        return Pruned()
+
+
+def _prune(cache: Path, max_bytes: int, keep: set[str]) -> Pruned:
     d = cache / "blobs" / "sha256"
     entries: list[tuple[float, int, Path]] = []
     busy: set[str] = set()

@@ -44,7 +44,7 @@ from gpuclinic.transfer.oci import (
     parse_ref,
     resolve,
 )
-from gpuclinic.transfer.oci_cache import blob_cache, cache_max, file_ok, give, prune, take, touch
+from gpuclinic.transfer.oci_cache import blob_cache, cache_max, claim, file_ok, give, prune, take, touch
 from gpuclinic.transfer.progress import ProgressDisplay
 from gpuclinic.transfer.redact import safe_url
 
@@ -246,17 +246,19 @@ def pull(
         blobdir = layout / "blobs" / "sha256"
         blobdir.mkdir(parents=True, exist_ok=True)
         blobs: list[dict[str, Any]] = []
-        specs, reused = _plan_blobs(manifest, ref, blobdir, live, origin, blobs, cache)
-        downloaded = _download(specs, live, options, quiet, blobs)
-        _write_atomic(blobdir / manifest.digest.split(":", 1)[1], manifest.raw)
-        total = sum(int(d["size"]) for d in manifest.blobs)
-        if fmt == "oci":
-            write_oci_layout(layout, ref, manifest)
-        else:
-            write_docker_archive(out, layout, ref, manifest)
-            if layout == out.with_name(out.name + ".blobs"):  # no cache: staging only
-                shutil.rmtree(layout, ignore_errors=True)
-        cache_doc = _tend_cache(cache, blobdir, manifest, cap)
+        # other pulls' pruning spares this image's blobs until it is packed (oci_cache.claim)
+        with claim(cache, _hexes(manifest)):
+            specs, reused = _plan_blobs(manifest, ref, blobdir, live, origin, blobs, cache)
+            downloaded = _download(specs, live, options, quiet, blobs)
+            _write_atomic(blobdir / manifest.digest.split(":", 1)[1], manifest.raw)
+            total = sum(int(d["size"]) for d in manifest.blobs)
+            if fmt == "oci":
+                write_oci_layout(layout, ref, manifest)
+            else:
+                write_docker_archive(out, layout, ref, manifest)
+                if layout == out.with_name(out.name + ".blobs"):  # no cache: staging only
+                    shutil.rmtree(layout, ignore_errors=True)
+            cache_doc = _tend_cache(cache, blobdir, manifest, cap)
         res = PullResult(
             str(ref),
             manifest.digest,
@@ -279,13 +281,17 @@ def pull(
             r.close()
 
 
+def _hexes(manifest: Manifest) -> set[str]:
+    """The hex digests of an image's blobs and of its manifest: what its pull uses from the cache."""
+    return {str(d["digest"]).split(":", 1)[1] for d in manifest.blobs} | {manifest.digest.split(":", 1)[1]}
+
+
 def _tend_cache(cache: Path | None, blobdir: Path, manifest: Manifest, cap: int) -> dict[str, Any]:
     """Give this image's blobs to the cache (an OCI output's are hard links) and cut the cache to
     ``cap``, sparing this image; what the JSON result reports under ``cache``."""
     if cache is None:
         return {}
-    keep = {str(d["digest"]).split(":", 1)[1] for d in manifest.blobs}
-    keep.add(manifest.digest.split(":", 1)[1])
+    keep = _hexes(manifest)
     for h in sorted(keep):
         with contextlib.suppress(OSError):
             give(cache, blobdir / h)

@@ -24,6 +24,7 @@ from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.runbooks import remedy
 from gpuclinic.model import Verdict
 from gpuclinic.watch import agent_doctor
 from gpuclinic.watch import reasons as R
@@ -39,7 +40,7 @@ from gpuclinic.watch.config import WatchConfig
 from gpuclinic.watch.events import Condition, Event, EventBook, IncidentTracker, TrackedIncident
 from gpuclinic.watch.kernel import LineParser, condition_for, follow_events
 from gpuclinic.watch.notify import Alert, Notifier
-from gpuclinic.watch.rules import RuleEngine, gpu_key
+from gpuclinic.watch.rules import RuleEngine
 from gpuclinic.watch.status import SERIES_FIELDS, StatusSnapshot, status_snapshot
 from gpuclinic.watch.store import StoreError, WatchStore
 
@@ -350,8 +351,6 @@ class Agent:
         if self.notifier is None:
             return
         idx = inc.gpu.index if inc.gpu and inc.gpu.index is not None else None
-        pointer = f"gpuclinic runbook {inc.code}" + (f" --gpu {idx}" if idx is not None else "")
-        remedy = (inc.first_step + " " if inc.first_step else "") + f"All steps: `{pointer}`."
         alert = Alert(
             key=t.id,
             code=inc.code,
@@ -362,7 +361,7 @@ class Agent:
             gpu=idx,
             uuid=inc.gpu.uuid if inc.gpu else None,
             evidence=list(inc.evidence),
-            remedy=remedy,
+            remedy=remedy(inc.code, inc.gpu, inc.first_step),
             opened=t.opened,
             resolved=t.resolved,
             data={
@@ -445,9 +444,6 @@ class Agent:
                     rows = [r for r in rows if r[0] > since]
                 out[idx] = rows
             return out
-
-    def gpu_key(self, g: GpuFacts) -> str:
-        return gpu_key(g)
 
     def uuid_of(self, g: GpuFacts) -> str:
         """The GPU's UUID, remembered from earlier samples when a lost GPU stops reporting it."""

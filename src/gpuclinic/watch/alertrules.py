@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuclinic.knowledge import codes as K
-from gpuclinic.knowledge.runbooks import first_step
+from gpuclinic.knowledge.runbooks import first_step, runbook_command
 
 DEPLOY = Path(__file__).resolve().parent / "deploy"
 RULES_FILE = "gpuclinic-rules.yml"
@@ -59,7 +59,7 @@ def alert_rules() -> list[AlertRule]:
                 matcher=matcher,
                 summary=f"{c.title} (GPU {{{{ $labels.gpu }}}} on {{{{ $labels.instance }}}})",
                 description=(step + " " if step else "")
-                + f"Runbook: gpuclinic runbook {c.code.replace('*', '<n>')}",
+                + f"Runbook: {runbook_command(c.code.replace('*', '<n>'))}",
             )
         )
     return out

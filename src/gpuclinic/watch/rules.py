@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuclinic.checks import Window, detectors
-from gpuclinic.checks._baseline import rises
+from gpuclinic.checks._baseline import gpu_key, rises
 from gpuclinic.checks._hw import threshold
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
@@ -64,10 +64,6 @@ class Known:
     uuid: str | None
     pci_bus_id: str | None
     name: str | None
-
-
-def gpu_key(g: GpuFacts) -> str:
-    return g.uuid or g.pci_bus_id or f"index-{g.index}"
 
 
 def _limit_lowered(g: GpuFacts) -> bool:

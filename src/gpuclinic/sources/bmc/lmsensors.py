@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from gpuclinic.facts import room as R
+from gpuclinic.sources.bmc import salvage
 from gpuclinic.sources.bmc.common import finish, make_sensor
 
 _PREFIX = re.compile(r"^(temp|fan|in|curr|power)(\d+)_(\w+)$")
@@ -110,10 +111,17 @@ def parse_obj(data: dict[str, Any], source: str) -> R.RoomFacts:
 
 
 def parse_json(text: str) -> R.RoomFacts:
-    data = _loads_lenient(text)
+    why = None
+    try:
+        data = _loads_lenient(text)
+    except ValueError:  # cut off: the chips complete before the cut (ValueError when none is)
+        data, why = salvage.loads_partial(re.sub(r",(\s*[}\]])", r"\1", text))
     if not isinstance(data, dict):
         return R.RoomFacts()
-    return parse_obj(data, "sensors -j")
+    room = parse_obj(data, "sensors -j")
+    if why:
+        room.partial.append(f"sensors -j {why}")
+    return room
 
 
 _RAW_SUB = re.compile(r"^\s+((?:temp|fan|in|curr|power)\d+_\w+):\s*([-+]?\d+(?:\.\d+)?)\s*$")

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
+from gpuclinic.sources.bmc import salvage
 from gpuclinic.sources.bmc.common import make_sensor
 
 _THR = (
@@ -60,9 +61,33 @@ def _level_word(health: str | None, absent: bool) -> str:
     return _HEALTH.get((health or "").lower(), "ns" if health is None else "ns")
 
 
+# a document pasted without its "@odata.type" (cut off, or copied from a viewer that hides annotations):
+# its type from the URI it names (the Redfish resource URIs of DSP0266 / the schemas' Redfish.Uris)
+_TYPE_BY_URI = (
+    (re.compile(r"/LogServices/[^/]+/Entries/[^/]+$"), "LogEntry"),
+    (re.compile(r"/LogServices/[^/]+/Entries$"), "LogEntryCollection"),
+    (re.compile(r"/Chassis/[^/]+/Thermal$"), "Thermal"),
+    (re.compile(r"/Chassis/[^/]+/Power$"), "Power"),
+    (re.compile(r"/ThermalSubsystem$"), "ThermalSubsystem"),
+    (re.compile(r"/ThermalSubsystem/ThermalMetrics$"), "ThermalMetrics"),
+    (re.compile(r"/ThermalSubsystem/Fans/[^/]+$"), "Fan"),
+    (re.compile(r"/PowerSubsystem$"), "PowerSubsystem"),
+    (re.compile(r"/PowerSubsystem/PowerSupplies/[^/]+$"), "PowerSupply"),
+    (re.compile(r"/Chassis/[^/]+/Sensors/[^/]+$"), "Sensor"),
+)
+
+
 def odata_type(doc: dict[str, Any]) -> str:
     t = str(doc.get("@odata.type") or "")
-    return t.lstrip("#").split(".")[0]
+    if t:
+        return t.lstrip("#").split(".")[0]
+    uri = str(doc.get("@odata.id") or "").split("#")[0].rstrip("/")
+    for pat, name in _TYPE_BY_URI:
+        if pat.search(uri):
+            return name
+    if "Message" in doc and ("Severity" in doc or "Created" in doc or "EntryType" in doc):
+        return "LogEntry"  # a bare log entry: its message is what counts
+    return ""
 
 
 def _thermal(doc: dict[str, Any], src: str) -> R.RoomFacts:
@@ -345,7 +370,7 @@ def parse_doc(
     elif t == "LogEntryCollection":
         room = _log_entries(doc, src)
     elif t == "LogEntry":
-        room = R.RoomFacts(events=[_log_entry(doc, src)], events_read=True)
+        room = _log_entries({"Members": [doc]}, src)  # (an entry cut off before its message is no event)
     if t:
         room.add_source(f"redfish {t}")
         for ps in room.psus:
@@ -377,31 +402,47 @@ def claims(text: str) -> bool:
     head = text[:8000]
     if not head.lstrip().startswith("{") or "@odata" not in head:
         return False
-    return bool(re.search(r'"@odata\.type"\s*:\s*"#(' + "|".join(_ROOM_TYPES) + r")\.", head)) or bool(
-        re.search(r'"/redfish/v1/[^"]*"\s*:\s*\{', head)
+    return (
+        bool(re.search(r'"@odata\.type"\s*:\s*"#(' + "|".join(_ROOM_TYPES) + r")\.", head))
+        or bool(re.search(r'"/redfish/v1/[^"]*"\s*:\s*\{', head))
+        or any(p.search(m) for m in _ODATA_ID.findall(head) for p, _ in _TYPE_BY_URI)
     )
+
+
+_ODATA_ID = re.compile(r'"@odata\.id"\s*:\s*"(/redfish/v1/[^"#]*?)/?"')
 
 
 def parse_text(text: str) -> R.RoomFacts:
     """A saved Redfish document, or a bundle ``{"/redfish/v1/...": doc, ...}`` as the client records it.
 
     One member copied out of a ``Members`` list keeps its separator (``},``): that comma is dropped; several
-    members copied together (``{...},{...},``) are read as the list they came from."""
+    members copied together (``{...},{...},``) are read as the list they came from.  A paste cut off (or
+    broken) part-way is read up to the cut and marked partial (``RoomFacts.partial``)."""
     body = text.strip()
     body = body[:-1] if body.endswith(",") else body
     try:
         data = json.loads(body)
     except json.JSONDecodeError:
-        members = json.loads("[" + body + "]")  # still not JSON: the caller reports it unreadable
+        try:
+            members, why = json.loads("[" + body + "]"), None
+        except json.JSONDecodeError:
+            members, why = salvage.loads_partial(body, lead="[")  # ValueError: reported unreadable
         room = R.RoomFacts()
-        for doc in members:
-            if isinstance(doc, dict) and "@odata.type" in doc:
-                room.merge(parse_doc(doc))
+        for doc in members if isinstance(members, list) else []:
+            if isinstance(doc, dict):
+                room.merge(_parse_any(doc))
+        if why:
+            room.partial.append(f"Redfish {why}")
         return room
     room = R.RoomFacts()
     if not isinstance(data, dict):
         return room
-    if "@odata.type" in data:
+    return _parse_any(data)
+
+
+def _parse_any(data: dict[str, Any]) -> R.RoomFacts:
+    """A document (typed, or typed by its URI) or a bundle of documents keyed by their paths."""
+    if odata_type(data):
         return parse_doc(data)
     return parse_bundle(data)
 

@@ -1,0 +1,57 @@
+"""Scans started ahead (``textscan.start_line_hits`` / ``prefetch_line_starts``, started by explain before
+it splits a big text) give exactly the lines a scan started when asked gives, and leave no grep running."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuclinic import textscan
+from gpuclinic.sources import segments
+
+
+def _text() -> str:
+    lines = [f"step {i} loss 0.5" for i in range(5000)]
+    lines[10] = "NCCL WARN Cuda failure 'out of memory'"
+    lines[2500] = "[ 12.3] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."
+    lines[4999] = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("grep", [True, False])
+def test_scans_started_ahead_equal_scans_started_late(grep: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not grep:
+        monkeypatch.setenv("GPUCLINIC_NO_GREP", "1")
+    needles = ["nccl", "xid", "cuda error"]
+    late_text = _text()
+    late = textscan.line_hits(late_text, needles)
+    late_starts = textscan.line_starts(late_text, segments._LINE_START.pattern)
+    text = _text()  # (another object: nothing of the first scan is reused)
+    textscan.prefetch_line_starts(text, segments._LINE_START.pattern)
+    textscan.start_line_hits(text, [*needles, "loss 0.5 extra"])
+    assert textscan._PENDING[0] is not None or not grep
+    early = textscan.line_hits(text, needles)  # a subset of the needles started: filtered from that scan
+    assert early is not None and late is not None
+    assert early.lines == late.lines and [k for k, _, _ in early.lines] == [10, 2500, 4999]
+    assert textscan.start_line_starts(text, segments._LINE_START.pattern).result() == late_starts
+    assert textscan._PENDING[0] is None and textscan._STARTS[0] is None
+
+
+def test_cancel_stops_scans_nobody_asked_for() -> None:
+    text = _text()
+    textscan.prefetch_line_starts(text, segments._LINE_START.pattern)
+    textscan.start_line_hits(text, ["nccl"])
+    pending, starts = textscan._PENDING[0], textscan._STARTS[0]
+    textscan.cancel_scans()
+    assert textscan._PENDING[0] is None and textscan._STARTS[0] is None
+    if pending is not None:  # (grep present) the process was stopped and waited for
+        assert pending._proc.returncode is not None
+    if starts is not None and starts._proc is not None:
+        pytest.fail("a cancelled line-start scan still holds its grep")
+
+
+def test_a_scan_started_for_another_text_is_not_used() -> None:
+    other, text = _text(), _text()
+    textscan.start_line_hits(other, ["nccl"])
+    hits = textscan.line_hits(text, ["nccl"])
+    assert hits is not None and [k for k, _, _ in hits.lines] == [10]
+    assert textscan._PENDING[0] is None  # the other text's scan was stopped, not left running
