@@ -258,7 +258,7 @@ _FITS = {
     "smi_text": re.compile(
         r"^\s+\S|^[^:]{1,60}\s:\s?|^=+\s*NVSMI LOG\s*=+|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f:.]+\s*$"
     ),
-    "smi_xml": re.compile(r"^\s*<"),
+    "smi_xml": re.compile(r"^\s*(?:&nbsp;\s*)*(?:<|&lt;)"),  # (web-page pastes arrive HTML-escaped)
     "smi_csv": re.compile(r","),
     "lspci": re.compile(r"^\s|^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] "),
     "smi_nvlink": re.compile(r"^\s|^GPU \d+:"),
