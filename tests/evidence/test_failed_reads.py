@@ -43,3 +43,16 @@ def test_not_supported_is_not_a_failed_read() -> None:
     report = diagnose(snapshot_from_text(text, "t"))
     assert report.snapshot.gpus[0].unreadable == {"fan_percent": "Not Supported"}
     assert not [s for s in report.skipped if s.why.startswith("the GPU answered")]
+
+
+def test_access_blocked_ecc_mode_stays_in_the_dump_and_is_a_failed_read() -> None:
+    """gVisor PR 10676: `ECC Mode / Current : GPU access blocked by the operating system` was cut out of the
+    -q dump as a separate nvidia-smi error (leaving its GPU header unread) and the field was not reported."""
+    snap = load_evidence([str(CORPUS / "q_d_ecc_access_blocked_gvisor_10676.txt")])
+    (rec,) = snap.input_records
+    assert [s.kind for s in rec.segments] == ["smi_text"] and rec.unclaimed == 0
+    (g,) = snap.gpus
+    assert g.ecc_mode_current is None and "access blocked" in g.unreadable["ecc_mode_current"]
+    got = _skipped("q_d_ecc_access_blocked_gvisor_10676.txt")
+    assert got == [("GPU 0: ecc_mode_current, ecc_mode_pending",
+                    "the GPU answered GPU access blocked by the operating system")]

@@ -26,10 +26,10 @@ _ABSENT = {"n/a", "[n/a]", "none", "not available", "", "-"}
 # Values meaning "the GPU or driver could not answer": worth recording in GpuFacts.unreadable.
 _ERROR_MARKERS = (
     "not supported", "unknown error", "requires reset", "err!", "gpu is lost", "insufficient permissions",
-    "deprecated", "error", "unknown",
+    "deprecated", "error", "unknown", "access blocked",
 )
 # Of those, the ones where the GPU or driver failed to answer (not a feature the GPU lacks, "[Not Supported]")
-_FAILED_MARKERS = ("error", "err!", "requires reset", "gpu is lost", "unknown")
+_FAILED_MARKERS = ("error", "err!", "requires reset", "gpu is lost", "unknown", "access blocked")
 
 _NUM_RE = re.compile(r"[-+]?\d+(?:\.\d+)?")
 

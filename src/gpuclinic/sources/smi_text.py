@@ -216,7 +216,7 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
         if row.parse == "str" and value is not None and c.failed_answer(c.error_reason(value)):
             value = None  # "Product Name : Unknown Error" is no name: NVML failed to answer
         setattr(g, row.fact, value)
-        if value is None and raws and (row.parse in _NUMERIC or row.parse == "str"):
+        if value is None and raws:  # (only an error printed in its place is noted)
             c.note_unreadable(g, row.fact, raws[0])
     # what one row cannot say: derived values, counts summed over an era's layout, lists, reason flags
     _pci(g, t)
