@@ -48,6 +48,9 @@ _ERROR_RES = re.compile(
 _PROMPT = re.compile(
     r"^\s*(?:(?:\(\S+\)\s*)?\S+@[\w.-]+(?::[^$#\s]*)?\s?[$#]|[$#]|PS [A-Z]:\\[^>]*>|>>>|\w+>)\s+\S"
 )
+# an `nvidia-smi -q` field whose value is an error ("        Current    : GPU access blocked by the operating
+# system"): part of the dump, not an error statement of its own
+_Q_VALUE = re.compile(r"^\s+[A-Z][\w ./()-]{0,60}?\s:\s")
 _QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 _JSON = re.compile(r"^\s*\{.*\}\s*,?\s*$")
 _METRIC = re.compile(
@@ -71,7 +74,7 @@ def classify(line: str) -> str:
         return "blank"
     if is_kernel_line(line):
         return "kernel_log"
-    if _ERROR_RES.search(line) and len(s) < 500 and not s.startswith("|"):
+    if _ERROR_RES.search(line) and len(s) < 500 and not s.startswith("|") and not _Q_VALUE.match(line):
         return "smi_error"
     if _PROMPT.match(line):
         return "prompt"
@@ -258,7 +261,7 @@ _FITS = {
     "smi_text": re.compile(
         r"^\s+\S|^[^:]{1,60}\s:\s?|^=+\s*NVSMI LOG\s*=+|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f:.]+\s*$"
     ),
-    "smi_xml": re.compile(r"^\s*<"),
+    "smi_xml": re.compile(r"^\s*(?:&nbsp;\s*)*(?:<|&lt;)"),  # (web-page pastes arrive HTML-escaped)
     "smi_csv": re.compile(r","),
     "lspci": re.compile(r"^\s|^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] "),
     "smi_nvlink": re.compile(r"^\s|^GPU \d+:"),

@@ -26,8 +26,10 @@ _ABSENT = {"n/a", "[n/a]", "none", "not available", "", "-"}
 # Values meaning "the GPU or driver could not answer": worth recording in GpuFacts.unreadable.
 _ERROR_MARKERS = (
     "not supported", "unknown error", "requires reset", "err!", "gpu is lost", "insufficient permissions",
-    "deprecated", "error", "unknown",
+    "deprecated", "error", "unknown", "access blocked",
 )
+# Of those, the ones where the GPU or driver failed to answer (not a feature the GPU lacks, "[Not Supported]")
+_FAILED_MARKERS = ("error", "err!", "requires reset", "gpu is lost", "unknown", "access blocked")
 
 _NUM_RE = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
@@ -115,6 +117,17 @@ def yes_no(value: str | None) -> bool | None:
     if low in ("no", "disabled", "not active", "off", "false", "0", "inactive"):
         return False
     return None
+
+
+def failed_answer(why: str | None) -> bool:
+    """``why`` (an error marker printed in place of a value) says the GPU or driver failed to answer."""
+    low = (why or "").lower()
+    return any(m in low for m in _FAILED_MARKERS)
+
+
+def failed_reads(gpu: GpuFacts) -> dict[str, str]:
+    """The fields of ``gpu`` that its reader saw answered by an error ("ERR!", "[Unknown Error]")."""
+    return {k: v for k, v in gpu.unreadable.items() if failed_answer(v)}
 
 
 def note_unreadable(gpu: GpuFacts, field_name: str, value: str | None) -> None:

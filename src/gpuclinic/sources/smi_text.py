@@ -213,8 +213,10 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
         parse = _TEXT_PARSE[row.parse]
         raws = [v for v in (t.val(*p.split("/")) for p in row.smi_text) if v is not None]
         value = next((x for x in map(parse, raws) if x is not None), None)
+        if row.parse == "str" and value is not None and c.failed_answer(c.error_reason(value)):
+            value = None  # "Product Name : Unknown Error" is no name: NVML failed to answer
         setattr(g, row.fact, value)
-        if value is None and raws and row.parse in _NUMERIC:
+        if value is None and raws:  # (only an error printed in its place is noted)
             c.note_unreadable(g, row.fact, raws[0])
     # what one row cannot say: derived values, counts summed over an era's layout, lists, reason flags
     _pci(g, t)

@@ -33,6 +33,12 @@ _RE_TALOS = re.compile(
 )
 _RE_KMSG = re.compile(r"^(\d{1,3}),(\d+),(\d+),[^;]*;")  # /dev/kmsg: prio,seq,usec,flags;msg
 _RE_PRIO = re.compile(r"^<\d{1,3}>")
+# RFC 5424 syslog (rsyslog RSYSLOG_SyslogProtocol23Format, syslog-ng, journald forwarders):
+# "<3>1 2024-03-04T10:11:12.123456+00:00 host kernel - - - NVRM: ..." (app, procid, msgid, structured data)
+_RE_5424 = re.compile(
+    r"^<\d{1,3}>1 (\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)? "
+    r"(\S+) \S+ \S+ \S+ (?:-|(?:\[(?:[^\]\\]|\\.)*\])+) ?"
+)
 _RE_FACLEV = re.compile(rf"^{_FACILITIES}\s*:\s*{_LEVELS}\s*:\s?")
 # "[ 1234.567890]", "dmesg -d" "[ 1234.567890 <    0.000123>]", and a CONFIG_PRINTK_CALLER "[ T1234]" after it
 _RE_UPTIME = re.compile(r"^\[\s*(\d{1,10}\.\d{1,9})(?:\s*<\s*[\d.]+>)?\]\s?(?:\[\s*[TC]\d+\]\s?)?")
@@ -228,6 +234,13 @@ def _unix_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str |
     return _strip_host(s[m.end() :], p)
 
 
+def _rfc5424_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    g = m.groups()
+    p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), g[6], _tz(g[7]))
+    p.host = None if g[8] == "-" else g[8]
+    return s[m.end() :]
+
+
 def _full_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
     g = m.groups()
     p.time = _iso(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), None, _tz(g[6]))
@@ -271,7 +284,7 @@ def _prefixes_for(c0: str) -> _Candidates:
             (_RE_UNIX, _unix_stamp, _NO_TIME_YET),
         )
     elif c0 == "<":
-        head = ((_RE_PRIO, _skip, _ALWAYS),)
+        head = ((_RE_5424, _rfc5424_stamp, _NO_TIME_YET), (_RE_PRIO, _skip, _ALWAYS))
     elif c0.islower():
         head = ((_RE_FACLEV, _skip, _ALWAYS),)
     elif c0 == "[":
