@@ -156,7 +156,9 @@ def start_line_hits(text: str, needles: Iterable[str]) -> None:
     """Start the scan a later :func:`line_hits` of ``text`` (the same object) for these ``needles`` or
     fewer will wait for, so grep runs while the caller splits the text and loads its readers.  A no-op
     without grep; :func:`cancel_scans` stops a scan nobody asked for."""
-    cancel_scans()
+    earlier, _PENDING[0] = _PENDING[0], None
+    if earlier is not None:
+        earlier.cancel()
     want = _want(needles)
     data = _data(text)
     grep = _grep_binary()
@@ -283,6 +285,9 @@ _STARTS: list[PendingLines | None] = [None]  # a line-start scan started ahead, 
 def prefetch_line_starts(text: str, pattern: str) -> None:
     """Start the scan a later :func:`start_line_starts` of ``text`` (the same object) and ``pattern``
     takes over (:func:`cancel_scans` stops it when nobody does)."""
+    earlier, _STARTS[0] = _STARTS[0], None
+    if earlier is not None:
+        earlier.cancel()
     started = start_line_starts(text, pattern)
     started.pattern = pattern
     _STARTS[0] = started

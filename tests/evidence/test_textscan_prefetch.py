@@ -55,3 +55,25 @@ def test_a_scan_started_for_another_text_is_not_used() -> None:
     hits = textscan.line_hits(text, ["nccl"])
     assert hits is not None and [k for k, _, _ in hits.lines] == [10]
     assert textscan._PENDING[0] is None  # the other text's scan was stopped, not left running
+
+
+def test_read_lines_takes_over_both_scans_started_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _text()
+    segments.prefetch(text)
+    ahead = textscan._STARTS[0]
+    started: list[object] = []
+    real = textscan.start_line_starts
+
+    def spy(t: str, pattern: str) -> textscan.PendingLines:
+        got = real(t, pattern)
+        started.append(got)
+        return got
+
+    monkeypatch.setattr(textscan, "start_line_starts", spy)
+    from gpuclinic.sources.evidence_text import detect, new_snapshot
+
+    segments.read_lines(
+        new_snapshot(), text.splitlines(), "t", detect=detect, apply_rest=lambda *a: None, text=text
+    )
+    assert ahead is not None and started == [ahead]  # the scan started ahead, not a second grep
+    assert textscan._PENDING[0] is None and textscan._STARTS[0] is None
