@@ -160,7 +160,7 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
     driver = None
     has_env = (
         contains(text, "Nvidia driver version:")
-        or "PyTorch version:" in text
+        or contains(text, "PyTorch version:")  # (these literals are among the big-text scan's needles)
         or contains(text, "GPU models and configuration:")
     )
     m: re.Match[str] | None = None
@@ -174,7 +174,7 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
         driver = snap.driver_version
     torch_v = cuda = None
     m = re.search(r"^PyTorch version:\s*(\d+\.\d+\S*)\s*$", text, re.M) if has_env else None
-    if m is None and "torch==" in text:
+    if m is None and contains(text, "torch=="):
         m = re.search(r"^\[(?:pip3?|conda)\]\s+torch==(\d+\.\d+\S*)\s*$", text, re.M)
     if m:
         torch_v = m.group(1)

@@ -53,7 +53,9 @@ class LazyPattern:
     def sub(self, repl: str | Callable[[re.Match[str]], str], string: str, count: int = 0) -> str:
         return self.compiled.sub(repl, string, count)
 
-    def subn(self, repl: str | Callable[[re.Match[str]], str], string: str, count: int = 0) -> tuple[str, int]:
+    def subn(
+        self, repl: str | Callable[[re.Match[str]], str], string: str, count: int = 0
+    ) -> tuple[str, int]:
         return self.compiled.subn(repl, string, count)
 
     @property
@@ -71,6 +73,6 @@ class LazyPattern:
 _METHODS = ("search", "match", "fullmatch", "finditer", "findall", "split", "sub", "subn")
 
 
-def compile(pattern: str, flags: int | re.RegexFlag = 0) -> LazyPattern:  # noqa: A001 - re's name, on purpose
+def compile(pattern: str, flags: int | re.RegexFlag = 0) -> LazyPattern:
     """A pattern compiled on first use (see the module's note)."""
     return LazyPattern(pattern, flags)

@@ -4,6 +4,8 @@ it splits a big text) give exactly the lines a scan started when asked gives, an
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuclinic import textscan
 from gpuclinic.sources import segments
@@ -77,3 +79,39 @@ def test_read_lines_takes_over_both_scans_started_ahead(monkeypatch: pytest.Monk
     )
     assert ahead is not None and started == [ahead]  # the scan started ahead, not a second grep
     assert textscan._PENDING[0] is None and textscan._STARTS[0] is None
+
+
+_PIECES = [
+    "a",
+    "loss 0.5",
+    "",
+    " ",
+    "\n",
+    "\n\n",
+    "\r\n",
+    "\r",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x1e",
+    "\x1f",
+    "\x85",
+    "\u2028",
+    "\u2029",
+    "é",
+    "│",
+    "训练",
+    "\udcff",
+]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=40))
+def test_splitlines_equals_str_splitlines(parts: list[str]) -> None:
+    text = "".join(parts)
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return
+    textscan.remember(text, data)
+    assert textscan.splitlines(text) == text.splitlines()
+    assert textscan.splitlines(text + "x") == (text + "x").splitlines()  # (bytes not known: str's own)

@@ -14,6 +14,7 @@ import re
 import time
 from typing import Any
 
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 from gpuclinic.sources.bmc.common import make_sensor
@@ -35,7 +36,7 @@ _NEW_THR = (
     ("LowerFatal", "lnr"),
 )
 _HEALTH = {"ok": "ok", "warning": "nc", "critical": "cr"}
-_LOG_IDS = re.compile(r"sel|event|iml|iel|platform|^log\d*$|systemlog|lclog|faultlog", re.I)
+_LOG_IDS = lazyre.compile(r"sel|event|iml|iel|platform|^log\d*$|systemlog|lclog|faultlog", re.I)
 MAX_DOCS = 300
 MAX_SENSORS = 160  # members of one chassis's Sensors collection (a GPU server lists ~100)
 
