@@ -15,7 +15,6 @@ cause (e.g. a GPU hardware fault or a driver that cannot run the framework), 3 c
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import stat
@@ -42,6 +41,8 @@ _SEV = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Severity
 def decode(data: bytes) -> str:
     """Bytes of any kind -> text: gunzip if gzip, UTF-8 (UTF-16 with BOM) with replacement, NULs dropped."""
     if data[:2] == b"\x1f\x8b":
+        import gzip  # (only a compressed input pays for its import)
+
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
                 data = gz.read(MAX_INPUT)

@@ -20,7 +20,6 @@ import bisect
 import itertools
 import os
 import subprocess
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
@@ -356,6 +355,8 @@ def _scratch() -> IO[bytes]:
             return open(os.memfd_create("gpuclinic-scan", os.MFD_CLOEXEC), "w+b")
         except OSError:
             pass
+    import tempfile  # (the fallback only: memfd is there on Linux)
+
     return tempfile.TemporaryFile()
 
 
@@ -402,21 +403,43 @@ def _data(text: str) -> bytes | None:
     return data
 
 
+_CHUNK = 1 << 16
+
+
+def _odd_bytes(data: bytes) -> list[int] | None:
+    """The offsets of the bytes outside ``_PLAIN``, in order, or None when there are more than one per KiB
+    (and 64).  Looked for in 64 KiB chunks: a chunk that is ASCII without \\x1c-\\x1f (``isascii`` and four
+    ``memchr``, a fraction of a byte-by-byte pass) holds none, and only the others are filtered byte by
+    byte, then searched with a ``memchr`` pass per distinct such byte."""
+    limit = len(data) // 1024 + 64
+    found = 0
+    pos: list[int] = []
+    for a in range(0, len(data), _CHUNK):
+        chunk = data[a : a + _CHUNK]
+        if chunk.isascii() and not any(c in chunk for c in _ODD_ASCII):
+            continue
+        odd = chunk.translate(None, _PLAIN)  # those bytes, in order
+        found += len(odd)
+        if found > limit:
+            return None
+        for v in set(odd):
+            b = bytes((v,))
+            i = chunk.find(b)
+            while i >= 0:
+                pos.append(a + i)
+                i = chunk.find(b, i + 1)
+    pos.sort()
+    return pos
+
+
 def _odd_lines(data: bytes, anchors: list[tuple[int, int]]) -> list[int] | None:
     """The 0-based lines of ``data`` holding a byte outside ``_PLAIN``, or None when there are many: a
     ``memchr`` pass per distinct such byte (a log has a few characters: a progress bar, a check mark).
     ``anchors``: (0-based line, byte offset of its start) of lines known already (the literal grep's), so
     the newlines are counted from the nearest one, not from the start of the text."""
-    odd = data.translate(None, _PLAIN)  # those bytes, in order
-    if len(odd) > len(data) // 1024 + 64:
+    pos = _odd_bytes(data)
+    if pos is None:
         return None
-    pos: list[int] = []
-    for v in set(odd):
-        b = bytes((v,))
-        i = data.find(b)
-        while i >= 0:
-            pos.append(i)
-            i = data.find(b, i + 1)
     offsets = [off for _, off in anchors]
     out: list[int] = []
     line = prev = 0

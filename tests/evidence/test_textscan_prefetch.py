@@ -115,3 +115,30 @@ def test_splitlines_equals_str_splitlines(parts: list[str]) -> None:
     textscan.remember(text, data)
     assert textscan.splitlines(text) == text.splitlines()
     assert textscan.splitlines(text + "x") == (text + "x").splitlines()  # (bytes not known: str's own)
+
+
+def _odd_reference(data: bytes) -> list[int] | None:
+    odd = data.translate(None, textscan._PLAIN)
+    if len(odd) > len(data) // 1024 + 64:
+        return None
+    return [i for i, b in enumerate(data) if bytes((b,)) not in textscan._PLAIN]
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        [],
+        [0],
+        [65535],
+        [65536],
+        [65535, 65536, 200_000],
+        list(range(1000, 1300, 3)),
+        list(range(0, 199_999, 700)),
+    ],
+)
+@pytest.mark.parametrize("odd", [b"\xc3", b"\x1c", b"\x1f", b"\xff"])
+def test_odd_bytes_found_by_chunk_equal_a_byte_by_byte_pass(where: list[int], odd: bytes) -> None:
+    data = bytearray(b"step 1 loss 0.5\n" * 12_500)  # 200 000 bytes: four chunks
+    for i in where:
+        data[i : i + 1] = odd
+    assert textscan._odd_bytes(bytes(data)) == _odd_reference(bytes(data))

@@ -9,7 +9,6 @@ sections we parse as a whole (nvidia-smi, lspci, driver version) are held, each 
 
 from __future__ import annotations
 
-import gzip
 import io
 import re
 from collections.abc import Iterator
@@ -129,6 +128,8 @@ def open_text(path: str) -> IO[str]:
     head = raw.read(2)
     raw.seek(0)
     if head == b"\x1f\x8b":
+        import gzip  # (only a compressed report pays for its import)
+
         return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8", errors="replace")
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
 
