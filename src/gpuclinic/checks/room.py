@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING
 
+from gpuclinic import lazyre
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import busy, median, readable, ref
 from gpuclinic.facts.gpu import GpuFacts
@@ -463,7 +464,7 @@ def _when(s: str | None) -> dt.datetime | None:
     return t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo else t
 
 
-_BUS = re.compile(r"bus\s*(?:#|number)?\s*(0x[0-9a-f]+|[0-9a-f]{2}h|\d+)", re.I)
+_BUS = lazyre.compile(r"bus\s*(?:#|number)?\s*(0x[0-9a-f]+|[0-9a-f]{2}h|\d+)", re.I)
 
 
 def _bus_of(text: str) -> int | None:
