@@ -15,7 +15,6 @@ cause (e.g. a GPU hardware fault or a driver that cannot run the framework), 3 c
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import stat
@@ -43,6 +42,8 @@ _SEV = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Severity
 def decode(data: bytes) -> str:
     """Bytes of any kind -> text: gunzip if gzip, UTF-8 (UTF-16 with BOM) with replacement, NULs dropped."""
     if data[:2] == b"\x1f\x8b":
+        import gzip  # (only a compressed input pays for its import)
+
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
                 data = gz.read(MAX_INPUT)
@@ -161,7 +162,7 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
     driver = None
     has_env = (
         contains(text, "Nvidia driver version:")
-        or "PyTorch version:" in text
+        or contains(text, "PyTorch version:")  # (these literals are among the big-text scan's needles)
         or contains(text, "GPU models and configuration:")
     )
     m: re.Match[str] | None = None
@@ -175,7 +176,7 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
         driver = snap.driver_version
     torch_v = cuda = None
     m = re.search(r"^PyTorch version:\s*(\d+\.\d+\S*)\s*$", text, re.M) if has_env else None
-    if m is None and "torch==" in text:
+    if m is None and contains(text, "torch=="):
         m = re.search(r"^\[(?:pip3?|conda)\]\s+torch==(\d+\.\d+\S*)\s*$", text, re.M)
     if m:
         torch_v = m.group(1)

@@ -20,7 +20,6 @@ import bisect
 import itertools
 import os
 import subprocess
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
@@ -78,6 +77,32 @@ def split(text: str) -> list[str]:
     return [*known[1], ""] if text.endswith("\n") else known[1]
 
 
+# the line breaks of str.splitlines() besides "\n", as UTF-8
+_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
+_BREAKS_NON_ASCII = tuple(c.encode() for c in ("\x85", "\u2028", "\u2029"))
+
+
+def only_newlines(data: bytes) -> bool:
+    """``data`` (a text's UTF-8 bytes) holds no line break of ``str.splitlines()`` but ``\n`` (\r, \f,
+    \x1c, \u2028 ...).  (A search per break, not a count: ``in`` runs at ``memchr`` speed.)"""
+    if any(b in data for b in _BREAKS):
+        return False
+    # (each non-ASCII break's last byte first: one memchr, before a multi-byte search)
+    return data.isascii() or not any(b[-1:] in data and b in data for b in _BREAKS_NON_ASCII)
+
+
+def splitlines(text: str) -> list[str]:
+    """``text.splitlines()``; of a text whose bytes are known (:func:`remember`) and hold no other line
+    break than ``\n``, by ``split("\n")`` (a test per character for one break, not for nine)."""
+    known = _BYTES[0]
+    if known is None or known[0] is not text or not only_newlines(known[1]):
+        return text.splitlines()
+    lines = text.split("\n")
+    if not lines[-1]:  # splitlines() ends at the last newline ("" -> [], "a\n" -> ["a"])
+        lines.pop()
+    return lines
+
+
 def remember(text: str, data: bytes) -> None:
     """``data`` is ``text`` encoded as UTF-8 (the input it was decoded from, unchanged): a later scan of
     ``text`` uses it instead of encoding the text again."""
@@ -88,19 +113,109 @@ def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
     """The lines of ``text`` holding any of ``needles`` (ASCII letters case-insensitive; a needle with other
     characters matches them exactly); None when the text cannot be encoded as UTF-8 (lone surrogates).
     The last text's scan is reused (by identity)."""
-    want = frozenset(n.lower() if n.isascii() else n for n in needles if n)
+    want = _want(needles)
     last = _LAST[0]
-    if last is not None and last[0] is text and want <= last[1]:
-        return last[2].only(want) if want != last[1] else last[2]
+    if last is None or last[0] is not text or not want <= last[1]:
+        pending, _PENDING[0] = _PENDING[0], None
+        if pending is not None and pending.text is text and want <= pending.want:
+            _finish(pending)  # the scan started early, for this text and these needles or more
+        else:
+            if pending is not None:
+                pending.cancel()
+            data = _data(text)
+            if data is None:
+                return None
+            found = _grep(data, want)
+            if found is None:
+                found = _python(data, want)
+            _LAST[0] = (text, want, LineHits(data, tuple(found)))
+        last = _LAST[0]
+        assert last is not None
+    return last[2].only(want) if want != last[1] else last[2]
+
+
+def _want(needles: Iterable[str]) -> frozenset[str]:
+    return frozenset(n.lower() if n.isascii() else n for n in needles if n)
+
+
+class _PendingHits:
+    """A literal scan started ahead (:func:`start_line_hits`): grep runs while the caller works on."""
+
+    def __init__(
+        self, text: str, want: frozenset[str], data: bytes, proc: subprocess.Popen[bytes], out: IO[bytes]
+    ) -> None:
+        self.text = text
+        self.want = want
+        self.data = data
+        self._proc = proc
+        self._out = out  # grep's output (a file, not a pipe: grep never waits for a reader)
+
+    def result(self) -> list[tuple[int, int, bytes]] | None:
+        """grep's lines, as :func:`_grep` returns them (None: it failed)."""
+        try:
+            try:
+                rc = self._proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.cancel()
+                return None
+            if rc not in (0, 1):
+                return None
+            self._out.seek(0)
+            return _parse_hits(self._out.read())
+        except (OSError, ValueError):
+            return None
+        finally:
+            self._out.close()
+
+    def cancel(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        self._out.close()
+
+
+_PENDING: list[_PendingHits | None] = [None]
+
+
+def start_line_hits(text: str, needles: Iterable[str]) -> None:
+    """Start the scan a later :func:`line_hits` of ``text`` (the same object) for these ``needles`` or
+    fewer will wait for, so grep runs while the caller splits the text and loads its readers.  A no-op
+    without grep; :func:`cancel_scans` stops a scan nobody asked for."""
+    earlier, _PENDING[0] = _PENDING[0], None
+    if earlier is not None:
+        earlier.cancel()
+    want = _want(needles)
     data = _data(text)
-    if data is None:
-        return None
-    found = _grep(data, want)
+    grep = _grep_binary()
+    if data is None or grep is None or not want:
+        return
+    out = _scratch()
+    try:
+        with _input(data) as f:
+            proc = subprocess.Popen(
+                _grep_argv(grep, want), stdin=f, stdout=out, stderr=subprocess.DEVNULL, env=_c_env()
+            )
+    except (OSError, subprocess.SubprocessError):
+        out.close()
+        return
+    _PENDING[0] = _PendingHits(text, want, data, proc, out)
+
+
+def _finish(pending: _PendingHits) -> None:
+    found = pending.result()
     if found is None:
-        found = _python(data, want)
-    hits = LineHits(data, tuple(found))
-    _LAST[0] = (text, want, hits)
-    return hits
+        found = _python(pending.data, pending.want)
+    _LAST[0] = (pending.text, pending.want, LineHits(pending.data, tuple(found)))
+
+
+def cancel_scans() -> None:
+    """Stop the scans started ahead that were not used (a no-op for those that were)."""
+    pending, _PENDING[0] = _PENDING[0], None
+    if pending is not None:
+        pending.cancel()
+    starts, _STARTS[0] = _STARTS[0], None
+    if starts is not None:
+        starts.cancel()
 
 
 def contains(text: str, literal: str) -> bool:
@@ -143,6 +258,7 @@ class PendingLines:
         self._proc = proc
         self._odd = odd  # the text's bytes when some lines hold a character grep cannot judge
         self._files = files  # grep's output and errors (files, not pipes: grep never waits for a reader)
+        self.pattern: str | None = None  # when started ahead: the pattern
 
     def result(self) -> list[int] | None:
         proc, self._proc = self._proc, None
@@ -188,8 +304,26 @@ class PendingLines:
                 f.close()
 
 
+_STARTS: list[PendingLines | None] = [None]  # a line-start scan started ahead, not yet asked for
+
+
+def prefetch_line_starts(text: str, pattern: str) -> None:
+    """Start the scan a later :func:`start_line_starts` of ``text`` (the same object) and ``pattern``
+    takes over (:func:`cancel_scans` stops it when nobody does)."""
+    earlier, _STARTS[0] = _STARTS[0], None
+    if earlier is not None:
+        earlier.cancel()
+    started = start_line_starts(text, pattern)
+    started.pattern = pattern
+    _STARTS[0] = started
+
+
 def start_line_starts(text: str, pattern: str) -> PendingLines:
     """Start :func:`line_starts` (``.result()`` waits for it)."""
+    ahead = _STARTS[0]
+    if ahead is not None and ahead.text is text and ahead.pattern == pattern:
+        _STARTS[0] = None
+        return ahead
     none = PendingLines(text, None, None, [])
     data = _data(text)
     if data is None:
@@ -205,9 +339,7 @@ def start_line_starts(text: str, pattern: str) -> PendingLines:
     files: list[IO[bytes]] = [_scratch(), _scratch()]
     try:
         with _input(data) as f:
-            proc = subprocess.Popen(
-                argv, stdin=f, stdout=files[0], stderr=files[1], env={**os.environ, "LC_ALL": "C"}
-            )
+            proc = subprocess.Popen(argv, stdin=f, stdout=files[0], stderr=files[1], env=_c_env())
     except (OSError, subprocess.SubprocessError):
         for x in files:
             x.close()
@@ -223,6 +355,8 @@ def _scratch() -> IO[bytes]:
             return open(os.memfd_create("gpuclinic-scan", os.MFD_CLOEXEC), "w+b")
         except OSError:
             pass
+    import tempfile  # (the fallback only: memfd is there on Linux)
+
     return tempfile.TemporaryFile()
 
 
@@ -269,21 +403,43 @@ def _data(text: str) -> bytes | None:
     return data
 
 
+_CHUNK = 1 << 16
+
+
+def _odd_bytes(data: bytes) -> list[int] | None:
+    """The offsets of the bytes outside ``_PLAIN``, in order, or None when there are more than one per KiB
+    (and 64).  Looked for in 64 KiB chunks: a chunk that is ASCII without \\x1c-\\x1f (``isascii`` and four
+    ``memchr``, a fraction of a byte-by-byte pass) holds none, and only the others are filtered byte by
+    byte, then searched with a ``memchr`` pass per distinct such byte."""
+    limit = len(data) // 1024 + 64
+    found = 0
+    pos: list[int] = []
+    for a in range(0, len(data), _CHUNK):
+        chunk = data[a : a + _CHUNK]
+        if chunk.isascii() and not any(c in chunk for c in _ODD_ASCII):
+            continue
+        odd = chunk.translate(None, _PLAIN)  # those bytes, in order
+        found += len(odd)
+        if found > limit:
+            return None
+        for v in set(odd):
+            b = bytes((v,))
+            i = chunk.find(b)
+            while i >= 0:
+                pos.append(a + i)
+                i = chunk.find(b, i + 1)
+    pos.sort()
+    return pos
+
+
 def _odd_lines(data: bytes, anchors: list[tuple[int, int]]) -> list[int] | None:
     """The 0-based lines of ``data`` holding a byte outside ``_PLAIN``, or None when there are many: a
     ``memchr`` pass per distinct such byte (a log has a few characters: a progress bar, a check mark).
     ``anchors``: (0-based line, byte offset of its start) of lines known already (the literal grep's), so
     the newlines are counted from the nearest one, not from the start of the text."""
-    odd = data.translate(None, _PLAIN)  # those bytes, in order
-    if len(odd) > len(data) // 1024 + 64:
+    pos = _odd_bytes(data)
+    if pos is None:
         return None
-    pos: list[int] = []
-    for v in set(odd):
-        b = bytes((v,))
-        i = data.find(b)
-        while i >= 0:
-            pos.append(i)
-            i = data.find(b, i + 1)
     offsets = [off for _, off in anchors]
     out: list[int] = []
     line = prev = 0
@@ -298,27 +454,45 @@ def _odd_lines(data: bytes, anchors: list[tuple[int, int]]) -> list[int] | None:
     return out
 
 
-def _grep(data: bytes, needles: frozenset[str]) -> list[tuple[int, int, bytes]] | None:
+def _c_env() -> dict[str, str]:
+    """grep reads bytes: ASCII case folding only, never an encoding error."""
+    return {**os.environ, "LC_ALL": "C"}
+
+
+def _grep_binary() -> str | None:
     from gpuclinic.sources.kernellog.grepscan import grep_binary
 
-    grep = grep_binary()
-    if grep is None or not needles:
-        return None
+    return grep_binary()
+
+
+def _grep_argv(grep: str, needles: frozenset[str]) -> list[str]:
     argv = [grep, "-a", "-F", "-i", "-n", "-b"]
     for n in sorted(needles):
         argv += ["-e", n]
+    return argv
+
+
+def _parse_hits(stdout: bytes) -> list[tuple[int, int, bytes]]:
+    """grep -n -b's lines: (0-based line, byte offset, the line's bytes); ValueError on a malformed one."""
+    out: list[tuple[int, int, bytes]] = []
+    for ln in stdout.split(b"\n")[:-1] if stdout else ():
+        no, off, body = ln.split(b":", 2)
+        out.append((int(no) - 1, int(off), body))
+    return out
+
+
+def _grep(data: bytes, needles: frozenset[str]) -> list[tuple[int, int, bytes]] | None:
+    grep = _grep_binary()
+    if grep is None or not needles:
+        return None
     try:
         with _input(data) as f:  # a file, not a pipe: one read instead of thousands of writes
             r = subprocess.run(
-                argv, stdin=f, capture_output=True, env={**os.environ, "LC_ALL": "C"}, timeout=60, check=False
+                _grep_argv(grep, needles), stdin=f, capture_output=True, env=_c_env(), timeout=60, check=False
             )
         if r.returncode not in (0, 1):
             return None
-        out: list[tuple[int, int, bytes]] = []
-        for ln in r.stdout.split(b"\n")[:-1] if r.stdout else ():
-            no, off, body = ln.split(b":", 2)
-            out.append((int(no) - 1, int(off), body))
-        return out
+        return _parse_hits(r.stdout)
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
 

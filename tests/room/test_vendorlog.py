@@ -5,10 +5,7 @@ The texts are the real ones of the labelled corpus (tests/fixtures/realworld/cor
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-import pytest
 
 from gpuclinic.diagnose import diagnose
 from gpuclinic.sources.bmc import formats, redfish, vendorlog
@@ -71,11 +68,14 @@ def test_check_ipmi_sensor_summary_is_one_event_per_record() -> None:
 
 
 def test_redfish_members_pasted_together_are_read_as_their_list() -> None:
-    """Two iDRAC SEL LogEntry members copied out of the collection (``{...},{...},``) parse; text that is
-    still not JSON stays an error the evidence reader reports (not an empty, healthy room)."""
+    """Two iDRAC SEL LogEntry members copied out of the collection (``{...},{...},``) parse; a text broken
+    inside the second member gives all before the break and says the rest was not read (not an empty, healthy
+    room, and not an error that drops the first)."""
     text = (CORPUS / "redfish_idrac_sel_members_psu_redundancy_lost_checkredfish_4.txt").read_text()
     room = redfish.parse_text(text)
     assert [e.kind for e in room.events if e.asserted] == ["redundancy_lost"]
-    assert len(room.events) == 2
-    with pytest.raises(json.JSONDecodeError):
-        redfish.parse_text(text.replace('"EntryType":"SEL","Id":"26"', '"Entry\nType":"SEL","Id":"26"'))
+    assert len(room.events) == 2 and room.partial == []
+    broken = redfish.parse_text(text.replace('"EntryType":"SEL","Id":"26"', '"Entry\nType":"SEL","Id":"26"'))
+    assert [e.id for e in broken.events] == ["27", "/redfish/v1/Managers/iDRAC.Embedded.1/Logs/Sel/26"]
+    assert [e.kind for e in broken.events if e.asserted] == ["redundancy_lost"]  # read up to the break
+    assert len(broken.partial) == 1 and "cut off or broken at character" in broken.partial[0]

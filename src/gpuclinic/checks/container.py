@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from gpuclinic import lazyre
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import host_threshold
 from gpuclinic.facts.snapshot import Snapshot
@@ -14,7 +15,7 @@ from gpuclinic.model import Family, Finding
 
 SRC_TOOLKIT = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html"
 SHM_MIN = 1 << 30
-_UUID = re.compile(r"(?:GPU|MIG)-[0-9a-fA-F-]+(?:/\d+/\d+)?", re.I)
+_UUID = lazyre.compile(r"(?:GPU|MIG)-[0-9a-fA-F-]+(?:/\d+/\d+)?", re.I)
 
 
 def _c(snap: Snapshot) -> ContainerFacts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from gpuclinic.accept.specs import match_spec
@@ -128,12 +129,21 @@ def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
 # --------------------------------------------------------------------------------------------------
 
 
+_FATAL_LINK = re.compile(r"(?<![Nn]on)(?<![Nn]on-)\b[Ff]atal error detected on link")
+
+
+def _names_nvlink(e: KernelEvent) -> bool:
+    """An Xid whose text names an NVLink link ("NVLink: fatal error detected on link 6"), whatever its
+    number: the AWS HyperPod agent documents one as Xid 71, which the catalog knows as a copy-engine error."""
+    return e.kind == "xid" and "link" in e.detail and "nvlink" in (e.message or "").lower()
+
+
 @check("kernel.nvlink", codes=["nvlink.error"], what="NVLink and NVSwitch errors (kernel log)")
 def nvlink_errors(snap: Snapshot) -> list[Finding]:
     evs = [
         e
         for e in snap.kernel_events
-        if e.kind in ("nvlink", "sxid") or (e.kind == "xid" and e.xid in NVLINK_XIDS)
+        if e.kind in ("nvlink", "sxid") or (e.kind == "xid" and (e.xid in NVLINK_XIDS or _names_nvlink(e)))
     ]
     if not evs:
         return []
@@ -148,6 +158,7 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
         fatal = any(
             e.detail.get("fatal") is True
             or (e.kind == "xid" and e.xid == 74 and "fatal" in (e.message or "").lower())
+            or (_names_nvlink(e) and _FATAL_LINK.search(e.message or "") is not None)
             for e in group
         )
         nonfatal_only = all(e.detail.get("fatal") is False for e in group)

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING
 
+from gpuclinic import lazyre
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import busy, median, readable, ref
 from gpuclinic.facts.gpu import GpuFacts
@@ -156,6 +157,14 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
             code="room.inlet_cold", severity=S("room.inlet_cold"), family=Family.HEAT,
             title=f"Inlet air at {c:g} °C ({cold.name}) is below ASHRAE A1's allowable "
                   f"{T('ashrae_a1_allowable_min_c'):g} °C",
+            evidence=[_fmt(cold), ranges], source="bmc",
+            data={"inlet_c": c},
+        ))
+    elif c < T("seed_room_min_c"):
+        out.append(Finding(
+            code="room.inlet_cold", severity=S("room.inlet_cold", "seed_range"), family=Family.HEAT,
+            title=f"Inlet air cool: {cold.name} at {c:g} °C is below the {T('seed_room_min_c'):g} °C room "
+                  "guidance, inside ASHRAE A1's allowable range",
             evidence=[_fmt(cold), ranges], source="bmc",
             data={"inlet_c": c},
         ))
@@ -456,7 +465,7 @@ def _when(s: str | None) -> dt.datetime | None:
     return t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo else t
 
 
-_BUS = re.compile(r"bus\s*(?:#|number)?\s*(0x[0-9a-f]+|[0-9a-f]{2}h|\d+)", re.I)
+_BUS = lazyre.compile(r"bus\s*(?:#|number)?\s*(0x[0-9a-f]+|[0-9a-f]{2}h|\d+)", re.I)
 
 
 def _bus_of(text: str) -> int | None:
@@ -481,7 +490,7 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
     times = [t for e in room.events if (t := _when(e.time))]
     now = _when(snap.taken_at) or (max(times) if times else None)
     window = dt.timedelta(hours=T("sel_window_hours"))
-    cleared = {(e.sensor, e.description) for e in room.events if not e.asserted}
+    cleared = _cleared(room.events)
     groups: dict[str, list[R.BmcEvent]] = {}
     for e in room.events:
         if e.kind and e.asserted:
@@ -495,16 +504,23 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
         open_ = [e for e in recent if (e.sensor, e.description) not in cleared]
         code = f"room.sel.{kind}"
         sev = S(code, "not_in_window")  # older than the window, or deasserted since
+        old = [e for e in evs if (e.sensor, e.description) not in cleared and e not in open_]
         if open_:  # the event class's own severity (room_signatures.json)
             sev = Severity.CRITICAL if ec.severity == "critical" else Severity.WARNING
+        elif old and ec.severity == "critical" and not snap.taken_at:
+            # a saved log whose reading time is unknown (the window ends at its newest entry): a critical
+            # fault in it, never cleared, is not history yet
+            sev = S(code, "critical_never_cleared_time_unknown")
         last = evs[-1]
         lines = [f"SEL {e.id} {e.time or '?'}: {e.sensor_type or ''} {e.sensor or ''} | {e.description}"
                  + ("" if e.asserted else " (deasserted)") for e in evs[-5:]]
         note = (f"{len(open_)} in the last {T('sel_window_hours'):g} h" if open_ else
+                f"older than {T('sel_window_hours'):g} h, never deasserted" if sev > Severity.INFO else
                 "older than the window or deasserted since")
         gpu: GpuRef | None = None
         data: dict[str, object] = {"kind": kind, "count": len(evs), "recent": len(open_)}
-        title = f"BMC event log: {last.description or kind} ({len(evs)}×, {note})"
+        where = ("Host hardware log" if all(e.source.startswith("host: ") for e in evs) else "BMC event log")
+        title = f"{where}: {last.description or kind} ({len(evs)}×, {note})"
         if kind == "pcie_fatal":
             gpu, xid_lines = _pcie_gpu(snap, evs)
             if xid_lines:
@@ -517,6 +533,22 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
                            title=title, evidence=lines, remedy=remedy(f"room.sel.{kind}"), gpu=gpu,
                            source="bmc",
                            data=data))
+    return out
+
+
+def _cleared(events: list[R.BmcEvent]) -> set[tuple[str | None, str]]:
+    """(sensor, description) whose latest record is a deassertion: by time when every record of it has
+    one (Redfish lists newest first), else in the log's order (a fan that went low again after its
+    deassertion is low now)."""
+    last: dict[tuple[str | None, str], list[tuple[dt.datetime | None, int, bool]]] = {}
+    for i, e in enumerate(events):
+        last.setdefault((e.sensor, e.description), []).append((_when(e.time), i, e.asserted))
+    out = set()
+    for key, recs in last.items():
+        if all(t is not None for t, _, _ in recs):
+            recs = sorted(recs, key=lambda r: (r[0], r[1]))
+        if not recs[-1][2]:
+            out.add(key)
     return out
 
 

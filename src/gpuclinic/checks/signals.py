@@ -35,6 +35,7 @@ MAX_EVIDENCE = 4
         "driver.not_loaded",
         "dcgm.diag_fail",
         "host.hung_task",
+        "evidence.partial",
         "error.*",
     ],
     what="fault signatures in the evidence",

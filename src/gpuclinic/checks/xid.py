@@ -6,8 +6,7 @@ fatal to the job, reset, reboot, RMA) from ``knowledge/data/xid_classes.json``.
 
 from __future__ import annotations
 
-import re
-
+from gpuclinic import lazyre
 from gpuclinic.checks import check
 from gpuclinic.checks._kernel import (
     NVLINK_XIDS,
@@ -30,7 +29,7 @@ from gpuclinic.record import field, record
 # xid.<N>
 # --------------------------------------------------------------------------------------------------
 
-_RE_RECOVERY = re.compile(r"from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)")
+_RE_RECOVERY = lazyre.compile(r"from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)")
 
 
 # the catalog category of Xids that report no fault (SMBPBI test messages, recovery-action changes)

@@ -93,6 +93,7 @@ class RoomFacts:
     fru: dict[str, str] = field(default_factory=dict)  # product/board manufacturer, name, serial...
     bmc: str | None = None  # where it was read: "in-band", host[:port], a URL (never credentials)
     sources: list[str] = field(default_factory=list)  # what was read ("ipmitool sdr elist", ...)
+    partial: list[str] = field(default_factory=list)  # why a saved output was read only in part (cut off)
 
     def add_source(self, what: str) -> None:
         if what not in self.sources:
@@ -140,3 +141,4 @@ class RoomFacts:
         self.bmc = self.bmc or other.bmc
         for s in other.sources:
             self.add_source(s)
+        self.partial.extend(p for p in other.partial if p not in self.partial)

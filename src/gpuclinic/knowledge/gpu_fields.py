@@ -27,6 +27,7 @@ class FieldRow:
     xml_reader: str | None = None  # "schema": the XML reader reads it straight from this row
     text_reader: str | None = None  # "schema": the -q text reader reads it straight from this row
     nvml_read: NvmlRead | None = None  # how the NVML source reads it, when one call gives the value
+    dcgm: tuple[str, ...] = ()  # dcgm-exporter metric names (DCGM field names) of this fact
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ def fields() -> tuple[FieldRow, ...]:
             xml_reader=r.get("xml_reader"),
             text_reader=r.get("text_reader"),
             nvml_read=_nvml_read(r.get("nvml_read")),
+            dcgm=tuple(r.get("dcgm") or ()),
         )
         for r in load_data("gpu_fields.json")["fields"]
     )
@@ -150,3 +152,19 @@ def counter_names() -> dict[str, str]:
 def lifetime_facts() -> frozenset[str]:
     """Facts that are counters (lifetime or since the driver loaded): counts, never rates by themselves."""
     return frozenset(r.fact for r in fields() if r.counter)
+
+
+@dataclass(frozen=True)
+class DcgmSchema:
+    blank_ranges: tuple[tuple[float, float], ...]  # DCGM's "no value" sentinels (inclusive ranges)
+    reason_count_metrics: dict[str, str]  # metric name -> the label naming the clock-event reason
+
+
+@cache
+def dcgm_schema() -> DcgmSchema:
+    """How dcgm-exporter's /metrics text maps onto GPU facts (``dcgm`` of gpu_fields.json)."""
+    d = load_data("gpu_fields.json")["dcgm"]
+    return DcgmSchema(
+        blank_ranges=tuple((float(a), float(b)) for a, b in d["blank_ranges"]),
+        reason_count_metrics=dict(d["reason_count_metrics"]),
+    )

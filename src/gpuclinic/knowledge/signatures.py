@@ -23,7 +23,7 @@ from gpuclinic.textscan import line_hits, split
 
 CATEGORIES = (
     "cuda_oom", "nccl_timeout", "nccl", "cuda_runtime", "driver", "nvml", "hardware", "container", "python",
-    "host_oom",
+    "host_oom", "download", "scheduler",
 )
 # The report family (model.Family value) of each signature category: one mapping for explain and evidence.
 CATEGORY_FAMILY: dict[str, str] = {
@@ -37,6 +37,8 @@ CATEGORY_FAMILY: dict[str, str] = {
     "container": "software",
     "python": "software",
     "host_oom": "host",
+    "download": "network",  # model/package/repo downloads (Hugging Face, pip, git)
+    "scheduler": "software",  # the job's own limits and requests (Slurm time limit, k8s GPU requests)
 }
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 MAX_LINE = 400  # matched_line is cut to this many characters
@@ -478,14 +480,33 @@ def rejoined(text: str) -> list[tuple[int, str]]:
 _TABLE_PAIR = re.compile(r"\|[ \t]*\r?\n(?=[ \t]*\|(?:[ \t]*\|)+ \S)")  # a row, then a continuation row
 
 
+_PIPES_ONE_BY_ONE = 4096  # "|" tried one by one (a memchr to each); past these, the regex's own scan
+
+
 def _table_rows(text: str) -> list[int]:
-    """0-based numbers of the table rows whose last cell continues on the next row (found at regex speed)."""
+    """0-based numbers of the table rows whose last cell continues on the next row.  A match starts at a
+    "|": the pattern is tried at each "|" (found at ``memchr`` speed; a long log has a few), the same
+    matches as its scan of every character; a text full of tables is left to that scan."""
     out: list[int] = []
     line, pos = 0, 0
-    for m in _TABLE_PAIR.finditer(text):
-        line += text.count("\n", pos, m.start())
-        pos = m.start()
+    i = text.find("|")
+    tried = 0
+    while i >= 0:
+        tried += 1
+        if tried > _PIPES_ONE_BY_ONE:
+            for mm in _TABLE_PAIR.finditer(text, i):
+                line += text.count("\n", pos, mm.start())
+                pos = mm.start()
+                out.append(line)
+            break
+        m = _TABLE_PAIR.match(text, i)
+        if m is None:
+            i = text.find("|", i + 1)
+            continue
+        line += text.count("\n", pos, i)
+        pos = i
         out.append(line)
+        i = text.find("|", m.end())
     return out
 
 

@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Callable
 
+from gpuclinic import lazyre, textscan
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.gpu import GpuFacts
@@ -58,7 +59,7 @@ def new_snapshot() -> Snapshot:
 
 # ---------------------------------------------------------------------------------------------- detection
 
-_QUOTE_RE = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
+_QUOTE_RE = lazyre.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
 
 
 def unquote(text: str) -> str:
@@ -294,10 +295,13 @@ def add_text(
                 InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1, readers=[kind])
             )
         return kind
+    ahead = len(text) >= segments.PREFETCH_CHARS
+    if ahead:  # grep scans the text while it is split into lines
+        segments.prefetch(text)
     try:
         rec = segments.read_lines(
             snap,
-            text.splitlines(),
+            textscan.splitlines(text),
             origin,
             detect=lambda t: detect(t[:SAMPLE_BYTES]),
             apply_rest=_apply_text,
@@ -308,6 +312,9 @@ def add_text(
         )
     except ValueError:
         raise InputError(f"{origin}: not recognised; expected {EXPECTED}") from None
+    finally:
+        if ahead:
+            textscan.cancel_scans()
     snap.input_records.append(rec)
     return rec.kind
 

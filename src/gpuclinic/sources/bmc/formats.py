@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from gpuclinic.facts.room import RoomFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources.bmc import freeipmi, ipmitool, lmsensors, logutil, redfish, vendorlog
+from gpuclinic.sources.bmc import freeipmi, ipmitool, lmsensors, logutil, redfish, salvage, vendorlog
 
 PREFIX = "room:"
 
@@ -61,6 +61,8 @@ def apply(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         or room.redundancy
     ):
         raise ValueError(f"{kind.removeprefix(PREFIX)} output holds no sensor, power supply or event")
+    for why in room.partial:
+        salvage.note_partial(snap, origin, why)
     if snap.room is None:
         snap.room = RoomFacts()
     snap.room.merge(room)

@@ -12,15 +12,17 @@ import os
 import re
 from typing import Any
 
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
+from gpuclinic.sources.bmc import salvage
 from gpuclinic.sources.bmc.common import finish, make_sensor
 
-_PREFIX = re.compile(r"^(temp|fan|in|curr|power)(\d+)_(\w+)$")
+_PREFIX = lazyre.compile(r"^(temp|fan|in|curr|power)(\d+)_(\w+)$")
 _UNIT = {"temp": "C", "fan": "RPM", "in": "V", "curr": "A", "power": "W"}
 _THR = {"max": "unc", "crit": "ucr", "emergency": "unr", "min": "lnc", "lcrit": "lcr", "cap": "ucr"}
-_CHIP = re.compile(r"^[\w.]+(?:-[\w.]+){1,3}$")
-_TEXT_ROW = re.compile(r"^([^:]{1,40}):\s+([-+]?\d+(?:\.\d+)?)\s*(°C|Â°C|C|RPM|V|mV|A|W|mW)\b(.*)$")
-_TEXT_THR = re.compile(r"(\w+)\s*=\s*([-+]?\d+(?:\.\d+)?)")
+_CHIP = lazyre.compile(r"^[\w.]+(?:-[\w.]+){1,3}$")
+_TEXT_ROW = lazyre.compile(r"^([^:]{1,40}):\s+([-+]?\d+(?:\.\d+)?)\s*(°C|Â°C|C|RPM|V|mV|A|W|mW)\b(.*)$")
+_TEXT_THR = lazyre.compile(r"(\w+)\s*=\s*([-+]?\d+(?:\.\d+)?)")
 
 
 def _loads_lenient(text: str) -> Any:
@@ -110,13 +112,20 @@ def parse_obj(data: dict[str, Any], source: str) -> R.RoomFacts:
 
 
 def parse_json(text: str) -> R.RoomFacts:
-    data = _loads_lenient(text)
+    why = None
+    try:
+        data = _loads_lenient(text)
+    except ValueError:  # cut off: the chips complete before the cut (ValueError when none is)
+        data, why = salvage.loads_partial(re.sub(r",(\s*[}\]])", r"\1", text))
     if not isinstance(data, dict):
         return R.RoomFacts()
-    return parse_obj(data, "sensors -j")
+    room = parse_obj(data, "sensors -j")
+    if why:
+        room.partial.append(f"sensors -j {why}")
+    return room
 
 
-_RAW_SUB = re.compile(r"^\s+((?:temp|fan|in|curr|power)\d+_\w+):\s*([-+]?\d+(?:\.\d+)?)\s*$")
+_RAW_SUB = lazyre.compile(r"^\s+((?:temp|fan|in|curr|power)\d+_\w+):\s*([-+]?\d+(?:\.\d+)?)\s*$")
 
 
 def claims_raw(text: str) -> bool:

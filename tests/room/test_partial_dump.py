@@ -1,0 +1,96 @@
+"""BMC dumps cut off part-way: read up to the cut, said to be partial, and their faults still judged.
+
+A Redfish LogEntry pasted without its closing brace used to read as "NO KNOWN CAUSE FOUND" (exit 0)
+although its message is a lost PSU redundancy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.explain import explain_text
+from gpuclinic.sources.bmc import formats, lmsensors, redfish, salvage
+from gpuclinic.sources.evidence_text import snapshot_from_text
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "corpus"
+IDRAC = CORPUS / "redfish_idrac_sel_members_psu_redundancy_lost_checkredfish_4.txt"
+
+CUT_ENTRY = (
+    '{"@odata.id": "/redfish/v1/Systems/1/LogServices/Sel/Entries/5", "Message": "Power supply '
+    'redundancy is lost", "Severity": "Critical", "Created": "2024-01-01T00:00:00Z"'
+)
+
+
+def _codes(text: str) -> dict[str, str]:
+    rep = explain_text(text, "paste.json")
+    return {f.code: f.severity.name.lower() for f in rep.findings}
+
+
+def test_cut_log_entry_without_type_finds_the_fault_and_says_partial() -> None:
+    assert formats.detect(CUT_ENTRY) == "room:redfish"  # typed by its URI: no "@odata.type" in the paste
+    rep = explain_text(CUT_ENTRY, "paste.json")
+    codes = {f.code: f for f in rep.findings}
+    assert codes["room.sel.redundancy_lost"].severity.name == "WARNING"
+    part = codes["evidence.partial"]
+    assert part.severity.name == "INFO" and "never closed" in part.evidence[0]
+    assert rep.exit_code == 1 and "explain.no_match" not in codes
+
+
+def test_doctor_from_reads_the_cut_entry(tmp_path: Path) -> None:
+    snap = snapshot_from_text(CUT_ENTRY, "paste.json")
+    assert snap.room is not None and [e.kind for e in snap.room.events] == ["redundancy_lost"]
+    assert [s.code for s in snap.signals] == ["evidence.partial"]
+    assert any("paste.json: Redfish JSON is cut off" in n for n in snap.notes)
+
+
+@pytest.mark.parametrize("keep", [0.55, 0.7, 0.85, 0.97])
+def test_real_idrac_members_cut_anywhere_after_the_fault_keep_it(keep: float) -> None:
+    """The real iDRAC paste, cut at points after member 26's EntryCode: the lost redundancy stays found."""
+    text = IDRAC.read_text().strip()
+    at = text.index('"EntryCode":"Redundancy Lost"') + len('"EntryCode":"Redundancy Lost"')
+    cut = text[: at + int((len(text) - at) * keep)]
+    room = redfish.parse_text(cut)
+    assert "redundancy_lost" in [e.kind for e in room.events if e.asserted]
+    assert len(room.partial) == 1
+    assert _codes(cut)["room.sel.redundancy_lost"] == "warning"
+
+
+def test_whole_document_is_not_partial() -> None:
+    room = redfish.parse_text(IDRAC.read_text())
+    assert room.partial == [] and len(room.events) == 2
+    assert "evidence.partial" not in _codes(IDRAC.read_text())
+
+
+def test_cut_before_any_complete_member_is_unreadable_not_healthy() -> None:
+    with pytest.raises(ValueError):
+        salvage.loads_partial('{"@odata.id": "/redfish/v1/Systems/1/LogServices/Sel/Entr', lead="[")
+
+
+def test_entry_cut_inside_its_message_is_partial_and_no_event() -> None:
+    room = redfish.parse_text(CUT_ENTRY[: CUT_ENTRY.index("redundancy is")])
+    assert room.events == [] and room.events_read and len(room.partial) == 1
+
+
+def test_loads_partial_keeps_complete_members_and_escaped_quotes() -> None:
+    data, why = salvage.loads_partial('{"a": [1, 2, {"m": "x \\" }, y"}, {"m": "cut')
+    assert data == {"a": [1, 2, {"m": 'x " }, y'}]}
+    assert why is not None and "the last" in why
+    assert salvage.loads_partial('{"a": 1}') == ({"a": 1}, None)
+
+
+def test_sensors_json_cut_off_reads_the_chips_before_the_cut() -> None:
+    whole = {
+        "coretemp-isa-0000": {
+            "Adapter": "ISA adapter",
+            "Package id 0": {"temp1_input": 41.0, "temp1_max": 80.0, "temp1_crit": 100.0},
+        },
+        "nvme-pci-0100": {"Adapter": "PCI adapter", "Composite": {"temp1_input": 38.85}},
+    }
+    text = json.dumps(whole, indent=2)
+    cut = text[: text.index('"Composite"') + 5]
+    room = lmsensors.parse_json(cut)
+    assert [s.name for s in room.sensors][:1] == ["Package id 0"]
+    assert len(room.partial) == 1 and room.partial[0].startswith("sensors -j JSON is cut off")
