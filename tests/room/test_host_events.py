@@ -143,3 +143,13 @@ def test_inlet_below_the_room_guidance(celsius: float, severity: str | None) -> 
     fs, _ = run_checks(Snapshot(room=R.RoomFacts(sensors=[s])), only=["room.inlet"])
     got = {f.code: f.severity.name.lower() for f in fs}
     assert got.get("room.inlet_cold") == severity
+
+
+def test_redfish_event_payload_is_read_as_log_entries() -> None:
+    """An EventService push (``#Event`` with ``Events``): the real iDRAC R470 record, wrapped in the
+    Event document it was cut from."""
+    t = (CORPUS / "redfish_event_payload_fragments_inlet_warning_r470_idrac_353.txt").read_text()
+    block = t[t.index('"Events": ['): t.index(" ],") + 2]
+    doc = '{"@odata.type": "#Event.v1_7_0.Event", "Id": "1", "Name": "Event Array", ' + block + "}"
+    room = formats.parse(formats.detect(doc) or "", doc)
+    assert [(e.id, e.kind, e.severity) for e in room.events] == [("2162", "temperature_warning", "Warning")]

@@ -397,6 +397,11 @@ def parse_doc(
         _redundancy(room, doc.get("FanRedundancy"))
     elif t == "LogEntryCollection":
         room = log_entries(doc, src)
+    elif t == "Event":  # an EventService push (``Events`` records): each read as a log entry
+        room = log_entries({"Members": [
+            {**e, "Created": e.get("EventTimestamp"), "Id": e.get("EventId") or e.get("MemberId"),
+             "Severity": e.get("Severity") or e.get("MessageSeverity")}
+            for e in doc.get("Events") or [] if isinstance(e, dict)]}, src)
     elif t == "LogEntry":
         room = log_entries({"Members": [doc]}, src)  # (an entry cut off before its message is no event)
     if t:
@@ -424,6 +429,7 @@ _ROOM_TYPES = (
     "LogEntryCollection",
     "LogEntry",
     "EnvironmentMetrics",
+    "Event",
 )
 
 
