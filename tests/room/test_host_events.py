@@ -153,3 +153,14 @@ def test_redfish_event_payload_is_read_as_log_entries() -> None:
     doc = '{"@odata.type": "#Event.v1_7_0.Event", "Id": "1", "Name": "Event Array", ' + block + "}"
     room = formats.parse(formats.detect(doc) or "", doc)
     assert [(e.id, e.kind, e.severity) for e in room.events] == [("2162", "temperature_warning", "Warning")]
+
+
+def test_sel_list_verbose_records_are_read() -> None:
+    """``ipmitool sel elist -v`` / ``sel get``: one event per ``SEL Record ID`` block, deassertions kept."""
+    text = (CORPUS / "sel_elist_v_ocpsel_decoded_uncorrectable_mce_moxspec.txt").read_text()
+    room = ipmitool.parse_any(text)
+    assert [(e.id, e.sensor_type, e.sensor, e.time, e.kind) for e in room.events] == [
+        ("00a1", "Processor", "#0x40", "2019-08-08T10:37:17", "cpu_ierr")
+    ]
+    deassert = text.replace("Assertion Event", "Deassertion Event")
+    assert not ipmitool.parse_any(deassert).events[0].asserted
