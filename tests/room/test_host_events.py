@@ -164,3 +164,15 @@ def test_sel_list_verbose_records_are_read() -> None:
     ]
     deassert = text.replace("Assertion Event", "Deassertion Event")
     assert not ipmitool.parse_any(deassert).events[0].asserted
+
+
+def test_super_io_with_unset_limits_raises_no_alarm() -> None:
+    """Every input of a W83667HG whose limits were never set prints ALARM: its limits are dropped, the
+    spinning fans stay fans, the 0 RPM ones are empty headers; a chip with sane limits still alarms."""
+    text = (CORPUS / "sensors_w83667hg_unset_limits_every_alarm_gnomesensors_34.txt").read_text()
+    room = formats.parse(formats.detect(text) or "", text)
+    assert {f.name for f in room.fans() if not f.absent} == {"fan1", "fan2", "fan4"}
+    assert all(not s.thresholds and s.level == "ok" for s in room.sensors)
+    assert not [f for f in explain_text(text).findings if f.severity.name != "INFO"]
+    sane = "it8728-isa-0a30\nAdapter: ISA adapter\nfan1:        0 RPM  (min =  600 RPM)  ALARM\n"
+    assert _codes_of(sane).get("room.fan_failed") == "critical"
