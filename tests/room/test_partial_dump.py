@@ -110,3 +110,19 @@ def test_table_or_csv_dump_cut_inside_its_last_row_is_partial() -> None:
     assert salvage.cut_last_row(sel) is None
     row7 = "7    | Aug-22-2017 | 15:10:15 | System Chassis Chassis Intru\n"  # the issue's excerpt ends so
     assert "evidence.partial" in _codes(sel + row7)
+
+
+def test_redfish_printed_by_python_is_read() -> None:
+    """``pprint(response.dict)`` of the real iDRAC entry: single quotes, read through ast.literal_eval;
+    cut inside its message it is unreadable, and explain says so instead of a bare "no known cause"."""
+    import pprint
+
+    docs = json.loads("[" + IDRAC.read_text().strip().rstrip(",") + "]")
+    rep = pprint.pformat(docs[1], width=60)
+    assert formats.detect(rep) == "room:redfish"
+    assert _codes(rep)["room.sel.redundancy_lost"] == "warning"
+    cut = rep[: rep.index("redundancy is")]
+    report = explain_text(cut, "paste.txt")
+    part = [f for f in report.findings if f.code == "evidence.partial"]
+    assert part and "could not be read" in part[0].evidence[0]
+    assert report.explain_summary()["cause_found"] is False and report.exit_code == 0
