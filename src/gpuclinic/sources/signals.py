@@ -31,13 +31,23 @@ class EvidenceSignature:
     id: str
     extract: str  # xid | signal | room_event
     needles: tuple[str, ...]
-    pattern: re.Pattern[str]
+    regex: str
     source: str
     net: bool = False  # only when no parser produced an event for the line
     code: str = ""
     severity_when: str | None = None  # the codes.json severity condition this signature means
     title: str = ""
     remedy: str = ""
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        """The compiled ``regex``, compiled when a line first holds a needle (most never meet one)."""
+        return _compiled(self.regex)
+
+
+@cache
+def _compiled(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)
 
 
 @cache
@@ -49,7 +59,7 @@ def evidence_signatures() -> tuple[EvidenceSignature, ...]:
                 id=e["id"],
                 extract=e["extract"],
                 needles=tuple(e["needles"]),
-                pattern=re.compile(e["pattern"]),
+                regex=e["pattern"],
                 source=e["source"],
                 net=bool(e.get("net")),
                 code=e.get("code", ""),

@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 from gpuclinic.sources.bmc import salvage
@@ -59,17 +60,17 @@ def _level_word(health: str | None, absent: bool) -> str:
 # a document pasted without its "@odata.type" (cut off, or copied from a viewer that hides annotations):
 # its type from the URI it names (the Redfish resource URIs of DSP0266 / the schemas' Redfish.Uris)
 _TYPE_BY_URI = (
-    (re.compile(r"/LogServices/[^/]+/Entries/[^/]+$"), "LogEntry"),
-    (re.compile(r"/LogServices/[^/]+/Entries$"), "LogEntryCollection"),
-    (re.compile(r"/Chassis/[^/]+/Thermal$"), "Thermal"),
-    (re.compile(r"/Chassis/[^/]+/Power$"), "Power"),
-    (re.compile(r"/ThermalSubsystem$"), "ThermalSubsystem"),
-    (re.compile(r"/ThermalSubsystem/ThermalMetrics$"), "ThermalMetrics"),
-    (re.compile(r"/ThermalSubsystem/Fans/[^/]+$"), "Fan"),
-    (re.compile(r"/PowerSubsystem$"), "PowerSubsystem"),
-    (re.compile(r"/PowerSubsystem/PowerSupplies/[^/]+$"), "PowerSupply"),
-    (re.compile(r"/Chassis/[^/]+/Sensors/[^/]+$"), "Sensor"),
-    (re.compile(r"/Chassis/[^/]+/EnvironmentMetrics$"), "EnvironmentMetrics"),
+    (lazyre.compile(r"/LogServices/[^/]+/Entries/[^/]+$"), "LogEntry"),
+    (lazyre.compile(r"/LogServices/[^/]+/Entries$"), "LogEntryCollection"),
+    (lazyre.compile(r"/Chassis/[^/]+/Thermal$"), "Thermal"),
+    (lazyre.compile(r"/Chassis/[^/]+/Power$"), "Power"),
+    (lazyre.compile(r"/ThermalSubsystem$"), "ThermalSubsystem"),
+    (lazyre.compile(r"/ThermalSubsystem/ThermalMetrics$"), "ThermalMetrics"),
+    (lazyre.compile(r"/ThermalSubsystem/Fans/[^/]+$"), "Fan"),
+    (lazyre.compile(r"/PowerSubsystem$"), "PowerSubsystem"),
+    (lazyre.compile(r"/PowerSubsystem/PowerSupplies/[^/]+$"), "PowerSupply"),
+    (lazyre.compile(r"/Chassis/[^/]+/Sensors/[^/]+$"), "Sensor"),
+    (lazyre.compile(r"/Chassis/[^/]+/EnvironmentMetrics$"), "EnvironmentMetrics"),
 )
 
 
@@ -449,8 +450,8 @@ def claims(text: str) -> bool:
     )
 
 
-_MEMBER = re.compile(r'^\s*\{\s*\n?\s*"@odata\.(?:id|type|context)"', re.M)
-_ODATA_ID = re.compile(r'"@odata\.id"\s*:\s*"(/redfish/v1/[^"#]*?)/?"')
+_MEMBER = lazyre.compile(r'^\s*\{\s*\n?\s*"@odata\.(?:id|type|context)"', re.M)
+_ODATA_ID = lazyre.compile(r'"@odata\.id"\s*:\s*"(/redfish/v1/[^"#]*?)/?"')
 
 
 def parse_text(text: str) -> R.RoomFacts:

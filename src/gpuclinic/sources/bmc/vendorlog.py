@@ -18,29 +18,30 @@ The messages are classified by the room signatures (``room_signatures.json``), l
 
 from __future__ import annotations
 
-import re
-
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 
-_IML = re.compile(
+_IML = lazyre.compile(
     r"^\s*(?P<sev>OK|Informational|Repaired|Caution|Warning|Critical|Degraded)\s*:\s*"
     r"Class (?P<cls>\d+) / Code (?P<code>\d+):\s+(?P<msg>\S.*?)\s*$"
 )
-_SMC = re.compile(r"^\s*(?P<msg>\S.*?)\s+-\s+(?P<state>Assertion|De-?assertion)\s*$")
+_SMC = lazyre.compile(r"^\s*(?P<msg>\S.*?)\s+-\s+(?P<state>Assertion|De-?assertion)\s*$")
 # the same log saved as CSV rows: ``id,YYYY/MM/DD hh:mm:ss,sensor,type,event - Assertion``
-_SMC_CSV = re.compile(
+_SMC_CSV = lazyre.compile(
     r"^\s*(?P<id>\d+),(?P<date>\d{4}/\d\d/\d\d) (?P<time>\d\d:\d\d:\d\d),(?P<sensor>[^,]*),(?P<type>[^,]*),"
     r"(?P<msg>\S.*?)\s+-\s+(?P<state>Assertion|De-?assertion)\s*$"
 )
-_OMSA = re.compile(
+_OMSA = lazyre.compile(
     r"^(?:(?P<time>[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d)\s+\S+\s+)?Server Administrator:\s*"
     r"(?P<svc>[\w ]+?) EventID: (?P<id>\d+)\s+(?P<msg>\S.*?)\s*$"
 )
-_NAGIOS = re.compile(r"^\s*IPMI Status: \w+ \[\d+ system event log \(SEL\) entries present - details: ")
-_NAGIOS_REC = re.compile(r"\((?P<name>[^=()]+?) = (?P<state>\w+), (?P<type>[^,()]+), (?P<event>[^()]+?)\)")
+_NAGIOS = lazyre.compile(r"^\s*IPMI Status: \w+ \[\d+ system event log \(SEL\) entries present - details: ")
+_NAGIOS_REC = lazyre.compile(
+    r"\((?P<name>[^=()]+?) = (?P<state>\w+), (?P<type>[^,()]+), (?P<event>[^()]+?)\)"
+)
 _KEYS = ("Class ", "ssertion", "EventID: ", "IPMI Status: ")  # a line of each format holds one
-_OMSA_SENSOR = re.compile(r"\s{2}Sensor location: (?P<sensor>.+?)(?:\s{2}|$)")
+_OMSA_SENSOR = lazyre.compile(r"\s{2}Sensor location: (?P<sensor>.+?)(?:\s{2}|$)")
 
 
 # each format's line holds its literal: only those lines are tried, with only that format's pattern (a
