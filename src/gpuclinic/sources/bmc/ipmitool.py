@@ -462,8 +462,8 @@ def parse_verbose(text: str, source: str = "ipmitool sensor get / sdr -v") -> R.
 # ------------------------------------------------------------------------------ sel list -v / sel get
 # ``SEL Record ID : 00a1`` then indented ``Key : value`` lines (lib/ipmi_sel.c, the verbose entry print);
 # ``sel get`` adds the sensor's own record (``Sensor ID : CPU0_Status (0x70)``) after a blank line.
-_SELV_ID = re.compile(r"^\s*-?\s*SEL Record ID\s*:\s*([0-9A-Fa-f]+)\s*$")
-_SELV_KV = re.compile(
+_SELV_ID = lazyre.compile(r"^\s*-?\s*SEL Record ID\s*:\s*([0-9A-Fa-f]+)\s*$")
+_SELV_KV = lazyre.compile(
     r"^\s*-?\s*(Timestamp|Sensor Type|Sensor Number|Event Direction|Description|Sensor ID)\s*:\s*(.*?)\s*$"
 )
 
