@@ -52,7 +52,9 @@ class Report:
 
     def explain_summary(self) -> dict[str, Any]:
         """What explain found: the cause, its kind and severity, or that no known cause was found."""
-        real = [i for i in self.incidents if i.code not in ("explain.no_match", "software.inventory")]
+        # (a reading summary and a note that the input was read only in part are not causes)
+        not_causes = ("explain.no_match", "software.inventory", "room.status", "evidence.partial")
+        real = [i for i in self.incidents if i.code not in not_causes]
         if not real:
             return {"cause_found": False, "summary": "no known cause found"}
         top = real[0]

@@ -211,7 +211,8 @@ def _room_event(snap: Snapshot, sig: EvidenceSignature, m: re.Match[str], origin
     from gpuclinic.facts import room as R
     from gpuclinic.knowledge.room import classify_event
 
-    msg = (m.groupdict().get("msg") or m.group(0)).strip()
+    gd = m.groupdict()
+    msg = (gd.get("msg") or gd.get("msg2") or m.group(0)).strip()
     ec = classify_event(None, None, msg)
     if ec is None:
         return False
