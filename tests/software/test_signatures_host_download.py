@@ -52,6 +52,8 @@ FIRST: dict[str, str] = {
     "nccl_cuda_failure_named_symbol_repeated_nccl_1528.txt": "cuda.symbol_not_found",
     "slurm_invalid_gpu_spec_unspecified_clima_424.txt": "slurm.invalid_gres",
     "win1455_paging_file_chinese_spawn_weclip_5.txt": "host.cpu_alloc_failed",
+    "nccl_bootstrap_no_socket_interface_mambatree_14.txt": "nccl.no_socket_interface",
+    "nccl_ofi_register_mr_enomem_mpi_prefixed_nccl_563.txt": "nccl.memlock_limit",
 }
 
 
