@@ -54,6 +54,8 @@ FIRST: dict[str, str] = {
     "win1455_paging_file_chinese_spawn_weclip_5.txt": "host.cpu_alloc_failed",
     "nccl_bootstrap_no_socket_interface_mambatree_14.txt": "nccl.no_socket_interface",
     "nccl_ofi_register_mr_enomem_mpi_prefixed_nccl_563.txt": "nccl.memlock_limit",
+    "ctk_mount_error_file_exists_escaped_wrapped_nvdocker_825.txt": "container_cli.mount_error",
+    "ctk_mount_error_stat_failed_proc_gpus_busid_nvdocker_1316.txt": "container_cli.mount_error",
 }
 
 
