@@ -77,7 +77,7 @@ def test_first_signature_of_real_text(name: str) -> None:
     text = (CORPUS / name).read_text(encoding="utf-8")
     ms = match(text)
     assert ms and ms[0].id == FIRST[name], [m.id for m in ms]
-    assert ms[0].matched_line in text
+    assert ms[0].matched_line in text or ms[0].matched_line in text.replace("\n", "")  # hard-wrapped pastes
 
 
 def test_host_ram_failure_with_a_cuda_oom_hint_is_not_a_cuda_oom() -> None:
