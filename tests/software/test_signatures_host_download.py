@@ -56,6 +56,7 @@ FIRST: dict[str, str] = {
     "nccl_ofi_register_mr_enomem_mpi_prefixed_nccl_563.txt": "nccl.memlock_limit",
     "ctk_mount_error_file_exists_escaped_wrapped_nvdocker_825.txt": "container_cli.mount_error",
     "ctk_mount_error_stat_failed_proc_gpus_busid_nvdocker_1316.txt": "container_cli.mount_error",
+    "hf_gated_repo_tgi_cloudwatch_copy_optimumneuron_535.txt": "download.gated_repo",
 }
 
 
