@@ -57,6 +57,8 @@ FIRST: dict[str, str] = {
     "ctk_mount_error_file_exists_escaped_wrapped_nvdocker_825.txt": "container_cli.mount_error",
     "ctk_mount_error_stat_failed_proc_gpus_busid_nvdocker_1316.txt": "container_cli.mount_error",
     "hf_gated_repo_tgi_cloudwatch_copy_optimumneuron_535.txt": "download.gated_repo",
+    "gpu_bf16_unsupported_xinference_actor_prefix_xinference_3486.txt": "gpu.dtype_unsupported",
+    "gpu_fp8_quant_min_capability_vllm_4327.txt": "gpu.dtype_unsupported",
 }
 
 
