@@ -109,6 +109,19 @@ def _attach_gpu(snap: Snapshot, f: Finding) -> None:
         f.gpu = GpuRef(index=f.gpu.index, pci_bus_id=normalize_bus_id(f.gpu.pci_bus_id), uuid=f.gpu.uuid)
 
 
+def _failed_reads(snap: Snapshot) -> list[Skipped]:
+    """GPU fields answered by an error ("ERR!", "[Unknown Error]"): said, never passed over as healthy."""
+    from gpuclinic.sources.smi_common import failed_reads
+
+    out = []
+    for g in snap.gpus:
+        bad = failed_reads(g)
+        if bad:
+            whys = " / ".join(sorted(set(bad.values())))
+            out.append(Skipped(f"GPU {g.index}: {', '.join(sorted(bad))}", f"the GPU answered {whys}"))
+    return out
+
+
 def build_report(
     snap: Snapshot, findings: list[Finding], skipped: list[Skipped], command: str = "doctor"
 ) -> Report:
@@ -161,7 +174,7 @@ def build_report(
         snapshot=snap,
         incidents=incidents,
         findings=findings,
-        skipped=list(snap.skipped) + [s for s in skipped if s not in snap.skipped],
+        skipped=list(snap.skipped) + [s for s in [*skipped, *_failed_reads(snap)] if s not in snap.skipped],
         verdict=verdict,
         gpu_verdicts=gvs,
         generated_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -61,3 +61,21 @@ def test_redacted_bus_id_keeps_the_xid(bus: str) -> None:
 def test_driver_version_lines(line: str, version: str) -> None:
     (ev,) = list(parse_lines([line]))
     assert ev.kind == "module" and ev.detail["driver_version"] == version
+
+
+@pytest.mark.parametrize(
+    ("line", "time", "host"),
+    [
+        (f"<3>1 2024-03-04T10:11:12.123456+00:00 gpu-node-7 kernel - - - {XID}",
+         "2024-03-04T10:11:12.123456+00:00", "gpu-node-7"),
+        (f'<4>1 2024-03-04T10:11:13Z - kernel - - [meta sequenceId="7"] {XID}',
+         "2024-03-04T10:11:13+00:00", None),
+    ],
+)
+def test_rfc5424_syslog_lines_keep_their_time_and_host(line: str, time: str, host: str | None) -> None:
+    """RFC 5424 (rsyslog/syslog-ng forwarders): the time and host were dropped with the <PRI> only."""
+    assert is_kernel_line(line)
+    msg, prefix = split_prefix(line)
+    assert msg.startswith("NVRM: Xid") and (prefix.time, prefix.host) == (time, host)
+    (ev,) = [e for e in parse_lines([line]) if e.kind == "xid"]
+    assert (ev.xid, ev.time) == (79, time)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from gpuclinic.accept.specs import match_spec
 from gpuclinic.checks import check
-from gpuclinic.checks._hw import THRESHOLDS_SOURCE, kernel_lines, personalize, readable, ref, threshold
+from gpuclinic.checks._hw import THRESHOLDS_SOURCE, kernel_lines, readable, ref, threshold
 from gpuclinic.checks._kernel import (
     NVLINK_XIDS,
     SOURCE,
     _base_data,
     _evidence,
     _previous_boot_flags,
-    _steps,
     _uuid_map,
     gpu_ref,
 )
@@ -21,16 +21,6 @@ from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, Severity
-
-_REMEDY = (
-    "Check `nvidia-smi nvlink -s -i <index>` (link state) and `nvidia-smi nvlink -e -i <index>` (error "
-    "counters); "
-    "on NVSwitch systems make sure nvidia-fabricmanager is running (`systemctl status nvidia-fabricmanager`) "
-    "and look for SXid lines in `dmesg`. A link that is down or keeps replaying/recovering slows or hangs "
-    "NCCL: "
-    "drain the node, reset the GPU or reboot; if the link stays down or errors return, the GPU/baseboard "
-    "needs inspection (RMA via the provider)."
-)
 
 
 @check("nvlink.error", codes=["nvlink.error"], what="NVLink state and error counters")
@@ -93,13 +83,12 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
                 family=Family.GPU_FAULT,
                 title=title,
                 evidence=ev,
-                remedy=_REMEDY,
                 gpu=ref(g),
                 source="nvml",
                 data={"down": [x.link for x in down], "active": len(active), "links": len(g.nvlinks)},
             )
         )
-    return personalize(out)
+    return out
 
 
 def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
@@ -129,7 +118,6 @@ def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
                 else "nvidia-smi nvlink: Unable to retrieve NVLink information as all links are inActive",
             ]
             + ([f"{spec.sku}: {spec.row.get('nvlink_total_gbs')} GB/s of NVLink ({form})"] if spec else []),
-            remedy=_REMEDY,
             gpu=ref(g),
             source="nvml",
             data={"all_inactive": True, "sku": spec.sku if spec else None},
@@ -141,12 +129,21 @@ def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
 # --------------------------------------------------------------------------------------------------
 
 
+_FATAL_LINK = re.compile(r"(?<![Nn]on)(?<![Nn]on-)\b[Ff]atal error detected on link")
+
+
+def _names_nvlink(e: KernelEvent) -> bool:
+    """An Xid whose text names an NVLink link ("NVLink: fatal error detected on link 6"), whatever its
+    number: the AWS HyperPod agent documents one as Xid 71, which the catalog knows as a copy-engine error."""
+    return e.kind == "xid" and "link" in e.detail and "nvlink" in (e.message or "").lower()
+
+
 @check("kernel.nvlink", codes=["nvlink.error"], what="NVLink and NVSwitch errors (kernel log)")
 def nvlink_errors(snap: Snapshot) -> list[Finding]:
     evs = [
         e
         for e in snap.kernel_events
-        if e.kind in ("nvlink", "sxid") or (e.kind == "xid" and e.xid in NVLINK_XIDS)
+        if e.kind in ("nvlink", "sxid") or (e.kind == "xid" and (e.xid in NVLINK_XIDS or _names_nvlink(e)))
     ]
     if not evs:
         return []
@@ -161,6 +158,7 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
         fatal = any(
             e.detail.get("fatal") is True
             or (e.kind == "xid" and e.xid == 74 and "fatal" in (e.message or "").lower())
+            or (_names_nvlink(e) and _FATAL_LINK.search(e.message or "") is not None)
             for e in group
         )
         nonfatal_only = all(e.detail.get("fatal") is False for e in group)
@@ -188,15 +186,6 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
                 + (f" on link(s) {', '.join(map(str, links))}" if links else "")
             )
             ref = None
-            remedy = _steps(
-                "Check `nvidia-smi nvlink -s` and Fabric Manager's log (`journalctl -u "
-                "nvidia-fabricmanager`).",
-                "A fatal SXid needs the GPUs on that switch reset (or the node rebooted) and Fabric Manager "
-                "restarted; drain the node first.",
-                "Repeated SXids on the same link point at the NVLink cable/tray: report it to the provider "
-                "with "
-                "`nvidia-bug-report.sh` output.",
-            )
         else:
             xids = sorted({int(x) for e in group if (x := e.xid) is not None})
             data["xids"] = xids
@@ -207,14 +196,6 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
                 + (f" on link(s) {', '.join(map(str, links))}" if links else "")
                 + (f" (Xid {', '.join(map(str, xids))})" if xids else "")
             )
-            remedy = _steps(
-                "Check link state and error counters: `nvidia-smi nvlink -s -i <index>` and `nvidia-smi "
-                "nvlink -e`.",
-                "Fatal NVLink errors need a GPU reset (or reboot) before multi-GPU jobs work again; drain "
-                "first.",
-                "If the same link keeps failing, reseat the NVLink bridge/cable or GPU tray and run "
-                "`dcgmi diag -r 3`; then ask the provider to inspect it.",
-            )
         out.append(
             Finding(
                 code="nvlink.error",
@@ -222,7 +203,6 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
                 family=Family.GPU_FAULT,
                 title=title,
                 evidence=_evidence(group),
-                remedy=remedy,
                 gpu=ref,
                 data=data,
                 source=SOURCE,

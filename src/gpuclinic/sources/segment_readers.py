@@ -7,16 +7,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpuclinic import lazyre
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import dcgm_dmon, dcgm_metrics
+from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_metrics
 from gpuclinic.sources.kernellog import parse_numbered
 from gpuclinic.sources.merge import apply_dump
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
 SMI_L_KEY = "UUID: GPU-"
-_NVML_LIB = re.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
+_NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 
 
 def read_kernel(
@@ -69,7 +70,7 @@ def read_dcgm(snap: Snapshot, rec: InputRecord, lines: list[str], origin: str, c
         if s_.kind == "dcgm" and s_.first is not None and s_.last is not None:
             xids = dcgm_dmon.xid_events(lines[s_.first - 1 : s_.last], origin, s_.first)  # dmon XIDER
             snap.kernel_events.extend(xids)
-            if _dcgm(snap, lines[s_.first - 1 : s_.last]) or xids:
+            if _dcgm(snap, lines[s_.first - 1 : s_.last], origin) or xids:
                 s_.readers.append("dcgm")
                 claimed.update(range(s_.first, s_.last + 1))
                 if "dcgm" not in rec.readers:
@@ -139,21 +140,28 @@ def read_smi_list(
         rec.readers.append("nvidia-smi -L")
 
 
-_SMI_L = re.compile(r"^\s*GPU (\d{1,3}): (.+?) \(UUID: (GPU-[0-9a-fA-F-]{36})\)\s*$")
-_JSON_DRIVER = re.compile(
+_SMI_L = lazyre.compile(r"^\s*GPU (\d{1,3}): (.+?) \(UUID: (GPU-[0-9a-fA-F-]{36})\)\s*$")
+_JSON_DRIVER = lazyre.compile(
     r'"(?:driver_version|driverVersion|DriverVersion|nvidia_driver_version)"\s*:\s*"(\d{3}\.\d+(?:\.\d+)?)"'
 )
-_DCGM_DRIVER = re.compile(r"^\|\s*Driver Version Detected\s*\|\s*(\d+\.\d+(?:\.\d+)?)\s*\|", re.M)
-_DCGM_IDS = re.compile(r"^\|\s*GPU Device IDs Detected\s*\|\s*([0-9a-fA-F, ]+?)\s*\|", re.M)
+_DCGM_DRIVER = lazyre.compile(r"^\|\s*Driver Version Detected\s*\|\s*(\d+\.\d+(?:\.\d+)?)\s*\|", re.M)
+_DCGM_RESULT = lazyre.compile(r"^\|[^|]*\|\s*(?:Pass|Fail|Skip|Warn)\b", re.M)
+_DCGM_IDS = lazyre.compile(r"^\|\s*GPU Device IDs Detected\s*\|\s*([0-9a-fA-F, ]+?)\s*\|", re.M)
 
 
-def _dcgm(snap: Snapshot, run: list[str]) -> bool:
+def _dcgm(snap: Snapshot, run: list[str], origin: str) -> bool:
     """``dcgmi diag`` metadata: the driver version and one GPU per detected device id (when nothing else
-    named the GPUs).  Xids in DCGM output are read by the fault signatures."""
+    named the GPUs); the GPUs ``dcgmi discovery -l`` lists.  Xids in DCGM output are read by the fault
+    signatures."""
     from gpuclinic.facts.gpu import GpuFacts
 
     text = "\n".join(run)
     got = False
+    found, count = dcgm_discovery.parse(run)  # `dcgmi discovery -l`
+    if found:
+        dump = SmiDump(kind="dcgm", gpus=found, attached_gpus=count)
+        apply_dump(snap, dump, origin)
+        got = True
     m = _DCGM_DRIVER.search(text)
     if m:
         snap.driver_version = snap.driver_version or m.group(1)
@@ -164,7 +172,9 @@ def _dcgm(snap: Snapshot, run: list[str]) -> bool:
         if ids and not snap.gpus:
             snap.gpus.extend(GpuFacts(index=i, pci_device_id=f"0x{d.lower()}") for i, d in enumerate(ids))
         got = True
-    return got
+    # a result table without its metadata rows (a pasted excerpt): its Pass/Fail/Skip rows are the results
+    # the signatures judge (dcgm.diag_fail), so the table is read
+    return got or _DCGM_RESULT.search(text) is not None
 
 
 def reader(rec: InputRecord, segs: list[Segment], kinds: tuple[str, ...], name: str) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
@@ -23,9 +24,9 @@ from gpuclinic.sources import smi_common as c
 MARKER = "==============NVSMI LOG=============="
 MAX_LINE = 4096  # longer lines are not nvidia-smi output; skip them instead of regex-scanning megabytes
 
-_KV_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[^:\n]*?[^:\s])[ \t]*:(?:[ \t]+(?P<value>.*?))?[ \t]*$")
-_KEY_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[A-Za-z][^:\n]*?)[ \t]*$")
-_GPU_RE = re.compile(
+_KV_RE = lazyre.compile(r"^(?P<indent>[ \t]*)(?P<key>[^:\n]*?[^:\s])[ \t]*:(?:[ \t]+(?P<value>.*?))?[ \t]*$")
+_KEY_RE = lazyre.compile(r"^(?P<indent>[ \t]*)(?P<key>[A-Za-z][^:\n]*?)[ \t]*$")
+_GPU_RE = lazyre.compile(
     r"^(?P<indent>[ \t]*)GPU (?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7])[ \t]*$"
 )
 
@@ -69,7 +70,7 @@ def _indent(s: str) -> int:
 
 
 # Keys that only nvidia-smi -q prints; two of them make a paste without a "GPU <bus id>" line recognisable.
-_SIGNATURE_RE = re.compile(
+_SIGNATURE_RE = lazyre.compile(
     r"^[ \t]+(GPU Current Temp|GPU Shutdown Temp|GPU Slowdown Temp|Pending Page Blacklist|Remapping Failure "
     r"Occurred|"
     r"Correctable Error|Uncorrectable Error|Enforced Power Limit|Default Power Limit|Replays Since Reset|"
@@ -213,8 +214,10 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
         parse = _TEXT_PARSE[row.parse]
         raws = [v for v in (t.val(*p.split("/")) for p in row.smi_text) if v is not None]
         value = next((x for x in map(parse, raws) if x is not None), None)
+        if row.parse == "str" and value is not None and c.failed_answer(c.error_reason(value)):
+            value = None  # "Product Name : Unknown Error" is no name: NVML failed to answer
         setattr(g, row.fact, value)
-        if value is None and raws and row.parse in _NUMERIC:
+        if value is None and raws:  # (only an error printed in its place is noted)
             c.note_unreadable(g, row.fact, raws[0])
     # what one row cannot say: derived values, counts summed over an era's layout, lists, reason flags
     _pci(g, t)

@@ -7,7 +7,6 @@ refused (no billion-laughs, no external entities), the DOCTYPE line is dropped b
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -31,9 +30,13 @@ def looks_like(sample: str) -> bool:
 
 
 def unescape_pasted(text: str) -> str:
-    """XML copied out of a web page arrives HTML-escaped ("&lt;gpu&gt;", "&nbsp;"): restore it."""
-    if "&lt;nvidia_smi_log" not in text[:65536]:
+    """XML copied out of a web page arrives HTML-escaped ("&lt;gpu&gt;", "&nbsp;"), or half-escaped when
+    only ">" was ("<gpu&gt;", 1Panel issue 11910): restore it."""
+    head = text[:65536]
+    if "&lt;nvidia_smi_log" not in head and "<nvidia_smi_log&gt;" not in head:
         return text
+    import html  # (here: its entity table is a third of this module's import time, and few texts need it)
+
     return html.unescape(text).replace("\xa0", " ")
 
 
@@ -95,10 +98,13 @@ def _partial_root(body: str) -> ET.Element | None:
         pp.feed(body)
     except ET.ParseError:
         pass
-    for event in pp.read_events():
-        el = event[-1]
-        if isinstance(el, ET.Element):
-            return el  # the first start event is the root; its children were attached as they arrived
+    try:
+        for event in pp.read_events():  # (a parse error is queued as an event and raised here)
+            el = event[-1]
+            if isinstance(el, ET.Element):
+                return el  # the first start event is the root; its children were attached as they arrived
+    except ET.ParseError:
+        pass
     return None
 
 

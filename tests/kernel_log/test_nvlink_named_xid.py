@@ -1,0 +1,29 @@
+"""An Xid whose text names an NVLink link failure is an NVLink error whatever its number: the AWS HyperPod
+agent documents "Xid ... 71, ..., NVLink: fatal error detected on link 6" (71 is the catalog's CE4 error),
+which read as a warning-level copy-engine Xid only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuclinic.diagnose import diagnose
+from gpuclinic.sources.evidence import load_evidence, snapshot_from_text
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "corpus"
+
+
+def _codes(snap: object) -> dict[str, str]:
+    return {f.code: f.severity.name.lower() for f in diagnose(snap).findings}  # type: ignore[arg-type]
+
+
+def test_fatal_link_text_on_another_xid_is_a_critical_nvlink_error() -> None:
+    codes = _codes(load_evidence([str(CORPUS / "xid71_hyperpod_hma_cloudwatch_json_awsdocs.txt")]))
+    assert codes["nvlink.error"] == "critical"
+    assert codes["xid.71"] == "warning"
+
+
+def test_nonfatal_link_text_is_not_fatal_and_other_xids_are_not_nvlink() -> None:
+    nonfatal = "[ 10.0] NVRM: Xid (PCI:0000:b9:00): 71, NVLink: non-fatal error detected on link 6(0x1)\n"
+    assert _codes(snapshot_from_text(nonfatal, "t")).get("nvlink.error") == "warning"
+    copy_engine = "[ 10.0] NVRM: Xid (PCI:0000:b9:00): 71, CE4: Unknown Error on link state 2\n"
+    assert "nvlink.error" not in _codes(snapshot_from_text(copy_engine, "t"))
