@@ -59,7 +59,13 @@ FIRST: dict[str, str] = {
     "hf_gated_repo_tgi_cloudwatch_copy_optimumneuron_535.txt": "download.gated_repo",
     "gpu_bf16_unsupported_xinference_actor_prefix_xinference_3486.txt": "gpu.dtype_unsupported",
     "gpu_fp8_quant_min_capability_vllm_4327.txt": "gpu.dtype_unsupported",
+    "shell_killed_bold_after_iter_fastmaskrcnn_172.txt": "torchrun.sigkill",
 }
+
+
+def test_kernel_oom_killer_is_the_cause_of_the_shells_killed() -> None:
+    ids = [m.id for m in match((CORPUS / "oom_killer_ctime_commas_autovod_7.txt").read_text())]
+    assert ids == ["host.oom_killer"]
 
 
 @pytest.mark.parametrize(
@@ -139,6 +145,7 @@ def test_prose_with_the_same_words_is_not_a_fault() -> None:
         "Download complete: 4 files, consistency checks passed\n"
         "the job finished well before its time limit; exitcode of the eval script is logged separately\n"
         "Insufficient data for a validation split, using 10% of train\n"
+        "Killed 3 stale workers; the run was not killed\n"
     )
     assert match(text) == []
 
