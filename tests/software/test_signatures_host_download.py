@@ -60,6 +60,7 @@ FIRST: dict[str, str] = {
     "gpu_bf16_unsupported_xinference_actor_prefix_xinference_3486.txt": "gpu.dtype_unsupported",
     "gpu_fp8_quant_min_capability_vllm_4327.txt": "gpu.dtype_unsupported",
     "shell_killed_bold_after_iter_fastmaskrcnn_172.txt": "torchrun.sigkill",
+    "hf_503_ansi_json_escaped_hfhub_2913.txt": "download.server_error",
 }
 
 
