@@ -61,6 +61,10 @@ FIRST: dict[str, str] = {
     "gpu_fp8_quant_min_capability_vllm_4327.txt": "gpu.dtype_unsupported",
     "shell_killed_bold_after_iter_fastmaskrcnn_172.txt": "torchrun.sigkill",
     "hf_503_ansi_json_escaped_hfhub_2913.txt": "download.server_error",
+    "cudnn_torch_incompat_rich_log_kohya_1096.txt": "cudnn.version_mismatch",
+    "cudnn_caffe2_enforce_compiled_runtime_detectron_574.txt": "cudnn.version_mismatch",
+    "torchvision_cuda_mismatch_wrapped_sdeasymode_18.txt": "torch.torchvision_mismatch",
+    "ptxas_sm121a_triton_dgx_spark_triton_8539.txt": "nvcc.arch_unsupported",
 }
 
 
