@@ -65,6 +65,8 @@ FIRST: dict[str, str] = {
     "cudnn_caffe2_enforce_compiled_runtime_detectron_574.txt": "cudnn.version_mismatch",
     "torchvision_cuda_mismatch_wrapped_sdeasymode_18.txt": "torch.torchvision_mismatch",
     "ptxas_sm121a_triton_dgx_spark_triton_8539.txt": "nvcc.arch_unsupported",
+    "cudnn_get_no_engine_caught_exception_openvla_238.txt": "cudnn.no_engine",
+    "torchvision_nms_cuda_backend_new_wording_dzfacedetailer_21.txt": "torch.torchvision_mismatch",
 }
 
 
