@@ -67,6 +67,8 @@ FIRST: dict[str, str] = {
     "ptxas_sm121a_triton_dgx_spark_triton_8539.txt": "nvcc.arch_unsupported",
     "cudnn_get_no_engine_caught_exception_openvla_238.txt": "cudnn.no_engine",
     "torchvision_nms_cuda_backend_new_wording_dzfacedetailer_21.txt": "torch.torchvision_mismatch",
+    "modprobe_module_not_found_series_fc30_nvidiaxrun_135.txt": "modprobe.module_not_found",
+    "modprobe_insert_no_such_device_optimus_bumblebee_553.txt": "modprobe.no_device",
 }
 
 
