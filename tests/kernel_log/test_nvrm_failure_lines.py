@@ -1,6 +1,7 @@
 """NVRM lines of a failing GPU that read HEALTHY before: an FSP boot timeout (the GPU never comes up,
 NVIDIA/nvtrust#77), a GSP event the driver failed to process (RC_TRIGGERED, OGKM#1045), and the
-NV_ERR_GPU_IS_LOST / NV_ERR_RESET_REQUIRED statuses of driver assertions (OGKM#688, dra-driver#982)."""
+NV_ERR_GPU_IS_LOST / NV_ERR_RESET_REQUIRED statuses of driver assertions (OGKM#688, dra-driver#982), also
+printed as a number ("status=0x0000000f", cmpunlocker#4)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def test_lost_gsp_event_is_a_gsp_error() -> None:
         ("gsp_rc_triggered_fullchip_reset_assert_5080_ogkm_1045.txt", "gsp.error"),
         ("nvassert_gpu_is_lost_rpc_dgxstation_a100_ogkm_688.txt", "gpu.fallen_off_bus"),
         ("nvassert_reset_required_gb200_dradriver_982.txt", "gpu.recovery_action"),
+        ("tlb_invalidate_status_0xf_cmp40hx_cmpunlocker_4.txt", "gpu.fallen_off_bus"),
     ],
 )
 def test_real_logs_are_critical(name: str, code: str) -> None:
