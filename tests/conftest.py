@@ -24,13 +24,25 @@ BACKGROUND = {
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's folder for the BACKGROUND jobs, made before xdist starts its workers."""
+    if not hasattr(config, "workerinput"):
+        background.begin_session()
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the BACKGROUND commands of the tests that are going to run."""
+    """Start the BACKGROUND commands of the tests that are going to run (once per session: under
+    xdist every worker collects every test, and the first to claim a job starts it).  First among
+    this hook's implementations, so a worker has started its jobs before it reports its collection
+    and xdist hands out the first test."""
     if session.config.option.collectonly:
         return
     for item in session.items:
         for suffix, starter in BACKGROUND.items():
-            if isinstance(item, pytest.Function) and item.nodeid.endswith(suffix):
+            if not isinstance(item, pytest.Function) or not item.nodeid.endswith(suffix):
+                continue
+            if background.claim(starter):
                 getattr(item.module, starter)()
 
 

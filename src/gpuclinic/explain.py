@@ -15,7 +15,6 @@ cause (e.g. a GPU hardware fault or a driver that cannot run the framework), 3 c
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import stat
@@ -30,6 +29,7 @@ from gpuclinic.errors import InputError
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.knowledge import compat
+from gpuclinic.knowledge.runbooks import finding_remedy
 from gpuclinic.knowledge.signatures import CATEGORY_FAMILY, SignatureMatch, match
 from gpuclinic.model import Family, Finding, GpuRef, Severity, Skipped
 
@@ -42,6 +42,8 @@ _SEV = {"info": Severity.INFO, "warning": Severity.WARNING, "critical": Severity
 def decode(data: bytes) -> str:
     """Bytes of any kind -> text: gunzip if gzip, UTF-8 (UTF-16 with BOM) with replacement, NULs dropped."""
     if data[:2] == b"\x1f\x8b":
+        import gzip  # (only a compressed input pays for its import)
+
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
                 data = gz.read(MAX_INPUT)
@@ -160,7 +162,7 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
     driver = None
     has_env = (
         contains(text, "Nvidia driver version:")
-        or "PyTorch version:" in text
+        or contains(text, "PyTorch version:")  # (these literals are among the big-text scan's needles)
         or contains(text, "GPU models and configuration:")
     )
     m: re.Match[str] | None = None
@@ -174,7 +176,7 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
         driver = snap.driver_version
     torch_v = cuda = None
     m = re.search(r"^PyTorch version:\s*(\d+\.\d+\S*)\s*$", text, re.M) if has_env else None
-    if m is None and "torch==" in text:
+    if m is None and contains(text, "torch=="):
         m = re.search(r"^\[(?:pip3?|conda)\]\s+torch==(\d+\.\d+\S*)\s*$", text, re.M)
     if m:
         torch_v = m.group(1)
@@ -263,12 +265,7 @@ def explain_text(
                 family=Family.SOFTWARE,
                 title="No known error, GPU event or nvidia-smi problem found in the input",
                 evidence=[f"{origin}: {lines} line(s), {len(text)} characters scanned"],
-                remedy=(
-                    "Paste the full traceback or log (the first error is usually above the last one), the "
-                    "kernel log "
-                    "(`sudo dmesg -T`), or `nvidia-smi -q`; or run `gpuclinic doctor` on the affected "
-                    "machine."
-                ),
+                remedy=finding_remedy("explain.no_match"),
             )
         )
     return build_report(snap, findings, skipped, command="explain")

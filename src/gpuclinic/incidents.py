@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from functools import cache
 
+from gpuclinic import lazyre
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge import codes as K
 from gpuclinic.knowledge import load_data
@@ -122,7 +123,7 @@ def _first_s(f: Finding) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-_CAUSED_BY = re.compile(r"caused by previous Xid (\d+)", re.I)
+_CAUSED_BY = lazyre.compile(r"caused by previous Xid (\d+)", re.I)
 
 
 def _stated_causes(f: Finding) -> list[int]:
@@ -291,6 +292,6 @@ def first_sentence(text: str) -> str:
     return _SENTENCE_END.split(line, maxsplit=1)[0].rstrip(".") + "." if line else ""
 
 
-_SENTENCE_END = re.compile(
+_SENTENCE_END = lazyre.compile(
     r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)(?<!\.)\. "
 )  # not "e.g. ", "i.e. ", "... "

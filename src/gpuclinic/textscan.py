@@ -20,7 +20,6 @@ import bisect
 import itertools
 import os
 import subprocess
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
@@ -76,6 +75,32 @@ def split(text: str) -> list[str]:
     if known is None or known[0] is not text:
         return text.split("\n")
     return [*known[1], ""] if text.endswith("\n") else known[1]
+
+
+# the line breaks of str.splitlines() besides "\n", as UTF-8
+_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
+_BREAKS_NON_ASCII = tuple(c.encode() for c in ("\x85", "\u2028", "\u2029"))
+
+
+def only_newlines(data: bytes) -> bool:
+    """``data`` (a text's UTF-8 bytes) holds no line break of ``str.splitlines()`` but ``\n`` (\r, \f,
+    \x1c, \u2028 ...).  (A search per break, not a count: ``in`` runs at ``memchr`` speed.)"""
+    if any(b in data for b in _BREAKS):
+        return False
+    # (each non-ASCII break's last byte first: one memchr, before a multi-byte search)
+    return data.isascii() or not any(b[-1:] in data and b in data for b in _BREAKS_NON_ASCII)
+
+
+def splitlines(text: str) -> list[str]:
+    """``text.splitlines()``; of a text whose bytes are known (:func:`remember`) and hold no other line
+    break than ``\n``, by ``split("\n")`` (a test per character for one break, not for nine)."""
+    known = _BYTES[0]
+    if known is None or known[0] is not text or not only_newlines(known[1]):
+        return text.splitlines()
+    lines = text.split("\n")
+    if not lines[-1]:  # splitlines() ends at the last newline ("" -> [], "a\n" -> ["a"])
+        lines.pop()
+    return lines
 
 
 def remember(text: str, data: bytes) -> None:
@@ -156,7 +181,9 @@ def start_line_hits(text: str, needles: Iterable[str]) -> None:
     """Start the scan a later :func:`line_hits` of ``text`` (the same object) for these ``needles`` or
     fewer will wait for, so grep runs while the caller splits the text and loads its readers.  A no-op
     without grep; :func:`cancel_scans` stops a scan nobody asked for."""
-    cancel_scans()
+    earlier, _PENDING[0] = _PENDING[0], None
+    if earlier is not None:
+        earlier.cancel()
     want = _want(needles)
     data = _data(text)
     grep = _grep_binary()
@@ -283,6 +310,9 @@ _STARTS: list[PendingLines | None] = [None]  # a line-start scan started ahead, 
 def prefetch_line_starts(text: str, pattern: str) -> None:
     """Start the scan a later :func:`start_line_starts` of ``text`` (the same object) and ``pattern``
     takes over (:func:`cancel_scans` stops it when nobody does)."""
+    earlier, _STARTS[0] = _STARTS[0], None
+    if earlier is not None:
+        earlier.cancel()
     started = start_line_starts(text, pattern)
     started.pattern = pattern
     _STARTS[0] = started
@@ -325,6 +355,8 @@ def _scratch() -> IO[bytes]:
             return open(os.memfd_create("gpuclinic-scan", os.MFD_CLOEXEC), "w+b")
         except OSError:
             pass
+    import tempfile  # (the fallback only: memfd is there on Linux)
+
     return tempfile.TemporaryFile()
 
 
@@ -371,21 +403,43 @@ def _data(text: str) -> bytes | None:
     return data
 
 
+_CHUNK = 1 << 16
+
+
+def _odd_bytes(data: bytes) -> list[int] | None:
+    """The offsets of the bytes outside ``_PLAIN``, in order, or None when there are more than one per KiB
+    (and 64).  Looked for in 64 KiB chunks: a chunk that is ASCII without \\x1c-\\x1f (``isascii`` and four
+    ``memchr``, a fraction of a byte-by-byte pass) holds none, and only the others are filtered byte by
+    byte, then searched with a ``memchr`` pass per distinct such byte."""
+    limit = len(data) // 1024 + 64
+    found = 0
+    pos: list[int] = []
+    for a in range(0, len(data), _CHUNK):
+        chunk = data[a : a + _CHUNK]
+        if chunk.isascii() and not any(c in chunk for c in _ODD_ASCII):
+            continue
+        odd = chunk.translate(None, _PLAIN)  # those bytes, in order
+        found += len(odd)
+        if found > limit:
+            return None
+        for v in set(odd):
+            b = bytes((v,))
+            i = chunk.find(b)
+            while i >= 0:
+                pos.append(a + i)
+                i = chunk.find(b, i + 1)
+    pos.sort()
+    return pos
+
+
 def _odd_lines(data: bytes, anchors: list[tuple[int, int]]) -> list[int] | None:
     """The 0-based lines of ``data`` holding a byte outside ``_PLAIN``, or None when there are many: a
     ``memchr`` pass per distinct such byte (a log has a few characters: a progress bar, a check mark).
     ``anchors``: (0-based line, byte offset of its start) of lines known already (the literal grep's), so
     the newlines are counted from the nearest one, not from the start of the text."""
-    odd = data.translate(None, _PLAIN)  # those bytes, in order
-    if len(odd) > len(data) // 1024 + 64:
+    pos = _odd_bytes(data)
+    if pos is None:
         return None
-    pos: list[int] = []
-    for v in set(odd):
-        b = bytes((v,))
-        i = data.find(b)
-        while i >= 0:
-            pos.append(i)
-            i = data.find(b, i + 1)
     offsets = [off for _, off in anchors]
     out: list[int] = []
     line = prev = 0

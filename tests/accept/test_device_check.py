@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,14 +14,12 @@ import background
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device-check"
 ARGV = [str(SCRIPT), "--scenario", "pcie-x8-under-load"]
-_OUT: list[Path] = []  # the background run's $OUT, kept until its test has read it
 
 
 def start_device_check() -> None:
     """Called by conftest.py when the session starts (tests/background.py): the script's ~13 s of
     doctor, watch, capture and accept steps run while other tests wait on their servers."""
-    out = Path(tempfile.mkdtemp(prefix="gpuclinic-device-check-")) / "dc"
-    _OUT.append(out)
+    out = background.workdir("device-check") / "dc"  # removed with the session
     env = dict(os.environ, OUT=str(out), NO_COLOR="1", XDG_STATE_HOME=str(out.parent / "state"),
                XDG_CONFIG_HOME=str(out.parent / "config"))  # as conftest's _isolated_state does for tests
     env.pop("GPUCLINIC_DB", None)
@@ -35,11 +31,7 @@ def device_check_run(tmp_path: Path) -> Iterator[tuple[subprocess.CompletedProce
     """The script's run: the one started with the session, else one run here."""
     r = background.result("device-check", timeout=280)
     if r is not None:
-        out = _OUT.pop()
-        try:
-            yield r, out
-        finally:
-            shutil.rmtree(out.parent, ignore_errors=True)
+        yield r, background.workdir("device-check") / "dc"
         return
     out = tmp_path / "dc"
     yield subprocess.run(

@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -58,9 +57,8 @@ def start_quick_start() -> None:
     CPU and disk) run while other tests wait on their servers (tests/background.py)."""
     if shutil.which("bash") is None:
         return
-    tmp = Path(tempfile.mkdtemp(prefix="gpuclinic-quick-start-"))
-    argv, work, env = _prepare(tmp)
-    background.start("quick-start", argv, work, env=env, cleanup=tmp)
+    argv, work, env = _prepare(background.workdir("quick-start"))  # removed with the session
+    background.start("quick-start", argv, work, env=env)
 
 
 @pytest.mark.slow

@@ -72,3 +72,114 @@ def test_gpu_identity_key_is_defined_once() -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "gpu_key"
     )
     assert defs == ["checks/_baseline.py"], defs
+
+
+def _code_of(call: ast.Call) -> str | None:
+    """The finding code a ``Finding(...)`` call gives: a literal, or the literal start of an f-string."""
+    kw = next((k for k in call.keywords if k.arg == "code"), None)
+    if kw is None:
+        return None
+    if isinstance(kw.value, ast.Constant):
+        return str(kw.value.value)
+    if isinstance(kw.value, ast.JoinedStr) and isinstance(kw.value.values[0], ast.Constant):
+        return str(kw.value.values[0].value) + "*"
+    return None
+
+
+def test_detectors_write_no_remedy_of_a_runbook_code() -> None:
+    """A detector may word a remedy only for a code whose fix it computes from knowledge data
+    (codes.json ``remedy_computed``) or a signature's fix (``error.*``); every other code's remedy is its
+    runbook's first step, set by ``checks.run_checks``."""
+    from gpuclinic.knowledge.codes import info, remedy_computed
+
+    bad = []
+    for name, tree in _modules():
+        if not name.startswith("checks/"):
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and any(k.arg == "remedy" for k in node.keywords)):
+                continue
+            code = _code_of(node)
+            if code is None:  # a code passed in, its text from data (signatures): finding_remedy decides
+                assert name in ("checks/signals.py", "checks/room.py"), (name, node.lineno)
+                continue
+            probe = code.rstrip("*") + ("x" if code.endswith(".*") or code.endswith("*") else "")
+            i = info(probe)
+            if i is None or not (i.default == "signature" or remedy_computed(probe)):
+                bad.append(f"{name}:{node.lineno} {code}")
+    assert bad == []
+
+
+def test_every_code_has_a_runbook_with_a_first_step() -> None:
+    from gpuclinic.knowledge.codes import all_codes
+
+    assert [c.code for c in all_codes() if not first_step(c.code)] == []
+
+
+def test_doctor_remedy_is_the_runbook_first_step_in_every_scenario() -> None:
+    """What doctor, watch and run show for a finding is its runbook's first step (derived by one function,
+    ``runbooks.finding_remedy``), on every simulated node."""
+    from gpuclinic.diagnose import diagnose
+    from gpuclinic.knowledge import load_data
+    from gpuclinic.knowledge.codes import info, remedy_computed
+    from gpuclinic.sources.scenarios import load_scenario
+
+    seen = 0
+    for name in sorted(load_data("scenarios.json")["scenarios"]):
+        rep = diagnose(load_scenario(name))
+        roots = {(i.code, i.id) for i in rep.incidents}
+        for f in rep.findings:
+            i = info(f.code)
+            own = i is None or i.default == "signature" or remedy_computed(f.code)
+            if (f.code, f.incident) not in roots or own:
+                continue
+            assert f.remedy == first_step(f.code, f.gpu), (name, f.code)
+            seen += 1
+    assert seen >= 10
+
+
+def test_host_thresholds_are_data_read_by_name() -> None:
+    """The host and container checks and run's OOM hint read their thresholds from host_thresholds.json
+    (each with its source), not from constants of their own; every entry there is read."""
+    from gpuclinic.knowledge import load_data
+
+    data = {k: v for k, v in load_data("host_thresholds.json").items() if not k.startswith("_")}
+    assert all(v.get("source") and isinstance(v.get("value"), (int, float)) for v in data.values())
+    text = "\n".join(p.read_text(encoding="utf-8") for p in SRC.rglob("*.py"))
+    assert [k for k in data if not k.startswith("psi_") and f'"{k}"' not in text] == []
+    from gpuclinic.checks.host import PSI
+
+    assert {f"psi_{p.replace('.', '_')}_avg10_pct" for p in PSI} == {k for k in data if k.startswith("psi_")}
+    for mod in ("checks/host.py", "checks/container.py"):
+        tree = ast.parse((SRC / mod).read_text(encoding="utf-8"))
+        consts = [
+            t.id
+            for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, (int, float)) and not isinstance(node.value.value, bool)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        ]
+        assert consts == [], (mod, consts)
+
+
+def test_evidence_signatures_word_no_remedy_of_a_runbook_code() -> None:
+    """A signature's remedy text would be a second copy of its code's runbook (and never shown)."""
+    from gpuclinic.knowledge import load_data
+    from gpuclinic.knowledge.codes import remedy_computed
+
+    sigs = load_data("evidence_signatures.json")["signatures"]
+    assert [s["id"] for s in sigs if s.get("remedy") and not remedy_computed(s["code"])] == []
+
+
+def test_watch_words_no_remedy_of_its_own() -> None:
+    """Every watch condition's remedy comes from the runbooks (``runbooks.remedy``), none is a literal."""
+    bad = [
+        f"{name}:{node.lineno}"
+        for name, tree in _modules()
+        if name.startswith("watch/")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.keyword) and node.arg == "remedy"
+        and isinstance(node.value, (ast.Constant, ast.JoinedStr, ast.BinOp))
+    ]
+    assert bad == []

@@ -4,6 +4,8 @@ it splits a big text) give exactly the lines a scan started when asked gives, an
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuclinic import textscan
 from gpuclinic.sources import segments
@@ -55,3 +57,88 @@ def test_a_scan_started_for_another_text_is_not_used() -> None:
     hits = textscan.line_hits(text, ["nccl"])
     assert hits is not None and [k for k, _, _ in hits.lines] == [10]
     assert textscan._PENDING[0] is None  # the other text's scan was stopped, not left running
+
+
+def test_read_lines_takes_over_both_scans_started_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _text()
+    segments.prefetch(text)
+    ahead = textscan._STARTS[0]
+    started: list[object] = []
+    real = textscan.start_line_starts
+
+    def spy(t: str, pattern: str) -> textscan.PendingLines:
+        got = real(t, pattern)
+        started.append(got)
+        return got
+
+    monkeypatch.setattr(textscan, "start_line_starts", spy)
+    from gpuclinic.sources.evidence_text import detect, new_snapshot
+
+    segments.read_lines(
+        new_snapshot(), text.splitlines(), "t", detect=detect, apply_rest=lambda *a: None, text=text
+    )
+    assert ahead is not None and started == [ahead]  # the scan started ahead, not a second grep
+    assert textscan._PENDING[0] is None and textscan._STARTS[0] is None
+
+
+_PIECES = [
+    "a",
+    "loss 0.5",
+    "",
+    " ",
+    "\n",
+    "\n\n",
+    "\r\n",
+    "\r",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x1e",
+    "\x1f",
+    "\x85",
+    "\u2028",
+    "\u2029",
+    "é",
+    "│",
+    "训练",
+    "\udcff",
+]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=40))
+def test_splitlines_equals_str_splitlines(parts: list[str]) -> None:
+    text = "".join(parts)
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return
+    textscan.remember(text, data)
+    assert textscan.splitlines(text) == text.splitlines()
+    assert textscan.splitlines(text + "x") == (text + "x").splitlines()  # (bytes not known: str's own)
+
+
+def _odd_reference(data: bytes) -> list[int] | None:
+    odd = data.translate(None, textscan._PLAIN)
+    if len(odd) > len(data) // 1024 + 64:
+        return None
+    return [i for i, b in enumerate(data) if bytes((b,)) not in textscan._PLAIN]
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        [],
+        [0],
+        [65535],
+        [65536],
+        [65535, 65536, 200_000],
+        list(range(1000, 1300, 3)),
+        list(range(0, 199_999, 700)),
+    ],
+)
+@pytest.mark.parametrize("odd", [b"\xc3", b"\x1c", b"\x1f", b"\xff"])
+def test_odd_bytes_found_by_chunk_equal_a_byte_by_byte_pass(where: list[int], odd: bytes) -> None:
+    data = bytearray(b"step 1 loss 0.5\n" * 12_500)  # 200 000 bytes: four chunks
+    for i in where:
+        data[i : i + 1] = odd
+    assert textscan._odd_bytes(bytes(data)) == _odd_reference(bytes(data))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpuclinic.checks import run_checks
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.knowledge.runbooks import first_step, get, render_text
 from gpuclinic.knowledge.xid import all_xids, lookup
 from gpuclinic.model import Family, Finding, Severity
 from gpuclinic.sources.kernellog import parse_lines
@@ -59,7 +60,7 @@ def test_xid79_with_gpu_mapping() -> None:
     assert x.data["count"] == 1 and x.data["pids"] == [1101234] and x.data["processes"] == ["nvc:[driver]"]
     assert x.data["nvidia_immediate_action"] == "RESTART_BM"
     assert x.evidence[0].startswith("[ 1.0] NVRM: Xid")
-    assert x.remedy.startswith("1. ")
+    assert x.remedy == first_step("xid.79", x.gpu) and "GPU 3" in x.remedy  # the runbook's, for this GPU
     fob = by_code(fs, "gpu.fallen_off_bus")[0]
     assert fob.severity == Severity.CRITICAL and fob.gpu.index == 3  # type: ignore[union-attr]
 
@@ -87,7 +88,8 @@ def test_48_followed_by_63() -> None:
     fs = findings(s)
     f48 = by_code(fs, "xid.48")[0]
     assert f48.severity == Severity.CRITICAL and f48.data["followed_by"] == [63]
-    assert "reset it so the bad memory row is remapped" in f48.remedy
+    assert "reset it so the bad memory row is remapped" in f48.data["conclusion"]
+    assert f48.remedy == first_step("xid.48", f48.gpu)
     assert by_code(fs, "xid.63")[0].severity == Severity.WARNING
 
 
@@ -121,7 +123,8 @@ def test_13_repeated_on_one_gpu_points_at_hardware() -> None:
     assert (
         rep.severity == Severity.CRITICAL and rep.data["suspect_hardware"] is True and rep.data["count"] == 4
     )
-    assert "dcgmi diag -r 3" in rep.remedy
+    assert "dcgmi diag -r 3" in rep.data["conclusion"]
+    assert "dcgmi diag -r 3" in render_text(get("xid.13"))  # the runbook's next step: suspect the GPU
     # the same on two GPUs: the application
     lines = [f"[ {i}.0] {base.format(pid=100 + i)}" for i in range(1, 5)]
     lines.append("[ 9.0] " + base.format(pid=9).replace("0000:cb:00", "0000:ca:00"))

@@ -170,7 +170,9 @@ def test_streamed_log_finds_every_signature_like_the_segmented_read(
     monkeypatch.setattr(evidence, "SEGMENT_LIMIT", 1024)
     streamed, snap = _codes([str(p)])
     assert snap.input_records[0].streamed  # type: ignore[attr-defined]
-    want = {f"xid.{s['example_xid']}" if "example_xid" in s else s["code"] for s in SIGS}
+    want = {
+        f"xid.{s['example_xid']}" if "example_xid" in s else s.get("example_code") or s["code"] for s in SIGS
+    }
     want |= {"error.cuda.illegal_address", "error.nccl.watchdog_timeout", "error.host.oom_killer"}
     assert want <= streamed, want - streamed
     assert streamed == segmented, streamed ^ segmented

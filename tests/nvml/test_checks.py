@@ -11,6 +11,7 @@ from gpuclinic.checks import load_all, run_checks
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import ContainerFacts
+from gpuclinic.knowledge.runbooks import first_step, get
 from gpuclinic.model import Finding, Severity
 from gpuclinic.sources.scenarios import load_scenario
 
@@ -161,9 +162,11 @@ def test_corrected_errors_peer_outlier(count: int, fires: bool) -> None:
 def test_row_remap_pending_failed_and_spares() -> None:
     f = one(node(setter(remapped_rows_pending=True, remapped_rows_correctable=1)), "memory.row_remap")
     assert (f.code, f.severity) == ("memory.row_remap_pending", Severity.WARNING)
-    assert "nvidia-smi -r -i 3" in f.remedy  # the GPU's own index in the command
+    assert f.remedy == first_step(f.code, f.gpu) and "-i 3" in f.remedy  # the GPU's own index in the command
     f = one(node(setter(remapped_rows_pending=True, remapped_rows_failure=True)), "memory.row_remap")
-    assert (f.code, f.severity) == ("memory.row_remap_failed", Severity.CRITICAL) and "RMA" in f.remedy
+    assert (f.code, f.severity) == ("memory.row_remap_failed", Severity.CRITICAL)
+    rb = get(f.code)
+    assert f.remedy == first_step(f.code, f.gpu) and rb is not None and "RMA" in rb.title
     none(node(setter(remapped_rows_uncorrectable=459)), "memory.row_remap")
     f = one(node(setter(remapped_rows_uncorrectable=460)), "memory.row_remap")
     assert (f.code, f.severity) == ("memory.row_remap_spares_low", Severity.WARNING)
@@ -225,7 +228,7 @@ def test_lowered_power_limit(limit: float, util: float, sev: Severity | None) ->
     fs = findings(snap, "power.cap")
     assert [f.severity for f in fs] == ([] if sev is None else [sev])
     if fs:
-        assert "-pl 700" in fs[0].remedy and "never changes" in fs[0].remedy
+        assert fs[0].remedy == first_step("power.cap", fs[0].gpu) and fs[0].data["default_w"] == 700.0
 
 
 def test_power_cap_at_default_limit_is_info_only_when_busy() -> None:
@@ -439,7 +442,8 @@ def test_reset_required_and_inforom_from_nvml_errors() -> None:
         )
     )
     f = one(snap, "gpu.recovery_action")
-    assert f.severity == Severity.CRITICAL and f.data["action"] == "reset_required" and "-i 3" in f.remedy
+    assert f.severity == Severity.CRITICAL and f.data["action"] == "reset_required"
+    assert f.remedy == first_step("gpu.recovery_action", f.gpu) and "GPU 3" in f.remedy
     f = one(snap, "gpu.inforom")
     assert f.severity == Severity.WARNING and f.evidence == [
         "NVML_ERROR_CORRUPTED_INFOROM on: ecc_aggregate_corrected, serial"

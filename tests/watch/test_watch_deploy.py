@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -53,8 +52,8 @@ def start_rule_unit_tests() -> None:
     """Called by conftest.py when the session starts: the rule unit tests are seconds of promtool's
     CPU that need nothing from the other tests (tests/background.py)."""
     if shutil.which("promtool"):
-        tmp = Path(tempfile.mkdtemp(prefix="gpuclinic-promtool-"))
-        background.start("promtool-rules", _rule_tests_in(tmp), tmp, cleanup=tmp)
+        tmp = background.workdir("promtool-rules")  # removed with the session
+        background.start("promtool-rules", _rule_tests_in(tmp), tmp)
 
 
 @needs_promtool

@@ -8,18 +8,27 @@ from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.knowledge import codes as K
 from gpuclinic.knowledge.runbooks import first_step, get
 from gpuclinic.model import GpuRef
-from gpuclinic.watch.kernel import condition_for
+from gpuclinic.watch.kernel import LineParser, condition_for
 
 BUS = "0000:17:00.0"
+
+
+def _parsed(line: str) -> KernelEvent:
+    """A line as the kernel-log parser reads it (watch and doctor share that reading)."""
+    (ev,) = LineParser().feed([line])
+    return ev
+
+
 GPUS: dict[str, tuple[int, str | None]] = {BUS: (2, "GPU-2b3c")}
 EVENTS = [
     (KernelEvent(kind="fallen_off_bus", line="NVRM: GPU 0000:17:00.0: GPU has fallen off the bus.",
                  pci_bus_id=BUS), "gpu.fallen_off_bus", None),
-    (KernelEvent(kind="aer", line="pcieport 0000:17:00.0: AER: Corrected error received: 0000:17:00.0",
-                 message="AER: Corrected error received", pci_bus_id=BUS), "pcie.aer_corrected", "few"),
-    (KernelEvent(kind="aer", line="pcieport 0000:17:00.0: AER: Uncorrected (Fatal) error received",
-                 message="AER: Uncorrected (Fatal) error received", pci_bus_id=BUS),
+    (_parsed("pcieport 0000:17:00.0: AER: Corrected error received: 0000:17:00.0"),
+     "pcie.aer_corrected", "few"),
+    (_parsed("pcieport 0000:17:00.0: AER: Uncorrected (Fatal) error received: 0000:17:00.0"),
      "pcie.aer_uncorrected", None),
+    (_parsed("pcieport 0000:17:00.0: AER: Uncorrected (Non-Fatal) error received: 0000:17:00.0"),
+     "pcie.aer_uncorrected", "non_fatal"),
     (KernelEvent(kind="gsp", line="NVRM: _kgspRpcRecvPoll: GSP RPC timeout", pci_bus_id=BUS),
      "gsp.error", None),
     (KernelEvent(kind="xid", line="NVRM: Xid (PCI:0000:17:00): 79, pid=1234, GPU has fallen off the bus.",
@@ -39,3 +48,13 @@ def test_watch_remedy_is_the_runbooks_first_step(ev: KernelEvent, code: str, whe
     assert c.remedy == f"{step} All steps: `gpuclinic runbook {code} --gpu 2`."
     if when != "catalog":
         assert c.severity == K.severity(code, when)
+
+
+def test_an_aer_recovery_report_is_no_error_in_watch_or_doctor() -> None:
+    """'device recovery successful' follows an AER error; neither doctor nor watch calls it one."""
+    from gpuclinic.checks.pcie import aer_errors
+    from gpuclinic.facts.snapshot import Snapshot
+
+    ev = _parsed("pcieport 0000:17:00.0: AER: device recovery successful")
+    assert condition_for(ev, GPUS, 60.0) is None
+    assert aer_errors(Snapshot(kernel_events=[ev], kernel_log_read=True)) == []

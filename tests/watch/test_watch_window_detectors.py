@@ -12,6 +12,7 @@ from gpuclinic.checks import detectors
 from gpuclinic.diagnose import diagnose
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.knowledge import codes as K
+from gpuclinic.knowledge.runbooks import remedy
 from gpuclinic.model import Severity
 from gpuclinic.sources.scenarios import list_scenarios, load_scenario
 from gpuclinic.watch.alertrules import agent_alerts, alert_rules
@@ -44,7 +45,8 @@ def test_a_scenario_is_the_same_finding_in_doctor_and_watch(name: str) -> None:
     assert set(doctor) <= set(watch), (name, set(doctor) - set(watch))
     for k, c in watch.items():
         f = own[k]
-        assert (c.severity, c.title, c.remedy) == (f.severity, f.title, f.remedy), k
+        # the doctor's remedy (its runbook's first step) and the pointer to the rest, as every watch alert
+        assert (c.severity, c.title, c.remedy) == (f.severity, f.title, remedy(f.code, f.gpu, f.remedy)), k
         if k in doctor:
             assert c.severity == doctor[k].severity
 
@@ -93,3 +95,21 @@ def test_every_code_watch_alerts_on_has_an_alert_rule() -> None:
     for code in seen:
         info = K.require(code)
         assert agent_alerts(info) and info.code in rules, code
+
+
+def test_watch_and_doctor_share_one_straggler_rule() -> None:
+    """perf.straggler is checks/perf.stragglers in both: the same GPUs on the same sample, and a GPU whose
+    utilisation alone is low (its clock is the peers') is no straggler in either (NCCL waits keep the
+    waiting GPUs busy, so utilisation does not single out the slow one)."""
+    snap = load_scenario("straggler")
+    doctor = sorted(f.gpu.index for f in diagnose(snap).findings if f.code == "perf.straggler" and f.gpu)
+    conds, _ = RuleEngine(RulesConfig(straggler_minutes=0.0, idle_minutes=1e9)).evaluate(1.0, snap.gpus)
+    watch = sorted(c.gpu for c in conds if c.code == "perf.straggler" and c.gpu is not None)
+    assert doctor and watch == doctor
+    gpus = [copy.copy(g) for g in snap.gpus]
+    for g in gpus:
+        g.sm_clock_mhz = gpus[0].sm_clock_mhz
+        g.power_draw_w = gpus[0].power_draw_w
+    gpus[-1].utilization_gpu_pct = 40.0  # far below its peers, same clock
+    conds, _ = RuleEngine(RulesConfig(straggler_minutes=0.0, idle_minutes=1e9)).evaluate(1.0, gpus)
+    assert [c for c in conds if c.code == "perf.straggler"] == []

@@ -87,7 +87,10 @@ def _module_names(directory: str) -> list[str]:
 
 
 def run_checks(snap: Snapshot, *, only: Iterable[str] | None = None) -> tuple[list[Finding], list[Skipped]]:
-    """Run all (or ``only`` the named) checks; never raises because of one check."""
+    """Run all (or ``only`` the named) checks; never raises because of one check.  Every finding's remedy
+    is its code's runbook first step (:func:`gpuclinic.knowledge.runbooks.finding_remedy`)."""
+    from gpuclinic.knowledge.runbooks import finding_remedy
+
     checks = load_all()
     wanted = set(only) if only is not None else None
     findings: list[Finding] = []
@@ -96,11 +99,16 @@ def run_checks(snap: Snapshot, *, only: Iterable[str] | None = None) -> tuple[li
         if wanted is not None and name not in wanted:
             continue
         try:
-            findings.extend(c.fn(snap))
+            found = list(c.fn(snap))
         except CheckSkipped as e:
             skipped.append(Skipped(c.what, str(e)))
+            continue
         except Exception as e:  # a bug in one check must not hide the others
             skipped.append(Skipped(c.what, f"check {name} failed: {type(e).__name__}: {e}"))
+            continue
+        for f in found:
+            f.remedy = finding_remedy(f.code, f.gpu, f.remedy)
+        findings.extend(found)
     return findings, skipped
 
 

@@ -8,10 +8,16 @@ from functools import cache
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge import load_data
-from gpuclinic.model import Finding, GpuRef
+from gpuclinic.model import GpuRef
 
 THRESHOLDS_FILE = "gpu_thresholds.json"
 THRESHOLDS_SOURCE = "knowledge/data/gpu_thresholds.json"
+HOST_THRESHOLDS_FILE = "host_thresholds.json"
+
+
+def host_threshold(name: str) -> float:
+    """A threshold of the host and container checks from ``host_thresholds.json`` (each with its source)."""
+    return float(load_data(HOST_THRESHOLDS_FILE)[name]["value"])
 
 
 @cache
@@ -87,17 +93,6 @@ def fmt_c(v: float | None) -> str:
 
 def fmt_mhz(v: float | None) -> str:
     return "?" if v is None else f"{v:.0f} MHz"
-
-
-def personalize(findings: list[Finding]) -> list[Finding]:
-    """Put the GPU's own index and bus id into remedy commands (``-i <index>``, ``-s <bus>``)."""
-    for f in findings:
-        if f.gpu is not None:
-            if f.gpu.index is not None:
-                f.remedy = f.remedy.replace("<index>", str(f.gpu.index))
-            if f.gpu.pci_bus_id:
-                f.remedy = f.remedy.replace("<bus>", f.gpu.pci_bus_id)
-    return findings
 
 
 def fmt_pct(v: float | None) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from gpuclinic import lazyre
 from gpuclinic.checks import CheckSkipped, check
+from gpuclinic.checks._hw import host_threshold
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import ContainerFacts
 from gpuclinic.knowledge.codes import severity
@@ -13,7 +15,7 @@ from gpuclinic.model import Family, Finding
 
 SRC_TOOLKIT = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html"
 SHM_MIN = 1 << 30
-_UUID = re.compile(r"(?:GPU|MIG)-[0-9a-fA-F-]+(?:/\d+/\d+)?", re.I)
+_UUID = lazyre.compile(r"(?:GPU|MIG)-[0-9a-fA-F-]+(?:/\d+/\d+)?", re.I)
 
 
 def _c(snap: Snapshot) -> ContainerFacts:
@@ -54,13 +56,6 @@ def visibility(snap: Snapshot) -> Iterator[Finding]:
             family=Family.SOFTWARE,
             title="This container has no GPU device",
             evidence=ev,
-            remedy=(
-                "Docker: `docker run --gpus all ...` (or `--gpus '\"device=0,1\"'`) with the NVIDIA "
-                "Container Toolkit "
-                "(`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`); "
-                "Podman/CDI: `--device nvidia.com/gpu=all`; Kubernetes: set `resources.limits: "
-                "{nvidia.com/gpu: 1}`."
-            ),
             data={"NVIDIA_VISIBLE_DEVICES": nvd},
             source=SRC_TOOLKIT,
         )
@@ -76,8 +71,6 @@ def visibility(snap: Snapshot) -> Iterator[Finding]:
                     f"NVIDIA_DRIVER_CAPABILITIES={caps}",
                     "nvidia-smi works with 'utility' alone, but libcuda is only injected with 'compute'",
                 ],
-                remedy="Start the container with `-e NVIDIA_DRIVER_CAPABILITIES=compute,utility` (or `all`); "
-                       "CUDA base images set it.",
                 source=SRC_TOOLKIT,
             )
     elif (
@@ -95,7 +88,6 @@ def visibility(snap: Snapshot) -> Iterator[Finding]:
                 "NVIDIA_DRIVER_CAPABILITIES unset (defaults to 'utility')",
                 "no libcuda.so.* in the library directories",
             ],
-            remedy="Set `-e NVIDIA_DRIVER_CAPABILITIES=compute,utility` when starting the container.",
             source=SRC_TOOLKIT,
         )
 
@@ -152,11 +144,6 @@ def cuda_visible(snap: Snapshot) -> Iterator[Finding]:
                     *problems,
                     f"CUDA stops at the first invalid entry: usable here: {', '.join(usable) or 'none'}",
                 ],
-                remedy=(
-                    "Use valid indices (0..n-1, as nvidia-smi numbers them with "
-                    "CUDA_DEVICE_ORDER=PCI_BUS_ID) or full UUIDs "
-                    "from `nvidia-smi -L`; unset it to use every GPU."
-                ),
                 data={"value": cvd, "usable": usable},
                 source="https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
             )
@@ -171,7 +158,6 @@ def cuda_visible(snap: Snapshot) -> Iterator[Finding]:
                 f"GPU models: {', '.join(sorted(names))}",
                 "CUDA_DEVICE_ORDER is not PCI_BUS_ID (CUDA default: FASTEST_FIRST)",
             ],
-            remedy="`export CUDA_DEVICE_ORDER=PCI_BUS_ID` so CUDA numbers GPUs like nvidia-smi and NVML.",
             source="https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars",
         )
 
@@ -196,11 +182,6 @@ def shm(snap: Snapshot) -> Iterator[Finding]:
             "PyTorch DataLoader workers and NCCL's shared-memory transport need more; symptoms: 'Bus error', "
             "'unhandled system error'",
         ],
-        remedy=(
-            "Docker: `--ipc=host` or `--shm-size=16g`; Kubernetes: mount `emptyDir: {medium: Memory, "
-            "sizeLimit: 16Gi}` "
-            "at /dev/shm; on a host: `sudo mount -o remount,size=16G /dev/shm`."
-        ),
         data={"shm_bytes": c.shm_bytes},
         source="https://github.com/pytorch/pytorch/issues/5040",
     )
@@ -236,12 +217,6 @@ def pid_namespace(snap: Snapshot) -> Iterator[Finding]:
             *(f"GPU {i}: {k} such process(es)" for i, k in sorted(per_gpu.items())),
             f"they hold {_gib(used)} of GPU memory" if used else "memory use unknown",
         ],
-        remedy=(
-            "NVML reports host PIDs: nvidia-smi here cannot name or kill them, and if they are not this "
-            "container's "
-            "own workers the GPU is shared with another container or the host (less memory and throughput). "
-            "Check `nvidia-smi` on the host; ask for an exclusive GPU if it is shared."
-        ),
         data={"pids": sorted(hidden), "bytes": used},
     )
 
@@ -254,7 +229,8 @@ def pid_namespace(snap: Snapshot) -> Iterator[Finding]:
 def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
     c = _c(snap)
     ngpu = len(snap.gpus)
-    if c.cpu_quota_cores is not None and ngpu and c.cpu_quota_cores < 2 * ngpu:
+    per_gpu = host_threshold("container_cpu_cores_per_gpu_min")
+    if c.cpu_quota_cores is not None and ngpu and c.cpu_quota_cores < per_gpu * ngpu:
         yield Finding(
             code="container.cgroup_limits",
             severity=severity("container.cgroup_limits"),
@@ -265,11 +241,10 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
                 "data loading, tokenisation and the Python loop need CPU per GPU; throttled containers "
                 "starve GPUs",
             ],
-            remedy="Raise the container's CPU limit (Kubernetes `resources.limits.cpu`, Docker `--cpus`) to "
-                   ">= 4 per GPU.",
             data={"cpu_quota_cores": c.cpu_quota_cores},
         )
-    if c.memory_limit_bytes and c.memory_usage_bytes and c.memory_usage_bytes > 0.9 * c.memory_limit_bytes:
+    near = host_threshold("container_memory_near_limit_fraction")
+    if c.memory_limit_bytes and c.memory_usage_bytes and c.memory_usage_bytes > near * c.memory_limit_bytes:
         yield Finding(
             code="container.cgroup_limits",
             severity=severity("container.cgroup_limits"),
@@ -280,9 +255,6 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
                 f"usage {_gib(c.memory_usage_bytes)} of limit {_gib(c.memory_limit_bytes)} (cgroup "
                 f"v{c.cgroup_version})"
             ],
-            remedy="The OOM killer will SIGKILL the job (exit 137) at the limit: raise the memory limit or "
-            "reduce "
-            "DataLoader workers / in-memory datasets.",
             data={"limit": c.memory_limit_bytes, "usage": c.memory_usage_bytes},
         )
     nvd = c.env.get("NVIDIA_VISIBLE_DEVICES", "")
@@ -298,8 +270,6 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
                 *(f"MIG device {t}" for t in mig[:4]),
                 *(f"GPU {i}: MIG mode enabled" for i in mig_gpus),
             ],
-            remedy="A MIG slice has a fraction of the GPU's memory and SMs; NCCL/P2P between slices is not "
-            "supported.",
             source="https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html",
         )
     elif c.kubernetes and c.hidden_gpu_pids:
@@ -309,8 +279,5 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
             family=Family.SOFTWARE,
             title="Pod shares its GPU with other workloads (time-slicing or MPS likely)",
             evidence=[f"{len(c.hidden_gpu_pids)} foreign GPU process(es) visible through NVML"],
-            remedy="Time-slicing gives no memory or fault isolation: another pod can OOM or crash yours. "
-            "Request an "
-            "exclusive GPU or a MIG slice for production jobs.",
             source="https://github.com/NVIDIA/k8s-device-plugin",
         )

@@ -3,8 +3,7 @@ mismatch)."""
 
 from __future__ import annotations
 
-import re
-
+from gpuclinic import lazyre
 from gpuclinic.checks import check
 from gpuclinic.checks._kernel import (
     SOURCE,
@@ -22,7 +21,7 @@ from gpuclinic.model import Family, Finding
 # xid.<N>
 # --------------------------------------------------------------------------------------------------
 
-_RE_RECOVERY = re.compile(r"from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)")
+_RE_RECOVERY = lazyre.compile(r"from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuclinic.checks import CheckSkipped, check
-from gpuclinic.checks._hw import kernel_lines, personalize, ref
+from gpuclinic.checks._hw import kernel_lines, ref
 from gpuclinic.checks._kernel import (
     SOURCE,
     _base_data,
     _evidence,
     _is_parent_of,
     _previous_boot_flags,
-    _steps,
     _uuid_map,
     gpu_ref,
 )
@@ -21,15 +20,6 @@ from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, GpuRef, Severity
-
-_LOST_REMEDY = (
-    "Drain the node (stop scheduling work on it). Save the evidence first: `sudo nvidia-bug-report.sh` and "
-    "`sudo dmesg -T | grep -E 'NVRM|Xid|AER'`. Then reboot the node: a GPU that fell off the bus or stopped "
-    "responding "
-    "rarely comes back with `nvidia-smi -r`. If it happens again after the reboot, have the GPU reseated and "
-    "its power "
-    "cables/riser and cooling checked, and open an RMA with your provider."
-)
 
 
 @check("gpu.presence", codes=["gpu.missing"], what="GPU presence (NVML vs PCI bus)")
@@ -54,7 +44,6 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
                     family=Family.GPU_FAULT,
                     title=_lost_title(g.index, g.pci_bus_id, g.lost_reason or ""),
                     evidence=ev,
-                    remedy=_LOST_REMEDY,
                     gpu=ref(g),
                     data={"reason": "lost"},
                     source="nvml",
@@ -86,18 +75,11 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
                     family=Family.GPU_FAULT,
                     title=f"Only {len(usable)} of {snap.expect_gpus} expected GPUs are usable",
                     evidence=ev,
-                    remedy=(
-                        "Drain the node. Compare `nvidia-smi -L` with `lspci -d 10de:` to see which GPU is "
-                        "gone; check "
-                        "`dmesg -T | grep -E 'NVRM|Xid'` for Xid 79/RmInitAdapter failures. Reboot; if the "
-                        "GPU is still "
-                        "missing, have it reseated and its power checked, then RMA."
-                    ),
                     data={"usable": len(usable), "expected": snap.expect_gpus},
                     source="nvml",
                 )
             )
-    return personalize(out)
+    return out
 
 
 def _lost_title(index: int, bus: str | None, reason: str) -> str:
@@ -127,8 +109,6 @@ def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container:
             gpu=gref,
             data={"reason": "not_in_container"},
             source="pci",
-            remedy="Expected when the container was given only some GPUs (--gpus / NVIDIA_VISIBLE_DEVICES); "
-            "run gpuclinic on the host to check every GPU.",
         )
     if driver == "vfio-pci":
         return Finding(
@@ -140,7 +120,6 @@ def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container:
             gpu=gref,
             data={"reason": "vfio"},
             source="pci",
-            remedy="Nothing to do if it is assigned to a VM on purpose; otherwise unbind it from vfio-pci.",
         )
     if driver == "nvidia":
         return Finding(
@@ -152,13 +131,6 @@ def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container:
             gpu=gref,
             data={"reason": "pci_only"},
             source="pci",
-            remedy=(
-                "The driver failed to initialise this GPU or lost it. Check `dmesg -T | grep -E 'NVRM|Xid'` "
-                "for "
-                "RmInitAdapter failed / Xid 79 lines. Drain and reboot; if it stays invisible, reseat the "
-                "GPU, "
-                "check its power cables, then RMA."
-            ),
         )
     return Finding(
         code="gpu.missing",
@@ -169,12 +141,6 @@ def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container:
         gpu=gref,
         data={"reason": "other_driver", "driver": driver},
         source="pci",
-        remedy=(
-            "Bind it to the nvidia driver: if nouveau holds it, blacklist nouveau and rebuild the initramfs; "
-            "if no "
-            "driver is bound, check `dmesg | grep -i nvidia` for probe errors (e.g. 'NVRM: probe routine "
-            "failed')."
-        ),
     )
 
 
@@ -194,55 +160,39 @@ def gpu_unresponsive(snap: Snapshot) -> Iterable[Finding]:
                     evidence=ev,
                     gpu=ref(g),
                     source="nvml",
-                    remedy=(
-                        "Drain the node. Look for GSP timeouts (Xid 119/120) with `dmesg -T | grep -E "
-                        "'NVRM|Xid'` and for "
-                        "processes stuck in D state (`ps -eo pid,stat,cmd | awk '$2 ~ /D/'`). After stopping "
-                        "all GPU "
-                        "processes try `sudo nvidia-smi -r -i <index>`; if that hangs or fails, reboot. If "
-                        "it recurs, "
-                        "update the driver and report the Xid to your provider."
-                    ),
                 )
             )
-    return personalize(out)
+    return out
 
 
 _ACTION_TEXT = {
     "gpu_reset": (
         "the GPU needs a reset",
         severity("gpu.recovery_action"),
-        "Drain, stop all processes on the GPU, then `sudo nvidia-smi -r -i <index>` (or reboot).",
     ),
     "node_reboot": (
         "the node needs a reboot",
         severity("gpu.recovery_action"),
-        "Drain the node and reboot it.",
     ),
     "drain_p2p": (
         "peer-to-peer traffic must be drained",
         severity("gpu.recovery_action", "drain_p2p"),
-        "Let running jobs finish without new P2P/NVLink work, then reset the GPU or reboot.",
     ),
     "drain_and_reset": (
         "the GPU must be drained and reset",
         severity("gpu.recovery_action"),
-        "Drain, then `sudo nvidia-smi -r -i <index>` once idle (or reboot).",
     ),
     "recover_imex_domain": (
         "the IMEX domain must be recovered",
         severity("gpu.recovery_action"),
-        "Restart the IMEX daemon/domain per your NVLink-domain runbook, then re-check.",
     ),
     "bus_reset": (
         "the GPU needs a PCIe bus reset",
         severity("gpu.recovery_action"),
-        "Drain and reboot the node.",
     ),
     "system_reboot": (
         "the system needs a reboot",
         severity("gpu.recovery_action"),
-        "Drain the node and reboot it.",
     ),
 }
 
@@ -263,19 +213,13 @@ def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
                     gpu=ref(g),
                     source="nvml",
                     data={"action": "reset_required"},
-                    remedy=_ACTION_TEXT["gpu_reset"][2] + " If the reset fails, reboot the node.",
                 )
             )
         act = g.recovery_action
         if not act or act == "none":
             continue
-        text, sev, remedy = _ACTION_TEXT.get(
-            act,
-            (
-                f"the driver asks for recovery action {act}",
-                severity("gpu.recovery_action"),
-                "Drain the node and follow NVIDIA's recovery guidance.",
-            ),
+        text, sev = _ACTION_TEXT.get(
+            act, (f"the driver asks for recovery action {act}", severity("gpu.recovery_action"))
         )
         out.append(
             Finding(
@@ -284,14 +228,12 @@ def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
                 family=Family.GPU_FAULT,
                 title=f"GPU {g.index}: the driver reports {text}",
                 evidence=[f"NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = {act}"],
-                remedy=remedy
-                + " (DCGM treats DRAIN_P2P as warn and GPU_RESET/NODE_REBOOT/DRAIN_AND_RESET as fail.)",
                 gpu=ref(g),
                 data={"action": act},
                 source="nvml",
             )
         )
-    return personalize(out)
+    return out
 
 
 @check("gpu.inforom", codes=["gpu.inforom"], what="GPU InfoROM")
@@ -309,16 +251,9 @@ def gpu_inforom(snap: Snapshot) -> Iterable[Finding]:
                     evidence=[f"NVML_ERROR_CORRUPTED_INFOROM on: {', '.join(bad)}"],
                     gpu=ref(g),
                     source="nvml",
-                    remedy=(
-                        "Check `nvidia-smi -q | grep -A4 -i inforom` and dmesg for Xid 93. An InfoROM that "
-                        "stays corrupt "
-                        "after a reboot needs an InfoROM/VBIOS reflash by the vendor or an RMA; ask the "
-                        "provider. "
-                        "(DCGM treats an invalid InfoROM as a warning.)"
-                    ),
                 )
             )
-    return personalize(out)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -364,14 +299,6 @@ def fallen_off_bus(snap: Snapshot) -> list[Finding]:
         title = f"{label} fell off the PCIe bus: the driver can no longer reach it"
         if sev != Severity.CRITICAL:
             title += " (before the last reboot)"
-        remedy = _steps(
-            "Drain the server: the GPU cannot be used again without a reboot (a GPU reset cannot reach it).",
-            "Reboot the server; if the GPU is still missing in `nvidia-smi`, power-cycle it (cold boot).",
-            "Look at what came just before it in the log: PCIe AER errors point at the slot/riser/cable, "
-            "Xid 48/62/119 at the GPU, temperature or power events at cooling or the power supply.",
-            "If it happens again: check GPU power cables and PSU capacity, temperatures, reseat the GPU, "
-            "update the system BIOS and the driver; then ask the provider to replace the GPU.",
-        )
         out.append(
             Finding(
                 code="gpu.fallen_off_bus",
@@ -379,7 +306,6 @@ def fallen_off_bus(snap: Snapshot) -> list[Finding]:
                 family=Family.GPU_FAULT,
                 title=title,
                 evidence=_evidence(group, [e.line for e in related[-2:]]),
-                remedy=remedy,
                 gpu=ref,
                 data=data,
                 source=SOURCE,
@@ -425,24 +351,10 @@ def init_failed(snap: Snapshot) -> list[Finding]:
         if all(prev.get(id(e)) for e in group):
             sev = min(sev, severity("gpu.init_failed", "before_boot"))
             data["previous_boot"] = True
-        power = any("power" in str(e.detail.get("what")) for e in group)
+        if any("power" in str(e.detail.get("what")) for e in group):
+            data["aux_power_missing"] = True  # the driver says its power cables are missing
         label = ref.label() if ref else "A GPU"
         title = f"{label} failed to initialise in the NVIDIA driver ({', '.join(whats)})"
-        remedy = _steps(
-            "Check the GPU's auxiliary power cables and the power supply: the driver says they are missing."
-            if power
-            else None,
-            "Run `nvidia-smi`; if the GPU is missing, reload the driver (`modprobe -r nvidia_uvm nvidia_drm "
-            "nvidia_modeset nvidia && modprobe nvidia`) or reboot, and read the NVRM lines printed just "
-            "before.",
-            "Make sure the driver supports this GPU and that its firmware matches (GSP firmware ships with "
-            "the "
-            "driver; a partial upgrade breaks it) — reinstall the driver package if unsure.",
-            "In the system BIOS enable Above 4G decoding / large BAR support; a GPU without its memory "
-            "window "
-            "cannot initialise.",
-            "If it keeps failing on one GPU only, reseat it or ask the provider to replace it.",
-        )
         out.append(
             Finding(
                 code="gpu.init_failed",
@@ -450,7 +362,6 @@ def init_failed(snap: Snapshot) -> list[Finding]:
                 family=Family.GPU_FAULT,
                 title=title,
                 evidence=_evidence(group),
-                remedy=remedy,
                 gpu=ref,
                 data=data,
                 source=SOURCE,

@@ -10,7 +10,6 @@ from gpuclinic.checks._kernel import (
     _base_data,
     _evidence,
     _previous_boot_flags,
-    _steps,
     _uuid_map,
     gpu_ref,
 )
@@ -69,14 +68,6 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
         if xids:
             data["xids"] = xids
         title = f"{label}: the GPU System Processor (GSP firmware) {what}"
-        remedy = _steps(
-            "Stop the jobs on this GPU and reset it (`nvidia-smi -r -i <index>`), or reboot the server.",
-            "Update the NVIDIA driver: several GSP RPC timeouts were driver bugs fixed in later releases "
-            "(e.g. 525.105.17 fixed the 525-series timeouts).",
-            "If it recurs on the current driver, disable GSP offload as a test where the driver allows it "
-            "(`NVreg_EnableGpuFirmware=0`, closed kernel modules only) and report it with "
-            "`nvidia-bug-report.sh`.",
-        )
         out.append(
             Finding(
                 code="gsp.error",
@@ -84,7 +75,6 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
                 family=Family.GPU_FAULT,
                 title=title,
                 evidence=_evidence(group),
-                remedy=remedy,
                 gpu=ref,
                 data=data,
                 source=SOURCE,

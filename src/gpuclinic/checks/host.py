@@ -5,27 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpuclinic.checks import CheckSkipped, check
+from gpuclinic.checks._hw import host_threshold as T
 from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding
 
-STEAL_WARN = 5.0  # % of CPU time taken by the hypervisor
-IOWAIT_WARN = 20.0
-SWAP_WARN = 100.0  # pages/s in+out
-LOAD_FACTOR = 2.0  # load1 / usable CPUs
-MEM_LOW_FRACTION = 0.05
-MEM_LOW_BYTES = 2 << 30
-NOFILE_MIN = 4096
-PSI = {  # resource.kind -> avg10 threshold (% of time stalled)
-    "cpu.some": 40.0,
-    "memory.some": 20.0,
-    "memory.full": 5.0,
-    "io.some": 40.0,
-    "io.full": 10.0,
-}
-STARVED_GPU_UTIL = 50.0
-STARVED_CPU_BUSY = 85.0
+PSI = ("cpu.some", "memory.some", "memory.full", "io.some", "io.full")  # each psi_<res>_<kind>_avg10_pct
 SRC_PSI = "https://docs.kernel.org/accounting/psi.html"
 
 
@@ -51,45 +37,34 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
     n = _ncpu(h)
     if h.load and n:
-        if h.load[0] > LOAD_FACTOR * n:
+        if h.load[0] > T("load_factor_warn") * n:
             yield Finding(
                 code="host.load",
                 severity=severity("host.load"),
                 family=Family.HOST,
                 title=f"Load average {h.load[0]:.1f} on {n} usable CPU(s)",
                 evidence=[f"load 1/5/15 min: {' / '.join(f'{x:.1f}' for x in h.load)}", f"usable CPUs: {n}"],
-                remedy="More runnable tasks than CPUs: data loading and the training loop wait for CPU. "
-                       "Reduce "
-                "DataLoader workers to about the CPUs per GPU, stop competing jobs (`top`), or get more "
-                "cores.",
                 data={"load": h.load, "cpus": n},
             )
     _measured(h)
     steal = h.cpu_pct.get("steal", 0.0)
-    if steal >= STEAL_WARN:
+    if steal >= T("cpu_steal_warn_pct"):
         yield Finding(
             code="host.cpu_steal",
             severity=severity("host.cpu_steal"),
             family=Family.HOST,
             title=f"CPU steal {steal:.0f}%: the hypervisor gives this VM's CPU time to other tenants",
             evidence=[f"steal {steal:.1f}% over {h.window_s:g}s (/proc/stat)"],
-            remedy="A noisy neighbour or an overcommitted host: the GPU waits for CPU work. Ask the provider "
-                   "for a "
-            "dedicated-CPU instance or move to another host.",
             data={"steal_pct": steal},
         )
     iow = h.cpu_pct.get("iowait", 0.0)
-    if iow >= IOWAIT_WARN:
+    if iow >= T("iowait_warn_pct"):
         yield Finding(
             code="host.iowait",
             severity=severity("host.iowait"),
             family=Family.HOST,
             title=f"I/O wait {iow:.0f}%: CPUs idle waiting for storage",
             evidence=[f"iowait {iow:.1f}% over {h.window_s:g}s"],
-            remedy="Data or checkpoints come from slow storage (network disk, throttled volume): copy the "
-                   "dataset to "
-            "local NVMe, increase DataLoader prefetch, or checkpoint less often/asynchronously. `iostat -x "
-            "1` names the disk.",
             data={"iowait_pct": iow},
         )
 
@@ -101,7 +76,8 @@ def psi(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
     if not h.psi:
         raise CheckSkipped("/proc/pressure not available (kernel without PSI)")
-    for key, limit in PSI.items():
+    for key in PSI:
+        limit = T(f"psi_{key.replace('.', '_')}_avg10_pct")
         v = h.psi.get(f"{key}.avg10")
         if v is None or v < limit:
             continue
@@ -115,12 +91,6 @@ def psi(snap: Snapshot) -> Iterator[Finding]:
                 f"/proc/pressure/{res}: {key.split('.')[1]} avg10={v:.2f} "
                 f"avg60={h.psi.get(f'{key}.avg60', 0):.2f}"
             ],
-            remedy={
-                "cpu": "Too little CPU for the work: fewer workers/processes or more cores.",
-                "memory": "Memory reclaim stalls tasks: free host RAM (smaller in-memory datasets, fewer "
-                          "workers) or add RAM.",
-                "io": "Storage is the bottleneck: faster local disk, caching, fewer concurrent readers.",
-            }[res],
             data={"psi": key, "avg10": v},
             source=SRC_PSI,
         )
@@ -133,7 +103,10 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
     if (
         tot
         and avail is not None
-        and (avail < MEM_LOW_FRACTION * tot or avail < min(MEM_LOW_BYTES, 0.25 * tot))
+        and (
+            avail < T("mem_available_low_fraction") * tot
+            or avail < min(T("mem_available_low_bytes"), T("mem_available_low_total_fraction") * tot)
+        )
     ):
         yield Finding(
             code="host.memory_low",
@@ -141,14 +114,12 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
             family=Family.HOST,
             title=f"Only {avail / (1 << 30):.1f} GiB of {tot / (1 << 30):.0f} GiB host memory available",
             evidence=[f"MemAvailable {avail} of MemTotal {tot} bytes"],
-            remedy="The OOM killer is next (jobs die with SIGKILL / exit 137): reduce DataLoader workers and "
-            "pinned-memory buffers, memory-map datasets, or stop other processes.",
             data={"available": avail, "total": tot},
         )
     if h.swap_in_per_s is None or h.swap_out_per_s is None:
         return
     rate = h.swap_in_per_s + h.swap_out_per_s
-    if rate >= SWAP_WARN:
+    if rate >= T("swap_warn_pages_per_s"):
         yield Finding(
             code="host.swapping",
             severity=severity("host.swapping"),
@@ -158,9 +129,6 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
                 f"pswpin {h.swap_in_per_s:.0f}/s, pswpout {h.swap_out_per_s:.0f}/s over {h.window_s:g}s "
                 "(/proc/vmstat)"
             ],
-            remedy="Host RAM is exhausted: everything slows down by orders of magnitude. Reduce memory use "
-                   "(workers, "
-            "in-memory datasets) or add RAM.",
             data={"pages_per_s": rate},
         )
 
@@ -168,7 +136,7 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
 @check("host.nofile", codes=["host.nofile_low"], what="open-files limit")
 def nofile(snap: Snapshot) -> Iterator[Finding]:
     h = _h(snap)
-    low = {pid: v for pid, v in h.proc_nofile.items() if v < NOFILE_MIN}
+    low = {pid: v for pid, v in h.proc_nofile.items() if v < T("nofile_min")}
     if h.proc_nofile:  # the GPU jobs' own limits are what matter
         if not low:
             return
@@ -176,7 +144,7 @@ def nofile(snap: Snapshot) -> Iterator[Finding]:
     else:
         if h.nofile_soft is None:
             raise CheckSkipped("limits not readable")
-        if h.nofile_soft >= NOFILE_MIN:
+        if h.nofile_soft >= T("nofile_min"):
             return
         soft, who = h.nofile_soft, "this shell/session"
     yield Finding(
@@ -188,13 +156,6 @@ def nofile(snap: Snapshot) -> Iterator[Finding]:
             f"soft limit {soft}"
             + (f", hard limit {h.nofile_hard}" if h.nofile_hard and not h.proc_nofile else "")
         ],
-        remedy=(
-            "DataLoader workers, NCCL and datasets open many files ('Too many open files', 'received 0 "
-            "items of "
-            f"ancdata'): `ulimit -n {h.nofile_hard or 1048576}` in the job's shell, LimitNOFILE= for systemd "
-            "units, "
-            "`--ulimit nofile=1048576:1048576` for Docker."
-        ),
         data={"soft": soft, "hard": h.nofile_hard, "pids": sorted(low)},
         source="https://github.com/pytorch/pytorch/issues/973",
     )
@@ -233,8 +194,6 @@ def numa(snap: Snapshot) -> Iterator[Finding]:
         family=Family.HOST,
         title="GPU work runs only on CPUs of another NUMA node",
         evidence=bad[:8],
-        remedy="Every host<->GPU copy crosses the socket interconnect: pin each rank to its GPU's node "
-        "(`numactl --cpunodebind=N --membind=N`, torchrun with `--numa-binding`, or fix the cpuset).",
         data={"gpu_numa": h.gpu_numa},
     )
 
@@ -249,7 +208,7 @@ def dataloader(snap: Snapshot) -> Iterator[Finding]:
     has_work = (
         any(g.processes for g in snap.gpus) or h.gpu_util_pct > 0
     )  # in containers NVML may list no processes
-    if h.gpu_util_pct >= STARVED_GPU_UTIL or busy < STARVED_CPU_BUSY or not has_work:
+    if h.gpu_util_pct >= T("starved_gpu_util_pct") or busy < T("starved_cpu_busy_pct") or not has_work:
         return
     yield Finding(
         code="host.dataloader_starved",
@@ -261,9 +220,6 @@ def dataloader(snap: Snapshot) -> Iterator[Finding]:
             f"mean GPU utilisation {h.gpu_util_pct:.0f}% with GPU processes running",
             f"CPU user+system {busy:.0f}% over {h.window_s:g}s",
         ],
-        remedy="Move preprocessing off the hot path: more DataLoader workers if cores allow, "
-               "`pin_memory=True`, "
-        "pre-tokenised/pre-decoded data, GPU decoding (DALI/nvJPEG), or a bigger instance CPU-wise.",
         data={"gpu_util_pct": h.gpu_util_pct, "cpu_busy_pct": busy},
     )
 

@@ -13,7 +13,6 @@ from gpuclinic.checks._hw import (
     THRESHOLDS_SOURCE,
     kernel_lines,
     median,
-    personalize,
     readable,
     ref,
     threshold,
@@ -49,15 +48,6 @@ def ecc_uncorrectable(snap: Snapshot) -> Iterable[Finding]:
                     gpu=ref(g),
                     data={"volatile": vol, "aggregate": agg},
                     source="nvml",
-                    remedy=(
-                        "Drain the GPU: the process that hit the error was killed and results may be "
-                        "corrupt. Once idle, "
-                        "reset it (`sudo nvidia-smi -r -i <index>`) or reboot so a pending row remap/page "
-                        "retirement takes "
-                        "effect, then check `nvidia-smi -q -d ECC,ROW_REMAPPER`. If uncorrectable errors "
-                        "return or "
-                        "remapping fails, RMA the GPU."
-                    ),
                 )
             )
         elif agg:
@@ -75,14 +65,9 @@ def ecc_uncorrectable(snap: Snapshot) -> Iterable[Finding]:
                     gpu=ref(g),
                     data={"volatile": vol, "aggregate": agg},
                     source="nvml",
-                    remedy=(
-                        "Past errors, repaired by remapping/retirement if those show no pending/failure. "
-                        "Watch for new ones "
-                        "(`nvidia-smi -q -d ECC`); if the count grows, drain and RMA."
-                    ),
                 )
             )
-    return personalize(out)
+    return out
 
 
 def _remap_lines(pending: bool | None, unc: int | None) -> list[str]:
@@ -124,17 +109,9 @@ def ecc_correctable(snap: Snapshot) -> Iterable[Finding]:
                 gpu=ref(g),
                 data={"volatile": n, "node_median": med},
                 source="nvml",
-                remedy=(
-                    "Corrected errors are fixed on the fly, but a high or growing count is how failing HBM "
-                    "shows first. "
-                    "Track it (`nvidia-smi -q -d ECC` now and in an hour, or `gpuclinic watch`); reset the "
-                    "GPU when idle "
-                    "so pending remaps apply; if it keeps climbing or uncorrectable errors appear, plan an "
-                    "RMA."
-                ),
             )
         )
-    return personalize(out)
+    return out
 
 
 @check(
@@ -162,12 +139,6 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
                     + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
                     gpu=ref(g),
                     source="nvml",
-                    remedy=(
-                        "Drain the GPU and open an RMA with your provider: NVIDIA's memory error guide "
-                        "treats a row-remap "
-                        "failure as an RMA condition. Attach `nvidia-smi -q -d ROW_REMAPPER,ECC` and "
-                        "`nvidia-bug-report.sh`."
-                    ),
                 )
             )
         elif g.remapped_rows_pending:
@@ -182,13 +153,6 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
                     + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
                     gpu=ref(g),
                     source="nvml",
-                    remedy=(
-                        "Running jobs can continue and new work can start. At the next idle moment stop the "
-                        "GPU's "
-                        "processes and reset it (`sudo nvidia-smi -r -i <index>`) or reboot, so the spare "
-                        "row takes over; "
-                        "then confirm `nvidia-smi -q -d ROW_REMAPPER` shows Pending: No."
-                    ),
                 )
             )
         unc = g.remapped_rows_uncorrectable
@@ -203,11 +167,9 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
                     gpu=ref(g),
                     data={"uncorrectable": unc},
                     source="nvml",
-                    remedy="This GPU is close to running out of spare HBM rows: plan an RMA before it fails "
-                           "in a job.",
                 )
             )
-    return personalize(out)
+    return out
 
 
 @check(
@@ -233,11 +195,6 @@ def retired_pages(snap: Snapshot) -> Iterable[Finding]:
                     + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
                     gpu=ref(g),
                     source="nvml",
-                    remedy=(
-                        "Retirement takes effect when the driver reloads: when idle, reset the GPU "
-                        "(`sudo nvidia-smi -r -i <index>`) or reboot, then check `nvidia-smi -q -d "
-                        "PAGE_RETIREMENT`."
-                    ),
                 )
             )
         if sbe + dbe >= crit or dbe > dbe_crit:
@@ -254,7 +211,6 @@ def retired_pages(snap: Snapshot) -> Iterable[Finding]:
                     gpu=ref(g),
                     data={"sbe": sbe, "dbe": dbe},
                     source="nvml",
-                    remedy="The GPU is at its page-retirement limit (max 64): drain it and open an RMA.",
                 )
             )
-    return personalize(out)
+    return out

@@ -7,14 +7,13 @@ from collections.abc import Iterable
 
 from gpuclinic.accept.specs import match_spec
 from gpuclinic.checks import check
-from gpuclinic.checks._hw import THRESHOLDS_SOURCE, kernel_lines, personalize, readable, ref, threshold
+from gpuclinic.checks._hw import THRESHOLDS_SOURCE, kernel_lines, readable, ref, threshold
 from gpuclinic.checks._kernel import (
     NVLINK_XIDS,
     SOURCE,
     _base_data,
     _evidence,
     _previous_boot_flags,
-    _steps,
     _uuid_map,
     gpu_ref,
 )
@@ -22,16 +21,6 @@ from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, Severity
-
-_REMEDY = (
-    "Check `nvidia-smi nvlink -s -i <index>` (link state) and `nvidia-smi nvlink -e -i <index>` (error "
-    "counters); "
-    "on NVSwitch systems make sure nvidia-fabricmanager is running (`systemctl status nvidia-fabricmanager`) "
-    "and look for SXid lines in `dmesg`. A link that is down or keeps replaying/recovering slows or hangs "
-    "NCCL: "
-    "drain the node, reset the GPU or reboot; if the link stays down or errors return, the GPU/baseboard "
-    "needs inspection (RMA via the provider)."
-)
 
 
 @check("nvlink.error", codes=["nvlink.error"], what="NVLink state and error counters")
@@ -94,13 +83,12 @@ def nvlink_error(snap: Snapshot) -> Iterable[Finding]:
                 family=Family.GPU_FAULT,
                 title=title,
                 evidence=ev,
-                remedy=_REMEDY,
                 gpu=ref(g),
                 source="nvml",
                 data={"down": [x.link for x in down], "active": len(active), "links": len(g.nvlinks)},
             )
         )
-    return personalize(out)
+    return out
 
 
 def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
@@ -130,7 +118,6 @@ def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
                 else "nvidia-smi nvlink: Unable to retrieve NVLink information as all links are inActive",
             ]
             + ([f"{spec.sku}: {spec.row.get('nvlink_total_gbs')} GB/s of NVLink ({form})"] if spec else []),
-            remedy=_REMEDY,
             gpu=ref(g),
             source="nvml",
             data={"all_inactive": True, "sku": spec.sku if spec else None},
@@ -199,15 +186,6 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
                 + (f" on link(s) {', '.join(map(str, links))}" if links else "")
             )
             ref = None
-            remedy = _steps(
-                "Check `nvidia-smi nvlink -s` and Fabric Manager's log (`journalctl -u "
-                "nvidia-fabricmanager`).",
-                "A fatal SXid needs the GPUs on that switch reset (or the node rebooted) and Fabric Manager "
-                "restarted; drain the node first.",
-                "Repeated SXids on the same link point at the NVLink cable/tray: report it to the provider "
-                "with "
-                "`nvidia-bug-report.sh` output.",
-            )
         else:
             xids = sorted({int(x) for e in group if (x := e.xid) is not None})
             data["xids"] = xids
@@ -218,14 +196,6 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
                 + (f" on link(s) {', '.join(map(str, links))}" if links else "")
                 + (f" (Xid {', '.join(map(str, xids))})" if xids else "")
             )
-            remedy = _steps(
-                "Check link state and error counters: `nvidia-smi nvlink -s -i <index>` and `nvidia-smi "
-                "nvlink -e`.",
-                "Fatal NVLink errors need a GPU reset (or reboot) before multi-GPU jobs work again; drain "
-                "first.",
-                "If the same link keeps failing, reseat the NVLink bridge/cable or GPU tray and run "
-                "`dcgmi diag -r 3`; then ask the provider to inspect it.",
-            )
         out.append(
             Finding(
                 code="nvlink.error",
@@ -233,7 +203,6 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
                 family=Family.GPU_FAULT,
                 title=title,
                 evidence=_evidence(group),
-                remedy=remedy,
                 gpu=ref,
                 data=data,
                 source=SOURCE,

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from gpuclinic.checks import check
-from gpuclinic.checks._hw import THRESHOLDS_SOURCE, busy, load_line, personalize, ref, threshold
+from gpuclinic.checks._hw import THRESHOLDS_SOURCE, busy, load_line, ref, threshold
 from gpuclinic.checks._kernel import (
     AER_FREQUENT_COUNT,
     AER_FREQUENT_PER_HOUR,
@@ -21,7 +21,6 @@ from gpuclinic.checks._kernel import (
     _base_data,
     _evidence,
     _span_s,
-    _steps,
     _uuid_map,
     gpu_ref,
 )
@@ -35,13 +34,6 @@ GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 # DCGM replay budget: errors per minute per lane at BER 1e-12 (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp)
 REPLAY_PER_LANE_PER_MIN = {1: 0.15, 2: 0.30, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
 
-_SEATING = (
-    "Confirm under load: `nvidia-smi -q -d PCIE -i <index>` (Link Width/Generation Current vs Max) and "
-    "`sudo lspci -vvv -s <bus> | grep -E 'LnkCap|LnkSta'` (look for '(downgraded)'); check "
-    "`dmesg -T | grep -iE 'AER|limited by'`. A link that trains narrow or slow under load points at the "
-    "GPU's seating, the riser/retimer or cable, or the slot: ask the provider to reseat/inspect it. Also "
-    "check BIOS PCIe settings (slot forced to a lower Gen, bifurcation)."
-)
 
 
 def _bw(gen: int | None, width: int | None) -> float | None:
@@ -73,14 +65,13 @@ def link_degraded(snap: Snapshot) -> Iterable[Finding]:
                       "saving)",
                 evidence=_grouped(idle)
                 + ["idle GPUs lower the link generation to save power; this is expected at idle"],
-                remedy=idle[0].remedy,
                 source=idle[0].source,
                 data={"reason": "idle_gen", "gpus": [f.gpu.index for f in idle if f.gpu]},
             )
         )
     else:
         out.extend(idle)
-    return personalize(out)
+    return out
 
 
 def _grouped(findings: list[Finding]) -> list[str]:
@@ -115,8 +106,6 @@ def _link(g: GpuFacts) -> Finding | None:
                 gpu=ref(g),
                 source=src,
                 data={"reason": "platform_limited", "gen_max": gmax, "gpu_gen_max": gpu_max},
-                remedy="Expected in an older-generation slot or riser; use a Gen"
-                f"{gpu_max} slot if host<->GPU transfers matter.",
             )
         return None
     cur_bw, max_bw = _bw(gen, w), _bw(gmax, wmax)
@@ -152,7 +141,6 @@ def _link(g: GpuFacts) -> Finding | None:
             family=Family.PCIE_POWER,
             title=f"GPU {g.index} PCIe link runs at {what} while busy",
             evidence=ev,
-            remedy=_SEATING,
             gpu=ref(g),
             source=src,
             data=data,
@@ -167,7 +155,6 @@ def _link(g: GpuFacts) -> Finding | None:
             family=Family.PCIE_POWER,
             title=f"GPU {g.index} PCIe link is {what} (at idle; width loss is not explained by power saving)",
             evidence=ev,
-            remedy=_SEATING,
             gpu=ref(g),
             source=src,
             data=data,
@@ -182,9 +169,6 @@ def _link(g: GpuFacts) -> Finding | None:
         gpu=ref(g),
         source=src,
         data={**data, "reason": "idle_gen"},
-        remedy="Nothing to do at idle. Re-run `gpuclinic doctor` while a job runs; it is a problem only if "
-               "the link "
-        "stays below max under load.",
     )
 
 
@@ -222,18 +206,9 @@ def replay(snap: Snapshot) -> Iterable[Finding]:
                 gpu=ref(g),
                 source="nvml",
                 data={"replays": n, "rate_per_min": rate},
-                remedy=(
-                    "Replays are link-level retries after bit errors: the link works but is marginal. Check "
-                    "whether the "
-                    "count grows (`nvidia-smi -q -d PCIE` twice, a minute apart, or `gpuclinic watch`) and "
-                    "look for AER "
-                    "lines (`dmesg -T | grep -i AER`). A growing count means reseating the GPU or replacing "
-                    "the "
-                    "riser/retimer/cable; it can precede Xid 79 (fallen off the bus)."
-                ),
             )
         )
-    return personalize(out)
+    return out
 
 
 def _aer_total(counters: dict[str, int], total_key: str) -> int:
@@ -308,14 +283,6 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                         evidence=ev,
                         title=f"{label}: PCIe uncorrected ({'fatal' if fatal else 'non-fatal'}) errors "
                         f"counted{where}",
-                        remedy=(
-                            "Uncorrected PCIe errors can corrupt transfers or drop the GPU off the bus"
-                            + (": drain the node. " if fatal else ". ")
-                            + "Read the details with `sudo dmesg -T | grep -i -A3 AER` and "
-                            f"`sudo lspci -vvv -s {dev.bus_id}`; reboot to retrain the link; reseat the "
-                            "GPU/riser/cable "
-                            "and update the system BIOS; if it recurs, ask the provider to inspect the slot."
-                        ),
                     )
                 )
             if corr >= warn_cor:
@@ -333,18 +300,9 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                             f"{corr}{_aer_detail(dev.aer_corrected)}",
                             f"warn at {warn_cor:.0f} ({THRESHOLDS_SOURCE})",
                         ],
-                        remedy=(
-                            "Each corrected error costs a link replay; many mean a marginal link. Check "
-                            "whether the count "
-                            f"grows (`cat /sys/bus/pci/devices/{dev.bus_id}/aer_dev_correctable` a minute "
-                            "apart) and "
-                            "compare with the replay counter in `nvidia-smi -q -d PCIE`; if it keeps "
-                            "growing, reseat the "
-                            "GPU/riser/cable or ask the provider to inspect the slot."
-                        ),
                     )
                 )
-    return personalize(out)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -378,11 +336,21 @@ def _aer_target(snap: Snapshot, e: KernelEvent) -> tuple[str | None, str]:
     return dev, "other"
 
 
+def aer_level(e: KernelEvent) -> str | None:
+    """An AER kernel event's class as the parser read it: "corrected", "fatal" or "nonfatal" (an
+    uncorrected error of unknown severity counts as non-fatal); None for a recovery report.  The one reading
+    of an AER line, for doctor's rule here and watch's live conditions (watch/kernel.py)."""
+    level = str(e.detail.get("severity") or "unknown")
+    if level == "recovery":
+        return None
+    return level if level in ("corrected", "fatal") else "nonfatal"
+
+
 @check(
     "kernel.aer", codes=["pcie.aer_corrected", "pcie.aer_uncorrected"], what="PCIe AER errors (kernel log)"
 )
 def aer_errors(snap: Snapshot) -> list[Finding]:
-    evs = [e for e in snap.kernel_events if e.kind == "aer" and e.detail.get("severity") != "recovery"]
+    evs = [e for e in snap.kernel_events if e.kind == "aer" and aer_level(e) is not None]
     if not evs:
         return []
     uuids = _uuid_map(snap)
@@ -391,8 +359,7 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
     groups: dict[tuple[str | None, str, str], list[KernelEvent]] = {}
     for e in evs:
         target, where = _aer_target(snap, e)
-        level = str(e.detail.get("severity") or "unknown")
-        cls = "corrected" if level == "corrected" else "uncorrected"
+        cls = "corrected" if aer_level(e) == "corrected" else "uncorrected"
         groups.setdefault((target, where, cls), []).append(e)
     out: list[Finding] = []
     for (target, where, cls), group in groups.items():
@@ -427,23 +394,15 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
         lines = [ln for e in group[:2] for ln in (e.detail.get("lines") or [])][:3]
         if cls == "corrected":
             frequent = count >= AER_FREQUENT_COUNT or (
-                rate_h is not None and count >= 10 and rate_h >= AER_FREQUENT_PER_HOUR
+                rate_h is not None and count >= threshold("aer_corrected_rate_min_count")
+                and rate_h >= AER_FREQUENT_PER_HOUR
             )
             sev = severity("pcie.aer_corrected") if frequent else severity("pcie.aer_corrected", "few")
             data["frequent"] = frequent
             title = f"{label}: PCIe corrected errors (AER){place}: {rate_txt}"
-            remedy = _steps(
-                "Corrected errors are fixed by the link itself, but each one costs a replay; frequent ones "
-                "mean a marginal link that can degrade or drop."
-                if frequent
-                else "A few corrected errors are normal; watch whether the count grows.",
-                "Compare with `nvidia-smi -q -d PCIE` (replay counter, current vs max link gen/width).",
-                "If they keep coming: reseat the GPU/riser/cable, check the slot, update the system BIOS; "
-                "ask the provider to move the job or inspect the slot.",
-            )
             code = "pcie.aer_corrected"
         else:
-            fatal = any(e.detail.get("severity") == "fatal" for e in group)
+            fatal = any(aer_level(e) == "fatal" for e in group)
             sev = severity("pcie.aer_uncorrected") if fatal else severity("pcie.aer_uncorrected", "non_fatal")
             data["fatal"] = fatal
             near = {str(d) for e in group for d in (e.detail.get("device"), e.detail.get("reporter")) if d}
@@ -454,17 +413,6 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
                 lines.append(failed[0].line)
             kind = "fatal" if fatal else "non-fatal"
             title = f"{label}: PCIe uncorrected ({kind}) errors (AER){place}: {rate_txt}"
-            remedy = _steps(
-                "Drain the server: an uncorrected PCIe error can corrupt transfers or make the GPU fall off "
-                "the bus."
-                if fatal
-                else "Check that jobs on this GPU still complete correctly; a non-fatal uncorrected error "
-                "can "
-                "abort transfers.",
-                "Reboot to retrain the link, then watch `dmesg` for new AER lines.",
-                "Reseat the GPU/riser/cable, check its power, update the system BIOS; if it recurs, ask the "
-                "provider to inspect the slot or replace the GPU.",
-            )
             code = "pcie.aer_uncorrected"
         out.append(
             Finding(
@@ -473,7 +421,6 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
                 family=Family.PCIE_POWER,
                 title=title,
                 evidence=_evidence(group, lines),
-                remedy=remedy,
                 gpu=ref,
                 data=data,
                 source=SOURCE,
@@ -522,15 +469,6 @@ def bandwidth_limited(snap: Snapshot) -> list[Finding]:
             f"a {d.get('speed_gts')} GT/s x{width} link at {d.get('limited_at')} (capable of "
             f"{d.get('capable_gbps')} Gb/s at {d.get('capable_speed_gts')} GT/s x{cap_w})"
         )
-        remedy = _steps(
-            "The link trained narrower than the GPU supports: check the slot (x16 electrical?), riser and "
-            "seating, and the BIOS lane bifurcation settings."
-            if narrow
-            else "GPUs lower their link speed when idle, so a speed limit at boot is usually harmless; "
-            "compare "
-            "`nvidia-smi -q -d PCIE` under load.",
-            "Under load, `nvidia-smi -q -d PCIE` should show the maximum generation and width.",
-        )
         out.append(
             Finding(
                 code="pcie.bandwidth_limited",
@@ -538,7 +476,6 @@ def bandwidth_limited(snap: Snapshot) -> list[Finding]:
                 family=Family.PCIE_POWER,
                 title=title,
                 evidence=[e.line],
-                remedy=remedy,
                 gpu=ref,
                 data={**d, "narrow": bool(narrow)},
                 source=SOURCE,
@@ -568,12 +505,6 @@ def _device_limited(bus: str, e: KernelEvent) -> Finding | None:
         ),
         evidence=[e.line, f"link width x{width} under x{cap_w * floor:g} (pcie_device_width_min_fraction = "
                                   f"{floor:g} of the capable x{cap_w}; {THRESHOLDS_SOURCE})"],
-        remedy=_steps(
-            f"The card at {bus} runs on {width} of its {cap_w} lanes, so it moves at most "
-            f"{d.get('available_gbps')} Gb/s (a NIC: RDMA/NCCL traffic through it too). Check "
-            f"`sudo lspci -vv -s {bus}` (LnkSta vs LnkCap); reboot once, then reseat the card and its "
-            "riser, check the slot is wired x16 and the BIOS bifurcation setting.",
-        ),
         data={**d, "narrow": True, "device": name},
         source=SOURCE,
     )

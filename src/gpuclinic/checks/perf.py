@@ -19,31 +19,29 @@ from gpuclinic.checks._hw import (
     fmt_pct,
     fmt_w,
     median,
-    personalize,
     readable,
     ref,
     threshold,
 )
+from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding
 
-_REMEDY = (
-    "Every multi-GPU step waits for this GPU. Fix the cause named in the other findings for it (heat, power "
-    "brake, lowered power limit); otherwise read its Clocks Event Reasons with "
-    "`nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE -i <index>` and compare it with a peer. If nothing "
-    "explains "
-    "it, run a stress test on that GPU alone (`dcgmi diag -r 2 -i <index>` or gpu-burn) and report it to the "
-    "provider; meanwhile exclude it (CUDA_VISIBLE_DEVICES) from multi-GPU jobs."
-)
-
 
 @check("perf.straggler", codes=["perf.straggler"], what="GPU stragglers")
 def straggler(snap: Snapshot) -> Iterable[Finding]:
-    gpus = [g for g in readable(snap) if busy(g)]
+    return stragglers(readable(snap))
+
+
+def stragglers(readable_gpus: Iterable[GpuFacts], clock_ratio: float | None = None) -> list[Finding]:
+    """The one straggler rule, on one sample of GPUs NVML could read: doctor's check, and ``watch``
+    (which adds only how long it must hold, ``straggler_minutes``, and a site's ``clock_ratio``)."""
+    gpus = [g for g in readable_gpus if busy(g)]
     if len(gpus) < threshold("straggler_min_peers"):
         return []
-    clk_ratio, pw_ratio = threshold("straggler_clock_ratio"), threshold("straggler_power_ratio")
+    clk_ratio = clock_ratio or threshold("straggler_clock_ratio")
+    pw_ratio = threshold("straggler_power_ratio")
     med_clk = median(g.sm_clock_mhz for g in gpus if g.sm_clock_mhz is not None)
     med_pw = median(g.power_draw_w for g in gpus if g.power_draw_w is not None)
     out = []
@@ -86,7 +84,6 @@ def straggler(snap: Snapshot) -> Iterable[Finding]:
                 family=Family.GPU_FAULT,
                 title=f"GPU {g.index} runs at {rel:.0%} of its peers' speed under the same load (straggler)",
                 evidence=ev,
-                remedy=_REMEDY,
                 gpu=ref(g),
                 source="nvml",
                 data={
@@ -97,4 +94,4 @@ def straggler(snap: Snapshot) -> Iterable[Finding]:
                 },
             )
         )
-    return personalize(out)
+    return out

@@ -16,7 +16,6 @@ from gpuclinic.checks._hw import (
     fmt_mhz,
     fmt_w,
     load_line,
-    personalize,
     readable,
     ref,
     threshold,
@@ -25,13 +24,6 @@ from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding
-
-_PSU = (
-    "Check the node's power delivery: PSU health and redundancy (`ipmitool sdr type 'Power Supply'`, "
-    "`ipmitool sel elist | tail -50` for PSU/power events), PDU/circuit load, and the GPU's power cables. "
-    "Confirm with `nvidia-smi -q -d PERFORMANCE -i <index>` (Clocks Event Reasons). Drain the node if it "
-    "persists under load; ask the provider to inspect the PSUs/power brake signal."
-)
 
 
 def _reasons_line(g: GpuFacts) -> str:
@@ -70,7 +62,6 @@ def power_brake(snap: Snapshot) -> Iterable[Finding]:
                     title=f"GPU {g.index} clocks are forced down by the hardware power brake (external power "
                           "signal)",
                     evidence=ev,
-                    remedy=_PSU,
                     gpu=ref(g),
                     source="nvml",
                     data={"reason": "hw_power_brake_slowdown"},
@@ -99,15 +90,9 @@ def power_brake(snap: Snapshot) -> Iterable[Finding]:
                     gpu=ref(g),
                     source="nvml",
                     data={"reason": "hw_slowdown"},
-                    remedy=(
-                        "HW slowdown cuts clocks by half or more; without high temperature the cause is "
-                        "power: a power "
-                        "spike over what the board allows, a failing PSU, or the system's slowdown signal. "
-                        + _PSU
-                    ),
                 )
             )
-    return personalize(out)
+    return out
 
 
 @check("power.cap", codes=["power.cap"], what="power limits")
@@ -141,15 +126,6 @@ def power_cap(snap: Snapshot) -> Iterable[Finding]:
                     gpu=ref(g),
                     source="nvml",
                     data={"enforced_w": limit, "default_w": default, "sw_power_cap": capped, "busy": is_busy},
-                    remedy=(
-                        "Someone lowered the limit (`nvidia-smi -pl`), or a host/BMC/DCGM power policy caps "
-                        "it. "
-                        "Check with `nvidia-smi -q -d POWER -i <index>`. If unintended, an admin can restore "
-                        "the default "
-                        f"with `sudo nvidia-smi -i <index> -pl {default:.0f}` (gpuclinic never changes it); "
-                        "if the "
-                        "provider caps power, ask them, since this GPU now limits multi-GPU jobs."
-                    ),
                 )
             )
         elif capped and is_busy:
@@ -164,11 +140,9 @@ def power_cap(snap: Snapshot) -> Iterable[Finding]:
                     gpu=ref(g),
                     source="nvml",
                     data={"enforced_w": limit, "sw_power_cap": True, "busy": True},
-                    remedy="Nothing to fix; SW power capping at the default limit is how the GPU holds its "
-                           "power budget.",
                 )
             )
-    return personalize(out)
+    return out
 
 
 @check("power.insufficient", codes=["power.insufficient"], what="GPU external power")
@@ -186,11 +160,6 @@ def power_insufficient(snap: Snapshot) -> Iterable[Finding]:
                     evidence=[f"NVML_ERROR_INSUFFICIENT_POWER on: {', '.join(sorted(fields))}"],
                     gpu=ref(g),
                     source="nvml",
-                    remedy=(
-                        "Drain the node and have the GPU's auxiliary power cables and the PSUs checked; the "
-                        "GPU will not "
-                        "run at full power (or at all) until they are fixed."
-                    ),
                 )
             )
-    return personalize(out)
+    return out

@@ -15,11 +15,13 @@ from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING
 
+from gpuclinic import lazyre
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import busy, median, readable, ref
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge import load_data
+from gpuclinic.knowledge.codes import severity as S
 from gpuclinic.knowledge.room import SIGNATURES_FILE, event_class
 from gpuclinic.knowledge.room import room_threshold as T
 from gpuclinic.model import Family, Finding, GpuRef, Severity
@@ -67,7 +69,7 @@ def status(snap: Snapshot) -> Iterable[Finding]:
     if room.events_read:
         parts.append(f"{len(room.events)} SEL/log entries")
     ev.append("read from: " + ", ".join(room.sources) + (f" ({room.bmc})" if room.bmc else ""))
-    return [Finding(code="room.status", severity=Severity.INFO, family=Family.HEAT,
+    return [Finding(code="room.status", severity=S("room.status"), family=Family.HEAT,
                     title="Server room: " + ("; ".join(parts) or "no inlet, fan or PSU sensor reported"),
                     evidence=ev, remedy=remedy("room.status"), source="bmc",
                     data={"inlet_c": [s.reading for s in inl], "fans": {f.name: f.reading for f in fl},
@@ -119,20 +121,19 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
     why = ""
     throttling = _throttling(snap)
     if t > T("ashrae_a1_allowable_max_c") or hot.level in _BAD:
-        sev, why = Severity.CRITICAL, (f"above ASHRAE A1's allowable {T('ashrae_a1_allowable_max_c'):g} °C"
-                                       if t > T("ashrae_a1_allowable_max_c") else "past the BMC's critical "
-                                                                                  "threshold")
+        sev = S("room.inlet_hot", "above_allowable")
+        why = (f"above ASHRAE A1's allowable {T('ashrae_a1_allowable_max_c'):g} °C"
+               if t > T("ashrae_a1_allowable_max_c") else "past the BMC's critical threshold")
     elif t > T("gpu_server_max_inlet_c"):
-        sev, why = Severity.WARNING, (f"above the ~{T('gpu_server_max_inlet_c'):g} °C GPU servers are "
+        sev, why = S("room.inlet_hot"), (f"above the ~{T('gpu_server_max_inlet_c'):g} °C GPU servers are "
                                       "rated for")
     elif t > T("ashrae_recommended_max_c"):
-        sev, why = Severity.WARNING, f"above ASHRAE's recommended {T('ashrae_recommended_max_c'):g} °C"
+        sev, why = S("room.inlet_hot"), f"above ASHRAE's recommended {T('ashrae_recommended_max_c'):g} °C"
     elif t > T("seed_room_max_c"):
-        sev, why = Severity.INFO, (f"above the {T('seed_room_max_c'):g} °C room guidance, inside ASHRAE's "
-                                   "recommended "
-                                   "range")
+        sev = S("room.inlet_hot", "seed_range")
+        why = f"above the {T('seed_room_max_c'):g} °C room guidance, inside ASHRAE's recommended range"
     if sev is not None and sev >= Severity.WARNING and throttling:
-        sev = Severity.CRITICAL
+        sev = S("room.inlet_hot", "gpus_throttling")
         why += f"; {len(throttling)} GPU(s) are cutting clocks for heat"
     if sev is not None:
         ev = [_fmt(hot), ranges]
@@ -152,9 +153,17 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
     c = cold.reading or 0.0
     if c < T("ashrae_a1_allowable_min_c"):
         out.append(Finding(
-            code="room.inlet_cold", severity=Severity.WARNING, family=Family.HEAT,
+            code="room.inlet_cold", severity=S("room.inlet_cold"), family=Family.HEAT,
             title=f"Inlet air at {c:g} °C ({cold.name}) is below ASHRAE A1's allowable "
                   f"{T('ashrae_a1_allowable_min_c'):g} °C",
+            evidence=[_fmt(cold), ranges], remedy=remedy("room.inlet_cold"), source="bmc",
+            data={"inlet_c": c},
+        ))
+    elif c < T("seed_room_min_c"):
+        out.append(Finding(
+            code="room.inlet_cold", severity=Severity.INFO, family=Family.HEAT,
+            title=f"Inlet air cool: {cold.name} at {c:g} °C is below the {T('seed_room_min_c'):g} °C room "
+                  "guidance, inside ASHRAE A1's allowable range",
             evidence=[_fmt(cold), ranges], remedy=remedy("room.inlet_cold"), source="bmc",
             data={"inlet_c": c},
         ))
@@ -182,7 +191,7 @@ def fans(snap: Snapshot) -> Iterable[Finding]:
             data={"fan": f.name, "reading": f.reading, "unit": f.unit},
         ))
     if room.chassis.get("Cooling/Fan Fault", "").lower() == "true" and not out:
-        out.append(Finding(code="room.fan_failed", severity=Severity.CRITICAL, family=Family.HEAT,
+        out.append(Finding(code="room.fan_failed", severity=S("room.fan_failed"), family=Family.HEAT,
                            title="The BMC reports a cooling/fan fault", evidence=["chassis status: "
                                                                                   "Cooling/Fan Fault = true"],
                            remedy=remedy("room.fan_failed"), source="bmc", data={}))
@@ -191,7 +200,7 @@ def fans(snap: Snapshot) -> Iterable[Finding]:
     working = [f for f in fl if f.reading]
     if at_max and hot and len(at_max) * 2 >= len(working):
         out.append(Finding(
-            code="room.fans_max", severity=Severity.WARNING, family=Family.HEAT,
+            code="room.fans_max", severity=S("room.fans_max"), family=Family.HEAT,
             title=f"Fans at full speed ({len(at_max)} of {len(working)}) while {len(hot)} GPU(s) are hot: "
                   "cooling capacity, dust or airflow",
             evidence=[_fmt(f) for f in at_max[:4]] + [
@@ -205,27 +214,29 @@ def fans(snap: Snapshot) -> Iterable[Finding]:
 
 def _fan_state(f: R.RoomSensor) -> tuple[Severity | None, str]:
     if f.level in _BAD:
-        return Severity.CRITICAL, "is past its critical threshold (BMC)" if f.reading else "has failed (BMC)"
+        return S("room.fan_failed"), ("is past its critical threshold (BMC)" if f.reading
+                                      else "has failed (BMC)")
     if f.unit == "RPM" and f.reading is not None:
         if f.reading <= 0 and f.level != "unknown":
             if f.level == "ok":  # the BMC does not alarm on it: an empty fan header, or a stopped fan
-                return Severity.WARNING, ("reads 0 RPM although the BMC reports it ok "
+                return S("room.fan_failed", "bmc_ok_zero_rpm"), ("reads 0 RPM although the BMC reports it ok "
                                           "(stopped, or not installed)")
-            return Severity.CRITICAL, "is at 0 RPM (stopped or failed)"
+            return S("room.fan_failed"), "is at 0 RPM (stopped or failed)"
         lcr = f.thresholds.get("lcr") or f.thresholds.get("lnr")
         if lcr is not None and lcr > 0 and f.reading < lcr:
-            return Severity.CRITICAL, f"is below its lower critical threshold ({f.reading:g} < {lcr:g} RPM)"
+            return S("room.fan_failed"), (f"is below its lower critical threshold "
+                                          f"({f.reading:g} < {lcr:g} RPM)")
         lnc = f.thresholds.get("lnc")
         if lnc is not None and lnc > 0 and f.reading < lnc:
-            return Severity.WARNING, (f"is below its lower non-critical threshold "
+            return S("room.fan_failed", "below_noncritical"), (f"is below its lower non-critical threshold "
                                       f"({f.reading:g} < {lnc:g} RPM)")
     if f.level == "noncritical":
-        return Severity.WARNING, "is past a non-critical threshold (BMC)"
+        return S("room.fan_failed", "below_noncritical"), "is past a non-critical threshold (BMC)"
     text = " ".join(f.states).lower()
     if "fail" in text or "fault" in text:
-        return Severity.CRITICAL, f"reports {', '.join(f.states)}"
+        return S("room.fan_failed"), f"reports {', '.join(f.states)}"
     if re.search(r"fail|fault", f.name, re.I) and ("state asserted" in text or text == "asserted"):
-        return Severity.CRITICAL, "fault is asserted (BMC)"
+        return S("room.fan_failed"), "fault is asserted (BMC)"
     return None, ""
 
 
@@ -257,7 +268,7 @@ def gpu_hotter_than_peers(snap: Snapshot) -> Iterable[Finding]:
         if med is None or g.temperature_c is None or g.temperature_c - med < T("gpu_peer_delta_c"):
             continue
         out.append(Finding(
-            code="room.gpu_hotter_than_peers", severity=Severity.WARNING, family=Family.HEAT,
+            code="room.gpu_hotter_than_peers", severity=S("room.gpu_hotter_than_peers"), family=Family.HEAT,
             title=f"GPU {g.index} runs {g.temperature_c - med:.0f} °C hotter than its peers at the same load",
             evidence=[f"GPU {g.index}: {g.temperature_c:.0f} °C at "
                       f"{g.utilization_gpu_pct if g.utilization_gpu_pct is not None else '?'}% "
@@ -289,18 +300,18 @@ def psus(snap: Snapshot) -> Iterable[Finding]:
         ev = [_psu_line(p)]
         if p.present is False:
             if present:
-                out.append(_pf("room.psu_absent", Severity.WARNING, f"Power supply {p.name} is absent", ev,
-                               p.name))
+                out.append(_pf("room.psu_absent", S("room.psu_absent"), f"Power supply {p.name} is absent",
+                               ev, p.name))
             continue
         if p.failed or (p.health == "critical" and not p.input_lost):
-            out.append(_pf("room.psu_failed", Severity.CRITICAL, f"Power supply {p.name} has failed", ev,
+            out.append(_pf("room.psu_failed", S("room.psu_failed"), f"Power supply {p.name} has failed", ev,
                            p.name))
         elif p.input_lost or (p.input_voltage == 0 and volts):
-            out.append(_pf("room.psu_input", Severity.CRITICAL, f"Power supply {p.name} has lost its input "
+            out.append(_pf("room.psu_input", S("room.psu_input"), f"Power supply {p.name} has lost its input "
                                                                 "power (AC lost)", ev,
                            p.name))
         elif p.input_out_of_range or _voltage_bad(p.input_voltage):
-            out.append(_pf("room.psu_input", Severity.WARNING,
+            out.append(_pf("room.psu_input", S("room.psu_input", "out_of_range"),
                            f"Power supply {p.name} input voltage is out of range" + (
                                f" ({p.input_voltage:g} V)" if p.input_voltage else ""),
                            [*ev, f"expected {T('psu_input_low_v'):g}-{T('psu_input_gap_low_v'):g} V (low "
@@ -308,9 +319,8 @@ def psus(snap: Snapshot) -> Iterable[Finding]:
                                  f"{T('psu_input_gap_high_v'):g}-{T('psu_input_high_v'):g} V (high line)"],
                            p.name))
         elif p.predictive_failure or p.health == "warning":
-            out.append(_pf("room.psu_failed", Severity.WARNING, f"Power supply {p.name} predicts failure or "
-                                                                "is degraded", ev,
-                           p.name))
+            out.append(_pf("room.psu_failed", S("room.psu_failed", "predictive"),
+                           f"Power supply {p.name} predicts failure or is degraded", ev, p.name))
     for name, state in room.redundancy.items():
         s = state.lower()
         # "Non-Redundant: Sufficient from Redundant" (IPMI 0x0B offset 0x03): it was redundant and is no
@@ -318,12 +328,13 @@ def psus(snap: Snapshot) -> Iterable[Finding]:
         if any(x in s for x in ("lost", "insufficient", "degraded", "warning", "critical", "sufficient from "
                                                                                            "redundant")) \
                 and "fully redundant" not in s:
-            sev = Severity.CRITICAL if "insufficient" in s or "critical" in s else Severity.WARNING
+            insufficient = "insufficient" in s or "critical" in s
+            sev = S("room.psu_redundancy", "insufficient") if insufficient else S("room.psu_redundancy")
             out.append(_pf("room.psu_redundancy", sev, f"Redundancy lost: {name} reports {state}",
                            [f"{name}: {state}"]))
     for key in ("Main Power Fault", "Power Overload", "Power Control Fault"):
         if room.chassis.get(key, "").lower() == "true":
-            out.append(_pf("room.psu_failed", Severity.CRITICAL, f"The BMC reports {key.lower()}",
+            out.append(_pf("room.psu_failed", S("room.psu_failed"), f"The BMC reports {key.lower()}",
                            [f"chassis status: {key} = true"]))
     return out
 
@@ -371,10 +382,10 @@ def power_capacity(snap: Snapshot) -> Iterable[Finding]:
     ev = [f"draw: system {system_w:g} W (BMC), GPUs {gpu_w:g} W (NVML)",
           f"capacity: {total:g} W from {len(good)} working PSU(s); {n1:g} W if one more fails"]
     if load > T("power_capacity_critical_fraction") * total:
-        sev, title = Severity.CRITICAL, (f"Power draw {load:g} W exceeds what the working PSUs deliver "
-                                         f"({total:g} W)")
+        sev = S("room.power_capacity", "over_capacity")
+        title = f"Power draw {load:g} W exceeds what the working PSUs deliver ({total:g} W)"
     elif len(good) >= 2 and load > T("power_capacity_warn_fraction") * n1:
-        sev, title = Severity.WARNING, (f"Power draw {load:g} W is over "
+        sev, title = S("room.power_capacity"), (f"Power draw {load:g} W is over "
                                         f"{T('power_capacity_warn_fraction'):.0%} of the "
                                         f"{n1:g} W left if one PSU fails: redundancy would not carry the "
                                         "load")
@@ -409,9 +420,10 @@ def sensor_critical(snap: Snapshot) -> Iterable[Finding]:
                     any(k in thr and s.reading <= thr[k] for k in ("lcr", "lnr")):
                 level = "critical"
         if level in _BAD:
-            sev, word = Severity.CRITICAL, ("non-recoverable" if level == "nonrecoverable" else "critical")
+            sev = S("room.sensor_critical")
+            word = "non-recoverable" if level == "nonrecoverable" else "critical"
         elif level == "noncritical":
-            sev, word = Severity.WARNING, "non-critical"
+            sev, word = S("room.sensor_critical", "noncritical"), "non-critical"
         else:
             continue
         fam = Family.PCIE_POWER if s.kind in (R.VOLTAGE, R.CURRENT, R.POWER, R.POWER_UNIT) else (
@@ -452,7 +464,7 @@ def _when(s: str | None) -> dt.datetime | None:
     return t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo else t
 
 
-_BUS = re.compile(r"bus\s*(?:#|number)?\s*(0x[0-9a-f]+|[0-9a-f]{2}h|\d+)", re.I)
+_BUS = lazyre.compile(r"bus\s*(?:#|number)?\s*(0x[0-9a-f]+|[0-9a-f]{2}h|\d+)", re.I)
 
 
 def _bus_of(text: str) -> int | None:
@@ -477,7 +489,7 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
     times = [t for e in room.events if (t := _when(e.time))]
     now = _when(snap.taken_at) or (max(times) if times else None)
     window = dt.timedelta(hours=T("sel_window_hours"))
-    cleared = {(e.sensor, e.description) for e in room.events if not e.asserted}
+    cleared = _cleared(room.events)
     groups: dict[str, list[R.BmcEvent]] = {}
     for e in room.events:
         if e.kind and e.asserted:
@@ -489,17 +501,25 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
             continue
         recent = [e for e in evs if now is None or (t := _when(e.time)) is None or now - t <= window]
         open_ = [e for e in recent if (e.sensor, e.description) not in cleared]
-        sev = Severity.INFO
-        if open_:
+        code = f"room.sel.{kind}"
+        sev = S(code, "not_in_window")  # older than the window, or deasserted since
+        old = [e for e in evs if (e.sensor, e.description) not in cleared and e not in open_]
+        if open_:  # the event class's own severity (room_signatures.json)
             sev = Severity.CRITICAL if ec.severity == "critical" else Severity.WARNING
+        elif old and ec.severity == "critical" and not snap.taken_at:
+            # a saved log whose reading time is unknown (the window ends at its newest entry): a critical
+            # fault in it, never cleared, is not history yet
+            sev = S(code, "critical_never_cleared_time_unknown")
         last = evs[-1]
         lines = [f"SEL {e.id} {e.time or '?'}: {e.sensor_type or ''} {e.sensor or ''} | {e.description}"
                  + ("" if e.asserted else " (deasserted)") for e in evs[-5:]]
         note = (f"{len(open_)} in the last {T('sel_window_hours'):g} h" if open_ else
+                f"older than {T('sel_window_hours'):g} h, never deasserted" if sev > Severity.INFO else
                 "older than the window or deasserted since")
         gpu: GpuRef | None = None
         data: dict[str, object] = {"kind": kind, "count": len(evs), "recent": len(open_)}
-        title = f"BMC event log: {last.description or kind} ({len(evs)}×, {note})"
+        where = ("Host hardware log" if all(e.source.startswith("host: ") for e in evs) else "BMC event log")
+        title = f"{where}: {last.description or kind} ({len(evs)}×, {note})"
         if kind == "pcie_fatal":
             gpu, xid_lines = _pcie_gpu(snap, evs)
             if xid_lines:
@@ -507,11 +527,27 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
                 data["symptoms"] = ["xid.79"]
                 title = ("PCIe fatal error logged by the BMC, and a GPU fell off the bus (XID 79): "
                          "one slot fault")
-                sev = Severity.CRITICAL
-        out.append(Finding(code=f"room.sel.{kind}", severity=sev, family=_FAMILY.get(kind, Family.PCIE_POWER),
+                sev = S(code, "with_gpu_off_bus")
+        out.append(Finding(code=code, severity=sev, family=_FAMILY.get(kind, Family.PCIE_POWER),
                            title=title, evidence=lines, remedy=remedy(f"room.sel.{kind}"), gpu=gpu,
                            source="bmc",
                            data=data))
+    return out
+
+
+def _cleared(events: list[R.BmcEvent]) -> set[tuple[str | None, str]]:
+    """(sensor, description) whose latest record is a deassertion: by time when every record of it has
+    one (Redfish lists newest first), else in the log's order (a fan that went low again after its
+    deassertion is low now)."""
+    last: dict[tuple[str | None, str], list[tuple[dt.datetime | None, int, bool]]] = {}
+    for i, e in enumerate(events):
+        last.setdefault((e.sensor, e.description), []).append((_when(e.time), i, e.asserted))
+    out = set()
+    for key, recs in last.items():
+        if all(t is not None for t, _, _ in recs):
+            recs = sorted(recs, key=lambda r: (r[0], r[1]))
+        if not recs[-1][2]:
+            out.add(key)
     return out
 
 

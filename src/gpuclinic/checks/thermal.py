@@ -10,19 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuclinic.checks import check
-from gpuclinic.checks._hw import fmt_c, fmt_mhz, load_line, personalize, readable, ref, threshold
+from gpuclinic.checks._hw import fmt_c, fmt_mhz, load_line, readable, ref, threshold
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, Severity
-
-_COOLING = (
-    "Check cooling now: `nvidia-smi -q -d TEMPERATURE,PERFORMANCE` for the readings; inlet air temperature "
-    "and fan/BMC status (`ipmitool sdr type Fan`, `ipmitool sdr type Temperature`); blocked or failed fans, "
-    "missing blanking panels, a hot aisle. If one GPU runs much hotter than its neighbours under the same "
-    "load, "
-    "its heatsink contact or thermal interface is suspect: ask the provider to inspect it."
-)
 
 
 @check("thermal.slowdown", codes=["thermal.slowdown"], what="GPU and HBM temperatures")
@@ -35,7 +27,7 @@ def thermal_slowdown(snap: Snapshot) -> Iterable[Finding]:
         f = hbm_temperature(g)
         if f:
             out.append(f)
-    return personalize(out)
+    return out
 
 
 def gpu_temperature(g: GpuFacts, margin_c: float | None = None) -> Finding | None:
@@ -86,7 +78,6 @@ def gpu_temperature(g: GpuFacts, margin_c: float | None = None) -> Finding | Non
             f"clocks.sm = {fmt_mhz(g.sm_clock_mhz)} of {fmt_mhz(g.sm_clock_max_mhz)}",
             load_line(g),
         ],
-        remedy=_COOLING,
         gpu=ref(g),
         source="nvml",
         data={
@@ -121,7 +112,6 @@ def hbm_temperature(g: GpuFacts) -> Finding | None:
         title=f"GPU {g.index} HBM memory at {t:.0f} °C is "
         + ("at/over its limit" if sev == Severity.CRITICAL else "close to its limit"),
         evidence=[f"temperature.memory = {t:.0f} °C", src, load_line(g)],
-        remedy=_COOLING,
         gpu=ref(g),
         source="nvml",
         data={"sensor": "hbm", "temperature_c": t, "limit_c": crit},
@@ -163,10 +153,9 @@ def thermal_throttle(snap: Snapshot) -> Iterable[Finding]:
                 family=Family.HEAT,
                 title=f"GPU {g.index} is cutting its clocks because it is too hot ({hw} thermal slowdown)",
                 evidence=ev,
-                remedy=_COOLING + " Watch it with `nvidia-smi -q -d PERFORMANCE` (Clocks Event Reasons).",
                 gpu=ref(g),
                 source="nvml",
                 data={"reasons": active, "thermal_violation_ns": viol_ns},
             )
         )
-    return personalize(out)
+    return out

@@ -6,8 +6,7 @@ fatal to the job, reset, reboot, RMA) from ``knowledge/data/xid_classes.json``.
 
 from __future__ import annotations
 
-import re
-
+from gpuclinic import lazyre
 from gpuclinic.checks import check
 from gpuclinic.checks._kernel import (
     NVLINK_XIDS,
@@ -16,7 +15,6 @@ from gpuclinic.checks._kernel import (
     _evidence,
     _previous_boot_flags,
     _require_log,
-    _steps,
     _uuid_map,
     gpu_ref,
 )
@@ -31,7 +29,7 @@ from gpuclinic.record import field, record
 # xid.<N>
 # --------------------------------------------------------------------------------------------------
 
-_RE_RECOVERY = re.compile(r"from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)")
+_RE_RECOVERY = lazyre.compile(r"from 0x[0-9a-fA-F]+ \(([^)]*)\) to 0x[0-9a-fA-F]+ \(([^)]*)\)")
 
 
 # the catalog category of Xids that report no fault (SMBPBI test messages, recovery-action changes)
@@ -58,6 +56,8 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
         count = len(evs)
         short = j.info.description.split(". ")[0].split(": ", 1)[0].rstrip(".")
         title = f"Xid {n} ({j.info.name}): {short}" + (f" — {count} times" if count > 1 else "")
+        if j.conclusion:
+            j.data["conclusion"] = j.conclusion
         if j.notes:
             j.data["notes"] = j.notes
         if j.info.notes:
@@ -69,7 +69,6 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
                 family=j.info.family,
                 title=title,
                 evidence=_evidence(evs, j.extra_evidence),
-                remedy=_steps(j.first_step, *j.info.steps()),
                 gpu=gpu_ref(snap, bus, uuids),
                 data=j.data,
                 source=SOURCE,
@@ -90,13 +89,14 @@ class _Context:
 
 @record
 class _Judgement:
-    """One (GPU, Xid) group as the rules leave it: severity, notes, data, first step, extra evidence."""
+    """One (GPU, Xid) group as the rules leave it: severity, notes, data, what a rule concluded about this
+    case (``data["conclusion"]``; the remedy is the runbook's), extra evidence."""
 
     info: XidInfo
     sev: Severity
     data: dict[str, object]
     notes: list[str] = field(default_factory=list)
-    first_step: str | None = None
+    conclusion: str | None = None
     extra_evidence: list[str] = field(default_factory=list)
 
 
@@ -148,7 +148,7 @@ def _application_rule(j: _Judgement, ctx: _Context, bus: str | None, n: int, evs
     j.data["other_gpus_with_same_xid"] = len(other_gpus)
     if len(evs) >= 3 and not other_gpus and distinct >= 2:
         j.sev = severity(f"xid.{n}", "repeats_on_one_gpu")
-        j.first_step = (
+        j.conclusion = (
             f"Xid {n} repeats on this GPU only, from different programs: that points at the "
             "GPU, not the code. Drain it and run `dcgmi diag -r 3` (and NVIDIA field "
             "diagnostics if that fails)."
@@ -170,7 +170,7 @@ def _xid45_rule(j: _Judgement, n: int, evs: list[KernelEvent], same_gpu_other: l
     if causes:
         j.sev = severity(f"xid.{n}", "explained_by_other_xid")
         j.data["caused_by"] = causes
-        j.first_step = (
+        j.conclusion = (
             "This Xid only reports cleanup after Xid "
             + ", ".join(str(c) for c in causes)
             + ": act on that one."
@@ -182,14 +182,14 @@ def _xid48_rule(j: _Judgement, same_gpu_other: list[KernelEvent]) -> None:
     follow = sorted({x for e in same_gpu_other if (x := e.xid) in (63, 64)})
     j.data["followed_by"] = follow
     if follow:
-        j.first_step = (
+        j.conclusion = (
             f"Xid 48 was followed by Xid {'/'.join(map(str, follow))}: drain the GPU, let jobs "
             "finish, then reset it so the bad memory row is remapped"
             + (" (Xid 64: remapping failed; plan an RMA)" if 64 in follow else "")
             + "."
         )
     else:
-        j.first_step = (
+        j.conclusion = (
             "Xid 48 was not followed by Xid 63/64: drain the GPU and run field "
             "diagnostics; check `nvidia-smi -q -d ROW_REMAPPER,ECC`."
         )
@@ -204,7 +204,7 @@ def _xid154_rule(j: _Judgement, n: int, evs: list[KernelEvent]) -> None:
         j.sev = severity(
             f"xid.{n}", "recovery_none" if new.strip().lower() == "none" else "recovery_required"
         )
-        j.first_step = f"The driver now asks for: {new}. Do that before giving the GPU new work."
+        j.conclusion = f"The driver now asks for: {new}. Do that before giving the GPU new work."
 
 
 def _nvlink_rule(j: _Judgement, n: int, evs: list[KernelEvent]) -> None:

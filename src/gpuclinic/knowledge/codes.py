@@ -120,6 +120,18 @@ def runbook_id(code: str) -> str:
     return i.runbook
 
 
+@cache
+def _computed() -> tuple[str, ...]:
+    return tuple(load_data(CODES_FILE).get("remedy_computed", {}).get("codes", ()))
+
+
+def remedy_computed(code: str) -> bool:
+    """Whether the detector of ``code`` computes its remedy for the case from knowledge data (the versions
+    and commands of a driver/CUDA mismatch, a mirror's lines): ``remedy_computed`` in codes.json.  Every
+    other code's remedy is its runbook's first step."""
+    return any(code == p or (p.endswith(".*") and code.startswith(p[:-1])) for p in _computed())
+
+
 def kind(code: str) -> str:
     """hardware / software / configuration / job: what sort of cause ``code`` names."""
     i = require(code)

@@ -192,6 +192,21 @@ def first_step(code: str, gpu: GpuRef | None = None) -> str:
     return f"{fill(s.do, gpu, code)}{cmd}"
 
 
+def finding_remedy(code: str, gpu: GpuRef | None = None, own: str = "") -> str:
+    """The remedy a finding carries: its runbook's first step, filled in for its GPU.  Detectors write
+    no remedy text of their own (what is particular to one case goes in the finding's evidence);
+    ``checks.run_checks`` sets this on every finding, so doctor, explain, watch, run, k8s and fleet show
+    one text per code.  Kept as the detector gives it (``own``): a signature's fix (``error.*``, each
+    from ``error_signatures.json`` with its source) and the codes of ``remedy_computed`` in codes.json,
+    whose detector computes the exact fix from knowledge data (versions, commands, mirror lines)."""
+    from gpuclinic.knowledge.codes import info, remedy_computed
+
+    i = info(code)
+    if own and i is not None and (i.default == "signature" or remedy_computed(code)):
+        return own
+    return first_step(code, gpu)
+
+
 def runbook_command(code: str, gpu: GpuRef | None = None, *, markdown: bool = False) -> str:
     """The command that prints every step for ``code`` (``gpuclinic runbook xid.79 --gpu 3``): the one
     pointer doctor, explain, watch's alerts, run, the alert rules and the renderers all show."""

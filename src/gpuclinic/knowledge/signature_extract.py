@@ -12,6 +12,8 @@ import re
 from functools import cache
 from typing import TYPE_CHECKING
 
+from gpuclinic import lazyre
+
 if TYPE_CHECKING:
     from gpuclinic.knowledge.signatures import SignatureMatch
 
@@ -47,21 +49,21 @@ def human(n: int | float) -> str:
 
 
 _OOM_NEW = {
-    "tried": re.compile(r"Tried to allocate " + _SIZE),
-    "total": re.compile(r"total capaci?ty of " + _SIZE),
-    "free": re.compile(r"of which " + _SIZE + r" is free"),
-    "allocated": re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch"),
-    "reserved_unallocated": re.compile(r"and " + _SIZE + r" is reserved by PyTorch but unallocated"),
-    "this_process": re.compile(r"this process has " + _SIZE + r" memory in use"),
+    "tried": lazyre.compile(r"Tried to allocate " + _SIZE),
+    "total": lazyre.compile(r"total capaci?ty of " + _SIZE),
+    "free": lazyre.compile(r"of which " + _SIZE + r" is free"),
+    "allocated": lazyre.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch"),
+    "reserved_unallocated": lazyre.compile(r"and " + _SIZE + r" is reserved by PyTorch but unallocated"),
+    "this_process": lazyre.compile(r"this process has " + _SIZE + r" memory in use"),
 }
 _OOM_OLD = {
-    "total": re.compile(r"\(GPU \d+; " + _SIZE + r" total capacity"),
-    "allocated": re.compile(_SIZE + r" already allocated"),
-    "free": re.compile(r"; " + _SIZE + r" free"),
-    "reserved": re.compile(_SIZE + r" reserved in total by PyTorch"),
+    "total": lazyre.compile(r"\(GPU \d+; " + _SIZE + r" total capacity"),
+    "allocated": lazyre.compile(_SIZE + r" already allocated"),
+    "free": lazyre.compile(r"; " + _SIZE + r" free"),
+    "reserved": lazyre.compile(_SIZE + r" reserved in total by PyTorch"),
 }
-_OOM_GPU = re.compile(r"(?:\(GPU |GPU )(\d+)")
-_OOM_OTHER = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
+_OOM_GPU = lazyre.compile(r"(?:\(GPU |GPU )(\d+)")
+_OOM_OTHER = lazyre.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
 
 
 @cache
@@ -187,11 +189,11 @@ def _oom_last_hints(vals: dict[str, int], sm: SignatureMatch) -> None:
         sm.data["diagnosis"] = "model_too_large"
 
 
-_WD = re.compile(
+_WD = lazyre.compile(
     r"\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\((.*?)\) ran for (\d+) "
     r"milliseconds"
 )
-_WD_FIELDS = re.compile(r"([\w()]+)=([^,]+)")
+_WD_FIELDS = lazyre.compile(r"([\w()]+)=([^,]+)")
 
 
 def _extract_nccl_timeout(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
@@ -242,7 +244,7 @@ def _extract_nvml_mismatch(text: str, m: re.Match[str], sm: SignatureMatch) -> N
     _extract_api_mismatch(text, m, sm)
 
 
-_API = re.compile(
+_API = lazyre.compile(
     r"API mismatch: the client has the version (\d+(?:\.\d+)+), but\s*(?:NVRM: )?this kernel module has the "
     r"version (\d+(?:\.\d+)+)"
 )  # the sentence's own full stop is not part of the version
@@ -293,8 +295,10 @@ def _extract_xid(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
             sm.hints.append(f"XID {sm.data['xid']}: {name}")
 
 
-_SM = re.compile(r"(?:^|\n)\s*(?:[\w.]+Warning:\s*)?(.*?) with CUDA capability sm_(\d+) is not compatible")
-_SM_LIST = re.compile(r"supports CUDA capabilities ((?:(?:sm|compute)_\d+\s*)+)")
+_SM = lazyre.compile(
+    r"(?:^|\n)\s*(?:[\w.]+Warning:\s*)?(.*?) with CUDA capability sm_(\d+) is not compatible"
+)
+_SM_LIST = lazyre.compile(r"supports CUDA capabilities ((?:(?:sm|compute)_\d+\s*)+)")
 
 
 def _extract_sm_compat(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
@@ -324,7 +328,7 @@ def _extract_sm_compat(text: str, m: re.Match[str], sm: SignatureMatch) -> None:
         )
 
 
-_KILLED = re.compile(r"Killed process (\d+) \(([^)]*)\)[^\n]*?anon-rss:\s*([\d,]+)\s*kB")
+_KILLED = lazyre.compile(r"Killed process (\d+) \(([^)]*)\)[^\n]*?anon-rss:\s*([\d,]+)\s*kB")
 
 
 def _extract_oom_killer(text: str, m: re.Match[str], sm: SignatureMatch) -> None:

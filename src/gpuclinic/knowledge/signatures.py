@@ -480,14 +480,33 @@ def rejoined(text: str) -> list[tuple[int, str]]:
 _TABLE_PAIR = re.compile(r"\|[ \t]*\r?\n(?=[ \t]*\|(?:[ \t]*\|)+ \S)")  # a row, then a continuation row
 
 
+_PIPES_ONE_BY_ONE = 4096  # "|" tried one by one (a memchr to each); past these, the regex's own scan
+
+
 def _table_rows(text: str) -> list[int]:
-    """0-based numbers of the table rows whose last cell continues on the next row (found at regex speed)."""
+    """0-based numbers of the table rows whose last cell continues on the next row.  A match starts at a
+    "|": the pattern is tried at each "|" (found at ``memchr`` speed; a long log has a few), the same
+    matches as its scan of every character; a text full of tables is left to that scan."""
     out: list[int] = []
     line, pos = 0, 0
-    for m in _TABLE_PAIR.finditer(text):
-        line += text.count("\n", pos, m.start())
-        pos = m.start()
+    i = text.find("|")
+    tried = 0
+    while i >= 0:
+        tried += 1
+        if tried > _PIPES_ONE_BY_ONE:
+            for mm in _TABLE_PAIR.finditer(text, i):
+                line += text.count("\n", pos, mm.start())
+                pos = mm.start()
+                out.append(line)
+            break
+        m = _TABLE_PAIR.match(text, i)
+        if m is None:
+            i = text.find("|", i + 1)
+            continue
+        line += text.count("\n", pos, i)
+        pos = i
         out.append(line)
+        i = text.find("|", m.end())
     return out
 
 

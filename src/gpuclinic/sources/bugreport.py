@@ -9,13 +9,13 @@ sections we parse as a whole (nvidia-smi, lspci, driver version) are held, each 
 
 from __future__ import annotations
 
-import gzip
 import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
+from gpuclinic import lazyre
 from gpuclinic.facts.gpu import PciDevice
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.sources import lspci, smi_table, smi_text, smi_xml
@@ -27,15 +27,15 @@ MAX_SECTION_LINES = 200_000  # nvidia-smi/lspci sections are far smaller; more i
 MAX_LINE = 64 * 1024
 # Kernel-log sections.  journalctl sections count only when they select kernel messages: bug reports
 # also carry `journalctl -b -0 _COMM=Xorg` and similar, which are not the kernel log.
-_KERNEL_TITLE_RE = re.compile(
+_KERNEL_TITLE_RE = lazyre.compile(
     r"kern\.log|/var/log/messages|/var/log/syslog|\bdmesg\b|journalctl\b.*(?:\s-k\b|--dmesg|_TRANSPORT=kernel)",
     re.I,
 )
-_NVRM_VERSION_RE = re.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(?P<ver>\d+\.\d+(?:\.\d+)?)")
-_UNAME_RE = re.compile(r"^uname(?: -a)?:\s*\S+\s+(?P<host>\S+)")
+_NVRM_VERSION_RE = lazyre.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(?P<ver>\d+\.\d+(?:\.\d+)?)")
+_UNAME_RE = lazyre.compile(r"^uname(?: -a)?:\s*\S+\s+(?P<host>\S+)")
 
 
-_PROLOGUE_RE = re.compile(
+_PROLOGUE_RE = lazyre.compile(
     r"^(?:Start of NVIDIA bug report log file|nvidia-bug-report\.sh (?:Version|will now collect))", re.M
 )
 
@@ -128,6 +128,8 @@ def open_text(path: str) -> IO[str]:
     head = raw.read(2)
     raw.seek(0)
     if head == b"\x1f\x8b":
+        import gzip  # (only a compressed report pays for its import)
+
         return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8", errors="replace")
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
 

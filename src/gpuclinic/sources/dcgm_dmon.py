@@ -7,12 +7,11 @@ row (``ID``), then one row per entity: ``GPU 1      120``. The value is the last
 
 from __future__ import annotations
 
-import re
-
+from gpuclinic import lazyre
 from gpuclinic.facts.kernel import KernelEvent
 
-_HEADER = re.compile(r"^\s*#Entity\s+(?P<cols>.+?)\s*$")
-_ROW = re.compile(r"^\s*GPU\s+(?P<gpu>\d{1,3})\s+(?P<vals>.+?)\s*$")
+_HEADER = lazyre.compile(r"^\s*#Entity\s+(?P<cols>.+?)\s*$")
+_ROW = lazyre.compile(r"^\s*GPU\s+(?P<gpu>\d{1,3})\s+(?P<vals>.+?)\s*$")
 
 
 def xid_events(lines: list[str], origin: str, first: int = 1) -> list[KernelEvent]:

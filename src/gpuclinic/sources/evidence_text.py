@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable
 
-from gpuclinic import textscan
+from gpuclinic import lazyre, textscan
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.gpu import GpuFacts
@@ -59,7 +59,7 @@ def new_snapshot() -> Snapshot:
 
 # ---------------------------------------------------------------------------------------------- detection
 
-_QUOTE_RE = re.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
+_QUOTE_RE = lazyre.compile(r"^[ \t]*(?:>[ \t]?)+", re.M)
 
 
 def unquote(text: str) -> str:
@@ -301,7 +301,7 @@ def add_text(
     try:
         rec = segments.read_lines(
             snap,
-            text.splitlines(),
+            textscan.splitlines(text),
             origin,
             detect=lambda t: detect(t[:SAMPLE_BYTES]),
             apply_rest=_apply_text,

@@ -10,14 +10,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpuclinic import lazyre
 from gpuclinic.facts.gpu import PciDevice
 from gpuclinic.facts.snapshot import normalize_bus_id
 
-_DEV_RE = re.compile(
+_DEV_RE = lazyre.compile(
     r"^(?P<bus>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<cls>[^:\[]+?)\s*(?:\[(?P<clsid>[0-9a-fA-F]{4})\])?:\s*(?P<desc>.*)$"
 )
-_IDS_RE = re.compile(r"\[(?P<ven>[0-9a-fA-F]{4}):(?P<dev>[0-9a-fA-F]{4})\]")
-_LNK_RE = re.compile(
+_IDS_RE = lazyre.compile(r"\[(?P<ven>[0-9a-fA-F]{4}):(?P<dev>[0-9a-fA-F]{4})\]")
+_LNK_RE = lazyre.compile(
     r"(?P<kind>LnkCap|LnkSta):.*?Speed\s+(?P<speed>[\d.]+)GT/s[^,]*,\s*Width\s+x(?P<width>\d+)"
 )
 _CLASS_NAMES = {
@@ -28,8 +29,8 @@ _CLASS_NAMES = {
 }
 
 
-_NVIDIA_ID = re.compile(r"\[10[dD][eE]:")
-_NN_LINE_RE = re.compile(
+_NVIDIA_ID = lazyre.compile(r"\[10[dD][eE]:")
+_NN_LINE_RE = lazyre.compile(
     r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:\n]+?(?: \[[0-9a-fA-F]{4}\])?: "
     r".*\[[0-9a-fA-F]{4}:[0-9a-fA-F]{4}\]",
     re.M,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpuclinic import lazyre
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_metrics
@@ -16,7 +17,7 @@ from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
 SMI_L_KEY = "UUID: GPU-"
-_NVML_LIB = re.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
+_NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 
 
 def read_kernel(
@@ -139,13 +140,13 @@ def read_smi_list(
         rec.readers.append("nvidia-smi -L")
 
 
-_SMI_L = re.compile(r"^\s*GPU (\d{1,3}): (.+?) \(UUID: (GPU-[0-9a-fA-F-]{36})\)\s*$")
-_JSON_DRIVER = re.compile(
+_SMI_L = lazyre.compile(r"^\s*GPU (\d{1,3}): (.+?) \(UUID: (GPU-[0-9a-fA-F-]{36})\)\s*$")
+_JSON_DRIVER = lazyre.compile(
     r'"(?:driver_version|driverVersion|DriverVersion|nvidia_driver_version)"\s*:\s*"(\d{3}\.\d+(?:\.\d+)?)"'
 )
-_DCGM_DRIVER = re.compile(r"^\|\s*Driver Version Detected\s*\|\s*(\d+\.\d+(?:\.\d+)?)\s*\|", re.M)
-_DCGM_RESULT = re.compile(r"^\|[^|]*\|\s*(?:Pass|Fail|Skip|Warn)\b", re.M)
-_DCGM_IDS = re.compile(r"^\|\s*GPU Device IDs Detected\s*\|\s*([0-9a-fA-F, ]+?)\s*\|", re.M)
+_DCGM_DRIVER = lazyre.compile(r"^\|\s*Driver Version Detected\s*\|\s*(\d+\.\d+(?:\.\d+)?)\s*\|", re.M)
+_DCGM_RESULT = lazyre.compile(r"^\|[^|]*\|\s*(?:Pass|Fail|Skip|Warn)\b", re.M)
+_DCGM_IDS = lazyre.compile(r"^\|\s*GPU Device IDs Detected\s*\|\s*([0-9a-fA-F, ]+?)\s*\|", re.M)
 
 
 def _dcgm(snap: Snapshot, run: list[str], origin: str) -> bool:

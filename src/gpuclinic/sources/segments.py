@@ -26,7 +26,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
-from gpuclinic import textscan
+from gpuclinic import lazyre, textscan
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
@@ -37,7 +37,7 @@ from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
 from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
 
 MAX_UNREAD = 200
-_ERROR_RES = re.compile(
+_ERROR_RES = lazyre.compile(
     r"NVIDIA-SMI has failed|Failed to initialize NVML|No devices were found|Unable to (?:determine|detect) "
     r"the device handle|"
     r"Driver/library version mismatch|NVML library version|GPU access blocked by the operating system|"
@@ -45,22 +45,22 @@ _ERROR_RES = re.compile(
     r"command not found: nvidia-smi",
     re.I,
 )
-_PROMPT = re.compile(
+_PROMPT = lazyre.compile(
     r"^\s*(?:(?:\(\S+\)\s*)?\S+@[\w.-]+(?::[^$#\s]*)?\s?[$#]|[$#]|PS [A-Z]:\\[^>]*>|>>>|\w+>)\s+\S"
 )
 # an `nvidia-smi -q` field whose value is an error ("        Current    : GPU access blocked by the operating
 # system"): part of the dump, not an error statement of its own
-_Q_VALUE = re.compile(r"^\s+[A-Z][\w ./()-]{0,60}?\s:\s")
-_QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
-_JSON = re.compile(r"^\s*\{.*\}\s*,?\s*$")
-_METRIC = re.compile(
+_Q_VALUE = lazyre.compile(r"^\s+[A-Z][\w ./()-]{0,60}?\s:\s")
+_QUOTE = lazyre.compile(r"^[ \t]*(?:>[ \t]?)+")
+_JSON = lazyre.compile(r"^\s*\{.*\}\s*,?\s*$")
+_METRIC = lazyre.compile(
     r"^(?:# (?:HELP|TYPE) "
     r"\S+|[A-Za-z_:][\w:]*(?:\{.*\})?\s+[-+]?(?:\d[\d.eE+-]*|NaN|[+-]?Inf)(?:\s+\d+)?)\s*$"
 )
-_SENSORS_U = re.compile(
+_SENSORS_U = lazyre.compile(
     r"^\s+(?:temp|fan|in|curr|power|energy|humidity|intrusion)\d+_\w+:\s"
 )  # `sensors -u`, not metrics
-_JOURNAL_FIELD = re.compile(r"^_{0,2}[A-Z][A-Z0-9_]*=")
+_JOURNAL_FIELD = lazyre.compile(r"^_{0,2}[A-Z][A-Z0-9_]*=")
 _STRUCTURED = {"smi_text", "smi_xml", "smi_table", "smi_csv", "smi_nvlink", "smi_topo", "lspci"}
 
 ApplyRest = Callable[[Snapshot, str, str, str], None]
@@ -106,7 +106,7 @@ _ERROR_KEYS = (
     "command not found",
 )
 _FOLDS = ("\u0130", "\u0131", "\u017f", "\u212a")
-_LINE_START = re.compile(  # the lookahead of _LINE_STARTS, at the text's start
+_LINE_START = lazyre.compile(  # the lookahead of _LINE_STARTS, at the text's start
     "(?="
     + "|".join(
         f"(?:{p})"
@@ -121,7 +121,7 @@ _LINE_START = re.compile(  # the lookahead of _LINE_STARTS, at the text's start
     + ")",
     re.M,
 )
-_LINE_STARTS = re.compile("\n" + _LINE_START.pattern, re.M)
+_LINE_STARTS = lazyre.compile("\n" + _LINE_START.pattern, re.M)
 BIG = 2000  # lines: from here on, whole-text scans find the few lines worth a closer look
 _DCGM_MARKS = ("Health Monitor Report", "dcgmi", "Diagnostic")
 
@@ -165,8 +165,15 @@ def _needles() -> tuple[str, ...]:
         *_DCGM_MARKS,
         R.DRIVER_KEY,
         R.SMI_L_KEY,
+        *CONTAINS_KEYS,
         *_FOLDS,  # (matched exactly: grep -i folds ASCII letters only)
     )
+
+
+# Literals tested on a whole big text with ``textscan.contains`` (the journal records' "MESSAGE", the keys
+# of explain's pasted facts): among the needles, so the answer comes from the hit lines, not another pass
+# over 19 MB.
+CONTAINS_KEYS = ("MESSAGE", "PyTorch version:", "torch==")
 
 
 PREFETCH_CHARS = 64 * BIG  # a text this long likely has BIG lines: start its scans before splitting it
@@ -180,19 +187,10 @@ def prefetch(text: str) -> None:
     textscan.start_line_hits(text, _needles())
 
 
-# the line breaks of str.splitlines() besides "\n", as UTF-8
-_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
-_BREAKS_NON_ASCII = tuple(c.encode() for c in ("\x85", "\u2028", "\u2029"))
-
-
 def _same_lines(data: bytes, lines: list[str]) -> bool:
     """``data`` (a text's UTF-8 bytes) split at ``\\n`` gives ``lines`` (that text's ``splitlines()``):
-    true unless another line break (\\r, \\f, \\x1c, \\u2028 ...) split it too.  (A search per break,
-    not a count of the newlines: ``bytes.count`` steps byte by byte, ``in`` runs at ``memchr`` speed.)"""
-    if any(b in data for b in _BREAKS):
-        return False
-    # (each non-ASCII break's last byte first: one memchr, before a multi-byte search)
-    return data.isascii() or not any(b[-1:] in data and b in data for b in _BREAKS_NON_ASCII)
+    true unless another line break (\\r, \\f, \\x1c, \\u2028 ...) split it too."""
+    return textscan.only_newlines(data)
 
 
 def _index(
@@ -257,14 +255,14 @@ def _classify(lines: list[str], ix: _Index | None) -> tuple[list[str], list[int]
 
 # What a line of each structured format looks like: prose pasted after a dump is not part of it.
 _FITS = {
-    "smi_table": re.compile(r"^\s*[|+]|^\s*[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d .*\d{4}\s*$"),
-    "smi_text": re.compile(
+    "smi_table": lazyre.compile(r"^\s*[|+]|^\s*[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d .*\d{4}\s*$"),
+    "smi_text": lazyre.compile(
         r"^\s+\S|^[^:]{1,60}\s:\s?|^=+\s*NVSMI LOG\s*=+|^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f:.]+\s*$"
     ),
-    "smi_xml": re.compile(r"^\s*(?:&nbsp;\s*)*(?:<|&lt;)"),  # (web-page pastes arrive HTML-escaped)
-    "smi_csv": re.compile(r","),
-    "lspci": re.compile(r"^\s|^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] "),
-    "smi_nvlink": re.compile(r"^\s|^GPU \d+:"),
+    "smi_xml": lazyre.compile(r"^\s*(?:&nbsp;\s*)*(?:<|&lt;)"),  # (web-page pastes arrive HTML-escaped)
+    "smi_csv": lazyre.compile(r","),
+    "lspci": lazyre.compile(r"^\s|^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] "),
+    "smi_nvlink": lazyre.compile(r"^\s|^GPU \d+:"),
 }
 
 
@@ -390,15 +388,19 @@ def read_lines(
     Raises ``ValueError`` when no reader could use any of it (the caller's "not recognised").
     """
     rec = InputRecord(input=origin, kind="text", lines=len(lines))
-    # journal json-pretty/export/verbose and byte-array MESSAGE records (each holds "MESSAGE": one search
-    # of the text, not a test per line, rules them out)
-    unfolded = unfold_journal(lines) if text is None or "MESSAGE" in text else lines
-    if unfolded is not lines:  # rewritten lines: the literals found in ``text`` no longer describe them
-        lines, text = unfolded, None
-    pending = None
+    pending = hits = None
     if text is not None and len(lines) >= BIG:  # the line-start scan runs while the literals are searched
         pending = textscan.start_line_starts(text, _LINE_START.pattern)
-    hits = textscan.line_hits(text, _needles()) if text is not None and len(lines) >= BIG else None
+        hits = textscan.line_hits(text, _needles())
+    # journal json-pretty/export/verbose and byte-array MESSAGE records (each holds "MESSAGE": one search
+    # of the text, not a test per line, rules them out; of a big text, a search of its hit lines)
+    if text is None or textscan.contains(text, "MESSAGE"):
+        unfolded = unfold_journal(lines)
+        if unfolded is not lines:  # rewritten lines: the literals found in ``text`` no longer describe them
+            lines, text, hits = unfolded, None, None
+            if pending is not None:
+                pending.cancel()
+                pending = None
     if hits is not None and not _same_lines(hits.data, lines):
         hits = None  # \r or another break split ``text`` into other lines than grep's
     elif hits is not None and text is not None:
@@ -429,7 +431,7 @@ def read_lines(
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
     _read_signatures(snap, rec, lines, classes, ix, origin, error_signatures, claimed)
-    _unclaimed(rec, lines, classes, claimed)
+    _unclaimed(rec, lines, classes, special, claimed)
     kinds = [s.kind for s in segs if s.readers or s.kind in ("kernel_log", "smi_error")]
     main = {k for k in kinds if k not in ("prompt", "text")}
     rec.kind = (main.pop() if len(main) == 1 else "mixed") if main else (rest_kind or "text")
@@ -533,9 +535,12 @@ def _read_signatures(
                 s.readers.append("signatures")
 
 
-def _unclaimed(rec: InputRecord, lines: list[str], classes: list[str], claimed: set[int]) -> None:
-    """What nothing claimed; ``ValueError`` when that is every non-blank line."""
-    nonblank = len(classes) - classes.count("blank")
+def _unclaimed(
+    rec: InputRecord, lines: list[str], classes: list[str], special: list[int], claimed: set[int]
+) -> None:
+    """What nothing claimed; ``ValueError`` when that is every non-blank line.  (The blank lines are
+    among ``special``, the lines whose class is not "other": no pass over every line's class.)"""
+    nonblank = len(classes) - sum(1 for k in special if classes[k] == "blank")
     rec.unclaimed = nonblank - sum(1 for i in claimed if 0 < i <= len(classes) and classes[i - 1] != "blank")
     unread = (
         (i, ln) for i, ln in enumerate(lines, start=1) if i not in claimed and classes[i - 1] != "blank"

@@ -29,15 +29,25 @@ MAX_LINE = 4000
 @dataclass(frozen=True)
 class EvidenceSignature:
     id: str
-    extract: str  # xid | signal
+    extract: str  # xid | signal | room_event
     needles: tuple[str, ...]
-    pattern: re.Pattern[str]
+    regex: str
     source: str
     net: bool = False  # only when no parser produced an event for the line
     code: str = ""
     severity_when: str | None = None  # the codes.json severity condition this signature means
     title: str = ""
     remedy: str = ""
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        """The compiled ``regex``, compiled when a line first holds a needle (most never meet one)."""
+        return _compiled(self.regex)
+
+
+@cache
+def _compiled(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)
 
 
 @cache
@@ -49,7 +59,7 @@ def evidence_signatures() -> tuple[EvidenceSignature, ...]:
                 id=e["id"],
                 extract=e["extract"],
                 needles=tuple(e["needles"]),
-                pattern=re.compile(e["pattern"]),
+                regex=e["pattern"],
                 source=e["source"],
                 net=bool(e.get("net")),
                 code=e.get("code", ""),
@@ -123,6 +133,9 @@ def scan_lines(
             if sig.extract == "xid":
                 xid_done = True
                 snap.kernel_events.append(_xid_event(sig, m, line, origin, n))
+            elif sig.extract == "room_event":
+                if not _room_event(snap, sig, m, origin, n):
+                    continue  # a message of no known hardware-event class: not ours to judge
             else:
                 bus = gd.get("bus") or gd.get("bus2")
                 drv = gd.get("drv")
@@ -189,6 +202,30 @@ def _xid_event(sig: EvidenceSignature, m: re.Match[str], line: str, origin: str,
         lineno=n,
         detail=detail,
     )
+
+
+def _room_event(snap: Snapshot, sig: EvidenceSignature, m: re.Match[str], origin: str, n: int) -> bool:
+    """A hardware event line outside a BMC dump (kernel EDAC, rasdaemon, a BMC message in JSON or a
+    metric label) -> an event of ``snap.room``, judged with the SEL's events by the room checks (one
+    definition of each failure: the room event classes).  False when no event class matches."""
+    from gpuclinic.facts import room as R
+    from gpuclinic.knowledge.room import classify_event
+
+    msg = (m.groupdict().get("msg") or m.group(0)).strip()
+    ec = classify_event(None, None, msg)
+    if ec is None:
+        return False
+    room = snap.room if snap.room is not None else R.RoomFacts()
+    snap.room = room
+    mine = f"{origin}:"
+    if any(msg in e.description for e in room.events if not e.id.startswith(mine)):
+        return True  # a format reader already has this entry
+    room.events.append(
+        R.BmcEvent(id=f"{origin}:{n}", description=msg[:400], kind=ec.kind, source=sig.title)
+    )
+    room.events_read = True
+    room.add_source(sig.title)
+    return True
 
 
 # explain's error signatures that another reader already reports with the doctor's own code

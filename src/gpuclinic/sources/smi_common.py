@@ -12,6 +12,7 @@ import datetime as _dt
 import re
 from dataclasses import dataclass, field
 
+from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
@@ -31,7 +32,7 @@ _ERROR_MARKERS = (
 # Of those, the ones where the GPU or driver failed to answer (not a feature the GPU lacks, "[Not Supported]")
 _FAILED_MARKERS = ("error", "err!", "requires reset", "gpu is lost", "unknown", "access blocked")
 
-_NUM_RE = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_NUM_RE = lazyre.compile(r"[-+]?\d+(?:\.\d+)?")
 
 
 def clean(value: str | None) -> str | None:
@@ -216,22 +217,22 @@ class SmiDump:
 
 
 # nvidia-smi's own error statements, as printed in the wild (one line each).
-_HANDLE_RE = re.compile(
+_HANDLE_RE = lazyre.compile(
     r"Unable to (?:determine|detect) the device handle for "
     # "GPU0000:07:00.0", "GPU 0000:0B:00.0", and an index first: "GPU0: 0000:09:00.0" (OGKM#1342)
     r"(?:GPU\s*(?:\d{1,3}:\s+)?)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"\s*:?\s*(?P<why>.*)$"
 )
 _ERROR_LINE_RES = (
-    re.compile(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.*", re.I),
-    re.compile(r"Failed to initialize NVML:.*", re.I),
-    re.compile(r"No devices were found", re.I),
-    re.compile(r"Unable to (?:determine|detect) the device handle for .*", re.I),
-    re.compile(r"NVML library version mismatch.*|Driver/library version mismatch.*", re.I),
-    re.compile(r"GPU access blocked by the operating system.*", re.I),
-    re.compile(r"Unable to find NVIDIA driver.*|NVIDIA driver is not loaded.*", re.I),
-    re.compile(r"Insufficient Permissions.*", re.I),
-    re.compile(r"nvidia-smi: (?:command )?not found|command not found: nvidia-smi", re.I),
+    lazyre.compile(r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.*", re.I),
+    lazyre.compile(r"Failed to initialize NVML:.*", re.I),
+    lazyre.compile(r"No devices were found", re.I),
+    lazyre.compile(r"Unable to (?:determine|detect) the device handle for .*", re.I),
+    lazyre.compile(r"NVML library version mismatch.*|Driver/library version mismatch.*", re.I),
+    lazyre.compile(r"GPU access blocked by the operating system.*", re.I),
+    lazyre.compile(r"Unable to find NVIDIA driver.*|NVIDIA driver is not loaded.*", re.I),
+    lazyre.compile(r"Insufficient Permissions.*", re.I),
+    lazyre.compile(r"nvidia-smi: (?:command )?not found|command not found: nvidia-smi", re.I),
 )
 
 

@@ -11,13 +11,14 @@ import csv
 import re
 from collections.abc import Callable, Iterable
 
+from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
 from gpuclinic.sources import smi_common as c
 
 MAX_LINE = 65536
-_UNIT_RE = re.compile(r"\s*\[[^\]]*\]\s*$")
+_UNIT_RE = lazyre.compile(r"\s*\[[^\]]*\]\s*$")
 
 Setter = Callable[[GpuFacts, str], None]
 
@@ -63,7 +64,7 @@ def _bool(attr: str) -> Setter:
 
 
 # nvidia-smi's gpu_recovery_action words -> the names NVML's field value decodes to (sources/nvml.py)
-_RECOVERY = re.compile(r"^(none|reset|reboot|drain p2p|drain and reset)\b", re.I)
+_RECOVERY = lazyre.compile(r"^(none|reset|reboot|drain p2p|drain and reset)\b", re.I)
 _RECOVERY_NAMES = {"none": "none", "reset": "gpu_reset", "reboot": "node_reboot", "drain p2p": "drain_p2p",
                    "drain and reset": "drain_and_reset"}
 
@@ -144,7 +145,7 @@ def _field(col: str) -> str:
 
 
 # the command above a `--format=csv,noheader` paste names its columns
-_COMMAND = re.compile(r"--query-gpu[= ](?P<fields>[\w.,]+)")
+_COMMAND = lazyre.compile(r"--query-gpu[= ](?P<fields>[\w.,]+)")
 
 
 def _header(line: str) -> list[str] | None:

@@ -14,17 +14,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts, NvLinkFacts
 from gpuclinic.sources import smi_common as c
 
-_GPU_RE = re.compile(r"^\s*GPU (?P<idx>\d+): (?P<name>.+?)\s*\(UUID: (?P<uuid>[^)]*)\)\s*$")
-_LINK_RE = re.compile(r"^\s*Link (?P<link>\d+): (?P<rest>.*?)\s*$")
-_SPEED_RE = re.compile(r"^(?P<speed>[\d.]+) ?GB/s$")
-_COUNTER_RE = re.compile(r"^(?P<what>[A-Za-z ]+?) Errors?: ?(?P<n>\d+)$")
+_GPU_RE = lazyre.compile(r"^\s*GPU (?P<idx>\d+): (?P<name>.+?)\s*\(UUID: (?P<uuid>[^)]*)\)\s*$")
+_LINK_RE = lazyre.compile(r"^\s*Link (?P<link>\d+): (?P<rest>.*?)\s*$")
+_SPEED_RE = lazyre.compile(r"^(?P<speed>[\d.]+) ?GB/s$")
+_COUNTER_RE = lazyre.compile(r"^(?P<what>[A-Za-z ]+?) Errors?: ?(?P<n>\d+)$")
 # printed under a GPU instead of its links when NVML finds none up (no bridge, or every link down)
-_DCGM_GPU_RE = re.compile(r"^\s*gpuId (?P<idx>\d+):\s*$")
-_DCGM_STATES_RE = re.compile(r"^\s*[UDX_](?:\s+[UDX_])*\s*$")
-_ALL_INACTIVE_RE = re.compile(r"Unable to retrieve NVLink information as all links are inActive", re.I)
+_DCGM_GPU_RE = lazyre.compile(r"^\s*gpuId (?P<idx>\d+):\s*$")
+_DCGM_STATES_RE = lazyre.compile(r"^\s*[UDX_](?:\s+[UDX_])*\s*$")
+_ALL_INACTIVE_RE = lazyre.compile(r"Unable to retrieve NVLink information as all links are inActive", re.I)
 _COUNTERS = {"replay": "replay_errors", "recovery": "recovery_errors", "crc": "crc_flit_errors",
              "crc flit": "crc_flit_errors", "crc data": "crc_data_errors", "ecc": "ecc_errors"}
 MAX_LINES = 100_000

@@ -12,31 +12,32 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.sources import smi_common as c
 
 MAX_LINE = 4096
-_HEADER_RE = re.compile(
+_HEADER_RE = lazyre.compile(
     r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+Driver Version:\s*(?P<drv>[\d.]+|N/A)(?:\s+CUDA "
     r"Version:\s*(?P<cuda>[\d.]+|N/A))?"
 )
-_BUS_RE = re.compile(r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*(?P<disp>\S+)?")
-_ROW1_RE = re.compile(
+_BUS_RE = lazyre.compile(r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*(?P<disp>\S+)?")
+_ROW1_RE = lazyre.compile(
     r"^\s*(?P<idx>\d+)\s+(?P<name>.*?)\s*(?P<pm>\bOn\b|\bOff\b|ERR!|N/A|TCC|WDDM|MCDM)?\s*$"
 )
-_ROW2_RE = re.compile(
+_ROW2_RE = lazyre.compile(
     r"^\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?:(?P<pwr>\S+)\s*/\s*(?P<cap>\S+))?\s*$"
 )
-_MEM_RE = re.compile(r"(?P<used>\S+)\s*/\s*(?P<total>\S+)")
-_PROC_RE = re.compile(
+_MEM_RE = lazyre.compile(r"(?P<used>\S+)\s*/\s*(?P<total>\S+)")
+_PROC_RE = lazyre.compile(
     r"^\s*(?P<gpu>\d+)\s+(?:(?P<gi>\S+)\s+(?P<ci>\S+)\s+)?(?P<pid>\d+)\s+(?P<type>C\+G|M\+C|C|G|M)\s+"
     r"(?P<name>.*?)\s+(?P<mem>\d+MiB|N/A)\s*$"
 )
-_GPU_ROW_RE = re.compile(
+_GPU_ROW_RE = lazyre.compile(
     r"^\|\s+\d+\s+[^|]*\|\s+[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s+\S+\s+\|[^|]*\|\s*$", re.M
 )
-_MIG_RE = re.compile(r"^\s*(?P<gpu>\d+)\s+(?P<gi>\d+)\s+(?P<ci>\d+)\s+(?P<dev>\d+)\s*$")
+_MIG_RE = lazyre.compile(r"^\s*(?P<gpu>\d+)\s+(?P<gi>\d+)\s+(?P<ci>\d+)\s+(?P<dev>\d+)\s*$")
 
 
 def has_table(sample: str) -> bool:

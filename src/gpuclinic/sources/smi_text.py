@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
@@ -23,9 +24,9 @@ from gpuclinic.sources import smi_common as c
 MARKER = "==============NVSMI LOG=============="
 MAX_LINE = 4096  # longer lines are not nvidia-smi output; skip them instead of regex-scanning megabytes
 
-_KV_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[^:\n]*?[^:\s])[ \t]*:(?:[ \t]+(?P<value>.*?))?[ \t]*$")
-_KEY_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[A-Za-z][^:\n]*?)[ \t]*$")
-_GPU_RE = re.compile(
+_KV_RE = lazyre.compile(r"^(?P<indent>[ \t]*)(?P<key>[^:\n]*?[^:\s])[ \t]*:(?:[ \t]+(?P<value>.*?))?[ \t]*$")
+_KEY_RE = lazyre.compile(r"^(?P<indent>[ \t]*)(?P<key>[A-Za-z][^:\n]*?)[ \t]*$")
+_GPU_RE = lazyre.compile(
     r"^(?P<indent>[ \t]*)GPU (?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7])[ \t]*$"
 )
 
@@ -69,7 +70,7 @@ def _indent(s: str) -> int:
 
 
 # Keys that only nvidia-smi -q prints; two of them make a paste without a "GPU <bus id>" line recognisable.
-_SIGNATURE_RE = re.compile(
+_SIGNATURE_RE = lazyre.compile(
     r"^[ \t]+(GPU Current Temp|GPU Shutdown Temp|GPU Slowdown Temp|Pending Page Blacklist|Remapping Failure "
     r"Occurred|"
     r"Correctable Error|Uncorrectable Error|Enforced Power Limit|Default Power Limit|Replays Since Reset|"

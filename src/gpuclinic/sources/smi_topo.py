@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_HEAD_RE = re.compile(r"^\s*GPU0(?:\s+(?:GPU\d+|NIC\d+|mlx\d+_\d+|\S+))*\s+CPU Affinity", re.M)
-_ROW_RE = re.compile(r"^\s*GPU0\s+X\b", re.M)
-_LINK = re.compile(r"^(?:X|SYS|NODE|PHB|PXB|PIX|NV\d+|SOC|N/A)$")
+from gpuclinic import lazyre
+
+_HEAD_RE = lazyre.compile(r"^\s*GPU0(?:\s+(?:GPU\d+|NIC\d+|mlx\d+_\d+|\S+))*\s+CPU Affinity", re.M)
+_ROW_RE = lazyre.compile(r"^\s*GPU0\s+X\b", re.M)
+_LINK = lazyre.compile(r"^(?:X|SYS|NODE|PHB|PXB|PIX|NV\d+|SOC|N/A)$")
 
 
 # legend printed under the matrix by nvidia-smi

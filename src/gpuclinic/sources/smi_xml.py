@@ -7,7 +7,6 @@ refused (no billion-laughs, no external entities), the DOCTYPE line is dropped b
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,8 @@ def unescape_pasted(text: str) -> str:
     head = text[:65536]
     if "&lt;nvidia_smi_log" not in head and "<nvidia_smi_log&gt;" not in head:
         return text
+    import html  # (here: its entity table is a third of this module's import time, and few texts need it)
+
     return html.unescape(text).replace("\xa0", " ")
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from gpuclinic.checks._hw import host_threshold
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import load_data
@@ -385,7 +386,7 @@ def _classify(ev: AttemptEvidence) -> Classification:
         if sig == signal.SIGKILL:
             lines = [sig_note] + [f"output: {m.line}" for m in killed_text[:3]]
             summary = f"killed: {sig_note}"
-            if ev.mem_peak_pct is not None and ev.mem_peak_pct >= 90:
+            if ev.mem_peak_pct is not None and ev.mem_peak_pct >= host_threshold("oom_mem_peak_pct"):
                 lines.append(
                     f"host memory peaked at {ev.mem_peak_pct:.0f}% during the run (likely the OOM killer)"
                 )

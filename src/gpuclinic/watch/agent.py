@@ -219,9 +219,7 @@ class Agent:
                         severity=severity("watch.sample_errors"),
                         title=f"GPU sampling keeps failing ({self._err_streak} times in a row)",
                         evidence=[res.error or "unknown error"],
-                        remedy="NVML returns errors: run `gpuclinic doctor` (driver/library mismatch, lost "
-                               "GPU); "
-                        "a driver reload or reboot usually clears it.",
+                        remedy=remedy("watch.sample_errors"),
                     )
                 )
         self._last_error = res.error
@@ -233,11 +231,9 @@ class Agent:
                     code="watch.sampler_stalled",
                     severity=severity("watch.sampler_stalled"),
                     title=f"GPU sampler stalled: no fresh sample for {age:.0f} s",
-                    evidence=[res.error or "no sample", f"last good sample {_ago(self.last_ok, now)}"],
-                    remedy="NVML calls are hanging - the driver is wedged or a GPU is failing. Check `dmesg` "
-                    "for XIDs, "
-                    "run `gpuclinic doctor`; a reboot is usually needed. "
-                    "Metrics are stale until this clears.",
+                    evidence=[res.error or "no sample", f"last good sample {_ago(self.last_ok, now)}",
+                              "metrics are stale until this clears"],
+                    remedy=remedy("watch.sampler_stalled"),
                 )
             )
         self.book.reconcile("sampler", sampler_conds, now)
@@ -317,10 +313,9 @@ class Agent:
                         f"store {self.store.path}: {err}",
                         f"{self.store.buffered} sample rows held in memory",
                         "alerts and /metrics keep working; history has a gap until the store is writable",
+                        "the agent writes the held samples as soon as it can (move the store with --db PATH)",
                     ],
-                    remedy="Free disk space (or fix permissions) on the store's filesystem; the agent writes "
-                    "the held "
-                    "samples as soon as it can. Move the store with --db PATH if the disk is small.",
+                    remedy=remedy("watch.store_failed"),
                 )
             ],
             now,

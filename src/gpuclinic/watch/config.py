@@ -54,7 +54,6 @@ class RulesConfig:
     stall_min_memory_mib: float = 512.0
     idle_minutes: float = 30.0  # no process this long -> idle GPU
     straggler_minutes: float = 2.0
-    straggler_util_gap_pct: float = 30.0  # utilisation this far below the median of busy peers
     straggler_clock_ratio: float | None = None
     pcie_min_util_pct: float = 30.0  # downtrain only counts under load (idle links drop gen to save power)
     pcie_sustain_s: float = 30.0

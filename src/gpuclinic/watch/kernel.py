@@ -86,9 +86,12 @@ def condition_for(
             hold_s=hold_s,
         )
     if ev.kind == "aer":
-        text = (ev.message or ev.line).lower()
-        corrected = "corrected" in text and "uncorrected" not in text
-        fatal = "fatal" in text and "non-fatal" not in text and "nonfatal" not in text
+        from gpuclinic.checks.pcie import aer_level
+
+        level = aer_level(ev)  # the doctor's reading of the line (the parser's AER severity)
+        if level is None:
+            return None  # a recovery report, not an error
+        corrected, fatal = level == "corrected", level == "fatal"
         code = "pcie.aer_corrected" if corrected else "pcie.aer_uncorrected"
         # one corrected error is "a few" to the doctor too (info); an uncorrected one is critical when fatal
         sev = severity(code, "few") if corrected else severity(code) if fatal else severity(code, "non_fatal")

@@ -15,7 +15,6 @@ five seconds.  Every severity and shared threshold comes from ``knowledge/data/c
 from __future__ import annotations
 
 import datetime as _dt
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ from gpuclinic.checks._hw import threshold
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.runbooks import finding_remedy
 from gpuclinic.knowledge.runbooks import remedy as runbook_remedy
 from gpuclinic.model import Finding, GpuRef
 from gpuclinic.watch import reasons as R
@@ -217,7 +217,7 @@ class RuleEngine:
             gpu=g.index if g is not None else (f.gpu.index if f.gpu else None),
             uuid=uuid,
             evidence=list(f.evidence),
-            remedy=f.remedy,
+            remedy=runbook_remedy(f.code, f.gpu, finding_remedy(f.code, f.gpu, f.remedy)),
             data=data,
         )
 
@@ -337,41 +337,23 @@ class RuleEngine:
         return out
 
     def _straggler(self, now: float, gpus: list[GpuFacts]) -> list[Condition]:
-        busy = [g for g in gpus if not g.lost and g.processes and g.utilization_gpu_pct is not None]
-        if len(busy) < threshold("straggler_min_peers"):
-            for g in gpus:
-                self._st(g).straggler_since = None
-            return []
-        med_u = statistics.median(g.utilization_gpu_pct or 0 for g in busy)
-        ratio = self.cfg.straggler_clock_ratio or threshold("straggler_clock_ratio")
-        clocks = [g.sm_clock_mhz for g in busy if g.sm_clock_mhz]
-        med_c = statistics.median(clocks) if clocks else None
+        """The doctor's straggler rule (``checks/perf.stragglers``) on this sample; watch adds only the
+        onset: it opens once the same GPU was a straggler for ``straggler_minutes``."""
+        from gpuclinic.checks.perf import stragglers
+
+        slow = stragglers([g for g in gpus if not g.lost], self.cfg.straggler_clock_ratio)
+        found = {f.gpu.index: f for f in slow if f.gpu is not None}
         out = []
-        for g in busy:
+        for g in gpus:
             st = self._st(g)
-            slow_u = med_u >= 50 and (g.utilization_gpu_pct or 0) < med_u - self.cfg.straggler_util_gap_pct
-            slow_c = (
-                med_c is not None
-                and g.sm_clock_mhz is not None
-                and med_u >= 50
-                and g.sm_clock_mhz < med_c * ratio
-            )
-            if not (slow_u or slow_c):
+            f = found.get(g.index)
+            if f is None:
                 st.straggler_since = None
                 continue
             st.straggler_since = st.straggler_since if st.straggler_since is not None else now
             if now - st.straggler_since < self.cfg.straggler_minutes * 60:
                 continue
-            ev = [f"utilisation {g.utilization_gpu_pct:.0f}% vs peers' median {med_u:.0f}%"]
-            if med_c is not None and g.sm_clock_mhz is not None:
-                ev.append(f"SM clock {g.sm_clock_mhz:.0f} MHz vs peers' median {med_c:.0f} MHz")
-            out.append(
-                self._gpu_condition(
-                    g,
-                    "perf.straggler",
-                    title=f"GPU {g.index} is a straggler: slower than its peers",
-                    evidence=ev,
-                    data={"since": st.straggler_since},
-                )
-            )
+            c = self._finding_condition(f, set(), 0.0)
+            c.data["since"] = st.straggler_since
+            out.append(c)
         return out

@@ -7,7 +7,6 @@ check" line, never an error.
 
 from __future__ import annotations
 
-import shutil
 from typing import TYPE_CHECKING
 
 from gpuclinic.facts.room import RoomFacts
@@ -19,6 +18,12 @@ if TYPE_CHECKING:
 
 # The live readers (ssl, subprocess) load when a live source runs: reading saved BMC output
 # (``formats``, as ``explain`` and ``doctor --from`` do) imports this package without them.
+
+def _which(name: str) -> str | None:
+    import shutil  # (with the live readers: not at import)
+
+    return shutil.which(name)
+
 
 WHAT_IPMI = "the BMC over IPMI (inlet air, fans, power supplies, event log)"
 WHAT_REDFISH = "the BMC over Redfish (inlet air, fans, power supplies, event log)"
@@ -47,9 +52,9 @@ def read_room(opts: BmcOptions, snap: Snapshot) -> RoomFacts:
                 "no in-band IPMI device (/dev/ipmi0): load ipmi_devintf and ipmi_si, or give "
                 "--bmc HOST or --redfish URL",
             )
-        elif shutil.which("ipmitool"):
+        elif _which("ipmitool"):
             _ipmi(opts, snap, room)
-        elif shutil.which("ipmi-sensors"):
+        elif _which("ipmi-sensors"):
             try:
                 part, notes = read_freeipmi(opts)
                 room.merge(part)

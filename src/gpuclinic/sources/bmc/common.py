@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.room import SIGNATURES_FILE, role_for
@@ -41,7 +42,7 @@ _LEVELS = {
     "upper non-recoverable": "nonrecoverable",
 }
 THRESHOLD_NAMES = ("lnr", "lcr", "lnc", "unc", "ucr", "unr")
-_NUM_RE = re.compile(r"^[-+]?\d+(?:\.\d+)?")
+_NUM_RE = lazyre.compile(r"^[-+]?\d+(?:\.\d+)?")
 
 
 def unit_of(text: str | None) -> str | None:
@@ -82,10 +83,10 @@ def sensor_type_names() -> tuple[str, ...]:
     return tuple(sorted(names, key=len, reverse=True))
 
 
-_PSU_NAME = re.compile(r"\bps\s?\d|psu|power ?supply|pws|\bpsu?_?\d", re.I)
-_REDUNDANCY = re.compile(r"redund", re.I)
-_TEMP_NAME = re.compile(r"temp|tmp", re.I)
-_FAN_NAME = re.compile(r"\bfan|\bfan\d|_fan|fan_", re.I)
+_PSU_NAME = lazyre.compile(r"\bps\s?\d|psu|power ?supply|pws|\bpsu?_?\d", re.I)
+_REDUNDANCY = lazyre.compile(r"redund", re.I)
+_TEMP_NAME = lazyre.compile(r"temp|tmp", re.I)
+_FAN_NAME = lazyre.compile(r"\bfan|\bfan\d|_fan|fan_", re.I)
 
 
 def kind_of(name: str, unit: str | None, entity: str | None = None, sensor_type: str | None = None) -> str:
@@ -154,8 +155,8 @@ def make_sensor(
     )
 
 
-_FAULT_NAME = re.compile(r"fail|fault|\blost\b", re.I)
-_INPUT_NAME = re.compile(r"\bin\b|input|\bac\b", re.I)
+_FAULT_NAME = lazyre.compile(r"fail|fault|\blost\b", re.I)
+_INPUT_NAME = lazyre.compile(r"\bin\b|input|\bac\b", re.I)
 
 
 def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerSupply]:
@@ -232,7 +233,7 @@ def redundancy_from_sensors(sensors: list[R.RoomSensor]) -> dict[str, str]:
     return out
 
 
-_SYSTEM_POWER = re.compile(
+_SYSTEM_POWER = lazyre.compile(
     r"pwr consumption|power consumption|total[_ ]power|sys[_ ]?power|system power|^power$", re.I
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 from gpuclinic.sources.bmc.common import finish, make_sensor, number, unit_of
@@ -27,7 +28,7 @@ _MONTHS = {
         ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
     )
 }
-_QUOTED = re.compile(r"'([^']*)'")
+_QUOTED = lazyre.compile(r"'([^']*)'")
 
 
 def _header(text: str, first: str, need: tuple[str, ...]) -> tuple[int, list[str]] | None:

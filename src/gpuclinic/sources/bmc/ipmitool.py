@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 from gpuclinic.sources.bmc.common import (
@@ -22,17 +23,18 @@ from gpuclinic.sources.bmc.common import (
     unit_of,
 )
 
-_SNUM = re.compile(r"^[0-9A-Fa-f]{1,2}h$")
-_ENTITY = re.compile(r"^\d{1,3}\.\d{1,3}$")
-_HEX = re.compile(r"^0x[0-9A-Fa-f]+$")
+_SNUM = lazyre.compile(r"^[0-9A-Fa-f]{1,2}h$")
+_ENTITY = lazyre.compile(r"^\d{1,3}\.\d{1,3}$")
+_HEX = lazyre.compile(r"^0x[0-9A-Fa-f]+$")
 _STATUS_WORDS = {"ok", "nc", "cr", "nr", "ns", "lnc", "unc", "lcr", "ucr", "lnr", "unr", "na"}
-_DATE = re.compile(r"^(\d{1,2})/(\d{1,2})/(\d{2,4})$")
-_TIME = re.compile(r"^(\d{1,2}):(\d{2}):(\d{2})")
-_KV = re.compile(r"^\s*([A-Za-z][^:]{1,40}?)\s*:\s*(.*?)\s*$")
+_DATE = lazyre.compile(r"^(\d{1,2})/(\d{1,2})/(\d{2,4})$")
+_TIME = lazyre.compile(r"^(\d{1,2}):(\d{2}):(\d{2})")
+_KV = lazyre.compile(r"^\s*([A-Za-z][^:]{1,40}?)\s*:\s*(.*?)\s*$")
 
 
 def _cols(line: str) -> list[str]:
-    return [c.strip() for c in line.split("|")]
+    """The ``|`` columns, without the Markdown emphasis people add to the cell they point at (``**ok**``)."""
+    return [c.strip().strip("*`").strip() for c in line.split("|")]
 
 
 # ------------------------------------------------------------------------------------------ sdr elist
@@ -185,7 +187,9 @@ def parse_sensor(text: str, source: str = "ipmitool sensor") -> R.RoomFacts:
 def claims_sensor(text: str) -> bool:
     if "|" not in text:  # a sensor row has ten columns
         return False
-    return sum(1 for line in text.splitlines()[:400] if _is_sensor(_cols(line))) >= 2
+    lines = [ln for ln in text.splitlines()[:400] if ln.strip()]
+    rows = sum(1 for line in lines if _is_sensor(_cols(line)))
+    return rows >= 2 or (rows == 1 and len(lines) <= 3)  # one row quoted alone (with its command line)
 
 
 # ------------------------------------------------------------------------------------------ sel
@@ -216,8 +220,8 @@ def iso_datetime(date: str, time: str) -> str | None:
 
 # The BMC web event table some boards export (ASRock Rack):
 # ``ID | 04/13/2025, 03:08:16 | Sensor Name | Sensor Type | PCI SERR - Asserted`` with detail rows below.
-_TABLE_DT = re.compile(r"^(\d{1,2}/\d{1,2}/\d{2,4}),\s*(\d{1,2}:\d{2}:\d{2})$")
-_TABLE_STATE = re.compile(r"\s+-\s+(De)?[Aa]sserted$")
+_TABLE_DT = lazyre.compile(r"^(\d{1,2}/\d{1,2}/\d{2,4}),\s*(\d{1,2}:\d{2}:\d{2})$")
+_TABLE_STATE = lazyre.compile(r"\s+-\s+(De)?[Aa]sserted$")
 
 
 def _is_sel(c: list[str]) -> bool:
@@ -311,12 +315,19 @@ def _kv(text: str) -> dict[str, str]:
 
 
 def claims_chassis(text: str) -> bool:
-    head = text[:4000]
-    return "System Power" in head and ("Power Overload" in head or "Main Power Fault" in head)
+    head = text[:4000].lower()
+    return "system power" in head and ("power overload" in head or "power fault" in head)
+
+
+# FreeIPMI ``ipmi-chassis --get-chassis-status`` names the same flags in lower case and without "Main"
+_CHASSIS_KEYS = {
+    k.lower(): k for k in ("Main Power Fault", "Power Overload", "Power Control Fault", "Cooling/Fan Fault",
+                           "Drive Fault", "System Power", "Chassis Intrusion")
+} | {"power fault": "Main Power Fault"}
 
 
 def parse_chassis(text: str) -> R.RoomFacts:
-    room = R.RoomFacts(chassis={k: v for k, v in _kv(text).items()})
+    room = R.RoomFacts(chassis={_CHASSIS_KEYS.get(k.lower(), k): v for k, v in _kv(text).items()})
     room.add_source("ipmitool chassis status")
     return room
 
@@ -344,7 +355,7 @@ def parse_fru(text: str) -> R.RoomFacts:
     return room
 
 
-_DCMI = re.compile(r"Instantaneous power reading:\s*([\d.]+)\s*Watts", re.I)
+_DCMI = lazyre.compile(r"Instantaneous power reading:\s*([\d.]+)\s*Watts", re.I)
 
 
 def claims_dcmi(text: str) -> bool:
@@ -374,7 +385,7 @@ _V_THR = {
     "upper critical": "ucr",
     "upper non-recoverable": "unr",
 }
-_V_ID = re.compile(r"^Sensor ID\s*:\s*(.*?)\s*(?:\((0x[0-9a-fA-F]+)\))?\s*$")
+_V_ID = lazyre.compile(r"^Sensor ID\s*:\s*(.*?)\s*(?:\((0x[0-9a-fA-F]+)\))?\s*$")
 
 
 def claims_verbose(text: str) -> bool:

@@ -235,7 +235,7 @@ def in_band_device() -> str | None:
 def read_redfish(opts: BmcOptions) -> tuple[R.RoomFacts, list[str]]:
     import httpx
 
-    from gpuclinic.sources.bmc.redfish import RedfishReader
+    from gpuclinic.sources.bmc.redfish_live import RedfishReader
 
     assert opts.redfish
     base = opts.redfish.rstrip("/")

@@ -12,16 +12,17 @@ import os
 import re
 from typing import Any
 
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.sources.bmc import salvage
 from gpuclinic.sources.bmc.common import finish, make_sensor
 
-_PREFIX = re.compile(r"^(temp|fan|in|curr|power)(\d+)_(\w+)$")
+_PREFIX = lazyre.compile(r"^(temp|fan|in|curr|power)(\d+)_(\w+)$")
 _UNIT = {"temp": "C", "fan": "RPM", "in": "V", "curr": "A", "power": "W"}
 _THR = {"max": "unc", "crit": "ucr", "emergency": "unr", "min": "lnc", "lcrit": "lcr", "cap": "ucr"}
-_CHIP = re.compile(r"^[\w.]+(?:-[\w.]+){1,3}$")
-_TEXT_ROW = re.compile(r"^([^:]{1,40}):\s+([-+]?\d+(?:\.\d+)?)\s*(°C|Â°C|C|RPM|V|mV|A|W|mW)\b(.*)$")
-_TEXT_THR = re.compile(r"(\w+)\s*=\s*([-+]?\d+(?:\.\d+)?)")
+_CHIP = lazyre.compile(r"^[\w.]+(?:-[\w.]+){1,3}$")
+_TEXT_ROW = lazyre.compile(r"^([^:]{1,40}):\s+([-+]?\d+(?:\.\d+)?)\s*(°C|Â°C|C|RPM|V|mV|A|W|mW)\b(.*)$")
+_TEXT_THR = lazyre.compile(r"(\w+)\s*=\s*([-+]?\d+(?:\.\d+)?)")
 
 
 def _loads_lenient(text: str) -> Any:
@@ -124,7 +125,7 @@ def parse_json(text: str) -> R.RoomFacts:
     return room
 
 
-_RAW_SUB = re.compile(r"^\s+((?:temp|fan|in|curr|power)\d+_\w+):\s*([-+]?\d+(?:\.\d+)?)\s*$")
+_RAW_SUB = lazyre.compile(r"^\s+((?:temp|fan|in|curr|power)\d+_\w+):\s*([-+]?\d+(?:\.\d+)?)\s*$")
 
 
 def claims_raw(text: str) -> bool:

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import re
 
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 
-_LINE = re.compile(
+_LINE = lazyre.compile(
     r"^\s*(?P<fru>\d+)\s+\S+\s+(?P<date>\d{4}-\d{2}-\d{2})\s+(?P<time>\d{2}:\d{2}:\d{2})\s+\S+\s+"
     r"SEL Entry:\s*(?P<rest>.*)$"
 )
-_SENSOR = re.compile(r"Sensor:\s*(?P<name>[^,(]+?)\s*\(0x[0-9A-Fa-f]+\)")
-_DATA = re.compile(r"Event Data:\s*\([0-9A-Fa-f]+\)\s*(?P<desc>.*)$")
-_GENERAL = re.compile(r"GeneralInfo:\s*(?P<what>[^,(]+)")
+_SENSOR = lazyre.compile(r"Sensor:\s*(?P<name>[^,(]+?)\s*\(0x[0-9A-Fa-f]+\)")
+_DATA = lazyre.compile(r"Event Data:\s*\([0-9A-Fa-f]+\)\s*(?P<desc>.*)$")
+_GENERAL = lazyre.compile(r"GeneralInfo:\s*(?P<what>[^,(]+)")
 
 
 def claims(text: str) -> bool:

@@ -1,19 +1,18 @@
-"""Redfish: thermal, power and log documents -> :class:`RoomFacts`, and a bounded read-only client.
+"""Redfish: thermal, power and log documents -> :class:`RoomFacts` (the live client is ``redfish_live``).
 
 Both generations of the schema are read: the deprecated ``Chassis/{id}/Thermal`` and ``Power`` that
 most Dell, HPE, Supermicro, Lenovo and Inspur BMCs still serve, and ``ThermalSubsystem`` /
-``PowerSubsystem`` (Chassis v1_15_0+). Log services are found by ``LogEntryType`` (SEL, Event) or by
-their vendor ids (Dell ``Sel``, HPE ``IML``/``IEL``, Lenovo ``PlatformLog``, OpenBMC ``EventLog``)
-rather than hard-coded paths. Every request is a GET with a timeout, inside an overall deadline.
+``PowerSubsystem`` (Chassis v1_15_0+). A saved text may be a document, a bundle, members copied out of
+a collection, or a paste cut off at either end (read as far as it goes, and said so).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
 from typing import Any
 
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 from gpuclinic.sources.bmc import salvage
@@ -36,9 +35,6 @@ _NEW_THR = (
     ("LowerFatal", "lnr"),
 )
 _HEALTH = {"ok": "ok", "warning": "nc", "critical": "cr"}
-_LOG_IDS = re.compile(r"sel|event|iml|iel|platform|^log\d*$|systemlog|lclog|faultlog", re.I)
-MAX_DOCS = 300
-MAX_SENSORS = 160  # members of one chassis's Sensors collection (a GPU server lists ~100)
 
 
 def _num(v: Any) -> float | None:
@@ -64,16 +60,17 @@ def _level_word(health: str | None, absent: bool) -> str:
 # a document pasted without its "@odata.type" (cut off, or copied from a viewer that hides annotations):
 # its type from the URI it names (the Redfish resource URIs of DSP0266 / the schemas' Redfish.Uris)
 _TYPE_BY_URI = (
-    (re.compile(r"/LogServices/[^/]+/Entries/[^/]+$"), "LogEntry"),
-    (re.compile(r"/LogServices/[^/]+/Entries$"), "LogEntryCollection"),
-    (re.compile(r"/Chassis/[^/]+/Thermal$"), "Thermal"),
-    (re.compile(r"/Chassis/[^/]+/Power$"), "Power"),
-    (re.compile(r"/ThermalSubsystem$"), "ThermalSubsystem"),
-    (re.compile(r"/ThermalSubsystem/ThermalMetrics$"), "ThermalMetrics"),
-    (re.compile(r"/ThermalSubsystem/Fans/[^/]+$"), "Fan"),
-    (re.compile(r"/PowerSubsystem$"), "PowerSubsystem"),
-    (re.compile(r"/PowerSubsystem/PowerSupplies/[^/]+$"), "PowerSupply"),
-    (re.compile(r"/Chassis/[^/]+/Sensors/[^/]+$"), "Sensor"),
+    (lazyre.compile(r"/LogServices/[^/]+/Entries/[^/]+$"), "LogEntry"),
+    (lazyre.compile(r"/LogServices/[^/]+/Entries$"), "LogEntryCollection"),
+    (lazyre.compile(r"/Chassis/[^/]+/Thermal$"), "Thermal"),
+    (lazyre.compile(r"/Chassis/[^/]+/Power$"), "Power"),
+    (lazyre.compile(r"/ThermalSubsystem$"), "ThermalSubsystem"),
+    (lazyre.compile(r"/ThermalSubsystem/ThermalMetrics$"), "ThermalMetrics"),
+    (lazyre.compile(r"/ThermalSubsystem/Fans/[^/]+$"), "Fan"),
+    (lazyre.compile(r"/PowerSubsystem$"), "PowerSubsystem"),
+    (lazyre.compile(r"/PowerSubsystem/PowerSupplies/[^/]+$"), "PowerSupply"),
+    (lazyre.compile(r"/Chassis/[^/]+/Sensors/[^/]+$"), "Sensor"),
+    (lazyre.compile(r"/Chassis/[^/]+/EnvironmentMetrics$"), "EnvironmentMetrics"),
 )
 
 
@@ -258,6 +255,29 @@ def _thermal_metrics(doc: dict[str, Any], src: str) -> R.RoomFacts:
     return room
 
 
+def _environment_metrics(doc: dict[str, Any], src: str) -> R.RoomFacts:
+    """EnvironmentMetrics (Chassis v1_17+): the chassis's draw, its fans' speeds and one temperature, each
+    named by the Sensor it was taken from (``DataSourceUri``), so a CPU temperature is not read as inlet."""
+    def named(r: dict[str, Any], default: str) -> str:
+        return str(r.get("DeviceName") or str(r.get("DataSourceUri", "")).rstrip("/").rsplit("/", 1)[-1]
+                   or default)
+
+    pw = doc.get("PowerWatts")
+    room = R.RoomFacts(power_consumed_w=_num(pw.get("Reading")) if isinstance(pw, dict) else None)
+    t = doc.get("TemperatureCelsius")
+    if isinstance(t, dict) and _num(t.get("Reading")) is not None:
+        room.sensors.append(make_sensor(named(t, "Temperature"), _num(t.get("Reading")), "C", "ok",
+                                        source=src, sensor_type="Temperature"))
+    for f in doc.get("FanSpeedsPercent") or []:
+        rpm, pct = (_num(f.get("SpeedRPM")), _num(f.get("Reading"))) if isinstance(f, dict) else (None, None)
+        if rpm is not None or pct is not None:
+            s = make_sensor(named(f, "Fan"), rpm if rpm is not None else pct,
+                            "RPM" if rpm is not None else "%", "ok", source=src, sensor_type="Fan")
+            s.kind = R.FAN
+            room.sensors.append(s)
+    return room
+
+
 def _fan(doc: dict[str, Any], src: str) -> R.RoomFacts:
     health, state, absent = _status(doc)
     raw = doc.get("SpeedPercent")
@@ -314,13 +334,20 @@ def _sensor(doc: dict[str, Any], src: str) -> R.RoomFacts:
     return R.RoomFacts(sensors=[s])
 
 
+def _enum(v: Any) -> str:
+    """An enum value; iDRAC 7/8 firmware wraps it as ``[{"Member": "Assert"}]``."""
+    if isinstance(v, list):
+        return ", ".join(_enum(x.get("Member") if isinstance(x, dict) else x) for x in v)
+    return str(v or "")
+
+
 def _log_entry(e: dict[str, Any], src: str) -> R.BmcEvent:
-    code = str(e.get("EntryCode") or "")
+    code = _enum(e.get("EntryCode"))
     msg = str(e.get("Message") or "")
     desc = " | ".join(x for x in (code, msg) if x and x not in ("Assert", "Deassert")) or str(
         e.get("MessageId") or ""
     )
-    stype = str(e.get("SensorType") or "") or None
+    stype = _enum(e.get("SensorType")) or None
     ev = R.BmcEvent(
         id=str(e.get("Id") or e.get("@odata.id") or "?"),
         time=e.get("Created"),
@@ -336,7 +363,7 @@ def _log_entry(e: dict[str, Any], src: str) -> R.BmcEvent:
     return ev
 
 
-def _log_entries(doc: dict[str, Any], src: str) -> R.RoomFacts:
+def log_entries(doc: dict[str, Any], src: str) -> R.RoomFacts:
     room = R.RoomFacts(events_read=True)
     for e in doc.get("Members") or []:
         if isinstance(e, dict) and ("Message" in e or "EntryCode" in e or "MessageId" in e):
@@ -358,6 +385,8 @@ def parse_doc(
         room = _thermal_metrics(doc, src)
     elif t == "Fan":
         room = _fan(doc, src)
+    elif t == "EnvironmentMetrics":
+        room = _environment_metrics(doc, src)
     elif t == "Sensor":
         room = _sensor(doc, src)
     elif t == "PowerSupply":
@@ -368,9 +397,9 @@ def parse_doc(
     elif t == "ThermalSubsystem":
         _redundancy(room, doc.get("FanRedundancy"))
     elif t == "LogEntryCollection":
-        room = _log_entries(doc, src)
+        room = log_entries(doc, src)
     elif t == "LogEntry":
-        room = _log_entries({"Members": [doc]}, src)  # (an entry cut off before its message is no event)
+        room = log_entries({"Members": [doc]}, src)  # (an entry cut off before its message is no event)
     if t:
         room.add_source(f"redfish {t}")
         for ps in room.psus:
@@ -395,13 +424,17 @@ _ROOM_TYPES = (
     "ThermalSubsystem",
     "LogEntryCollection",
     "LogEntry",
+    "EnvironmentMetrics",
 )
 
 
 def claims(text: str) -> bool:
     head = text[:8000]
-    if not head.lstrip().startswith("{") or "@odata" not in head:
+    if "@odata" not in head:
         return False
+    if not head.lstrip().startswith("{"):  # a paste that starts inside a document: from its first member
+        m = _MEMBER.search(head)
+        head = head[m.start():] if m else ""
     return (
         bool(re.search(r'"@odata\.type"\s*:\s*"#(' + "|".join(_ROOM_TYPES) + r")\.", head))
         or bool(re.search(r'"/redfish/v1/[^"]*"\s*:\s*\{', head))
@@ -409,7 +442,8 @@ def claims(text: str) -> bool:
     )
 
 
-_ODATA_ID = re.compile(r'"@odata\.id"\s*:\s*"(/redfish/v1/[^"#]*?)/?"')
+_MEMBER = lazyre.compile(r'^\s*\{\s*\n?\s*"@odata\.(?:id|type|context)"', re.M)
+_ODATA_ID = lazyre.compile(r'"@odata\.id"\s*:\s*"(/redfish/v1/[^"#]*?)/?"')
 
 
 def parse_text(text: str) -> R.RoomFacts:
@@ -420,6 +454,10 @@ def parse_text(text: str) -> R.RoomFacts:
     broken) part-way is read up to the cut and marked partial (``RoomFacts.partial``)."""
     body = text.strip()
     body = body[:-1] if body.endswith(",") else body
+    skipped = ""
+    if not body.startswith("{") and (m := _MEMBER.search(body)):
+        skipped = f"Redfish JSON starts inside a document: its first {m.start()} characters are not read"
+        body = body[m.start():].strip()
     try:
         data = json.loads(body)
     except json.JSONDecodeError:
@@ -431,13 +469,14 @@ def parse_text(text: str) -> R.RoomFacts:
         for doc in members if isinstance(members, list) else []:
             if isinstance(doc, dict):
                 room.merge(_parse_any(doc))
-        if why:
-            room.partial.append(f"Redfish {why}")
+        room.partial += [w for w in (skipped, f"Redfish {why}" if why else "") if w]
         return room
     room = R.RoomFacts()
-    if not isinstance(data, dict):
-        return room
-    return _parse_any(data)
+    if isinstance(data, dict):
+        room = _parse_any(data)
+    if skipped:
+        room.partial.append(skipped)
+    return room
 
 
 def _parse_any(data: dict[str, Any]) -> R.RoomFacts:
@@ -456,131 +495,3 @@ def parse_bundle(docs: dict[str, Any]) -> R.RoomFacts:
         room.merge(parse_doc(doc, metrics=metrics if isinstance(metrics, dict) else None))
     prefer_new_model(room)
     return room
-
-
-# ------------------------------------------------------------------------------------------ live client
-
-
-class RedfishReader:
-    """GET-only walk of a Redfish service, bounded by a per-request timeout and an overall deadline."""
-
-    def __init__(
-        self, client: Any, deadline_s: float = 30.0, max_docs: int = MAX_DOCS, max_events: int = 500
-    ) -> None:
-        self.client = client
-        self.deadline = time.monotonic() + deadline_s
-        self.max_docs = max_docs
-        self.max_events = max_events
-        self.docs: dict[str, dict[str, Any]] = {}
-        self.errors: list[str] = []
-
-    def get(self, path: str) -> dict[str, Any] | None:
-        if path in self.docs:
-            return self.docs[path]
-        if time.monotonic() > self.deadline or len(self.docs) >= self.max_docs:
-            self.errors.append(f"{path}: skipped (time or document budget spent)")
-            return None
-        try:
-            r = self.client.get(path)
-        except Exception as e:  # httpx errors: timeouts, TLS, refused
-            self.errors.append(f"{path}: {type(e).__name__}")
-            raise
-        if r.status_code in (401, 403):
-            raise PermissionError(f"Redfish refused the credentials (HTTP {r.status_code})")
-        if r.status_code != 200:
-            self.errors.append(f"{path}: HTTP {r.status_code}")
-            return None
-        try:
-            doc = r.json()
-        except ValueError:
-            self.errors.append(f"{path}: not JSON")
-            return None
-        if not isinstance(doc, dict):
-            return None
-        self.docs[path] = doc
-        return doc
-
-    def link(self, doc: dict[str, Any] | None, key: str) -> str | None:
-        v = (doc or {}).get(key)
-        return str(v["@odata.id"]) if isinstance(v, dict) and v.get("@odata.id") else None
-
-    def members(self, path: str | None, limit: int = 32) -> list[str]:
-        doc = self.get(path) if path else None
-        out = []
-        for m in (doc or {}).get("Members") or []:
-            if isinstance(m, dict) and m.get("@odata.id"):
-                out.append(str(m["@odata.id"]))
-        return out[:limit]
-
-    def walk(self) -> R.RoomFacts:
-        root = self.get("/redfish/v1/") or self.get("/redfish/v1") or {}
-        room = R.RoomFacts()
-        for ch in self.members(self.link(root, "Chassis"), 16):
-            chassis = self.get(ch)
-            room.merge(self._chassis(chassis))
-        for top in ("Managers", "Systems"):
-            for m in self.members(self.link(root, top), 8):
-                self._logs(self.link(self.get(m), "LogServices"), room)
-        return room
-
-    def _chassis(self, chassis: dict[str, Any] | None) -> R.RoomFacts:
-        room = R.RoomFacts()
-        ts = self.get(p) if (p := self.link(chassis, "ThermalSubsystem")) else None
-        if ts:
-            room.merge(parse_doc(ts))
-            for f in self.members(self.link(ts, "Fans"), 64):
-                room.merge(parse_doc(self.get(f) or {}))
-            tm = self.get(p) if (p := self.link(ts, "ThermalMetrics")) else None
-            room.merge(parse_doc(tm or {}))
-        if not room.temperatures() and (p := self.link(chassis, "Thermal")):
-            room.merge(parse_doc(self.get(p) or {}))
-        if not (room.temperatures() and room.fans()) and (p := self.link(chassis, "Sensors")):
-            self._sensors(p, room)  # BMCs that publish readings only as Sensor resources
-        ps = self.get(p) if (p := self.link(chassis, "PowerSubsystem")) else None
-        before = len(room.psus)
-        if ps:
-            room.merge(parse_doc(ps))
-            for s in self.members(self.link(ps, "PowerSupplies"), 16):
-                doc = self.get(s) or {}
-                met = self.get(p) if (p := self.link(doc, "Metrics")) else None
-                room.merge(parse_doc(doc, metrics=met))
-        if len(room.psus) == before and (p := self.link(chassis, "Power")):
-            room.merge(parse_doc(self.get(p) or {}))
-        return room
-
-    def _sensors(self, path: str, room: R.RoomFacts) -> None:
-        """``Chassis/{id}/Sensors``: temperatures and fans the other documents did not give (a newer BMC
-        may expose readings only here; one that also has Thermal keeps those and gains what was missing)."""
-        have_temp, have_fan = bool(room.temperatures()), bool(room.fans())
-        names = {s.name for s in room.sensors}
-        for m in self.members(path, MAX_SENSORS):
-            part = parse_doc(self.get(m) or {})
-            part.sensors = [
-                x
-                for x in part.sensors
-                if x.name not in names
-                and not ((x.kind == R.TEMPERATURE and have_temp) or (x.kind == R.FAN and have_fan))
-            ]
-            names.update(x.name for x in part.sensors)
-            room.merge(part)
-
-    def _logs(self, services: str | None, room: R.RoomFacts) -> None:
-        for svc_path in self.members(services, 16):
-            svc = self.get(svc_path) or {}
-            kind = str(svc.get("LogEntryType") or "")
-            sid = str(svc.get("Id") or svc_path.rstrip("/").rsplit("/", 1)[-1])
-            if "audit" in sid.lower() or not (kind in ("SEL", "Event", "Multiple") or _LOG_IDS.search(sid)):
-                continue
-            entries = self.link(svc, "Entries")
-            doc = self.get(entries) if entries else None
-            if doc is None:
-                continue
-            members = [m for m in doc.get("Members") or [] if isinstance(m, dict)]
-            full = [m for m in members if "Message" in m or "EntryCode" in m or "MessageId" in m]
-            if len(full) < len(members):  # links only: read the newest few one by one
-                for m in members[-50:]:
-                    if "@odata.id" in m and (e := self.get(str(m["@odata.id"]))):
-                        full.append(e)
-            part = _log_entries({"Members": full[-self.max_events :]}, f"redfish {sid}")
-            room.merge(part)
-            room.events_read = True

@@ -4,7 +4,8 @@
   example scripts): ``<Severity>: Class N / Code M:  <message>``.  iLO marks many serious entries "OK",
   so the event is judged by its message, as for every other BMC log.
 * Supermicro BMC web "Health Event Log" rows: ``<event text> - Assertion`` / ``- Deassertion``, with or
-  without the ID/time/sensor columns before it.
+  without the ID/time/sensor columns before it, and the same log as CSV rows
+  (``12,2024/07/04 07:09:11,FANA ,Fan,Lower Non-Recoverable - Going Low - Assertion``).
 * Dell OpenManage Server Administrator events in syslog: ``<time> <host> Server Administrator:
   Instrumentation Service EventID: 1354  Power supply detected a failure  Sensor location: PS 2 ...``
   (the events the iDRAC also logs, as OMSA forwards them to the OS log).
@@ -17,24 +18,30 @@ The messages are classified by the room signatures (``room_signatures.json``), l
 
 from __future__ import annotations
 
-import re
-
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 
-_IML = re.compile(
+_IML = lazyre.compile(
     r"^\s*(?P<sev>OK|Informational|Repaired|Caution|Warning|Critical|Degraded)\s*:\s*"
     r"Class (?P<cls>\d+) / Code (?P<code>\d+):\s+(?P<msg>\S.*?)\s*$"
 )
-_SMC = re.compile(r"^\s*(?P<msg>\S.*?)\s+-\s+(?P<state>Assertion|Deassertion)\s*$")
-_OMSA = re.compile(
+_SMC = lazyre.compile(r"^\s*(?P<msg>\S.*?)\s+-\s+(?P<state>Assertion|De-?assertion)\s*$")
+# the same log saved as CSV rows: ``id,YYYY/MM/DD hh:mm:ss,sensor,type,event - Assertion``
+_SMC_CSV = lazyre.compile(
+    r"^\s*(?P<id>\d+),(?P<date>\d{4}/\d\d/\d\d) (?P<time>\d\d:\d\d:\d\d),(?P<sensor>[^,]*),(?P<type>[^,]*),"
+    r"(?P<msg>\S.*?)\s+-\s+(?P<state>Assertion|De-?assertion)\s*$"
+)
+_OMSA = lazyre.compile(
     r"^(?:(?P<time>[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d)\s+\S+\s+)?Server Administrator:\s*"
     r"(?P<svc>[\w ]+?) EventID: (?P<id>\d+)\s+(?P<msg>\S.*?)\s*$"
 )
-_NAGIOS = re.compile(r"^\s*IPMI Status: \w+ \[\d+ system event log \(SEL\) entries present - details: ")
-_NAGIOS_REC = re.compile(r"\((?P<name>[^=()]+?) = (?P<state>\w+), (?P<type>[^,()]+), (?P<event>[^()]+?)\)")
+_NAGIOS = lazyre.compile(r"^\s*IPMI Status: \w+ \[\d+ system event log \(SEL\) entries present - details: ")
+_NAGIOS_REC = lazyre.compile(
+    r"\((?P<name>[^=()]+?) = (?P<state>\w+), (?P<type>[^,()]+), (?P<event>[^()]+?)\)"
+)
 _KEYS = ("Class ", "ssertion", "EventID: ", "IPMI Status: ")  # a line of each format holds one
-_OMSA_SENSOR = re.compile(r"\s{2}Sensor location: (?P<sensor>.+?)(?:\s{2}|$)")
+_OMSA_SENSOR = lazyre.compile(r"\s{2}Sensor location: (?P<sensor>.+?)(?:\s{2}|$)")
 
 
 # each format's line holds its literal: only those lines are tried, with only that format's pattern (a
@@ -67,6 +74,21 @@ def parse(text: str) -> R.RoomFacts:
                 severity=m.group("sev"),
                 source="HPE iLO IML",
             )
+        elif c := _SMC_CSV.match(line):
+            ev = R.BmcEvent(
+                id=c.group("id"),
+                time=f"{c.group('date').replace('/', '-')}T{c.group('time')}",
+                sensor_type=c.group("type").strip() or None,
+                sensor=c.group("sensor").strip() or None,
+                description=c.group("msg").replace(" - ", " "),  # "Lower Critical - Going Low"
+                asserted=c.group("state") == "Assertion",
+                source="Supermicro BMC event log",
+            )
+            ev.kind = _kind(ev.sensor_type, ev.sensor, ev.description)
+            room.events.append(ev)
+            if ev.source not in sources:
+                sources.append(ev.source)
+            continue
         elif s := _SMC.match(line):
             ev = R.BmcEvent(
                 id=str(n),
@@ -95,6 +117,11 @@ def parse(text: str) -> R.RoomFacts:
     for s_ in sources:
         room.add_source(s_)
     return room
+
+
+def _kind(sensor_type: str | None, sensor: str | None, description: str) -> str | None:
+    ec = classify_event(sensor_type, sensor, description)
+    return ec.kind if ec else None
 
 
 def _nagios(line: str, n: int) -> list[R.BmcEvent]:

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 
 # Candidate selection: the constants live in keywords.py (imported by the scan before grep starts).
+from gpuclinic import lazyre
 from gpuclinic.sources.kernellog.keywords import (
     _CONTEXT_MARKERS,
     _QUALIFY,
@@ -25,42 +26,44 @@ _MONTHS = {m: i for i, m in enumerate(
 _LEVELS = r"(?:emerg|alert|crit|err|warn|warning|notice|info|debug)"
 _FACILITIES = r"(?:kern|user|daemon|syslog|auth|authpriv|mail|lpr|news|uucp|cron|ftp|local\d)"
 
-_RE_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_RE_ANSI = lazyre.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Talos/remote syslog: "192.168.11.119: kern: warning: [2026-04-22T21:27:51.291660856Z]: NVRM: ..."
-_RE_TALOS = re.compile(
+_RE_TALOS = lazyre.compile(
     rf"^(\S+): {_FACILITIES}: {_LEVELS}: "
     rf"\[(\d{{4}})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?\]:\s?"
 )
-_RE_KMSG = re.compile(r"^(\d{1,3}),(\d+),(\d+),[^;]*;")  # /dev/kmsg: prio,seq,usec,flags;msg
-_RE_PRIO = re.compile(r"^<\d{1,3}>")
+_RE_KMSG = lazyre.compile(r"^(\d{1,3}),(\d+),(\d+),[^;]*;")  # /dev/kmsg: prio,seq,usec,flags;msg
+_RE_PRIO = lazyre.compile(r"^<\d{1,3}>")
 # RFC 5424 syslog (rsyslog RSYSLOG_SyslogProtocol23Format, syslog-ng, journald forwarders):
 # "<3>1 2024-03-04T10:11:12.123456+00:00 host kernel - - - NVRM: ..." (app, procid, msgid, structured data)
-_RE_5424 = re.compile(
+_RE_5424 = lazyre.compile(
     r"^<\d{1,3}>1 (\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)? "
     r"(\S+) \S+ \S+ \S+ (?:-|(?:\[(?:[^\]\\]|\\.)*\])+) ?"
 )
-_RE_FACLEV = re.compile(rf"^{_FACILITIES}\s*:\s*{_LEVELS}\s*:\s?")
+_RE_FACLEV = lazyre.compile(rf"^{_FACILITIES}\s*:\s*{_LEVELS}\s*:\s?")
 # "[ 1234.567890]", "dmesg -d" "[ 1234.567890 <    0.000123>]", and a CONFIG_PRINTK_CALLER "[ T1234]" after it
-_RE_UPTIME = re.compile(r"^\[\s*(\d{1,10}\.\d{1,9})(?:\s*<\s*[\d.]+>)?\]\s?(?:\[\s*[TC]\d+\]\s?)?")
+_RE_UPTIME = lazyre.compile(r"^\[\s*(\d{1,10}\.\d{1,9})(?:\s*<\s*[\d.]+>)?\]\s?(?:\[\s*[TC]\d+\]\s?)?")
 # "dmesg --time-format reltime/delta": "[Mar 4 10:11]", "[  +0.000123]" (relative: no usable time)
-_RE_RELTIME = re.compile(r"^\[(?:\s*\+\d+\.\d+|[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d|\s*\+\d+\.\d+ [a-z]+)\]\s?")
-_RE_CTIME = re.compile(
+_RE_RELTIME = lazyre.compile(
+    r"^\[(?:\s*\+\d+\.\d+|[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d|\s*\+\d+\.\d+ [a-z]+)\]\s?"
+)
+_RE_CTIME = lazyre.compile(
     r"^\[(?:[A-Z][a-z]{2},? )?([A-Z][a-z]{2})\s+(\d{1,2}) (\d{1,2}):(\d{2}):(\d{2})(?:[.,]\d+)? (\d{4})\]\s?"
 )
-_RE_ISO = re.compile(
+_RE_ISO = lazyre.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\s+"
 )
-_RE_FULL = re.compile(  # journal short-full: "Mon 2024-03-04 10:11:12 UTC host kernel: ..."
+_RE_FULL = lazyre.compile(  # journal short-full: "Mon 2024-03-04 10:11:12 UTC host kernel: ..."
     r"^[A-Z][a-z]{2} (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)? ([A-Z]{2,5}|[+-]\d{4})\s+"
 )
-_RE_SYSLOG = re.compile(r"^([A-Z][a-z]{2})\s{1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s+")
+_RE_SYSLOG = lazyre.compile(r"^([A-Z][a-z]{2})\s{1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s+")
 # journalctl -o short-unix: "1709547072.123456 host kernel: ..." (seconds since the epoch, UTC)
-_RE_UNIX = re.compile(r"^(\d{9,11})\.(\d{1,9})\s+(?=\S+ (?:kernel|vmunix)(?:\[\d+\])?:)")
-_RE_HOST = re.compile(r"^(\S+) (?:kernel|vmunix)(?:\[\d+\])?:\s?")
-_RE_KERNEL_TAG = re.compile(r"^(?:kernel|vmunix)(?:\[\d+\])?:\s?")
+_RE_UNIX = lazyre.compile(r"^(\d{9,11})\.(\d{1,9})\s+(?=\S+ (?:kernel|vmunix)(?:\[\d+\])?:)")
+_RE_HOST = lazyre.compile(r"^(\S+) (?:kernel|vmunix)(?:\[\d+\])?:\s?")
+_RE_KERNEL_TAG = lazyre.compile(r"^(?:kernel|vmunix)(?:\[\d+\])?:\s?")
 
 # Splits text where a second log record starts (bug reports, forum pastes lose newlines).
-_RE_GLUE = re.compile(
+_RE_GLUE = lazyre.compile(
     r"\s+(?=\[\s*\d{1,10}\.\d{6}\]"
     r"|(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel:)"
     r"|(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S* \S+ kernel:)"
@@ -136,7 +139,9 @@ def _journal_json(s: str, p: _Prefix) -> str | None:
     return msg
 
 
-_RE_CRI = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] ")
+_RE_CRI = lazyre.compile(
+    r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) (?:stdout|stderr) [FP] "
+)
 
 
 def _docker_json(s: str) -> str | None:
@@ -271,7 +276,7 @@ def _host(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
 
 
 _ALWAYS, _NO_TIME_YET, _HOST_AFTER_STAMP = object(), object(), object()  # when a candidate may be tried
-_Candidates = tuple[tuple["re.Pattern[str]", _Take, object], ...]
+_Candidates = tuple[tuple[lazyre.LazyPattern, _Take, object], ...]
 _TAIL: _Candidates = ((_RE_KERNEL_TAG, _skip, _ALWAYS), (_RE_HOST, _host, _HOST_AFTER_STAMP))
 
 
@@ -319,7 +324,7 @@ def _starts_new(msg: str) -> bool:
     )
 
 
-_RE_LATER_STAMP = re.compile(r"\[\s*\d{1,10}\.\d{6}\]")
+_RE_LATER_STAMP = lazyre.compile(r"\[\s*\d{1,10}\.\d{6}\]")
 
 
 def _looks_glued(text: str) -> bool:
@@ -368,7 +373,7 @@ def _wants_context(line: str) -> bool:
 
 
 # A line that is part of a kernel log whatever wraps it: a kernel-log prefix, or an NVIDIA kernel message.
-_RE_KERNEL_LINE = re.compile(
+_RE_KERNEL_LINE = lazyre.compile(
     r"^\s*(?:<\d{1,3}>)?(?:\[\s*\d{1,10}\.\d{1,9}(?:\s*<\s*[\d.]+>)?\]"
     r"|\[\s*\+\d+\.\d+\]|\[[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d\]"  # dmesg --time-format delta / reltime
     r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} [\d:]{8} \d{4}\]"

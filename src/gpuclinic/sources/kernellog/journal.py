@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
 
+from gpuclinic import lazyre
 from gpuclinic.sources.kernellog.formats import is_kernel_line
 
 # "Mon 2024-03-04 10:11:12.123456 UTC [s=...;i=...]": the head of a journalctl -o verbose record
-_RE_VERBOSE_HEAD = re.compile(r"^[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ \[s=")
+_RE_VERBOSE_HEAD = lazyre.compile(r"^[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ \[s=")
 # its stamp, when the zone is one we can place (UTC, GMT or a numeric offset)
-_RE_VERBOSE_STAMP = re.compile(
+_RE_VERBOSE_STAMP = lazyre.compile(
     r"^[A-Z][a-z]{2} (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))? (UTC|GMT|[+-]\d{4}) "
 )
-_RE_FIELD = re.compile(r"^(?P<ind>\s*)(?P<key>_{0,2}[A-Z][A-Z0-9_]*)=(?P<val>.*)$")
+_RE_FIELD = lazyre.compile(r"^(?P<ind>\s*)(?P<key>_{0,2}[A-Z][A-Z0-9_]*)=(?P<val>.*)$")
 _MAX_RECORD_LINES = 200  # a json-pretty record has a few dozen fields; more means it is not one
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from gpuclinic import lazyre
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.sources.kernellog.formats import _Prefix
 from gpuclinic.sources.kernellog.patterns import (
@@ -40,7 +41,7 @@ from gpuclinic.sources.kernellog.patterns import (
     _norm_bus,
 )
 
-_RE_MSG_BUS = re.compile(rf"(?:PCI:)?({_BDF})")  # the address in a GSP or NVLink message
+_RE_MSG_BUS = lazyre.compile(rf"(?:PCI:)?({_BDF})")  # the address in a GSP or NVLink message
 
 
 class _Multi:
