@@ -111,6 +111,8 @@ def _attach_gpu(snap: Snapshot, f: Finding) -> None:
 
 def _failed_reads(snap: Snapshot) -> list[Skipped]:
     """GPU fields answered by an error ("ERR!", "[Unknown Error]"): said, never passed over as healthy."""
+    if not any(g.unreadable for g in snap.gpus):
+        return []  # (and the nvidia-smi reader stays off the doctor's start-up path)
     from gpuclinic.sources.smi_common import failed_reads
 
     out = []
