@@ -253,6 +253,17 @@ def _needs_any(low: str) -> bool:
     return any(k in low for k in _ERROR_LINE_NEEDS)
 
 
+def first_lines(text: str, n: int) -> list[str]:
+    """``text.splitlines()[:n]`` without splitting all of a long sample: from a prefix that holds more than
+    ``n`` lines (then its first ``n`` lines, each break included, are the text's)."""
+    cut = 256 * n
+    if len(text) > cut:
+        lines = text[:cut].splitlines()
+        if len(lines) > n:
+            return lines[:n]
+    return text.splitlines()[:n]
+
+
 def may_hold_errors(text: str) -> bool:
     """False when no line of ``text`` can hold an error statement: one fold of it all instead of one per
     line (scan_error_lines skips an ASCII line without a ``_ERROR_LINE_NEEDS`` word, and in an ASCII text

@@ -96,7 +96,27 @@ def looks_like(sample: str) -> bool:
     head = sample[:65536]
     if not (head.startswith((" ", "\t")) or "\n " in head or "\n\t" in head):
         return False  # _SIGNATURE_RE matches only an indented line
-    return len({m.group(1) for m in _SIGNATURE_RE.finditer(head)}) >= 2
+    return len(_signatures(head)) >= 2
+
+
+def _signatures(head: str) -> set[str]:
+    """``{m.group(1) for m in _SIGNATURE_RE.finditer(head)}``, up to two: the pattern is tried at the start
+    of each indented line only (where its ``^[ \t]+`` can match; a match stays on its line), found with
+    ``find``, not at every character of a prose sample."""
+    found: set[str] = set()
+    starts = [0] if head.startswith((" ", "\t")) else []
+    for gap in ("\n ", "\n\t"):
+        i = head.find(gap)
+        while i >= 0:
+            starts.append(i + 1)
+            i = head.find(gap, i + 1)
+    for i in starts:
+        m = _SIGNATURE_RE.match(head, i)
+        if m:
+            found.add(m.group(1))
+            if len(found) >= 2:
+                break
+    return found
 
 
 def parse(text: str | Iterable[str]) -> c.SmiDump:
