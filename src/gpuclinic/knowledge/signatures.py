@@ -19,6 +19,7 @@ from typing import Any
 
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.signature_extract import EXTRACTORS
+from gpuclinic.regex_literal import leading_literal
 from gpuclinic.textscan import line_hits, split
 
 CATEGORIES = (
@@ -117,6 +118,14 @@ def _compiled(regexes: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
 def _compiled_fast(regexes: tuple[str, ...]) -> tuple[re.Pattern[str] | None, ...]:
     n = len(_LINE_PREFIX)
     return tuple(re.compile(p[n:]) if p.startswith(_LINE_PREFIX) and len(p) > n else None for p in regexes)
+
+
+@cache
+def _starts(regexes: tuple[str, ...]) -> tuple[str | None, ...]:
+    """Per pattern: the literal every match of the pattern searched (``fast`` where there is one) starts
+    with, or None (``regex_literal.leading_literal``)."""
+    n = len(_LINE_PREFIX)
+    return tuple(leading_literal(p[n:] if p.startswith(_LINE_PREFIX) and len(p) > n else p) for p in regexes)
 
 
 _WORD_START = re.compile(r"\\b(\w+)(?![*+?{])")
@@ -385,7 +394,9 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
     """The first match of ``sig`` in ``text`` and the start of every occurrence (up to ``max_count``)."""
     first: re.Match[str] | None = None
     starts: list[int] = []
-    for rx, fast in zip(sig.patterns, sig.fast or (None,) * len(sig.patterns), strict=True):
+    for rx, fast, lit in zip(sig.patterns, sig.fast, _starts(sig.regexes), strict=True):
+        if lit is not None and lit not in text:
+            continue  # every match starts with it: nothing to scan for
         if fast is not None:
             # same lines as rx (a line holds rx's match iff it holds fast's); rx itself runs once,
             # from the first such line's start, for the match object the extractors and line use
