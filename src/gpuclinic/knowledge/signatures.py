@@ -111,13 +111,23 @@ _LINE_PREFIX = "[^\\n]*"
 
 @cache
 def _compiled(regexes: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(p) for p in regexes)
+    return tuple(_pattern(p) for p in regexes)
 
 
 @cache
 def _compiled_fast(regexes: tuple[str, ...]) -> tuple[re.Pattern[str] | None, ...]:
+    return tuple(_fast_pattern(p) for p in regexes)
+
+
+@cache
+def _pattern(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)
+
+
+@cache
+def _fast_pattern(regex: str) -> re.Pattern[str] | None:
     n = len(_LINE_PREFIX)
-    return tuple(re.compile(p[n:]) if p.startswith(_LINE_PREFIX) and len(p) > n else None for p in regexes)
+    return re.compile(regex[n:]) if regex.startswith(_LINE_PREFIX) and len(regex) > n else None
 
 
 @cache
@@ -394,9 +404,10 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
     """The first match of ``sig`` in ``text`` and the start of every occurrence (up to ``max_count``)."""
     first: re.Match[str] | None = None
     starts: list[int] = []
-    for rx, fast, lit in zip(sig.patterns, sig.fast, _starts(sig.regexes), strict=True):
+    for src, lit in zip(sig.regexes, _starts(sig.regexes), strict=True):
         if lit is not None and lit not in text:
-            continue  # every match starts with it: nothing to scan for
+            continue  # every match starts with it: nothing to scan for (nor to compile)
+        rx, fast = _pattern(src), _fast_pattern(src)
         if fast is not None:
             # same lines as rx (a line holds rx's match iff it holds fast's); rx itself runs once,
             # from the first such line's start, for the match object the extractors and line use
