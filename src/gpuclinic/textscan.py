@@ -21,13 +21,14 @@ import itertools
 import os
 import subprocess
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import IO
+
+from gpuclinic.record import record
 
 _FOLDS_TO_ASCII = ("\u0130", "\u212a")  # str.lower() turns these into ASCII letters; bytes.lower() does not
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LineHits:
     """``data``: the text as UTF-8 bytes; ``lines``: (0-based line of ``text.split("\\n")``, byte offset
     of its start, its bytes) for every line holding a needle, in order."""

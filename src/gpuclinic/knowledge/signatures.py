@@ -13,12 +13,12 @@ import copy
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.signature_extract import EXTRACTORS
+from gpuclinic.record import field, record
 from gpuclinic.regex_literal import leading_literal
 from gpuclinic.textscan import line_hits, split
 
@@ -43,7 +43,7 @@ _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 MAX_LINE = 400  # matched_line is cut to this many characters
 
 
-@dataclass
+@record
 class SignatureMatch:
     """One recognised error in the text, with what it means and how to fix it."""
 
@@ -79,8 +79,10 @@ class SignatureMatch:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Signature:
+    """One error signature of ``error_signatures.json``: needles, patterns, cause and fix."""
+
     id: str
     category: str
     severity: str

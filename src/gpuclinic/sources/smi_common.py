@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from dataclasses import dataclass, field
 
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
+from gpuclinic.record import field, record
 
 # One clock-event vocabulary (NVML's names) for every reader: knowledge/data/gpu_fields.json.
 CLOCK_REASON_BITS: dict[str, int] = gpu_fields.reason_bits()
@@ -189,7 +189,7 @@ def apply_tlimit(gpu: GpuFacts, tlimit: float | None, shutdown_margin: float | N
         gpu.max_operating_temp_c = limit - max_gpu_margin
 
 
-@dataclass
+@record
 class SmiDump:
     """What one nvidia-smi output said: versions, GPUs and error statements it printed."""
 

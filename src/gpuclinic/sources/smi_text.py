@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
+from gpuclinic.record import field, record
 from gpuclinic.sources import smi_common as c
 
 MARKER = "==============NVSMI LOG=============="
@@ -31,8 +31,10 @@ _GPU_RE = lazyre.compile(
 )
 
 
-@dataclass
+@record
 class Node:
+    """One ``key : value`` line of ``nvidia-smi -q`` text, with the lines indented under it."""
+
     key: str
     value: str | None = None
     children: list[Node] = field(default_factory=list)
