@@ -154,19 +154,15 @@ class _PendingHits:
     def result(self) -> list[tuple[int, int, bytes]] | None:
         """grep's lines, as :func:`_grep` returns them (None: it failed)."""
         try:
-            try:
-                rc = _wait(self._proc, 60)
-            except subprocess.TimeoutExpired:
-                self.cancel()
-                return None
+            rc = _wait(self._proc, 60)
             if rc not in (0, 1):
                 return None
             self._out.seek(0)
             return _parse_hits(self._out.read())
-        except (OSError, ValueError):
+        except (OSError, ValueError, subprocess.TimeoutExpired):
             return None
         finally:
-            self._out.close()
+            self.cancel()  # (a no-op for a grep that ended: it is reaped, its output file closed)
 
     def cancel(self) -> None:
         if self._proc.poll() is None:
@@ -468,7 +464,9 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float) -> int:
             import select
 
             try:
-                ready, _, _ = select.select([fd], [], [], timeout)
+                poller = select.poll()  # (not select.select: no limit on the descriptor's number)
+                poller.register(fd, select.POLLIN)
+                ready = poller.poll(timeout * 1000)
             finally:
                 os.close(fd)
             if not ready:
