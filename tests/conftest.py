@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,42 @@ BACKGROUND = {
     "watch/test_watch_deploy.py::test_promtool_rule_unit_tests": "start_rule_unit_tests",
     "accept/test_device_check.py::test_device_check_with_a_scenario": "start_device_check",
 }
+
+
+# test files that take longest (summed test durations of a 2-worker run on 2 cores, most first): they go
+# out first, so that the two workers end together instead of one running a long file alone at the end
+HEAVY_FIRST = (
+    "transfer/test_sync.py",
+    "accept/test_cpu_workload.py",
+    "transfer/test_get_image.py",
+    "supervise/test_run_e2e.py",
+    "cli/test_bad_input.py",
+    "room/test_ipmi_sim.py",
+    "transfer/test_get_url.py",
+    "watch/test_watch_incidents.py",
+    "slurm/test_slurm_cluster.py",
+    "network/test_net_registries.py",
+    "accept/test_cli.py",
+    "fleet/test_fleet_page.py",
+    "accept/test_live_fake_nvml.py",
+    "network/test_probes.py",
+)
+
+
+def _file_rank(item: pytest.Item) -> int:
+    """0.. for HEAVY_FIRST, then the rest; last the files whose test reads a BACKGROUND job (it has
+    had the whole run to finish by then)."""
+    rel = item.nodeid.split("::", 1)[0].removeprefix("tests/")
+    if rel in HEAVY_FIRST:
+        return HEAVY_FIRST.index(rel)
+    if any(suffix.split("::", 1)[0] == rel for suffix in BACKGROUND):
+        return len(HEAVY_FIRST) + 1
+    return len(HEAVY_FIRST)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Whole files move (heavy first, BACKGROUND readers last); within a file the order stays."""
+    items.sort(key=_file_rank)  # stable
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,6 +83,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 getattr(item.module, starter)()
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n`` (scripts/test): one test file is one unit of work, so a module's server fixture
+    (a registry with a 200 MiB image, sshd, a Slurm cluster) starts once, in one worker; the units
+    go out in collection order (HEAVY_FIRST puts the long ones first, so none is left for the end)."""
+    if config.option.dist != "load":  # an explicit --dist other than the default of -n
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
+    return LoadFileScheduling(config, log)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     background.stop_all()
 
@@ -62,3 +111,7 @@ def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("GPUCLINIC_DB", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
+    # the caller's terminal width is not the tests' (pytest-xdist's workers get COLUMNS=80): the
+    # renderers' widths are what a test sets itself
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
