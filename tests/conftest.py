@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import fcntl
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +30,13 @@ BACKGROUND = {
 
 # test files that take longest (summed test durations of a 2-worker run on 2 cores, most first): they go
 # out first, so that the two workers end together instead of one running a long file alone at the end
+# (the cpu_burn file a little later: it would wait for the throughput ones, see _cpu_burn_apart)
 HEAVY_FIRST = (
     "transfer/test_sync.py",
-    "accept/test_cpu_workload.py",
     "transfer/test_get_image.py",
     "supervise/test_run_e2e.py",
     "cli/test_bad_input.py",
+    "accept/test_cpu_workload.py",
     "room/test_ipmi_sim.py",
     "transfer/test_get_url.py",
     "watch/test_watch_incidents.py",
@@ -97,6 +101,22 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     background.stop_all()
+
+
+@pytest.fixture(autouse=True)
+def _cpu_burn_apart(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under xdist, a ``cpu_burn`` test (torch on every core) and a ``throughput`` test (a transfer's
+    speed asserted) never run at the same time in the two workers: a lock file of the session, held
+    exclusive by the one and shared by the other (throughput tests may run beside each other)."""
+    burn = request.node.get_closest_marker("cpu_burn") is not None
+    timed = request.node.get_closest_marker("throughput") is not None
+    root = os.environ.get(background.ENV)
+    if not (burn or timed) or not os.environ.get("PYTEST_XDIST_WORKER") or not root:
+        yield
+        return
+    with open(Path(root) / "cpu.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if burn else fcntl.LOCK_SH)
+        yield
 
 
 @pytest.fixture
