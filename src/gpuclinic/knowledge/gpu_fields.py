@@ -160,7 +160,7 @@ def lifetime_facts() -> frozenset[str]:
     return frozenset(r.fact for r in fields() if r.counter)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DcgmSchema:
     blank_ranges: tuple[tuple[float, float], ...]  # DCGM's "no value" sentinels (inclusive ranges)
     reason_count_metrics: dict[str, str]  # metric name -> the label naming the clock-event reason
