@@ -222,12 +222,16 @@ def explain_verdict(findings: list[Finding]) -> Verdict:
 
 
 def first_step_for(code: str, f: Finding) -> str:
-    """The first step of the runbook for ``code``, filled in for the finding's GPU."""
+    """An incident's first step: the runbook's for ``code``, filled in for the finding's GPU; for a code
+    whose detector computes its fix (an error signature's, ``remedy_computed``), the first sentence of
+    that fix, the finding's own remedy (:func:`runbooks.finding_remedy` decides which, for both)."""
     from gpuclinic.incidents import first_sentence
-    from gpuclinic.knowledge.runbooks import first_step
+    from gpuclinic.knowledge.runbooks import finding_remedy, first_step
 
-    if code.startswith("error.") and f.remedy:  # a signature's own fix is more exact than the generic runbook
-        return first_sentence(f.remedy)
+    if code == f.code and f.remedy:
+        own = finding_remedy(code, f.gpu, f.remedy)
+        if own == f.remedy and own != first_step(code, f.gpu):  # the detector's own, exact fix
+            return first_sentence(own)
     return first_step(code, f.gpu) or first_sentence(f.remedy)
 
 
