@@ -538,3 +538,35 @@ def _python(data: bytes, needles: frozenset[str]) -> list[tuple[int, int, bytes]
         le = data.find(b"\n", ls)
         out.append((line, ls, data[ls : le if le >= 0 else len(data)]))
     return out
+
+
+def line_spans(data: bytes, hits: list[tuple[int, int]], context: int) -> list[tuple[int, int, int]]:
+    """Whole-line byte spans of ``data`` around the hit lines (``context`` lines either side), merged, in
+    order, each with the 0-based line it starts at.  ``hits``: (0-based line, byte offset of its start) of
+    each hit line.
+
+    (The error signatures' candidate text: a line without a trigger cannot match, and a 19 MB training
+    log is mostly "step 1234 loss ..." lines, skipped without a regex pass each.)
+    """
+    spans: list[tuple[int, int, int]] = []
+    n = len(data)
+    for line, ls in sorted(set(hits), key=lambda h: h[1]):
+        s = ls
+        back = 0
+        for _ in range(context):
+            if s == 0:
+                break
+            s = data.rfind(b"\n", 0, s - 1) + 1
+            back += 1
+        e = ls
+        for _ in range(context + 1):
+            j = data.find(b"\n", e)
+            if j < 0:
+                e = n
+                break
+            e = j + 1
+        if spans and s <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], e), spans[-1][2])
+        else:
+            spans.append((s, e, line - back))
+    return spans

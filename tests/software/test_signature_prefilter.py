@@ -90,3 +90,31 @@ def test_every_needle_contains_a_trigger() -> None:
     for sig in S.signatures():
         for n in sig.needles:
             assert any(t in n for t in trig), (sig.id, n)
+
+
+@pytest.mark.parametrize("seed,non_ascii,fold", [(4, False, False), (5, True, False), (6, True, True)])
+def test_needles_on_the_trigger_lines_answer_as_on_the_whole_text(
+    seed: int, non_ascii: bool, fold: bool
+) -> None:
+    """The shortcut of _match_spans (needles tested on the trigger lines only) against the path it
+    replaces (every needle on the candidate text lower-cased): the same needles present, the same
+    matches; a text with a character str.lower() turns into ASCII (the Kelvin sign) takes the old path."""
+    from gpuclinic import textscan
+
+    text = _long_log(seed, non_ascii)
+    if fold:
+        text = text.replace("Killed", "\u212aILLED", 1) + "killed by signal 9 \u212a\n"
+    found = textscan.line_hits(text, S._triggers())
+    assert found is not None
+    spans = textscan.line_spans(found.data, [(ln, off) for ln, off, _ in found.lines], S.CONTEXT_LINES)
+    sub = b"".join(found.data[s:e] for s, e, _ in spans).decode("utf-8", "surrogateescape")
+    hit_lines = [b for _, _, b in found.lines]
+    short = S._needle_text(sub, hit_lines)
+    assert (short == sub.lower()) is fold
+    assert len(short) < len(sub) or fold
+    whole, part = S._needle_test(sub.lower()), S._needle_test(short)
+    for sig in S.signatures():
+        for n in sig.needles:
+            assert whole(n) == part(n), (sig.id, n)
+    got = [m.to_dict() for m in S._match_spans(found.data, spans, 10_000, hit_lines)]
+    assert got and got == [m.to_dict() for m in S._match_spans(found.data, spans, 10_000)]
