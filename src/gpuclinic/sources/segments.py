@@ -288,7 +288,8 @@ _LABEL_BYTES = 16 * 1024
 
 
 def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None) -> str:
-    """The kind of the "other" run ``lines[a - 1 : b]``."""
+    """The kind of the "other" run ``lines[a - 1 : b]`` (``detect``: the reader's sniffer, or one that
+    gives the same structured kinds and None for the rest)."""
     if ix is None:
         text = "\n".join(lines[a - 1 : b])
         dcgm = "Health Monitor Report" in text or "dcgmi" in text or "Diagnostic" in text
@@ -380,10 +381,12 @@ def read_lines(
     year: int | None = None,
     text: str | None = None,
     sample: int | None = None,
+    label: Detect | None = None,
 ) -> InputRecord:
     """Read one text input (already split into lines; ``text``: the input they came from, when the
     caller has it) into ``snap``; return how it was read.  ``sample``: ``detect`` looks at no more than
-    this many characters.
+    this many characters; ``label``: labels the runs of prose in its stead (the same structured kinds,
+    None for any other, found cheaper).
 
     Raises ``ValueError`` when no reader could use any of it (the caller's "not recognised").
     """
@@ -419,7 +422,7 @@ def read_lines(
     claimed: set[int] = set()  # 1-based line numbers some reader used
     segs: list[Segment] = []
     for c, a, b in _runs(classes, special):
-        kind = _label(lines, a, b, detect, ix) if c == "other" else c
+        kind = _label(lines, a, b, label or detect, ix) if c == "other" else c
         segs.extend(_trim(kind, lines, a, b) if kind in _FITS else [Segment(kind=kind, first=a, last=b)])
     rec.segments = segs
     where = None if ix is None else ix.hit_lines  # lines that may hold a reader's literal

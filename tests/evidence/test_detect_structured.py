@@ -1,0 +1,63 @@
+"""``evidence_text.detect_structured`` (the run labeller of the segmenting reader, issue 14) against the
+path it replaces: ``detect`` kept when it gives a structured kind, None otherwise.  It asks the kernel-log
+sniff last, so every order case is covered: a kernel log that quotes an nvidia-smi error or lspci lines
+(``detect`` stops at the kernel log), and those formats alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.sources import evidence_text as E
+from gpuclinic.sources.segments import _structured
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+IPMI = (FIXTURES / "realworld/corpus/ipmitool_sensor_row_ambient_46c_status_ok_openbmc_3743.txt").read_text()
+# two NVRM lines: a kernel log to the sniff, short enough that the formats after it claim the sample too
+KERNEL = "".join((FIXTURES / "kernel_log" / "bumblebee-554-fallen-old-format.log").open().readlines()[:2])
+
+
+def _expected(sample: str) -> str | None:
+    kind = E.detect(sample)
+    return kind if _structured(kind) else None
+
+
+def _samples() -> list[str]:
+    out: list[str] = []
+    for p in sorted(FIXTURES.rglob("*")):
+        if not p.is_file() or p.suffix in (".md", ".gz"):
+            continue
+        text = p.read_bytes()[: 64 * 1024].decode("utf-8", "replace")
+        out += [text, text[:16384], text[len(text) // 3 :]]
+    return out
+
+
+def test_every_fixture_gets_the_label_detect_gives() -> None:
+    samples = _samples()
+    assert len(samples) > 1000
+    kinds = set()
+    for s in samples:
+        want = _expected(s)
+        assert E.detect_structured(s) == want, s[:200]
+        kinds.add(want)
+    # the fixtures reach the structured kinds, the server-room ones and the non-structured ones
+    assert {None, "smi_text", "smi_table", "smi_xml", "lspci"} <= kinds
+    assert any(k and k.startswith("room:") for k in kinds)
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "No devices were found\n",  # smi_table.has_errors
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
+        "01:00.0 3D controller [0302]: NVIDIA Corporation GA100 [A100 SXM4 40GB] [10de:20b0] (rev a1)\n",
+        IPMI,
+    ],
+)
+def test_the_kernel_log_still_wins_over_what_follows_it(tail: str) -> None:
+    with_kernel = KERNEL + tail
+    assert E.detect(with_kernel) == "kernel_log"
+    assert E.detect_structured(with_kernel) is None
+    prose = "step 1 loss 0.5\n" + tail
+    assert E.detect_structured(prose) == _expected(prose) is not None
