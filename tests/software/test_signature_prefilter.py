@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuclinic.knowledge import signatures as S
+from gpuclinic.regex_literal import leading_literal
 
 ERRORS = Path(__file__).resolve().parents[1] / "fixtures" / "software" / "errors"
 KERNEL = Path(__file__).resolve().parents[1] / "fixtures" / "kernel_log"
@@ -118,3 +119,29 @@ def test_needles_on_the_trigger_lines_answer_as_on_the_whole_text(
             assert whole(n) == part(n), (sig.id, n)
     got = [m.to_dict() for m in S._match_spans(found.data, spans, 10_000, hit_lines)]
     assert got and got == [m.to_dict() for m in S._match_spans(found.data, spans, 10_000)]
+
+
+def test_the_literal_jump_finds_what_finditer_finds() -> None:
+    """``_finditer`` (str.find to each occurrence of the pattern's leading literal, then rx.match there)
+    against ``rx.finditer`` for every signature pattern (and its fast form), over every error fixture and
+    a long mixed log, plus the cases where a match depends on what precedes it (\\b, lookbehind, ^)."""
+    texts = [p.read_text(errors="replace") for p in sorted(ERRORS.glob("*.txt"))] + [_long_log(7, True)]
+    texts.append("xNCCL error a\nNCCL error b NCCL error c\n\u2502 CUDA error: x\naKilled\nKilled\n")
+    jumped = 0
+    for sig in S.signatures():
+        for src, lit in zip(sig.regexes, S._starts(sig.regexes), strict=True):
+            # (the literal is the fast form's where there is one, as _occurrences searches it)
+            for rx, start in ((S._pattern(src), leading_literal(src)), (S._fast_pattern(src), lit)):
+                if rx is None:
+                    continue
+                jumped += bool(start)
+                for text in texts:
+                    want = [(m.span(), m.group()) for m in rx.finditer(text)]
+                    got = [(m.span(), m.group()) for m in S._finditer(rx, text, start)]
+                    assert got == want, (sig.id, src)
+    assert jumped > 100
+    word = S._pattern(S._literal_first(r"\bKilled\b"))
+    assert [m.start() for m in S._finditer(word, "aKilled Killed", "Killed")] == [8]
+    behind, text = S._pattern(r"error(?<=r error)"), "r error xerror error"
+    want = [m.start() for m in behind.finditer(text)]
+    assert [m.start() for m in S._finditer(behind, text, "error")] == want == [2, 15]

@@ -12,7 +12,7 @@ import bisect
 import copy
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
@@ -406,7 +406,7 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
             # same lines as rx (a line holds rx's match iff it holds fast's); rx itself runs once,
             # from the first such line's start, for the match object the extractors and line use
             lo = None
-            for m in fast.finditer(text):
+            for m in _finditer(fast, text, lit):
                 ls = text.rfind("\n", 0, m.start()) + 1
                 if lo is None:
                     lo = ls
@@ -418,13 +418,29 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
             if m0 is not None and (first is None or m0.start() < first.start()):
                 first = m0
             continue
-        for m in rx.finditer(text):
+        for m in _finditer(rx, text, lit):
             if first is None or m.start() < first.start():
                 first = m
             starts.append(m.start())
             if len(starts) >= max_count:
                 break
     return first, starts
+
+
+def _finditer(rx: re.Pattern[str], text: str, lit: str | None) -> Iterator[re.Match[str]]:
+    """``rx.finditer(text)``, its matches all starting with ``lit``: str.find goes to each, match tries it."""
+    if not lit:
+        yield from rx.finditer(text)
+        return
+    find, match = text.find, rx.match
+    i = find(lit)
+    while i >= 0:
+        m = match(text, i)
+        if m is None:
+            i = find(lit, i + 1)
+        else:
+            yield m
+            i = find(lit, max(m.end(), i + 1))
 
 
 WRAP_MIN = 60  # a terminal narrower than this is not a hard wrap worth undoing
