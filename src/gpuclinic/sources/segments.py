@@ -143,12 +143,14 @@ class _Index:
         self.quoted = quoted
         self.pending = pending if pending is not None and pending.text is text else None
         self.hit_lines = [k for k, _, _ in hits.lines]
-        self.kernel_keys = {k for k, _, b in hits.lines if any(n in b.lower() for n in _KERNEL_NEEDLES)}
+        # (the lines holding a kernel mark or smi error word, ASCII case folded: one search per needle of the
+        # hit lines joined, not a lower-casing and a test per line and needle)
+        self.kernel_keys = {k for k, _, _ in hits.only(_KERNEL_NEEDLES).lines}
         self.dcgm = [k for k in self.hit_lines if any(m in lines[k] for m in _DCGM_MARKS)]
         self.folds = any(f in b for _, _, b in hits.lines for f in _FOLD_BYTES)
 
 
-_KERNEL_NEEDLES = tuple({k.lower().encode() for k in (*_KERNEL_MARKS, *_ERROR_KEYS)})
+_KERNEL_NEEDLES = tuple({k.lower() for k in (*_KERNEL_MARKS, *_ERROR_KEYS)})
 _FOLD_BYTES = tuple(f.encode() for f in _FOLDS)
 
 
