@@ -110,15 +110,17 @@ def scan_lines(
     Xid lines become kernel events unless a parser already produced one for that line (``net`` entries;
     ``parsed_xid_lines`` names them when the parser's events carry no line numbers) or the format-specific
     entry already matched it.  ``lowered``: the texts joined with newlines and lower-cased, when the
-    caller has it (saves a pass over a big input); ``prefiltered``: the pairs are already only lines that
-    may hold a needle (a whole-text search found them), so no needle pass runs here.
+    caller has it (saves a pass over a big input); ``prefiltered``: the pairs are only the lines that may
+    hold a needle (a whole-text search found them): the needle pass runs over these few lines.
     """
     sigs = evidence_signatures()
     have = {ev.lineno for ev in snap.kernel_events if ev.origin == origin and ev.kind in ("xid", "sxid")}
     have |= parsed_xid_lines or set()
     pairs = list(numbered)
     claimed: set[int] = set()
-    for idx in range(len(pairs)) if prefiltered else _needle_lines(pairs, sigs, lowered):
+    # (prefiltered pairs hold some reader's needle; most of them no evidence needle: the needle pass over
+    # those few lines, one find per needle, spares a test per line and signature)
+    for idx in _needle_lines(pairs, sigs, None if prefiltered else lowered):
         n, raw = pairs[idx]
         line = raw[:MAX_LINE]
         low = line.lower()
