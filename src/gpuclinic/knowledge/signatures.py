@@ -11,13 +11,13 @@ from __future__ import annotations
 import bisect
 import copy
 import re
-from collections import Counter
 from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.signature_extract import EXTRACTORS
+from gpuclinic.knowledge.wrapwidth import RECORD, at_length, wrap_width
 from gpuclinic.record import field, record
 from gpuclinic.regex_literal import leading_literal
 from gpuclinic.textscan import exact_fold, line_hits, line_spans, split
@@ -443,17 +443,8 @@ def _finditer(rx: re.Pattern[str], text: str, lit: str | None) -> Iterator[re.Ma
             i = find(lit, max(m.end(), i + 1))
 
 
-WRAP_MIN = 60  # a terminal narrower than this is not a hard wrap worth undoing
 MAX_JOIN = 32  # physical lines per logical line, at most
-_SAMPLE = 64
 _TABLE_CONT = re.compile(r"^(\s*\|(?:\s*\|)+ )\S")  # "|      |     | rest of the last cell |"
-# the start of a log record: two records in a row are two lines, whatever their length
-_RECORD = re.compile(
-    r"^\s*(?:\[|<\d|\d{4}-\d\d-\d\d|\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d |[IWEF]\d{4} |[\w.-]+\[\d+\]:|"
-    r"\d{4}/\d\d/\d\d|frame #|File \"|Traceback|#\d)"
-)
-
-
 def rejoined(text: str) -> list[tuple[int, str]]:
     """The logical lines that were cut over several physical lines: (0-based first line, joined text).
 
@@ -467,8 +458,8 @@ def rejoined(text: str) -> list[tuple[int, str]]:
     if len(lines) < 2:
         return []
     lens = list(map(len, lines))
-    width = _wrap_width(lines, lens)
-    wrapped = _at_length(lens, width, len(lines) - 1) if width is not None else []
+    width = wrap_width(lines, lens)
+    wrapped = at_length(lens, width, len(lines) - 1) if width is not None else []
     starts = sorted(set(_table_rows(text)) | set(wrapped))
     if not starts:
         return []
@@ -487,7 +478,7 @@ def rejoined(text: str) -> list[tuple[int, str]]:
                 and len(lines[j]) == width
                 and nxt.strip()
                 and not last.lstrip().startswith(("|", "+"))
-                and not (_RECORD.match(nxt) and _RECORD.match(last))
+                and not (RECORD.match(nxt) and RECORD.match(last))
             ):
                 parts.append(nxt)
             elif (
@@ -538,40 +529,6 @@ def _table_rows(text: str) -> list[int]:
         out.append(line)
         i = text.find("|", m.end())
     return out
-
-
-def _at_length(lens: list[int], width: int, stop: int, limit: int | None = None) -> list[int]:
-    """The first ``limit`` (or all) indexes below ``stop`` whose length is ``width``: ``list.index`` steps
-    through a big log's line lengths in C, not a generator in Python."""
-    out: list[int] = []
-    k = 0
-    while limit is None or len(out) < limit:
-        try:
-            k = lens.index(width, k, stop)
-        except ValueError:
-            break
-        out.append(k)
-        k += 1
-    return out
-
-
-def _wrap_width(lines: list[str], lens: list[int] | None = None) -> int | None:
-    """``lens``: ``[len(ln) for ln in lines]``, when the caller has it."""
-    lens = list(map(len, lines)) if lens is None else lens
-    counts = {n: c for n, c in Counter(lens).items() if n >= WRAP_MIN}
-    total = sum(counts.values())
-    for width, seen in sorted(counts.items(), key=lambda kv: (-kv[1], -kv[0]))[:3]:
-        if seen < 2:
-            return None
-        if sum(c for n, c in counts.items() if n > width) > max(2, total // 20):
-            continue
-        # tables and logs whose records merely share a length are not wrapped: look at a sample
-        sample = _at_length(lens, width, len(lines) - 1, _SAMPLE)
-        tables = sum(1 for k in sample if lines[k].lstrip().startswith(("|", "+")))
-        records = sum(1 for k in sample if _RECORD.match(lines[k]) and _RECORD.match(lines[k + 1]))
-        if (tables + records) * 2 <= len(sample):
-            return width
-    return None
 
 
 def primary(text: str) -> SignatureMatch | None:
