@@ -56,16 +56,16 @@ def run_explain(
     file: str | None = None, as_json: bool = False, as_markdown: bool = False, offline: bool = False
 ) -> int:
     """The explain command: read the text, explain it, print the report, return its exit code."""
-    from gpuclinic.explain import explain_text, live_facts, read_input
-
-    fmt = output_format(as_json, as_markdown)
-    if file is None and sys.stdin.isatty():
-        echo("Paste the error (end with Ctrl-D):", err=True)
-    # no cycle collection during the run: a big log's lists of 250 000 lines were walked by each full
-    # collection (~3 % of explain's instructions on the 19 MB bench log), and one run makes few cycles
+    # no cycle collection during the run (imports included): a big log's lists of 250 000 lines were
+    # walked by each full collection, and one run makes few cycles
     paused = gc.isenabled()
     gc.disable()
     try:
+        from gpuclinic.explain import explain_text, live_facts, read_input
+
+        fmt = output_format(as_json, as_markdown)
+        if file is None and sys.stdin.isatty():
+            echo("Paste the error (end with Ctrl-D):", err=True)
         text, origin, truncated = read_input(file)
         live = None if offline else live_facts()
         report = explain_text(text, origin, live, truncated=truncated)
