@@ -20,7 +20,8 @@ def test_localised_stamp_is_taken_off_and_the_aer_record_read() -> None:
         NL,
         "jan. 29 20:50:17 kevin kernel: pcieport 0000:00:1c.5: PCIe Bus Error: severity=Corrected, "
         "type=Physical Layer, id=00e5(Receiver ID)",
-        "jan. 29 20:50:17 kevin kernel: pcieport 0000:00:1c.5:   device [8086:9d15] error status/mask=00000001/00002000",
+        "jan. 29 20:50:17 kevin kernel: pcieport 0000:00:1c.5:   device [8086:9d15] "
+        "error status/mask=00000001/00002000",
         "jan. 29 20:50:17 kevin kernel: pcieport 0000:00:1c.5:    [ 0] Receiver Error ",
     ]
     evs = parse_lines(lines)

@@ -60,7 +60,8 @@ _RE_SYSLOG = lazyre.compile(r"^([A-Z][a-z]{2})\s{1,2}(\d{1,2}) (\d{2}):(\d{2}):(
 # the same in a non-English locale ("фев 12 00:48:02 kernel:", "jan. 29 20:50:17 host kernel:", "Okt  3 ..."):
 # the month name is not read (no time), only the stamp is taken off, and only before a kernel tag
 _RE_SYSLOG_LOCALE = lazyre.compile(
-    r"^([^\W\d_]{2,5}\.?)\s{1,2}\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d{1,9})?\s+(?=(?:\S+ )?(?:kernel|vmunix)(?:\[\d+\])?:)"
+    r"^([^\W\d_]{2,5}\.?)\s{1,2}\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d{1,9})?\s+"
+    r"(?=(?:\S+ )?(?:kernel|vmunix)(?:\[\d+\])?:)"
 )
 # journalctl -o short-unix: "1709547072.123456 host kernel: ..." (seconds since the epoch, UTC)
 _RE_UNIX = lazyre.compile(r"^(\d{9,11})\.(\d{1,9})\s+(?=\S+ (?:kernel|vmunix)(?:\[\d+\])?:)")
