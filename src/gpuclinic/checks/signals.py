@@ -30,6 +30,9 @@ MAX_EVIDENCE = 4
         "persistenced.failed",
         "driver.kernel_module",
         "pcie.iommu_fault",
+        "pcie.link_degraded",
+        "pcie.aer_corrected",
+        "pcie.aer_uncorrected",
         "container.no_gpu_visible",
         "gpu.missing",
         "driver.not_loaded",
@@ -42,7 +45,10 @@ MAX_EVIDENCE = 4
 )
 def signals(snap: Snapshot) -> Iterable[Finding]:
     groups: dict[tuple[str, str | None, int | None], list[Signal]] = {}
+    link_read = any(d.current_link_width for d in snap.pci_devices)
     for s in snap.signals:
+        if link_read and str(s.data.get("signature", "")).startswith("lspci_lnksta"):
+            continue  # the lspci reader read this link: the pcie detector judges it against LnkCap
         idx = s.data.get("gpu_index")
         groups.setdefault((s.code, s.pci_bus_id, idx if isinstance(idx, int) else None), []).append(s)
     for (code, bus, idx), sigs in groups.items():
