@@ -251,7 +251,7 @@ def looks_like_kernel_log(text_sample: str) -> bool:
         return True
     if '"_TRANSPORT":"kernel"' in sample or '"_TRANSPORT" : "kernel"' in sample:
         return True  # journalctl -o json(-pretty) of kernel messages
-    lines = [ln for ln in sample.splitlines()[:400] if ln.strip()]
+    lines = list(filter(str.strip, sample.splitlines()[:400]))  # the non-blank ones (a C loop)
     if not lines:
         return False
     # hits >= 3 and hits >= half the lines, decided as soon as the rest cannot change it: a prose run
