@@ -184,3 +184,15 @@ def test_explain_cli_exit_code_is_warning_not_healthy(name: str, code: int) -> N
     )
     assert r.returncode == code, r.stderr
     assert '"verdict": "warning"' in r.stdout
+
+
+def test_explain_keeps_nvidia_smis_no_devices_found() -> None:
+    """explain drops the doctor's informational "no GPU in this paste" finding; when nvidia-smi itself said
+    "No devices were found" that is the diagnosis, not silence (it was reported as nothing found, exit 0)."""
+    from gpuclinic.explain import explain_text
+
+    text = (CORPUS / "smi_no_devices_ci_query_downgrade_pytorch_163658.txt").read_text()
+    codes = {f.code: f.severity.label for f in explain_text(text).findings}
+    assert "gpu.none_detected" in codes and "explain.no_match" not in codes, codes
+    healthy = explain_text("Epoch 3: loss=0.21\n")
+    assert [f.code for f in healthy.findings] == ["explain.no_match"]
