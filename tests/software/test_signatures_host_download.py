@@ -69,6 +69,8 @@ FIRST: dict[str, str] = {
     "torchvision_nms_cuda_backend_new_wording_dzfacedetailer_21.txt": "torch.torchvision_mismatch",
     "modprobe_module_not_found_series_fc30_nvidiaxrun_135.txt": "modprobe.module_not_found",
     "modprobe_insert_no_such_device_optimus_bumblebee_553.txt": "modprobe.no_device",
+    "pull_dns_lookup_io_timeout_kitematic_4347.txt": "download.unreachable",
+    "git_failed_to_connect_timed_out_curl28_nbplus_1.txt": "download.unreachable",
 }
 
 
