@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import fcntl
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +26,43 @@ BACKGROUND = {
     "watch/test_watch_deploy.py::test_promtool_rule_unit_tests": "start_rule_unit_tests",
     "accept/test_device_check.py::test_device_check_with_a_scenario": "start_device_check",
 }
+
+
+# test files that take longest (summed test durations of a 2-worker run on 2 cores, most first): they go
+# out first, so that the two workers end together instead of one running a long file alone at the end
+# (the cpu_burn file a little later: it would wait for the throughput ones, see _cpu_burn_apart)
+HEAVY_FIRST = (
+    "transfer/test_sync.py",
+    "transfer/test_get_image.py",
+    "supervise/test_run_e2e.py",
+    "cli/test_bad_input.py",
+    "accept/test_cpu_workload.py",
+    "room/test_ipmi_sim.py",
+    "transfer/test_get_url.py",
+    "watch/test_watch_incidents.py",
+    "slurm/test_slurm_cluster.py",
+    "network/test_net_registries.py",
+    "accept/test_cli.py",
+    "fleet/test_fleet_page.py",
+    "accept/test_live_fake_nvml.py",
+    "network/test_probes.py",
+)
+
+
+def _file_rank(item: pytest.Item) -> int:
+    """0.. for HEAVY_FIRST, then the rest; last the files whose test reads a BACKGROUND job (it has
+    had the whole run to finish by then)."""
+    rel = item.nodeid.split("::", 1)[0].removeprefix("tests/")
+    if rel in HEAVY_FIRST:
+        return HEAVY_FIRST.index(rel)
+    if any(suffix.split("::", 1)[0] == rel for suffix in BACKGROUND):
+        return len(HEAVY_FIRST) + 1
+    return len(HEAVY_FIRST)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Whole files move (heavy first, BACKGROUND readers last); within a file the order stays."""
+    items.sort(key=_file_rank)  # stable
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,8 +87,36 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 getattr(item.module, starter)()
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n`` (scripts/test): one test file is one unit of work, so a module's server fixture
+    (a registry with a 200 MiB image, sshd, a Slurm cluster) starts once, in one worker; the units
+    go out in collection order (HEAVY_FIRST puts the long ones first, so none is left for the end)."""
+    if config.option.dist != "load":  # an explicit --dist other than the default of -n
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
+    return LoadFileScheduling(config, log)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     background.stop_all()
+
+
+@pytest.fixture(autouse=True)
+def _cpu_burn_apart(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under xdist, a ``cpu_burn`` test (torch on every core) and a ``throughput`` test (a transfer's
+    speed asserted) never run at the same time in the two workers: a lock file of the session, held
+    exclusive by the one and shared by the other (throughput tests may run beside each other)."""
+    burn = request.node.get_closest_marker("cpu_burn") is not None
+    timed = request.node.get_closest_marker("throughput") is not None
+    root = os.environ.get(background.ENV)
+    if not (burn or timed) or not os.environ.get("PYTEST_XDIST_WORKER") or not root:
+        yield
+        return
+    with open(Path(root) / "cpu.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if burn else fcntl.LOCK_SH)
+        yield
 
 
 @pytest.fixture
@@ -62,3 +131,7 @@ def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("GPUCLINIC_DB", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
+    # the caller's terminal width is not the tests' (pytest-xdist's workers get COLUMNS=80): the
+    # renderers' widths are what a test sets itself
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)

@@ -52,7 +52,9 @@ class Report:
 
     def explain_summary(self) -> dict[str, Any]:
         """What explain found: the cause, its kind and severity, or that no known cause was found."""
-        real = [i for i in self.incidents if i.code not in ("explain.no_match", "software.inventory")]
+        # (a reading summary and a note that the input was read only in part are not causes)
+        not_causes = ("explain.no_match", "software.inventory", "room.status", "evidence.partial")
+        real = [i for i in self.incidents if i.code not in not_causes]
         if not real:
             return {"cause_found": False, "summary": "no known cause found"}
         top = real[0]
@@ -220,12 +222,16 @@ def explain_verdict(findings: list[Finding]) -> Verdict:
 
 
 def first_step_for(code: str, f: Finding) -> str:
-    """The first step of the runbook for ``code``, filled in for the finding's GPU."""
+    """An incident's first step: the runbook's for ``code``, filled in for the finding's GPU; for a code
+    whose detector computes its fix (an error signature's, ``remedy_computed``), the first sentence of
+    that fix, the finding's own remedy (:func:`runbooks.finding_remedy` decides which, for both)."""
     from gpuclinic.incidents import first_sentence
-    from gpuclinic.knowledge.runbooks import first_step
+    from gpuclinic.knowledge.runbooks import finding_remedy, first_step
 
-    if code.startswith("error.") and f.remedy:  # a signature's own fix is more exact than the generic runbook
-        return first_sentence(f.remedy)
+    if code == f.code and f.remedy:
+        own = finding_remedy(code, f.gpu, f.remedy)
+        if own == f.remedy and own != first_step(code, f.gpu):  # the detector's own, exact fix
+            return first_sentence(own)
     return first_step(code, f.gpu) or first_sentence(f.remedy)
 
 

@@ -289,9 +289,13 @@ def _evidence(text: str, origin: str) -> tuple[Snapshot, list[str]]:
         from gpuclinic.sources.evidence_text import snapshot_from_text
 
         snap = snapshot_from_text(text, origin)
-    except InputError:
+    except InputError as e:
         snap = Snapshot(origin="evidence", software=SoftwareFacts())
         snap.inputs.append(origin)
+        if "could not be read" in str(e):  # a format was recognised but its text is broken: say so
+            from gpuclinic.sources.bmc.salvage import note_partial
+
+            note_partial(snap, origin, str(e).removeprefix(f"{origin}: ").split("; expected")[0])
     except Exception as e:  # a parser bug must not hide the signature answer
         snap = Snapshot(origin="evidence", software=SoftwareFacts())
         snap.inputs.append(origin)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ports import free_port
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -35,9 +36,7 @@ def server(tmp_path: Path) -> Iterator[str]:
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # tests/ports.py: one the other xdist worker's servers do not take meanwhile
 
 
 @pytest.mark.timeout(120)

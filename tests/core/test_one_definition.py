@@ -107,7 +107,7 @@ def test_detectors_write_no_remedy_of_a_runbook_code() -> None:
             i = info(probe)
             if i is None or not (i.default == "signature" or remedy_computed(probe)):
                 bad.append(f"{name}:{node.lineno} {code}")
-    assert bad == []
+    assert bad == [], bad
 
 
 def test_every_code_has_a_runbook_with_a_first_step() -> None:
@@ -182,4 +182,26 @@ def test_watch_words_no_remedy_of_its_own() -> None:
         if isinstance(node, ast.keyword) and node.arg == "remedy"
         and isinstance(node.value, (ast.Constant, ast.JoinedStr, ast.BinOp))
     ]
-    assert bad == []
+    assert bad == [], bad
+
+
+def test_code_literals_outside_the_detectors_are_in_codes_json() -> None:
+    """A finding code written as a literal in watch, run, k8s, fleet, the renderers or the alert rules
+    must name a code of codes.json (``require``), so a renamed code cannot leave a stale second copy."""
+    import re
+
+    from gpuclinic.knowledge.codes import info
+
+    pat = re.compile(r"^(gpu|memory|thermal|power|pcie|nvlink|xid|gsp|room|host|driver|perf|watch|network|"
+                     r"container|cuda|k8s|dcgm|persistenced|os|software|explain|run)\.[a-z0-9_.*]+$")
+    skip = {"room.js", "room.css", "memory.max", "memory.current", "memory.events", "memory.full.avg10",
+            "memory.usage_in_bytes", "memory.limit_in_bytes", "xid.generic", "xid.fallen_off_bus", "gpu.lost"}
+    bad = []
+    for name, tree in _modules():
+        if name.startswith(("checks/", "knowledge/", "sources/", "accept/", "facts/", "explain")):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and pat.match(node.value):
+                if node.value not in skip and info(node.value.replace("<n>", "1")) is None:
+                    bad.append(f"{name}:{node.lineno} {node.value}")
+    assert bad == [], bad

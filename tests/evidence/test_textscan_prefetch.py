@@ -142,3 +142,21 @@ def test_odd_bytes_found_by_chunk_equal_a_byte_by_byte_pass(where: list[int], od
     for i in where:
         data[i : i + 1] = odd
     assert textscan._odd_bytes(bytes(data)) == _odd_reference(bytes(data))
+
+
+def test_wait_returns_when_the_process_ends_and_times_out_like_popen_wait() -> None:
+    import subprocess
+    import sys
+    import time
+
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    t0 = time.monotonic()
+    assert textscan._wait(quick, 30) == 0
+    assert time.monotonic() - t0 < 10
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            textscan._wait(slow, 0.2)
+    finally:
+        slow.kill()
+        slow.wait()

@@ -124,7 +124,8 @@ def test_13_repeated_on_one_gpu_points_at_hardware() -> None:
         rep.severity == Severity.CRITICAL and rep.data["suspect_hardware"] is True and rep.data["count"] == 4
     )
     assert "dcgmi diag -r 3" in rep.data["conclusion"]
-    assert "dcgmi diag -r 3" in render_text(get("xid.13"))  # the runbook's next step: suspect the GPU
+    rb = get("xid.13")
+    assert rb is not None and "dcgmi diag -r 3" in render_text(rb)  # the runbook's next step: suspect the GPU
     # the same on two GPUs: the application
     lines = [f"[ {i}.0] {base.format(pid=100 + i)}" for i in range(1, 5)]
     lines.append("[ 9.0] " + base.format(pid=9).replace("0000:cb:00", "0000:ca:00"))

@@ -143,3 +143,36 @@ def test_inlet_below_the_room_guidance(celsius: float, severity: str | None) -> 
     fs, _ = run_checks(Snapshot(room=R.RoomFacts(sensors=[s])), only=["room.inlet"])
     got = {f.code: f.severity.name.lower() for f in fs}
     assert got.get("room.inlet_cold") == severity
+
+
+def test_redfish_event_payload_is_read_as_log_entries() -> None:
+    """An EventService push (``#Event`` with ``Events``): the real iDRAC R470 record, wrapped in the
+    Event document it was cut from."""
+    t = (CORPUS / "redfish_event_payload_fragments_inlet_warning_r470_idrac_353.txt").read_text()
+    block = t[t.index('"Events": ['): t.index(" ],") + 2]
+    doc = '{"@odata.type": "#Event.v1_7_0.Event", "Id": "1", "Name": "Event Array", ' + block + "}"
+    room = formats.parse(formats.detect(doc) or "", doc)
+    assert [(e.id, e.kind, e.severity) for e in room.events] == [("2162", "temperature_warning", "Warning")]
+
+
+def test_sel_list_verbose_records_are_read() -> None:
+    """``ipmitool sel elist -v`` / ``sel get``: one event per ``SEL Record ID`` block, deassertions kept."""
+    text = (CORPUS / "sel_elist_v_ocpsel_decoded_uncorrectable_mce_moxspec.txt").read_text()
+    room = ipmitool.parse_any(text)
+    assert [(e.id, e.sensor_type, e.sensor, e.time, e.kind) for e in room.events] == [
+        ("00a1", "Processor", "#0x40", "2019-08-08T10:37:17", "cpu_ierr")
+    ]
+    deassert = text.replace("Assertion Event", "Deassertion Event")
+    assert not ipmitool.parse_any(deassert).events[0].asserted
+
+
+def test_super_io_with_unset_limits_raises_no_alarm() -> None:
+    """Every input of a W83667HG whose limits were never set prints ALARM: its limits are dropped, the
+    spinning fans stay fans, the 0 RPM ones are empty headers; a chip with sane limits still alarms."""
+    text = (CORPUS / "sensors_w83667hg_unset_limits_every_alarm_gnomesensors_34.txt").read_text()
+    room = formats.parse(formats.detect(text) or "", text)
+    assert {f.name for f in room.fans() if not f.absent} == {"fan1", "fan2", "fan4"}
+    assert all(not s.thresholds and s.level == "ok" for s in room.sensors)
+    assert not [f for f in explain_text(text).findings if f.severity.name != "INFO"]
+    sane = "it8728-isa-0a30\nAdapter: ISA adapter\nfan1:        0 RPM  (min =  600 RPM)  ALARM\n"
+    assert _codes_of(sane).get("room.fan_failed") == "critical"

@@ -94,3 +94,35 @@ def test_sensors_json_cut_off_reads_the_chips_before_the_cut() -> None:
     room = lmsensors.parse_json(cut)
     assert [s.name for s in room.sensors][:1] == ["Package id 0"]
     assert len(room.partial) == 1 and room.partial[0].startswith("sensors -j JSON is cut off")
+
+
+def test_table_or_csv_dump_cut_inside_its_last_row_is_partial() -> None:
+    """The Supermicro CSV event log as the issue's excerpt ends (inside row 17): the rows are judged, the
+    cut row is named; the whole file has no such note."""
+    whole = (CORPUS / "sel_csv_supermicro_fana_lower_nonrecoverable_smfancontrol_1.txt").read_text()
+    assert salvage.cut_last_row(whole) is None
+    cut = whole + "17,2024/07/04 07\n"
+    why = salvage.cut_last_row(cut)
+    assert why is not None and "2 of the 5 fields" in why
+    codes = _codes(cut)
+    assert codes["room.sel.fan_critical"] == "critical" and codes["evidence.partial"] == "info"
+    sel = (CORPUS / "freeipmi_sel_postinit_psu2_failure_checkipmi_26.txt").read_text()
+    assert salvage.cut_last_row(sel) is None
+    row7 = "7    | Aug-22-2017 | 15:10:15 | System Chassis Chassis Intru\n"  # the issue's excerpt ends so
+    assert "evidence.partial" in _codes(sel + row7)
+
+
+def test_redfish_printed_by_python_is_read() -> None:
+    """``pprint(response.dict)`` of the real iDRAC entry: single quotes, read through ast.literal_eval;
+    cut inside its message it is unreadable, and explain says so instead of a bare "no known cause"."""
+    import pprint
+
+    docs = json.loads("[" + IDRAC.read_text().strip().rstrip(",") + "]")
+    rep = pprint.pformat(docs[1], width=60)
+    assert formats.detect(rep) == "room:redfish"
+    assert _codes(rep)["room.sel.redundancy_lost"] == "warning"
+    cut = rep[: rep.index("redundancy is")]
+    report = explain_text(cut, "paste.txt")
+    part = [f for f in report.findings if f.code == "evidence.partial"]
+    assert part and "could not be read" in part[0].evidence[0]
+    assert report.explain_summary()["cause_found"] is False and report.exit_code == 0

@@ -14,11 +14,11 @@ import subprocess
 import time
 from pathlib import Path
 
+from ports import free_port
+
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # tests/ports.py: a port the other xdist worker cannot take meanwhile
 
 
 class Sshd:

@@ -15,6 +15,7 @@ import pytest
 
 from gpuclinic.transfer.hf import safe_repo_path
 from gpuclinic.transfer.wansim import Knobs, WanSim
+from ports import free_port
 
 from .conftest import MiB, blob
 
@@ -246,11 +247,7 @@ def test_file_list_from_paginated_tree_when_siblings_lack_sizes(
 
 
 def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # tests/ports.py: one the other xdist worker's servers do not take meanwhile
 
 
 @pytest.mark.parametrize("kind", ["dns", "connect", "tls"])

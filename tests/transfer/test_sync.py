@@ -38,6 +38,9 @@ from realtools import require
 
 from .ssh_env import Sshd
 
+# speed and timing asserted: under xdist, never beside a 'cpu_burn' test (conftest.py)
+pytestmark = pytest.mark.throughput
+
 MiB = 1024 * 1024
 GPUCLINIC = [sys.executable, "-m", "gpuclinic"]
 PER_CONN = 2 * MiB

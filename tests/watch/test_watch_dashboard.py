@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from browser import Dom, headless
+from gpuclinic.knowledge.runbooks import get
 from realtools import require
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
@@ -140,7 +141,10 @@ def test_dashboard_renders_plots_timeline_and_events(
         ]
         assert len(cards) == 1 and cards[0]["data-gpu"] == "2" and cards[0]["data-severity"] == "critical"
         text = " ".join(dom.text)
-        assert "GPU has fallen off the bus" in text and "Drain the node" in text  # evidence and remedy
+        rb = get("gpu.fallen_off_bus")
+        assert rb is not None
+        first = rb.steps[0].do
+        assert "GPU has fallen off the bus" in text and first[:60] in text  # evidence and the runbook's step
 
         shot = artifacts / "watch-dashboard.png"
         r2 = headless(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import socket
 import socketserver
 import threading
 import time
@@ -18,6 +17,7 @@ import pytest
 
 from gpuclinic.watch.config import ChannelConfig, NotifyConfig, config_from_dict
 from gpuclinic.watch.notify import Alert, Notifier, redact
+from ports import free_port
 
 
 def _alert(key: str = "rules:xid.79:GPU-2", status: str = "firing", sev: str = "critical") -> Alert:
@@ -153,9 +153,7 @@ def test_redact_handles_url_encoding() -> None:
 
 
 def test_outage_spools_then_delivers_after_restart(tmp_path: Path, receiver_cls: Any) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # tests/ports.py: one the other xdist worker's servers do not take meanwhile
     url = f"http://127.0.0.1:{port}/hook"  # nothing listens: connection refused
     cfg = _cfg(ChannelConfig(type="webhook", url=url))
     n = Notifier(cfg, spool_dir=tmp_path / "spool")

@@ -102,7 +102,8 @@ def test_watch_and_doctor_share_one_straggler_rule() -> None:
     utilisation alone is low (its clock is the peers') is no straggler in either (NCCL waits keep the
     waiting GPUs busy, so utilisation does not single out the slow one)."""
     snap = load_scenario("straggler")
-    doctor = sorted(f.gpu.index for f in diagnose(snap).findings if f.code == "perf.straggler" and f.gpu)
+    doctor = sorted(f.gpu.index for f in diagnose(snap).findings
+                    if f.code == "perf.straggler" and f.gpu and f.gpu.index is not None)
     conds, _ = RuleEngine(RulesConfig(straggler_minutes=0.0, idle_minutes=1e9)).evaluate(1.0, snap.gpus)
     watch = sorted(c.gpu for c in conds if c.code == "perf.straggler" and c.gpu is not None)
     assert doctor and watch == doctor

@@ -3,8 +3,8 @@
 The cause of a hot or power-starved GPU is usually outside it: warm inlet air, a dead fan, a failed
 PSU. These checks read :class:`RoomFacts` (BMC over IPMI/Redfish, hwmon) and join them with the GPUs'
 own facts where that tells more (fans at maximum while GPUs are hot; GPU power against PSU capacity;
-a SEL PCIe fatal error against XID 79). Thresholds: ``room_thresholds.json``; remedies and event
-classes: ``room_signatures.json``.
+a SEL PCIe fatal error against XID 79). Thresholds: ``room_thresholds.json``; event classes and their
+remedies: ``room_signatures.json``; every other remedy: the runbooks (``runbooks/room.toml``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ _BAD = ("critical", "nonrecoverable")
 
 @cache
 def remedy(code: str) -> str:
+    """The fix of one BMC event kind (``room.sel.<kind>``, a catalog of its own in room_signatures.json);
+    every other room code's remedy is its runbook's first step."""
     return str(load_data(SIGNATURES_FILE)["remedies"][code]["text"])
 
 
@@ -71,7 +73,7 @@ def status(snap: Snapshot) -> Iterable[Finding]:
     ev.append("read from: " + ", ".join(room.sources) + (f" ({room.bmc})" if room.bmc else ""))
     return [Finding(code="room.status", severity=S("room.status"), family=Family.HEAT,
                     title="Server room: " + ("; ".join(parts) or "no inlet, fan or PSU sensor reported"),
-                    evidence=ev, remedy=remedy("room.status"), source="bmc",
+                    evidence=ev, source="bmc",
                     data={"inlet_c": [s.reading for s in inl], "fans": {f.name: f.reading for f in fl},
                           "psus": {p.name: p.health for p in room.psus}, "bmc": room.bmc})]
 
@@ -145,8 +147,7 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
         lead = "Inlet air too hot" if sev >= Severity.WARNING else "Inlet air warm"
         out.append(Finding(
             code="room.inlet_hot", severity=sev, family=Family.HEAT,
-            title=f"{lead}: {hot.name} at {t:g} °C is {why}", evidence=ev, remedy=remedy("room.inlet_hot"),
-            source="bmc",
+            title=f"{lead}: {hot.name} at {t:g} °C is {why}", evidence=ev, source="bmc",
             data={"inlet_c": t, "sensor": hot.name, "gpus_throttling": [g.index for g in throttling],
                                 "symptoms": ["thermal.throttle"] if throttling else []},
         ))
@@ -156,15 +157,15 @@ def inlet(snap: Snapshot) -> Iterable[Finding]:
             code="room.inlet_cold", severity=S("room.inlet_cold"), family=Family.HEAT,
             title=f"Inlet air at {c:g} °C ({cold.name}) is below ASHRAE A1's allowable "
                   f"{T('ashrae_a1_allowable_min_c'):g} °C",
-            evidence=[_fmt(cold), ranges], remedy=remedy("room.inlet_cold"), source="bmc",
+            evidence=[_fmt(cold), ranges], source="bmc",
             data={"inlet_c": c},
         ))
     elif c < T("seed_room_min_c"):
         out.append(Finding(
-            code="room.inlet_cold", severity=Severity.INFO, family=Family.HEAT,
+            code="room.inlet_cold", severity=S("room.inlet_cold", "seed_range"), family=Family.HEAT,
             title=f"Inlet air cool: {cold.name} at {c:g} °C is below the {T('seed_room_min_c'):g} °C room "
                   "guidance, inside ASHRAE A1's allowable range",
-            evidence=[_fmt(cold), ranges], remedy=remedy("room.inlet_cold"), source="bmc",
+            evidence=[_fmt(cold), ranges], source="bmc",
             data={"inlet_c": c},
         ))
     return out
@@ -187,14 +188,14 @@ def fans(snap: Snapshot) -> Iterable[Finding]:
             continue
         out.append(Finding(
             code="room.fan_failed", severity=sev, family=Family.HEAT, title=f"Fan {f.name} {why}",
-            evidence=[_fmt(f)], remedy=remedy("room.fan_failed"), source="bmc",
+            evidence=[_fmt(f)], source="bmc",
             data={"fan": f.name, "reading": f.reading, "unit": f.unit},
         ))
     if room.chassis.get("Cooling/Fan Fault", "").lower() == "true" and not out:
         out.append(Finding(code="room.fan_failed", severity=S("room.fan_failed"), family=Family.HEAT,
                            title="The BMC reports a cooling/fan fault", evidence=["chassis status: "
                                                                                   "Cooling/Fan Fault = true"],
-                           remedy=remedy("room.fan_failed"), source="bmc", data={}))
+                           source="bmc", data={}))
     at_max = [f for f in fl if _at_max(f)]
     hot = [g for g in readable(snap) if _hot(g)]
     working = [f for f in fl if f.reading]
@@ -206,7 +207,7 @@ def fans(snap: Snapshot) -> Iterable[Finding]:
             evidence=[_fmt(f) for f in at_max[:4]] + [
                 f"GPU {g.index} at {g.temperature_c:.0f} °C (slowdown {g.slowdown_temp_c or '?'} °C)"
                 for g in hot[:4]],
-            remedy=remedy("room.fans_max"), source="bmc",
+            source="bmc",
             data={"fans_at_max": [f.name for f in at_max], "hot_gpus": [g.index for g in hot]},
         ))
     return out
@@ -274,7 +275,7 @@ def gpu_hotter_than_peers(snap: Snapshot) -> Iterable[Finding]:
                       f"{g.utilization_gpu_pct if g.utilization_gpu_pct is not None else '?'}% "
                       f"utilisation; median of {len(peers)} peers {med:.0f} °C",
                       "peers: " + ", ".join(f"GPU {p.index} {p.temperature_c:.0f} °C" for p in peers[:7])],
-            remedy=remedy("room.gpu_hotter_than_peers"), gpu=ref(g), source="nvml",
+            gpu=ref(g), source="nvml",
             data={"temperature_c": g.temperature_c, "peer_median_c": med},
         ))
     if len(out) > max(1, len(gpus) // 4):
@@ -357,7 +358,7 @@ def _psu_line(p: R.PowerSupply) -> str:
 
 def _pf(code: str, sev: Severity, title: str, ev: list[str], psu: str | None = None) -> Finding:
     return Finding(code=code, severity=sev, family=Family.PCIE_POWER, title=title, evidence=ev,
-                   remedy=remedy(code), source="bmc", data={"psu": psu} if psu else {})
+                   source="bmc", data={"psu": psu} if psu else {})
 
 
 @check("room.power_capacity", codes=["room.power_capacity"], what="GPU power draw against PSU capacity")
@@ -393,7 +394,7 @@ def power_capacity(snap: Snapshot) -> Iterable[Finding]:
         return []
     return [Finding(code="room.power_capacity", severity=sev, family=Family.PCIE_POWER, title=title,
                     evidence=ev,
-                    remedy=remedy("room.power_capacity"), source="bmc",
+                    source="bmc",
                     data={"load_w": load, "capacity_w": total, "capacity_n_minus_1_w": n1})]
 
 
@@ -430,7 +431,7 @@ def sensor_critical(snap: Snapshot) -> Iterable[Finding]:
             Family.HEAT if s.kind == R.TEMPERATURE else Family.HOST)
         out.append(Finding(code="room.sensor_critical", severity=sev, family=fam,
                            title=f"{s.name} is past its {word} threshold (BMC)", evidence=[_fmt(s)],
-                           remedy=remedy("room.sensor_critical"), source="bmc",
+                           source="bmc",
                            data={"sensor": s.name, "level": level}))
     return out
 

@@ -115,7 +115,7 @@ def _finding(code: str, **kw: Any) -> Finding:
     """Severity, family and source from codes.json, the message from cluster.json, the remedy from the
     runbook."""
     from gpuclinic.knowledge import codes as K
-    from gpuclinic.knowledge.runbooks import first_step
+    from gpuclinic.knowledge.runbooks import finding_remedy
 
     info = K.require(code)
     title = load_data("cluster.json")["findings"][code]["title"].format(**kw)
@@ -124,7 +124,7 @@ def _finding(code: str, **kw: Any) -> Finding:
         severity=K.severity(code),
         family=info.family,
         title=title,
-        remedy=first_step(code),
+        remedy=finding_remedy(code),
         evidence=list(kw.get("evidence") or []),
         data={k: v for k, v in kw.items() if k != "evidence"},
         source=info.source,

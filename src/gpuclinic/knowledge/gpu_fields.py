@@ -9,14 +9,16 @@ and the text, XML and CSV readers alike.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache
 
 from gpuclinic.knowledge import load_data
+from gpuclinic.record import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FieldRow:
+    """One GPU fact: how each reader (NVML, -q text, XML, CSV) gets it and parses it."""
+
     fact: str  # GpuFacts attribute
     parse: str  # bool | bus | index | int | mask | mib | num | num_unless_set | str | width
     query_gpu: tuple[str, ...]
@@ -30,16 +32,20 @@ class FieldRow:
     dcgm: tuple[str, ...] = ()  # dcgm-exporter metric names (DCGM field names) of this fact
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvmlRead:
+    """The NVML call that reads a fact, with its arguments."""
+
     fn: str  # the NVML call
     args: tuple[tuple[str, int], ...]  # (NVML constant name, its value when the binding lacks it)
     conv: str  # number | intval | milliwatts
     phase: str  # static (once per GPU) | dynamic (every sample) | full (doctor's full read only)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ClockReason:
+    """One clock-event reason bit of NVML and its name."""
+
     name: str
     bit: int
     nvml: str
@@ -154,7 +160,7 @@ def lifetime_facts() -> frozenset[str]:
     return frozenset(r.fact for r in fields() if r.counter)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DcgmSchema:
     blank_ranges: tuple[tuple[float, float], ...]  # DCGM's "no value" sentinels (inclusive ranges)
     reason_count_metrics: dict[str, str]  # metric name -> the label naming the clock-event reason

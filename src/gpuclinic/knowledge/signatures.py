@@ -13,12 +13,13 @@ import copy
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.signature_extract import EXTRACTORS
+from gpuclinic.record import field, record
+from gpuclinic.regex_literal import leading_literal
 from gpuclinic.textscan import line_hits, split
 
 CATEGORIES = (
@@ -44,7 +45,7 @@ _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 MAX_LINE = 400  # matched_line is cut to this many characters
 
 
-@dataclass
+@record
 class SignatureMatch:
     """One recognised error in the text, with what it means and how to fix it."""
 
@@ -80,8 +81,10 @@ class SignatureMatch:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Signature:
+    """One error signature of ``error_signatures.json``: needles, patterns, cause and fix."""
+
     id: str
     category: str
     severity: str
@@ -112,13 +115,31 @@ _LINE_PREFIX = "[^\\n]*"
 
 @cache
 def _compiled(regexes: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(p) for p in regexes)
+    return tuple(_pattern(p) for p in regexes)
 
 
 @cache
 def _compiled_fast(regexes: tuple[str, ...]) -> tuple[re.Pattern[str] | None, ...]:
+    return tuple(_fast_pattern(p) for p in regexes)
+
+
+@cache
+def _pattern(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)
+
+
+@cache
+def _fast_pattern(regex: str) -> re.Pattern[str] | None:
     n = len(_LINE_PREFIX)
-    return tuple(re.compile(p[n:]) if p.startswith(_LINE_PREFIX) and len(p) > n else None for p in regexes)
+    return re.compile(regex[n:]) if regex.startswith(_LINE_PREFIX) and len(regex) > n else None
+
+
+@cache
+def _starts(regexes: tuple[str, ...]) -> tuple[str | None, ...]:
+    """Per pattern: the literal every match of the pattern searched (``fast`` where there is one) starts
+    with, or None (``regex_literal.leading_literal``)."""
+    n = len(_LINE_PREFIX)
+    return tuple(leading_literal(p[n:] if p.startswith(_LINE_PREFIX) and len(p) > n else p) for p in regexes)
 
 
 _WORD_START = re.compile(r"\\b(\w+)(?![*+?{])")
@@ -387,7 +408,10 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
     """The first match of ``sig`` in ``text`` and the start of every occurrence (up to ``max_count``)."""
     first: re.Match[str] | None = None
     starts: list[int] = []
-    for rx, fast in zip(sig.patterns, sig.fast or (None,) * len(sig.patterns), strict=True):
+    for src, lit in zip(sig.regexes, _starts(sig.regexes), strict=True):
+        if lit is not None and lit not in text:
+            continue  # every match starts with it: nothing to scan for (nor to compile)
+        rx, fast = _pattern(src), _fast_pattern(src)
         if fast is not None:
             # same lines as rx (a line holds rx's match iff it holds fast's); rx itself runs once,
             # from the first such line's start, for the match object the extractors and line use

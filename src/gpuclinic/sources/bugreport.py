@@ -12,12 +12,12 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import IO
 
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import PciDevice
 from gpuclinic.facts.kernel import KernelEvent
+from gpuclinic.record import field, record
 from gpuclinic.sources import lspci, smi_table, smi_text, smi_xml
 from gpuclinic.sources.kernellog import parse_lines
 from gpuclinic.sources.smi_common import SmiDump
@@ -48,8 +48,10 @@ def looks_like(sample: str) -> bool:
     return ("Start of NVIDIA" in head or "nvidia-bug-report.sh " in head) and bool(_PROLOGUE_RE.search(head))
 
 
-@dataclass
+@record
 class BugReport:
+    """What an ``nvidia-bug-report.log`` holds: its sections and what was read from them."""
+
     path: str
     sections: list[str] = field(default_factory=list)
     smi: list[SmiDump] = field(default_factory=list)

@@ -44,7 +44,8 @@ def looks_like(sample: str) -> bool:
     )  # the literals first: they are cheap, and a prose sample has none
     if verbose:
         return True
-    if not _NVIDIA_ID.search(sample):  # a line below lower-cases to hold "[10de:" only where this matches
+    # a line below lower-cases to hold "[10de:" only where this matches ("[10" first: a substring search)
+    if "[10" not in sample or not _NVIDIA_ID.search(sample):
         return False
     nn = _NN_LINE_RE.findall(sample)
     return len(nn) >= 1 and any("[10de:" in ln.lower() for ln in nn)

@@ -7,13 +7,13 @@ a captured snapshot folds in without doubling.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 from collections.abc import Iterable
 
 from gpuclinic.facts.gpu import GpuFacts, PciDevice
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
+from gpuclinic.record import fields_of
 from gpuclinic.sources.smi_common import SmiDump, iso_time
 
 NVML_FAILURE_MARKERS = ("failed to initialize nvml", "couldn't communicate with the nvidia driver",
@@ -73,21 +73,32 @@ def merge_gpu(snap: Snapshot, g: GpuFacts, *, alone: bool = True) -> GpuFacts:
         snap.gpus.append(g)
         snap.gpus.sort(key=lambda x: x.index)
         return g
-    for f in dataclasses.fields(GpuFacts):
-        if f.name == "index":
+    for name in _field_names(GpuFacts):
+        if name == "index":
             continue
-        old, new = getattr(match, f.name), getattr(g, f.name)
-        if f.name == "lost":
+        old, new = getattr(match, name), getattr(g, name)
+        if name == "lost":
             match.lost = old or new
-        elif f.name == "unreadable":
+        elif name == "unreadable":
             for k, v in new.items():
                 old.setdefault(k, v)
-        elif f.name == "violation_ns":
+        elif name == "violation_ns":
             for k, v in new.items():
                 old.setdefault(k, v)
         elif old in (None, [], {}) and new not in (None, [], {}):
-            setattr(match, f.name, new)
+            setattr(match, name, new)
     return match
+
+
+def _field_names(cls: type) -> list[str]:
+    """The field names of a fact class, in order: a ``@record``'s own list (no dataclass made), else
+    ``dataclasses.fields``."""
+    known = fields_of(cls)
+    if known is not None:
+        return [f[0] for f in known]
+    import dataclasses
+
+    return [f.name for f in dataclasses.fields(cls)]
 
 
 def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
@@ -151,9 +162,9 @@ def _apply_nvlink(snap: Snapshot, dump: SmiDump, origin: str) -> None:
             if old is None:
                 same.nvlinks.append(link)
                 continue
-            for f in dataclasses.fields(link):
-                if getattr(old, f.name) is None:
-                    setattr(old, f.name, getattr(link, f.name))
+            for name in _field_names(type(link)):
+                if getattr(old, name) is None:
+                    setattr(old, name, getattr(link, name))
         same.nvlinks.sort(key=lambda x: x.link)
     dump.gpus = rest
     apply_dump(snap, dump, origin)

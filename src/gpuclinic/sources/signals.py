@@ -13,7 +13,6 @@ import bisect
 import itertools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from functools import cache
 
 from gpuclinic.facts.evidence import Signal
@@ -22,12 +21,15 @@ from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge import codes, load_data
 from gpuclinic.knowledge.signatures import CATEGORY_FAMILY
 from gpuclinic.knowledge.signatures import match as match_error_signatures
+from gpuclinic.record import record
 
 MAX_LINE = 4000
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EvidenceSignature:
+    """One entry of ``evidence_signatures.json``: the line it recognises and what it means."""
+
     id: str
     extract: str  # xid | signal | room_event
     needles: tuple[str, ...]
@@ -211,7 +213,8 @@ def _room_event(snap: Snapshot, sig: EvidenceSignature, m: re.Match[str], origin
     from gpuclinic.facts import room as R
     from gpuclinic.knowledge.room import classify_event
 
-    msg = (m.groupdict().get("msg") or m.group(0)).strip()
+    gd = m.groupdict()
+    msg = (gd.get("msg") or gd.get("msg2") or m.group(0)).strip()
     ec = classify_event(None, None, msg)
     if ec is None:
         return False

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from dataclasses import dataclass, field
 
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
+from gpuclinic.record import field, record
 
 # One clock-event vocabulary (NVML's names) for every reader: knowledge/data/gpu_fields.json.
 CLOCK_REASON_BITS: dict[str, int] = gpu_fields.reason_bits()
@@ -202,7 +202,7 @@ def apply_tlimit(gpu: GpuFacts, tlimit: float | None, shutdown_margin: float | N
         gpu.max_operating_temp_c = limit - max_gpu_margin
 
 
-@dataclass
+@record
 class SmiDump:
     """What one nvidia-smi output said: versions, GPUs and error statements it printed."""
 
@@ -219,7 +219,8 @@ class SmiDump:
 # nvidia-smi's own error statements, as printed in the wild (one line each).
 _HANDLE_RE = lazyre.compile(
     r"Unable to (?:determine|detect) the device handle for "
-    r"(?:GPU\s*)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    # "GPU0000:07:00.0", "GPU 0000:0B:00.0", and an index first: "GPU0: 0000:09:00.0" (OGKM#1342)
+    r"(?:GPU\s*(?:\d{1,3}:\s+)?)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"\s*:?\s*(?P<why>.*)$"
 )
 _ERROR_LINE_RES = (
@@ -264,6 +265,17 @@ _ERROR_LINE_NEEDS = (
 
 def _needs_any(low: str) -> bool:
     return any(k in low for k in _ERROR_LINE_NEEDS)
+
+
+def first_lines(text: str, n: int) -> list[str]:
+    """``text.splitlines()[:n]`` without splitting all of a long sample: from a prefix that holds more than
+    ``n`` lines (then its first ``n`` lines, each break included, are the text's)."""
+    cut = 256 * n
+    if len(text) > cut:
+        lines = text[:cut].splitlines()
+        if len(lines) > n:
+            return lines[:n]
+    return text.splitlines()[:n]
 
 
 def may_hold_errors(text: str) -> bool:

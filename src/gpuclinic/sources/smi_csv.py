@@ -160,7 +160,7 @@ def _header(line: str) -> list[str] | None:
 
 
 def looks_like(sample: str) -> bool:
-    for line in sample.splitlines()[:5]:
+    for line in c.first_lines(sample, 5):
         if line.strip():
             return len(line) < MAX_LINE and _header(line) is not None
     return False

@@ -34,8 +34,10 @@ MAX_LINES = 100_000
 def looks_like(sample: str) -> bool:
     """True when ``sample`` starts like ``nvidia-smi nvlink -s`` / ``-e`` output (a GPU line, then a link
     line)."""
+    if "GPU " not in sample and "gpuId " not in sample:
+        return False  # no line can start the output (the two GPU patterns need these literals)
     seen_gpu = False
-    for line in sample.splitlines()[:50]:
+    for line in c.first_lines(sample, 50):
         if _DCGM_GPU_RE.match(line):
             seen_gpu = True
         elif seen_gpu and _DCGM_STATES_RE.match(line):

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
+from gpuclinic.record import field, record
 from gpuclinic.sources import smi_common as c
 
 MARKER = "==============NVSMI LOG=============="
@@ -31,8 +31,10 @@ _GPU_RE = lazyre.compile(
 )
 
 
-@dataclass
+@record
 class Node:
+    """One ``key : value`` line of ``nvidia-smi -q`` text, with the lines indented under it."""
+
     key: str
     value: str | None = None
     children: list[Node] = field(default_factory=list)
@@ -96,7 +98,27 @@ def looks_like(sample: str) -> bool:
     head = sample[:65536]
     if not (head.startswith((" ", "\t")) or "\n " in head or "\n\t" in head):
         return False  # _SIGNATURE_RE matches only an indented line
-    return len({m.group(1) for m in _SIGNATURE_RE.finditer(head)}) >= 2
+    return len(_signatures(head)) >= 2
+
+
+def _signatures(head: str) -> set[str]:
+    """``{m.group(1) for m in _SIGNATURE_RE.finditer(head)}``, up to two: the pattern is tried at the start
+    of each indented line only (where its ``^[ \t]+`` can match; a match stays on its line), found with
+    ``find``, not at every character of a prose sample."""
+    found: set[str] = set()
+    starts = [0] if head.startswith((" ", "\t")) else []
+    for gap in ("\n ", "\n\t"):
+        i = head.find(gap)
+        while i >= 0:
+            starts.append(i + 1)
+            i = head.find(gap, i + 1)
+    for i in starts:
+        m = _SIGNATURE_RE.match(head, i)
+        if m:
+            found.add(m.group(1))
+            if len(found) >= 2:
+                break
+    return found
 
 
 def parse(text: str | Iterable[str]) -> c.SmiDump:

@@ -9,9 +9,9 @@ would not join a table or ``-q`` dump reliably.  Recognising it keeps a pasted m
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from gpuclinic import lazyre
+from gpuclinic.record import field, record
 
 _HEAD_RE = lazyre.compile(r"^\s*GPU0(?:\s+(?:GPU\d+|NIC\d+|mlx\d+_\d+|\S+))*\s+CPU Affinity", re.M)
 _ROW_RE = lazyre.compile(r"^\s*GPU0\s+X\b", re.M)
@@ -30,8 +30,10 @@ _MEANING = {
 }
 
 
-@dataclass
+@record
 class Topology:
+    """An ``nvidia-smi topo -m`` matrix: its devices and the link between each pair."""
+
     devices: list[str] = field(default_factory=list)  # column names: GPU0.., NIC0../mlx5_0..
     links: dict[tuple[str, str], str] = field(default_factory=dict)  # (GPU0, GPU1) -> "NV12"
     cpu_affinity: dict[str, str] = field(default_factory=dict)

@@ -41,9 +41,18 @@ class Condition:
             gpu=f.gpu.index if f.gpu else None,
             uuid=f.gpu.uuid if f.gpu else None,
             evidence=list(f.evidence),
-            remedy=f.remedy,
+            remedy=condition_remedy(f),
             data={"family": f.family.value, "source": source},
         )
+
+
+def condition_remedy(f: Finding) -> str:
+    """What a watch event built from a detector finding advises: the finding's remedy as the one function
+    decides it (``runbooks.finding_remedy``) and the pointer to the whole runbook (``runbooks.remedy``),
+    like every other watch event and alert."""
+    from gpuclinic.knowledge.runbooks import finding_remedy, remedy
+
+    return remedy(f.code, f.gpu, finding_remedy(f.code, f.gpu, f.remedy))
 
 
 @dataclass

@@ -25,12 +25,11 @@ from gpuclinic.checks._hw import threshold
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
-from gpuclinic.knowledge.runbooks import finding_remedy
 from gpuclinic.knowledge.runbooks import remedy as runbook_remedy
 from gpuclinic.model import Finding, GpuRef
 from gpuclinic.watch import reasons as R
 from gpuclinic.watch.config import RulesConfig
-from gpuclinic.watch.events import Condition
+from gpuclinic.watch.events import Condition, condition_remedy
 
 GIB = 1024**3
 # the failure classes a single sample shows; the engine runs their detectors over its window of samples
@@ -217,7 +216,7 @@ class RuleEngine:
             gpu=g.index if g is not None else (f.gpu.index if f.gpu else None),
             uuid=uuid,
             evidence=list(f.evidence),
-            remedy=runbook_remedy(f.code, f.gpu, finding_remedy(f.code, f.gpu, f.remedy)),
+            remedy=condition_remedy(f),
             data=data,
         )
 

@@ -13,6 +13,7 @@ from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources.bmc import freeipmi, ipmitool, lmsensors, logutil, redfish, salvage, vendorlog
 
 PREFIX = "room:"
+_JSON_KINDS = ("redfish", "sensors_json")  # they say themselves where they were cut (RoomFacts.partial)
 
 # kind -> (claims, parse); checked in this order (JSON formats first: they are unambiguous)
 FORMATS: dict[str, tuple[Callable[[str], bool], Callable[[str], RoomFacts]]] = {
@@ -61,7 +62,8 @@ def apply(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         or room.redundancy
     ):
         raise ValueError(f"{kind.removeprefix(PREFIX)} output holds no sensor, power supply or event")
-    for why in room.partial:
+    cut = None if kind.removeprefix(PREFIX) in _JSON_KINDS else salvage.cut_last_row(text)
+    for why in [*room.partial, *([cut] if cut else [])]:
         salvage.note_partial(snap, origin, why)
     if snap.room is None:
         snap.room = RoomFacts()

@@ -294,6 +294,8 @@ def parse_sel(text: str, source: str = "ipmitool sel elist") -> R.RoomFacts:
 
 
 def claims_sel(text: str) -> bool:
+    if "SEL has no entries" not in text and "|" not in text:  # (neither test below can pass: no split)
+        return False
     lines = text.splitlines()[:400]
     if any(ln.strip() == "SEL has no entries" for ln in lines[:5]):
         return True
@@ -459,6 +461,44 @@ def parse_verbose(text: str, source: str = "ipmitool sensor get / sdr -v") -> R.
     return room
 
 
+# ------------------------------------------------------------------------------ sel list -v / sel get
+# ``SEL Record ID : 00a1`` then indented ``Key : value`` lines (lib/ipmi_sel.c, the verbose entry print);
+# ``sel get`` adds the sensor's own record (``Sensor ID : CPU0_Status (0x70)``) after a blank line.
+_SELV_ID = lazyre.compile(r"^\s*-?\s*SEL Record ID\s*:\s*([0-9A-Fa-f]+)\s*$")
+_SELV_KV = lazyre.compile(
+    r"^\s*-?\s*(Timestamp|Sensor Type|Sensor Number|Event Direction|Description|Sensor ID)\s*:\s*(.*?)\s*$"
+)
+
+
+def claims_sel_verbose(text: str) -> bool:
+    head = text[:20000]
+    return "Event Direction" in head and any(_SELV_ID.match(ln) for ln in head.splitlines())
+
+
+def parse_sel_verbose(text: str, source: str = "ipmitool sel list -v") -> R.RoomFacts:
+    room = R.RoomFacts(events_read=True)
+    recs: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if m := _SELV_ID.match(line):
+            recs.append({"id": m.group(1)})
+        elif recs and (kv := _SELV_KV.match(line)):
+            recs[-1].setdefault(kv.group(1), kv.group(2))
+    for r in recs:
+        if "Description" not in r and "Event Direction" not in r:
+            continue
+        date, _, time = r.get("Timestamp", "").partition(" ")
+        sensor = r.get("Sensor ID", "").split(" (")[0] or (f"#0x{r['Sensor Number']}" if "Sensor Number" in r
+                                                            else None)
+        ev = R.BmcEvent(id=r["id"], time=iso_datetime(date, time), sensor_type=r.get("Sensor Type") or None,
+                        sensor=sensor, description=r.get("Description", ""),
+                        asserted="deassertion" not in r.get("Event Direction", "").lower(), source=source)
+        ec = classify_event(ev.sensor_type, ev.sensor, ev.description)
+        ev.kind = ec.kind if ec else None
+        room.events.append(ev)
+    room.add_source(source)
+    return room
+
+
 def parse_any(text: str) -> R.RoomFacts:
     """Every ipmitool part found in ``text`` (a paste may hold sdr, sensor and sel one after another)."""
     room = R.RoomFacts()
@@ -470,6 +510,8 @@ def parse_any(text: str) -> R.RoomFacts:
         room.merge(parse_sensor(text))
     if claims_sel(text):
         room.merge(parse_sel(text))
+    if claims_sel_verbose(text):
+        room.merge(parse_sel_verbose(text))
     if claims_chassis(text):
         room.merge(parse_chassis(text))
     if claims_fru(text):
@@ -485,6 +527,7 @@ def claims(text: str) -> bool:
         or claims_sdr(text)
         or claims_sensor(text)
         or claims_sel(text)
+        or claims_sel_verbose(text)
         or claims_chassis(text)
         or claims_fru(text)
         or claims_dcmi(text)

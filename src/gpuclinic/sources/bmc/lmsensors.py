@@ -93,6 +93,7 @@ def parse_obj(data: dict[str, Any], source: str) -> R.RoomFacts:
     for chip, feats in data.items():
         if not isinstance(feats, dict):
             continue
+        sens: list[R.RoomSensor] = []
         for label, subs in feats.items():
             if label == "Adapter" or not isinstance(subs, dict):
                 continue
@@ -104,11 +105,36 @@ def parse_obj(data: dict[str, Any], source: str) -> R.RoomFacts:
                     and chip.startswith(("coretemp", "k10temp", "zenpower"))
                 ):
                     s.role = "cpu"
-                room.sensors.append(s)
+                sens.append(s)
+        if _garbage_limits(sens):
+            _drop_limits(sens)
+        room.sensors += sens
     if room.sensors:
         room.add_source(source)
         finish(room, source)
     return room
+
+
+def _garbage_limits(sens: list[R.RoomSensor]) -> bool:
+    """A Super I/O chip whose limits were never set by its board's config: a lower limit above the upper
+    one (``min = +2.11 V, max = +1.02 V``) or a high temperature limit below -50 °C.  Its ALARM bits then
+    say nothing about the hardware (every input alarms)."""
+    for x in sens:
+        lo = x.thresholds.get("lnc", x.thresholds.get("lcr"))
+        hi = x.thresholds.get("unc", x.thresholds.get("ucr"))
+        if x.kind != R.TEMPERATURE and lo is not None and hi is not None and 0 < hi < lo:
+            return True
+        if x.kind == R.TEMPERATURE and hi is not None and hi < -50:
+            return True
+    return False
+
+
+def _drop_limits(sens: list[R.RoomSensor]) -> None:
+    for x in sens:
+        x.thresholds = {}
+        x.status, x.level = "ok", "ok"
+        if x.kind == R.FAN and not x.reading:
+            x.absent = True  # 0 RPM with no trustworthy minimum: an empty fan header
 
 
 def parse_json(text: str) -> R.RoomFacts:

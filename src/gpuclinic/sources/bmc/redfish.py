@@ -398,6 +398,11 @@ def parse_doc(
         _redundancy(room, doc.get("FanRedundancy"))
     elif t == "LogEntryCollection":
         room = log_entries(doc, src)
+    elif t == "Event":  # an EventService push (``Events`` records): each read as a log entry
+        room = log_entries({"Members": [
+            {**e, "Created": e.get("EventTimestamp"), "Id": e.get("EventId") or e.get("MemberId"),
+             "Severity": e.get("Severity") or e.get("MessageSeverity")}
+            for e in doc.get("Events") or [] if isinstance(e, dict)]}, src)
     elif t == "LogEntry":
         room = log_entries({"Members": [doc]}, src)  # (an entry cut off before its message is no event)
     if t:
@@ -425,6 +430,7 @@ _ROOM_TYPES = (
     "LogEntryCollection",
     "LogEntry",
     "EnvironmentMetrics",
+    "Event",
 )
 
 
@@ -432,6 +438,8 @@ def claims(text: str) -> bool:
     head = text[:8000]
     if "@odata" not in head:
         return False
+    if "'@odata." in head and '"@odata.' not in head:  # printed by Python (pprint of a response's dict)
+        head = head.replace("'", '"')
     if not head.lstrip().startswith("{"):  # a paste that starts inside a document: from its first member
         m = _MEMBER.search(head)
         head = head[m.start():] if m else ""
@@ -454,6 +462,8 @@ def parse_text(text: str) -> R.RoomFacts:
     broken) part-way is read up to the cut and marked partial (``RoomFacts.partial``)."""
     body = text.strip()
     body = body[:-1] if body.endswith(",") else body
+    if "'@odata." in body[:8000] and '"@odata.' not in body[:8000]:
+        body = _from_python(body)
     skipped = ""
     if not body.startswith("{") and (m := _MEMBER.search(body)):
         skipped = f"Redfish JSON starts inside a document: its first {m.start()} characters are not read"
@@ -477,6 +487,20 @@ def parse_text(text: str) -> R.RoomFacts:
     if skipped:
         room.partial.append(skipped)
     return room
+
+
+def _from_python(body: str) -> str:
+    """A document printed by Python (``print(r.dict)``, ``pprint``: single quotes, True/None, long strings
+    split over lines) as JSON; ``ast.literal_eval`` reads literals only, never runs code.  A repr that does
+    not evaluate (cut off) is left as it is: the JSON reader then reports it unreadable."""
+    import ast
+
+    for src in (body, "[" + body + "]"):
+        try:
+            return json.dumps(ast.literal_eval(src))
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            continue
+    return body
 
 
 def _parse_any(data: dict[str, Any]) -> R.RoomFacts:

@@ -12,10 +12,11 @@ import re
 import time
 from typing import Any
 
+from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.sources.bmc.redfish import log_entries, parse_doc
 
-_LOG_IDS = re.compile(r"sel|event|iml|iel|platform|^log\d*$|systemlog|lclog|faultlog", re.I)
+_LOG_IDS = lazyre.compile(r"sel|event|iml|iel|platform|^log\d*$|systemlog|lclog|faultlog", re.I)
 MAX_DOCS = 300
 MAX_SENSORS = 160  # members of one chassis's Sensors collection (a GPU server lists ~100)
 

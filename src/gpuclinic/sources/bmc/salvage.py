@@ -83,6 +83,26 @@ def loads_partial(text: str, lead: str = "") -> tuple[Any, str | None]:
     raise ValueError("not JSON, and no complete member before the first error")
 
 
+def cut_last_row(text: str) -> str | None:
+    """Why a table or CSV dump (ipmitool, FreeIPMI, a BMC's CSV export) looks cut off: its last line has
+    fewer separators than the rows above (``17,2024/07/04 07`` under ``16,2024/07/04 07:09:29,FANA,Fan,...``).
+    None when it ends on a whole row."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) < 3:
+        return None
+    last = lines[-1]
+    for sep in ("|", ","):
+        counts = [ln.count(sep) for ln in lines[:-1] if ln.count(sep) >= 2]
+        if len(counts) < 2:
+            continue
+        usual = max(set(counts), key=counts.count)
+        if 0 < last.count(sep) < usual and counts.count(usual) * 2 > len(counts):
+            return (f"the last line has {last.count(sep) + 1} of the {usual + 1} fields of the rows above it "
+                    f"(cut off?): {last.strip()[:80]}")
+        return None
+    return None
+
+
 def note_partial(snap: Snapshot, origin: str, why: str) -> None:
     """Say on ``snap`` that ``origin`` was read only in part: a note and an INFO finding
     (``evidence.partial``), so a report of it never reads as if the whole input had been judged."""

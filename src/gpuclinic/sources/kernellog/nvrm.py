@@ -73,6 +73,8 @@ def _gsp_kind(low: str) -> str:
         return "init"
     if "logxid" in low or "gsp error" in low:
         return "xid_report"
+    if "failed to process received event" in low:  # an RC (channel error) event from GSP, lost
+        return "error"
     return "rpc"
 
 

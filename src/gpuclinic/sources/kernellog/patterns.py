@@ -49,7 +49,10 @@ _RE_NOT_SUPPORTED = lazyre.compile(
     re.S,
 )
 _RE_INIT = lazyre.compile(
-    rf"(?:GPU (?P<bus>{_BDF}):\s*)?(?P<what>RmInitAdapter failed!?|rm_init_adapter failed)"
+    # (Hopper/Blackwell boot GSP through the FSP: "kfspPollForResponse_IMPL: FSP command timed out", the GPU
+    # never comes up and nvidia-smi finds no device, NVIDIA/nvtrust#77)
+    rf"(?:GPU (?P<bus>{_BDF}):\s*)?"
+    r"(?P<what>RmInitAdapter failed!?|rm_init_adapter failed|FSP command timed out)"
     r"(?:\s*\((?P<code>0x[0-9a-fA-F:x]+)\))?"
 )
 _RE_PROBE = lazyre.compile(rf"probe of (?P<bus>{_BDF}) failed with error (?P<err>-?\d+)")
@@ -65,6 +68,7 @@ _RE_GSP_TIMEOUT = lazyre.compile(
 _RE_GSP = lazyre.compile(
     r"(?P<what>GSP RPC|RPC history|heartbeat|GSP crashed|GSP[- ]RM.*?(?:halt|crash|error|fail)|kgspLogXid\w*|"
     r"GSP Timeout|GSP Error|GSP task exception|kgsp\w*(?:Fail|Error|Timeout)\w*|"
+    r"kgspProcessRpcEvent: Failed to process|"  # a GSP event (RC_TRIGGERED ...) the driver lost, OGKM#1045
     r"Cannot initialize GSP|GSP firmware|GSP init|bootstrap GSP|GSP\b.*?(?:fail|error|timeout|crash))",
     re.I,
 )
@@ -247,7 +251,7 @@ def looks_like_kernel_log(text_sample: str) -> bool:
         return True
     if '"_TRANSPORT":"kernel"' in sample or '"_TRANSPORT" : "kernel"' in sample:
         return True  # journalctl -o json(-pretty) of kernel messages
-    lines = [ln for ln in sample.splitlines()[:400] if ln.strip()]
+    lines = list(filter(str.strip, sample.splitlines()[:400]))  # the non-blank ones (a C loop)
     if not lines:
         return False
     # hits >= 3 and hits >= half the lines, decided as soon as the rest cannot change it: a prose run
