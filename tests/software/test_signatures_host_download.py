@@ -71,6 +71,8 @@ FIRST: dict[str, str] = {
     "modprobe_insert_no_such_device_optimus_bumblebee_553.txt": "modprobe.no_device",
     "pull_dns_lookup_io_timeout_kitematic_4347.txt": "download.unreachable",
     "git_failed_to_connect_timed_out_curl28_nbplus_1.txt": "download.unreachable",
+    "build_ninja_called_process_error_ds_3094.txt": "build.extension_failed",
+    "dist_port_in_use_c10d_socket_warnings_fastvideo_575.txt": "dist.port_in_use",
 }
 
 
