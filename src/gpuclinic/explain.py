@@ -280,6 +280,7 @@ _COVERED_BY = {
     "xid.fallen_off_bus": "xid.",
     "smi.device_handle": "gpu.missing",
     "gpu.lost": "gpu.missing",
+    "nvrm.rm_init_failed": "gpu.init_failed",
 }
 
 

@@ -239,6 +239,7 @@ _COVERED = {
     "nvrm.api_mismatch": "mismatch",
     "smi.device_handle": "smi",
     "gpu.lost": "smi",
+    "nvrm.rm_init_failed": "init",  # the kernel-log reader's init_failed event: gpu.init_failed, per GPU
 }
 
 
@@ -256,6 +257,8 @@ def scan_error_signatures(snap: Snapshot, lines: Sequence[tuple[int, str]], orig
         if kind == "mismatch" and _mismatch_known(snap):
             continue
         if kind == "smi" and snap.software is not None and snap.software.nvidia_smi_errors:
+            continue
+        if kind == "init" and any(ev.kind == "init_failed" for ev in snap.kernel_events):
             continue
         n = numbers[sm.line_no - 1] if 0 < sm.line_no <= len(numbers) else None
         if n is not None:
