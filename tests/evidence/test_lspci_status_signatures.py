@@ -69,3 +69,23 @@ def test_full_block_judged_once_and_uesta_read(tmp_path: Path) -> None:
     clean = DEVICE.replace("CmpltTO+", "CmpltTO-").replace("Width x8 (downgraded)", "Width x16 (ok)")
     got = _codes(tmp_path, clean)
     assert not [c for c, sev in got.items() if "warning" in sev or "critical" in sev], got
+
+
+NOUVEAU = (
+    "01:00.0 VGA compatible controller: NVIDIA Corporation GM204 [GeForce GTX 970] (rev a1) (prog-if 00 [VGA "
+    "controller])\n"
+    "\tRegion 0: Memory at f2000000 (32-bit, non-prefetchable) [size=16M]\n"
+    "\tCapabilities: <access denied>\n"
+    "\tKernel driver in use: nouveau\n"
+    "\tKernel modules: nouveau, nvidia_drm, nvidia\n"
+)
+
+
+def test_nouveau_bound_gpu_and_unprivileged_lspci(tmp_path: Path) -> None:
+    got = _codes(tmp_path, NOUVEAU)
+    assert got.get("driver.nouveau_conflict") == ["critical"], got
+    assert got.get("evidence.partial") == ["info"], got  # no LnkSta/AER lines: said, not silently absent
+    root = NOUVEAU.replace("\tCapabilities: <access denied>\n", "")
+    root = root.replace("driver in use: nouveau", "driver in use: nvidia")
+    got = _codes(tmp_path, root)
+    assert "driver.nouveau_conflict" not in got and "evidence.partial" not in got, got
