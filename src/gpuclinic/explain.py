@@ -239,7 +239,8 @@ def explain_text(
             fs, _sk = run_checks(
                 snap
             )  # checks that lack facts in a paste are not news: their skips are dropped
-            findings += [f for f in fs if f.code not in ("gpu.none_detected",)]
+            # "no GPU" is noise for a paste without GPU tables (info), but news when nvidia-smi said so
+            findings += [f for f in fs if not (f.code == "gpu.none_detected" and f.severity <= Severity.INFO)]
         except Exception as e:  # the evidence checks are a bonus; signatures still answer
             notes.append(f"evidence checks failed: {type(e).__name__}: {e}")
     have = {f.code for f in findings}

@@ -176,3 +176,12 @@ def test_super_io_with_unset_limits_raises_no_alarm() -> None:
     assert not [f for f in explain_text(text).findings if f.severity.name != "INFO"]
     sane = "it8728-isa-0a30\nAdapter: ISA adapter\nfan1:        0 RPM  (min =  600 RPM)  ALARM\n"
     assert _codes_of(sane).get("room.fan_failed") == "critical"
+
+
+def test_check_ipmi_sensor_sensor_list_gives_temperatures_only() -> None:
+    text = (CORPUS / "check_ipmi_sensor_v_hpe_temps_inlet_14c_checkipmi_16.txt").read_text()
+    room = vendorlog.parse(text)
+    assert not room.events_read and not room.events
+    assert [(s.name, s.reading) for s in room.temperatures("inlet")] == [("01-Inlet Ambient", 14.0)]
+    assert _codes_of(text)["room.inlet_cold"] == "warning"
+    assert not vendorlog.parse("Fan 1 = 19.60 (Status: Nominal)\nFan 2 = 19.60 (Status: Nominal)\n").sensors

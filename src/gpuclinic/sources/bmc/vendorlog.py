@@ -9,6 +9,8 @@
 * Dell OpenManage Server Administrator events in syslog: ``<time> <host> Server Administrator:
   Instrumentation Service EventID: 1354  Power supply detected a failure  Sensor location: PS 2 ...``
   (the events the iDRAC also logs, as OMSA forwards them to the OS log).
+* The sensor list of check_ipmi_sensor -v (``01-Inlet Ambient = 14.00 (Status: Nominal)``, no unit): the
+  temperatures, known by name.
 * The SEL summary of the Nagios/Icinga plugin check_ipmi_sensor: ``IPMI Status: Critical [N system event
   log (SEL) entries present - details: (Power Supply PS2 Status = Critical, Power Supply, Power Supply
   Failure detected), ...]`` - one ``(name = state, type, event)`` group per SEL record.
@@ -18,9 +20,12 @@ The messages are classified by the room signatures (``room_signatures.json``), l
 
 from __future__ import annotations
 
+import re
+
 from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
+from gpuclinic.sources.bmc.common import make_sensor
 
 _IML = lazyre.compile(
     r"^\s*(?P<sev>OK|Informational|Repaired|Caution|Warning|Critical|Degraded)\s*:\s*"
@@ -40,13 +45,21 @@ _NAGIOS = lazyre.compile(r"^\s*IPMI Status: \w+ \[\d+ system event log \(SEL\) e
 _NAGIOS_REC = lazyre.compile(
     r"\((?P<name>[^=()]+?) = (?P<state>\w+), (?P<type>[^,()]+), (?P<event>[^()]+?)\)"
 )
-_KEYS = ("Class ", "ssertion", "EventID: ", "IPMI Status: ")  # a line of each format holds one
+# check_ipmi_sensor -v lists every sensor as ``01-Inlet Ambient = 14.00 (Status: Nominal)``, without a unit:
+# only the temperatures are read, known by their names (the inlet is what the room checks need)
+_NAGIOS_SENSOR = lazyre.compile(
+    r"^\s*(?P<name>[^=|()]{2,60}?) = (?P<val>-?\d+(?:\.\d+)?) \(Status: (?P<status>[A-Za-z ]+)\)\s*$"
+)
+_TEMP_NAME = lazyre.compile(r"temp|ambient|inlet|exhaust|zone|\bdimm|\bcpu \d|p/s \d|chipset|\bvr\b", re.I)
+_KEYS = ("Class ", "ssertion", "EventID: ", "IPMI Status: ", "(Status: ")  # a line of each format holds one
 _OMSA_SENSOR = lazyre.compile(r"\s{2}Sensor location: (?P<sensor>.+?)(?:\s{2}|$)")
 
 
 # each format's line holds its literal: only those lines are tried, with only that format's pattern (a
 # training log's "device-side assertion" otherwise ran the Supermicro pattern over every line)
-_BY_KEY = ((_KEYS[0], _IML), (_KEYS[1], _SMC), (_KEYS[2], _OMSA), (_KEYS[3], _NAGIOS))
+_BY_KEY = (
+    (_KEYS[0], _IML), (_KEYS[1], _SMC), (_KEYS[2], _OMSA), (_KEYS[3], _NAGIOS), (_KEYS[4], _NAGIOS_SENSOR)
+)
 
 
 def claims(text: str) -> bool:
@@ -57,9 +70,17 @@ def claims(text: str) -> bool:
 
 
 def parse(text: str) -> R.RoomFacts:
-    room = R.RoomFacts(events_read=True)
+    room = R.RoomFacts()
     sources: list[str] = []
     for n, line in enumerate(text.splitlines(), 1):
+        if "(Status: " in line and (t := _NAGIOS_SENSOR.match(line)):
+            if _TEMP_NAME.search(t.group("name")) and not re.search(r"fan|volt|\bv\b", t.group("name"), re.I):
+                room.sensors.append(make_sensor(t.group("name").strip(), float(t.group("val")), "C",
+                                                t.group("status").strip().lower(), source="check_ipmi_sensor",
+                                                sensor_type="Temperature"))
+                if "check_ipmi_sensor" not in sources:
+                    sources.append("check_ipmi_sensor")
+            continue
         if _NAGIOS.match(line):
             room.events.extend(_nagios(line, n))
             if "check_ipmi_sensor" not in sources:
@@ -116,6 +137,7 @@ def parse(text: str) -> R.RoomFacts:
             sources.append(ev.source)
     for s_ in sources:
         room.add_source(s_)
+    room.events_read = bool(room.events)  # a sensor listing alone read no event log
     return room
 
 
