@@ -24,7 +24,21 @@ def test_localised_stamp_is_taken_off_and_the_aer_record_read() -> None:
         "error status/mask=00000001/00002000",
         "jan. 29 20:50:17 kevin kernel: pcieport 0000:00:1c.5:    [ 0] Receiver Error ",
     ]
-    evs = parse_lines(lines)
+    evs = list(parse_lines(lines))
     aer = [e for e in evs if e.kind == "aer"]
     assert aer, [e.kind for e in evs]
     assert aer[0].pci_bus_id is not None and aer[0].pci_bus_id.endswith("00:1c.5")
+
+
+def test_line_numbered_dmesg_is_read() -> None:
+    """`grep -n` / editor line numbers before the stamp ("1701 [  22.3] ...", "1700:[ ...]") are taken off."""
+    limited = (
+        "mlx5_core 0000:63:00.0: 126.028 Gb/s available PCIe bandwidth, limited by 16.0 GT/s PCIe x8 link at "
+        "0000:60:01.0 (capable of 504.112 Gb/s with 32.0 GT/s PCIe x16 link)"
+    )
+    for prefix in ("1701 [   22.325345] ", "1700:[   22.325345] ", "1702-[   22.325345] "):
+        line = prefix + limited
+        assert is_kernel_line(line), line
+        evs = list(parse_lines([line]))
+        assert evs and evs[0].uptime_s == 22.325345, (line, [(e.kind, e.uptime_s) for e in evs])
+    assert not is_kernel_line("1701 apples [x] are not a kernel line")

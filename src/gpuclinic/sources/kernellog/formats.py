@@ -33,6 +33,8 @@ _RE_TALOS = lazyre.compile(
     rf"\[(\d{{4}})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?\]:\s?"
 )
 _RE_KMSG = lazyre.compile(r"^(\d{1,3}),(\d+),(\d+),[^;]*;")  # /dev/kmsg: prio,seq,usec,flags;msg
+# an editor's or `grep -n`'s line number before a dmesg stamp: "1701 [   22.325345] ...", "1700:[ ...]"
+_RE_LINENO = lazyre.compile(r"^\d{1,7}[:-]? ?(?=\[\s*\d{1,10}\.\d{1,9}\])")
 _RE_PRIO = lazyre.compile(r"^<\d{1,3}>")
 # RFC 5424 syslog (rsyslog RSYSLOG_SyslogProtocol23Format, syslog-ng, journald forwarders):
 # "<3>1 2024-03-04T10:11:12.123456+00:00 host kernel - - - NVRM: ..." (app, procid, msgid, structured data)
@@ -296,6 +298,7 @@ def _prefixes_for(c0: str) -> _Candidates:
     if c0.isdigit():
         head: _Candidates = (
             (_RE_KMSG, _kmsg, _ALWAYS),
+            (_RE_LINENO, _skip, _ALWAYS),
             (_RE_ISO, _iso_stamp, _NO_TIME_YET),
             (_RE_UNIX, _unix_stamp, _NO_TIME_YET),
         )
@@ -389,7 +392,7 @@ def _wants_context(line: str) -> bool:
 
 # A line that is part of a kernel log whatever wraps it: a kernel-log prefix, or an NVIDIA kernel message.
 _RE_KERNEL_LINE = lazyre.compile(
-    r"^\s*(?:<\d{1,3}>)?(?:\[\s*\d{1,10}\.\d{1,9}(?:\s*<\s*[\d.]+>)?\]"
+    r"^\s*(?:\d{1,7}[:-]? ?(?=\[))?(?:<\d{1,3}>)?(?:\[\s*\d{1,10}\.\d{1,9}(?:\s*<\s*[\d.]+>)?\]"
     r"|\[\s*\+\d+\.\d+\]|\[[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d\]"  # dmesg --time-format delta / reltime
     r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} [\d:]{8} \d{4}\]"
     r"|\d{1,3},\d+,\d+,[^;]*;"
