@@ -30,7 +30,7 @@ from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.knowledge import compat
 from gpuclinic.knowledge.runbooks import finding_remedy
-from gpuclinic.knowledge.signatures import CATEGORY_FAMILY, SignatureMatch, match
+from gpuclinic.knowledge.signatures import CATEGORY_FAMILY, SignatureMatch, covered_by, match
 from gpuclinic.model import Family, Finding, GpuRef, Severity, Skipped
 
 MAX_INPUT = 64 * 1024 * 1024  # bytes read from a file or stdin (logs beyond this are cut, with a note)
@@ -239,12 +239,13 @@ def explain_text(
             fs, _sk = run_checks(
                 snap
             )  # checks that lack facts in a paste are not news: their skips are dropped
-            findings += [f for f in fs if f.code not in ("gpu.none_detected",)]
+            # "no GPU" is noise for a paste without GPU tables (info), but news when nvidia-smi said so
+            findings += [f for f in fs if not (f.code == "gpu.none_detected" and f.severity <= Severity.INFO)]
         except Exception as e:  # the evidence checks are a bonus; signatures still answer
             notes.append(f"evidence checks failed: {type(e).__name__}: {e}")
     have = {f.code for f in findings}
     for sm in match(text):
-        covered = _COVERED_BY.get(sm.id)
+        covered = covered_by().get(sm.id)
         if covered and any(c == covered or (covered.endswith(".") and c.startswith(covered)) for c in have):
             continue  # the evidence checks already diagnosed it, with the doctor's code
         findings.append(_finding(sm, live))
@@ -272,14 +273,6 @@ def explain_text(
 
 
 # signature id -> doctor finding code (or prefix ending in ".") that says the same from parsed evidence
-_COVERED_BY = {
-    "nvml.version_mismatch": "driver.library_mismatch",
-    "nvrm.api_mismatch": "driver.library_mismatch",
-    "xid.generic": "xid.",
-    "xid.fallen_off_bus": "xid.",
-    "smi.device_handle": "gpu.missing",
-    "gpu.lost": "gpu.missing",
-}
 
 
 def _evidence(text: str, origin: str) -> tuple[Snapshot, list[str]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from gpuclinic.knowledge.runbooks import first_step, remedy, runbook_command
 from gpuclinic.model import GpuRef
 
@@ -205,3 +207,22 @@ def test_code_literals_outside_the_detectors_are_in_codes_json() -> None:
                 if node.value not in skip and info(node.value.replace("<n>", "1")) is None:
                     bad.append(f"{name}:{node.lineno} {node.value}")
     assert bad == [], bad
+
+
+def test_signatures_give_way_by_one_table() -> None:
+    """Which error signature gives way to which reader's finding is the data's ``covered_by`` (was two
+    id lists, in explain and in the evidence signals); every code named there has a reader that says
+    whether it read the line."""
+    from gpuclinic.facts.snapshot import Snapshot
+    from gpuclinic.knowledge.signatures import covered_by
+    from gpuclinic.sources import signals
+
+    table = covered_by()
+    assert {"xid.generic", "nvrm.rm_init_failed", "gpu.lost"} <= set(table)
+    for code in set(table.values()):
+        assert signals._read_elsewhere(Snapshot(), code) is False, code
+    with pytest.raises(KeyError):
+        signals._read_elsewhere(Snapshot(), "no.such.code")
+    for path in ("explain.py", "sources/signals.py"):
+        text = (Path(__file__).resolve().parents[2] / "src" / "gpuclinic" / path).read_text()
+        assert '"nvrm.rm_init_failed"' not in text and '"xid.generic"' not in text, path

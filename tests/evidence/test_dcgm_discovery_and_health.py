@@ -44,3 +44,30 @@ def test_diag_excerpt_is_read_and_fail_all_fails() -> None:
 def test_hostengine_thermal_health_line_is_a_thermal_slowdown() -> None:
     codes, unclaimed = _read("dcgm_hostengine_health_thermal_warning_dcgm_270.txt")
     assert codes == {"thermal.throttle": "warning"} and unclaimed == 0
+
+
+# DCGM 4.x prints one row per GPU under each test (dcgmi/Diag.cpp HelperDisplayEntityResults): the
+# real 4.2.3 table of NVIDIA/DCGM#253 has "GPU0: Pass" rows; a "GPU1: Fail" row is a failed test (was HEALTHY)
+DCGM4_FAIL = """\
+| DCGM Version              | 4.2.3                                          |
+| Driver Version Detected   | 570.148.08                                     |
+|-----  Deployment  --------+------------------------------------------------|
+| software                  | Pass                                           |
+|                           | GPU0: Pass                                     |
+|                           | GPU1: Pass                                     |
++-----  Hardware  ----------+------------------------------------------------+
+| memory                    | Fail                                           |
+|                           | GPU0: Pass                                     |
+|                           | GPU1: Fail                                     |
+"""
+
+
+def test_dcgm4_per_gpu_fail_row_is_a_failed_test() -> None:
+    rep = diagnose(snapshot_from_text(DCGM4_FAIL, "t"))
+    (f,) = [f for f in rep.findings if f.code == "dcgm.diag_fail"]
+    assert "GPU1: Fail" in f.evidence[0]
+
+
+def test_dcgm4_pass_rows_stay_healthy() -> None:
+    codes, unclaimed = _read("dcgm_diag_pod_4x_570_dcgm_253.txt")
+    assert "dcgm.diag_fail" not in codes

@@ -69,6 +69,10 @@ FIRST: dict[str, str] = {
     "torchvision_nms_cuda_backend_new_wording_dzfacedetailer_21.txt": "torch.torchvision_mismatch",
     "modprobe_module_not_found_series_fc30_nvidiaxrun_135.txt": "modprobe.module_not_found",
     "modprobe_insert_no_such_device_optimus_bumblebee_553.txt": "modprobe.no_device",
+    "pull_dns_lookup_io_timeout_kitematic_4347.txt": "download.unreachable",
+    "git_failed_to_connect_timed_out_curl28_nbplus_1.txt": "download.unreachable",
+    "build_ninja_called_process_error_ds_3094.txt": "build.extension_failed",
+    "dist_port_in_use_c10d_socket_warnings_fastvideo_575.txt": "dist.port_in_use",
 }
 
 
@@ -184,3 +188,15 @@ def test_explain_cli_exit_code_is_warning_not_healthy(name: str, code: int) -> N
     )
     assert r.returncode == code, r.stderr
     assert '"verdict": "warning"' in r.stdout
+
+
+def test_explain_keeps_nvidia_smis_no_devices_found() -> None:
+    """explain drops the doctor's informational "no GPU in this paste" finding; when nvidia-smi itself said
+    "No devices were found" that is the diagnosis, not silence (it was reported as nothing found, exit 0)."""
+    from gpuclinic.explain import explain_text
+
+    text = (CORPUS / "smi_no_devices_ci_query_downgrade_pytorch_163658.txt").read_text()
+    codes = {f.code: f.severity.label for f in explain_text(text).findings}
+    assert "gpu.none_detected" in codes and "explain.no_match" not in codes, codes
+    healthy = explain_text("Epoch 3: loss=0.21\n")
+    assert [f.code for f in healthy.findings] == ["explain.no_match"]

@@ -30,6 +30,9 @@ MAX_EVIDENCE = 4
         "persistenced.failed",
         "driver.kernel_module",
         "pcie.iommu_fault",
+        "pcie.link_degraded",
+        "pcie.aer_corrected",
+        "pcie.aer_uncorrected",
         "container.no_gpu_visible",
         "gpu.missing",
         "driver.not_loaded",
@@ -42,7 +45,12 @@ MAX_EVIDENCE = 4
 )
 def signals(snap: Snapshot) -> Iterable[Finding]:
     groups: dict[tuple[str, str | None, int | None], list[Signal]] = {}
+    link_read = any(d.current_link_width for d in snap.pci_devices)
     for s in snap.signals:
+        if link_read and str(s.data.get("signature", "")).startswith("lspci_lnksta"):
+            continue  # the lspci reader read this link: the pcie detector judges it against LnkCap
+        if s.data.get("signature") in _READ_BY_SMI and _smi_read_reset(snap):
+            continue  # an nvidia-smi reader took that answer: checks/gpu.py reports it per GPU
         idx = s.data.get("gpu_index")
         groups.setdefault((s.code, s.pci_bus_id, idx if isinstance(idx, int) else None), []).append(s)
     for (code, bus, idx), sigs in groups.items():
@@ -63,6 +71,18 @@ def signals(snap: Snapshot) -> Iterable[Finding]:
             source=first.source,
             data={"signature": first.data.get("signature"), "lines": len(sigs)},
         )
+
+
+# signatures of an NVML answer the nvidia-smi readers also take (a GPU's ``unreadable`` field)
+_READ_BY_SMI = {"nvml_answer_requires_reset"}
+
+
+def _smi_read_reset(snap: Snapshot) -> bool:
+    """A GPU reader saw an NVML 'requires reset' answer (``sources/smi_common.note_unreadable``)."""
+    return any(
+        g.recovery_action or any("requires reset" in v.lower() for v in g.unreadable.values())
+        for g in snap.gpus
+    )
 
 
 def _by_index(snap: Snapshot, idx: int | None) -> GpuRef | None:

@@ -203,13 +203,28 @@ def module_missing(snap: Snapshot) -> Iterator[Finding]:
 
 @check("driver.nouveau_conflict", codes=["driver.nouveau_conflict"], what="nouveau driver")
 def nouveau(snap: Snapshot) -> Iterator[Finding]:
-    sw = _live_sw(snap)
-    if sw.nouveau_loaded is None:
-        raise CheckSkipped("/proc/modules not readable")
     blacklist_cmd = ("`printf 'blacklist nouveau\\noptions nouveau modeset=0\\n' | sudo tee "
                      "/etc/modprobe.d/blacklist-nouveau.conf && sudo update-initramfs -u` (RHEL: `sudo "
                      "dracut -f`), "
                      "then reboot")
+    # saved lspci output: "Kernel driver in use: nouveau" on an NVIDIA GPU is the conflict itself
+    bound = [d.bus_id for d in snap.pci_devices if d.is_gpu and d.driver == "nouveau"]
+    try:
+        sw = _live_sw(snap)
+    except CheckSkipped:
+        if not bound:
+            raise
+        yield Finding(
+            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict"),
+            family=Family.SOFTWARE,
+            title="The nouveau driver owns the NVIDIA GPU (lspci: Kernel driver in use: nouveau)",
+            evidence=[f"{b}: Kernel driver in use: nouveau" for b in bound],
+            remedy="Blacklist nouveau: " + blacklist_cmd + ".",
+            source="https://github.com/negativo17/nvidia-driver/issues/73",
+        )
+        return
+    if sw.nouveau_loaded is None:
+        raise CheckSkipped("/proc/modules not readable")
     if sw.nouveau_loaded:
         yield Finding(
             code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict"),

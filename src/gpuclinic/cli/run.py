@@ -116,11 +116,11 @@ def _list(ctx: click.Context, value: bool) -> None:
 )
 @click.option(
     "--retry-on",
-    default="gpu_hardware,nccl_network,hang,killed",
-    show_default=True,
+    default=None,
     metavar="CLASSES",
-    help="Interruption classes that are restarted (comma list of gpu_hardware, nccl_network, cuda_oom, "
-    "application_error, killed, hang, unknown).",
+    help="Interruption classes that are restarted, as a comma list (default: the classes "
+    "knowledge/data/interruptions.json marks retry: gpu hardware, NCCL/network, download, hang, killed; "
+    "an unknown name lists every class).",
 )
 @click.option(
     "--exclude-bad-gpu", is_flag=True, help="After a GPU fault, restart without that GPU (by UUID)."
@@ -235,7 +235,7 @@ def run(
     max_restarts: int,
     backoff: str,
     backoff_max: str,
-    retry_on: str,
+    retry_on: str | None,
     exclude_bad_gpu: bool,
     min_gpus: int,
     checkpoint_dir: str | None,
@@ -263,7 +263,7 @@ def run(
     restarts with back-off from the newest checkpoint, and a ledger for `gpuclinic report interruptions`.
     Exits with the job's exit code (128+N when a signal ended it).
     """
-    from gpuclinic.supervise.classify import CLASSES
+    from gpuclinic.supervise.classify import CLASSES, default_retry
     from gpuclinic.supervise.gpus import open_source
     from gpuclinic.supervise.jobspec import RunOptions
     from gpuclinic.supervise.runner import Supervisor
@@ -273,7 +273,7 @@ def run(
         argv = argv[1:]
     if not argv:
         raise InputError("no command given: gpuclinic run [OPTIONS] -- CMD [ARGS]...")
-    classes = [c.strip() for c in retry_on.split(",") if c.strip()]
+    classes = [c.strip() for c in (retry_on or ",".join(default_retry())).split(",") if c.strip()]
     bad = [c for c in classes if c not in CLASSES or c == "planned"]
     if bad:
         choices = ", ".join(c for c in CLASSES if c != "planned")

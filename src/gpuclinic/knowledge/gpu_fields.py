@@ -162,6 +162,8 @@ def lifetime_facts() -> frozenset[str]:
 
 @record(frozen=True)
 class DcgmSchema:
+    """How dcgm-exporter's metric text maps onto GPU facts (the ``dcgm`` section of gpu_fields.json)."""
+
     blank_ranges: tuple[tuple[float, float], ...]  # DCGM's "no value" sentinels (inclusive ranges)
     reason_count_metrics: dict[str, str]  # metric name -> the label naming the clock-event reason
 

@@ -22,10 +22,6 @@ from gpuclinic.record import field, record
 from gpuclinic.regex_literal import leading_literal
 from gpuclinic.textscan import exact_fold, line_hits, line_spans, split
 
-CATEGORIES = (
-    "cuda_oom", "nccl_timeout", "nccl", "cuda_runtime", "driver", "nvml", "hardware", "container", "python",
-    "host_oom", "download", "scheduler",
-)
 # The report family (model.Family value) of each signature category: one mapping for explain and evidence.
 CATEGORY_FAMILY: dict[str, str] = {
     "cuda_oom": "software",
@@ -41,6 +37,7 @@ CATEGORY_FAMILY: dict[str, str] = {
     "download": "network",  # model/package/repo downloads (Hugging Face, pip, git)
     "scheduler": "software",  # the job's own limits and requests (Slurm time limit, k8s GPU requests)
 }
+CATEGORIES = tuple(CATEGORY_FAMILY)
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 MAX_LINE = 400  # matched_line is cut to this many characters
 
@@ -97,6 +94,7 @@ class Signature:
     source: str
     supersedes: tuple[str, ...]
     extract: str | None
+    covered_by: str | None  # the code another reader gives the same line (prefix if it ends in ".")
 
     @property
     def patterns(self) -> tuple[re.Pattern[str], ...]:
@@ -177,9 +175,16 @@ def signatures() -> tuple[Signature, ...]:
                 source=e["source"],
                 supersedes=tuple(e.get("supersedes", ())),
                 extract=e.get("extract"),
+                covered_by=e.get("covered_by"),
             )
         )
     return tuple(out)
+
+
+@cache
+def covered_by() -> dict[str, str]:
+    """Signature id -> the code another reader gives the same line (it then gives way, doctor and explain)."""
+    return {s.id: s.covered_by for s in signatures() if s.covered_by}
 
 
 # Substrings shared by many needles: when one is absent from the text, every needle containing it is too,

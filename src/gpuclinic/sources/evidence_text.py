@@ -162,6 +162,11 @@ def _apply_lspci(snap: Snapshot, text: str, origin: str) -> None:
     if not devs:
         raise _Unrecognised("lspci output lists no NVIDIA device")
     _merge_pci(snap, devs)
+    if "Capabilities: <access denied>" in text:  # lspci without root: no LnkSta/DevSta/AER lines in it
+        from gpuclinic.sources.bmc.salvage import note_partial
+
+        note_partial(snap, origin, "lspci ran without root (`Capabilities: <access denied>`): the PCIe link "
+                     "speed/width and error status are not in it; rerun it with sudo")
 
 
 def _apply_kernel_log(snap: Snapshot, text: str, origin: str) -> None:

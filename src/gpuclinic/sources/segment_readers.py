@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from gpuclinic import lazyre
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_metrics
+from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_json, dcgm_metrics
+from gpuclinic.sources.dcgm_json import is_dcgm_json as is_dcgm_json
 from gpuclinic.sources.kernellog import parse_numbered
 from gpuclinic.sources.merge import apply_dump
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
@@ -68,11 +69,16 @@ def read_dcgm(snap: Snapshot, rec: InputRecord, lines: list[str], origin: str, c
     """DCGM output (dcgmi diag / health tables): the driver version and GPUs it names; dmon's Xid column."""
     for s_ in rec.segments:
         if s_.kind == "dcgm" and s_.first is not None and s_.last is not None:
-            xids = dcgm_dmon.xid_events(lines[s_.first - 1 : s_.last], origin, s_.first)  # dmon XIDER
+            run = lines[s_.first - 1 : s_.last]
+            xids = dcgm_dmon.xid_events(run, origin, s_.first)  # dmon XIDER
             snap.kernel_events.extend(xids)
-            if _dcgm(snap, lines[s_.first - 1 : s_.last], origin) or xids:
+            js = 0  # `dcgmi diag -j`: the JSON's last line (it runs on past the segment)
+            if is_dcgm_json("\n".join(run)):
+                js = dcgm_json.read(snap, lines, origin, s_.first)
+            last = max(s_.last, js)
+            if js or _dcgm(snap, run, origin) or xids:
                 s_.readers.append("dcgm")
-                claimed.update(range(s_.first, s_.last + 1))
+                claimed.update(range(s_.first, last + 1))
                 if "dcgm" not in rec.readers:
                     rec.readers.append("dcgm")
 

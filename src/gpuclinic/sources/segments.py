@@ -306,6 +306,7 @@ def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None) 
                 "Health Monitor Report" in full
                 or "dcgmi" in full
                 or ("Diagnostic" in full and re.search(r"^\|\s*Diagnostic\s*\|", full, re.M))
+                or R.is_dcgm_json(full)  # `dcgmi diag -j`
             )
             and "NvLink Link Status" not in full
         ):  # `dcgmi nvlink --link-status` is link state: smi_nvlink reads it

@@ -19,7 +19,7 @@ from gpuclinic.facts.evidence import Signal
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge import codes, load_data
-from gpuclinic.knowledge.signatures import CATEGORY_FAMILY
+from gpuclinic.knowledge.signatures import CATEGORY_FAMILY, covered_by
 from gpuclinic.knowledge.signatures import match as match_error_signatures
 from gpuclinic.record import record
 
@@ -234,14 +234,17 @@ def _room_event(snap: Snapshot, sig: EvidenceSignature, m: re.Match[str], origin
 
 
 # explain's error signatures that another reader already reports with the doctor's own code
-_COVERED = {
-    "xid.generic": "xid",
-    "xid.fallen_off_bus": "xid",
-    "nvml.version_mismatch": "mismatch",
-    "nvrm.api_mismatch": "mismatch",
-    "smi.device_handle": "smi",
-    "gpu.lost": "smi",
-}
+def _read_elsewhere(snap: Snapshot, code: str) -> bool:
+    """Did the reader that gives ``code`` (a signature's ``covered_by``) read this input's line itself?"""
+    if code == "xid.":
+        return any(ev.kind == "xid" for ev in snap.kernel_events)
+    if code == "driver.library_mismatch":
+        return _mismatch_known(snap)
+    if code == "gpu.missing":
+        return snap.software is not None and bool(snap.software.nvidia_smi_errors)
+    if code == "gpu.init_failed":  # the kernel-log reader's init_failed event, per GPU
+        return any(ev.kind == "init_failed" for ev in snap.kernel_events)
+    raise KeyError(f"covered_by {code!r}: no reader known for it")
 
 
 def scan_error_signatures(snap: Snapshot, lines: Sequence[tuple[int, str]], origin: str) -> set[int]:
@@ -252,12 +255,8 @@ def scan_error_signatures(snap: Snapshot, lines: Sequence[tuple[int, str]], orig
     numbers = [n for n, _ in lines]
     claimed: set[int] = set()
     for sm in match_error_signatures(text):
-        kind = _COVERED.get(sm.id)
-        if kind == "xid" and any(ev.kind == "xid" for ev in snap.kernel_events):
-            continue
-        if kind == "mismatch" and _mismatch_known(snap):
-            continue
-        if kind == "smi" and snap.software is not None and snap.software.nvidia_smi_errors:
+        taken = covered_by().get(sm.id)
+        if taken and _read_elsewhere(snap, taken):
             continue
         n = numbers[sm.line_no - 1] if 0 < sm.line_no <= len(numbers) else None
         if n is not None:

@@ -29,6 +29,7 @@ COMPLETED = "completed"
 CLASSES = (
     "gpu_hardware",
     "nccl_network",
+    "download",
     "cuda_oom",
     "application_error",
     "killed",
@@ -36,7 +37,6 @@ CLASSES = (
     "planned",
     "unknown",
 )
-DEFAULT_RETRY = ("gpu_hardware", "nccl_network", "hang", "killed")
 
 _HW_KINDS = {"xid", "sxid", "fallen_off_bus", "gsp", "nvlink"}
 
@@ -53,6 +53,11 @@ def knowledge() -> dict[str, Any]:
     d = load_data("interruptions.json")
     assert isinstance(d, dict)
     return d
+
+
+def default_retry() -> tuple[str, ...]:
+    """The classes ``gpuclinic run`` restarts unless told otherwise: those whose data says ``retry``."""
+    return tuple(c for c in CLASSES if class_info(c).get("retry"))
 
 
 def class_info(cls: str) -> dict[str, Any]:
@@ -107,13 +112,14 @@ def _signature_matches(text: str) -> list[OutputMatch]:
     except ImportError:
         return []
     cats: dict[str, str] = knowledge()["signature_categories"]
+    by_id: dict[str, str] = knowledge().get("signature_classes", {})
     found: list[OutputMatch] = []
     try:
         results = match(text)
     except Exception:  # a broken signature must not stop classification
         return []
     for r in results:
-        cls = cats.get(getattr(r, "category", ""))
+        cls = by_id.get(str(getattr(r, "id", ""))) or cats.get(getattr(r, "category", ""))
         if cls is None:
             continue
         line = str(getattr(r, "matched_line", "") or "")

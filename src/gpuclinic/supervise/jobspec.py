@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuclinic.supervise.classify import DEFAULT_RETRY
+from gpuclinic.supervise.classify import default_retry
 
 Notifier = Callable[[dict[str, Any]], None]
 
@@ -25,7 +25,7 @@ class RunOptions:
     max_restarts: int = 3
     backoff_s: float = 10.0
     backoff_max_s: float = 600.0
-    retry_on: frozenset[str] = frozenset(DEFAULT_RETRY)
+    retry_on: frozenset[str] = field(default_factory=lambda: frozenset(default_retry()))
     exclude_bad_gpu: bool = False
     min_gpus: int = 1
     checkpoint_dir: Path | None = None

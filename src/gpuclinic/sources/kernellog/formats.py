@@ -33,6 +33,8 @@ _RE_TALOS = lazyre.compile(
     rf"\[(\d{{4}})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?\]:\s?"
 )
 _RE_KMSG = lazyre.compile(r"^(\d{1,3}),(\d+),(\d+),[^;]*;")  # /dev/kmsg: prio,seq,usec,flags;msg
+# an editor's or `grep -n`'s line number before a dmesg stamp: "1701 [   22.325345] ...", "1700:[ ...]"
+_RE_LINENO = lazyre.compile(r"^\d{1,7}[:-]? ?(?=\[\s*\d{1,10}\.\d{1,9}\])")
 _RE_PRIO = lazyre.compile(r"^<\d{1,3}>")
 # RFC 5424 syslog (rsyslog RSYSLOG_SyslogProtocol23Format, syslog-ng, journald forwarders):
 # "<3>1 2024-03-04T10:11:12.123456+00:00 host kernel - - - NVRM: ..." (app, procid, msgid, structured data)
@@ -57,6 +59,12 @@ _RE_FULL = lazyre.compile(  # journal short-full: "Mon 2024-03-04 10:11:12 UTC h
     r"^[A-Z][a-z]{2} (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)? ([A-Z]{2,5}|[+-]\d{4})\s+"
 )
 _RE_SYSLOG = lazyre.compile(r"^([A-Z][a-z]{2})\s{1,2}(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?\s+")
+# the same in a non-English locale ("фев 12 00:48:02 kernel:", "jan. 29 20:50:17 host kernel:", "Okt  3 ..."):
+# the month name is not read (no time), only the stamp is taken off, and only before a kernel tag
+_RE_SYSLOG_LOCALE = lazyre.compile(
+    r"^([^\W\d_]{2,5}\.?)\s{1,2}\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d{1,9})?\s+"
+    r"(?=(?:\S+ )?(?:kernel|vmunix)(?:\[\d+\])?:)"
+)
 # journalctl -o short-unix: "1709547072.123456 host kernel: ..." (seconds since the epoch, UTC)
 _RE_UNIX = lazyre.compile(r"^(\d{9,11})\.(\d{1,9})\s+(?=\S+ (?:kernel|vmunix)(?:\[\d+\])?:)")
 _RE_HOST = lazyre.compile(r"^(\S+) (?:kernel|vmunix)(?:\[\d+\])?:\s?")
@@ -270,6 +278,11 @@ def _syslog_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str
     return _strip_host(s[m.end() :], p)
 
 
+def _locale_syslog_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    p.time_text = s[: m.end()].strip()
+    return _strip_host(s[m.end() :], p)
+
+
 def _host(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
     p.host = m.group(1)  # journalctl -o short-monotonic: "[  12.345678] host kernel: ..."
     return s[m.end() :]
@@ -285,13 +298,14 @@ def _prefixes_for(c0: str) -> _Candidates:
     if c0.isdigit():
         head: _Candidates = (
             (_RE_KMSG, _kmsg, _ALWAYS),
+            (_RE_LINENO, _skip, _ALWAYS),
             (_RE_ISO, _iso_stamp, _NO_TIME_YET),
             (_RE_UNIX, _unix_stamp, _NO_TIME_YET),
         )
     elif c0 == "<":
         head = ((_RE_5424, _rfc5424_stamp, _NO_TIME_YET), (_RE_PRIO, _skip, _ALWAYS))
     elif c0.islower():
-        head = ((_RE_FACLEV, _skip, _ALWAYS),)
+        head = ((_RE_FACLEV, _skip, _ALWAYS), (_RE_SYSLOG_LOCALE, _locale_syslog_stamp, _NO_TIME_YET))
     elif c0 == "[":
         head = (
             (_RE_UPTIME, _uptime, _ALWAYS),
@@ -299,7 +313,11 @@ def _prefixes_for(c0: str) -> _Candidates:
             (_RE_CTIME, _ctime_stamp, _NO_TIME_YET),
         )
     elif c0.isupper():
-        head = ((_RE_FULL, _full_stamp, _NO_TIME_YET), (_RE_SYSLOG, _syslog_stamp, _NO_TIME_YET))
+        head = (
+            (_RE_FULL, _full_stamp, _NO_TIME_YET),
+            (_RE_SYSLOG, _syslog_stamp, _NO_TIME_YET),
+            (_RE_SYSLOG_LOCALE, _locale_syslog_stamp, _NO_TIME_YET),
+        )
     else:
         head = ()
     return head + _TAIL
@@ -374,7 +392,7 @@ def _wants_context(line: str) -> bool:
 
 # A line that is part of a kernel log whatever wraps it: a kernel-log prefix, or an NVIDIA kernel message.
 _RE_KERNEL_LINE = lazyre.compile(
-    r"^\s*(?:<\d{1,3}>)?(?:\[\s*\d{1,10}\.\d{1,9}(?:\s*<\s*[\d.]+>)?\]"
+    r"^\s*(?:\d{1,7}[:-]? ?(?=\[))?(?:<\d{1,3}>)?(?:\[\s*\d{1,10}\.\d{1,9}(?:\s*<\s*[\d.]+>)?\]"
     r"|\[\s*\+\d+\.\d+\]|\[[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d\]"  # dmesg --time-format delta / reltime
     r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} [\d:]{8} \d{4}\]"
     r"|\d{1,3},\d+,\d+,[^;]*;"
@@ -382,6 +400,8 @@ _RE_KERNEL_LINE = lazyre.compile(
     r"|(?:[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*|"
     r"[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+|"
     r"\d{9,11}\.\d{1,9}) \S+ (?:kernel|vmunix)(?:\[\d+\])?:"  # ... journalctl -o short-unix
+    # syslog/journal in a non-English locale: "фев 12 00:48:02 kernel:", "jan. 29 20:50:17 host kernel:"
+    r"|[^\W\d_]{2,5}\.?\s{1,2}\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)? (?:\S+ )?(?:kernel|vmunix)(?:\[\d+\])?:"
     r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+(?:Z|[+-]\d\d:?\d\d)\s+(?:NVRM|nvidia|pci|pcieport)"
     # device messages pasted without their stamps: "pcieport 0000:00:01.1: AER: ...", "nvidia 0000:3b:00.0:
     # ..."

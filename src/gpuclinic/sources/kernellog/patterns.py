@@ -228,7 +228,8 @@ def _bus(s: str | None) -> str | None:
 
 
 _RE_SNIFF = lazyre.compile(
-    r"(?m)^(?:<\d>)?(?:\[\s*\d+\.\d+\]|\[[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d+ [\d:]+ \d{4}\]|"
+    r"(?m)^(?:\d{1,7}[:-]? ?(?=\[))?(?:<\d>)?"  # a line number (grep -n, an editor) before the stamp
+    r"(?:\[\s*\d+\.\d+\]|\[[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d+ [\d:]+ \d{4}\]|"
     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*\s+\S+\s+kernel:|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+[+-]\d\d:?\d\d\s|"
     r"[A-Z][a-z]{2}\s+\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel:|"
     rf"{_FACILITIES}\s*:\s*{_LEVELS}\s*:|\d{{1,3}},\d+,\d+,[^;]*;)"
