@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from functools import cache
 
+from gpuclinic import lazyre
+
 _SPECIAL = frozenset(".^$*+?{}[]()|\\")
 MIN_LITERAL = 3  # shorter starts rule little out
 
@@ -71,3 +73,26 @@ def _top_level_bar(pattern: str) -> bool:
             return True
         i += 1
     return False
+
+
+_PLAIN = r"[^\\.^$*+?{}\[\]()|]+"  # literal characters only
+_ALTS = lazyre.compile(rf"\(\?:((?:{_PLAIN}\|)+{_PLAIN})\)(?![*+?{{])")  # (?:one|two|three), not optional
+_CLASS = lazyre.compile(r"\[([A-Za-z0-9]+)\](?![*+?{])")  # [Tt], not optional
+
+
+@cache
+def leading_literals(pattern: str) -> tuple[str, ...] | None:
+    """Texts one of which every match of ``pattern`` (compiled without flags) starts with, for a pattern
+    without a single leading literal: ``(?m)^literal``, ``(?:one|two)...`` with plain branches, or
+    ``[Tt]oo ...`` (each member, then the literal after the class); else None."""
+    if _top_level_bar(pattern):
+        return None
+    if pattern.startswith("(?m)^"):  # ^ is zero-width: the match starts with what follows it
+        lit = leading_literal(pattern[5:])
+        return (lit,) if lit else None
+    if m := _ALTS.match(pattern):
+        return tuple(dict.fromkeys(m.group(1).split("|")))
+    if m := _CLASS.match(pattern):
+        rest = leading_literal(pattern[m.end() :])
+        return tuple(dict.fromkeys(c + rest for c in m.group(1))) if rest else None
+    return None

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuclinic.knowledge import signatures as S
-from gpuclinic.regex_literal import leading_literal
+from gpuclinic.regex_literal import leading_literal, leading_literals
 
 ERRORS = Path(__file__).resolve().parents[1] / "fixtures" / "software" / "errors"
 KERNEL = Path(__file__).resolve().parents[1] / "fixtures" / "kernel_log"
@@ -127,17 +127,22 @@ def test_the_literal_jump_finds_what_finditer_finds() -> None:
     a long mixed log, plus the cases where a match depends on what precedes it (\\b, lookbehind, ^)."""
     texts = [p.read_text(errors="replace") for p in sorted(ERRORS.glob("*.txt"))] + [_long_log(7, True)]
     texts.append("xNCCL error a\nNCCL error b NCCL error c\n\u2502 CUDA error: x\naKilled\nKilled\n")
+    texts.append("Error 802 returned802 code=802x\nToo many open files too many open files\n unexpected EOF\n"
+                 "unexpected EOF\nApplyLayer x unexpected EOF\nError pulling image: unexpected EOF\n")
     jumped = 0
     for sig in S.signatures():
         for src, lit in zip(sig.regexes, S._starts(sig.regexes), strict=True):
-            # (the literal is the fast form's where there is one, as _occurrences searches it)
-            for rx, start in ((S._pattern(src), leading_literal(src)), (S._fast_pattern(src), lit)):
-                if rx is None:
-                    continue
-                jumped += bool(start)
+            # (the literals are the fast form's where there is one, as _occurrences searches it)
+            fast, rx = S._fast_pattern(src), S._pattern(src)
+            own = leading_literal(src)
+            cases = [(fast or rx, lit, S._alt_starts(sig.regexes)[sig.regexes.index(src)])]
+            if fast is not None:
+                cases.append((rx, own, None if own else leading_literals(src)))
+            for pat, start, alts in cases:
+                jumped += bool(start or alts)
                 for text in texts:
-                    want = [(m.span(), m.group()) for m in rx.finditer(text)]
-                    got = [(m.span(), m.group()) for m in S._finditer(rx, text, start)]
+                    want = [(m.span(), m.group()) for m in pat.finditer(text)]
+                    got = [(m.span(), m.group()) for m in S._finditer(pat, text, start, alts)]
                     assert got == want, (sig.id, src)
     assert jumped > 100
     word = S._pattern(S._literal_first(r"\bKilled\b"))
@@ -145,3 +150,13 @@ def test_the_literal_jump_finds_what_finditer_finds() -> None:
     behind, text = S._pattern(r"error(?<=r error)"), "r error xerror error"
     starts = [m.start() for m in behind.finditer(text)]
     assert [m.start() for m in S._finditer(behind, text, "error")] == starts == [2, 15]
+
+
+def test_leading_literals_of_patterns_without_one() -> None:
+    """The alternatives ``_finditer_any`` jumps between; None wherever a match may start otherwise."""
+    assert leading_literals(r"(?:Error|returned|code=) ?802\b") == ("Error", "returned", "code=")
+    assert leading_literals(r"[Tt]oo many open files") == ("Too many open files", "too many open files")
+    assert leading_literals(r"(?m)^unexpected EOF[ \t]*$") == ("unexpected EOF",)
+    for p in (r"(?:a|b)?x", r"(?:ab|cd)x|y", r"(?:a.b|cd)x", r"[Tt]?oo", r"(?m)^[*_]*Killed", r"[Tt]\d"):
+        assert leading_literals(p) is None, p
+    assert sum(a is not None for sig in S.signatures() for a in S._alt_starts(sig.regexes)) >= 5

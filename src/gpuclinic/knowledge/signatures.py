@@ -19,7 +19,7 @@ from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.signature_extract import EXTRACTORS
 from gpuclinic.knowledge.wrapwidth import RECORD, at_length, wrap_width
 from gpuclinic.record import field, record
-from gpuclinic.regex_literal import leading_literal
+from gpuclinic.regex_literal import leading_literal, leading_literals
 from gpuclinic.textscan import exact_fold, line_hits, line_spans, split
 
 # The report family (model.Family value) of each signature category: one mapping for explain and evidence.
@@ -138,6 +138,17 @@ def _starts(regexes: tuple[str, ...]) -> tuple[str | None, ...]:
     with, or None (``regex_literal.leading_literal``)."""
     n = len(_LINE_PREFIX)
     return tuple(leading_literal(p[n:] if p.startswith(_LINE_PREFIX) and len(p) > n else p) for p in regexes)
+
+
+@cache
+def _alt_starts(regexes: tuple[str, ...]) -> tuple[tuple[str, ...] | None, ...]:
+    """Per pattern without a leading literal: the literals one of which each of its matches (of ``fast``
+    where there is one) starts with (``regex_literal.leading_literals``), or None."""
+    n = len(_LINE_PREFIX)
+    return tuple(
+        None if lit else leading_literals(p[n:] if p.startswith(_LINE_PREFIX) and len(p) > n else p)
+        for p, lit in zip(regexes, _starts(regexes), strict=True)
+    )
 
 
 _WORD_START = re.compile(r"\\b(\w+)(?![*+?{])")
@@ -403,15 +414,15 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
     """The first match of ``sig`` in ``text`` and the start of every occurrence (up to ``max_count``)."""
     first: re.Match[str] | None = None
     starts: list[int] = []
-    for src, lit in zip(sig.regexes, _starts(sig.regexes), strict=True):
-        if lit is not None and lit not in text:
-            continue  # every match starts with it: nothing to scan for (nor to compile)
+    for src, lit, alts in zip(sig.regexes, _starts(sig.regexes), _alt_starts(sig.regexes), strict=True):
+        if (lit is not None and lit not in text) or (alts is not None and not any(a in text for a in alts)):
+            continue  # every match starts with it (one of them): nothing to scan for (nor to compile)
         rx, fast = _pattern(src), _fast_pattern(src)
         if fast is not None:
             # same lines as rx (a line holds rx's match iff it holds fast's); rx itself runs once,
             # from the first such line's start, for the match object the extractors and line use
             lo = None
-            for m in _finditer(fast, text, lit):
+            for m in _finditer(fast, text, lit, alts):
                 ls = text.rfind("\n", 0, m.start()) + 1
                 if lo is None:
                     lo = ls
@@ -423,7 +434,7 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
             if m0 is not None and (first is None or m0.start() < first.start()):
                 first = m0
             continue
-        for m in _finditer(rx, text, lit):
+        for m in _finditer(rx, text, lit, alts):
             if first is None or m.start() < first.start():
                 first = m
             starts.append(m.start())
@@ -432,8 +443,14 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
     return first, starts
 
 
-def _finditer(rx: re.Pattern[str], text: str, lit: str | None) -> Iterator[re.Match[str]]:
-    """``rx.finditer(text)``, its matches all starting with ``lit``: str.find goes to each, match tries it."""
+def _finditer(
+    rx: re.Pattern[str], text: str, lit: str | None, alts: tuple[str, ...] | None = None
+) -> Iterator[re.Match[str]]:
+    """``rx.finditer(text)``, its matches all starting with ``lit`` (or one of ``alts``): str.find goes to
+    each, match tries it."""
+    if alts and not lit:
+        yield from _finditer_any(rx, text, alts)
+        return
     if not lit:
         yield from rx.finditer(text)
         return
@@ -450,6 +467,20 @@ def _finditer(rx: re.Pattern[str], text: str, lit: str | None) -> Iterator[re.Ma
 
 MAX_JOIN = 32  # physical lines per logical line, at most
 _TABLE_CONT = re.compile(r"^(\s*\|(?:\s*\|)+ )\S")  # "|      |     | rest of the last cell |"
+def _finditer_any(rx: re.Pattern[str], text: str, alts: tuple[str, ...]) -> Iterator[re.Match[str]]:
+    """``_finditer`` for several leading literals: the next occurrence of each, tried in order."""
+    nxt = {a: text.find(a) for a in alts}
+    while live := [p for p in nxt.values() if p >= 0]:
+        i = min(live)
+        m = rx.match(text, i)
+        start = i + 1 if m is None else max(m.end(), i + 1)
+        if m is not None:
+            yield m
+        for a, p in nxt.items():
+            if 0 <= p < start:
+                nxt[a] = text.find(a, start)
+
+
 def rejoined(text: str) -> list[tuple[int, str]]:
     """The logical lines that were cut over several physical lines: (0-based first line, joined text).
 
