@@ -126,3 +126,28 @@ def test_redfish_printed_by_python_is_read() -> None:
     part = [f for f in report.findings if f.code == "evidence.partial"]
     assert part and "could not be read" in part[0].evidence[0]
     assert report.explain_summary()["cause_found"] is False and report.exit_code == 0
+
+
+DCMI_OFF = (
+    "    Instantaneous power reading:                   0 Watts\n"
+    "    Minimum during sampling period:                0 Watts\n"
+    "    Maximum during sampling period:                0 Watts\n"
+    "    Average power reading over sample period:      0 Watts\n"
+    "    IPMI timestamp:                           Thu Jan  1 00:00:00 1970\n"
+    "    Sampling period:                          00000000 Seconds.\n"
+    "    Power reading state is:                   deactivated\n"
+)
+
+
+def test_dcmi_power_reading_deactivated_is_read_and_said() -> None:
+    """`ipmitool dcmi power reading` from a BMC that does not measure power: its zeros are no reading.
+    It was 'not recognised' (doctor exit 64) and 'no known cause' (explain) with nothing said."""
+    snap = snapshot_from_text(DCMI_OFF, "dcmi.txt")
+    assert snap.room is not None and snap.room.power_consumed_w is None
+    assert "evidence.partial" in _codes(DCMI_OFF)
+    why = [s for s in snap.signals if s.code == "evidence.partial"]
+    assert why and "power reading state is deactivated" in (why[0].line or "")
+    on = DCMI_OFF.replace(" 0 Watts", " 512 Watts").replace("deactivated", "activated")
+    live = snapshot_from_text(on, "dcmi.txt")
+    assert live.room is not None and live.room.power_consumed_w == 512.0
+    assert "evidence.partial" not in _codes(on)

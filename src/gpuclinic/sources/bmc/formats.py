@@ -60,6 +60,7 @@ def apply(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         or room.fru
         or room.power_consumed_w is not None
         or room.redundancy
+        or room.partial  # recognised, and why its figures are not usable is said (evidence.partial)
     ):
         raise ValueError(f"{kind.removeprefix(PREFIX)} output holds no sensor, power supply or event")
     cut = None if kind.removeprefix(PREFIX) in _JSON_KINDS else salvage.cut_last_row(text)

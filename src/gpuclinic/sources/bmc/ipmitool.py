@@ -373,6 +373,10 @@ def parse_dcmi(text: str) -> R.RoomFacts:
     state = re.search(r"Power reading state is:\s*(\w+)", text)
     if state and state.group(1).lower() != "activated":
         room.power_consumed_w = None  # DCMI power measurement not enabled: the number is meaningless
+        room.partial.append(
+            f"ipmitool dcmi power reading: the BMC's power reading state is {state.group(1)}, so its "
+            f"{m.group(1) if m else '?'} W figures are not a measurement and the node's draw was not checked"
+        )
     room.add_source("ipmitool dcmi power reading")
     return room
 
