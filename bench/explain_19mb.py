@@ -63,7 +63,9 @@ def wall(
     for _ in range(runs):
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=env)
+        # stdout to a pipe, not /dev/null: GNU grep treats a /dev/null stdout like -q and stops at the
+        # first match, which made the peer look 15x faster than a real count over the whole file
+        subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False, env=env)
         ts.append(time.perf_counter() - t)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if cpu is not None:
