@@ -82,6 +82,7 @@ def start(key: str, argv: list[str], cwd: Path, *, env: dict[str, str] | None = 
     proc = subprocess.Popen(wrap, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     _procs.append(proc)
+    _autogroup_nice(proc.pid, 19)
     (d / "pid.part").write_text(str(proc.pid))
     (d / "pid.part").rename(d / "pid")
 
@@ -98,6 +99,7 @@ def result(key: str, timeout: float) -> subprocess.CompletedProcess[str] | None:
         os.setpriority(os.PRIO_PGRP, pgid, 0)
     except OSError:
         pass
+    _autogroup_nice(pgid, 0)
     deadline = time.monotonic() + timeout
     while not (d / "rc").exists():
         if time.monotonic() > deadline or not _alive(pgid):
@@ -107,6 +109,16 @@ def result(key: str, timeout: float) -> subprocess.CompletedProcess[str] | None:
     rc = int((d / "rc").read_text()) if (d / "rc").exists() else -9
     texts = [(d / f).read_text(errors="replace") if (d / f).exists() else "" for f in ("out", "err")]
     return subprocess.CompletedProcess(["sh", "-c", key], rc, texts[0], texts[1])
+
+
+def _autogroup_nice(leader: int, nice: int) -> None:
+    """The nice value of the job's scheduler autogroup (Linux with ``sched_autogroup_enabled``, as on
+    Debian and Ubuntu): a job in a session of its own is an autogroup of its own, which gets the same
+    CPU share as the tests' autogroup whatever its processes' nice value; so the group is niced too."""
+    try:
+        Path(f"/proc/{leader}/autogroup").write_text(f"{nice}\n")
+    except OSError:  # no autogroups (the process nice value then applies), or not allowed
+        pass
 
 
 def _alive(pgid: int) -> bool:

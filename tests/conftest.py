@@ -30,11 +30,11 @@ BACKGROUND = {
 
 # test files that take longest (summed test durations of a 2-worker run on 2 cores, most first): they go
 # out first, so that the two workers end together instead of one running a long file alone at the end
-# (the cpu_burn file a little later: it would wait for the throughput ones, see _cpu_burn_apart)
+# (test_sync's solo tests wait for the other worker's test at hand: short ones beside it at the start)
 HEAVY_FIRST = (
     "transfer/test_sync.py",
-    "transfer/test_get_image.py",
     "supervise/test_run_e2e.py",
+    "transfer/test_get_image.py",
     "cli/test_bad_input.py",
     "accept/test_cpu_workload.py",
     "room/test_ipmi_sim.py",
@@ -99,24 +99,30 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return LoadFileScheduling(config, log)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    background.stop_all()
-
-
-@pytest.fixture(autouse=True)
-def _cpu_burn_apart(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Under xdist, a ``cpu_burn`` test (torch on every core) and a ``throughput`` test (a transfer's
-    speed asserted) never run at the same time in the two workers: a lock file of the session, held
-    exclusive by the one and shared by the other (throughput tests may run beside each other)."""
-    burn = request.node.get_closest_marker("cpu_burn") is not None
-    timed = request.node.get_closest_marker("throughput") is not None
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Under xdist, a ``solo`` test (one that asserts a transfer's speed against the link's caps) runs
+    while the other worker waits: every other test holds a session lock file shared, from its first
+    fixture to its last teardown, and a solo test holds it exclusive.  A second lock file (the gate) is
+    held exclusive by a solo test while it waits, so that the other worker cannot start test after test
+    and keep it waiting."""
     root = os.environ.get(background.ENV)
-    if not (burn or timed) or not os.environ.get("PYTEST_XDIST_WORKER") or not root:
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not root:
         yield
         return
-    with open(Path(root) / "cpu.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX if burn else fcntl.LOCK_SH)
-        yield
+    with open(Path(root) / "solo.gate", "a") as gate, open(Path(root) / "solo.lock", "a") as lock:
+        if item.get_closest_marker("solo") is not None:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield  # the locks go with the files
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    background.stop_all()
 
 
 @pytest.fixture

@@ -15,13 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 
 from gpuclinic.accept.runner import device_labels
 from realtools import require
-
-# torch and accept's host tests on every core: under xdist, never beside a 'throughput' test (conftest.py)
-pytestmark = pytest.mark.cpu_burn
 
 
 def accept(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:

@@ -17,9 +17,6 @@ from realtools import require
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml"))
 from fake_pynvml import FakeGpu, FakeNvml
 
-# torch on every core: under xdist, never beside a 'throughput' test (conftest.py)
-pytestmark = pytest.mark.cpu_burn
-
 
 @pytest.mark.timeout(120)
 def test_busy_gpus_hidden_and_cpu_torch_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

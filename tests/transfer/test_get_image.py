@@ -28,9 +28,6 @@ from realtools import require
 
 from .oci_env import Built, MiB, Registry, TokenIssuer, build_image, build_multiarch, push, sha256_file
 
-# speed and timing asserted: under xdist, never beside a 'cpu_burn' test (conftest.py)
-pytestmark = pytest.mark.throughput
-
 BIG = 200 * MiB
 # bcrypt of the mirror's test password "Mirr0r-s3cret-pw" at cost 4, made with libcrypt's Blowfish method;
 # a test credential, not a secret.  The registry checks it on every request: at the default cost (12)

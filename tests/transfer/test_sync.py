@@ -38,9 +38,6 @@ from realtools import require
 
 from .ssh_env import Sshd
 
-# speed and timing asserted: under xdist, never beside a 'cpu_burn' test (conftest.py)
-pytestmark = pytest.mark.throughput
-
 MiB = 1024 * 1024
 GPUCLINIC = [sys.executable, "-m", "gpuclinic"]
 PER_CONN = 2 * MiB
@@ -102,6 +99,7 @@ def _make_src(root: Path, nfiles: int, big: int) -> Path:
     return src
 
 
+@pytest.mark.solo  # speed asserted: CPU taken by the other xdist worker would slow ssh
 def test_push_many_files_and_a_big_one_then_pull_back(env: Env, tmp_path: Path) -> None:
     src = _make_src(tmp_path, 150, 40 * MiB)
     size = sum(p.stat().st_size for p in src.rglob("*") if p.is_file() and not p.is_symlink())
@@ -326,6 +324,7 @@ def test_compressed_push_of_text(env: Env, tmp_path: Path) -> None:
     assert env.proxy.stats()["up"] < size / 4  # rsync -z and ssh compression both worked on the wire
 
 
+@pytest.mark.solo  # speed asserted: CPU taken by the other xdist worker would slow ssh
 def test_streams_grow_on_the_transfer_when_each_connection_is_capped(env: Env, tmp_path: Path) -> None:
     """8 streams start; their measured total is ~8x one stream (each connection is capped, the link
     is not), so the runner adds streams up to --max-streams (16) while the file is still going."""
