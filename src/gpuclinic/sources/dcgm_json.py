@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 
-from gpuclinic.facts.evidence import Signal
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge import codes
 
 MARKS = ('"DCGM GPU Diagnostic"', '"DCGM Diagnostic"')
 _SIGNATURE = "dcgm_diag_test_fail"
@@ -25,7 +23,7 @@ def read(snap: Snapshot, lines: list[str], origin: str, first: int) -> int:
     signals.  Returns the last line the JSON takes (it runs past the segment: one-line result objects
     split it into other segments), or 0 when it does not parse (a cut paste stays unread)."""
     from gpuclinic.accept.checks import _walk_dcgm
-    from gpuclinic.sources.signals import evidence_signatures
+    from gpuclinic.sources.signals import evidence_signatures, signal_of
 
     text = "\n".join(lines[first - 1 :])
     start = text.find("{")
@@ -44,19 +42,7 @@ def read(snap: Snapshot, lines: list[str], origin: str, first: int) -> int:
         if status.lower() != "fail":
             continue
         line = f"{name}: {status}" + (f" - {info}" if info else "")
-        snap.signals.append(
-            Signal(
-                code=sig.code,
-                severity=codes.severity(sig.code, sig.severity_when).name.lower(),
-                family=codes.family(sig.code).value,
-                title=sig.title,
-                line=line[:400],
-                input=origin,
-                lineno=_lineno(run, name, first),
-                source=sig.source,
-                data={"signature": sig.id, "test": name},
-            )
-        )
+        snap.signals.append(signal_of(sig, line, origin, _lineno(run, name, first), {"test": name}))
     return last
 
 

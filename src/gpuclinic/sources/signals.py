@@ -145,23 +145,36 @@ def scan_lines(
                 drv = gd.get("drv")
                 if drv and drv != "nvidia" and not (bus and snap.gpu_by_bus_id(bus)):
                     continue  # an IOMMU fault of a NIC or NVMe drive: not ours to judge
+                data = {k: v for k, v in gd.items() if v and k != "bus"}
                 snap.signals.append(
-                    Signal(
-                        code=sig.code,
-                        severity=codes.severity(sig.code, sig.severity_when).name.lower(),
-                        family=codes.family(sig.code).value,
-                        title=sig.title,
-                        line=line.strip()[:400],
-                        input=origin,
-                        lineno=n,
-                        pci_bus_id=normalize_bus_id(bus) if bus else None,
-                        remedy=sig.remedy,
-                        source=sig.source,
-                        data={"signature": sig.id, **{k: v for k, v in gd.items() if v and k != "bus"}},
-                    )
+                    signal_of(sig, line.strip(), origin, n, data, normalize_bus_id(bus) if bus else None)
                 )
             claimed.add(n)
     return claimed
+
+
+def signal_of(
+    sig: EvidenceSignature,
+    line: str,
+    origin: str,
+    lineno: int | None,
+    data: dict[str, str],
+    bus: str | None = None,
+) -> Signal:
+    """The signal an evidence signature gives for one line: code, severity and family from codes.json."""
+    return Signal(
+        code=sig.code,
+        severity=codes.severity(sig.code, sig.severity_when).name.lower(),
+        family=codes.family(sig.code).value,
+        title=sig.title,
+        line=line[:400],
+        input=origin,
+        lineno=lineno,
+        pci_bus_id=bus,
+        remedy=sig.remedy,
+        source=sig.source,
+        data={"signature": sig.id, **data},
+    )
 
 
 def _needle_lines(
