@@ -58,6 +58,11 @@ def module_errors(snap: Snapshot) -> list[Finding]:
     groups: dict[str, list[KernelEvent]] = {}
     for e in evs:
         groups.setdefault(str(e.detail.get("module")), []).append(e)
+    for sub in list(groups):  # a consequence joins its cause's finding (driver_module.json explained_by)
+        causes = _module_texts()["problems"].get(sub, {}).get("explained_by", ())
+        cause = next((c for c in causes if c in groups), None)
+        if cause is not None:
+            groups[cause] = sorted(groups[cause] + groups.pop(sub), key=lambda e: e.lineno or 0)
     out: list[Finding] = []
     for sub, group in groups.items():
         what, fix = _module_text(sub)

@@ -257,6 +257,9 @@ def _read_elsewhere(snap: Snapshot, code: str) -> bool:
         return snap.software is not None and bool(snap.software.nvidia_smi_errors)
     if code == "gpu.init_failed":  # the kernel-log reader's init_failed event, per GPU
         return any(ev.kind == "init_failed" for ev in snap.kernel_events)
+    if code == "driver.kernel_module":  # a module-load problem it judges (probe not called: nouveau...)
+        return any(ev.kind == "module" and ev.detail.get("severity") in ("critical", "warning")
+                   for ev in snap.kernel_events)
     raise KeyError(f"covered_by {code!r}: no reader known for it")
 
 
