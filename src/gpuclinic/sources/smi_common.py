@@ -214,6 +214,7 @@ class SmiDump:
     gpus: list[GpuFacts] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # verbatim nvidia-smi error statements
     notes: list[str] = field(default_factory=list)  # how the dump was read, for the report's notes
+    partial: list[str] = field(default_factory=list)  # why part of it could not be read (evidence.partial)
 
 
 # nvidia-smi's own error statements, as printed in the wild (one line each).
