@@ -330,3 +330,38 @@ def test_ipmitool_verbose_blocks() -> None:
     assert room.redundancy == {"Pwr Unit Redund": "Redundancy Lost"}
     got = {(f.code, f.severity.label) for f in diagnose(Snapshot(room=room)).findings}
     assert {("room.inlet_hot", "critical"), ("room.psu_redundancy", "warning")} <= got
+
+
+def _room_codes(text: str) -> dict[str, Finding]:
+    snap = Snapshot(room=ipmitool.parse_any(text))
+    return {f.code: f for f in run_checks(snap)[0]}
+
+
+def test_discrete_sensor_asserting_a_fault_now_is_read_like_its_sel_record() -> None:
+    # HPE iLO: the sdr status stays "ok" while the Memory sensor asserts its correctable-ECC states
+    text = (
+        "Memory           | 2Bh | ok  |  7.7 | Correctable ECC, Correctable ECC logging limit reached, "
+        "Presence Detected\n"
+        "CPU0 IERR        | 12h | ok  |  3.1 | State Deasserted\n"
+        "MEM CPU1 FAIL    | 1Eh | ok  |  7.1 | State Deasserted\n"
+        "Fan Block 1      | 09h | ok  |  7.1 | 21.56 percent, Transition to Running\n"
+    )
+    found = _room_codes(text)
+    f = found["room.sel.memory_correctable"]
+    assert f.severity.label == "warning"
+    assert f.title.startswith("BMC sensor state:") and "asserted now" in f.title
+    assert f.evidence == ["Memory asserts Correctable ECC, Correctable ECC logging limit reached — "
+                          "ipmitool sdr elist (sensor state now)"]
+    # a fault sensor that is deasserted is no event
+    assert "room.sel.cpu_ierr" not in found and "room.sel.memory_uncorrectable" not in found
+    asserted = _room_codes(text.replace("CPU0 IERR        | 12h | ok  |  3.1 | State Deasserted",
+                                        "CPU0 IERR        | 12h | cr  |  3.1 | State Asserted"))
+    assert asserted["room.sel.cpu_ierr"].severity.label == "critical"
+
+
+def test_fan_at_its_upper_threshold_is_a_fast_fan_not_a_failed_one() -> None:
+    row = ("BPN-FAN2         | 13300.000  | RPM        | nc    | 500.000   | 400.000   | 300.000   "
+           "| 13300.000 | 13400.000 | 13500.000 \n")
+    assert "room.fan_failed" not in _room_codes(row)
+    slow = row.replace("13300.000  | RPM        | nc", "250.000    | RPM        | nc")
+    assert _room_codes(slow)["room.fan_failed"].severity.label == "critical"  # below lcr 400

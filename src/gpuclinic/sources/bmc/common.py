@@ -8,7 +8,7 @@ from functools import cache
 from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge import load_data
-from gpuclinic.knowledge.room import SIGNATURES_FILE, role_for
+from gpuclinic.knowledge.room import SIGNATURES_FILE, classify_event, role_for
 
 _UNITS = {
     "degrees c": "C", "c": "C", "cel": "C", "celsius": "C", "°c": "C",
@@ -278,3 +278,33 @@ def finish(room: R.RoomFacts, source: str) -> None:
     _psu_line_voltage(room, {k: v for k, v in ents.items() if v})
     for k, v in redundancy_from_sensors(room.sensors).items():
         room.redundancy.setdefault(k, v)
+    room.events.extend(events_from_states(room.sensors, source))
+
+
+# a discrete sensor's state that says "nothing is wrong": generic digital sensors named for the fault
+# ("MEM CPU1 FAIL | State Deasserted", "CPU0 IERR | Transition to OK") or presence/running states
+_CLEAR_STATE = lazyre.compile(
+    r"deasserted|transition to (ok|running|idle|active)|^ok$|normal|present|enabled|fully redundant", re.I
+)
+
+def events_from_states(sensors: list[R.RoomSensor], source: str) -> list[R.BmcEvent]:
+    """Faults a discrete sensor asserts now (HPE ``Memory | 2Bh | ok | 7.7 | Correctable ECC, ...``,
+    ``CPU0 IERR | State Asserted``), as the SEL record of the same fault would be classified.
+
+    The sdr line says it with its status still ``ok``; PSU, fan and power-unit sensors are read by their own
+    checks (PSUs, redundancy, fans), so only the other sensors are looked at here.
+    """
+    out: list[R.BmcEvent] = []
+    for s in sensors:
+        if s.kind != R.OTHER or not s.states:
+            continue
+        found = [(ec, st) for st in s.states if not _CLEAR_STATE.search(st)
+                 if (ec := classify_event(None, s.name, st)) is not None]
+        if not found:
+            continue
+        # one event per sensor, of its worst class ("Correctable ECC, ... logging limit reached": one fault)
+        ec = next((e for e, _ in found if e.severity == "critical"), found[0][0])
+        out.append(R.BmcEvent(id=f"{s.name} {s.number or ''}".strip(), sensor=s.name,
+                              description=", ".join(st for _, st in found), kind=ec.kind,
+                              source=source + R.STATE_SOURCE))
+    return out
