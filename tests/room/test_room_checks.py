@@ -365,3 +365,64 @@ def test_fan_at_its_upper_threshold_is_a_fast_fan_not_a_failed_one() -> None:
     assert "room.fan_failed" not in _room_codes(row)
     slow = row.replace("13300.000  | RPM        | nc", "250.000    | RPM        | nc")
     assert _room_codes(slow)["room.fan_failed"].severity.label == "critical"  # below lcr 400
+
+
+# FreeIPMI ipmimonitoring with --comma-separated-output, as recorded in NUT's nut-libfreeipmi.c
+IPMIMONITORING_CSV = (
+    "Record ID, Sensor Name, Sensor Number, Sensor Type, Sensor State, Sensor Reading, Sensor Units, "
+    "Sensor Event/Reading Type Code, Sensor Event Bitmask, Sensor Event String\n"
+    "52, Presence, 84, Entity Presence, Nominal, N/A, N/A, 6Fh, 1h, 'Entity Present'\n"
+    "57, Status, 100, Power Supply, Critical, N/A, N/A, 6Fh, 9h, 'Presence detected' "
+    "'Power Supply input lost (AC/DC)'\n"
+    "118, Voltage, 150, Voltage, Nominal, 236.00, V, 1h, C0h, 'OK'\n"
+)
+
+
+def test_freeipmi_comma_separated_output_is_read_by_its_header(tmp_path: Path) -> None:
+    from gpuclinic.sources.bmc import formats
+
+    assert formats.detect(IPMIMONITORING_CSV) == "room:freeipmi_sensors"
+    f = _room_codes_from(formats.parse("room:freeipmi_sensors", IPMIMONITORING_CSV))["room.psu_input"]
+    assert f.severity.label == "critical" and "Power Supply input lost (AC/DC)" in f.evidence[0]
+    (tmp_path / "psu.txt").write_text(IPMIMONITORING_CSV)
+    assert "room.psu_input" in _codes(load_evidence([str(tmp_path / "psu.txt")]))
+    # ipmi-sensors --comma-separated-output --no-header-output: the default six columns
+    rows = ("70,PWR_PSU0,Power Supply,0.00,W,'At or Below (<=) Lower Critical Threshold'\n"
+            "93,STATUS_PSU0,Power Supply,N/A,N/A,'Presence detected' 'Power Supply Failure detected'\n")
+    assert formats.detect(rows) == "room:freeipmi_sensors"
+    assert "room.psu_failed" in _room_codes_from(formats.parse("room:freeipmi_sensors", rows))
+
+
+def _room_codes_from(room: RoomFacts) -> dict[str, Finding]:
+    return {f.code: f for f in run_checks(Snapshot(room=room))[0]}
+
+
+def test_freeipmi_0x_ipmimonitoring_and_ipmi_sensors_formats() -> None:
+    # netkiller's Linux handbook, a Dell with iDRAC6: the same PSU in both old FreeIPMI layouts
+    from gpuclinic.sources.bmc import formats
+
+    monitoring = (
+        "Record_ID | Sensor Name | Sensor Group | Monitoring Status| Sensor Units | Sensor Reading\n"
+        "7 | Ambient Temp | Temperature | Nominal | C | 27.000000\n"
+        "38 | FAN MOD 1A RPM | Fan | Nominal | RPM | 5040.000000\n"
+        "58 | Status | Power Supply | Critical | N/A | 'Presence detected' "
+        "'Power Supply input lost (AC/DC)'\n"
+    )
+    old = (
+        "7: Ambient Temp (Temperature): 27.00 C (3.00/47.00): [OK]\n"
+        "38: FAN MOD 1A RPM (Fan): 5040.00 RPM (1920.00/NA): [OK]\n"
+        "57: Status (Power Supply): [Presence detected]\n"
+        "58: Status (Power Supply): [Presence detected][Power Supply input lost (AC/DC)]\n"
+        "79: ECC Corr Err (Memory): [Unknown]\n"
+    )
+    for text, kind in ((monitoring, "room:freeipmi_sensors"), (old, "room:freeipmi_sensors_old")):
+        assert formats.detect(text) == kind
+        room = formats.parse(kind, text)
+        fan = next(s for s in room.sensors if s.name == "FAN MOD 1A RPM")
+        assert fan.reading == 5040 and fan.unit == "RPM" and fan.level == "ok"
+        found = _room_codes_from(room)
+        assert found["room.psu_input"].severity.label == "critical"
+        assert "room.fan_failed" not in found and "room.sensor_critical" not in found
+    sensors = formats.parse("room:freeipmi_sensors_old", old).sensors
+    amb = next(s for s in sensors if s.name == "Ambient Temp")
+    assert amb.reading == 27 and amb.thresholds == {"lcr": 3.0, "ucr": 47.0}

@@ -21,6 +21,7 @@ FORMATS: dict[str, tuple[Callable[[str], bool], Callable[[str], RoomFacts]]] = {
     "sensors_json": (lmsensors.claims_json, lmsensors.parse_json),
     "freeipmi_sensors": (freeipmi.claims_sensors, freeipmi.parse_sensors),
     "freeipmi_sel": (freeipmi.claims_sel, freeipmi.parse_sel),
+    "freeipmi_sensors_old": (freeipmi.claims_sensors_old, freeipmi.parse_sensors_old),
     "openbmc_logutil": (logutil.claims, logutil.parse),
     "vendor_event_log": (vendorlog.claims, vendorlog.parse),
     "ipmitool": (ipmitool.claims, ipmitool.parse_any),
