@@ -426,3 +426,22 @@ def test_freeipmi_0x_ipmimonitoring_and_ipmi_sensors_formats() -> None:
     sensors = formats.parse("room:freeipmi_sensors_old", old).sensors
     amb = next(s for s in sensors if s.name == "Ambient Temp")
     assert amb.reading == 27 and amb.thresholds == {"lcr": 3.0, "ucr": 47.0}
+
+
+def test_hpe_presence_rows_are_device_presence_not_psu_status() -> None:
+    # HPE DL360 Gen9 'ipmitool sensor': 0x0280 = Device Present, 0x0180 = Device Absent (generic type 08h);
+    # read as PSU status offsets they said "Failure detected" for the one installed PSU
+    rows = (
+        "Power Supply 1   | 225        | Watts      | ok    | na        | na        | na        | na        "
+        "| na        | na        \n"
+        "PS 1 Presence    | 0x2        | discrete   | 0x0280| na        | na        | na        | na        "
+        "| na        | na        \n"
+        "PS 2 Presence    | 0x1        | discrete   | 0x0180| na        | na        | na        | na        "
+        "| na        | na        \n"
+    )
+    found = _room_codes(rows)
+    assert "room.psu_failed" not in found
+    assert found["room.psu_absent"].title == "Power supply PS 2 Presence is absent"
+    room = ipmitool.parse_any(rows)
+    assert [(p.name, p.health, p.present) for p in room.psus] == [
+        ("PS 1 Presence", "ok", None), ("PS 2 Presence", None, False)]

@@ -77,6 +77,11 @@ def psu_offsets() -> tuple[str, ...]:
 
 
 @cache
+def presence_offsets() -> tuple[str, ...]:
+    return tuple(load_data(SIGNATURES_FILE)["presence_state_offsets"]["names"])
+
+
+@cache
 def sensor_type_names() -> tuple[str, ...]:
     """IPMI sensor type names, longest first (so "Power Supply" wins over "Power")."""
     names = load_data(SIGNATURES_FILE)["ipmi_sensor_types"]["names"]
@@ -216,7 +221,7 @@ def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerS
             ps.health = "critical"
         elif ps.predictive_failure or ps.input_out_of_range or s.level == "noncritical":
             ps.health = "warning"
-        elif present or s.level == "ok":
+        elif present is not False and (present or s.level == "ok"):  # an empty bay is not an OK PSU
             ps.health = "ok"
         out.append(ps)
     return out

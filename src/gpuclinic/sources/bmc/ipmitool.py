@@ -18,6 +18,7 @@ from gpuclinic.sources.bmc.common import (
     finish,
     make_sensor,
     number,
+    presence_offsets,
     psu_offsets,
     sensor_type_names,
     unit_of,
@@ -129,14 +130,18 @@ def claims_sdr(text: str) -> bool:
 # ------------------------------------------------------------------------------------------ sensor
 
 
-def _psu_states(hexstate: str) -> list[str]:
-    """Decode the two state bytes of a PSU row ('0x0b00': offsets 0, 1, 3)."""
+_PRESENCE = lazyre.compile(r"presen", re.I)
+
+
+def _psu_states(hexstate: str, name: str = "") -> list[str]:
+    """Decode the two state bytes of a PSU row ('0x0b00': offsets 0, 1, 3); a PSU *presence* sensor (HPE
+    'PS 2 Presence | 0x1 | discrete | 0x0180') is a generic device-presence sensor, not the PSU status."""
     try:
         v = int(hexstate, 16)
     except ValueError:
         return []
     low = (v >> 8) & 0xFF if len(hexstate) >= 6 else v & 0xFF
-    names = psu_offsets()
+    names = presence_offsets() if _PRESENCE.search(name) else psu_offsets()
     return [names[i] for i in range(len(names)) if low & (1 << i)]
 
 
@@ -154,7 +159,7 @@ def parse_sensor(text: str, source: str = "ipmitool sensor") -> R.RoomFacts:
             states: list[str] = []
             s = make_sensor(name, None, None, None, source=source)
             if s.kind == R.PSU and _HEX.match(status):
-                states = _psu_states(status)
+                states = _psu_states(status, name)
                 level = "ok"
                 if any(x in states for x in ("Failure detected", "Power Supply AC lost")):
                     level = "cr"
