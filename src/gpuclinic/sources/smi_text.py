@@ -86,9 +86,9 @@ _SIGNATURE_RE = lazyre.compile(
 
 # the clock event (throttle) reasons section on its own, as grepped or quoted: its title, then a reason row
 _REASONS_RE = lazyre.compile(
-    r"^[ \t]*Clocks (?:Event|Throttle) Reasons?[ \t]*\r?\n[ \t]+(?:Idle|Applications Clocks Setting|SW Power "
-    r"Cap|HW Slowdown|SW Thermal Slowdown|HW Thermal Slowdown|HW Power Brake Slowdown|Sync Boost|Display Clock "
-    r"Setting)[ \t]*:",
+    r"^[ \t]*Clocks (?:Event|Throttle) Reasons?[ \t]*\r?\n[ \t]+(?:Idle|Applications Clocks Setting|"
+    r"SW Power Cap|HW Slowdown|SW Thermal Slowdown|HW Thermal Slowdown|HW Power Brake Slowdown|Sync Boost|"
+    r"Display Clock Setting)[ \t]*:",
     re.M,
 )
 
