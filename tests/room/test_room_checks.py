@@ -391,6 +391,12 @@ def test_freeipmi_comma_separated_output_is_read_by_its_header(tmp_path: Path) -
             "93,STATUS_PSU0,Power Supply,N/A,N/A,'Presence detected' 'Power Supply Failure detected'\n")
     assert formats.detect(rows) == "room:freeipmi_sensors"
     assert "room.psu_failed" in _room_codes_from(formats.parse("room:freeipmi_sensors", rows))
+    # the default pipe table pasted without its header row (canonical/hardware-observer-operator#449)
+    pipe = ("280 | PSU 1            | Power Supply    | N/A        | N/A   | 'Presence detected'\n"
+            "281 | PSU 1 Failure    | Power Supply    | N/A        | N/A   | 'transition to OK'\n"
+            "285 | PSU 1 AC In Pwr  | Current         | N/A        | W     | N/A\n")
+    assert formats.detect(pipe) == "room:freeipmi_sensors"
+    assert [p.health for p in formats.parse("room:freeipmi_sensors", pipe).psus] == ["ok", "ok"]
 
 
 def _room_codes_from(room: RoomFacts) -> dict[str, Finding]:

@@ -41,6 +41,8 @@ _COLS = {"record id": "id", "sensor name": "name", "sensor type": "type", "senso
 _CSV_SPLIT = lazyre.compile(r",(?=(?:[^']*'[^']*')*[^']*$)")
 # ``ipmi-sensors --comma-separated-output --no-header-output``: 70,PWR_PSU0,Power Supply,0.00,W,'At or ...'
 _CSV_ROW = lazyre.compile(r"^\d+,[^,']+,[^,']+,[^,']*,[^,']*,'")
+# the default table pasted without its header row: "281 | PSU 1 Failure | Power Supply | N/A | N/A | 'OK'"
+_PIPE_ROW = lazyre.compile(r"^\s*\d+\s*\|[^|']+\|[^|']+\|[^|']*\|[^|']*\|\s*(?:'|N/A\s*$)")
 _HEADERLESS = ["id", "name", "type", "reading", "units", "event"]
 
 
@@ -59,9 +61,12 @@ def _header(text: str, first: str, need: tuple[str, ...]) -> tuple[int, list[str
             c = [_COLS.get(x.lower(), x.lower()) for x in _split(line, sep)]
             if c and c[0] == first and all(n in c for n in need):
                 return i, c, sep
-    rows = sum(1 for ln in text.splitlines()[:50] if _CSV_ROW.match(ln))
-    if first == "id" and "type" in need and rows >= 2:
-        return -1, _HEADERLESS, ","
+    if first != "id" or "type" not in need:
+        return None
+    head = text.splitlines()[:50]
+    for sep, row in ((",", _CSV_ROW), ("|", _PIPE_ROW)):
+        if sum(1 for ln in head if row.match(ln)) >= 2:
+            return -1, _HEADERLESS, sep
     return None
 
 
