@@ -451,3 +451,22 @@ def test_hpe_presence_rows_are_device_presence_not_psu_status() -> None:
     room = ipmitool.parse_any(rows)
     assert [(p.name, p.health, p.present) for p in room.psus] == [
         ("PS 1 Presence", "ok", None), ("PS 2 Presence", None, False)]
+
+
+def test_one_thermal_or_power_member_pasted_alone_is_read() -> None:
+    from gpuclinic.sources.bmc import formats
+
+    # Comcast/fishymetrics#176: one Temperatures member, typed only by the fragment of its @odata.id
+    temp = ('{"MemberId": "11", "Status": {"State": "Enabled", "Health": "OK"}, "Name": "PSU1_TEMP",\n'
+            ' "@odata.id": "/redfish/v1/Chassis/1/Thermal#/Temperatures/11",\n'
+            ' "PhysicalContext": "PowerSupply", "ReadingCelsius": 29, "UpperThresholdCritical": 55}')
+    assert formats.detect(temp) == "room:redfish"
+    (s,) = formats.parse("room:redfish", temp).sensors
+    assert (s.name, s.reading, s.thresholds) == ("PSU1_TEMP", 29, {"ucr": 55})
+    # an iDRAC fan member as check_redfish -v prints it: typed "#Thermal.v1_4_0.Fan"
+    fan = ('{"@odata.id": "/redfish/v1/Chassis/System.Embedded.1/Sensors/Fans/0x17%7C%7CFan.Embedded.3A",\n'
+           ' "@odata.type": "#Thermal.v1_4_0.Fan", "FanName": "System Board Fan3A",\n'
+           ' "LowerThresholdCritical": 720, "Name": "System Board Fan3A", "Reading": 0,\n'
+           ' "ReadingUnits": "RPM", "Status": {"Health": "Critical", "State": "Enabled"}}')
+    found = _room_codes_from(formats.parse("room:redfish", fan))
+    assert found["room.fan_failed"].severity.label == "critical"
