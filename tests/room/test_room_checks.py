@@ -470,3 +470,12 @@ def test_one_thermal_or_power_member_pasted_alone_is_read() -> None:
            ' "ReadingUnits": "RPM", "Status": {"Health": "Critical", "State": "Enabled"}}')
     found = _room_codes_from(formats.parse("room:redfish", fan))
     assert found["room.fan_failed"].severity.label == "critical"
+
+
+def test_sel_info_of_a_full_log_is_a_sel_full_event() -> None:
+    full = ("SEL Information\nVersion          : 1.5 (v1.5, v2 compliant)\nEntries          : 64\n"
+            "Free Space       : 0 bytes \nPercent Used     : 100%\nOverflow         : false\n")
+    f = _room_codes(full)["room.sel.sel_full"]
+    assert f.severity.label == "warning" and "Percent Used 100%" in f.title
+    ok = full.replace("0 bytes", "63576 bytes").replace("100%", "2%")
+    assert "room.sel.sel_full" not in _room_codes(ok)

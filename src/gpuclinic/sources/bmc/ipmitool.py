@@ -508,6 +508,29 @@ def parse_sel_verbose(text: str, source: str = "ipmitool sel list -v") -> R.Room
     return room
 
 
+def claims_sel_info(text: str) -> bool:
+    head = text[:4000]
+    return "SEL Information" in head and "Percent Used" in head
+
+
+def parse_sel_info(text: str) -> R.RoomFacts:
+    """``ipmitool sel info``: a full log (no free space, 100 % used, or overflowed) records no new event, so
+    it is an event of its own, classified like the BMC's "log full" SEL record."""
+    kv = {k.lower(): v for k, v in _kv(text).items()}
+    used, free = number(kv.get("percent used")), number(kv.get("free space"))
+    full = used == 100 or free == 0 or kv.get("overflow", "").lower() == "true"
+    room = R.RoomFacts(events_read=True)
+    room.add_source("ipmitool sel info")
+    if full:
+        desc = (f"Log full (sel info: Percent Used {kv.get('percent used', '?')}, Free Space "
+                f"{kv.get('free space', '?')}, Overflow {kv.get('overflow', '?')})")
+        ec = classify_event("Event Logging Disabled", "SEL", desc)
+        room.events.append(R.BmcEvent(id="sel info", sensor_type="Event Logging Disabled", sensor="SEL",
+                                      description=desc, kind=ec.kind if ec else None,
+                                      source="ipmitool sel info"))
+    return room
+
+
 def parse_any(text: str) -> R.RoomFacts:
     """Every ipmitool part found in ``text`` (a paste may hold sdr, sensor and sel one after another)."""
     room = R.RoomFacts()
@@ -527,6 +550,8 @@ def parse_any(text: str) -> R.RoomFacts:
         room.merge(parse_fru(text))
     if claims_dcmi(text):
         room.merge(parse_dcmi(text))
+    if claims_sel_info(text):
+        room.merge(parse_sel_info(text))
     return room
 
 
@@ -540,4 +565,5 @@ def claims(text: str) -> bool:
         or claims_chassis(text)
         or claims_fru(text)
         or claims_dcmi(text)
+        or claims_sel_info(text)
     )
