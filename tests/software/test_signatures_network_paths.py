@@ -50,6 +50,9 @@ ONLY: dict[str, str] = {
     "hf_416_httpx_mirror_client_error_omlx_141.txt": "download.range_not_satisfiable",
     "uv_network_timeout_uv_http_timeout_pavona_474.txt": "download.read_timeout",
     "uv_connection_reset_tree_uv_12730.txt": "download.connection_broken",
+    "pull_x509_expired_current_time_after_drycc_24.txt": "download.tls_verify_failed",
+    "hf_proxy_cannot_connect_filenotfound_yoloworld_521.txt": "download.unreachable",
+    "nccl_proxy_service_connect_retcode2_net_ib_ncclt_111.txt": "nccl.connect_failed",
 }
 
 
@@ -83,6 +86,7 @@ def test_a_cut_transfer_is_the_retryable_download_class(name: str) -> None:
         "hf_ssl_urllib3_chained_maxretry_stablevirtualcamera_23.txt",
         "git_lfs_quota_fetch_reference_cdupdates_1.txt",
         "pull_http_response_to_https_client_journal_distribution_3162.txt",
+        "pull_x509_expired_fata_index_v1_moby_11534.txt",
     ],
 )
 def test_a_refusal_that_repeats_on_restart_is_not_retried(name: str) -> None:
