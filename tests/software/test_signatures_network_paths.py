@@ -53,6 +53,10 @@ ONLY: dict[str, str] = {
     "pull_x509_expired_current_time_after_drycc_24.txt": "download.tls_verify_failed",
     "hf_proxy_cannot_connect_filenotfound_yoloworld_521.txt": "download.unreachable",
     "nccl_proxy_service_connect_retcode2_net_ib_ncclt_111.txt": "nccl.connect_failed",
+    "dist_gloo_pair_closed_by_peer_rvc_1882.txt": "nccl.connection_reset",
+    "hf_httpx_remote_protocol_error_no_xet_hfhub_4349.txt": "download.connection_broken",
+    "hf_gaierror_name_resolution_chatunivi_12.txt": "download.unreachable",
+    "pull_skopeo_writing_blob_happened_during_read_eof_skopeo_1901.txt": "pull.unexpected_eof",
 }
 
 
