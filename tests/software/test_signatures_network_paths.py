@@ -65,6 +65,10 @@ ONLY: dict[str, str] = {
     "dist_distnetworkerror_client_socket_10000ms_torchxpu_2119.txt": "dist.store_timeout",
     "pull_containerd_no_progress_cancel_k8s_131521.txt": "pull.request_canceled",
     "pull_crio_context_deadline_exceeded_tabbed_events_crio_189.txt": "pull.request_canceled",
+    "nccl_ib_async_port_error_then_error12_litllama_380.txt": "nccl.ib_port_error",
+    "nccl_ib_async_catastrophic_mpirun_ts_nccl_230.txt": "nccl.ib_port_error",
+    "nccl_socket_poll_connect_timed_out_rank_logs_nccl_1618.txt": "nccl.connect_failed",
+    "hf_offline_mode_is_enabled_kernels_553.txt": "download.offline_mode",
 }
 
 
@@ -103,6 +107,7 @@ def test_a_cut_transfer_is_the_retryable_download_class(name: str) -> None:
         "git_lfs_quota_fetch_reference_cdupdates_1.txt",
         "pull_http_response_to_https_client_journal_distribution_3162.txt",
         "pull_x509_expired_fata_index_v1_moby_11534.txt",
+        "hf_offline_mode_is_enabled_kernels_553.txt",
     ],
 )
 def test_a_refusal_that_repeats_on_restart_is_not_retried(name: str) -> None:
