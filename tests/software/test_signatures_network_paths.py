@@ -69,6 +69,8 @@ ONLY: dict[str, str] = {
     "nccl_ib_async_catastrophic_mpirun_ts_nccl_230.txt": "nccl.ib_port_error",
     "nccl_socket_poll_connect_timed_out_rank_logs_nccl_1618.txt": "nccl.connect_failed",
     "hf_offline_mode_is_enabled_kernels_553.txt": "download.offline_mode",
+    "ssh_host_key_verification_git_hung_up_deliver_21.txt": "ssh.auth_failed",
+    "ssh_deepspeed_passwordless_check_exit255_deepspeed_4907.txt": "ssh.connect_failed",
 }
 
 
@@ -108,6 +110,7 @@ def test_a_cut_transfer_is_the_retryable_download_class(name: str) -> None:
         "pull_http_response_to_https_client_journal_distribution_3162.txt",
         "pull_x509_expired_fata_index_v1_moby_11534.txt",
         "hf_offline_mode_is_enabled_kernels_553.txt",
+        "ssh_host_key_verification_scp_exit255_proxmox_190.txt",
     ],
 )
 def test_a_refusal_that_repeats_on_restart_is_not_retried(name: str) -> None:
