@@ -141,3 +141,19 @@ def test_ofi_info_lines_are_not_errors() -> None:
         "INFO: Function: ofi_init Line: 686: NET/OFI Selected Provider is efa\n"
     )
     assert match(text) == []
+
+
+def test_benign_lookalikes_are_not_network_faults() -> None:
+    """Lines that share words with the network signatures but report no fault: a pipe closed by `head`, NCCL
+    INFO lines of a healthy init, pip's normal progress, a TLS handshake that worked."""
+    text = (
+        "cat: write error: Broken pipe\n"
+        "tee: write error: Broken pipe\n"
+        "node1:123:456 [0] NCCL INFO NET/OFI Selected Provider is efa\n"
+        "node1:123:456 [0] NCCL INFO Connected all rings\n"
+        "  Downloading torch-2.4.0-cp311-cp311-manylinux1_x86_64.whl (797.2 MB)\n"
+        "Successfully installed torch-2.4.0\n"
+        "* SSL connection using TLSv1.3 / TLS_AES_128_GCM_SHA256\n"
+        "Receiving objects: 100% (22436/22436), 12.84 MiB | 864.00 KiB/s, done.\n"
+    )
+    assert match(text) == []
