@@ -157,3 +157,22 @@ def test_benign_lookalikes_are_not_network_faults() -> None:
         "Receiving objects: 100% (22436/22436), 12.84 MiB | 864.00 KiB/s, done.\n"
     )
     assert match(text) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "family"),
+    [
+        ("pull_conn_reset_podman_blob_storage_podman_8503.txt", "network", "network"),
+        ("nccl_ib_async_port_error_backquoted_nccl_905.txt", "network", "network"),
+        ("hf_429_hfhubhttperror_api_datasets_6488.txt", "network", "network"),
+        ("xid79_oneline_nvsentinel_155.txt", "hardware", "gpu_fault"),
+    ],
+)
+def test_explain_names_the_kind_and_family_of_a_signature(name: str, kind: str, family: str) -> None:
+    """explain said "cause found: software" for a registry reset or an NCCL port error, and every signature's
+    incident carried the error.* wildcard's "software" family: both follow the signature's own family."""
+    from gpuclinic.explain import explain_text
+
+    report = explain_text((CORPUS / name).read_text(errors="replace"), name)
+    assert report.explain_summary()["kind"] == kind
+    assert report.incidents[0].family.value == family, report.incidents[0]
