@@ -16,7 +16,7 @@ from gpuclinic.model import Family, Severity
 from gpuclinic.record import field, record
 
 CODES_FILE = "codes.json"
-KINDS = ("hardware", "software", "configuration", "job")
+KINDS = ("hardware", "software", "configuration", "job", "network")
 
 
 @record(frozen=True)
