@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuclinic.checks import CheckSkipped, check
-from gpuclinic.checks._hw import kernel_lines, ref
+from gpuclinic.checks._hw import kernel_lines, ref, unreadable_finding, unreadable_findings
 from gpuclinic.checks._kernel import (
     SOURCE,
     _base_data,
@@ -93,53 +93,41 @@ def _lost_title(index: int, bus: str | None, reason: str) -> str:
     return f"{where} is not responding: its readings fail"
 
 
+# Why NVML cannot use a GPU the PCI bus lists: reason -> (severity condition in codes.json, title).
+_PCI_ONLY: dict[str, tuple[str | None, str]] = {
+    "not_in_container": (
+        "not_in_container", "GPU {bus} is on the host's PCI bus but not visible in this container"
+    ),
+    "vfio": ("vfio", "GPU {bus} is bound to vfio-pci (passed through to a VM), not to the nvidia driver"),
+    "pci_only": (None, "GPU {bus} is on the PCI bus and bound to nvidia, but NVML cannot see it"),
+    "other_driver": (
+        "other_driver", "GPU {bus} is on the PCI bus but bound to {driver}, so NVML cannot use it"
+    ),
+}
+
+
 def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container: bool) -> Finding:
-    ev = [
-        f"PCI: {bus} NVIDIA GPU (device {device_id or '?'}) bound to driver {driver or 'none'}",
-        "NVML: no GPU with this bus id",
-    ]
-    gref = GpuRef(pci_bus_id=bus)
-    if in_container:
-        return Finding(
-            code="gpu.missing",
-            severity=severity("gpu.missing", "not_in_container"),
-            family=Family.GPU_FAULT,
-            title=f"GPU {bus} is on the host's PCI bus but not visible in this container",
-            evidence=ev,
-            gpu=gref,
-            data={"reason": "not_in_container"},
-            source="pci",
-        )
-    if driver == "vfio-pci":
-        return Finding(
-            code="gpu.missing",
-            severity=severity("gpu.missing", "vfio"),
-            family=Family.GPU_FAULT,
-            title=f"GPU {bus} is bound to vfio-pci (passed through to a VM), not to the nvidia driver",
-            evidence=ev,
-            gpu=gref,
-            data={"reason": "vfio"},
-            source="pci",
-        )
-    if driver == "nvidia":
-        return Finding(
-            code="gpu.missing",
-            severity=severity("gpu.missing"),
-            family=Family.GPU_FAULT,
-            title=f"GPU {bus} is on the PCI bus and bound to nvidia, but NVML cannot see it",
-            evidence=ev,
-            gpu=gref,
-            data={"reason": "pci_only"},
-            source="pci",
-        )
+    reason = (
+        "not_in_container" if in_container
+        else "vfio" if driver == "vfio-pci"
+        else "pci_only" if driver == "nvidia"
+        else "other_driver"
+    )
+    when, title = _PCI_ONLY[reason]
+    data: dict[str, object] = {"reason": reason}
+    if reason == "other_driver":
+        data["driver"] = driver
     return Finding(
         code="gpu.missing",
-        severity=severity("gpu.missing", "other_driver"),
+        severity=severity("gpu.missing", when),
         family=Family.GPU_FAULT,
-        title=f"GPU {bus} is on the PCI bus but bound to {driver or 'no driver'}, so NVML cannot use it",
-        evidence=ev,
-        gpu=gref,
-        data={"reason": "other_driver", "driver": driver},
+        title=title.format(bus=bus, driver=driver or "no driver"),
+        evidence=[
+            f"PCI: {bus} NVIDIA GPU (device {device_id or '?'}) bound to driver {driver or 'none'}",
+            "NVML: no GPU with this bus id",
+        ],
+        gpu=GpuRef(pci_bus_id=bus),
+        data=data,
         source="pci",
     )
 
@@ -201,20 +189,12 @@ _ACTION_TEXT = {
 def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
     out = []
     for g in snap.gpus:
-        reset = sorted(k for k, v in g.unreadable.items() if "requires a reset" in v)
+        reset = unreadable_finding(
+            g, "gpu.recovery_action", "requires a reset", "NVML_ERROR_RESET_REQUIRED", Family.GPU_FAULT,
+            "GPU {index}: NVML answers 'GPU requires reset'", action="reset_required",
+        )
         if reset:
-            out.append(
-                Finding(
-                    code="gpu.recovery_action",
-                    severity=severity("gpu.recovery_action"),
-                    family=Family.GPU_FAULT,
-                    title=f"GPU {g.index}: NVML answers 'GPU requires reset'",
-                    evidence=[f"NVML_ERROR_RESET_REQUIRED on: {', '.join(reset)}"],
-                    gpu=ref(g),
-                    source="nvml",
-                    data={"action": "reset_required"},
-                )
-            )
+            out.append(reset)
         act = g.recovery_action
         if not act or act == "none":
             continue
@@ -238,22 +218,10 @@ def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
 
 @check("gpu.inforom", codes=["gpu.inforom"], what="GPU InfoROM")
 def gpu_inforom(snap: Snapshot) -> Iterable[Finding]:
-    out = []
-    for g in snap.gpus:
-        bad = sorted(k for k, v in g.unreadable.items() if "corrupted InfoROM" in v)
-        if bad:
-            out.append(
-                Finding(
-                    code="gpu.inforom",
-                    severity=severity("gpu.inforom"),
-                    family=Family.GPU_FAULT,
-                    title=f"GPU {g.index} InfoROM is corrupted: ECC and error history cannot be trusted",
-                    evidence=[f"NVML_ERROR_CORRUPTED_INFOROM on: {', '.join(bad)}"],
-                    gpu=ref(g),
-                    source="nvml",
-                )
-            )
-    return out
+    return unreadable_findings(
+        snap, "gpu.inforom", "corrupted InfoROM", "NVML_ERROR_CORRUPTED_INFOROM", Family.GPU_FAULT,
+        "GPU {index} InfoROM is corrupted: ECC and error history cannot be trusted",
+    )
 
 
 # --------------------------------------------------------------------------------------------------

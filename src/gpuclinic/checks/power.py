@@ -19,6 +19,7 @@ from gpuclinic.checks._hw import (
     readable,
     ref,
     threshold,
+    unreadable_findings,
 )
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
@@ -147,19 +148,7 @@ def power_cap(snap: Snapshot) -> Iterable[Finding]:
 
 @check("power.insufficient", codes=["power.insufficient"], what="GPU external power")
 def power_insufficient(snap: Snapshot) -> Iterable[Finding]:
-    out = []
-    for g in snap.gpus:
-        fields = [k for k, v in g.unreadable.items() if "insufficient external power" in v]
-        if fields:
-            out.append(
-                Finding(
-                    code="power.insufficient",
-                    severity=severity("power.insufficient"),
-                    family=Family.PCIE_POWER,
-                    title=f"GPU {g.index}: NVML reports insufficient external power (power cable or PSU)",
-                    evidence=[f"NVML_ERROR_INSUFFICIENT_POWER on: {', '.join(sorted(fields))}"],
-                    gpu=ref(g),
-                    source="nvml",
-                )
-            )
-    return out
+    return unreadable_findings(
+        snap, "power.insufficient", "insufficient external power", "NVML_ERROR_INSUFFICIENT_POWER",
+        Family.PCIE_POWER, "GPU {index}: NVML reports insufficient external power (power cable or PSU)",
+    )
