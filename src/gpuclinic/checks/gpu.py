@@ -8,15 +8,14 @@ from collections.abc import Iterable
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import kernel_lines, ref, unreadable_finding, unreadable_findings
 from gpuclinic.checks._kernel import (
-    SOURCE,
     _base_data,
-    _evidence,
+    _by_bus,
     _is_parent_of,
     _previous_boot_flags,
     _uuid_map,
     gpu_ref,
+    kernel_finding,
 )
-from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding, GpuRef, Severity
@@ -236,9 +235,7 @@ def fallen_off_bus(snap: Snapshot) -> list[Finding]:
     uuids = _uuid_map(snap)
     evs = [e for e in snap.kernel_events if e.kind == "fallen_off_bus" or (e.kind == "xid" and e.xid == 79)]
     prev = _previous_boot_flags(evs, snap)
-    by_bus: dict[str | None, list[KernelEvent]] = {}
-    for e in evs:
-        by_bus.setdefault(e.pci_bus_id, []).append(e)
+    by_bus = _by_bus(evs)
     aer = [e for e in snap.kernel_events if e.kind == "aer"]
     out: list[Finding] = []
     for bus, group in by_bus.items():
@@ -267,18 +264,9 @@ def fallen_off_bus(snap: Snapshot) -> list[Finding]:
         title = f"{label} fell off the PCIe bus: the driver can no longer reach it"
         if sev != Severity.CRITICAL:
             title += " (before the last reboot)"
-        out.append(
-            Finding(
-                code="gpu.fallen_off_bus",
-                severity=sev,
-                family=Family.GPU_FAULT,
-                title=title,
-                evidence=_evidence(group, [e.line for e in related[-2:]]),
-                gpu=ref,
-                data=data,
-                source=SOURCE,
-            )
-        )
+        aer_lines = [e.line for e in related[-2:]]
+        code = "gpu.fallen_off_bus"
+        out.append(kernel_finding(code, sev, Family.GPU_FAULT, title, group, ref, data, aer_lines))
     return out
 
 
@@ -294,9 +282,7 @@ def init_failed(snap: Snapshot) -> list[Finding]:
         return []
     uuids = _uuid_map(snap)
     prev = _previous_boot_flags(evs, snap)
-    by_bus: dict[str | None, list[KernelEvent]] = {}
-    for e in evs:
-        by_bus.setdefault(e.pci_bus_id, []).append(e)
+    by_bus = _by_bus(evs)
     # lines without a bus id ("rm_init_adapter failed for device bearing minor number 0") join a
     # single GPU's group when only one GPU failed
     if None in by_bus and len(by_bus) == 2:
@@ -323,16 +309,5 @@ def init_failed(snap: Snapshot) -> list[Finding]:
             data["aux_power_missing"] = True  # the driver says its power cables are missing
         label = ref.label() if ref else "A GPU"
         title = f"{label} failed to initialise in the NVIDIA driver ({', '.join(whats)})"
-        out.append(
-            Finding(
-                code="gpu.init_failed",
-                severity=sev,
-                family=Family.GPU_FAULT,
-                title=title,
-                evidence=_evidence(group),
-                gpu=ref,
-                data=data,
-                source=SOURCE,
-            )
-        )
+        out.append(kernel_finding("gpu.init_failed", sev, Family.GPU_FAULT, title, group, ref, data))
     return out

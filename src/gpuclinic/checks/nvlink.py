@@ -10,12 +10,11 @@ from gpuclinic.checks import check
 from gpuclinic.checks._hw import THRESHOLDS_SOURCE, kernel_lines, readable, ref, threshold
 from gpuclinic.checks._kernel import (
     NVLINK_XIDS,
-    SOURCE,
     _base_data,
-    _evidence,
     _previous_boot_flags,
     _uuid_map,
     gpu_ref,
+    kernel_finding,
 )
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
@@ -196,16 +195,5 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
                 + (f" on link(s) {', '.join(map(str, links))}" if links else "")
                 + (f" (Xid {', '.join(map(str, xids))})" if xids else "")
             )
-        out.append(
-            Finding(
-                code="nvlink.error",
-                severity=sev,
-                family=Family.GPU_FAULT,
-                title=title,
-                evidence=_evidence(group),
-                gpu=ref,
-                data=data,
-                source=SOURCE,
-            )
-        )
+        out.append(kernel_finding("nvlink.error", sev, Family.GPU_FAULT, title, group, ref, data))
     return out

@@ -19,10 +19,10 @@ from gpuclinic.checks._kernel import (
     AER_FREQUENT_PER_HOUR,
     SOURCE,
     _base_data,
-    _evidence,
     _span_s,
     _uuid_map,
     gpu_ref,
+    kernel_finding,
 )
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.kernel import KernelEvent
@@ -414,18 +414,7 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
             kind = "fatal" if fatal else "non-fatal"
             title = f"{label}: PCIe uncorrected ({kind}) errors (AER){place}: {rate_txt}"
             code = "pcie.aer_uncorrected"
-        out.append(
-            Finding(
-                code=code,
-                severity=sev,
-                family=Family.PCIE_POWER,
-                title=title,
-                evidence=_evidence(group, lines),
-                gpu=ref,
-                data=data,
-                source=SOURCE,
-            )
-        )
+        out.append(kernel_finding(code, sev, Family.PCIE_POWER, title, group, ref, data, lines))
     return out
 
 
