@@ -17,7 +17,7 @@ from gpuclinic.checks._kernel import (
     kernel_finding,
 )
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.codes import finding, severity
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 
@@ -37,10 +37,8 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
                 ev.append(f"PCI: {pd.bus_id} still listed in sysfs (driver {pd.driver or 'none'})")
             ev += kernel_lines(snap, g.pci_bus_id, ("xid", "fallen_off_bus"))
             out.append(
-                Finding(
-                    code="gpu.missing",
-                    severity=severity("gpu.missing"),
-                    family=Family.GPU_FAULT,
+                finding(
+                    "gpu.missing",
                     title=_lost_title(g.index, g.pci_bus_id, g.lost_reason or ""),
                     evidence=ev,
                     gpu=ref(g),
@@ -68,10 +66,8 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
             if snap.pci_read:
                 ev.append(f"NVIDIA GPUs on the PCI bus = {sum(1 for d in snap.pci_devices if d.is_gpu)}")
             out.append(
-                Finding(
-                    code="gpu.missing",
-                    severity=severity("gpu.missing"),
-                    family=Family.GPU_FAULT,
+                finding(
+                    "gpu.missing",
                     title=f"Only {len(usable)} of {snap.expect_gpus} expected GPUs are usable",
                     evidence=ev,
                     data={"usable": len(usable), "expected": snap.expect_gpus},
@@ -116,10 +112,9 @@ def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container:
     data: dict[str, object] = {"reason": reason}
     if reason == "other_driver":
         data["driver"] = driver
-    return Finding(
-        code="gpu.missing",
-        severity=severity("gpu.missing", when),
-        family=Family.GPU_FAULT,
+    return finding(
+        "gpu.missing",
+        when=when,
         title=title.format(bus=bus, driver=driver or "no driver"),
         evidence=[
             f"PCI: {bus} NVIDIA GPU (device {device_id or '?'}) bound to driver {driver or 'none'}",
@@ -138,10 +133,8 @@ def gpu_unresponsive(snap: Snapshot) -> Iterable[Finding]:
         if g.lost and (g.lost_reason or "").startswith("unresponsive"):
             ev = [g.lost_reason or "unresponsive"] + kernel_lines(snap, g.pci_bus_id, ("xid", "gsp"))
             out.append(
-                Finding(
-                    code="gpu.unresponsive",
-                    severity=severity("gpu.unresponsive"),
-                    family=Family.GPU_FAULT,
+                finding(
+                    "gpu.unresponsive",
                     title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) does not answer NVML: driver or GPU "
                           "firmware hung",
                     evidence=ev,
@@ -189,7 +182,7 @@ def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
     out = []
     for g in snap.gpus:
         reset = unreadable_finding(
-            g, "gpu.recovery_action", "requires a reset", "NVML_ERROR_RESET_REQUIRED", Family.GPU_FAULT,
+            g, "gpu.recovery_action", "requires a reset", "NVML_ERROR_RESET_REQUIRED",
             "GPU {index}: NVML answers 'GPU requires reset'", action="reset_required",
         )
         if reset:
@@ -218,7 +211,7 @@ def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
 @check("gpu.inforom", codes=["gpu.inforom"], what="GPU InfoROM")
 def gpu_inforom(snap: Snapshot) -> Iterable[Finding]:
     return unreadable_findings(
-        snap, "gpu.inforom", "corrupted InfoROM", "NVML_ERROR_CORRUPTED_INFOROM", Family.GPU_FAULT,
+        snap, "gpu.inforom", "corrupted InfoROM", "NVML_ERROR_CORRUPTED_INFOROM",
         "GPU {index} InfoROM is corrupted: ECC and error history cannot be trusted",
     )
 

@@ -18,7 +18,7 @@ from gpuclinic.checks._kernel import (
 )
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.codes import finding, severity
 from gpuclinic.model import Family, Finding, Severity
 
 
@@ -106,10 +106,8 @@ def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
         nvlink_part = bool(spec and spec.row.get("nvlink_total_gbs")) and "pcie" not in form.lower()
         if not (listed or nvlink_part):
             continue
-        yield Finding(
-            code="nvlink.error",
-            severity=severity("nvlink.error"),
-            family=Family.GPU_FAULT,
+        yield finding(
+            "nvlink.error",
             title=f"GPU {g.index}{f' ({g.name})' if g.name else ''}: all NVLink links are inactive",
             evidence=[
                 f"dcgmi nvlink --link-status: links {', '.join(str(x.link) for x in g.nvlinks)} down"

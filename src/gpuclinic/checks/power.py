@@ -23,7 +23,7 @@ from gpuclinic.checks._hw import (
 )
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.codes import finding, severity
 from gpuclinic.model import Family, Finding
 
 
@@ -56,10 +56,8 @@ def power_brake(snap: Snapshot) -> Iterable[Finding]:
         ev.append(load_line(g))
         if "hw_power_brake_slowdown" in reasons:
             out.append(
-                Finding(
-                    code="power.brake",
-                    severity=severity("power.brake"),
-                    family=Family.PCIE_POWER,
+                finding(
+                    "power.brake",
                     title=f"GPU {g.index} clocks are forced down by the hardware power brake (external power "
                           "signal)",
                     evidence=ev,
@@ -81,10 +79,9 @@ def power_brake(snap: Snapshot) -> Iterable[Finding]:
                 "thermal",
             )
             out.append(
-                Finding(
-                    code="power.brake",
-                    severity=severity("power.brake", "hw_slowdown"),
-                    family=Family.PCIE_POWER,
+                finding(
+                    "power.brake",
+                    when="hw_slowdown",
                     title=f"GPU {g.index} is in hardware slowdown that heat does not explain (power delivery "
                           "or external signal)",
                     evidence=ev,
@@ -131,10 +128,8 @@ def power_cap(snap: Snapshot) -> Iterable[Finding]:
             )
         elif capped and is_busy:
             out.append(
-                Finding(
-                    code="power.cap",
-                    severity=severity("power.cap"),
-                    family=Family.PCIE_POWER,
+                finding(
+                    "power.cap",
                     title=f"GPU {g.index} is running at its power limit ({fmt_w(limit)}): normal under heavy "
                           "load",
                     evidence=ev,
@@ -150,5 +145,5 @@ def power_cap(snap: Snapshot) -> Iterable[Finding]:
 def power_insufficient(snap: Snapshot) -> Iterable[Finding]:
     return unreadable_findings(
         snap, "power.insufficient", "insufficient external power", "NVML_ERROR_INSUFFICIENT_POWER",
-        Family.PCIE_POWER, "GPU {index}: NVML reports insufficient external power (power cable or PSU)",
+        "GPU {index}: NVML reports insufficient external power (power cable or PSU)",
     )
