@@ -17,6 +17,7 @@ from gpuclinic.checks._hw import (
     ref,
     threshold,
 )
+from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import finding
 from gpuclinic.model import Finding
@@ -124,28 +125,11 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
             f"remapped_rows.uncorrectable = {g.remapped_rows_uncorrectable}"
         )
         if g.remapped_rows_failure:
-            out.append(
-                finding(
-                    "memory.row_remap_failed",
-                    title=f"GPU {g.index}: HBM row remapping failed (no spare rows left): RMA condition",
-                    evidence=["remapped_rows.failure = yes", counts]
-                    + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
-                    gpu=ref(g),
-                    source="nvml",
-                )
-            )
+            title = f"GPU {g.index}: HBM row remapping failed (no spare rows left): RMA condition"
+            out.append(_flagged(snap, g, "memory.row_remap_failed", "remapped_rows.failure", counts, title))
         elif g.remapped_rows_pending:
-            out.append(
-                finding(
-                    "memory.row_remap_pending",
-                    title=f"GPU {g.index}: an HBM row is waiting to be remapped; reset the GPU when "
-                          "convenient",
-                    evidence=["remapped_rows.pending = yes", counts]
-                    + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
-                    gpu=ref(g),
-                    source="nvml",
-                )
-            )
+            title = f"GPU {g.index}: an HBM row is waiting to be remapped; reset the GPU when convenient"
+            out.append(_flagged(snap, g, "memory.row_remap_pending", "remapped_rows.pending", counts, title))
         unc = g.remapped_rows_uncorrectable
         if unc is not None and unc >= warn_unc and not g.remapped_rows_failure:
             out.append(
@@ -161,6 +145,12 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
     return out
 
 
+def _flagged(snap: Snapshot, g: GpuFacts, code: str, flag: str, counts: str, title: str) -> Finding:
+    """A memory repair NVML flags as failed or pending: the flag, the counters and the GPU's memory Xids."""
+    evidence = [f"{flag} = yes", counts] + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS)
+    return finding(code, title=title, evidence=evidence, gpu=ref(g), source="nvml")
+
+
 @check(
     "memory.retired_pages",
     codes=["memory.retired_pages_pending", "memory.retired_pages"],
@@ -173,16 +163,9 @@ def retired_pages(snap: Snapshot) -> Iterable[Finding]:
         sbe, dbe = g.retired_pages_sbe or 0, g.retired_pages_dbe or 0
         counts = f"retired_pages.sbe = {g.retired_pages_sbe}, retired_pages.dbe = {g.retired_pages_dbe}"
         if g.retired_pages_pending:
+            title = f"GPU {g.index}: memory pages are waiting to be retired; reload the driver or reboot"
             out.append(
-                finding(
-                    "memory.retired_pages_pending",
-                    title=f"GPU {g.index}: memory pages are waiting to be retired; reload the driver or "
-                          "reboot",
-                    evidence=["retired_pages.pending = yes", counts]
-                    + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
-                    gpu=ref(g),
-                    source="nvml",
-                )
+                _flagged(snap, g, "memory.retired_pages_pending", "retired_pages.pending", counts, title)
             )
         if sbe + dbe >= crit or dbe > dbe_crit:
             out.append(
