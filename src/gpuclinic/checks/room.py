@@ -451,6 +451,7 @@ def _sane_thresholds(s: R.RoomSensor) -> dict[str, float]:
 _FAMILY = {"pcie_fatal": Family.PCIE_POWER, "pcie_degraded": Family.PCIE_POWER,
            "memory_uncorrectable": Family.HOST,
            "memory_correctable": Family.HOST, "cpu_ierr": Family.HOST, "sel_full": Family.HOST,
+           "mce_logged": Family.HOST, "cpu_thermal_throttle": Family.HEAT,
            "thermal_trip": Family.HEAT, "temperature_critical": Family.HEAT,
            "temperature_warning": Family.HEAT, "fan_critical": Family.HEAT}
 
@@ -498,8 +499,8 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
     out = []
     for kind, evs in groups.items():
         ec = event_class(kind)
-        if ec is None:
-            continue
+        if ec is None or any(k in groups for k in ec.explained_by):
+            continue  # (another kind in the same log says what this one was)
         recent = [e for e in evs if now is None or (t := _when(e.time)) is None or now - t <= window]
         open_ = [e for e in recent if (e.sensor, e.description) not in cleared]
         code = f"room.sel.{kind}"
