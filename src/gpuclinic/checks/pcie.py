@@ -19,15 +19,15 @@ from gpuclinic.checks._kernel import (
     AER_FREQUENT_PER_HOUR,
     SOURCE,
     _base_data,
-    _evidence,
     _span_s,
     _uuid_map,
     gpu_ref,
+    kernel_finding,
 )
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.codes import finding, severity
 from gpuclinic.model import Family, Finding, GpuRef
 
 GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -57,10 +57,9 @@ def link_degraded(snap: Snapshot) -> Iterable[Finding]:
     if len(idle) > 1:  # one line for a whole idle node, not one per GPU
         gens = sorted({f.data["gen"] for f in idle})
         out.append(
-            Finding(
-                code="pcie.link_degraded",
-                severity=severity("pcie.link_degraded", "idle"),
-                family=Family.PCIE_POWER,
+            finding(
+                "pcie.link_degraded",
+                when="idle",
                 title=f"{len(idle)} idle GPUs have their PCIe links at Gen{'/'.join(map(str, gens))} (power "
                       "saving)",
                 evidence=_grouped(idle)
@@ -104,10 +103,9 @@ def _link(g: GpuFacts) -> Finding | None:
     if not gen_low and not width_low:
         gpu_max = g.pcie_gen_gpu_max
         if gpu_max is not None and gmax is not None and gpu_max > gmax:
-            return Finding(
-                code="pcie.link_degraded",
-                severity=severity("pcie.link_degraded", "power_saving"),
-                family=Family.PCIE_POWER,
+            return finding(
+                "pcie.link_degraded",
+                when="power_saving",
                 title=f"GPU {g.index} supports PCIe Gen{gpu_max} but the slot/platform only Gen{gmax}",
                 evidence=[link, f"GPU max generation = {gpu_max}"],
                 gpu=ref(g),
@@ -156,10 +154,8 @@ def _link(g: GpuFacts) -> Finding | None:
         ev.append(
             "idle power saving lowers link speed, not width: a narrow link at idle usually trained narrow"
         )
-        return Finding(
-            code="pcie.link_degraded",
-            severity=severity("pcie.link_degraded"),
-            family=Family.PCIE_POWER,
+        return finding(
+            "pcie.link_degraded",
             title=f"GPU {g.index} PCIe link is {what} (at idle; width loss is not explained by power saving)",
             evidence=ev,
             gpu=ref(g),
@@ -167,10 +163,9 @@ def _link(g: GpuFacts) -> Finding | None:
             data=data,
         )
     ev.append("idle GPUs lower the link generation to save power; this is expected at idle")
-    return Finding(
-        code="pcie.link_degraded",
-        severity=severity("pcie.link_degraded", "idle"),
-        family=Family.PCIE_POWER,
+    return finding(
+        "pcie.link_degraded",
+        when="idle",
         title=f"GPU {g.index} PCIe link at {what} while idle (power saving)",
         evidence=ev,
         gpu=ref(g),
@@ -204,10 +199,9 @@ def replay(snap: Snapshot) -> Iterable[Finding]:
                 "watch`)"
             )
         out.append(
-            Finding(
-                code="pcie.replay",
-                severity=severity("pcie.replay") if over else severity("pcie.replay", "lifetime_count"),
-                family=Family.PCIE_POWER,
+            finding(
+                "pcie.replay",
+                when=None if over else "lifetime_count",
                 title=f"GPU {g.index} PCIe link is retransmitting ({n} replays)",
                 evidence=ev,
                 gpu=ref(g),
@@ -278,12 +272,9 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                     "counters count since boot",
                 ]
                 out.append(
-                    Finding(
-                        code="pcie.aer_uncorrected",
-                        severity=severity("pcie.aer_uncorrected")
-                        if fatal
-                        else severity("pcie.aer_uncorrected", "non_fatal"),
-                        family=Family.PCIE_POWER,
+                    finding(
+                        "pcie.aer_uncorrected",
+                        when=None if fatal else "non_fatal",
                         gpu=gref,
                         source="pci",
                         data=data,
@@ -294,10 +285,8 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                 )
             if corr >= warn_cor:
                 out.append(
-                    Finding(
-                        code="pcie.aer_corrected",
-                        severity=severity("pcie.aer_corrected"),
-                        family=Family.PCIE_POWER,
+                    finding(
+                        "pcie.aer_corrected",
                         gpu=gref,
                         source="pci",
                         data=data,
@@ -421,18 +410,7 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
             kind = "fatal" if fatal else "non-fatal"
             title = f"{label}: PCIe uncorrected ({kind}) errors (AER){place}: {rate_txt}"
             code = "pcie.aer_uncorrected"
-        out.append(
-            Finding(
-                code=code,
-                severity=sev,
-                family=Family.PCIE_POWER,
-                title=title,
-                evidence=_evidence(group, lines),
-                gpu=ref,
-                data=data,
-                source=SOURCE,
-            )
-        )
+        out.append(kernel_finding(code, sev, Family.PCIE_POWER, title, group, ref, data, lines))
     return out
 
 
@@ -502,10 +480,8 @@ def _device_limited(bus: str, e: KernelEvent) -> Finding | None:
         return None
     drv = d.get("driver")
     name = f"{drv} {bus}" if drv and drv not in ("pci", "pcieport") else f"PCI device {bus}"
-    return Finding(
-        code="pcie.bandwidth_limited",
-        severity=severity("pcie.bandwidth_limited"),
-        family=Family.PCIE_POWER,
+    return finding(
+        "pcie.bandwidth_limited",
         title=(
             f"{name}: PCIe link trained at x{width} of x{cap_w}: {d.get('available_gbps')} Gb/s available "
             f"of {d.get('capable_gbps')} Gb/s (limited at {d.get('limited_at')})"
