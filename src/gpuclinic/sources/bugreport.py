@@ -5,6 +5,16 @@ a title such as ``*** /proc/driver/nvidia/version``, ``*** /var/log/kern.log``, 
 --query`` or ``*** /usr/bin/lspci -nnDvvvxxxx``.  Reports reach hundreds of MB, so the file is
 streamed: kernel-log sections flow line by line into the kernel-log parser and only the small
 sections we parse as a whole (nvidia-smi, lspci, driver version) are held, each with a size cap.
+
+Every generation of the script is read (its layouts, from nvidia-bug-report.sh itself): titles with
+``*** `` (2010 on) or without (2009: ``/etc/issue``, ``/var/log/nvidia-installer.log does not exist``);
+the kernel log as ``dmesg:``, as ``*** /var/log/kern.log`` / ``messages`` and as the grep'd NVRM lines of
+``Scanning kernel log files for NVIDIA kernel messages:`` (``  /var/log/kern.log:`` and ``  journalctl -b
+-1:`` sub-headers, earlier boots included); one nvidia-smi section holding several commands (``--query``,
+``--query --unit``, ``nvlink --errorcounters`` ...), or nvidia-smi's own failure ("NVIDIA-SMI has failed
+..."); and what the script could not collect (``Skipping nvidia-smi output (nvidia-smi not found)``, the
+2025 ``Skipping: X`` / ``Error: X`` sections, ``--safe-mode``, ``X does not exist``), which is reported as
+not checked.  A paste may start with prose and a Markdown fence before the prologue.
 """
 
 from __future__ import annotations
@@ -18,9 +28,9 @@ from gpuclinic import lazyre
 from gpuclinic.facts.gpu import PciDevice
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.record import field, record
-from gpuclinic.sources import lspci, smi_table, smi_text, smi_xml
+from gpuclinic.sources import lspci, smi_nvlink, smi_table, smi_text, smi_xml
 from gpuclinic.sources.kernellog import parse_lines
-from gpuclinic.sources.smi_common import SmiDump
+from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 MARKER = "nvidia-bug-report.sh"
 MAX_SECTION_LINES = 200_000  # nvidia-smi/lspci sections are far smaller; more is not what we think it is
@@ -28,9 +38,17 @@ MAX_LINE = 64 * 1024
 # Kernel-log sections.  journalctl sections count only when they select kernel messages: bug reports
 # also carry `journalctl -b -0 _COMM=Xorg` and similar, which are not the kernel log.
 _KERNEL_TITLE_RE = lazyre.compile(
-    r"kern\.log|/var/log/messages|/var/log/syslog|\bdmesg\b|journalctl\b.*(?:\s-k\b|--dmesg|_TRANSPORT=kernel)",
+    r"kern\.log|kernel\.log|/var/log/messages|/var/log/syslog|\bdmesg\b|^Scanning kernel log files"
+    r"|journalctl\b.*(?:\s-k\b|--dmesg|_TRANSPORT=kernel)",
     re.I,
 )
+# /proc/driver/nvidia/version, or a module instance's /proc/driver/nvidia/<n|.>/version
+_VERSION_TITLE_RE = lazyre.compile(r"/proc/driver/nvidia/(?:[^/\s]+/)?version\b")
+# a command echoed inside the nvidia-smi section (the script runs several there, one after another)
+_SMI_COMMAND_RE = lazyre.compile(r"^(?:\S*/)?nvidia-smi(?:\s+\S.*)?$")
+_MISSING_TAIL = (" does not exist", " is not readable")
+_PROLOGUE = "Start of NVIDIA bug report log file"
+_EPILOGUE = "End of NVIDIA bug report log file"
 _NVRM_VERSION_RE = lazyre.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(?P<ver>\d+\.\d+(?:\.\d+)?)")
 _UNAME_RE = lazyre.compile(r"^uname(?: -a)?:\s*\S+\s+(?P<host>\S+)")
 
@@ -62,6 +80,10 @@ class BugReport:
     hostname: str | None = None
     date: str | None = None
     notes: list[str] = field(default_factory=list)
+    # what the script could not collect: (what, why), e.g. ("nvidia-smi", "nvidia-smi not found")
+    not_collected: list[tuple[str, str]] = field(default_factory=list)
+    smi_sections: int = 0  # nvidia-smi sections seen (read or failed)
+    complete: bool = False  # the epilogue ("End of NVIDIA bug report log file.") was reached
 
 
 class _Lines:
@@ -160,28 +182,59 @@ def parse_stream(fh: IO[str], origin: str) -> BugReport:
         if title is None:
             break
         rep.sections.append(title[:200])
-        if first:
+        if first or title.startswith(_PROLOGUE):
             first = False
             _header(rep, title, rd)
             continue
-        if _KERNEL_TITLE_RE.search(title) and not title.lower().startswith("*** ls:"):
-            rep.kernel_sections.append(title)
-            rep.kernel_events.extend(parse_lines(rd.section(), origin=f"{origin} [{title[:80]}]"))
-            continue
-        if (
-            "nvidia-smi" in title.lower()
-            or "lspci" in title.lower()
-            or "/proc/driver/nvidia/version" in title
-        ):
-            body: list[str] = []
-            for ln in rd.section():
-                if len(body) < MAX_SECTION_LINES:
-                    body.append(ln)
-            _small_section(rep, title, body)
-            continue
-        for _ in rd.section():  # a section we do not read: stream past it
-            pass
+        _section(rep, title, rd, origin)
     return rep
+
+
+def _section(rep: BugReport, title: str, rd: _Lines, origin: str) -> None:
+    """Read one section whose title line has been taken."""
+    low = title.lower()
+    if low.endswith(_MISSING_TAIL) and _VERSION_TITLE_RE.search(title):
+        rep.not_collected.append(("driver version", title.lstrip("* ")))
+    elif title.startswith(("Skipping", "Error: ")):
+        _skip_note(rep, title, rd)
+        return
+    elif title.startswith(_EPILOGUE):
+        rep.complete = True
+    elif _KERNEL_TITLE_RE.search(title) and not low.startswith("*** ls:") and not low.endswith(_MISSING_TAIL):
+        rep.kernel_sections.append(title)
+        rep.kernel_events.extend(parse_lines(rd.section(), origin=f"{origin} [{title[:80]}]"))
+        return
+    elif "nvidia-smi" in low or "lspci" in low or _VERSION_TITLE_RE.search(title):
+        body: list[str] = []
+        for ln in rd.section():
+            if len(body) < MAX_SECTION_LINES:
+                body.append(ln)
+        _small_section(rep, title, body)
+        return
+    for ln in rd.section():  # a section we do not read: stream past it
+        if ln[:8] == "Skipping" and "nvidia-smi" in ln:  # --safe-mode: printed inside the section before it
+            rep.not_collected.append(("nvidia-smi", ln.strip()))
+
+
+def _skip_note(rep: BugReport, title: str, rd: _Lines) -> None:
+    """``Skipping nvidia-smi output (nvidia-smi not found)``; 2025: ``Skipping: nvidia-smi output`` or
+    ``Error: <what>`` with the reason on the next line.  Kept when it is a part we read."""
+    body = [ln.strip() for ln in rd.section() if ln.strip()]
+    text = title
+    if title.startswith(("Skipping:", "Error:")):
+        text = title.split(":", 1)[1].strip() + (f" ({body[0]})" if body else "")
+    low = text.lower()
+    for key, what in _COLLECTED:
+        if key in low:
+            rep.not_collected.append((what, text))
+            return
+    if title.startswith("Error:") and "nvidia" in low:
+        rep.notes.append(f"nvidia-bug-report.sh: {text}")
+
+
+# the parts we read, by a word of the script's skip message
+_COLLECTED = (("nvidia-smi", "nvidia-smi"), ("lspci", "lspci"), ("dmesg", "kernel log"),
+              ("journalctl", "kernel log"), ("kernel log", "kernel log"))
 
 
 def _header(rep: BugReport, title: str, rd: _Lines) -> None:
@@ -192,19 +245,56 @@ def _header(rep: BugReport, title: str, rd: _Lines) -> None:
             rep.hostname = m.group("host")
         if ln.startswith("Date:"):
             rep.date = ln.split(":", 1)[1].strip()
+    for ln in lines[50:]:  # a paste that starts with prose: its lines are drained, not read
+        pass
 
 
 def _small_section(rep: BugReport, title: str, body: list[str]) -> None:
     text = "\n".join(body)
     low = title.lower()
-    if "/proc/driver/nvidia/version" in title:
+    if _VERSION_TITLE_RE.search(title):
         m = _NVRM_VERSION_RE.search(text)
         if m:
-            rep.driver_version = m.group("ver")
+            rep.driver_version = rep.driver_version or m.group("ver")
         return
     if "lspci" in low:
         rep.pci_devices.extend(lspci.parse(body))
         return
+    rep.smi_sections += 1
+    for cmd, part in _smi_commands(title, body):
+        _smi_part(rep, cmd, part)
+
+
+def _smi_commands(title: str, body: list[str]) -> Iterator[tuple[str, list[str]]]:
+    """The nvidia-smi section split at each echoed command (``/usr/bin/nvidia-smi --query``, ``... --query
+    --unit``, ``... nvlink --status``): each output is read by what made it."""
+    cmd, part = title, []
+    for ln in body:
+        if ln[:1] in ("/", "n") and _SMI_COMMAND_RE.match(ln):
+            yield cmd, part
+            cmd, part = ln, []
+        else:
+            part.append(ln)
+    yield cmd, part
+
+
+def _smi_part(rep: BugReport, cmd: str, body: list[str]) -> None:
+    low = cmd.lower()
+    if "--unit" in low or " -u" in low or "conf-compute" in low:
+        return  # S-class units, confidential computing: no GPU facts
+    text = "\n".join(body)
+    errors, lost = scan_error_lines(body)
+    if "nvlink" in low:
+        if smi_nvlink.looks_like(text):
+            rep.smi.append(smi_nvlink.parse(body))
+        return
+    if errors or lost:
+        dump = SmiDump(kind="smi_table", errors=errors)
+        mark_lost(dump.gpus, lost)
+        rep.smi.append(dump)
+        if not (smi_text.MARKER in text or smi_xml.looks_like(text) or smi_table.looks_like(text)):
+            return
+    title = cmd
     if smi_xml.looks_like(text):
         try:
             rep.smi.append(smi_xml.parse(text, f"{rep.path} [{title[:60]}]"))

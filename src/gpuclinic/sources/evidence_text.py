@@ -282,10 +282,31 @@ def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
                 snap.kernel_log_sources.append(src)
     for n in rep.notes:
         snap.notes.append(f"{rep.path}: {n}")
+    _bugreport_gaps(snap, rep)
+
+
+def _bugreport_gaps(snap: Snapshot, rep: bugreport.BugReport) -> None:
+    """What the report does not hold is said, never taken as healthy: a part the script could not collect
+    is a "could not check", a report without its epilogue (cut off, or the script hung) is read in part."""
+    from gpuclinic.sources.bmc.salvage import note_partial
+
+    for what, why in rep.not_collected:
+        snap.skip(f"{what} (nvidia-bug-report)", why)
+    missing = [w for w, _ in rep.not_collected if w in ("nvidia-smi", "kernel log")]
+    if not rep.smi and "nvidia-smi" in missing:
+        why = next(w for k, w in rep.not_collected if k == "nvidia-smi")
+        note_partial(snap, rep.path, f"the report has no nvidia-smi output ({why}): GPU state not judged")
     if not (rep.smi or rep.kernel_sections or rep.pci_devices or rep.driver_version):
         snap.notes.append(
             f"{rep.path}: bug report had no nvidia-smi, kernel-log, lspci or driver-version section"
         )
+    if not rep.complete:
+        read = ", ".join(
+            k for k, ok in (("nvidia-smi", rep.smi), ("kernel log", rep.kernel_sections),
+                            ("lspci", rep.pci_devices), ("driver version", rep.driver_version)) if ok
+        ) or "none of nvidia-smi, kernel log, lspci, driver version"
+        note_partial(snap, rep.path, "the report ends before its epilogue (\"End of NVIDIA bug report log "
+                     f"file.\"): cut off, or the script hung; read: {read}")
 
 
 def snapshot_from_text(text: str, origin: str = "<stdin>", *, error_signatures: bool = False) -> Snapshot:
