@@ -245,8 +245,7 @@ def _header(rep: BugReport, title: str, rd: _Lines) -> None:
             rep.hostname = m.group("host")
         if ln.startswith("Date:"):
             rep.date = ln.split(":", 1)[1].strip()
-    for ln in lines[50:]:  # a paste that starts with prose: its lines are drained, not read
-        pass
+
 
 
 def _small_section(rep: BugReport, title: str, body: list[str]) -> None:
@@ -268,7 +267,7 @@ def _small_section(rep: BugReport, title: str, body: list[str]) -> None:
 def _smi_commands(title: str, body: list[str]) -> Iterator[tuple[str, list[str]]]:
     """The nvidia-smi section split at each echoed command (``/usr/bin/nvidia-smi --query``, ``... --query
     --unit``, ``... nvlink --status``): each output is read by what made it."""
-    cmd, part = title, []
+    cmd, part = title, list[str]()
     for ln in body:
         if ln[:1] in ("/", "n") and _SMI_COMMAND_RE.match(ln):
             yield cmd, part
