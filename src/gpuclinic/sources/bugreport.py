@@ -47,6 +47,10 @@ _VERSION_TITLE_RE = lazyre.compile(r"/proc/driver/nvidia/(?:[^/\s]+/)?version\b"
 # a command echoed inside the nvidia-smi section (the script runs several there, one after another)
 _SMI_COMMAND_RE = lazyre.compile(r"^(?:\S*/)?nvidia-smi(?:\s+\S.*)?$")
 _MISSING_TAIL = (" does not exist", " is not readable")
+# what the driver itself lists per GPU: /proc/driver/nvidia/gpus/<bus>/information (older: cards/<n>)
+_PROC_GPU_TITLE_RE = lazyre.compile(
+    r"/proc/driver/nvidia/(?:[^/\s]+/)?(?:gpus/[^/\s]+/information|cards/\d+)$"
+)
 _PROLOGUE = "Start of NVIDIA bug report log file"
 _EPILOGUE = "End of NVIDIA bug report log file"
 _NVRM_VERSION_RE = lazyre.compile(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+(?P<ver>\d+\.\d+(?:\.\d+)?)")
@@ -83,6 +87,8 @@ class BugReport:
     # what the script could not collect: (what, why), e.g. ("nvidia-smi", "nvidia-smi not found")
     not_collected: list[tuple[str, str]] = field(default_factory=list)
     smi_sections: int = 0  # nvidia-smi sections seen (read or failed)
+    # GPUs the driver lists in /proc/driver/nvidia: {"name", "bus", "uuid"} as printed
+    proc_gpus: list[dict[str, str]] = field(default_factory=list)
     complete: bool = False  # the epilogue ("End of NVIDIA bug report log file.") was reached
 
 
@@ -200,6 +206,9 @@ def _section(rep: BugReport, title: str, rd: _Lines, origin: str) -> None:
         return
     elif title.startswith(_EPILOGUE):
         rep.complete = True
+    elif _PROC_GPU_TITLE_RE.search(title):
+        _proc_gpu(rep, rd)
+        return
     elif _KERNEL_TITLE_RE.search(title) and not low.startswith("*** ls:") and not low.endswith(_MISSING_TAIL):
         rep.kernel_sections.append(title)
         rep.kernel_events.extend(parse_lines(rd.section(), origin=f"{origin} [{title[:80]}]"))
@@ -214,6 +223,28 @@ def _section(rep: BugReport, title: str, rd: _Lines, origin: str) -> None:
     for ln in rd.section():  # a section we do not read: stream past it
         if ln[:8] == "Skipping" and "nvidia-smi" in ln:  # --safe-mode: printed inside the section before it
             rep.not_collected.append(("nvidia-smi", ln.strip()))
+
+
+def _proc_gpu(rep: BugReport, rd: _Lines) -> None:
+    """``Model:``, ``GPU UUID:`` and ``Bus Location:`` of a GPU the driver holds (every generation)."""
+    got: dict[str, str] = {}
+    for ln in rd.section():
+        key, sep, val = ln.partition(":")
+        if sep and key.strip() in _PROC_GPU_KEYS and len(got) < 8:
+            got[_PROC_GPU_KEYS[key.strip()]] = val.strip()
+    if got.get("name"):
+        m = _PROC_BUS_RE.fullmatch(got.get("bus", "").lower())
+        got["bus"] = (
+            f"{m.group('dom') or '0000'}:{m.group('bus')}:{m.group('dev')}.{m.group('fn')}" if m else ""
+        )
+        rep.proc_gpus.append(got)
+
+
+_PROC_GPU_KEYS = {"Model": "name", "GPU UUID": "uuid", "Bus Location": "bus"}
+# "0000:01:00.0"; before ~2010 "01.00.0" (bus.device.function)
+_PROC_BUS_RE = lazyre.compile(
+    r"(?:(?P<dom>[0-9a-f]{4}):)?(?P<bus>[0-9a-f]{2})[.:](?P<dev>[0-9a-f]{2})\.(?P<fn>[0-7])"
+)
 
 
 def _skip_note(rep: BugReport, title: str, rd: _Lines) -> None:

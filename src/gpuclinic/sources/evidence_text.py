@@ -19,7 +19,7 @@ from gpuclinic import lazyre, textscan
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.gpu import GpuFacts
-from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.sources import (
     bugreport,
@@ -273,6 +273,13 @@ def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
     if rep.date and not snap.taken_at:
         snap.taken_at = iso_time(rep.date)
     _merge_pci(snap, rep.pci_devices)
+    if not snap.gpus and rep.proc_gpus:  # no nvidia-smi output: the GPUs the driver itself listed
+        for i, pg in enumerate(rep.proc_gpus):
+            bus = pg.get("bus")
+            snap.gpus.append(GpuFacts(index=i, name=pg["name"], uuid=pg.get("uuid") or None,
+                                      pci_bus_id=normalize_bus_id(bus) if bus else None))
+        snap.notes.append(f"{rep.path}: {len(rep.proc_gpus)} GPU(s) known from /proc/driver/nvidia only (no "
+                          "nvidia-smi readings in the report)")
     snap.kernel_events.extend(rep.kernel_events)
     if rep.kernel_sections:
         snap.kernel_log_read = True
