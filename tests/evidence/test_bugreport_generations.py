@@ -143,7 +143,8 @@ def test_safe_mode_line_inside_the_previous_section(tmp_path: Path) -> None:
     """440-era --safe-mode prints its skip line inside the section before it, with no separator."""
     p = tmp_path / "nvidia-bug-report.log"
     drm = "*** ls: lrwxrwxrwx 1 root root 0 /sys/class/drm/card0/device/driver\n\n"
-    p.write_text(_report(drm + "Skipping nvidia-smi, nvidia-debugdump, and vulkaninfo due to --safe-mode argument."))
+    skip = "Skipping nvidia-smi, nvidia-debugdump, and vulkaninfo due to --safe-mode argument."
+    p.write_text(_report(drm + skip))
     assert bugreport.parse_path(str(p)).not_collected[0][0] == "nvidia-smi"
 
 
