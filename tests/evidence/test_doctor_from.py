@@ -35,7 +35,8 @@ def codes(*names: str) -> tuple[str, list[tuple[str, int | None]]]:
     # the report's kern.log has AER + Xid 79 for a GPU at 02:00 that nvidia-smi no longer lists; the excerpt
     # has no epilogue ("End of NVIDIA bug report log file."), so it is said to be read in part
     (["nvidia-bug-report-excerpt.log.gz"], "drain", [
-        ("evidence.partial", None), ("gpu.fallen_off_bus", None), ("memory.row_remap_pending", 0), ("pcie.aer_uncorrected", None),
+        ("evidence.partial", None), ("gpu.fallen_off_bus", None), ("memory.row_remap_pending", 0),
+        ("pcie.aer_uncorrected", None),
         ("pcie.link_degraded", 0), ("xid.79", None)]),
 ])
 def test_verdicts(names: list[str], verdict: str, expected: list[tuple[str, int | None]]) -> None:
