@@ -186,3 +186,22 @@ def test_multi_megabyte_report_streams_fast(tmp_path: Path) -> None:
     cpu = time.process_time() - t0
     assert [e.xid for e in rep.kernel_events if e.kind == "xid"] == [48]
     assert cpu < 5.0, cpu  # measured ~1 s of CPU on the 2-core CI machine
+
+
+def test_no_devices_found_while_lspci_lists_the_gpu(tmp_path: Path) -> None:
+    """lspci shows a V100 bound to nvidia, nvidia-smi says "No devices were found": not HEALTHY."""
+    p = tmp_path / "nvidia-bug-report.log"
+    p.write_text(_report(
+        '/usr/bin/lspci -d "10de:*" -v -xxx\n\n'
+        "3b:00.0 3D controller: NVIDIA Corporation GV100GL [Tesla V100 PCIe 32GB] (rev a1)\n"
+        "\tSubsystem: NVIDIA Corporation Device 124a\n\tKernel driver in use: nvidia\n"
+        "00: de 10 b6 1d 06 04 10 00 a1 00 02 03 00 00 00 00",
+        "/usr/bin/lspci -nn\n\n"
+        "3b:00.0 3D controller [0302]: NVIDIA Corporation GV100GL [Tesla V100 PCIe 32GB] [10de:1db6] (rev a1)",
+        "/usr/bin/nvidia-smi --query\n\nNo devices were found",
+    ))
+    rep = bugreport.parse_path(str(p))
+    assert [d.errors for d in rep.smi] == [["No devices were found"]]  # read once, by one reader
+    snap = load_evidence([str(p)])
+    assert [g.pci_bus_id for g in snap.gpus] == ["0000:3b:00.0"]
+    assert "gpu.none_detected" in _warn_codes(p)

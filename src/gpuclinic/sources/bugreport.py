@@ -309,30 +309,29 @@ def _smi_commands(title: str, body: list[str]) -> Iterator[tuple[str, list[str]]
 
 
 def _smi_part(rep: BugReport, cmd: str, body: list[str]) -> None:
+    """One nvidia-smi command's output by what it is: XML, ``-q`` text, a table, or nvidia-smi's error."""
     low = cmd.lower()
     if "--unit" in low or " -u" in low or "conf-compute" in low:
         return  # S-class units, confidential computing: no GPU facts
     text = "\n".join(body)
-    errors, lost = scan_error_lines(body)
     if "nvlink" in low:
         if smi_nvlink.looks_like(text):
             rep.smi.append(smi_nvlink.parse(body))
         return
+    if smi_xml.looks_like(text):
+        try:
+            rep.smi.append(smi_xml.parse(text, f"{rep.path} [{cmd[:60]}]"))
+        except Exception as e:  # a broken embedded XML must not lose the rest of the report
+            rep.notes.append(f"{cmd[:60]}: {e}")
+        return
+    if smi_table.looks_like(text):  # the table reader reads the error lines in it too
+        rep.smi.append(smi_table.parse(body))
+        return
+    if smi_text.MARKER in text:
+        rep.smi.append(smi_text.parse(body))
+    # "NVIDIA-SMI has failed ...", "Unable to determine the device handle ...", "No devices were found"
+    errors, lost = scan_error_lines(body)
     if errors or lost:
         dump = SmiDump(kind="smi_table", errors=errors)
         mark_lost(dump.gpus, lost)
         rep.smi.append(dump)
-        if not (smi_text.MARKER in text or smi_xml.looks_like(text) or smi_table.looks_like(text)):
-            return
-    title = cmd
-    if smi_xml.looks_like(text):
-        try:
-            rep.smi.append(smi_xml.parse(text, f"{rep.path} [{title[:60]}]"))
-        except Exception as e:  # a broken embedded XML must not lose the rest of the report
-            rep.notes.append(f"{title[:60]}: {e}")
-        return
-    if smi_text.MARKER in text:
-        rep.smi.append(smi_text.parse(body))
-        return
-    if smi_table.looks_like(text):
-        rep.smi.append(smi_table.parse(body))
