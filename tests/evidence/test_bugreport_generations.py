@@ -197,7 +197,8 @@ def test_no_devices_found_while_lspci_lists_the_gpu(tmp_path: Path) -> None:
         "\tSubsystem: NVIDIA Corporation Device 124a\n\tKernel driver in use: nvidia\n"
         "00: de 10 b6 1d 06 04 10 00 a1 00 02 03 00 00 00 00",
         "/usr/bin/lspci -nn\n\n"
-        "3b:00.0 3D controller [0302]: NVIDIA Corporation GV100GL [Tesla V100 PCIe 32GB] [10de:1db6] (rev a1)",
+        "3b:00.0 3D controller [0302]: NVIDIA Corporation GV100GL [Tesla V100 PCIe 32GB] [10de:1db6] "
+        "(rev a1)",
         "/usr/bin/nvidia-smi --query\n\nNo devices were found",
     ))
     rep = bugreport.parse_path(str(p))
