@@ -206,3 +206,38 @@ def test_no_devices_found_while_lspci_lists_the_gpu(tmp_path: Path) -> None:
     snap = load_evidence([str(p)])
     assert [g.pci_bus_id for g in snap.gpus] == ["0000:3b:00.0"]
     assert "gpu.none_detected" in _warn_codes(p)
+
+
+def test_a_message_in_several_kernel_sections_counts_once(tmp_path: Path) -> None:
+    """dmesg, the kern.log grep and the journal grep hold the same two Xid 13 lines of two programs: two
+    events (one copy each), so the application rule does not read them as a GPU that repeats it."""
+    x1 = "NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x504648=0x2"
+    x2 = "NVRM: Xid (PCI:0000:3b:00): 13, pid=4343, name=julia, Graphics Exception: ESR 0x504648=0x2"
+    p = tmp_path / "nvidia-bug-report.log"
+    p.write_text(_report(
+        "Scanning kernel log files for NVIDIA kernel messages:\n\n  /var/log/kern.log:\n"
+        f"Jun  1 09:10:00 gpu-node-7 kernel: [  600.100000] {x1}\n"
+        f"Jun  1 09:11:00 gpu-node-7 kernel: [  660.200000] {x2}\n\n  journalctl -b -0:\n"
+        f"Jun 01 09:10:00 gpu-node-7 kernel: {x1}\nJun 01 09:11:00 gpu-node-7 kernel: {x2}",
+        f"dmesg:\n\n[  600.100000] {x1}\n[  660.200000] {x2}",
+    ))
+    rep = bugreport.parse_path(str(p))
+    xids = [e for e in rep.kernel_events if e.kind == "xid"]
+    assert [(e.pid, "dmesg" in (e.origin or "")) for e in xids] == [(4242, True), (4343, True)]
+    (f,) = [f for f in diagnose(load_evidence([str(p)])).findings if f.code == "xid.13"]
+    assert not f.data.get("suspect_hardware")
+
+
+def test_an_earlier_boots_copy_is_its_own_event(tmp_path: Path) -> None:
+    """The same Xid 79 text now (dmesg) and before the last reboot (journalctl -b -1) is two events; the
+    earlier one is marked as such."""
+    x = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
+    p = tmp_path / "nvidia-bug-report.log"
+    p.write_text(_report(
+        "Scanning kernel log files for NVIDIA kernel messages:\n\n  journalctl -b -0:\n"
+        f"Jun 02 10:00:00 gpu-node-7 kernel: {x}\n\n  journalctl -b -1:\n"
+        f"Jun 01 08:00:00 gpu-node-7 kernel: {x}",
+        f"dmesg:\n\n[ 3600.000000] {x}",
+    ))
+    evs = [e for e in bugreport.parse_path(str(p)).kernel_events if e.xid == 79]
+    assert sorted(bool(e.detail.get("previous_boot")) for e in evs) == [False, True]

@@ -193,7 +193,62 @@ def parse_stream(fh: IO[str], origin: str) -> BugReport:
             _header(rep, title, rd)
             continue
         _section(rep, title, rd, origin)
+    rep.kernel_events = _one_copy(rep.kernel_events)
     return rep
+
+
+def _one_copy(events: list[KernelEvent]) -> list[KernelEvent]:
+    """Each kernel message once: a report holds it in ``dmesg:``, in the kern.log and journal greps of
+    ``Scanning kernel log files`` and in ``*** /var/log/kern.log``; counted three times, one Xid 13 of two
+    programs would look like a GPU that repeats it.  A message of a later section is dropped when an earlier
+    section (``dmesg:`` first) already holds it at the same time (the uptime, the clock time, whichever both
+    copies carry; a ``journalctl -b -1`` line is never the current boot's ``dmesg`` line).  Order is kept."""
+    by_section: dict[str, list[int]] = {}
+    for i, e in enumerate(events):
+        by_section.setdefault(e.origin or "", []).append(i)
+    if len(by_section) < 2:
+        return events
+    kept: dict[tuple[object, ...], list[KernelEvent]] = {}
+    drop: set[int] = set()
+    for origin in sorted(by_section, key=lambda o: "dmesg" not in o.lower()):
+        used: set[int] = set()
+        new: list[KernelEvent] = []
+        for i in by_section[origin]:
+            e = events[i]
+            k = (e.kind, e.xid, e.pci_bus_id, e.message or e.line)
+            twin = next((c for c in kept.get(k, ()) if id(c) not in used and _same_time(c, e)), None)
+            if twin is not None:
+                used.add(id(twin))
+                drop.add(i)
+            else:
+                new.append(e)
+        for e in new:
+            kept.setdefault((e.kind, e.xid, e.pci_bus_id, e.message or e.line), []).append(e)
+    return [e for i, e in enumerate(events) if i not in drop] if drop else events
+
+
+def _same_time(a: KernelEvent, b: KernelEvent) -> bool:
+    if a.uptime_s is not None and b.uptime_s is not None and abs(a.uptime_s - b.uptime_s) > 0.0005:
+        return False
+    sa, sb = _stamp(a), _stamp(b)
+    if sa and sb:
+        return sa == sb
+    return bool(a.detail.get("previous_boot")) == bool(b.detail.get("previous_boot"))
+
+
+_MONTHS = {m: f"{i:02d}" for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+_SYSLOG_STAMP_RE = lazyre.compile(r"(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)")
+
+
+def _stamp(e: KernelEvent) -> str | None:
+    """``MM-DD HH:MM:SS`` of a line with a clock time (ISO, or syslog's ``Jun  1`` / journal's ``Jun 01``)."""
+    if e.time and len(e.time) >= 19:
+        return f"{e.time[5:10]} {e.time[11:19]}"
+    m = _SYSLOG_STAMP_RE.match(str(e.detail.get("time_text") or ""))
+    if m and m.group("mon") in _MONTHS:
+        return f"{_MONTHS[m.group('mon')]}-{int(m.group('day')):02d} {m.group('hms')}"
+    return None
 
 
 def _section(rep: BugReport, title: str, rd: _Lines, origin: str) -> None:
@@ -211,7 +266,10 @@ def _section(rep: BugReport, title: str, rd: _Lines, origin: str) -> None:
         return
     elif _KERNEL_TITLE_RE.search(title) and not low.startswith("*** ls:") and not low.endswith(_MISSING_TAIL):
         rep.kernel_sections.append(title)
-        rep.kernel_events.extend(parse_lines(rd.section(), origin=f"{origin} [{title[:80]}]"))
+        if title.startswith("Scanning kernel log files"):
+            _grepped_logs(rep, title, rd, origin)
+        else:
+            rep.kernel_events.extend(parse_lines(rd.section(), origin=f"{origin} [{title[:80]}]"))
         return
     elif "nvidia-smi" in low or "lspci" in low or _VERSION_TITLE_RE.search(title):
         body: list[str] = []
@@ -223,6 +281,40 @@ def _section(rep: BugReport, title: str, rd: _Lines, origin: str) -> None:
     for ln in rd.section():  # a section we do not read: stream past it
         if ln[:8] == "Skipping" and "nvidia-smi" in ln:  # --safe-mode: printed inside the section before it
             rep.not_collected.append(("nvidia-smi", ln.strip()))
+
+
+def _grepped_logs(rep: BugReport, title: str, rd: _Lines, origin: str) -> None:
+    """``Scanning kernel log files ...``: the NVRM lines grep'd from each log under its own sub-header
+    (``  /var/log/kern.log:``, ``  journalctl -b -1:``), each read as its own log; what ``journalctl -b -1``
+    or ``-b -2`` holds was logged before the last reboot."""
+    sub = ""
+    chunk: list[str] = []
+
+    def flush() -> None:
+        events = list(parse_lines(chunk, origin=f"{origin} [{title[:60]} {sub}]".rstrip()))
+        if _EARLIER_BOOT_RE.match(sub):
+            for e in events:
+                e.detail["previous_boot"] = True
+        rep.kernel_events.extend(events)
+
+    for ln in rd.section():
+        m = _SUBLOG_RE.match(ln) if ln[:2] == "  " else None
+        if m:
+            if chunk:
+                flush()
+            sub, chunk = m.group(1), []
+        else:
+            chunk.append(ln)
+            if len(chunk) >= _CHUNK_LINES:  # a flood of NVRM lines: read in parts, never held whole
+                flush()
+                chunk = []
+    if chunk:
+        flush()
+
+
+_CHUNK_LINES = 50_000
+_SUBLOG_RE = lazyre.compile(r"^  (/\S+|journalctl -b -?\d+):\s*$")
+_EARLIER_BOOT_RE = lazyre.compile(r"journalctl -b -[1-9]")
 
 
 def _proc_gpu(rep: BugReport, rd: _Lines) -> None:
