@@ -211,20 +211,28 @@ def _one_copy(events: list[KernelEvent]) -> list[KernelEvent]:
     kept: dict[tuple[object, ...], list[KernelEvent]] = {}
     drop: set[int] = set()
     for origin in sorted(by_section, key=lambda o: "dmesg" not in o.lower()):
-        used: set[int] = set()
+        # both copies run in time order, so each message's twins are looked for from where the last one
+        # was found, a few ahead at most: a flood of one AER line stays linear
+        cursor: dict[tuple[object, ...], int] = {}
         new: list[KernelEvent] = []
         for i in by_section[origin]:
             e = events[i]
             k = (e.kind, e.xid, e.pci_bus_id, e.message or e.line)
-            twin = next((c for c in kept.get(k, ()) if id(c) not in used and _same_time(c, e)), None)
-            if twin is not None:
-                used.add(id(twin))
+            cands = kept.get(k)
+            at = cursor.get(k, 0)
+            hit = next((j for j in range(at, min(at + _TWIN_WINDOW, len(cands))) if _same_time(cands[j], e)),
+                       None) if cands else None
+            if hit is not None:
+                cursor[k] = hit + 1
                 drop.add(i)
             else:
                 new.append(e)
         for e in new:
             kept.setdefault((e.kind, e.xid, e.pci_bus_id, e.message or e.line), []).append(e)
     return [e for i, e in enumerate(events) if i not in drop] if drop else events
+
+
+_TWIN_WINDOW = 64
 
 
 def _same_time(a: KernelEvent, b: KernelEvent) -> bool:
