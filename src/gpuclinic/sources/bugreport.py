@@ -291,6 +291,16 @@ def _section(rep: BugReport, title: str, rd: _Lines, origin: str) -> None:
             rep.not_collected.append(("nvidia-smi", ln.strip()))
 
 
+def section_kind(title: str) -> str:
+    """What the reader took from a /proc/driver/nvidia section (``driver_version``, ``driver_gpus``), or
+    ``other`` for a section it streams past."""
+    if _VERSION_TITLE_RE.search(title) and not title.endswith(_MISSING_TAIL):
+        return "driver_version"
+    if _PROC_GPU_TITLE_RE.search(title):
+        return "driver_gpus"
+    return "other"
+
+
 def _grepped_logs(rep: BugReport, title: str, rd: _Lines, origin: str) -> None:
     """``Scanning kernel log files ...``: the NVRM lines grep'd from each log under its own sub-header
     (``  /var/log/kern.log:``, ``  journalctl -b -1:``), each read as its own log; what ``journalctl -b -1``

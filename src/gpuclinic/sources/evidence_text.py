@@ -434,12 +434,10 @@ def bugreport_record(rep: bugreport.BugReport) -> InputRecord:
             "kernel_log"
             if title in rep.kernel_sections
             else "nvidia-smi"
-            if "nvidia-smi" in low
+            if "nvidia-smi" in low and not title.startswith("Skipping")
             else "lspci"
-            if "lspci" in low
-            else "driver_version"
-            if "/proc/driver/nvidia/version" in title
-            else "other"
+            if "lspci" in low and not title.startswith("Skipping")
+            else bugreport.section_kind(title)
         )
         segs.append(Segment(kind="bugreport_section", title=title, readers=[] if kind == "other" else [kind]))
     return InputRecord(
