@@ -241,3 +241,16 @@ def test_an_earlier_boots_copy_is_its_own_event(tmp_path: Path) -> None:
     ))
     evs = [e for e in bugreport.parse_path(str(p)).kernel_events if e.xid == 79]
     assert sorted(bool(e.detail.get("previous_boot")) for e in evs) == [False, True]
+
+
+def test_fabric_manager_sections_meet_the_evidence_signatures(tmp_path: Path) -> None:
+    """HGX reports append /var/log/fabricmanager.log and `systemctl status nvidia-fabricmanager`: a Fabric
+    Manager failure there is found by both paths (it was a section streamed past)."""
+    fm = ("Nov 15 14:15:47 leon-NF5468M6 nv-fabricmanager[4177]: request to query NVSwitch device information "
+          "from NVSwitch driver failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]")
+    p = tmp_path / "nvidia-bug-report.log"
+    text = _report("/usr/bin/systemctl status nvidia-fabricmanager.service\n"
+                   "● nvidia-fabricmanager.service - NVIDIA fabric manager service\n" + fm)
+    p.write_text(text)
+    assert "driver.fabric_manager_missing" in {f.code for f in diagnose(load_evidence([str(p)])).findings}
+    assert "driver.fabric_manager_missing" in {f.code for f in explain_text(text, "paste").findings}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections import deque
 from collections.abc import Iterator
 from typing import IO
 
@@ -47,6 +48,8 @@ _VERSION_TITLE_RE = lazyre.compile(r"/proc/driver/nvidia/(?:[^/\s]+/)?version\b"
 # a command echoed inside the nvidia-smi section (the script runs several there, one after another)
 _SMI_COMMAND_RE = lazyre.compile(r"^(?:\S*/)?nvidia-smi(?:\s+\S.*)?$")
 _MISSING_TAIL = (" does not exist", " is not readable")
+# NVIDIA service logs the evidence signatures read (Fabric Manager, IMEX, persistenced: files, status)
+_SERVICE_TITLE_RE = lazyre.compile(r"fabricmanager|nvidia-imex|persistenced", re.I)
 # what the driver itself lists per GPU: /proc/driver/nvidia/gpus/<bus>/information (older: cards/<n>)
 _PROC_GPU_TITLE_RE = lazyre.compile(
     r"/proc/driver/nvidia/(?:[^/\s]+/)?(?:gpus/[^/\s]+/information|cards/\d+)$"
@@ -87,6 +90,8 @@ class BugReport:
     # what the script could not collect: (what, why), e.g. ("nvidia-smi", "nvidia-smi not found")
     not_collected: list[tuple[str, str]] = field(default_factory=list)
     smi_sections: int = 0  # nvidia-smi sections seen (read or failed)
+    # NVIDIA service logs (fabricmanager.log, nvidia-imex.log, systemctl status): title -> numbered lines
+    service_logs: list[tuple[str, list[tuple[int, str]]]] = field(default_factory=list)
     # GPUs the driver lists in /proc/driver/nvidia: {"name", "bus", "uuid"} as printed
     proc_gpus: list[dict[str, str]] = field(default_factory=list)
     complete: bool = False  # the epilogue ("End of NVIDIA bug report log file.") was reached
@@ -271,6 +276,12 @@ def _section(rep: BugReport, title: str, rd: _Lines, origin: str) -> None:
         rep.complete = True
     elif _PROC_GPU_TITLE_RE.search(title):
         _proc_gpu(rep, rd)
+        return
+    elif _SERVICE_TITLE_RE.search(title) and not low.endswith(_MISSING_TAIL):
+        kept: deque[tuple[int, str]] = deque(maxlen=_CHUNK_LINES)  # a verbose log: its newest lines
+        kept.extend((n, ln) for n, ln in enumerate(rd.section(), 1) if ln)
+        if kept:
+            rep.service_logs.append((title, list(kept)))
         return
     elif _KERNEL_TITLE_RE.search(title) and not low.startswith("*** ls:") and not low.endswith(_MISSING_TAIL):
         rep.kernel_sections.append(title)

@@ -289,6 +289,11 @@ def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
                 snap.kernel_log_sources.append(src)
     for n in rep.notes:
         snap.notes.append(f"{rep.path}: {n}")
+    if rep.service_logs:  # Fabric Manager / IMEX / persistenced lines meet the evidence signatures
+        from gpuclinic.sources import signals
+
+        for title, numbered in rep.service_logs:
+            signals.scan_lines(snap, numbered, f"{rep.path} [{title[:80]}]")
     _bugreport_gaps(snap, rep)
 
 
