@@ -246,8 +246,8 @@ def test_an_earlier_boots_copy_is_its_own_event(tmp_path: Path) -> None:
 def test_fabric_manager_sections_meet_the_evidence_signatures(tmp_path: Path) -> None:
     """HGX reports append /var/log/fabricmanager.log and `systemctl status nvidia-fabricmanager`: a Fabric
     Manager failure there is found by both paths (it was a section streamed past)."""
-    fm = ("Nov 15 14:15:47 leon-NF5468M6 nv-fabricmanager[4177]: request to query NVSwitch device information "
-          "from NVSwitch driver failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]")
+    fm = ("Nov 15 14:15:47 leon-NF5468M6 nv-fabricmanager[4177]: request to query NVSwitch device "
+          "information from NVSwitch driver failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]")
     p = tmp_path / "nvidia-bug-report.log"
     text = _report("/usr/bin/systemctl status nvidia-fabricmanager.service\n"
                    "● nvidia-fabricmanager.service - NVIDIA fabric manager service\n" + fm)
