@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from gpuclinic.checks import check
-from gpuclinic.checks._hw import THRESHOLDS_SOURCE, busy, load_line, ref, threshold
+from gpuclinic.checks._hw import THRESHOLDS_FILE, THRESHOLDS_SOURCE, busy, load_line, ref, threshold
 from gpuclinic.checks._kernel import (
     AER_FREQUENT_COUNT,
     AER_FREQUENT_PER_HOUR,
@@ -27,6 +27,7 @@ from gpuclinic.checks._kernel import (
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
+from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.codes import finding, severity
 from gpuclinic.model import Family, Finding, GpuRef
 
@@ -79,6 +80,12 @@ def _grouped(findings: list[Finding]) -> list[str]:
     for f in findings:
         groups.setdefault(f.evidence[0], []).append(str(f.gpu.index if f.gpu else "?"))
     return [f"GPU {', '.join(ids)}: {line}" for line, ids in groups.items()]
+
+
+def _board_wired(g: GpuFacts) -> bool:
+    """A notebook GPU (by its name): NVML reports the chip's max width, the board wires fewer lanes."""
+    markers = load_data(THRESHOLDS_FILE)["pcie_board_wired_name_markers"]["value"]
+    return bool(g.name) and any(m in str(g.name) for m in markers)
 
 
 def _low_power_pstate(g: GpuFacts) -> bool:
@@ -149,6 +156,19 @@ def _link(g: GpuFacts) -> Finding | None:
             gpu=ref(g),
             source=src,
             data=data,
+        )
+    if width_low and _board_wired(g):
+        ev.append(f"{g.name} is a notebook GPU: its board wires fewer lanes than the chip's x{wmax} "
+                  f"({THRESHOLDS_SOURCE} pcie_board_wired_name_markers)")
+        return Finding(
+            code="pcie.link_degraded",
+            severity=severity("pcie.link_degraded", "power_saving"),
+            family=Family.PCIE_POWER,
+            title=f"GPU {g.index} (notebook GPU) PCIe link is {what}: the laptop board's wiring",
+            evidence=ev,
+            gpu=ref(g),
+            source=src,
+            data={**data, "reason": "board_wired"},
         )
     if width_low:
         ev.append(

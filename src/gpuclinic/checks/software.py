@@ -356,9 +356,12 @@ def smi_errors(snap: Snapshot) -> Iterator[Finding]:
     from gpuclinic.knowledge.signatures import match
 
     seen: set[str] = set()
+    # GPUs only counted or listed (lspci, /proc/driver/nvidia, "Attached GPUs: 8") were not read by
+    # nvidia-smi: its error still says what is wrong with them (a bug report lists the GPU it cannot see)
+    read = any(g.has_readings for g in snap.gpus)
     for err in sw.nvidia_smi_errors:
         low = err.lower()
-        if any(k in low for k in _NO_DRIVER) and not snap.gpus and "driver.not_loaded" not in seen:
+        if any(k in low for k in _NO_DRIVER) and not read and "driver.not_loaded" not in seen:
             seen.add("driver.not_loaded")
             yield finding(
                 "driver.not_loaded",
@@ -375,7 +378,7 @@ def smi_errors(snap: Snapshot) -> Iterator[Finding]:
                 source="https://github.com/junxnone/tio/issues/206",
             )
             continue
-        if "no devices were found" in low and not snap.gpus and "gpu.none_detected" not in seen:
+        if "no devices were found" in low and not read and "gpu.none_detected" not in seen:
             seen.add("gpu.none_detected")
             yield finding(
                 "gpu.none_detected",

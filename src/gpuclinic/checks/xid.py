@@ -166,6 +166,19 @@ def _xid45_rule(j: _Judgement, n: int, evs: list[KernelEvent], same_gpu_other: l
             + ", ".join(str(c) for c in causes)
             + ": act on that one."
         )
+        # a cause the line names whose own line is not in the log (a grep, a cut paste, a bug report that
+        # kept only these lines): the fault is known all the same, so this finding carries its severity
+        seen = {e.xid for e in same_gpu_other}
+        unseen = [c for c in causes if c not in seen]
+        if unseen:
+            infos = [lookup(c) or unknown(c) for c in unseen]
+            j.sev = max(j.sev, *(i.severity for i in infos))
+            j.data["cause_not_logged"] = unseen
+            j.conclusion = (
+                "Xid 45 names Xid " + ", ".join(f"{c} ({i.name})" for c, i in zip(unseen, infos, strict=True))
+                + " as its cause, whose own line is not in this log: act on that Xid "
+                + "(`gpuclinic runbook xid." + str(unseen[0]) + "`)."
+            )
 
 
 def _xid48_rule(j: _Judgement, same_gpu_other: list[KernelEvent]) -> None:
