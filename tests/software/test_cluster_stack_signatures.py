@@ -1,0 +1,87 @@
+"""The software around the GPU as people paste it: container-hook ldcache errors, the gpu-operator driver
+container without kernel packages, failing GPU operand pods, DCGM's profiling module, Slurm's
+`Kill task failed`, a memcg OOM report cut before its kill line.  Each is named by explain and by
+doctor --from (which refused these texts as "not recognised" before)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.diagnose import diagnose
+from gpuclinic.explain import explain_text
+from gpuclinic.sources import evidence
+
+CASES = [
+    (
+        "docker: Error response from daemon: ... Running hook #1:: error running hook: exit status 1, "
+        "stdout: , stderr: nvidia-container-cli: ldcache error: open failed: /sbin/ldconfig.real: "
+        "no such file or directory: unknown.",
+        "error.container_cli.ldcache_error",
+        "critical",
+    ),
+    (
+        "E0711 07:13:39.552177 1 nvc_ldcache.c:403] could not start /usr/sbin/ldconfig: "
+        "mount operation failed: /dev: operation not permitted",
+        "error.container_cli.ldcache_error",
+        "critical",
+    ),
+    (
+        "Resolving Linux kernel version...\nUnloading NVIDIA driver kernel modules...\n"
+        "Could not resolve Linux kernel version\n",
+        "error.driver_container.kernel_headers",
+        "critical",
+    ),
+    (
+        "**Error: Unable to find a match: kernel-devel-4.18.0-240.22.1.el8_3.x86_64**",
+        "error.driver_container.kernel_headers",
+        "critical",
+    ),
+    (
+        "NAME                                       READY   STATUS             RESTARTS   AGE\n"
+        "nvidia-driver-daemonset-cs2sr              0/1     CrashLoopBackOff   14         37m\n",
+        "error.k8s.gpu_operand_failing",
+        "warning",
+    ),
+    (
+        'time="2023-01-05T16:23:09Z" level=fatal msg="Failed to watch metrics: Error watching fields: The '
+        'third-party Profiling module returned an unrecoverable error"',
+        "error.dcgm.profiling_module_error",
+        "warning",
+    ),
+    ("Kill task failed root 2024-01-25T15:12:23 ip-10-0-1-23", "error.slurm.kill_task_failed", "warning"),
+    (
+        "[2020-12-14T09:44:56.002] [63532.0] error: *** STEP 63532.0 STEPD TERMINATED ON cn106 AT "
+        "2020-12-14T09:44:56 DUE TO JOB NOT ENDING WITH SIGNALS ***",
+        "error.slurm.kill_task_failed",
+        "warning",
+    ),
+    (
+        "2023-12-04T10:49:30.127Z In(05) vcpu-5 - Guest: <6>[39291577.009360] Memory cgroup stats for "
+        "/kubepods/burstable/podfe3f7a38: cache:0KB rss:613460KB\n"
+        "2023-12-04T10:49:30.127Z In(05) vcpu-5 - Guest: <6>[39291577.009363] "
+        "Tasks state (memory values in pages):\n",
+        "error.host.oom_killer",
+        "critical",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "code", "severity"), CASES)
+def test_named_by_explain_and_doctor(tmp_path: Path, text: str, code: str, severity: str) -> None:
+    got = {f.code: f.severity.name.lower() for f in explain_text(text, "paste").findings}
+    assert got.get(code) == severity, got
+    p = tmp_path / "paste.txt"
+    p.write_text(text + "\n")
+    got = {f.code: f.severity.name.lower() for f in diagnose(evidence.load_evidence([str(p)])).findings}
+    assert got.get(code) == severity, got
+
+
+def test_running_operand_pods_are_not_a_fault() -> None:
+    text = (
+        "NAMESPACE      NAME                                       READY   STATUS    RESTARTS   AGE\n"
+        "gpu-operator   nvidia-driver-daemonset-v7v74              1/1     Running   0          12m\n"
+        "gpu-operator   nvidia-device-plugin-daemonset-ktdrb       1/1     Running   0          12m\n"
+    )
+    assert not [f for f in explain_text(text, "paste").findings if f.code.startswith("error.k8s")]
