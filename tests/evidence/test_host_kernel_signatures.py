@@ -22,7 +22,7 @@ BLK = (
 NEW_IO = "[ 4730.850358] I/O error, dev nvme0n1, sector 167431176 op 0x1:(WRITE) flags 0x4000 phys_seg 128\n"
 JOURNAL = "[ 4730.855458] Aborting journal on device nvme0n1p1-8.\n"
 NVME_TIMEOUT = "[  519.201025] nvme nvme0: I/O 39 QID 3 timeout, aborting\n"
-XFS = "[ 8810.000001] XFS (md0): metadata I/O error in \"xfs_buf_iodone_callback_error\" at daddr 0x2 len 1\n"
+XFS = '[ 8810.000001] XFS (md0): metadata I/O error in "xfs_buf_iodone_callback_error" at daddr 0x2 len 1\n'
 VM_BOOT_NOISE = (
     "[    3.101234] blk_update_request: I/O error, dev fd0, sector 0 op 0x0:(READ) flags 0x0\n"
     "[    3.201234] Buffer I/O error on dev fd0, logical block 0, async page read\n"

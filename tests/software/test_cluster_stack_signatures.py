@@ -65,6 +65,23 @@ CASES = [
         "error.host.oom_killer",
         "critical",
     ),
+    (
+        "RuntimeError: unable to write to file </torch_31911_952036340_6686>: No space left on device (28)",
+        "error.torch.shm_full",
+        "warning",
+    ),
+    (
+        "dmesg reported\n````\nnvidia: version magic '5.4.18-100.fc30.x86_64 SMP mod_unload ' should be "
+        "'5.4.18-200.fc31.x86_64 SMP mod_unload '\n````",
+        "error.nvidia_module.vermagic",
+        "critical",
+    ),
+    (
+        "ERROR: Unable to load the kernel module 'nvidia.ko'.  This happens most frequently when this kernel "
+        "module was built",
+        "error.nvidia_installer.module_load_failed",
+        "critical",
+    ),
 ]
 
 
@@ -85,3 +102,19 @@ def test_running_operand_pods_are_not_a_fault() -> None:
         "gpu-operator   nvidia-device-plugin-daemonset-ktdrb       1/1     Running   0          12m\n"
     )
     assert not [f for f in explain_text(text, "paste").findings if f.code.startswith("error.k8s")]
+
+
+def test_shm_full_replaces_the_generic_no_space_finding() -> None:
+    codes = {f.code for f in explain_text(CASES[9][0], "paste").findings}
+    assert "error.torch.shm_full" in codes and "error.python.no_space_left" not in codes
+
+
+def test_a_dmesg_vermagic_line_is_one_kernel_module_finding(tmp_path: Path) -> None:
+    """The kernel-log reader names it (built for another kernel); the prose signature gives way."""
+    p = tmp_path / "dmesg.txt"
+    p.write_text(
+        "[  100.100000] nvidia: version magic '5.4.18-100.fc30.x86_64 SMP mod_unload ' should be "
+        "'5.4.18-200.fc31.x86_64 SMP mod_unload '\n"
+    )
+    codes = {f.code: f.severity.name.lower() for f in diagnose(evidence.load_evidence([str(p)])).findings}
+    assert codes == {"driver.kernel_module": "critical"}
