@@ -104,7 +104,8 @@ _MODULE_PATTERNS: tuple[tuple[lazyre.LazyPattern, str, str], ...] = (
     (lazyre.compile(r"nvidia(?:[\w-]*): Unknown symbol (?P<sym>\S+)"), "unknown_symbol", "critical"),
     (
         lazyre.compile(
-            r"nvidia(?:[\w-]*): (?:disagrees about version of symbol (?P<sym>\S+)|version magic '[^']*' should be )"
+            r"nvidia(?:[\w-]*): (?:disagrees about version of symbol (?P<sym>\S+)"
+            r"|version magic '[^']*' should be )"
         ),
         "symbol_version",
         "critical",
