@@ -82,6 +82,29 @@ CASES = [
         "error.nvidia_installer.module_load_failed",
         "critical",
     ),
+    (
+        "ERRO[0000] failed to generate CDI spec: failed to create device CDI specs: failed to generate CDI "
+        "edits for GPU devices: error getting GPU device minor number: Not Supported",
+        "error.cdi.spec_error",
+        "warning",
+    ),
+    (
+        "docker: Error response from daemon: ... failed to inject CDI devices: unresolvable CDI de          "
+        "vices runtime.nvidia.com/gpu=all: unknown",
+        "container.no_gpu_visible",
+        "warning",
+    ),
+    (
+        "loading NVML\nFailed to start nvml with error:  could not load NVML library\n",
+        "error.nvml.generic",
+        "warning",
+    ),
+    (
+        "REASON               USER      TIMESTAMP           NODELIST\n"
+        "gres/gpu count repor slurm     2026-04-14T06:39:53 slinky-0\n",
+        "gpu.missing",
+        "critical",
+    ),
 ]
 
 
