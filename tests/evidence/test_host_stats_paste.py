@@ -100,3 +100,13 @@ def test_healthy_vmstat_is_read_not_refused(tmp_path: Path) -> None:
 def test_prose_mentioning_the_words_is_not_read() -> None:
     text = "we watched %steal and %iowait in mpstat and saw nothing; Cpu(s) looked fine\n"
     assert host_stats.read(text.splitlines()) == (None, set())
+
+
+def test_sar_u_is_read_like_mpstat() -> None:
+    sar = (
+        "12:00:01 AM     CPU     %user     %nice   %system   %iowait    %steal     %idle\n"
+        "12:10:01 AM     all      3.00      0.00      1.00     30.00      0.00     66.00\n"
+        "Average:        all      3.00      0.00      1.00     30.00      0.00     66.00\n"
+    )
+    facts, _ = host_stats.read(sar.splitlines())
+    assert facts is not None and facts.cpu_pct["iowait"] == 30.0 and facts.extra["read_from"] == "sar -u"

@@ -105,6 +105,11 @@ CASES = [
         "gpu.missing",
         "critical",
     ),
+    (
+        "Anything Else: Reason=Node unexpectedly rebooted [slurm@2022-07-23T15:31:00]",
+        "error.slurm.node_rebooted",
+        "warning",
+    ),
 ]
 
 

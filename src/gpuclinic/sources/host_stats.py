@@ -6,7 +6,8 @@ one of these pastes, not /proc.  The figures become the host facts the live sour
 steal/iowait/user/system/idle, swap pages per second), so the host checks judge them against the same
 thresholds (knowledge/data/host_thresholds.json).  Only the interval figures count: the first ``vmstat`` row
 and the first ``iostat`` report are averages since boot and are left out when later ones follow.
-``HostFacts.extra["read_from"]`` names the tool the figures came from (the checks' evidence says so).
+``sar -u`` is read like ``mpstat`` (same layout).  ``HostFacts.extra["read_from"]`` names the tool the
+figures came from (the checks' evidence says so).
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def _pct_table(lines: list[str], idx: Iterable[int]) -> tuple[dict[str, float], 
             if toks[0].startswith("Average") or not best:
                 best = row
         if best:
-            out, tool = best, "mpstat"
+            out, tool = best, ("sar -u" if "%user" in names else "mpstat")  # (mpstat says %usr)
             used.add(k + 1)
     return out, tool, used
 
