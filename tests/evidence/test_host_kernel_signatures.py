@@ -22,6 +22,7 @@ BLK = (
 NEW_IO = "[ 4730.850358] I/O error, dev nvme0n1, sector 167431176 op 0x1:(WRITE) flags 0x4000 phys_seg 128\n"
 JOURNAL = "[ 4730.855458] Aborting journal on device nvme0n1p1-8.\n"
 NVME_TIMEOUT = "[  519.201025] nvme nvme0: I/O 39 QID 3 timeout, aborting\n"
+NVME_TIMEOUT_OP = "[53111.370408] nvme nvme0: I/O 309 (Write) QID 1 timeout, aborting  \n"
 XFS = '[ 8810.000001] XFS (md0): metadata I/O error in "xfs_buf_iodone_callback_error" at daddr 0x2 len 1\n'
 VM_BOOT_NOISE = (
     "[    3.101234] blk_update_request: I/O error, dev fd0, sector 0 op 0x0:(READ) flags 0x0\n"
@@ -45,7 +46,7 @@ def test_lockups_and_rcu_stalls_are_cpu_lockup(tmp_path: Path, line: str) -> Non
         assert codes.get("host.cpu_lockup") == "warning", codes
 
 
-@pytest.mark.parametrize("line", [BLK, NEW_IO, JOURNAL, NVME_TIMEOUT, XFS])
+@pytest.mark.parametrize("line", [BLK, NEW_IO, JOURNAL, NVME_TIMEOUT, NVME_TIMEOUT_OP, XFS])
 def test_disk_errors_are_storage_error(tmp_path: Path, line: str) -> None:
     for codes in _codes_both_ways(tmp_path, line):
         assert codes.get("host.storage_error") == "warning", codes
