@@ -110,6 +110,23 @@ CASES = [
         "error.slurm.node_rebooted",
         "warning",
     ),
+    (
+        'docker: Error response from daemon: exec: "nvidia-container-runtime-hook": executable file '
+        "not found in $PATH.",
+        "error.container_runtime.hook_missing",
+        "critical",
+    ),
+    (
+        "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no "
+        "runtime for \u201cnvidia\u201d is configured",
+        "error.k8s.nvidia_runtime_not_configured",
+        "warning",
+    ),
+    (
+        "stderr: nvidia-container-cli: container error: cgroup subsystem devices not found: unknown.",
+        "error.container_cli.cgroup_devices",
+        "critical",
+    ),
 ]
 
 
