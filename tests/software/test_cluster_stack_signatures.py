@@ -127,6 +127,11 @@ CASES = [
         "error.container_cli.cgroup_devices",
         "critical",
     ),
+    (
+        "nvidia-container-cli: detection error: nvml error: unknown error",
+        "error.container_cli.detection_error",
+        "critical",
+    ),
 ]
 
 
@@ -163,3 +168,9 @@ def test_a_dmesg_vermagic_line_is_one_kernel_module_finding(tmp_path: Path) -> N
     )
     codes = {f.code: f.severity.name.lower() for f in diagnose(evidence.load_evidence([str(p)])).findings}
     assert codes == {"driver.kernel_module": "critical"}
+
+
+def test_a_detection_error_naming_a_version_mismatch_is_the_mismatch_finding() -> None:
+    text = "nvidia-container-cli: detection error: nvml error: driver/library version mismatch: unknown"
+    codes = {f.code for f in explain_text(text, "paste").findings}
+    assert "driver.library_mismatch" in codes and "error.container_cli.detection_error" not in codes
