@@ -110,3 +110,33 @@ def test_sar_u_is_read_like_mpstat() -> None:
     )
     facts, _ = host_stats.read(sar.splitlines())
     assert facts is not None and facts.cpu_pct["iowait"] == 30.0 and facts.extra["read_from"] == "sar -u"
+
+
+FREE_M_LOW = (
+    "$ free -m\n"
+    "               total        used        free      shared  buff/cache   available\n"
+    "Mem:          515890      509000        2000          10        4890        1500\n"
+    "Swap:              0           0           0\n"
+)
+
+
+def test_free_m_low_available_memory(tmp_path: Path) -> None:
+    facts, used = host_stats.read(FREE_M_LOW.splitlines())
+    assert facts is not None and facts.mem_available_bytes == 1500 << 20 and used == {2, 3, 4}
+    for codes in _both(tmp_path, FREE_M_LOW):
+        assert codes.get("host.memory_low") == "warning", codes
+
+
+def test_free_h_units_and_decimal_comma() -> None:
+    text = (
+        "              total        used        free      shared  buff/cache   available\n"
+        "Mem:            62G         10G        400M        145M         51G         51G\n"
+        "Swap:          8,0G        8,0G          0B\n"
+    )
+    facts, _ = host_stats.read(text.splitlines())
+    assert facts is not None and facts.mem_total_bytes == 62 << 30 and facts.swap_total_bytes == 8 << 30
+
+
+def test_free_without_its_unit_is_not_guessed() -> None:
+    """Plain numbers are KiB, MiB or GiB depending on a flag the paste does not show: not read."""
+    assert host_stats.read(FREE_M_LOW.splitlines()[1:]) == (None, set())

@@ -1,5 +1,5 @@
 """Host CPU and swap figures as people paste them: ``top``'s ``%Cpu(s)`` line, ``vmstat`` tables,
-``mpstat`` and ``iostat`` (its ``avg-cpu`` block).
+``mpstat`` and ``iostat`` (its ``avg-cpu`` block), memory from ``free``.
 
 A slow or stalling training job on a VM is often CPU steal, I/O wait or swapping, and the user's evidence is
 one of these pastes, not /proc.  The figures become the host facts the live source measures (``cpu_pct``
@@ -136,6 +136,57 @@ def _pct_table(lines: list[str], idx: Iterable[int]) -> tuple[dict[str, float], 
     return out, tool, used
 
 
+_FREE_HEAD = lazyre.compile(r"^\s*total\s+used\s+free\s+shared\s+buff/cache\s+available\s*$")
+_FREE_VALUE = lazyre.compile(r"^(?P<n>\d+(?:[.,]\d+)?)(?P<u>[KMGTP]i?|B)?$")
+_FREE_CMD = lazyre.compile(
+    r"\bfree\s+(?:-\w*?(?P<flag>[bkmgh])\w*|--(?P<long>bytes|kilo|mega|giga|kibi|mebi|gibi|human))"
+)  # (-t is "totals", not tebibytes)
+_UNIT = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+_LONG = {"bytes": "b", "kilo": "k", "kibi": "k", "mega": "m", "mebi": "m", "giga": "g", "gibi": "g"}
+
+
+def _bytes(tok: str, default_unit: str | None) -> int | None:
+    """``62G``, ``8,0G``, ``400Mi``, ``0B`` or a bare number in the unit ``free``'s flag chose."""
+    m = _FREE_VALUE.match(tok)
+    if m is None:
+        return None
+    unit = (m.group("u") or "")[:1].lower() or default_unit
+    if unit is None:
+        return None
+    return int(float(m.group("n").replace(",", ".")) * _UNIT[unit])
+
+
+def _free(lines: list[str], idx: Iterable[int]) -> tuple[dict[str, int], set[int]]:
+    """``free`` (procps 3.3.10+, with its ``available`` column): total and available memory, swap.  Bare
+    numbers are read only when the command above names their unit (plain ``free`` prints KiB, but a paste
+    rarely shows whether ``-m`` or ``-g`` was given); ``-h`` values carry their own."""
+    out: dict[str, int] = {}
+    used: set[int] = set()
+    for k in idx:
+        if "buff/cache" not in lines[k] or not _FREE_HEAD.match(lines[k]):
+            continue
+        unit: str | None = None
+        for prev in reversed(lines[max(0, k - 3) : k]):
+            c = _FREE_CMD.search(prev)
+            if c:
+                flag = c.group("flag") or _LONG.get(c.group("long") or "", "")
+                unit = flag if flag in _UNIT else None
+                break
+        for n in range(k + 1, min(len(lines), k + 3)):
+            toks = lines[n].split()
+            if len(toks) >= 7 and toks[0] == "Mem:":
+                total, avail = _bytes(toks[1], unit), _bytes(toks[6], unit)
+                if total and avail is not None:
+                    out["mem_total"], out["mem_available"] = total, avail
+                    used.update((k + 1, n + 1))
+            elif len(toks) >= 4 and toks[0] == "Swap:" and out:
+                st, sf = _bytes(toks[1], unit), _bytes(toks[3], unit)
+                if st is not None and sf is not None:
+                    out["swap_total"], out["swap_free"] = st, sf
+                    used.add(n + 1)
+    return out, used
+
+
 def read(lines: list[str], where: Iterable[int] | None = None) -> tuple[HostFacts | None, set[int]]:
     """Host facts from the pasted tables in ``lines`` (``where``: the 0-based lines that may hold a key
     literal; None: all) and the 1-based line numbers read; (None, empty) when there is none."""
@@ -155,7 +206,13 @@ def read(lines: list[str], where: Iterable[int] | None = None) -> tuple[HostFact
     used |= got
     if top and not pct:
         pct, tool = top, "top"
-    if not pct and facts.swap_in_per_s is None:
+    mem, got = _free(lines, idx)
+    used |= got
+    if mem:
+        facts.mem_total_bytes, facts.mem_available_bytes = mem["mem_total"], mem["mem_available"]
+        facts.swap_total_bytes, facts.swap_free_bytes = mem.get("swap_total"), mem.get("swap_free")
+        tool = tool or "free"
+    if not pct and facts.swap_in_per_s is None and not mem:
         return None, set()
     facts.cpu_pct = pct
     facts.extra["read_from"] = tool or "pasted table"

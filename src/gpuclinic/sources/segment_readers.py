@@ -121,7 +121,7 @@ def read_json_driver(
 
 
 # literals the key line of each host-stats format holds (a big input's reader visits only lines holding one)
-HOST_STATS_KEYS = ("Cpu(s)", "swpd", "%steal", "%iowait")
+HOST_STATS_KEYS = ("Cpu(s)", "swpd", "%steal", "%iowait", "buff/cache")
 
 
 def read_host_stats(
@@ -139,6 +139,9 @@ def read_host_stats(
         snap.host.cpu_pct = facts.cpu_pct or snap.host.cpu_pct
         if facts.swap_in_per_s is not None:
             snap.host.swap_in_per_s, snap.host.swap_out_per_s = facts.swap_in_per_s, facts.swap_out_per_s
+        if facts.mem_total_bytes:
+            snap.host.mem_total_bytes = facts.mem_total_bytes
+            snap.host.mem_available_bytes = facts.mem_available_bytes
         snap.host.extra.update(facts.extra)
     claimed.update(used)
     rec.readers.append(f"host stats ({facts.extra['read_from']})")
