@@ -63,3 +63,21 @@ def test_one_storage_finding_for_a_burst_of_lines(tmp_path: Path) -> None:
 def test_vm_boot_noise_of_floppy_cdrom_and_loop_devices_is_not_a_fault(tmp_path: Path) -> None:
     for codes in _codes_both_ways(tmp_path, VM_BOOT_NOISE):
         assert "host.storage_error" not in codes, codes
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[  721.028170] INFO: task nvc:[driver]:5403 blocked for more than 120 seconds.\n",
+        "[  +0.000049] task:python3.11      state:D stack:    0 pid:15277 ppid: 15257 flags:0x00000002\n",
+    ],
+)
+def test_hung_task_with_a_colon_in_its_name_and_a_bare_state_d_dump(tmp_path: Path, line: str) -> None:
+    for codes in _codes_both_ways(tmp_path, line):
+        assert codes.get("host.hung_task") == "warning", codes
+
+
+def test_a_sleeping_task_in_a_dump_is_not_hung(tmp_path: Path) -> None:
+    line = "[  +0.000049] task:python3.11      state:S stack:    0 pid:15277 ppid: 15257 flags:0x00000002\n"
+    for codes in _codes_both_ways(tmp_path, line):
+        assert "host.hung_task" not in codes, codes
