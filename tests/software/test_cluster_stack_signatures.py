@@ -174,3 +174,18 @@ def test_a_detection_error_naming_a_version_mismatch_is_the_mismatch_finding() -
     text = "nvidia-container-cli: detection error: nvml error: driver/library version mismatch: unknown"
     codes = {f.code for f in explain_text(text, "paste").findings}
     assert "driver.library_mismatch" in codes and "error.container_cli.detection_error" not in codes
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "    Found GPU0 GeForce GTX 660 Ti which is of cuda capability 3.0.\n"
+        "    PyTorch no longer supports this GPU because it is too old.\n\n"
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
+        "     Ignoring gpu device (device: 0, name: GRID K520, pci bus id: 0000:00:03.0) \n"
+        "    with Cuda compute capability 3.0. The minimum required Cuda capability is 3.5.\n",
+    ],
+)
+def test_a_gpu_too_old_for_the_framework_build_is_one_finding(text: str) -> None:
+    codes = {f.code: f.severity.name.lower() for f in explain_text(text, "paste").findings}
+    assert codes == {"error.framework.gpu_too_old": "critical"}, codes
