@@ -140,3 +140,16 @@ def test_free_h_units_and_decimal_comma() -> None:
 def test_free_without_its_unit_is_not_guessed() -> None:
     """Plain numbers are KiB, MiB or GiB depending on a flag the paste does not show: not read."""
     assert host_stats.read(FREE_M_LOW.splitlines()[1:]) == (None, set())
+
+
+def test_top_memory_lines_with_explicit_units(tmp_path: Path) -> None:
+    text = (
+        "top - 10:01:02 up 3 days,  1:02,  1 user,  load average: 1.10, 0.90, 0.50\n"
+        "%Cpu(s):  2.3 us,  1.1 sy,  0.0 ni, 96.2 id,  0.1 wa,  0.0 hi,  0.3 si,  0.0 st\n"
+        "MiB Mem :  64215.2 total,    512.3 free,  62991.1 used,    711.8 buff/cache\n"
+        "MiB Swap:   2048.0 total,      0.0 free,   2048.0 used.    801.4 avail Mem\n"
+    )
+    facts, used = host_stats.read(text.splitlines())
+    assert facts is not None and facts.mem_available_bytes == int(801.4 * (1 << 20)) and {3, 4} <= used
+    for codes in _both(tmp_path, text):
+        assert codes.get("host.memory_low") == "warning" and "host.cpu_steal" not in codes, codes

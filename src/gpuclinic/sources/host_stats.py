@@ -58,6 +58,25 @@ def _top(lines: list[str], idx: Iterable[int]) -> tuple[dict[str, float], set[in
     return found, used
 
 
+_TOP_MEM = lazyre.compile(r"^\s*(?P<u>[KMGT])iB Mem\s*:\s*(?P<total>\d+(?:[.,]\d+)?) total\b")
+_TOP_AVAIL = lazyre.compile(r"^\s*(?P<u>[KMGT])iB Swap\s*:.*?(?P<avail>\d+(?:[.,]\d+)?) avail Mem\b")
+
+
+def _top_memory(lines: list[str], idx: Iterable[int]) -> tuple[dict[str, int], set[int]]:
+    """procps-ng ``top``'s ``MiB Mem :  ... total`` and ``MiB Swap: ... avail Mem`` lines (units explicit)."""
+    out: dict[str, int] = {}
+    used: set[int] = set()
+    for k in idx:
+        m = _TOP_MEM.match(lines[k]) if "iB Mem" in lines[k] else None
+        a = _TOP_AVAIL.match(lines[k + 1]) if m and k + 1 < len(lines) else None
+        if m and a:
+            unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+            out["mem_total"] = int(float(m.group("total").replace(",", ".")) * unit[m.group("u")])
+            out["mem_available"] = int(float(a.group("avail").replace(",", ".")) * unit[a.group("u")])
+            used.update((k + 1, k + 2))
+    return out, used
+
+
 def _vmstat(lines: list[str], idx: Iterable[int]) -> tuple[dict[str, float], set[int]]:
     """A ``vmstat`` table: the mean of its interval rows (``-t``/ExaWatcher timestamps are skipped)."""
     out: dict[str, float] = {}
@@ -208,6 +227,9 @@ def read(lines: list[str], where: Iterable[int] | None = None) -> tuple[HostFact
         pct, tool = top, "top"
     mem, got = _free(lines, idx)
     used |= got
+    if not mem:
+        mem, got = _top_memory(lines, idx)
+        used |= got
     if mem:
         facts.mem_total_bytes, facts.mem_available_bytes = mem["mem_total"], mem["mem_available"]
         facts.swap_total_bytes, facts.swap_free_bytes = mem.get("swap_total"), mem.get("swap_free")

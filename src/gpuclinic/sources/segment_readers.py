@@ -121,7 +121,7 @@ def read_json_driver(
 
 
 # literals the key line of each host-stats format holds (a big input's reader visits only lines holding one)
-HOST_STATS_KEYS = ("Cpu(s)", "swpd", "%steal", "%iowait", "buff/cache")
+HOST_STATS_KEYS = ("Cpu(s)", "swpd", "%steal", "%iowait", "buff/cache", "iB Mem")
 
 
 def read_host_stats(
