@@ -252,6 +252,7 @@ def explain_text(
         or snap.kernel_events
         or snap.signals
         or snap.room
+        or snap.host  # pasted top/vmstat/mpstat/iostat figures
         or (snap.software and snap.software.nvidia_smi_errors)
     ):
         try:

@@ -22,8 +22,15 @@ def _h(snap: Snapshot) -> HostFacts:
 
 
 def _measured(h: HostFacts) -> None:
-    if not h.window_s or not h.cpu_pct:
+    if not h.cpu_pct or not (h.window_s or h.extra.get("read_from")):
         raise CheckSkipped("not measured (use without --quick)")
+
+
+def _over(h: HostFacts, proc: str | None = None) -> str:
+    """Where a figure comes from: this run's sampling window, or the pasted tool's output."""
+    if h.window_s:
+        return f"over {h.window_s:g}s" + (f" ({proc})" if proc else "")
+    return f"in the pasted {h.extra.get('read_from', 'output')}"
 
 
 def _ncpu(h: HostFacts) -> int | None:
@@ -50,7 +57,7 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
         yield finding(
             "host.cpu_steal",
             title=f"CPU steal {steal:.0f}%: the hypervisor gives this VM's CPU time to other tenants",
-            evidence=[f"steal {steal:.1f}% over {h.window_s:g}s (/proc/stat)"],
+            evidence=[f"steal {steal:.1f}% {_over(h, '/proc/stat')}"],
             data={"steal_pct": steal},
         )
     iow = h.cpu_pct.get("iowait", 0.0)
@@ -58,7 +65,7 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
         yield finding(
             "host.iowait",
             title=f"I/O wait {iow:.0f}%: CPUs idle waiting for storage",
-            evidence=[f"iowait {iow:.1f}% over {h.window_s:g}s"],
+            evidence=[f"iowait {iow:.1f}% {_over(h)}"],
             data={"iowait_pct": iow},
         )
 
@@ -114,8 +121,7 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
             "host.swapping",
             title=f"Host is swapping ({rate:.0f} pages/s)",
             evidence=[
-                f"pswpin {h.swap_in_per_s:.0f}/s, pswpout {h.swap_out_per_s:.0f}/s over {h.window_s:g}s "
-                "(/proc/vmstat)"
+                f"pswpin {h.swap_in_per_s:.0f}/s, pswpout {h.swap_out_per_s:.0f}/s {_over(h, '/proc/vmstat')}"
             ],
             data={"pages_per_s": rate},
         )
@@ -200,7 +206,7 @@ def dataloader(snap: Snapshot) -> Iterator[Finding]:
               "starves the GPUs",
         evidence=[
             f"mean GPU utilisation {h.gpu_util_pct:.0f}% with GPU processes running",
-            f"CPU user+system {busy:.0f}% over {h.window_s:g}s",
+            f"CPU user+system {busy:.0f}% {_over(h)}",
         ],
         data={"gpu_util_pct": h.gpu_util_pct, "cpu_busy_pct": busy},
     )

@@ -120,6 +120,33 @@ def read_json_driver(
             return
 
 
+# literals the key line of each host-stats format holds (a big input's reader visits only lines holding one)
+HOST_STATS_KEYS = ("Cpu(s)", "swpd", "%steal", "%iowait", "buff/cache", "iB Mem")
+
+
+def read_host_stats(
+    snap: Snapshot, rec: InputRecord, lines: list[str], where: Iterable[int] | None, claimed: set[int]
+) -> None:
+    """``top``/``vmstat``/``mpstat``/``iostat`` pastes: CPU steal, I/O wait and swap as host facts."""
+    from gpuclinic.sources import host_stats
+
+    facts, used = host_stats.read(lines, where)
+    if facts is None:
+        return
+    if snap.host is None:
+        snap.host = facts
+    else:  # a second paste (or live facts): the pasted figures
+        snap.host.cpu_pct = facts.cpu_pct or snap.host.cpu_pct
+        if facts.swap_in_per_s is not None:
+            snap.host.swap_in_per_s, snap.host.swap_out_per_s = facts.swap_in_per_s, facts.swap_out_per_s
+        if facts.mem_total_bytes:
+            snap.host.mem_total_bytes = facts.mem_total_bytes
+            snap.host.mem_available_bytes = facts.mem_available_bytes
+        snap.host.extra.update(facts.extra)
+    claimed.update(used)
+    rec.readers.append(f"host stats ({facts.extra['read_from']})")
+
+
 def read_smi_list(
     snap: Snapshot,
     rec: InputRecord,

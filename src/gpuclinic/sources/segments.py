@@ -167,6 +167,7 @@ def _needles() -> tuple[str, ...]:
         *_DCGM_MARKS,
         R.DRIVER_KEY,
         R.SMI_L_KEY,
+        *R.HOST_STATS_KEYS,
         *CONTAINS_KEYS,
         *_FOLDS,  # (matched exactly: grep -i folds ASCII letters only)
     )
@@ -434,6 +435,7 @@ def read_lines(
     R.read_dcgm(snap, rec, lines, origin, claimed)
     R.read_metrics(snap, rec, lines, classes, special, origin, claimed)
     R.read_json_driver(snap, lines, where, claimed)
+    R.read_host_stats(snap, rec, lines, where, claimed)
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
     _read_signatures(snap, rec, lines, classes, ix, origin, error_signatures, claimed)
