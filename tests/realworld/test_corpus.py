@@ -59,6 +59,7 @@ FLOORS: dict[str, tuple[float, float]] = {
     "service_log": (1.00, 1.00),
     "slurm": (1.00, 1.00),
     "smi_csv": (1.00, 1.00),
+    "smi_dmon": (1.00, 1.00),
     "smi_error": (1.00, 1.00),
     "smi_nvlink": (1.00, 1.00),
     "smi_q": (1.00, 1.00),

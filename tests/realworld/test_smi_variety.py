@@ -72,3 +72,52 @@ def test_topo_matrix_with_terminal_underline_escapes() -> None:
 def test_smi_l_with_mig_devices_is_one_gpu() -> None:
     s = snap_of("smi_L_mig_devices_h100_590_gpuexporter.txt")
     assert len(s.gpus) == 1 and diagnose(s).verdict == Verdict.HEALTHY
+
+
+def test_dmon_samples_are_the_gpus_readings() -> None:
+    """``nvidia-smi dmon`` was "not recognised" by doctor --from; its last sample per GPU is its reading."""
+    path = CORPUS / "dmon_590_h100_gpu_burn_631w_gpuexporter.txt"
+    s = load_evidence([str(path)])
+    (g,) = s.gpus
+    assert (g.index, g.power_draw_w, g.temperature_c, g.memory_temperature_c) == (0, 636, 65, 59)
+    assert (g.utilization_gpu_pct, g.sm_clock_mhz, g.mem_clock_mhz) == (100, 1980, 2619)
+    assert diagnose(s).verdict == Verdict.HEALTHY
+    s2 = load_evidence([str(CORPUS / "dmon_595_l40s_load_gpuexporter.txt")])
+    assert s2.gpus[0].memory_temperature_c is None  # "-": no reading
+
+
+DMON_DT = "\n".join(
+    [
+        '$ nvidia-smi dmon --select=pucvmet --options=DT --count=2',
+        '#Date        Time         gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg'
+        '    ofa   mclk   pclk  pviol  tviol     fb   bar1   ccpm  sbecc  dbecc    pci  rxpci  txpci',
+        '#YYYYMMDD    HH:MM:SS     Idx      W      C      C      %      %      %      %      %'
+        '      %    MHz    MHz      %   bool     MB     MB     MB   errs   errs   errs   MB/s   MB/s',
+        ' 20260816    09:22:34       0    296     88      -     99     40      0      0      0'
+        '      0   9501   1410     80      1   2000      2      0      -      -      0      0      2',
+        ' 20260816    09:22:34       1    290     62      -     99     40      0      0      0'
+        '      0   9501   1980      0      0   2000      2      0      -      -      0      0      2',
+        ' 20260816    09:22:35       0    297     93      -     99     40      0      0      0'
+        '      0   9501   1395     85      1   2000      2      0      -      -      0      0      2',
+    ]
+) + "\n"
+
+
+def test_dmon_with_date_and_time_columns_and_every_group() -> None:
+    """``-o DT -s pucvmet``: date/time columns before ``gpu``, violation/ECC/PCIe columns after; two GPUs."""
+    s = snapshot_from_text(DMON_DT, "dmon")
+    by = {g.index: g for g in s.gpus}
+    assert sorted(by) == [0, 1]
+    assert (by[0].temperature_c, by[0].power_draw_w, by[0].sm_clock_mhz) == (93, 297, 1395)  # its last sample
+    assert by[1].temperature_c == 62
+    assert "thermal.slowdown" in {f.code for f in diagnose(s).findings if f.gpu and f.gpu.index == 0}
+
+
+def test_pmon_is_not_read_as_gpus() -> None:
+    pmon = (
+        "# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command \n"
+        "# Idx           #    C/G      %      %      %      %      %      %    name \n"
+        "    0      21198     C    100     10      -      -      -      -    gpu_burn       \n"
+    )
+    s = snapshot_from_text(pmon + DMON_DT.split("\n", 1)[1], "pmon+dmon")
+    assert sorted(g.index for g in s.gpus) == [0, 1]  # the dmon's two GPUs; the pmon row is a process

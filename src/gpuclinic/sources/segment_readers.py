@@ -10,13 +10,14 @@ from collections.abc import Iterable
 from gpuclinic import lazyre
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_json, dcgm_metrics
+from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_json, dcgm_metrics, smi_dmon
 from gpuclinic.sources.dcgm_json import is_dcgm_json as is_dcgm_json
 from gpuclinic.sources.kernellog import parse_numbered
 from gpuclinic.sources.merge import apply_dump
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
+DMON_KEYS = smi_dmon.DMON_KEYS
 SMI_L_KEY = "UUID: GPU-"
 _NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 
@@ -144,6 +145,53 @@ def read_smi_list(
         )
         claimed.update(i for i, _ in listed)
         rec.readers.append("nvidia-smi -L")
+
+
+def read_smi_dmon(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """``nvidia-smi dmon`` samples: from each header line on, while the lines are its samples."""
+    heads = [
+        k
+        for k in (range(len(lines)) if where is None else where)  # big input: lines with a DMON_KEYS literal
+        if "gpu" in lines[k] and lines[k].lstrip().startswith("#") and smi_dmon.header_columns(lines[k])
+    ]
+    numbered: list[tuple[int, str]] = []
+    end = -1
+    for h in heads:
+        if h <= end:
+            continue
+        k = h
+        while k < len(lines) and (k == h or _dmon_line(lines[k])):
+            numbered.append((k + 1, lines[k]))
+            k += 1
+        end = k - 1
+    if not numbered:
+        return
+    dump, used = smi_dmon.parse(numbered)
+    if not dump.gpus:
+        return
+    apply_dump(snap, dump, origin)
+    claimed.update(used)
+    first, last = min(used), max(used)
+    for s_ in rec.segments:
+        if s_.first is not None and s_.last is not None and s_.first <= last and s_.last >= first:
+            if "nvidia-smi dmon" not in s_.readers:
+                s_.readers.append("nvidia-smi dmon")
+    if "nvidia-smi dmon" not in rec.readers:
+        rec.readers.append("nvidia-smi dmon")
+
+
+def _dmon_line(line: str) -> bool:
+    """A line that may belong to a dmon run: blank, a '#' header/units line or a row starting with a number
+    (the GPU index, or the date/time of ``-o DT``)."""
+    s = line.strip()
+    return not s or s[0] == "#" or s[0].isdigit()
 
 
 _SMI_L = lazyre.compile(r"^\s*GPU (\d{1,3}): (.+?) \(UUID: (GPU-[0-9a-fA-F-]{36})\)\s*$")
