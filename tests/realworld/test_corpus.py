@@ -61,6 +61,7 @@ FLOORS: dict[str, tuple[float, float]] = {
     "smi_csv": (1.00, 1.00),
     "smi_dmon": (1.00, 1.00),
     "smi_error": (1.00, 1.00),
+    "smi_mig": (1.00, 1.00),
     "smi_nvlink": (1.00, 1.00),
     "smi_q": (1.00, 1.00),
     "smi_table": (1.00, 1.00),

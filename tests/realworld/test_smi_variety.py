@@ -121,3 +121,22 @@ def test_pmon_is_not_read_as_gpus() -> None:
     )
     s = snapshot_from_text(pmon + DMON_DT.split("\n", 1)[1], "pmon+dmon")
     assert sorted(g.index for g in s.gpus) == [0, 1]  # the dmon's two GPUs; the pmon row is a process
+
+
+def test_mig_tables_alone_name_their_gpu() -> None:
+    """``nvidia-smi mig -lgip``/``-lgi`` pasted without a table was "not recognised": the GPU they name is
+    read, in MIG mode (a GPU-instance list exists only then), and the instances go to the notes."""
+    path = CORPUS / "smi_mig_lgip_lgipp_lgi_4x1g6gb_summerlo.txt"
+    s = load_evidence([str(path)])
+    (g,) = s.gpus
+    assert (g.index, g.mig_mode_current) == (0, True)
+    assert any("GPU 0 GPU instances: 1g.6gb, 1g.6gb, 1g.6gb, 1g.6gb" in n for n in s.notes)
+    assert any("GPU instance profiles: 1g.6gb, 1g.6gb+me, 2g.12gb, 4g.24gb" in n for n in s.notes)
+    assert diagnose(s).verdict == Verdict.HEALTHY
+
+
+def test_mig_compute_instance_rows_have_the_gi_id_between() -> None:
+    s = snap_of("smi_mig_esxi_a100_pcie_510_lgi_lci_hpejp.txt")
+    assert len(s.gpus) == 1 and s.driver_version == "510.47.03"
+    assert any("GPU 0 Compute instances: 1g.5gb, 1g.5gb, 1c.2g.10gb, 1c.3g.20gb" in n for n in s.notes)
+    assert diagnose(s).verdict == Verdict.HEALTHY

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from gpuclinic import lazyre
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_json, dcgm_metrics, smi_dmon
+from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_json, dcgm_metrics, smi_dmon, smi_mig
 from gpuclinic.sources.dcgm_json import is_dcgm_json as is_dcgm_json
 from gpuclinic.sources.kernellog import parse_numbered
 from gpuclinic.sources.merge import apply_dump
@@ -18,6 +18,7 @@ from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
 DMON_KEYS = smi_dmon.DMON_KEYS
+MIG_KEYS = smi_mig.MIG_KEYS
 SMI_L_KEY = "UUID: GPU-"
 _NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 
@@ -178,13 +179,52 @@ def read_smi_dmon(
         return
     apply_dump(snap, dump, origin)
     claimed.update(used)
+    _mark(rec, used, "nvidia-smi dmon")
+
+
+def read_smi_mig(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """``nvidia-smi mig -lgi`` / ``-lci`` / ``-lgip`` tables: from each banner on, while the table goes on."""
+    heads = [
+        k
+        for k in (range(len(lines)) if where is None else where)  # big input: lines with a MIG_KEYS literal
+        if "instance" in lines[k] and smi_mig.banner(lines[k])
+    ]
+    numbered: list[tuple[int, str]] = []
+    end = -1
+    for h in heads:
+        if h <= end:
+            continue
+        k = h
+        while k < len(lines) and (k == h or smi_mig.table_line(lines[k])):
+            numbered.append((k + 1, lines[k]))
+            k += 1
+        end = k - 1
+    if not numbered:
+        return
+    dump, used = smi_mig.parse(numbered)
+    if not dump.gpus:
+        return
+    apply_dump(snap, dump, origin)
+    claimed.update(used)
+    _mark(rec, used, "nvidia-smi mig")
+
+
+def _mark(rec: InputRecord, used: list[int], name: str) -> None:
+    """Name reader ``name`` on the segments holding the lines it used, and on the input."""
     first, last = min(used), max(used)
     for s_ in rec.segments:
         if s_.first is not None and s_.last is not None and s_.first <= last and s_.last >= first:
-            if "nvidia-smi dmon" not in s_.readers:
-                s_.readers.append("nvidia-smi dmon")
-    if "nvidia-smi dmon" not in rec.readers:
-        rec.readers.append("nvidia-smi dmon")
+            if name not in s_.readers:
+                s_.readers.append(name)
+    if name not in rec.readers:
+        rec.readers.append(name)
 
 
 def _dmon_line(line: str) -> bool:

@@ -168,6 +168,7 @@ def _needles() -> tuple[str, ...]:
         R.DRIVER_KEY,
         R.SMI_L_KEY,
         *R.DMON_KEYS,
+        *R.MIG_KEYS,
         *CONTAINS_KEYS,
         *_FOLDS,  # (matched exactly: grep -i folds ASCII letters only)
     )
@@ -438,6 +439,7 @@ def read_lines(
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
     R.read_smi_dmon(snap, rec, lines, origin, where, claimed)
+    R.read_smi_mig(snap, rec, lines, origin, where, claimed)
     _read_signatures(snap, rec, lines, classes, ix, origin, error_signatures, claimed)
     _unclaimed(rec, lines, classes, special, claimed)
     kinds = [s.kind for s in segs if s.readers or s.kind in ("kernel_log", "smi_error")]
