@@ -140,3 +140,15 @@ def test_mig_compute_instance_rows_have_the_gi_id_between() -> None:
     assert len(s.gpus) == 1 and s.driver_version == "510.47.03"
     assert any("GPU 0 Compute instances: 1g.5gb, 1g.5gb, 1c.2g.10gb, 1c.3g.20gb" in n for n in s.notes)
     assert diagnose(s).verdict == Verdict.HEALTHY
+
+
+def test_smi_l_with_a_lower_case_device_handle_error() -> None:
+    """``-L`` printed "Unable to determine the device handle for gpu 0000:18:00.0: Unknown Error" (lower-case
+    "gpu") in GPU 0's place: it read HEALTHY with 3 GPUs; the lost GPU is a critical finding and all 4 count."""
+    s = snap_of("smi_L_handle_lowercase_gpu_unknown_error_3x2080ti_sonar_72.txt")
+    assert len(s.gpus) == 4
+    lost = [g for g in s.gpus if g.lost]
+    assert [g.pci_bus_id for g in lost] == ["0000:18:00.0"]
+    report = diagnose(s)
+    assert report.verdict == Verdict.DRAIN
+    assert any(f.code == "gpu.missing" for f in report.findings)

@@ -13,7 +13,7 @@ from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_json, dcgm_metrics, smi_dmon, smi_mig
 from gpuclinic.sources.dcgm_json import is_dcgm_json as is_dcgm_json
 from gpuclinic.sources.kernellog import parse_numbered
-from gpuclinic.sources.merge import apply_dump
+from gpuclinic.sources.merge import apply_dump, merge_gpu
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
@@ -130,8 +130,10 @@ def read_smi_list(
     where: Iterable[int] | None,
     claimed: set[int],
 ) -> None:
-    """``nvidia-smi -L`` (GPU 0: NAME (UUID: GPU-...)): the GPUs, when no other reader named them."""
-    if snap.gpus:
+    """``nvidia-smi -L`` (GPU 0: NAME (UUID: GPU-...)): the GPUs, when no other reader named them (the
+    GPUs nvidia-smi could not open, known only by the bus id of its error line, name none: ``-L`` prints
+    that line in the lost GPU's place and lists the others, NordicHPC/sonar#72)."""
+    if any(not (g.lost and g.uuid is None and g.name is None) for g in snap.gpus):
         return
     listed = [
         (k + 1, m)
@@ -141,9 +143,9 @@ def read_smi_list(
     if listed:
         from gpuclinic.facts.gpu import GpuFacts
 
-        snap.gpus.extend(
-            GpuFacts(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3)) for _, m in listed
-        )
+        for _, m in listed:
+            g = GpuFacts(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3))
+            merge_gpu(snap, g, alone=False)
         claimed.update(i for i, _ in listed)
         rec.readers.append("nvidia-smi -L")
 
