@@ -143,8 +143,8 @@ def test_mig_compute_instance_rows_have_the_gi_id_between() -> None:
 
 
 def test_smi_l_with_a_lower_case_device_handle_error() -> None:
-    """``-L`` printed "Unable to determine the device handle for gpu 0000:18:00.0: Unknown Error" (lower-case
-    "gpu") in GPU 0's place: it read HEALTHY with 3 GPUs; the lost GPU is a critical finding and all 4 count."""
+    """``-L`` printed "Unable to determine the device handle for gpu 0000:18:00.0: Unknown Error" (lower
+    case "gpu") in GPU 0's place: it read HEALTHY with 3 GPUs; the lost GPU is critical and all 4 count."""
     s = snap_of("smi_L_handle_lowercase_gpu_unknown_error_3x2080ti_sonar_72.txt")
     assert len(s.gpus) == 4
     lost = [g for g in s.gpus if g.lost]
@@ -152,3 +152,33 @@ def test_smi_l_with_a_lower_case_device_handle_error() -> None:
     report = diagnose(s)
     assert report.verdict == Verdict.DRAIN
     assert any(f.code == "gpu.missing" for f in report.findings)
+
+
+def test_nvidia_gpu_exporter_scrape_is_read_by_its_query_gpu_names() -> None:
+    """``nvidia_smi_*`` samples (utkuozdemir/nvidia_gpu_exporter) were "not recognised"; units are SI."""
+    path = CORPUS / "metrics_nvidia_smi_exporter_h100_590_load_gpuexporter.txt"
+    s = load_evidence([str(path)])
+    (g,) = s.gpus
+    assert (s.driver_version, s.cuda_driver_version, g.name, g.pci_bus_id) == (
+        "590.48.01", "13.1", "NVIDIA H100 80GB HBM3", "0000:00:09.0"
+    )
+    assert (g.temperature_c, g.memory_temperature_c, g.power_draw_w, g.power_limit_w) == (59, 54, 631.95, 700)
+    assert (g.sm_clock_mhz, g.utilization_gpu_pct, g.performance_state) == (1980, 100, "P0")
+    assert (g.memory_total_bytes or 0) // 2**20 == 81559 and (g.pcie_gen, g.pcie_width) == (5, 16)
+    assert (g.ecc_volatile_uncorrected, g.remapped_rows_pending, g.remapped_rows_failure) == (0, False, False)
+    assert diagnose(s).verdict == Verdict.HEALTHY
+
+
+def test_nvidia_gpu_exporter_scrape_with_a_pending_row_remap() -> None:
+    text = (CORPUS / "metrics_nvidia_smi_exporter_h100_590_load_gpuexporter.txt").read_text()
+    text = text.replace(
+        'nvidia_smi_remapped_rows_pending{uuid="00000000-0000-0000-0000-000000000000"} 0',
+        'nvidia_smi_remapped_rows_pending{uuid="00000000-0000-0000-0000-000000000000"} 1',
+    ).replace(
+        'nvidia_smi_ecc_errors_uncorrected_volatile_total{uuid="00000000-0000-0000-0000-000000000000"} 0',
+        'nvidia_smi_ecc_errors_uncorrected_volatile_total{uuid="00000000-0000-0000-0000-000000000000"} 2',
+    )
+    s = snapshot_from_text(text, "scrape")
+    (g,) = s.gpus
+    assert (g.remapped_rows_pending, g.ecc_volatile_uncorrected) == (True, 2)
+    assert "memory.row_remap_pending" in {f.code for f in diagnose(s).findings}

@@ -10,7 +10,15 @@ from collections.abc import Iterable
 from gpuclinic import lazyre
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_json, dcgm_metrics, smi_dmon, smi_mig
+from gpuclinic.sources import (
+    dcgm_discovery,
+    dcgm_dmon,
+    dcgm_json,
+    dcgm_metrics,
+    smi_dmon,
+    smi_exporter_metrics,
+    smi_mig,
+)
 from gpuclinic.sources.dcgm_json import is_dcgm_json as is_dcgm_json
 from gpuclinic.sources.kernellog import parse_numbered
 from gpuclinic.sources.merge import apply_dump, merge_gpu
@@ -94,18 +102,23 @@ def read_metrics(
     origin: str,
     claimed: set[int],
 ) -> None:
-    """dcgm-exporter ``/metrics`` samples: GPU facts by the field schema's DCGM names."""
+    """dcgm-exporter ``/metrics`` samples (GPU facts by the field schema's DCGM names) and
+    nvidia_gpu_exporter's ``nvidia_smi_*`` samples (by its ``--query-gpu`` names)."""
     # ("# HELP"/"# TYPE" lines look like a root prompt to the line classifier)
     ks = [k for k in special if classes[k] == "metrics" or (classes[k] == "prompt" and "# " in lines[k])]
     if not ks:
         return
-    dump, used = dcgm_metrics.parse((k + 1, lines[k]) for k in ks)
-    if not used:
-        return
-    if dump.gpus or dump.driver_version:
-        apply_dump(snap, dump, origin)
-    claimed.update(used)
-    reader(rec, rec.segments, ("metrics",), "dcgm-exporter metrics")
+    for parse, name in (
+        (dcgm_metrics.parse, "dcgm-exporter metrics"),
+        (smi_exporter_metrics.parse, "nvidia_gpu_exporter metrics"),
+    ):
+        dump, used = parse((k + 1, lines[k]) for k in ks if k + 1 not in claimed)
+        if not used:
+            continue
+        if dump.gpus or dump.driver_version:
+            apply_dump(snap, dump, origin)
+        claimed.update(used)
+        reader(rec, rec.segments, ("metrics",), name)
 
 
 def read_json_driver(
