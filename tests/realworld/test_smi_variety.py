@@ -182,3 +182,29 @@ def test_nvidia_gpu_exporter_scrape_with_a_pending_row_remap() -> None:
     (g,) = s.gpus
     assert (g.remapped_rows_pending, g.ecc_volatile_uncorrected) == (True, 2)
     assert "memory.row_remap_pending" in {f.code for f in diagnose(s).findings}
+
+
+def test_csv_noheader_under_a_shell_prompt_takes_the_commands_columns() -> None:
+    """``$ nvidia-smi --query-gpu=... --format=csv,noheader,nounits`` then rows: the prompt line made the
+    rows unlabelled prose ("not recognised"); the command names their columns."""
+    s = load_evidence([str(CORPUS / "csv_noheader_prompt_8x_titanx_gpustat_5.txt")])
+    assert len(s.gpus) == 8
+    g = s.gpus[1]
+    assert (g.name, g.temperature_c, g.utilization_gpu_pct) == ("GeForce GTX TITAN X", 54, 86)
+    assert (g.memory_used_bytes or 0) // 2**20 == 10032
+
+
+def test_xml_pasted_from_inside_the_gpu_element() -> None:
+    """An -q -x excerpt starting at ``</double_bit_retirement>`` (no root, no GPU id) was "not recognised":
+    its elements are one GPU's, end tags whose start was cut off are dropped, the cut is noted."""
+    text = (CORPUS / "xml_fragment_from_inside_gpu_element_telegraf_12996.txt").read_text()
+    assert detect(text) == "smi_xml"
+    s = snapshot_from_text(text, "frag")
+    (g,) = s.gpus
+    assert (g.temperature_c, g.slowdown_temp_c, g.power_draw_w, g.power_limit_w) == (32, 95, 18, 350)
+    assert any("inside a GPU's element" in n for n in s.notes)
+    assert diagnose(s).verdict == Verdict.HEALTHY
+
+
+def test_prose_with_a_few_tags_is_not_an_xml_fragment() -> None:
+    assert detect("see <b>this</b> and <temperature>hot</temperature>\nok\n") != "smi_xml"

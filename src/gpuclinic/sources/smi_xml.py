@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from gpuclinic import lazyre
 from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
@@ -26,7 +28,59 @@ ROOT = "nvidia_smi_log"
 
 def looks_like(sample: str) -> bool:
     head = sample[:65536]
-    return "<nvidia_smi_log" in head or "&lt;nvidia_smi_log" in head
+    return "<nvidia_smi_log" in head or "&lt;nvidia_smi_log" in head or _fragment(head)
+
+
+# A paste that starts inside a GPU's element (an issue excerpt cut at its top: "</double_bit_retirement>",
+# "<temperature>", "<gpu_temp>32 C</gpu_temp>" ...): the element lines of a -q -x dump, no root
+_ELEMENT_LINE = lazyre.compile(r"^\s*</?([a-z][a-z0-9_]*)(?:\s[^>]*)?>")
+_TAG = lazyre.compile(r"<(/?)([a-z][a-z0-9_]*)\b[^>]*?(/?)>")
+_FRAGMENT_MIN = 4  # element lines naming a GPU fact's element before a paste is taken for a fragment
+
+
+@cache
+def _leaf_names() -> frozenset[str]:
+    """The element names of the GPU facts (``temperature/gpu_temp`` -> temperature, gpu_temp)."""
+    return frozenset(
+        part.split("@")[0] for row in gpu_fields.fields() for path in row.xml for part in path.split("/")
+    )
+
+
+def _fragment(head: str) -> bool:
+    """True when ``head`` is element lines of a -q -x dump without its root (see ``_ELEMENT_LINE``)."""
+    if "</" not in head:
+        return False
+    names = _leaf_names()
+    hits = 0
+    for line in head.splitlines()[:200]:
+        m = _ELEMENT_LINE.match(line)
+        if m and m.group(1) in names:
+            hits += 1
+            if hits >= _FRAGMENT_MIN:
+                return True
+    return False
+
+
+def _wrap_fragment(text: str) -> str:
+    """A fragment as one GPU's document: end tags whose start was cut off dropped, open elements closed."""
+    out: list[str] = []
+    stack: list[str] = []
+    for line in text.splitlines():
+        keep = line
+        for m in _TAG.finditer(line):
+            closing, name, empty = m.group(1), m.group(2), m.group(3)
+            if empty:
+                continue
+            if not closing:
+                stack.append(name)
+            elif name in stack:
+                while stack and stack.pop() != name:
+                    pass
+            else:  # its start tag is above the paste
+                keep = keep.replace(m.group(0), "", 1)
+        out.append(keep)
+    out.extend(f"</{name}>" for name in reversed(stack))
+    return "<nvidia_smi_log><gpu>\n" + "\n".join(out) + "\n</gpu></nvidia_smi_log>"
 
 
 def unescape_pasted(text: str) -> str:
@@ -53,6 +107,9 @@ def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
             f"{origin}: XML declares entities; refusing to parse (expected plain nvidia-smi -q -x output)"
         )
     start = text.find("<nvidia_smi_log")
+    fragment = start < 0 and _fragment(text[:65536])
+    if fragment:
+        text, start = _wrap_fragment(text), 0
     if start < 0:
         raise InputError(f"{origin}: no <nvidia_smi_log> element (expected nvidia-smi -q -x output)")
     body = text[start:]  # the XML declaration and DOCTYPE before the root carry nothing we need
@@ -74,6 +131,11 @@ def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
     if root.tag != ROOT:
         raise InputError(f"{origin}: root element is <{root.tag}>, expected <{ROOT}>")
     dump = c.SmiDump(kind="smi_xml")
+    if fragment:
+        dump.notes.append(
+            "nvidia-smi XML pasted from inside a GPU's element (no <nvidia_smi_log>, no GPU id): read the "
+            "elements it holds"
+        )
     if cut:
         dump.notes.append("nvidia-smi XML is cut off (no </nvidia_smi_log>): read the elements it holds")
     dump.timestamp = _t(root, "timestamp")
