@@ -208,3 +208,38 @@ def test_xml_pasted_from_inside_the_gpu_element() -> None:
 
 def test_prose_with_a_few_tags_is_not_an_xml_fragment() -> None:
     assert detect("see <b>this</b> and <temperature>hot</temperature>\nok\n") != "smi_xml"
+
+
+DCGMI_DMON = """\
+$ dcgmi dmon -e 150,155,203,311,395,396 -c 2
+#Entity   TMPTR  POWER    GPUTL  EDVTL  RRF    RRP
+ID        C      W
+GPU 0     91     285.123  100    0      0      0
+GPU 1     61     280.456  100    2      0      1
+GPU 0     93     286.001  100    0      0      0
+GPU 1     62     281.000  100    2      0      1
+"""
+
+
+def test_dcgmi_dmon_columns_are_gpu_readings() -> None:
+    """``dcgmi dmon -e`` columns the field schema names (DCGM's short names: TMPTR, POWER, GPUTL, EDVTL,
+    RRF, RRP) become readings, the last sample per GPU winning; before, only XIDER was read."""
+    s = snapshot_from_text(DCGMI_DMON, "dmon")
+    by = {g.index: g for g in s.gpus}
+    assert (by[0].temperature_c, by[0].power_draw_w, by[0].utilization_gpu_pct) == (93, 286.001, 100)
+    assert (by[1].ecc_volatile_uncorrected, by[1].remapped_rows_pending, by[1].remapped_rows_failure) == (
+        2, True, False
+    )
+    codes = {(f.code, f.gpu.index if f.gpu else None) for f in diagnose(s).findings}
+    assert ("memory.ecc_uncorrectable", 1) in codes and ("memory.row_remap_pending", 1) in codes
+    assert ("thermal.slowdown", 0) in codes
+
+
+def test_dcgmi_dmon_xid_table_without_its_command() -> None:
+    """A bare ``#Entity XIDER`` table (no "dcgmi" on the page) was "not recognised": GPU 1's Xid 120 is an
+    Xid event; the table names no reading column, so no readings come from it."""
+    text = "#Entity    XIDER\nID\nGPU 0      0\nGPU 1      120\n"
+    s = snapshot_from_text(text, "xid")
+    assert [e.xid for e in s.kernel_events] == [120]
+    assert all(g.temperature_c is None for g in s.gpus)
+    assert "xid.120" in {f.code for f in diagnose(s).findings}

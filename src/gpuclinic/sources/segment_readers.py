@@ -26,6 +26,7 @@ from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
 DMON_KEYS = smi_dmon.DMON_KEYS
+DCGM_DMON_KEY = dcgm_dmon.DMON_KEY
 MIG_KEYS = smi_mig.MIG_KEYS
 SMI_L_KEY = "UUID: GPU-"
 _NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
@@ -240,6 +241,48 @@ def _mark(rec: InputRecord, used: list[int], name: str) -> None:
                 s_.readers.append(name)
     if name not in rec.readers:
         rec.readers.append(name)
+
+
+def read_dcgm_dmon(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """``dcgmi dmon`` readings: from each ``#Entity`` header on, while the lines are its rows."""
+    numbered: list[tuple[int, str]] = []
+    end = -1
+    for h in (range(len(lines)) if where is None else where):  # big input: lines holding DCGM_DMON_KEY
+        if h <= end or DCGM_DMON_KEY not in lines[h]:
+            continue
+        k = h
+        while k < len(lines) and (k == h or _dcgm_dmon_line(lines[k])):
+            numbered.append((k + 1, lines[k]))
+            k += 1
+        end = k - 1
+    numbered = [(n, ln) for n, ln in numbered if n not in claimed]  # (a DCGM segment's XIDER was read)
+    if not numbered:
+        return
+    used: list[int] = []
+    xids = dcgm_dmon.xid_events([ln for _, ln in numbered], origin, numbered[0][0])
+    if len({n for n, _ in numbered}) == numbered[-1][0] - numbered[0][0] + 1:  # line numbers in step
+        snap.kernel_events.extend(xids)
+        used.extend(e.lineno for e in xids if e.lineno is not None)
+    dump, read = dcgm_dmon.readings(numbered)
+    if dump.gpus:
+        apply_dump(snap, dump, origin)
+        used.extend(read)
+    if used:
+        claimed.update(used)
+        _mark(rec, used, "dcgmi dmon")
+
+
+def _dcgm_dmon_line(line: str) -> bool:
+    """A line of a ``dcgmi dmon`` run: blank, a header, the units row or an entity row."""
+    s = line.strip()
+    return not s or s.startswith(("#Entity", "ID", "GPU ", "GPU-I ", "GPU-CI ", "CPU ", "SWITCH "))
 
 
 def _dmon_line(line: str) -> bool:
