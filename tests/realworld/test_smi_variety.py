@@ -243,3 +243,20 @@ def test_dcgmi_dmon_xid_table_without_its_command() -> None:
     assert [e.xid for e in s.kernel_events] == [120]
     assert all(g.temperature_c is None for g in s.gpus)
     assert "xid.120" in {f.code for f in diagnose(s).findings}
+
+
+def test_nvlink_capabilities_are_links_without_state() -> None:
+    """``nvlink --capabilities`` ("Link 0, P2P is supported: true"): its GPU lines were read as an ``-L``
+    listing and its links not at all (without UUIDs, old drivers: "not recognised"); now the links are
+    read, with no state, so "Link is supported: false" is no fault."""
+    s = load_evidence([str(CORPUS / "nvlink_capabilities_h800_3_of_8_llmaction.txt")])
+    assert [g.index for g in s.gpus] == [0, 1, 7]
+    assert [link.link for link in s.gpus[0].nvlinks] == list(range(8))
+    assert all(link.active is None for g in s.gpus for link in g.nvlinks)
+    assert diagnose(s).verdict == Verdict.HEALTHY
+    old = (
+        "GPU 0: Tesla V100-SXM2-32GB\n\t Link 0, P2P is supported: true\n"
+        "\t Link 0, SLI is supported: false\n"
+    )
+    s2 = snapshot_from_text(old, "v100")  # drivers before ~450 print no UUID on the GPU line
+    assert [(g.index, g.name, len(g.nvlinks)) for g in s2.gpus] == [(0, "Tesla V100-SXM2-32GB", 1)]
