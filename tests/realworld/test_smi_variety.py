@@ -260,3 +260,16 @@ def test_nvlink_capabilities_are_links_without_state() -> None:
     )
     s2 = snapshot_from_text(old, "v100")  # drivers before ~450 print no UUID on the GPU line
     assert [(g.index, g.name, len(g.nvlinks)) for g in s2.gpus] == [(0, "Tesla V100-SXM2-32GB", 1)]
+
+
+def test_topo_matrix_of_8_gpus_and_17_nics_is_read_at_once() -> None:
+    """The header regex tried 2^columns splits on every matrix row: this 28-column matrix never finished
+    (explain and doctor --from hung).  Now one pass per line."""
+    import time
+
+    text = (CORPUS / "topo_m_8x_a100_nv12_17_nics_xuesongtap.txt").read_text()
+    t0 = time.process_time()
+    assert detect(text) == "smi_topo"
+    s = snapshot_from_text(text, "topo")
+    assert time.process_time() - t0 < 5
+    assert any("nvidia-smi topo -m: 8 GPU(s); GPU pairs NV12" in n for n in s.notes)

@@ -13,7 +13,9 @@ import re
 from gpuclinic import lazyre
 from gpuclinic.record import field, record
 
-_HEAD_RE = lazyre.compile(r"^\s*GPU0(?:\s+(?:GPU\d+|NIC\d+|mlx\d+_\d+|\S+))*\s+CPU Affinity", re.M)
+# (one pass over the line: the old "(?:\s+(?:GPU\d+|NIC\d+|\S+))*" tried 2^columns splits on each matrix
+# row, and the 25-column matrix of 8 GPUs and 17 NICs never finished)
+_HEAD_RE = lazyre.compile(r"^[ \t]*GPU0[ \t][^\n]*?CPU Affinity", re.M)
 _ROW_RE = lazyre.compile(r"^\s*GPU0\s+X\b", re.M)
 _LINK = lazyre.compile(r"^(?:X|SYS|NODE|PHB|PXB|PIX|NV\d+|SOC|N/A)$")
 # On a terminal nvidia-smi underlines the header row (ESC[4m ... ESC[0m); pastes keep the escapes, or lose
