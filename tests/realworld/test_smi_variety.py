@@ -273,3 +273,17 @@ def test_topo_matrix_of_8_gpus_and_17_nics_is_read_at_once() -> None:
     s = snapshot_from_text(text, "topo")
     assert time.process_time() - t0 < 5
     assert any("nvidia-smi topo -m: 8 GPU(s); GPU pairs NV12" in n for n in s.notes)
+
+
+def test_csv_loop_without_a_gpu_column_is_one_gpu_sampled() -> None:
+    """``-lms --query-gpu=timestamp,...`` rows without index/bus/UUID were one GPU each (5 GPUs); rows of
+    one time stamp are the GPUs, a new time stamp samples them again."""
+    s = load_evidence([str(CORPUS / "csv_lms_timestamp_samples_one_gpu_xuesongtap.txt")])
+    (g,) = s.gpus
+    assert (g.temperature_c, (g.memory_used_bytes or 0) // 2**20) == (25, 21)  # the last sample
+
+
+def test_dmon_frame_buffer_column() -> None:
+    """``dmon -s m`` (``# gpu fb bar1 ccpm``) names no other reading: it was "not recognised"."""
+    s = load_evidence([str(CORPUS / "dmon_s_m_fb_bar1_8gpu_twice_xuesongtap.txt")])
+    assert len(s.gpus) == 8 and all((g.memory_used_bytes or 0) == 4 * 2**20 for g in s.gpus)

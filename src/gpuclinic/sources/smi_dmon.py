@@ -5,8 +5,9 @@ drivers before ~470 say ``temp`` for the GPU temperature), a units row (``# Idx 
 samples (``    0     70     42     48      -      - ...``, ``-`` where the GPU has no reading); ``-o DT``
 adds date and time columns before ``gpu``, and ``-s`` picks other columns (``pviol tviol``, ``fb bar1``,
 ``rxpci txpci``, ``sbecc dbecc``).  The readings people paste it for (temperature, power, clocks, SM
-busy) become GPU facts the heat and power checks judge; the other columns are not facts of a GPU and
-are left alone.  ``nvidia-smi pmon`` (``# gpu  pid  type ...``) lists processes, not GPUs: not read here.
+busy, frame buffer in use) become GPU facts the heat and power checks judge; the other columns are not
+facts of a GPU and are left alone.  ``nvidia-smi pmon`` (``# gpu  pid  type ...``) lists processes,
+not GPUs: not read here.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ _FIELDS = {
     "mem": "utilization_memory_pct",
     "mclk": "mem_clock_mhz",
     "pclk": "sm_clock_mhz",
+    "fb": "memory_used_bytes",  # -s m: frame buffer in use, MB
 }
+_BYTES = {"fb": 1024 * 1024}  # columns in MB whose fact is in bytes
 
 
 def header_columns(line: str) -> list[str] | None:
@@ -74,7 +77,7 @@ def parse(numbered: Iterable[tuple[int, str]]) -> tuple[SmiDump, list[int]]:
         for col, attr in _FIELDS.items():
             v = row.get(col)
             if v is not None and v.replace(".", "", 1).isdigit():
-                setattr(g, attr, float(v))
+                setattr(g, attr, int(float(v) * _BYTES[col]) if col in _BYTES else float(v))
         dump.gpus.append(g)
     if dump.gpus:
         dump.notes.append(f"nvidia-smi dmon: the last sample of each of {len(dump.gpus)} GPU(s) read")
