@@ -287,3 +287,21 @@ def test_dmon_frame_buffer_column() -> None:
     """``dmon -s m`` (``# gpu fb bar1 ccpm``) names no other reading: it was "not recognised"."""
     s = load_evidence([str(CORPUS / "dmon_s_m_fb_bar1_8gpu_twice_xuesongtap.txt")])
     assert len(s.gpus) == 8 and all((g.memory_used_bytes or 0) == 4 * 2**20 for g in s.gpus)
+
+
+def test_xml_versions_of_610_drivers() -> None:
+    """The 610 text output's "[Deprecated; ...]" note and its KMD / CUDA UMD versions, in -q -x form (no
+    real 610 XML was found: the element names follow the text keys)."""
+    from gpuclinic.sources import smi_xml
+
+    gpu = '<gpu id="00000000:0C:00.0"><product_name>NVIDIA GeForce RTX 2080 SUPER</product_name></gpu>'
+    noted = (
+        "<nvidia_smi_log><driver_version>610.57.04 [Deprecated; will be removed in CUDA 14.0. Use KMD "
+        "Version instead]</driver_version><cuda_version>13.3 [Deprecated]</cuda_version>"
+        + gpu
+        + "</nvidia_smi_log>"
+    )
+    assert (smi_xml.parse(noted).driver_version, smi_xml.parse(noted).cuda_version) == ("610.57.04", "13.3")
+    new = "<nvidia_smi_log><kmd_version>610.62</kmd_version><cuda_umd_version>13.3</cuda_umd_version>"
+    d = smi_xml.parse(new + gpu + "</nvidia_smi_log>")
+    assert (d.driver_version, d.cuda_version) == ("610.62", "13.3")

@@ -139,13 +139,24 @@ def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
     if cut:
         dump.notes.append("nvidia-smi XML is cut off (no </nvidia_smi_log>): read the elements it holds")
     dump.timestamp = _t(root, "timestamp")
-    dump.driver_version = c.clean(_t(root, "driver_version"))
-    cv = c.clean(_t(root, "cuda_version"))
+    # 610+ text output notes "[Deprecated; ... Use KMD Version instead]" after the old keys and adds KMD /
+    # CUDA UMD versions; the XML is read the same way (first word; the new element when the old is absent)
+    dump.driver_version = _version(root, "driver_version", "kmd_version")
+    cv = _version(root, "cuda_version", "cuda_umd_version")
     dump.cuda_version = cv if cv and cv.lower() != "not found" else None
     dump.attached_gpus = c.integer(_t(root, "attached_gpus"))
     for i, el in enumerate(root.findall("gpu")):
         dump.gpus.append(_gpu(i, el))
     return dump
+
+
+def _version(root: ET.Element, *tags: str) -> str | None:
+    """The first of ``tags`` holding a value, without a note after it ("610.57.04 [Deprecated; ...]")."""
+    for tag in tags:
+        v = c.clean((_t(root, tag) or "").split(" [", 1)[0])
+        if v:
+            return v
+    return None
 
 
 def _partial_root(body: str) -> ET.Element | None:
