@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Callable
+from typing import Any
 
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts
@@ -186,6 +188,18 @@ def microseconds_ns(value: str | None) -> int | None:
 def width(value: str | None) -> int | None:
     """'16x' / 'x16' -> 16."""
     return integer(value.replace("x", "").replace("X", "") if value else value)
+
+
+# How a gpu_fields.json row's printed value is read, by its "parse" kind: the same in -q text and -q -x XML.
+SCHEMA_PARSE: dict[str, Callable[[str | None], Any]] = {
+    "str": clean,
+    "bool": yes_no,
+    "num": num,
+    "int": integer,
+    "mib": mib_bytes,
+    "width": width,
+}
+NUMERIC_PARSE = ("num", "int", "mib", "width")
 
 
 def apply_tlimit(gpu: GpuFacts, tlimit: float | None, shutdown_margin: float | None,

@@ -11,8 +11,7 @@ dumps pasted with a prefix (bug reports, issue comments) and never raises on arb
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
 
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
@@ -232,16 +231,7 @@ _HEADER_KEYS = {
 }
 
 
-_TEXT_PARSE: dict[str, Callable[[str | None], Any]] = {
-    "str": c.clean,
-    "bool": c.yes_no,
-    "num": c.num,
-    "int": c.integer,
-    "mib": c.mib_bytes,
-    "width": c.width,
-}
 _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.text_reader == "schema")
-_NUMERIC = ("num", "int", "mib", "width")
 
 
 def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
@@ -250,7 +240,7 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
     # spelling first, older drivers' after) that holds a readable value; an error printed in its place
     # ("[Unknown Error]", "[GPU requires reset]") is kept as the reason it is unreadable
     for row in _SCHEMA_ROWS:
-        parse = _TEXT_PARSE[row.parse]
+        parse = c.SCHEMA_PARSE[row.parse]
         raws = [v for v in (t.val(*p.split("/")) for p in row.smi_text) if v is not None]
         value = next((x for x in map(parse, raws) if x is not None), None)
         if row.parse == "str" and value is not None and c.failed_answer(c.error_reason(value)):

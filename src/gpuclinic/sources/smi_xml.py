@@ -8,9 +8,8 @@ refused (no billion-laughs, no external entities), the DOCTYPE line is dropped b
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuclinic import lazyre
 from gpuclinic.errors import InputError
@@ -199,16 +198,7 @@ def _t(el: ET.Element | None, path: str) -> str | None:
     return (found.text or "").strip()
 
 
-_XML_PARSE: dict[str, Callable[[str | None], Any]] = {
-    "str": c.clean,
-    "bool": c.yes_no,
-    "num": c.num,
-    "int": c.integer,
-    "mib": c.mib_bytes,
-    "width": c.width,
-}
 _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.xml_reader == "schema")
-_NUMERIC = ("num", "int", "mib", "width")
 
 
 def _gpu(index: int, el: ET.Element) -> GpuFacts:
@@ -217,11 +207,11 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:
     # one row per fact, straight from knowledge/data/gpu_fields.json: the first of its element paths (newest
     # DTD first) holding a readable value; an error printed in its place is kept as the reason
     for row in _SCHEMA_ROWS:
-        parse = _XML_PARSE[row.parse]
+        parse = c.SCHEMA_PARSE[row.parse]
         raws = [v for v in (_t(el, p) for p in row.xml) if v is not None]
         value = next((x for x in map(parse, raws) if x is not None), None)
         setattr(g, row.fact, value)
-        if value is None and raws and row.parse in _NUMERIC:
+        if value is None and raws and row.parse in c.NUMERIC_PARSE:
             c.note_unreadable(g, row.fact, raws[0])
     # what one row cannot say: derived values, counts summed over a DTD's layout, reason flags, lists
     _pci(g, el)
