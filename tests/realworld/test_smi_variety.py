@@ -305,3 +305,21 @@ def test_xml_versions_of_610_drivers() -> None:
     new = "<nvidia_smi_log><kmd_version>610.62</kmd_version><cuda_umd_version>13.3</cuda_umd_version>"
     d = smi_xml.parse(new + gpu + "</nvidia_smi_log>")
     assert (d.driver_version, d.cuda_version) == ("610.62", "13.3")
+
+
+def test_575_memory_repair_lines() -> None:
+    """575+ drivers print Channel/TPC Repair Pending and Unrepairable Memory under ECC Errors: a "Yes"
+    there went unreported.  The real 590 H200 dump says "No" (healthy); its "Yes" variants are findings."""
+    name = "q_590_h200_nvl_mig_devices_load_gpuexporter.txt"
+    text = (CORPUS / name).read_text()
+    s = snap_of(name)
+    (g,) = s.gpus
+    assert (g.memory_repair_pending, g.tpc_repair_pending, g.memory_unrepairable) == (False, False, False)
+    line = "Channel Repair Pending                         : No"
+    assert line in text
+    pending = snapshot_from_text(text.replace(line, line.replace("No", "Yes")), "pending")
+    assert "memory.row_remap_pending" in {f.code for f in diagnose(pending).findings}
+    line = "Unrepairable Memory                            : No"
+    assert line in text
+    broken = snapshot_from_text(text.replace(line, line.replace("No", "Yes")), "broken")
+    assert "memory.row_remap_failed" in {f.code for f in diagnose(broken).findings}
