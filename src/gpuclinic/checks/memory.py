@@ -127,9 +127,17 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
         if g.remapped_rows_failure:
             title = f"GPU {g.index}: HBM row remapping failed (no spare rows left): RMA condition"
             out.append(_flagged(snap, g, "memory.row_remap_failed", "remapped_rows.failure", counts, title))
+        elif g.memory_unrepairable:  # 575+ drivers: the memory repair ran out (the same RMA condition)
+            title = f"GPU {g.index}: the driver reports memory it cannot repair (Unrepairable Memory): RMA"
+            out.append(_flagged(snap, g, "memory.row_remap_failed", "ecc.unrepairable_memory", counts, title))
         elif g.remapped_rows_pending:
             title = f"GPU {g.index}: an HBM row is waiting to be remapped; reset the GPU when convenient"
             out.append(_flagged(snap, g, "memory.row_remap_pending", "remapped_rows.pending", counts, title))
+        elif g.memory_repair_pending or g.tpc_repair_pending:  # 575+: a channel/TPC repair waits for a reset
+            what = "channel" if g.memory_repair_pending else "TPC"
+            title = f"GPU {g.index}: a {what} repair is waiting for a GPU reset; reset it when convenient"
+            flag = "ecc.channel_repair_pending" if g.memory_repair_pending else "ecc.tpc_repair_pending"
+            out.append(_flagged(snap, g, "memory.row_remap_pending", flag, counts, title))
         unc = g.remapped_rows_uncorrectable
         if unc is not None and unc >= warn_unc and not g.remapped_rows_failure:
             out.append(

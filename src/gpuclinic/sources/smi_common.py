@@ -239,8 +239,9 @@ class SmiDump:
 # nvidia-smi's own error statements, as printed in the wild (one line each).
 _HANDLE_RE = lazyre.compile(
     r"Unable to (?:determine|detect) the device handle for "
-    # "GPU0000:07:00.0", "GPU 0000:0B:00.0", and an index first: "GPU0: 0000:09:00.0" (OGKM#1342)
-    r"(?:GPU\s*(?:\d{1,3}:\s+)?)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    # "GPU0000:07:00.0", "GPU 0000:0B:00.0", an index first: "GPU0: 0000:09:00.0" (OGKM#1342), and
+    # "gpu 0000:18:00.0" in lower case (NordicHPC/sonar#72)
+    r"(?:(?:GPU|gpu)\s*(?:\d{1,3}:\s+)?)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"\s*:?\s*(?P<why>.*)$"
 )
 _ERROR_LINE_RES = (

@@ -212,17 +212,23 @@ def _key_value(line: str) -> tuple[int, str, str | None] | None:
 
 
 def _header(dump: c.SmiDump, nk: str, value: str | None) -> None:
-    if nk == "driver version" and value:
-        dump.driver_version = c.clean(value)
-    elif nk in ("cuda version", "cuda driver version") and value:
-        dump.cuda_version = c.clean(value) if value.strip().lower() != "not found" else None
+    # 610+ drivers note "[Deprecated; ... Use KMD Version instead]" after the version and add "KMD Version" /
+    # "CUDA UMD Version" lines with the same numbers: the version is the value's first word either way
+    if nk in ("driver version", "kmd version") and value:
+        dump.driver_version = c.clean(value.split(" [", 1)[0])
+    elif nk in ("cuda version", "cuda driver version", "cuda umd version") and value:
+        cuda = value.split(" [", 1)[0]
+        dump.cuda_version = c.clean(cuda) if cuda.strip().lower() != "not found" else None
     elif nk == "timestamp" and value:
         dump.timestamp = value.strip()
     elif nk == "attached gpus" and value:
         dump.attached_gpus = c.integer(value)
 
 
-_HEADER_KEYS = {"driver version", "cuda version", "cuda driver version", "timestamp", "attached gpus"}
+_HEADER_KEYS = {
+    "driver version", "kmd version", "cuda version", "cuda driver version", "cuda umd version", "timestamp",
+    "attached gpus",
+}
 
 
 _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.text_reader == "schema")
