@@ -8,6 +8,7 @@ refused (no billion-laughs, no external entities), the DOCTYPE line is dropped b
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -51,13 +52,34 @@ def _fragment(head: str) -> bool:
         return False
     names = _leaf_names()
     hits = 0
-    for line in head.splitlines()[:200]:
+    for line in _lines_starting_with_tag(head, 200):
         m = _ELEMENT_LINE.match(line)
         if m and m.group(1) in names:
             hits += 1
             if hits >= _FRAGMENT_MIN:
                 return True
     return False
+
+
+def _lines_starting_with_tag(head: str, limit: int) -> Iterator[str]:
+    """The lines among the first ``limit`` of ``head`` whose first non-space character is ``<``: a ``find``
+    per ``<``, not a split of the whole (16 KiB) sample (a training log's head holds a few)."""
+    if not head.isascii() or any(c in head for c in ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")):
+        yield from (ln for ln in head.splitlines()[:limit] if ln.lstrip().startswith("<"))
+        return
+    line = pos = 0  # (ASCII, "\n" the only break: the lines are those of splitlines)
+    i = head.find("<")
+    while i >= 0:
+        ls = head.rfind("\n", 0, i) + 1
+        line += head.count("\n", pos, ls)
+        pos = ls
+        if line >= limit:
+            return
+        end = head.find("\n", i)
+        end = len(head) if end < 0 else end
+        if not head[ls:i].strip():
+            yield head[ls:end]
+        i = head.find("<", end)
 
 
 def _wrap_fragment(text: str) -> str:
