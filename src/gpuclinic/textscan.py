@@ -110,8 +110,32 @@ def splitlines(text: str) -> list[str]:
 
 def remember(text: str, data: bytes) -> None:
     """``data`` is ``text`` encoded as UTF-8 (the input it was decoded from, unchanged): a later scan of
-    ``text`` uses it instead of encoding the text again."""
+    ``text`` uses it instead of encoding the text again, and the scans :func:`start_scans_of_bytes` started
+    on ``data`` become ``text``'s."""
     _BYTES[0] = (text, data)
+    hits, starts = _PENDING[0], _STARTS[0]
+    if hits is not None and hits.data is data and hits.text is _EARLY[0]:
+        hits.text = text
+    if starts is not None and starts.data is data and starts.text is _EARLY[0]:
+        starts.text = text
+
+
+_EARLY: list[str | None] = [None]  # the stand-in text of the scans started on bytes not yet decoded
+
+
+def start_scans_of_bytes(data: bytes, needles: Iterable[str], pattern: str) -> None:
+    """Start the literal and line-start scans of a big input from its bytes, before they are decoded: grep
+    runs while the text is decoded and split (~25 ms more of a 19 MB log's scan off the critical path).
+    :func:`remember` hands them to the decoded text; if the text is not exactly these bytes (a \\r, a NUL,
+    bad UTF-8), nobody takes them over and :func:`cancel_scans` stops them."""
+    stand_in = "".join(("\0", "undecoded"))  # (a new object: no text is ever this one)
+    _EARLY[0] = stand_in
+    starts = start_line_starts(stand_in, pattern, data)
+    starts.pattern = pattern
+    earlier, _STARTS[0] = _STARTS[0], starts
+    if earlier is not None:
+        earlier.cancel()
+    start_line_hits(stand_in, needles, data)
 
 
 def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
@@ -178,15 +202,18 @@ class _PendingHits:
 _PENDING: list[_PendingHits | None] = [None]
 
 
-def start_line_hits(text: str, needles: Iterable[str]) -> None:
+def start_line_hits(text: str, needles: Iterable[str], data: bytes | None = None) -> None:
     """Start the scan a later :func:`line_hits` of ``text`` (the same object) for these ``needles`` or
     fewer will wait for, so grep runs while the caller splits the text and loads its readers.  A no-op
     without grep; :func:`cancel_scans` stops a scan nobody asked for."""
     earlier, _PENDING[0] = _PENDING[0], None
+    want = _want(needles)
+    if earlier is not None and earlier.text is text and want <= earlier.want:
+        _PENDING[0] = earlier  # started already (from the bytes, before the text was decoded)
+        return
     if earlier is not None:
         earlier.cancel()
-    want = _want(needles)
-    data = _data(text)
+    data = _data(text) if data is None else data
     grep = _grep_binary()
     if data is None or grep is None or not want:
         return
@@ -261,7 +288,7 @@ class PendingLines:
         data: bytes = b"",
     ) -> None:
         self.text = text
-        self._data = data  # what grep scanned
+        self.data = data  # what grep scanned
         self._proc = proc
         self._odd = odd  # the text's bytes when some lines hold a character grep cannot judge
         self._files = files  # grep's output and errors (files, not pipes: grep never waits for a reader)
@@ -291,7 +318,7 @@ class PendingLines:
             out, err = self._files
             out.seek(0)
             err.seek(0)
-            if rc not in (0, 1) or err.read(1) or not _same_file(self._data):
+            if rc not in (0, 1) or err.read(1) or not _same_file(self.data):
                 return None  # no -P in this grep, PCRE gave up on a line (its backtracking limit), or the
                 # file it read changed
             starts = [int(ln.split(b":", 1)[0]) - 1 for ln in out.read().split(b"\n")[:-1]]
@@ -318,7 +345,10 @@ _STARTS: list[PendingLines | None] = [None]  # a line-start scan started ahead, 
 def prefetch_line_starts(text: str, pattern: str) -> None:
     """Start the scan a later :func:`start_line_starts` of ``text`` (the same object) and ``pattern``
     takes over (:func:`cancel_scans` stops it when nobody does)."""
-    earlier, _STARTS[0] = _STARTS[0], None
+    earlier = _STARTS[0]
+    if earlier is not None and earlier.text is text and earlier.pattern == pattern:
+        return  # started already (from the bytes, before the text was decoded)
+    _STARTS[0] = None
     if earlier is not None:
         earlier.cancel()
     started = start_line_starts(text, pattern)
@@ -326,14 +356,14 @@ def prefetch_line_starts(text: str, pattern: str) -> None:
     _STARTS[0] = started
 
 
-def start_line_starts(text: str, pattern: str) -> PendingLines:
-    """Start :func:`line_starts` (``.result()`` waits for it)."""
+def start_line_starts(text: str, pattern: str, data: bytes | None = None) -> PendingLines:
+    """Start :func:`line_starts` (``.result()`` waits for it); ``data``: the text's bytes, when known."""
     ahead = _STARTS[0]
     if ahead is not None and ahead.text is text and ahead.pattern == pattern:
         _STARTS[0] = None
         return ahead
     none = PendingLines(text, None, None, [])
-    data = _data(text)
+    data = _data(text) if data is None else data
     if data is None:
         return none
     odd = data if not data.isascii() or any(c in data for c in _ODD_ASCII) else None

@@ -5,7 +5,9 @@ that was read."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +85,54 @@ def test_a_log_rewritten_while_grep_ran_falls_back_to_the_copy(
         textscan.start_line_hits(text, ["nccl"])
     hits = textscan.line_hits(text, ["nccl"])
     assert hits is not None and [k for k, _, _ in hits.lines] == [10]
+
+
+def _popens(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    started: list[object] = []
+    real = subprocess.Popen
+
+    def counting(*a: Any, **kw: Any) -> object:
+        p = real(*a, **kw)
+        started.append(p)
+        return p
+
+    monkeypatch.setattr(subprocess, "Popen", counting)  # (textscan calls subprocess.Popen)
+    return started
+
+
+def test_scans_start_from_the_bytes_and_the_decoded_text_takes_them_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explain starts its two greps before decoding a big log; the text reader uses those (no second
+    grep), and the findings are those of a scan started late."""
+    from gpuclinic.explain import explain_text
+
+    log = tmp_path / "train.log"
+    _write(log, 30000)
+    late = [
+        f.code for f in explain_text(log.read_text()).findings
+    ]  # (a text read another way: scans start late)
+    started = _popens(monkeypatch)
+    text, origin, _ = read_input(str(log))
+    assert len(started) == 2  # the literal and the line-start scan, before the text exists
+    codes = [f.code for f in explain_text(text, origin).findings]
+    assert len(started) == 2 and codes == late
+    assert textscan._PENDING[0] is None and textscan._STARTS[0] is None
+
+
+def test_scans_of_bytes_that_decode_to_another_text_are_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CRLF: the decoded text is not the bytes, so nobody takes the early scans over; they are stopped,
+    not left running."""
+    from gpuclinic.explain import explain_text
+
+    log = tmp_path / "train.log"
+    _write(log, 30000)
+    log.write_bytes(log.read_bytes().replace(b"\n", b"\r\n"))
+    started = _popens(monkeypatch)
+    text, origin, _ = read_input(str(log))
+    codes = [f.code for f in explain_text(text, origin).findings]
+    assert "xid.79" in codes
+    assert all(p.poll() is not None for p in started)  # type: ignore[attr-defined]
+    assert textscan._PENDING[0] is None and textscan._STARTS[0] is None

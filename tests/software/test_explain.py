@@ -250,9 +250,10 @@ def test_collect_env_paste_with_an_error() -> None:
 def test_long_input_keeps_its_start_and_its_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the crash that ended a long training log is its last line: a head-only cut said "nothing found"
     import gpuclinic.explain as ex
+    import gpuclinic.textinput as ti
 
-    monkeypatch.setattr(ex, "MAX_INPUT", 64 * 1024)
-    monkeypatch.setattr(ex, "HEAD_KEEP", 4 * 1024)
+    monkeypatch.setattr(ti, "MAX_INPUT", 64 * 1024)
+    monkeypatch.setattr(ti, "HEAD_KEEP", 4 * 1024)
     log = (
         "Nvidia driver version: 535.104.05\n"
         + "step 1 loss 0.5 tokens/s 12345\n" * 20000

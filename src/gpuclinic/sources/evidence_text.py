@@ -355,6 +355,7 @@ def add_text(
             text[:SAMPLE_BYTES]
         )  # a Redfish document or sensors -j: one JSON, read whole
     if kind is not None:
+        textscan.cancel_scans()  # (scans started on a big input's bytes: this kind is read whole, not split)
         try:
             _apply_text(snap, kind, text, origin)
         except _Unrecognised as e:
@@ -383,8 +384,7 @@ def add_text(
     except ValueError:
         raise InputError(f"{origin}: not recognised; expected {EXPECTED}") from None
     finally:
-        if ahead:
-            textscan.cancel_scans()
+        textscan.cancel_scans()  # (also scans started on the bytes of a text read some other way)
     snap.input_records.append(rec)
     return rec.kind
 

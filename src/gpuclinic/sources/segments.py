@@ -193,6 +193,11 @@ def prefetch(text: str) -> None:
     textscan.start_line_hits(text, _needles())
 
 
+def prefetch_bytes(data: bytes) -> None:
+    """:func:`prefetch` of a big input's bytes before they are decoded (``textscan.start_scans_of_bytes``)."""
+    textscan.start_scans_of_bytes(data, _needles(), _LINE_START.pattern)
+
+
 def _same_lines(data: bytes, lines: list[str]) -> bool:
     """``data`` (a text's UTF-8 bytes) split at ``\\n`` gives ``lines`` (that text's ``splitlines()``):
     true unless another line break (\\r, \\f, \\x1c, \\u2028 ...) split it too."""
