@@ -5,7 +5,7 @@ JSON inventories."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gpuclinic import lazyre
 from gpuclinic.facts.evidence import InputRecord, Segment
@@ -205,16 +205,7 @@ def read_smi_dmon(
         for k in (range(len(lines)) if where is None else where)  # big input: lines with a DMON_KEYS literal
         if "gpu" in lines[k] and lines[k].lstrip().startswith("#") and smi_dmon.header_columns(lines[k])
     ]
-    numbered: list[tuple[int, str]] = []
-    end = -1
-    for h in heads:
-        if h <= end:
-            continue
-        k = h
-        while k < len(lines) and (k == h or _dmon_line(lines[k])):
-            numbered.append((k + 1, lines[k]))
-            k += 1
-        end = k - 1
+    numbered = _blocks(lines, heads, _dmon_line)
     if not numbered:
         return
     dump, used = smi_dmon.parse(numbered)
@@ -239,16 +230,7 @@ def read_smi_mig(
         for k in (range(len(lines)) if where is None else where)  # big input: lines with a MIG_KEYS literal
         if "instance" in lines[k] and smi_mig.banner(lines[k])
     ]
-    numbered: list[tuple[int, str]] = []
-    end = -1
-    for h in heads:
-        if h <= end:
-            continue
-        k = h
-        while k < len(lines) and (k == h or smi_mig.table_line(lines[k])):
-            numbered.append((k + 1, lines[k]))
-            k += 1
-        end = k - 1
+    numbered = _blocks(lines, heads, smi_mig.table_line)
     if not numbered:
         return
     dump, used = smi_mig.parse(numbered)
@@ -257,6 +239,22 @@ def read_smi_mig(
     apply_dump(snap, dump, origin)
     claimed.update(used)
     _mark(rec, used, "nvidia-smi mig")
+
+
+def _blocks(lines: list[str], heads: Iterable[int], goes_on: Callable[[str], bool]) -> list[tuple[int, str]]:
+    """(1-based number, line) of each block: a header line (``heads``, 0-based, in order) and the lines after
+    it while ``goes_on``; a header inside an earlier block is part of that block."""
+    numbered: list[tuple[int, str]] = []
+    end = -1
+    for h in heads:
+        if h <= end:
+            continue
+        k = h
+        while k < len(lines) and (k == h or goes_on(lines[k])):
+            numbered.append((k + 1, lines[k]))
+            k += 1
+        end = k - 1
+    return numbered
 
 
 def _mark(rec: InputRecord, used: list[int], name: str) -> None:
@@ -279,16 +277,8 @@ def read_dcgm_dmon(
     claimed: set[int],
 ) -> None:
     """``dcgmi dmon`` readings: from each ``#Entity`` header on, while the lines are its rows."""
-    numbered: list[tuple[int, str]] = []
-    end = -1
-    for h in (range(len(lines)) if where is None else where):  # big input: lines holding DCGM_DMON_KEY
-        if h <= end or DCGM_DMON_KEY not in lines[h]:
-            continue
-        k = h
-        while k < len(lines) and (k == h or _dcgm_dmon_line(lines[k])):
-            numbered.append((k + 1, lines[k]))
-            k += 1
-        end = k - 1
+    heads = [h for h in (range(len(lines)) if where is None else where) if DCGM_DMON_KEY in lines[h]]
+    numbered = _blocks(lines, heads, _dcgm_dmon_line)  # (big input: ``where``, lines holding the key)
     numbered = [(n, ln) for n, ln in numbered if n not in claimed]  # (a DCGM segment's XIDER was read)
     if not numbered:
         return
