@@ -232,7 +232,8 @@ def iter_grep_candidates(path: str, grep: str) -> Generator[str, None, None]:
 def start_grep_candidates(path: str, grep: str) -> Iterator[str]:
     """:func:`iter_grep_candidates`, with grep started now (the caller prepares while it runs).
 
-    A big file is read by two greps, one per half, when a second core is free (:mod:`.grepsplit`)."""
+    A big file is read by two greps taking turns stripe by stripe, when a second core is free
+    (:mod:`.grepsplit`)."""
     # one extended regex of literal alternatives: GNU grep searches it a little faster than -F with -e per
     # word
     argv = [grep, "-a", "-b", "-E", "-e", "|".join(_ere_literal(p) for p in grep_patterns())]
@@ -243,9 +244,9 @@ def start_grep_candidates(path: str, grep: str) -> Iterator[str]:
     from gpuclinic.sources.kernellog import grepsplit
 
     if grepsplit.usable(size):
-        halves = grepsplit.start(path, argv, size)
-        if halves is not None:
-            return _candidates(path, *halves)
+        split = grepsplit.start(path, argv, size)
+        if split is not None:
+            return _candidates(path, *split)
     proc = _run([*argv, "--", path])
 
     def close(ok: bool) -> None:
