@@ -80,7 +80,10 @@ def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, st
         assert path is not None
         try:
             with open(path, "rb") as fh:
+                before = os.fstat(fh.fileno())
                 data, truncated = _read_capped(fh)
+            if stat.S_ISREG(before.st_mode) and len(data) == before.st_size and not truncated:
+                textscan.remember_file(data, path, textscan.file_ident(before))
         except IsADirectoryError:
             raise InputError(f"{path}: is a directory; give a file or - for stdin") from None
         except FileNotFoundError:
@@ -103,7 +106,10 @@ def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, st
 def _read_capped(fh: BinaryIO) -> tuple[bytes, bool]:
     """At most MAX_INPUT bytes: all of it, or for a longer log its start (environment headers)
     and its end (the crash that ended a run is the last thing it printed)."""
-    data = fh.read(MAX_INPUT + 1)
+    want = _read_size(fh)
+    data = fh.read(want)
+    if len(data) == want <= MAX_INPUT:  # a file that grew since its size was taken
+        data += fh.read(MAX_INPUT + 1 - want)
     if len(data) <= MAX_INPUT:
         return data, False
     if data[:2] == b"\x1f\x8b":
@@ -128,6 +134,19 @@ def _read_capped(fh: BinaryIO) -> tuple[bytes, bool]:
     if 0 <= nl < 65536:
         del tail[: nl + 1]  # start at a whole line
     return data[:HEAD_KEEP] + b"\n[... gpuclinic: middle of the input left out ...]\n" + bytes(tail), True
+
+
+def _read_size(fh: BinaryIO) -> int:
+    """How much the first read asks for: a regular file's size and one byte (that byte says whether it
+    grew past ``MAX_INPUT``), capped at ``MAX_INPUT + 1``.  ``read(MAX_INPUT + 1)`` of a 19 MB log
+    allocated 64 MiB and shrank it afterwards: ~12 ms of page faults and copying."""
+    try:
+        st = os.fstat(fh.fileno())
+        if stat.S_ISREG(st.st_mode):
+            return min(max(st.st_size - fh.tell(), 0) + 1, MAX_INPUT + 1)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+    return MAX_INPUT + 1
 
 
 def _looks_binary(text: str) -> bool:

@@ -155,7 +155,7 @@ class _PendingHits:
         """grep's lines, as :func:`_grep` returns them (None: it failed)."""
         try:
             rc = _wait(self._proc, 60)
-            if rc not in (0, 1):
+            if rc not in (0, 1) or not _same_file(self.data):
                 return None
             self._out.seek(0)
             return _parse_hits(self._out.read())
@@ -249,9 +249,15 @@ class PendingLines:
     """A :func:`line_starts` scan under way: grep runs while the caller does other work."""
 
     def __init__(
-        self, text: str, proc: subprocess.Popen[bytes] | None, odd: bytes | None, files: list[IO[bytes]]
+        self,
+        text: str,
+        proc: subprocess.Popen[bytes] | None,
+        odd: bytes | None,
+        files: list[IO[bytes]],
+        data: bytes = b"",
     ) -> None:
         self.text = text
+        self._data = data  # what grep scanned
         self._proc = proc
         self._odd = odd  # the text's bytes when some lines hold a character grep cannot judge
         self._files = files  # grep's output and errors (files, not pipes: grep never waits for a reader)
@@ -281,8 +287,9 @@ class PendingLines:
             out, err = self._files
             out.seek(0)
             err.seek(0)
-            if rc not in (0, 1) or err.read(1):
-                return None  # no -P in this grep, or PCRE gave up on a line (its backtracking limit)
+            if rc not in (0, 1) or err.read(1) or not _same_file(self._data):
+                return None  # no -P in this grep, PCRE gave up on a line (its backtracking limit), or the
+                # file it read changed
             starts = [int(ln.split(b":", 1)[0]) - 1 for ln in out.read().split(b"\n")[:-1]]
         except (OSError, ValueError):
             return None
@@ -341,7 +348,7 @@ def start_line_starts(text: str, pattern: str) -> PendingLines:
         for x in files:
             x.close()
         return none
-    return PendingLines(text, proc, odd, files)
+    return PendingLines(text, proc, odd, files, data)
 
 
 def _scratch() -> IO[bytes]:
@@ -359,11 +366,48 @@ def _scratch() -> IO[bytes]:
 
 _INPUT: list[tuple[bytes, IO[bytes]] | None] = [None]  # the last scanned bytes in an anonymous file
 
+_FILE: list[tuple[bytes, str, tuple[int, int, int, int]] | None] = [None]  # bytes read whole from a file
+
+
+def remember_file(data: bytes, path: str, ident: tuple[int, int, int, int]) -> None:
+    """``data`` is the whole content of the regular file ``path`` whose (device, inode, size, mtime_ns)
+    was ``ident`` before it was read: grep may read that file instead of a copy of ``data`` (a 19 MB
+    copy into memory cost more than grep's whole scan of the page-cached file)."""
+    _FILE[0] = (data, path, ident)
+
+
+def file_ident(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _same_file(data: bytes) -> bool:
+    """grep's scan of the remembered file is a scan of ``data``: the file is still what was read (a log
+    that grew or was rewritten meanwhile is scanned again from the copy)."""
+    known = _FILE[0]
+    if known is None or known[0] is not data:
+        return True  # grep read a copy of ``data``
+    try:
+        return file_ident(os.stat(known[1])) == known[2]
+    except OSError:
+        return False
+
 
 def _input(data: bytes) -> IO[bytes]:
-    """A file holding ``data``, read from its start, for grep's stdin.  The two scans of one big text (the
-    literals, the line starts; they run at once) share one in-memory copy: each gets its own handle
-    (own offset) on the last copy, opened again through /proc, instead of a second 19 MB write."""
+    """A file holding ``data``, read from its start, for grep's stdin: the file it was read from when it
+    is unchanged (checked again by :func:`_same_file` once grep is done), else an in-memory copy.  The
+    two scans of one big text (the literals, the line starts; they run at once) share one copy: each gets
+    its own handle (own offset) on the last copy, opened again through /proc, instead of a second 19 MB
+    write."""
+    src = _FILE[0]
+    if src is not None and src[0] is data:
+        try:
+            fh = open(src[1], "rb")  # (the caller closes it)
+            if file_ident(os.fstat(fh.fileno())) == src[2]:
+                return fh
+            fh.close()
+        except OSError:
+            pass
+        _FILE[0] = None  # changed since it was read: the copy from now on
     known = _INPUT[0]
     if known is not None and known[0] is data:
         try:
@@ -510,7 +554,7 @@ def _grep(data: bytes, needles: frozenset[str]) -> list[tuple[int, int, bytes]] 
             r = subprocess.run(
                 _grep_argv(grep, needles), stdin=f, capture_output=True, env=_c_env(), timeout=60, check=False
             )
-        if r.returncode not in (0, 1):
+        if r.returncode not in (0, 1) or not _same_file(data):
             return None
         return _parse_hits(r.stdout)
     except (OSError, ValueError, subprocess.SubprocessError):

@@ -66,6 +66,7 @@ FLOORS: dict[str, tuple[float, float]] = {
     "smi_topo": (0.00, 0.00),  # no labelled items: topology informs, it does not diagnose
     "smi_xml": (1.00, 1.00),
     "traceback": (1.00, 1.00),
+    "windows_event": (1.00, 1.00),
     "all": (1.00, 1.00),
 }
 
