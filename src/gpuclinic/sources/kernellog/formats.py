@@ -4,7 +4,6 @@ variant, glued lines, and the cheap keyword tests that pick candidate lines."""
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import re
 from collections.abc import Callable
 
@@ -118,6 +117,8 @@ def _iso(
 
 def _journal_json(s: str, p: _Prefix) -> str | None:
     """``journalctl -o json`` record: its MESSAGE, with realtime/monotonic stamps and host."""
+    import json  # here: a plain log never needs it
+
     try:
         rec = json.loads(s)
     except (ValueError, RecursionError):
@@ -153,6 +154,8 @@ _RE_CRI = lazyre.compile(
 
 
 def _docker_json(s: str) -> str | None:
+    import json
+
     try:
         rec = json.loads(s)
     except (ValueError, RecursionError):

@@ -7,7 +7,6 @@ import re
 from functools import lru_cache
 
 from gpuclinic import lazyre
-from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.sources.kernellog.formats import (
     _FACILITIES,
     _LEVELS,
@@ -229,7 +228,13 @@ def _norm_sev(sev: str, fatal: str | None) -> str:
 
 
 # A log names the same few devices thousands of times: each spelling is normalised once.
-_norm_bus = lru_cache(maxsize=4096)(normalize_bus_id)
+@lru_cache(maxsize=4096)
+def _norm_bus(s: str) -> str:
+    """``facts.snapshot.normalize_bus_id``, cached; imported on the first call: it brings ``gpuclinic.model``,
+    which a bare file scan does not need before grep's first lines arrive."""
+    from gpuclinic.facts.snapshot import normalize_bus_id
+
+    return normalize_bus_id(s)
 
 
 def _bus(s: str | None) -> str | None:
