@@ -180,3 +180,34 @@ def test_a_scan_stopped_early_reaps_both_greps(
     it.close()  # the caller gave up after one line
     assert len(spawned) == 2 and all(s.returncode is not None for s in spawned)
     assert all(s.stdout.closed for s in spawned)
+
+
+def test_a_grep_that_cannot_start_leaves_nothing_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, split_on: list[int]
+) -> None:
+    """The second grep fails to start: the first is reaped, no pipe is left open, and the scan (which then
+    finds no grep on PATH) gives the memmem scan's events."""
+    monkeypatch.setattr(grepsplit, "STRIPE_BYTES", 4096)
+    p, _, _ = _straddling_log(tmp_path)
+    spawned: list[grepscan._Spawned] = []
+    real = grepscan._Spawned.__init__
+
+    def second_fails(self: grepscan._Spawned, argv: list[str], stdin_fd: int | None = None) -> None:
+        if spawned:
+            raise grepscan.GrepFallback("no second grep")
+        real(self, argv, stdin_fd)
+        spawned.append(self)
+
+    monkeypatch.setattr(grepscan._Spawned, "__init__", second_fails)
+    fds = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else set()
+    assert GREP is not None
+    with pytest.raises(grepscan.GrepFallback, match="no second grep"):
+        list(iter_grep_candidates(str(p), GREP))
+    assert len(spawned) == 1 and spawned[0].returncode is not None and spawned[0].stdout.closed
+    if fds:
+        assert set(os.listdir("/proc/self/fd")) <= fds
+    monkeypatch.setenv("PATH", str(tmp_path))  # no grep at all: the memmem scan
+    assert grepscan.grep_binary() is None
+    got = _events(p)
+    monkeypatch.setenv("GPUCLINIC_NO_GREP", "1")
+    assert got == _events(p) and len([e for e in got if e["kind"] == "xid"]) == 2
