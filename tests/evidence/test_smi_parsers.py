@@ -463,3 +463,23 @@ def test_query_csv_throttle_mask_and_remapped_rows_join() -> None:
         True,
         False,
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "reasons"),
+    [
+        # `nvidia-smi -q | grep -A3 'Clocks Event Reasons'` on its own, as pasted into issues and write-ups
+        ("    Clocks Event Reasons\n        Idle                              : Not Active\n"
+         "        SW Power Cap                      : Active\n"
+         "        SW Thermal Slowdown               : Active\n", {"sw_power_cap", "sw_thermal_slowdown"}),
+        # the title unindented and the value annotated by the poster
+        ("Clocks Event Reasons\n    SW Thermal Slowdown               : Active      (bitmask 0x20)\n",
+         {"sw_thermal_slowdown"}),
+        ("Clocks Throttle Reasons\n    HW Slowdown : Active    <-- thermal\n    Idle : Not Active\n",
+         {"hw_slowdown"}),
+    ],
+)
+def test_text_clock_reasons_section_alone_is_read(text: str, reasons: set[str]) -> None:
+    assert smi_text.looks_like(text)
+    (g,) = smi_text.parse(text).gpus
+    assert set(g.clock_event_reasons) == reasons

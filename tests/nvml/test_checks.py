@@ -279,6 +279,19 @@ def test_link_degraded_busy_vs_idle(gen: int, width: int, util: float, sev: Seve
         )
 
 
+@pytest.mark.parametrize(
+    ("pstate", "width", "sev"),
+    [("P8", 16, Severity.INFO), ("P2", 16, Severity.CRITICAL), ("P8", 8, Severity.CRITICAL)],
+)
+def test_lower_gen_in_a_low_power_pstate_is_power_saving(pstate: str, width: int, sev: Severity) -> None:
+    # a desktop RTX 4090 at P8 with a 34% utilisation sample and its link at Gen1 (Diffusion-Benchmark
+    # README); a narrow link is never explained by the P-state
+    snap = node(setter(pcie_gen=1, pcie_width=width, utilization_gpu_pct=34, performance_state=pstate))
+    fs = findings(snap, "pcie.link_degraded")
+    assert {f.severity for f in fs} == {sev}
+    assert all(f.data.get("busy", False) is (sev == Severity.CRITICAL) for f in fs if f.gpu is not None)
+
+
 def test_platform_limited_link_is_info() -> None:
     f = one(node(setter(pcie_gen=4, pcie_gen_max=4, pcie_gen_gpu_max=5)), "pcie.link_degraded")
     assert f.severity == Severity.INFO and f.data["reason"] == "platform_limited"

@@ -330,3 +330,152 @@ def test_ipmitool_verbose_blocks() -> None:
     assert room.redundancy == {"Pwr Unit Redund": "Redundancy Lost"}
     got = {(f.code, f.severity.label) for f in diagnose(Snapshot(room=room)).findings}
     assert {("room.inlet_hot", "critical"), ("room.psu_redundancy", "warning")} <= got
+
+
+def _room_codes(text: str) -> dict[str, Finding]:
+    snap = Snapshot(room=ipmitool.parse_any(text))
+    return {f.code: f for f in run_checks(snap)[0]}
+
+
+def test_discrete_sensor_asserting_a_fault_now_is_read_like_its_sel_record() -> None:
+    # HPE iLO: the sdr status stays "ok" while the Memory sensor asserts its correctable-ECC states
+    text = (
+        "Memory           | 2Bh | ok  |  7.7 | Correctable ECC, Correctable ECC logging limit reached, "
+        "Presence Detected\n"
+        "CPU0 IERR        | 12h | ok  |  3.1 | State Deasserted\n"
+        "MEM CPU1 FAIL    | 1Eh | ok  |  7.1 | State Deasserted\n"
+        "Fan Block 1      | 09h | ok  |  7.1 | 21.56 percent, Transition to Running\n"
+    )
+    found = _room_codes(text)
+    f = found["room.sel.memory_correctable"]
+    assert f.severity.label == "warning"
+    assert f.title.startswith("BMC sensor state:") and "asserted now" in f.title
+    assert f.evidence == ["Memory asserts Correctable ECC, Correctable ECC logging limit reached — "
+                          "ipmitool sdr elist (sensor state now)"]
+    # a fault sensor that is deasserted is no event
+    assert "room.sel.cpu_ierr" not in found and "room.sel.memory_uncorrectable" not in found
+    asserted = _room_codes(text.replace("CPU0 IERR        | 12h | ok  |  3.1 | State Deasserted",
+                                        "CPU0 IERR        | 12h | cr  |  3.1 | State Asserted"))
+    assert asserted["room.sel.cpu_ierr"].severity.label == "critical"
+
+
+def test_fan_at_its_upper_threshold_is_a_fast_fan_not_a_failed_one() -> None:
+    row = ("BPN-FAN2         | 13300.000  | RPM        | nc    | 500.000   | 400.000   | 300.000   "
+           "| 13300.000 | 13400.000 | 13500.000 \n")
+    assert "room.fan_failed" not in _room_codes(row)
+    slow = row.replace("13300.000  | RPM        | nc", "250.000    | RPM        | nc")
+    assert _room_codes(slow)["room.fan_failed"].severity.label == "critical"  # below lcr 400
+
+
+# FreeIPMI ipmimonitoring with --comma-separated-output, as recorded in NUT's nut-libfreeipmi.c
+IPMIMONITORING_CSV = (
+    "Record ID, Sensor Name, Sensor Number, Sensor Type, Sensor State, Sensor Reading, Sensor Units, "
+    "Sensor Event/Reading Type Code, Sensor Event Bitmask, Sensor Event String\n"
+    "52, Presence, 84, Entity Presence, Nominal, N/A, N/A, 6Fh, 1h, 'Entity Present'\n"
+    "57, Status, 100, Power Supply, Critical, N/A, N/A, 6Fh, 9h, 'Presence detected' "
+    "'Power Supply input lost (AC/DC)'\n"
+    "118, Voltage, 150, Voltage, Nominal, 236.00, V, 1h, C0h, 'OK'\n"
+)
+
+
+def test_freeipmi_comma_separated_output_is_read_by_its_header(tmp_path: Path) -> None:
+    from gpuclinic.sources.bmc import formats
+
+    assert formats.detect(IPMIMONITORING_CSV) == "room:freeipmi_sensors"
+    f = _room_codes_from(formats.parse("room:freeipmi_sensors", IPMIMONITORING_CSV))["room.psu_input"]
+    assert f.severity.label == "critical" and "Power Supply input lost (AC/DC)" in f.evidence[0]
+    (tmp_path / "psu.txt").write_text(IPMIMONITORING_CSV)
+    assert "room.psu_input" in _codes(load_evidence([str(tmp_path / "psu.txt")]))
+    # ipmi-sensors --comma-separated-output --no-header-output: the default six columns
+    rows = ("70,PWR_PSU0,Power Supply,0.00,W,'At or Below (<=) Lower Critical Threshold'\n"
+            "93,STATUS_PSU0,Power Supply,N/A,N/A,'Presence detected' 'Power Supply Failure detected'\n")
+    assert formats.detect(rows) == "room:freeipmi_sensors"
+    assert "room.psu_failed" in _room_codes_from(formats.parse("room:freeipmi_sensors", rows))
+    # the default pipe table pasted without its header row (canonical/hardware-observer-operator#449)
+    pipe = ("280 | PSU 1            | Power Supply    | N/A        | N/A   | 'Presence detected'\n"
+            "281 | PSU 1 Failure    | Power Supply    | N/A        | N/A   | 'transition to OK'\n"
+            "285 | PSU 1 AC In Pwr  | Current         | N/A        | W     | N/A\n")
+    assert formats.detect(pipe) == "room:freeipmi_sensors"
+    assert [p.health for p in formats.parse("room:freeipmi_sensors", pipe).psus] == ["ok", "ok"]
+
+
+def _room_codes_from(room: RoomFacts) -> dict[str, Finding]:
+    return {f.code: f for f in run_checks(Snapshot(room=room))[0]}
+
+
+def test_freeipmi_0x_ipmimonitoring_and_ipmi_sensors_formats() -> None:
+    # netkiller's Linux handbook, a Dell with iDRAC6: the same PSU in both old FreeIPMI layouts
+    from gpuclinic.sources.bmc import formats
+
+    monitoring = (
+        "Record_ID | Sensor Name | Sensor Group | Monitoring Status| Sensor Units | Sensor Reading\n"
+        "7 | Ambient Temp | Temperature | Nominal | C | 27.000000\n"
+        "38 | FAN MOD 1A RPM | Fan | Nominal | RPM | 5040.000000\n"
+        "58 | Status | Power Supply | Critical | N/A | 'Presence detected' "
+        "'Power Supply input lost (AC/DC)'\n"
+    )
+    old = (
+        "7: Ambient Temp (Temperature): 27.00 C (3.00/47.00): [OK]\n"
+        "38: FAN MOD 1A RPM (Fan): 5040.00 RPM (1920.00/NA): [OK]\n"
+        "57: Status (Power Supply): [Presence detected]\n"
+        "58: Status (Power Supply): [Presence detected][Power Supply input lost (AC/DC)]\n"
+        "79: ECC Corr Err (Memory): [Unknown]\n"
+    )
+    for text, kind in ((monitoring, "room:freeipmi_sensors"), (old, "room:freeipmi_sensors_old")):
+        assert formats.detect(text) == kind
+        room = formats.parse(kind, text)
+        fan = next(s for s in room.sensors if s.name == "FAN MOD 1A RPM")
+        assert fan.reading == 5040 and fan.unit == "RPM" and fan.level == "ok"
+        found = _room_codes_from(room)
+        assert found["room.psu_input"].severity.label == "critical"
+        assert "room.fan_failed" not in found and "room.sensor_critical" not in found
+    sensors = formats.parse("room:freeipmi_sensors_old", old).sensors
+    amb = next(s for s in sensors if s.name == "Ambient Temp")
+    assert amb.reading == 27 and amb.thresholds == {"lcr": 3.0, "ucr": 47.0}
+
+
+def test_hpe_presence_rows_are_device_presence_not_psu_status() -> None:
+    # HPE DL360 Gen9 'ipmitool sensor': 0x0280 = Device Present, 0x0180 = Device Absent (generic type 08h);
+    # read as PSU status offsets they said "Failure detected" for the one installed PSU
+    rows = (
+        "Power Supply 1   | 225        | Watts      | ok    | na        | na        | na        | na        "
+        "| na        | na        \n"
+        "PS 1 Presence    | 0x2        | discrete   | 0x0280| na        | na        | na        | na        "
+        "| na        | na        \n"
+        "PS 2 Presence    | 0x1        | discrete   | 0x0180| na        | na        | na        | na        "
+        "| na        | na        \n"
+    )
+    found = _room_codes(rows)
+    assert "room.psu_failed" not in found
+    assert found["room.psu_absent"].title == "Power supply PS 2 Presence is absent"
+    room = ipmitool.parse_any(rows)
+    assert [(p.name, p.health, p.present) for p in room.psus] == [
+        ("PS 1 Presence", "ok", None), ("PS 2 Presence", None, False)]
+
+
+def test_one_thermal_or_power_member_pasted_alone_is_read() -> None:
+    from gpuclinic.sources.bmc import formats
+
+    # Comcast/fishymetrics#176: one Temperatures member, typed only by the fragment of its @odata.id
+    temp = ('{"MemberId": "11", "Status": {"State": "Enabled", "Health": "OK"}, "Name": "PSU1_TEMP",\n'
+            ' "@odata.id": "/redfish/v1/Chassis/1/Thermal#/Temperatures/11",\n'
+            ' "PhysicalContext": "PowerSupply", "ReadingCelsius": 29, "UpperThresholdCritical": 55}')
+    assert formats.detect(temp) == "room:redfish"
+    (s,) = formats.parse("room:redfish", temp).sensors
+    assert (s.name, s.reading, s.thresholds) == ("PSU1_TEMP", 29, {"ucr": 55})
+    # an iDRAC fan member as check_redfish -v prints it: typed "#Thermal.v1_4_0.Fan"
+    fan = ('{"@odata.id": "/redfish/v1/Chassis/System.Embedded.1/Sensors/Fans/0x17%7C%7CFan.Embedded.3A",\n'
+           ' "@odata.type": "#Thermal.v1_4_0.Fan", "FanName": "System Board Fan3A",\n'
+           ' "LowerThresholdCritical": 720, "Name": "System Board Fan3A", "Reading": 0,\n'
+           ' "ReadingUnits": "RPM", "Status": {"Health": "Critical", "State": "Enabled"}}')
+    found = _room_codes_from(formats.parse("room:redfish", fan))
+    assert found["room.fan_failed"].severity.label == "critical"
+
+
+def test_sel_info_of_a_full_log_is_a_sel_full_event() -> None:
+    full = ("SEL Information\nVersion          : 1.5 (v1.5, v2 compliant)\nEntries          : 64\n"
+            "Free Space       : 0 bytes \nPercent Used     : 100%\nOverflow         : false\n")
+    f = _room_codes(full)["room.sel.sel_full"]
+    assert f.severity.label == "warning" and "Percent Used 100%" in f.title
+    ok = full.replace("0 bytes", "63576 bytes").replace("100%", "2%")
+    assert "room.sel.sel_full" not in _room_codes(ok)

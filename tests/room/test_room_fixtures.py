@@ -29,6 +29,8 @@ EXPECTED: dict[str, set[tuple[str, str]]] = {
     "hp-dl360-g7-ilo2-sdr-elist-full-psu-failed.txt": {
         ("room.psu_failed", "critical"),
         ("room.psu_redundancy", "warning"),
+        # "Memory | 2Bh | ok | 7.7 | Correctable ECC, Correctable ECC logging limit reached": asserted now
+        ("room.sel.memory_correctable", "warning"),
     },
     "hp-dl360-g7-ilo2-sel-list-ecc.txt": {("room.sel.memory_correctable", "warning")},
     "dell-r320-sdr-list-full-fans-0rpm.txt": {

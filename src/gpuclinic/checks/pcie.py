@@ -82,11 +82,18 @@ def _grouped(findings: list[Finding]) -> list[str]:
     return [f"GPU {', '.join(ids)}: {line}" for line, ids in groups.items()]
 
 
+def _low_power_pstate(g: GpuFacts) -> bool:
+    p = (g.performance_state or "").strip().upper()
+    return p[:1] == "P" and p[1:].isdigit() and int(p[1:]) >= threshold("link_idle_pstate_min")
+
+
 def _link(g: GpuFacts) -> Finding | None:
     gen, gmax, w, wmax = g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max
     gen_low = gen is not None and gmax is not None and gen < gmax
     width_low = w is not None and wmax is not None and w < wmax
-    is_busy = busy(g)
+    # a lower generation (width intact) in a low-power P-state is the driver's power saving, whatever a
+    # desktop's momentary utilisation sample says
+    is_busy = busy(g) and not (gen_low and not width_low and _low_power_pstate(g))
     link = (
         f"pcie.link.gen.current = {gen if gen is not None else '?'} (max "
         f"{gmax if gmax is not None else '?'}), "

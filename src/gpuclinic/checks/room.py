@@ -214,6 +214,8 @@ def fans(snap: Snapshot) -> Iterable[Finding]:
 
 
 def _fan_state(f: R.RoomSensor) -> tuple[Severity | None, str]:
+    if _over_upper(f):  # spinning at (or past) its upper threshold: full speed, not a failed fan
+        return None, ""
     if f.level in _BAD:
         return S("room.fan_failed"), ("is past its critical threshold (BMC)" if f.reading
                                       else "has failed (BMC)")
@@ -239,6 +241,16 @@ def _fan_state(f: R.RoomSensor) -> tuple[Severity | None, str]:
     if re.search(r"fail|fault", f.name, re.I) and ("state asserted" in text or text == "asserted"):
         return S("room.fan_failed"), "fault is asserted (BMC)"
     return None, ""
+
+
+def _over_upper(f: R.RoomSensor) -> bool:
+    """An RPM reading the BMC flags because it is at or above an upper threshold (``nc`` at unc 13300 RPM)."""
+    if f.unit != "RPM" or not f.reading:
+        return False
+    thr = _sane_thresholds(f)
+    up = [thr[k] for k in ("unc", "ucr", "unr") if k in thr]
+    low = [thr[k] for k in ("lnc", "lcr", "lnr") if k in thr]
+    return bool(up) and f.reading >= min(up) and not any(f.reading <= v for v in low)
 
 
 def _at_max(f: R.RoomSensor) -> bool:
@@ -451,6 +463,7 @@ def _sane_thresholds(s: R.RoomSensor) -> dict[str, float]:
 _FAMILY = {"pcie_fatal": Family.PCIE_POWER, "pcie_degraded": Family.PCIE_POWER,
            "memory_uncorrectable": Family.HOST,
            "memory_correctable": Family.HOST, "cpu_ierr": Family.HOST, "sel_full": Family.HOST,
+           "mce_logged": Family.HOST, "cpu_thermal_throttle": Family.HEAT,
            "thermal_trip": Family.HEAT, "temperature_critical": Family.HEAT,
            "temperature_warning": Family.HEAT, "fan_critical": Family.HEAT}
 
@@ -485,8 +498,9 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
     room = snap.room
     if room is None:  # only room.status says so: one "could not check" line, not seven
         return []
-    if not room.events_read:
+    if not room.events_read and not room.events:  # events without a log: discrete sensor states (sdr)
         raise CheckSkipped("no SEL or Redfish event log was read")
+    from gpuclinic.facts import room as R
     times = [t for e in room.events if (t := _when(e.time))]
     now = _when(snap.taken_at) or (max(times) if times else None)
     window = dt.timedelta(hours=T("sel_window_hours"))
@@ -498,8 +512,8 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
     out = []
     for kind, evs in groups.items():
         ec = event_class(kind)
-        if ec is None:
-            continue
+        if ec is None or any(k in groups for k in ec.explained_by):
+            continue  # (another kind in the same log says what this one was)
         recent = [e for e in evs if now is None or (t := _when(e.time)) is None or now - t <= window]
         open_ = [e for e in recent if (e.sensor, e.description) not in cleared]
         code = f"room.sel.{kind}"
@@ -512,14 +526,18 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
             # fault in it, never cleared, is not history yet
             sev = S(code, "critical_never_cleared_time_unknown")
         last = evs[-1]
-        lines = [f"SEL {e.id} {e.time or '?'}: {e.sensor_type or ''} {e.sensor or ''} | {e.description}"
+        lines = [f"{e.sensor} asserts {e.description} — {e.source}" if e.source.endswith(R.STATE_SOURCE) else
+                 f"SEL {e.id} {e.time or '?'}: {e.sensor_type or ''} {e.sensor or ''} | {e.description}"
                  + ("" if e.asserted else " (deasserted)") for e in evs[-5:]]
-        note = (f"{len(open_)} in the last {T('sel_window_hours'):g} h" if open_ else
+        now_only = all(e.source.endswith(R.STATE_SOURCE) for e in evs)
+        window_note = f"{len(open_)} in the last {T('sel_window_hours'):g} h"
+        note = ("asserted now" if now_only else window_note if open_ else
                 f"older than {T('sel_window_hours'):g} h, never deasserted" if sev > Severity.INFO else
                 "older than the window or deasserted since")
         gpu: GpuRef | None = None
         data: dict[str, object] = {"kind": kind, "count": len(evs), "recent": len(open_)}
-        where = ("Host hardware log" if all(e.source.startswith("host: ") for e in evs) else "BMC event log")
+        where = ("Host hardware log" if all(e.source.startswith("host: ") for e in evs) else
+                 "BMC sensor state" if now_only else "BMC event log")
         title = f"{where}: {last.description or kind} ({len(evs)}×, {note})"
         if kind == "pcie_fatal":
             gpu, xid_lines = _pcie_gpu(snap, evs)

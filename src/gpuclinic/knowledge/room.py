@@ -24,6 +24,8 @@ class EventClass:
     pattern: re.Pattern[str]
     severity: str  # warning | critical
     source: str
+    # kinds that, logged alongside, explain this one (a machine check decoded into an EDAC memory error)
+    explained_by: tuple[str, ...] = ()
 
 
 @cache
@@ -66,7 +68,8 @@ def role_for(name: str, context: str | None = None) -> str | None:
 
 @cache
 def event_classes() -> tuple[EventClass, ...]:
-    return tuple(EventClass(e["kind"], re.compile(e["pattern"], re.I), e["severity"], e["source"])
+    return tuple(EventClass(e["kind"], re.compile(e["pattern"], re.I), e["severity"], e["source"],
+                            tuple(e.get("explained_by", ())))
                  for e in load_data(SIGNATURES_FILE)["events"])
 
 

@@ -123,6 +123,11 @@ def apply_dump(snap: Snapshot, dump: SmiDump, origin: str) -> None:
         merged = merge_gpu(snap, g, alone=len(dump.gpus) == 1)
         _replay_rate(merged, before, g.pcie_replay_count, taken)
     snap.notes.extend(f"{origin}: {n}" for n in dump.notes)
+    if dump.partial:
+        from gpuclinic.sources.bmc.salvage import note_partial
+
+        for why in dump.partial:
+            note_partial(snap, origin, why)
     nvml_failed = any(m in e.lower() for e in dump.errors for m in NVML_FAILURE_MARKERS)
     if dump.gpus:
         snap.nvml_available = True

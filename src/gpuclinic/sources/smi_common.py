@@ -107,6 +107,9 @@ def mib_bytes(value: str | None) -> int | None:
     return int(f * mul)
 
 
+_ANNOTATED = lazyre.compile(r"^(not active|inactive|active|yes|no|enabled|disabled)\s+[(<#←-]")
+
+
 def yes_no(value: str | None) -> bool | None:
     """Yes/No, Enabled/Disabled, Active/Not Active, On/Off -> bool."""
     v = clean(value)
@@ -117,7 +120,9 @@ def yes_no(value: str | None) -> bool | None:
         return True
     if low in ("no", "disabled", "not active", "off", "false", "0", "inactive"):
         return False
-    return None
+    # a value the poster annotated: "Active      (bitmask 0x20)", "Active    <-- thermal throttling!"
+    m = _ANNOTATED.match(low)
+    return yes_no(m.group(1)) if m else None
 
 
 def failed_answer(why: str | None) -> bool:
@@ -214,6 +219,7 @@ class SmiDump:
     gpus: list[GpuFacts] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # verbatim nvidia-smi error statements
     notes: list[str] = field(default_factory=list)  # how the dump was read, for the report's notes
+    partial: list[str] = field(default_factory=list)  # why part of it could not be read (evidence.partial)
 
 
 # nvidia-smi's own error statements, as printed in the wild (one line each).

@@ -80,6 +80,12 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
     reader = _TableReader(dump)
     for line in lines:
         reader.feed(line)
+    for g in dump.gpus:
+        if id(g) not in reader.readings_seen and not g.lost:
+            dump.partial.append(
+                f"the nvidia-smi table ends inside GPU {g.index}'s row ({g.pci_bus_id}): its temperature, "
+                "power, memory and utilisation are not in the input"
+            )
     errors, lost = c.scan_error_lines(lines)
     dump.errors = errors
     c.mark_lost(dump.gpus, lost)
@@ -95,6 +101,7 @@ class _TableReader:
         self.cur: GpuFacts | None = None
         self.row_in_block = 0
         self.has_mig_col = False
+        self.readings_seen: set[int] = set()  # (ids of) the GPUs whose second row (the readings) was read
 
     def feed(self, line: str) -> None:
         h = _HEADER_RE.search(line)
@@ -149,6 +156,7 @@ class _TableReader:
             self.row_in_block = 1
         elif cur is not None and self.row_in_block == 1:
             _row2(cur, cells)
+            self.readings_seen.add(id(cur))
             self.row_in_block = 2
         elif cur is not None and self.row_in_block == 2 and (self.has_mig_col or cells[2].strip()):
             cur.mig_mode_current = c.yes_no(cells[2].strip())

@@ -84,6 +84,15 @@ _SIGNATURE_RE = lazyre.compile(
 )
 
 
+# the clock event (throttle) reasons section on its own, as grepped or quoted: its title, then a reason row
+_REASONS_RE = lazyre.compile(
+    r"^[ \t]*Clocks (?:Event|Throttle) Reasons?[ \t]*\r?\n[ \t]+(?:Idle|Applications Clocks Setting|"
+    r"SW Power Cap|HW Slowdown|SW Thermal Slowdown|HW Thermal Slowdown|HW Power Brake Slowdown|Sync Boost|"
+    r"Display Clock Setting)[ \t]*:",
+    re.M,
+)
+
+
 def looks_like(sample: str) -> bool:
     """True for ``nvidia-smi -q`` text: the NVSMI LOG banner, a GPU block, or a paste of its sections."""
     if MARKER in sample:
@@ -98,6 +107,8 @@ def looks_like(sample: str) -> bool:
     head = sample[:65536]
     if not (head.startswith((" ", "\t")) or "\n " in head or "\n\t" in head):
         return False  # _SIGNATURE_RE matches only an indented line
+    if "Reasons" in head and _REASONS_RE.search(head):  # `nvidia-smi -q | grep -A8 'Clocks Throttle'`
+        return True
     return len(_signatures(head)) >= 2
 
 

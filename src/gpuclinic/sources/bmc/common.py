@@ -8,7 +8,7 @@ from functools import cache
 from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge import load_data
-from gpuclinic.knowledge.room import SIGNATURES_FILE, role_for
+from gpuclinic.knowledge.room import SIGNATURES_FILE, classify_event, role_for
 
 _UNITS = {
     "degrees c": "C", "c": "C", "cel": "C", "celsius": "C", "°c": "C",
@@ -74,6 +74,11 @@ def _entity_kinds() -> dict[str, str]:
 @cache
 def psu_offsets() -> tuple[str, ...]:
     return tuple(load_data(SIGNATURES_FILE)["psu_state_offsets"]["names"])
+
+
+@cache
+def presence_offsets() -> tuple[str, ...]:
+    return tuple(load_data(SIGNATURES_FILE)["presence_state_offsets"]["names"])
 
 
 @cache
@@ -216,7 +221,7 @@ def psus_from_sensors(sensors: list[R.RoomSensor], source: str) -> list[R.PowerS
             ps.health = "critical"
         elif ps.predictive_failure or ps.input_out_of_range or s.level == "noncritical":
             ps.health = "warning"
-        elif present or s.level == "ok":
+        elif present is not False and (present or s.level == "ok"):  # an empty bay is not an OK PSU
             ps.health = "ok"
         out.append(ps)
     return out
@@ -278,3 +283,33 @@ def finish(room: R.RoomFacts, source: str) -> None:
     _psu_line_voltage(room, {k: v for k, v in ents.items() if v})
     for k, v in redundancy_from_sensors(room.sensors).items():
         room.redundancy.setdefault(k, v)
+    room.events.extend(events_from_states(room.sensors, source))
+
+
+# a discrete sensor's state that says "nothing is wrong": generic digital sensors named for the fault
+# ("MEM CPU1 FAIL | State Deasserted", "CPU0 IERR | Transition to OK") or presence/running states
+_CLEAR_STATE = lazyre.compile(
+    r"deasserted|transition to (ok|running|idle|active)|^ok$|normal|present|enabled|fully redundant", re.I
+)
+
+def events_from_states(sensors: list[R.RoomSensor], source: str) -> list[R.BmcEvent]:
+    """Faults a discrete sensor asserts now (HPE ``Memory | 2Bh | ok | 7.7 | Correctable ECC, ...``,
+    ``CPU0 IERR | State Asserted``), as the SEL record of the same fault would be classified.
+
+    The sdr line says it with its status still ``ok``; PSU, fan and power-unit sensors are read by their own
+    checks (PSUs, redundancy, fans), so only the other sensors are looked at here.
+    """
+    out: list[R.BmcEvent] = []
+    for s in sensors:
+        if s.kind != R.OTHER or not s.states:
+            continue
+        found = [(ec, st) for st in s.states if not _CLEAR_STATE.search(st)
+                 if (ec := classify_event(None, s.name, st)) is not None]
+        if not found:
+            continue
+        # one event per sensor, of its worst class ("Correctable ECC, ... logging limit reached": one fault)
+        ec = next((e for e, _ in found if e.severity == "critical"), found[0][0])
+        out.append(R.BmcEvent(id=f"{s.name} {s.number or ''}".strip(), sensor=s.name,
+                              description=", ".join(st for _, st in found), kind=ec.kind,
+                              source=source + R.STATE_SOURCE))
+    return out

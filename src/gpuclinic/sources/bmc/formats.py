@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from gpuclinic.facts.room import RoomFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources.bmc import freeipmi, ipmitool, lmsensors, logutil, redfish, salvage, vendorlog
+from gpuclinic.sources.bmc import freeipmi, ipmitool, lmsensors, logutil, racadm, redfish, salvage, vendorlog
 
 PREFIX = "room:"
 _JSON_KINDS = ("redfish", "sensors_json")  # they say themselves where they were cut (RoomFacts.partial)
@@ -21,9 +21,11 @@ FORMATS: dict[str, tuple[Callable[[str], bool], Callable[[str], RoomFacts]]] = {
     "sensors_json": (lmsensors.claims_json, lmsensors.parse_json),
     "freeipmi_sensors": (freeipmi.claims_sensors, freeipmi.parse_sensors),
     "freeipmi_sel": (freeipmi.claims_sel, freeipmi.parse_sel),
+    "freeipmi_sensors_old": (freeipmi.claims_sensors_old, freeipmi.parse_sensors_old),
     "openbmc_logutil": (logutil.claims, logutil.parse),
     "vendor_event_log": (vendorlog.claims, vendorlog.parse),
     "ipmitool": (ipmitool.claims, ipmitool.parse_any),
+    "racadm_sensorinfo": (racadm.claims, racadm.parse),
     "sensors_raw": (lmsensors.claims_raw, lmsensors.parse_raw),
     "sensors_text": (lmsensors.claims_text, lmsensors.parse_text),
 }

@@ -18,6 +18,7 @@ from gpuclinic.sources.bmc.common import (
     finish,
     make_sensor,
     number,
+    presence_offsets,
     psu_offsets,
     sensor_type_names,
     unit_of,
@@ -129,14 +130,18 @@ def claims_sdr(text: str) -> bool:
 # ------------------------------------------------------------------------------------------ sensor
 
 
-def _psu_states(hexstate: str) -> list[str]:
-    """Decode the two state bytes of a PSU row ('0x0b00': offsets 0, 1, 3)."""
+_PRESENCE = lazyre.compile(r"presen", re.I)
+
+
+def _psu_states(hexstate: str, name: str = "") -> list[str]:
+    """Decode the two state bytes of a PSU row ('0x0b00': offsets 0, 1, 3); a PSU *presence* sensor (HPE
+    'PS 2 Presence | 0x1 | discrete | 0x0180') is a generic device-presence sensor, not the PSU status."""
     try:
         v = int(hexstate, 16)
     except ValueError:
         return []
     low = (v >> 8) & 0xFF if len(hexstate) >= 6 else v & 0xFF
-    names = psu_offsets()
+    names = presence_offsets() if _PRESENCE.search(name) else psu_offsets()
     return [names[i] for i in range(len(names)) if low & (1 << i)]
 
 
@@ -154,7 +159,7 @@ def parse_sensor(text: str, source: str = "ipmitool sensor") -> R.RoomFacts:
             states: list[str] = []
             s = make_sensor(name, None, None, None, source=source)
             if s.kind == R.PSU and _HEX.match(status):
-                states = _psu_states(status)
+                states = _psu_states(status, name)
                 level = "ok"
                 if any(x in states for x in ("Failure detected", "Power Supply AC lost")):
                     level = "cr"
@@ -503,6 +508,29 @@ def parse_sel_verbose(text: str, source: str = "ipmitool sel list -v") -> R.Room
     return room
 
 
+def claims_sel_info(text: str) -> bool:
+    head = text[:4000]
+    return "SEL Information" in head and "Percent Used" in head
+
+
+def parse_sel_info(text: str) -> R.RoomFacts:
+    """``ipmitool sel info``: a full log (no free space, 100 % used, or overflowed) records no new event, so
+    it is an event of its own, classified like the BMC's "log full" SEL record."""
+    kv = {k.lower(): v for k, v in _kv(text).items()}
+    used, free = number(kv.get("percent used")), number(kv.get("free space"))
+    full = used == 100 or free == 0 or kv.get("overflow", "").lower() == "true"
+    room = R.RoomFacts(events_read=True)
+    room.add_source("ipmitool sel info")
+    if full:
+        desc = (f"Log full (sel info: Percent Used {kv.get('percent used', '?')}, Free Space "
+                f"{kv.get('free space', '?')}, Overflow {kv.get('overflow', '?')})")
+        ec = classify_event("Event Logging Disabled", "SEL", desc)
+        room.events.append(R.BmcEvent(id="sel info", sensor_type="Event Logging Disabled", sensor="SEL",
+                                      description=desc, kind=ec.kind if ec else None,
+                                      source="ipmitool sel info"))
+    return room
+
+
 def parse_any(text: str) -> R.RoomFacts:
     """Every ipmitool part found in ``text`` (a paste may hold sdr, sensor and sel one after another)."""
     room = R.RoomFacts()
@@ -522,6 +550,8 @@ def parse_any(text: str) -> R.RoomFacts:
         room.merge(parse_fru(text))
     if claims_dcmi(text):
         room.merge(parse_dcmi(text))
+    if claims_sel_info(text):
+        room.merge(parse_sel_info(text))
     return room
 
 
@@ -535,4 +565,5 @@ def claims(text: str) -> bool:
         or claims_chassis(text)
         or claims_fru(text)
         or claims_dcmi(text)
+        or claims_sel_info(text)
     )

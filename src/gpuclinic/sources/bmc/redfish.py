@@ -451,7 +451,7 @@ def claims(text: str) -> bool:
 
 
 _MEMBER = lazyre.compile(r'^\s*\{\s*\n?\s*"@odata\.(?:id|type|context)"', re.M)
-_ODATA_ID = lazyre.compile(r'"@odata\.id"\s*:\s*"(/redfish/v1/[^"#]*?)/?"')
+_ODATA_ID = lazyre.compile(r'"@odata\.id"\s*:\s*"(/redfish/v1/[^"#]*?)/?(?:#[^"]*)?"')
 
 
 def parse_text(text: str) -> R.RoomFacts:
@@ -503,8 +503,30 @@ def _from_python(body: str) -> str:
     return body
 
 
+# one member of a Thermal/Power array pasted alone: "@odata.id": ".../Thermal#/Temperatures/11" (HPE:
+# "Thermal#Temperatures/11"), or typed "#Thermal.v1_4_0.Fan" (iDRAC): read as its document holding that one
+_MEMBER_ARRAYS = {"Temperatures": "Thermal", "Fans": "Thermal", "PowerSupplies": "Power", "Voltages": "Power",
+                  "PowerControl": "Power"}
+_MEMBER_TYPES = {"Temperature": "Temperatures", "Fan": "Fans", "PowerSupply": "PowerSupplies",
+                 "Voltage": "Voltages", "PowerControl": "PowerControl"}
+
+
+def _as_document(member: dict[str, Any]) -> dict[str, Any] | None:
+    array = str(member.get("@odata.id") or "").partition("#")[2].strip("/").split("/")[0]
+    parts = str(member.get("@odata.type") or "").lstrip("#").split(".")
+    if len(parts) >= 3 and parts[0] in ("Thermal", "Power") and parts[-1] in _MEMBER_TYPES:
+        array = _MEMBER_TYPES[parts[-1]]
+    elif parts != [""] or array not in _MEMBER_ARRAYS:
+        return None
+    return {"@odata.type": f"#{_MEMBER_ARRAYS[array]}.", array: [member]}
+
+
 def _parse_any(data: dict[str, Any]) -> R.RoomFacts:
-    """A document (typed, or typed by its URI) or a bundle of documents keyed by their paths."""
+    """A document (typed, or typed by its URI), one member of a Thermal/Power array, or a bundle of
+    documents keyed by their paths."""
+    doc = _as_document(data)
+    if doc is not None:
+        return parse_doc(doc)
     if odata_type(data):
         return parse_doc(data)
     return parse_bundle(data)
