@@ -52,7 +52,7 @@ def line_start_after(fd: int, pos: int, size: int) -> int | None:
     """The first line start after byte ``pos`` (None: none within ``_NEWLINE_SEARCH``, or at the end)."""
     at = pos
     while at < min(size, pos + _NEWLINE_SEARCH):
-        block = os.pread(fd, 1 << 16, at)
+        block = os.pread(fd, 4096 if at == pos else 1 << 16, at)  # lines are short: a page first
         if not block:
             return None
         nl = block.find(b"\n")
