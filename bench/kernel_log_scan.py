@@ -165,11 +165,10 @@ def _cores_used(size: int) -> str:
     from gpuclinic.sources.kernellog import grepsplit
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    stripe = getattr(grepsplit, "STRIPE_BYTES", None)  # None: a tree from before stripes (A/B runs)
     if grepsplit.usable(size):
-        return (
-            f"scan_path ran two greps taking turns stripe by stripe ({grepsplit.STRIPE_BYTES >> 20} MiB) "
-            f"beside its parser on {cpus} usable CPUs; grep -c NVRM is one process on one core"
-        )
+        how = f"taking turns stripe by stripe ({stripe >> 20} MiB)" if stripe else "one half each"
+        return f"scan_path ran two greps {how} beside its parser ({cpus} usable CPUs); grep -c: one process"
     return f"scan_path ran one grep beside its parser ({cpus} usable CPUs); grep -c NVRM one process"
 
 
@@ -209,6 +208,7 @@ def main() -> int:
             f"generated {real / 2**20:.0f} MiB ({nvrm} NVRM lines) in {time.perf_counter() - t0:.1f}s at "
             f"{path}"
         )
+        os.sync()  # the 1.25 GiB just written must not be flushed to disk during the timed runs
         subprocess.run([grep, "-c", "NVRM", path], capture_output=True, check=False)  # warm the page cache
         load0 = os.getloadavg()[0]
         py = sys.executable
