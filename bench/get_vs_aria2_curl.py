@@ -28,6 +28,13 @@ CURL_SECONDS = 15.0
 MiB = 1024 * 1024
 
 
+def _aria2c(tmp: Path, name: str, url: str) -> list[str]:
+    """aria2c the way its users tune it for one big file (16 connections, 1 MiB pieces), into tmp/name."""
+    tuned = ["-x16", "-s16", "-k1M", "--file-allocation=none", "--allow-overwrite=true"]
+    quiet = ["--console-log-level=warn", "--summary-interval=0"]
+    return ["aria2c", *tuned, *quiet, "-d", str(tmp), "-o", name, url]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=int, default=200)
@@ -49,23 +56,7 @@ def main() -> None:
         out.unlink(missing_ok=True)
 
         if shutil.which("aria2c"):
-            t, rc, err = timed(
-                [
-                    "aria2c",
-                    "-x16",
-                    "-s16",
-                    "-k1M",
-                    "--file-allocation=none",
-                    "--allow-overwrite=true",
-                    "--console-log-level=warn",
-                    "--summary-interval=0",
-                    "-d",
-                    str(tmp),
-                    "-o",
-                    "a.bin",
-                    url,
-                ]
-            )
+            t, rc, err = timed(_aria2c(tmp, "a.bin", url))
             ok = rc == 0 and sha256(tmp / "a.bin") == want
             rows.append(("aria2c -x16 -s16 -k1M", t, "ok" if ok else f"FAILED rc={rc} {err}"))
             (tmp / "a.bin").unlink(missing_ok=True)
@@ -109,24 +100,7 @@ def main() -> None:
         print(f"\n  with a {total / MiB:.0f} MiB/s total link cap added:")
         for name, cmd in (
             ("gpuclinic get", [*GPUCLINIC, "get", url, "-o", str(out), "--sha256", want, "-q"]),
-            (
-                "aria2c -x16 -s16",
-                [
-                    "aria2c",
-                    "-x16",
-                    "-s16",
-                    "-k1M",
-                    "--file-allocation=none",
-                    "--allow-overwrite=true",
-                    "--console-log-level=warn",
-                    "--summary-interval=0",
-                    "-d",
-                    str(tmp),
-                    "-o",
-                    "g.bin",
-                    url,
-                ],
-            ),
+            ("aria2c -x16 -s16", _aria2c(tmp, "g.bin", url)),
         ):
             if name.startswith("aria2c") and not shutil.which("aria2c"):
                 continue

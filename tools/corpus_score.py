@@ -138,12 +138,21 @@ def path_of(name: str) -> Path:
     return REALWORLD / name if "/" in name else CORPUS / name
 
 
+def read_text(path: Path) -> str:
+    """The text a user would paste: a ``.gz`` file (a whole nvidia-bug-report.log.gz) is decompressed."""
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
 def score_corpus(names: Iterable[str] | None = None) -> list[FileScore]:
     labels = load_labels()
     out: list[FileScore] = []
     for name in sorted(names if names is not None else labels):
         path = path_of(name)
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_text(path)
         runs = {"doctor": run_doctor(path), "explain": run_explain(text, name)}
         out.append(score_file(name, labels[name], runs))
     return out

@@ -203,11 +203,14 @@ def _point_symptoms_at_their_cause(findings: list[Finding], incidents: list[Inci
 
 
 def cause_kind(f: Finding) -> str:
-    """hardware / software / configuration / job for a finding (signatures: by the family they report)."""
+    """hardware / software / configuration / job / network for a finding (signatures: by the family they
+    report: a registry reset or an NCCL socket failure is the network's, not the software's)."""
     from gpuclinic.knowledge.codes import info, kind
 
     if f.code.startswith("error.") or info(f.code) is None:
-        return "hardware" if f.family in (Family.GPU_FAULT, Family.PCIE_POWER, Family.HEAT) else "software"
+        if f.family in (Family.GPU_FAULT, Family.PCIE_POWER, Family.HEAT):
+            return "hardware"
+        return "network" if f.family == Family.NETWORK else "software"
     return kind(f.code)
 
 

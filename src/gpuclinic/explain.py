@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import BinaryIO
 
-from gpuclinic import textscan
+from gpuclinic import grepinput, textscan
 from gpuclinic.checks import run_checks
 from gpuclinic.diagnose import Report, build_report
 from gpuclinic.errors import InputError
@@ -83,7 +83,7 @@ def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, st
                 before = os.fstat(fh.fileno())
                 data, truncated = _read_capped(fh)
             if stat.S_ISREG(before.st_mode) and len(data) == before.st_size and not truncated:
-                textscan.remember_file(data, path, textscan.file_ident(before))
+                grepinput.remember_file(data, path, grepinput.file_ident(before))
         except IsADirectoryError:
             raise InputError(f"{path}: is a directory; give a file or - for stdin") from None
         except FileNotFoundError:
@@ -252,6 +252,7 @@ def explain_text(
         or snap.kernel_events
         or snap.signals
         or snap.room
+        or snap.host  # pasted top/vmstat/mpstat/iostat figures
         or (snap.software and snap.software.nvidia_smi_errors)
     ):
         try:

@@ -270,11 +270,13 @@ def _incident(ms: list[Finding], first_step: Callable[[str, Finding], str] | Non
         if f.code not in symptoms and f.code != root.code:
             symptoms.append(f.code)
     info = K.info(root.code)
+    # an Xid's and an error signature's family is the case's (a signature reports its category's family:
+    # a registry reset is the network's, not "software" as the error.* wildcard entry says)
     return Incident(
         id=iid,
         code=root.code,
         severity=max(f.severity for f in ms),
-        family=info.family if info is not None and info.code != "xid.*" else root.family,
+        family=info.family if info is not None and info.code not in ("xid.*", "error.*") else root.family,
         title=root.title,
         gpu=gpu,
         symptoms=symptoms,

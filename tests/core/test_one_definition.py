@@ -77,14 +77,14 @@ def test_gpu_identity_key_is_defined_once() -> None:
 
 
 def _code_of(call: ast.Call) -> str | None:
-    """The finding code a ``Finding(...)`` call gives: a literal, or the literal start of an f-string."""
+    """The finding code a ``Finding(code=...)`` or ``finding(code, ...)`` call gives: a literal, or the
+    literal start of an f-string."""
     kw = next((k for k in call.keywords if k.arg == "code"), None)
-    if kw is None:
-        return None
-    if isinstance(kw.value, ast.Constant):
-        return str(kw.value.value)
-    if isinstance(kw.value, ast.JoinedStr) and isinstance(kw.value.values[0], ast.Constant):
-        return str(kw.value.values[0].value) + "*"
+    value = kw.value if kw is not None else call.args[0] if call.args else None
+    if isinstance(value, ast.Constant):
+        return str(value.value)
+    if isinstance(value, ast.JoinedStr) and isinstance(value.values[0], ast.Constant):
+        return str(value.values[0].value) + "*"
     return None
 
 

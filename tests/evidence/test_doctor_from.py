@@ -32,9 +32,11 @@ def codes(*names: str) -> tuple[str, list[tuple[str, int | None]]]:
     (["table-h100x8-550.txt"], "healthy", []),
     (["a10-535-remap-pending-full.txt"], "warning", [("memory.row_remap_pending", 0)]),
     (["h100-535-power-brake-gpu0-of-8.txt"], "drain", [("power.brake", 0)]),
-    # the report's kern.log has AER + Xid 79 for a GPU at 02:00 that nvidia-smi no longer lists
+    # the report's kern.log has AER + Xid 79 for a GPU at 02:00 that nvidia-smi no longer lists; the excerpt
+    # has no epilogue ("End of NVIDIA bug report log file."), so it is said to be read in part
     (["nvidia-bug-report-excerpt.log.gz"], "drain", [
-        ("gpu.fallen_off_bus", None), ("memory.row_remap_pending", 0), ("pcie.aer_uncorrected", None),
+        ("evidence.partial", None), ("gpu.fallen_off_bus", None), ("memory.row_remap_pending", 0),
+        ("pcie.aer_uncorrected", None),
         ("pcie.link_degraded", 0), ("xid.79", None)]),
 ])
 def test_verdicts(names: list[str], verdict: str, expected: list[tuple[str, int | None]]) -> None:

@@ -83,31 +83,36 @@ def test_xml_reader_reads_the_schema_rows() -> None:
         assert r.xml, r  # every schema-read row names its XML path
 
 
+# a sample value per parse kind of the schema: (as nvidia-smi prints it, as the reader returns it)
+_VALUES: dict[str, tuple[str, object]] = {
+    "str": ("Some Value", "Some Value"),
+    "bool": ("Enabled", True),
+    "num": ("42 %", 42.0),
+    "int": ("7", 7),
+    "mib": ("1024 MiB", 1 << 30),
+    "width": ("16x", 16),
+}
+# facts of the structured sections (temperatures, power, clocks, memory, PCIe, ECC, retirement) both
+# readers take from the schema
+_STRUCTURED = {
+    "temperature_c",
+    "power_draw_w",
+    "sm_clock_mhz",
+    "memory_used_bytes",
+    "pcie_gen",
+    "pcie_width",
+    "pcie_replay_count",
+    "ecc_mode_current",
+    "retired_pages_sbe",
+    "remapped_rows_pending",
+}
+
 def test_xml_reader_reads_every_schema_row_from_its_path() -> None:
     """A -q -x dump written from the schema's own element paths: every schema-read row comes back."""
     import xml.etree.ElementTree as ET
 
-    values = {
-        "str": ("Some Value", "Some Value"),
-        "bool": ("Enabled", True),
-        "num": ("42 %", 42.0),
-        "int": ("7", 7),
-        "mib": ("1024 MiB", 1 << 30),
-        "width": ("16x", 16),
-    }
     rows = [r for r in gpu_fields.fields() if r.xml_reader == "schema"]
-    assert {
-        "temperature_c",
-        "power_draw_w",
-        "sm_clock_mhz",
-        "memory_used_bytes",
-        "pcie_gen",
-        "pcie_width",
-        "pcie_replay_count",
-        "ecc_mode_current",
-        "retired_pages_sbe",
-        "remapped_rows_pending",
-    } <= {r.fact for r in rows}
+    assert _STRUCTURED <= {r.fact for r in rows}
     root = ET.Element("nvidia_smi_log")
     ET.SubElement(root, "driver_version").text = "550.54.14"
     gpu = ET.SubElement(root, "gpu", id="00000000:3B:00.0")
@@ -116,22 +121,14 @@ def test_xml_reader_reads_every_schema_row_from_its_path() -> None:
         for step in r.xml[0].split("/"):
             found = node.find(step)
             node = found if found is not None else ET.SubElement(node, step)
-        node.text = values[r.parse][0]
+        node.text = _VALUES[r.parse][0]
     (g,) = smi_xml.parse(ET.tostring(root, encoding="unicode"), "x").gpus
     for r in rows:
-        assert getattr(g, r.fact) == values[r.parse][1], r.fact
+        assert getattr(g, r.fact) == _VALUES[r.parse][1], r.fact
 
 
 def test_text_reader_reads_every_schema_row_from_its_path() -> None:
     """A -q paste written from the schema's own text paths: every schema-read row comes back."""
-    values = {
-        "str": ("Some Value", "Some Value"),
-        "bool": ("Enabled", True),
-        "num": ("42 %", 42.0),
-        "int": ("7", 7),
-        "mib": ("1024 MiB", 1 << 30),
-        "width": ("16x", 16),
-    }
     lines = [
         "==============NVSMI LOG==============",
         "",
@@ -142,20 +139,7 @@ def test_text_reader_reads_every_schema_row_from_its_path() -> None:
     rows = [r for r in gpu_fields.fields() if r.text_reader == "schema"]
     assert len(rows) >= 40
     # the structured sections are schema rows too (temperatures, power, clocks, memory, PCIe, ECC, retirement)
-    assert {
-        "temperature_c",
-        "shutdown_temp_c",
-        "power_draw_w",
-        "power_limit_w",
-        "sm_clock_mhz",
-        "memory_used_bytes",
-        "pcie_gen",
-        "pcie_width",
-        "pcie_replay_count",
-        "ecc_mode_current",
-        "retired_pages_sbe",
-        "remapped_rows_pending",
-    } <= {r.fact for r in rows}
+    assert _STRUCTURED | {"shutdown_temp_c", "power_limit_w"} <= {r.fact for r in rows}
     open_parents: list[str] = []
     for r in sorted(rows, key=lambda r: r.smi_text[0]):
         *parents, leaf = r.smi_text[0].split("/")
@@ -165,10 +149,10 @@ def test_text_reader_reads_every_schema_row_from_its_path() -> None:
         for depth, p in enumerate(parents[same:], start=same + 1):
             lines.append("    " * depth + p)
         open_parents = parents
-        lines.append("    " * (len(parents) + 1) + f"{leaf:<34}: {values[r.parse][0]}")
+        lines.append("    " * (len(parents) + 1) + f"{leaf:<34}: {_VALUES[r.parse][0]}")
     (g,) = smi_text.parse("\n".join(lines) + "\n").gpus
     for r in rows:
-        assert getattr(g, r.fact) == values[r.parse][1], r.fact
+        assert getattr(g, r.fact) == _VALUES[r.parse][1], r.fact
 
 
 @pytest.mark.parametrize("older", [True, False])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuclinic import textscan
+from gpuclinic import grepinput, textscan
 from gpuclinic.explain import read_input
 from gpuclinic.sources import segments
 
@@ -24,7 +24,7 @@ def _write(path: Path, n: int = 5000) -> None:
 def _grep_inputs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the files grep was given (the log's path, or an anonymous copy)."""
     seen: list[str] = []
-    real = textscan._input
+    real = grepinput.input_file
 
     def spy(data: bytes) -> object:
         f = real(data)
@@ -68,7 +68,7 @@ def test_a_log_rewritten_while_grep_ran_falls_back_to_the_copy(
     log = tmp_path / "train.log"
     _write(log)
     text, _, _ = read_input(str(log))
-    real = textscan._input
+    real = grepinput.input_file
 
     def rewrite_then_open(data: bytes) -> object:
         f = real(data)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuclinic import textscan
+from gpuclinic import grepinput, textscan
 from gpuclinic.sources import segments
 
 
@@ -151,12 +151,12 @@ def test_wait_returns_when_the_process_ends_and_times_out_like_popen_wait() -> N
 
     quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
     t0 = time.monotonic()
-    assert textscan._wait(quick, 30) == 0
+    assert grepinput.wait(quick, 30) == 0
     assert time.monotonic() - t0 < 10
     slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         with pytest.raises(subprocess.TimeoutExpired):
-            textscan._wait(slow, 0.2)
+            grepinput.wait(slow, 0.2)
     finally:
         slow.kill()
         slow.wait()

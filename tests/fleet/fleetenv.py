@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from ports import free_port
+from watchproc import watch_argv
 
 
 class Agent:
@@ -23,15 +24,7 @@ class Agent:
         self.addr = f"127.0.0.1:{self.port}"
         store = ["--db", str(db)] if db else ["--no-store"]
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gpuclinic",
-                "watch",
-                "--scenario",
-                scenario,
-                "--time-scale",
-                "10",
+            watch_argv(
                 "--hold-fault",
                 *store,
                 "--listen",
@@ -40,7 +33,8 @@ class Agent:
                 "--duration",
                 "36000s",
                 *(extra or []),
-            ],
+                scenario=scenario,
+            ),
             stdout=subprocess.DEVNULL,
             stderr=open(tmp / f"agent-{node}.log", "wb"),
         )

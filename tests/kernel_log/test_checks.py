@@ -102,7 +102,17 @@ def test_45_follows_its_cause() -> None:
         ]
     )
     f = by_code(findings(s), "xid.45")[0]
-    assert f.severity == Severity.INFO and f.data["caused_by"] == [149]
+    # the cause is named but its own line is not in the log: the fault is known, so it is not INFO
+    assert f.data["caused_by"] == [149] and f.data["cause_not_logged"] == [149]
+    assert f.severity == lookup(149).severity > Severity.INFO  # type: ignore[union-attr]
+    with_cause = snap_of([
+        "[ 0.9] NVRM: Xid (PCI:0000:dc:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 "
+        "0x00000000 0x00000000 0x00000000 0x00000000)",
+        "[ 1.0] NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous "
+        "Xid 149",
+    ])
+    f = by_code(findings(with_cause), "xid.45")[0]
+    assert f.severity == Severity.INFO and "cause_not_logged" not in f.data
     solo = by_code(
         findings(snap_of(["[ 1.0] NVRM: Xid (PCI:0000:dc:00): 45, pid=1, name=p, Ch 00000001"])), "xid.45"
     )

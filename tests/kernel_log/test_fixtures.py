@@ -92,7 +92,9 @@ def test_xid45_caused_by_nvlink5_on_four_gpus() -> None:
     ]
     fs = findings("ogkm-1150-xid45-caused-by-nvlink5.log")
     assert len(fs["xid.45"]) == 4
-    assert {f.severity for f in fs["xid.45"]} == {Severity.INFO}
+    # the 149/145 lines themselves are not in the paste: each finding carries its named cause's severity
+    assert {f.severity for f in fs["xid.45"]} == {Severity.CRITICAL}
+    assert sorted(tuple(f.data["cause_not_logged"]) for f in fs["xid.45"]) == [(145,), (145,), (145,), (149,)]
     assert sorted(tuple(f.data["caused_by"]) for f in fs["xid.45"]) == [(145,), (145,), (145,), (149,)]
 
 

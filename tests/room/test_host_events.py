@@ -185,3 +185,21 @@ def test_check_ipmi_sensor_sensor_list_gives_temperatures_only() -> None:
     assert [(s.name, s.reading) for s in room.temperatures("inlet")] == [("01-Inlet Ambient", 14.0)]
     assert _codes_of(text)["room.inlet_cold"] == "warning"
     assert not vendorlog.parse("Fan 1 = 19.60 (Status: Nominal)\nFan 2 = 19.60 (Status: Nominal)\n").sensors
+
+
+def test_an_event_the_bmc_rates_critical_is_never_dropped() -> None:
+    """A Redfish LogEntry whose words no event class knows: the BMC's own Severity stands (a warning), where
+    the input was called HEALTHY before.  DMTF's public-rackmount1 mockup, entry 1."""
+    entry = (
+        Path(__file__).resolve().parents[1]
+        / "fixtures/room/redfish/public-rackmount1/Managers/BMC/LogServices/Log/Entries/1/index.json"
+    )
+    found = {f.code: f.severity.name.lower() for f in explain_text(entry.read_text()).findings}
+    assert found.get("room.sel.bmc_critical") == "warning"
+    ok = entry.read_text().replace('"Critical"', '"OK"')
+    assert "room.sel.bmc_critical" not in {f.code for f in explain_text(ok).findings}
+
+
+def test_chassis_intrusion_is_information() -> None:
+    line = "   1 | 11/25/2024 | 21:47:47 | Physical Security #0x73 | General Chassis intrusion | Asserted"
+    assert _codes_of(line).get("room.sel.chassis_intrusion") == "info"

@@ -207,46 +207,20 @@ def test_psu_conventions_generic_digital_and_dell_status_by_entity() -> None:
     assert room.power_consumed_w == 182
 
 
+def _temp(name: str, reading: float, thresholds: dict[str, float], source: str) -> RoomSensor:
+    """A temperature sensor reading ``ok`` by its own status, with the thresholds its tool printed."""
+    return RoomSensor(name=name, kind="temperature", reading=reading, unit="C", status="ok",
+                      thresholds=thresholds, source=source)
+
+
 def test_unset_and_sentinel_thresholds_are_not_alarms() -> None:
     # HPE iLO prints UpperThresholdCritical 0 for PSU temperatures; drivetemp prints crit 0; ITE chips 127 °C
     # lows
     sensors = [
-        RoomSensor(
-            name="10-P/S 1",
-            kind="temperature",
-            reading=45,
-            unit="C",
-            status="ok",
-            thresholds={"ucr": 0, "unr": 0},
-            source="redfish",
-        ),
-        RoomSensor(
-            name="temp1",
-            kind="temperature",
-            reading=41,
-            unit="C",
-            status="ok",
-            thresholds={"unc": 0, "ucr": 0, "lcr": 0},
-            source="hwmon",
-        ),
-        RoomSensor(
-            name="System1",
-            kind="temperature",
-            reading=30,
-            unit="C",
-            status="ok",
-            thresholds={"lnc": 127, "unc": 127},
-            source="sensors",
-        ),
-        RoomSensor(
-            name="CPU1 Temp",
-            kind="temperature",
-            reading=101,
-            unit="C",
-            status="ok",
-            thresholds={"unc": 95, "ucr": 100},
-            source="ipmitool sensor",
-        ),
+        _temp("10-P/S 1", 45, {"ucr": 0, "unr": 0}, "redfish"),
+        _temp("temp1", 41, {"unc": 0, "ucr": 0, "lcr": 0}, "hwmon"),
+        _temp("System1", 30, {"lnc": 127, "unc": 127}, "sensors"),
+        _temp("CPU1 Temp", 101, {"unc": 95, "ucr": 100}, "ipmitool sensor"),
     ]
     fs = [
         f

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from simbmc import USER, running
 from browser import Dom, headless
 from ports import free_port as _free_port
 from realtools import require
+from watchproc import dashboard_argv
 
 PASSWORD = "Dash-bmc-pw-51zt"
 TOKEN = "room-dash-token-0123456789ab"
@@ -35,32 +35,10 @@ def test_room_panel_draws_inlet_fans_and_psus_with_their_states(tmp_path: Path) 
         sim.set_value("fan2", 0)  # a stopped fan: critical
         port = _free_port()
         agent = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gpuclinic",
-                "watch",
-                "--scenario",
-                "demo",
-                "--time-scale",
-                "10",
-                "--no-store",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--token",
-                TOKEN,
-                "--quiet",
-                "--doctor-interval",
-                "0",
-                "--bmc",
-                f"127.0.0.1:{sim.port}",
-                "--bmc-user",
-                USER,
-                "--bmc-cipher",
-                "3",
-                "--bmc-interval",
-                "1",
-            ],
+            dashboard_argv(
+                port, TOKEN, "--bmc", f"127.0.0.1:{sim.port}", "--bmc-user", USER, "--bmc-cipher", "3",
+                "--bmc-interval", "1",
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env={**os.environ, "IPMI_PASSWORD": PASSWORD},

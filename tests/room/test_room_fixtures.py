@@ -21,7 +21,11 @@ FILES = sorted(p for d in ("ipmi", "sensors", "redfish/vendors") for p in (ROOM_
 EXPECTED: dict[str, set[tuple[str, str]]] = {
     "dell-r510-sdr-type-temperature.txt": {("room.inlet_hot", "warning")},  # ambient 29 °C > ASHRAE's 27
     "hpe-dl360p-gen8-sensor.txt": {("room.inlet_hot", "warning")},  # 01-Inlet Ambient 32 °C > ~30 °C
-    "freeipmi-sel-psu-failure.txt": {("room.sel.psu_failure", "critical")},
+    # (and "General Chassis Intrusion": a record that the lid was opened, information)
+    "freeipmi-sel-psu-failure.txt": {
+        ("room.sel.psu_failure", "critical"),
+        ("room.sel.chassis_intrusion", "info"),
+    },
     "openbmc-sensor-fans-sdr-errors.txt": {("room.fan_failed", "warning")},  # fan4-7 at 0 RPM, BMC says ok
     "cisco-ucsc-c240-m5sn-1-thermal.json": {("room.inlet_hot", "info")},
     "supermicro-sensor-list-cpu2-nr.txt": {("room.sensor_critical", "critical")},
@@ -159,4 +163,7 @@ def test_a_saved_redfish_tree_is_read_as_one_room() -> None:
         ("room.psu_absent", "warning"),
         ("room.psu_failed", "warning"),
         ("room.sel.temperature_critical", "critical"),
+        # LogEntry 1 "System May be Melting", Severity Critical: no class knows its words, the BMC's
+        # rating stands
+        ("room.sel.bmc_critical", "warning"),
     }

@@ -40,49 +40,19 @@ def test_prolog_that_cannot_check_lets_the_job_start() -> None:
     )
 
 
+def _fallen_node_without_scontrol(hook: str) -> subprocess.CompletedProcess[str]:
+    """The Slurm ``hook`` on a node whose GPU fell off the bus, with an scontrol that cannot run."""
+    argv = [sys.executable, "-m", "gpuclinic", "slurm", hook, "--scenario", "fallen-off-bus"]
+    argv += ["--scontrol", "/nonexistent/scontrol", "--node", "n1"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
 def test_epilog_that_finds_a_problem_but_cannot_drain_fails() -> None:
     """Then Slurm drains the node itself ("Epilog error"): the problem is never swallowed."""
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuclinic",
-            "slurm",
-            "epilog",
-            "--scenario",
-            "fallen-off-bus",
-            "--scontrol",
-            "/nonexistent/scontrol",
-            "--node",
-            "n1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    p = _fallen_node_without_scontrol("epilog")
     assert p.returncode == 1 and "could not drain" in p.stderr, p.stderr
 
 
 def test_prolog_that_finds_a_problem_but_cannot_drain_still_refuses() -> None:
     """The GPU was judged bad; only the drain failed (slurmctld down): the job must not start on it."""
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuclinic",
-            "slurm",
-            "prolog",
-            "--scenario",
-            "fallen-off-bus",
-            "--scontrol",
-            "/nonexistent/scontrol",
-            "--node",
-            "n1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    p = _fallen_node_without_scontrol("prolog")
     assert p.returncode == 1 and "gpu.fallen_off_bus" in p.stderr and "could not drain" in p.stderr, p.stderr

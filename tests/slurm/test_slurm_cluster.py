@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -80,12 +81,8 @@ def _job_state(c: SlurmCluster, job: str) -> str:
     return out.split(" JobState=", 1)[1].split()[0]
 
 
-def test_prolog_refuses_a_job_on_a_bad_gpu(cluster: SlurmCluster) -> None:
-    """The real prolog (slurm.conf Prolog=) runs `gpuclinic slurm prolog`: the job never runs, the node
-    is drained with gpuclinic's reason, and the job goes back to the queue."""
-    require("sbatch", "scancel")
-    cluster.prolog_scenario.write_text("fallen-off-bus")
-    marker = cluster.root / "job-ran"
+def _submit_touch(cluster: SlurmCluster, marker: Path) -> str:
+    """Submit a job that creates ``marker`` (so a test sees whether it ran); its job id."""
     out = subprocess.run(
         ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", f"touch {marker}"],
         capture_output=True,
@@ -94,7 +91,15 @@ def test_prolog_refuses_a_job_on_a_bad_gpu(cluster: SlurmCluster) -> None:
         timeout=20,
         check=True,
     ).stdout
-    job = out.strip().split(";")[0]
+    return out.strip().split(";")[0]
+
+def test_prolog_refuses_a_job_on_a_bad_gpu(cluster: SlurmCluster) -> None:
+    """The real prolog (slurm.conf Prolog=) runs `gpuclinic slurm prolog`: the job never runs, the node
+    is drained with gpuclinic's reason, and the job goes back to the queue."""
+    require("sbatch", "scancel")
+    cluster.prolog_scenario.write_text("fallen-off-bus")
+    marker = cluster.root / "job-ran"
+    job = _submit_touch(cluster, marker)
     cluster.wait(lambda: "DRAIN" in cluster.state(), "the prolog to drain the node", 40)
     cluster.wait(lambda: _job_state(cluster, job) == "PENDING", "the job to be requeued", 30)
     assert (cluster.reason() or "").startswith("gpuclinic: gpu.fallen_off_bus GPU 4"), cluster.reason()
@@ -109,15 +114,7 @@ def test_prolog_lets_a_job_on_good_gpus_run(cluster: SlurmCluster) -> None:
     require("sbatch")
     cluster.prolog_scenario.write_text("healthy-8xh100-load")
     marker = cluster.root / "job-ran-ok"
-    out = subprocess.run(
-        ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", f"touch {marker}"],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        timeout=20,
-        check=True,
-    ).stdout
-    job = out.strip().split(";")[0]
+    job = _submit_touch(cluster, marker)
     cluster.wait(lambda: marker.exists(), "the job to run", 40)
     cluster.wait(lambda: _job_state(cluster, job) == "COMPLETED", "the job to complete", 30)
     assert cluster.state() == "IDLE"

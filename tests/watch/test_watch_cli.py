@@ -7,12 +7,12 @@ import io
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpuclinic.cli import main
+from watchproc import watch_argv
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -26,22 +26,7 @@ def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("w") / "w.db"
     r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuclinic",
-            "watch",
-            "--scenario",
-            "demo",
-            "--time-scale",
-            "60",
-            "--db",
-            str(db),
-            "--no-http",
-            "--duration",
-            "70s",
-            "--quiet",
-        ],
+        watch_argv("--db", str(db), "--no-http", "--duration", "70s", "--quiet", time_scale=60),
         capture_output=True,
         text=True,
         timeout=60,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from browser import Dom, headless
 from gpuclinic.knowledge.runbooks import get
 from realtools import require
+from watchproc import dashboard_argv
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),
                              shutil.which("google-chrome")) if p), None)
@@ -39,24 +39,7 @@ def test_dashboard_renders_plots_timeline_and_events(
 ) -> None:
     port = free_port()
     agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuclinic",
-            "watch",
-            "--scenario",
-            "demo",
-            "--time-scale",
-            "10",
-            "--no-store",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--token",
-            TOKEN,
-            "--quiet",
-            "--doctor-interval",
-            "0",
-        ],
+        dashboard_argv(port, TOKEN),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

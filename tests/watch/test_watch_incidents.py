@@ -14,6 +14,7 @@ from gpuclinic.knowledge.runbooks import runbook_command
 from gpuclinic.model import GpuRef
 from gpuclinic.sources.scenarios import timeline
 from ports import free_port
+from watchproc import watch_argv
 
 SCENARIOS = load_data("scenarios.json")["scenarios"]
 SINGLE_FAULT = sorted(n for n, s in SCENARIOS.items() if s["expect"].get("root"))
@@ -31,15 +32,7 @@ def played(receiver_cls: Any) -> dict[str, tuple[subprocess.CompletedProcess[str
         receiver = receiver_cls()
         try:
             r = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "gpuclinic",
-                    "watch",
-                    "--scenario",
-                    name,
-                    "--time-scale",
-                    "20",
+                watch_argv(
                     "--duration",
                     "50s",
                     "--no-store",
@@ -49,7 +42,9 @@ def played(receiver_cls: Any) -> dict[str, tuple[subprocess.CompletedProcess[str
                     receiver.url,
                     "--listen",  # its own port: four agents at once cannot all have the default
                     f"127.0.0.1:{free_port()}",
-                ],
+                    scenario=name,
+                    time_scale=20,
+                ),
                 capture_output=True,
                 text=True,
                 timeout=50,

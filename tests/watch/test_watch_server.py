@@ -11,6 +11,7 @@ import pytest
 from gpuclinic.errors import InputError
 from gpuclinic.watch.agent import Agent
 from gpuclinic.watch.server import WatchHTTPServer, is_loopback, parse_listen, serve
+from watchproc import watch_argv
 
 
 @pytest.fixture
@@ -143,24 +144,9 @@ def test_401_page_says_how_to_pass_the_token(running: Agent, servers: list[Watch
 
 def test_watch_off_loopback_prints_how_to_pass_the_token() -> None:
     import subprocess
-    import sys
 
     r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuclinic",
-            "watch",
-            "--scenario",
-            "demo",
-            "--time-scale",
-            "60",
-            "--duration",
-            "2s",
-            "--no-store",
-            "--listen",
-            "0.0.0.0:0",
-        ],
+        watch_argv("--duration", "2s", "--no-store", "--listen", "0.0.0.0:0", time_scale=60),
         capture_output=True,
         text=True,
         timeout=60,

@@ -8,7 +8,8 @@ from functools import cache
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.knowledge import load_data
-from gpuclinic.model import GpuRef
+from gpuclinic.knowledge.codes import finding
+from gpuclinic.model import Finding, GpuRef
 
 THRESHOLDS_FILE = "gpu_thresholds.json"
 THRESHOLDS_SOURCE = "knowledge/data/gpu_thresholds.json"
@@ -29,6 +30,32 @@ def threshold(name: str) -> float:
 
 def ref(g: GpuFacts) -> GpuRef:
     return GpuRef(index=g.index, pci_bus_id=g.pci_bus_id, uuid=g.uuid)
+
+
+def unreadable_finding(
+    g: GpuFacts, code: str, says: str, error: str, title: str, **data: str
+) -> Finding | None:
+    """The finding of a state NVML reports only as the error of its reads (reset required, corrupted
+    InfoROM, insufficient power): ``says`` in a failed read's message, ``error`` the NVML name of it;
+    ``title`` may name the GPU as ``{index}``."""
+    fields = sorted(k for k, v in g.unreadable.items() if says in v)
+    if not fields:
+        return None
+    return finding(
+        code,
+        title=title.format(index=g.index),
+        evidence=[f"{error} on: {', '.join(fields)}"],
+        gpu=ref(g),
+        data=dict(data),
+        source="nvml",
+    )
+
+
+def unreadable_findings(
+    snap: Snapshot, code: str, says: str, error: str, title: str
+) -> list[Finding]:
+    """:func:`unreadable_finding` for every GPU of the snapshot."""
+    return [f for g in snap.gpus if (f := unreadable_finding(g, code, says, error, title))]
 
 
 def readable(snap: Snapshot) -> list[GpuFacts]:

@@ -13,7 +13,7 @@ from gpuclinic.checks import CheckSkipped
 from gpuclinic.checks._hw import threshold
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
-from gpuclinic.model import GpuRef
+from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 SOURCE = "kernel log"
 MAX_EVIDENCE = 4
@@ -47,6 +47,37 @@ def gpu_ref(snap: Snapshot, bus: str | None, uuids: dict[str, str] | None = None
         return GpuRef(index=g.index, pci_bus_id=normalize_bus_id(g.pci_bus_id or bus), uuid=g.uuid)
     uuid = (uuids if uuids is not None else _uuid_map(snap)).get(bus)
     return GpuRef(pci_bus_id=bus, uuid=uuid)
+
+
+def _by_bus(events: Iterable[KernelEvent]) -> dict[str | None, list[KernelEvent]]:
+    """The events per PCI bus id (None: lines that name no bus), in log order: one finding per GPU."""
+    groups: dict[str | None, list[KernelEvent]] = {}
+    for e in events:
+        groups.setdefault(e.pci_bus_id, []).append(e)
+    return groups
+
+
+def kernel_finding(
+    code: str,
+    sev: Severity,
+    family: Family,
+    title: str,
+    group: Sequence[KernelEvent],
+    gpu: GpuRef | None,
+    data: dict[str, object],
+    extra: Iterable[str] = (),
+) -> Finding:
+    """A finding about a group of kernel-log events: their lines (and ``extra``) are its evidence."""
+    return Finding(
+        code=code,
+        severity=sev,
+        family=family,
+        title=title,
+        evidence=_evidence(group, extra),
+        gpu=gpu,
+        data=data,
+        source=SOURCE,
+    )
 
 
 def _previous_boot_flags(events: Sequence[KernelEvent], snap: Snapshot) -> dict[int, bool]:

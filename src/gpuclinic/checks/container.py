@@ -10,8 +10,8 @@ from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import host_threshold
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import ContainerFacts
-from gpuclinic.knowledge.codes import severity
-from gpuclinic.model import Family, Finding
+from gpuclinic.knowledge.codes import finding
+from gpuclinic.model import Finding
 
 SRC_TOOLKIT = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/docker-specialized.html"
 SHM_MIN = 1 << 30
@@ -48,12 +48,9 @@ def visibility(snap: Snapshot) -> Iterator[Finding]:
               f"NVIDIA_VISIBLE_DEVICES={nvd if nvd is not None else '(unset)'}"]
         if nvd in ("void", "none", ""):
             ev.append("NVIDIA_VISIBLE_DEVICES explicitly gives this container no GPU")
-        yield Finding(
-            code="container.no_gpu_visible",
-            severity=severity("container.no_gpu_visible")
-            if intended
-            else severity("container.no_gpu_visible", "not_intended"),
-            family=Family.SOFTWARE,
+        yield finding(
+            "container.no_gpu_visible",
+            when=None if intended else "not_intended",
             title="This container has no GPU device",
             evidence=ev,
             data={"NVIDIA_VISIBLE_DEVICES": nvd},
@@ -62,10 +59,9 @@ def visibility(snap: Snapshot) -> Iterator[Finding]:
     if caps is not None:
         toks = {t.strip().lower() for t in caps.split(",") if t.strip()}
         if "all" not in toks and "compute" not in toks:
-            yield Finding(
-                code="container.driver_capabilities",
-                severity=severity("container.driver_capabilities", "no_compute"),
-                family=Family.SOFTWARE,
+            yield finding(
+                "container.driver_capabilities",
+                when="no_compute",
                 title="NVIDIA_DRIVER_CAPABILITIES lacks 'compute': CUDA is not available in this container",
                 evidence=[
                     f"NVIDIA_DRIVER_CAPABILITIES={caps}",
@@ -78,10 +74,8 @@ def visibility(snap: Snapshot) -> Iterator[Finding]:
         and snap.software is not None
         and not snap.software.libcuda_versions
     ):
-        yield Finding(
-            code="container.driver_capabilities",
-            severity=severity("container.driver_capabilities"),
-            family=Family.SOFTWARE,
+        yield finding(
+            "container.driver_capabilities",
             title="NVIDIA_DRIVER_CAPABILITIES is unset and no libcuda was injected",
             evidence=[
                 f"NVIDIA_VISIBLE_DEVICES={nvd}",
@@ -134,10 +128,8 @@ def cuda_visible(snap: Snapshot) -> Iterator[Finding]:
         if not toks:
             problems.append("CUDA_VISIBLE_DEVICES is empty: CUDA sees no GPU at all")
         if problems:
-            yield Finding(
-                code="container.cuda_visible_devices_invalid",
-                severity=severity("container.cuda_visible_devices_invalid"),
-                family=Family.SOFTWARE,
+            yield finding(
+                "container.cuda_visible_devices_invalid",
                 title="CUDA_VISIBLE_DEVICES hides GPUs unintentionally",
                 evidence=[
                     f"CUDA_VISIBLE_DEVICES={cvd}",
@@ -149,10 +141,8 @@ def cuda_visible(snap: Snapshot) -> Iterator[Finding]:
             )
     names = {g.name for g in snap.gpus if g.name}
     if len(names) > 1 and c.env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-        yield Finding(
-            code="container.cuda_device_order",
-            severity=severity("container.cuda_device_order"),
-            family=Family.SOFTWARE,
+        yield finding(
+            "container.cuda_device_order",
             title="Mixed GPU models: cuda:N may not be nvidia-smi GPU N",
             evidence=[
                 f"GPU models: {', '.join(sorted(names))}",
@@ -170,12 +160,9 @@ def shm(snap: Snapshot) -> Iterator[Finding]:
     if c.shm_bytes >= SHM_MIN:
         return
     torch = bool(snap.software and snap.software.framework("torch"))
-    yield Finding(
-        code="container.shm_small",
-        severity=severity("container.shm_small")
-        if (torch or c.in_container)
-        else severity("container.shm_small", "not_needed"),
-        family=Family.SOFTWARE,
+    yield finding(
+        "container.shm_small",
+        when=None if (torch or c.in_container) else "not_needed",
         title=f"/dev/shm is only {_gib(c.shm_bytes)}",
         evidence=[
             f"/dev/shm size {c.shm_bytes} bytes (< 1 GiB)",
@@ -206,10 +193,8 @@ def pid_namespace(snap: Snapshot) -> Iterator[Finding]:
             if p.pid in hidden:
                 used += p.used_memory_bytes or 0
                 per_gpu[g.index] = per_gpu.get(g.index, 0) + 1
-    yield Finding(
-        code="container.pid_namespace",
-        severity=severity("container.pid_namespace"),
-        family=Family.SOFTWARE,
+    yield finding(
+        "container.pid_namespace",
         title=f"{len(hidden)} GPU process(es) are not visible in this container's PID namespace",
         evidence=[
             f"NVML lists pids {', '.join(map(str, sorted(hidden)[:10]))} which are not in this container's "
@@ -231,10 +216,8 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
     ngpu = len(snap.gpus)
     per_gpu = host_threshold("container_cpu_cores_per_gpu_min")
     if c.cpu_quota_cores is not None and ngpu and c.cpu_quota_cores < per_gpu * ngpu:
-        yield Finding(
-            code="container.cgroup_limits",
-            severity=severity("container.cgroup_limits"),
-            family=Family.HOST,
+        yield finding(
+            "container.cgroup_limits",
             title=f"CPU quota of {c.cpu_quota_cores:g} core(s) for {ngpu} GPU(s)",
             evidence=[
                 f"cgroup v{c.cgroup_version} CPU quota: {c.cpu_quota_cores:g} cores",
@@ -245,10 +228,8 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
         )
     near = host_threshold("container_memory_near_limit_fraction")
     if c.memory_limit_bytes and c.memory_usage_bytes and c.memory_usage_bytes > near * c.memory_limit_bytes:
-        yield Finding(
-            code="container.cgroup_limits",
-            severity=severity("container.cgroup_limits"),
-            family=Family.HOST,
+        yield finding(
+            "container.cgroup_limits",
             title=f"Container memory at {100 * c.memory_usage_bytes / c.memory_limit_bytes:.0f}% "
             "of its limit",
             evidence=[
@@ -261,10 +242,8 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
     mig = [t for t in parse_visible(nvd) if t.upper().startswith("MIG-")] if nvd else []
     mig_gpus = [g.index for g in snap.gpus if g.mig_mode_current]
     if mig or mig_gpus:
-        yield Finding(
-            code="container.gpu_sharing",
-            severity=severity("container.gpu_sharing"),
-            family=Family.SOFTWARE,
+        yield finding(
+            "container.gpu_sharing",
             title="GPU is partitioned with MIG",
             evidence=[
                 *(f"MIG device {t}" for t in mig[:4]),
@@ -273,10 +252,8 @@ def cgroup_limits(snap: Snapshot) -> Iterator[Finding]:
             source="https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html",
         )
     elif c.kubernetes and c.hidden_gpu_pids:
-        yield Finding(
-            code="container.gpu_sharing",
-            severity=severity("container.gpu_sharing"),
-            family=Family.SOFTWARE,
+        yield finding(
+            "container.gpu_sharing",
             title="Pod shares its GPU with other workloads (time-slicing or MPS likely)",
             evidence=[f"{len(c.hidden_gpu_pids)} foreign GPU process(es) visible through NVML"],
             source="https://github.com/NVIDIA/k8s-device-plugin",

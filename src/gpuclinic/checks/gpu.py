@@ -6,19 +6,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpuclinic.checks import CheckSkipped, check
-from gpuclinic.checks._hw import kernel_lines, ref
+from gpuclinic.checks._hw import kernel_lines, ref, unreadable_finding, unreadable_findings
 from gpuclinic.checks._kernel import (
-    SOURCE,
     _base_data,
-    _evidence,
+    _by_bus,
     _is_parent_of,
     _previous_boot_flags,
     _uuid_map,
     gpu_ref,
+    kernel_finding,
 )
-from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.codes import finding, severity
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 
@@ -38,10 +37,8 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
                 ev.append(f"PCI: {pd.bus_id} still listed in sysfs (driver {pd.driver or 'none'})")
             ev += kernel_lines(snap, g.pci_bus_id, ("xid", "fallen_off_bus"))
             out.append(
-                Finding(
-                    code="gpu.missing",
-                    severity=severity("gpu.missing"),
-                    family=Family.GPU_FAULT,
+                finding(
+                    "gpu.missing",
                     title=_lost_title(g.index, g.pci_bus_id, g.lost_reason or ""),
                     evidence=ev,
                     gpu=ref(g),
@@ -69,10 +66,8 @@ def gpu_missing(snap: Snapshot) -> Iterable[Finding]:
             if snap.pci_read:
                 ev.append(f"NVIDIA GPUs on the PCI bus = {sum(1 for d in snap.pci_devices if d.is_gpu)}")
             out.append(
-                Finding(
-                    code="gpu.missing",
-                    severity=severity("gpu.missing"),
-                    family=Family.GPU_FAULT,
+                finding(
+                    "gpu.missing",
                     title=f"Only {len(usable)} of {snap.expect_gpus} expected GPUs are usable",
                     evidence=ev,
                     data={"usable": len(usable), "expected": snap.expect_gpus},
@@ -93,53 +88,40 @@ def _lost_title(index: int, bus: str | None, reason: str) -> str:
     return f"{where} is not responding: its readings fail"
 
 
+# Why NVML cannot use a GPU the PCI bus lists: reason -> (severity condition in codes.json, title).
+_PCI_ONLY: dict[str, tuple[str | None, str]] = {
+    "not_in_container": (
+        "not_in_container", "GPU {bus} is on the host's PCI bus but not visible in this container"
+    ),
+    "vfio": ("vfio", "GPU {bus} is bound to vfio-pci (passed through to a VM), not to the nvidia driver"),
+    "pci_only": (None, "GPU {bus} is on the PCI bus and bound to nvidia, but NVML cannot see it"),
+    "other_driver": (
+        "other_driver", "GPU {bus} is on the PCI bus but bound to {driver}, so NVML cannot use it"
+    ),
+}
+
+
 def _pci_only(bus: str, driver: str | None, device_id: str | None, in_container: bool) -> Finding:
-    ev = [
-        f"PCI: {bus} NVIDIA GPU (device {device_id or '?'}) bound to driver {driver or 'none'}",
-        "NVML: no GPU with this bus id",
-    ]
-    gref = GpuRef(pci_bus_id=bus)
-    if in_container:
-        return Finding(
-            code="gpu.missing",
-            severity=severity("gpu.missing", "not_in_container"),
-            family=Family.GPU_FAULT,
-            title=f"GPU {bus} is on the host's PCI bus but not visible in this container",
-            evidence=ev,
-            gpu=gref,
-            data={"reason": "not_in_container"},
-            source="pci",
-        )
-    if driver == "vfio-pci":
-        return Finding(
-            code="gpu.missing",
-            severity=severity("gpu.missing", "vfio"),
-            family=Family.GPU_FAULT,
-            title=f"GPU {bus} is bound to vfio-pci (passed through to a VM), not to the nvidia driver",
-            evidence=ev,
-            gpu=gref,
-            data={"reason": "vfio"},
-            source="pci",
-        )
-    if driver == "nvidia":
-        return Finding(
-            code="gpu.missing",
-            severity=severity("gpu.missing"),
-            family=Family.GPU_FAULT,
-            title=f"GPU {bus} is on the PCI bus and bound to nvidia, but NVML cannot see it",
-            evidence=ev,
-            gpu=gref,
-            data={"reason": "pci_only"},
-            source="pci",
-        )
-    return Finding(
-        code="gpu.missing",
-        severity=severity("gpu.missing", "other_driver"),
-        family=Family.GPU_FAULT,
-        title=f"GPU {bus} is on the PCI bus but bound to {driver or 'no driver'}, so NVML cannot use it",
-        evidence=ev,
-        gpu=gref,
-        data={"reason": "other_driver", "driver": driver},
+    reason = (
+        "not_in_container" if in_container
+        else "vfio" if driver == "vfio-pci"
+        else "pci_only" if driver == "nvidia"
+        else "other_driver"
+    )
+    when, title = _PCI_ONLY[reason]
+    data: dict[str, object] = {"reason": reason}
+    if reason == "other_driver":
+        data["driver"] = driver
+    return finding(
+        "gpu.missing",
+        when=when,
+        title=title.format(bus=bus, driver=driver or "no driver"),
+        evidence=[
+            f"PCI: {bus} NVIDIA GPU (device {device_id or '?'}) bound to driver {driver or 'none'}",
+            "NVML: no GPU with this bus id",
+        ],
+        gpu=GpuRef(pci_bus_id=bus),
+        data=data,
         source="pci",
     )
 
@@ -151,10 +133,8 @@ def gpu_unresponsive(snap: Snapshot) -> Iterable[Finding]:
         if g.lost and (g.lost_reason or "").startswith("unresponsive"):
             ev = [g.lost_reason or "unresponsive"] + kernel_lines(snap, g.pci_bus_id, ("xid", "gsp"))
             out.append(
-                Finding(
-                    code="gpu.unresponsive",
-                    severity=severity("gpu.unresponsive"),
-                    family=Family.GPU_FAULT,
+                finding(
+                    "gpu.unresponsive",
                     title=f"GPU {g.index} ({g.pci_bus_id or 'bus ?'}) does not answer NVML: driver or GPU "
                           "firmware hung",
                     evidence=ev,
@@ -201,20 +181,12 @@ _ACTION_TEXT = {
 def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
     out = []
     for g in snap.gpus:
-        reset = sorted(k for k, v in g.unreadable.items() if "requires a reset" in v)
+        reset = unreadable_finding(
+            g, "gpu.recovery_action", "requires a reset", "NVML_ERROR_RESET_REQUIRED",
+            "GPU {index}: NVML answers 'GPU requires reset'", action="reset_required",
+        )
         if reset:
-            out.append(
-                Finding(
-                    code="gpu.recovery_action",
-                    severity=severity("gpu.recovery_action"),
-                    family=Family.GPU_FAULT,
-                    title=f"GPU {g.index}: NVML answers 'GPU requires reset'",
-                    evidence=[f"NVML_ERROR_RESET_REQUIRED on: {', '.join(reset)}"],
-                    gpu=ref(g),
-                    source="nvml",
-                    data={"action": "reset_required"},
-                )
-            )
+            out.append(reset)
         act = g.recovery_action
         if not act or act == "none":
             continue
@@ -238,22 +210,10 @@ def gpu_recovery_action(snap: Snapshot) -> Iterable[Finding]:
 
 @check("gpu.inforom", codes=["gpu.inforom"], what="GPU InfoROM")
 def gpu_inforom(snap: Snapshot) -> Iterable[Finding]:
-    out = []
-    for g in snap.gpus:
-        bad = sorted(k for k, v in g.unreadable.items() if "corrupted InfoROM" in v)
-        if bad:
-            out.append(
-                Finding(
-                    code="gpu.inforom",
-                    severity=severity("gpu.inforom"),
-                    family=Family.GPU_FAULT,
-                    title=f"GPU {g.index} InfoROM is corrupted: ECC and error history cannot be trusted",
-                    evidence=[f"NVML_ERROR_CORRUPTED_INFOROM on: {', '.join(bad)}"],
-                    gpu=ref(g),
-                    source="nvml",
-                )
-            )
-    return out
+    return unreadable_findings(
+        snap, "gpu.inforom", "corrupted InfoROM", "NVML_ERROR_CORRUPTED_INFOROM",
+        "GPU {index} InfoROM is corrupted: ECC and error history cannot be trusted",
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -268,9 +228,7 @@ def fallen_off_bus(snap: Snapshot) -> list[Finding]:
     uuids = _uuid_map(snap)
     evs = [e for e in snap.kernel_events if e.kind == "fallen_off_bus" or (e.kind == "xid" and e.xid == 79)]
     prev = _previous_boot_flags(evs, snap)
-    by_bus: dict[str | None, list[KernelEvent]] = {}
-    for e in evs:
-        by_bus.setdefault(e.pci_bus_id, []).append(e)
+    by_bus = _by_bus(evs)
     aer = [e for e in snap.kernel_events if e.kind == "aer"]
     out: list[Finding] = []
     for bus, group in by_bus.items():
@@ -299,18 +257,9 @@ def fallen_off_bus(snap: Snapshot) -> list[Finding]:
         title = f"{label} fell off the PCIe bus: the driver can no longer reach it"
         if sev != Severity.CRITICAL:
             title += " (before the last reboot)"
-        out.append(
-            Finding(
-                code="gpu.fallen_off_bus",
-                severity=sev,
-                family=Family.GPU_FAULT,
-                title=title,
-                evidence=_evidence(group, [e.line for e in related[-2:]]),
-                gpu=ref,
-                data=data,
-                source=SOURCE,
-            )
-        )
+        aer_lines = [e.line for e in related[-2:]]
+        code = "gpu.fallen_off_bus"
+        out.append(kernel_finding(code, sev, Family.GPU_FAULT, title, group, ref, data, aer_lines))
     return out
 
 
@@ -326,9 +275,7 @@ def init_failed(snap: Snapshot) -> list[Finding]:
         return []
     uuids = _uuid_map(snap)
     prev = _previous_boot_flags(evs, snap)
-    by_bus: dict[str | None, list[KernelEvent]] = {}
-    for e in evs:
-        by_bus.setdefault(e.pci_bus_id, []).append(e)
+    by_bus = _by_bus(evs)
     # lines without a bus id ("rm_init_adapter failed for device bearing minor number 0") join a
     # single GPU's group when only one GPU failed
     if None in by_bus and len(by_bus) == 2:
@@ -355,16 +302,5 @@ def init_failed(snap: Snapshot) -> list[Finding]:
             data["aux_power_missing"] = True  # the driver says its power cables are missing
         label = ref.label() if ref else "A GPU"
         title = f"{label} failed to initialise in the NVIDIA driver ({', '.join(whats)})"
-        out.append(
-            Finding(
-                code="gpu.init_failed",
-                severity=sev,
-                family=Family.GPU_FAULT,
-                title=title,
-                evidence=_evidence(group),
-                gpu=ref,
-                data=data,
-                source=SOURCE,
-            )
-        )
+        out.append(kernel_finding("gpu.init_failed", sev, Family.GPU_FAULT, title, group, ref, data))
     return out

@@ -6,14 +6,13 @@ from collections import Counter
 
 from gpuclinic.checks import check
 from gpuclinic.checks._kernel import (
-    SOURCE,
     _base_data,
-    _evidence,
+    _by_bus,
     _previous_boot_flags,
     _uuid_map,
     gpu_ref,
+    kernel_finding,
 )
-from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
 from gpuclinic.model import Family, Finding
@@ -30,9 +29,7 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
         return []
     uuids = _uuid_map(snap)
     prev = _previous_boot_flags(gsp, snap)
-    by_bus: dict[str | None, list[KernelEvent]] = {}
-    for e in gsp:
-        by_bus.setdefault(e.pci_bus_id, []).append(e)
+    by_bus = _by_bus(gsp)
     out: list[Finding] = []
     for bus, group in by_bus.items():
         kinds = Counter(
@@ -68,16 +65,5 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
         if xids:
             data["xids"] = xids
         title = f"{label}: the GPU System Processor (GSP firmware) {what}"
-        out.append(
-            Finding(
-                code="gsp.error",
-                severity=sev,
-                family=Family.GPU_FAULT,
-                title=title,
-                evidence=_evidence(group),
-                gpu=ref,
-                data=data,
-                source=SOURCE,
-            )
-        )
+        out.append(kernel_finding("gsp.error", sev, Family.GPU_FAULT, title, group, ref, data))
     return out

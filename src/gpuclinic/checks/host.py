@@ -8,8 +8,8 @@ from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.checks._hw import host_threshold as T
 from gpuclinic.facts.host import HostFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge.codes import severity
-from gpuclinic.model import Family, Finding
+from gpuclinic.knowledge.codes import finding
+from gpuclinic.model import Finding
 
 PSI = ("cpu.some", "memory.some", "memory.full", "io.some", "io.full")  # each psi_<res>_<kind>_avg10_pct
 SRC_PSI = "https://docs.kernel.org/accounting/psi.html"
@@ -22,8 +22,15 @@ def _h(snap: Snapshot) -> HostFacts:
 
 
 def _measured(h: HostFacts) -> None:
-    if not h.window_s or not h.cpu_pct:
+    if not h.cpu_pct or not (h.window_s or h.extra.get("read_from")):
         raise CheckSkipped("not measured (use without --quick)")
+
+
+def _over(h: HostFacts, proc: str | None = None) -> str:
+    """Where a figure comes from: this run's sampling window, or the pasted tool's output."""
+    if h.window_s:
+        return f"over {h.window_s:g}s" + (f" ({proc})" if proc else "")
+    return f"in the pasted {h.extra.get('read_from', 'output')}"
 
 
 def _ncpu(h: HostFacts) -> int | None:
@@ -38,10 +45,8 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
     n = _ncpu(h)
     if h.load and n:
         if h.load[0] > T("load_factor_warn") * n:
-            yield Finding(
-                code="host.load",
-                severity=severity("host.load"),
-                family=Family.HOST,
+            yield finding(
+                "host.load",
                 title=f"Load average {h.load[0]:.1f} on {n} usable CPU(s)",
                 evidence=[f"load 1/5/15 min: {' / '.join(f'{x:.1f}' for x in h.load)}", f"usable CPUs: {n}"],
                 data={"load": h.load, "cpus": n},
@@ -49,22 +54,18 @@ def cpu(snap: Snapshot) -> Iterator[Finding]:
     _measured(h)
     steal = h.cpu_pct.get("steal", 0.0)
     if steal >= T("cpu_steal_warn_pct"):
-        yield Finding(
-            code="host.cpu_steal",
-            severity=severity("host.cpu_steal"),
-            family=Family.HOST,
+        yield finding(
+            "host.cpu_steal",
             title=f"CPU steal {steal:.0f}%: the hypervisor gives this VM's CPU time to other tenants",
-            evidence=[f"steal {steal:.1f}% over {h.window_s:g}s (/proc/stat)"],
+            evidence=[f"steal {steal:.1f}% {_over(h, '/proc/stat')}"],
             data={"steal_pct": steal},
         )
     iow = h.cpu_pct.get("iowait", 0.0)
     if iow >= T("iowait_warn_pct"):
-        yield Finding(
-            code="host.iowait",
-            severity=severity("host.iowait"),
-            family=Family.HOST,
+        yield finding(
+            "host.iowait",
             title=f"I/O wait {iow:.0f}%: CPUs idle waiting for storage",
-            evidence=[f"iowait {iow:.1f}% over {h.window_s:g}s"],
+            evidence=[f"iowait {iow:.1f}% {_over(h)}"],
             data={"iowait_pct": iow},
         )
 
@@ -82,10 +83,8 @@ def psi(snap: Snapshot) -> Iterator[Finding]:
         if v is None or v < limit:
             continue
         res = key.split(".")[0]
-        yield Finding(
-            code=f"host.psi_{res}",
-            severity=severity(f"host.psi_{res}"),
-            family=Family.HOST,
+        yield finding(
+            f"host.psi_{res}",
             title=f"{res.upper()} pressure: tasks stalled {v:.0f}% of the last 10 s ({key.split('.')[1]})",
             evidence=[
                 f"/proc/pressure/{res}: {key.split('.')[1]} avg10={v:.2f} "
@@ -108,10 +107,8 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
             or avail < min(T("mem_available_low_bytes"), T("mem_available_low_total_fraction") * tot)
         )
     ):
-        yield Finding(
-            code="host.memory_low",
-            severity=severity("host.memory_low"),
-            family=Family.HOST,
+        yield finding(
+            "host.memory_low",
             title=f"Only {avail / (1 << 30):.1f} GiB of {tot / (1 << 30):.0f} GiB host memory available",
             evidence=[f"MemAvailable {avail} of MemTotal {tot} bytes"],
             data={"available": avail, "total": tot},
@@ -120,14 +117,11 @@ def memory(snap: Snapshot) -> Iterator[Finding]:
         return
     rate = h.swap_in_per_s + h.swap_out_per_s
     if rate >= T("swap_warn_pages_per_s"):
-        yield Finding(
-            code="host.swapping",
-            severity=severity("host.swapping"),
-            family=Family.HOST,
+        yield finding(
+            "host.swapping",
             title=f"Host is swapping ({rate:.0f} pages/s)",
             evidence=[
-                f"pswpin {h.swap_in_per_s:.0f}/s, pswpout {h.swap_out_per_s:.0f}/s over {h.window_s:g}s "
-                "(/proc/vmstat)"
+                f"pswpin {h.swap_in_per_s:.0f}/s, pswpout {h.swap_out_per_s:.0f}/s {_over(h, '/proc/vmstat')}"
             ],
             data={"pages_per_s": rate},
         )
@@ -147,10 +141,8 @@ def nofile(snap: Snapshot) -> Iterator[Finding]:
         if h.nofile_soft >= T("nofile_min"):
             return
         soft, who = h.nofile_soft, "this shell/session"
-    yield Finding(
-        code="host.nofile_low",
-        severity=severity("host.nofile_low"),
-        family=Family.HOST,
+    yield finding(
+        "host.nofile_low",
         title=f"Open-files limit is {soft} for {who}",
         evidence=[
             f"soft limit {soft}"
@@ -188,10 +180,8 @@ def numa(snap: Snapshot) -> Iterator[Finding]:
             )
     if not bad:
         return
-    yield Finding(
-        code="host.numa_mismatch",
-        severity=severity("host.numa_mismatch"),
-        family=Family.HOST,
+    yield finding(
+        "host.numa_mismatch",
         title="GPU work runs only on CPUs of another NUMA node",
         evidence=bad[:8],
         data={"gpu_numa": h.gpu_numa},
@@ -210,15 +200,13 @@ def dataloader(snap: Snapshot) -> Iterator[Finding]:
     )  # in containers NVML may list no processes
     if h.gpu_util_pct >= T("starved_gpu_util_pct") or busy < T("starved_cpu_busy_pct") or not has_work:
         return
-    yield Finding(
-        code="host.dataloader_starved",
-        severity=severity("host.dataloader_starved"),
-        family=Family.HOST,
+    yield finding(
+        "host.dataloader_starved",
         title=f"GPUs {h.gpu_util_pct:.0f}% busy while host CPUs are {busy:.0f}% busy: the input pipeline "
               "starves the GPUs",
         evidence=[
             f"mean GPU utilisation {h.gpu_util_pct:.0f}% with GPU processes running",
-            f"CPU user+system {busy:.0f}% over {h.window_s:g}s",
+            f"CPU user+system {busy:.0f}% {_over(h)}",
         ],
         data={"gpu_util_pct": h.gpu_util_pct, "cpu_busy_pct": busy},
     )

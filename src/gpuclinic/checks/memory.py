@@ -17,9 +17,10 @@ from gpuclinic.checks._hw import (
     ref,
     threshold,
 )
+from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge.codes import severity
-from gpuclinic.model import Family, Finding
+from gpuclinic.knowledge.codes import finding
+from gpuclinic.model import Finding
 
 _XID_MEM = ("xid",)
 # Xids about GPU memory: DBE, row remap/page retirement event and failure, contained/uncontained ECC
@@ -38,10 +39,8 @@ def ecc_uncorrectable(snap: Snapshot) -> Iterable[Finding]:
             ev += _remap_lines(g.remapped_rows_pending, g.remapped_rows_uncorrectable)
             ev += kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS)
             out.append(
-                Finding(
-                    code="memory.ecc_uncorrectable",
-                    severity=severity("memory.ecc_uncorrectable"),
-                    family=Family.GPU_FAULT,
+                finding(
+                    "memory.ecc_uncorrectable",
                     title=f"GPU {g.index} had {vol} uncorrectable memory (ECC) error(s) since the driver "
                           "loaded",
                     evidence=ev,
@@ -52,10 +51,9 @@ def ecc_uncorrectable(snap: Snapshot) -> Iterable[Finding]:
             )
         elif agg:
             out.append(
-                Finding(
-                    code="memory.ecc_uncorrectable",
-                    severity=severity("memory.ecc_uncorrectable", "aggregate_only"),
-                    family=Family.GPU_FAULT,
+                finding(
+                    "memory.ecc_uncorrectable",
+                    when="aggregate_only",
                     title=f"GPU {g.index} has {agg} uncorrectable ECC error(s) in its lifetime (none since "
                           "the driver loaded)",
                     evidence=[
@@ -100,10 +98,8 @@ def ecc_correctable(snap: Snapshot) -> Iterable[Finding]:
             ev.append(f"ecc.errors.corrected.aggregate.total = {g.ecc_aggregate_corrected} (lifetime)")
         ev += _remap_lines(g.remapped_rows_pending, None)
         out.append(
-            Finding(
-                code="memory.ecc_correctable_rate",
-                severity=severity("memory.ecc_correctable_rate"),
-                family=Family.GPU_FAULT,
+            finding(
+                "memory.ecc_correctable_rate",
                 title=f"GPU {g.index} has many corrected memory errors ({n} since the driver loaded)",
                 evidence=ev,
                 gpu=ref(g),
@@ -129,39 +125,24 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
             f"remapped_rows.uncorrectable = {g.remapped_rows_uncorrectable}"
         )
         if g.remapped_rows_failure:
-            out.append(
-                Finding(
-                    code="memory.row_remap_failed",
-                    severity=severity("memory.row_remap_failed"),
-                    family=Family.GPU_FAULT,
-                    title=f"GPU {g.index}: HBM row remapping failed (no spare rows left): RMA condition",
-                    evidence=["remapped_rows.failure = yes", counts]
-                    + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
-                    gpu=ref(g),
-                    source="nvml",
-                )
-            )
+            title = f"GPU {g.index}: HBM row remapping failed (no spare rows left): RMA condition"
+            out.append(_flagged(snap, g, "memory.row_remap_failed", "remapped_rows.failure", counts, title))
+        elif g.memory_unrepairable:  # 575+ drivers: the memory repair ran out (the same RMA condition)
+            title = f"GPU {g.index}: the driver reports memory it cannot repair (Unrepairable Memory): RMA"
+            out.append(_flagged(snap, g, "memory.row_remap_failed", "ecc.unrepairable_memory", counts, title))
         elif g.remapped_rows_pending:
-            out.append(
-                Finding(
-                    code="memory.row_remap_pending",
-                    severity=severity("memory.row_remap_pending"),
-                    family=Family.GPU_FAULT,
-                    title=f"GPU {g.index}: an HBM row is waiting to be remapped; reset the GPU when "
-                          "convenient",
-                    evidence=["remapped_rows.pending = yes", counts]
-                    + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
-                    gpu=ref(g),
-                    source="nvml",
-                )
-            )
+            title = f"GPU {g.index}: an HBM row is waiting to be remapped; reset the GPU when convenient"
+            out.append(_flagged(snap, g, "memory.row_remap_pending", "remapped_rows.pending", counts, title))
+        elif g.memory_repair_pending or g.tpc_repair_pending:  # 575+: a channel/TPC repair waits for a reset
+            what = "channel" if g.memory_repair_pending else "TPC"
+            title = f"GPU {g.index}: a {what} repair is waiting for a GPU reset; reset it when convenient"
+            flag = "ecc.channel_repair_pending" if g.memory_repair_pending else "ecc.tpc_repair_pending"
+            out.append(_flagged(snap, g, "memory.row_remap_pending", flag, counts, title))
         unc = g.remapped_rows_uncorrectable
         if unc is not None and unc >= warn_unc and not g.remapped_rows_failure:
             out.append(
-                Finding(
-                    code="memory.row_remap_spares_low",
-                    severity=severity("memory.row_remap_spares_low"),
-                    family=Family.GPU_FAULT,
+                finding(
+                    "memory.row_remap_spares_low",
                     title=f"GPU {g.index} has used {unc} of {limit:.0f} row remaps for uncorrectable errors",
                     evidence=[counts, f"warn at {warn_unc:.0f}, limit {limit:.0f} ({THRESHOLDS_SOURCE})"],
                     gpu=ref(g),
@@ -170,6 +151,12 @@ def row_remap(snap: Snapshot) -> Iterable[Finding]:
                 )
             )
     return out
+
+
+def _flagged(snap: Snapshot, g: GpuFacts, code: str, flag: str, counts: str, title: str) -> Finding:
+    """A memory repair NVML flags as failed or pending: the flag, the counters and the GPU's memory Xids."""
+    evidence = [f"{flag} = yes", counts] + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS)
+    return finding(code, title=title, evidence=evidence, gpu=ref(g), source="nvml")
 
 
 @check(
@@ -184,25 +171,14 @@ def retired_pages(snap: Snapshot) -> Iterable[Finding]:
         sbe, dbe = g.retired_pages_sbe or 0, g.retired_pages_dbe or 0
         counts = f"retired_pages.sbe = {g.retired_pages_sbe}, retired_pages.dbe = {g.retired_pages_dbe}"
         if g.retired_pages_pending:
+            title = f"GPU {g.index}: memory pages are waiting to be retired; reload the driver or reboot"
             out.append(
-                Finding(
-                    code="memory.retired_pages_pending",
-                    severity=severity("memory.retired_pages_pending"),
-                    family=Family.GPU_FAULT,
-                    title=f"GPU {g.index}: memory pages are waiting to be retired; reload the driver or "
-                          "reboot",
-                    evidence=["retired_pages.pending = yes", counts]
-                    + kernel_lines(snap, g.pci_bus_id, _XID_MEM, xids=MEM_XIDS),
-                    gpu=ref(g),
-                    source="nvml",
-                )
+                _flagged(snap, g, "memory.retired_pages_pending", "retired_pages.pending", counts, title)
             )
         if sbe + dbe >= crit or dbe > dbe_crit:
             out.append(
-                Finding(
-                    code="memory.retired_pages",
-                    severity=severity("memory.retired_pages"),
-                    family=Family.GPU_FAULT,
+                finding(
+                    "memory.retired_pages",
                     title=f"GPU {g.index} has retired {sbe + dbe} memory pages ({dbe} for double-bit errors)",
                     evidence=[
                         counts,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuclinic.checks import check
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.codes import finding
 from gpuclinic.model import Family, Finding
 
 if TYPE_CHECKING:  # annotations only: the module loads (and registers its checks) without them
@@ -94,10 +94,8 @@ def offline(snap: Snapshot) -> Iterator[Finding]:
         ev.insert(0, "no default route in /proc/net/route or /proc/net/ipv6_route")
     if nf.proxy and nf.proxy.env:
         ev.append("proxy settings: " + ", ".join(f"{k}={v}" for k, v in nf.proxy.env.items()))
-    yield Finding(
-        code="network.offline",
-        severity=severity("network.offline"),
-        family=NET,
+    yield finding(
+        "network.offline",
         title=f"No route to the internet: {nf.offline_reason or 'nothing answers'}",
         evidence=ev,
         remedy=(
@@ -118,10 +116,8 @@ def dns(snap: Snapshot) -> Iterator[Finding]:
     probes = list(_live(nf))
     failed = [p for p in probes if p.dns_error]
     if failed:
-        yield Finding(
-            code="network.dns_failed",
-            severity=severity("network.dns_failed"),
-            family=NET,
+        yield finding(
+            "network.dns_failed",
             title=f"DNS does not resolve {len(failed)} host(s) the download tools need: "
             + ", ".join(_label(p) for p in failed[:4]),
             evidence=[f"{_label(p)}: {p.dns_error}" for p in failed],
@@ -135,12 +131,9 @@ def dns(snap: Snapshot) -> Iterator[Finding]:
     if times:
         med = times[len(times) // 2]
         if med >= DNS_SLOW_MS:
-            yield Finding(
-                code="network.dns_slow",
-                severity=severity("network.dns_slow", "very_slow")
-                if med >= DNS_VERY_SLOW_MS
-                else severity("network.dns_slow"),
-                family=NET,
+            yield finding(
+                "network.dns_slow",
+                when="very_slow" if med >= DNS_VERY_SLOW_MS else None,
                 title=f"DNS lookups are slow: median {med:.0f} ms over {len(times)} hosts",
                 evidence=[f"{_label(p)}: {fmt_ms(p.dns_ms)}" for p in probes if p.dns_ms is not None][:8],
                 remedy=(
@@ -164,10 +157,8 @@ def reachability(snap: Snapshot) -> Iterator[Finding]:
     tls = [p for p in probes if p.tls_error]
     if tls:
         verify = [p for p in tls if "certificate verify failed" in (p.tls_error or "")]
-        yield Finding(
-            code="network.tls_failed",
-            severity=severity("network.tls_failed"),
-            family=NET,
+        yield finding(
+            "network.tls_failed",
             title=(
                 f"TLS certificate checks fail for {len(tls)} host(s): something intercepts HTTPS or the "
                 "clock is wrong"
@@ -185,10 +176,8 @@ def reachability(snap: Snapshot) -> Iterator[Finding]:
     down = [p for p in probes if not p.tls_error and not p.reachable]
     conf = [p for p in down if p.endpoint.kind == "configured"]
     for p in conf:
-        yield Finding(
-            code="network.configured_mirror_down",
-            severity=severity("network.configured_mirror_down"),
-            family=NET,
+        yield finding(
+            "network.configured_mirror_down",
             title=f"{p.endpoint.name} points at a host that does not answer",
             evidence=[f"{_label(p)}: {p.error() or 'no answer'}"],
             remedy=_configured_undo(p.endpoint.id, p.endpoint.mirror_url or p.endpoint.url),
@@ -205,10 +194,8 @@ def reachability(snap: Snapshot) -> Iterator[Finding]:
             if mirror is None
             else f"{mirror.endpoint.name} answers: see network.mirror_faster for the lines that switch to it."
         )
-        yield Finding(
-            code="network.endpoint_unreachable",
-            severity=severity("network.endpoint_unreachable"),
-            family=NET,
+        yield finding(
+            "network.endpoint_unreachable",
             title=f"{_title(svc)}: {len(ps)} host(s) unreachable ("
             + ", ".join(_label(p) for p in ps[:4])
             + ")",
@@ -234,10 +221,8 @@ def latency(snap: Snapshot) -> Iterator[Finding]:
     probes = [p for p in _live(nf) if p.connect_ms]
     high = [p for p in probes if (p.connect_median_ms() or 0) >= HIGH_LATENCY_MS]
     if high:
-        yield Finding(
-            code="network.high_latency",
-            severity=severity("network.high_latency"),
-            family=NET,
+        yield finding(
+            "network.high_latency",
             title=f"High round-trip time to {len(high)} host(s): up to "
                   f"{max(p.connect_median_ms() or 0 for p in high):.0f} ms",
             evidence=[
@@ -266,10 +251,8 @@ def latency(snap: Snapshot) -> Iterator[Finding]:
         elif p.connect_ms and jit >= JITTER_MS and jit >= 0.5 * med:
             lossy.append(f"{_label(p)}: connect {fmt_ms(med)} ± {jit:.0f} ms jitter")
     if lossy:
-        yield Finding(
-            code="network.lossy",
-            severity=severity("network.lossy"),
-            family=NET,
+        yield finding(
+            "network.lossy",
             title="Unstable path: some connections fail or vary widely in time",
             evidence=lossy,
             remedy=(
@@ -303,10 +286,8 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
     if capped and not any(c[0] in live for c in capped):
         # only mirror candidates are capped: not the user's path, but the table flags them, so the
         # report says so (info) instead of "No problems found" under a "per-conn cap" row
-        yield Finding(
-            code="network.per_connection_cap",
-            severity=severity("network.per_connection_cap"),
-            family=NET,
+        yield finding(
+            "network.per_connection_cap",
             title="Mirror candidate(s) cap each TCP connection (not in use): "
                   f"{', '.join(_label(c[0]) for c in capped)}",
             evidence=[
@@ -327,14 +308,9 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
     if capped:
         worst_single = min(c[1] for c in capped)
         n = capped[0][0].parallel.connections if capped[0][0].parallel else nf.parallel_connections
-        yield Finding(
-            code="network.per_connection_cap",
-            severity=(
-                severity("network.per_connection_cap", "slow_single")
-                if worst_single < FAST_SINGLE_BPS
-                else severity("network.per_connection_cap")
-            ),
-            family=NET,
+        yield finding(
+            "network.per_connection_cap",
+            when="slow_single" if worst_single < FAST_SINGLE_BPS else None,
             title=(
                 f"Each TCP connection is capped (~{fmt_rate(worst_single)} per connection): "
                 f"{n} connections were {max(c[3] for c in capped):.1f}x faster than one"
@@ -358,10 +334,8 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
             },
         )
     if slow:
-        yield Finding(
-            code="network.slow_link",
-            severity=severity("network.slow_link"),
-            family=NET,
+        yield finding(
+            "network.slow_link",
             title=f"The link itself is slow (~{fmt_rate(max(x[2] for x in slow))}); more connections do not "
                   "help",
             evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, several {fmt_rate(m)}" for p, s, m in slow],
@@ -461,12 +435,10 @@ def mirrors(snap: Snapshot) -> Iterator[Finding]:
                 f"Alternative ({alt.endpoint.name}, not a drop-in): "
                 + "; ".join(alt_lines["switch"] + alt_lines["one_off"])
             )
-        yield Finding(
-            code="network.mirror_faster",
-            severity=severity("network.mirror_faster", "much_faster")
-            if origin_down or (mirror_rate and origin_rate and mirror_rate >= 3 * origin_rate)
-            else severity("network.mirror_faster"),
-            family=NET,
+        much = origin_down or (mirror_rate and origin_rate and mirror_rate >= 3 * origin_rate)
+        yield finding(
+            "network.mirror_faster",
+            when="much_faster" if much else None,
             title=f"Switch {_title(svc)} to {best.endpoint.name}: {why}",
             evidence=ev,
             remedy="\n".join(remedy),
@@ -503,10 +475,8 @@ def proxy(snap: Snapshot) -> Iterator[Finding]:
         )
     if not ev:
         return
-    yield Finding(
-        code="network.proxy_misconfigured",
-        severity=severity("network.proxy_misconfigured"),
-        family=NET,
+    yield finding(
+        "network.proxy_misconfigured",
         title="Proxy settings are broken or inconsistent",
         evidence=ev,
         remedy=(
@@ -544,10 +514,8 @@ def hf_config(snap: Snapshot) -> Iterator[Finding]:
         and major is not None
         and major >= 1
     ):
-        yield Finding(
-            code="network.hf_transfer_ignored",
-            severity=severity("network.hf_transfer_ignored"),
-            family=NET,
+        yield finding(
+            "network.hf_transfer_ignored",
             title=f"HF_HUB_ENABLE_HF_TRANSFER is set, but huggingface_hub {ps.hf_hub_version} ignores it",
             evidence=[
                 f"HF_HUB_ENABLE_HF_TRANSFER={ps.hf_hub_enable_hf_transfer}",
@@ -566,10 +534,8 @@ def hf_config(snap: Snapshot) -> Iterator[Finding]:
         and "huggingface.co" not in ps.hf_endpoint
         and ps.hf_hub_disable_xet not in ("1", "true", "True", "YES", "yes")
     ):
-        yield Finding(
-            code="network.xet_bypasses_mirror",
-            severity=severity("network.xet_bypasses_mirror"),
-            family=NET,
+        yield finding(
+            "network.xet_bypasses_mirror",
             title=f"HF_ENDPOINT={ps.hf_endpoint} is set, but Xet transfers can still go to huggingface.co's "
                   "CAS hosts",
             evidence=[f"HF_ENDPOINT={ps.hf_endpoint}", "HF_HUB_DISABLE_XET is not set"],

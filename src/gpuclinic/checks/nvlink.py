@@ -10,16 +10,15 @@ from gpuclinic.checks import check
 from gpuclinic.checks._hw import THRESHOLDS_SOURCE, kernel_lines, readable, ref, threshold
 from gpuclinic.checks._kernel import (
     NVLINK_XIDS,
-    SOURCE,
     _base_data,
-    _evidence,
     _previous_boot_flags,
     _uuid_map,
     gpu_ref,
+    kernel_finding,
 )
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.codes import finding, severity
 from gpuclinic.model import Family, Finding, Severity
 
 
@@ -107,10 +106,8 @@ def _all_inactive(snap: Snapshot) -> Iterable[Finding]:
         nvlink_part = bool(spec and spec.row.get("nvlink_total_gbs")) and "pcie" not in form.lower()
         if not (listed or nvlink_part):
             continue
-        yield Finding(
-            code="nvlink.error",
-            severity=severity("nvlink.error"),
-            family=Family.GPU_FAULT,
+        yield finding(
+            "nvlink.error",
             title=f"GPU {g.index}{f' ({g.name})' if g.name else ''}: all NVLink links are inactive",
             evidence=[
                 f"dcgmi nvlink --link-status: links {', '.join(str(x.link) for x in g.nvlinks)} down"
@@ -196,16 +193,5 @@ def nvlink_errors(snap: Snapshot) -> list[Finding]:
                 + (f" on link(s) {', '.join(map(str, links))}" if links else "")
                 + (f" (Xid {', '.join(map(str, xids))})" if xids else "")
             )
-        out.append(
-            Finding(
-                code="nvlink.error",
-                severity=sev,
-                family=Family.GPU_FAULT,
-                title=title,
-                evidence=_evidence(group),
-                gpu=ref,
-                data=data,
-                source=SOURCE,
-            )
-        )
+        out.append(kernel_finding("nvlink.error", sev, Family.GPU_FAULT, title, group, ref, data))
     return out

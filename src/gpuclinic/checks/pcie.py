@@ -13,21 +13,22 @@ from collections import Counter
 from collections.abc import Iterable
 
 from gpuclinic.checks import check
-from gpuclinic.checks._hw import THRESHOLDS_SOURCE, busy, load_line, ref, threshold
+from gpuclinic.checks._hw import THRESHOLDS_FILE, THRESHOLDS_SOURCE, busy, load_line, ref, threshold
 from gpuclinic.checks._kernel import (
     AER_FREQUENT_COUNT,
     AER_FREQUENT_PER_HOUR,
     SOURCE,
     _base_data,
-    _evidence,
     _span_s,
     _uuid_map,
     gpu_ref,
+    kernel_finding,
 )
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge import load_data
+from gpuclinic.knowledge.codes import finding, severity
 from gpuclinic.model import Family, Finding, GpuRef
 
 GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -57,10 +58,9 @@ def link_degraded(snap: Snapshot) -> Iterable[Finding]:
     if len(idle) > 1:  # one line for a whole idle node, not one per GPU
         gens = sorted({f.data["gen"] for f in idle})
         out.append(
-            Finding(
-                code="pcie.link_degraded",
-                severity=severity("pcie.link_degraded", "idle"),
-                family=Family.PCIE_POWER,
+            finding(
+                "pcie.link_degraded",
+                when="idle",
                 title=f"{len(idle)} idle GPUs have their PCIe links at Gen{'/'.join(map(str, gens))} (power "
                       "saving)",
                 evidence=_grouped(idle)
@@ -80,6 +80,12 @@ def _grouped(findings: list[Finding]) -> list[str]:
     for f in findings:
         groups.setdefault(f.evidence[0], []).append(str(f.gpu.index if f.gpu else "?"))
     return [f"GPU {', '.join(ids)}: {line}" for line, ids in groups.items()]
+
+
+def _board_wired(g: GpuFacts) -> bool:
+    """A notebook GPU (by its name): NVML reports the chip's max width, the board wires fewer lanes."""
+    markers = load_data(THRESHOLDS_FILE)["pcie_board_wired_name_markers"]["value"]
+    return bool(g.name) and any(m in str(g.name) for m in markers)
 
 
 def _low_power_pstate(g: GpuFacts) -> bool:
@@ -104,10 +110,9 @@ def _link(g: GpuFacts) -> Finding | None:
     if not gen_low and not width_low:
         gpu_max = g.pcie_gen_gpu_max
         if gpu_max is not None and gmax is not None and gpu_max > gmax:
-            return Finding(
-                code="pcie.link_degraded",
-                severity=severity("pcie.link_degraded", "power_saving"),
-                family=Family.PCIE_POWER,
+            return finding(
+                "pcie.link_degraded",
+                when="power_saving",
                 title=f"GPU {g.index} supports PCIe Gen{gpu_max} but the slot/platform only Gen{gmax}",
                 evidence=[link, f"GPU max generation = {gpu_max}"],
                 gpu=ref(g),
@@ -152,14 +157,25 @@ def _link(g: GpuFacts) -> Finding | None:
             source=src,
             data=data,
         )
+    if width_low and _board_wired(g):
+        ev.append(f"{g.name} is a notebook GPU: its board wires fewer lanes than the chip's x{wmax} "
+                  f"({THRESHOLDS_SOURCE} pcie_board_wired_name_markers)")
+        return Finding(
+            code="pcie.link_degraded",
+            severity=severity("pcie.link_degraded", "power_saving"),
+            family=Family.PCIE_POWER,
+            title=f"GPU {g.index} (notebook GPU) PCIe link is {what}: the laptop board's wiring",
+            evidence=ev,
+            gpu=ref(g),
+            source=src,
+            data={**data, "reason": "board_wired"},
+        )
     if width_low:
         ev.append(
             "idle power saving lowers link speed, not width: a narrow link at idle usually trained narrow"
         )
-        return Finding(
-            code="pcie.link_degraded",
-            severity=severity("pcie.link_degraded"),
-            family=Family.PCIE_POWER,
+        return finding(
+            "pcie.link_degraded",
             title=f"GPU {g.index} PCIe link is {what} (at idle; width loss is not explained by power saving)",
             evidence=ev,
             gpu=ref(g),
@@ -167,10 +183,9 @@ def _link(g: GpuFacts) -> Finding | None:
             data=data,
         )
     ev.append("idle GPUs lower the link generation to save power; this is expected at idle")
-    return Finding(
-        code="pcie.link_degraded",
-        severity=severity("pcie.link_degraded", "idle"),
-        family=Family.PCIE_POWER,
+    return finding(
+        "pcie.link_degraded",
+        when="idle",
         title=f"GPU {g.index} PCIe link at {what} while idle (power saving)",
         evidence=ev,
         gpu=ref(g),
@@ -204,10 +219,9 @@ def replay(snap: Snapshot) -> Iterable[Finding]:
                 "watch`)"
             )
         out.append(
-            Finding(
-                code="pcie.replay",
-                severity=severity("pcie.replay") if over else severity("pcie.replay", "lifetime_count"),
-                family=Family.PCIE_POWER,
+            finding(
+                "pcie.replay",
+                when=None if over else "lifetime_count",
                 title=f"GPU {g.index} PCIe link is retransmitting ({n} replays)",
                 evidence=ev,
                 gpu=ref(g),
@@ -278,12 +292,9 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                     "counters count since boot",
                 ]
                 out.append(
-                    Finding(
-                        code="pcie.aer_uncorrected",
-                        severity=severity("pcie.aer_uncorrected")
-                        if fatal
-                        else severity("pcie.aer_uncorrected", "non_fatal"),
-                        family=Family.PCIE_POWER,
+                    finding(
+                        "pcie.aer_uncorrected",
+                        when=None if fatal else "non_fatal",
                         gpu=gref,
                         source="pci",
                         data=data,
@@ -294,10 +305,8 @@ def aer_counters(snap: Snapshot) -> Iterable[Finding]:
                 )
             if corr >= warn_cor:
                 out.append(
-                    Finding(
-                        code="pcie.aer_corrected",
-                        severity=severity("pcie.aer_corrected"),
-                        family=Family.PCIE_POWER,
+                    finding(
+                        "pcie.aer_corrected",
                         gpu=gref,
                         source="pci",
                         data=data,
@@ -421,18 +430,7 @@ def aer_errors(snap: Snapshot) -> list[Finding]:
             kind = "fatal" if fatal else "non-fatal"
             title = f"{label}: PCIe uncorrected ({kind}) errors (AER){place}: {rate_txt}"
             code = "pcie.aer_uncorrected"
-        out.append(
-            Finding(
-                code=code,
-                severity=sev,
-                family=Family.PCIE_POWER,
-                title=title,
-                evidence=_evidence(group, lines),
-                gpu=ref,
-                data=data,
-                source=SOURCE,
-            )
-        )
+        out.append(kernel_finding(code, sev, Family.PCIE_POWER, title, group, ref, data, lines))
     return out
 
 
@@ -502,10 +500,8 @@ def _device_limited(bus: str, e: KernelEvent) -> Finding | None:
         return None
     drv = d.get("driver")
     name = f"{drv} {bus}" if drv and drv not in ("pci", "pcieport") else f"PCI device {bus}"
-    return Finding(
-        code="pcie.bandwidth_limited",
-        severity=severity("pcie.bandwidth_limited"),
-        family=Family.PCIE_POWER,
+    return finding(
+        "pcie.bandwidth_limited",
         title=(
             f"{name}: PCIe link trained at x{width} of x{cap_w}: {d.get('available_gbps')} Gb/s available "
             f"of {d.get('capable_gbps')} Gb/s (limited at {d.get('limited_at')})"

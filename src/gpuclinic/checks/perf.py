@@ -25,8 +25,8 @@ from gpuclinic.checks._hw import (
 )
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge.codes import severity
-from gpuclinic.model import Family, Finding
+from gpuclinic.knowledge.codes import finding
+from gpuclinic.model import Finding
 
 
 @check("perf.straggler", codes=["perf.straggler"], what="GPU stragglers")
@@ -78,10 +78,8 @@ def stragglers(readable_gpus: Iterable[GpuFacts], clock_ratio: float | None = No
             f"compared with {len(gpus)} busy GPUs ({THRESHOLDS_SOURCE})",
         ]
         out.append(
-            Finding(
-                code="perf.straggler",
-                severity=severity("perf.straggler"),
-                family=Family.GPU_FAULT,
+            finding(
+                "perf.straggler",
                 title=f"GPU {g.index} runs at {rel:.0%} of its peers' speed under the same load (straggler)",
                 evidence=ev,
                 gpu=ref(g),

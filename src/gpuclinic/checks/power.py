@@ -19,10 +19,11 @@ from gpuclinic.checks._hw import (
     readable,
     ref,
     threshold,
+    unreadable_findings,
 )
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.codes import finding, severity
 from gpuclinic.model import Family, Finding
 
 
@@ -55,10 +56,8 @@ def power_brake(snap: Snapshot) -> Iterable[Finding]:
         ev.append(load_line(g))
         if "hw_power_brake_slowdown" in reasons:
             out.append(
-                Finding(
-                    code="power.brake",
-                    severity=severity("power.brake"),
-                    family=Family.PCIE_POWER,
+                finding(
+                    "power.brake",
                     title=f"GPU {g.index} clocks are forced down by the hardware power brake (external power "
                           "signal)",
                     evidence=ev,
@@ -80,10 +79,9 @@ def power_brake(snap: Snapshot) -> Iterable[Finding]:
                 "thermal",
             )
             out.append(
-                Finding(
-                    code="power.brake",
-                    severity=severity("power.brake", "hw_slowdown"),
-                    family=Family.PCIE_POWER,
+                finding(
+                    "power.brake",
+                    when="hw_slowdown",
                     title=f"GPU {g.index} is in hardware slowdown that heat does not explain (power delivery "
                           "or external signal)",
                     evidence=ev,
@@ -130,10 +128,8 @@ def power_cap(snap: Snapshot) -> Iterable[Finding]:
             )
         elif capped and is_busy:
             out.append(
-                Finding(
-                    code="power.cap",
-                    severity=severity("power.cap"),
-                    family=Family.PCIE_POWER,
+                finding(
+                    "power.cap",
                     title=f"GPU {g.index} is running at its power limit ({fmt_w(limit)}): normal under heavy "
                           "load",
                     evidence=ev,
@@ -147,19 +143,7 @@ def power_cap(snap: Snapshot) -> Iterable[Finding]:
 
 @check("power.insufficient", codes=["power.insufficient"], what="GPU external power")
 def power_insufficient(snap: Snapshot) -> Iterable[Finding]:
-    out = []
-    for g in snap.gpus:
-        fields = [k for k, v in g.unreadable.items() if "insufficient external power" in v]
-        if fields:
-            out.append(
-                Finding(
-                    code="power.insufficient",
-                    severity=severity("power.insufficient"),
-                    family=Family.PCIE_POWER,
-                    title=f"GPU {g.index}: NVML reports insufficient external power (power cable or PSU)",
-                    evidence=[f"NVML_ERROR_INSUFFICIENT_POWER on: {', '.join(sorted(fields))}"],
-                    gpu=ref(g),
-                    source="nvml",
-                )
-            )
-    return out
+    return unreadable_findings(
+        snap, "power.insufficient", "insufficient external power", "NVML_ERROR_INSUFFICIENT_POWER",
+        "GPU {index}: NVML reports insufficient external power (power cable or PSU)",
+    )

@@ -15,10 +15,9 @@ from typing import Any
 
 from gpuclinic.checks import check
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge.codes import severity
-from gpuclinic.model import Family, Finding
+from gpuclinic.knowledge.codes import finding
+from gpuclinic.model import Finding
 
-NET = Family.NETWORK
 MiB = 1024 * 1024
 
 
@@ -70,10 +69,8 @@ def registry_findings(reg: dict[str, Any]) -> Iterator[Finding]:
     cfg: dict[str, Any] = reg.get("config") or {}
     origins = [p for p in probes if not p.get("ok") and not p.get("mirror_of") and not p.get("configured_in")]
     if origins and any(p.get("ok") for p in probes):  # all failing is the offline/proxy story
-        yield Finding(
-            code="network.registry_unreachable",
-            severity=severity("network.registry_unreachable"),
-            family=NET,
+        yield finding(
+            "network.registry_unreachable",
             title=f"Cannot pull from {len(origins)} container registr{'y' if len(origins) == 1 else 'ies'}: "
             + ", ".join(p["id"] for p in origins[:5]),
             evidence=[f"{p['url']}: {p.get('stage') or 'probe'}: {p.get('error')}" for p in origins],
@@ -84,10 +81,8 @@ def registry_findings(reg: dict[str, Any]) -> Iterator[Finding]:
     for p in probes:
         if not p.get("ok") and p.get("configured_in"):
             where = ", ".join(sorted(set(p["configured_in"])))
-            yield Finding(
-                code="network.registry_mirror_down",
-                severity=severity("network.registry_mirror_down"),
-                family=NET,
+            yield finding(
+                "network.registry_mirror_down",
                 title=f"configured mirror {p['url']} (in {where}) does not work",
                 evidence=[f"{p['url']}: {p.get('stage') or 'probe'}: {p.get('error')}"],
                 remedy=f"Remove it from {where} or fix it: the runtime tries it first on every pull and "
@@ -95,10 +90,8 @@ def registry_findings(reg: dict[str, Any]) -> Iterator[Finding]:
                 data={"mirror": p["url"], "configured_in": sorted(set(p["configured_in"]))},
             )
     for problem in cfg.get("problems") or []:
-        yield Finding(
-            code="network.registry_config_invalid",
-            severity=severity("network.registry_config_invalid"),
-            family=NET,
+        yield finding(
+            "network.registry_config_invalid",
             title=f"Container runtime registry config cannot be read: {problem}",
             evidence=[problem],
             remedy="Fix the file: a runtime that cannot parse it ignores its mirrors or refuses to start.",
@@ -113,10 +106,8 @@ def _ratelimits(probes: list[dict[str, Any]]) -> Iterator[Finding]:
         if rl is None or rl[0] >= warn_below:
             continue
         window = f" per {rl[1] // 3600} h" if rl[1] else ""
-        yield Finding(
-            code="network.registry_ratelimit_low",
-            severity=severity("network.registry_ratelimit_low"),
-            family=NET,
+        yield finding(
+            "network.registry_ratelimit_low",
             title=f"{p['id']}: only {rl[0]} pulls left{window} for this address",
             evidence=[f"{p['url']}: ratelimit-remaining: {p['ratelimit']['ratelimit-remaining']}"],
             remedy="`docker login` (a personal allowance instead of the shared address's), or pull through "
@@ -151,10 +142,8 @@ def speed_findings(reg: dict[str, Any]) -> Iterator[Finding]:
         lines = [
             f"{sw['file']}: " + " ".join(x.strip() for x in sw["lines"] if x.strip()) for sw in rec["switch"]
         ]
-        yield Finding(
-            code="network.registry_mirror_faster",
-            severity=severity("network.registry_mirror_faster"),
-            family=NET,
+        yield finding(
+            "network.registry_mirror_faster",
             title=f"Mirror {rec['mirror']} pulls {rec['upstream']} images "
             + (
                 f"{_speed(mirror) / max(up_speed, 1):.1f}x faster" if up_speed else "while the registry fails"
@@ -166,10 +155,8 @@ def speed_findings(reg: dict[str, Any]) -> Iterator[Finding]:
     for p in probes:
         one, n = p.get("one_conn") or 0.0, p.get("n_conn") or 0.0
         if p.get("ok") and one and n > float(_thresholds()["per_connection_gain"]) * one:
-            yield Finding(
-                code="network.registry_per_connection_cap",
-                severity=severity("network.registry_per_connection_cap"),
-                family=NET,
+            yield finding(
+                "network.registry_per_connection_cap",
                 title=f"{p['id']}: one connection gets {one / MiB:.1f} MiB/s, {p.get('n')} get {n / MiB:.1f} "
                 "MiB/s: per-connection cap",
                 evidence=[

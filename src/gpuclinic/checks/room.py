@@ -22,7 +22,7 @@ from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.codes import severity as S
-from gpuclinic.knowledge.room import SIGNATURES_FILE, event_class
+from gpuclinic.knowledge.room import SIGNATURES_FILE, class_by_severity, event_class
 from gpuclinic.knowledge.room import room_threshold as T
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
@@ -464,6 +464,7 @@ _FAMILY = {"pcie_fatal": Family.PCIE_POWER, "pcie_degraded": Family.PCIE_POWER,
            "memory_uncorrectable": Family.HOST,
            "memory_correctable": Family.HOST, "cpu_ierr": Family.HOST, "sel_full": Family.HOST,
            "mce_logged": Family.HOST, "cpu_thermal_throttle": Family.HEAT,
+           "bmc_critical": Family.HOST, "chassis_intrusion": Family.HOST,
            "thermal_trip": Family.HEAT, "temperature_critical": Family.HEAT,
            "temperature_warning": Family.HEAT, "fan_critical": Family.HEAT}
 
@@ -507,8 +508,9 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
     cleared = _cleared(room.events)
     groups: dict[str, list[R.BmcEvent]] = {}
     for e in room.events:
-        if e.kind and e.asserted:
-            groups.setdefault(e.kind, []).append(e)
+        kind = e.kind or ((ec := class_by_severity(e.severity)) and ec.kind)
+        if kind and e.asserted:
+            groups.setdefault(kind, []).append(e)
     out = []
     for kind, evs in groups.items():
         ec = event_class(kind)
@@ -520,7 +522,7 @@ def sel_events(snap: Snapshot) -> Iterable[Finding]:
         sev = S(code, "not_in_window")  # older than the window, or deasserted since
         old = [e for e in evs if (e.sensor, e.description) not in cleared and e not in open_]
         if open_:  # the event class's own severity (room_signatures.json)
-            sev = Severity.CRITICAL if ec.severity == "critical" else Severity.WARNING
+            sev = {"critical": Severity.CRITICAL, "info": Severity.INFO}.get(ec.severity, Severity.WARNING)
         elif old and ec.severity == "critical" and not snap.taken_at:
             # a saved log whose reading time is unknown (the window ends at its newest entry): a critical
             # fault in it, never cleared, is not history yet

@@ -38,6 +38,8 @@ MAX_EVIDENCE = 4
         "driver.not_loaded",
         "dcgm.diag_fail",
         "host.hung_task",
+        "host.cpu_lockup",
+        "host.storage_error",
         "evidence.partial",
         "error.*",
     ],

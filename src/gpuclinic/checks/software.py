@@ -13,7 +13,7 @@ from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.knowledge import compat, load_data
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.codes import finding
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
 SRC_MVC = "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html"
@@ -104,8 +104,8 @@ def driver_presence(snap: Snapshot) -> Iterator[Finding]:
             "load it: `sudo modprobe nvidia` and read `sudo dmesg | grep -i -e nvrm -e nvidia`; "
             "if it is not installed, install the driver (Ubuntu: `sudo ubuntu-drivers install --gpgpu`)"
         )
-        yield Finding(
-            code="driver.not_loaded", severity=severity("driver.not_loaded"), family=Family.SOFTWARE,
+        yield finding(
+            "driver.not_loaded",
             title=f"NVIDIA driver is not loaded; {len(on_pci)} NVIDIA GPU(s) are on the PCI bus but unusable",
             evidence=ev, remedy=remedy, data={"gpus_on_pci": on_pci}, source="/proc/modules, /sys/bus/pci",
         )
@@ -127,9 +127,9 @@ def driver_presence(snap: Snapshot) -> Iterator[Finding]:
     else:
         remedy = ("GPU checks were skipped: this machine has no NVIDIA GPU and no NVIDIA driver. "
                   "Software, network and host checks still ran.")
-    yield Finding(
-        code="gpu.none_detected", severity=severity("gpu.none_detected", "no_gpu_expected"),
-        family=Family.SOFTWARE,
+    yield finding(
+        "gpu.none_detected",
+        when="no_gpu_expected",
         title="No NVIDIA GPU or driver found: GPU checks skipped", evidence=ev, remedy=remedy,
         data={"nvml": why, "pci_read": snap.pci_read},
     )
@@ -156,8 +156,8 @@ def library_mismatch(snap: Snapshot) -> Iterator[Finding]:
     if libs:
         ev.append(f"user-space libnvidia-ml: {', '.join(libs)}")
     new = libs[-1] if libs else None
-    yield Finding(
-        code="driver.library_mismatch", severity=severity("driver.library_mismatch"), family=Family.SOFTWARE,
+    yield finding(
+        "driver.library_mismatch",
         title=(f"Driver mismatch: kernel module {kmod} but user-space libraries {new}" if kmod and new
                else "Driver kernel module and user-space libraries differ (NVML version mismatch)"),
         evidence=ev,
@@ -185,9 +185,8 @@ def module_missing(snap: Snapshot) -> Iterator[Finding]:
     ev = [f"running kernel: {sw.running_kernel}",
           f"kernels with an nvidia module: {', '.join(sw.module_kernels) or 'none'}"]
     ev += [f"dkms: {x}" for x in sw.dkms_status[:6]]
-    yield Finding(
-        code="driver.module_missing_for_kernel", severity=severity("driver.module_missing_for_kernel"),
-        family=Family.SOFTWARE,
+    yield finding(
+        "driver.module_missing_for_kernel",
         title=f"No nvidia kernel module for the running kernel {sw.running_kernel}",
         evidence=ev,
         remedy=(f"Build it for this kernel: `sudo apt install linux-headers-{sw.running_kernel}` (RHEL: "
@@ -214,9 +213,8 @@ def nouveau(snap: Snapshot) -> Iterator[Finding]:
     except CheckSkipped:
         if not bound:
             raise
-        yield Finding(
-            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict"),
-            family=Family.SOFTWARE,
+        yield finding(
+            "driver.nouveau_conflict",
             title="The nouveau driver owns the NVIDIA GPU (lspci: Kernel driver in use: nouveau)",
             evidence=[f"{b}: Kernel driver in use: nouveau" for b in bound],
             remedy="Blacklist nouveau: " + blacklist_cmd + ".",
@@ -226,9 +224,8 @@ def nouveau(snap: Snapshot) -> Iterator[Finding]:
     if sw.nouveau_loaded is None:
         raise CheckSkipped("/proc/modules not readable")
     if sw.nouveau_loaded:
-        yield Finding(
-            code="driver.nouveau_conflict", severity=severity("driver.nouveau_conflict"),
-            family=Family.SOFTWARE,
+        yield finding(
+            "driver.nouveau_conflict",
             title="The nouveau driver is loaded and blocks the NVIDIA driver",
             evidence=["nouveau in /proc/modules",
                       "nouveau blacklisted: "
@@ -237,9 +234,9 @@ def nouveau(snap: Snapshot) -> Iterator[Finding]:
             source="https://github.com/mattshma/bigdata/issues/133",
         )
     elif not sw.nouveau_blacklisted and not sw.kernel_module_loaded and _nvidia_gpus_on_pci(snap):
-        yield Finding(
-            code="driver.nouveau_conflict",
-            severity=severity("driver.nouveau_conflict", "blacklisted_not_loaded"), family=Family.SOFTWARE,
+        yield finding(
+            "driver.nouveau_conflict",
+            when="blacklisted_not_loaded",
             title="nouveau is not blacklisted while the NVIDIA driver is not loaded",
             evidence=["no 'blacklist nouveau' in /etc/modprobe.d or the kernel command line"],
             remedy="Before installing/loading the NVIDIA driver, blacklist nouveau: " + blacklist_cmd + ".",
@@ -278,9 +275,8 @@ def fabric_manager(snap: Snapshot) -> Iterator[Finding]:
                  f"nvidia-fabricmanager-{branch}="
                  f"{driver}-1`), then `sudo systemctl enable --now nvidia-fabricmanager`")
               + "; `nvidia-smi -q | grep -A2 Fabric` must show State: Completed.")
-    yield Finding(
-        code="driver.fabric_manager_missing", severity=severity("driver.fabric_manager_missing"),
-        family=Family.SOFTWARE,
+    yield finding(
+        "driver.fabric_manager_missing",
         title="NVSwitch system without a running NVIDIA fabric manager", evidence=ev, remedy=remedy,
         data={"nvswitch_count": nvswitch, "installed": sw.fabricmanager_installed}, source=SRC_FM,
     )
@@ -296,8 +292,8 @@ def persistence(snap: Snapshot) -> Iterator[Finding]:
     off = [g for g in snap.gpus if g.persistence_mode is False]
     if sw.persistenced_running or not off:
         return
-    yield Finding(
-        code="driver.persistence_off", severity=severity("driver.persistence_off"), family=Family.SOFTWARE,
+    yield finding(
+        "driver.persistence_off",
         title=f"Persistence is off on {len(off)} GPU(s) and nvidia-persistenced is not running",
         evidence=[f"GPU {g.index}: persistence mode disabled" for g in off[:8]],
         remedy=("Each new CUDA/NVML client re-initialises the GPU (seconds on big GPUs) and settings reset "
@@ -318,8 +314,9 @@ def os_support(snap: Snapshot) -> Iterator[Finding]:
     entry = next((e for e in table if e["id"] == sw.os_id), None)
     ver = sw.os_version or ""
     if entry is None:
-        yield Finding(
-            code="os.unsupported", severity=severity("os.unsupported", "unknown"), family=Family.SOFTWARE,
+        yield finding(
+            "os.unsupported",
+            when="unknown",
             title=f"{sw.os_pretty or sw.os_id} is not on NVIDIA's supported distribution list",
             evidence=[f"ID={sw.os_id} VERSION_ID={ver}"],
             remedy="Drivers may still work, but NVIDIA packages and support target the listed distributions "
@@ -330,8 +327,8 @@ def os_support(snap: Snapshot) -> Iterator[Finding]:
     ok = any(ver == v or ver.startswith(v + ".") for v in entry["versions"])
     if ok:
         return
-    yield Finding(
-        code="os.unsupported", severity=severity("os.unsupported"), family=Family.SOFTWARE,
+    yield finding(
+        "os.unsupported",
         title=f"{sw.os_pretty or sw.os_id + ' ' + ver} is not supported by current NVIDIA drivers/CUDA",
         evidence=[f"ID={sw.os_id} VERSION_ID={ver}", f"supported {sw.os_id} versions: "
                                                      f"{', '.join(entry['versions'])}"],
@@ -359,12 +356,15 @@ def smi_errors(snap: Snapshot) -> Iterator[Finding]:
     from gpuclinic.knowledge.signatures import match
 
     seen: set[str] = set()
+    # GPUs only counted or listed (lspci, /proc/driver/nvidia, "Attached GPUs: 8") were not read by
+    # nvidia-smi: its error still says what is wrong with them (a bug report lists the GPU it cannot see)
+    read = any(g.has_readings for g in snap.gpus)
     for err in sw.nvidia_smi_errors:
         low = err.lower()
-        if any(k in low for k in _NO_DRIVER) and not snap.gpus and "driver.not_loaded" not in seen:
+        if any(k in low for k in _NO_DRIVER) and not read and "driver.not_loaded" not in seen:
             seen.add("driver.not_loaded")
-            yield Finding(
-                code="driver.not_loaded", severity=severity("driver.not_loaded"), family=Family.SOFTWARE,
+            yield finding(
+                "driver.not_loaded",
                 title="nvidia-smi cannot talk to the NVIDIA driver: the kernel module is not loaded",
                 evidence=[err],
                 remedy=("Usual causes, in order: the module was not built for the running kernel after a "
@@ -378,10 +378,10 @@ def smi_errors(snap: Snapshot) -> Iterator[Finding]:
                 source="https://github.com/junxnone/tio/issues/206",
             )
             continue
-        if "no devices were found" in low and not snap.gpus and "gpu.none_detected" not in seen:
+        if "no devices were found" in low and not read and "gpu.none_detected" not in seen:
             seen.add("gpu.none_detected")
-            yield Finding(
-                code="gpu.none_detected", severity=severity("gpu.none_detected"), family=Family.SOFTWARE,
+            yield finding(
+                "gpu.none_detected",
                 title="The NVIDIA driver is loaded but found no GPU",
                 evidence=[err],
                 remedy=("The GPU is not usable by the driver: check `lspci -nn | grep -i nvidia` (is it on "
@@ -430,8 +430,8 @@ def inventory(snap: Snapshot) -> Iterator[Finding]:
         ev.append(f"Python {sw.python}{env}")
     if not ev:
         return
-    yield Finding(
-        code="software.inventory", severity=severity("software.inventory"), family=Family.SOFTWARE,
+    yield finding(
+        "software.inventory",
         title="GPU software installed on this machine", evidence=ev,
         remedy="For reference: with a GPU and driver present, doctor checks these against the driver and the "
                "GPUs.",

@@ -15,7 +15,7 @@ from gpuclinic.checks.software import SRC_MVC, _driver, _gpu_cc, _ref, _sw
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.facts.software import Framework, SoftwareFacts
 from gpuclinic.knowledge import compat
-from gpuclinic.knowledge.codes import severity
+from gpuclinic.knowledge.codes import finding, severity
 from gpuclinic.model import Family, Finding
 
 
@@ -124,9 +124,9 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
             if v.ok and not (v.via == "ptx" and mvc):
                 if v.via == "ptx" and ("torch", cc) not in seen:
                     seen.add(("torch", cc))
-                    yield Finding(
-                        code="cuda.arch_not_supported",
-                        severity=severity("cuda.arch_not_supported", "unknown_build"), family=Family.SOFTWARE,
+                    yield finding(
+                        "cuda.arch_not_supported",
+                        when="unknown_build",
                         gpu=_ref(g),
                         title=f"torch {torch.version} has no native code for {g.name or 'this GPU'} "
                               f"(sm_{cc.replace('.', '')}); it relies on PTX JIT",
@@ -143,9 +143,8 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
                 f"{v.detail}, but driver {driver} runs CUDA {torch.cuda} only through minor-version "
                 "compatibility, "
                 "which cannot JIT newer PTX")
-            yield Finding(
-                code="cuda.arch_not_supported", severity=severity("cuda.arch_not_supported"),
-                family=Family.SOFTWARE, gpu=_ref(g),
+            yield finding(
+                "cuda.arch_not_supported", gpu=_ref(g),
                 title=f"torch {torch.version} cannot run on {g.name or 'GPU'} (compute capability {cc}): "
                       "\"no kernel image is available\"",
                 evidence=[why, f"arch list ({torch.arch_list_source or 'metadata'}): "
@@ -162,9 +161,8 @@ def arch_support(snap: Snapshot) -> Iterator[Finding]:
             if rng and gcc and not (rng[0] <= gcc <= rng[1]):
                 seen.add(("nvcc", cc))
                 lo, hi = rng
-                yield Finding(
-                    code="cuda.toolkit_arch_unsupported", severity=severity("cuda.toolkit_arch_unsupported"),
-                    family=Family.SOFTWARE, gpu=_ref(g),
+                yield finding(
+                    "cuda.toolkit_arch_unsupported", gpu=_ref(g),
                     title=f"nvcc {dflt.version} cannot compile for {g.name or 'this GPU'} "
                           f"(sm_{cc.replace('.', '')})",
                     evidence=[f"CUDA {dflt.version} compiles SASS for compute capability "

@@ -10,13 +10,13 @@ from gpuclinic import lazyre
 from gpuclinic.checks import check
 from gpuclinic.checks._kernel import (
     NVLINK_XIDS,
-    SOURCE,
     _base_data,
-    _evidence,
+    _by_bus,
     _previous_boot_flags,
     _require_log,
     _uuid_map,
     gpu_ref,
+    kernel_finding,
 )
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot
@@ -41,15 +41,15 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
     _require_log(snap)
     uuids = _uuid_map(snap)
     xids = [e for e in snap.kernel_events if e.kind == "xid" and e.xid is not None]
-    ctx = _Context(prev=_previous_boot_flags(xids, snap), groups={}, per_bus={}, gsp_by_bus={})
+    ctx = _Context(
+        prev=_previous_boot_flags(xids, snap),
+        groups={},
+        per_bus=_by_bus(xids),
+        gsp_by_bus=_by_bus(e for e in snap.kernel_events if e.kind == "gsp"),
+    )
     for e in xids:
         assert e.xid is not None
         ctx.groups.setdefault((e.pci_bus_id, e.xid), []).append(e)
-    for e in xids:
-        ctx.per_bus.setdefault(e.pci_bus_id, []).append(e)
-    for e in snap.kernel_events:
-        if e.kind == "gsp":
-            ctx.gsp_by_bus.setdefault(e.pci_bus_id, []).append(e)
     findings: list[Finding] = []
     for (bus, n), evs in ctx.groups.items():
         j = _judge(ctx, bus, n, evs)
@@ -62,18 +62,9 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
             j.data["notes"] = j.notes
         if j.info.notes:
             j.data["catalog_notes"] = j.info.notes
-        findings.append(
-            Finding(
-                code=f"xid.{n}",
-                severity=j.sev,
-                family=j.info.family,
-                title=title,
-                evidence=_evidence(evs, j.extra_evidence),
-                gpu=gpu_ref(snap, bus, uuids),
-                data=j.data,
-                source=SOURCE,
-            )
-        )
+        gpu = gpu_ref(snap, bus, uuids)
+        extra = j.extra_evidence
+        findings.append(kernel_finding(f"xid.{n}", j.sev, j.info.family, title, evs, gpu, j.data, extra))
     return findings
 
 
@@ -175,6 +166,19 @@ def _xid45_rule(j: _Judgement, n: int, evs: list[KernelEvent], same_gpu_other: l
             + ", ".join(str(c) for c in causes)
             + ": act on that one."
         )
+        # a cause the line names whose own line is not in the log (a grep, a cut paste, a bug report that
+        # kept only these lines): the fault is known all the same, so this finding carries its severity
+        seen = {e.xid for e in same_gpu_other}
+        unseen = [c for c in causes if c not in seen]
+        if unseen:
+            infos = [lookup(c) or unknown(c) for c in unseen]
+            j.sev = max(j.sev, *(i.severity for i in infos))
+            j.data["cause_not_logged"] = unseen
+            j.conclusion = (
+                "Xid 45 names Xid " + ", ".join(f"{c} ({i.name})" for c, i in zip(unseen, infos, strict=True))
+                + " as its cause, whose own line is not in this log: act on that Xid "
+                + "(`gpuclinic runbook xid." + str(unseen[0]) + "`)."
+            )
 
 
 def _xid48_rule(j: _Judgement, same_gpu_other: list[KernelEvent]) -> None:

@@ -9,7 +9,7 @@ import sys
 import click
 
 from gpuclinic.accept.specs import mode_settings
-from gpuclinic.cli.params import Seconds
+from gpuclinic.cli.params import Seconds, file_option
 from gpuclinic.errors import EXIT_USAGE, InputError
 
 _Q, _S, _F = (mode_settings(m) for m in ("quick", "standard", "full"))
@@ -58,13 +58,7 @@ def _check_inputs(quick: bool, full: bool, as_json: bool, as_markdown: bool, dat
     "--json", "as_json", is_flag=True, help="Print the scorecard as JSON (schema gpuclinic.accept/1)."
 )
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the scorecard as a Markdown table.")
-@click.option(
-    "--html",
-    "html_file",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Also write a self-contained HTML page with plots of the burn.",
-)
+@file_option("--html", "html_file", help="Also write a self-contained HTML page with plots of the burn.")
 @click.option("--compare", is_flag=True, help="Show changes against the previous run of this host.")
 @click.option("--force", is_flag=True, help="Load GPUs even when other processes are running on them.")
 @click.option(

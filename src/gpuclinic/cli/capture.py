@@ -7,13 +7,13 @@ from typing import Any
 import click
 
 from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
+from gpuclinic.cli.params import file_option
 from gpuclinic.collect import CollectOptions
 from gpuclinic.sources import capture as cap
 
 
 @click.command("capture")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Bundle path (default: ./gpuclinic-capture-HOST-TIME.tar.gz).")
+@file_option("-o", "--output", help="Bundle path (default: ./gpuclinic-capture-HOST-TIME.tar.gz).")
 @click.option("--redact", is_flag=True,
               help="Mask serials, UUIDs, hostnames, IP and MAC addresses (consistently across files).")
 @click.option("--quick", is_flag=True, help="Skip timed measurements (host sampling window).")

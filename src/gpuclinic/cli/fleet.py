@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from gpuclinic.cli.params import Seconds, split_credentials
+from gpuclinic.cli.params import Seconds, duration_option, file_option, split_credentials
 from gpuclinic.errors import EXIT_USAGE, InputError
 
 
@@ -27,29 +27,12 @@ def _read_secret(path: str, what: str) -> str:
     "--prometheus", "prom_url", metavar="URL", help="Prometheus that scrapes the agents (job --job)."
 )
 @click.option("--job", default="gpuclinic", show_default=True, help="Prometheus job name of the agents.")
-@click.option(
-    "--basic-auth-file",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Prometheus basic auth: a file holding USER:PASSWORD.",
-)
-@click.option(
-    "--bearer-token-file",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Prometheus bearer token from a file.",
-)
+@file_option("--basic-auth-file", help="Prometheus basic auth: a file holding USER:PASSWORD.")
+@file_option("--bearer-token-file", help="Prometheus bearer token from a file.")
 @click.option("--agents", metavar="HOST:PORT,...", help="Ask these agents directly (no Prometheus).")
-@click.option(
-    "--agents-file", type=click.Path(dir_okay=False), metavar="FILE", help="One HOST:PORT per line."
-)
-@click.option(
-    "--token-file",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Agent token (else env GPUCLINIC_WATCH_TOKEN).",
-)
-@click.option("--window", default=None, metavar="DURATION", help="Trend and idle window (default 24h).")
+@file_option("--agents-file", help="One HOST:PORT per line.")
+@file_option("--token-file", help="Agent token (else env GPUCLINIC_WATCH_TOKEN).")
+@duration_option("--window", help="Trend and idle window (default 24h).")
 @click.option("--price-per-gpu-hour", type=click.FloatRange(min=0), metavar="PRICE",
               help="Cost of one GPU-hour: idle GPU-hours get a price.")
 @click.option("--timeout", "timeout_s", type=Seconds(min=0.1), default=10.0, show_default=True,

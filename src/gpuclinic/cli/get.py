@@ -61,6 +61,17 @@ def _engine_options(connections: int | None, stall_timeout: float) -> EngineOpti
     return EngineOptions(connections=connections, stall_timeout=stall_timeout)
 
 
+# how long a connection may sit without a byte before it is reopened: the same for get url and get hf
+_stall_timeout = click.option(
+    "--stall-timeout",
+    type=Seconds(min=0.1, max=86400),
+    default=20.0,
+    show_default=True,
+    metavar="S",
+    help="Reconnect after S seconds without a byte.",
+)
+
+
 def _dest_for(url: str, output: str | None) -> Path:
     name = Path(unquote(urlsplit(url).path)).name
     if not name or name in (".", "..") or "\\" in name or "\x00" in name:
@@ -121,14 +132,7 @@ def _say_restart(what: str, job: object) -> None:
     metavar="URL",
     help="Another URL with the same bytes (failover). Repeatable.",
 )
-@click.option(
-    "--stall-timeout",
-    type=Seconds(min=0.1, max=86400),
-    default=20.0,
-    show_default=True,
-    metavar="S",
-    help="Reconnect after S seconds without a byte.",
-)
+@_stall_timeout
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON result line per file.")
 @click.option(
@@ -228,14 +232,7 @@ def url_cmd(
     help="Hub cache directory (default: HF_HUB_CACHE or HF_HOME/hub).",
 )
 @click.option("--connections", type=int, metavar="N", help="Fixed number of connections (default: adaptive).")
-@click.option(
-    "--stall-timeout",
-    type=Seconds(min=0.1, max=86400),
-    default=20.0,
-    show_default=True,
-    metavar="S",
-    help="Reconnect after S seconds without a byte.",
-)
+@_stall_timeout
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON result line per file and a summary line."

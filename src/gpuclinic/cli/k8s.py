@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gpuclinic.cli.params import duration_option, file_option
 from gpuclinic.errors import EXIT_COULD_NOT_RUN, EXIT_USAGE, GpuclinicError, InputError
 
 if TYPE_CHECKING:
@@ -89,9 +90,7 @@ def npd(scenario: str | None, fail_on: str, max_output_length: int | None) -> in
     show_default=True,
     help="client: print the patches, contact nothing; server: API dry run.",
 )
-@click.option(
-    "--every", metavar="DURATION", help="Repeat this often (e.g. 5m) instead of once (DaemonSet mode)."
-)
+@duration_option("--every", help="Repeat this often (e.g. 5m) instead of once (DaemonSet mode).")
 @click.option("--fail-on", type=click.Choice(["drain", "warning"]), default="drain", show_default=True)
 def condition(
     scenario: str | None,
@@ -151,16 +150,9 @@ def condition(
 
 @k8s.command("evidence")
 @_SCENARIO
-@click.option(
-    "--node-json",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="The node object: `kubectl get node NAME -o json > node.json`.",
-)
-@click.option(
+@file_option("--node-json", help="The node object: `kubectl get node NAME -o json > node.json`.")
+@file_option(
     "--device-plugin-config",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
     help="Device-plugin config YAML, or the GPU Operator ConfigMap of them.",
 )
 @click.option("--config-name", metavar="KEY", help="Which key of the ConfigMap applies to this node.")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -10,6 +11,23 @@ if TYPE_CHECKING:  # click >= 8.2 types ParamType by its value; older click (>= 
     _FloatParam = click.ParamType[float, Any]
 else:
     _FloatParam = click.ParamType
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def file_option(*decls: str, **kw: Any) -> Callable[[_F], _F]:
+    """An option that names one file (a directory is refused): one spelling of its type and metavar
+    for every command."""
+    return click.option(*decls, type=click.Path(dir_okay=False), metavar="FILE", **kw)
+
+
+def duration_option(*decls: str, default: str | None = None, **kw: Any) -> Callable[[_F], _F]:
+    """An option that takes a duration its command parses (``90s``, ``30m``; a bare number is seconds,
+    README "Durations"); a default is shown in --help."""
+    if default is not None:
+        kw.update(default=default, show_default=True)
+    return click.option(*decls, metavar="DURATION", **kw)
 
 
 class Seconds(_FloatParam):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from gpuclinic.cli.params import duration_option, file_option
 from gpuclinic.errors import GpuclinicError, InputError
 from gpuclinic.knowledge.runbooks import remedy
 
@@ -27,6 +28,10 @@ def parse_duration(text: str) -> float:
         raise InputError(f"not a duration: {text!r} (use e.g. 90s, 30m, 2h; a bare number is seconds)")
     unit = (m.group(2) or "s").lower()
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+
+
+# the run ledger, the same option for `run` and `report interruptions`
+_ledger_db = file_option("--db", "db_path", help="Ledger database (default: the shared store).")
 
 
 def _say(msg: str) -> None:
@@ -103,17 +108,8 @@ def _list(ctx: click.Context, value: bool) -> None:
     show_default=True,
     help="Restart at most this many times.",
 )
-@click.option(
-    "--backoff",
-    "backoff",
-    default="10s",
-    show_default=True,
-    metavar="DURATION",
-    help="First restart delay; doubles each restart.",
-)
-@click.option(
-    "--backoff-max", default="10m", show_default=True, metavar="DURATION", help="Cap for the delay."
-)
+@duration_option("--backoff", "backoff", default="10s", help="First restart delay; doubles each restart.")
+@duration_option("--backoff-max", default="10m", help="Cap for the delay.")
 @click.option(
     "--retry-on",
     default=None,
@@ -138,51 +134,34 @@ def _list(ctx: click.Context, value: bool) -> None:
     metavar="DIR",
     help="Resume from the newest complete checkpoint here (GPUCLINIC_RESUME_FROM / {resume}).",
 )
-@click.option(
+@duration_option(
     "--hang-timeout",
-    metavar="DURATION",
     help="Treat the job as hung after this long without output and GPU activity, or with a stale "
     "heartbeat, e.g. 30m (a bare number is seconds). Off by default.",
 )
-@click.option(
+@duration_option(
     "--gpu-fault-grace",
     default="60s",
-    show_default=True,
-    metavar="DURATION",
     help="When one of the job's GPUs fails fatally (fell off the bus, XID 48/79/95...) and the job is "
     "still running this long after, stop it instead of waiting for an NCCL timeout ('off' to disable).",
 )
-@click.option(
+@file_option(
     "--heartbeat",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
     help="Heartbeat file the job touches (exported as GPUCLINIC_HEARTBEAT; default: one per run).",
 )
-@click.option(
+@duration_option(
     "--stop-timeout",
     default="30s",
-    show_default=True,
-    metavar="DURATION",
     help="After SIGINT/SIGTERM, wait this long before killing the job's process group.",
 )
-@click.option(
-    "--log",
-    "log_path",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Also write the job's output here (default: under the state dir).",
-)
-@click.option(
+@file_option("--log", "log_path", help="Also write the job's output here (default: under the state dir).")
+@file_option(
     "--kernel-log",
     "kernel_logs",
     multiple=True,
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
     help="Kernel log file(s) to watch for XIDs and OOM kills (default: /dev/kmsg or journalctl).",
 )
-@click.option(
-    "--sample-interval", default="5s", show_default=True, metavar="DURATION", help="GPU sampling period."
-)
+@duration_option("--sample-interval", default="5s", help="GPU sampling period.")
 @click.option("--skip-preflight", is_flag=True, help="Do not run the doctor before starting.")
 @click.option("--force", is_flag=True, help="Start even when the pre-flight doctor says drain.")
 @click.option(
@@ -193,20 +172,8 @@ def _list(ctx: click.Context, value: bool) -> None:
 @click.option(
     "--quick", is_flag=True, hidden=True, help="Kept for old scripts: the pre-flight is quick by default."
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="watch TOML config: send interruptions through its notifiers.",
-)
-@click.option(
-    "--db",
-    "db_path",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Ledger database (default: the shared store).",
-)
+@file_option("--config", "config_path", help="watch TOML config: send interruptions through its notifiers.")
+@_ledger_db
 @click.option("--scenario", metavar="NAME", help="Simulated node for pre-flight and GPU watching (testing).")
 @click.option(
     "--slurm-requeue/--no-slurm-requeue",
@@ -223,10 +190,8 @@ def _list(ctx: click.Context, value: bool) -> None:
     callback=lambda ctx, _p, v: _list(ctx, v),
     help="List simulated scenarios (the same as doctor and watch) and exit.",
 )
-@click.option(
+@file_option(
     "--gpu-facts",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
     hidden=True,
     help="Simulated GPUs from a JSON file re-read every sample (testing).",
 )
@@ -389,13 +354,7 @@ def report() -> None:
     show_default=True,
     help="Also list this many most recent interruptions.",
 )
-@click.option(
-    "--db",
-    "db_path",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Ledger database (default: the shared store).",
-)
+@_ledger_db
 def interruptions(
     since: str | None, as_json: bool, as_markdown: bool, recent: int, db_path: str | None
 ) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from gpuclinic.cli.bmc_opts import bmc_options, bmc_target
-from gpuclinic.cli.params import Seconds
+from gpuclinic.cli.params import Seconds, duration_option, file_option
 from gpuclinic.errors import GpuclinicError, InputError
 
 
@@ -81,13 +81,7 @@ def _check_agent_options(
 @click.option(
     "--no-store", is_flag=True, help="Keep nothing on disk (metrics, alerts and dashboard still work)."
 )
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="TOML config: thresholds, retention, notification channels.",
-)
+@file_option("--config", "config_path", help="TOML config: thresholds, retention, notification channels.")
 @click.option(
     "--listen",
     metavar="HOST:PORT",
@@ -102,18 +96,15 @@ def _check_agent_options(
     metavar="TOKEN",
     help="Token required by the HTTP server (env GPUCLINIC_WATCH_TOKEN); generated when needed.",
 )
-@click.option(
+@file_option(
     "--kernel-log",
     "kernel_logs",
     multiple=True,
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
     help="Follow this kernel log file instead of the live kernel log (repeatable; survives rotation).",
 )
 @click.option("--no-kernel-log", is_flag=True, help="Do not follow the kernel log.")
-@click.option(
+@duration_option(
     "--doctor-interval",
-    metavar="DURATION",
     help="Full doctor checks this often (default 5m; 0 = off; a bare number is seconds).",
 )
 @click.option(
@@ -128,9 +119,8 @@ def _check_agent_options(
 @click.option(
     "--expect-gpus", type=click.IntRange(min=0), metavar="N", help="Alert when fewer than N GPUs are visible."
 )
-@click.option(
+@duration_option(
     "--duration",
-    metavar="DURATION",
     help="Stop after this long (agent time), e.g. 90s, 2h (a bare number is seconds).",
 )
 @click.option(
@@ -139,9 +129,7 @@ def _check_agent_options(
     metavar="HOST:PORT,...",
     help="Other agents to show on this dashboard's /fleet page (token: GPUCLINIC_PEER_TOKEN, else --token).",
 )
-@click.option(
-    "--peers-file", type=click.Path(dir_okay=False), metavar="FILE", help="Peers, one HOST:PORT per line."
-)
+@file_option("--peers-file", help="Peers, one HOST:PORT per line.")
 @click.option(
     "-q", "--quiet", is_flag=True, help="Print only errors (and, at start, where the dashboard is)."
 )

@@ -89,6 +89,10 @@ class GpuFacts:
     remapped_rows_uncorrectable: int | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
+    # 575+ `-q` ECC Errors lines: a channel / TPC repair waits for a GPU reset; memory the GPU cannot repair
+    memory_repair_pending: bool | None = None
+    tpc_repair_pending: bool | None = None
+    memory_unrepairable: bool | None = None
     # pcie
     pcie_gen: int | None = None
     pcie_gen_max: int | None = None  # max the device *and system* support

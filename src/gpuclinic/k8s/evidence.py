@@ -117,17 +117,13 @@ def _finding(code: str, **kw: Any) -> Finding:
     from gpuclinic.knowledge import codes as K
     from gpuclinic.knowledge.runbooks import finding_remedy
 
-    info = K.require(code)
-    title = load_data("cluster.json")["findings"][code]["title"].format(**kw)
-    return Finding(
-        code=code,
-        severity=K.severity(code),
-        family=info.family,
-        title=title,
+    return K.finding(
+        code,
+        title=load_data("cluster.json")["findings"][code]["title"].format(**kw),
         remedy=finding_remedy(code),
         evidence=list(kw.get("evidence") or []),
         data={k: v for k, v in kw.items() if k != "evidence"},
-        source=info.source,
+        source=K.require(code).source,
     )
 
 

@@ -10,13 +10,14 @@ from their own catalog (the Xid catalog, the error signatures).
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from gpuclinic.knowledge import load_data
-from gpuclinic.model import Family, Severity
+from gpuclinic.model import Family, Finding, GpuRef, Severity
 from gpuclinic.record import field, record
 
 CODES_FILE = "codes.json"
-KINDS = ("hardware", "software", "configuration", "job")
+KINDS = ("hardware", "software", "configuration", "job", "network")
 
 
 @record(frozen=True)
@@ -105,6 +106,32 @@ def severity(code: str, when: str | None = None) -> Severity:
 
 def family(code: str) -> Family:
     return require(code).family
+
+
+def finding(
+    code: str,
+    *,
+    when: str | None = None,
+    title: str,
+    evidence: list[str] | None = None,
+    gpu: GpuRef | None = None,
+    data: dict[str, Any] | None = None,
+    source: str | None = None,
+    remedy: str = "",
+) -> Finding:
+    """A finding of ``code`` whose severity (under ``when``) and family are its entry's: a detector
+    names neither a second time."""
+    return Finding(
+        code=code,
+        severity=severity(code, when),
+        family=family(code),
+        title=title,
+        evidence=evidence if evidence is not None else [],
+        remedy=remedy,
+        gpu=gpu,
+        data=data if data is not None else {},
+        source=source,
+    )
 
 
 def runbook_id(code: str) -> str:

@@ -30,6 +30,7 @@ class FieldRow:
     text_reader: str | None = None  # "schema": the -q text reader reads it straight from this row
     nvml_read: NvmlRead | None = None  # how the NVML source reads it, when one call gives the value
     dcgm: tuple[str, ...] = ()  # dcgm-exporter metric names (DCGM field names) of this fact
+    dcgm_dmon: tuple[str, ...] = ()  # `dcgmi dmon` column names (DCGM field short names) of this fact
 
 
 @record(frozen=True)
@@ -68,6 +69,7 @@ def fields() -> tuple[FieldRow, ...]:
             text_reader=r.get("text_reader"),
             nvml_read=_nvml_read(r.get("nvml_read")),
             dcgm=tuple(r.get("dcgm") or ()),
+            dcgm_dmon=tuple(r.get("dcgm_dmon") or ()),
         )
         for r in load_data("gpu_fields.json")["fields"]
     )

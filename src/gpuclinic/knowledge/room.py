@@ -26,6 +26,8 @@ class EventClass:
     source: str
     # kinds that, logged alongside, explain this one (a machine check decoded into an EDAC memory error)
     explained_by: tuple[str, ...] = ()
+    # the BMC's own severities this class takes when no pattern recognises an event (none: a pattern class)
+    by_severity: tuple[str, ...] = ()
 
 
 @cache
@@ -69,8 +71,15 @@ def role_for(name: str, context: str | None = None) -> str | None:
 @cache
 def event_classes() -> tuple[EventClass, ...]:
     return tuple(EventClass(e["kind"], re.compile(e["pattern"], re.I), e["severity"], e["source"],
-                            tuple(e.get("explained_by", ())))
+                            tuple(e.get("explained_by", ())), tuple(e.get("by_severity", ())))
                  for e in load_data(SIGNATURES_FILE)["events"])
+
+
+def class_by_severity(severity: str | None) -> EventClass | None:
+    """The class of an event no pattern recognises but the BMC itself rates Warning or Critical (a
+    Redfish LogEntry's Severity, an IML class): the BMC's word is evidence, never dropped."""
+    sev = (severity or "").strip().lower()
+    return next((e for e in event_classes() if sev and sev in e.by_severity), None)
 
 
 def classify_event(sensor_type: str | None, sensor: str | None, description: str) -> EventClass | None:

@@ -19,7 +19,7 @@ from gpuclinic import lazyre, textscan
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.gpu import GpuFacts
-from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.facts.software import SoftwareFacts
 from gpuclinic.sources import (
     bugreport,
@@ -273,6 +273,13 @@ def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
     if rep.date and not snap.taken_at:
         snap.taken_at = iso_time(rep.date)
     _merge_pci(snap, rep.pci_devices)
+    if not snap.gpus and rep.proc_gpus:  # no nvidia-smi output: the GPUs the driver itself listed
+        for i, pg in enumerate(rep.proc_gpus):
+            bus = pg.get("bus")
+            snap.gpus.append(GpuFacts(index=i, name=pg["name"], uuid=pg.get("uuid") or None,
+                                      pci_bus_id=normalize_bus_id(bus) if bus else None))
+        snap.notes.append(f"{rep.path}: {len(rep.proc_gpus)} GPU(s) known from /proc/driver/nvidia only (no "
+                          "nvidia-smi readings in the report)")
     snap.kernel_events.extend(rep.kernel_events)
     if rep.kernel_sections:
         snap.kernel_log_read = True
@@ -282,10 +289,36 @@ def _apply_bugreport(snap: Snapshot, rep: bugreport.BugReport) -> None:
                 snap.kernel_log_sources.append(src)
     for n in rep.notes:
         snap.notes.append(f"{rep.path}: {n}")
+    if rep.service_logs:  # Fabric Manager / IMEX / persistenced lines meet the evidence signatures
+        from gpuclinic.sources import signals
+
+        for title, numbered in rep.service_logs:
+            signals.scan_lines(snap, numbered, f"{rep.path} [{title[:80]}]")
+    _bugreport_gaps(snap, rep)
+
+
+def _bugreport_gaps(snap: Snapshot, rep: bugreport.BugReport) -> None:
+    """What the report does not hold is said, never taken as healthy: a part the script could not collect
+    is a "could not check", a report without its epilogue (cut off, or the script hung) is read in part."""
+    from gpuclinic.sources.bmc.salvage import note_partial
+
+    for what, why in rep.not_collected:
+        snap.skip(f"{what} (nvidia-bug-report)", why)
+    missing = [w for w, _ in rep.not_collected if w in ("nvidia-smi", "kernel log")]
+    if not rep.smi and "nvidia-smi" in missing:
+        why = next(w for k, w in rep.not_collected if k == "nvidia-smi")
+        note_partial(snap, rep.path, f"the report has no nvidia-smi output ({why}): GPU state not judged")
     if not (rep.smi or rep.kernel_sections or rep.pci_devices or rep.driver_version):
         snap.notes.append(
             f"{rep.path}: bug report had no nvidia-smi, kernel-log, lspci or driver-version section"
         )
+    if not rep.complete:
+        read = ", ".join(
+            k for k, ok in (("nvidia-smi", rep.smi), ("kernel log", rep.kernel_sections),
+                            ("lspci", rep.pci_devices), ("driver version", rep.driver_version)) if ok
+        ) or "none of nvidia-smi, kernel log, lspci, driver version"
+        note_partial(snap, rep.path, "the report ends before its epilogue (\"End of NVIDIA bug report log "
+                     f"file.\"): cut off, or the script hung; read: {read}")
 
 
 def snapshot_from_text(text: str, origin: str = "<stdin>", *, error_signatures: bool = False) -> Snapshot:
@@ -406,12 +439,10 @@ def bugreport_record(rep: bugreport.BugReport) -> InputRecord:
             "kernel_log"
             if title in rep.kernel_sections
             else "nvidia-smi"
-            if "nvidia-smi" in low
+            if "nvidia-smi" in low and not title.startswith("Skipping")
             else "lspci"
-            if "lspci" in low
-            else "driver_version"
-            if "/proc/driver/nvidia/version" in title
-            else "other"
+            if "lspci" in low and not title.startswith("Skipping")
+            else bugreport.section_kind(title)
         )
         segs.append(Segment(kind="bugreport_section", title=title, readers=[] if kind == "other" else [kind]))
     return InputRecord(

@@ -10,13 +10,24 @@ from collections.abc import Iterable
 from gpuclinic import lazyre
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.sources import dcgm_discovery, dcgm_dmon, dcgm_json, dcgm_metrics
+from gpuclinic.sources import (
+    dcgm_discovery,
+    dcgm_dmon,
+    dcgm_json,
+    dcgm_metrics,
+    smi_dmon,
+    smi_exporter_metrics,
+    smi_mig,
+)
 from gpuclinic.sources.dcgm_json import is_dcgm_json as is_dcgm_json
 from gpuclinic.sources.kernellog import parse_numbered
-from gpuclinic.sources.merge import apply_dump
+from gpuclinic.sources.merge import apply_dump, merge_gpu
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
 DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
+DMON_KEYS = smi_dmon.DMON_KEYS
+DCGM_DMON_KEY = dcgm_dmon.DMON_KEY
+MIG_KEYS = smi_mig.MIG_KEYS
 SMI_L_KEY = "UUID: GPU-"
 _NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 
@@ -92,18 +103,23 @@ def read_metrics(
     origin: str,
     claimed: set[int],
 ) -> None:
-    """dcgm-exporter ``/metrics`` samples: GPU facts by the field schema's DCGM names."""
+    """dcgm-exporter ``/metrics`` samples (GPU facts by the field schema's DCGM names) and
+    nvidia_gpu_exporter's ``nvidia_smi_*`` samples (by its ``--query-gpu`` names)."""
     # ("# HELP"/"# TYPE" lines look like a root prompt to the line classifier)
     ks = [k for k in special if classes[k] == "metrics" or (classes[k] == "prompt" and "# " in lines[k])]
     if not ks:
         return
-    dump, used = dcgm_metrics.parse((k + 1, lines[k]) for k in ks)
-    if not used:
-        return
-    if dump.gpus or dump.driver_version:
-        apply_dump(snap, dump, origin)
-    claimed.update(used)
-    reader(rec, rec.segments, ("metrics",), "dcgm-exporter metrics")
+    for parse, name in (
+        (dcgm_metrics.parse, "dcgm-exporter metrics"),
+        (smi_exporter_metrics.parse, "nvidia_gpu_exporter metrics"),
+    ):
+        dump, used = parse((k + 1, lines[k]) for k in ks if k + 1 not in claimed)
+        if not used:
+            continue
+        if dump.gpus or dump.driver_version:
+            apply_dump(snap, dump, origin)
+        claimed.update(used)
+        reader(rec, rec.segments, ("metrics",), name)
 
 
 def read_json_driver(
@@ -120,6 +136,33 @@ def read_json_driver(
             return
 
 
+# literals the key line of each host-stats format holds (a big input's reader visits only lines holding one)
+HOST_STATS_KEYS = ("Cpu(s)", "swpd", "%steal", "%iowait", "buff/cache", "iB Mem")
+
+
+def read_host_stats(
+    snap: Snapshot, rec: InputRecord, lines: list[str], where: Iterable[int] | None, claimed: set[int]
+) -> None:
+    """``top``/``vmstat``/``mpstat``/``iostat`` pastes: CPU steal, I/O wait and swap as host facts."""
+    from gpuclinic.sources import host_stats
+
+    facts, used = host_stats.read(lines, where)
+    if facts is None:
+        return
+    if snap.host is None:
+        snap.host = facts
+    else:  # a second paste (or live facts): the pasted figures
+        snap.host.cpu_pct = facts.cpu_pct or snap.host.cpu_pct
+        if facts.swap_in_per_s is not None:
+            snap.host.swap_in_per_s, snap.host.swap_out_per_s = facts.swap_in_per_s, facts.swap_out_per_s
+        if facts.mem_total_bytes:
+            snap.host.mem_total_bytes = facts.mem_total_bytes
+            snap.host.mem_available_bytes = facts.mem_available_bytes
+        snap.host.extra.update(facts.extra)
+    claimed.update(used)
+    rec.readers.append(f"host stats ({facts.extra['read_from']})")
+
+
 def read_smi_list(
     snap: Snapshot,
     rec: InputRecord,
@@ -128,8 +171,10 @@ def read_smi_list(
     where: Iterable[int] | None,
     claimed: set[int],
 ) -> None:
-    """``nvidia-smi -L`` (GPU 0: NAME (UUID: GPU-...)): the GPUs, when no other reader named them."""
-    if snap.gpus:
+    """``nvidia-smi -L`` (GPU 0: NAME (UUID: GPU-...)): the GPUs, when no other reader named them (the
+    GPUs nvidia-smi could not open, known only by the bus id of its error line, name none: ``-L`` prints
+    that line in the lost GPU's place and lists the others, NordicHPC/sonar#72)."""
+    if any(not (g.lost and g.uuid is None and g.name is None) for g in snap.gpus):
         return
     listed = [
         (k + 1, m)
@@ -139,11 +184,139 @@ def read_smi_list(
     if listed:
         from gpuclinic.facts.gpu import GpuFacts
 
-        snap.gpus.extend(
-            GpuFacts(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3)) for _, m in listed
-        )
+        for _, m in listed:
+            g = GpuFacts(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3))
+            merge_gpu(snap, g, alone=False)
         claimed.update(i for i, _ in listed)
         rec.readers.append("nvidia-smi -L")
+
+
+def read_smi_dmon(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """``nvidia-smi dmon`` samples: from each header line on, while the lines are its samples."""
+    heads = [
+        k
+        for k in (range(len(lines)) if where is None else where)  # big input: lines with a DMON_KEYS literal
+        if "gpu" in lines[k] and lines[k].lstrip().startswith("#") and smi_dmon.header_columns(lines[k])
+    ]
+    numbered: list[tuple[int, str]] = []
+    end = -1
+    for h in heads:
+        if h <= end:
+            continue
+        k = h
+        while k < len(lines) and (k == h or _dmon_line(lines[k])):
+            numbered.append((k + 1, lines[k]))
+            k += 1
+        end = k - 1
+    if not numbered:
+        return
+    dump, used = smi_dmon.parse(numbered)
+    if not dump.gpus:
+        return
+    apply_dump(snap, dump, origin)
+    claimed.update(used)
+    _mark(rec, used, "nvidia-smi dmon")
+
+
+def read_smi_mig(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """``nvidia-smi mig -lgi`` / ``-lci`` / ``-lgip`` tables: from each banner on, while the table goes on."""
+    heads = [
+        k
+        for k in (range(len(lines)) if where is None else where)  # big input: lines with a MIG_KEYS literal
+        if "instance" in lines[k] and smi_mig.banner(lines[k])
+    ]
+    numbered: list[tuple[int, str]] = []
+    end = -1
+    for h in heads:
+        if h <= end:
+            continue
+        k = h
+        while k < len(lines) and (k == h or smi_mig.table_line(lines[k])):
+            numbered.append((k + 1, lines[k]))
+            k += 1
+        end = k - 1
+    if not numbered:
+        return
+    dump, used = smi_mig.parse(numbered)
+    if not dump.gpus:
+        return
+    apply_dump(snap, dump, origin)
+    claimed.update(used)
+    _mark(rec, used, "nvidia-smi mig")
+
+
+def _mark(rec: InputRecord, used: list[int], name: str) -> None:
+    """Name reader ``name`` on the segments holding the lines it used, and on the input."""
+    first, last = min(used), max(used)
+    for s_ in rec.segments:
+        if s_.first is not None and s_.last is not None and s_.first <= last and s_.last >= first:
+            if name not in s_.readers:
+                s_.readers.append(name)
+    if name not in rec.readers:
+        rec.readers.append(name)
+
+
+def read_dcgm_dmon(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """``dcgmi dmon`` readings: from each ``#Entity`` header on, while the lines are its rows."""
+    numbered: list[tuple[int, str]] = []
+    end = -1
+    for h in (range(len(lines)) if where is None else where):  # big input: lines holding DCGM_DMON_KEY
+        if h <= end or DCGM_DMON_KEY not in lines[h]:
+            continue
+        k = h
+        while k < len(lines) and (k == h or _dcgm_dmon_line(lines[k])):
+            numbered.append((k + 1, lines[k]))
+            k += 1
+        end = k - 1
+    numbered = [(n, ln) for n, ln in numbered if n not in claimed]  # (a DCGM segment's XIDER was read)
+    if not numbered:
+        return
+    used: list[int] = []
+    xids = dcgm_dmon.xid_events([ln for _, ln in numbered], origin, numbered[0][0])
+    if len({n for n, _ in numbered}) == numbered[-1][0] - numbered[0][0] + 1:  # line numbers in step
+        snap.kernel_events.extend(xids)
+        used.extend(e.lineno for e in xids if e.lineno is not None)
+    dump, read = dcgm_dmon.readings(numbered)
+    if dump.gpus:
+        apply_dump(snap, dump, origin)
+        used.extend(read)
+    if used:
+        claimed.update(used)
+        _mark(rec, used, "dcgmi dmon")
+
+
+def _dcgm_dmon_line(line: str) -> bool:
+    """A line of a ``dcgmi dmon`` run: blank, a header, the units row or an entity row."""
+    s = line.strip()
+    return not s or s.startswith(("#Entity", "ID", "GPU ", "GPU-I ", "GPU-CI ", "CPU ", "SWITCH "))
+
+
+def _dmon_line(line: str) -> bool:
+    """A line that may belong to a dmon run: blank, a '#' header/units line or a row starting with a number
+    (the GPU index, or the date/time of ``-o DT``)."""
+    s = line.strip()
+    return not s or s[0] == "#" or s[0].isdigit()
 
 
 _SMI_L = lazyre.compile(r"^\s*GPU (\d{1,3}): (.+?) \(UUID: (GPU-[0-9a-fA-F-]{36})\)\s*$")

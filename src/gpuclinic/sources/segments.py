@@ -167,6 +167,10 @@ def _needles() -> tuple[str, ...]:
         *_DCGM_MARKS,
         R.DRIVER_KEY,
         R.SMI_L_KEY,
+        *R.HOST_STATS_KEYS,
+        *R.DMON_KEYS,
+        *R.MIG_KEYS,
+        R.DCGM_DMON_KEY,
         *CONTAINS_KEYS,
         *_FOLDS,  # (matched exactly: grep -i folds ASCII letters only)
     )
@@ -289,9 +293,10 @@ def _trim(kind: str, lines: list[str], a: int, b: int) -> list[Segment]:
 _LABEL_BYTES = 16 * 1024
 
 
-def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None) -> str:
+def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None, head: str = "") -> str:
     """The kind of the "other" run ``lines[a - 1 : b]`` (``detect``: the reader's sniffer, or one that
-    gives the same structured kinds and None for the rest)."""
+    gives the same structured kinds and None for the rest; ``head``: a line above the run that names its
+    format, the ``nvidia-smi --query-gpu=...`` prompt of a ``csv,noheader`` paste)."""
     if ix is None:
         text = "\n".join(lines[a - 1 : b])
         dcgm = "Health Monitor Report" in text or "dcgmi" in text or "Diagnostic" in text
@@ -313,8 +318,15 @@ def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None) 
             return "dcgm"
     if lines[a - 1].lstrip().startswith("Traceback (most recent call last)"):  # a run starts non-blank
         return "traceback"
-    kind = detect(text[:_LABEL_BYTES])
+    kind = detect((head + "\n" + text if head else text)[:_LABEL_BYTES])
     return kind if _structured(kind) else "text"
+
+
+def _command_above(lines: list[str], classes: list[str], a: int) -> str:
+    """The shell prompt line right above the run starting at line ``a`` when it runs ``nvidia-smi
+    --query-gpu=...`` (its columns are the run's), else ""."""
+    k = a - 2
+    return lines[k] if k >= 0 and classes[k] == "prompt" and "--query-gpu" in lines[k] else ""
 
 
 def _structured(kind: str | None) -> TypeGuard[str]:
@@ -425,7 +437,8 @@ def read_lines(
     claimed: set[int] = set()  # 1-based line numbers some reader used
     segs: list[Segment] = []
     for c, a, b in _runs(classes, special):
-        kind = _label(lines, a, b, label or detect, ix) if c == "other" else c
+        above = _command_above(lines, classes, a) if c == "other" else ""
+        kind = _label(lines, a, b, label or detect, ix, above) if c == "other" else c
         segs.extend(_trim(kind, lines, a, b) if kind in _FITS else [Segment(kind=kind, first=a, last=b)])
     rec.segments = segs
     where = None if ix is None else ix.hit_lines  # lines that may hold a reader's literal
@@ -434,8 +447,12 @@ def read_lines(
     R.read_dcgm(snap, rec, lines, origin, claimed)
     R.read_metrics(snap, rec, lines, classes, special, origin, claimed)
     R.read_json_driver(snap, lines, where, claimed)
+    R.read_host_stats(snap, rec, lines, where, claimed)
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
+    R.read_smi_dmon(snap, rec, lines, origin, where, claimed)
+    R.read_smi_mig(snap, rec, lines, origin, where, claimed)
+    R.read_dcgm_dmon(snap, rec, lines, origin, where, claimed)
     _read_signatures(snap, rec, lines, classes, ix, origin, error_signatures, claimed)
     _unclaimed(rec, lines, classes, special, claimed)
     kinds = [s.kind for s in segs if s.readers or s.kind in ("kernel_log", "smi_error")]
@@ -445,11 +462,13 @@ def read_lines(
 
 
 def _rest_lines(lines: list[str], classes: list[str], special: list[int]) -> list[str]:
-    """The "other" and blank lines, in order: ``lines`` without the special lines of other classes."""
+    """The "other" and blank lines, in order: ``lines`` without the special lines of other classes (a shell
+    prompt running ``nvidia-smi --query-gpu=...`` stays: a ``--format=csv,noheader`` paste takes its columns
+    from that command)."""
     out: list[str] = []
     nxt = 0
     for k in special:
-        if classes[k] != "blank":
+        if classes[k] != "blank" and not (classes[k] == "prompt" and "--query-gpu" in lines[k]):
             out.extend(lines[nxt:k])
             nxt = k + 1
     out.extend(lines[nxt:])

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Callable
+from typing import Any
 
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts
@@ -188,6 +190,18 @@ def width(value: str | None) -> int | None:
     return integer(value.replace("x", "").replace("X", "") if value else value)
 
 
+# How a gpu_fields.json row's printed value is read, by its "parse" kind: the same in -q text and -q -x XML.
+SCHEMA_PARSE: dict[str, Callable[[str | None], Any]] = {
+    "str": clean,
+    "bool": yes_no,
+    "num": num,
+    "int": integer,
+    "mib": mib_bytes,
+    "width": width,
+}
+NUMERIC_PARSE = ("num", "int", "mib", "width")
+
+
 def apply_tlimit(gpu: GpuFacts, tlimit: float | None, shutdown_margin: float | None,
                  slowdown_margin: float | None, max_gpu_margin: float | None) -> None:
     """Blackwell-era drivers (575+) print temperature *margins* to T.Limit instead of absolute thresholds.
@@ -225,8 +239,9 @@ class SmiDump:
 # nvidia-smi's own error statements, as printed in the wild (one line each).
 _HANDLE_RE = lazyre.compile(
     r"Unable to (?:determine|detect) the device handle for "
-    # "GPU0000:07:00.0", "GPU 0000:0B:00.0", and an index first: "GPU0: 0000:09:00.0" (OGKM#1342)
-    r"(?:GPU\s*(?:\d{1,3}:\s+)?)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    # "GPU0000:07:00.0", "GPU 0000:0B:00.0", an index first: "GPU0: 0000:09:00.0" (OGKM#1342), and
+    # "gpu 0000:18:00.0" in lower case (NordicHPC/sonar#72)
+    r"(?:(?:GPU|gpu)\s*(?:\d{1,3}:\s+)?)?(?P<bus>[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"\s*:?\s*(?P<why>.*)$"
 )
 _ERROR_LINE_RES = (

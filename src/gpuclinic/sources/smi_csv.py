@@ -171,6 +171,7 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
     dump = c.SmiDump(kind="smi_csv")
     cols: list[str] | None = None
     keys: list[tuple[tuple[str, ...], object] | None] = []
+    stamps: dict[str, int] = {}  # time stamp -> rows seen with it
     samples = 0
     for line in lines:
         if not line.strip() or len(line) > MAX_LINE:
@@ -200,6 +201,15 @@ def parse(text: str | Iterable[str]) -> c.SmiDump:
         # `nvidia-smi --query-gpu=... -l 1` repeats rows per GPU: the latest sample describes "now"
         # (rows of a *different* query, e.g. --query-remapped-rows appended, are joined later by bus id)
         key = (tuple(cols), g.pci_bus_id or g.index) if (g.pci_bus_id or "index" in cols) else None
+        if key is None and g.uuid:
+            key = (tuple(cols), g.uuid)
+        elif key is None and "timestamp" in cols:
+            # `-l`/`-lms` with no GPU column: the rows of one time stamp are the GPUs (in order), the next
+            # time stamp samples them again
+            stamp = values[cols.index("timestamp")].strip()
+            at = stamps.get(stamp, 0)
+            stamps[stamp] = at + 1
+            key = (tuple(cols), f"#{at}")
         same = next((i for i, k in enumerate(keys) if key is not None and k == key), None)
         if same is not None:
             g.index = dump.gpus[same].index

@@ -19,8 +19,9 @@ from gpuclinic.sources import smi_common as c
 
 MAX_LINE = 4096
 _HEADER_RE = lazyre.compile(
-    r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+Driver Version:\s*(?P<drv>[\d.]+|N/A)(?:\s+CUDA "
-    r"Version:\s*(?P<cuda>[\d.]+|N/A))?"
+    # 610+ drivers print "KMD Version:" / "CUDA UMD Version:" where older ones say "Driver" / "CUDA Version:"
+    r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+(?:Driver|KMD) Version:\s*(?P<drv>[\d.]+|N/A)(?:\s+CUDA "
+    r"(?:UMD )?Version:\s*(?P<cuda>[\d.]+|N/A))?"
 )
 _BUS_RE = lazyre.compile(r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*(?P<disp>\S+)?")
 _ROW1_RE = lazyre.compile(

@@ -11,8 +11,7 @@ dumps pasted with a prefix (bug reports, issue comments) and never raises on arb
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
 
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
@@ -213,29 +212,26 @@ def _key_value(line: str) -> tuple[int, str, str | None] | None:
 
 
 def _header(dump: c.SmiDump, nk: str, value: str | None) -> None:
-    if nk == "driver version" and value:
-        dump.driver_version = c.clean(value)
-    elif nk in ("cuda version", "cuda driver version") and value:
-        dump.cuda_version = c.clean(value) if value.strip().lower() != "not found" else None
+    # 610+ drivers note "[Deprecated; ... Use KMD Version instead]" after the version and add "KMD Version" /
+    # "CUDA UMD Version" lines with the same numbers: the version is the value's first word either way
+    if nk in ("driver version", "kmd version") and value:
+        dump.driver_version = c.clean(value.split(" [", 1)[0])
+    elif nk in ("cuda version", "cuda driver version", "cuda umd version") and value:
+        cuda = value.split(" [", 1)[0]
+        dump.cuda_version = c.clean(cuda) if cuda.strip().lower() != "not found" else None
     elif nk == "timestamp" and value:
         dump.timestamp = value.strip()
     elif nk == "attached gpus" and value:
         dump.attached_gpus = c.integer(value)
 
 
-_HEADER_KEYS = {"driver version", "cuda version", "cuda driver version", "timestamp", "attached gpus"}
-
-
-_TEXT_PARSE: dict[str, Callable[[str | None], Any]] = {
-    "str": c.clean,
-    "bool": c.yes_no,
-    "num": c.num,
-    "int": c.integer,
-    "mib": c.mib_bytes,
-    "width": c.width,
+_HEADER_KEYS = {
+    "driver version", "kmd version", "cuda version", "cuda driver version", "cuda umd version", "timestamp",
+    "attached gpus",
 }
+
+
 _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.text_reader == "schema")
-_NUMERIC = ("num", "int", "mib", "width")
 
 
 def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
@@ -244,7 +240,7 @@ def _gpu_from_tree(index: int, bus: str | None, t: Node) -> GpuFacts:
     # spelling first, older drivers' after) that holds a readable value; an error printed in its place
     # ("[Unknown Error]", "[GPU requires reset]") is kept as the reason it is unreadable
     for row in _SCHEMA_ROWS:
-        parse = _TEXT_PARSE[row.parse]
+        parse = c.SCHEMA_PARSE[row.parse]
         raws = [v for v in (t.val(*p.split("/")) for p in row.smi_text) if v is not None]
         value = next((x for x in map(parse, raws) if x is not None), None)
         if row.parse == "str" and value is not None and c.failed_answer(c.error_reason(value)):

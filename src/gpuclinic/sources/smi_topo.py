@@ -13,9 +13,14 @@ import re
 from gpuclinic import lazyre
 from gpuclinic.record import field, record
 
-_HEAD_RE = lazyre.compile(r"^\s*GPU0(?:\s+(?:GPU\d+|NIC\d+|mlx\d+_\d+|\S+))*\s+CPU Affinity", re.M)
+# (one pass over the line: the old "(?:\s+(?:GPU\d+|NIC\d+|\S+))*" tried 2^columns splits on each matrix
+# row, and the 25-column matrix of 8 GPUs and 17 NICs never finished)
+_HEAD_RE = lazyre.compile(r"^[ \t]*GPU0[ \t][^\n]*?CPU Affinity", re.M)
 _ROW_RE = lazyre.compile(r"^\s*GPU0\s+X\b", re.M)
 _LINK = lazyre.compile(r"^(?:X|SYS|NODE|PHB|PXB|PIX|NV\d+|SOC|N/A)$")
+# On a terminal nvidia-smi underlines the header row (ESC[4m ... ESC[0m); pastes keep the escapes, or lose
+# only the ESC byte and show "[4m" / "[0m"
+_SGR = lazyre.compile(r"\x1b?\[[0-9;]*m")
 
 
 # legend printed under the matrix by nvidia-smi
@@ -66,14 +71,22 @@ class Topology:
         return out
 
 
+def _plain(text: str) -> str:
+    """``text`` without terminal colour/underline codes (only when it holds one: the test is cheap)."""
+    return _SGR.sub("", text) if "[0m" in text or "\x1b[" in text else text
+
+
 def looks_like(sample: str) -> bool:
     """True for the ``topo -m`` matrix (its header line and a ``GPU0  X`` row)."""
-    return "GPU0" in sample and bool(_HEAD_RE.search(sample) and _ROW_RE.search(sample))  # both need it
+    if "GPU0" not in sample:  # both patterns need it
+        return False
+    sample = _plain(sample)
+    return bool(_HEAD_RE.search(sample) and _ROW_RE.search(sample))
 
 
 def parse(text: str) -> Topology:
     topo = Topology()
-    lines = text.splitlines()
+    lines = _plain(text).splitlines()
     for i, line in enumerate(lines):
         if _HEAD_RE.match(line):
             head = line.split("CPU Affinity")[0].split()

@@ -8,9 +8,11 @@ refused (no billion-laughs, no external entities), the DOCTYPE line is dropped b
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from functools import cache
+from typing import TYPE_CHECKING
 
+from gpuclinic import lazyre
 from gpuclinic.errors import InputError
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
@@ -26,7 +28,80 @@ ROOT = "nvidia_smi_log"
 
 def looks_like(sample: str) -> bool:
     head = sample[:65536]
-    return "<nvidia_smi_log" in head or "&lt;nvidia_smi_log" in head
+    return "<nvidia_smi_log" in head or "&lt;nvidia_smi_log" in head or _fragment(head)
+
+
+# A paste that starts inside a GPU's element (an issue excerpt cut at its top: "</double_bit_retirement>",
+# "<temperature>", "<gpu_temp>32 C</gpu_temp>" ...): the element lines of a -q -x dump, no root
+_ELEMENT_LINE = lazyre.compile(r"^\s*</?([a-z][a-z0-9_]*)(?:\s[^>]*)?>")
+_TAG = lazyre.compile(r"<(/?)([a-z][a-z0-9_]*)\b[^>]*?(/?)>")
+_FRAGMENT_MIN = 4  # element lines naming a GPU fact's element before a paste is taken for a fragment
+
+
+@cache
+def _leaf_names() -> frozenset[str]:
+    """The element names of the GPU facts (``temperature/gpu_temp`` -> temperature, gpu_temp)."""
+    return frozenset(
+        part.split("@")[0] for row in gpu_fields.fields() for path in row.xml for part in path.split("/")
+    )
+
+
+def _fragment(head: str) -> bool:
+    """True when ``head`` is element lines of a -q -x dump without its root (see ``_ELEMENT_LINE``)."""
+    if "</" not in head:
+        return False
+    names = _leaf_names()
+    hits = 0
+    for line in _lines_starting_with_tag(head, 200):
+        m = _ELEMENT_LINE.match(line)
+        if m and m.group(1) in names:
+            hits += 1
+            if hits >= _FRAGMENT_MIN:
+                return True
+    return False
+
+
+def _lines_starting_with_tag(head: str, limit: int) -> Iterator[str]:
+    """The lines among the first ``limit`` of ``head`` whose first non-space character is ``<``: a ``find``
+    per ``<``, not a split of the whole (16 KiB) sample (a training log's head holds a few)."""
+    if not head.isascii() or any(c in head for c in ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")):
+        yield from (ln for ln in head.splitlines()[:limit] if ln.lstrip().startswith("<"))
+        return
+    line = pos = 0  # (ASCII, "\n" the only break: the lines are those of splitlines)
+    i = head.find("<")
+    while i >= 0:
+        ls = head.rfind("\n", 0, i) + 1
+        line += head.count("\n", pos, ls)
+        pos = ls
+        if line >= limit:
+            return
+        end = head.find("\n", i)
+        end = len(head) if end < 0 else end
+        if not head[ls:i].strip():
+            yield head[ls:end]
+        i = head.find("<", end)
+
+
+def _wrap_fragment(text: str) -> str:
+    """A fragment as one GPU's document: end tags whose start was cut off dropped, open elements closed."""
+    out: list[str] = []
+    stack: list[str] = []
+    for line in text.splitlines():
+        keep = line
+        for m in _TAG.finditer(line):
+            closing, name, empty = m.group(1), m.group(2), m.group(3)
+            if empty:
+                continue
+            if not closing:
+                stack.append(name)
+            elif name in stack:
+                while stack and stack.pop() != name:
+                    pass
+            else:  # its start tag is above the paste
+                keep = keep.replace(m.group(0), "", 1)
+        out.append(keep)
+    out.extend(f"</{name}>" for name in reversed(stack))
+    return "<nvidia_smi_log><gpu>\n" + "\n".join(out) + "\n</gpu></nvidia_smi_log>"
 
 
 def unescape_pasted(text: str) -> str:
@@ -53,6 +128,9 @@ def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
             f"{origin}: XML declares entities; refusing to parse (expected plain nvidia-smi -q -x output)"
         )
     start = text.find("<nvidia_smi_log")
+    fragment = start < 0 and _fragment(text[:65536])
+    if fragment:
+        text, start = _wrap_fragment(text), 0
     if start < 0:
         raise InputError(f"{origin}: no <nvidia_smi_log> element (expected nvidia-smi -q -x output)")
     body = text[start:]  # the XML declaration and DOCTYPE before the root carry nothing we need
@@ -74,16 +152,32 @@ def parse(text: str, origin: str = "<xml>") -> c.SmiDump:
     if root.tag != ROOT:
         raise InputError(f"{origin}: root element is <{root.tag}>, expected <{ROOT}>")
     dump = c.SmiDump(kind="smi_xml")
+    if fragment:
+        dump.notes.append(
+            "nvidia-smi XML pasted from inside a GPU's element (no <nvidia_smi_log>, no GPU id): read the "
+            "elements it holds"
+        )
     if cut:
         dump.notes.append("nvidia-smi XML is cut off (no </nvidia_smi_log>): read the elements it holds")
     dump.timestamp = _t(root, "timestamp")
-    dump.driver_version = c.clean(_t(root, "driver_version"))
-    cv = c.clean(_t(root, "cuda_version"))
+    # 610+ text output notes "[Deprecated; ... Use KMD Version instead]" after the old keys and adds KMD /
+    # CUDA UMD versions; the XML is read the same way (first word; the new element when the old is absent)
+    dump.driver_version = _version(root, "driver_version", "kmd_version")
+    cv = _version(root, "cuda_version", "cuda_umd_version")
     dump.cuda_version = cv if cv and cv.lower() != "not found" else None
     dump.attached_gpus = c.integer(_t(root, "attached_gpus"))
     for i, el in enumerate(root.findall("gpu")):
         dump.gpus.append(_gpu(i, el))
     return dump
+
+
+def _version(root: ET.Element, *tags: str) -> str | None:
+    """The first of ``tags`` holding a value, without a note after it ("610.57.04 [Deprecated; ...]")."""
+    for tag in tags:
+        v = c.clean((_t(root, tag) or "").split(" [", 1)[0])
+        if v:
+            return v
+    return None
 
 
 def _partial_root(body: str) -> ET.Element | None:
@@ -126,16 +220,7 @@ def _t(el: ET.Element | None, path: str) -> str | None:
     return (found.text or "").strip()
 
 
-_XML_PARSE: dict[str, Callable[[str | None], Any]] = {
-    "str": c.clean,
-    "bool": c.yes_no,
-    "num": c.num,
-    "int": c.integer,
-    "mib": c.mib_bytes,
-    "width": c.width,
-}
 _SCHEMA_ROWS = tuple(r for r in gpu_fields.fields() if r.xml_reader == "schema")
-_NUMERIC = ("num", "int", "mib", "width")
 
 
 def _gpu(index: int, el: ET.Element) -> GpuFacts:
@@ -144,11 +229,11 @@ def _gpu(index: int, el: ET.Element) -> GpuFacts:
     # one row per fact, straight from knowledge/data/gpu_fields.json: the first of its element paths (newest
     # DTD first) holding a readable value; an error printed in its place is kept as the reason
     for row in _SCHEMA_ROWS:
-        parse = _XML_PARSE[row.parse]
+        parse = c.SCHEMA_PARSE[row.parse]
         raws = [v for v in (_t(el, p) for p in row.xml) if v is not None]
         value = next((x for x in map(parse, raws) if x is not None), None)
         setattr(g, row.fact, value)
-        if value is None and raws and row.parse in _NUMERIC:
+        if value is None and raws and row.parse in c.NUMERIC_PARSE:
             c.note_unreadable(g, row.fact, raws[0])
     # what one row cannot say: derived values, counts summed over a DTD's layout, reason flags, lists
     _pci(g, el)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import normalize_bus_id
@@ -56,36 +57,37 @@ def condition_for(
     bus = normalize_bus_id(ev.pci_bus_id) if ev.pci_bus_id else None
     idx, uuid = gpus_by_bus.get(bus or "", (None, None))
     where = f"GPU {idx}" if idx is not None else (f"GPU {bus}" if bus else "a GPU")
-    line = ev.line.strip()[:400]
-    ref = GpuRef(index=idx, pci_bus_id=bus, uuid=uuid)
+    judged = _judge(ev, bus, where)
+    if judged is None:
+        return None
+    code, sev, title, data = judged
+    return Condition(
+        key=f"kernel:{code}:{bus or '?'}",
+        code=code,
+        severity=sev,
+        title=title,
+        gpu=idx,
+        uuid=uuid,
+        evidence=[ev.line.strip()[:400]],
+        remedy=remedy(code, GpuRef(index=idx, pci_bus_id=bus, uuid=uuid)),
+        data=data,
+        hold_s=hold_s,
+    )
+
+
+def _judge(
+    ev: KernelEvent, bus: str | None, where: str
+) -> tuple[str, Severity, str, dict[str, Any]] | None:
+    """(code, severity, title, data) of a kernel event watch alerts on; None for the others."""
     if ev.kind == "xid" and ev.xid is not None:
         sev, title = xid_details(ev.xid)
-        return Condition(
-            key=f"kernel:xid.{ev.xid}:{bus or '?'}",
-            code=f"xid.{ev.xid}",
-            severity=sev,
-            title=f"XID {ev.xid} on {where}: {title}",
-            gpu=idx,
-            uuid=uuid,
-            evidence=[line],
-            remedy=remedy(f"xid.{ev.xid}", ref),
-            data={"xid": ev.xid, "pci_bus_id": bus, "pid": ev.pid, "process": ev.process},
-            hold_s=hold_s,
-        )
+        data = {"xid": ev.xid, "pci_bus_id": bus, "pid": ev.pid, "process": ev.process}
+        return f"xid.{ev.xid}", sev, f"XID {ev.xid} on {where}: {title}", data
     if ev.kind == "fallen_off_bus":
-        return Condition(
-            key=f"kernel:gpu.fallen_off_bus:{bus or '?'}",
-            code="gpu.fallen_off_bus",
-            severity=severity("gpu.fallen_off_bus"),
-            title=f"{where} has fallen off the bus",
-            gpu=idx,
-            uuid=uuid,
-            evidence=[line],
-            remedy=remedy("gpu.fallen_off_bus", ref),
-            data={"pci_bus_id": bus},
-            hold_s=hold_s,
-        )
-    if ev.kind == "aer":
+        code, title = "gpu.fallen_off_bus", f"{where} has fallen off the bus"
+    elif ev.kind == "gsp":
+        code, title = "gsp.error", f"GSP firmware error on {where}"
+    elif ev.kind == "aer":
         from gpuclinic.checks.pcie import aer_level
 
         level = aer_level(ev)  # the doctor's reading of the line (the parser's AER severity)
@@ -95,29 +97,7 @@ def condition_for(
         code = "pcie.aer_corrected" if corrected else "pcie.aer_uncorrected"
         # one corrected error is "a few" to the doctor too (info); an uncorrected one is critical when fatal
         sev = severity(code, "few") if corrected else severity(code) if fatal else severity(code, "non_fatal")
-        return Condition(
-            key=f"kernel:{code}:{bus or '?'}",
-            code=code,
-            severity=sev,
-            title=f"PCIe AER error at {bus or 'a PCIe device'}",
-            gpu=idx,
-            uuid=uuid,
-            evidence=[line],
-            remedy=remedy(code, ref),
-            data={"pci_bus_id": bus},
-            hold_s=hold_s,
-        )
-    if ev.kind == "gsp":
-        return Condition(
-            key=f"kernel:gsp.error:{bus or '?'}",
-            code="gsp.error",
-            severity=severity("gsp.error"),
-            title=f"GSP firmware error on {where}",
-            gpu=idx,
-            uuid=uuid,
-            evidence=[line],
-            remedy=remedy("gsp.error", ref),
-            data={"pci_bus_id": bus},
-            hold_s=hold_s,
-        )
-    return None
+        return code, sev, f"PCIe AER error at {bus or 'a PCIe device'}", {"pci_bus_id": bus}
+    else:
+        return None
+    return code, severity(code), title, {"pci_bus_id": bus}

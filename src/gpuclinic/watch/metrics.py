@@ -21,6 +21,7 @@ from gpuclinic.watch import reasons as R
 
 if TYPE_CHECKING:
     from gpuclinic.watch.agent import Agent
+    from gpuclinic.watch.status import StatusSnapshot
 
 _L = ["uuid", "index"]
 
@@ -90,6 +91,38 @@ _GAUGES: list[tuple[str, str, Callable[[GpuFacts], float | None], float]] = [
         lambda x: None if x.remapped_rows_failure is None else int(x.remapped_rows_failure),
         1.0,
     ),
+]
+
+
+_G, _C = GaugeMetricFamily, CounterMetricFamily
+_Family = type[GaugeMetricFamily | CounterMetricFamily]
+# The agent's own health, one unlabelled series each: (family, name, help, value from the status).
+_AGENT: list[tuple[_Family, str, str, Callable[[StatusSnapshot], float]]] = [
+    (_G, "gpuclinic_node_verdict",
+     "Node verdict from open incidents: 0 healthy, 1 warning, 2 drain", lambda s: s.verdict_code),
+    (_G, "gpuclinic_gpus", "GPUs visible in the latest sample (lost ones included)", lambda s: s.gpu_count),
+    (_G, "gpuclinic_gpus_expected",
+     "GPUs the node should have (most seen, or --expect-gpus)", lambda s: s.gpus_expected),
+    (_G, "gpuclinic_watch_last_sample_timestamp_seconds",
+     "When the last successful sample was taken (Unix time)", lambda s: s.last_ok or 0),
+    (_G, "gpuclinic_watch_sample_age_seconds",
+     "Seconds since the last successful sample (staleness)", lambda s: s.sample_age),
+    (_G, "gpuclinic_watch_sample_duration_seconds",
+     "How long the last sample took", lambda s: s.sample_duration),
+    (_G, "gpuclinic_watch_sampler_stalled",
+     "1 while sampling is stalled (hung driver)", lambda s: 1 if s.stalled else 0),
+    (_C, "gpuclinic_watch_samples", "Successful samples", lambda s: s.samples_total),
+    (_C, "gpuclinic_watch_sample_errors", "Failed or timed-out samples", lambda s: s.sample_errors_total),
+    (_G, "gpuclinic_watch_store_ok",
+     "0 while the store cannot write (e.g. disk full)", lambda s: 0 if s.store_error else 1),
+    (_C, "gpuclinic_watch_store_errors", "Failed store writes", lambda s: s.store_errors_total),
+    (_G, "gpuclinic_watch_store_buffered_samples",
+     "Samples waiting in memory for the store", lambda s: s.store_buffered),
+    (_C, "gpuclinic_watch_notifications_sent", "Alert messages delivered", lambda s: s.notify_sent),
+    (_C, "gpuclinic_watch_notification_failures", "Alert deliveries that failed", lambda s: s.notify_failed),
+    (_G, "gpuclinic_watch_notifications_spooled",
+     "Alerts waiting in the spool for delivery", lambda s: s.notify_spooled),
+    (_G, "gpuclinic_health_verdict", "Node verdict: 0 healthy, 1 warning, 2 drain", lambda s: s.verdict_code),
 ]
 
 
@@ -235,71 +268,8 @@ class AgentCollector(Collector):
             gi = "" if inc.gpu is None or inc.gpu.index is None else str(inc.gpu.index)
             oi.add_metric([inc.code, inc.severity.label, inc.family.value, gi], 1)
         yield oi
-        yield GaugeMetricFamily(
-            "gpuclinic_node_verdict",
-            "Node verdict from open incidents: 0 healthy, 1 warning, 2 drain",
-            value=st.verdict_code,
-        )
-        yield GaugeMetricFamily(
-            "gpuclinic_gpus", "GPUs visible in the latest sample (lost ones included)", value=st.gpu_count
-        )
-        yield GaugeMetricFamily(
-            "gpuclinic_gpus_expected",
-            "GPUs the node should have (most seen, or --expect-gpus)",
-            value=st.gpus_expected,
-        )
-        yield GaugeMetricFamily(
-            "gpuclinic_watch_last_sample_timestamp_seconds",
-            "When the last successful sample was taken (Unix time)",
-            value=st.last_ok or 0,
-        )
-        yield GaugeMetricFamily(
-            "gpuclinic_watch_sample_age_seconds",
-            "Seconds since the last successful sample (staleness)",
-            value=st.sample_age,
-        )
-        yield GaugeMetricFamily(
-            "gpuclinic_watch_sample_duration_seconds",
-            "How long the last sample took",
-            value=st.sample_duration,
-        )
-        yield GaugeMetricFamily(
-            "gpuclinic_watch_sampler_stalled",
-            "1 while sampling is stalled (hung driver)",
-            value=1 if st.stalled else 0,
-        )
-        yield CounterMetricFamily("gpuclinic_watch_samples", "Successful samples", value=st.samples_total)
-        yield CounterMetricFamily(
-            "gpuclinic_watch_sample_errors", "Failed or timed-out samples", value=st.sample_errors_total
-        )
-        yield GaugeMetricFamily(
-            "gpuclinic_watch_store_ok",
-            "0 while the store cannot write (e.g. disk full)",
-            value=0 if st.store_error else 1,
-        )
-        yield CounterMetricFamily(
-            "gpuclinic_watch_store_errors", "Failed store writes", value=st.store_errors_total
-        )
-        yield GaugeMetricFamily(
-            "gpuclinic_watch_store_buffered_samples",
-            "Samples waiting in memory for the store",
-            value=st.store_buffered,
-        )
-        yield CounterMetricFamily(
-            "gpuclinic_watch_notifications_sent", "Alert messages delivered", value=st.notify_sent
-        )
-        yield CounterMetricFamily(
-            "gpuclinic_watch_notification_failures", "Alert deliveries that failed", value=st.notify_failed
-        )
-        yield GaugeMetricFamily(
-            "gpuclinic_watch_notifications_spooled",
-            "Alerts waiting in the spool for delivery",
-            value=st.notify_spooled,
-        )
-        yield GaugeMetricFamily(
-            "gpuclinic_health_verdict", "Node verdict: 0 healthy, 1 warning, 2 drain", value=st.verdict_code
-        )
-
+        for kind, name, help_, value in _AGENT:
+            yield kind(name, help_, value=value(st))
 
 def make_registry(agent: Agent) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)

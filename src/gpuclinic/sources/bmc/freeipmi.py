@@ -13,6 +13,7 @@ from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 from gpuclinic.sources.bmc.common import finish, make_sensor, number, unit_of
+from gpuclinic.sources.smi_common import first_lines
 
 _THR = {
     "lower nr": "lnr",
@@ -54,7 +55,8 @@ def _header(text: str, first: str, need: tuple[str, ...]) -> tuple[int, list[str
     """(line index, column names, separator) of the header row; -1 for headerless CSV sensor rows."""
     if "|" not in text and "," not in text:  # a single column: never ``first`` and ``need`` both
         return None
-    for i, line in enumerate(text.splitlines()[:50]):
+    head = first_lines(text, 50)  # (not a split of all of a 16 KiB sample)
+    for i, line in enumerate(head):
         for sep in ("|", ","):
             if sep not in line:
                 continue
@@ -63,7 +65,6 @@ def _header(text: str, first: str, need: tuple[str, ...]) -> tuple[int, list[str
                 return i, c, sep
     if first != "id" or "type" not in need:
         return None
-    head = text.splitlines()[:50]
     for sep, row in ((",", _CSV_ROW), ("|", _PIPE_ROW)):
         if sum(1 for ln in head if row.match(ln)) >= 2:
             return -1, _HEADERLESS, sep
@@ -147,7 +148,9 @@ _OLD_ROW = lazyre.compile(
 
 
 def claims_sensors_old(text: str) -> bool:
-    return sum(1 for ln in text.splitlines()[:60] if _OLD_ROW.match(ln)) >= 3
+    if "): " not in text[:15360]:  # every row holds it ("58: Status (Power Supply): [...]")
+        return False
+    return sum(1 for ln in first_lines(text, 60) if _OLD_ROW.match(ln)) >= 3
 
 
 def parse_sensors_old(text: str, source: str = "ipmi-sensors (FreeIPMI 0.x)") -> R.RoomFacts:

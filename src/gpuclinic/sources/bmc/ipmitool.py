@@ -9,6 +9,7 @@ docs/room.md). Each format has ``claims(text)`` (is this that output?) and ``par
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from gpuclinic import lazyre
 from gpuclinic.facts import room as R
@@ -531,39 +532,28 @@ def parse_sel_info(text: str) -> R.RoomFacts:
     return room
 
 
+# Each ipmitool output this module reads: (does the text hold it, its reader), in merge order.
+_PARTS: tuple[tuple[Callable[[str], bool], Callable[[str], R.RoomFacts]], ...] = (
+    (claims_verbose, parse_verbose),
+    (claims_sdr, parse_sdr),
+    (claims_sensor, parse_sensor),
+    (claims_sel, parse_sel),
+    (claims_sel_verbose, parse_sel_verbose),
+    (claims_chassis, parse_chassis),
+    (claims_fru, parse_fru),
+    (claims_dcmi, parse_dcmi),
+    (claims_sel_info, parse_sel_info),
+)
+
+
 def parse_any(text: str) -> R.RoomFacts:
     """Every ipmitool part found in ``text`` (a paste may hold sdr, sensor and sel one after another)."""
     room = R.RoomFacts()
-    if claims_verbose(text):
-        room.merge(parse_verbose(text))
-    if claims_sdr(text):
-        room.merge(parse_sdr(text))
-    if claims_sensor(text):
-        room.merge(parse_sensor(text))
-    if claims_sel(text):
-        room.merge(parse_sel(text))
-    if claims_sel_verbose(text):
-        room.merge(parse_sel_verbose(text))
-    if claims_chassis(text):
-        room.merge(parse_chassis(text))
-    if claims_fru(text):
-        room.merge(parse_fru(text))
-    if claims_dcmi(text):
-        room.merge(parse_dcmi(text))
-    if claims_sel_info(text):
-        room.merge(parse_sel_info(text))
+    for claimed, parse in _PARTS:
+        if claimed(text):
+            room.merge(parse(text))
     return room
 
 
 def claims(text: str) -> bool:
-    return (
-        claims_verbose(text)
-        or claims_sdr(text)
-        or claims_sensor(text)
-        or claims_sel(text)
-        or claims_sel_verbose(text)
-        or claims_chassis(text)
-        or claims_fru(text)
-        or claims_dcmi(text)
-        or claims_sel_info(text)
-    )
+    return any(claimed(text) for claimed, _ in _PARTS)

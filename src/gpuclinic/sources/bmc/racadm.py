@@ -22,6 +22,10 @@ _STATUS = (
 )
 _ROW = lazyre.compile(r"^\s*(?P<name>[A-Za-z][^\s\[<]*(?: [^\s\[<]+)*?)\s{2,}(?P<status>" + _STATUS +
                       r")(?:\s{2,}(?P<rest>.*?))?\s*$")
+# what every row holds, when the padding is plain spaces (the command's own): two spaces, then a status; one
+# search (a literal prefix: no regex step per character) rules out a sample before it is split into lines
+_STATUS_CELL = lazyre.compile(r"  (?:" + _STATUS + r")")
+_OTHER_SPACE = ("\t", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")  # what else \s matches in ASCII
 _VALUE = lazyre.compile(r"^(-?\d+(?:\.\d+)?)\s*(C|RPM|V|Amps|Watts|%)$", re.I)
 _UNITS = {"c": "C", "rpm": "RPM", "v": "V", "amps": "A", "watts": "W", "%": "%"}
 _LEVEL = {"ok": "ok", "present": "ok", "full redundant": "ok", "warning": "nc", "degraded": "nc",
@@ -38,6 +42,9 @@ def _value(text: str) -> tuple[float | None, str | None]:
 
 def claims(text: str) -> bool:
     head = text[:20000]
+    plain = head.isascii() and not any(c in head for c in _OTHER_SPACE)
+    if plain and not _STATUS_CELL.search(head):  # (else a row may be padded with tabs or U+00A0)
+        return False
     rows = [m for ln in head.splitlines() if (m := _ROW.match(ln))]
     if any(mark in head for mark in _MARKS):
         return len(rows) >= 1

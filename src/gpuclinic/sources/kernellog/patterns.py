@@ -102,7 +102,10 @@ _MODULE_PATTERNS: tuple[tuple[lazyre.LazyPattern, str, str], ...] = (
     (lazyre.compile(r"API mismatch"), "api_mismatch", "critical"),
     (lazyre.compile(r"nvidia(?:[\w-]*): Unknown symbol (?P<sym>\S+)"), "unknown_symbol", "critical"),
     (
-        lazyre.compile(r"nvidia(?:[\w-]*): disagrees about version of symbol (?P<sym>\S+)"),
+        lazyre.compile(
+            r"nvidia(?:[\w-]*): (?:disagrees about version of symbol (?P<sym>\S+)"
+            r"|version magic '[^']*' should be )"
+        ),
         "symbol_version",
         "critical",
     ),
