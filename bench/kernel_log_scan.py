@@ -4,8 +4,10 @@ Not part of pytest.  Writes a realistic log (mostly noise from systemd, sshd, ke
 audit; about one line in 2,000 an NVRM Xid/GSP line or a PCIe AER block) into a temp dir, streaming
 it out (default 1 GiB), warms the page cache, then times each tool as a fresh process, best of N,
 interleaved.  Prints the time ratio (target <= 1.5x grep; scan_path uses grep's multi-pattern
-search when grep is installed, two greps over the two halves of a file of 128 MiB or more when a second
-core is usable; the memmem scan is timed too, as the fallback), the CPU ratio (user+sys, grep included),
+search when grep is installed, and for a file of 128 MiB or more, when a second core is usable, two greps
+taking turns stripe by stripe, so it uses both cores where the peer uses one: the output says so; the memmem
+scan is timed too, as the fallback), the CPU ratio (user+sys, grep included) with the parser process's and
+the greps' shares,
 the load average before and after (wall ratios on a busy machine mean little), and the scanner's peak
 RSS for a quarter of the file and for all of it (target: flat, i.e. the same), then deletes the file.
 
@@ -142,7 +144,10 @@ from gpuclinic.sources.kernellog import scan_path
 t0 = time.perf_counter()
 evs = scan_path(sys.argv[1])
 dt = time.perf_counter() - t0
-print(dt, peak_kb(), len(evs), sum(1 for e in evs if e.kind == "xid"))
+import resource
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(dt, peak_kb(), len(evs), sum(1 for e in evs if e.kind == "xid"), me.ru_utime + me.ru_stime,
+      kids.ru_utime + kids.ru_stime)
 """
 )
 
@@ -153,6 +158,18 @@ import gpuclinic.sources.kernellog  # noqa: F401
 print(peak_kb())
 """
 )
+
+
+def _cores_used(size: int) -> str:
+    """Whether scan_path split this file over two greps (both cores) or used one grep."""
+    from gpuclinic.sources.kernellog import grepsplit
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    stripe = getattr(grepsplit, "STRIPE_BYTES", None)  # None: a tree from before stripes (A/B runs)
+    if grepsplit.usable(size):
+        how = f"taking turns stripe by stripe ({stripe >> 20} MiB)" if stripe else "one half each"
+        return f"scan_path ran two greps {how} beside its parser ({cpus} usable CPUs); grep -c: one process"
+    return f"scan_path ran one grep beside its parser ({cpus} usable CPUs); grep -c NVRM one process"
 
 
 def time_cmd(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
@@ -191,6 +208,7 @@ def main() -> int:
             f"generated {real / 2**20:.0f} MiB ({nvrm} NVRM lines) in {time.perf_counter() - t0:.1f}s at "
             f"{path}"
         )
+        os.sync()  # the 1.25 GiB just written must not be flushed to disk during the timed runs
         subprocess.run([grep, "-c", "NVRM", path], capture_output=True, check=False)  # warm the page cache
         load0 = os.getloadavg()[0]
         py = sys.executable
@@ -210,7 +228,7 @@ def main() -> int:
             scan_c.append(cpu)
             dt, _, mm_out = time_cmd([py, "-c", SCAN_CHILD, path], env=no_grep)
             mm_t.append(dt)
-        inner, rss_kb, n_events, n_xid = scan_out.split()
+        inner, rss_kb, n_events, n_xid, own_cpu, grep_cpu = scan_out.split()
         _, _, q_out = time_cmd([py, "-c", SCAN_CHILD, quarter])
         q_rss_kb = int(q_out.split()[1])
         q_events = int(q_out.split()[2])
@@ -225,9 +243,14 @@ def main() -> int:
             f"{mib / s:6.0f} MiB/s"
         )
         print(
+            f"  cpu split  : parser process {float(own_cpu):.2f} s (start, imports, reading grep's output, "
+            f"parsing), greps {float(grep_cpu):.2f} s (last run)"
+        )
+        print(f"cores used   : {_cores_used(real)}")
+        print(
             f"memmem only  : wall {min(mm_t):6.2f} s  (GPUCLINIC_NO_GREP=1, the fallback; "
             f"{mm_out.split()[2]} events: "
-            f"{'same' if mm_out.split()[2:] == scan_out.split()[2:] else 'DIFFERENT'})"
+            f"{'same' if mm_out.split()[2:4] == scan_out.split()[2:4] else 'DIFFERENT'})"
         )
         print(
             f"ratio        : wall {s / g:5.2f}x grep, cpu {sc / gc:5.2f}x grep (target <= 1.5x; best of "

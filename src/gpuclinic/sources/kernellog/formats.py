@@ -4,7 +4,6 @@ variant, glued lines, and the cheap keyword tests that pick candidate lines."""
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import re
 from collections.abc import Callable
 
@@ -118,6 +117,8 @@ def _iso(
 
 def _journal_json(s: str, p: _Prefix) -> str | None:
     """``journalctl -o json`` record: its MESSAGE, with realtime/monotonic stamps and host."""
+    import json  # here: a plain log never needs it
+
     try:
         rec = json.loads(s)
     except (ValueError, RecursionError):
@@ -153,6 +154,8 @@ _RE_CRI = lazyre.compile(
 
 
 def _docker_json(s: str) -> str | None:
+    import json
+
     try:
         rec = json.loads(s)
     except (ValueError, RecursionError):
@@ -169,10 +172,10 @@ def split_prefix(line: str, year: int | None = None) -> tuple[str, _Prefix]:
         s, msg = _unwrap(s, p)
         if msg is not None:
             return msg, p
-    m = _RE_CRI.match(s)
+    m = _RE_CRI.match(s) if s[:1].isdigit() else None  # (cheap tests first: each regex starts with them)
     if m:  # Kubernetes CRI log wrapper: "2024-03-04T10:11:12.123Z stdout F <line>"
         s = s[m.end() :]
-    m = _RE_TALOS.match(s)
+    m = _RE_TALOS.match(s) if "]:" in s else None
     if m:
         g = m.groups()
         p.host = g[0]
@@ -268,14 +271,34 @@ def _ctime_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str 
     return s[m.end() :]
 
 
+# A stamp seen before, with the year it was read with -> (time_text, time); None: not a month name.
+# Consecutive lines of a burst share their stamp (an AER record's four lines, an Xid and its GSP lines).
+_SYSLOG_SEEN: dict[tuple[str, int | None], tuple[str, str | None] | None] = {}
+
+
 def _syslog_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
+    end = m.end()
+    key = (s[:end], year)
+    try:
+        got = _SYSLOG_SEEN[key]
+    except KeyError:
+        got = _SYSLOG_SEEN[key] = _read_syslog_stamp(m, key[0], year)
+        if len(_SYSLOG_SEEN) > 4096:  # a log of distinct stamps must not grow it without bound
+            _SYSLOG_SEEN.clear()
+    if got is None:
+        return None
+    p.time_text, t = got
+    if t is not None:
+        p.time = t
+    return _strip_host(s[end:], p)
+
+
+def _read_syslog_stamp(m: re.Match[str], text: str, year: int | None) -> tuple[str, str | None] | None:
     if m.group(1) not in _MONTHS:
         return None
     g = m.groups()
-    p.time_text = s[: m.end()].strip()
-    if year is not None:
-        p.time = _iso(year, _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
-    return _strip_host(s[m.end() :], p)
+    t = None if year is None else _iso(year, _MONTHS[g[0]], int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
+    return text.strip(), t
 
 
 def _locale_syslog_stamp(s: str, m: re.Match[str], p: _Prefix, year: int | None) -> str | None:
@@ -347,8 +370,11 @@ _RE_LATER_STAMP = lazyre.compile(r"\[\s*\d{1,10}\.\d{6}\]")
 
 def _looks_glued(text: str) -> bool:
     """A second record start inside one line: a later uptime stamp or a second "kernel:" tag."""
-    first = _RE_LATER_STAMP.search(text)
-    return bool((first and _RE_LATER_STAMP.search(text, first.end())) or text.count("kernel:") > 1)
+    if text.count("[") > 1:  # two stamps need two brackets (most lines have one: no regex)
+        first = _RE_LATER_STAMP.search(text)
+        if first and _RE_LATER_STAMP.search(text, first.end()):
+            return True
+    return text.count("kernel:") > 1
 
 
 def _windows(line: str) -> list[str]:

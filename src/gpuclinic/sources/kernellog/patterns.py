@@ -7,7 +7,6 @@ import re
 from functools import lru_cache
 
 from gpuclinic import lazyre
-from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.sources.kernellog.formats import (
     _FACILITIES,
     _LEVELS,
@@ -28,7 +27,7 @@ _RE_XID = lazyre.compile(
 _RE_PID = lazyre.compile(r"^pid=(?P<pid>'?<unknown>'?|'?\d+'?)\s*(?:,\s*|$)")
 _RE_NAME = lazyre.compile(r"^name=(?P<name>.*?)(?:,\s+|,$|$)")
 _RE_CAUSED = lazyre.compile(r"caused by previous Xid (\d+)", re.I)
-_RE_LINK = lazyre.compile(r"\b[Ll]ink\s*(?:#\s*)?(\d{1,3})\b")
+_RE_LINK = lazyre.compile(r"\b[Ll]ink\s*(?:#\s*)?(\d{1,3})\b", need="ink")
 _RE_NVL5 = lazyre.compile(
     r"^(?P<unit>[A-Z][A-Z0-9_]+)\s+(?P<sev>Fatal|Nonfatal|Non-fatal|NonFatal)\s+(?P<xc>XC\d+)\s+(?P<inst>i\d+)\s+"
     r"Link\s+(?P<link>-?\d+)\s*\((?P<words>[^)]*)\)"
@@ -164,31 +163,40 @@ _MODULE_PATTERNS: tuple[tuple[lazyre.LazyPattern, str, str], ...] = (
 _RE_AER_RECV = lazyre.compile(
     rf"{_DEV}(?:AER: )?(?P<multi>Multiple )?(?P<sev>Corrected|Correctable|Uncorrected|Uncorrectable)"
     r"(?: \((?P<fatal>Non-Fatal|Fatal)\))? error (?:message )?received(?: "
-    r"from|:)\s*(?:id=)?(?P<src>[0-9a-fA-F:.]+)"
+    r"from|:)\s*(?:id=)?(?P<src>[0-9a-fA-F:.]+)",
+    need="received",
 )
 _RE_AER_BUS = lazyre.compile(
     rf"(?:{_DEV})?(?:AER: )?PCIe Bus Error: severity=(?P<sev>[A-Za-z]+)(?: \((?P<fatal>Non-Fatal|Fatal)\))?,?"
-    r"\s*type=(?P<type>[^,]+?)\s*(?:,\s*(?:id=(?P<id>[0-9a-fA-F]+))?\s*\((?P<agent>[^)]+)\))?\s*$"
+    r"\s*type=(?P<type>[^,]+?)\s*(?:,\s*(?:id=(?P<id>[0-9a-fA-F]+))?\s*\((?P<agent>[^)]+)\))?\s*$",
+    need="Bus Error: severity=",
 )
 _RE_AER_STATUS = lazyre.compile(
     rf"{_DEV}(?:AER: )?\s*device \[(?P<vd>[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}})\] error status/mask="
-    r"(?P<status>[0-9a-fA-F]+)/(?P<mask>[0-9a-fA-F]+)"
+    r"(?P<status>[0-9a-fA-F]+)/(?P<mask>[0-9a-fA-F]+)",
+    need="status/mask=",
 )
 _RE_AER_BIT = lazyre.compile(
     rf"{_DEV}(?:AER: )?\s*\[\s*(?P<bit>\d{{1,2}})\s*\]\s+(?P<name>[A-Za-z][\w "
-    r"]*?)\s*(?P<first>\(First\))?\s*$"
+    r"]*?)\s*(?P<first>\(First\))?\s*$",
+    need="[",
 )
 _RE_AER_FW_STATUS = lazyre.compile(
-    rf"{_DEV}(?:AER: )?aer_status: 0x(?P<status>[0-9a-fA-F]+), aer_mask: 0x(?P<mask>[0-9a-fA-F]+)"
+    rf"{_DEV}(?:AER: )?aer_status: 0x(?P<status>[0-9a-fA-F]+), aer_mask: 0x(?P<mask>[0-9a-fA-F]+)",
+    need="aer_status: 0x",
 )
-_RE_AER_FW_LAYER = lazyre.compile(rf"{_DEV}(?:AER: )?aer_layer=(?P<type>[^,]+), aer_agent=(?P<agent>.+?)\s*$")
+_RE_AER_FW_LAYER = lazyre.compile(
+    rf"{_DEV}(?:AER: )?aer_layer=(?P<type>[^,]+), aer_agent=(?P<agent>.+?)\s*$", need="aer_layer="
+)
 # AER recovery naming the devices below the port that reported the error (the GPU, usually)
 _RE_AER_DOWNSTREAM = lazyre.compile(
     rf"{_DEV}(?:AER: )?(?:device has no AER-aware driver|can't recover \(no error_detected callback\)|"
     r"(?:PCI )?error_detected\b|device recovery (?:successful|failed))"
 )
 _RE_HW_SEV = lazyre.compile(r"\[Hardware Error\]:\s+(?:event severity|Error \d+, type): (?P<sev>\w+)")
-_RE_AER_RECOVERY = lazyre.compile(rf"{_DEV}(?:AER: )?[Dd]evice recovery (?P<res>successful|failed)")
+_RE_AER_RECOVERY = lazyre.compile(
+    rf"{_DEV}(?:AER: )?[Dd]evice recovery (?P<res>successful|failed)", need="evice recovery "
+)
 
 _CORRECTABLE_BITS = {
     "RxErr",
@@ -223,7 +231,13 @@ def _norm_sev(sev: str, fatal: str | None) -> str:
 
 
 # A log names the same few devices thousands of times: each spelling is normalised once.
-_norm_bus = lru_cache(maxsize=4096)(normalize_bus_id)
+@lru_cache(maxsize=4096)
+def _norm_bus(s: str) -> str:
+    """``facts.snapshot.normalize_bus_id``, cached; imported on the first call: it brings ``gpuclinic.model``,
+    which a bare file scan does not need before grep's first lines arrive."""
+    from gpuclinic.facts.snapshot import normalize_bus_id
+
+    return normalize_bus_id(s)
 
 
 def _bus(s: str | None) -> str | None:
