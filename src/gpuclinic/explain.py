@@ -9,8 +9,9 @@ Three layers, all optional:
    compute capability, /dev/shm, limits) turn a generic fix into the exact command.
 
 The result is a normal :class:`Report` (command ``explain``), so the renderers and JSON schema are the
-doctor's.  Exit codes: 0 nothing found (or only information), 1 a warning-level cause, 2 a critical
-cause (e.g. a GPU hardware fault or a driver that cannot run the framework), 3 could not run.
+doctor's.  Exit codes (``diagnose.explain_verdict``): 0 nothing found (or only information), 1 a warning-level
+cause or a software cause of any severity (draining a node does not fix a driver too old for the framework),
+2 critical hardware evidence about a node (a GPU off the bus, an uncorrectable ECC error), 3 could not run.
 """
 
 from __future__ import annotations
