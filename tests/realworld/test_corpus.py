@@ -51,6 +51,7 @@ FLOORS: dict[str, tuple[float, float]] = {
     "device_plugin": (1.00, 1.00),
     "download": (1.00, 1.00),
     "json": (1.00, 1.00),
+    "k8s_node": (1.00, 1.00),
     "kernel_log": (1.00, 1.00),
     "lspci": (1.00, 1.00),
     "metrics": (1.00, 1.00),

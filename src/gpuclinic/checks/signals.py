@@ -41,6 +41,7 @@ MAX_EVIDENCE = 4
         "host.cpu_lockup",
         "host.storage_error",
         "evidence.partial",
+        "k8s.gpu_fenced",
         "error.*",
     ],
     what="fault signatures in the evidence",

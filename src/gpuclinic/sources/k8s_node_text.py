@@ -1,0 +1,89 @@
+"""Kubernetes node status as people paste it: ``kubectl describe node`` (``Capacity:`` / ``Allocatable:``
+blocks), ``kubectl get node -o yaml`` (``capacity:`` / ``allocatable:`` maps) and ``-o json`` (one object per
+line or pretty-printed).
+
+The device plugin keeps a GPU it marked Unhealthy in ``capacity`` and drops it from ``allocatable``, so
+the pair of ``nvidia.com/gpu`` figures is the evidence.  The figures become the node object ``k8s evidence``
+reads from the API, and :func:`gpuclinic.k8s.evidence.node_findings` judges them (one definition of
+``k8s.gpu_fenced``); its findings become signals of this input.  The GPU count check is not run: a paste
+does not say how many GPUs the node has.
+
+Cheap to rule out: only lines holding the literal ``nvidia.com/gpu`` are looked at (on a big input, only the
+hit lines of the shared literal scan), and a line is read only when it is a resource line (``key: value``)
+under a ``capacity``/``allocatable`` header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from gpuclinic import lazyre
+
+KEY = "nvidia.com/gpu"
+# a resource line of describe (`  nvidia.com/gpu:     8`), YAML (`nvidia.com/gpu: "8"`) or pretty JSON
+_RES = lazyre.compile(r'^\s*"?nvidia\.com/gpu"?\s*:\s*"?(?P<n>\d+)"?\s*,?\s*$')
+# a map header: `Capacity:`, `  allocatable:`, `"capacity": {` (a fenced-code opener may precede it)
+_HEAD = lazyre.compile(r'^\s*(?:```)?\s*"?(?P<k>[A-Za-z][\w./-]*)"?\s*:\s*\{?\s*$')
+# one-line JSON: `"capacity":{"cpu":"96",...,"nvidia.com/gpu":"8",...}`
+_INLINE = lazyre.compile(r'"(?P<k>capacity|allocatable)"\s*:\s*\{[^{}]*?"nvidia\.com/gpu"\s*:\s*"?(?P<n>\d+)')
+_NAME = lazyre.compile(r'^(?:Name:\s+(?P<d>\S+)|\s*"?name"?\s*:\s*"?(?P<y>[\w.-]+)"?,?)\s*$')
+LOOKBACK = 40  # resource lines in one map (describe lists ~10; a node with many extended resources more)
+NAME_LOOKBACK = 120
+
+
+def _header(lines: list[str], k: int) -> str | None:
+    """``capacity`` or ``allocatable`` when the resource line ``k`` sits in such a map, else None."""
+    for j in range(k - 1, max(-1, k - LOOKBACK), -1):
+        line = lines[j]
+        m = _HEAD.match(line)
+        if m is not None:
+            name = m.group("k").lower()
+            return name if name in ("capacity", "allocatable") else None
+        if ":" not in line:  # not a resource line: the map ended above
+            return None
+    return None
+
+
+def _name(lines: list[str], k: int) -> str | None:
+    for j in range(k - 1, max(-1, k - NAME_LOOKBACK), -1):
+        if "ame" in lines[j] and (m := _NAME.match(lines[j])):
+            return m.group("d") or m.group("y")
+    return None
+
+
+def read(lines: list[str], where: Iterable[int] | None) -> tuple[list[tuple[dict[str, Any], int]], set[int]]:
+    """The node objects (status capacity/allocatable of ``nvidia.com/gpu``) in ``lines``, each with the
+    1-based line of its last figure; and the 1-based lines used.  ``where``: the lines that may hold the
+    key (all when None)."""
+    figures: list[tuple[str, int, int]] = []  # (capacity|allocatable, value, 0-based line)
+    for k in range(len(lines)) if where is None else where:
+        line = lines[k]
+        if KEY not in line:
+            continue
+        m = _RES.match(line)
+        if m is not None:
+            head = _header(lines, k)
+            if head is not None:
+                figures.append((head, int(m.group("n")), k))
+            continue
+        figures.extend((i.group("k"), int(i.group("n")), k) for i in _INLINE.finditer(line))
+    nodes: list[tuple[dict[str, Any], int]] = []
+    used: set[int] = set()
+    cur: dict[str, tuple[int, int]] = {}
+
+    def flush() -> None:
+        if len(cur) == 2:
+            first = min(k for _, k in cur.values())
+            status = {kind: {KEY: str(v)} for kind, (v, _) in cur.items()}
+            node = {"metadata": {"name": _name(lines, first) or "?"}, "status": status}
+            nodes.append((node, max(k for _, k in cur.values()) + 1))
+            used.update(k + 1 for _, k in cur.values())
+        cur.clear()
+
+    for kind, value, k in figures:
+        if kind in cur:
+            flush()
+        cur[kind] = (value, k)
+    flush()
+    return nodes, used
