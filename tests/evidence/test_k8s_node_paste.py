@@ -123,3 +123,22 @@ def test_only_the_lines_given_are_looked_at() -> None:
     hits = [k for k, line in enumerate(lines) if k8s_node_text.KEY in line]
     assert k8s_node_text.read(lines, hits)[0] == k8s_node_text.read(lines, None)[0]
     assert k8s_node_text.read(lines, [])[0] == []
+
+
+def test_feature_discovery_labels_give_the_k8s_evidence_notes() -> None:
+    """``nvidia.com/mig.strategy`` and the sharing labels of a pasted node: the info findings ``k8s evidence``
+    draws from the same labels, and no warning (equal figures)."""
+    text = (
+        "Name:               dgx-a100-01\n"
+        "Labels:             beta.kubernetes.io/arch=amd64\n"
+        "                    nvidia.com/mig.strategy=mixed\n"
+        "                    nvidia.com/gpu.sharing-strategy=time-slicing\n"
+        "                    nvidia.com/gpu.replicas=4\n"
+        "Capacity:\n  nvidia.com/gpu:     32\nAllocatable:\n  nvidia.com/gpu:     32\n"
+    )
+    ((node, _),) = k8s_node_text.read(text.splitlines(), None)[0]
+    assert node["metadata"]["labels"]["nvidia.com/mig.strategy"] == "mixed"
+    live = {(f.code, f.title) for f in node_findings(node, None, None)}
+    codes = {(f.code, f.title) for f in explain_text(text, "n.txt").findings if f.code.startswith("k8s.")}
+    assert codes == live and {c for c, _ in codes} == {"k8s.mig_strategy", "k8s.gpu_time_sliced"}
+    assert explain_text(text, "n.txt").exit_code == 0

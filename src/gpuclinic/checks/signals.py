@@ -42,6 +42,8 @@ MAX_EVIDENCE = 4
         "host.storage_error",
         "evidence.partial",
         "k8s.gpu_fenced",
+        "k8s.mig_strategy",
+        "k8s.gpu_time_sliced",
         "error.*",
     ],
     what="fault signatures in the evidence",

@@ -1,16 +1,17 @@
 """Kubernetes node status as people paste it: ``kubectl describe node`` (``Capacity:`` / ``Allocatable:``
-blocks), ``kubectl get node -o yaml`` (``capacity:`` / ``allocatable:`` maps) and ``-o json`` (one object per
-line or pretty-printed).
+blocks, the GPU Feature Discovery labels), ``kubectl get node -o yaml`` (``capacity:`` / ``allocatable:``
+maps) and ``-o json`` (one object per line or pretty-printed).
 
 The device plugin keeps a GPU it marked Unhealthy in ``capacity`` and drops it from ``allocatable``, so
-the pair of ``nvidia.com/gpu`` figures is the evidence.  The figures become the node object ``k8s evidence``
-reads from the API, and :func:`gpuclinic.k8s.evidence.node_findings` judges them (one definition of
-``k8s.gpu_fenced``); its findings become signals of this input.  The GPU count check is not run: a paste
-does not say how many GPUs the node has.
+the pair of ``nvidia.com/gpu`` figures is the evidence.  The figures (and the ``nvidia.com/mig.strategy``,
+``gpu.sharing-strategy`` and ``gpu.replicas`` labels) become the node object ``k8s evidence`` reads from the
+API, and :func:`gpuclinic.k8s.evidence.node_findings` judges them (one definition of ``k8s.gpu_fenced``,
+``k8s.mig_strategy``, ``k8s.gpu_time_sliced``); its findings become signals of this input.  The GPU count
+check is not run: a paste does not say how many GPUs the node has.
 
-Cheap to rule out: only lines holding the literal ``nvidia.com/gpu`` are looked at (on a big input, only the
-hit lines of the shared literal scan), and a line is read only when it is a resource line (``key: value``)
-under a ``capacity``/``allocatable`` header.
+Cheap to rule out: only lines holding the literal ``nvidia.com/gpu`` or ``nvidia.com/mig.strategy`` are looked
+at (on a big input, only the hit lines of the shared literal scan), and a line is read only when it is a
+label or a resource line (``key: value``) under a ``capacity``/``allocatable`` header.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ _RES = lazyre.compile(r'^\s*"?nvidia\.com/gpu"?\s*:\s*"?(?P<n>\d+)"?\s*,?\s*$')
 _HEAD = lazyre.compile(r'^\s*(?:```)?\s*"?(?P<k>[A-Za-z][\w./-]*)"?\s*:\s*\{?\s*$')
 # one-line JSON: `"capacity":{"cpu":"96",...,"nvidia.com/gpu":"8",...}`
 _INLINE = lazyre.compile(r'"(?P<k>capacity|allocatable)"\s*:\s*\{[^{}]*?"nvidia\.com/gpu"\s*:\s*"?(?P<n>\d+)')
+# the GPU Feature Discovery labels the k8s evidence rules read (describe `key=value`, YAML/JSON `key: value`)
+LABEL_KEY = "nvidia.com/mig.strategy"  # (the sharing labels hold KEY already)
+_LABEL = lazyre.compile(
+    r'^\s*(?:Labels:\s+)?"?(?P<k>nvidia\.com/(?:mig\.strategy|gpu\.sharing-strategy|gpu\.replicas))"?'
+    r'\s*[=:]\s*"?(?P<v>[\w.-]+)"?,?\s*$'
+)
 _NAME = lazyre.compile(r'^(?:Name:\s+(?P<d>\S+)|\s*"?name"?\s*:\s*"?(?P<y>[\w.-]+)"?,?)\s*$')
 LOOKBACK = 40  # resource lines in one map (describe lists ~10; a node with many extended resources more)
 NAME_LOOKBACK = 120
@@ -56,10 +63,14 @@ def read(lines: list[str], where: Iterable[int] | None) -> tuple[list[tuple[dict
     """The node objects (status capacity/allocatable of ``nvidia.com/gpu``) in ``lines``, each with the
     1-based line of its last figure; and the 1-based lines used.  ``where``: the lines that may hold the
     key (all when None)."""
-    figures: list[tuple[str, int, int]] = []  # (capacity|allocatable, value, 0-based line)
+    figures: list[tuple[str, int | tuple[str, str], int]] = []  # (capacity|allocatable|label, value, line)
     for k in range(len(lines)) if where is None else where:
         line = lines[k]
-        if KEY not in line:
+        if KEY not in line and LABEL_KEY not in line:
+            continue
+        lab = _LABEL.match(line)
+        if lab is not None:
+            figures.append(("label", (lab.group("k"), lab.group("v")), k))
             continue
         m = _RES.match(line)
         if m is not None:
@@ -71,17 +82,26 @@ def read(lines: list[str], where: Iterable[int] | None) -> tuple[list[tuple[dict
     nodes: list[tuple[dict[str, Any], int]] = []
     used: set[int] = set()
     cur: dict[str, tuple[int, int]] = {}
+    labels: dict[str, tuple[str, int]] = {}  # the labels seen since the last node, for the next one
 
     def flush() -> None:
-        if len(cur) == 2:
-            first = min(k for _, k in cur.values())
+        if len(cur) == 2 or labels and not cur:
+            at = [k for _, k in (*cur.values(), *labels.values())]
+            meta: dict[str, Any] = {"name": _name(lines, min(at)) or "?"}
+            if labels:
+                meta["labels"] = {key: v for key, (v, _) in labels.items()}
             status = {kind: {KEY: str(v)} for kind, (v, _) in cur.items()}
-            node = {"metadata": {"name": _name(lines, first) or "?"}, "status": status}
-            nodes.append((node, max(k for _, k in cur.values()) + 1))
-            used.update(k + 1 for _, k in cur.values())
+            nodes.append(({"metadata": meta, "status": status}, max(at) + 1))
+            used.update(k + 1 for k in at)
         cur.clear()
+        labels.clear()
 
     for kind, value, k in figures:
+        if isinstance(value, tuple):  # a label: it belongs to the node whose figures follow it
+            if len(cur) == 2:
+                flush()
+            labels[value[0]] = (value[1], k)
+            continue
         if kind in cur:
             flush()
         cur[kind] = (value, k)

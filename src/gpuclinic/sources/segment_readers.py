@@ -163,7 +163,7 @@ def read_host_stats(
     rec.readers.append(f"host stats ({facts.extra['read_from']})")
 
 
-K8S_NODE_KEY = "nvidia.com/gpu"
+K8S_NODE_KEYS = ("nvidia.com/gpu", "nvidia.com/mig.strategy")  # (k8s_node_text.KEY, LABEL_KEY)
 
 
 def read_k8s_nodes(

@@ -168,7 +168,7 @@ def _needles() -> tuple[str, ...]:
         R.DRIVER_KEY,
         R.SMI_L_KEY,
         *R.HOST_STATS_KEYS,
-        R.K8S_NODE_KEY,
+        *R.K8S_NODE_KEYS,
         *R.DMON_KEYS,
         *R.MIG_KEYS,
         R.DCGM_DMON_KEY,
