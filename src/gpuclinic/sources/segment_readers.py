@@ -203,6 +203,24 @@ def read_k8s_nodes(
     rec.readers.append(f"kubernetes node status ({len(nodes)} node{'s' if len(nodes) > 1 else ''})")
 
 
+SLURM_NODE_KEY = "NodeName="  # (slurm_node_text.KEY)
+
+
+def read_slurm_nodes(
+    rec: InputRecord, lines: list[str], where: Iterable[int] | None, claimed: set[int]
+) -> None:
+    """``scontrol show node`` records: read (state, reason) by the health check's own parser; the reasons
+    that name a fault are evidence signatures of their lines."""
+    from gpuclinic.sources import slurm_node_text
+
+    nodes, used = slurm_node_text.read(lines, where)
+    if not nodes:
+        return
+    claimed.update(used)
+    shown = ", ".join(f"{n.name} {n.state}" for n in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+    rec.readers.append(f"slurm node state ({shown})")
+
+
 def read_smi_list(
     snap: Snapshot,
     rec: InputRecord,

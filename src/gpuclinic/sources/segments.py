@@ -169,6 +169,7 @@ def _needles() -> tuple[str, ...]:
         R.SMI_L_KEY,
         *R.HOST_STATS_KEYS,
         *R.K8S_NODE_KEYS,
+        R.SLURM_NODE_KEY,
         *R.DMON_KEYS,
         *R.MIG_KEYS,
         R.DCGM_DMON_KEY,
@@ -455,6 +456,7 @@ def read_lines(
     R.read_json_driver(snap, lines, where, claimed)
     R.read_host_stats(snap, rec, lines, where, claimed)
     R.read_k8s_nodes(snap, rec, lines, origin, where, claimed)
+    R.read_slurm_nodes(rec, lines, where, claimed)
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
     R.read_smi_dmon(snap, rec, lines, origin, where, claimed)
