@@ -142,3 +142,20 @@ def test_feature_discovery_labels_give_the_k8s_evidence_notes() -> None:
     codes = {(f.code, f.title) for f in explain_text(text, "n.txt").findings if f.code.startswith("k8s.")}
     assert codes == live and {c for c, _ in codes} == {"k8s.mig_strategy", "k8s.gpu_time_sliced"}
     assert explain_text(text, "n.txt").exit_code == 0
+
+
+def test_jq_of_capacity_and_allocatable_is_read() -> None:
+    """``kubectl get node N -o json | jq .status.capacity`` prints the map without its key: the command line
+    above the ``{`` names it."""
+    text = (
+        "$ kubectl get node sm02 -o json | jq .status.capacity\n"
+        '{\n  "cpu": "96",\n  "nvidia.com/gpu": "8",\n  "pods": "110"\n}\n'
+        "$ kubectl get node sm02 -o jsonpath='{.status.allocatable}' | jq\n"
+        '{\n  "cpu": "96",\n  "nvidia.com/gpu": "6",\n  "pods": "110"\n}\n'
+    )
+    report = explain_text(text, "jq.txt")
+    assert [f.title for f in report.findings if f.code == "k8s.gpu_fenced"] == [
+        "The device plugin withholds 2 of 8 nvidia.com/gpu on this node (allocatable 6)"
+    ]
+    other = ["$ echo '{}' | jq .", "{", '  "nvidia.com/gpu": "8"', "}"]
+    assert k8s_node_text.read(other, None)[0] == []

@@ -47,6 +47,12 @@ def _header(lines: list[str], k: int) -> str | None:
         if m is not None:
             name = m.group("k").lower()
             return name if name in ("capacity", "allocatable") else None
+        if line.strip() == "{" and j > 0:  # `kubectl get node N -o json | jq .status.capacity` and its `{`
+            cmd = lines[j - 1]
+            for name in ("allocatable", "capacity"):
+                if f"status.{name}" in cmd and ("jq" in cmd or "jsonpath" in cmd):
+                    return name
+            return None
         if ":" not in line:  # not a resource line: the map ended above
             return None
     return None
