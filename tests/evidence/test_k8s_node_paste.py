@@ -159,3 +159,13 @@ def test_jq_of_capacity_and_allocatable_is_read() -> None:
     ]
     other = ["$ echo '{}' | jq .", "{", '  "nvidia.com/gpu": "8"', "}"]
     assert k8s_node_text.read(other, None)[0] == []
+
+
+def test_elided_resource_lines_keep_the_map() -> None:
+    """People cut the other resources to `....` (k8s-device-plugin#1228): the map goes on past them."""
+    text = (
+        '  allocatable:\n    .......\n    nvidia.com/gpu: "6"\n    ....\n'
+        '  capacity:\n    …\n    nvidia.com/gpu: "8"\n'
+    )
+    ((node, _),) = k8s_node_text.read(text.splitlines(), None)[0]
+    assert node["status"] == {"allocatable": {"nvidia.com/gpu": "6"}, "capacity": {"nvidia.com/gpu": "8"}}

@@ -53,7 +53,7 @@ def _header(lines: list[str], k: int) -> str | None:
                 if f"status.{name}" in cmd and ("jq" in cmd or "jsonpath" in cmd):
                     return name
             return None
-        if ":" not in line:  # not a resource line: the map ended above
+        if ":" not in line and line.strip(" .…"):  # not a resource line (nor a `....` elision): the map ended
             return None
     return None
 
