@@ -169,3 +169,20 @@ def test_elided_resource_lines_keep_the_map() -> None:
     )
     ((node, _),) = k8s_node_text.read(text.splitlines(), None)[0]
     assert node["status"] == {"allocatable": {"nvidia.com/gpu": "6"}, "capacity": {"nvidia.com/gpu": "8"}}
+
+
+def test_mig_profiles_of_a_mixed_node_are_read_and_judged() -> None:
+    text = (
+        "Name:               dgx-mig\n"
+        "Labels:             nvidia.com/mig.strategy=mixed\n"
+        "Capacity:\n  cpu:                      256\n"
+        "  nvidia.com/mig-1g.10gb:   14\n  nvidia.com/mig-3g.40gb:   4\n"
+        "Allocatable:\n  cpu:                      255\n"
+        "  nvidia.com/mig-1g.10gb:   12\n  nvidia.com/mig-3g.40gb:   4\n"
+    )
+    ((node, _),) = k8s_node_text.read(text.splitlines(), None)[0]
+    assert node["status"]["allocatable"] == {"nvidia.com/mig-1g.10gb": "12", "nvidia.com/mig-3g.40gb": "4"}
+    fenced = [f.title for f in explain_text(text, "mig.txt").findings if f.code == "k8s.gpu_fenced"]
+    assert fenced == [
+        "The device plugin withholds 2 of 14 nvidia.com/mig-1g.10gb on this node (allocatable 12)"
+    ]

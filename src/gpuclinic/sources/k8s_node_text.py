@@ -3,15 +3,17 @@ blocks, the GPU Feature Discovery labels), ``kubectl get node -o yaml`` (``capac
 maps) and ``-o json`` (one object per line or pretty-printed).
 
 The device plugin keeps a GPU it marked Unhealthy in ``capacity`` and drops it from ``allocatable``, so
-the pair of ``nvidia.com/gpu`` figures is the evidence.  The figures (and the ``nvidia.com/mig.strategy``,
-``gpu.sharing-strategy`` and ``gpu.replicas`` labels) become the node object ``k8s evidence`` reads from the
-API, and :func:`gpuclinic.k8s.evidence.node_findings` judges them (one definition of ``k8s.gpu_fenced``,
+the pair of ``nvidia.com/gpu`` figures (and of each ``nvidia.com/mig-<profile>`` of strategy mixed) is the
+evidence.  The figures (and the ``nvidia.com/mig.strategy``, ``gpu.sharing-strategy`` and ``gpu.replicas``
+labels) become the node object ``k8s evidence`` reads from the API, and
+:func:`gpuclinic.k8s.evidence.node_findings` judges them (one definition of ``k8s.gpu_fenced``,
 ``k8s.mig_strategy``, ``k8s.gpu_time_sliced``); its findings become signals of this input.  The GPU count
 check is not run: a paste does not say how many GPUs the node has.
 
-Cheap to rule out: only lines holding the literal ``nvidia.com/gpu`` or ``nvidia.com/mig.strategy`` are looked
-at (on a big input, only the hit lines of the shared literal scan), and a line is read only when it is a
-label or a resource line (``key: value``) under a ``capacity``/``allocatable`` header.
+Cheap to rule out: only lines holding the literal ``nvidia.com/gpu``, ``nvidia.com/mig-`` or
+``nvidia.com/mig.strategy`` are looked at (on a big input, only the hit lines of the shared literal scan),
+and a line is read only when it is a label or a resource line (``key: value``) under a
+``capacity``/``allocatable`` header.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from typing import Any
 from gpuclinic import lazyre
 
 KEY = "nvidia.com/gpu"
+MIG_KEY = "nvidia.com/mig-"  # the MIG profile resources of strategy mixed (nvidia.com/mig-1g.10gb)
 # a resource line of describe (`  nvidia.com/gpu:     8`), YAML (`nvidia.com/gpu: "8"`) or pretty JSON
-_RES = lazyre.compile(r'^\s*"?nvidia\.com/gpu"?\s*:\s*"?(?P<n>\d+)"?\s*,?\s*$')
+_RES = lazyre.compile(r'^\s*"?(?P<r>nvidia\.com/(?:gpu|mig-[\w.-]+))"?\s*:\s*"?(?P<n>\d+)"?\s*,?\s*$')
 # a map header: `Capacity:`, `  allocatable:`, `"capacity": {` (a fenced-code opener may precede it)
 _HEAD = lazyre.compile(r'^\s*(?:```)?\s*"?(?P<k>[A-Za-z][\w./-]*)"?\s*:\s*\{?\s*$')
 # one-line JSON: `"capacity":{"cpu":"96",...,"nvidia.com/gpu":"8",...}`
-_INLINE = lazyre.compile(r'"(?P<k>capacity|allocatable)"\s*:\s*\{[^{}]*?"nvidia\.com/gpu"\s*:\s*"?(?P<n>\d+)')
+_INLINE = lazyre.compile(r'"(?P<k>capacity|allocatable)"\s*:\s*\{(?P<body>[^{}]*)\}')
+_INLINE_RES = lazyre.compile(r'"(?P<r>nvidia\.com/(?:gpu|mig-[\w.-]+))"\s*:\s*"?(?P<n>\d+)')
 # the GPU Feature Discovery labels the k8s evidence rules read (describe `key=value`, YAML/JSON `key: value`)
 LABEL_KEY = "nvidia.com/mig.strategy"  # (the sharing labels hold KEY already)
 _LABEL = lazyre.compile(
@@ -69,47 +73,52 @@ def read(lines: list[str], where: Iterable[int] | None) -> tuple[list[tuple[dict
     """The node objects (status capacity/allocatable of ``nvidia.com/gpu``) in ``lines``, each with the
     1-based line of its last figure; and the 1-based lines used.  ``where``: the lines that may hold the
     key (all when None)."""
-    figures: list[tuple[str, int | tuple[str, str], int]] = []  # (capacity|allocatable|label, value, line)
+    figures: list[tuple[str, str, str | int, int]] = []  # (capacity|allocatable|label, name, value, line)
     for k in range(len(lines)) if where is None else where:
         line = lines[k]
-        if KEY not in line and LABEL_KEY not in line:
+        if KEY not in line and MIG_KEY not in line and LABEL_KEY not in line:
             continue
         lab = _LABEL.match(line)
         if lab is not None:
-            figures.append(("label", (lab.group("k"), lab.group("v")), k))
+            figures.append(("label", lab.group("k"), lab.group("v"), k))
             continue
         m = _RES.match(line)
         if m is not None:
             head = _header(lines, k)
             if head is not None:
-                figures.append((head, int(m.group("n")), k))
+                figures.append((head, m.group("r"), int(m.group("n")), k))
             continue
-        figures.extend((i.group("k"), int(i.group("n")), k) for i in _INLINE.finditer(line))
+        for i in _INLINE.finditer(line):
+            figures.extend(
+                (i.group("k"), r.group("r"), int(r.group("n")), k) for r in _INLINE_RES.finditer(i["body"])
+            )
     nodes: list[tuple[dict[str, Any], int]] = []
     used: set[int] = set()
-    cur: dict[str, tuple[int, int]] = {}
+    cur: dict[str, dict[str, tuple[int, int]]] = {}  # capacity|allocatable -> resource -> (value, line)
     labels: dict[str, tuple[str, int]] = {}  # the labels seen since the last node, for the next one
+    last = ""
 
     def flush() -> None:
+        at = [k for _, k in (*(x for m in cur.values() for x in m.values()), *labels.values())]
         if len(cur) == 2 or labels and not cur:
-            at = [k for _, k in (*cur.values(), *labels.values())]
             meta: dict[str, Any] = {"name": _name(lines, min(at)) or "?"}
             if labels:
                 meta["labels"] = {key: v for key, (v, _) in labels.items()}
-            status = {kind: {KEY: str(v)} for kind, (v, _) in cur.items()}
+            status = {kind: {r: str(v) for r, (v, _) in res.items()} for kind, res in cur.items()}
             nodes.append(({"metadata": meta, "status": status}, max(at) + 1))
             used.update(k + 1 for k in at)
         cur.clear()
         labels.clear()
 
-    for kind, value, k in figures:
-        if isinstance(value, tuple):  # a label: it belongs to the node whose figures follow it
+    for kind, name, value, k in figures:
+        if kind == "label":  # a label belongs to the node whose figures follow it
             if len(cur) == 2:
                 flush()
-            labels[value[0]] = (value[1], k)
+            labels[name] = (str(value), k)
             continue
-        if kind in cur:
+        if kind in cur and (name in cur[kind] or last != kind):  # a map again: the next node
             flush()
-        cur[kind] = (value, k)
+        cur.setdefault(kind, {})[name] = (int(value), k)
+        last = kind
     flush()
     return nodes, used

@@ -163,7 +163,7 @@ def read_host_stats(
     rec.readers.append(f"host stats ({facts.extra['read_from']})")
 
 
-K8S_NODE_KEYS = ("nvidia.com/gpu", "nvidia.com/mig.strategy")  # (k8s_node_text.KEY, LABEL_KEY)
+K8S_NODE_KEYS = ("nvidia.com/gpu", "nvidia.com/mig-", "nvidia.com/mig.strategy")  # (k8s_node_text keys)
 
 
 def read_k8s_nodes(
