@@ -75,6 +75,18 @@ def test_labels_and_mig() -> None:
     assert codes(node_findings(node(8, 8), None, 8)) == []
 
 
+def test_mig_profile_resources_are_fenced_by_the_same_rule() -> None:
+    """Strategy mixed: a MIG device the plugin marked Unhealthy leaves ``nvidia.com/mig-<profile>``
+    allocatable; each profile is judged like the GPUs, equal profiles give nothing."""
+    n = node(0, 0, {"nvidia.com/mig.strategy": "mixed"})
+    n["status"]["capacity"].update({"nvidia.com/mig-1g.10gb": "14", "nvidia.com/mig-3g.40gb": "4"})
+    n["status"]["allocatable"].update({"nvidia.com/mig-1g.10gb": "13", "nvidia.com/mig-3g.40gb": "4"})
+    fs = node_findings(n, None, 2)
+    assert codes(fs) == ["k8s.gpu_fenced", "k8s.mig_strategy"]
+    (f,) = [x for x in fs if x.code == "k8s.gpu_fenced"]
+    assert "withholds 1 of 14 nvidia.com/mig-1g.10gb" in f.title
+
+
 def test_cli_evidence_json(tmp_path: Path) -> None:
     (tmp_path / "node.json").write_text(json.dumps(node(8, 7)))
     (tmp_path / "cm.yaml").write_text(OPERATOR_CM)

@@ -51,6 +51,7 @@ FLOORS: dict[str, tuple[float, float]] = {
     "device_plugin": (1.00, 1.00),
     "download": (1.00, 1.00),
     "json": (1.00, 1.00),
+    "k8s_node": (1.00, 1.00),
     "kernel_log": (1.00, 1.00),
     "lspci": (1.00, 1.00),
     "metrics": (1.00, 1.00),
@@ -124,14 +125,14 @@ def test_labels_use_codes_the_tool_has() -> None:
 
 def test_corpus_has_at_least_100_texts_from_many_projects() -> None:
     new = [lab for n, lab in LABELS.items() if "/" not in n]
-    assert len(new) >= 654
-    assert len({lab["project"] for lab in new}) >= 385
+    assert len(new) >= 675
+    assert len({lab["project"] for lab in new}) >= 391
 
 
 def test_corpus_size_not_below_floor(scores: list[Any]) -> None:
     """Texts and labelled items as counted when the floors were last raised: a lost file or label fails."""
     total = {r.kind: r for r in cs.table(scores)}["all"]
-    assert total.files >= 724 and total.items >= 804, (total.files, total.items)
+    assert total.files >= 745 and total.items >= 816, (total.files, total.items)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, lab in LABELS.items() if lab.get("healthy")))

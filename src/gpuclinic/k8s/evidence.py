@@ -163,20 +163,16 @@ def node_findings(
         return out
     status = node.get("status") or {}
     res = sh.resource
-    cap = _qty((status.get("capacity") or {}).get(res))
-    alloc = _qty((status.get("allocatable") or {}).get(res))
-    ev = [f"node {node.get('metadata', {}).get('name', '?')}: capacity {res}={cap}, allocatable={alloc}"]
-    if cap is not None and alloc is not None and alloc < cap:
-        out.append(
-            _finding(
-                "k8s.gpu_fenced",
-                missing=cap - alloc,
-                capacity=cap,
-                allocatable=alloc,
-                resource=res,
-                evidence=ev,
-            )
-        )
+    capacity, allocatable = status.get("capacity") or {}, status.get("allocatable") or {}
+    cap = _qty(capacity.get(res))
+    name = node.get("metadata", {}).get("name", "?")
+    ev = [f"node {name}: capacity {res}={cap}, allocatable={_qty(allocatable.get(res))}"]
+    # the GPUs, then each MIG profile (strategy mixed): the plugin drops a device it marked Unhealthy from
+    # allocatable the same way
+    for r in dict.fromkeys((res, *sorted(k for k in capacity if str(k).startswith(MIG_PREFIX)))):
+        fenced = _fenced(name, r, capacity.get(r), allocatable.get(r))
+        if fenced is not None:
+            out.append(fenced)
     if cap is not None and physical is not None and strategy in (None, "none"):
         per = sh.replicas if sh.mode != "none" else 1
         if cap != physical * per:
@@ -191,6 +187,20 @@ def node_findings(
                 )
             )
     return out
+
+
+def _fenced(name: str, res: str, capacity: Any, allocatable: Any) -> Finding | None:
+    """``k8s.gpu_fenced`` when ``res`` has fewer allocatable than capacity (the one rule)."""
+    cap, alloc = _qty(capacity), _qty(allocatable)
+    if cap is None or alloc is None or alloc >= cap:
+        return None
+    ev = [f"node {name}: capacity {res}={cap}, allocatable={alloc}"]
+    return _finding(
+        "k8s.gpu_fenced", missing=cap - alloc, capacity=cap, allocatable=alloc, resource=res, evidence=ev
+    )
+
+
+MIG_PREFIX = "nvidia.com/mig-"
 
 
 def load_node(path: str) -> dict[str, Any]:

@@ -163,6 +163,64 @@ def read_host_stats(
     rec.readers.append(f"host stats ({facts.extra['read_from']})")
 
 
+K8S_NODE_KEYS = ("nvidia.com/gpu", "nvidia.com/mig-", "nvidia.com/mig.strategy")  # (k8s_node_text keys)
+
+
+def read_k8s_nodes(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """``kubectl describe node`` / ``get node -o yaml|json`` pastes: ``nvidia.com/gpu`` capacity and
+    allocatable, judged by the ``k8s evidence`` rules (``k8s/evidence.py``) into signals of this input."""
+    from gpuclinic.sources import k8s_node_text
+
+    nodes, used = k8s_node_text.read(lines, where)
+    if not nodes:
+        return
+    from gpuclinic.facts.evidence import Signal
+    from gpuclinic.k8s.evidence import node_findings
+
+    for node, lineno in nodes:
+        for f in node_findings(node, None, None):
+            snap.signals.append(
+                Signal(
+                    code=f.code,
+                    severity=f.severity.name.lower(),
+                    family=f.family.value,
+                    title=f.title,
+                    line=f.evidence[0] if f.evidence else lines[lineno - 1].strip(),
+                    input=origin,
+                    lineno=lineno,
+                    source=f.source or "",
+                    data={"signature": "k8s_node_status"},
+                )
+            )
+    claimed.update(used)
+    rec.readers.append(f"kubernetes node status ({len(nodes)} node{'s' if len(nodes) > 1 else ''})")
+
+
+SLURM_NODE_KEY = "NodeName="  # (slurm_node_text.KEY)
+
+
+def read_slurm_nodes(
+    rec: InputRecord, lines: list[str], where: Iterable[int] | None, claimed: set[int]
+) -> None:
+    """``scontrol show node`` records: read (state, reason) by the health check's own parser; the reasons
+    that name a fault are evidence signatures of their lines."""
+    from gpuclinic.sources import slurm_node_text
+
+    nodes, used = slurm_node_text.read(lines, where)
+    if not nodes:
+        return
+    claimed.update(used)
+    shown = ", ".join(f"{n.name} {n.state}" for n in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+    rec.readers.append(f"slurm node state ({shown})")
+
+
 def read_smi_list(
     snap: Snapshot,
     rec: InputRecord,

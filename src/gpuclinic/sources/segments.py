@@ -168,6 +168,8 @@ def _needles() -> tuple[str, ...]:
         R.DRIVER_KEY,
         R.SMI_L_KEY,
         *R.HOST_STATS_KEYS,
+        *R.K8S_NODE_KEYS,
+        R.SLURM_NODE_KEY,
         *R.DMON_KEYS,
         *R.MIG_KEYS,
         R.DCGM_DMON_KEY,
@@ -453,6 +455,8 @@ def read_lines(
     R.read_metrics(snap, rec, lines, classes, special, origin, claimed)
     R.read_json_driver(snap, lines, where, claimed)
     R.read_host_stats(snap, rec, lines, where, claimed)
+    R.read_k8s_nodes(snap, rec, lines, origin, where, claimed)
+    R.read_slurm_nodes(rec, lines, where, claimed)
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
     R.read_smi_dmon(snap, rec, lines, origin, where, claimed)
