@@ -163,6 +163,26 @@ def read_host_stats(
     rec.readers.append(f"host stats ({facts.extra['read_from']})")
 
 
+def read_net_paste(
+    snap: Snapshot, rec: InputRecord, lines: list[str], where: Iterable[int] | None, claimed: set[int]
+) -> None:
+    """``ping``/``mtr``/``iperf3`` summaries and transfer meters: the path's loss, RTT and rate as network
+    facts (``NetworkFacts.extra["pasted"]``), judged by the network checks with ``gpuclinic net``'s
+    thresholds."""
+    from gpuclinic.sources import net_paste
+
+    figs, used = net_paste.read(lines, where)
+    if not figs:
+        return
+    if snap.network is None:
+        from gpuclinic.facts.network import NetworkFacts
+
+        snap.network = NetworkFacts()
+    snap.network.extra.setdefault("pasted", []).extend(figs)
+    claimed.update(used)
+    rec.readers.append("network figures (" + ", ".join(sorted({f["tool"] for f in figs})) + ")")
+
+
 def read_smi_list(
     snap: Snapshot,
     rec: InputRecord,

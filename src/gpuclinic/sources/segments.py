@@ -35,6 +35,7 @@ from gpuclinic.sources import signals
 from gpuclinic.sources.kernellog import is_kernel_line
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
 from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
+from gpuclinic.sources.net_paste import KEYS as NET_PASTE_KEYS
 
 MAX_UNREAD = 200
 _ERROR_RES = lazyre.compile(
@@ -168,6 +169,7 @@ def _needles() -> tuple[str, ...]:
         R.DRIVER_KEY,
         R.SMI_L_KEY,
         *R.HOST_STATS_KEYS,
+        *NET_PASTE_KEYS,
         *R.DMON_KEYS,
         *R.MIG_KEYS,
         R.DCGM_DMON_KEY,
@@ -453,6 +455,7 @@ def read_lines(
     R.read_metrics(snap, rec, lines, classes, special, origin, claimed)
     R.read_json_driver(snap, lines, where, claimed)
     R.read_host_stats(snap, rec, lines, where, claimed)
+    R.read_net_paste(snap, rec, lines, where, claimed)
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
     R.read_smi_dmon(snap, rec, lines, origin, where, claimed)
