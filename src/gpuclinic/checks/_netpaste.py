@@ -30,6 +30,11 @@ def _where(f: dict[str, Any]) -> str:
     return f"{f['tool']}" + (f" to {f['target']}" if f.get("target") else "") + f" (line {f['line_no']})"
 
 
+def _big(f: dict[str, Any]) -> bool:
+    """A transfer meter's rate counts once enough has moved, or when the file is big enough to be hurt."""
+    return max(f.get("done") or 0.0, f.get("total") or 0.0) >= net_threshold("transfer_min_bytes")
+
+
 def latency(figs: list[dict[str, Any]]) -> Iterator[Finding]:
     """Loss at the destination (0 < loss < 100 %) and a high average RTT."""
     lossy = [f for f in figs if f.get("loss_pct") is not None
@@ -68,7 +73,7 @@ def throughput(figs: list[dict[str, Any]]) -> Iterator[Finding]:
     """A measured link (iperf3) under the slow-link rate, or one transfer crawling under the crawl rate."""
     slow = [
         f for f in figs if f.get("bps") is not None
-        and (f.get("scope") == "link" or (f.get("done") or 0.0) >= net_threshold("transfer_min_bytes"))
+        and (f.get("scope") == "link" or _big(f))
         and f["bps"] < net_threshold("slow_link_bps" if f.get("scope") == "link" else "transfer_crawl_bps")
     ]
     if not slow:

@@ -44,10 +44,15 @@ _GIT = lazyre.compile(
     r"\s+(?P<v>[\d.]+) (?P<u>[KMG]?)i?B/s"
 )
 _TQDM = lazyre.compile(
-    r"\s(?P<n>[\d.]+)(?P<nu>[kKMGT]?)i?B?/[\d.]+[kKMGT]?i?B?\s*\[[\d:]+<[\d:?]+,"
+    r"\s(?P<n>[\d.]+)(?P<nu>[kKMGT]?)i?B?/(?P<t>[\d.]+)(?P<tu>[kKMGT]?)i?B?\s*\[[\d:]+<[\d:?]+,"
     r"\s*(?P<v>[\d.]+)\s*(?P<u>[kKMG]?)i?B/s(?:\]|$)"
 )
-_PIP = lazyre.compile(r"\s(?P<n>[\d.]+)/[\d.]+ (?P<nu>[kKMG]?)B\s+(?P<v>[\d.]+) (?P<u>[kKMG]?)i?B/s eta ")
+_PIP = lazyre.compile(
+    r"\s(?P<n>[\d.]+)/(?P<t>[\d.]+) (?P<nu>[kKMG]?)B\s+(?P<v>[\d.]+) (?P<u>[kKMG]?)i?B/s eta "
+)
+# pip < 20.3: ``| 778 kB 23 kB/s eta 2:10:07`` (its size: the ``Downloading ... (184.2 MB)`` line above)
+_OLD_PIP = lazyre.compile(r"\|\s*(?P<n>[\d.]+) (?P<nu>[kKMG]?)B (?P<v>[\d.]+) (?P<u>[kKMG]?)B/s eta ")
+_PIP_TOTAL = lazyre.compile(r"^\s*Downloading \S+ \((?P<t>[\d.]+) (?P<tu>[kKMG]?)B\)")
 _WGET = lazyre.compile(r"\((?P<v>[\d.]+) (?P<u>[KMG]?)B/s\) - .* saved \[(?P<n>\d+)(?P<nu>)[/\]]")
 _UNIT = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _BIN = {"": 1.0, "k": 1024.0, "K": 1024.0, "M": 1024.0**2, "G": 1024.0**3, "T": 1024.0**4}
@@ -98,7 +103,7 @@ def _mtr(lines: list[str], idx: list[int]) -> list[dict[str, Any]]:
         for j in range(k + 1, len(lines)):
             m = _MTR_HOP.match(lines[j])
             if m is None:
-                if lines[j].strip():
+                if len(lines[j].split()) > 1:  # blank lines and a hop's extra (multipath) hosts go on
                     break
                 continue
             last = (j, m)
@@ -133,18 +138,28 @@ def _curl(lines: list[str], k: int, last: dict[str, dict[str, Any]]) -> None:
         elif lines[j].strip():
             break
     if row and (r := _curl_rate(row[1])) is not None:
-        last["curl"] = _fig("curl", row[0] + 1, lines[row[0]], bps=r, done=_curl_rate(row[2]))
+        toks = lines[row[0]].split()
+        last["curl"] = _fig(
+            "curl", row[0] + 1, lines[row[0]], bps=r, done=_curl_rate(row[2]), total=_curl_rate(toks[1])
+        )
 
 
-def _meter(s: str, k: int, last: dict[str, dict[str, Any]]) -> None:
+def _meter(lines: list[str], k: int, last: dict[str, dict[str, Any]]) -> None:
+    s = lines[k]
     """A tqdm bar (Hub downloads), pip's bar or wget's saved line: the line's last rate and size moved."""
-    for tool, rx, need in (("download bar", _TQDM, "/"), ("pip", _PIP, "eta"), ("wget", _WGET, "saved")):
+    for tool, rx, need in (
+        ("download bar", _TQDM, "/"), ("pip", _PIP, "eta"), ("pip", _OLD_PIP, "eta"), ("wget", _WGET, "saved")
+    ):
         ms = list(rx.finditer(s)) if need in s else []
         if ms:
-            m, units = ms[-1], _UNIT
+            m = ms[-1]
+            g = m.groupdict()
+            total = float(g["t"]) * _UNIT[g.get("tu") or g["nu"]] if g.get("t") else None
+            if total is None and rx is _OLD_PIP and k and (t := _PIP_TOTAL.match(lines[k - 1])):
+                total = float(t.group("t")) * _UNIT[t.group("tu")]
             last[tool] = _fig(
-                tool, k + 1, s, bps=float(m.group("v")) * units[m.group("u")],
-                done=float(m.group("n")) * units[m.group("nu")],
+                tool, k + 1, s, bps=float(m.group("v")) * _UNIT[m.group("u")],
+                done=float(m.group("n")) * _UNIT[m.group("nu")], total=total,
             )
             return
 
@@ -167,7 +182,7 @@ def _rates(lines: list[str], idx: list[int]) -> list[dict[str, Any]]:
         elif "Average Speed" in s and k + 1 < len(lines) and "Dload" in lines[k + 1]:
             _curl(lines, k, last)
         elif "B/s" in s:
-            _meter(s, k, last)
+            _meter(lines, k, last)
     out = []
     for f in last.values():
         f.pop("rank", None)
