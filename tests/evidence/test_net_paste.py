@@ -60,6 +60,8 @@ def _codes(text: str) -> dict[str, str]:
         (PING, {"network.lossy"}),
         (MAC_PING, {"network.high_latency"}),
         (WIN_PING, {"network.lossy"}),
+        (WIN_PING.replace("(25% loss)", "(25.00% loss)").replace("= 22ms", "= 322.00ms"),
+         {"network.lossy", "network.high_latency"}),  # decimals (ESP8266Ping's Windows-style output)
         (ICMP_DROPPED, set()),  # github.com drops ICMP: 100 % loss is not a lossy path
         (IPERF_P4, set()),  # the [SUM] receiver line (1.88 Gbit/s) counts, not one stream's
         (CURL_CRAWL, {"network.slow_link"}),

@@ -27,10 +27,10 @@ _PING = lazyre.compile(
 _PING_HEAD = lazyre.compile(r"^-+ (?P<host>\S+) ping statistics -+")
 _RTT = lazyre.compile(r"(?:rtt|round-trip) min/avg/max/(?:mdev|stddev) = [\d.]+/(?P<avg>[\d.]+)/")
 _WIN = lazyre.compile(
-    r"Packets: Sent = (?P<tx>\d+), Received = (?P<rx>\d+), Lost = \d+ \((?P<loss>\d+)% loss\)"
+    r"Packets: Sent = (?P<tx>\d+), Received = (?P<rx>\d+), Lost = \d+ \((?P<loss>\d+(?:\.\d+)?)% loss\)"
 )
 _WIN_HEAD = lazyre.compile(r"^Ping statistics for (?P<host>[^:\s]+)")
-_WIN_AVG = lazyre.compile(r"Average = (?P<avg>\d+)ms")
+_WIN_AVG = lazyre.compile(r"Average = (?P<avg>\d+(?:\.\d+)?)ms")
 _MTR_HOP = lazyre.compile(
     r"^\s*(?P<n>\d+)\.(?:\|--|\s)\s*(?P<host>\S+)\s+(?P<loss>\d+(?:\.\d+)?)%?\s+(?P<snt>\d+)\s+"
     r"[\d.]+\s+(?P<avg>[\d.]+)\s"
