@@ -68,6 +68,9 @@ def _codes(text: str) -> dict[str, str]:
         (PIP_SMALL, set()),  # under 1 MB moved: the rate is connection setup
         (PIP_BIG, {"network.slow_link"}),
         (WGET, {"network.slow_link"}),
+        ("Download: 45.20 Mbit/s\nUpload: 10.00 Mbit/s\n", {"network.slow_link"}),  # speedtest-cli
+        ("   Download:   268.65 Mbps (data used: 359.6 MB)\nPacket Loss:     2.5%\n", {"network.lossy"}),
+        ("   Download:   268.65 Mbps (data used: 359.6 MB)\nPacket Loss:     0.0%\n", set()),
     ],
 )
 def test_pasted_figures_give_nets_codes(text: str, codes: set[str]) -> None:
@@ -117,3 +120,13 @@ def test_prose_with_the_words_is_not_read() -> None:
 def test_a_line_without_a_key_literal_is_not_visited() -> None:
     figs, _ = net_paste.read(PING.splitlines(), where=[0])  # the summary's line is not in ``where``
     assert figs == []
+
+
+def test_each_hub_file_keeps_its_own_last_rate() -> None:
+    """A slow shard is not hidden by a small file's bar printed after it."""
+    text = (
+        "model-00001-of-00002.safetensors:  40%|████      | 2.00G/4.98G [30:00<45:00, 600kB/s]\n"
+        "config.json: 100%|██████████| 1.20k/1.20k [00:00<00:00, 9.00kB/s]\n"
+    )
+    f = next(f for f in explain_text(text).findings if f.code == "network.slow_link")
+    assert "model-00001-of-00002" in f.evidence[0] and len(f.evidence) == 1

@@ -18,7 +18,10 @@ from typing import Any
 from gpuclinic import lazyre
 
 # the literal each format's key line holds (a big input's reader visits only lines holding one)
-KEYS = ("packet loss", "Packets: Sent", "Loss%", "bits/sec", "Receiving objects:", "Average Speed", "B/s")
+KEYS = (
+    "packet loss", "Packets: Sent", "Loss%", "bits/sec", "Receiving objects:", "Average Speed", "B/s",
+    "Download:", "Packet Loss:",
+)
 
 _PING = lazyre.compile(
     r"(?P<tx>\d+) packets transmitted, (?P<rx>\d+) (?:packets )?received,"
@@ -54,6 +57,9 @@ _PIP = lazyre.compile(
 _OLD_PIP = lazyre.compile(r"\|\s*(?P<n>[\d.]+) (?P<nu>[kKMG]?)B (?P<v>[\d.]+) (?P<u>[kKMG]?)B/s eta ")
 _PIP_TOTAL = lazyre.compile(r"^\s*Downloading \S+ \((?P<t>[\d.]+) (?P<tu>[kKMG]?)B\)")
 _WGET = lazyre.compile(r"\((?P<v>[\d.]+) (?P<u>[KMG]?)B/s\) - .* saved \[(?P<n>\d+)(?P<nu>)[/\]]")
+# speedtest-cli ``Download: 10.31 Mbit/s``, speedtest.pl, Ookla's ``Download:   268.65 Mbps (data used: ...)``
+_SPEEDTEST = lazyre.compile(r"\bDownload:\s+(?P<v>[\d.]+) (?P<u>[KMG])(?:bit/s|bps)\b")
+_OOKLA_LOSS = lazyre.compile(r"^\s*Packet Loss:\s+(?P<loss>\d+(?:\.\d+)?)%")
 _UNIT = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _BIN = {"": 1.0, "k": 1024.0, "K": 1024.0, "M": 1024.0**2, "G": 1024.0**3, "T": 1024.0**4}
 
@@ -78,6 +84,8 @@ def _ping(lines: list[str], idx: list[int]) -> list[dict[str, Any]]:
                 _fig("ping", k + 1, s, head.group("host") if head else None, sent=int(m.group("tx")),
                      loss_pct=float(m.group("loss")), rtt_avg_ms=avg)
             )
+        elif "Packet Loss:" in s and (m := _OOKLA_LOSS.match(s)):
+            out.append(_fig("speedtest", k + 1, s, loss_pct=float(m.group("loss"))))
         elif "Packets: Sent" in s and (m := _WIN.search(s)):
             head = _WIN_HEAD.match(lines[k - 1].strip()) if k else None
             avg = None
@@ -145,8 +153,9 @@ def _curl(lines: list[str], k: int, last: dict[str, dict[str, Any]]) -> None:
 
 
 def _meter(lines: list[str], k: int, last: dict[str, dict[str, Any]]) -> None:
+    """A tqdm bar (Hub downloads; one figure per file), pip's bar or wget's saved line: the line's last
+    rate and the size moved."""
     s = lines[k]
-    """A tqdm bar (Hub downloads), pip's bar or wget's saved line: the line's last rate and size moved."""
     for tool, rx, need in (
         ("download bar", _TQDM, "/"), ("pip", _PIP, "eta"), ("pip", _OLD_PIP, "eta"), ("wget", _WGET, "saved")
     ):
@@ -157,7 +166,8 @@ def _meter(lines: list[str], k: int, last: dict[str, dict[str, Any]]) -> None:
             total = float(g["t"]) * _UNIT[g.get("tu") or g["nu"]] if g.get("t") else None
             if total is None and rx is _OLD_PIP and k and (t := _PIP_TOTAL.match(lines[k - 1])):
                 total = float(t.group("t")) * _UNIT[t.group("tu")]
-            last[tool] = _fig(
+            key = tool + ":" + s[: m.start()].split(":")[0].strip()[-80:] if rx is _TQDM else tool
+            last[key] = _fig(
                 tool, k + 1, s, bps=float(m.group("v")) * _UNIT[m.group("u")],
                 done=float(m.group("n")) * _UNIT[m.group("nu")], total=total,
             )
@@ -181,6 +191,9 @@ def _rates(lines: list[str], idx: list[int]) -> list[dict[str, Any]]:
                 )
         elif "Average Speed" in s and k + 1 < len(lines) and "Dload" in lines[k + 1]:
             _curl(lines, k, last)
+        elif "Download:" in s and (sp := _SPEEDTEST.search(s)):
+            bps = float(sp.group("v")) * _UNIT[sp.group("u")] / 8
+            last["speedtest"] = _fig("speedtest", k + 1, s, bps=bps, scope="link")
         elif "B/s" in s:
             _meter(lines, k, last)
     out = []
