@@ -40,6 +40,10 @@ IPERF_P4 = (
     "[SUM]   0.00-10.00  sec  2.20 GBytes  1.89 Gbits/sec  480             sender\n"
     "[SUM]   0.00-10.00  sec  2.19 GBytes  1.88 Gbits/sec                  receiver\n"
 )
+IPERF_UDP = (
+    "[  5]   0.00-10.00  sec  1.25 MBytes  1.05 Mbits/sec  0.000 ms  0/906 (0%)  sender\n"
+    "[  5]   0.00-10.04  sec  1.25 MBytes  1.05 Mbits/sec  0.021 ms  0/906 (0%)  receiver\n"
+)
 CURL_CRAWL = (
     "  % Total    % Received % Xferd  Average Speed   Time    Time     Time  Current\n"
     "                                 Dload  Upload   Total   Spent    Left  Speed\n"
@@ -64,6 +68,8 @@ def _codes(text: str) -> dict[str, str]:
          {"network.lossy", "network.high_latency"}),  # decimals (ESP8266Ping's Windows-style output)
         (ICMP_DROPPED, set()),  # github.com drops ICMP: 100 % loss is not a lossy path
         (IPERF_P4, set()),  # the [SUM] receiver line (1.88 Gbit/s) counts, not one stream's
+        (IPERF_UDP, set()),  # UDP's 1.05 Mbit/s is the rate asked for (-b), not the link's
+        (IPERF_UDP.replace("0/906 (0%)  receiver", "23/906 (2.5%)  receiver"), {"network.lossy"}),
         (CURL_CRAWL, {"network.slow_link"}),
         (PIP_SMALL, set()),  # under 1 MB moved: the rate is connection setup
         (PIP_BIG, {"network.slow_link"}),

@@ -42,6 +42,7 @@ _IPERF = lazyre.compile(
     r"^\[\s*(?P<id>\d+|SUM)\]\s+[\d.]+-\s*[\d.]+\s+sec\s+[\d.]+\s+\w?Bytes\s+(?P<v>[\d.]+)\s+(?P<u>[KMG]?)bits/sec"
     r".*\b(?P<side>receiver|sender)\s*$"
 )
+_IPERF_UDP = lazyre.compile(r"\bms\s+\d+/\d+ \((?P<pct>\d+(?:\.\d+)?(?:e[+-]?\d+)?)%\)")
 _GIT = lazyre.compile(
     r"Receiving objects:\s+\d+% \(\d+/\d+\),\s+(?P<n>[\d.]+) (?P<nu>[KMG]?)i?B \|"
     r"\s+(?P<v>[\d.]+) (?P<u>[KMG]?)i?B/s"
@@ -125,9 +126,14 @@ def _mtr(lines: list[str], idx: list[int]) -> list[dict[str, Any]]:
 
 
 def _iperf(s: str, k: int, last: dict[str, dict[str, Any]]) -> None:
-    """iperf3's summary: the receiver line (what arrived), [SUM] over one stream's when -P ran several."""
+    """iperf3's summary: the receiver line (what arrived), [SUM] over one stream's when -P ran several.  A UDP
+    test's rate is the one asked for (``-b``, 1 Mbit/s by default), so its lost datagrams count instead."""
     m = _IPERF.match(s.strip())
     if m is None:
+        return
+    if u := _IPERF_UDP.search(s):
+        if m.group("side") == "receiver":
+            last["iperf3 udp"] = _fig("iperf3", k + 1, s, loss_pct=float(u.group("pct")), bps=None)
         return
     rank = (m.group("side") == "receiver", m.group("id") == "SUM")
     prev = last.get("iperf3")
@@ -200,7 +206,7 @@ def _rates(lines: list[str], idx: list[int]) -> list[dict[str, Any]]:
     for f in last.values():
         f.pop("rank", None)
         f.setdefault("scope", "transfer")
-        if f["bps"] > 0:  # a meter's 0 B/s is its first tick, not a rate
+        if f["bps"] is None or f["bps"] > 0:  # a meter's 0 B/s is its first tick, not a rate
             out.append(f)
     return out
 
