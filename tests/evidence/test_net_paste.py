@@ -71,6 +71,12 @@ def _codes(text: str) -> dict[str, str]:
         (IPERF_UDP, set()),  # UDP's 1.05 Mbit/s is the rate asked for (-b), not the link's
         (IPERF_UDP.replace("0/906 (0%)  receiver", "23/906 (2.5%)  receiver"), {"network.lossy"}),
         (CURL_CRAWL, {"network.slow_link"}),
+        ("Receiving objects:  12% (1234/10000), 5.00 MiB | 35.00 KiB/s\n", {"network.slow_link"}),
+        ("Receiving objects: 100% (54/54), 120.50 KiB | 35.00 KiB/s, done.\n", set()),  # a tiny repo
+        ("  Downloading torch-1.7.0-cp36-cp36m-win_amd64.whl (735.4 MB)\n"
+         "     |████████████████████████████████| 735.4 MB 14 kB/s\n", {"network.slow_link"}),
+        ("--- 8.8.8.8 ping statistics ---\n4 packets transmitted, 4 packets received, 0% packet loss\n"
+         "round-trip min/avg/max = 301.2/305.5/310.0 ms\n", {"network.high_latency"}),  # busybox
         (PIP_SMALL, set()),  # under 1 MB moved: the rate is connection setup
         (PIP_BIG, {"network.slow_link"}),
         (WGET, {"network.slow_link"}),
@@ -92,6 +98,9 @@ def test_mtr_judges_the_last_hop_not_a_middle_one() -> None:
         "  4.|-- huggingface.co             0.0%    10   12.0  12.1  11.9  12.4   0.1\n"
     )
     assert not [c for c, s in _codes(middle).items() if s != "info"]
+    asn = middle.replace("|-- huggingface.co ", "|-- AS13335 huggingface.co")  # mtr -z
+    assert not [c for c, s in _codes(asn).items() if s != "info"]
+    assert net_paste.read(asn.splitlines())[0][0]["target"] == "huggingface.co"
     last = middle.replace("huggingface.co             0.0%", "huggingface.co            12.0%")
     f = next(f for f in explain_text(last).findings if f.code == "network.lossy")
     assert "huggingface.co" in f.title and "12.0%" in f.evidence[0]

@@ -28,14 +28,14 @@ _PING = lazyre.compile(
     r".*?(?P<loss>\d+(?:\.\d+)?)% packet loss"
 )
 _PING_HEAD = lazyre.compile(r"^-+ (?P<host>\S+) ping statistics -+")
-_RTT = lazyre.compile(r"(?:rtt|round-trip) min/avg/max/(?:mdev|stddev) = [\d.]+/(?P<avg>[\d.]+)/")
+_RTT = lazyre.compile(r"(?:rtt|round-trip) min/avg/max(?:/(?:mdev|stddev))? = [\d.]+/(?P<avg>[\d.]+)/")
 _WIN = lazyre.compile(
     r"Packets: Sent = (?P<tx>\d+), Received = (?P<rx>\d+), Lost = \d+ \((?P<loss>\d+(?:\.\d+)?)% loss\)"
 )
 _WIN_HEAD = lazyre.compile(r"^Ping statistics for (?P<host>[^:\s]+)")
 _WIN_AVG = lazyre.compile(r"Average = (?P<avg>\d+(?:\.\d+)?)ms")
 _MTR_HOP = lazyre.compile(
-    r"^\s*(?P<n>\d+)\.(?:\|--|\s)\s*(?P<host>\S+)\s+(?P<loss>\d+(?:\.\d+)?)%?\s+(?P<snt>\d+)\s+"
+    r"^\s*(?P<n>\d+)\.(?:\|--|\s)\s*(?:AS\S+\s+)?(?P<host>\S+)\s+(?P<loss>\d+(?:\.\d+)?)%?\s+(?P<snt>\d+)\s+"
     r"[\d.]+\s+(?P<avg>[\d.]+)\s"
 )
 _IPERF = lazyre.compile(
@@ -44,7 +44,7 @@ _IPERF = lazyre.compile(
 )
 _IPERF_UDP = lazyre.compile(r"\bms\s+\d+/\d+ \((?P<pct>\d+(?:\.\d+)?(?:e[+-]?\d+)?)%\)")
 _GIT = lazyre.compile(
-    r"Receiving objects:\s+\d+% \(\d+/\d+\),\s+(?P<n>[\d.]+) (?P<nu>[KMG]?)i?B \|"
+    r"Receiving objects:\s+(?P<pct>\d+)% \(\d+/\d+\),\s+(?P<n>[\d.]+) (?P<nu>[KMG]?)i?B \|"
     r"\s+(?P<v>[\d.]+) (?P<u>[KMG]?)i?B/s"
 )
 _TQDM = lazyre.compile(
@@ -55,7 +55,9 @@ _PIP = lazyre.compile(
     r"\s(?P<n>[\d.]+)/(?P<t>[\d.]+) (?P<nu>[kKMG]?)B\s+(?P<v>[\d.]+) (?P<u>[kKMG]?)i?B/s eta "
 )
 # pip < 20.3: ``| 778 kB 23 kB/s eta 2:10:07`` (its size: the ``Downloading ... (184.2 MB)`` line above)
-_OLD_PIP = lazyre.compile(r"\|\s*(?P<n>[\d.]+) (?P<nu>[kKMG]?)B (?P<v>[\d.]+) (?P<u>[kKMG]?)B/s eta ")
+_OLD_PIP = lazyre.compile(
+    r"\|\s*(?P<n>[\d.]+) (?P<nu>[kKMG]?)B (?P<v>[\d.]+) (?P<u>[kKMG]?)B/s(?:\s+eta\b|\s*$)"
+)
 _PIP_TOTAL = lazyre.compile(r"^\s*Downloading \S+ \((?P<t>[\d.]+) (?P<tu>[kKMG]?)B\)")
 _WGET = lazyre.compile(r"\((?P<v>[\d.]+) (?P<u>[KMG]?)B/s\) - .* saved \[(?P<n>\d+)(?P<nu>)[/\]]")
 # speedtest-cli ``Download: 10.31 Mbit/s``, speedtest.pl, Ookla's ``Download:   268.65 Mbps (data used: ...)``
@@ -163,7 +165,7 @@ def _meter(lines: list[str], k: int, last: dict[str, dict[str, Any]]) -> None:
     rate and the size moved."""
     s = lines[k]
     for tool, rx, need in (
-        ("download bar", _TQDM, "/"), ("pip", _PIP, "eta"), ("pip", _OLD_PIP, "eta"), ("wget", _WGET, "saved")
+        ("download bar", _TQDM, "/"), ("pip", _PIP, "eta"), ("pip", _OLD_PIP, "|"), ("wget", _WGET, "saved")
     ):
         ms = list(rx.finditer(s)) if need in s else []
         if ms:
@@ -191,9 +193,10 @@ def _rates(lines: list[str], idx: list[int]) -> list[dict[str, Any]]:
             ms = list(_GIT.finditer(s))  # a \r-joined meter holds many updates on one line: the last counts
             if ms:
                 m = ms[-1]
-                last["git"] = _fig(
-                    "git clone", k + 1, m.group(0), bps=float(m.group("v")) * _BIN[m.group("u")],
-                    done=float(m.group("n")) * _BIN[m.group("nu")],
+                done, pct = float(m.group("n")) * _BIN[m.group("nu")], int(m.group("pct"))
+                last["git"] = _fig(  # objects received stand in for bytes: the pack's size, roughly
+                    "git clone", k + 1, m.group(0), bps=float(m.group("v")) * _BIN[m.group("u")], done=done,
+                    total=done * 100 / pct if pct else None,
                 )
         elif "Average Speed" in s and k + 1 < len(lines) and "Dload" in lines[k + 1]:
             _curl(lines, k, last)
