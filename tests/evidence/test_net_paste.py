@@ -5,7 +5,9 @@ transfer network.slow_link.  Healthy figures stay healthy."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,3 +147,21 @@ def test_each_hub_file_keeps_its_own_last_rate() -> None:
     )
     f = next(f for f in explain_text(text).findings if f.code == "network.slow_link")
     assert "model-00001-of-00002" in f.evidence[0] and len(f.evidence) == 1
+
+
+def test_a_big_log_reaches_the_reader_through_the_needle_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past segments.BIG lines only the lines holding a needle are visited: the keys are among them."""
+    filler = "".join(f"step {i} loss 0.{i % 97:02d}\n" for i in range(3000))
+    text = filler + "--- hf.co ping statistics ---\n" + PING.split("\n", 1)[1] + filler + CURL_CRAWL
+    seen: list[int] = []
+    real = net_paste.read
+
+    def spy(lines: list[str], where: Iterable[int] | None = None) -> tuple[list[dict[str, Any]], set[int]]:
+        assert where is not None  # the big-input path: only the needle scan's hit lines
+        seen.extend(where)
+        return real(lines, where)
+
+    monkeypatch.setattr(net_paste, "read", spy)
+    found = _codes(text)
+    assert 0 < len(seen) < 20, len(seen)
+    assert found.get("network.lossy") == "warning" and found.get("network.slow_link") == "warning", found
