@@ -79,6 +79,8 @@ def _codes(text: str) -> dict[str, str]:
          "     |████████████████████████████████| 735.4 MB 14 kB/s\n", {"network.slow_link"}),
         ("--- 8.8.8.8 ping statistics ---\n4 packets transmitted, 4 packets received, 0% packet loss\n"
          "round-trip min/avg/max = 301.2/305.5/310.0 ms\n", {"network.high_latency"}),  # busybox
+        ("model.safetensors:   0%|  | 57.5k/4.98G [00:00<95:05:17, 93.9kB/s]\n", set()),  # its first second
+        ("model.safetensors:   0%|  | 4.50M/4.98G [01:30<40:05:17, 50.0kB/s]\n", {"network.slow_link"}),
         (PIP_SMALL, set()),  # under 1 MB moved: the rate is connection setup
         (PIP_BIG, {"network.slow_link"}),
         (WGET, {"network.slow_link"}),

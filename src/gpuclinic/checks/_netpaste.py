@@ -32,7 +32,11 @@ def _where(f: dict[str, Any]) -> str:
 
 def _big(f: dict[str, Any]) -> bool:
     """A transfer meter's rate counts once enough has moved, or when the file is big enough to be hurt."""
-    return max(f.get("done") or 0.0, f.get("total") or 0.0) >= net_threshold("transfer_min_bytes")
+    least = net_threshold("transfer_min_bytes")
+    if (f.get("done") or 0.0) >= least:
+        return True
+    started = f.get("elapsed_s") is not None and f["elapsed_s"] < net_threshold("transfer_min_seconds")
+    return not started and (f.get("total") or 0.0) >= least
 
 
 def latency(figs: list[dict[str, Any]]) -> Iterator[Finding]:

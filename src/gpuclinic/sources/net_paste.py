@@ -48,8 +48,8 @@ _GIT = lazyre.compile(
     r"\s+(?P<v>[\d.]+) (?P<u>[KMG]?)i?B/s"
 )
 _TQDM = lazyre.compile(
-    r"\s(?P<n>[\d.]+)(?P<nu>[kKMGT]?)i?B?/(?P<t>[\d.]+)(?P<tu>[kKMGT]?)i?B?\s*\[[\d:]+<[\d:?]+,"
-    r"\s*(?P<v>[\d.]+)\s*(?P<u>[kKMG]?)i?B/s(?:\]|$)"
+    r"\s(?P<n>[\d.]+)(?P<nu>[kKMGT]?)i?B?/(?P<t>[\d.]+)(?P<tu>[kKMGT]?)i?B?\s*\[(?P<el>[\d:]+)<[\d:?]+,"
+    r"\s*(?P<v>[\d.]+)\s*(?P<u>[kKMG]?)i?B/s(?:[,\]]|$)"
 )
 _PIP = lazyre.compile(
     r"\s(?P<n>[\d.]+)/(?P<t>[\d.]+) (?P<nu>[kKMG]?)B\s+(?P<v>[\d.]+) (?P<u>[kKMG]?)i?B/s eta "
@@ -174,12 +174,23 @@ def _meter(lines: list[str], k: int, last: dict[str, dict[str, Any]]) -> None:
             total = float(g["t"]) * _UNIT[g.get("tu") or g["nu"]] if g.get("t") else None
             if total is None and rx is _OLD_PIP and k and (t := _PIP_TOTAL.match(lines[k - 1])):
                 total = float(t.group("t")) * _UNIT[t.group("tu")]
-            key = tool + ":" + s[: m.start()].split(":")[0].strip()[-80:] if rx is _TQDM else tool
+            name = s[: m.start()].split(":")[0].strip()[-80:] if rx is _TQDM and ":" in s[: m.start()] else ""
+            key = tool + ":" + name  # a bar without a file name ("  3%|▎  | 997M/29.9G ...") is one figure
             last[key] = _fig(
                 tool, k + 1, s, bps=float(m.group("v")) * _UNIT[m.group("u")],
-                done=float(m.group("n")) * _UNIT[m.group("nu")], total=total,
+                done=float(m.group("n")) * _UNIT[m.group("nu")], total=total, elapsed_s=_secs(g.get("el")),
             )
             return
+
+
+def _secs(el: str | None) -> float | None:
+    """tqdm's elapsed ``05:45`` / ``1:02:03`` in seconds."""
+    if not el:
+        return None
+    out = 0.0
+    for part in el.split(":"):
+        out = out * 60 + float(part or 0)
+    return out
 
 
 def _rates(lines: list[str], idx: list[int]) -> list[dict[str, Any]]:
