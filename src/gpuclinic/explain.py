@@ -133,6 +133,7 @@ def explain_text(
         or snap.signals
         or snap.room
         or snap.host  # pasted top/vmstat/mpstat/iostat figures
+        or (snap.network and snap.network.extra.get("pasted"))  # pasted ping/mtr/iperf3/transfer meters
         or (snap.software and snap.software.nvidia_smi_errors)
     ):
         try:

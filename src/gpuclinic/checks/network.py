@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from gpuclinic.checks import check
+from gpuclinic.checks import _netpaste, check
+from gpuclinic.checks._netpaste import net_threshold
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import finding
 from gpuclinic.model import Family, Finding
@@ -35,11 +36,9 @@ def switch_lines(ep: Endpoint) -> dict[str, list[str]]:
 NET = Family.NETWORK
 DNS_SLOW_MS = 300.0
 DNS_VERY_SLOW_MS = 1000.0
-HIGH_LATENCY_MS = 200.0
 JITTER_MS = 50.0
 PER_CONN_RATIO = 2.0  # N connections at least this much faster than one: per-connection cap
 LINK_RATIO = 1.5  # below this the link (not the connection) is the limit
-SLOW_LINK_BPS = 12.5e6  # 100 Mbit/s
 FAST_SINGLE_BPS = 50e6
 MIRROR_GAIN = 1.5
 
@@ -65,6 +64,11 @@ def _facts(snap: Snapshot) -> NetworkFacts | None:
     if nf is None or not nf.probes:
         return None
     return nf
+
+
+def _pasted(snap: Snapshot) -> list[dict[str, Any]]:
+    """Figures read from a pasted ping/mtr/iperf3/transfer meter (sources/net_paste.py)."""
+    return list(snap.network.extra.get("pasted", [])) if snap.network is not None else []
 
 
 def _live(nf: NetworkFacts) -> Iterator[EndpointProbe]:
@@ -215,11 +219,12 @@ def _configured_undo(eid: str, url: str) -> str:
 
 @check("network.latency", codes=["network.high_latency", "network.lossy"], what="latency and loss")
 def latency(snap: Snapshot) -> Iterator[Finding]:
+    yield from _netpaste.latency(_pasted(snap))
     nf = _facts(snap)
     if nf is None or nf.offline:
         return
     probes = [p for p in _live(nf) if p.connect_ms]
-    high = [p for p in probes if (p.connect_median_ms() or 0) >= HIGH_LATENCY_MS]
+    high = [p for p in probes if (p.connect_median_ms() or 0) >= net_threshold("high_latency_ms")]
     if high:
         yield finding(
             "network.high_latency",
@@ -266,6 +271,7 @@ def latency(snap: Snapshot) -> Iterator[Finding]:
 
 @check("network.throughput", codes=["network.per_connection_cap", "network.slow_link"], what="throughput")
 def throughput(snap: Snapshot) -> Iterator[Finding]:
+    yield from _netpaste.throughput(_pasted(snap))
     nf = _facts(snap)
     if nf is None or nf.offline:
         return
@@ -281,7 +287,11 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
             continue
         if m and m / s >= PER_CONN_RATIO:
             capped.append((p, s, m, m / s))
-        elif p in live and max(s, m or 0) < SLOW_LINK_BPS and (m is None or m / s < LINK_RATIO):
+        elif (
+            p in live
+            and max(s, m or 0) < net_threshold("slow_link_bps")
+            and (m is None or m / s < LINK_RATIO)
+        ):
             slow.append((p, s, m or s))
     if capped and not any(c[0] in live for c in capped):
         # only mirror candidates are capped: not the user's path, but the table flags them, so the

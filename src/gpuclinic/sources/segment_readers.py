@@ -219,6 +219,24 @@ def read_slurm_nodes(
     claimed.update(used)
     shown = ", ".join(f"{n.name} {n.state}" for n in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
     rec.readers.append(f"slurm node state ({shown})")
+def read_net_paste(
+    snap: Snapshot, rec: InputRecord, lines: list[str], where: Iterable[int] | None, claimed: set[int]
+) -> None:
+    """``ping``/``mtr``/``iperf3`` summaries and transfer meters: the path's loss, RTT and rate as network
+    facts (``NetworkFacts.extra["pasted"]``), judged by the network checks with ``gpuclinic net``'s
+    thresholds."""
+    from gpuclinic.sources import net_paste
+
+    figs, used = net_paste.read(lines, where)
+    if not figs:
+        return
+    if snap.network is None:
+        from gpuclinic.facts.network import NetworkFacts
+
+        snap.network = NetworkFacts()
+    snap.network.extra.setdefault("pasted", []).extend(figs)
+    claimed.update(used)
+    rec.readers.append("network figures (" + ", ".join(sorted({f["tool"] for f in figs})) + ")")
 
 
 def read_smi_list(

@@ -35,6 +35,7 @@ from gpuclinic.sources import signals
 from gpuclinic.sources.kernellog import is_kernel_line
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
 from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
+from gpuclinic.sources.net_paste import KEYS as NET_PASTE_KEYS
 
 MAX_UNREAD = 200
 _ERROR_RES = lazyre.compile(
@@ -170,6 +171,7 @@ def _needles() -> tuple[str, ...]:
         *R.HOST_STATS_KEYS,
         *R.K8S_NODE_KEYS,
         R.SLURM_NODE_KEY,
+        *NET_PASTE_KEYS,
         *R.DMON_KEYS,
         *R.MIG_KEYS,
         R.DCGM_DMON_KEY,
@@ -457,6 +459,7 @@ def read_lines(
     R.read_host_stats(snap, rec, lines, where, claimed)
     R.read_k8s_nodes(snap, rec, lines, origin, where, claimed)
     R.read_slurm_nodes(rec, lines, where, claimed)
+    R.read_net_paste(snap, rec, lines, where, claimed)
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
     R.read_smi_dmon(snap, rec, lines, origin, where, claimed)
