@@ -41,6 +41,7 @@ MAX_EVIDENCE = 4
         "host.cpu_lockup",
         "host.storage_error",
         "evidence.partial",
+        "fabric.ib_rate_degraded",
         "error.*",
     ],
     what="fault signatures in the evidence",

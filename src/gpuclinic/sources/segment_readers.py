@@ -15,6 +15,7 @@ from gpuclinic.sources import (
     dcgm_dmon,
     dcgm_json,
     dcgm_metrics,
+    ib_ports,
     smi_dmon,
     smi_exporter_metrics,
     smi_mig,
@@ -29,6 +30,7 @@ DMON_KEYS = smi_dmon.DMON_KEYS
 DCGM_DMON_KEY = dcgm_dmon.DMON_KEY
 MIG_KEYS = smi_mig.MIG_KEYS
 SMI_L_KEY = "UUID: GPU-"
+IB_KEYS = ib_ports.IB_KEYS
 _NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 
 
@@ -214,6 +216,31 @@ def read_smi_dmon(
     apply_dump(snap, dump, origin)
     claimed.update(used)
     _mark(rec, used, "nvidia-smi dmon")
+
+
+def read_ib_ports(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """``ibstat``/``ibstatus``/``ibv_devinfo``/``rdma link`` port listings (sources/ib_ports.py)."""
+    keys = IB_KEYS
+    if where is None:
+        if not any(k in ln for ln in lines for k in keys):
+            return
+    else:
+        where = [k for k in where if any(key in lines[k] for key in keys)]
+        if not where:
+            return
+    ports, used = ib_ports.parse(lines, where)
+    if not ports:
+        return
+    ib_ports.apply(snap, ports, origin)
+    claimed.update(used)
+    _mark(rec, used, "InfiniBand ports")
 
 
 def read_smi_mig(
