@@ -153,3 +153,11 @@ def test_nccl_ib_and_p2p_transports_are_quiet(line: str) -> None:
     assert not explain_text(line + "\n", "x").findings or all(
         f.severity.name.lower() == "info" for f in explain_text(line + "\n", "x").findings
     )
+
+
+def test_listing_inside_a_big_log_is_read(tmp_path: Path) -> None:
+    """A big input is visited only on its literal hits: the listing's keys are among them."""
+    filler = "".join(f"step {i} loss 0.{i % 97:02d} lr 1e-4\n" for i in range(3000))
+    text = filler + _ibstat("MT4129", "Active", "LinkUp", "100") + filler
+    for codes in _both(tmp_path, text):
+        assert _serious(codes) == {"fabric.ib_rate_degraded": "warning"}, codes
