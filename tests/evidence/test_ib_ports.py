@@ -161,3 +161,20 @@ def test_listing_inside_a_big_log_is_read(tmp_path: Path) -> None:
     text = filler + _ibstat("MT4129", "Active", "LinkUp", "100") + filler
     for codes in _both(tmp_path, text):
         assert _serious(codes) == {"fabric.ib_rate_degraded": "warning"}, codes
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "learn01:1:2 [3] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'",
+        "m:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 4 > 2)",
+    ],
+)
+def test_gdr_disabled_is_a_warning(line: str) -> None:
+    codes = {f.code: f.severity.name.lower() for f in explain_text(line + "\n", "x").findings}
+    assert codes == {"error.nccl.gdr_disabled": "warning"}, codes
+
+
+def test_gdr_enabled_is_quiet() -> None:
+    line = "m:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA (nvidia-peermem) enabled for HCA 0 'mlx5_0'\n"
+    assert not _serious({f.code: f.severity.name.lower() for f in explain_text(line, "x").findings})
