@@ -178,3 +178,16 @@ def test_gdr_disabled_is_a_warning(line: str) -> None:
 def test_gdr_enabled_is_quiet() -> None:
     line = "m:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA (nvidia-peermem) enabled for HCA 0 'mlx5_0'\n"
     assert not _serious({f.code: f.severity.name.lower() for f in explain_text(line, "x").findings})
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ("# Out of bounds values : 248 FAILED", {"error.nccl.tests_wrong_results": "critical"}),
+        ("` Out of bounds values : 56 FAILED`", {"error.nccl.tests_wrong_results": "critical"}),
+        ("# Out of bounds values : 0 OK", {}),
+    ],
+)
+def test_nccl_tests_validation(line: str, want: dict[str, str]) -> None:
+    codes = {f.code: f.severity.name.lower() for f in explain_text(line + "\n", "x").findings}
+    assert _serious(codes) == want
