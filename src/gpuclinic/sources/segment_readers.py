@@ -16,6 +16,7 @@ from gpuclinic.sources import (
     dcgm_json,
     dcgm_metrics,
     ib_ports,
+    nccl_tests,
     smi_dmon,
     smi_exporter_metrics,
     smi_mig,
@@ -31,6 +32,7 @@ DCGM_DMON_KEY = dcgm_dmon.DMON_KEY
 MIG_KEYS = smi_mig.MIG_KEYS
 SMI_L_KEY = "UUID: GPU-"
 IB_KEYS = ib_ports.IB_KEYS
+NCCL_TESTS_KEYS = nccl_tests.KEYS
 _NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 
 
@@ -218,6 +220,33 @@ def read_smi_dmon(
     _mark(rec, used, "nvidia-smi dmon")
 
 
+def _keyed(lines: list[str], where: Iterable[int] | None, keys: tuple[str, ...]) -> list[int] | None:
+    """The 0-based lines holding one of ``keys`` (of ``where`` on a big input); None when none does."""
+    cand = range(len(lines)) if where is None else where
+    got = [k for k in cand if any(key in lines[k] for key in keys)]
+    return got or None
+
+
+def read_nccl_tests(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """nccl-tests benchmark tables and summaries (sources/nccl_tests.py)."""
+    marks = _keyed(lines, where, NCCL_TESTS_KEYS)
+    if marks is None:
+        return
+    run, used = nccl_tests.parse(lines, marks)
+    if not used:
+        return
+    nccl_tests.apply(snap, run, origin)
+    claimed.update(used)
+    _mark(rec, used, "nccl-tests")
+
+
 def read_ib_ports(
     snap: Snapshot,
     rec: InputRecord,
@@ -227,15 +256,10 @@ def read_ib_ports(
     claimed: set[int],
 ) -> None:
     """``ibstat``/``ibstatus``/``ibv_devinfo``/``rdma link`` port listings (sources/ib_ports.py)."""
-    keys = IB_KEYS
-    if where is None:
-        if not any(k in ln for ln in lines for k in keys):
-            return
-    else:
-        where = [k for k in where if any(key in lines[k] for key in keys)]
-        if not where:
-            return
-    ports, used = ib_ports.parse(lines, where)
+    marks = _keyed(lines, where, IB_KEYS)
+    if marks is None:
+        return
+    ports, used = ib_ports.parse(lines, marks)
     if not ports:
         return
     ib_ports.apply(snap, ports, origin)
