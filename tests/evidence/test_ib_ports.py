@@ -191,3 +191,18 @@ def test_gdr_enabled_is_quiet() -> None:
 def test_nccl_tests_validation(line: str, want: dict[str, str]) -> None:
     codes = {f.code: f.severity.name.lower() for f in explain_text(line + "\n", "x").findings}
     assert _serious(codes) == want
+
+
+def test_topo_names_each_gpus_nearest_nic_and_the_far_ones() -> None:
+    from gpuclinic.sources import smi_topo
+
+    text = (
+        "        GPU0    GPU1    NIC0    NIC1    CPU Affinity    NUMA Affinity\n"
+        "GPU0     X      NV18    PIX     SYS     0-31    0\n"
+        "GPU1    NV18     X      SYS     SYS     32-63   1\n"
+        "NIC0    PIX     SYS      X      SYS\n"
+        "NIC1    SYS     SYS     SYS      X\n"
+    )
+    notes = smi_topo.parse(text).notes()
+    assert "GPU nearest NIC: GPU0 NIC0 (PIX); GPU1 NIC0 (SYS)" in notes, notes
+    assert any(n.startswith("GPUs with no NIC on their PCIe switch: GPU1 (SYS):") for n in notes), notes
