@@ -18,11 +18,9 @@ from typing import Any
 from gpuclinic import lazyre
 from gpuclinic.facts.evidence import Signal
 from gpuclinic.facts.snapshot import Snapshot
-from gpuclinic.knowledge import codes, load_data
+from gpuclinic.knowledge import load_data
 from gpuclinic.record import record
 
-# literals one of which a line of every supported listing holds (a big input's line index finds them)
-IB_KEYS = ("CA type:", "Infiniband device '", "hca_id:", "physical_state ")
 RATE_CODE = "fabric.ib_rate_degraded"
 MAX_BLOCK = 200  # key: value lines of one adapter's block (ibv_devinfo -v: ~60 plus ~30 a port)
 MAX_NOTE_PORTS = 16
@@ -129,7 +127,7 @@ def _devinfo(ca: str, kv: list[tuple[int, str, str]]) -> list[IbPort]:
 
 def parse(lines: list[str], where: Iterable[int] | None = None) -> tuple[list[IbPort], list[int]]:
     """The ports of every listing in ``lines`` and the 1-based lines used.  ``where``: the 0-based lines
-    that may hold an ``IB_KEYS`` literal (a big input); the headers are looked for up to 2 lines above."""
+    holding a ``segment_readers.IB_KEYS`` literal; the headers are looked for up to 2 lines above them."""
     if where is None:
         cand: Iterable[int] = range(len(lines))
     else:
@@ -197,6 +195,8 @@ def apply(snap: Snapshot, ports: list[IbPort], origin: str) -> None:
     shown = "; ".join(_describe(p) for p in ports[:MAX_NOTE_PORTS])
     more = f"; ... {len(ports) - MAX_NOTE_PORTS} more" if len(ports) > MAX_NOTE_PORTS else ""
     snap.notes.append(f"{origin}: InfiniBand/RDMA ports read ({len(ports)}): {shown}{more}")
+    from gpuclinic.knowledge import codes  # (not on explain's start-up path)
+
     for p in ports:
         got = degraded(p)
         if got is None:

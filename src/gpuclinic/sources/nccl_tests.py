@@ -14,7 +14,6 @@ from gpuclinic import lazyre
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.record import record
 
-KEYS = ("Avg bus bandwidth", "Out of bounds values", "busbw")
 _AVG = lazyre.compile(r"Avg bus bandwidth\s*:\s*([\d.]+)", need="Avg bus bandwidth")
 _OOB = lazyre.compile(r"Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)", need="Out of bounds values")
 # size count type redop root time algbw busbw #wrong (the out-of-place half; older tables have no "root" and

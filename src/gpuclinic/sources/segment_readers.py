@@ -15,8 +15,6 @@ from gpuclinic.sources import (
     dcgm_dmon,
     dcgm_json,
     dcgm_metrics,
-    ib_ports,
-    nccl_tests,
     smi_dmon,
     smi_exporter_metrics,
     smi_mig,
@@ -31,8 +29,10 @@ DMON_KEYS = smi_dmon.DMON_KEYS
 DCGM_DMON_KEY = dcgm_dmon.DMON_KEY
 MIG_KEYS = smi_mig.MIG_KEYS
 SMI_L_KEY = "UUID: GPU-"
-IB_KEYS = ib_ports.IB_KEYS
-NCCL_TESTS_KEYS = nccl_tests.KEYS
+# literals a line of every InfiniBand port listing (sources/ib_ports.py) / nccl-tests output (nccl_tests.py)
+# holds; those readers load only when a line has one
+IB_KEYS = ("CA type:", "Infiniband device '", "hca_id:", "physical_state ")
+NCCL_TESTS_KEYS = ("Avg bus bandwidth", "Out of bounds values", "busbw")
 _NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 
 
@@ -239,6 +239,8 @@ def read_nccl_tests(
     marks = _keyed(lines, where, NCCL_TESTS_KEYS)
     if marks is None:
         return
+    from gpuclinic.sources import nccl_tests
+
     run, used = nccl_tests.parse(lines, marks)
     if not used:
         return
@@ -259,6 +261,8 @@ def read_ib_ports(
     marks = _keyed(lines, where, IB_KEYS)
     if marks is None:
         return
+    from gpuclinic.sources import ib_ports
+
     ports, used = ib_ports.parse(lines, marks)
     if not ports:
         return
