@@ -44,6 +44,7 @@ MAX_EVIDENCE = 4
         "k8s.gpu_fenced",
         "k8s.mig_strategy",
         "k8s.gpu_time_sliced",
+        "fabric.ib_rate_degraded",
         "error.*",
     ],
     what="fault signatures in the evidence",

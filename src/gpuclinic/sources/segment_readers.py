@@ -29,6 +29,10 @@ DMON_KEYS = smi_dmon.DMON_KEYS
 DCGM_DMON_KEY = dcgm_dmon.DMON_KEY
 MIG_KEYS = smi_mig.MIG_KEYS
 SMI_L_KEY = "UUID: GPU-"
+# literals a line of every InfiniBand port listing (sources/ib_ports.py) / nccl-tests output (nccl_tests.py)
+# holds; those readers load only when a line has one
+IB_KEYS = ("CA type:", "Infiniband device '", "hca_id:", "physical_state ")
+NCCL_TESTS_KEYS = ("Avg bus bandwidth", "Out of bounds values", "busbw")
 _NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 
 
@@ -290,6 +294,57 @@ def read_smi_dmon(
     apply_dump(snap, dump, origin)
     claimed.update(used)
     _mark(rec, used, "nvidia-smi dmon")
+
+
+def _keyed(lines: list[str], where: Iterable[int] | None, keys: tuple[str, ...]) -> list[int] | None:
+    """The 0-based lines holding one of ``keys`` (of ``where`` on a big input); None when none does."""
+    cand = range(len(lines)) if where is None else where
+    got = [k for k in cand if any(key in lines[k] for key in keys)]
+    return got or None
+
+
+def read_nccl_tests(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """nccl-tests benchmark tables and summaries (sources/nccl_tests.py)."""
+    marks = _keyed(lines, where, NCCL_TESTS_KEYS)
+    if marks is None:
+        return
+    from gpuclinic.sources import nccl_tests
+
+    run, used = nccl_tests.parse(lines, marks)
+    if not used:
+        return
+    nccl_tests.apply(snap, run, origin)
+    claimed.update(used)
+    _mark(rec, used, "nccl-tests")
+
+
+def read_ib_ports(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+) -> None:
+    """``ibstat``/``ibstatus``/``ibv_devinfo``/``rdma link`` port listings (sources/ib_ports.py)."""
+    marks = _keyed(lines, where, IB_KEYS)
+    if marks is None:
+        return
+    from gpuclinic.sources import ib_ports
+
+    ports, used = ib_ports.parse(lines, marks)
+    if not ports:
+        return
+    ib_ports.apply(snap, ports, origin)
+    claimed.update(used)
+    _mark(rec, used, "InfiniBand ports")
 
 
 def read_smi_mig(

@@ -174,6 +174,8 @@ def _needles() -> tuple[str, ...]:
         *NET_PASTE_KEYS,
         *R.DMON_KEYS,
         *R.MIG_KEYS,
+        *R.IB_KEYS,
+        *R.NCCL_TESTS_KEYS,
         R.DCGM_DMON_KEY,
         *CONTAINS_KEYS,
         *_FOLDS,  # (matched exactly: grep -i folds ASCII letters only)
@@ -464,6 +466,8 @@ def read_lines(
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
     R.read_smi_dmon(snap, rec, lines, origin, where, claimed)
     R.read_smi_mig(snap, rec, lines, origin, where, claimed)
+    R.read_ib_ports(snap, rec, lines, origin, where, claimed)
+    R.read_nccl_tests(snap, rec, lines, origin, where, claimed)
     R.read_dcgm_dmon(snap, rec, lines, origin, where, claimed)
     _read_signatures(snap, rec, lines, classes, ix, origin, error_signatures, claimed)
     _unclaimed(rec, lines, classes, special, claimed)

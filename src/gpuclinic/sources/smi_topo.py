@@ -35,6 +35,14 @@ _MEANING = {
 }
 
 
+# PCIe distance between a GPU and a NIC, nearest first (the legend's order)
+_NIC_RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
+
+
+def _is_nic(name: str) -> bool:
+    return name.startswith(("NIC", "mlx")) or "_" in name
+
+
 @record
 class Topology:
     """An ``nvidia-smi topo -m`` matrix: its devices and the link between each pair."""
@@ -68,6 +76,31 @@ class Topology:
         ]
         if aff:
             out.append("GPU CPU affinity: " + "; ".join(aff[:16]))
+        out.extend(self._nic_notes(gpus))
+        return out
+
+    def _nic_notes(self, gpus: list[str]) -> list[str]:
+        """Each GPU's nearest NIC; the GPUs whose nearest NIC is beyond their PCIe switch are named."""
+        near: dict[str, tuple[str, str]] = {}
+        for g in gpus:
+            cands = [
+                (self.links[(g, n)], n)
+                for n in self.devices
+                if _is_nic(n) and self.links.get((g, n)) in _NIC_RANK
+            ]
+            if cands:
+                kind, nic = min(cands, key=lambda c: _NIC_RANK[c[0]])
+                near[g] = (nic, kind)
+        if not near:
+            return []
+        out = ["GPU nearest NIC: " + "; ".join(f"{g} {n} ({k})" for g, (n, k) in list(near.items())[:16])]
+        far = [f"{g} ({k})" for g, (_, k) in near.items() if _NIC_RANK[k] >= _NIC_RANK["PHB"]]
+        if far:
+            out.append(
+                "GPUs with no NIC on their PCIe switch: " + ", ".join(far[:16])
+                + ": their inter-node traffic crosses the host bridge or the CPU interconnect "
+                "(GPUDirect RDMA slower, or off at NCCL's NCCL_NET_GDR_LEVEL)"
+            )
         return out
 
 
