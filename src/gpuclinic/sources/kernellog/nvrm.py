@@ -44,6 +44,14 @@ from gpuclinic.sources.kernellog.patterns import (
 _RE_MSG_BUS = lazyre.compile(rf"(?:PCI:)?({_BDF})")  # the address in a GSP or NVLink message
 
 
+def _old_bus(text: str | None) -> str | None:
+    """The bus id of an old driver's "Xid (0001:00)" (bus in four hex digits, then the slot)."""
+    if not text:
+        return None
+    b, d = text.split(":")
+    return f"0000:{int(b, 16):02x}:{d.lower()}.0" if int(b, 16) < 256 else None
+
+
 class _Multi:
     """An NVRM message printed over several lines (fallen off the bus, API mismatch, unsupported GPU)."""
 
@@ -95,7 +103,7 @@ class NvrmReaders:
         ) -> KernelEvent: ...
 
     def _xid(self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None) -> KernelEvent:
-        bus = _norm_bus(m.group("bus")) if m.group("bus") else None
+        bus = _norm_bus(m.group("bus")) if m.group("bus") else _old_bus(m.group("old"))
         if bus is None:
             detail_bus = {"bus_redacted": True}
         else:

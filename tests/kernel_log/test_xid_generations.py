@@ -1,0 +1,72 @@
+"""Xid lines across driver generations and the wrappers real posts put around them: the 2006-2012
+``Xid (0001:00)`` bus:slot form, NVIDIA's R384 example without ``PCI:``, a line repeated inside ansible
+output, a tool's restatement of a kernel Xid (gpud's "XID 144.0 ... detected on GPU PCI:0000:01:00"),
+and NVSwitch SXid records in a markdown quote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuclinic.diagnose import diagnose
+from gpuclinic.sources.evidence import load_evidence
+from gpuclinic.sources.kernellog import parse_lines
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "corpus"
+
+
+def _findings(name: str) -> list[tuple[str, str, str | None, int]]:
+    rep = diagnose(load_evidence([str(CORPUS / name)]))
+    return sorted(
+        (f.code, f.severity.name.lower(), f.gpu.pci_bus_id if f.gpu else None, int(f.data.get("count", 1)))
+        for f in rep.findings
+        if f.code.startswith(("xid.", "nvlink.", "gpu."))
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "xid", "bus"),
+    [
+        # Ubuntu forum syslogs of 2009-2012 (GeForce 7600 GS at 02:00.0, an nForce IGP at 00:05.0)
+        ("Jan 11 01:40:22 adiron kernel: [55598.669205] NVRM: Xid (0002:00): 6, PE0000 1c38 00000000",
+         6, "0000:02:00.0"),
+        ("Oct 12 09:43:43 ahg kernel: [   48.996046] NVRM: Xid (0001:00): 8, Channel 00000000",
+         8, "0000:01:00.0"),
+        ("[   95.788000] NVRM: Xid (0000:05): 29,  L1 -> L0", 29, "0000:00:05.0"),
+        ("[…] NVRM: Xid (0000:03:00): 14, Channel 00000001", 14, "0000:03:00.0"),
+    ],
+)
+def test_old_driver_bus_forms_name_the_gpu(line: str, xid: int, bus: str) -> None:
+    (ev,) = parse_lines([line])
+    assert (ev.kind, ev.xid, ev.pci_bus_id) == ("xid", xid, bus)
+    assert "bus_redacted" not in ev.detail
+
+
+def test_repeated_line_in_ansible_output_counts_each_line_once() -> None:
+    assert _findings("xid140_ecc_escape_ansible_ctime_repeated_llmjp_sakura.txt") == [
+        ("xid.140", "critical", "0000:2a:00.0", 7)
+    ]
+
+
+def test_a_tools_restatement_of_a_kernel_xid_is_not_another_fault() -> None:
+    found = _findings("xid144_149_nvlink5_saw_mvb_netir_link_evt_gpud_1160.txt")
+    xids = [f for f in found if f[0].startswith("xid.")]
+    # every Xid on its GPU; the Nonfatal SAW error stays a warning (the restatement carries no Fatal word)
+    assert xids == [("xid.144", "warning", "0000:01:00.0", 1), ("xid.149", "critical", "0000:00:00.0", 2)]
+
+
+def test_restated_xid_alone_takes_the_gpu_it_names() -> None:
+    from gpuclinic.explain import explain_text
+
+    rep = explain_text("- XID 144.0 (err status 0x00000008) NVLINK_SAW_ERROR detected on GPU PCI:0000:01:00\n")
+    (f,) = [f for f in rep.findings if f.code == "xid.144"]
+    assert f.gpu is not None and f.gpu.pci_bus_id == "0000:01:00.0"
+
+
+def test_sxid_records_in_a_markdown_quote() -> None:
+    found = _findings("xid79_sxid20034_ltssm_fault_up_quoted_gpud_sxid_readme.txt")
+    assert ("xid.79", "critical", "0000:91:00.0", 1) in found
+    assert any(f[:3] == ("gpu.fallen_off_bus", "critical", "0000:91:00.0") for f in found)
+    nv = [f for f in found if f[0] == "nvlink.error"]
+    assert nv and all(f[1] == "critical" for f in nv)
