@@ -59,7 +59,8 @@ def test_a_tools_restatement_of_a_kernel_xid_is_not_another_fault() -> None:
 def test_restated_xid_alone_takes_the_gpu_it_names() -> None:
     from gpuclinic.explain import explain_text
 
-    rep = explain_text("- XID 144.0 (err status 0x00000008) NVLINK_SAW_ERROR detected on GPU PCI:0000:01:00\n")
+    line = "- XID 144.0 (err status 0x00000008) NVLINK_SAW_ERROR detected on GPU PCI:0000:01:00\n"
+    rep = explain_text(line)
     (f,) = [f for f in rep.findings if f.code == "xid.144"]
     assert f.gpu is not None and f.gpu.pci_bus_id == "0000:01:00.0"
 
