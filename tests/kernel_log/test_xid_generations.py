@@ -29,10 +29,16 @@ def _findings(name: str) -> list[tuple[str, str, str | None, int]]:
     ("line", "xid", "bus"),
     [
         # Ubuntu forum syslogs of 2009-2012 (GeForce 7600 GS at 02:00.0, an nForce IGP at 00:05.0)
-        ("Jan 11 01:40:22 adiron kernel: [55598.669205] NVRM: Xid (0002:00): 6, PE0000 1c38 00000000",
-         6, "0000:02:00.0"),
-        ("Oct 12 09:43:43 ahg kernel: [   48.996046] NVRM: Xid (0001:00): 8, Channel 00000000",
-         8, "0000:01:00.0"),
+        (
+            "Jan 11 01:40:22 adiron kernel: [55598.669205] NVRM: Xid (0002:00): 6, PE0000 1c38 00000000",
+            6,
+            "0000:02:00.0",
+        ),
+        (
+            "Oct 12 09:43:43 ahg kernel: [   48.996046] NVRM: Xid (0001:00): 8, Channel 00000000",
+            8,
+            "0000:01:00.0",
+        ),
         ("[   95.788000] NVRM: Xid (0000:05): 29,  L1 -> L0", 29, "0000:00:05.0"),
         ("[…] NVRM: Xid (0000:03:00): 14, Channel 00000001", 14, "0000:03:00.0"),
     ],
@@ -71,3 +77,30 @@ def test_sxid_records_in_a_markdown_quote() -> None:
     assert any(f[:3] == ("gpu.fallen_off_bus", "critical", "0000:91:00.0") for f in found)
     nv = [f for f in found if f[0] == "nvlink.error"]
     assert nv and all(f[1] == "critical" for f in nv)
+
+
+def test_gsp_lines_naming_no_gpu_belong_to_the_one_gpu_the_log_names() -> None:
+    found = _findings("xid120_crashcat_wpr2_rminit_0x62_0x40_fedora_5080_ogkm_876.txt")
+    gsp = [
+        f
+        for f in diagnose(
+            load_evidence([str(CORPUS / "xid120_crashcat_wpr2_rminit_0x62_0x40_fedora_5080_ogkm_876.txt")])
+        ).findings
+        if f.code == "gsp.error"
+    ]
+    assert [(f.gpu.pci_bus_id if f.gpu else None) for f in gsp] == ["0000:01:00.0"]
+    assert ("xid.120", "critical", "0000:01:00.0", 1) in found
+
+
+def test_gsp_heartbeat_without_a_bus_stays_one_finding() -> None:
+    rep = diagnose(
+        load_evidence([str(CORPUS / "gsp_heartbeat_rpc_recv_poll_no_hostname_indented_bazzite_4449.txt")])
+    )
+    (f,) = [f for f in rep.findings if f.code == "gsp.error"]
+    assert f.severity.name == "CRITICAL" and "heartbeat" in f.title
+
+
+def test_repeated_xid_in_a_non_english_journal_is_counted() -> None:
+    found = _findings("xid38_109_repeated_polish_locale_journal_ogkm_1045.txt")
+    assert ("xid.109", "critical", "0000:07:00.0", 5) in found
+    assert any(f[0] == "xid.38" and f[2] == "0000:07:00.0" for f in found)
