@@ -104,3 +104,21 @@ def test_repeated_xid_in_a_non_english_journal_is_counted() -> None:
     found = _findings("xid38_109_repeated_polish_locale_journal_ogkm_1045.txt")
     assert ("xid.109", "critical", "0000:07:00.0", 5) in found
     assert any(f[0] == "xid.38" and f[2] == "0000:07:00.0" for f in found)
+
+
+def test_one_program_named_by_pid_and_name_is_one_program() -> None:
+    # four lines without a pid and one "pid=904, name=Hyprland": an application Xid, not a GPU suspect
+    assert _findings("xid13_hyprland_suspend_drm_semaphore_ogkm_922.txt") == [
+        ("xid.13", "warning", "0000:02:00.0", 5)
+    ]
+    assert _findings("xid13_shader_program_header_x7_backtick_resume_bumblebee_739.txt") == [
+        ("xid.13", "warning", "0000:01:00.0", 7)
+    ]
+
+
+def test_fallen_off_bus_without_an_xid_is_one_finding_in_explain() -> None:
+    from gpuclinic.explain import explain_text
+
+    text = (CORPUS / "fallen_off_bus_multiline_probe_failed_570_nvsentinel_155.txt").read_text()
+    codes = [f.code for f in explain_text(text).findings]
+    assert "gpu.fallen_off_bus" in codes and "error.xid.fallen_off_bus" not in codes

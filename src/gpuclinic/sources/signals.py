@@ -260,8 +260,12 @@ def _room_event(snap: Snapshot, sig: EvidenceSignature, m: re.Match[str], origin
 # explain's error signatures that another reader already reports with the doctor's own code
 def _read_elsewhere(snap: Snapshot, code: str) -> bool:
     """Did the reader that gives ``code`` (a signature's ``covered_by``) read this input's line itself?"""
+    if "|" in code:  # any of these readers
+        return any(_read_elsewhere(snap, c) for c in code.split("|"))
     if code == "xid.":
         return any(ev.kind == "xid" for ev in snap.kernel_events)
+    if code == "gpu.fallen_off_bus":  # the driver's "fallen off the bus" message, with or without an Xid
+        return any(ev.kind == "fallen_off_bus" for ev in snap.kernel_events)
     if code == "driver.library_mismatch":
         return _mismatch_known(snap)
     if code == "gpu.missing":
