@@ -122,3 +122,29 @@ def test_fallen_off_bus_without_an_xid_is_one_finding_in_explain() -> None:
     text = (CORPUS / "fallen_off_bus_multiline_probe_failed_570_nvsentinel_155.txt").read_text()
     codes = [f.code for f in explain_text(text).findings]
     assert "gpu.fallen_off_bus" in codes and "error.xid.fallen_off_bus" not in codes
+
+
+def test_gsp_timeout_banner_head_belongs_to_the_xid_after_it() -> None:
+    lines = (
+        (CORPUS / "xid119_two_gpus_domain_0001_banners_ctime_a100_vllm_40652.txt").read_text().splitlines()
+    )
+    evs = list(parse_lines(lines))
+    assert [(e.lineno, e.kind, e.pci_bus_id) for e in evs] == [
+        (1, "gsp", "0001:6c:00.0"),
+        (2, "gsp", "0001:6c:00.0"),
+        (3, "xid", "0001:6c:00.0"),
+        (4, "gsp", "0001:6c:00.0"),
+        (5, "gsp", "0001:96:00.0"),
+        (6, "gsp", "0001:96:00.0"),
+        (7, "xid", "0001:96:00.0"),
+        (8, "gsp", "0001:96:00.0"),
+    ]
+
+
+def test_gsp_banner_head_without_its_xid_falls_back_to_the_xid_before() -> None:
+    head = "[Sun Apr 26 23:13:11 2026] NVRM: _kgspLogXid119: ***** GSP Timeout *****"
+    prev = (
+        "[Sun Apr 26 23:12:26 2026] NVRM: Xid (PCI:0001:6c:00): 119, pid=10200, name=NvmlTaskRunner, Timeout"
+    )
+    evs = list(parse_lines([prev, head]))
+    assert [(e.kind, e.pci_bus_id) for e in evs] == [("xid", "0001:6c:00.0"), ("gsp", "0001:6c:00.0")]
