@@ -148,3 +148,34 @@ def test_gsp_banner_head_without_its_xid_falls_back_to_the_xid_before() -> None:
     )
     evs = list(parse_lines([prev, head]))
     assert [(e.kind, e.pci_bus_id) for e in evs] == [("xid", "0001:6c:00.0"), ("gsp", "0001:6c:00.0")]
+
+
+def test_nvlink5_link_minus_one_names_no_link() -> None:
+    line = "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000)"
+    (ev,) = parse_lines([line])
+    assert (ev.xid, ev.detail["unit"], ev.detail["fatal"]) == (149, "NETIR", True)
+    assert "link" not in ev.detail
+    (ev,) = parse_lines([line.replace("Link -1", "Link 13")])
+    assert ev.detail["link"] == 13
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "[ 1234.567890] ",
+        "[Mon Mar  4 10:11:12 2024] ",
+        "Mar  4 10:11:12 host kernel: [ 1234.567890] ",
+        "2024-03-04T10:11:12.123456+00:00 host kernel: ",
+        '<3>1 2024-03-04T10:11:12.003Z host kernel 0 - [meta x="y"] ',
+        "kern  :err   : [ 1234.567890] ",
+        "3,1234,5678,-;",
+        "1709547072.123456 host kernel: ",
+        "host: kern: warning: [2024-03-04T10:11:12.291660856Z]: ",
+        "[ 1234.567890][ T1234] ",
+    ],
+)
+def test_xid_line_in_every_prefix_keeps_number_and_gpu(prefix: str) -> None:
+    msg = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    evs = [e for e in parse_lines([prefix + msg]) if e.kind == "xid"]
+    assert [(e.xid, e.pci_bus_id) for e in evs] == [(79, "0000:3b:00.0")]
+    assert evs[0].time is not None or evs[0].uptime_s is not None

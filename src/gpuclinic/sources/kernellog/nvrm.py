@@ -142,6 +142,8 @@ class NvrmReaders:
                     "words": m5.group("words").split(),
                 }
             )
+            if detail["link"] < 0:  # "Link -1": the unit's error is not one link's
+                del detail["link"]
         else:
             ml = _RE_LINK.search(rest)
             if ml and ("NVLink" in rest or "nvlink" in rest.lower() or "Link" in rest):
