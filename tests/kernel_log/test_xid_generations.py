@@ -179,3 +179,16 @@ def test_xid_line_in_every_prefix_keeps_number_and_gpu(prefix: str) -> None:
     evs = [e for e in parse_lines([prefix + msg]) if e.kind == "xid"]
     assert [(e.xid, e.pci_bus_id) for e in evs] == [(79, "0000:3b:00.0")]
     assert evs[0].time is not None or evs[0].uptime_s is not None
+
+
+def test_driver_line_naming_no_gpu_is_the_one_gpu_of_the_log() -> None:
+    rep = diagnose(
+        load_evidence([str(CORPUS / "xid69_62_journal_ellipsized_gnome_shell_5070ti_ogkm_1045.txt")])
+    )
+    (f,) = [f for f in rep.findings if f.code == "gpu.recovery_action"]
+    assert f.gpu is not None and f.gpu.pci_bus_id == "0000:01:00.0"
+    # a log whose driver lines name no GPU: the GSP fault stays unattributed
+    rep = diagnose(
+        load_evidence([str(CORPUS / "gsp_heartbeat_rpc_recv_poll_no_hostname_indented_bazzite_4449.txt")])
+    )
+    assert all(f.gpu is None for f in rep.findings if f.code == "gsp.error")

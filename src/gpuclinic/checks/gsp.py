@@ -12,6 +12,7 @@ from gpuclinic.checks._kernel import (
     _uuid_map,
     gpu_ref,
     kernel_finding,
+    sole_gpu_bus,
 )
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
@@ -20,9 +21,6 @@ from gpuclinic.model import Family, Finding
 # --------------------------------------------------------------------------------------------------
 # gsp.error
 # --------------------------------------------------------------------------------------------------
-
-# driver events whose bus id is a GPU's (not a bridge's, as AER reporters are)
-_GPU_KINDS = frozenset({"xid", "gsp", "init_failed", "uuid_map", "fallen_off_bus"})
 
 
 @check("kernel.gsp", codes=["gsp.error"], what="GSP firmware errors (kernel log)")
@@ -33,13 +31,11 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
     uuids = _uuid_map(snap)
     prev = _previous_boot_flags(gsp, snap)
     by_bus = _by_bus(gsp)
-    if None in by_bus:
+    only = sole_gpu_bus(snap) if None in by_bus else None
+    if only:
         # GSP lines that name no GPU ("Cannot initialize GSP firmware RM", a CrashCat report header) on a
         # log whose driver lines name one GPU only: they are that GPU's, not a second GPU's fault
-        gpus = {e.pci_bus_id for e in snap.kernel_events if e.kind in _GPU_KINDS and e.pci_bus_id}
-        if len(gpus) == 1:
-            (only,) = gpus
-            by_bus.setdefault(only, [])[:0] = by_bus.pop(None)
+        by_bus.setdefault(only, [])[:0] = by_bus.pop(None)
     out: list[Finding] = []
     for bus, group in by_bus.items():
         kinds = Counter(
