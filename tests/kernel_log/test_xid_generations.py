@@ -192,3 +192,17 @@ def test_driver_line_naming_no_gpu_is_the_one_gpu_of_the_log() -> None:
         load_evidence([str(CORPUS / "gsp_heartbeat_rpc_recv_poll_no_hostname_indented_bazzite_4449.txt")])
     )
     assert all(f.gpu is None for f in rep.findings if f.code == "gsp.error")
+
+
+def test_sole_gpu_bus_needs_a_machine_of_one_gpu() -> None:
+    from gpuclinic.checks._kernel import sole_gpu_bus
+    from gpuclinic.facts.gpu import GpuFacts
+    from gpuclinic.facts.snapshot import Snapshot
+
+    evs = list(parse_lines(["NVRM: Xid (PCI:0000:01:00): 62, 3243ec3b 0000c3d8"]))
+    assert sole_gpu_bus(Snapshot(kernel_events=evs)) == "0000:01:00.0"
+    one = [GpuFacts(index=0, pci_bus_id="00000000:01:00.0")]
+    assert sole_gpu_bus(Snapshot(kernel_events=evs, gpus=one)) == "0000:01:00.0"
+    # a live node of two GPUs whose log names one: a line naming no GPU may be the other's
+    two = [*one, GpuFacts(index=1, pci_bus_id="00000000:41:00.0")]
+    assert sole_gpu_bus(Snapshot(kernel_events=evs, gpus=two)) is None
