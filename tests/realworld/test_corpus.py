@@ -124,14 +124,14 @@ def test_labels_use_codes_the_tool_has() -> None:
 
 def test_corpus_has_at_least_100_texts_from_many_projects() -> None:
     new = [lab for n, lab in LABELS.items() if "/" not in n]
-    assert len(new) >= 673
+    assert len(new) >= 674
     assert len({lab["project"] for lab in new}) >= 391
 
 
 def test_corpus_size_not_below_floor(scores: list[Any]) -> None:
     """Texts and labelled items as counted when the floors were last raised: a lost file or label fails."""
     total = {r.kind: r for r in cs.table(scores)}["all"]
-    assert total.files >= 743 and total.items >= 837, (total.files, total.items)
+    assert total.files >= 744 and total.items >= 839, (total.files, total.items)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, lab in LABELS.items() if lab.get("healthy")))
