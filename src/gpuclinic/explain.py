@@ -147,7 +147,9 @@ def explain_text(
     have = {f.code for f in findings}
     for sm in match(text):
         covered = covered_by().get(sm.id)
-        if covered and any(c == covered or (covered.endswith(".") and c.startswith(covered)) for c in have):
+        if covered and any(
+            c == cov or (cov.endswith(".") and c.startswith(cov)) for cov in covered.split("|") for c in have
+        ):
             continue  # the evidence checks already diagnosed it, with the doctor's code
         findings.append(_finding(sm, live))
     if truncated:

@@ -49,6 +49,19 @@ def gpu_ref(snap: Snapshot, bus: str | None, uuids: dict[str, str] | None = None
     return GpuRef(pci_bus_id=bus, uuid=uuid)
 
 
+# driver events whose bus id is a GPU's (not a bridge's, as AER reporters are)
+_GPU_KINDS = frozenset({"xid", "gsp", "init_failed", "uuid_map", "fallen_off_bus"})
+
+
+def sole_gpu_bus(snap: Snapshot) -> str | None:
+    """The one GPU the driver's kernel lines name, when they name exactly one (else None): a driver line that
+    names no GPU (``Cannot initialize GSP firmware RM``, ``GPU0 ... NV_ERR_RESET_REQUIRED``) is that GPU's."""
+    gpus = {e.pci_bus_id for e in snap.kernel_events if e.kind in _GPU_KINDS and e.pci_bus_id}
+    # and the machine has no other GPU (a live node of 8 whose log names one: the line may be another's)
+    gpus |= {normalize_bus_id(g.pci_bus_id) for g in snap.gpus if g.pci_bus_id}
+    return next(iter(gpus)) if len(gpus) == 1 and len(snap.gpus) <= 1 else None
+
+
 def _by_bus(events: Iterable[KernelEvent]) -> dict[str | None, list[KernelEvent]]:
     """The events per PCI bus id (None: lines that name no bus), in log order: one finding per GPU."""
     groups: dict[str | None, list[KernelEvent]] = {}

@@ -12,6 +12,7 @@ from gpuclinic.checks._kernel import (
     _uuid_map,
     gpu_ref,
     kernel_finding,
+    sole_gpu_bus,
 )
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import severity
@@ -30,6 +31,11 @@ def gsp_error(snap: Snapshot) -> list[Finding]:
     uuids = _uuid_map(snap)
     prev = _previous_boot_flags(gsp, snap)
     by_bus = _by_bus(gsp)
+    only = sole_gpu_bus(snap) if None in by_bus else None
+    if only:
+        # GSP lines that name no GPU ("Cannot initialize GSP firmware RM", a CrashCat report header) on a
+        # log whose driver lines name one GPU only: they are that GPU's, not a second GPU's fault
+        by_bus.setdefault(only, [])[:0] = by_bus.pop(None)
     out: list[Finding] = []
     for bus, group in by_bus.items():
         kinds = Counter(

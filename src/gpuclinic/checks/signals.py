@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from gpuclinic.checks import check
-from gpuclinic.checks._kernel import gpu_ref
+from gpuclinic.checks._kernel import gpu_ref, sole_gpu_bus
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
 from gpuclinic.model import Family, Finding, GpuRef, Severity
 
@@ -52,13 +52,17 @@ MAX_EVIDENCE = 4
 def signals(snap: Snapshot) -> Iterable[Finding]:
     groups: dict[tuple[str, str | None, int | None], list[Signal]] = {}
     link_read = any(d.current_link_width for d in snap.pci_devices)
+    only = sole_gpu_bus(snap)
     for s in snap.signals:
         if link_read and str(s.data.get("signature", "")).startswith("lspci_lnksta"):
             continue  # the lspci reader read this link: the pcie detector judges it against LnkCap
         if s.data.get("signature") in _READ_BY_SMI and _smi_read_reset(snap):
             continue  # an nvidia-smi reader took that answer: checks/gpu.py reports it per GPU
         idx = s.data.get("gpu_index")
-        groups.setdefault((s.code, s.pci_bus_id, idx if isinstance(idx, int) else None), []).append(s)
+        bus = s.pci_bus_id
+        if bus is None and only and idx is None and "NVRM" in s.line:
+            bus = only  # a driver line naming no GPU, in a log whose driver lines name one GPU only
+        groups.setdefault((s.code, bus, idx if isinstance(idx, int) else None), []).append(s)
     for (code, bus, idx), sigs in groups.items():
         first = sigs[0]
         ev = [f"{s.input}:{s.lineno}: {s.line}" if s.lineno else s.line for s in sigs[:MAX_EVIDENCE]]

@@ -135,7 +135,9 @@ def _judge(ctx: _Context, bus: str | None, n: int, evs: list[KernelEvent]) -> _J
 def _application_rule(j: _Judgement, ctx: _Context, bus: str | None, n: int, evs: list[KernelEvent]) -> None:
     """An application Xid repeating on one GPU only, from different programs, points at the GPU."""
     other_gpus = {b for (b, x) in ctx.groups if x == n and b != bus}
-    distinct = len({e.pid for e in evs if e.pid is not None} | {e.process for e in evs if e.process})
+    # a program is named by its pid and its name on the same line: count each, never their union (one
+    # Hyprland with pid=904 is one program, not two)
+    distinct = max(len({e.pid for e in evs if e.pid is not None}), len({e.process for e in evs if e.process}))
     j.data["other_gpus_with_same_xid"] = len(other_gpus)
     if len(evs) >= 3 and not other_gpus and distinct >= 2:
         j.sev = severity(f"xid.{n}", "repeats_on_one_gpu")

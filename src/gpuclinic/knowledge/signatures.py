@@ -94,7 +94,7 @@ class Signature:
     source: str
     supersedes: tuple[str, ...]
     extract: str | None
-    covered_by: str | None  # the code another reader gives the same line (prefix if it ends in ".")
+    covered_by: str | None  # the code another reader gives the same line (prefix if "."-ended; "a|b": any)
 
     @property
     def patterns(self) -> tuple[re.Pattern[str], ...]:

@@ -76,6 +76,8 @@ def evidence_signatures() -> tuple[EvidenceSignature, ...]:
 _UUID = re.compile(r'UUID="(GPU-[0-9a-fA-F-]+)"')
 _LABEL_GPU = re.compile(r'\bgpu="(\d+)"')
 _LABEL_BUS = re.compile(r'pci_bus_id="([0-9a-fA-F:.]+)"')
+# the GPU a restated Xid names ("... detected on GPU PCI:0000:01:00", gpud's reason text)
+_NET_BUS = re.compile(r"\bPCI:([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\b")
 
 
 def evidence_needles() -> tuple[str, ...]:
@@ -116,6 +118,12 @@ def scan_lines(
     sigs = evidence_signatures()
     have = {ev.lineno for ev in snap.kernel_events if ev.origin == origin and ev.kind in ("xid", "sxid")}
     have |= parsed_xid_lines or set()
+    # what the parsers read: a safety-net line restating one of these Xids (a tool's summary of the kernel
+    # line, prose naming it) is the same fault, not another one on an unknown GPU
+    parsed = {
+        (ev.pci_bus_id, ev.xid) for ev in snap.kernel_events if ev.origin == origin and ev.kind == "xid"
+    }
+    parsed_nums = {x for _, x in parsed}
     pairs = list(numbered)
     claimed: set[int] = set()
     # (prefiltered pairs hold some reader's needle; most of them no evidence needle: the needle pass over
@@ -136,7 +144,10 @@ def scan_lines(
             gd = m.groupdict()
             if sig.extract == "xid":
                 xid_done = True
-                snap.kernel_events.append(_xid_event(sig, m, line, origin, n))
+                ev = _xid_event(sig, m, line, origin, n)
+                where = ev.pci_bus_id
+                if not (sig.net and ((where, ev.xid) in parsed or (where is None and ev.xid in parsed_nums))):
+                    snap.kernel_events.append(ev)
             elif sig.extract == "room_event":
                 if not _room_event(snap, sig, m, origin, n):
                     continue  # a message of no known hardware-event class: not ours to judge
@@ -206,7 +217,7 @@ def _xid_event(sig: EvidenceSignature, m: re.Match[str], line: str, origin: str,
     gpu = gd.get("gpu") or (mg.group(1) if mg else None)
     if gpu is not None:
         detail["gpu_index"] = int(gpu)
-    mb = _LABEL_BUS.search(labels)
+    mb = _LABEL_BUS.search(labels) or (_NET_BUS.search(line) if sig.net else None)
     if mb:
         bus = normalize_bus_id(mb.group(1))
     return KernelEvent(
@@ -249,8 +260,12 @@ def _room_event(snap: Snapshot, sig: EvidenceSignature, m: re.Match[str], origin
 # explain's error signatures that another reader already reports with the doctor's own code
 def _read_elsewhere(snap: Snapshot, code: str) -> bool:
     """Did the reader that gives ``code`` (a signature's ``covered_by``) read this input's line itself?"""
+    if "|" in code:  # any of these readers
+        return any(_read_elsewhere(snap, c) for c in code.split("|"))
     if code == "xid.":
         return any(ev.kind == "xid" for ev in snap.kernel_events)
+    if code == "gpu.fallen_off_bus":  # the driver's "fallen off the bus" message, with or without an Xid
+        return any(ev.kind == "fallen_off_bus" for ev in snap.kernel_events)
     if code == "driver.library_mismatch":
         return _mismatch_known(snap)
     if code == "gpu.missing":

@@ -44,6 +44,14 @@ from gpuclinic.sources.kernellog.patterns import (
 _RE_MSG_BUS = lazyre.compile(rf"(?:PCI:)?({_BDF})")  # the address in a GSP or NVLink message
 
 
+def _old_bus(text: str | None) -> str | None:
+    """The bus id of an old driver's "Xid (0001:00)" (bus in four hex digits, then the slot)."""
+    if not text:
+        return None
+    b, d = text.split(":")
+    return f"0000:{int(b, 16):02x}:{d.lower()}.0" if int(b, 16) < 256 else None
+
+
 class _Multi:
     """An NVRM message printed over several lines (fallen off the bus, API mismatch, unsupported GPU)."""
 
@@ -87,6 +95,7 @@ class NvrmReaders:
     _last_xid_countdown: int
     _sxid_seen: set[tuple[str | None, int]]
     _sxid_orphans: dict[tuple[str | None, int], KernelEvent]
+    _gsp_ahead: list[KernelEvent]  # GSP banner heads waiting for the Xid line they announce
 
     if TYPE_CHECKING:  # provided by KernelLogParser
 
@@ -95,7 +104,7 @@ class NvrmReaders:
         ) -> KernelEvent: ...
 
     def _xid(self, m: re.Match[str], line: str, msg: str, p: _Prefix, lineno: int | None) -> KernelEvent:
-        bus = _norm_bus(m.group("bus")) if m.group("bus") else None
+        bus = _norm_bus(m.group("bus")) if m.group("bus") else _old_bus(m.group("old"))
         if bus is None:
             detail_bus = {"bus_redacted": True}
         else:
@@ -133,6 +142,8 @@ class NvrmReaders:
                     "words": m5.group("words").split(),
                 }
             )
+            if detail["link"] < 0:  # "Link -1": the unit's error is not one link's
+                del detail["link"]
         else:
             ml = _RE_LINK.search(rest)
             if ml and ("NVLink" in rest or "nvlink" in rest.lower() or "Link" in rest):
@@ -275,9 +286,25 @@ class NvrmReaders:
         mg = _RE_GPU_N.search(msg)
         if mg:
             d["gpu_instance"] = int(mg.group(1))
-        bus = self._bus_in(msg)
-        out.append(self._ev("gsp", line, msg, p, lineno, pci_bus_id=bus, detail=d))
+        mb = _RE_MSG_BUS.search(msg)
+        named = _norm_bus(mb.group(1)) if mb else None
+        ev = self._ev("gsp", line, msg, p, lineno, pci_bus_id=named, detail=d)
+        if mb is None and "_kgspLog" in msg and ("GSP Timeout" in msg or "check logs above" in msg):
+            # the head of _kgspLogXid119's banner: the Xid line it announces comes next and names the GPU
+            # (the Xid just before it is another GPU's as often as not)
+            self._gsp_ahead.append(ev)
+            return True
+        if named is None:
+            ev.pci_bus_id = self._context_bus()
+        out.append(ev)
         return True
+
+    def _release_gsp_ahead(self, out: list[KernelEvent], bus: str | None) -> None:
+        """Banner heads waiting for their Xid: on ``bus`` (that Xid's), else on the Xid before them."""
+        for ev in self._gsp_ahead:
+            ev.pci_bus_id = bus
+            out.append(ev)
+        self._gsp_ahead.clear()
 
     def _nvrm_nvlink(
         self, line: str, msg: str, p: _Prefix, lineno: int | None, out: list[KernelEvent]

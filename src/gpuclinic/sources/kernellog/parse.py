@@ -58,6 +58,7 @@ class KernelLogParser(NvrmReaders, AerReaders):
         # SXid records: (switch, SXid) headers seen, and Severity/Data lines whose header is not (yet) seen
         self._sxid_seen: set[tuple[str | None, int]] = set()
         self._sxid_orphans: dict[tuple[str | None, int], KernelEvent] = {}
+        self._gsp_ahead: list[KernelEvent] = []
         self.nvidia_devices: set[str] = set()
         self.boot = 0  # how many reboots (uptime resets) were seen so far
         self._last_uptime: float | None = None
@@ -80,6 +81,7 @@ class KernelLogParser(NvrmReaders, AerReaders):
 
     def flush(self) -> list[KernelEvent]:
         out: list[KernelEvent] = []
+        self._release_gsp_ahead(out, self._context_bus())
         self._flush_multi(out)
         self._flush_aer(out)
         self._flush_recv(out)
@@ -138,6 +140,8 @@ class KernelLogParser(NvrmReaders, AerReaders):
             self._last_xid_countdown -= 1
         if self._last_reporter is not None:
             self._last_reporter = (self._last_reporter[0], self._last_reporter[1] - 1)
+        if self._gsp_ahead and not ("Xid" in msg or "_kgspLog" in msg):
+            self._release_gsp_ahead(out, self._context_bus())
         # Multi-line NVRM messages: continuation lines start with "NVRM: " and match nothing else.
         if self._multi is not None and self._continue_multi(msg, out):
             return
@@ -176,7 +180,10 @@ class KernelLogParser(NvrmReaders, AerReaders):
         m = _RE_XID.search(msg)
         if m:
             self._flush_aer(out)
-            out.append(self._xid(m, line, msg, p, lineno))
+            xev = self._xid(m, line, msg, p, lineno)
+            if self._gsp_ahead:
+                self._release_gsp_ahead(out, xev.pci_bus_id)
+            out.append(xev)
             return True
         m = _RE_SXID.search(msg)
         if m:

@@ -20,8 +20,9 @@ _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 _DEV = rf"(?P<drv>[\w.-]+) (?P<dev>{_BDF}):\s*"
 
 _RE_XID = lazyre.compile(
-    # the bus id may be redacted by the poster: "Xid (PCI:...)", "Xid (PCI:XXXX:XX:XX)", "Xid (<redacted>)"
-    rf"(?<!S)Xid \((?:PCI:)?(?:(?P<bus>{_BDF})|[.xX*#<>a-zA-Z_:-]{{1,24}}?)(?:\s+GPU-I:(?P<gi>\w+))?(?:\s+GPU-CI:(?P<ci>\w+))?\):\s*"  # noqa: E501
+    # the bus id may be redacted by the poster: "Xid (PCI:...)", "Xid (PCI:XXXX:XX:XX)", "Xid (<redacted>)";
+    # drivers of 2006-2012 printed bus:slot only, "Xid (0001:00): 6, PE0001" (``old``)
+    rf"(?<!S)Xid \((?:PCI:)?(?:(?P<bus>{_BDF})|(?P<old>[0-9a-fA-F]{{4}}:[0-9a-fA-F]{{2}})|[.xX*#<>a-zA-Z_:-]{{1,24}}?)(?:\s+GPU-I:(?P<gi>\w+))?(?:\s+GPU-CI:(?P<ci>\w+))?\):\s*"  # noqa: E501
     r"(?P<xid>\d{1,4})\b,?\s*(?P<rest>.*)$"
 )
 _RE_PID = lazyre.compile(r"^pid=(?P<pid>'?<unknown>'?|'?\d+'?)\s*(?:,\s*|$)")
