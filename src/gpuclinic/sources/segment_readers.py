@@ -494,3 +494,23 @@ def _smi_errors(snap: Snapshot, lines: list[str], origin: str) -> None:
         m = _NVML_LIB.search(ln)
         if m and snap.software is not None and m.group(1) not in snap.software.user_lib_versions:
             snap.software.user_lib_versions.append(m.group(1))
+
+
+def reader_keys() -> tuple[str, ...]:
+    """The literals the line readers above look for (a big input's needle scan finds their lines): one list
+    beside the readers, not a second one in the segmenting reader."""
+    from gpuclinic.sources.net_paste import KEYS as NET_PASTE_KEYS
+
+    return (
+        DRIVER_KEY,
+        SMI_L_KEY,
+        *HOST_STATS_KEYS,
+        *K8S_NODE_KEYS,
+        SLURM_NODE_KEY,
+        *NET_PASTE_KEYS,
+        *DMON_KEYS,
+        *MIG_KEYS,
+        *IB_KEYS,
+        *NCCL_TESTS_KEYS,
+        DCGM_DMON_KEY,
+    )

@@ -35,7 +35,6 @@ from gpuclinic.sources import signals
 from gpuclinic.sources.kernellog import is_kernel_line
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
 from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
-from gpuclinic.sources.net_paste import KEYS as NET_PASTE_KEYS
 
 MAX_UNREAD = 200
 _ERROR_RES = lazyre.compile(
@@ -157,7 +156,7 @@ _FOLD_BYTES = tuple(f.encode() for f in _FOLDS)
 
 def _needles() -> tuple[str, ...]:
     """Every literal a big input is searched for: kernel marks and smi error words (classify), the
-    evidence and error signatures' needles, DCGM markers, the JSON driver key, ``nvidia-smi -L``."""
+    evidence and error signatures' needles, DCGM markers, and the literals of the line readers."""
     from gpuclinic.knowledge.signatures import trigger_needles
 
     return (
@@ -166,17 +165,7 @@ def _needles() -> tuple[str, ...]:
         *signals.evidence_needles(),
         *trigger_needles(),
         *_DCGM_MARKS,
-        R.DRIVER_KEY,
-        R.SMI_L_KEY,
-        *R.HOST_STATS_KEYS,
-        *R.K8S_NODE_KEYS,
-        R.SLURM_NODE_KEY,
-        *NET_PASTE_KEYS,
-        *R.DMON_KEYS,
-        *R.MIG_KEYS,
-        *R.IB_KEYS,
-        *R.NCCL_TESTS_KEYS,
-        R.DCGM_DMON_KEY,
+        *R.reader_keys(),
         *CONTAINS_KEYS,
         *_FOLDS,  # (matched exactly: grep -i folds ASCII letters only)
     )
