@@ -15,6 +15,7 @@ from gpuclinic.sources import (
     dcgm_dmon,
     dcgm_json,
     dcgm_metrics,
+    net_paste,
     smi_dmon,
     smi_exporter_metrics,
     smi_mig,
@@ -31,6 +32,7 @@ MIG_KEYS = smi_mig.MIG_KEYS
 SMI_L_KEY = "UUID: GPU-"
 # literals a line of every InfiniBand port listing (sources/ib_ports.py) / nccl-tests output (nccl_tests.py)
 # holds; those readers load only when a line has one
+NET_KEYS = net_paste.KEYS  # pasted ping/mtr/iperf3/meters (a module of constants and lazy regexes)
 IB_KEYS = ("CA type:", "Infiniband device '", "hca_id:", "physical_state ")
 NCCL_TESTS_KEYS = ("Avg bus bandwidth", "Out of bounds values", "busbw")
 _NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
@@ -229,8 +231,6 @@ def read_net_paste(
     """``ping``/``mtr``/``iperf3`` summaries and transfer meters: the path's loss, RTT and rate as network
     facts (``NetworkFacts.extra["pasted"]``), judged by the network checks with ``gpuclinic net``'s
     thresholds."""
-    from gpuclinic.sources import net_paste
-
     figs, used = net_paste.read(lines, where)
     if not figs:
         return
@@ -499,15 +499,13 @@ def _smi_errors(snap: Snapshot, lines: list[str], origin: str) -> None:
 def reader_keys() -> tuple[str, ...]:
     """The literals the line readers above look for (a big input's needle scan finds their lines): one list
     beside the readers, not a second one in the segmenting reader."""
-    from gpuclinic.sources.net_paste import KEYS as NET_PASTE_KEYS
-
     return (
         DRIVER_KEY,
         SMI_L_KEY,
         *HOST_STATS_KEYS,
         *K8S_NODE_KEYS,
         SLURM_NODE_KEY,
-        *NET_PASTE_KEYS,
+        *NET_KEYS,
         *DMON_KEYS,
         *MIG_KEYS,
         *IB_KEYS,

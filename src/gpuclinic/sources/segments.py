@@ -142,12 +142,18 @@ class _Index:
         self.text = text
         self.quoted = quoted
         self.pending = pending if pending is not None and pending.text is text else None
+        self.hits = hits
         self.hit_lines = [k for k, _, _ in hits.lines]
         # (the lines holding a kernel mark or smi error word, ASCII case folded: one search per needle of the
         # hit lines joined, not a lower-casing and a test per line and needle)
         self.kernel_keys = {k for k, _, _ in hits.only(_KERNEL_NEEDLES).lines}
         self.dcgm = [k for k in self.hit_lines if any(m in lines[k] for m in _DCGM_MARKS)]
         self.folds = any(f in b for _, _, b in hits.lines for f in _FOLD_BYTES)
+
+    def lines_with(self, keys: tuple[str, ...]) -> list[int]:
+        """The hit lines that may hold one of ``keys`` (ASCII case folded: a superset of the exact ones,
+        which the reader re-checks): one search per key of the joined hit lines, not a test per line."""
+        return [k for k, _, _ in self.hits.only(k.lower() for k in keys).lines]
 
 
 _KERNEL_NEEDLES = tuple({k.lower() for k in (*_KERNEL_MARKS, *_ERROR_KEYS)})
@@ -450,13 +456,15 @@ def read_lines(
     R.read_host_stats(snap, rec, lines, where, claimed)
     R.read_k8s_nodes(snap, rec, lines, origin, where, claimed)
     R.read_slurm_nodes(rec, lines, where, claimed)
-    R.read_net_paste(snap, rec, lines, where, claimed)
+    R.read_net_paste(snap, rec, lines, where if ix is None else ix.lines_with(R.NET_KEYS), claimed)
     rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
     R.read_smi_dmon(snap, rec, lines, origin, where, claimed)
     R.read_smi_mig(snap, rec, lines, origin, where, claimed)
-    R.read_ib_ports(snap, rec, lines, origin, where, claimed)
-    R.read_nccl_tests(snap, rec, lines, origin, where, claimed)
+    R.read_ib_ports(snap, rec, lines, origin, where if ix is None else ix.lines_with(R.IB_KEYS), claimed)
+    R.read_nccl_tests(
+        snap, rec, lines, origin, where if ix is None else ix.lines_with(R.NCCL_TESTS_KEYS), claimed
+    )
     R.read_dcgm_dmon(snap, rec, lines, origin, where, claimed)
     _read_signatures(snap, rec, lines, classes, ix, origin, error_signatures, claimed)
     _unclaimed(rec, lines, classes, special, claimed)
