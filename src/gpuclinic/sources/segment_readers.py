@@ -4,6 +4,7 @@ JSON inventories."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Iterable
 
@@ -312,17 +313,7 @@ def read_nccl_tests(
     claimed: set[int],
 ) -> None:
     """nccl-tests benchmark tables and summaries (sources/nccl_tests.py)."""
-    marks = _keyed(lines, where, NCCL_TESTS_KEYS)
-    if marks is None:
-        return
-    from gpuclinic.sources import nccl_tests
-
-    run, used = nccl_tests.parse(lines, marks)
-    if not used:
-        return
-    nccl_tests.apply(snap, run, origin)
-    claimed.update(used)
-    _mark(rec, used, "nccl-tests")
+    _read_keyed(snap, rec, lines, origin, where, claimed, NCCL_TESTS_KEYS, "nccl_tests", "nccl-tests")
 
 
 def read_ib_ports(
@@ -334,17 +325,32 @@ def read_ib_ports(
     claimed: set[int],
 ) -> None:
     """``ibstat``/``ibstatus``/``ibv_devinfo``/``rdma link`` port listings (sources/ib_ports.py)."""
-    marks = _keyed(lines, where, IB_KEYS)
+    _read_keyed(snap, rec, lines, origin, where, claimed, IB_KEYS, "ib_ports", "InfiniBand ports")
+
+
+def _read_keyed(
+    snap: Snapshot,
+    rec: InputRecord,
+    lines: list[str],
+    origin: str,
+    where: Iterable[int] | None,
+    claimed: set[int],
+    keys: tuple[str, ...],
+    module: str,
+    name: str,
+) -> None:
+    """A reader module with ``parse(lines, marks) -> (read, used lines)`` and ``apply(snap, read, origin)``,
+    imported only when a line holds one of its ``keys`` (explain's start-up loads none of them)."""
+    marks = _keyed(lines, where, keys)
     if marks is None:
         return
-    from gpuclinic.sources import ib_ports
-
-    ports, used = ib_ports.parse(lines, marks)
-    if not ports:
+    mod = importlib.import_module(f"gpuclinic.sources.{module}")
+    read, used = mod.parse(lines, marks)
+    if not read or not used:
         return
-    ib_ports.apply(snap, ports, origin)
+    mod.apply(snap, read, origin)
     claimed.update(used)
-    _mark(rec, used, "InfiniBand ports")
+    _mark(rec, used, name)
 
 
 def read_smi_mig(
