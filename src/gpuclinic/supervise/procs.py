@@ -175,6 +175,7 @@ class OutputPump:
         self.echo = echo
         self.tail_bytes = tail_bytes
         self._tail = bytearray()
+        self._partial: dict[int | None, bytearray] = {}  # per stream: a line not finished yet
         self._lock = threading.Lock()
         self.last_output = time.monotonic()
         self.bytes = 0
@@ -184,6 +185,7 @@ class OutputPump:
     def reset(self) -> None:
         with self._lock:
             self._tail = bytearray()
+            self._partial = {}
             self.last_output = time.monotonic()
 
     def attach(self, fd: int, out_fd: int) -> None:
@@ -211,9 +213,7 @@ class OutputPump:
         with self._lock:
             self.last_output = time.monotonic()
             self.bytes += len(data)
-            self._tail += data
-            if len(self._tail) > self.tail_bytes:
-                del self._tail[: len(self._tail) - self.tail_bytes]
+            self._add_lines(data, out_fd)
             if self.log is not None:
                 try:
                     self.log.write(data)
@@ -230,6 +230,22 @@ class OutputPump:
                 self._broken.add(out_fd)  # our reader went away: keep logging, stop echoing
             except OSError:
                 self._broken.add(out_fd)
+
+    def _add_lines(self, data: bytes, stream: int | None) -> None:
+        """Add ``data`` to the classification tail a whole line at a time, per stream: a traceback written
+        to stderr in pieces ("ValueError", ": loss is NaN\\n") stays one line when the job's stdout prints
+        "step 3" in between (the echo and the log keep the bytes in arrival order, as a terminal shows them).
+        A stream's unfinished line goes in at 64 KiB (a progress bar redrawn with carriage returns)."""
+        buf = self._partial.setdefault(stream, bytearray())
+        buf += data
+        end = buf.rfind(b"\n") + 1
+        if len(buf) > 65536:
+            end = len(buf)
+        if end:
+            self._tail += buf[:end]
+            del buf[:end]
+            if len(self._tail) > self.tail_bytes:
+                del self._tail[: len(self._tail) - self.tail_bytes]
 
     def note(self, text: str) -> None:
         """A gpuclinic line for the log file only."""
@@ -248,8 +264,11 @@ class OutputPump:
         return done
 
     def tail_text(self) -> str:
+        """The last output, whole lines per stream, then each stream's unfinished line (a job killed in the
+        middle of printing its error leaves it without a newline)."""
         with self._lock:
-            return self._tail.decode("utf-8", "replace")
+            pending = b"".join(bytes(b) + b"\n" for b in self._partial.values() if b)
+            return (bytes(self._tail) + pending)[-self.tail_bytes :].decode("utf-8", "replace")
 
 
 def on_signals(handler: Callable[[int], None], sigs: tuple[int, ...]) -> dict[int, object]:
