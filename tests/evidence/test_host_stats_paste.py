@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bothpaths import both_paths
 from gpuclinic.diagnose import diagnose
 from gpuclinic.explain import explain_text
 from gpuclinic.sources import evidence, host_stats
@@ -44,17 +45,9 @@ IOSTAT_TWO = (
 )
 
 
-def _both(tmp_path: Path, text: str) -> tuple[dict[str, str], dict[str, str]]:
-    p = tmp_path / "paste.txt"
-    p.write_text(text)
-    doctor = {f.code: f.severity.name.lower() for f in diagnose(evidence.load_evidence([str(p)])).findings}
-    explain = {f.code: f.severity.name.lower() for f in explain_text(text, str(p)).findings}
-    return doctor, explain
-
-
 @pytest.mark.parametrize(("text", "code"), [(TOP, "host.cpu_steal"), (OLD_TOP, "host.cpu_steal")])
 def test_top_steal(tmp_path: Path, text: str, code: str) -> None:
-    for codes in _both(tmp_path, text):
+    for codes in both_paths(tmp_path, text):
         assert codes.get(code) == "warning", codes
 
 
@@ -69,7 +62,7 @@ def test_vmstat_interval_rows_without_the_since_boot_row(tmp_path: Path) -> None
     assert facts.cpu_pct["steal"] == pytest.approx(14.5) and facts.cpu_pct["iowait"] == pytest.approx(25.5)
     assert facts.swap_in_per_s == pytest.approx(550.0) and facts.swap_out_per_s == pytest.approx(825.0)
     assert used == {1, 2, 3, 4, 5}
-    for codes in _both(tmp_path, VMSTAT):
+    for codes in both_paths(tmp_path, VMSTAT):
         assert {"host.cpu_steal", "host.iowait", "host.swapping"} <= set(codes), codes
 
 
@@ -84,7 +77,7 @@ def test_mpstat_average_row_wins() -> None:
 
 
 def test_iostat_last_report_wins(tmp_path: Path) -> None:
-    for codes in _both(tmp_path, IOSTAT_TWO):
+    for codes in both_paths(tmp_path, IOSTAT_TWO):
         assert "host.iowait" not in codes, codes
 
 
@@ -123,7 +116,7 @@ FREE_M_LOW = (
 def test_free_m_low_available_memory(tmp_path: Path) -> None:
     facts, used = host_stats.read(FREE_M_LOW.splitlines())
     assert facts is not None and facts.mem_available_bytes == 1500 << 20 and used == {2, 3, 4}
-    for codes in _both(tmp_path, FREE_M_LOW):
+    for codes in both_paths(tmp_path, FREE_M_LOW):
         assert codes.get("host.memory_low") == "warning", codes
 
 
@@ -151,5 +144,5 @@ def test_top_memory_lines_with_explicit_units(tmp_path: Path) -> None:
     )
     facts, used = host_stats.read(text.splitlines())
     assert facts is not None and facts.mem_available_bytes == int(801.4 * (1 << 20)) and {3, 4} <= used
-    for codes in _both(tmp_path, text):
+    for codes in both_paths(tmp_path, text):
         assert codes.get("host.memory_low") == "warning" and "host.cpu_steal" not in codes, codes

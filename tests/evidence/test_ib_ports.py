@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bothpaths import both_paths
 from gpuclinic.diagnose import diagnose
 from gpuclinic.explain import explain_text
 from gpuclinic.knowledge import load_data
@@ -42,21 +43,13 @@ DEVINFO_INIT = (
 )
 
 
-def _both(tmp_path: Path, text: str) -> tuple[dict[str, str], dict[str, str]]:
-    p = tmp_path / "paste.txt"
-    p.write_text(text)
-    doctor = {f.code: f.severity.name.lower() for f in diagnose(evidence.load_evidence([str(p)])).findings}
-    explain = {f.code: f.severity.name.lower() for f in explain_text(text, str(p)).findings}
-    return doctor, explain
-
-
 def _serious(codes: dict[str, str]) -> dict[str, str]:
     return {c: s for c, s in codes.items() if s in ("warning", "critical")}
 
 
 @pytest.mark.parametrize("indent", ["\t", "    ", ""])
 def test_ndr_port_at_100_is_degraded(tmp_path: Path, indent: str) -> None:
-    for codes in _both(tmp_path, _ibstat("MT4129", "Active", "LinkUp", "100", indent)):
+    for codes in both_paths(tmp_path, _ibstat("MT4129", "Active", "LinkUp", "100", indent)):
         assert _serious(codes) == {"fabric.ib_rate_degraded": "warning"}, codes
 
 
@@ -65,7 +58,7 @@ def test_ndr_port_at_100_is_degraded(tmp_path: Path, indent: str) -> None:
 )
 def test_full_or_design_rate_or_unknown_adapter_is_healthy(tmp_path: Path, ca_type: str, rate: str) -> None:
     """Half the maximum (NDR200, HDR100 split ports) is a design choice; an unknown CA type is not judged."""
-    for codes in _both(tmp_path, _ibstat(ca_type, "Active", "LinkUp", rate)):
+    for codes in both_paths(tmp_path, _ibstat(ca_type, "Active", "LinkUp", rate)):
         assert not _serious(codes), codes
 
 
@@ -92,7 +85,7 @@ def test_the_threshold_is_knowledge_data() -> None:
     ],
 )
 def test_port_state_faults(tmp_path: Path, text: str, code: str) -> None:
-    for codes in _both(tmp_path, text):
+    for codes in both_paths(tmp_path, text):
         assert _serious(codes) == {code: "warning"}, codes
 
 
@@ -159,7 +152,7 @@ def test_listing_inside_a_big_log_is_read(tmp_path: Path) -> None:
     """A big input is visited only on its literal hits: the listing's keys are among them."""
     filler = "".join(f"step {i} loss 0.{i % 97:02d} lr 1e-4\n" for i in range(3000))
     text = filler + _ibstat("MT4129", "Active", "LinkUp", "100") + filler
-    for codes in _both(tmp_path, text):
+    for codes in both_paths(tmp_path, text):
         assert _serious(codes) == {"fabric.ib_rate_degraded": "warning"}, codes
 
 

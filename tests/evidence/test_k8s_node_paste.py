@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuclinic.diagnose import diagnose
+from bothpaths import both_paths
 from gpuclinic.explain import explain_text
 from gpuclinic.k8s.evidence import node_findings
-from gpuclinic.sources import evidence, k8s_node_text
+from gpuclinic.sources import k8s_node_text
 
 
 def _describe(name: str, cap: int, alloc: int) -> str:
@@ -64,14 +64,6 @@ POD_SPEC = (
 )
 
 
-def _both(tmp_path: Path, text: str) -> tuple[dict[str, str], dict[str, str]]:
-    p = tmp_path / "paste.txt"
-    p.write_text(text)
-    doctor = {f.code: f.severity.name.lower() for f in diagnose(evidence.load_evidence([str(p)])).findings}
-    explain = {f.code: f.severity.name.lower() for f in explain_text(text, str(p)).findings}
-    return doctor, explain
-
-
 @pytest.mark.parametrize(
     "text",
     [
@@ -82,7 +74,7 @@ def _both(tmp_path: Path, text: str) -> tuple[dict[str, str], dict[str, str]]:
     ids=["describe", "json-pretty", "json-line"],
 )
 def test_allocatable_below_capacity_is_fenced_by_both_paths(tmp_path: Path, text: str) -> None:
-    for codes in _both(tmp_path, text):
+    for codes in both_paths(tmp_path, text):
         assert codes.get("k8s.gpu_fenced") == "critical", codes
 
 
@@ -96,7 +88,7 @@ def test_same_code_and_title_as_k8s_evidence_on_the_node_object(tmp_path: Path) 
 
 
 def test_healthy_node_pod_spec_and_allocated_table_give_nothing(tmp_path: Path) -> None:
-    for codes in _both(tmp_path, _describe("ok-node", 8, 8)):
+    for codes in both_paths(tmp_path, _describe("ok-node", 8, 8)):
         assert not {c for c, s in codes.items() if s in ("warning", "critical")}, codes
     assert k8s_node_text.read(POD_SPEC.splitlines(), None) == ([], set())  # limits/requests: not a node
     assert not [f for f in explain_text(POD_SPEC, "pod.yaml").findings if f.code.startswith("k8s.")]
