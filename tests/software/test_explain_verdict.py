@@ -43,3 +43,14 @@ def test_explain_verdict_fits_what_it_read(text: str, head: str, rc: int) -> Non
     assert first.endswith(head), first
     assert r.returncode == rc, r.stderr
     assert "HEALTHY" not in r.stdout
+
+
+def test_an_information_only_cause_does_not_say_no_problem_found() -> None:
+    """A cause that is only information (the lid of the chassis was opened) heads the report as such; the
+    body then points to the notes, never "No known problem found" under "CAUSE FOUND"."""
+    sel = "   1 | 11/25/2024 | 21:47:47 | Physical Security #0x73 | General Chassis intrusion | Asserted\n"
+    r = _explain(sel)
+    assert r.stdout.splitlines()[0].endswith("CAUSE FOUND: hardware (info)") and r.returncode == 0
+    assert "No known problem found" not in r.stdout and "see the notes below" in r.stdout
+    nothing = _explain("FooBarError: something odd\n")
+    assert "No known problem found." in nothing.stdout

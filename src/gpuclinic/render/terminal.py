@@ -250,8 +250,8 @@ def layout(report: Report, width: int = PLAIN_WIDTH, prelude: list[str] | None =
 def all_clear_line(report: Report, notes: bool) -> str:
     """The line when nothing needs action; with notes it must not read as "nothing was flagged"
     (net: a mirror candidate's "per-conn cap" row above an all-clear contradicted itself)."""
-    if report.command == "explain":
-        return "No known problem found."
+    if report.command == "explain" and not report.explain_summary()["cause_found"]:
+        return "No known problem found."  # (an explain whose only cause is information: its notes, below)
     return "Nothing needs action; see the notes below." if notes else "No problems found."
 
 
