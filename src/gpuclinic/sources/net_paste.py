@@ -71,18 +71,23 @@ def _fig(tool: str, line_no: int, line: str, target: str | None = None, **vals: 
     return {"tool": tool, "line": line.strip()[:200], "line_no": line_no, "target": target, **vals}
 
 
+def _avg_after(lines: list[str], k: int, literal: str, rx: lazyre.LazyPattern) -> float | None:
+    """The average round trip ping prints on one of the two lines after its loss line (Linux/macOS
+    ``rtt min/avg/max``, Windows ``Average =``), or None."""
+    for j in range(k + 1, min(len(lines), k + 3)):
+        m = rx.search(lines[j]) if literal in lines[j] else None
+        if m:
+            return float(m.group("avg"))
+    return None
+
+
 def _ping(lines: list[str], idx: list[int]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for k in idx:
         s = lines[k]
         if "packet loss" in s and (m := _PING.search(s)):
             head = _PING_HEAD.match(lines[k - 1].strip()) if k else None
-            avg = None
-            for j in range(k + 1, min(len(lines), k + 3)):
-                r = _RTT.search(lines[j]) if "min/avg/max" in lines[j] else None
-                if r:
-                    avg = float(r.group("avg"))
-                    break
+            avg = _avg_after(lines, k, "min/avg/max", _RTT)
             out.append(
                 _fig("ping", k + 1, s, head.group("host") if head else None, sent=int(m.group("tx")),
                      loss_pct=float(m.group("loss")), rtt_avg_ms=avg)
@@ -91,12 +96,7 @@ def _ping(lines: list[str], idx: list[int]) -> list[dict[str, Any]]:
             out.append(_fig("speedtest", k + 1, s, loss_pct=float(m.group("loss"))))
         elif "Packets: Sent" in s and (m := _WIN.search(s)):
             head = _WIN_HEAD.match(lines[k - 1].strip()) if k else None
-            avg = None
-            for j in range(k + 1, min(len(lines), k + 3)):
-                w = _WIN_AVG.search(lines[j]) if "Average =" in lines[j] else None
-                if w:
-                    avg = float(w.group("avg"))
-                    break
+            avg = _avg_after(lines, k, "Average =", _WIN_AVG)
             out.append(
                 _fig("ping", k + 1, s, head.group("host") if head else None, sent=int(m.group("tx")),
                      loss_pct=float(m.group("loss")), rtt_avg_ms=avg)
