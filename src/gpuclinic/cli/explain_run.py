@@ -69,11 +69,11 @@ def run_explain(
         text, origin, truncated = read_input(file)
         live = None if offline else live_facts()
         report = explain_text(text, origin, live, truncated=truncated)
+        try:  # (still without collections: the renderer's imports made a full one walk the big log's lines)
+            emit(report, fmt)
+        except BrokenPipeError:
+            sys.stderr.close()
     finally:
         if paused:
             gc.enable()
-    try:
-        emit(report, fmt)
-    except BrokenPipeError:
-        sys.stderr.close()
     return report.exit_code

@@ -27,8 +27,6 @@ MAX_RECORD_LINES = 40
 def read(lines: list[str], where: Iterable[int] | None) -> tuple[list[NodeState], set[int]]:
     """The node records in ``lines`` and the 1-based lines they span.  ``where``: the lines that may hold
     the key (all when None)."""
-    from gpuclinic.slurm.scontrol import parse_node_line
-
     nodes: list[NodeState] = []
     used: set[int] = set()
     for k in range(len(lines)) if where is None else where:
@@ -41,6 +39,8 @@ def read(lines: list[str], where: Iterable[int] | None) -> tuple[list[NodeState]
         record = " ".join(x.strip() for x in lines[k:end])
         if "State=" not in record or not any(f in record for f in _SCONTROL_ONLY):
             continue
+        from gpuclinic.slurm.scontrol import parse_node_line  # (dataclasses, inspect: only for a record)
+
         nodes.append(parse_node_line(record))
         used.update(range(k + 1, end + 1))
     return nodes, used
