@@ -116,6 +116,8 @@ def claims_sdr(text: str) -> bool:
         return False
     n = 0
     for line in text.splitlines()[:400]:
+        if "|" not in line:
+            continue  # one column: no row shape (and no split of every prose line)
         c = _cols(line)
         if (
             _is_elist(c)
@@ -193,9 +195,10 @@ def parse_sensor(text: str, source: str = "ipmitool sensor") -> R.RoomFacts:
 def claims_sensor(text: str) -> bool:
     if "|" not in text:  # a sensor row has ten columns
         return False
-    lines = [ln for ln in text.splitlines()[:400] if ln.strip()]
-    rows = sum(1 for line in lines if _is_sensor(_cols(line)))
-    return rows >= 2 or (rows == 1 and len(lines) <= 3)  # one row quoted alone (with its command line)
+    lines = text.splitlines()[:400]
+    rows = sum(1 for line in lines if "|" in line and _is_sensor(_cols(line)))  # (a row has ten columns)
+    # one row quoted alone (with its command line)
+    return rows >= 2 or (rows == 1 and sum(1 for ln in lines if ln.strip()) <= 3)
 
 
 # ------------------------------------------------------------------------------------------ sel
@@ -307,7 +310,7 @@ def claims_sel(text: str) -> bool:
         return True
     if "|" not in text:  # a SEL row has five or more columns
         return False
-    return sum(1 for ln in lines if _is_sel(_cols(ln)) and re.search(r"asserted", ln, re.I)) >= 1
+    return any("|" in ln and _is_sel(_cols(ln)) and re.search(r"asserted", ln, re.I) for ln in lines)
 
 
 # ------------------------------------------------------------------------------------------ key: value

@@ -66,7 +66,16 @@ def claims(text: str) -> bool:
     rs = [(k, r) for k, r in _BY_KEY if k in text]
     if not rs:
         return False
-    return any(k in ln and r.match(ln) for ln in text.splitlines()[:400] for k, r in rs)
+    # the lines holding a key, found in the first 400 joined (a find per key, not a test per line and key)
+    head = "\n".join(text.splitlines()[:400])
+    for k, r in rs:
+        i = head.find(k)
+        while i >= 0:
+            start, end = head.rfind("\n", 0, i) + 1, head.find("\n", i)
+            if r.match(head[start:] if end < 0 else head[start:end]):  # (a slice: ^ anchors at pos 0 only)
+                return True
+            i = -1 if end < 0 else head.find(k, end)
+    return False
 
 
 def parse(text: str) -> R.RoomFacts:
