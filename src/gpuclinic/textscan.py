@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Iterable
 from typing import IO
 
+from gpuclinic import multifind
 from gpuclinic.grepinput import input_file as _input
 from gpuclinic.grepinput import same_file as _same_file
 from gpuclinic.grepinput import scratch as _scratch
@@ -41,19 +42,30 @@ class LineHits:
     lines: tuple[tuple[int, int, bytes], ...]
 
     def only(self, needles: Iterable[str]) -> LineHits:
-        """The lines holding one of ``needles`` (lower-case): one ``find`` pass per needle over these
-        lines joined, not a test per line and needle."""
-        low = b"\n".join(h[2] for h in self.lines).lower()
-        starts = list(itertools.accumulate((len(h[2]) + 1 for h in self.lines), initial=0))
-        keep: set[int] = set()
-        for n in needles:
-            nb = n.encode()
-            i = low.find(nb)
-            while i >= 0:
-                k = bisect.bisect_right(starts, i) - 1
-                keep.add(k)
-                i = low.find(nb, starts[k + 1])
+        """The lines holding one of ``needles`` (lower-case): one pass of a multi-literal automaton over
+        these lines joined (ASCII case folded, as bytes read one character per byte: offsets are the
+        bytes'), not a test per line and needle."""
+        words = tuple(n.encode().decode("latin-1") for n in needles)  # (a needle as its UTF-8 bytes)
+        if "" in words:
+            return self
+        low, starts = _joined_lower(self)
+        keep = {bisect.bisect_right(starts, end) - 1 for end, _ in multifind.matches(low, words)}
         return LineHits(self.data, tuple(self.lines[k] for k in sorted(keep)))
+
+
+_JOINED: list[tuple[LineHits, str, list[int]] | None] = [None]
+
+
+def _joined_lower(hits: LineHits) -> tuple[str, list[int]]:
+    """The lines of ``hits`` joined with newlines, ASCII lower-cased, as Latin-1 text (one character per
+    byte), and each line's start in it; kept for the next call on the same hits."""
+    known = _JOINED[0]
+    if known is not None and known[0] is hits:
+        return known[1], known[2]
+    low = b"\n".join(h[2] for h in hits.lines).lower().decode("latin-1")
+    starts = list(itertools.accumulate((len(h[2]) + 1 for h in hits.lines), initial=0))
+    _JOINED[0] = (hits, low, starts)
+    return low, starts
 
 
 def exact_fold(text: str) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
+from gpuclinic import multifind
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.signature_extract import EXTRACTORS
 from gpuclinic.knowledge.wrapwidth import RECORD, at_length, wrap_width
@@ -394,20 +395,13 @@ def _ascii_needles() -> bool:
 
 
 def _needle_test(lower: str) -> Callable[[str], bool]:
-    """``has(needle)``, memoised, skipping every needle of a group whose key is absent."""
-    groups = _needle_groups()
-    present: dict[str, bool] = {}
+    """``has(needle)``: whether ``lower`` holds it, every needle found in one pass (``multifind``)."""
+    return multifind.present(lower, _all_needles()).__contains__
 
-    def has(n: str) -> bool:
-        if n not in present:
-            g = groups.get(n)
-            if g is not None and g != n and not has(g):
-                present[n] = False
-            else:
-                present[n] = n in lower
-        return present[n]
 
-    return has
+@cache
+def _all_needles() -> tuple[str, ...]:
+    return tuple(sorted({n for s in signatures() for n in s.needles}))
 
 
 def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[str] | None, list[int]]:
