@@ -20,7 +20,6 @@ which readers used them, and which lines nothing claimed.
 from __future__ import annotations
 
 import itertools
-import operator
 import re
 from bisect import bisect_left
 from collections.abc import Callable
@@ -35,6 +34,9 @@ from gpuclinic.sources import signals
 from gpuclinic.sources.kernellog import is_kernel_line
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
 from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
+from gpuclinic.sources.linemarks import blank_lines as _blank
+from gpuclinic.sources.linemarks import quoted_lines as _quoted
+from gpuclinic.sources.linemarks import unquote_lines as _unquote_lines
 
 MAX_UNREAD = 200
 _ERROR_RES = lazyre.compile(
@@ -51,7 +53,6 @@ _PROMPT = lazyre.compile(
 # an `nvidia-smi -q` field whose value is an error ("        Current    : GPU access blocked by the operating
 # system"): part of the dump, not an error statement of its own
 _Q_VALUE = lazyre.compile(r"^\s+[A-Z][\w ./()-]{0,60}?\s:\s")
-_QUOTE = lazyre.compile(r"^[ \t]*(?:>[ \t]?)+")
 _JSON = lazyre.compile(r"^\s*\{.*\}\s*,?\s*$")
 _METRIC = lazyre.compile(
     r"^(?:# (?:HELP|TYPE) "
@@ -233,13 +234,24 @@ def classify_all(lines: list[str]) -> list[str]:
     return _classify(lines, _index(lines, "\n".join(lines), None))[0]
 
 
-def _classify(lines: list[str], ix: _Index | None) -> tuple[list[str], list[int]]:
-    """The class of every line and the (0-based) lines whose class is not "other"."""
+def _classify(
+    lines: list[str], ix: _Index | None, blank: list[int] | None = None, quoted: list[int] | None = None
+) -> tuple[list[str], list[int]]:
+    """The class of every line and the (0-based) lines whose class is not "other".  ``blank``: the blank
+    lines found before the ``quoted`` lines lost their quote markers (those are looked at again)."""
     if ix is None:
         classes = [classify(ln) for ln in lines]
         return classes, [k for k, c in enumerate(classes) if c != "other"]
     classes = ["other"] * len(lines)
-    special = set(itertools.compress(itertools.count(), map(operator.not_, map(str.strip, lines))))
+    if blank is None:
+        special = set(_blank(lines))
+    else:
+        special = set(blank)
+        for k in quoted or ():
+            if lines[k].strip():
+                special.discard(k)
+            else:
+                special.add(k)
     for k in special:  # lines that strip() to nothing
         classes[k] = "blank"
     cands = set(ix.kernel_keys)
@@ -365,32 +377,6 @@ def _runs(classes: list[str], special: list[int]) -> list[tuple[str, int, int]]:
     return runs
 
 
-def _quoted(joined: str) -> list[int]:
-    """The (0-based) lines of ``joined`` whose first non-space character is ``>``: one ``find`` per line
-    holding a ``>``, not a regex step per character."""
-    out: list[int] = []
-    line = prev = 0
-    i = joined.find(">")
-    while i >= 0:
-        ls = joined.rfind("\n", 0, i) + 1
-        if ls == i or joined[ls:i].isspace():
-            line += joined.count("\n", prev, ls)
-            prev = ls
-            out.append(line)
-        nl = joined.find("\n", i)
-        i = joined.find(">", nl) if nl >= 0 else -1
-    return out
-
-
-def _unquote_lines(lines: list[str], quoted: list[int]) -> list[str]:
-    """A quoted excerpt inside an unquoted paste ("> [ 12.3] NVRM: ..."): the lines without their markers."""
-    out = list(lines)
-    for k in quoted:
-        if not lines[k].lstrip().startswith(">>>"):
-            out[k] = _QUOTE.sub("", lines[k], count=1)
-    return out
-
-
 def read_lines(
     snap: Snapshot,
     lines: list[str],
@@ -413,8 +399,11 @@ def read_lines(
     """
     rec = InputRecord(input=origin, kind="text", lines=len(lines))
     pending = hits = None
+    early: tuple[list[str], list[int], list[int]] | None = None
     if text is not None and len(lines) >= BIG:  # the line-start scan runs while the literals are searched
         pending = textscan.start_line_starts(text, _LINE_START.pattern)
+        # what needs no scan is done while grep still runs: the blank lines and the quoted ones
+        early = (lines, _blank(lines), _quoted(text))
         hits = textscan.line_hits(text, _needles())
     # journal json-pretty/export/verbose and byte-array MESSAGE records (each holds "MESSAGE": one search
     # of the text, not a test per line, rules them out; of a big text, a search of its hit lines)
@@ -430,14 +419,15 @@ def read_lines(
     elif hits is not None and text is not None:
         textscan.remember_lines(text, lines)  # explain's wrapped-line pass splits the same text
     joined = "\n".join(lines) if hits is None or text is None else text
-    quoted = _quoted(joined)
+    quoted = early[2] if early is not None and joined is text else _quoted(joined)
+    blank = early[1] if early is not None and early[0] is lines else None
     if quoted:
         lines = _unquote_lines(lines, quoted)
     # unquoting keeps every line where it was and only cuts its start: the literals found in ``joined``
     # are a superset of those in the unquoted lines, every reader re-checks its lines, and the quoted
     # lines are line-start candidates themselves (no second join of a big text)
     ix = _index(lines, joined, hits, quoted, pending)
-    classes, special = _classify(lines, ix)
+    classes, special = _classify(lines, ix, blank, quoted)
     if pending is not None:
         pending.cancel()  # (a no-op when _classify used it)
     claimed: set[int] = set()  # 1-based line numbers some reader used
