@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpuclinic import recache
+
 
 class LazyPattern:
     """``re.compile(pattern, flags)``, compiled on the first match, search or substitution."""
@@ -30,7 +32,7 @@ class LazyPattern:
         """The compiled pattern (compiled now on the first use)."""
         c = self._compiled
         if c is None:
-            c = self._compiled = re.compile(self.pattern, self.flags)
+            c = self._compiled = recache.compile(self.pattern, self.flags)
             for name in _METHODS:  # later calls: the bound method of the compiled pattern, from __dict__
                 self.__dict__[name] = getattr(c, name)
             if self.need is not None:

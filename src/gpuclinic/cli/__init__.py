@@ -126,12 +126,16 @@ def _exit_now(code: int) -> NoReturn:
     """End an ``explain`` process without tearing the interpreter down: a big log leaves ~250,000 line
     strings and tens of MB of buffers that finalization frees one by one (~10 ms) just before the
     process's memory goes anyway.  Only for a real process (``main()`` called without ``argv``), after
-    the report is flushed; explain leaves nothing else pending (no file, thread or atexit work)."""
+    the report is flushed; explain leaves nothing else pending (no file or thread; the one atexit job,
+    writing the regex cache, runs here)."""
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except (BrokenPipeError, ValueError):  # a reader that went away (``| head``), or a closed stderr
         pass
+    from gpuclinic import recache
+
+    recache.save()  # (the regexes compiled for the first time: atexit work os._exit would skip)
     os._exit(code)
 
 

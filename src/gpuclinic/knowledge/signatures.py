@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
-from gpuclinic import multifind
+from gpuclinic import multifind, recache
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.signature_extract import EXTRACTORS
 from gpuclinic.knowledge.wrapwidth import RECORD, at_length, wrap_width
@@ -124,13 +124,13 @@ def _compiled_fast(regexes: tuple[str, ...]) -> tuple[re.Pattern[str] | None, ..
 
 @cache
 def _pattern(regex: str) -> re.Pattern[str]:
-    return re.compile(regex)
+    return recache.compile(regex)
 
 
 @cache
 def _fast_pattern(regex: str) -> re.Pattern[str] | None:
     n = len(_LINE_PREFIX)
-    return re.compile(regex[n:]) if regex.startswith(_LINE_PREFIX) and len(regex) > n else None
+    return recache.compile(regex[n:]) if regex.startswith(_LINE_PREFIX) and len(regex) > n else None
 
 
 @cache

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from functools import cache
 
+from gpuclinic import recache
 from gpuclinic.facts.evidence import Signal
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
@@ -49,7 +50,7 @@ class EvidenceSignature:
 
 @cache
 def _compiled(regex: str) -> re.Pattern[str]:
-    return re.compile(regex)
+    return recache.compile(regex)
 
 
 @cache
