@@ -48,7 +48,7 @@ class LineHits:
         words = tuple(n.encode().decode("latin-1") for n in needles)  # (a needle as its UTF-8 bytes)
         if "" in words:
             return self
-        low, starts = _joined_lower(self)
+        low, starts = joined_lower(self)
         keep = {bisect.bisect_right(starts, end) - 1 for end, _ in multifind.matches(low, words)}
         return LineHits(self.data, tuple(self.lines[k] for k in sorted(keep)))
 
@@ -56,7 +56,7 @@ class LineHits:
 _JOINED: list[tuple[LineHits, str, list[int]] | None] = [None]
 
 
-def _joined_lower(hits: LineHits) -> tuple[str, list[int]]:
+def joined_lower(hits: LineHits) -> tuple[str, list[int]]:
     """The lines of ``hits`` joined with newlines, ASCII lower-cased, as Latin-1 text (one character per
     byte), and each line's start in it; kept for the next call on the same hits."""
     known = _JOINED[0]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuclinic.sources import evidence_text as E
+from gpuclinic.sources import sniffgates
 from gpuclinic.sources.segments import _structured
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -61,3 +62,64 @@ def test_the_kernel_log_still_wins_over_what_follows_it(tail: str) -> None:
     assert E.detect_structured(with_kernel) is None
     prose = "step 1 loss 0.5\n" + tail
     assert E.detect_structured(prose) == _expected(prose) is not None
+
+
+# `sensors -j` (lm-sensors 3.6 JSON output; no fixture file holds one)
+SENSORS_J = """{
+   "coretemp-isa-0000":{
+      "Adapter": "ISA adapter",
+      "Package id 0":{
+         "temp1_input": 45.000,
+         "temp1_max": 84.000,
+         "temp1_crit": 100.000
+      }
+   }
+}
+"""
+
+
+def _absent(sample: str) -> frozenset[str]:
+    """The sniffgates literals ``sample`` lacks, ASCII case folded (what the big-log index finds)."""
+    low = sample.encode("utf-8", "surrogatepass").lower()
+    return frozenset(g for g in sniffgates.ALL if g.lower().encode() not in low)
+
+
+def test_skipping_the_sniffers_whose_literals_are_absent_changes_no_label() -> None:
+    """The gates are sound on every fixture: a sniffer never claims a sample that lacks all its literals
+    (issue 14: the big-log reader skips those sniffers)."""
+    skipped = 0
+    for s in _samples():
+        absent = _absent(s)
+        skipped += len(absent)
+        assert E.detect_structured(s, absent) == E.detect_structured(s), s[:200]
+    assert skipped > 1000  # (the gates did rule sniffers out)
+
+
+@pytest.mark.parametrize(
+    "name,looks,gate",
+    [
+        ("bugreport", "gpuclinic.sources.bugreport:looks_like", "BUGREPORT"),
+        ("smi_xml", "gpuclinic.sources.smi_xml:looks_like", "SMI_XML"),
+        ("smi_topo", "gpuclinic.sources.smi_topo:looks_like", "SMI_TOPO"),
+        ("smi errors", "gpuclinic.sources.smi_table:has_errors", "SMI_ERRORS"),
+        ("redfish", "gpuclinic.sources.bmc.redfish:claims", "REDFISH"),
+        ("sensors -j", "gpuclinic.sources.bmc.lmsensors:claims_json", "SENSORS_JSON"),
+        ("sensors -u", "gpuclinic.sources.bmc.lmsensors:claims_raw", "SENSORS_TEXT"),
+        ("sensors", "gpuclinic.sources.bmc.lmsensors:claims_text", "SENSORS_TEXT"),
+        ("log-util", "gpuclinic.sources.bmc.logutil:claims", "OPENBMC_LOGUTIL"),
+        ("vendor log", "gpuclinic.sources.bmc.vendorlog:claims", "VENDOR_LOG"),
+    ],
+)
+def test_each_gated_sniffer_claims_only_samples_holding_a_literal(name: str, looks: str, gate: str) -> None:
+    import importlib
+
+    mod, fn = looks.split(":")
+    sniff = getattr(importlib.import_module(mod), fn)
+    literals = getattr(sniffgates, gate)
+    claimed = 0
+    for s in [*_samples(), SENSORS_J]:
+        if sniff(s):
+            claimed += 1
+            low = s.lower()
+            assert any(g.lower() in low for g in literals), (name, s[:200])
+    assert claimed, name  # (a fixture of each format exists)

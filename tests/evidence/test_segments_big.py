@@ -29,7 +29,8 @@ EXTRA = [
     "user@node1:~$ nvidia-smi\n"
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
     'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n    main()\n',
-    ">\n> \n>\u3000\n> [ 13.1] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE\n",  # quoted lines unquoted to blank
+    # quoted lines that are blank once unquoted
+    ">\n> \n>\u3000\n> [ 13.1] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE\n",
 ]
 
 

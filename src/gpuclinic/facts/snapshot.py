@@ -6,6 +6,7 @@ Checks are pure functions of a snapshot, so the same checks run on a live server
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from gpuclinic.model import Skipped
@@ -119,11 +120,13 @@ _FACT_TYPES = {
 }
 
 
+@lru_cache(maxsize=4096)
 def normalize_bus_id(bus_id: str) -> str:
     """Normalise PCI addresses from every format seen to ``dddd:bb:dd.f`` (lower case).
 
     NVML gives ``00000000:3B:00.0``, kernel Xid lines ``0000:3b:00`` (no function), nvidia-smi
-    ``00000000:3B:00.0``, sysfs ``0000:3b:00.0``.
+    ``00000000:3B:00.0``, sysfs ``0000:3b:00.0``.  Memoised: grouping a log's findings into incidents
+    compares the same few addresses thousands of times.
     """
     s = bus_id.strip().lower()
     if s.startswith("pci:"):

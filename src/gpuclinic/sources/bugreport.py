@@ -29,7 +29,7 @@ from gpuclinic import lazyre
 from gpuclinic.facts.gpu import PciDevice
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.record import field, record
-from gpuclinic.sources import lspci, smi_nvlink, smi_table, smi_text, smi_xml
+from gpuclinic.sources import lspci, smi_nvlink, smi_table, smi_text, smi_xml, sniffgates
 from gpuclinic.sources.kernellog import parse_lines
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
@@ -70,7 +70,7 @@ def looks_like(sample: str) -> bool:
     message ("A GPU crash dump has been created ... please run nvidia-bug-report.sh") also prints."""
     head = sample[:8192]
     # each alternative holds one of these literals; testing them is cheaper than the regex scan
-    return ("Start of NVIDIA" in head or "nvidia-bug-report.sh " in head) and bool(_PROLOGUE_RE.search(head))
+    return any(k in head for k in sniffgates.BUGREPORT) and bool(_PROLOGUE_RE.search(head))
 
 
 @record

@@ -32,6 +32,7 @@ from gpuclinic.sources import (
     smi_text,
     smi_topo,
     smi_xml,
+    sniffgates,
 )
 from gpuclinic.sources.bmc import formats as bmc_formats
 from gpuclinic.sources.merge import (
@@ -112,34 +113,43 @@ def detect(sample: str) -> str | None:
     return bmc_formats.detect(sample)  # ipmitool, FreeIPMI, sensors (room:<format>)
 
 
-def detect_structured(sample: str) -> str | None:
+def detect_structured(sample: str, absent: frozenset[str] = frozenset()) -> str | None:
     """``detect(sample)`` when that is a structured kind (what labels a run of prose lines), else None.
 
     The same sniffers in the same order, but a kernel log is not a structured kind: the sniffers after it
     are asked first, and the kernel-log sniff (a regex per line, the dearest) only when one of them claims
     the sample, to tell whether ``detect`` would have stopped at it.  A run of training-log prose is
-    ruled out without it."""
-    sample = unquote(sample)
-    if bugreport.looks_like(sample):
+    ruled out without it.  ``absent``: literals of ``sniffgates`` known not to be in ``sample`` (the
+    segmenting reader's whole-text search); a sniffer that needs only those is not asked."""
+
+    def may(gate: tuple[str, ...]) -> bool:
+        return not gate or not absent.issuperset(gate)
+
+    sample = unquote(sample)  # (cutting quote markers adds no literal: ``absent`` still holds)
+    if may(sniffgates.BUGREPORT) and bugreport.looks_like(sample):
         return None
     if sample.lstrip("\ufeff \t\r\n").startswith("{"):
-        return bmc_formats.detect(sample)  # (else "json")
-    for kind, looks in _STRUCTURED_FIRST:
-        if looks(sample):
+        return bmc_formats.detect(sample, absent)  # (else "json")
+    for kind, looks, gate in _STRUCTURED_FIRST:
+        if may(gate) and looks(sample):
             return kind
     later = (
-        "smi_table" if smi_table.has_errors(sample) else "lspci" if lspci.looks_like(sample) else None
-    ) or bmc_formats.detect(sample)
+        "smi_table"
+        if may(sniffgates.SMI_ERRORS) and smi_table.has_errors(sample)
+        else "lspci"
+        if lspci.looks_like(sample)
+        else None
+    ) or bmc_formats.detect(sample, absent)
     return None if later is None or _is_kernel_log(sample) else later
 
 
-_STRUCTURED_FIRST: tuple[tuple[str, Callable[[str], bool]], ...] = (
-    ("smi_xml", smi_xml.looks_like),
-    ("smi_text", smi_text.looks_like),
-    ("smi_table", smi_table.has_table),
-    ("smi_csv", smi_csv.looks_like),
-    ("smi_nvlink", smi_nvlink.looks_like),
-    ("smi_topo", smi_topo.looks_like),
+_STRUCTURED_FIRST: tuple[tuple[str, Callable[[str], bool], tuple[str, ...]], ...] = (
+    ("smi_xml", smi_xml.looks_like, sniffgates.SMI_XML),
+    ("smi_text", smi_text.looks_like, ()),
+    ("smi_table", smi_table.has_table, ()),
+    ("smi_csv", smi_csv.looks_like, ()),
+    ("smi_nvlink", smi_nvlink.looks_like, ()),
+    ("smi_topo", smi_topo.looks_like, sniffgates.SMI_TOPO),
 )
 
 
@@ -374,7 +384,7 @@ def add_text(
             textscan.splitlines(text),
             origin,
             detect=lambda t: detect(t[:SAMPLE_BYTES]),
-            label=lambda t: detect_structured(t[:SAMPLE_BYTES]),
+            label=lambda t, absent: detect_structured(t[:SAMPLE_BYTES], absent),
             apply_rest=_apply_text,
             error_signatures=error_signatures,
             year=year,

@@ -1,6 +1,6 @@
-"""Lines the segmenting reader marks before it reads a text: blank lines and quoted lines.
+"""The segmenting reader's bookkeeping of lines: blank and quoted lines, runs of one class, heads.
 
-Both are found without a scan by grep (so a big log's reader finds them while grep still runs), and
+Blank and quoted lines need no scan by grep (so a big log's reader finds them while grep still runs), and
 both are exact: ``strip()`` for blank, the first non-space character ``>`` for quoted.
 """
 
@@ -43,3 +43,55 @@ def unquote_lines(lines: list[str], quoted: list[int]) -> list[str]:
         if not lines[k].lstrip().startswith(">>>"):
             out[k] = _QUOTE.sub("", lines[k], count=1)
     return out
+
+
+def runs(classes: list[str], special: list[int]) -> list[tuple[str, int, int]]:
+    """Runs of one class (1-based, inclusive); blank lines join the run they sit in.  Only the lines in
+    ``special`` (sorted 0-based) have a class other than "other"."""
+    runs: list[tuple[str, int, int]] = []
+
+    def add(c: str, a: int, b: int) -> None:
+        # every line since the run's last one is blank (others start or extend runs)
+        if runs and runs[-1][0] == c:
+            runs[-1] = (c, runs[-1][1], b)
+        else:
+            runs.append((c, a, b))
+
+    nxt = 0  # the first 0-based line not looked at yet
+    for k in special:
+        if k > nxt:
+            add("other", nxt + 1, k)
+        if classes[k] != "blank":
+            add(classes[k], k + 1, k + 1)
+        nxt = k + 1
+    if nxt < len(classes):
+        add("other", nxt + 1, len(classes))
+    return runs
+
+
+def rest_lines(lines: list[str], classes: list[str], special: list[int]) -> list[str]:
+    """The "other" and blank lines, in order: ``lines`` without the special lines of other classes (a shell
+    prompt running ``nvidia-smi --query-gpu=...`` stays: a ``--format=csv,noheader`` paste takes its columns
+    from that command)."""
+    out: list[str] = []
+    nxt = 0
+    for k in special:
+        if classes[k] != "blank" and not (classes[k] == "prompt" and "--query-gpu" in lines[k]):
+            out.extend(lines[nxt:k])
+            nxt = k + 1
+    out.extend(lines[nxt:])
+    return out
+
+
+def head(lines: list[str], size: int, lo: int = 0, hi: int | None = None) -> str:
+    """The first ``size`` characters (or more) of ``"\\n".join(lines[lo:hi])``, without joining all of it."""
+    return "\n".join(lines[lo : head_end(lines, size, lo, hi)])
+
+
+def head_end(lines: list[str], size: int, lo: int = 0, hi: int | None = None) -> int:
+    """The end of the lines :func:`head` joins."""
+    n, end, total = lo, len(lines) if hi is None else hi, 0
+    while n < end and total < size:
+        total += len(lines[n]) + 1
+        n += 1
+    return n

@@ -21,21 +21,25 @@ from __future__ import annotations
 
 import itertools
 import re
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
-from gpuclinic import lazyre, textscan
+from gpuclinic import lazyre, multifind, textscan
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.sources import segment_readers as R
-from gpuclinic.sources import signals
+from gpuclinic.sources import signals, sniffgates
 from gpuclinic.sources.kernellog import is_kernel_line
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
 from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
 from gpuclinic.sources.linemarks import blank_lines as _blank
+from gpuclinic.sources.linemarks import head as _head
+from gpuclinic.sources.linemarks import head_end as _head_end
 from gpuclinic.sources.linemarks import quoted_lines as _quoted
+from gpuclinic.sources.linemarks import rest_lines as _rest_lines
+from gpuclinic.sources.linemarks import runs as _runs
 from gpuclinic.sources.linemarks import unquote_lines as _unquote_lines
 
 MAX_UNREAD = 200
@@ -66,6 +70,8 @@ _STRUCTURED = {"smi_text", "smi_xml", "smi_table", "smi_csv", "smi_nvlink", "smi
 
 ApplyRest = Callable[[Snapshot, str, str, str], None]
 Detect = Callable[[str], "str | None"]
+# a sniffer of structured kinds for runs of prose: (sample, the sniffgates literals known absent from it)
+Label = Callable[[str, frozenset[str]], "str | None"]
 
 
 def classify(line: str) -> str:
@@ -150,6 +156,24 @@ class _Index:
         self.kernel_keys = {k for k, _, _ in hits.only(_KERNEL_NEEDLES).lines}
         self.dcgm = [k for k in self.hit_lines if any(m in lines[k] for m in _DCGM_MARKS)]
         self.folds = any(f in b for _, _, b in hits.lines for f in _FOLD_BYTES)
+        self._gates: dict[str, list[int]] | None = None
+
+    def absent(self, lo: int, hi: int) -> frozenset[str]:
+        """The ``sniffgates`` literals no line ``lo..hi-1`` holds (ASCII case folded: grep found every line
+        holding one among its hits).  The hit lines holding each are found on the first call, in one pass."""
+        if self._gates is None:
+            low, starts = textscan.joined_lower(self.hits)
+            by_gate: dict[str, set[int]] = {}
+            words = tuple(g.lower() for g in sniffgates.ALL)
+            for end, w in multifind.matches(low, words):
+                by_gate.setdefault(w, set()).add(self.hits.lines[bisect_right(starts, end) - 1][0])
+            self._gates = {g: sorted(by_gate.get(g.lower(), ())) for g in sniffgates.ALL}
+        out = []
+        for g, at in self._gates.items():
+            k = bisect_left(at, lo)
+            if k == len(at) or at[k] >= hi:
+                out.append(g)
+        return frozenset(out)
 
     def lines_with(self, keys: tuple[str, ...]) -> list[int]:
         """The hit lines that may hold one of ``keys`` (ASCII case folded: a superset of the exact ones,
@@ -163,7 +187,8 @@ _FOLD_BYTES = tuple(f.encode() for f in _FOLDS)
 
 def _needles() -> tuple[str, ...]:
     """Every literal a big input is searched for: kernel marks and smi error words (classify), the
-    evidence and error signatures' needles, DCGM markers, and the literals of the line readers."""
+    evidence and error signatures' needles, DCGM markers, the literals of the line readers and of the format
+    sniffers (``sniffgates``: which of them a run of prose holds decides which sniffers label it)."""
     from gpuclinic.knowledge.signatures import trigger_needles
 
     return (
@@ -174,6 +199,7 @@ def _needles() -> tuple[str, ...]:
         *_DCGM_MARKS,
         *R.reader_keys(),
         *CONTAINS_KEYS,
+        *sniffgates.ALL,
         *_FOLDS,  # (matched exactly: grep -i folds ASCII letters only)
     )
 
@@ -311,17 +337,20 @@ def _trim(kind: str, lines: list[str], a: int, b: int) -> list[Segment]:
 _LABEL_BYTES = 16 * 1024
 
 
-def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None, head: str = "") -> str:
+def _label(lines: list[str], a: int, b: int, detect: Label, ix: _Index | None, head: str = "") -> str:
     """The kind of the "other" run ``lines[a - 1 : b]`` (``detect``: the reader's sniffer, or one that
     gives the same structured kinds and None for the rest; ``head``: a line above the run that names its
     format, the ``nvidia-smi --query-gpu=...`` prompt of a ``csv,noheader`` paste)."""
+    absent: frozenset[str] = frozenset()
     if ix is None:
         text = "\n".join(lines[a - 1 : b])
         dcgm = "Health Monitor Report" in text or "dcgmi" in text or "Diagnostic" in text
     else:  # the DCGM markers sit on lines the index found
         k = bisect_left(ix.dcgm, a - 1)
         dcgm = k < len(ix.dcgm) and ix.dcgm[k] <= b - 1
-        text = _head(lines, _LABEL_BYTES, a - 1, b)
+        end = _head_end(lines, _LABEL_BYTES, a - 1, b)
+        text = "\n".join(lines[a - 1 : end])
+        absent = ix.absent(a - 2 if head else a - 1, end)
     if dcgm:
         full = "\n".join(lines[a - 1 : b])
         if (
@@ -336,7 +365,7 @@ def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None, 
             return "dcgm"
     if lines[a - 1].lstrip().startswith("Traceback (most recent call last)"):  # a run starts non-blank
         return "traceback"
-    kind = detect((head + "\n" + text if head else text)[:_LABEL_BYTES])
+    kind = detect((head + "\n" + text if head else text)[:_LABEL_BYTES], absent)
     return kind if _structured(kind) else "text"
 
 
@@ -353,30 +382,6 @@ def _structured(kind: str | None) -> TypeGuard[str]:
     return kind in _STRUCTURED or (kind or "").startswith("room:")
 
 
-def _runs(classes: list[str], special: list[int]) -> list[tuple[str, int, int]]:
-    """Runs of one class (1-based, inclusive); blank lines join the run they sit in.  Only the lines in
-    ``special`` (sorted 0-based) have a class other than "other"."""
-    runs: list[tuple[str, int, int]] = []
-
-    def add(c: str, a: int, b: int) -> None:
-        # every line since the run's last one is blank (others start or extend runs)
-        if runs and runs[-1][0] == c:
-            runs[-1] = (c, runs[-1][1], b)
-        else:
-            runs.append((c, a, b))
-
-    nxt = 0  # the first 0-based line not looked at yet
-    for k in special:
-        if k > nxt:
-            add("other", nxt + 1, k)
-        if classes[k] != "blank":
-            add(classes[k], k + 1, k + 1)
-        nxt = k + 1
-    if nxt < len(classes):
-        add("other", nxt + 1, len(classes))
-    return runs
-
-
 def read_lines(
     snap: Snapshot,
     lines: list[str],
@@ -388,12 +393,12 @@ def read_lines(
     year: int | None = None,
     text: str | None = None,
     sample: int | None = None,
-    label: Detect | None = None,
+    label: Label | None = None,
 ) -> InputRecord:
     """Read one text input (already split into lines; ``text``: the input they came from, when the
     caller has it) into ``snap``; return how it was read.  ``sample``: ``detect`` looks at no more than
     this many characters; ``label``: labels the runs of prose in its stead (the same structured kinds,
-    None for any other, found cheaper).
+    None for any other, found cheaper; given the ``sniffgates`` literals a run's head is known to lack).
 
     Raises ``ValueError`` when no reader could use any of it (the caller's "not recognised").
     """
@@ -434,7 +439,7 @@ def read_lines(
     segs: list[Segment] = []
     for c, a, b in _runs(classes, special):
         above = _command_above(lines, classes, a) if c == "other" else ""
-        kind = _label(lines, a, b, label or detect, ix, above) if c == "other" else c
+        kind = _label(lines, a, b, label or (lambda t, _absent: detect(t)), ix, above) if c == "other" else c
         segs.extend(_trim(kind, lines, a, b) if kind in _FITS else [Segment(kind=kind, first=a, last=b)])
     rec.segments = segs
     where = None if ix is None else ix.hit_lines  # lines that may hold a reader's literal
@@ -462,29 +467,6 @@ def read_lines(
     main = {k for k in kinds if k not in ("prompt", "text")}
     rec.kind = (main.pop() if len(main) == 1 else "mixed") if main else (rest_kind or "text")
     return rec
-
-
-def _rest_lines(lines: list[str], classes: list[str], special: list[int]) -> list[str]:
-    """The "other" and blank lines, in order: ``lines`` without the special lines of other classes (a shell
-    prompt running ``nvidia-smi --query-gpu=...`` stays: a ``--format=csv,noheader`` paste takes its columns
-    from that command)."""
-    out: list[str] = []
-    nxt = 0
-    for k in special:
-        if classes[k] != "blank" and not (classes[k] == "prompt" and "--query-gpu" in lines[k]):
-            out.extend(lines[nxt:k])
-            nxt = k + 1
-    out.extend(lines[nxt:])
-    return out
-
-
-def _head(lines: list[str], size: int, lo: int = 0, hi: int | None = None) -> str:
-    """The first ``size`` characters (or more) of ``"\\n".join(lines[lo:hi])``, without joining all of it."""
-    n, end, total = lo, len(lines) if hi is None else hi, 0
-    while n < end and total < size:
-        total += len(lines[n]) + 1
-        n += 1
-    return "\n".join(lines[lo:n])
 
 
 def _read_rest(

@@ -18,6 +18,7 @@ from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
 from gpuclinic.record import field, record
+from gpuclinic.sources import sniffgates
 
 # One clock-event vocabulary (NVML's names) for every reader: knowledge/data/gpu_fields.json.
 CLOCK_REASON_BITS: dict[str, int] = gpu_fields.reason_bits()
@@ -272,16 +273,7 @@ _ERROR_LINE_KEYS = (
 )
 
 # a literal each of _ERROR_LINE_RES and _HANDLE_RE needs (lower case): a line holding none is skipped
-_ERROR_LINE_NEEDS = (
-    "nvidia-smi",
-    "nvml",
-    "no devices were found",
-    "unable to",
-    "mismatch",
-    "gpu access blocked",
-    "nvidia driver",
-    "insufficient permissions",
-)
+_ERROR_LINE_NEEDS = sniffgates.SMI_ERRORS
 
 
 def _needs_any(low: str) -> bool:

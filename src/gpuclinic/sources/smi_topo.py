@@ -12,6 +12,7 @@ import re
 
 from gpuclinic import lazyre
 from gpuclinic.record import field, record
+from gpuclinic.sources import sniffgates
 
 # (one pass over the line: the old "(?:\s+(?:GPU\d+|NIC\d+|\S+))*" tried 2^columns splits on each matrix
 # row, and the 25-column matrix of 8 GPUs and 17 NICs never finished)
@@ -111,7 +112,7 @@ def _plain(text: str) -> str:
 
 def looks_like(sample: str) -> bool:
     """True for the ``topo -m`` matrix (its header line and a ``GPU0  X`` row)."""
-    if "GPU0" not in sample:  # both patterns need it
+    if sniffgates.SMI_TOPO[0] not in sample:  # ("GPU0": both patterns need it)
         return False
     sample = _plain(sample)
     return bool(_HEAD_RE.search(sample) and _ROW_RE.search(sample))

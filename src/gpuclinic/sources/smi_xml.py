@@ -18,6 +18,7 @@ from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
 from gpuclinic.sources import smi_common as c
+from gpuclinic.sources import sniffgates
 
 if TYPE_CHECKING:  # the XML parser loads when a dump is parsed, not when a text is sniffed
     import xml.etree.ElementTree as ET
@@ -28,7 +29,8 @@ ROOT = "nvidia_smi_log"
 
 def looks_like(sample: str) -> bool:
     head = sample[:65536]
-    return "<nvidia_smi_log" in head or "&lt;nvidia_smi_log" in head or _fragment(head)
+    root, escaped, closing = sniffgates.SMI_XML
+    return root in head or escaped in head or _fragment(head)
 
 
 # A paste that starts inside a GPU's element (an issue excerpt cut at its top: "</double_bit_retirement>",
@@ -48,7 +50,7 @@ def _leaf_names() -> frozenset[str]:
 
 def _fragment(head: str) -> bool:
     """True when ``head`` is element lines of a -q -x dump without its root (see ``_ELEMENT_LINE``)."""
-    if "</" not in head:
+    if sniffgates.SMI_XML[2] not in head:  # ("</": an element line's closing tag)
         return False
     names = _leaf_names()
     hits = 0

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from gpuclinic.facts.room import RoomFacts
 from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.sources import sniffgates
 from gpuclinic.sources.bmc import freeipmi, ipmitool, lmsensors, logutil, racadm, redfish, salvage, vendorlog
 
 PREFIX = "room:"
@@ -31,9 +32,24 @@ FORMATS: dict[str, tuple[Callable[[str], bool], Callable[[str], RoomFacts]]] = {
 }
 
 
-def detect(sample: str) -> str | None:
-    """``room:<format>`` when ``sample`` is a BMC/hwmon output we read, else None."""
+# kind -> the literals its sniffer needs (sniffgates): a sample known to hold none of them is not that kind
+GATES: dict[str, tuple[str, ...]] = {
+    "redfish": sniffgates.REDFISH,
+    "sensors_json": sniffgates.SENSORS_JSON,
+    "openbmc_logutil": sniffgates.OPENBMC_LOGUTIL,
+    "vendor_event_log": sniffgates.VENDOR_LOG,
+    "sensors_raw": sniffgates.SENSORS_TEXT,
+    "sensors_text": sniffgates.SENSORS_TEXT,
+}
+
+
+def detect(sample: str, absent: frozenset[str] = frozenset()) -> str | None:
+    """``room:<format>`` when ``sample`` is a BMC/hwmon output we read, else None.  ``absent``: literals
+    known not to be in ``sample``; a format whose sniffer needs only those is not asked."""
     for kind, (claims, _) in FORMATS.items():
+        gate = GATES.get(kind)
+        if gate is not None and absent.issuperset(gate):
+            continue
         try:
             if claims(sample):
                 return PREFIX + kind

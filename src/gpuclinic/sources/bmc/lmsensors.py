@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuclinic import lazyre
 from gpuclinic.facts import room as R
+from gpuclinic.sources import sniffgates
 from gpuclinic.sources.bmc import salvage
 from gpuclinic.sources.bmc.common import finish, make_sensor
 
@@ -39,7 +40,7 @@ def claims_json(text: str) -> bool:
     head = text[:4000]
     return (
         head.lstrip().startswith("{")
-        and '"Adapter"' in head
+        and sniffgates.SENSORS_JSON[0] in head
         and bool(re.search(r'"(temp|fan|in|power)\d+_input"', head))
     )
 
@@ -156,7 +157,7 @@ _RAW_SUB = lazyre.compile(r"^\s+((?:temp|fan|in|curr|power)\d+_\w+):\s*([-+]?\d+
 
 def claims_raw(text: str) -> bool:
     """``sensors -u``: chip, ``Adapter:``, ``Label:`` then indented ``temp1_input: 45.000`` lines."""
-    if "Adapter:" not in text:  # needed by a line below; the literal test is cheaper than the split
+    if sniffgates.SENSORS_TEXT[0] not in text:  # ("Adapter:": a line below needs it; cheaper than the split)
         return False
     lines = text.splitlines()[:300]
     return (
@@ -184,7 +185,7 @@ def parse_raw(text: str) -> R.RoomFacts:
 
 
 def claims_text(text: str) -> bool:
-    if "Adapter:" not in text:  # needed by a line below; the literal test is cheaper than the split
+    if sniffgates.SENSORS_TEXT[0] not in text:  # ("Adapter:": a line below needs it; cheaper than the split)
         return False
     lines = text.splitlines()[:200]
     return (

@@ -14,6 +14,7 @@ import re
 from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
+from gpuclinic.sources import sniffgates
 
 _LINE = lazyre.compile(
     r"^\s*(?P<fru>\d+)\s+\S+\s+(?P<date>\d{4}-\d{2}-\d{2})\s+(?P<time>\d{2}:\d{2}:\d{2})\s+\S+\s+"
@@ -25,7 +26,7 @@ _GENERAL = lazyre.compile(r"GeneralInfo:\s*(?P<what>[^,(]+)")
 
 
 def claims(text: str) -> bool:
-    if "SEL Entry:" not in text:  # every _LINE holds it
+    if sniffgates.OPENBMC_LOGUTIL[0] not in text:  # ("SEL Entry:": every _LINE holds it)
         return False
     return sum(1 for ln in text.splitlines()[:400] if _LINE.match(ln)) >= 1
 

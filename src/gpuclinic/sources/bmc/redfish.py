@@ -15,6 +15,7 @@ from typing import Any
 from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
+from gpuclinic.sources import sniffgates
 from gpuclinic.sources.bmc import salvage
 from gpuclinic.sources.bmc.common import make_sensor
 
@@ -436,7 +437,7 @@ _ROOM_TYPES = (
 
 def claims(text: str) -> bool:
     head = text[:8000]
-    if "@odata" not in head:
+    if sniffgates.REDFISH[0] not in head:  # ("@odata": each test below needs it)
         return False
     if "'@odata." in head and '"@odata.' not in head:  # printed by Python (pprint of a response's dict)
         head = head.replace("'", '"')

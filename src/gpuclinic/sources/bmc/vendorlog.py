@@ -25,6 +25,7 @@ import re
 from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
+from gpuclinic.sources import sniffgates
 from gpuclinic.sources.bmc.common import make_sensor
 
 _IML = lazyre.compile(
@@ -51,7 +52,7 @@ _NAGIOS_SENSOR = lazyre.compile(
     r"^\s*(?P<name>[^=|()]{2,60}?) = (?P<val>-?\d+(?:\.\d+)?) \(Status: (?P<status>[A-Za-z ]+)\)\s*$"
 )
 _TEMP_NAME = lazyre.compile(r"temp|ambient|inlet|exhaust|zone|\bdimm|\bcpu \d|p/s \d|chipset|\bvr\b", re.I)
-_KEYS = ("Class ", "ssertion", "EventID: ", "IPMI Status: ", "(Status: ")  # a line of each format holds one
+_KEYS = sniffgates.VENDOR_LOG  # a line of each format holds one
 _OMSA_SENSOR = lazyre.compile(r"\s{2}Sensor location: (?P<sensor>.+?)(?:\s{2}|$)")
 
 

@@ -1,0 +1,48 @@
+"""The literals each gated format sniffer needs: a sample holding none of a sniffer's literals is not that
+format, and the sniffer says so first thing.
+
+The segmenting reader adds all of them to its one whole-text literal search (grep, ASCII case folded), so
+for each run of prose lines in a big log it knows which of them the run's head holds without reading the
+head, and skips every sniffer whose literals it lacks (:func:`gpuclinic.sources.evidence_text.
+detect_structured`'s ``absent``).  A training log has a run of prose between any two kernel lines or
+prompts (~170 in the 19 MB bench log), and sniffing each run's 16 KiB head for every format was ~50 ms of
+``explain``.  The answers are the same: a literal grep did not find on any line of the head is not in it.
+
+Only literals without a line break, and rare in logs, belong here (a common one would make the literal
+search return most of a log's lines): sniffers that need ``|``, ``GPU `` or an indented line stay ungated.
+"""
+
+from __future__ import annotations
+
+BUGREPORT = ("Start of NVIDIA", "nvidia-bug-report.sh ")
+SMI_XML = ("<nvidia_smi_log", "&lt;nvidia_smi_log", "</")  # a -q -x dump, escaped or a fragment of one
+SMI_TOPO = ("GPU0",)
+# a word each nvidia-smi failure statement holds, lower case; a line's case is folded before the test (a
+# text holding a character that folds onto ASCII letters, U+017F or U+212A, is read per line)
+SMI_ERRORS = (
+    "nvidia-smi",
+    "nvml",
+    "no devices were found",
+    "unable to",
+    "mismatch",
+    "gpu access blocked",
+    "nvidia driver",
+    "insufficient permissions",
+)
+REDFISH = ("@odata",)
+SENSORS_JSON = ('"Adapter"',)
+SENSORS_TEXT = ("Adapter:",)  # `sensors` and `sensors -u`
+OPENBMC_LOGUTIL = ("SEL Entry:",)
+VENDOR_LOG = ("Class ", "ssertion", "EventID: ", "IPMI Status: ", "(Status: ")  # a line of each format
+
+ALL = (
+    *BUGREPORT,
+    *SMI_XML,
+    *SMI_TOPO,
+    *SMI_ERRORS,
+    *REDFISH,
+    *SENSORS_JSON,
+    *SENSORS_TEXT,
+    *OPENBMC_LOGUTIL,
+    *VENDOR_LOG,
+)
