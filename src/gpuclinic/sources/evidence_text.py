@@ -137,7 +137,7 @@ def detect_structured(sample: str, absent: frozenset[str] = frozenset()) -> str 
         "smi_table"
         if may(sniffgates.SMI_ERRORS) and smi_table.has_errors(sample)
         else "lspci"
-        if lspci.looks_like(sample)
+        if may(sniffgates.LSPCI) and lspci.looks_like(sample)
         else None
     ) or bmc_formats.detect(sample, absent)
     return None if later is None or _is_kernel_log(sample) else later

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import PciDevice
 from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.sources import sniffgates
 
 _DEV_RE = lazyre.compile(
     r"^(?P<bus>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<cls>[^:\[]+?)\s*(?:\[(?P<clsid>[0-9a-fA-F]{4})\])?:\s*(?P<desc>.*)$"
@@ -29,7 +30,7 @@ _CLASS_NAMES = {
 }
 
 
-_NVIDIA_ID = lazyre.compile(r"\[10[dD][eE]:")
+_NVIDIA_ID = lazyre.compile(r"\[10[dD][eE]:")  # (sniffgates.LSPCI's last literal, case folded)
 _NN_LINE_RE = lazyre.compile(
     r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:\n]+?(?: \[[0-9a-fA-F]{4}\])?: "
     r".*\[[0-9a-fA-F]{4}:[0-9a-fA-F]{4}\]",
@@ -39,7 +40,7 @@ _NN_LINE_RE = lazyre.compile(
 
 def looks_like(sample: str) -> bool:
     """``lspci -vvv`` with NVIDIA devices, or ``lspci -nn`` listing (vendor:device ids) with an NVIDIA one."""
-    verbose = ("LnkSta:" in sample or "Kernel driver in use" in sample or "Capabilities:" in sample) and bool(
+    verbose = any(k in sample for k in sniffgates.LSPCI[:3]) and bool(
         re.search(r"^\S+ (VGA compatible controller|3D controller|PCI bridge|Bridge).*:", sample, re.M)
     )  # the literals first: they are cheap, and a prose sample has none
     if verbose:

@@ -1,5 +1,5 @@
-"""The literals each gated format sniffer needs: a sample holding none of a sniffer's literals is not that
-format, and the sniffer says so first thing.
+"""The literals each gated format sniffer needs: a sample holding none of a sniffer's literals (ASCII case
+folded) is not that format, and the sniffer says so first thing.
 
 The segmenting reader adds all of them to its one whole-text literal search (grep, ASCII case folded), so
 for each run of prose lines in a big log it knows which of them the run's head holds without reading the
@@ -17,6 +17,8 @@ from __future__ import annotations
 BUGREPORT = ("Start of NVIDIA", "nvidia-bug-report.sh ")
 SMI_XML = ("<nvidia_smi_log", "&lt;nvidia_smi_log", "</")  # a -q -x dump, escaped or a fragment of one
 SMI_TOPO = ("GPU0",)
+# `lspci -vvv` (its first three) or a listing with NVIDIA's vendor id (`lspci -nn`)
+LSPCI = ("LnkSta:", "Kernel driver in use", "Capabilities:", "[10de:")
 # a word each nvidia-smi failure statement holds, lower case; a line's case is folded before the test (a
 # text holding a character that folds onto ASCII letters, U+017F or U+212A, is read per line)
 SMI_ERRORS = (
@@ -39,6 +41,7 @@ ALL = (
     *BUGREPORT,
     *SMI_XML,
     *SMI_TOPO,
+    *LSPCI,
     *SMI_ERRORS,
     *REDFISH,
     *SENSORS_JSON,
