@@ -101,11 +101,20 @@ _BREAKS_NON_ASCII = tuple(c.encode() for c in ("\x85", "\u2028", "\u2029"))
 
 def only_newlines(data: bytes) -> bool:
     """``data`` (a text's UTF-8 bytes) holds no line break of ``str.splitlines()`` but ``\n`` (\r, \f,
-    \x1c, \u2028 ...).  (A search per break, not a count: ``in`` runs at ``memchr`` speed.)"""
+    \x1c, \u2028 ...).  (A search per break, not a count: ``in`` runs at ``memchr`` speed; the answer for
+    the last ``data`` is kept: splitting a big log and checking its lines against grep's both ask.)"""
+    known = _ONLY_NL[0]
+    if known is not None and known[0] is data:
+        return known[1]
     if any(b in data for b in _BREAKS):
-        return False
-    # (each non-ASCII break's last byte first: one memchr, before a multi-byte search)
-    return data.isascii() or not any(b[-1:] in data and b in data for b in _BREAKS_NON_ASCII)
+        only = False
+    else:  # (each non-ASCII break's last byte first: one memchr, before a multi-byte search)
+        only = data.isascii() or not any(b[-1:] in data and b in data for b in _BREAKS_NON_ASCII)
+    _ONLY_NL[0] = (data, only)
+    return only
+
+
+_ONLY_NL: list[tuple[bytes, bool] | None] = [None]
 
 
 def splitlines(text: str) -> list[str]:

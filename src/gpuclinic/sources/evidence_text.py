@@ -80,19 +80,23 @@ def unquote(text: str) -> str:
     return _QUOTE_RE.sub("", text)
 
 
-def detect(sample: str) -> str | None:
+def detect(sample: str, absent: frozenset[str] = frozenset()) -> str | None:
     """The kind of evidence ``sample`` (the start of a text) is, or None.
 
     Kinds: ``bugreport``, ``smi_xml``, ``smi_text``, ``smi_table``, ``smi_csv``, ``kernel_log``, ``lspci``,
-    ``json``.
+    ``json``.  ``absent``: as for :func:`detect_structured`.
     """
+
+    def may(gate: tuple[str, ...]) -> bool:
+        return not absent.issuperset(gate)
+
     sample = unquote(sample)
     head = sample.lstrip("\ufeff \t\r\n")
-    if bugreport.looks_like(sample):
+    if may(sniffgates.BUGREPORT) and bugreport.looks_like(sample):
         return "bugreport"
     if head.startswith("{"):
-        return bmc_formats.detect(sample) or "json"  # a Redfish document or sensors -j is JSON too
-    if smi_xml.looks_like(sample):
+        return bmc_formats.detect(sample, absent) or "json"  # a Redfish document or sensors -j is JSON too
+    if may(sniffgates.SMI_XML) and smi_xml.looks_like(sample):
         return "smi_xml"
     if smi_text.looks_like(sample):
         return "smi_text"
@@ -102,15 +106,16 @@ def detect(sample: str) -> str | None:
         return "smi_csv"
     if smi_nvlink.looks_like(sample):
         return "smi_nvlink"
-    if smi_topo.looks_like(sample):
+    if may(sniffgates.SMI_TOPO) and smi_topo.looks_like(sample):
         return "smi_topo"
     if _is_kernel_log(sample):
         return "kernel_log"
-    if smi_table.has_errors(sample):  # after the kernel log: a syslog may quote "No devices were found"
+    # after the kernel log: a syslog may quote "No devices were found"
+    if may(sniffgates.SMI_ERRORS) and smi_table.has_errors(sample):
         return "smi_table"
-    if lspci.looks_like(sample):
+    if may(sniffgates.LSPCI) and lspci.looks_like(sample):
         return "lspci"
-    return bmc_formats.detect(sample)  # ipmitool, FreeIPMI, sensors (room:<format>)
+    return bmc_formats.detect(sample, absent)  # ipmitool, FreeIPMI, sensors (room:<format>)
 
 
 def detect_structured(sample: str, absent: frozenset[str] = frozenset()) -> str | None:
@@ -383,7 +388,7 @@ def add_text(
             snap,
             textscan.splitlines(text),
             origin,
-            detect=lambda t: detect(t[:SAMPLE_BYTES]),
+            detect=lambda t, absent: detect(t[:SAMPLE_BYTES], absent),
             label=lambda t, absent: detect_structured(t[:SAMPLE_BYTES], absent),
             apply_rest=_apply_text,
             error_signatures=error_signatures,

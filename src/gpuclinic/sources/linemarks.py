@@ -76,11 +76,27 @@ def rest_lines(lines: list[str], classes: list[str], special: list[int]) -> list
     out: list[str] = []
     nxt = 0
     for k in special:
-        if classes[k] != "blank" and not (classes[k] == "prompt" and "--query-gpu" in lines[k]):
+        if _left_out(lines, classes, k):
             out.extend(lines[nxt:k])
             nxt = k + 1
     out.extend(lines[nxt:])
     return out
+
+
+def _left_out(lines: list[str], classes: list[str], k: int) -> bool:
+    return classes[k] != "blank" and not (classes[k] == "prompt" and "--query-gpu" in lines[k])
+
+
+def rest_line_at(lines: list[str], classes: list[str], special: list[int], n: int) -> int:
+    """The index in ``lines`` just after the first ``n`` lines :func:`rest_lines` keeps."""
+    kept = nxt = 0
+    for k in special:
+        if _left_out(lines, classes, k):
+            if kept + (k - nxt) >= n:
+                break
+            kept += k - nxt
+            nxt = k + 1
+    return nxt + (n - kept)
 
 
 def head(lines: list[str], size: int, lo: int = 0, hi: int | None = None) -> str:

@@ -35,9 +35,9 @@ from gpuclinic.sources.kernellog import is_kernel_line
 from gpuclinic.sources.kernellog.formats import _KERNEL_MARKS, _RE_KERNEL_LINE
 from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
 from gpuclinic.sources.linemarks import blank_lines as _blank
-from gpuclinic.sources.linemarks import head as _head
 from gpuclinic.sources.linemarks import head_end as _head_end
 from gpuclinic.sources.linemarks import quoted_lines as _quoted
+from gpuclinic.sources.linemarks import rest_line_at as _rest_line_at
 from gpuclinic.sources.linemarks import rest_lines as _rest_lines
 from gpuclinic.sources.linemarks import runs as _runs
 from gpuclinic.sources.linemarks import unquote_lines as _unquote_lines
@@ -69,9 +69,8 @@ _JOURNAL_FIELD = lazyre.compile(r"^_{0,2}[A-Z][A-Z0-9_]*=")
 _STRUCTURED = {"smi_text", "smi_xml", "smi_table", "smi_csv", "smi_nvlink", "smi_topo", "lspci"}
 
 ApplyRest = Callable[[Snapshot, str, str, str], None]
-Detect = Callable[[str], "str | None"]
-# a sniffer of structured kinds for runs of prose: (sample, the sniffgates literals known absent from it)
-Label = Callable[[str, frozenset[str]], "str | None"]
+# a format sniffer: (sample, the sniffgates literals known to be absent from it) -> kind
+Detect = Callable[[str, frozenset[str]], "str | None"]
 
 
 def classify(line: str) -> str:
@@ -337,7 +336,7 @@ def _trim(kind: str, lines: list[str], a: int, b: int) -> list[Segment]:
 _LABEL_BYTES = 16 * 1024
 
 
-def _label(lines: list[str], a: int, b: int, detect: Label, ix: _Index | None, head: str = "") -> str:
+def _label(lines: list[str], a: int, b: int, detect: Detect, ix: _Index | None, head: str = "") -> str:
     """The kind of the "other" run ``lines[a - 1 : b]`` (``detect``: the reader's sniffer, or one that
     gives the same structured kinds and None for the rest; ``head``: a line above the run that names its
     format, the ``nvidia-smi --query-gpu=...`` prompt of a ``csv,noheader`` paste)."""
@@ -393,7 +392,7 @@ def read_lines(
     year: int | None = None,
     text: str | None = None,
     sample: int | None = None,
-    label: Label | None = None,
+    label: Detect | None = None,
 ) -> InputRecord:
     """Read one text input (already split into lines; ``text``: the input they came from, when the
     caller has it) into ``snap``; return how it was read.  ``sample``: ``detect`` looks at no more than
@@ -439,7 +438,7 @@ def read_lines(
     segs: list[Segment] = []
     for c, a, b in _runs(classes, special):
         above = _command_above(lines, classes, a) if c == "other" else ""
-        kind = _label(lines, a, b, label or (lambda t, _absent: detect(t)), ix, above) if c == "other" else c
+        kind = _label(lines, a, b, label or detect, ix, above) if c == "other" else c
         segs.extend(_trim(kind, lines, a, b) if kind in _FITS else [Segment(kind=kind, first=a, last=b)])
     rec.segments = segs
     where = None if ix is None else ix.hit_lines  # lines that may hold a reader's literal
@@ -452,7 +451,8 @@ def read_lines(
     R.read_k8s_nodes(snap, rec, lines, origin, where, claimed)
     R.read_slurm_nodes(rec, lines, where, claimed)
     R.read_net_paste(snap, rec, lines, where if ix is None else ix.lines_with(R.NET_KEYS), claimed)
-    rest_kind = _read_rest(snap, rec, lines, classes, special, origin, (detect, sample), apply_rest, claimed)
+    marks = (classes, special, ix)
+    rest_kind = _read_rest(snap, rec, lines, marks, origin, (detect, sample), apply_rest, claimed)
     R.read_smi_list(snap, rec, lines, classes, where, claimed)
     R.read_smi_dmon(snap, rec, lines, origin, where, claimed)
     R.read_smi_mig(snap, rec, lines, origin, where, claimed)
@@ -473,19 +473,25 @@ def _read_rest(
     snap: Snapshot,
     rec: InputRecord,
     lines: list[str],
-    classes: list[str],
-    special: list[int],
+    marks: tuple[list[str], list[int], _Index | None],
     origin: str,
     sniff: tuple[Detect, int | None],
     apply_rest: ApplyRest,
     claimed: set[int],
 ) -> str | None:
-    """Everything else, in order, as one text for the format parsers; returns the kind read."""
+    """Everything else, in order, as one text for the format parsers; returns the kind read.  ``marks``:
+    the lines' classes, the lines whose class is not "other", the big input's index."""
+    classes, special, ix = marks
     if len(classes) == len(special):  # no "other" line
         return None
     rest = _rest_lines(lines, classes, special)
     detect, sample = sniff
-    rest_kind = detect(_head(rest, sample) if sample is not None else "\n".join(rest))
+    if sample is None:
+        rest_kind = detect("\n".join(rest), frozenset())
+    else:
+        n = _head_end(rest, sample)  # (the sniffgates literals no line up to the head's last one holds)
+        absent = ix.absent(0, _rest_line_at(lines, classes, special, n)) if ix is not None else frozenset()
+        rest_kind = detect("\n".join(rest[:n]), absent)
     if not _structured(rest_kind):
         return rest_kind
     text = "\n".join(rest)
