@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from functools import cache
 
-from gpuclinic import recache
+from gpuclinic import multifind, recache
 from gpuclinic.facts.evidence import Signal
 from gpuclinic.facts.kernel import KernelEvent
 from gpuclinic.facts.snapshot import Snapshot, normalize_bus_id
@@ -129,14 +129,15 @@ def scan_lines(
     claimed: set[int] = set()
     # (prefiltered pairs hold some reader's needle; most of them no evidence needle: the needle pass over
     # those few lines, one find per needle, spares a test per line and signature)
+    needles, by_needle = _needle_index()
     for idx in _needle_lines(pairs, sigs, None if prefiltered else lowered):
         n, raw = pairs[idx]
         line = raw[:MAX_LINE]
         low = line.lower()
         xid_done = n in have
-        for sig in sigs:
-            if not any(nd in low for nd in sig.needles):
-                continue
+        # the signatures with a needle in the line, in order (one pass of the line for every needle)
+        for k in sorted({k for nd in multifind.present(low, needles) for k in by_needle[nd]}):
+            sig = sigs[k]
             if sig.extract == "xid" and xid_done:
                 continue
             m = sig.pattern.search(line)
@@ -189,21 +190,27 @@ def signal_of(
     )
 
 
+@cache
+def _needle_index() -> tuple[tuple[str, ...], dict[str, tuple[int, ...]]]:
+    """Every evidence needle, and for each the (ordered) indexes of the signatures holding it."""
+    by: dict[str, list[int]] = {}
+    for k, sig in enumerate(evidence_signatures()):
+        for nd in sig.needles:
+            if k not in by.setdefault(nd, []):
+                by[nd].append(k)
+    return tuple(sorted(by)), {nd: tuple(ks) for nd, ks in by.items()}
+
+
 def _needle_lines(
     pairs: list[tuple[int, str]], sigs: Sequence[EvidenceSignature], lowered: str | None = None
 ) -> list[int]:
-    """Indexes of the lines holding any needle: one ``str.find`` pass per needle over the whole text."""
+    """Indexes of the lines holding any needle: one multi-needle pass (``multifind``) over the whole text."""
     text = "\n".join(t for _, t in pairs).lower() if lowered is None else lowered
     starts = list(itertools.accumulate((len(t) + 1 for _, t in pairs[:-1]), initial=0))
-    hits: set[int] = set()
-    for nd in {nd for s in sigs for nd in s.needles}:
-        i = text.find(nd)
-        while i != -1:
-            k = bisect.bisect_right(starts, i) - 1
-            hits.add(k)
-            nxt = starts[k + 1] if k + 1 < len(starts) else len(text)
-            i = text.find(nd, nxt)
-    return sorted(hits)
+    needles = tuple({nd for s in sigs for nd in s.needles})
+    return sorted(
+        {bisect.bisect_right(starts, end - len(nd) + 1) - 1 for end, nd in multifind.matches(text, needles)}
+    )
 
 
 def _xid_event(sig: EvidenceSignature, m: re.Match[str], line: str, origin: str, n: int) -> KernelEvent:
