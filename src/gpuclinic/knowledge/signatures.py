@@ -338,10 +338,11 @@ def _match(
     newlines: list[int] | None = None
     found: list[tuple[int, SignatureMatch]] = []
     has = _needle_test(lower)
+    firsts: dict[str, int] = {}
     for sig in signatures():
         if sig.id in skip or not any(has(n) for n in sig.needles):
             continue
-        first, starts = _occurrences(sig, text, max_count)
+        first, starts = _occurrences(sig, text, max_count, firsts)
         if first is None:
             continue
         if newlines is None:
@@ -404,19 +405,24 @@ def _all_needles() -> tuple[str, ...]:
     return tuple(sorted({n for s in signatures() for n in s.needles}))
 
 
-def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[str] | None, list[int]]:
-    """The first match of ``sig`` in ``text`` and the start of every occurrence (up to ``max_count``)."""
+def _occurrences(
+    sig: Signature, text: str, max_count: int, firsts: dict[str, int]
+) -> tuple[re.Match[str] | None, list[int]]:
+    """The first match of ``sig`` in ``text`` and the start of every occurrence (up to ``max_count``).
+    ``firsts``: where each leading literal looked up so far first occurs in ``text`` (-1: nowhere), shared
+    by the signatures of one text (many patterns start with the same literal)."""
     first: re.Match[str] | None = None
     starts: list[int] = []
     for src, lit, alts in zip(sig.regexes, _starts(sig.regexes), _alt_starts(sig.regexes), strict=True):
-        if (lit is not None and lit not in text) or (alts is not None and not any(a in text for a in alts)):
+        at = {a: _first(text, a, firsts) for a in ((lit,) if lit else alts or ())}
+        if at and max(at.values()) < 0:
             continue  # every match starts with it (one of them): nothing to scan for (nor to compile)
         rx, fast = _pattern(src), _fast_pattern(src)
         if fast is not None:
             # same lines as rx (a line holds rx's match iff it holds fast's); rx itself runs once,
             # from the first such line's start, for the match object the extractors and line use
             lo = None
-            for m in _finditer(fast, text, lit, alts):
+            for m in _finditer(fast, text, at):
                 ls = text.rfind("\n", 0, m.start()) + 1
                 if lo is None:
                     lo = ls
@@ -428,7 +434,7 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
             if m0 is not None and (first is None or m0.start() < first.start()):
                 first = m0
             continue
-        for m in _finditer(rx, text, lit, alts):
+        for m in _finditer(rx, text, at):
             if first is None or m.start() < first.start():
                 first = m
             starts.append(m.start())
@@ -437,19 +443,24 @@ def _occurrences(sig: Signature, text: str, max_count: int) -> tuple[re.Match[st
     return first, starts
 
 
-def _finditer(
-    rx: re.Pattern[str], text: str, lit: str | None, alts: tuple[str, ...] | None = None
-) -> Iterator[re.Match[str]]:
-    """``rx.finditer(text)``, its matches all starting with ``lit`` (or one of ``alts``): str.find goes to
-    each, match tries it."""
-    if alts and not lit:
-        yield from _finditer_any(rx, text, alts)
+def _first(text: str, lit: str, firsts: dict[str, int]) -> int:
+    i = firsts.get(lit)
+    if i is None:
+        i = firsts[lit] = text.find(lit)
+    return i
+
+
+def _finditer(rx: re.Pattern[str], text: str, at: dict[str, int]) -> Iterator[re.Match[str]]:
+    """``rx.finditer(text)``, its matches all starting with one of the literals of ``at`` (each with its
+    first occurrence; none: anywhere): str.find goes to each, match tries it."""
+    if len(at) > 1:
+        yield from _finditer_any(rx, text, at)
         return
-    if not lit:
+    if not at:
         yield from rx.finditer(text)
         return
+    ((lit, i),) = at.items()
     find, match = text.find, rx.match
-    i = find(lit)
     while i >= 0:
         m = match(text, i)
         if m is None:
@@ -461,9 +472,9 @@ def _finditer(
 
 MAX_JOIN = 32  # physical lines per logical line, at most
 _TABLE_CONT = re.compile(r"^(\s*\|(?:\s*\|)+ )\S")  # "|      |     | rest of the last cell |"
-def _finditer_any(rx: re.Pattern[str], text: str, alts: tuple[str, ...]) -> Iterator[re.Match[str]]:
+def _finditer_any(rx: re.Pattern[str], text: str, at: dict[str, int]) -> Iterator[re.Match[str]]:
     """``_finditer`` for several leading literals: the next occurrence of each, tried in order."""
-    nxt = {a: text.find(a) for a in alts}
+    nxt = dict(at)
     while live := [p for p in nxt.values() if p >= 0]:
         i = min(live)
         m = rx.match(text, i)
