@@ -102,6 +102,8 @@ def test_skipping_the_sniffers_whose_literals_are_absent_changes_no_label() -> N
         ("smi_xml", "gpuclinic.sources.smi_xml:looks_like", "SMI_XML"),
         ("smi_topo", "gpuclinic.sources.smi_topo:looks_like", "SMI_TOPO"),
         ("lspci", "gpuclinic.sources.lspci:looks_like", "LSPCI"),
+        ("smi -q", "gpuclinic.sources.smi_text:looks_like", "SMI_TEXT"),
+        ("nvlink", "gpuclinic.sources.smi_nvlink:looks_like", "SMI_NVLINK"),
         ("smi errors", "gpuclinic.sources.smi_table:has_errors", "SMI_ERRORS"),
         ("redfish", "gpuclinic.sources.bmc.redfish:claims", "REDFISH"),
         ("sensors -j", "gpuclinic.sources.bmc.lmsensors:claims_json", "SENSORS_JSON"),

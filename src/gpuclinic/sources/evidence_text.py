@@ -98,13 +98,13 @@ def detect(sample: str, absent: frozenset[str] = frozenset()) -> str | None:
         return bmc_formats.detect(sample, absent) or "json"  # a Redfish document or sensors -j is JSON too
     if may(sniffgates.SMI_XML) and smi_xml.looks_like(sample):
         return "smi_xml"
-    if smi_text.looks_like(sample):
+    if may(sniffgates.SMI_TEXT) and smi_text.looks_like(sample):
         return "smi_text"
     if smi_table.has_table(sample):
         return "smi_table"
     if smi_csv.looks_like(sample):
         return "smi_csv"
-    if smi_nvlink.looks_like(sample):
+    if may(sniffgates.SMI_NVLINK) and smi_nvlink.looks_like(sample):
         return "smi_nvlink"
     if may(sniffgates.SMI_TOPO) and smi_topo.looks_like(sample):
         return "smi_topo"
@@ -150,10 +150,10 @@ def detect_structured(sample: str, absent: frozenset[str] = frozenset()) -> str 
 
 _STRUCTURED_FIRST: tuple[tuple[str, Callable[[str], bool], tuple[str, ...]], ...] = (
     ("smi_xml", smi_xml.looks_like, sniffgates.SMI_XML),
-    ("smi_text", smi_text.looks_like, ()),
+    ("smi_text", smi_text.looks_like, sniffgates.SMI_TEXT),
     ("smi_table", smi_table.has_table, ()),
     ("smi_csv", smi_csv.looks_like, ()),
-    ("smi_nvlink", smi_nvlink.looks_like, ()),
+    ("smi_nvlink", smi_nvlink.looks_like, sniffgates.SMI_NVLINK),
     ("smi_topo", smi_topo.looks_like, sniffgates.SMI_TOPO),
 )
 

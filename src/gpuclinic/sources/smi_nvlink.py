@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts, NvLinkFacts
 from gpuclinic.sources import smi_common as c
+from gpuclinic.sources import sniffgates
 
 # (drivers before ~450 print no UUID: "GPU 0: Tesla V100-SXM2-32GB")
 _GPU_RE = lazyre.compile(r"^\s*GPU (?P<idx>\d+): (?P<name>[^:()]+?)\s*(?:\(UUID: (?P<uuid>[^)]*)\))?\s*$")
@@ -38,7 +39,7 @@ MAX_LINES = 100_000
 def looks_like(sample: str) -> bool:
     """True when ``sample`` starts like ``nvidia-smi nvlink -s`` / ``-e`` output (a GPU line, then a link
     line)."""
-    if "GPU " not in sample and "gpuId " not in sample:
+    if not any(k in sample for k in sniffgates.SMI_NVLINK):
         return False  # no line can start the output (the two GPU patterns need these literals)
     seen_gpu = False
     for line in c.first_lines(sample, 50):

@@ -19,6 +19,7 @@ from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
 from gpuclinic.record import field, record
 from gpuclinic.sources import smi_common as c
+from gpuclinic.sources import sniffgates
 
 MARKER = "==============NVSMI LOG=============="
 MAX_LINE = 4096  # longer lines are not nvidia-smi output; skip them instead of regex-scanning megabytes
@@ -72,14 +73,7 @@ def _indent(s: str) -> int:
 
 # Keys that only nvidia-smi -q prints; two of them make a paste without a "GPU <bus id>" line recognisable.
 _SIGNATURE_RE = lazyre.compile(
-    r"^[ \t]+(GPU Current Temp|GPU Shutdown Temp|GPU Slowdown Temp|Pending Page Blacklist|Remapping Failure "
-    r"Occurred|"
-    r"Correctable Error|Uncorrectable Error|Enforced Power Limit|Default Power Limit|Replays Since Reset|"
-    r"HW Power Brake Slowdown|HW Thermal Slowdown|SW Power Cap|SRAM Correctable|DRAM Correctable|DRAM "
-    r"Uncorrectable|"
-    r"Single Bit ECC|Double Bit ECC|Product Name|GPU UUID|VBIOS Version|Performance State|Power Draw|Bus "
-    r"Id)[ \t]*:",
-    re.M,
+    r"^[ \t]+(" + "|".join(re.escape(f) for f in sniffgates.SMI_TEXT_FIELDS) + r")[ \t]*:", re.M
 )
 
 

@@ -9,7 +9,8 @@ prompts (~170 in the 19 MB bench log), and sniffing each run's 16 KiB head for e
 ``explain``.  The answers are the same: a literal grep did not find on any line of the head is not in it.
 
 Only literals without a line break, and rare in logs, belong here (a common one would make the literal
-search return most of a log's lines): sniffers that need ``|``, ``GPU `` or an indented line stay ungated.
+search return most of a log's lines; ``GPU `` is no more common than ``gpu``, one of the error signatures'
+own literals): sniffers that need ``|``, a comma or an indented line stay ungated.
 """
 
 from __future__ import annotations
@@ -17,6 +18,36 @@ from __future__ import annotations
 BUGREPORT = ("Start of NVIDIA", "nvidia-bug-report.sh ")
 SMI_XML = ("<nvidia_smi_log", "&lt;nvidia_smi_log", "</")  # a -q -x dump, escaped or a fragment of one
 SMI_TOPO = ("GPU0",)
+SMI_NVLINK = ("GPU ", "gpuId ")  # the two GPU line shapes (nvidia-smi, dcgmi)
+# keys only `nvidia-smi -q` prints (its sniffer wants two of them on indented lines)
+SMI_TEXT_FIELDS = (
+    "GPU Current Temp",
+    "GPU Shutdown Temp",
+    "GPU Slowdown Temp",
+    "Pending Page Blacklist",
+    "Remapping Failure Occurred",
+    "Correctable Error",
+    "Uncorrectable Error",
+    "Enforced Power Limit",
+    "Default Power Limit",
+    "Replays Since Reset",
+    "HW Power Brake Slowdown",
+    "HW Thermal Slowdown",
+    "SW Power Cap",
+    "SRAM Correctable",
+    "DRAM Correctable",
+    "DRAM Uncorrectable",
+    "Single Bit ECC",
+    "Double Bit ECC",
+    "Product Name",
+    "GPU UUID",
+    "VBIOS Version",
+    "Performance State",
+    "Power Draw",
+    "Bus Id",
+)
+# -q text: its banner, a "GPU <bus id>" line, a clock event reasons section, or two of those keys
+SMI_TEXT = ("NVSMI LOG", "GPU ", "Reasons", *(f for f in SMI_TEXT_FIELDS if not f.startswith("GPU ")))
 # `lspci -vvv` (its first three) or a listing with NVIDIA's vendor id (`lspci -nn`)
 LSPCI = ("LnkSta:", "Kernel driver in use", "Capabilities:", "[10de:")
 # a word each nvidia-smi failure statement holds, lower case; a line's case is folded before the test (a
@@ -41,6 +72,8 @@ ALL = (
     *BUGREPORT,
     *SMI_XML,
     *SMI_TOPO,
+    *SMI_NVLINK,
+    *SMI_TEXT,
     *LSPCI,
     *SMI_ERRORS,
     *REDFISH,
