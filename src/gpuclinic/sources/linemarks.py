@@ -87,6 +87,21 @@ def _left_out(lines: list[str], classes: list[str], k: int) -> bool:
     return classes[k] != "blank" and not (classes[k] == "prompt" and "--query-gpu" in lines[k])
 
 
+def rest_head(lines: list[str], classes: list[str], special: list[int], size: int) -> list[str]:
+    """``rest_lines(...)[:head_end(rest_lines(...), size)]`` without building all of the rest: its first
+    lines, until they and their newlines reach ``size`` characters."""
+    out: list[str] = []
+    total = nxt = 0
+    for k in [*(k for k in special if _left_out(lines, classes, k)), len(lines)]:
+        for ln in itertools.islice(lines, nxt, k):
+            if total >= size:
+                return out
+            out.append(ln)
+            total += len(ln) + 1
+        nxt = k + 1
+    return out
+
+
 def rest_line_at(lines: list[str], classes: list[str], special: list[int], n: int) -> int:
     """The index in ``lines`` just after the first ``n`` lines :func:`rest_lines` keeps."""
     kept = nxt = 0

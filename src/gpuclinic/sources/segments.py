@@ -37,6 +37,7 @@ from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
 from gpuclinic.sources.linemarks import blank_lines as _blank
 from gpuclinic.sources.linemarks import head_end as _head_end
 from gpuclinic.sources.linemarks import quoted_lines as _quoted
+from gpuclinic.sources.linemarks import rest_head as _rest_head
 from gpuclinic.sources.linemarks import rest_line_at as _rest_line_at
 from gpuclinic.sources.linemarks import rest_lines as _rest_lines
 from gpuclinic.sources.linemarks import runs as _runs
@@ -484,16 +485,18 @@ def _read_rest(
     classes, special, ix = marks
     if len(classes) == len(special):  # no "other" line
         return None
-    rest = _rest_lines(lines, classes, special)
     detect, sample = sniff
     if sample is None:
+        rest = _rest_lines(lines, classes, special)
         rest_kind = detect("\n".join(rest), frozenset())
-    else:
-        n = _head_end(rest, sample)  # (the sniffgates literals no line up to the head's last one holds)
-        absent = ix.absent(0, _rest_line_at(lines, classes, special, n)) if ix is not None else frozenset()
-        rest_kind = detect("\n".join(rest[:n]), absent)
+    else:  # (the rest's head only: all of it is joined when it is a format's)
+        head = _rest_head(lines, classes, special, sample)
+        # the sniffgates literals no line up to the head's last one holds
+        end = _rest_line_at(lines, classes, special, len(head))
+        rest_kind = detect("\n".join(head), ix.absent(0, end) if ix is not None else frozenset())
     if not _structured(rest_kind):
         return rest_kind
+    rest = _rest_lines(lines, classes, special)
     text = "\n".join(rest)
     try:
         try:

@@ -1,0 +1,41 @@
+"""The segmenting reader's line bookkeeping (issue 14: the rest's head and its end are found without
+building all of a big log's rest): against the plain definitions."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuclinic.sources.linemarks import blank_lines, head_end, rest_head, rest_line_at, rest_lines
+
+LINES = ["a", "", "  ", "bbbbbbbb", "$ nvidia-smi --query-gpu=name --format=csv", "$ ls", "k", "ccc", "\u3000"]
+
+
+def _classes(lines: list[str]) -> list[str]:
+    def one(ln: str) -> str:
+        if not ln.strip():
+            return "blank"
+        if ln.startswith("$"):
+            return "prompt"
+        return "kernel_log" if ln == "k" else "other"
+
+    return [one(ln) for ln in lines]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(LINES), max_size=40), st.integers(min_value=0, max_value=200))
+def test_rest_head_and_its_end(lines: list[str], size: int) -> None:
+    classes = _classes(lines)
+    special = [k for k, c in enumerate(classes) if c != "other"]
+    rest = rest_lines(lines, classes, special)
+    n = head_end(rest, size)
+    assert rest_head(lines, classes, special, size) == rest[:n]
+    end = rest_line_at(lines, classes, special, n)
+    # the first n kept lines all lie before `end`, and `end` is right after the n-th of them (or 0)
+    kept = [k for k in range(len(lines)) if k not in special or classes[k] == "blank" or "--query-gpu" in lines[k]]
+    assert end == (kept[n - 1] + 1 if n else 0)
+
+
+def test_blank_lines_are_the_lines_strip_empties() -> None:
+    lines = ["x", "", " \t", "\u3000", "\x1c", "y ", " z"]
+    assert blank_lines(lines) == [1, 2, 3, 4]
