@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from gpuclinic.sources.linemarks import blank_lines, head_end, rest_head, rest_line_at, rest_lines
 
-LINES = ["a", "", "  ", "bbbbbbbb", "$ nvidia-smi --query-gpu=name --format=csv", "$ ls", "k", "ccc", "\u3000"]
+QUERY = "$ nvidia-smi --query-gpu=name --format=csv"
+LINES = ["a", "", "  ", "bbbbbbbb", QUERY, "$ ls", "k", "ccc", "\u3000"]
 
 
 def _classes(lines: list[str]) -> list[str]:
@@ -32,7 +33,7 @@ def test_rest_head_and_its_end(lines: list[str], size: int) -> None:
     assert rest_head(lines, classes, special, size) == rest[:n]
     end = rest_line_at(lines, classes, special, n)
     # the first n kept lines all lie before `end`, and `end` is right after the n-th of them (or 0)
-    kept = [k for k in range(len(lines)) if k not in special or classes[k] == "blank" or "--query-gpu" in lines[k]]
+    kept = [k for k, ln in enumerate(lines) if k not in special or classes[k] == "blank" or ln == QUERY]
     assert end == (kept[n - 1] + 1 if n else 0)
 
 
