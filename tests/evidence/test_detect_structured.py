@@ -78,6 +78,17 @@ SENSORS_J = """{
 """
 
 
+# `ipmitool fru print` (its layout; no fixture file holds one)
+FRU = """FRU Device Description : Builtin FRU Device (ID 0)
+ Chassis Type          : Rack Mount Chassis
+ Board Mfg Date        : Mon Jan  1 00:00:00 2018
+ Board Mfg             : Supermicro
+ Board Product         : X11DPG-OT-CPU
+ Product Manufacturer  : Supermicro
+ Product Name          : SYS-4029GP-TRT2
+"""
+
+
 def _absent(sample: str) -> frozenset[str]:
     """The sniffgates literals ``sample`` lacks, ASCII case folded (what the big-log index finds)."""
     low = sample.encode("utf-8", "surrogatepass").lower()
@@ -111,6 +122,11 @@ def test_skipping_the_sniffers_whose_literals_are_absent_changes_no_label() -> N
         ("sensors", "gpuclinic.sources.bmc.lmsensors:claims_text", "SENSORS_TEXT"),
         ("log-util", "gpuclinic.sources.bmc.logutil:claims", "OPENBMC_LOGUTIL"),
         ("vendor log", "gpuclinic.sources.bmc.vendorlog:claims", "VENDOR_LOG"),
+        ("ipmitool sensor get", "gpuclinic.sources.bmc.ipmitool:claims_verbose", "IPMI_VERBOSE"),
+        ("ipmitool chassis", "gpuclinic.sources.bmc.ipmitool:claims_chassis", "IPMI_CHASSIS"),
+        ("ipmitool fru", "gpuclinic.sources.bmc.ipmitool:claims_fru", "IPMI_FRU"),
+        ("ipmitool sel info", "gpuclinic.sources.bmc.ipmitool:claims_sel_info", "IPMI_SEL_INFO"),
+        ("ipmitool sel -v", "gpuclinic.sources.bmc.ipmitool:claims_sel_verbose", "IPMI_SEL_VERBOSE"),
     ],
 )
 def test_each_gated_sniffer_claims_only_samples_holding_a_literal(name: str, looks: str, gate: str) -> None:
@@ -120,7 +136,7 @@ def test_each_gated_sniffer_claims_only_samples_holding_a_literal(name: str, loo
     sniff = getattr(importlib.import_module(mod), fn)
     literals = getattr(sniffgates, gate)
     claimed = 0
-    for s in [*_samples(), SENSORS_J]:
+    for s in [*_samples(), SENSORS_J, FRU]:
         if sniff(s):
             claimed += 1
             low = s.lower()

@@ -66,6 +66,13 @@ REDFISH = ("@odata",)
 SENSORS_JSON = ('"Adapter"',)
 SENSORS_TEXT = ("Adapter:",)  # `sensors` and `sensors -u`
 OPENBMC_LOGUTIL = ("SEL Entry:",)
+# ipmitool's outputs that need no "|" column: sensor get / sdr -v, chassis status (case folded), fru,
+# sel info, sel list -v (sdr, sensor and sel lists have columns; dcmi needs only "power": both ungated)
+IPMI_VERBOSE = ("Sensor ID",)
+IPMI_CHASSIS = ("system power",)
+IPMI_FRU = ("FRU Device Description",)
+IPMI_SEL_INFO = ("SEL Information",)
+IPMI_SEL_VERBOSE = ("Event Direction",)
 VENDOR_LOG = ("Class ", "ssertion", "EventID: ", "IPMI Status: ", "(Status: ")  # a line of each format
 
 ALL = (
@@ -80,5 +87,10 @@ ALL = (
     *SENSORS_JSON,
     *SENSORS_TEXT,
     *OPENBMC_LOGUTIL,
+    *IPMI_VERBOSE,
+    *IPMI_CHASSIS,
+    *IPMI_FRU,
+    *IPMI_SEL_INFO,
+    *IPMI_SEL_VERBOSE,
     *VENDOR_LOG,
 )

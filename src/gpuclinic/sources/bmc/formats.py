@@ -43,6 +43,10 @@ GATES: dict[str, tuple[str, ...]] = {
 }
 
 
+# formats of several outputs, each gated on its own (the format's sniffer takes ``absent``)
+_PARTS_GATED: dict[str, Callable[[str, frozenset[str]], bool]] = {"ipmitool": ipmitool.claims}
+
+
 def detect(sample: str, absent: frozenset[str] = frozenset()) -> str | None:
     """``room:<format>`` when ``sample`` is a BMC/hwmon output we read, else None.  ``absent``: literals
     known not to be in ``sample``; a format whose sniffer needs only those is not asked."""
@@ -51,7 +55,7 @@ def detect(sample: str, absent: frozenset[str] = frozenset()) -> str | None:
         if gate is not None and absent.issuperset(gate):
             continue
         try:
-            if claims(sample):
+            if claims(sample) if kind not in _PARTS_GATED else _PARTS_GATED[kind](sample, absent):
                 return PREFIX + kind
         except Exception:  # a recogniser's bug must not hide the other formats
             continue

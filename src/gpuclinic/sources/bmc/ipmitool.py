@@ -14,6 +14,7 @@ from collections.abc import Callable
 from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
+from gpuclinic.sources import sniffgates
 from gpuclinic.sources.bmc.common import (
     THRESHOLD_NAMES,
     finish,
@@ -327,7 +328,7 @@ def _kv(text: str) -> dict[str, str]:
 
 def claims_chassis(text: str) -> bool:
     head = text[:4000].lower()
-    return "system power" in head and ("power overload" in head or "power fault" in head)
+    return sniffgates.IPMI_CHASSIS[0] in head and ("power overload" in head or "power fault" in head)
 
 
 # FreeIPMI ``ipmi-chassis --get-chassis-status`` names the same flags in lower case and without "Main"
@@ -356,7 +357,7 @@ _FRU_KEYS = (
 
 def claims_fru(text: str) -> bool:
     head = text[:8000]
-    return "FRU Device Description" in head and ("Product" in head or "Board" in head)
+    return sniffgates.IPMI_FRU[0] in head and ("Product" in head or "Board" in head)
 
 
 def parse_fru(text: str) -> R.RoomFacts:
@@ -405,7 +406,7 @@ _V_ID = lazyre.compile(r"^Sensor ID\s*:\s*(.*?)\s*(?:\((0x[0-9a-fA-F]+)\))?\s*$"
 
 def claims_verbose(text: str) -> bool:
     head = text[:20000]
-    return "Sensor ID" in head and bool(re.search(r"^Sensor ID\s*:", head, re.M)) and (
+    return sniffgates.IPMI_VERBOSE[0] in head and bool(re.search(r"^Sensor ID\s*:", head, re.M)) and (
         "Sensor Reading" in head or "States Asserted" in head
     )
 
@@ -485,7 +486,7 @@ _SELV_KV = lazyre.compile(
 
 def claims_sel_verbose(text: str) -> bool:
     head = text[:20000]
-    return "Event Direction" in head and any(_SELV_ID.match(ln) for ln in head.splitlines())
+    return sniffgates.IPMI_SEL_VERBOSE[0] in head and any(_SELV_ID.match(ln) for ln in head.splitlines())
 
 
 def parse_sel_verbose(text: str, source: str = "ipmitool sel list -v") -> R.RoomFacts:
@@ -514,7 +515,7 @@ def parse_sel_verbose(text: str, source: str = "ipmitool sel list -v") -> R.Room
 
 def claims_sel_info(text: str) -> bool:
     head = text[:4000]
-    return "SEL Information" in head and "Percent Used" in head
+    return sniffgates.IPMI_SEL_INFO[0] in head and "Percent Used" in head
 
 
 def parse_sel_info(text: str) -> R.RoomFacts:
@@ -558,5 +559,20 @@ def parse_any(text: str) -> R.RoomFacts:
     return room
 
 
-def claims(text: str) -> bool:
-    return any(claimed(text) for claimed, _ in _PARTS)
+# part -> the literals it needs (sniffgates): a part whose literals are all known absent is not asked
+_PART_GATES: dict[Callable[[str], bool], tuple[str, ...]] = {
+    claims_verbose: sniffgates.IPMI_VERBOSE,
+    claims_chassis: sniffgates.IPMI_CHASSIS,
+    claims_fru: sniffgates.IPMI_FRU,
+    claims_sel_info: sniffgates.IPMI_SEL_INFO,
+    claims_sel_verbose: sniffgates.IPMI_SEL_VERBOSE,
+}
+
+
+def claims(text: str, absent: frozenset[str] = frozenset()) -> bool:
+    """Some ipmitool output is in ``text``; ``absent``: sniffgates literals known not to be in it."""
+    return any(
+        claimed(text)
+        for claimed, _ in _PARTS
+        if not ((gate := _PART_GATES.get(claimed)) and absent.issuperset(gate))
+    )
