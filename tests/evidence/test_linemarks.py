@@ -40,3 +40,20 @@ def test_rest_head_and_its_end(lines: list[str], size: int) -> None:
 def test_blank_lines_are_the_lines_strip_empties() -> None:
     lines = ["x", "", " \t", "\u3000", "\x1c", "y ", " z"]
     assert blank_lines(lines) == [1, 2, 3, 4]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=40), max_size=700),
+    st.integers(min_value=0, max_value=9000),
+    st.data(),
+)
+def test_head_end_is_where_lines_reach_the_size(lengths: list[int], size: int, data: st.DataObject) -> None:
+    lines = ["x" * n for n in lengths]
+    lo = data.draw(st.integers(min_value=0, max_value=len(lines)))
+    hi = data.draw(st.none() | st.integers(min_value=lo, max_value=len(lines)))
+    n, end, total = lo, len(lines) if hi is None else hi, 0
+    while n < end and total < size:  # the definition: lines (and their newlines) until size is reached
+        total += len(lines[n]) + 1
+        n += 1
+    assert head_end(lines, size, lo, hi) == n

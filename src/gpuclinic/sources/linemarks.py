@@ -6,6 +6,7 @@ both are exact: ``strip()`` for blank, the first non-space character ``>`` for q
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
 
@@ -120,9 +121,19 @@ def head(lines: list[str], size: int, lo: int = 0, hi: int | None = None) -> str
 
 
 def head_end(lines: list[str], size: int, lo: int = 0, hi: int | None = None) -> int:
-    """The end of the lines :func:`head` joins."""
-    n, end, total = lo, len(lines) if hi is None else hi, 0
+    """The end of the lines :func:`head` joins: the first line after ``lo`` by which the lines and their
+    newlines reach ``size`` characters (their running sums in C, a few hundred lines at a time)."""
+    end = len(lines) if hi is None else hi
+    n, total = lo, 0
     while n < end and total < size:
-        total += len(lines[n]) + 1
-        n += 1
+        chunk = lines[n : min(end, n + _CHUNK)]
+        # the total after i more lines (newlines included), rising: the first i at which it reaches size
+        sums = itertools.accumulate(map(len, chunk), initial=total)
+        totals = list(map(operator.add, sums, range(len(chunk) + 1)))
+        i = min(bisect.bisect_left(totals, size, 1), len(chunk))
+        total = totals[i]
+        n += i
     return n
+
+
+_CHUNK = 256

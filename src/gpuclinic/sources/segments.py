@@ -156,24 +156,30 @@ class _Index:
         self.kernel_keys = {k for k, _, _ in hits.only(_KERNEL_NEEDLES).lines}
         self.dcgm = [k for k in self.hit_lines if any(m in lines[k] for m in _DCGM_MARKS)]
         self.folds = any(f in b for _, _, b in hits.lines for f in _FOLD_BYTES)
-        self._gates: dict[str, list[int]] | None = None
+        self._gates: tuple[list[int], list[str]] | None = None
 
     def absent(self, lo: int, hi: int) -> frozenset[str]:
         """The ``sniffgates`` literals no line ``lo..hi-1`` holds (ASCII case folded: grep found every line
         holding one among its hits).  The hit lines holding each are found on the first call, in one pass."""
-        if self._gates is None:
+        if self._gates is None:  # (line, literal) of each literal on each hit line, by line
             low, starts = textscan.joined_lower(self.hits)
-            by_gate: dict[str, set[int]] = {}
-            words = tuple(g.lower() for g in sniffgates.ALL)
-            for end, w in multifind.matches(low, words):
-                by_gate.setdefault(w, set()).add(self.hits.lines[bisect_right(starts, end) - 1][0])
-            self._gates = {g: sorted(by_gate.get(g.lower(), ())) for g in sniffgates.ALL}
-        out = []
-        for g, at in self._gates.items():
-            k = bisect_left(at, lo)
-            if k == len(at) or at[k] >= hi:
-                out.append(g)
-        return frozenset(out)
+            by_lower: dict[str, list[str]] = {}
+            for g in sniffgates.ALL:
+                by_lower.setdefault(g.lower(), []).append(g)
+            found = {
+                (self.hits.lines[bisect_right(starts, end) - 1][0], g)
+                for end, w in multifind.matches(low, tuple(by_lower))
+                for g in by_lower[w]
+            }
+            pairs = sorted(found)
+            self._gates = ([k for k, _ in pairs], [g for _, g in pairs])
+        at, gates = self._gates
+        k = bisect_left(at, lo)
+        present = set()
+        while k < len(at) and at[k] < hi:
+            present.add(gates[k])
+            k += 1
+        return _ALL_GATES.difference(present) if present else _ALL_GATES
 
     def lines_with(self, keys: tuple[str, ...]) -> list[int]:
         """The hit lines that may hold one of ``keys`` (ASCII case folded: a superset of the exact ones,
@@ -182,6 +188,7 @@ class _Index:
 
 
 _KERNEL_NEEDLES = tuple({k.lower() for k in (*_KERNEL_MARKS, *_ERROR_KEYS)})
+_ALL_GATES = frozenset(sniffgates.ALL)
 _FOLD_BYTES = tuple(f.encode() for f in _FOLDS)
 
 
