@@ -80,6 +80,12 @@ def unquote(text: str) -> str:
     return _QUOTE_RE.sub("", text)
 
 
+def _may(absent: frozenset[str]) -> Callable[[tuple[str, ...]], bool]:
+    """Whether a sniffer needing one of ``gate`` (sniffgates; none: ungated) may claim a sample that lacks
+    every literal in ``absent``."""
+    return lambda gate: not gate or not absent.issuperset(gate)
+
+
 def detect(sample: str, absent: frozenset[str] = frozenset()) -> str | None:
     """The kind of evidence ``sample`` (the start of a text) is, or None.
 
@@ -87,9 +93,7 @@ def detect(sample: str, absent: frozenset[str] = frozenset()) -> str | None:
     ``json``.  ``absent``: as for :func:`detect_structured`.
     """
 
-    def may(gate: tuple[str, ...]) -> bool:
-        return not absent.issuperset(gate)
-
+    may = _may(absent)
     sample = unquote(sample)
     head = sample.lstrip("\ufeff \t\r\n")
     if may(sniffgates.BUGREPORT) and bugreport.looks_like(sample):
@@ -127,9 +131,7 @@ def detect_structured(sample: str, absent: frozenset[str] = frozenset()) -> str 
     ruled out without it.  ``absent``: literals of ``sniffgates`` known not to be in ``sample`` (the
     segmenting reader's whole-text search); a sniffer that needs only those is not asked."""
 
-    def may(gate: tuple[str, ...]) -> bool:
-        return not gate or not absent.issuperset(gate)
-
+    may = _may(absent)
     sample = unquote(sample)  # (cutting quote markers adds no literal: ``absent`` still holds)
     if may(sniffgates.BUGREPORT) and bugreport.looks_like(sample):
         return None
