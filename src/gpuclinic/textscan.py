@@ -85,13 +85,15 @@ def remember_lines(text: str, lines: list[str]) -> None:
     _LINES[0] = (text, lines)
 
 
-def split(text: str) -> list[str]:
-    """``text.split("\\n")``, from the lines a reader already split when it is that text (not to be
-    modified)."""
+def split(text: str) -> tuple[list[str], int]:
+    """``text.split("\\n")`` as (its lines but a final empty one, 1 when that empty line follows), from the
+    lines a reader already split when it is that text (not to be modified; not copied to add the empty
+    line: a big log's list is 230,000 entries)."""
     known = _LINES[0]
     if known is None or known[0] is not text:
-        return text.split("\n")
-    return [*known[1], ""] if text.endswith("\n") else known[1]
+        lines = text.split("\n")
+        return (lines[:-1], 1) if not lines[-1] and len(lines) > 1 else (lines, 0)
+    return known[1], 1 if text.endswith("\n") else 0
 
 
 # the line breaks of str.splitlines() besides "\n", as UTF-8

@@ -57,3 +57,22 @@ def test_head_end_is_where_lines_reach_the_size(lengths: list[int], size: int, d
         total += len(lines[n]) + 1
         n += 1
     assert head_end(lines, size, lo, hi) == n
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="ab\n ", max_size=30), st.booleans())
+def test_textscan_split_is_text_split_without_copying_the_known_lines(text: str, known: bool) -> None:
+    """``textscan.split`` (issue 14: the rejoining pass no longer copies a big log's 230,000 lines to add
+    the empty line after a final newline) gives ``text.split("\\n")`` as (lines, 1 if an empty one
+    follows)."""
+    from gpuclinic import textscan
+
+    if known:
+        lines = text.split("\n")
+        if text.endswith("\n"):  # what a reader remembers (remember_lines): no empty line after the last
+            lines.pop()
+        textscan.remember_lines(text, lines)
+    got, tail = textscan.split(text)
+    assert got + [""] * tail == text.split("\n")
+    if known:
+        assert got is lines

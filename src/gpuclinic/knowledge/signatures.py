@@ -495,12 +495,14 @@ def rejoined(text: str) -> list[tuple[int, str]]:
     (``| ... operation no |`` then ``|    |    | t supported |``, as Triton prints).  Only logical lines
     made of two or more physical lines are returned (none for most texts).
     """
-    lines = split(text)  # the segmenting reader's lines of the same text, when it read it
-    if len(lines) < 2:
+    # the segmenting reader's lines of the same text, when it read it; ``tail``: an empty last line follows
+    lines, tail = split(text)
+    count = len(lines) + tail
+    if count < 2:
         return []
     lens = list(map(len, lines))
-    width = wrap_width(lines, lens)
-    wrapped = at_length(lens, width, len(lines) - 1) if width is not None else []
+    width = wrap_width(lines, lens, tail)
+    wrapped = at_length(lens, width, count - 1) if width is not None else []
     starts = sorted(set(_table_rows(text)) | set(wrapped))
     if not starts:
         return []
@@ -511,8 +513,8 @@ def rejoined(text: str) -> list[tuple[int, str]]:
             continue
         i = k
         parts, j = [lines[i].rstrip("\r")], i
-        while j + 1 < len(lines) and j - i < MAX_JOIN:
-            nxt = lines[j + 1].rstrip("\r")
+        while j + 1 < count and j - i < MAX_JOIN:
+            nxt = lines[j + 1].rstrip("\r") if j + 1 < len(lines) else ""
             last = lines[j].rstrip("\r")
             if (
                 width

@@ -35,8 +35,9 @@ def at_length(lens: list[int], width: int, stop: int, limit: int | None = None) 
     return out
 
 
-def wrap_width(lines: list[str], lens: list[int] | None = None) -> int | None:
-    """``lens``: ``[len(ln) for ln in lines]``, when the caller has it."""
+def wrap_width(lines: list[str], lens: list[int] | None = None, tail: int = 0) -> int | None:
+    """``lens``: ``[len(ln) for ln in lines]``, when the caller has it; ``tail``: 1 when an empty line
+    follows ``lines`` (a text's final newline)."""
     lens = list(map(len, lines)) if lens is None else lens
     counts = length_counts(lens, WRAP_MIN)
     total = sum(counts.values())
@@ -46,9 +47,12 @@ def wrap_width(lines: list[str], lens: list[int] | None = None) -> int | None:
         if sum(c for n, c in counts.items() if n > width) > max(2, total // 20):
             continue
         # tables and logs whose records merely share a length are not wrapped: look at a sample
-        sample = at_length(lens, width, len(lines) - 1, _SAMPLE)
+        sample = at_length(lens, width, len(lines) - 1 + tail, _SAMPLE)
         tables = sum(1 for k in sample if lines[k].lstrip().startswith(("|", "+")))
-        records = sum(1 for k in sample if RECORD.match(lines[k]) and RECORD.match(lines[k + 1]))
+        # (the line after the last is the empty one of ``tail``: no record)
+        records = sum(
+            1 for k in sample if k + 1 < len(lines) and RECORD.match(lines[k]) and RECORD.match(lines[k + 1])
+        )
         if (tables + records) * 2 <= len(sample):
             return width
     return None
