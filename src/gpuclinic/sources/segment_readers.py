@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from gpuclinic import lazyre
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
+from gpuclinic.record import record
 from gpuclinic.sources import (
     dcgm_discovery,
     dcgm_dmon,
@@ -26,6 +27,23 @@ from gpuclinic.sources.kernellog import parse_numbered
 from gpuclinic.sources.merge import apply_dump, merge_gpu
 from gpuclinic.sources.smi_common import SmiDump, mark_lost, scan_error_lines
 
+
+@record
+class Reading:
+    """One text input under way: what every line reader below reads (its lines, their classes and the
+    special ones, the year its dates lack) and updates (the snapshot, the input's record, the 1-based lines
+    some reader used)."""
+
+    snap: Snapshot
+    rec: InputRecord
+    lines: list[str]
+    classes: list[str]
+    special: list[int]
+    origin: str
+    claimed: set[int]
+    year: int | None = None
+
+
 DRIVER_KEY = "river"  # the JSON driver-version keys all hold it
 DMON_KEYS = smi_dmon.DMON_KEYS
 DCGM_DMON_KEY = dcgm_dmon.DMON_KEY
@@ -39,17 +57,10 @@ NCCL_TESTS_KEYS = ("Avg bus bandwidth", "Out of bounds values", "busbw")
 _NVML_LIB = lazyre.compile(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)?)")
 
 
-def read_kernel(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    classes: list[str],
-    special: list[int],
-    origin: str,
-    year: int | None,
-    claimed: set[int],
-) -> None:
+def read_kernel(r: Reading) -> None:
     """Kernel-log lines, wherever they are, through one stateful parser (multi-line messages)."""
+    snap, rec, lines, classes = r.snap, r.rec, r.lines, r.classes
+    special, origin, year, claimed = r.special, r.origin, r.year, r.claimed
     ks = [k for k in special if classes[k] in ("kernel_log", "journal_export")]
     kernel = [(k + 1, lines[k]) for k in ks if classes[k] == "kernel_log" or lines[k].startswith("MESSAGE=")]
     if not kernel:
@@ -66,16 +77,10 @@ def read_kernel(
     reader(rec, rec.segments, ("kernel_log", "journal_export"), "kernellog")
 
 
-def read_smi_errors(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    classes: list[str],
-    special: list[int],
-    origin: str,
-    claimed: set[int],
-) -> None:
+def read_smi_errors(r: Reading) -> None:
     """nvidia-smi's error statements."""
+    snap, rec, lines = r.snap, r.rec, r.lines
+    classes, special, origin, claimed = r.classes, r.special, r.origin, r.claimed
     errs = [k for k in special if classes[k] == "smi_error"]
     if errs:
         _smi_errors(snap, [lines[k] for k in errs], origin)
@@ -83,8 +88,9 @@ def read_smi_errors(
         reader(rec, rec.segments, ("smi_error",), "nvidia-smi errors")
 
 
-def read_dcgm(snap: Snapshot, rec: InputRecord, lines: list[str], origin: str, claimed: set[int]) -> None:
+def read_dcgm(r: Reading) -> None:
     """DCGM output (dcgmi diag / health tables): the driver version and GPUs it names; dmon's Xid column."""
+    snap, rec, lines, origin, claimed = r.snap, r.rec, r.lines, r.origin, r.claimed
     for s_ in rec.segments:
         if s_.kind == "dcgm" and s_.first is not None and s_.last is not None:
             run = lines[s_.first - 1 : s_.last]
@@ -101,17 +107,11 @@ def read_dcgm(snap: Snapshot, rec: InputRecord, lines: list[str], origin: str, c
                     rec.readers.append("dcgm")
 
 
-def read_metrics(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    classes: list[str],
-    special: list[int],
-    origin: str,
-    claimed: set[int],
-) -> None:
+def read_metrics(r: Reading) -> None:
     """dcgm-exporter ``/metrics`` samples (GPU facts by the field schema's DCGM names) and
     nvidia_gpu_exporter's ``nvidia_smi_*`` samples (by its ``--query-gpu`` names)."""
+    snap, rec, lines = r.snap, r.rec, r.lines
+    classes, special, origin, claimed = r.classes, r.special, r.origin, r.claimed
     # ("# HELP"/"# TYPE" lines look like a root prompt to the line classifier)
     ks = [k for k in special if classes[k] == "metrics" or (classes[k] == "prompt" and "# " in lines[k])]
     if not ks:
@@ -129,10 +129,9 @@ def read_metrics(
         reader(rec, rec.segments, ("metrics",), name)
 
 
-def read_json_driver(
-    snap: Snapshot, lines: list[str], where: Iterable[int] | None, claimed: set[int]
-) -> None:
+def read_json_driver(r: Reading, where: Iterable[int] | None = None) -> None:
     """A driver version in JSON inventories (health agents, cluster managers): "driver_version": "580.x"."""
+    snap, lines, claimed = r.snap, r.lines, r.claimed
     if snap.driver_version is not None:
         return
     for k in range(len(lines)) if where is None else where:  # ``where``: lines that may hold the key
@@ -147,10 +146,9 @@ def read_json_driver(
 HOST_STATS_KEYS = ("Cpu(s)", "swpd", "%steal", "%iowait", "buff/cache", "iB Mem")
 
 
-def read_host_stats(
-    snap: Snapshot, rec: InputRecord, lines: list[str], where: Iterable[int] | None, claimed: set[int]
-) -> None:
+def read_host_stats(r: Reading, where: Iterable[int] | None = None) -> None:
     """``top``/``vmstat``/``mpstat``/``iostat`` pastes: CPU steal, I/O wait and swap as host facts."""
+    snap, rec, lines, claimed = r.snap, r.rec, r.lines, r.claimed
     from gpuclinic.sources import host_stats
 
     facts, used = host_stats.read(lines, where)
@@ -173,16 +171,10 @@ def read_host_stats(
 K8S_NODE_KEYS = ("nvidia.com/gpu", "nvidia.com/mig-", "nvidia.com/mig.strategy")  # (k8s_node_text keys)
 
 
-def read_k8s_nodes(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    origin: str,
-    where: Iterable[int] | None,
-    claimed: set[int],
-) -> None:
+def read_k8s_nodes(r: Reading, where: Iterable[int] | None = None) -> None:
     """``kubectl describe node`` / ``get node -o yaml|json`` pastes: ``nvidia.com/gpu`` capacity and
     allocatable, judged by the ``k8s evidence`` rules (``k8s/evidence.py``) into signals of this input."""
+    snap, rec, lines, origin, claimed = r.snap, r.rec, r.lines, r.origin, r.claimed
     from gpuclinic.sources import k8s_node_text
 
     nodes, used = k8s_node_text.read(lines, where)
@@ -213,11 +205,10 @@ def read_k8s_nodes(
 SLURM_NODE_KEY = "NodeName="  # (slurm_node_text.KEY)
 
 
-def read_slurm_nodes(
-    rec: InputRecord, lines: list[str], where: Iterable[int] | None, claimed: set[int]
-) -> None:
+def read_slurm_nodes(r: Reading, where: Iterable[int] | None = None) -> None:
     """``scontrol show node`` records: read (state, reason) by the health check's own parser; the reasons
     that name a fault are evidence signatures of their lines."""
+    rec, lines, claimed = r.rec, r.lines, r.claimed
     from gpuclinic.sources import slurm_node_text
 
     nodes, used = slurm_node_text.read(lines, where)
@@ -226,12 +217,11 @@ def read_slurm_nodes(
     claimed.update(used)
     shown = ", ".join(f"{n.name} {n.state}" for n in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
     rec.readers.append(f"slurm node state ({shown})")
-def read_net_paste(
-    snap: Snapshot, rec: InputRecord, lines: list[str], where: Iterable[int] | None, claimed: set[int]
-) -> None:
+def read_net_paste(r: Reading, where: Iterable[int] | None = None) -> None:
     """``ping``/``mtr``/``iperf3`` summaries and transfer meters: the path's loss, RTT and rate as network
     facts (``NetworkFacts.extra["pasted"]``), judged by the network checks with ``gpuclinic net``'s
     thresholds."""
+    snap, rec, lines, claimed = r.snap, r.rec, r.lines, r.claimed
     figs, used = net_paste.read(lines, where)
     if not figs:
         return
@@ -244,17 +234,11 @@ def read_net_paste(
     rec.readers.append("network figures (" + ", ".join(sorted({f["tool"] for f in figs})) + ")")
 
 
-def read_smi_list(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    classes: list[str],
-    where: Iterable[int] | None,
-    claimed: set[int],
-) -> None:
+def read_smi_list(r: Reading, where: Iterable[int] | None = None) -> None:
     """``nvidia-smi -L`` (GPU 0: NAME (UUID: GPU-...)): the GPUs, when no other reader named them (the
     GPUs nvidia-smi could not open, known only by the bus id of its error line, name none: ``-L`` prints
     that line in the lost GPU's place and lists the others, NordicHPC/sonar#72)."""
+    snap, rec, lines, classes, claimed = r.snap, r.rec, r.lines, r.classes, r.claimed
     if any(not (g.lost and g.uuid is None and g.name is None) for g in snap.gpus):
         return
     listed = [
@@ -272,15 +256,9 @@ def read_smi_list(
         rec.readers.append("nvidia-smi -L")
 
 
-def read_smi_dmon(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    origin: str,
-    where: Iterable[int] | None,
-    claimed: set[int],
-) -> None:
+def read_smi_dmon(r: Reading, where: Iterable[int] | None = None) -> None:
     """``nvidia-smi dmon`` samples: from each header line on, while the lines are its samples."""
+    snap, rec, lines, origin, claimed = r.snap, r.rec, r.lines, r.origin, r.claimed
     heads = [
         k
         for k in (range(len(lines)) if where is None else where)  # big input: lines with a DMON_KEYS literal
@@ -304,27 +282,15 @@ def _keyed(lines: list[str], where: Iterable[int] | None, keys: tuple[str, ...])
     return got or None
 
 
-def read_nccl_tests(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    origin: str,
-    where: Iterable[int] | None,
-    claimed: set[int],
-) -> None:
+def read_nccl_tests(r: Reading, where: Iterable[int] | None = None) -> None:
     """nccl-tests benchmark tables and summaries (sources/nccl_tests.py)."""
+    snap, rec, lines, origin, claimed = r.snap, r.rec, r.lines, r.origin, r.claimed
     _read_keyed(snap, rec, lines, origin, where, claimed, NCCL_TESTS_KEYS, "nccl_tests", "nccl-tests")
 
 
-def read_ib_ports(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    origin: str,
-    where: Iterable[int] | None,
-    claimed: set[int],
-) -> None:
+def read_ib_ports(r: Reading, where: Iterable[int] | None = None) -> None:
     """``ibstat``/``ibstatus``/``ibv_devinfo``/``rdma link`` port listings (sources/ib_ports.py)."""
+    snap, rec, lines, origin, claimed = r.snap, r.rec, r.lines, r.origin, r.claimed
     _read_keyed(snap, rec, lines, origin, where, claimed, IB_KEYS, "ib_ports", "InfiniBand ports")
 
 
@@ -353,15 +319,9 @@ def _read_keyed(
     _mark(rec, used, name)
 
 
-def read_smi_mig(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    origin: str,
-    where: Iterable[int] | None,
-    claimed: set[int],
-) -> None:
+def read_smi_mig(r: Reading, where: Iterable[int] | None = None) -> None:
     """``nvidia-smi mig -lgi`` / ``-lci`` / ``-lgip`` tables: from each banner on, while the table goes on."""
+    snap, rec, lines, origin, claimed = r.snap, r.rec, r.lines, r.origin, r.claimed
     heads = [
         k
         for k in (range(len(lines)) if where is None else where)  # big input: lines with a MIG_KEYS literal
@@ -405,15 +365,9 @@ def _mark(rec: InputRecord, used: list[int], name: str) -> None:
         rec.readers.append(name)
 
 
-def read_dcgm_dmon(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    origin: str,
-    where: Iterable[int] | None,
-    claimed: set[int],
-) -> None:
+def read_dcgm_dmon(r: Reading, where: Iterable[int] | None = None) -> None:
     """``dcgmi dmon`` readings: from each ``#Entity`` header on, while the lines are its rows."""
+    snap, rec, lines, origin, claimed = r.snap, r.rec, r.lines, r.origin, r.claimed
     heads = [h for h in (range(len(lines)) if where is None else where) if DCGM_DMON_KEY in lines[h]]
     numbered = _blocks(lines, heads, _dcgm_dmon_line)  # (big input: ``where``, lines holding the key)
     numbered = [(n, ln) for n, ln in numbered if n not in claimed]  # (a DCGM segment's XIDER was read)

@@ -450,27 +450,25 @@ def read_lines(
         segs.extend(_trim(kind, lines, a, b) if kind in _FITS else [Segment(kind=kind, first=a, last=b)])
     rec.segments = segs
     where = None if ix is None else ix.hit_lines  # lines that may hold a reader's literal
-    R.read_kernel(snap, rec, lines, classes, special, origin, year, claimed)
-    R.read_smi_errors(snap, rec, lines, classes, special, origin, claimed)
-    R.read_dcgm(snap, rec, lines, origin, claimed)
-    R.read_metrics(snap, rec, lines, classes, special, origin, claimed)
-    R.read_json_driver(snap, lines, where, claimed)
-    R.read_host_stats(snap, rec, lines, where, claimed)
-    R.read_k8s_nodes(snap, rec, lines, origin, where, claimed)
-    R.read_slurm_nodes(rec, lines, where, claimed)
-    R.read_net_paste(snap, rec, lines, where if ix is None else ix.lines_with(R.NET_KEYS), claimed)
-    marks = (classes, special, ix)
-    rest_kind = _read_rest(snap, rec, lines, marks, origin, (detect, sample), apply_rest, claimed)
-    R.read_smi_list(snap, rec, lines, classes, where, claimed)
-    R.read_smi_dmon(snap, rec, lines, origin, where, claimed)
-    R.read_smi_mig(snap, rec, lines, origin, where, claimed)
-    R.read_ib_ports(snap, rec, lines, origin, where if ix is None else ix.lines_with(R.IB_KEYS), claimed)
-    R.read_nccl_tests(
-        snap, rec, lines, origin, where if ix is None else ix.lines_with(R.NCCL_TESTS_KEYS), claimed
-    )
-    R.read_dcgm_dmon(snap, rec, lines, origin, where, claimed)
-    _read_signatures(snap, rec, lines, classes, ix, origin, error_signatures, claimed)
-    _unclaimed(rec, lines, classes, special, claimed)
+    r = R.Reading(snap, rec, lines, classes, special, origin, claimed, year)
+    R.read_kernel(r)
+    R.read_smi_errors(r)
+    R.read_dcgm(r)
+    R.read_metrics(r)
+    R.read_json_driver(r, where)
+    R.read_host_stats(r, where)
+    R.read_k8s_nodes(r, where)
+    R.read_slurm_nodes(r, where)
+    R.read_net_paste(r, where if ix is None else ix.lines_with(R.NET_KEYS))
+    rest_kind = _read_rest(r, ix, (detect, sample), apply_rest)
+    R.read_smi_list(r, where)
+    R.read_smi_dmon(r, where)
+    R.read_smi_mig(r, where)
+    R.read_ib_ports(r, where if ix is None else ix.lines_with(R.IB_KEYS))
+    R.read_nccl_tests(r, where if ix is None else ix.lines_with(R.NCCL_TESTS_KEYS))
+    R.read_dcgm_dmon(r, where)
+    _read_signatures(r, ix, error_signatures)
+    _unclaimed(r)
     kinds = [s.kind for s in segs if s.readers or s.kind in ("kernel_log", "smi_error")]
     main = {k for k in kinds if k not in ("prompt", "text")}
     rec.kind = (main.pop() if len(main) == 1 else "mixed") if main else (rest_kind or "text")
@@ -478,18 +476,12 @@ def read_lines(
 
 
 def _read_rest(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    marks: tuple[list[str], list[int], _Index | None],
-    origin: str,
-    sniff: tuple[Detect, int | None],
-    apply_rest: ApplyRest,
-    claimed: set[int],
+    r: R.Reading, ix: _Index | None, sniff: tuple[Detect, int | None], apply_rest: ApplyRest
 ) -> str | None:
-    """Everything else, in order, as one text for the format parsers; returns the kind read.  ``marks``:
-    the lines' classes, the lines whose class is not "other", the big input's index."""
-    classes, special, ix = marks
+    """Everything else, in order, as one text for the format parsers; returns the kind read.  ``ix``: the
+    big input's index."""
+    snap, rec, lines, origin, claimed = r.snap, r.rec, r.lines, r.origin, r.claimed
+    classes, special = r.classes, r.special
     if len(classes) == len(special):  # no "other" line
         return None
     detect, sample = sniff
@@ -525,17 +517,9 @@ def _read_rest(
     return rest_kind
 
 
-def _read_signatures(
-    snap: Snapshot,
-    rec: InputRecord,
-    lines: list[str],
-    classes: list[str],
-    ix: _Index | None,
-    origin: str,
-    error_signatures: bool,
-    claimed: set[int],
-) -> None:
+def _read_signatures(r: R.Reading, ix: _Index | None, error_signatures: bool) -> None:
     """Fault signatures on every line; the explain error signatures on the prose parts."""
+    snap, rec, lines, classes, origin, claimed = r.snap, r.rec, r.lines, r.classes, r.origin, r.claimed
     if ix is None:
         matched = signals.scan_lines(snap, enumerate(lines, start=1), origin)
     else:  # every line that may hold a needle is among the index's hits
@@ -561,11 +545,10 @@ def _read_signatures(
                 s.readers.append("signatures")
 
 
-def _unclaimed(
-    rec: InputRecord, lines: list[str], classes: list[str], special: list[int], claimed: set[int]
-) -> None:
+def _unclaimed(r: R.Reading) -> None:
     """What nothing claimed; ``ValueError`` when that is every non-blank line.  (The blank lines are
     among ``special``, the lines whose class is not "other": no pass over every line's class.)"""
+    rec, lines, classes, special, claimed = r.rec, r.lines, r.classes, r.special, r.claimed
     nonblank = len(classes) - sum(1 for k in special if classes[k] == "blank")
     rec.unclaimed = nonblank - sum(1 for i in claimed if 0 < i <= len(classes) and classes[i - 1] != "blank")
     unread = (
