@@ -11,21 +11,21 @@ Xid metrics are the fault signatures' (``knowledge/data/evidence_signatures.json
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from functools import cache
 
+from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
 from gpuclinic.knowledge import gpu_fields
+from gpuclinic.sources import promtext
 from gpuclinic.sources import smi_common as c
 from gpuclinic.sources.smi_csv import Setter, setter
 
-_SAMPLE = re.compile(
+_SAMPLE = lazyre.compile(
     r"^\s*(?P<name>DCGM_[A-Z0-9_]+)\{(?P<labels>[^}]*)\}\s+(?P<value>[-+]?(?:\d[\d.eE+-]*|NaN|Inf))(?:\s+\d+)?\s*$"
 )
-_META = re.compile(r"^\s*# (?:HELP|TYPE) DCGM_[A-Z0-9_]+\b")
-_LABEL = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_META = lazyre.compile(r"^\s*# (?:HELP|TYPE) DCGM_[A-Z0-9_]+\b")
 _XID_METRICS = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERRORS_ACTIVE", "DCGM_EXP_XID_ERRORS_COUNT")
 
 
@@ -59,19 +59,16 @@ def parse(lines: Iterable[tuple[int, str]]) -> tuple[c.SmiDump, set[int]]:
     used: set[int] = set()
     fields = _fields()
     counts = gpu_fields.dcgm_schema().reason_count_metrics
-    for n, line in lines:
-        if _META.match(line):
+    for n, m in promtext.samples(lines, _SAMPLE, _META):
+        if m is None:  # its # HELP / # TYPE lines
             used.add(n)
-            continue
-        m = _SAMPLE.match(line)
-        if m is None:
             continue
         name = m.group("name")
         known = fields.get(name)
         if known is None and name not in counts and name not in _XID_METRICS:
             continue  # a DCGM metric no check reads: left for the unread list
         used.add(n)
-        labels = dict(_LABEL.findall(m.group("labels")))
+        labels = promtext.labels(m.group("labels"))
         dump.driver_version = dump.driver_version or labels.get("DCGM_FI_DRIVER_VERSION") or None
         g = _gpu(gpus, labels)
         try:

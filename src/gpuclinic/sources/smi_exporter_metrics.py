@@ -11,22 +11,22 @@ readings as they judge the CSV the exporter read.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from functools import cache
 
+from gpuclinic import lazyre
 from gpuclinic.facts.gpu import GpuFacts
 from gpuclinic.facts.snapshot import normalize_bus_id
+from gpuclinic.sources import promtext
 from gpuclinic.sources import smi_common as c
 from gpuclinic.sources.smi_csv import FIELDS, Setter
 
 PREFIX = "nvidia_smi_"
-_SAMPLE = re.compile(
+_SAMPLE = lazyre.compile(
     r"^\s*nvidia_smi_(?P<name>[a-z0-9_]+)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>[-+]?(?:\d[\d.eE+-]*|NaN))"
     r"(?:\s+\d+)?\s*$"
 )
-_META = re.compile(r"^\s*# (?:HELP|TYPE) nvidia_smi_\w+")
-_LABEL = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_META = lazyre.compile(r"^\s*# (?:HELP|TYPE) nvidia_smi_\w+")
 # the exporter's unit suffixes -> how its base-unit value becomes the text nvidia-smi's CSV prints
 _UNITS: tuple[tuple[str, str], ...] = (
     ("_clock_hz", "mhz"),
@@ -70,14 +70,11 @@ def parse(lines: Iterable[tuple[int, str]]) -> tuple[c.SmiDump, set[int]]:
     gpus: dict[str, GpuFacts] = {}
     used: set[int] = set()
     fields = _fields()
-    for n, line in lines:
-        if _META.match(line):
+    for n, m in promtext.samples(lines, _SAMPLE, _META):
+        if m is None:  # its # HELP / # TYPE lines
             used.add(n)
             continue
-        m = _SAMPLE.match(line)
-        if m is None:
-            continue
-        labels = dict(_LABEL.findall(m.group("labels") or ""))
+        labels = promtext.labels(m.group("labels"))
         key = labels.get("uuid")
         name = m.group("name")
         if key is None:
