@@ -117,3 +117,35 @@ def test_markdown_lists_incidents_with_their_symptoms() -> None:
     md = render_markdown(diagnose(load_scenario("uncorrectable-ecc")))
     assert "## [CRITICAL] GPU 2 had 2 uncorrectable memory (ECC) error(s)" in md
     assert "- `xid.63` [warning]" in md and "gpuclinic runbook memory.ecc_uncorrectable --gpu 2" in md
+
+
+def test_no_runbook_is_a_generated_placeholder() -> None:
+    """Each runbook's own steps are written for its cause: none repeats another runbook's step with only
+    the title swapped (the network runbooks once all read "<title>: run the network probe and follow its
+    advice", while the real procedure sat in the detectors' own remedy text)."""
+    from gpuclinic.knowledge.runbooks import _raw
+
+    common = {str(s["do"]).strip() for s in _raw()[1].values()}
+    seen: dict[str, str] = {}
+    clashes = []
+    for rb in all_runbooks():
+        for s in rb.steps:
+            if s.do in common:
+                continue  # a shared step (drain, capture, reboot ...) used by name
+            assert not s.do.startswith(rb.title + ":"), rb.id
+            key = s.do.replace(rb.title, "<title>")
+            if key in seen and seen[key] != rb.id:
+                clashes.append((seen[key], rb.id, key))
+            seen.setdefault(key, rb.id)
+    assert clashes == []
+
+
+@pytest.mark.parametrize(
+    "code",
+    [c.code for c in K.all_codes() if c.detector == "network" and not c.code.startswith("network.registry_")],
+)
+def test_network_runbooks_give_a_procedure_with_its_source(code: str) -> None:
+    rb = get(code)
+    assert rb is not None and len(rb.steps) >= 2, code
+    assert all(s.run or "`" in s.do or s.who == "provider" or "network." in s.do for s in rb.steps[:1]), code
+    assert rb.source and rb.source != "knowledge/data/endpoints.json; gpuclinic net probes", code

@@ -239,7 +239,14 @@ def test_untrusted_certificate_is_reported(server_tls: ssl.SSLContext) -> None:
     p = nf.probes[0]
     assert p.tls_error and "certificate verify failed" in p.tls_error
     f = findings(nf)["network.tls_failed"]
-    assert "intercepts HTTPS" in f.title and "SSL_CERT_FILE" in f.remedy
+    assert "intercepts HTTPS" in f.title
+    # the remedy is the runbook's first step (check the clock, see who issued the certificate); the
+    # runbook goes on to the CA bundle every tool must be pointed at behind a TLS-inspecting proxy
+    from gpuclinic.knowledge.runbooks import first_step, get, render_text
+
+    assert f.remedy == first_step("network.tls_failed") and "date -u" in f.remedy
+    rb = get("network.tls_failed")
+    assert rb is not None and "SSL_CERT_FILE" in render_text(rb)
 
 
 def test_probes_go_through_connect_proxy_with_redacted_credentials(

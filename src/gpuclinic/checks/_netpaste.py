@@ -49,12 +49,6 @@ def latency(figs: list[dict[str, Any]]) -> Iterator[Finding]:
             "network.lossy",
             title=f"Packet loss on the path: {worst['loss_pct']:g}% lost in the pasted {_where(worst)}",
             evidence=[f"{_where(f)}: {f['line']}" for f in lossy],
-            remedy=(
-                "Loss at the destination slows every TCP stream and breaks long downloads: use a resuming "
-                "downloader that retries per chunk (`gpuclinic get`, aria2c -c); find the hop where the loss "
-                "starts with `mtr -rwc 100 HOST` and take it to the provider; `gpuclinic net` measures the "
-                "paths to GitHub, the Hub and PyPI."
-            ),
             data={"pasted": lossy},
         )
     high = [f for f in figs if (f.get("rtt_avg_ms") or 0.0) >= net_threshold("high_latency_ms")]
@@ -64,11 +58,6 @@ def latency(figs: list[dict[str, Any]]) -> Iterator[Finding]:
             title=f"High round-trip time in the pasted {high[0]['tool']}: average "
                   f"{max(f['rtt_avg_ms'] for f in high):.0f} ms",
             evidence=[f"{_where(f)}: average RTT {f['rtt_avg_ms']:g} ms" for f in high],
-            remedy=(
-                "Each git/pip/Hub request pays this round trip, and one TCP stream's speed falls as RTT "
-                "rises. Use a nearer mirror (`gpuclinic net` measures them) and parallel transfers "
-                "(`gpuclinic get`)."
-            ),
             data={"pasted": high},
         )
 
@@ -90,10 +79,5 @@ def throughput(figs: list[dict[str, Any]]) -> Iterator[Finding]:
             + ("" if link else " for one transfer")
         ),
         evidence=[f"{_where(f)}: {f['line']}" for f in slow],
-        remedy=(
-            "Measure where it is slow: `gpuclinic net` (1 vs several connections to GitHub, the Hub, PyPI "
-            "and their mirrors). Several connections faster: download in parallel (`gpuclinic get`, "
-            "aria2c -x16); not faster: the link is the limit, use a nearer mirror or pre-stage the files."
-        ),
         data={"pasted": slow},
     )

@@ -102,12 +102,6 @@ def offline(snap: Snapshot) -> Iterator[Finding]:
         "network.offline",
         title=f"No route to the internet: {nf.offline_reason or 'nothing answers'}",
         evidence=ev,
-        remedy=(
-            "Check `ip route` shows a default route and /etc/resolv.conf names a DNS server that answers "
-            "(`getent hosts huggingface.co`). If only a proxy leads out, export "
-            "HTTPS_PROXY=http://HOST:PORT. "
-            "For an air-gapped node, copy models in and set HF_HUB_OFFLINE=1."
-        ),
         data={"reason": nf.offline_reason, "default_route": nf.default_route},
     )
 
@@ -125,10 +119,6 @@ def dns(snap: Snapshot) -> Iterator[Finding]:
             title=f"DNS does not resolve {len(failed)} host(s) the download tools need: "
             + ", ".join(_label(p) for p in failed[:4]),
             evidence=[f"{_label(p)}: {p.dns_error}" for p in failed],
-            remedy=(
-                "Check the resolver: `getent hosts HOST`, /etc/resolv.conf; a split-horizon or filtering DNS "
-                "may block these names. If a mirror resolves, switch to it (see network.mirror_faster)."
-            ),
             data={"hosts": [_label(p) for p in failed]},
         )
     times = sorted(p.dns_ms for p in probes if p.dns_ms is not None)
@@ -140,10 +130,6 @@ def dns(snap: Snapshot) -> Iterator[Finding]:
                 when="very_slow" if med >= DNS_VERY_SLOW_MS else None,
                 title=f"DNS lookups are slow: median {med:.0f} ms over {len(times)} hosts",
                 evidence=[f"{_label(p)}: {fmt_ms(p.dns_ms)}" for p in probes if p.dns_ms is not None][:8],
-                remedy=(
-                    "Every new host a download redirects to costs one lookup. Use a nearer resolver "
-                    "(nameserver in /etc/resolv.conf) or enable a local cache (systemd-resolved, nscd)."
-                ),
                 data={"median_ms": med},
             )
 
@@ -170,11 +156,6 @@ def reachability(snap: Snapshot) -> Iterator[Finding]:
                 else f"TLS handshake fails for {len(tls)} host(s)"
             ),
             evidence=[f"{_label(p)}: {p.tls_error}" for p in tls],
-            remedy=(
-                "Check the clock (`date -u`). Behind a TLS-inspecting proxy, point tools at its CA bundle: "
-                "export SSL_CERT_FILE=/path/ca.pem REQUESTS_CA_BUNDLE=/path/ca.pem; "
-                "pip config set global.cert /path/ca.pem; git config --global http.sslCAInfo /path/ca.pem."
-            ),
             data={"hosts": [_label(p) for p in tls]},
         )
     down = [p for p in probes if not p.tls_error and not p.reachable]
@@ -237,11 +218,6 @@ def latency(snap: Snapshot) -> Iterator[Finding]:
                 + (f", TTFB {fmt_ms(p.ttfb_ms)}" if p.ttfb_ms is not None else "")
                 for p in high
             ],
-            remedy=(
-                "Each git/pip/Hub request pays this round trip, and one TCP stream's speed falls as RTT "
-                "rises. "
-                "Use a nearer mirror (network.mirror_faster) and parallel transfers (`gpuclinic get`)."
-            ),
             data={"hosts": {_label(p): p.connect_median_ms() for p in high}},
         )
     lossy: list[str] = []
@@ -260,11 +236,6 @@ def latency(snap: Snapshot) -> Iterator[Finding]:
             "network.lossy",
             title="Unstable path: some connections fail or vary widely in time",
             evidence=lossy,
-            remedy=(
-                "Expect resets mid-download: use a resuming downloader that retries per chunk "
-                "(`gpuclinic get`, aria2c -c) rather than one long stream; check `mtr HOST` for the lossy "
-                "hop."
-            ),
             data={"count": len(lossy)},
         )
 
@@ -305,7 +276,6 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
                 f"connections {fmt_rate(m)} ({r:.1f}x)"
                 for p, s, m, r in capped
             ],
-            remedy="If you switch to this mirror, download over several connections (`gpuclinic get`).",
             data={
                 "hosts": {
                     _label(p): {"single_bps": s, "parallel_bps": m, "ratio": r} for p, s, m, r in capped
@@ -331,12 +301,6 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
                 f"{fmt_rate(m)} ({r:.1f}x)"
                 for p, s, m, r in capped
             ],
-            remedy=(
-                "Download over several connections: `gpuclinic get URL` / `gpuclinic get hf ORG/NAME`, or "
-                "`aria2c -x16 -s16 URL`. huggingface_hub < 1.0: HF_HUB_ENABLE_HF_TRANSFER=1 with hf_transfer "
-                "installed; >= 1.0 uses Xet: HF_XET_HIGH_PERFORMANCE=1. git: `gpuclinic get git URL` "
-                "(blobless clone, fewer bytes)."
-            ),
             data={
                 "hosts": {
                     _label(p): {"single_bps": s, "parallel_bps": m, "ratio": r} for p, s, m, r in capped
@@ -349,11 +313,6 @@ def throughput(snap: Snapshot) -> Iterator[Finding]:
             title=f"The link itself is slow (~{fmt_rate(max(x[2] for x in slow))}); more connections do not "
                   "help",
             evidence=[f"{_label(p)}: 1 connection {fmt_rate(s)}, several {fmt_rate(m)}" for p, s, m in slow],
-            remedy=(
-                "The bottleneck is shared by all connections (the server's uplink or a shaper). Only a "
-                "nearer "
-                "or faster source helps (network.mirror_faster), or pre-staging models on shared storage."
-            ),
             data={"hosts": {_label(p): {"single_bps": s, "parallel_bps": m} for p, s, m in slow}},
         )
 
@@ -489,12 +448,6 @@ def proxy(snap: Snapshot) -> Iterator[Finding]:
         "network.proxy_misconfigured",
         title="Proxy settings are broken or inconsistent",
         evidence=ev,
-        remedy=(
-            "Fix or unset the proxy variables (export HTTPS_PROXY=http://HOST:PORT; unset https_proxy "
-            "HTTPS_PROXY); "
-            "set lower- and upper-case variants to the same value; add internal hosts to NO_PROXY. "
-            "git keeps its own: git config --global --get http.proxy."
-        ),
         data={"problems": ev},
     )
 
@@ -531,11 +484,6 @@ def hf_config(snap: Snapshot) -> Iterator[Finding]:
                 f"HF_HUB_ENABLE_HF_TRANSFER={ps.hf_hub_enable_hf_transfer}",
                 f"huggingface_hub {ps.hf_hub_version} (hf_transfer support ended in 1.0)",
             ],
-            remedy=(
-                "For Xet-backed repos: export HF_XET_HIGH_PERFORMANCE=1. Over plain HTTP (mirrors, "
-                "HF_HUB_DISABLE_XET=1) huggingface_hub uses one connection per file: use `gpuclinic get hf "
-                "ORG/NAME`."
-            ),
             source="huggingface_hub constants.py (1.0+: 'hf_transfer is not used anymore'); "
             "https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables",
         )
@@ -549,7 +497,6 @@ def hf_config(snap: Snapshot) -> Iterator[Finding]:
             title=f"HF_ENDPOINT={ps.hf_endpoint} is set, but Xet transfers can still go to huggingface.co's "
                   "CAS hosts",
             evidence=[f"HF_ENDPOINT={ps.hf_endpoint}", "HF_HUB_DISABLE_XET is not set"],
-            remedy="export HF_HUB_DISABLE_XET=1   (so large files come through the mirror over plain HTTP)",
             source="https://github.com/padeoe/hf-mirror-site/issues/50 ; "
                    "https://github.com/padeoe/hf-mirror-site/issues/64 ; "
             "https://github.com/huggingface/huggingface_hub/issues/4475",

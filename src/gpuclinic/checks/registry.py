@@ -74,8 +74,6 @@ def registry_findings(reg: dict[str, Any]) -> Iterator[Finding]:
             title=f"Cannot pull from {len(origins)} container registr{'y' if len(origins) == 1 else 'ies'}: "
             + ", ".join(p["id"] for p in origins[:5]),
             evidence=[f"{p['url']}: {p.get('stage') or 'probe'}: {p.get('error')}" for p in origins],
-            remedy="Allow these registries (and their blob CDNs) through the firewall or proxy, or pull "
-            "through a working mirror (`gpuclinic net --registries` prints the lines).",
             data={"registries": [p["id"] for p in origins]},
         )
     for p in probes:
@@ -94,7 +92,6 @@ def registry_findings(reg: dict[str, Any]) -> Iterator[Finding]:
             "network.registry_config_invalid",
             title=f"Container runtime registry config cannot be read: {problem}",
             evidence=[problem],
-            remedy="Fix the file: a runtime that cannot parse it ignores its mirrors or refuses to start.",
         )
     yield from _ratelimits(probes)
 
@@ -110,8 +107,6 @@ def _ratelimits(probes: list[dict[str, Any]]) -> Iterator[Finding]:
             "network.registry_ratelimit_low",
             title=f"{p['id']}: only {rl[0]} pulls left{window} for this address",
             evidence=[f"{p['url']}: ratelimit-remaining: {p['ratelimit']['ratelimit-remaining']}"],
-            remedy="`docker login` (a personal allowance instead of the shared address's), or pull through "
-            "a mirror (`gpuclinic net --registries` prints the lines for the fastest one).",
             data={"remaining": rl[0], "window_s": rl[1]},
         )
 
@@ -163,7 +158,5 @@ def speed_findings(reg: dict[str, Any]) -> Iterator[Finding]:
                     f"{p['url']}: 1 connection {one / MiB:.1f} MiB/s, {p.get('n')} connections "
                     f"{n / MiB:.1f} MiB/s"
                 ],
-                remedy="`gpuclinic get image REF` pulls each layer over many connections; docker/containerd "
-                "use one per layer.",
                 data={"registry": p["id"], "one_conn": one, "n_conn": n},
             )
