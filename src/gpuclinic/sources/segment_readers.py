@@ -217,6 +217,8 @@ def read_slurm_nodes(r: Reading, where: Iterable[int] | None = None) -> None:
     claimed.update(used)
     shown = ", ".join(f"{n.name} {n.state}" for n in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
     rec.readers.append(f"slurm node state ({shown})")
+
+
 def read_net_paste(r: Reading, where: Iterable[int] | None = None) -> None:
     """``ping``/``mtr``/``iperf3`` summaries and transfer meters: the path's loss, RTT and rate as network
     facts (``NetworkFacts.extra["pasted"]``), judged by the network checks with ``gpuclinic net``'s
