@@ -387,3 +387,23 @@ def test_no_catalog_xid_reads_healthy_unless_purely_informational() -> None:
         if f"xid.{n}" not in codes or (verdict == Verdict.HEALTHY and n not in healthy_ok):
             wrong.append((n, info.category, codes.get(f"xid.{n}"), verdict))
     assert not wrong, wrong
+
+
+def test_an_xid_the_current_catalog_lists_as_unused_is_titled_by_its_earlier_meaning() -> None:
+    """Drivers still log Xid 61 (a GTX 660 on 384.11: ``NVRM: Xid (PCI:0000:01:00): 61, 1927(16e4)``);
+    NVIDIA's current catalog lists it as "Unused", which told the reader nothing.  Codes with a current
+    description keep it."""
+    from gpuclinic.knowledge.xid import lookup
+
+    i61, i79 = lookup(61), lookup(79)
+    assert i61 is not None and i79 is not None
+    assert i61.summary.startswith("Internal micro-controller breakpoint/warning (NVIDIA's earlier Xid table")
+    assert "newer drivers" not in i61.summary
+    assert i79.summary == i79.description.split(". ")[0].split(": ", 1)[0].rstrip(".")
+    from gpuclinic.checks import run_checks
+    from gpuclinic.sources.evidence_text import snapshot_from_text
+
+    line = "[   975.844436] NVRM: Xid (PCI:0000:01:00): 61, 1927(16e4) 00000000 00000000\n"
+    snap = snapshot_from_text(line)
+    titles = [f.title for f in run_checks(snap)[0] if f.code == "xid.61"]
+    assert titles and "Unused" not in titles[0] and "micro-controller breakpoint" in titles[0]

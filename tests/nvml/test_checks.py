@@ -532,3 +532,17 @@ def test_median_helper() -> None:
 def test_lost_gpu_title_says_what_was_seen(reason: str, title: str) -> None:
     f = one(node(setter(lost=True, lost_reason=reason)), "gpu.missing")
     assert title in f.title and f.evidence[0] == reason and f.severity == Severity.CRITICAL
+
+
+@pytest.mark.parametrize(("temp", "sev"), [(51, None), (52, Severity.WARNING), (56, Severity.WARNING)])
+def test_near_a_max_operating_limit_far_under_slowdown(temp: float, sev: Severity | None) -> None:
+    """A laptop MX330's platform sets max operating at 57 °C under a 97 °C slowdown (intel/thermal_daemon#300:
+    it throttled at 56 °C, idle): near that limit the GPU holds its clocks down.  Where max operating sits
+    within the margin of slowdown (an H100's 87 under 89 °C), the slowdown rule alone speaks (above)."""
+    snap = node(
+        setter(temperature_c=temp, slowdown_temp_c=97.0, max_operating_temp_c=57.0, shutdown_temp_c=102.0)
+    )
+    fs = findings(snap, "thermal.slowdown")
+    assert [f.severity for f in fs] == ([] if sev is None else [sev])
+    if fs:
+        assert "max operating temperature" in fs[0].title

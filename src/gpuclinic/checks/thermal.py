@@ -58,6 +58,18 @@ def gpu_temperature(g: GpuFacts, margin_c: float | None = None) -> Finding | Non
             severity("thermal.slowdown", "near_limit"),
             f"within {margin:.0f} °C of its slowdown temperature",
         )
+    elif (  # a max operating limit well under slowdown (a laptop platform's 57 °C under a 97 °C slowdown)
+        g.max_operating_temp_c is not None  # is where the GPU holds its clocks down: near it, it throttles
+        and t >= g.max_operating_temp_c - margin
+        and (
+            g.slowdown_temp_c is None
+            or g.slowdown_temp_c - g.max_operating_temp_c >= threshold("temp_max_operating_gap_c")
+        )
+    ):
+        sev, why = (
+            severity("thermal.slowdown", "near_limit"),
+            f"within {margin:.0f} °C of its max operating temperature (clocks start dropping there)",
+        )
     elif g.slowdown_temp_c is None and g.max_operating_temp_c is None:
         crit, warn = threshold("temp_fallback_critical_c"), threshold("temp_fallback_warn_c")
         thresholds = f"GPU reports no thresholds; generic limits warn {warn:.0f} °C, critical {crit:.0f} °C"

@@ -54,8 +54,7 @@ def xid_findings(snap: Snapshot) -> list[Finding]:
     for (bus, n), evs in ctx.groups.items():
         j = _judge(ctx, bus, n, evs)
         count = len(evs)
-        short = j.info.description.split(". ")[0].split(": ", 1)[0].rstrip(".")
-        title = f"Xid {n} ({j.info.name}): {short}" + (f" — {count} times" if count > 1 else "")
+        title = f"Xid {n} ({j.info.name}): {j.info.summary}" + (f" — {count} times" if count > 1 else "")
         if j.conclusion:
             j.data["conclusion"] = j.conclusion
         if j.notes:

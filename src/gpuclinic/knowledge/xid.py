@@ -6,12 +6,16 @@ Xid catalog, the legacy Xid table and NVSentinel's mapping; each entry names its
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any
 
 from gpuclinic.knowledge import load_data
 from gpuclinic.model import Family, Severity
 from gpuclinic.record import field, record
+
+_PLACEHOLDERS = ("unused", "reserved")
+_DRIVERS_NOTE = re.compile(r"\s*\((?:newer|older) drivers\)\s*$")
 
 
 @record(frozen=True)
@@ -45,6 +49,17 @@ class XidInfo:
     @property
     def is_unused(self) -> bool:
         return self.category == "unused"
+
+    @property
+    def summary(self) -> str:
+        """What the Xid means, in a few words: the catalog's description; for a code NVIDIA's current catalog
+        lists as unused or reserved, the meaning its earlier table gave (drivers still log some: Xid 61,
+        "Internal micro-controller breakpoint/warning", which "Unused" would leave unexplained)."""
+        short = self.description.split(". ")[0].split(": ", 1)[0].rstrip(".")
+        old = _DRIVERS_NOTE.sub("", self.legacy_name or "").strip()
+        if short.lower() in _PLACEHOLDERS and old and old.lower() not in _PLACEHOLDERS:
+            return f"{old} (NVIDIA's earlier Xid table; {short.lower()} in its current catalog)"
+        return short
 
     def steps(self) -> list[str]:
         """The catalog's immediate then investigatory action as sentences, without repeats."""
