@@ -132,6 +132,33 @@ def test_fault_edited_in(tree: Path, service: tuple[str, list[str]], tls: tuple[
     assert rep.exit_code == 2
 
 
+def test_gpu_the_bmc_rates_critical(
+    tree: Path, service: tuple[str, list[str]], tls: tuple[Path, Path]
+) -> None:
+    """The walk reads each system's processors: an HGX baseboard's BMC reports a failing GPU as a Processor of
+    type GPU with Health Critical (the mockup's CPU1 edited into one); the published mockup's processors (CPU1
+    OK, CPU2 absent, FPGA1 OK) give no such finding."""
+    url, log = service
+    rep = diagnose(_read(url, tls[0]))
+    assert not [f for f in rep.findings if f.code in ("room.gpu_unhealthy", "room.component_unhealthy")]
+    assert any("/Processors/FPGA1 " in line for line in log)
+    _edit(
+        tree,
+        "Systems/437XR1138R2/Processors/CPU1",
+        ProcessorType="GPU",
+        Id="GPU_SXM_1",
+        Status={
+            "State": "Enabled",
+            "Health": "Critical",
+            "Conditions": [{"Severity": "Critical", "Message": "GPU SXM 1 over-temperature shutdown"}],
+        },
+    )
+    got = {f.code: f for f in diagnose(_read(url, tls[0])).findings}
+    f = got["room.gpu_unhealthy"]
+    assert f.severity.label == "critical" and f.title == "The BMC rates GPU_SXM_1 Critical"
+    assert "Critical: GPU SXM 1 over-temperature shutdown" in f.evidence
+
+
 def test_wrong_password_and_bad_certificate_are_could_not_check_lines(
     service: tuple[str, list[str]], tls: tuple[Path, Path]
 ) -> None:

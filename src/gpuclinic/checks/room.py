@@ -70,6 +70,9 @@ def status(snap: Snapshot) -> Iterable[Finding]:
         parts.append(f"drawing {room.power_consumed_w:g} W")
     if room.events_read:
         parts.append(f"{len(room.events)} SEL/log entries")
+    if room.components:  # the parts' own Status (checks/bmc_health.py judges those not OK)
+        okc = [c for c in room.components if c.health == "ok" and c.rollup in (None, "ok")]
+        parts.append(f"parts rated OK {len(okc)} of {len(room.components)}")
     ev.append("read from: " + ", ".join(room.sources) + (f" ({room.bmc})" if room.bmc else ""))
     return [Finding(code="room.status", severity=S("room.status"), family=Family.HEAT,
                     title="Server room: " + ("; ".join(parts) or "no inlet, fan or PSU sensor reported"),

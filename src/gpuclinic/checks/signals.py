@@ -45,6 +45,7 @@ MAX_EVIDENCE = 4
         "k8s.mig_strategy",
         "k8s.gpu_time_sliced",
         "fabric.ib_rate_degraded",
+        "room.component_unhealthy",
         "error.*",
     ],
     what="fault signatures in the evidence",
@@ -58,6 +59,8 @@ def signals(snap: Snapshot) -> Iterable[Finding]:
             continue  # the lspci reader read this link: the pcie detector judges it against LnkCap
         if s.data.get("signature") in _READ_BY_SMI and _smi_read_reset(snap):
             continue  # an nvidia-smi reader took that answer: checks/gpu.py reports it per GPU
+        if s.code in _READ_BY_REDFISH and snap.room is not None and snap.room.components:
+            continue  # the Redfish reader read the parts' Status: checks/bmc_health.py reports them
         idx = s.data.get("gpu_index")
         bus = s.pci_bus_id
         if bus is None and only and idx is None and "NVRM" in s.line:
@@ -85,6 +88,7 @@ def signals(snap: Snapshot) -> Iterable[Finding]:
 
 # signatures of an NVML answer the nvidia-smi readers also take (a GPU's ``unreadable`` field)
 _READ_BY_SMI = {"nvml_answer_requires_reset"}
+_READ_BY_REDFISH = {"room.component_unhealthy"}  # a Status line of a document the Redfish reader read
 
 
 def _smi_read_reset(snap: Snapshot) -> bool:

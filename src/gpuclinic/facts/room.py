@@ -81,6 +81,22 @@ class BmcEvent:
 
 
 @record
+class ComponentHealth:
+    """A part the BMC rates (Redfish ``Status``): a system, chassis, processor or GPU, memory module, drive,
+    adapter, or a condition the service lists.  ``rollup`` is the worst state below it (a chassis whose own
+    health is OK while a fan in it is failing), ``conditions`` what the BMC says is wrong."""
+
+    name: str
+    kind: str = ""  # the Redfish type: ComputerSystem, Chassis, Processor, Memory, Drive, ...
+    health: str | None = None  # ok | warning | critical (Status.Health, normalised)
+    rollup: str | None = None  # the same for Status.HealthRollup
+    state: str | None = None  # Status.State: Enabled, Absent, UnavailableOffline, ...
+    conditions: list[str] = field(default_factory=list)  # "Warning: <message>" per Status.Conditions entry
+    gpu: bool = False  # a Processor whose ProcessorType is GPU
+    source: str = ""  # "redfish Processor /redfish/v1/Systems/.../Processors/GPU_SXM_1"
+
+
+@record
 class RoomFacts:
     """Everything read about the server room for one node."""
 
@@ -96,6 +112,7 @@ class RoomFacts:
     bmc: str | None = None  # where it was read: "in-band", host[:port], a URL (never credentials)
     sources: list[str] = field(default_factory=list)  # what was read ("ipmitool sdr elist", ...)
     partial: list[str] = field(default_factory=list)  # why a saved output was read only in part (cut off)
+    components: list[ComponentHealth] = field(default_factory=list)  # Redfish Status of systems, GPUs, ...
 
     def add_source(self, what: str) -> None:
         if what not in self.sources:
@@ -144,3 +161,5 @@ class RoomFacts:
         for s in other.sources:
             self.add_source(s)
         self.partial.extend(p for p in other.partial if p not in self.partial)
+        have = {(c.kind, c.name, c.source) for c in self.components}
+        self.components.extend(c for c in other.components if (c.kind, c.name, c.source) not in have)

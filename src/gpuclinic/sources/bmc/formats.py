@@ -82,9 +82,11 @@ def apply(snap: Snapshot, kind: str, text: str, origin: str) -> None:
         or room.fru
         or room.power_consumed_w is not None
         or room.redundancy
+        or room.components  # the Status of a system, GPU, memory module ... (redfish_health)
         or room.partial  # recognised, and why its figures are not usable is said (evidence.partial)
     ):
-        raise ValueError(f"{kind.removeprefix(PREFIX)} output holds no sensor, power supply or event")
+        name = kind.removeprefix(PREFIX)
+        raise ValueError(f"{name} output holds no sensor, power supply, event or part health")
     cut = None if kind.removeprefix(PREFIX) in _JSON_KINDS else salvage.cut_last_row(text)
     for why in [*room.partial, *([cut] if cut else [])]:
         salvage.note_partial(snap, origin, why)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from gpuclinic import lazyre
 from gpuclinic.facts import room as R
 from gpuclinic.knowledge.room import classify_event
 from gpuclinic.sources import sniffgates
-from gpuclinic.sources.bmc import salvage
+from gpuclinic.sources.bmc import redfish_health, salvage
 from gpuclinic.sources.bmc.common import make_sensor
 
 _THR = (
@@ -72,6 +73,11 @@ _TYPE_BY_URI = (
     (lazyre.compile(r"/PowerSubsystem/PowerSupplies/[^/]+$"), "PowerSupply"),
     (lazyre.compile(r"/Chassis/[^/]+/Sensors/[^/]+$"), "Sensor"),
     (lazyre.compile(r"/Chassis/[^/]+/EnvironmentMetrics$"), "EnvironmentMetrics"),
+    (lazyre.compile(r"/Systems/[^/]+/Processors/[^/]+$"), "Processor"),
+    (lazyre.compile(r"/Systems/[^/]+/Memory/[^/]+$"), "Memory"),
+    (lazyre.compile(r"/Drives/[^/]+$"), "Drive"),
+    (lazyre.compile(r"/redfish/v1/Systems/[^/]+$"), "ComputerSystem"),
+    (lazyre.compile(r"/redfish/v1/Chassis/[^/]+$"), "Chassis"),
 )
 
 
@@ -372,40 +378,63 @@ def log_entries(doc: dict[str, Any], src: str) -> R.RoomFacts:
     return room
 
 
+def _power_subsystem(doc: dict[str, Any], src: str) -> R.RoomFacts:
+    room = R.RoomFacts(power_capacity_w=_num(doc.get("CapacityWatts")))
+    _redundancy(room, doc.get("PowerSupplyRedundancy"))
+    return room
+
+
+def _thermal_subsystem(doc: dict[str, Any], src: str) -> R.RoomFacts:
+    room = R.RoomFacts()
+    _redundancy(room, doc.get("FanRedundancy"))
+    return room
+
+
+def _events(doc: dict[str, Any], src: str) -> R.RoomFacts:
+    """An EventService push (``Events`` records): each read as a log entry."""
+    return log_entries({"Members": [
+        {**e, "Created": e.get("EventTimestamp"), "Id": e.get("EventId") or e.get("MemberId"),
+         "Severity": e.get("Severity") or e.get("MessageSeverity")}
+        for e in doc.get("Events") or [] if isinstance(e, dict)]}, src)
+
+
+def _collection(doc: dict[str, Any], src: str) -> R.RoomFacts:
+    """An expanded collection ($expand) of systems, processors, memory ...: each member read."""
+    room = R.RoomFacts()
+    for m in doc.get("Members") or []:
+        if isinstance(m, dict) and odata_type(m):
+            room.merge(parse_doc(m, src))
+    return room
+
+
+_READERS: dict[str, Callable[[dict[str, Any], str], R.RoomFacts]] = {
+    "Thermal": _thermal,
+    "Power": _power,
+    "ThermalMetrics": _thermal_metrics,
+    "Fan": _fan,
+    "EnvironmentMetrics": _environment_metrics,
+    "Sensor": _sensor,
+    "PowerSubsystem": _power_subsystem,
+    "ThermalSubsystem": _thermal_subsystem,
+    "LogEntryCollection": log_entries,
+    "Event": _events,
+    # (an entry cut off before its message is no event)
+    "LogEntry": lambda doc, src: log_entries({"Members": [doc]}, src),
+    **{t: redfish_health.reader(t) for t in redfish_health.TYPES},
+    **{t: _collection for t in redfish_health.COLLECTIONS},
+}
+
+
 def parse_doc(
     doc: dict[str, Any], src: str = "redfish", metrics: dict[str, Any] | None = None
 ) -> R.RoomFacts:
     """One Redfish document -> room facts (an unknown type gives an empty RoomFacts)."""
     t = odata_type(doc)
-    room = R.RoomFacts()
-    if t == "Thermal":
-        room = _thermal(doc, src)
-    elif t == "Power":
-        room = _power(doc, src)
-    elif t == "ThermalMetrics":
-        room = _thermal_metrics(doc, src)
-    elif t == "Fan":
-        room = _fan(doc, src)
-    elif t == "EnvironmentMetrics":
-        room = _environment_metrics(doc, src)
-    elif t == "Sensor":
-        room = _sensor(doc, src)
-    elif t == "PowerSupply":
+    if t == "PowerSupply":
         room = R.RoomFacts(psus=[_psu(doc, metrics, src)])
-    elif t == "PowerSubsystem":
-        room = R.RoomFacts(power_capacity_w=_num(doc.get("CapacityWatts")))
-        _redundancy(room, doc.get("PowerSupplyRedundancy"))
-    elif t == "ThermalSubsystem":
-        _redundancy(room, doc.get("FanRedundancy"))
-    elif t == "LogEntryCollection":
-        room = log_entries(doc, src)
-    elif t == "Event":  # an EventService push (``Events`` records): each read as a log entry
-        room = log_entries({"Members": [
-            {**e, "Created": e.get("EventTimestamp"), "Id": e.get("EventId") or e.get("MemberId"),
-             "Severity": e.get("Severity") or e.get("MessageSeverity")}
-            for e in doc.get("Events") or [] if isinstance(e, dict)]}, src)
-    elif t == "LogEntry":
-        room = log_entries({"Members": [doc]}, src)  # (an entry cut off before its message is no event)
+    else:
+        read = _READERS.get(t)
+        room = read(doc, src) if read is not None else R.RoomFacts()
     if t:
         room.add_source(f"redfish {t}")
         for ps in room.psus:
@@ -432,6 +461,8 @@ _ROOM_TYPES = (
     "LogEntry",
     "EnvironmentMetrics",
     "Event",
+    *redfish_health.TYPES,
+    *redfish_health.COLLECTIONS,
 )
 
 

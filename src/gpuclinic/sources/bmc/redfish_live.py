@@ -19,6 +19,7 @@ from gpuclinic.sources.bmc.redfish import log_entries, parse_doc
 _LOG_IDS = lazyre.compile(r"sel|event|iml|iel|platform|^log\d*$|systemlog|lclog|faultlog", re.I)
 MAX_DOCS = 300
 MAX_SENSORS = 160  # members of one chassis's Sensors collection (a GPU server lists ~100)
+MAX_PROCESSORS = 16  # members of one system's Processors (an HGX baseboard: 8 GPUs; a host: 2 CPUs)
 
 
 class RedfishReader:
@@ -78,9 +79,17 @@ class RedfishReader:
         for ch in self.members(self.link(root, "Chassis"), 16):
             chassis = self.get(ch)
             room.merge(self._chassis(chassis))
+            room.merge(parse_doc(chassis or {}))  # the chassis's own Status (redfish_health)
         for top in ("Managers", "Systems"):
             for m in self.members(self.link(root, top), 8):
-                self._logs(self.link(self.get(m), "LogServices"), room)
+                doc = self.get(m)
+                self._logs(self.link(doc, "LogServices"), room)
+                if top == "Systems":  # the system's Status and its processors': an HGX board's GPUs
+                    room.merge(parse_doc(doc or {}))
+                    for cpu in self.members(self.link(doc, "Processors"), MAX_PROCESSORS):
+                        room.merge(parse_doc(self.get(cpu) or {}))
+        if cond := self.link(root, "ServiceConditions"):  # Redfish 2023.1+: every open condition, one list
+            room.merge(parse_doc(self.get(cond) or {}))
         return room
 
     def _chassis(self, chassis: dict[str, Any] | None) -> R.RoomFacts:
