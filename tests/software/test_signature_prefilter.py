@@ -165,3 +165,31 @@ def test_leading_literals_of_patterns_without_one() -> None:
     for p in (r"(?:a|b)?x", r"(?:ab|cd)x|y", r"(?:a.b|cd)x", r"[Tt]?oo", r"(?m)^[*_]*Killed", r"[Tt]\d"):
         assert leading_literals(p) is None, p
     assert sum(a is not None for sig in S.signatures() for a in S._alt_starts(sig.regexes)) >= 5
+
+
+# the signatures with a pattern no literal leads: each such pattern is a regex scan of every position of the
+# candidate text; a new one is a choice to make here (a leading literal, or one pattern per literal, is
+# usually possible: the Slurm "down*" rows were a lookbehind tried everywhere, ~60 M instructions on the
+# 19 MB bench log, until each state became a pattern led by " down*", " idle*" ...)
+_UNLED = {
+    "apt.nvidia_unmet_dependencies",
+    "torchrun.sigkill",
+    "k8s.insufficient_gpu",
+    "download.gated_repo",
+    "download.server_error",
+    "windows.tdr",
+    "k8s.gpu_operand_failing",
+    "framework.gpu_too_old",
+    "fabric.ib_port_down",
+    "fabric.ib_port_init",
+}
+
+
+def test_patterns_without_a_leading_literal_are_the_listed_ones() -> None:
+    unled = {
+        sig.id
+        for sig in S.signatures()
+        for lit, alts in zip(S._starts(sig.regexes), S._alt_starts(sig.regexes), strict=True)
+        if not lit and not alts
+    }
+    assert unled == _UNLED
