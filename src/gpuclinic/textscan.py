@@ -40,17 +40,43 @@ class LineHits:
 
     data: bytes
     lines: tuple[tuple[int, int, bytes], ...]
+    needles: frozenset[str] = frozenset()  # what grep searched for (lower-case): ``only`` may ask for these
 
     def only(self, needles: Iterable[str]) -> LineHits:
-        """The lines holding one of ``needles`` (lower-case): one pass of a multi-literal automaton over
-        these lines joined (ASCII case folded, as bytes read one character per byte: offsets are the
-        bytes'), not a test per line and needle."""
+        """The lines holding one of ``needles`` (lower-case): from the lines each of the searched needles is
+        on (``needle_lines``: one pass of a multi-literal automaton over these lines joined, ASCII case
+        folded, read as bytes one character per byte, for all the readers' questions), or that pass for
+        these needles alone when one was not among them."""
         words = tuple(n.encode().decode("latin-1") for n in needles)  # (a needle as its UTF-8 bytes)
         if "" in words:
             return self
-        low, starts = joined_lower(self)
-        keep = {bisect.bisect_right(starts, end) - 1 for end, _ in multifind.matches(low, words)}
+        on = needle_lines(self)
+        if on is not None and all(w in on for w in words):
+            keep: set[int] = set().union(*(on[w] for w in words)) if words else set()
+        else:
+            low, starts = joined_lower(self)
+            keep = {bisect.bisect_right(starts, end) - 1 for end, _ in multifind.matches(low, words)}
         return LineHits(self.data, tuple(self.lines[k] for k in sorted(keep)))
+
+
+_ON: list[tuple[LineHits, dict[str, set[int]]] | None] = [None]
+
+
+def needle_lines(hits: LineHits) -> dict[str, set[int]] | None:
+    """For each needle grep searched for (as its UTF-8 bytes read as Latin-1), the positions in
+    ``hits.lines`` of the lines holding it: one automaton pass over the joined lines, kept for the next
+    question about the same hits (by identity); None for hits that do not say what was searched."""
+    if (known := _ON[0]) is not None and known[0] is hits:
+        return known[1]
+    if not hits.needles:
+        return None
+    words = tuple(sorted({n.encode().decode("latin-1") for n in hits.needles if n}))
+    on: dict[str, set[int]] = {w: set() for w in words}
+    low, starts = joined_lower(hits)
+    for end, w in multifind.matches(low, words):
+        on[w].add(bisect.bisect_right(starts, end) - 1)
+    _ON[0] = (hits, on)
+    return on
 
 
 _JOINED: list[tuple[LineHits, str, list[int]] | None] = [None]
@@ -180,7 +206,7 @@ def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
             found = _grep(data, want)
             if found is None:
                 found = _python(data, want)
-            _LAST[0] = (text, want, LineHits(data, tuple(found)))
+            _LAST[0] = (text, want, LineHits(data, tuple(found), want))
         last = _LAST[0]
         assert last is not None
     return last[2].only(want) if want != last[1] else last[2]
@@ -256,7 +282,7 @@ def _finish(pending: _PendingHits) -> None:
     found = pending.result()
     if found is None:
         found = _python(pending.data, pending.want)
-    _LAST[0] = (pending.text, pending.want, LineHits(pending.data, tuple(found)))
+    _LAST[0] = (pending.text, pending.want, LineHits(pending.data, tuple(found), pending.want))
 
 
 def cancel_scans() -> None:

@@ -45,3 +45,21 @@ def test_only_keeps_the_lines_holding_a_needle() -> None:
     hits = LineHits(data, tuple((k, offs[k], ln.encode()) for k, ln in enumerate(lines)))
     for needles in (["xid"], ["nccl error", "nvrm:"], ["İ", "gpu"], ["é", "ok"], ["zzz"], [""], []):
         assert hits.only(needles) == _only_reference(hits, needles), needles
+
+
+def test_only_from_the_shared_needle_index_equals_its_own_pass() -> None:
+    """Hits that know the needles grep searched for answer ``only`` from one pass for all of them
+    (``needle_lines``); a needle outside that set takes a pass of its own: both keep the reference lines."""
+    rng = random.Random(15)
+    words = ["Xid", "NCCL error", "loss", "nvrm:", "İ", "gpu has fallen", "ok", "É", "GPU "]
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 4))) for _ in range(400)]
+    data = "\n".join(lines).encode()
+    offs = [0]
+    for ln in lines:
+        offs.append(offs[-1] + len(ln.encode()) + 1)
+    searched = frozenset({"xid", "nccl error", "nvrm:", "İ", "gpu ", "ok"})
+    hits = LineHits(data, tuple((k, offs[k], ln.encode()) for k, ln in enumerate(lines)), searched)
+    for needles in (["xid"], ["nccl error", "nvrm:"], ["İ", "gpu "], ["ok", "xid"], ["loss"], [""], []):
+        got = hits.only(needles)
+        assert got.lines == _only_reference(hits, needles).lines, needles
+        assert got is hits if "" in needles else got.needles == frozenset()  # (a subset asks for itself)

@@ -162,15 +162,19 @@ class _Index:
         """The ``sniffgates`` literals no line ``lo..hi-1`` holds (ASCII case folded: grep found every line
         holding one among its hits).  The hit lines holding each are found on the first call, in one pass."""
         if self._gates is None:  # (line, literal) of each literal on each hit line, by line
-            low, starts = textscan.joined_lower(self.hits)
             by_lower: dict[str, list[str]] = {}
             for g in sniffgates.ALL:
                 by_lower.setdefault(g.lower(), []).append(g)
-            found = {
-                (self.hits.lines[bisect_right(starts, end) - 1][0], g)
-                for end, w in multifind.matches(low, tuple(by_lower))
-                for g in by_lower[w]
-            }
+            on = textscan.needle_lines(self.hits)  # (gates are grep needles: no pass of theirs)
+            if on is not None and all(w in on for w in by_lower):
+                found = {(self.hits.lines[k][0], g) for w, gs in by_lower.items() for k in on[w] for g in gs}
+            else:
+                low, starts = textscan.joined_lower(self.hits)
+                found = {
+                    (self.hits.lines[bisect_right(starts, end) - 1][0], g)
+                    for end, w in multifind.matches(low, tuple(by_lower))
+                    for g in by_lower[w]
+                }
             pairs = sorted(found)
             self._gates = ([k for k, _ in pairs], [g for _, g in pairs])
         at, gates = self._gates
