@@ -91,8 +91,14 @@ def main() -> None:
         env["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")
         wall(cmd, 1, env)  # warm-up: writes the bytecode an installed package ships
         cpu: list[float] = []
-        ours = wall(cmd, args.runs, env, cpu)
-        module = wall(as_module, args.runs, env) if cmd is not as_module else ours
+        # the two entry points in turn, run by run: a host whose speed drifts (a shared VM) then skews
+        # both alike instead of whichever ran second
+        mine: list[float] = []
+        theirs: list[float] = []
+        for _ in range(args.runs):
+            mine.append(wall(cmd, 1, env, cpu))
+            theirs.append(wall(as_module, 1, env) if cmd is not as_module else mine[-1])
+        ours, module = statistics.median(mine), statistics.median(theirs)
         nocache = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": d + "/none"}
         cold = wall(cmd, 1, nocache)
         peer = wall(
