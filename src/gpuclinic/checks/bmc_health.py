@@ -20,7 +20,7 @@ from gpuclinic.knowledge.codes import finding
 from gpuclinic.model import Finding
 
 _BAD = ("warning", "critical")
-_COND = "Condition"
+_COND = R.CONDITION
 _RANK = {None: 0, "ok": 0, "warning": 1, "critical": 2}
 
 
@@ -78,7 +78,7 @@ def components(snap: Snapshot) -> Iterable[Finding]:
         raise CheckSkipped("no part health from a BMC (Redfish systems, processors, memory ...)")
     out: list[Finding] = []
     for c in room.components:
-        if c.kind == "Condition" or c.health not in _BAD:
+        if c.kind == _COND or c.health not in _BAD:
             continue
         code = "room.gpu_unhealthy" if c.gpu else "room.component_unhealthy"
         state = f" (State {c.state})" if c.state and c.state != "Enabled" else ""
@@ -101,18 +101,18 @@ def _below(room: R.RoomFacts) -> list[Finding]:
     rest = [
         c
         for c in room.components
-        if (c.kind == "Condition" and c.health in _BAD and not _explained(c.name, judged))
-        or (c.kind != "Condition" and c.health not in _BAD and c.rollup in _BAD)
+        if (c.kind == _COND and c.health in _BAD and not _explained(c.name, judged))
+        or (c.kind != _COND and c.health not in _BAD and c.rollup in _BAD)
     ]
     conditions: list[str] = []
     for c in rest:
         conditions += [x for x in c.conditions if x not in conditions]
     # a rollup whose every condition names a part judged already says nothing new
     told = [x for x in conditions if not _explained(_origin_of(x), judged)]
-    rollups = [c for c in rest if c.kind != "Condition"]
+    rollups = [c for c in rest if c.kind != _COND]
     if not told and (conditions or not rollups):
         return []
-    worst = _worst(*(c.health if c.kind == "Condition" else c.rollup for c in rest))
+    worst = _worst(*(c.health if c.kind == _COND else c.rollup for c in rest))
     names = ", ".join(_label(c) for c in rest[:4]) + (" ..." if len(rest) > 4 else "")
     return [
         finding(

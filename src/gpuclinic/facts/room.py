@@ -18,6 +18,8 @@ POWER = "power"
 PSU = "psu"  # a power-supply status (discrete) sensor
 POWER_UNIT = "power_unit"  # power unit / redundancy sensors
 OTHER = "other"
+# ComponentHealth.kind of an entry of the service's own condition list (Redfish ServiceConditions)
+CONDITION = "Condition"
 # the source suffix of a BmcEvent read from a discrete sensor's asserted state (sdr), not from a log
 STATE_SOURCE = " (sensor state now)"
 

@@ -75,7 +75,7 @@ def read(doc: dict[str, Any], kind: str, src: str = "redfish") -> R.RoomFacts:
         comps = [
             R.ComponentHealth(
                 name=_origin(c).rstrip("/").rsplit("/", 1)[-1] or "service",
-                kind="Condition",
+                kind=R.CONDITION,
                 health=level(c.get("Severity")),
                 conditions=[condition_text(c)],
                 source=f"{src} ServiceConditions {_origin(c)}".strip(),
