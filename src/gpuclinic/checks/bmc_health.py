@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from gpuclinic.checks import CheckSkipped, check
 from gpuclinic.facts import room as R
+from gpuclinic.facts.room import name_key
 from gpuclinic.facts.snapshot import Snapshot
 from gpuclinic.knowledge.codes import finding
 from gpuclinic.model import Finding
@@ -28,22 +29,19 @@ def _worst(*levels: str | None) -> str | None:
     return max(levels, key=lambda v: _RANK.get(v, 0))
 
 
-def _key(text: str) -> str:
-    return re.sub(r"[^0-9a-z]", "", text.lower())
-
-
 def _judged(room: R.RoomFacts) -> set[str]:
     """The names of the sensors, PSUs and parts other checks (or this one, by their own Health) report."""
-    out = {_key(s.name) for s in room.sensors if s.level not in ("ok", "unknown")}
-    out |= {_key(s.number) for s in room.sensors if s.number and s.level not in ("ok", "unknown")}
-    out |= {_key(p.name) for p in room.psus if p.health in _BAD or p.failed or p.predictive_failure}
-    out |= {_key(c.name.rsplit(" ", 1)[-1]) for c in room.components if c.health in _BAD and c.kind != _COND}
+    out = {name_key(s.name) for s in room.sensors if s.level not in ("ok", "unknown")}
+    out |= {name_key(s.number) for s in room.sensors if s.number and s.level not in ("ok", "unknown")}
+    out |= {name_key(p.name) for p in room.psus if p.health in _BAD or p.failed or p.predictive_failure}
+    bad = [c for c in room.components if c.health in _BAD and c.kind != _COND]
+    out |= {name_key(c.name.rsplit(" ", 1)[-1]) for c in bad}
     return out - {""}
 
 
 def _explained(target: str, judged: set[str]) -> bool:
     """Whether the part a condition or rollup names (the last element of its URI) is reported already."""
-    k = _key(target)
+    k = name_key(target)
     return bool(k) and any(k == j or (len(j) > 3 and (j in k or k in j)) for j in judged)
 
 

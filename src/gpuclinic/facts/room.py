@@ -7,6 +7,8 @@ Redfish service without power data, a saved ``sdr elist`` without the SEL.
 
 from __future__ import annotations
 
+import re
+
 from gpuclinic.record import field, record
 
 # Sensor kinds (``RoomSensor.kind``)
@@ -22,6 +24,14 @@ OTHER = "other"
 CONDITION = "Condition"
 # the source suffix of a BmcEvent read from a discrete sensor's asserted state (sdr), not from a log
 STATE_SOURCE = " (sensor state now)"
+
+
+
+def name_key(text: str) -> str:
+    """A part's name as the BMC's documents compare it: ASCII letters and digits, lower case ("CPU #1 Temp",
+    "CPU1Temp" and "cpu1temp" differ only in what this drops)."""
+    return re.sub(r"[^0-9a-z]", "", text.lower())
+
 
 # Sensor roles (``RoomSensor.role``) for temperatures: which air the sensor measures
 INLET = "inlet"

@@ -58,14 +58,10 @@ def _conditions(st: dict[str, Any]) -> list[str]:
 def _name(doc: dict[str, Any], kind: str) -> str:
     """Name and Id, once: "DIMM B7" (Id DIMM_B7), "GPU_SXM_3" (Name GPU), "Processor CPU1"."""
     name, ident = str(doc.get("Name") or "").strip(), str(doc.get("Id") or "").strip()
-    n, i = _key(name), _key(ident)
+    n, i = R.name_key(name), R.name_key(ident)
     if not n or not i or i in n:
         return name or ident or kind
     return ident if n in i else f"{name} {ident}"
-
-
-def _key(text: str) -> str:
-    return "".join(c for c in text.lower() if c.isalnum())
 
 
 def read(doc: dict[str, Any], kind: str, src: str = "redfish") -> R.RoomFacts:
