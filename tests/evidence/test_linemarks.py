@@ -6,7 +6,15 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuclinic.sources.linemarks import blank_lines, head_end, rest_head, rest_line_at, rest_lines
+from gpuclinic.sources.linemarks import (
+    blank_lines,
+    head_end,
+    quoted_lines,
+    quoted_lines_of,
+    rest_head,
+    rest_line_at,
+    rest_lines,
+)
 
 QUERY = "$ nvidia-smi --query-gpu=name --format=csv"
 LINES = ["a", "", "  ", "bbbbbbbb", QUERY, "$ ls", "k", "ccc", "\u3000"]
@@ -38,8 +46,28 @@ def test_rest_head_and_its_end(lines: list[str], size: int) -> None:
 
 
 def test_blank_lines_are_the_lines_strip_empties() -> None:
-    lines = ["x", "", " \t", "\u3000", "\x1c", "y ", " z"]
-    assert blank_lines(lines) == [1, 2, 3, 4]
+    lines = ["x", "", " \t", "\u3000", "\x1c", "y ", " z", "\xa0 \x1f"]
+    assert blank_lines(lines) == [1, 2, 3, 4, 7]
+    assert blank_lines(lines) == [k for k, ln in enumerate(lines) if not ln.strip()]
+
+
+QUOTE_PARTS = ["> ", ">", " ", "\t", "\xa0", "\u3000", "\x1f", "a", "é>", ">>> ", "\n", "\n", "x > y"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(QUOTE_PARTS), max_size=60), st.data())
+def test_quoted_lines_from_the_bytes_are_those_of_the_text(parts: list[str], data: st.DataObject) -> None:
+    """Issue 14: a big log's quoted lines come from its bytes, lines counted from grep's hit lines (any
+    of them, as anchors), and are exactly the text's (non-ASCII and \\x1f spaces before the ``>``)."""
+    text = "".join(parts)
+    raw = text.encode()
+    starts = [0] + [i + 1 for i, b in enumerate(raw) if b == 10]
+    lines = raw.split(b"\n")
+    anchors = [
+        (k, starts[k], lines[k])
+        for k in sorted(data.draw(st.sets(st.integers(min_value=0, max_value=len(starts) - 1))))
+    ]
+    assert quoted_lines_of(raw, anchors) == quoted_lines(text)
 
 
 @settings(max_examples=300, deadline=None)

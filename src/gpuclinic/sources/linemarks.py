@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
+from collections.abc import Sequence
 
 from gpuclinic import lazyre
 
@@ -34,6 +35,30 @@ def quoted_lines(joined: str) -> list[int]:
             out.append(line)
         nl = joined.find("\n", i)
         i = joined.find(">", nl) if nl >= 0 else -1
+    return out
+
+
+def quoted_lines_of(data: bytes, anchors: Sequence[tuple[int, int, bytes]]) -> list[int]:
+    """:func:`quoted_lines` of the text whose UTF-8 bytes are ``data``, from the bytes: the lines are
+    numbered by counting newlines from the nearest line known before each (``anchors``: grep's hit lines,
+    (0-based line, byte offset, bytes) in order), not from the text's start (a 19 MB log: a count over all
+    of its 38 MB of UCS-2 text, ~10 ms, for a handful of quoted lines)."""
+    offsets = [off for _, off, _ in anchors]
+    out: list[int] = []
+    line = prev = 0
+    i = data.find(b">")
+    while i >= 0:
+        ls = data.rfind(b"\n", 0, i) + 1
+        # (str.isspace, not bytes.isspace: \x1c-\x1f and non-ASCII spaces count, as in quoted_lines)
+        if ls == i or data[ls:i].decode("utf-8", "surrogateescape").isspace():
+            k = bisect.bisect_right(offsets, ls) - 1
+            if k >= 0 and offsets[k] > prev:
+                line, prev = anchors[k][0], offsets[k]
+            line += data.count(b"\n", prev, ls)
+            prev = ls
+            out.append(line)
+        nl = data.find(b"\n", i)
+        i = data.find(b">", nl) if nl >= 0 else -1
     return out
 
 

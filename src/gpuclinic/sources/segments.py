@@ -37,6 +37,7 @@ from gpuclinic.sources.kernellog.journal import unfold as unfold_journal
 from gpuclinic.sources.linemarks import blank_lines as _blank
 from gpuclinic.sources.linemarks import head_end as _head_end
 from gpuclinic.sources.linemarks import quoted_lines as _quoted
+from gpuclinic.sources.linemarks import quoted_lines_of as _quoted_of
 from gpuclinic.sources.linemarks import rest_head as _rest_head
 from gpuclinic.sources.linemarks import rest_line_at as _rest_line_at
 from gpuclinic.sources.linemarks import rest_lines as _rest_lines
@@ -415,11 +416,10 @@ def read_lines(
     """
     rec = InputRecord(input=origin, kind="text", lines=len(lines))
     pending = hits = None
-    early: tuple[list[str], list[int], list[int]] | None = None
+    early: tuple[list[str], list[int]] | None = None
     if text is not None and len(lines) >= BIG:  # the line-start scan runs while the literals are searched
         pending = textscan.start_line_starts(text, _LINE_START.pattern)
-        # what needs no scan is done while grep still runs: the blank lines and the quoted ones
-        early = (lines, _blank(lines), _quoted(text))
+        early = (lines, _blank(lines))  # (what needs no scan is done while grep still runs)
         hits = textscan.line_hits(text, _needles())
     # journal json-pretty/export/verbose and byte-array MESSAGE records (each holds "MESSAGE": one search
     # of the text, not a test per line, rules them out; of a big text, a search of its hit lines)
@@ -435,7 +435,8 @@ def read_lines(
     elif hits is not None and text is not None:
         textscan.remember_lines(text, lines)  # explain's wrapped-line pass splits the same text
     joined = "\n".join(lines) if hits is None or text is None else text
-    quoted = early[2] if early is not None and joined is text else _quoted(joined)
+    # (of a big text grep read: from its bytes, lines counted from grep's hit lines)
+    quoted = _quoted(joined) if hits is None else _quoted_of(hits.data, hits.lines)
     blank = early[1] if early is not None and early[0] is lines else None
     if quoted:
         lines = _unquote_lines(lines, quoted)
