@@ -9,7 +9,8 @@ import pytest
 
 from gpuclinic.diagnose import diagnose
 from gpuclinic.explain import explain_text
-from gpuclinic.knowledge.signatures import match, rejoined
+from gpuclinic.knowledge.rejoin import rejoined
+from gpuclinic.knowledge.signatures import match
 from gpuclinic.sources.evidence import snapshot_from_text
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "realworld" / "corpus"

@@ -110,8 +110,19 @@ def test_needles_on_the_trigger_lines_answer_as_on_the_whole_text(
     spans = textscan.line_spans(found.data, [(ln, off) for ln, off, _ in found.lines], S.CONTEXT_LINES)
     sub = b"".join(found.data[s:e] for s, e, _ in spans).decode("utf-8", "surrogateescape")
     hit_lines = [b for _, _, b in found.lines]
-    short = S._needle_text(sub, hit_lines)
+    short, lines = S._needle_text(sub, hit_lines)
     assert (short == sub.lower()) is fold
+    assert (lines is None) is fold
+    if lines is not None:  # a literal holding a trigger is in the trigger lines iff it is in the text
+        lits = {
+            a
+            for sig in S.signatures()
+            for lit, alts in zip(S._starts(sig.regexes), S._alt_starts(sig.regexes), strict=True)
+            for a in ((lit,) if lit else alts or ())
+        }
+        held = [a for a in lits if S._holds_trigger(a)]
+        assert len(held) > 300 and any(a in sub for a in held)
+        assert [a for a in held if (a in sub) != (a in lines)] == []
     assert len(short) < len(sub) or fold
     whole, part = S._needle_test(sub.lower()), S._needle_test(short)
     for sig in S.signatures():

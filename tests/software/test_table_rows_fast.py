@@ -1,4 +1,4 @@
-"""signatures._table_rows tries its pattern at each "|" only: the same rows as the pattern's scan of the
+"""rejoin._table_rows tries its pattern at each "|" only: the same rows as the pattern's scan of the
 whole text, also past the one-by-one limit (then the scan itself runs on from there)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuclinic.knowledge import signatures as S
+from gpuclinic.knowledge import rejoin as S
 
 
 def _reference(text: str) -> list[int]:

@@ -17,11 +17,11 @@ from typing import Any
 
 from gpuclinic import multifind, recache
 from gpuclinic.knowledge import load_data
+from gpuclinic.knowledge.rejoin import rejoined
 from gpuclinic.knowledge.signature_extract import EXTRACTORS
-from gpuclinic.knowledge.wrapwidth import RECORD, at_length, wrap_width
 from gpuclinic.record import field, record
 from gpuclinic.regex_literal import leading_literal, leading_literals
-from gpuclinic.textscan import exact_fold, line_hits, line_spans, split
+from gpuclinic.textscan import exact_fold, line_hits, line_spans
 
 # The report family (model.Family value) of each signature category: one mapping for explain and evidence.
 CATEGORY_FAMILY: dict[str, str] = {
@@ -316,7 +316,8 @@ def _match_spans(
     sub = b"".join(data[s:e] for s, e, _ in spans).decode(
         "utf-8", "surrogateescape"
     )  # whole lines: no split character
-    found = _match(sub, _needle_text(sub, hit_lines), max_count)
+    lower, lines = _needle_text(sub, hit_lines)
+    found = _match(sub, lower, max_count, trigger_lines=lines)
     # line numbers in ``sub`` -> in the whole text: each span knows its first line (from grep's -n), so
     # only the newlines inside the spans are counted, not those of the whole text
     sub_lines_before: list[int] = []
@@ -333,12 +334,19 @@ def _match_spans(
 
 
 def _match(
-    text: str, lower: str, max_count: int, skip: frozenset[str] | set[str] = frozenset()
+    text: str,
+    lower: str,
+    max_count: int,
+    skip: frozenset[str] | set[str] = frozenset(),
+    *,
+    trigger_lines: str | None = None,
 ) -> list[SignatureMatch]:
+    """``lower``: the text the needles are tested on; ``trigger_lines``: ``text``'s lines that hold a
+    trigger, when ``lower`` is theirs (:func:`_needle_text`)."""
     newlines: list[int] | None = None
     found: list[tuple[int, SignatureMatch]] = []
     has = _needle_test(lower)
-    firsts: dict[str, int] = {}
+    firsts = _Firsts(text, trigger_lines)
     for sig in signatures():
         if sig.id in skip or not any(has(n) for n in sig.needles):
             continue
@@ -378,16 +386,18 @@ def _match(
     return [sm for _, sm in result]
 
 
-def _needle_text(sub: str, hit_lines: list[bytes] | None) -> str:
-    """The lower-cased text the needles are tested on: ``sub.lower()``, or only its trigger lines'.
+def _needle_text(sub: str, hit_lines: list[bytes] | None) -> tuple[str, str | None]:
+    """The lower-cased text the needles are tested on: ``sub.lower()``, or only its trigger lines' (then
+    with those lines as they are).
 
     Every needle holds a trigger and no line break, so a needle in ``sub.lower()`` sits on a line grep
     found (ASCII case-insensitive) for its trigger: when every needle is ASCII and ``sub`` holds no
     character that ``str.lower()`` turns into ASCII, those lines alone give the same answer for each
     needle, from a fraction of the text (on the bench log, ~1/7)."""
     if hit_lines is None or not _ascii_needles() or not exact_fold(sub):
-        return sub.lower()
-    return b"\n".join(hit_lines).decode("utf-8", "surrogateescape").lower()
+        return sub.lower(), None
+    lines = b"\n".join(hit_lines).decode("utf-8", "surrogateescape")
+    return lines.lower(), lines
 
 
 @cache
@@ -406,7 +416,7 @@ def _all_needles() -> tuple[str, ...]:
 
 
 def _occurrences(
-    sig: Signature, text: str, max_count: int, firsts: dict[str, int]
+    sig: Signature, text: str, max_count: int, firsts: _Firsts
 ) -> tuple[re.Match[str] | None, list[int]]:
     """The first match of ``sig`` in ``text`` and the start of every occurrence (up to ``max_count``).
     ``firsts``: where each leading literal looked up so far first occurs in ``text`` (-1: nowhere), shared
@@ -414,7 +424,7 @@ def _occurrences(
     first: re.Match[str] | None = None
     starts: list[int] = []
     for src, lit, alts in zip(sig.regexes, _starts(sig.regexes), _alt_starts(sig.regexes), strict=True):
-        at = {a: _first(text, a, firsts) for a in ((lit,) if lit else alts or ())}
+        at = {a: firsts.at(a) for a in ((lit,) if lit else alts or ())}
         if at and max(at.values()) < 0:
             continue  # every match starts with it (one of them): nothing to scan for (nor to compile)
         rx, fast = _pattern(src), _fast_pattern(src)
@@ -443,11 +453,30 @@ def _occurrences(
     return first, starts
 
 
-def _first(text: str, lit: str, firsts: dict[str, int]) -> int:
-    i = firsts.get(lit)
-    if i is None:
-        i = firsts[lit] = text.find(lit)
-    return i
+class _Firsts:
+    """Where each leading literal first occurs in ``text`` (-1: nowhere), looked up once per text.
+
+    A literal holding a trigger can only be on a line grep found for it: when ``trigger_lines`` (those
+    lines) lack it, so does ``text``, known from a search of a seventh of it (most literals looked up are
+    absent: each was a search of all of ``text``)."""
+
+    def __init__(self, text: str, trigger_lines: str | None) -> None:
+        self.text, self.lines = text, trigger_lines
+        self.known: dict[str, int] = {}
+
+    def at(self, lit: str) -> int:
+        i = self.known.get(lit)
+        if i is None:
+            absent = self.lines is not None and _holds_trigger(lit) and lit not in self.lines
+            i = self.known[lit] = -1 if absent else self.text.find(lit)
+        return i
+
+
+@cache
+def _holds_trigger(lit: str) -> bool:
+    """An ASCII literal holding a trigger (ASCII case folded, as grep found its lines)."""
+    low = lit.lower()
+    return lit.isascii() and any(t in low for t in _triggers())
 
 
 def _finditer(rx: re.Pattern[str], text: str, at: dict[str, int]) -> Iterator[re.Match[str]]:
@@ -470,8 +499,6 @@ def _finditer(rx: re.Pattern[str], text: str, at: dict[str, int]) -> Iterator[re
             i = find(lit, max(m.end(), i + 1))
 
 
-MAX_JOIN = 32  # physical lines per logical line, at most
-_TABLE_CONT = re.compile(r"^(\s*\|(?:\s*\|)+ )\S")  # "|      |     | rest of the last cell |"
 def _finditer_any(rx: re.Pattern[str], text: str, at: dict[str, int]) -> Iterator[re.Match[str]]:
     """``_finditer`` for several leading literals: the next occurrence of each, tried in order."""
     nxt = dict(at)
@@ -484,94 +511,6 @@ def _finditer_any(rx: re.Pattern[str], text: str, at: dict[str, int]) -> Iterato
         for a, p in nxt.items():
             if 0 <= p < start:
                 nxt[a] = text.find(a, start)
-
-
-def rejoined(text: str) -> list[tuple[int, str]]:
-    """The logical lines that were cut over several physical lines: (0-based first line, joined text).
-
-    Two cuts are undone: a terminal's hard wrap (the most common long line length, seen at least twice
-    and almost never exceeded, is the terminal width: such a line continues on the next one, mid-word,
-    unless both lines start like log records) and a table cell continued on the next row
-    (``| ... operation no |`` then ``|    |    | t supported |``, as Triton prints).  Only logical lines
-    made of two or more physical lines are returned (none for most texts).
-    """
-    # the segmenting reader's lines of the same text, when it read it; ``tail``: an empty last line follows
-    lines, tail = split(text)
-    count = len(lines) + tail
-    if count < 2:
-        return []
-    lens = list(map(len, lines))
-    width = wrap_width(lines, lens, tail)
-    wrapped = at_length(lens, width, count - 1) if width is not None else []
-    starts = sorted(set(_table_rows(text)) | set(wrapped))
-    if not starts:
-        return []
-    out: list[tuple[int, str]] = []
-    i = 0
-    for k in starts:
-        if k < i:
-            continue
-        i = k
-        parts, j = [lines[i].rstrip("\r")], i
-        while j + 1 < count and j - i < MAX_JOIN:
-            nxt = lines[j + 1].rstrip("\r") if j + 1 < len(lines) else ""
-            last = lines[j].rstrip("\r")
-            if (
-                width
-                and len(lines[j]) == width
-                and nxt.strip()
-                and not last.lstrip().startswith(("|", "+"))
-                and not (RECORD.match(nxt) and RECORD.match(last))
-            ):
-                parts.append(nxt)
-            elif (
-                last.lstrip().startswith("|")
-                and last.rstrip().endswith("|")
-                and (m := _TABLE_CONT.match(nxt))
-            ):
-                head = parts[-1].rstrip()[:-1]
-                parts[-1] = head[:-1] if head.endswith(" ") else head
-                parts.append(nxt[m.end(1) :].rstrip().rstrip("|").rstrip())
-            else:
-                break
-            j += 1
-        if j > i:
-            out.append((i, "".join(parts)))
-        i = j + 1
-    return out
-
-
-_TABLE_PAIR = re.compile(r"\|[ \t]*\r?\n(?=[ \t]*\|(?:[ \t]*\|)+ \S)")  # a row, then a continuation row
-
-
-_PIPES_ONE_BY_ONE = 4096  # "|" tried one by one (a memchr to each); past these, the regex's own scan
-
-
-def _table_rows(text: str) -> list[int]:
-    """0-based numbers of the table rows whose last cell continues on the next row.  A match starts at a
-    "|": the pattern is tried at each "|" (found at ``memchr`` speed; a long log has a few), the same
-    matches as its scan of every character; a text full of tables is left to that scan."""
-    out: list[int] = []
-    line, pos = 0, 0
-    i = text.find("|")
-    tried = 0
-    while i >= 0:
-        tried += 1
-        if tried > _PIPES_ONE_BY_ONE:
-            for mm in _TABLE_PAIR.finditer(text, i):
-                line += text.count("\n", pos, mm.start())
-                pos = mm.start()
-                out.append(line)
-            break
-        m = _TABLE_PAIR.match(text, i)
-        if m is None:
-            i = text.find("|", i + 1)
-            continue
-        line += text.count("\n", pos, i)
-        pos = i
-        out.append(line)
-        i = text.find("|", m.end())
-    return out
 
 
 def primary(text: str) -> SignatureMatch | None:

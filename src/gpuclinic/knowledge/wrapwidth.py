@@ -1,4 +1,4 @@
-"""The terminal width a log was hard-wrapped at, from its line lengths (``signatures.rejoined`` undoes the
+"""The terminal width a log was hard-wrapped at, from its line lengths (``rejoin.rejoined`` undoes the
 wrap so a wrapped error message still matches).
 
 The most common long line length, seen at least twice and almost never exceeded, is the width, unless
