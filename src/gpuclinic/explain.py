@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from gpuclinic.bigtext import BigText, Text, as_str
 from gpuclinic.checks import run_checks
 from gpuclinic.diagnose import Report, build_report
 from gpuclinic.errors import InputError
@@ -46,7 +47,7 @@ def live_facts() -> Snapshot | None:
         return None
 
 
-def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
+def pasted_facts(text: Text, snap: Snapshot | None = None) -> Snapshot | None:
     """Facts the paste itself carries: ``python -m torch.utils.collect_env`` output, an nvidia-smi header.
 
     Issue reports usually include them; they describe the affected machine better than the machine
@@ -66,24 +67,24 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
     )
     m: re.Match[str] | None = None
     if has_env:
-        m = re.search(r"^Nvidia driver version:\s*(\d+\.\d+(?:\.\d+)?)\s*$", text, re.M)
+        m = re.search(r"^Nvidia driver version:\s*(\d+\.\d+(?:\.\d+)?)\s*$", as_str(text), re.M)
     if m is None and contains(text, "Driver Version:"):  # (a substring test first: the regex scan is slower)
-        m = re.search(r"Driver Version:\s*(\d+\.\d+(?:\.\d+)?)", text)
+        m = re.search(r"Driver Version:\s*(\d+\.\d+(?:\.\d+)?)", as_str(text))
     if m:
         driver = m.group(1)
     elif snap is not None and snap.driver_version:
         driver = snap.driver_version
     torch_v = cuda = None
-    m = re.search(r"^PyTorch version:\s*(\d+\.\d+\S*)\s*$", text, re.M) if has_env else None
+    m = re.search(r"^PyTorch version:\s*(\d+\.\d+\S*)\s*$", as_str(text), re.M) if has_env else None
     if m is None and contains(text, "torch=="):
-        m = re.search(r"^\[(?:pip3?|conda)\]\s+torch==(\d+\.\d+\S*)\s*$", text, re.M)
+        m = re.search(r"^\[(?:pip3?|conda)\]\s+torch==(\d+\.\d+\S*)\s*$", as_str(text), re.M)
     if m:
         torch_v = m.group(1)
-        mc = re.search(r"^CUDA used to build PyTorch:\s*(\d+\.\d+)\s*$", text, re.M)
+        mc = re.search(r"^CUDA used to build PyTorch:\s*(\d+\.\d+)\s*$", as_str(text), re.M)
         cuda = mc.group(1) if mc else None
     gpus: list[GpuFacts] = list(snap.gpus) if snap is not None and snap.gpus else []
     if not gpus and contains(text, "GPU models and configuration:"):
-        block = re.search(r"^GPU models and configuration:(.*(?:\n\s*GPU \d+:.*)*)", text, re.M)
+        block = re.search(r"^GPU models and configuration:(.*(?:\n\s*GPU \d+:.*)*)", as_str(text), re.M)
         if block:
             for gm in re.finditer(r"GPU (\d+):\s*([^\n(]+?)\s*(?:\(UUID[^)]*\))?\s*$", block.group(1), re.M):
                 name = gm.group(2).strip()
@@ -116,9 +117,10 @@ def pasted_facts(text: str, snap: Snapshot | None = None) -> Snapshot | None:
 
 
 def explain_text(
-    text: str, origin: str = "<stdin>", live: Snapshot | None = None, *, truncated: bool = False
+    text: Text, origin: str = "<stdin>", live: Snapshot | None = None, *, truncated: bool = False
 ) -> Report:
-    """Diagnose a pasted text; facts in the paste, else ``live`` (this machine's facts), make the fixes
+    """Diagnose a pasted text (a big input may come as a :class:`~gpuclinic.bigtext.BigText`: its lines
+    without one whole string); facts in the paste, else ``live`` (this machine's facts), make the fixes
     concrete."""
     snap, notes = _evidence(text, origin)
     pasted = pasted_facts(text, snap)
@@ -161,7 +163,7 @@ def explain_text(
     if live is not None and pasted is None:
         snap.notes.append("fixes use this machine's facts: " + _live_summary(live))
     if not findings:
-        lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+        lines = _line_count(text)
         findings.append(
             Finding(
                 code="explain.no_match",
@@ -178,7 +180,14 @@ def explain_text(
 # signature id -> doctor finding code (or prefix ending in ".") that says the same from parsed evidence
 
 
-def _evidence(text: str, origin: str) -> tuple[Snapshot, list[str]]:
+def _line_count(text: Text) -> int:
+    """``text.count("\\n")``, and one more for a last line without a newline."""
+    if isinstance(text, BigText):
+        return text.data.count(b"\n") + (1 if text.data and not text.endswith_newline() else 0)
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def _evidence(text: Text, origin: str) -> tuple[Snapshot, list[str]]:
     notes: list[str] = []
     try:
         from gpuclinic.sources.evidence_text import snapshot_from_text

@@ -9,7 +9,8 @@ import stat
 import sys
 from typing import BinaryIO
 
-from gpuclinic import grepinput, textscan
+from gpuclinic import bigtext, grepinput, textscan
+from gpuclinic.bigtext import BigText, Text
 from gpuclinic.errors import InputError
 
 MAX_INPUT = 64 * 1024 * 1024  # bytes read from a file or stdin (logs beyond this are cut, with a note)
@@ -47,8 +48,9 @@ def decode(data: bytes) -> str:
     return text
 
 
-def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, str, bool]:
-    """(text, origin, truncated) from a file or ``-``/None for stdin."""
+def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[Text, str, bool]:
+    """(text, origin, truncated) from a file or ``-``/None for stdin; a big plain UTF-8 text comes as a
+    :class:`~gpuclinic.bigtext.BigText` (its lines without one 38 MB string)."""
     if path in (None, "-"):
         src = stdin if stdin is not None else sys.stdin.buffer
         data, truncated = _read_capped(src)
@@ -72,22 +74,33 @@ def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[str, st
         except OSError as e:
             raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
         origin = path
-    _scan_ahead(data)
-    text = decode(data)
-    if not text or text.isspace():  # (not strip(): that copies a big log)
+    text = _scan_ahead(data) or decode(data)
+    if not text or _isspace(text):  # (not strip(): that copies a big log)
         raise InputError(f"{origin}: empty input; paste the error text or give a log file")
     if _looks_binary(text):
         raise InputError(f"{origin}: binary data, not text; give a log, a traceback or nvidia-smi output")
     return text, origin, truncated
 
 
-def _scan_ahead(data: bytes) -> None:
+def _scan_ahead(data: bytes) -> BigText | None:
     """Start the segmenting reader's two grep scans of a big plain-text input before it is decoded (they
-    become the decoded text's when it is exactly these bytes: ``textscan.remember``)."""
+    become the decoded text's when it is exactly these bytes: ``textscan.remember``); that text when it is
+    exactly these bytes (valid UTF-8, no NUL, no carriage return), as a :class:`BigText`."""
     from gpuclinic.sources import segments
 
-    if len(data) >= segments.PREFETCH_CHARS and data[:2] not in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"):
-        segments.prefetch_bytes(data)
+    if len(data) < segments.PREFETCH_CHARS or data[:2] in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"):
+        return None
+    segments.prefetch_bytes(data)
+    if b"\x00" in data or b"\r" in data:
+        return None
+    text = bigtext.from_bytes(data)
+    if text is not None:
+        textscan.remember(text, data)
+    return text
+
+
+def _isspace(text: Text) -> bool:
+    return text.isspace() if isinstance(text, str) else all(p.isspace() for p in text.pieces)
 
 
 def _read_capped(fh: BinaryIO) -> tuple[bytes, bool]:
@@ -136,8 +149,8 @@ def _read_size(fh: BinaryIO) -> int:
     return MAX_INPUT + 1
 
 
-def _looks_binary(text: str) -> bool:
+def _looks_binary(text: Text) -> bool:
     """Mostly control characters or undecodable bytes: a model file or core dump, not a log."""
-    sample = text[:8192]
+    sample = bigtext.head(text, 8192)
     bad = sum(1 for c in sample if c == "\ufffd" or (c < " " and c not in "\n\t\f\x1b"))
     return bad * 10 > len(sample)

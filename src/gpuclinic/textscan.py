@@ -24,10 +24,12 @@ from collections.abc import Iterable
 from typing import IO
 
 from gpuclinic import multifind
+from gpuclinic.bigtext import BigText, Text, as_str
 from gpuclinic.grepinput import input_file as _input
 from gpuclinic.grepinput import same_file as _same_file
 from gpuclinic.grepinput import scratch as _scratch
 from gpuclinic.grepinput import wait as _wait
+from gpuclinic.oddbytes import ODD_ASCII, odd_lines
 from gpuclinic.record import record
 
 _FOLDS_TO_ASCII = ("\u0130", "\u212a")  # str.lower() turns these into ASCII letters; bytes.lower() does not
@@ -99,27 +101,29 @@ def exact_fold(text: str) -> bool:
     return not any(c in text for c in _FOLDS_TO_ASCII)
 
 
-_LAST: list[tuple[str, frozenset[str], LineHits] | None] = [None]
-_BYTES: list[tuple[str, bytes] | None] = [None]
+_LAST: list[tuple[Text, frozenset[str], LineHits] | None] = [None]
+_BYTES: list[tuple[Text, bytes] | None] = [None]
 
 
-_LINES: list[tuple[str, list[str]] | None] = [None]
+_LINES: list[tuple[Text, list[str]] | None] = [None]
 
 
-def remember_lines(text: str, lines: list[str]) -> None:
+def remember_lines(text: Text, lines: list[str]) -> None:
     """``lines`` is ``text.split("\\n")`` less its final empty string when ``text`` ends with a newline."""
     _LINES[0] = (text, lines)
 
 
-def split(text: str) -> tuple[list[str], int]:
+def split(text: Text) -> tuple[list[str], int]:
     """``text.split("\\n")`` as (its lines but a final empty one, 1 when that empty line follows), from the
     lines a reader already split when it is that text (not to be modified; not copied to add the empty
     line: a big log's list is 230,000 entries)."""
     known = _LINES[0]
     if known is None or known[0] is not text:
-        lines = text.split("\n")
+        if isinstance(text, BigText) and text.data and only_newlines(text.data):
+            return text.lines(True), int(text.endswith_newline())
+        lines = as_str(text).split("\n")
         return (lines[:-1], 1) if not lines[-1] and len(lines) > 1 else (lines, 0)
-    return known[1], 1 if text.endswith("\n") else 0
+    return known[1], int(text.endswith_newline() if isinstance(text, BigText) else text.endswith("\n"))
 
 
 # the line breaks of str.splitlines() besides "\n", as UTF-8
@@ -145,9 +149,11 @@ def only_newlines(data: bytes) -> bool:
 _ONLY_NL: list[tuple[bytes, bool] | None] = [None]
 
 
-def splitlines(text: str) -> list[str]:
+def splitlines(text: Text) -> list[str]:
     """``text.splitlines()``; of a text whose bytes are known (:func:`remember`) and hold no other line
     break than ``\n``, by ``split("\n")`` (a test per character for one break, not for nine)."""
+    if isinstance(text, BigText):
+        return text.lines(only_newlines(text.data))
     known = _BYTES[0]
     if known is None or known[0] is not text or not only_newlines(known[1]):
         return text.splitlines()
@@ -157,7 +163,7 @@ def splitlines(text: str) -> list[str]:
     return lines
 
 
-def remember(text: str, data: bytes) -> None:
+def remember(text: Text, data: bytes) -> None:
     """``data`` is ``text`` encoded as UTF-8 (the input it was decoded from, unchanged): a later scan of
     ``text`` uses it instead of encoding the text again, and the scans :func:`start_scans_of_bytes` started
     on ``data`` become ``text``'s."""
@@ -187,7 +193,7 @@ def start_scans_of_bytes(data: bytes, needles: Iterable[str], pattern: str) -> N
     start_line_hits(stand_in, needles, data)
 
 
-def line_hits(text: str, needles: Iterable[str]) -> LineHits | None:
+def line_hits(text: Text, needles: Iterable[str]) -> LineHits | None:
     """The lines of ``text`` holding any of ``needles`` (ASCII letters case-insensitive; a needle with other
     characters matches them exactly); None when the text cannot be encoded as UTF-8 (lone surrogates).
     The last text's scan is reused (by identity)."""
@@ -220,7 +226,7 @@ class _PendingHits:
     """A literal scan started ahead (:func:`start_line_hits`): grep runs while the caller works on."""
 
     def __init__(
-        self, text: str, want: frozenset[str], data: bytes, proc: subprocess.Popen[bytes], out: IO[bytes]
+        self, text: Text, want: frozenset[str], data: bytes, proc: subprocess.Popen[bytes], out: IO[bytes]
     ) -> None:
         self.text = text
         self.want = want
@@ -251,7 +257,7 @@ class _PendingHits:
 _PENDING: list[_PendingHits | None] = [None]
 
 
-def start_line_hits(text: str, needles: Iterable[str], data: bytes | None = None) -> None:
+def start_line_hits(text: Text, needles: Iterable[str], data: bytes | None = None) -> None:
     """Start the scan a later :func:`line_hits` of ``text`` (the same object) for these ``needles`` or
     fewer will wait for, so grep runs while the caller splits the text and loads its readers.  A no-op
     without grep; :func:`cancel_scans` stops a scan nobody asked for."""
@@ -295,7 +301,7 @@ def cancel_scans() -> None:
         starts.cancel()
 
 
-def contains(text: str, literal: str) -> bool:
+def contains(text: Text, literal: str) -> bool:
     """``literal in text``, from the last literal scan of ``text`` when one of its needles is part of
     ``literal``: a line holding ``literal`` holds that needle (ASCII case folded), so only the lines the
     scan found are searched, not the whole (19 MB) text."""
@@ -305,14 +311,14 @@ def contains(text: str, literal: str) -> bool:
         if any(n in low for n in last[1]):
             b = literal.encode()
             return any(b in body for _, _, body in last[2].lines)
+    if isinstance(text, BigText):  # (valid UTF-8: a substring of the text iff its bytes are of the bytes)
+        return literal.encode() in text.data
     return literal in text
 
 
-_ODD_ASCII = (b"\x1c", b"\x1d", b"\x1e", b"\x1f")  # whitespace to re's \s, not to PCRE's
-_PLAIN = bytes(range(0x1C)) + bytes(range(0x20, 0x80))  # the bytes both engines read alike
 
 
-def line_starts(text: str, pattern: str) -> list[int] | None:
+def line_starts(text: Text, pattern: str) -> list[int] | None:
     """The 0-based lines of ``text`` (split at ``"\\n"``) where ``pattern`` may match at the line start: a
     superset of ``re``'s lines, for the caller to check line by line; None when ``re`` must scan itself.
 
@@ -330,7 +336,7 @@ class PendingLines:
 
     def __init__(
         self,
-        text: str,
+        text: Text,
         proc: subprocess.Popen[bytes] | None,
         odd: bytes | None,
         files: list[IO[bytes]],
@@ -352,7 +358,7 @@ class PendingLines:
             last = _LAST[0]
             known = last[2].lines if last is not None and last[0] is self.text else ()
             anchors = [(k, off) for k, off, _ in known]
-            odd = _odd_lines(self._odd, anchors)
+            odd = odd_lines(self._odd, anchors)
         try:
             if odd is None:
                 proc.kill()
@@ -391,7 +397,7 @@ class PendingLines:
 _STARTS: list[PendingLines | None] = [None]  # a line-start scan started ahead, not yet asked for
 
 
-def prefetch_line_starts(text: str, pattern: str) -> None:
+def prefetch_line_starts(text: Text, pattern: str) -> None:
     """Start the scan a later :func:`start_line_starts` of ``text`` (the same object) and ``pattern``
     takes over (:func:`cancel_scans` stops it when nobody does)."""
     earlier = _STARTS[0]
@@ -405,7 +411,7 @@ def prefetch_line_starts(text: str, pattern: str) -> None:
     _STARTS[0] = started
 
 
-def start_line_starts(text: str, pattern: str, data: bytes | None = None) -> PendingLines:
+def start_line_starts(text: Text, pattern: str, data: bytes | None = None) -> PendingLines:
     """Start :func:`line_starts` (``.result()`` waits for it); ``data``: the text's bytes, when known."""
     ahead = _STARTS[0]
     if ahead is not None and ahead.text is text and ahead.pattern == pattern:
@@ -415,7 +421,7 @@ def start_line_starts(text: str, pattern: str, data: bytes | None = None) -> Pen
     data = _data(text) if data is None else data
     if data is None:
         return none
-    odd = data if not data.isascii() or any(c in data for c in _ODD_ASCII) else None
+    odd = data if not data.isascii() or any(c in data for c in ODD_ASCII) else None
     from gpuclinic.sources.kernellog.grepscan import grep_binary
 
     grep = grep_binary()
@@ -434,9 +440,11 @@ def start_line_starts(text: str, pattern: str, data: bytes | None = None) -> Pen
     return PendingLines(text, proc, odd, files, data)
 
 
-def _data(text: str) -> bytes | None:
+def _data(text: Text) -> bytes | None:
     """``text`` as UTF-8 (lone surrogates as their escaped bytes): the bytes it was decoded from or a
     scan already encoded, else encoded now (and kept for the next scan); None when it cannot be."""
+    if isinstance(text, BigText):
+        return text.data
     known = _BYTES[0]
     if known is not None and known[0] is text:
         return known[1]
@@ -449,57 +457,6 @@ def _data(text: str) -> bytes | None:
         return None
     _BYTES[0] = (text, data)
     return data
-
-
-_CHUNK = 1 << 16
-
-
-def _odd_bytes(data: bytes) -> list[int] | None:
-    """The offsets of the bytes outside ``_PLAIN``, in order, or None when there are more than one per KiB
-    (and 64).  Looked for in 64 KiB chunks: a chunk that is ASCII without \\x1c-\\x1f (``isascii`` and four
-    ``memchr``, a fraction of a byte-by-byte pass) holds none, and only the others are filtered byte by
-    byte, then searched with a ``memchr`` pass per distinct such byte."""
-    limit = len(data) // 1024 + 64
-    found = 0
-    pos: list[int] = []
-    for a in range(0, len(data), _CHUNK):
-        chunk = data[a : a + _CHUNK]
-        if chunk.isascii() and not any(c in chunk for c in _ODD_ASCII):
-            continue
-        odd = chunk.translate(None, _PLAIN)  # those bytes, in order
-        found += len(odd)
-        if found > limit:
-            return None
-        for v in set(odd):
-            b = bytes((v,))
-            i = chunk.find(b)
-            while i >= 0:
-                pos.append(a + i)
-                i = chunk.find(b, i + 1)
-    pos.sort()
-    return pos
-
-
-def _odd_lines(data: bytes, anchors: list[tuple[int, int]]) -> list[int] | None:
-    """The 0-based lines of ``data`` holding a byte outside ``_PLAIN``, or None when there are many: a
-    ``memchr`` pass per distinct such byte (a log has a few characters: a progress bar, a check mark).
-    ``anchors``: (0-based line, byte offset of its start) of lines known already (the literal grep's), so
-    the newlines are counted from the nearest one, not from the start of the text."""
-    pos = _odd_bytes(data)
-    if pos is None:
-        return None
-    offsets = [off for _, off in anchors]
-    out: list[int] = []
-    line = prev = 0
-    for i in sorted(pos):
-        k = bisect.bisect_right(offsets, i) - 1
-        if k >= 0 and anchors[k][1] > prev:
-            line, prev = anchors[k]
-        line += data.count(b"\n", prev, i)
-        prev = i
-        if not out or out[-1] != line:
-            out.append(line)
-    return out
 
 
 def _c_env() -> dict[str, str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuclinic import oddbytes
 from gpuclinic.explain import explain_text
 from gpuclinic.sources import segments
 from gpuclinic.sources.evidence import snapshot_from_text
@@ -186,4 +187,4 @@ def test_odd_lines_counted_from_known_lines_equal_counted_from_the_start() -> No
     data = hits.data
     want = [k for k, ln in enumerate(text.split("\n")) if not ln.isascii() or "\x1f" in ln]
     anchors = [(k, off) for k, off, _ in hits.lines]
-    assert textscan._odd_lines(data, anchors) == textscan._odd_lines(data, []) == want
+    assert oddbytes.odd_lines(data, anchors) == oddbytes.odd_lines(data, []) == want

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuclinic import grepinput, textscan
+from gpuclinic import grepinput, oddbytes, textscan
 from gpuclinic.sources import segments
 
 
@@ -118,10 +118,10 @@ def test_splitlines_equals_str_splitlines(parts: list[str]) -> None:
 
 
 def _odd_reference(data: bytes) -> list[int] | None:
-    odd = data.translate(None, textscan._PLAIN)
+    odd = data.translate(None, oddbytes.PLAIN)
     if len(odd) > len(data) // 1024 + 64:
         return None
-    return [i for i, b in enumerate(data) if bytes((b,)) not in textscan._PLAIN]
+    return [i for i, b in enumerate(data) if bytes((b,)) not in oddbytes.PLAIN]
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ def test_odd_bytes_found_by_chunk_equal_a_byte_by_byte_pass(where: list[int], od
     data = bytearray(b"step 1 loss 0.5\n" * 12_500)  # 200 000 bytes: four chunks
     for i in where:
         data[i : i + 1] = odd
-    assert textscan._odd_bytes(bytes(data)) == _odd_reference(bytes(data))
+    assert oddbytes.odd_bytes(bytes(data)) == _odd_reference(bytes(data))
 
 
 def test_wait_returns_when_the_process_ends_and_times_out_like_popen_wait() -> None:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuclinic.bigtext import as_str
 from gpuclinic.explain import decode, explain_text, read_input
 from gpuclinic.facts.gpu import GpuFacts, GpuProcess
 from gpuclinic.facts.snapshot import Snapshot
@@ -261,12 +262,13 @@ def test_long_input_keeps_its_start_and_its_end(tmp_path: Path, monkeypatch: pyt
     ).encode()
     f = tmp_path / "train.log"
     f.write_bytes(log)
-    for text, _origin, truncated in (ex.read_input(str(f)), ex.read_input("-", stdin=io.BytesIO(log))):
-        assert truncated and len(text) <= 64 * 1024 + 100
+    for read, _origin, truncated in (ex.read_input(str(f)), ex.read_input("-", stdin=io.BytesIO(log))):
+        text = as_str(read)  # (a big input comes as a BigText: its lines, the string built when asked)
+        assert truncated and len(text) <= 64 * 1024 + 100 and len(read) == len(text)
         assert text.startswith("Nvidia driver version: 535.104.05\n")
         assert text.endswith("illegal memory access was encountered\n")
         assert "\nstep 1 loss 0.5 tokens/s 12345\n" in text[-2000:]  # the tail starts at a whole line
-        r = ex.explain_text(text, "train.log", None, truncated=truncated)
+        r = ex.explain_text(read, "train.log", None, truncated=truncated)
         assert "error.cuda.illegal_address" in [x.code for x in r.findings]
     short = b"RuntimeError: CUDA error: out of memory\n"
     assert ex.read_input("-", stdin=io.BytesIO(short)) == (short.decode(), "<stdin>", False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from gpuclinic.bigtext import BigText, Text, as_str
 from gpuclinic.knowledge.wrapwidth import RECORD, at_length, wrap_width
 from gpuclinic.textscan import split
 
@@ -16,7 +17,7 @@ MAX_JOIN = 32  # physical lines per logical line, at most
 _TABLE_CONT = re.compile(r"^(\s*\|(?:\s*\|)+ )\S")  # "|      |     | rest of the last cell |"
 
 
-def rejoined(text: str) -> list[tuple[int, str]]:
+def rejoined(text: Text) -> list[tuple[int, str]]:
     """The logical lines that were cut over several physical lines: (0-based first line, joined text).
 
     Two cuts are undone: a terminal's hard wrap (the most common long line length, seen at least twice
@@ -77,10 +78,15 @@ _TABLE_PAIR = re.compile(r"\|[ \t]*\r?\n(?=[ \t]*\|(?:[ \t]*\|)+ \S)")  # a row,
 _PIPES_ONE_BY_ONE = 4096  # "|" tried one by one (a memchr to each); past these, the regex's own scan
 
 
-def _table_rows(text: str) -> list[int]:
+def _table_rows(text: Text) -> list[int]:
     """0-based numbers of the table rows whose last cell continues on the next row.  A match starts at a
     "|": the pattern is tried at each "|" (found at ``memchr`` speed; a long log has a few), the same
     matches as its scan of every character; a text full of tables is left to that scan."""
+    if isinstance(text, BigText):
+        rows = _table_rows_of(text.data)
+        if rows is not None:
+            return rows
+        text = as_str(text)
     out: list[int] = []
     line, pos = 0, 0
     i = text.find("|")
@@ -102,3 +108,31 @@ def _table_rows(text: str) -> list[int]:
         out.append(line)
         i = text.find("|", m.end())
     return out
+
+
+def _table_rows_of(data: bytes) -> list[int] | None:
+    """:func:`_table_rows` of the text whose UTF-8 bytes are ``data`` (a :class:`BigText`'s), or None past
+    ``_PIPES_ONE_BY_ONE`` pipes.  A match ends at the newline after its "|" and looks no further than the
+    next line's end, so the pattern is tried on those two lines decoded (only where the "|" ends its
+    line but for blanks)."""
+    out: list[int] = []
+    line = pos = 0
+    i = data.find(b"|")
+    for _ in range(_PIPES_ONE_BY_ONE):
+        if i < 0:
+            return out
+        nl = data.find(b"\n", i)
+        if nl < 0:
+            return out
+        if data[i + 1 : nl].strip(b" \t"):  # more than blanks after it: no row end
+            i = data.find(b"|", i + 1)
+            continue
+        nxt = data.find(b"\n", nl + 1)
+        if _TABLE_PAIR.match(data[i : len(data) if nxt < 0 else nxt].decode("utf-8", "surrogateescape")):
+            line += data.count(b"\n", pos, i)
+            pos = i
+            out.append(line)
+            i = data.find(b"|", nl + 1)
+        else:
+            i = data.find(b"|", i + 1)
+    return out if i < 0 else None

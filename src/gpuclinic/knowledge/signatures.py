@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any
 
 from gpuclinic import multifind, recache
+from gpuclinic.bigtext import Text, as_str
 from gpuclinic.knowledge import load_data
 from gpuclinic.knowledge.rejoin import rejoined
 from gpuclinic.knowledge.signature_extract import EXTRACTORS
@@ -246,7 +247,7 @@ PREFILTER_MIN = 256 * 1024  # below this, scanning the whole text is already fas
 CONTEXT_LINES = 3  # kept around each candidate line: patterns and extractors may look a few lines on
 
 
-def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
+def match(text: Text, *, max_count: int = 10_000) -> list[SignatureMatch]:
     """Every signature found in ``text``, worst first, then in order of first appearance.
 
     Generic entries are dropped when a more specific one that supersedes them matched too
@@ -262,7 +263,8 @@ def match(text: str, *, max_count: int = 10_000) -> list[SignatureMatch]:
         return [copy.deepcopy(sm) for sm in last[2]]
     found = _match_long(text, max_count) if len(text) >= PREFILTER_MIN else None
     if found is None:
-        found = _match(text, text.lower(), max_count)
+        whole = as_str(text)
+        found = _match(whole, whole.lower(), max_count)
     joined = rejoined(text)
     if joined:
         found = _with_rejoined(joined, found, max_count)
@@ -290,10 +292,10 @@ def _with_rejoined(
     return kept
 
 
-_LAST: list[tuple[str, int, tuple[SignatureMatch, ...]] | None] = [None]  # the last call's text and matches
+_LAST: list[tuple[Text, int, tuple[SignatureMatch, ...]] | None] = [None]  # the last call's text and matches
 
 
-def _match_long(text: str, max_count: int) -> list[SignatureMatch] | None:
+def _match_long(text: Text, max_count: int) -> list[SignatureMatch] | None:
     """The prefiltered match of a long text, or None when the prefilter would not save time."""
     found = line_hits(text, _triggers())  # one grep -F -i, shared with the segmenting reader
     if found is None:
@@ -513,7 +515,7 @@ def _finditer_any(rx: re.Pattern[str], text: str, at: dict[str, int]) -> Iterato
                 nxt[a] = text.find(a, start)
 
 
-def primary(text: str) -> SignatureMatch | None:
+def primary(text: Text) -> SignatureMatch | None:
     """The single most important match (what the run supervisor records as the cause)."""
     ms = match(text)
     return ms[0] if ms else None

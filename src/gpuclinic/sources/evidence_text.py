@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 
 from gpuclinic import lazyre, textscan
+from gpuclinic.bigtext import Text, as_str, head, tail
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.gpu import GpuFacts
@@ -78,6 +79,23 @@ def unquote(text: str) -> str:
     if quoted * 10 < len(lines) * 6:
         return text
     return _QUOTE_RE.sub("", text)
+
+
+def _unquote_text(text: Text) -> Text:
+    """:func:`unquote` of a text given whole or as a BigText (whose start decides, as for a string)."""
+    if isinstance(text, str):
+        return unquote(text)
+    sample = text.head(SAMPLE_BYTES)
+    return text if unquote(sample) is sample else unquote(as_str(text))
+
+
+def _starts_json(text: Text) -> bool:
+    """``text.lstrip("\\ufeff \\t\\r\\n").startswith("{")``, from its start when that is not all blank."""
+    start = head(text, 4096)
+    rest = start.lstrip("\ufeff \t\r\n")
+    if rest or len(start) < 4096:
+        return rest.startswith("{")
+    return as_str(text).lstrip("\ufeff \t\r\n").startswith("{")
 
 
 def _may(absent: frozenset[str]) -> Callable[[tuple[str, ...]], bool]:
@@ -338,7 +356,7 @@ def _bugreport_gaps(snap: Snapshot, rep: bugreport.BugReport) -> None:
                      f"file.\"): cut off, or the script hung; read: {read}")
 
 
-def snapshot_from_text(text: str, origin: str = "<stdin>", *, error_signatures: bool = False) -> Snapshot:
+def snapshot_from_text(text: Text, origin: str = "<stdin>", *, error_signatures: bool = False) -> Snapshot:
     """Build a snapshot from pasted text (``explain``, which runs the error signatures itself, so they are
     off by default here).  Raises :class:`InputError` if nothing in it could be read."""
     snap = new_snapshot()
@@ -360,26 +378,29 @@ def _whole_kind(head: str) -> str | None:
 
 
 def add_text(
-    snap: Snapshot, text: str, origin: str, *, error_signatures: bool = True, year: int | None = None
+    snap: Snapshot, text: Text, origin: str, *, error_signatures: bool = True, year: int | None = None
 ) -> str:
-    """Add one text input to ``snap`` through the segmenting reader; returns its kind."""
-    text = unquote(text)
-    kind = _whole_kind(text[:SAMPLE_BYTES])
-    if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{") and '"gpuclinic.' in text[-4096:]:
+    """Add one text input to ``snap`` through the segmenting reader; returns its kind.  (A big input may
+    come as a :class:`~gpuclinic.bigtext.BigText`: split into lines, it is never one string unless a
+    format reads it whole.)"""
+    text = _unquote_text(text)
+    kind = _whole_kind(head(text, SAMPLE_BYTES))
+    if kind is None and _starts_json(text) and '"gpuclinic.' in tail(text, 4096):
         kind = "json"  # a snapshot writes its schema key last
-    if kind is None and text.lstrip("\ufeff \t\r\n").startswith("{"):
+    if kind is None and _starts_json(text):
         kind = bmc_formats.detect(
-            text[:SAMPLE_BYTES]
+            head(text, SAMPLE_BYTES)
         )  # a Redfish document or sensors -j: one JSON, read whole
     if kind is not None:
         textscan.cancel_scans()  # (scans started on a big input's bytes: this kind is read whole, not split)
+        whole = as_str(text)
         try:
-            _apply_text(snap, kind, text, origin)
+            _apply_text(snap, kind, whole, origin)
         except _Unrecognised as e:
             raise InputError(f"{origin}: {e}") from None
         if kind == "json" or kind.startswith(bmc_formats.PREFIX):  # a bug report records its sections itself
             snap.input_records.append(
-                InputRecord(input=origin, kind=kind, lines=text.count("\n") + 1, readers=[kind])
+                InputRecord(input=origin, kind=kind, lines=whole.count("\n") + 1, readers=[kind])
             )
         return kind
     ahead = len(text) >= segments.PREFETCH_CHARS

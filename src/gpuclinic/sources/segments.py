@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, TypeGuard
 
 from gpuclinic import lazyre, multifind, textscan
+from gpuclinic.bigtext import Text, as_str
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
 from gpuclinic.facts.snapshot import Snapshot
@@ -142,7 +143,7 @@ class _Index:
     def __init__(
         self,
         lines: list[str],
-        text: str,
+        text: Text,
         hits: textscan.LineHits,
         quoted: list[int],
         pending: textscan.PendingLines | None,
@@ -225,7 +226,7 @@ CONTAINS_KEYS = ("MESSAGE", "PyTorch version:", "torch==")
 PREFETCH_CHARS = 64 * BIG  # a text this long likely has BIG lines: start its scans before splitting it
 
 
-def prefetch(text: str) -> None:
+def prefetch(text: Text) -> None:
     """Start the two whole-text scans :func:`read_lines` makes of a big ``text`` (the same object, given
     as its ``text``) now, so grep runs while the caller splits the text into lines;
     ``textscan.cancel_scans()`` afterwards stops what it did not use."""
@@ -246,7 +247,7 @@ def _same_lines(data: bytes, lines: list[str]) -> bool:
 
 def _index(
     lines: list[str],
-    joined: str,
+    joined: Text,
     hits: textscan.LineHits | None,
     quoted: list[int] | None = None,
     pending: textscan.PendingLines | None = None,
@@ -300,11 +301,12 @@ def _classify(
     if starts is not None:
         cands.update(starts)
     else:
-        if _LINE_START.match(ix.text):
+        whole = as_str(ix.text)  # (grep gave no answer: the text whole, for re's scan)
+        if _LINE_START.match(whole):
             cands.add(0)
         k = pos = 0
-        for m in _LINE_STARTS.finditer(ix.text):  # in order: count the newlines on from the last match
-            k += ix.text.count("\n", pos, m.start() + 1)
+        for m in _LINE_STARTS.finditer(whole):  # in order: count the newlines on from the last match
+            k += whole.count("\n", pos, m.start() + 1)
             pos = m.start() + 1
             cands.add(k)
     cands.discard(len(lines))  # the line after a final newline
@@ -403,7 +405,7 @@ def read_lines(
     apply_rest: ApplyRest,
     error_signatures: bool = True,
     year: int | None = None,
-    text: str | None = None,
+    text: Text | None = None,
     sample: int | None = None,
     label: Detect | None = None,
 ) -> InputRecord:
@@ -436,7 +438,7 @@ def read_lines(
         textscan.remember_lines(text, lines)  # explain's wrapped-line pass splits the same text
     joined = "\n".join(lines) if hits is None or text is None else text
     # (of a big text grep read: from its bytes, lines counted from grep's hit lines)
-    quoted = _quoted(joined) if hits is None else _quoted_of(hits.data, hits.lines)
+    quoted = _quoted(as_str(joined)) if hits is None else _quoted_of(hits.data, hits.lines)
     blank = early[1] if early is not None and early[0] is lines else None
     if quoted:
         lines = _unquote_lines(lines, quoted)
