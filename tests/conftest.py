@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,13 @@ import background  # tests/background.py, importable through the path above
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parents[1]
+
+# the compiled-regex cache and explain's scan plan (gpuclinic/recache.py, scanplan.py) of this run, shared
+# by its workers and the commands its tests start: a plan an older checkout left (other literals) would
+# start scans the readers then start again, and tests count those scans
+if not os.environ.get("GPUCLINIC_RECACHE_DIR"):
+    os.environ["GPUCLINIC_RECACHE_DIR"] = tempfile.mkdtemp(prefix="gpuclinic-cache-")
+    atexit.register(shutil.rmtree, os.environ["GPUCLINIC_RECACHE_DIR"], True)
 
 
 # tests whose long, self-contained command starts when the session starts (tests/background.py):

@@ -122,6 +122,10 @@ def explain_text(
     """Diagnose a pasted text (a big input may come as a :class:`~gpuclinic.bigtext.BigText`: its lines
     without one whole string); facts in the paste, else ``live`` (this machine's facts), make the fixes
     concrete."""
+    if isinstance(text, BigText):  # its greps still run (textinput started them): load the detectors now
+        from gpuclinic.checks import load_all
+
+        load_all()
     snap, notes = _evidence(text, origin)
     pasted = pasted_facts(text, snap)
     if pasted is not None:

@@ -39,18 +39,19 @@ def _key() -> tuple[str, int, int]:
     return (sys.version, int(_sre.MAGIC), int(_sre.CODESIZE))
 
 
-def paths() -> list[str]:
-    """Where the cache may live, first choice first (``GPUCLINIC_RECACHE_DIR`` replaces both)."""
+def paths(name: str = _FILE) -> list[str]:
+    """Where the cache file ``name`` may live, first choice first (``GPUCLINIC_RECACHE_DIR`` replaces
+    both)."""
     override = os.environ.get("GPUCLINIC_RECACHE_DIR")
     if override:
-        return [os.path.join(override, _FILE)]
+        return [os.path.join(override, name)]
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.pycache_prefix:  # PYTHONPYCACHEPREFIX: where this package's bytecode goes, the cache goes too
-        first = os.path.join(sys.pycache_prefix, here.lstrip(os.sep), _FILE)
+        first = os.path.join(sys.pycache_prefix, here.lstrip(os.sep), name)
     else:
-        first = os.path.join(here, "__pycache__", _FILE)
+        first = os.path.join(here, "__pycache__", name)
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return [first, os.path.join(xdg, "gpuclinic", _FILE)]
+    return [first, os.path.join(xdg, "gpuclinic", name)]
 
 
 def _enabled() -> bool:

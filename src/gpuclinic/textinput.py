@@ -9,7 +9,7 @@ import stat
 import sys
 from typing import BinaryIO
 
-from gpuclinic import bigtext, grepinput, textscan
+from gpuclinic import bigtext, grepinput, scanplan, textscan
 from gpuclinic.bigtext import BigText, Text
 from gpuclinic.errors import InputError
 
@@ -84,13 +84,22 @@ def read_input(path: str | None, stdin: BinaryIO | None = None) -> tuple[Text, s
 
 def _scan_ahead(data: bytes) -> BigText | None:
     """Start the segmenting reader's two grep scans of a big plain-text input before it is decoded (they
-    become the decoded text's when it is exactly these bytes: ``textscan.remember``); that text when it is
-    exactly these bytes (valid UTF-8, no NUL, no carriage return), as a :class:`BigText`."""
-    from gpuclinic.sources import segments
-
-    if len(data) < segments.PREFETCH_CHARS or data[:2] in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"):
+    become the decoded text's when it is exactly these bytes: ``textscan.remember``), from the last run's
+    plan (``scanplan``) before the readers load, else from the readers; that text when it is exactly these
+    bytes (valid UTF-8, no NUL, no carriage return), as a :class:`BigText`."""
+    if data[:2] in (b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff"):
         return None
-    segments.prefetch_bytes(data)
+    plan = scanplan.cached()
+    if plan is not None:
+        if len(data) < plan[0]:
+            return None
+        textscan.start_scans_of_bytes(data, plan[1], plan[2])
+    else:
+        from gpuclinic.sources import segments
+
+        if len(data) < segments.PREFETCH_CHARS:
+            return None
+        segments.prefetch_bytes(data)
     if b"\x00" in data or b"\r" in data:
         return None
     text = bigtext.from_bytes(data)

@@ -61,12 +61,15 @@ def run_explain(
     paused = gc.isenabled()
     gc.disable()
     try:
-        from gpuclinic.explain import explain_text, live_facts, read_input
+        # the input first: a big log's greps start from its bytes while the readers load (scanplan)
+        from gpuclinic.textinput import read_input
 
         fmt = output_format(as_json, as_markdown)
         if file is None and sys.stdin.isatty():
             echo("Paste the error (end with Ctrl-D):", err=True)
         text, origin, truncated = read_input(file)
+        from gpuclinic.explain import explain_text, live_facts
+
         live = None if offline else live_facts()
         report = explain_text(text, origin, live, truncated=truncated)
         try:  # (still without collections: the renderer's imports made a full one walk the big log's lines)

@@ -25,7 +25,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
-from gpuclinic import lazyre, multifind, textscan
+from gpuclinic import lazyre, multifind, scanplan, textscan
 from gpuclinic.bigtext import Text, as_str
 from gpuclinic.errors import InputError
 from gpuclinic.facts.evidence import InputRecord, Segment
@@ -232,11 +232,17 @@ def prefetch(text: Text) -> None:
     ``textscan.cancel_scans()`` afterwards stops what it did not use."""
     textscan.prefetch_line_starts(text, _LINE_START.pattern)  # (first: the literal scan takes longer)
     textscan.start_line_hits(text, _needles())
+    scanplan.keep(_plan())  # (the scans the next run starts before the readers load: when it changed)
 
 
 def prefetch_bytes(data: bytes) -> None:
     """:func:`prefetch` of a big input's bytes before they are decoded (``textscan.start_scans_of_bytes``)."""
     textscan.start_scans_of_bytes(data, _needles(), _LINE_START.pattern)
+    scanplan.keep(_plan())
+
+
+def _plan() -> scanplan.Plan:
+    return (PREFETCH_CHARS, _needles(), _LINE_START.pattern)
 
 
 def _same_lines(data: bytes, lines: list[str]) -> bool:
