@@ -57,14 +57,8 @@ def _top_level_bar(pattern: str) -> bool:
         if c == "\\":
             i += 2
             continue
-        if c == "[":  # a class: up to its closing "]" (a "]" right after "[" or "[^" is a member)
-            i += 1
-            if i < n and pattern[i] == "^":
-                i += 1
-            if i < n and pattern[i] == "]":
-                i += 1
-            while i < n and pattern[i] != "]":
-                i += 2 if pattern[i] == "\\" else 1
+        if c == "[":  # a class: up to its closing "]"
+            i = _class_end(pattern, i)
         elif c == "(":
             depth += 1
         elif c == ")":
@@ -83,8 +77,10 @@ _CLASS = lazyre.compile(r"\[([A-Za-z0-9]+)\](?![*+?{])")  # [Tt], not optional
 @cache
 def leading_literals(pattern: str) -> tuple[str, ...] | None:
     """Texts one of which every match of ``pattern`` (compiled without flags) starts with, for a pattern
-    without a single leading literal: ``(?m)^literal``, ``(?:one|two)...`` with plain branches, or
-    ``[Tt]oo ...`` (each member, then the literal after the class); else None."""
+    without a single leading literal: ``(?m)^literal``, ``(?:one|two)...`` with plain branches, ``[Tt]oo
+    ...`` (each member, then the literal after the class), a lookaround first (``(?<![A-Za-z])State:``:
+    it matches no character, so the match starts with what follows), or an optional group first
+    (``(?:Reset |Resetting )?TDR``: the group's starts and those of what follows); else None."""
     if _top_level_bar(pattern):
         return None
     if pattern.startswith("(?m)^"):  # ^ is zero-width: the match starts with what follows it
@@ -95,4 +91,86 @@ def leading_literals(pattern: str) -> tuple[str, ...] | None:
     if m := _CLASS.match(pattern):
         rest = leading_literal(pattern[m.end() :])
         return tuple(dict.fromkeys(c + rest for c in m.group(1))) if rest else None
+    end = _group_end(pattern) if pattern.startswith("(?") else None
+    if end is None:
+        return None
+    if pattern.startswith(("(?<!", "(?<=", "(?!", "(?=")):
+        return _starts_of(pattern[end + 1 :])
+    if pattern.startswith("(?:") and pattern[end + 1 : end + 2] == "?":  # (?:...)? , ?? or ?+
+        rest = pattern[end + 2 :]
+        rest = rest[1:] if rest[:1] in ("?", "+") else rest
+        group, after = _branch_starts(pattern[3:end]), _starts_of(rest)
+        return tuple(dict.fromkeys((*group, *after))) if group and after else None
+    return None
+
+
+def _starts_of(pattern: str) -> tuple[str, ...] | None:
+    lit = leading_literal(pattern)
+    return (lit,) if lit else leading_literals(pattern)
+
+
+def _branch_starts(group: str) -> tuple[str, ...] | None:
+    """The starts of every branch of a group's body (``a|b|c``), or None when one branch has none."""
+    out: list[str] = []
+    for branch in _top_level_split(group):
+        starts = _starts_of(branch)
+        if not starts:
+            return None
+        out.extend(starts)
+    return tuple(out)
+
+
+def _top_level_split(pattern: str) -> list[str]:
+    """``pattern`` cut at its top-level ``|``."""
+    parts, depth, start, i, n = [], 0, 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i = _class_end(pattern, i)
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    parts.append(pattern[start:])
+    return parts
+
+
+def _class_end(pattern: str, i: int) -> int:
+    """The index of the "]" closing the class that opens at ``pattern[i]`` (a "]" right after "[" or
+    "[^" is a member), or the end."""
+    n = len(pattern)
+    i += 1
+    if i < n and pattern[i] == "^":
+        i += 1
+    if i < n and pattern[i] == "]":
+        i += 1
+    while i < n and pattern[i] != "]":
+        i += 2 if pattern[i] == "\\" else 1
+    return i
+
+
+def _group_end(pattern: str) -> int | None:
+    """The index of the ")" closing the group that opens at ``pattern[0]``, or None."""
+    depth, i, n = 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i = _class_end(pattern, i)
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
     return None
