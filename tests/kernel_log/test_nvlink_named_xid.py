@@ -27,3 +27,16 @@ def test_nonfatal_link_text_is_not_fatal_and_other_xids_are_not_nvlink() -> None
     assert _codes(snapshot_from_text(nonfatal, "t")).get("nvlink.error") == "warning"
     copy_engine = "[ 10.0] NVRM: Xid (PCI:0000:b9:00): 71, CE4: Unknown Error on link state 2\n"
     assert "nvlink.error" not in _codes(snapshot_from_text(copy_engine, "t"))
+
+
+def test_an_nvlink5_line_cut_before_its_closing_parenthesis_is_still_nonfatal() -> None:
+    """NVSentinel#1357 pasted an Xid 145 line that ends inside its register list: the "Nonfatal" word was
+    read only when the list was closed, so the cut line read as a critical Xid."""
+    line = (
+        "NVRM: Xid (PCI:0000:c5:00): 145, RLW_SRC_TRACK Nonfatal XC1 i0 Link 17 (0x04084507 0x00000004 "
+        "0x00000000 0x00000000 0x00000000 0x00000000"
+    )
+    for text in (line + "\n", line + ")\n"):
+        assert _codes(snapshot_from_text(text, "t"))["xid.145"] == "warning", text
+    fatal = line.replace("Nonfatal", "Fatal")
+    assert _codes(snapshot_from_text(fatal + "\n", "t"))["xid.145"] == "critical"

@@ -221,10 +221,45 @@ def gpu_inforom(snap: Snapshot) -> Iterable[Finding]:
 # --------------------------------------------------------------------------------------------------
 
 
-@check("kernel.fallen_off_bus", codes=["gpu.fallen_off_bus"], what="GPUs that fell off the bus (kernel log)")
+@check("kernel.fallen_off_bus", codes=["gpu.fallen_off_bus"], what="GPUs off the bus (kernel log, lspci)")
 def fallen_off_bus(snap: Snapshot) -> list[Finding]:
-    if not snap.kernel_events:
-        return []
+    out = _fallen_off_bus_kernel(snap) if snap.kernel_events else []
+    told = {f.gpu.pci_bus_id for f in out if f.gpu is not None}
+    return out + _not_answering(snap, told)
+
+
+def _not_answering(snap: Snapshot, told: set[str | None]) -> list[Finding]:
+    """The NVIDIA cards lspci read as all ones (``(rev ff)``): the same fault seen from the bus, one finding
+    per card (its GPU, audio and USB functions together), unless the kernel log said it already."""
+    cards: dict[str, list[str]] = {}
+    for d in snap.pci_devices:
+        if d.config_unreadable:
+            cards.setdefault(d.bus_id.rsplit(".", 1)[0], []).append(d.bus_id)
+    for functions in cards.values():
+        functions.sort()
+    out: list[Finding] = []
+    for card, functions in cards.items():
+        bus = f"{card}.0"
+        if bus in told:
+            continue
+        gpu = gpu_ref(snap, bus)
+        label = gpu.label() if gpu else f"The GPU at {bus}"
+        out.append(
+            Finding(
+                code="gpu.fallen_off_bus",
+                severity=severity("gpu.fallen_off_bus"),
+                family=Family.GPU_FAULT,
+                title=f"{label} fell off the PCIe bus: it no longer answers (lspci reads all ones)",
+                evidence=[f"lspci: {f} (rev ff): its configuration space reads all ones" for f in functions],
+                gpu=gpu,
+                data={"functions": functions, "source": "lspci"},
+                source="lspci",
+            )
+        )
+    return out
+
+
+def _fallen_off_bus_kernel(snap: Snapshot) -> list[Finding]:
     uuids = _uuid_map(snap)
     evs = [e for e in snap.kernel_events if e.kind == "fallen_off_bus" or (e.kind == "xid" and e.xid == 79)]
     prev = _previous_boot_flags(evs, snap)

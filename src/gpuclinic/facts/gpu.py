@@ -168,6 +168,9 @@ class PciDevice:
     aer_corrected: dict[str, int] = field(default_factory=dict)
     aer_nonfatal: dict[str, int] = field(default_factory=dict)
     aer_fatal: dict[str, int] = field(default_factory=dict)
+    # lspci read its configuration space as all ones ("(rev ff)", "!!! Unknown header type 7f"): the device
+    # no longer answers on the bus
+    config_unreadable: bool = False
 
     @property
     def is_gpu(self) -> bool:

@@ -1,8 +1,10 @@
-"""Parser for ``lspci -vvv`` (optionally ``-nn``/``-D``) output: NVIDIA devices and their PCIe link.
+"""Parser for ``lspci`` output (plain, ``-nn``, ``-D``, ``-vvv``): NVIDIA devices and their PCIe link.
 
 Bug reports and captures carry lspci output; its ``LnkCap``/``LnkSta`` lines give the link's
 maximum and trained speed and width even when NVML is gone, e.g.
-``LnkSta: Speed 8GT/s (downgraded), Width x8 (downgraded)``.
+``LnkSta: Speed 8GT/s (downgraded), Width x8 (downgraded)``.  A device whose configuration space reads
+as all ones (``(rev ff)``, ``!!! Unknown header type 7f``) no longer answers on the bus: a GPU that fell
+off it still shows in a plain ``lspci | grep -i nvidia`` that way.
 """
 
 from __future__ import annotations
@@ -38,8 +40,20 @@ _NN_LINE_RE = lazyre.compile(
 )
 
 
+# a plain listing line of an NVIDIA function ("1c:00.0 VGA compatible controller: NVIDIA Corporation TU102GL")
+_PLAIN_LINE_RE = lazyre.compile(
+    r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] [^:\n]+?(?: \[[0-9a-fA-F]{4}\])?: "
+    r"NVIDIA Corporation ",
+    re.M,
+)
+_UNREADABLE = "(rev ff)"  # the revision byte of a configuration space that reads all ones
+
+
 def looks_like(sample: str) -> bool:
-    """``lspci -vvv`` with NVIDIA devices, or ``lspci -nn`` listing (vendor:device ids) with an NVIDIA one."""
+    """``lspci -vvv`` with NVIDIA devices, an ``lspci -nn`` listing (vendor:device ids) with an NVIDIA one, or
+    a plain listing of NVIDIA functions (``lspci | grep -i nvidia``)."""
+    if "NVIDIA Corporation" in sample and _PLAIN_LINE_RE.search(sample):
+        return True
     verbose = any(k in sample for k in sniffgates.LSPCI[:3]) and bool(
         re.search(r"^\S+ (VGA compatible controller|3D controller|PCI bridge|Bridge).*:", sample, re.M)
     )  # the literals first: they are cheap, and a prose sample has none
@@ -63,31 +77,15 @@ def parse(lines: Iterable[str]) -> list[PciDevice]:
         if not line.strip():
             continue
         if not line[0].isspace():
-            cur = None
-            m = _DEV_RE.match(line)
-            if not m:
-                continue
-            desc = m.group("desc")
-            ids = _IDS_RE.search(desc)
-            nvidia = (ids is not None and ids.group("ven").lower() == "10de") or "nvidia" in desc.lower()
-            if not nvidia:
-                continue
-            cls = m.group("cls").strip().lower()
-            class_code = (
-                ("0x" + m.group("clsid").lower() + "00") if m.group("clsid") else _CLASS_NAMES.get(cls)
-            )
-            if class_code is None and "bridge" in cls:
-                class_code = "0x068000"
-            cur = PciDevice(
-                bus_id=normalize_bus_id(m.group("bus")),
-                device_id=("0x" + ids.group("dev").lower()) if ids else None,
-                class_code=class_code,
-            )
-            out.append(cur)
+            cur = _device(line)
+            if cur is not None:
+                out.append(cur)
             continue
         if cur is None:
             continue
         s = line.strip()
+        if s.startswith("!!! Unknown header type 7f"):
+            cur.config_unreadable = True
         lk = _LNK_RE.search(s)
         if lk:
             speed, width = float(lk.group("speed")), int(lk.group("width"))
@@ -103,3 +101,24 @@ def parse(lines: Iterable[str]) -> list[PciDevice]:
             except ValueError:
                 pass
     return out
+
+
+def _device(line: str) -> PciDevice | None:
+    """The NVIDIA function a device line names (vendor 10de, or "NVIDIA" in its description), or None."""
+    m = _DEV_RE.match(line)
+    if not m:
+        return None
+    desc = m.group("desc")
+    ids = _IDS_RE.search(desc)
+    if not ((ids is not None and ids.group("ven").lower() == "10de") or "nvidia" in desc.lower()):
+        return None
+    cls = m.group("cls").strip().lower()
+    class_code = ("0x" + m.group("clsid").lower() + "00") if m.group("clsid") else _CLASS_NAMES.get(cls)
+    if class_code is None and "bridge" in cls:
+        class_code = "0x068000"
+    return PciDevice(
+        bus_id=normalize_bus_id(m.group("bus")),
+        device_id=("0x" + ids.group("dev").lower()) if ids else None,
+        class_code=class_code,
+        config_unreadable=desc.rstrip().endswith(_UNREADABLE),
+    )

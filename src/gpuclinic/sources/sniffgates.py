@@ -49,7 +49,7 @@ SMI_TEXT_FIELDS = (
 # -q text: its banner, a "GPU <bus id>" line, a clock event reasons section, or two of those keys
 SMI_TEXT = ("NVSMI LOG", "GPU ", "Reasons", *(f for f in SMI_TEXT_FIELDS if not f.startswith("GPU ")))
 # `lspci -vvv` (its first three) or a listing with NVIDIA's vendor id (`lspci -nn`)
-LSPCI = ("LnkSta:", "Kernel driver in use", "Capabilities:", "[10de:")
+LSPCI = ("LnkSta:", "Kernel driver in use", "Capabilities:", "NVIDIA Corporation", "[10de:")
 # a word each nvidia-smi failure statement holds, lower case; a line's case is folded before the test (a
 # text holding a character that folds onto ASCII letters, U+017F or U+212A, is read per line)
 SMI_ERRORS = (

@@ -31,7 +31,7 @@ _RE_CAUSED = lazyre.compile(r"caused by previous Xid (\d+)", re.I)
 _RE_LINK = lazyre.compile(r"\b[Ll]ink\s*(?:#\s*)?(\d{1,3})\b", need="ink")
 _RE_NVL5 = lazyre.compile(
     r"^(?P<unit>[A-Z][A-Z0-9_]+)\s+(?P<sev>Fatal|Nonfatal|Non-fatal|NonFatal)\s+(?P<xc>XC\d+)\s+(?P<inst>i\d+)\s+"
-    r"Link\s+(?P<link>-?\d+)\s*\((?P<words>[^)]*)\)"
+    r"Link\s+(?P<link>-?\d+)\s*\((?P<words>[^)]*)(?:\)|$)"  # (a pasted line cut before its ")" too)
 )
 _RE_SXID = lazyre.compile(rf"SXid \((?:PCI:)?(?P<bus>{_BDF})\):\s*(?P<sxid>\d{{1,6}}),\s*(?P<rest>.*)$")
 _RE_NVSWITCH = lazyre.compile(r"nvidia-nvswitch(\d+)")
