@@ -339,8 +339,9 @@ def test_streams_grow_on_the_transfer_when_each_connection_is_capped(env: Env, t
         env.proxy.knobs.rate_per_conn, env.proxy.knobs.total_rate = PER_CONN, 16 * MiB
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    # the last sample: 8 streams, or 16 once grown (on a starved box 16 move less than 16x one)
-    assert res["probe"]["multi_n"] in (8, 16)
+    # the last sample: 8 streams, or more once grown; on a starved box the first sample's gain can say
+    # "the link fills near 12" and the next one, taken with 12, grows to 16 (16 move less than 16x one)
+    assert 8 <= res["probe"]["multi_n"] <= 16
     assert res["probe"]["multi_stream"] > 3 * res["probe"]["one_stream"]
     assert res["streams"] == 16 and "measured on the transfer" in res["stream_reason"], res["stream_reason"]
     assert _tree(tmp_path / "dst") == _tree(src)
