@@ -10,6 +10,7 @@ or ``{`` makes optional is left out.  Patterns with inline flags start with ``(`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import cache
 
 from gpuclinic import lazyre
@@ -49,24 +50,24 @@ def leading_literal(pattern: str) -> str | None:
 
 def _top_level_bar(pattern: str) -> bool:
     """``pattern`` has a ``|`` outside every group and class: its branches start differently."""
-    depth = 0
-    i = 0
-    n = len(pattern)
+    return any(c == "|" and depth == 0 for _, c, depth in _structure(pattern))
+
+
+def _structure(pattern: str) -> Iterator[tuple[int, str, int]]:
+    """(index, character, depth after it) of each ``(``, ``)`` and ``|`` outside escapes and classes: what
+    the scans for a top-level ``|``, a group's end and a split at the top level walk."""
+    depth, i, n = 0, 0, len(pattern)
     while i < n:
         c = pattern[i]
         if c == "\\":
             i += 2
             continue
-        if c == "[":  # a class: up to its closing "]"
+        if c == "[":
             i = _class_end(pattern, i)
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            return True
+        elif c in "()|":
+            depth += 1 if c == "(" else -1 if c == ")" else 0
+            yield i, c, depth
         i += 1
-    return False
 
 
 _PLAIN = r"[^\\.^$*+?{}\[\]()|]+"  # literal characters only
@@ -122,24 +123,8 @@ def _branch_starts(group: str) -> tuple[str, ...] | None:
 
 def _top_level_split(pattern: str) -> list[str]:
     """``pattern`` cut at its top-level ``|``."""
-    parts, depth, start, i, n = [], 0, 0, 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            i = _class_end(pattern, i)
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            parts.append(pattern[start:i])
-            start = i + 1
-        i += 1
-    parts.append(pattern[start:])
-    return parts
+    cuts = [i for i, c, depth in _structure(pattern) if c == "|" and depth == 0]
+    return [pattern[a + 1 : b] for a, b in zip([-1, *cuts], [*cuts, len(pattern)], strict=True)]
 
 
 def _class_end(pattern: str, i: int) -> int:
@@ -158,19 +143,4 @@ def _class_end(pattern: str, i: int) -> int:
 
 def _group_end(pattern: str) -> int | None:
     """The index of the ")" closing the group that opens at ``pattern[0]``, or None."""
-    depth, i, n = 0, 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            i = _class_end(pattern, i)
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
+    return next((i for i, c, depth in _structure(pattern) if c == ")" and depth == 0), None)
