@@ -40,3 +40,12 @@ def test_an_nvlink5_line_cut_before_its_closing_parenthesis_is_still_nonfatal() 
         assert _codes(snapshot_from_text(text, "t"))["xid.145"] == "warning", text
     fatal = line.replace("Nonfatal", "Fatal")
     assert _codes(snapshot_from_text(fatal + "\n", "t"))["xid.145"] == "critical"
+
+
+def test_the_safety_net_reads_every_xid_a_prose_line_names() -> None:
+    """vllm-backport#62 summed up its dmesg in prose: "`Xid 94` bursts + `Xid 154` (GPU recovery action →
+    Drain and Reset)"; the line's first Xid only was read. Every one it names counts now, each once."""
+    text = "- `Xid 94` bursts + `Xid 154` (GPU recovery action -> Drain and Reset), `Xid 94` again\n"
+    snap = snapshot_from_text(text, "t")
+    assert sorted(e.xid or 0 for e in snap.kernel_events if e.kind == "xid") == [94, 154]
+    assert {"xid.94", "xid.154"} <= set(_codes(snap))

@@ -146,9 +146,16 @@ def scan_lines(
             gd = m.groupdict()
             if sig.extract == "xid":
                 xid_done = True
-                ev = _xid_event(sig, m, line, origin, n)
-                where = ev.pci_bus_id
-                if not (sig.net and ((where, ev.xid) in parsed or (where is None and ev.xid in parsed_nums))):
+                # (the safety net reads every Xid a line names: "`Xid 94` bursts + `Xid 154`")
+                seen: set[int | None] = set()
+                for mm in sig.pattern.finditer(line) if sig.net else (m,):
+                    ev = _xid_event(sig, mm, line, origin, n)
+                    where = ev.pci_bus_id
+                    if ev.xid in seen or (
+                        sig.net and ((where, ev.xid) in parsed or (where is None and ev.xid in parsed_nums))
+                    ):
+                        continue
+                    seen.add(ev.xid)
                     snap.kernel_events.append(ev)
             elif sig.extract == "room_event":
                 if not _room_event(snap, sig, m, origin, n):
