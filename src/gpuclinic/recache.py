@@ -54,11 +54,40 @@ def paths(name: str = _FILE) -> list[str]:
     return [first, os.path.join(xdg, "gpuclinic", name)]
 
 
+def switched_on() -> bool:
+    """``GPUCLINIC_RECACHE=0`` turns off the caches kept beside the bytecode (these compiled regexes, and
+    explain's scan plan: ``scanplan``)."""
+    return os.environ.get("GPUCLINIC_RECACHE", "1") != "0"
+
+
+def writable() -> bool:
+    """Whether a cache file may be written: switched on, and bytecode writing not turned off."""
+    return switched_on() and not sys.dont_write_bytecode
+
+
+def write_atomic(path: str, data: bytes) -> bool:
+    """Write ``data`` to ``path`` through a temporary file and a rename (a reader never sees half a file);
+    False, leaving nothing behind, where that cannot be done."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        return True
+    except (OSError, ValueError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+
+
 def _enabled() -> bool:
     return (
         not _state["off"]
         and sys.version_info >= (3, 11)  # (re._parser and re._compiler: the 3.11+ layout)
-        and os.environ.get("GPUCLINIC_RECACHE", "1") != "0"
+        and switched_on()
     )
 
 
@@ -135,23 +164,16 @@ def compile(pattern: str, flags: int | re.RegexFlag = 0) -> re.Pattern[str]:
 def save() -> None:
     """Write the patterns compiled in this run that the cache lacked (atomically; never raises)."""
     new: dict[tuple[str, int], Entry] = _state["new"]
-    if not new or sys.dont_write_bytecode or not _enabled():
+    if not new or not writable() or not _enabled():
         return
     _state["new"] = {}
     for path in paths():
+        merged = {**_read(path), **_entries(), **new}  # (another process may have written meanwhile)
+        if len(merged) > _MAX_ENTRIES:
+            merged = dict(list(merged.items())[-_MAX_ENTRIES:])
         try:
-            merged = {**_read(path), **_entries(), **new}  # (another process may have written meanwhile)
-            if len(merged) > _MAX_ENTRIES:
-                merged = dict(list(merged.items())[-_MAX_ENTRIES:])
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(marshal.dumps((_key(), merged)))
-            os.replace(tmp, path)
+            blob = marshal.dumps((_key(), merged))
+        except ValueError:
             return
-        except (OSError, ValueError):
-            try:
-                os.unlink(f"{path}.{os.getpid()}.tmp")
-            except OSError:
-                pass
-            continue
+        if write_atomic(path, blob):
+            return

@@ -16,7 +16,6 @@ used.  ``PYTHONDONTWRITEBYTECODE`` and ``GPUCLINIC_RECACHE=0`` apply as for ``re
 from __future__ import annotations
 
 import marshal
-import os
 import sys
 
 from gpuclinic import recache
@@ -33,7 +32,7 @@ def cached() -> Plan | None:
     if _LOADED:
         return _LOADED[0]
     plan: Plan | None = None
-    if os.environ.get("GPUCLINIC_RECACHE", "1") != "0":
+    if recache.switched_on():
         for path in recache.paths(_FILE):
             try:
                 with open(path, "rb") as fh:
@@ -61,19 +60,10 @@ def _valid(blob: object) -> bool:
 def keep(plan: Plan) -> None:
     """Write ``plan`` for the next run when the file does not hold it already (atomically; never
     raises)."""
-    if cached() == plan or sys.dont_write_bytecode or os.environ.get("GPUCLINIC_RECACHE", "1") == "0":
+    if cached() == plan or not recache.writable():
         return
     _LOADED[:] = [plan]
+    blob = marshal.dumps(plan)
     for path in recache.paths(_FILE):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(tmp, "wb") as fh:
-                fh.write(marshal.dumps(plan))
-            os.replace(tmp, path)
+        if recache.write_atomic(path, blob):
             return
-        except (OSError, ValueError):
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
